@@ -28,6 +28,8 @@ Json parse_json(std::string_view text, const std::string& source) {
     // nlohmann reports the byte just past the offending character.
     size_t at = e.byte > 0 ? e.byte - 1 : 0;
     fail("{}: invalid JSON at {}: {}", source, describe_position(text, at), e.what());
+  } catch (const Json::out_of_range& e) {  // a number beyond a double's range, as 1e400
+    fail("{}: invalid JSON: {}", source, e.what());
   }
 }
 
