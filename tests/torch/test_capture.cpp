@@ -1,9 +1,13 @@
 // capture_activations on a fixture model: the file layout, rows equal to single forward passes, positions and
-// sites, resumption after kill -9, out-of-memory retries, compression, and bad input through the tool.
+// sites, resumption after kill -9 and after a full disk, out-of-memory retries, compression, and bad input through
+// the tool.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <sys/statvfs.h>
+
 #include <chrono>
+#include <functional>
 #include <thread>
 
 #include "common/files.h"
@@ -280,6 +284,73 @@ TEST_CASE("kill -9 at several points, then --resume, gives datasets identical to
     CHECK_MESSAGE(all_activations(out, {1, 5}) == expected, "killed at ", target);
     CHECK_FALSE(path_exists(out + "/" + activations::layer_file_name(1) + ".partial"));
   }
+}
+
+TEST_CASE("disk full while capturing: a clear error, complete files untouched, --resume completes once space is freed") {
+  TempDir tmp;
+  std::string dataset = write_dataset(tmp, 300);
+  // Per-token rows make each layer file a few megabytes of 1 MB chunks, so a full disk stops the run between
+  // commits rather than before the first.
+  auto capture = [&](const std::string& out, int layer, const std::string& extra = "") {
+    return fmt::format("{} --model {} --dataset {} --device cpu --layers {} --position all --window 4 --threads 1 --quiet "
+                       "--output-dir {} {}",
+                       tool("capture_activations"), kModel, dataset, layer, out, extra);
+  };
+  CommandResult reference = run_command(capture(tmp.file("reference"), 5));
+  REQUIRE_MESSAGE(reference.exit_code == 0, reference.output);
+  const auto expected = all_activations(tmp.file("reference"), {5});
+
+  // In `out`, a file of layer 1 from an earlier run stays as it was while layer 5's capture fails with `reason`;
+  // after `free_space`, --resume finishes layer 5 with the rows of an uninterrupted run.
+  auto check = [&](const std::string& out, const std::string& earlier, const CommandResult& failed, const char* reason,
+                   const std::function<void()>& free_space) {
+    CHECK(failed.exit_code == 1);
+    CHECK_CONTAINS(failed.output, out + "/" + activations::layer_file_name(5) + ".partial");
+    CHECK_CONTAINS(failed.output, reason);
+    CHECK_CONTAINS(failed.output, "The disk is full (or a file size limit was reached): free space and run the command again");
+    CHECK(probekit::testing::read_text(out + "/" + activations::layer_file_name(1)) == earlier);
+    CHECK_FALSE(path_exists(out + "/" + activations::layer_file_name(5)));
+    free_space();
+    CommandResult resumed = run_command(capture(out, 5, "--resume"));
+    REQUIRE_MESSAGE(resumed.exit_code == 0, resumed.output);
+    CHECK(all_activations(out, {5}) == expected);
+    CHECK(probekit::testing::read_text(out + "/" + activations::layer_file_name(1)) == earlier);
+  };
+
+  // A file size limit (ulimit -f, in KiB) works without privileges; it stops the run as it creates its file,
+  // whose layout reserves the whole size up front.
+  std::string limited = tmp.file("size_limit");
+  REQUIRE(run_command(capture(limited, 1)).exit_code == 0);
+  std::string earlier = probekit::testing::read_text(limited + "/" + activations::layer_file_name(1));
+  CommandResult failed = run_command(fmt::format("bash -c 'ulimit -f 1024 && exec {}'", capture(limited, 5)));
+  check(limited, earlier, failed, "File too large", [] {});
+
+  // A small tmpfs stops the run when it runs out of space in the middle, after some commits.
+  std::string disk = tmp.file("disk");
+  make_directories(disk);
+  CommandResult mounted = run_command(fmt::format("mount -t tmpfs -o size=16m tmpfs {}", disk));
+  if (mounted.exit_code != 0) {
+    MESSAGE("a disk filling up mid-run is not tested here: mounting a tmpfs needs root and CAP_SYS_ADMIN (",
+            mounted.output, ")");
+    return;
+  }
+  struct Unmount {
+    std::string path;
+    ~Unmount() { run_command("umount " + path); }
+  } unmount{disk};
+  std::string out = disk + "/out";
+  REQUIRE(run_command(capture(out, 1)).exit_code == 0);
+  earlier = probekit::testing::read_text(out + "/" + activations::layer_file_name(1));
+  struct statvfs space {};
+  REQUIRE(statvfs(disk.c_str(), &space) == 0);
+  // Room for half of a layer file: the run fails once its first chunks are written.
+  uint64_t free_bytes = static_cast<uint64_t>(space.f_bavail) * space.f_frsize;
+  REQUIRE(free_bytes > earlier.size() / 2);
+  probekit::testing::write_text(disk + "/filler", std::string(free_bytes - earlier.size() / 2, 'x'));
+  failed = run_command(capture(out, 5));
+  CHECK_MESSAGE(activations::has_progress_record(out + "/" + activations::layer_file_name(5)),
+                "the run failed before its first commit: ", failed.output);
+  check(out, earlier, failed, "No space left on device", [&] { remove_tree(disk + "/filler"); });
 }
 
 TEST_CASE("existing outputs are never overwritten or ignored silently") {
