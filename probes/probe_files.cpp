@@ -130,7 +130,7 @@ void load_probe(const safetensors::File& file, ProbeBank& bank, int64_t probe) {
 void write_logits_check(const std::string& path, const at::Tensor& inputs, const at::Tensor& logits,
                         const std::vector<std::string>& labels) {
   write_tensors(path, {{"inputs", inputs.to(at::kFloat)}, {"logits", logits.to(at::kFloat)}},
-                {{"labels", Json(labels).dump()}, {"note", "eval-mode logits [rows, outputs] of the saved probes"}});
+                {{"labels", dump_json(labels)}, {"note", "eval-mode logits [rows, outputs] of the saved probes"}});
 }
 
 std::string binary_probe_file_name(const std::string& label) {

@@ -35,9 +35,10 @@ Json parse_json(std::string_view text, const std::string& source) {
 
 Json read_json_file(const std::string& path) { return parse_json(read_file(path), path); }
 
-void write_json_file(const std::string& path, const Json& value) {
-  // Non-UTF-8 strings are replaced rather than thrown: a report must never fail on a label's bytes.
-  write_file_atomic(path, value.dump(2, ' ', false, Json::error_handler_t::replace) + "\n");
+std::string dump_json(const Json& value, int indent) {
+  return value.dump(indent, ' ', false, Json::error_handler_t::replace);
 }
+
+void write_json_file(const std::string& path, const Json& value) { write_file_atomic(path, dump_json(value, 2) + "\n"); }
 
 }  // namespace probekit
