@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <functional>
@@ -408,4 +409,106 @@ TEST_CASE("bad input to capture_activations: clear message, exit code 1 (2 for b
   r = run_with(kModel, bad, "--skip-invalid");
   CHECK(r.exit_code == 0);
   CHECK_CONTAINS(r.output, "1 invalid lines were skipped");
+
+  std::string first_line = probekit::testing::read_text(good).substr(0, probekit::testing::read_text(good).find('\n') + 1);
+  probekit::testing::write_text(bad, first_line + "{\"text\": \" \", \"cognitive_action\": \"noticing\"}\n");
+  r = run_with(kModel, bad);
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "bad.jsonl:2: field 'text' is empty");
+  probekit::testing::write_text(bad, first_line + "{\"text\": \"caf\xe9\", \"cognitive_action\": \"noticing\"}\n");
+  r = run_with(kModel, bad);
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "bad.jsonl:2: the line is not valid UTF-8 text");
+
+  auto run_on = [&](const std::string& device) {
+    return run_command(fmt::format("{} --model {} --dataset {} --output-dir {} {}", tool("capture_activations"), kModel,
+                                   good, tmp.file("out"), device));
+  };
+  r = run_on("--device tpu");
+  CHECK(r.exit_code == 2);
+  CHECK_CONTAINS(r.output, "--device tpu: unknown device; expected auto, cpu, cuda, cuda:N, rocm or mps");
+  // MPS exists only on Apple machines; there bf16 becomes fp32 with a warning (tests/core/test_device_select.cpp).
+  r = run_on("--device mps --dtype bf16");
+  CHECK(r.exit_code == 2);
+  CHECK_CONTAINS(r.output, "--device mps: Apple MPS is not available here");
+}
+
+TEST_CASE("bad checkpoints through capture_activations: exit code 1, the file and the problem named") {
+  TempDir tmp;
+  std::string dataset = write_dataset(tmp, 8);
+  auto run_with = [&](const std::string& model) {
+    return run_command(fmt::format("{} --model {} --dataset {} --device cpu --output-dir {}", tool("capture_activations"),
+                                   model, dataset, tmp.file("out")));
+  };
+  auto damaged_copy = [&](const std::string& fixture, const std::string& name) {
+    std::string dir = tmp.file(name);
+    probekit::testing::copy_dir(std::string(PROBEKIT_FIXTURES) + "/models/" + fixture, dir);
+    return dir;
+  };
+
+  std::string truncated = damaged_copy("gemma3_text", "truncated");
+  std::string weights = truncated + "/model.safetensors";
+  REQUIRE(::truncate(weights.c_str(), static_cast<off_t>(file_size(weights) / 2)) == 0);
+  CommandResult r = run_with(truncated);
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "truncated/model.safetensors: tensor");
+  CHECK_CONTAINS(r.output, "(file truncated?)");
+
+  std::string corrupt = damaged_copy("gemma3_text", "corrupt");
+  probekit::testing::write_text(corrupt + "/model.safetensors", std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8) + "{}");
+  r = run_with(corrupt);
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "corrupt/model.safetensors: header length 9223372036854775807 exceeds");
+
+  std::string sharded = damaged_copy("qwen3_sharded", "sharded");
+  remove_tree(sharded + "/model-00002-of-00003.safetensors");
+  r = run_with(sharded);
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "model-00002-of-00003.safetensors listed in the index is missing");
+
+  std::string inconsistent = damaged_copy("gemma3_text", "inconsistent");
+  Json config = read_json_file(inconsistent + "/config.json");
+  config["num_key_value_heads"] = 3;
+  write_json_file(inconsistent + "/config.json", config);
+  r = run_with(inconsistent);
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "inconsistent/config.json: num_attention_heads (4) must be a multiple of num_key_value_heads (3)");
+
+  config["num_key_value_heads"] = 1;
+  config["model_type"] = "mamba";
+  write_json_file(inconsistent + "/config.json", config);
+  r = run_with(inconsistent);
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "inconsistent/config.json: unsupported model_type 'mamba' (supported: llama,");
+
+  std::string tokenizer = damaged_copy("gemma3_text", "tokenizer");
+  Json tokenizer_json = read_json_file(tokenizer + "/tokenizer.json");
+  tokenizer_json["normalizer"] = {{"type", "Lowercased"}};
+  write_json_file(tokenizer + "/tokenizer.json", tokenizer_json);
+  r = run_with(tokenizer);
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "tokenizer/tokenizer.json: normalizer: unknown type \"Lowercased\" (supported: NFC,");
+}
+
+TEST_CASE("texts longer than a learned-position model's positions: an error naming --max-length, or cut with a warning") {
+  // GPT-2 has 512 learned positions; rotary models have no such limit and run long texts whole.
+  TempDir tmp;
+  std::string lines;
+  for (int i = 0; i < 8; ++i) {
+    std::string text = i == 3 ? "" : kLabels[static_cast<size_t>(i % 4)] + " looked again";
+    for (int w = 0; i == 3 && w < 700; ++w) text += "again and ";
+    lines += Json({{"text", text}, {"cognitive_action", kLabels[static_cast<size_t>(i % 4)]}}).dump() + "\n";
+  }
+  probekit::testing::write_text(tmp.file("long.jsonl"), lines);
+  auto run_with = [&](const std::string& extra) {
+    return run_command(fmt::format("{} --model {}/models/gpt2 --dataset {} --device cpu --layers 1 --output-dir {} {}",
+                                   tool("capture_activations"), PROBEKIT_FIXTURES, tmp.file("long.jsonl"), tmp.file("out"), extra));
+  };
+  CommandResult r = run_with("");
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "tokens exceed the model's 512 positions; use --max-length to cut long texts");
+  r = run_with("--max-length 512");
+  CHECK_MESSAGE(r.exit_code == 0, r.output);
+  CHECK_CONTAINS(r.output, "1 of 8 texts were longer than --max-length 512 tokens and were cut from the start");
+  CHECK_CONTAINS(r.output, "1 texts were cut to --max-length 512");
 }
