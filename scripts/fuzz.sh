@@ -37,7 +37,6 @@ rm -f build-fuzz.configure.log
 cmake --build build-fuzz --target "${build_targets[@]}"
 [ "$which_target" = build ] && exit 0
 
-rm -rf build-fuzz/seeds
 python3 fuzz/make_seeds.py build-fuzz/seeds
 # The targets that read files write them here; a memory-backed directory keeps that cheap.
 scratch=$(mktemp -d "$( [ -w /dev/shm ] && echo /dev/shm || echo "${TMPDIR:-/tmp}" )/probekit-fuzz-XXXXXX")
@@ -57,7 +56,7 @@ for target in "${build_targets[@]}"; do
   # -timeout: an input taking 10 s is a hang; -rss_limit_mb: one needing 2 GB is a memory blow-up.
   if ! TMPDIR=$scratch "build-fuzz/fuzz/$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
       -dict="$dictionary" -artifact_prefix="$crashes/" -print_final_stats=1 "${inputs[@]}" \
-      2>&1 | tee "build-fuzz/$target.log" | grep -E "^#[0-9]+ +DONE|^stat::number_of_executed_units|ERROR|FINDING|SUMMARY"; then
+      2>&1 | tee "build-fuzz/$target.log" | grep -E "^#[0-9]+[[:space:]]+DONE|^stat::number_of_executed_units|ERROR|FINDING|SUMMARY"; then
     :
   fi
   if ls "$crashes" | grep -q .; then
