@@ -1,5 +1,5 @@
 // The activation-file reader on files that are valid HDF5 but break the layout's promises (cases found by
-// fuzz/fuzz_activation_file.cpp): each is refused naming the file, the group and what is wrong.
+// fuzz/fuzz_activation_file.cpp) or left incomplete: each is refused naming the file, the group and what is wrong.
 #include <doctest/doctest.h>
 
 #include <array>
@@ -124,4 +124,16 @@ TEST_CASE("metadata columns keep names longer than 255 characters") {
   auto file = activations::read_activation_file(write_small_file(tmp, name));
   REQUIRE(file.split(Split::kVal).metadata.count(name) == 1);
   CHECK(file.split(Split::kVal).metadata.at(name) == std::vector<std::string>{"value 0", "value 1"});
+}
+
+TEST_CASE("a file whose capture was interrupted is refused, pointing to --resume") {
+  TempDir tmp;
+  std::string path = write_small_file(tmp);
+  {
+    hdf5::Handle file = hdf5::open_file(path, true);
+    hdf5::set_attribute(file.get(), "complete", int64_t{0});
+  }
+  CHECK_CONTAINS(read_error(path), "layer_3_activations.h5: the file is incomplete (its capture was interrupted); finish "
+                                   "it with capture_activations --resume");
+  CHECK_THROWS_WITH(activations::read_attributes(path), doctest::Contains("the file is incomplete"));
 }
