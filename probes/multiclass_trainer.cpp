@@ -182,7 +182,7 @@ Json run_multiclass_training(const MulticlassRunOptions& options) {
 
   std::map<std::string, std::string> metadata = model_config_metadata(result.final_probe.shape(), false);
   metadata["layer"] = std::to_string(file.attributes.layer);
-  metadata["label_names"] = Json(result.class_names).dump();
+  metadata["label_names"] = dump_json(result.class_names);
   std::map<std::string, std::string> best_metadata = metadata;
   auto best = static_cast<size_t>(result.history.best_epoch - 1);
   best_metadata["epoch"] = std::to_string(result.history.best_epoch);

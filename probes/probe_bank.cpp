@@ -66,7 +66,8 @@ ProbeBank::ProbeBank(const ProbeShape& shape, int64_t probes, at::TensorOptions 
     fail_input("probe bank: input_dim {}, outputs {} and probe count {} must be positive", shape.input_dim,
                shape.outputs, probes);
   }
-  if (shape.kind == ProbeKind::kMultihead && (shape.hidden_dim <= 0 || shape.hidden_dim % shape.heads != 0)) {
+  if (shape.kind == ProbeKind::kMultihead &&
+      (shape.heads <= 0 || shape.hidden_dim <= 0 || shape.hidden_dim % shape.heads != 0)) {
     fail_usage("--hidden-dim {} must be a positive multiple of the {} attention heads", shape.hidden_dim, shape.heads);
   }
   int64_t offset = 0;

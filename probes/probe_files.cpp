@@ -96,37 +96,41 @@ void save_probe(const std::string& path, const ProbeBank& bank, int64_t probe,
   write_tensors(path, named, metadata);
 }
 
-std::map<std::string, std::string> load_probe(const std::string& path, ProbeBank& bank, int64_t probe) {
-  safetensors::File file(path);
-  for (size_t i = 0; i < bank.specs().size(); ++i) {
-    const ParameterSpec& spec = bank.specs()[i];
+void check_probe_file(const safetensors::File& file, const ProbeShape& shape) {
+  std::vector<ParameterSpec> specs = parameter_specs(shape);
+  for (const ParameterSpec& spec : specs) {
     const safetensors::TensorInfo* info = file.find(spec.name);
     if (info == nullptr) {
-      fail("{}: missing tensor '{}' (a {} probe needs {})", path, spec.name, kind_name(bank.shape().kind),
-           bank.specs().size() == 2 ? "linear.weight and linear.bias" : "encoder.*, attention.* and classifier.*");
+      fail("{}: missing tensor '{}' (a {} probe needs {})", file.path(), spec.name, kind_name(shape.kind),
+           specs.size() == 2 ? "linear.weight and linear.bias" : "encoder.*, attention.* and classifier.*");
     }
     if (info->shape != spec.shape) {
-      fail("{}: tensor '{}' has shape [{}], expected [{}]", path, spec.name, fmt::join(info->shape, ", "),
+      fail("{}: tensor '{}' has shape [{}], expected [{}]", file.path(), spec.name, fmt::join(info->shape, ", "),
            fmt::join(spec.shape, ", "));
     }
-    at::ScalarType type = tensor_dtype(info->dtype, spec.name, path);
-    at::Tensor host = at::from_blob(const_cast<uint8_t*>(file.data(*info)), spec.shape, at::TensorOptions().dtype(type));
+    tensor_dtype(info->dtype, spec.name, file.path());
+  }
+  for (const safetensors::TensorInfo& info : file.tensors()) {
+    bool known = false;
+    for (const ParameterSpec& spec : specs) known = known || spec.name == info.name;
+    if (!known) fail("{}: unexpected tensor '{}' for a {} probe", file.path(), info.name, kind_name(shape.kind));
+  }
+}
+
+void load_probe(const safetensors::File& file, ProbeBank& bank, int64_t probe) {
+  for (size_t i = 0; i < bank.specs().size(); ++i) {
+    const ParameterSpec& spec = bank.specs()[i];
+    const safetensors::TensorInfo& info = file.at(spec.name);
+    at::ScalarType type = tensor_dtype(info.dtype, spec.name, file.path());
+    at::Tensor host = at::from_blob(const_cast<uint8_t*>(file.data(info)), spec.shape, at::TensorOptions().dtype(type));
     bank.parameter(i)[probe].copy_(host);
   }
-  if (file.tensors().size() != bank.specs().size()) {
-    for (const safetensors::TensorInfo& info : file.tensors()) {
-      bool known = false;
-      for (const ParameterSpec& spec : bank.specs()) known = known || spec.name == info.name;
-      if (!known) fail("{}: unexpected tensor '{}' for a {} probe", path, info.name, kind_name(bank.shape().kind));
-    }
-  }
-  return file.metadata();
 }
 
 void write_logits_check(const std::string& path, const at::Tensor& inputs, const at::Tensor& logits,
                         const std::vector<std::string>& labels) {
   write_tensors(path, {{"inputs", inputs.to(at::kFloat)}, {"logits", logits.to(at::kFloat)}},
-                {{"labels", Json(labels).dump()}, {"note", "eval-mode logits [rows, outputs] of the saved probes"}});
+                {{"labels", dump_json(labels)}, {"note", "eval-mode logits [rows, outputs] of the saved probes"}});
 }
 
 std::string binary_probe_file_name(const std::string& label) {
@@ -222,11 +226,19 @@ BinaryProbeSet BinaryProbeSet::load(const std::string& directory, at::Device dev
     shape.input_dim = index.at("input_dim").get<int64_t>();
     shape.hidden_dim = index.value("hidden_dim", int64_t{512});
     shape.heads = index.value("num_heads", int64_t{8});
+    if (shape.input_dim <= 0 || (shape.kind == ProbeKind::kMultihead &&
+                                 (shape.hidden_dim <= 0 || shape.heads <= 0 || shape.hidden_dim % shape.heads != 0))) {
+      fail("input_dim {}, hidden_dim {} and num_heads {} do not describe a {} probe", shape.input_dim, shape.hidden_dim,
+           shape.heads, kind_name(shape.kind));
+    }
     for (const Json& entry : index.at("probes")) {
       BinaryProbeInfo info;
       info.label = entry.at("label").get<std::string>();
       info.label_index = entry.at("label_index").get<int64_t>();
       info.file = entry.at("file").get<std::string>();
+      if (info.file.empty() || info.file == ".." || info.file.find('/') != std::string::npos) {
+        fail("probe file '{}' must name a file inside the directory", info.file);
+      }
       info.threshold = entry.at("threshold").get<double>();
       info.threshold_logit = entry.at("threshold_logit").get<double>();
       info.val_auc = entry.at("val_auc").get<double>();
@@ -237,15 +249,19 @@ BinaryProbeSet BinaryProbeSet::load(const std::string& directory, at::Device dev
     rethrow_with_context(index_path);
   }
   if (probes.empty()) fail("{}: lists no probe", index_path);
-  ProbeBank bank(shape, static_cast<int64_t>(probes.size()), at::TensorOptions().device(device).dtype(dtype));
-  for (size_t k = 0; k < probes.size(); ++k) {
-    std::string path = directory + "/" + probes[k].file;
-    std::map<std::string, std::string> metadata = load_probe(path, bank, static_cast<int64_t>(k));
-    auto model_class = metadata.find("model_class");
-    if (model_class != metadata.end() && model_class->second != model_class_name(shape, true)) {
-      fail("{}: holds a {}, but {} lists {} probes", path, model_class->second, index_path, kind_name(shape.kind));
+  // Every file is checked against the index before the bank is allocated, so a damaged index cannot make the
+  // bank larger than what the files hold.
+  std::vector<safetensors::File> files;
+  for (const BinaryProbeInfo& info : probes) {
+    const safetensors::File& file = files.emplace_back(directory + "/" + info.file);
+    check_probe_file(file, shape);
+    auto model_class = file.metadata().find("model_class");
+    if (model_class != file.metadata().end() && model_class->second != model_class_name(shape, true)) {
+      fail("{}: holds a {}, but {} lists {} probes", file.path(), model_class->second, index_path, kind_name(shape.kind));
     }
   }
+  ProbeBank bank(shape, static_cast<int64_t>(probes.size()), at::TensorOptions().device(device).dtype(dtype));
+  for (size_t k = 0; k < files.size(); ++k) load_probe(files[k], bank, static_cast<int64_t>(k));
   return BinaryProbeSet(std::move(bank), std::move(probes), std::move(index));
 }
 

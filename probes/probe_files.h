@@ -13,6 +13,7 @@
 
 #include "common/json.h"
 #include "io/activation_store.h"
+#include "io/safetensors.h"
 #include "probes/probe_bank.h"
 
 namespace probekit::probes {
@@ -34,9 +35,12 @@ std::map<std::string, std::string> model_config_metadata(const ProbeShape& shape
 void save_probe(const std::string& path, const ProbeBank& bank, int64_t probe,
                 const std::map<std::string, std::string>& metadata);
 
-/// Reads `path` into probe `probe` of `bank`; every tensor of the bank's shape must be present with its shape,
-/// and no other (as load_state_dict(strict=True)). Returns the file's metadata.
-std::map<std::string, std::string> load_probe(const std::string& path, ProbeBank& bank, int64_t probe);
+/// Checks that a probe file holds every tensor of a probe of `shape` with its shape and a float dtype, and no
+/// other (as load_state_dict(strict=True)).
+void check_probe_file(const safetensors::File& file, const ProbeShape& shape);
+
+/// Copies a probe file checked against the bank's shape into probe `probe` of `bank`.
+void load_probe(const safetensors::File& file, ProbeBank& bank, int64_t probe);
 
 /// Writes logits_check.safetensors: `inputs` [n, H] and the saved probes' eval-mode `logits` [n, outputs], so
 /// that a reader can check it loads the probes right; `labels` names the logits' columns.

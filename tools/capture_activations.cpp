@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
                   {"device", s.device},
                   {"dtype", s.dtype},
                   {"already_complete", s.already_complete}};
-      fmt::print("{}\n", out.dump(2));
+      fmt::print("{}\n", dump_json(out, 2));
       return;
     }
     if (s.already_complete) {

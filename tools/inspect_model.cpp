@@ -49,7 +49,7 @@ void print_info(const std::string& dir, bool json) {
                 {"vocab_size", c.vocab_size}, {"parameters", checkpoint.parameter_count()},
                 {"weights_dtype", checkpoint.dominant_dtype()}, {"activation", model::activation_name(c.features.activation)},
                 {"attention", kinds}};
-    fmt::print("{}\n", out.dump(2));
+    fmt::print("{}\n", dump_json(out, 2));
     return;
   }
   fmt::print("model: {}\n", dir);

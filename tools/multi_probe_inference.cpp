@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
           rows.push_back({{"position", t}, {"token", tokens.tokens[t]},
                           {"predictions", predictions_json(all_predictions(tokens.scores[t]))}});
         }
-        fmt::print("{}\n", Json{{"text", text}, {"tokens", rows}}.dump(2));
+        fmt::print("{}\n", dump_json(Json{{"text", text}, {"tokens", rows}}, 2));
       } else {
         fmt::print("{}", per_token_terminal(tokens, 3));
         if (!csv.empty()) fmt::print("wrote {}\n", csv);
@@ -182,7 +182,7 @@ int main(int argc, char** argv) {
           rows.push_back({{"label", d.label}, {"text1_confidence", d.first}, {"text2_confidence", d.second},
                           {"difference", d.difference}, {"text1_best_layer", d.first_layer}, {"text2_best_layer", d.second_layer}});
         }
-        fmt::print("{}\n", Json{{"text1", text}, {"text2", compare}, {"biggest_differences", rows}}.dump(2));
+        fmt::print("{}\n", dump_json(Json{{"text1", text}, {"text2", compare}, {"biggest_differences", rows}}, 2));
       } else {
         fmt::print("{}", format_comparison(differences, display.top_k));
       }
@@ -193,7 +193,7 @@ int main(int argc, char** argv) {
       std::vector<TextScores> scores = engine.score(texts);
       Json all = Json::array();
       for (size_t i = 0; i < texts.size(); ++i) all.push_back(show(engine, texts[i], table_for(scores[i]), display, options.best_layer, false));
-      if (display.json) fmt::print("{}\n", (texts.size() == 1 && file.empty() ? all[0] : all).dump(2));
+      if (display.json) fmt::print("{}\n", dump_json(texts.size() == 1 && file.empty() ? all[0] : all, 2));
       return;
     }
     fmt::print("\nInteractive mode - enter text to analyze (or 'quit' to exit):\n\n");
@@ -209,7 +209,7 @@ int main(int argc, char** argv) {
       if (lower == "quit" || lower == "exit" || lower == "q") break;
       if (input.empty()) continue;
       Json shown = show(engine, input, table_for(engine.score({input})[0]), display, options.best_layer, true);
-      if (display.json) fmt::print("{}\n", shown.dump());
+      if (display.json) fmt::print("{}\n", dump_json(shown));
     }
   });
 }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "common/cli.h"
+#include "common/json.h"
 #include "device/gpu_utils.h"
 #include "probes/binary_run.h"
 
@@ -52,6 +53,6 @@ int main(int argc, char** argv) {
     t.cosine_schedule = !no_scheduler;
     t.balance_classes = pos_weight == "auto";
     Json summary = probes::run_binary_training(options);
-    if (print_json) fmt::print("{}\n", summary.dump());
+    if (print_json) fmt::print("{}\n", dump_json(summary));
   });
 }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "common/cli.h"
+#include "common/json.h"
 #include "device/gpu_utils.h"
 #include "probes/multiclass_trainer.h"
 
@@ -36,6 +37,6 @@ int main(int argc, char** argv) {
     device::configure_threads(common.threads);
     t.kind = probes::parse_kind(model_type);
     Json summary = probes::run_multiclass_training(options);
-    if (print_json) fmt::print("{}\n", summary.dump());
+    if (print_json) fmt::print("{}\n", dump_json(summary));
   });
 }

@@ -3,7 +3,10 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <csignal>
 #include <cstdlib>
+#include <cstring>
 
 #include "common/error.h"
 #include "common/logging.h"
@@ -24,6 +27,11 @@ void add_common_options(CLI::App& app, CommonOptions& options) {
       ->check(CLI::NonNegativeNumber);
 }
 
+bool is_disk_full_message(const std::string& message) {
+  return message.find(std::strerror(ENOSPC)) != std::string::npos || message.find(std::strerror(EFBIG)) != std::string::npos ||
+         message.find(std::strerror(EDQUOT)) != std::string::npos;
+}
+
 bool is_out_of_memory_message(const std::string& message) {
   return message.find("out of memory") != std::string::npos || message.find("OutOfMemoryError") != std::string::npos;
 }
@@ -40,6 +48,10 @@ std::string explain_failure(const std::exception& error) {
     message += "\nThe device ran out of memory: use a smaller --batch-size (or --max-gpu-memory), a lower "
                "--dtype, or free memory used by other processes; the device and its memory are logged at start.";
   }
+  if (is_disk_full_message(message)) {
+    message += "\nThe disk is full (or a file size limit was reached): free space and run the command again. Files "
+               "already complete are kept; capture_activations continues from its last commit with --resume.";
+  }
   return message;
 }
 
@@ -51,6 +63,9 @@ int run_tool(CLI::App& app, int argc, char** argv, const CommonOptions& options,
     return code == 0 ? 0 : 2;
   }
   configure_logging(options.verbose, options.quiet);
+  // Past a file size limit (ulimit -f) a write would raise SIGXFSZ, which kills the tool mid-file without a
+  // word; ignored, the write fails with EFBIG and is reported like a full disk.
+  std::signal(SIGXFSZ, SIG_IGN);
   try {
     body();
     return 0;

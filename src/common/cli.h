@@ -29,8 +29,12 @@ void add_common_options(CLI::App& app, CommonOptions& options);
 /// CLI11 parse errors and UsageError exit 2, every other exception exits 1 after one "error: ..." line.
 int run_tool(CLI::App& app, int argc, char** argv, const CommonOptions& options, const std::function<void()>& body);
 
-/// The message to show for a failure: LibTorch's C++ backtrace removed, advice added for out-of-memory.
+/// The message to show for a failure: LibTorch's C++ backtrace removed, advice added for out-of-memory and a
+/// full disk.
 std::string explain_failure(const std::exception& error);
+
+/// True when the message carries the system's reason for a full disk, a file size limit or a quota.
+bool is_disk_full_message(const std::string& message);
 
 /// True when the message is an accelerator's out-of-memory error (CUDA, HIP or MPS).
 bool is_out_of_memory_message(const std::string& message);

@@ -82,15 +82,24 @@ std::string read_file(const std::string& path) {
 
 void write_file_atomic(const std::string& path, std::string_view contents) {
   std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) fail("cannot write {}: {}", temporary, std::strerror(errno));
-    out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
-    out.flush();
-    if (!out) {
+  // POSIX writes rather than a stream, so a failure reports the system's reason (a full disk, a size limit).
+  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) fail("cannot write {}: {}", temporary, std::strerror(errno));
+  for (size_t written = 0; written < contents.size();) {
+    ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int err = n < 0 ? errno : ENOSPC;
+      ::close(fd);
       std::remove(temporary.c_str());
-      fail("cannot write {} (disk full?)", temporary);
+      fail("cannot write {}: {}", temporary, std::strerror(err));
     }
+    written += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) {
+    int err = errno;
+    std::remove(temporary.c_str());
+    fail("cannot write {}: {}", temporary, std::strerror(err));
   }
   if (std::rename(temporary.c_str(), path.c_str()) != 0) {
     int err = errno;

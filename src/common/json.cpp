@@ -28,14 +28,17 @@ Json parse_json(std::string_view text, const std::string& source) {
     // nlohmann reports the byte just past the offending character.
     size_t at = e.byte > 0 ? e.byte - 1 : 0;
     fail("{}: invalid JSON at {}: {}", source, describe_position(text, at), e.what());
+  } catch (const Json::out_of_range& e) {  // a number beyond a double's range, as 1e400
+    fail("{}: invalid JSON: {}", source, e.what());
   }
 }
 
 Json read_json_file(const std::string& path) { return parse_json(read_file(path), path); }
 
-void write_json_file(const std::string& path, const Json& value) {
-  // Non-UTF-8 strings are replaced rather than thrown: a report must never fail on a label's bytes.
-  write_file_atomic(path, value.dump(2, ' ', false, Json::error_handler_t::replace) + "\n");
+std::string dump_json(const Json& value, int indent) {
+  return value.dump(indent, ' ', false, Json::error_handler_t::replace);
 }
+
+void write_json_file(const std::string& path, const Json& value) { write_file_atomic(path, dump_json(value, 2) + "\n"); }
 
 }  // namespace probekit

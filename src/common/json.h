@@ -17,6 +17,10 @@ Json parse_json(std::string_view text, const std::string& source);
 /// Reads and parses a JSON file; errors name the file, line and column.
 Json read_json_file(const std::string& path);
 
+/// Serializes JSON (indented when `indent` >= 0). Strings that are not UTF-8 (a user's text, a label read from a
+/// reference file) show their invalid bytes as U+FFFD instead of failing the output.
+std::string dump_json(const Json& value, int indent = -1);
+
 /// Writes pretty-printed JSON atomically (temporary file + rename).
 void write_json_file(const std::string& path, const Json& value);
 

@@ -64,6 +64,9 @@ Dataset read_dataset(const std::string& path, const DatasetOptions& options) {
         std::string detail = e.what();
         if (detail.find("UTF-8") != std::string::npos) fail_input("{}: the line is not valid UTF-8 text", where);
         fail_input("{}: invalid JSON at column {}: {}", where, e.byte, detail.substr(detail.find(':') + 2));
+      } catch (const Json::out_of_range& e) {  // a number beyond a double's range, as 1e400
+        std::string detail = e.what();
+        fail_input("{}: invalid JSON: {}", where, detail.substr(detail.find("] ") + 2));
       }
       if (!object.is_object()) fail_input("{}: expected a JSON object, found {}", where, object.type_name());
       if (dataset.label_field.empty()) dataset.label_field = choose_label_field(object, options, where);

@@ -137,7 +137,7 @@ std::string per_token_terminal(const TokenTable& table, int64_t top) {
       parts.push_back(fmt::format("{}{}{} {:.3f}", p.active ? "✓" : "", p.label,
                                   table.scores[t].layers.size() > 1 ? fmt::format("@L{}", p.layer) : "", p.confidence));
     }
-    out += fmt::format("{:>4}  {}  {}\n", t, pad(Json(table.tokens[t]).dump(), 18), fmt::join(parts, ", "));
+    out += fmt::format("{:>4}  {}  {}\n", t, pad(dump_json(table.tokens[t]), 18), fmt::join(parts, ", "));
   }
   return out;
 }
@@ -192,7 +192,7 @@ std::string per_token_html(const TokenTable& table, const std::string& title) {
     double top = best ? s.probability[best->l][best->k] : 0.0;
     reading += fmt::format("<span class=\"tok\" style=\"background:{}\" title=\"{}: {:.3f}\">{}</span>", heat(top),
                            html_escape(best ? column_name(*best) : ""), top, html_escape(table.texts[t]));
-    rows += fmt::format("<tr><td class=\"pos\">{}</td><td class=\"token\">{}</td>", t, html_escape(Json(table.tokens[t]).dump()));
+    rows += fmt::format("<tr><td class=\"pos\">{}</td><td class=\"token\">{}</td>", t, html_escape(dump_json(table.tokens[t])));
     for (const Column& c : columns) {
       double p = s.probability[c.l][c.k];
       bool active = p >= s.threshold[c.l][c.k];

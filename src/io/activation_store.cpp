@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <regex>
 
 #include <fmt/format.h>
@@ -40,7 +41,7 @@ std::vector<int64_t> read_int_dataset(hid_t group, const std::string& name, cons
   if (!dataset) fail("{}: missing dataset '{}'", where, name);
   std::vector<hsize_t> dims = hdf5::dataset_dims(dataset->get());
   if (dims.size() != 1) fail("{}/{}: expected a 1-D dataset, found {} dimensions", where, name, dims.size());
-  std::vector<int64_t> values(dims[0]);
+  std::vector<int64_t> values(hdf5::stored_element_count(dataset->get(), where + "/" + name));
   hdf5::read_rows(dataset->get(), H5T_NATIVE_INT64, 0, dims[0], values.data());
   return values;
 }
@@ -116,11 +117,7 @@ SplitLayout read_split_layout(hid_t group, const std::string& where) {
     layout.token_ids = read_int_dataset(group, "token_ids", where);
   }
   if (auto metadata = hdf5::open_group(group, "metadata")) {
-    H5G_info_t info{};
-    H5Gget_info(metadata->get(), &info);
-    for (hsize_t i = 0; i < info.nlinks; ++i) {
-      char name[256] = {0};
-      H5Lget_name_by_idx(metadata->get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof(name), H5P_DEFAULT);
+    for (const std::string& name : hdf5::member_names(metadata->get())) {
       auto column = hdf5::open_dataset(metadata->get(), name);
       if (column) layout.metadata[name] = hdf5::read_string_dataset(column->get());
     }
@@ -144,7 +141,7 @@ SplitData read_split(hid_t file, Split split, const FileAttributes& attributes, 
   if (dims.size() != 2) fail("{}/activations: expected 2 dimensions [N, hidden], found {}", where, dims.size());
   data.rows = static_cast<int64_t>(dims[0]);
   data.hidden = static_cast<int64_t>(dims[1]);
-  data.activations.resize(dims[0] * dims[1]);
+  data.activations.resize(hdf5::stored_element_count(activations->get(), where + "/activations"));
   hdf5::read_rows(activations->get(), H5T_NATIVE_FLOAT, 0, dims[0], data.activations.data());
   SplitLayout layout = read_split_layout(group.get(), where);
   data.labels = std::move(layout.labels);
@@ -159,9 +156,17 @@ SplitData read_split(hid_t file, Split split, const FileAttributes& attributes, 
       fail("{}: {} activation rows but {} labels (shape mismatch between activations and labels)", where, data.rows,
            examples);
     }
-  } else if (static_cast<int64_t>(data.offsets.size()) != examples + 1 || data.offsets.back() != data.rows ||
-             static_cast<int64_t>(data.token_ids.size()) != data.rows) {
+  } else if (static_cast<int64_t>(data.offsets.size()) != examples + 1 || data.offsets.front() != 0 ||
+             data.offsets.back() != data.rows || static_cast<int64_t>(data.token_ids.size()) != data.rows) {
     fail("{}: per-token offsets/token_ids do not match {} examples and {} rows", where, examples, data.rows);
+  } else if (auto drop = std::adjacent_find(data.offsets.begin(), data.offsets.end(), std::greater<>());
+             drop != data.offsets.end()) {
+    fail("{}: per-token offsets decrease after example {}", where, drop - data.offsets.begin());
+  }
+  for (const auto& [name, values] : data.metadata) {
+    if (static_cast<int64_t>(values.size()) != examples) {
+      fail("{}: metadata column '{}' has {} values for {} examples", where, name, values.size(), examples);
+    }
   }
   if (!data.example_index.empty() && static_cast<int64_t>(data.example_index.size()) != examples) {
     fail("{}: {} example_index entries but {} labels", where, data.example_index.size(), examples);
@@ -356,11 +361,7 @@ void write_compressed_copy(const std::string& source, const std::string& target)
     for (const char* name : {"labels", "example_index", "offsets", "token_ids"}) copy_int_dataset(from->get(), to.get(), name);
     if (auto metadata = hdf5::open_group(from->get(), "metadata")) {
       hdf5::Handle columns = hdf5::create_group(to.get(), "metadata");
-      H5G_info_t info{};
-      H5Gget_info(metadata->get(), &info);
-      for (hsize_t i = 0; i < info.nlinks; ++i) {
-        char name[256] = {0};
-        H5Lget_name_by_idx(metadata->get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof(name), H5P_DEFAULT);
+      for (const std::string& name : hdf5::member_names(metadata->get())) {
         if (auto column = hdf5::open_dataset(metadata->get(), name)) {
           hdf5::write_string_dataset(columns.get(), name, hdf5::read_string_dataset(column->get()));
         }
@@ -380,31 +381,35 @@ ActivationWriter ActivationWriter::create(const std::string& final_path, const F
                                           const std::array<SplitLayout, 3>& layouts, bool gzip) {
   std::string partial = partial_path_for(final_path);
   std::remove(progress_path_for(partial).c_str());
-  ActivationWriter writer(final_path, hdf5::create_file(partial), attributes.hidden_size);
-  hid_t file = writer.file_.get();
-  write_attributes(file, attributes);
-  hdf5::set_attribute(file, kCompleteAttribute, int64_t{0});
-  hdf5::set_attribute(file, "compression", std::string(gzip ? "gzip" : "none"));
-  for (Split split : kSplits) {
-    const SplitLayout& layout = layouts[static_cast<size_t>(split)];
-    hdf5::Handle group = hdf5::create_group(file, split_name(split));
-    std::vector<hsize_t> dims = {static_cast<hsize_t>(layout.rows()), static_cast<hsize_t>(attributes.hidden_size)};
-    hdf5::create_dataset(group.get(), "activations", H5T_IEEE_F32LE, dims,
-                         {row_chunk(layout.rows(), attributes.hidden_size), false, true});
-    write_int_dataset(group.get(), "labels", layout.labels, false);
-    write_int_dataset(group.get(), "example_index", layout.example_index, false);
-    if (!layout.offsets.empty()) {
-      write_int_dataset(group.get(), "offsets", layout.offsets, false);
-      write_int_dataset(group.get(), "token_ids", layout.token_ids, false);
+  try {
+    ActivationWriter writer(final_path, hdf5::create_file(partial), attributes.hidden_size);
+    hid_t file = writer.file_.get();
+    write_attributes(file, attributes);
+    hdf5::set_attribute(file, kCompleteAttribute, int64_t{0});
+    hdf5::set_attribute(file, "compression", std::string(gzip ? "gzip" : "none"));
+    for (Split split : kSplits) {
+      const SplitLayout& layout = layouts[static_cast<size_t>(split)];
+      hdf5::Handle group = hdf5::create_group(file, split_name(split));
+      std::vector<hsize_t> dims = {static_cast<hsize_t>(layout.rows()), static_cast<hsize_t>(attributes.hidden_size)};
+      hdf5::create_dataset(group.get(), "activations", H5T_IEEE_F32LE, dims,
+                           {row_chunk(layout.rows(), attributes.hidden_size), false, true});
+      write_int_dataset(group.get(), "labels", layout.labels, false);
+      write_int_dataset(group.get(), "example_index", layout.example_index, false);
+      if (!layout.offsets.empty()) {
+        write_int_dataset(group.get(), "offsets", layout.offsets, false);
+        write_int_dataset(group.get(), "token_ids", layout.token_ids, false);
+      }
+      if (!layout.metadata.empty()) {
+        hdf5::Handle metadata = hdf5::create_group(group.get(), "metadata");
+        for (const auto& [field, values] : layout.metadata) hdf5::write_string_dataset(metadata.get(), field, values);
+      }
     }
-    if (!layout.metadata.empty()) {
-      hdf5::Handle metadata = hdf5::create_group(group.get(), "metadata");
-      for (const auto& [field, values] : layout.metadata) hdf5::write_string_dataset(metadata.get(), field, values);
-    }
+    hdf5::flush(file);
+    writer.open_datasets();
+    return writer;
+  } catch (const std::exception&) {
+    rethrow_with_context(partial + ": creating the file");
   }
-  hdf5::flush(file);
-  writer.open_datasets();
-  return writer;
 }
 
 ActivationWriter ActivationWriter::resume(const std::string& final_path, const FileAttributes& attributes) {
@@ -450,7 +455,7 @@ void ActivationWriter::commit(int64_t examples_done) {
     // changes after creation.
     write_file_atomic(progress_path_for(partial_path_), fmt::format("examples_done={}\n", examples_done));
   } catch (const std::exception&) {
-    rethrow_with_context(partial_path_ + ": recording progress (disk full?)");
+    rethrow_with_context(fmt::format("{}: saving the first {} examples", partial_path_, examples_done));
   }
   examples_done_ = examples_done;
 }
@@ -472,7 +477,7 @@ void ActivationWriter::finish() {
       write_compressed_copy(partial_path_, temporary);
     } catch (const std::exception&) {
       std::remove(temporary.c_str());
-      rethrow_with_context(final_path_ + ": writing the compressed file (disk full?)");
+      rethrow_with_context(final_path_ + ": writing the compressed file");
     }
     if (std::rename(temporary.c_str(), final_path_.c_str()) != 0) fail("cannot rename {} to {}", temporary, final_path_);
     std::remove(partial_path_.c_str());

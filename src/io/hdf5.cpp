@@ -1,5 +1,9 @@
 #include "io/hdf5.h"
 
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <limits>
 #include <mutex>
 
 #include "common/error.h"
@@ -8,7 +12,20 @@ namespace probekit::hdf5 {
 
 namespace {
 
-// The innermost HDF5 error description on the stack ("No space left on device", "file signature not found").
+// libhdf5 describes a failed system call as "file write failed: time = ..., filename = ..., file descriptor = 5,
+// errno = 28, error message = 'No space left on device', buf = ..., offset = ..."; what failed and the
+// system's reason are what a user needs.
+std::string shorten_system_error(const std::string& description) {
+  const std::string marker = "error message = '";
+  auto reason = description.find(marker);
+  if (reason == std::string::npos) return description;
+  reason += marker.size();
+  std::string what = description.substr(0, description.find_first_of(":,"));
+  return what + ": " + description.substr(reason, description.find('\'', reason) - reason);
+}
+
+// The innermost HDF5 error description on the stack ("file signature not found", "file write failed: No
+// space left on device").
 std::string last_error() {
   std::string message;
   H5Ewalk2(
@@ -20,7 +37,7 @@ std::string last_error() {
       },
       &message);
   H5Eclear2(H5E_DEFAULT);
-  return message.empty() ? "HDF5 error" : message;
+  return message.empty() ? "HDF5 error" : shorten_system_error(message);
 }
 
 hid_t check(hid_t id, const std::string& what) {
@@ -57,7 +74,8 @@ std::vector<std::string> read_strings(hid_t object, bool is_attribute, const std
   Handle file_type(check(is_attribute ? H5Aget_type(object) : H5Dget_type(object), what), H5Tclose);
   if (H5Tget_class(file_type.get()) != H5T_STRING) fail("{} is not a string", what);
   Handle space(check(is_attribute ? H5Aget_space(object) : H5Dget_space(object), what), H5Sclose);
-  hssize_t count = H5Sget_simple_extent_npoints(space.get());
+  hssize_t count = is_attribute ? H5Sget_simple_extent_npoints(space.get())
+                                : static_cast<hssize_t>(stored_element_count(object, what));
   if (count < 0) fail("{}: cannot read its size", what);
   std::vector<std::string> values;
   if (H5Tis_variable_str(file_type.get()) > 0) {
@@ -101,19 +119,22 @@ void Handle::reset() {
   id_ = H5I_INVALID_HID;
 }
 
-void silence_errors() {
+void prepare_library() {
   static std::once_flag once;
-  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+  std::call_once(once, [] {
+    H5dont_atexit();
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  });
 }
 
 Handle create_file(const std::string& path) {
-  silence_errors();
+  prepare_library();
   return Handle(check(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "cannot create " + path),
                 H5Fclose);
 }
 
 Handle open_file(const std::string& path, bool writable) {
-  silence_errors();
+  prepare_library();
   return Handle(check(H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT),
                       "cannot open HDF5 file " + path),
                 H5Fclose);
@@ -126,6 +147,21 @@ Handle create_group(hid_t parent, const std::string& name) {
 }
 
 bool exists(hid_t parent, const std::string& name) { return H5Lexists(parent, name.c_str(), H5P_DEFAULT) > 0; }
+
+std::vector<std::string> member_names(hid_t group) {
+  H5G_info_t info{};
+  check_status(H5Gget_info(group, &info), "cannot list a group");
+  std::vector<std::string> names;
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    ssize_t length = H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    if (length < 0) fail("cannot read the name of a group member: {}", last_error());
+    std::string name(static_cast<size_t>(length) + 1, '\0');
+    H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size(), H5P_DEFAULT);
+    name.pop_back();
+    names.push_back(std::move(name));
+  }
+  return names;
+}
 
 std::optional<Handle> open_group(hid_t parent, const std::string& name) {
   if (!exists(parent, name)) return std::nullopt;
@@ -177,6 +213,34 @@ std::vector<hsize_t> dataset_dims(hid_t dataset) {
   std::vector<hsize_t> dims(static_cast<size_t>(rank));
   H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
   return dims;
+}
+
+size_t stored_element_count(hid_t dataset, const std::string& what) {
+  std::vector<hsize_t> dims = dataset_dims(dataset);
+  if (std::find(dims.begin(), dims.end(), hsize_t{0}) != dims.end()) return 0;
+  Handle type(check(H5Dget_type(dataset), "cannot read the type of " + what), H5Tclose);
+  uint64_t element_bytes = H5Tget_size(type.get());  // a variable-length string counts its heap reference
+  if (element_bytes == 0) fail("{}: cannot read the size of its values", what);
+  uint64_t elements = 1;
+  for (hsize_t d : dims) {
+    if (elements > std::numeric_limits<uint64_t>::max() / element_bytes / d) {
+      fail("{}: declares [{}] values, more than can be addressed (corrupt file?)", what, fmt::join(dims, ", "));
+    }
+    elements *= d;
+  }
+  uint64_t declared = elements * element_bytes, stored = H5Dget_storage_size(dataset);
+  Handle properties(check(H5Dget_create_plist(dataset), "cannot read the layout of " + what), H5Pclose);
+  // Compressed chunks may hold much more than they take: deflate packs at most 1032 bytes into one.
+  constexpr uint64_t kMaxCompressionRatio = 1100;
+  bool compressed = H5Pget_nfilters(properties.get()) > 0;
+  uint64_t limit = !compressed ? stored
+                   : stored > std::numeric_limits<uint64_t>::max() / kMaxCompressionRatio ? std::numeric_limits<uint64_t>::max()
+                                                                                          : stored * kMaxCompressionRatio;
+  if (declared > limit) {
+    fail("{}: declares [{}] values ({} bytes) but the file stores only {} bytes of them (truncated or corrupt file?)", what,
+         fmt::join(dims, ", "), declared, stored);
+  }
+  return static_cast<size_t>(elements);
 }
 
 namespace {

@@ -32,8 +32,10 @@ class Handle {
   Closer closer_ = nullptr;
 };
 
-/// Turns off HDF5's automatic error printing once per process; our exceptions carry the context instead.
-void silence_errors();
+/// Once per process, before libhdf5 starts: turns off its automatic error printing (our exceptions carry the
+/// context instead) and its cleanup at exit, which crashes in libhdf5 1.10 on a file whose close failed to
+/// flush (a full disk); every handle is closed by its owner anyway.
+void prepare_library();
 
 Handle create_file(const std::string& path);
 Handle open_file(const std::string& path, bool writable);
@@ -43,6 +45,8 @@ std::optional<Handle> open_group(hid_t parent, const std::string& name);
 /// Opens a dataset; nullopt if it does not exist.
 std::optional<Handle> open_dataset(hid_t parent, const std::string& name);
 bool exists(hid_t parent, const std::string& name);
+/// The names of a group's members, in name order.
+std::vector<std::string> member_names(hid_t group);
 
 /// How a dataset is stored.
 struct Storage {
@@ -57,6 +61,10 @@ struct Storage {
 Handle create_dataset(hid_t parent, const std::string& name, hid_t type, const std::vector<hsize_t>& dims,
                       const Storage& storage);
 std::vector<hsize_t> dataset_dims(hid_t dataset);
+/// The number of values a dataset holds, once the file is known to store them: a file of a few kilobytes can
+/// declare [2^40, 2^40] values and leave its chunks unwritten, and an interrupted writer leaves chunks
+/// missing that would read back as zeros. Throws naming `what` otherwise.
+size_t stored_element_count(hid_t dataset, const std::string& what);
 
 /// Writes rows [row, row + rows) of a 1-D or 2-D dataset.
 void write_rows(hid_t dataset, hid_t memory_type, hsize_t row, hsize_t rows, const void* data);

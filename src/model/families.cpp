@@ -31,30 +31,40 @@ const Family* find_family(const std::string& model_type) {
   return nullptr;
 }
 
+namespace {
+
+void check_positive(int64_t value, const char* what, const std::string& source) {
+  if (value <= 0) fail("{}: {} must be positive, got {}", source, what, value);
+}
+
+}  // namespace
+
+void check_core_dimensions(const ModelConfig& c, const std::string& source) {
+  check_positive(c.num_layers, "num_hidden_layers", source);
+  check_positive(c.hidden_size, "hidden_size", source);
+  check_positive(c.num_heads, "num_attention_heads", source);
+  if (c.num_layers > 100000 || c.hidden_size > (1 << 20) || c.num_heads > 4096) {
+    fail("{}: implausible model dimensions (layers {}, hidden {}, heads {})", source, c.num_layers, c.hidden_size,
+         c.num_heads);
+  }
+}
+
 void validate_config(const ModelConfig& c, const std::string& source) {
-  auto positive = [&](int64_t value, const char* what) {
-    if (value <= 0) fail("{}: {} must be positive, got {}", source, what, value);
-  };
-  positive(c.vocab_size, "vocab_size");
-  positive(c.hidden_size, "hidden_size");
-  positive(c.intermediate_size, "intermediate_size");
-  positive(c.num_layers, "num_hidden_layers");
-  positive(c.num_heads, "num_attention_heads");
-  positive(c.num_kv_heads, "num_key_value_heads");
-  positive(c.head_dim, "head_dim");
+  check_core_dimensions(c, source);
+  check_positive(c.vocab_size, "vocab_size", source);
+  check_positive(c.intermediate_size, "intermediate_size", source);
+  check_positive(c.num_kv_heads, "num_key_value_heads", source);
+  check_positive(c.head_dim, "head_dim", source);
   if (c.num_heads % c.num_kv_heads != 0) {
     fail("{}: num_attention_heads ({}) must be a multiple of num_key_value_heads ({})", source, c.num_heads,
          c.num_kv_heads);
   }
-  if (c.num_layers > 100000 || c.hidden_size > (1 << 20) || c.num_heads > 4096 || c.head_dim > 4096) {
-    fail("{}: implausible model dimensions (layers {}, hidden {}, heads {}, head_dim {})", source, c.num_layers,
-         c.hidden_size, c.num_heads, c.head_dim);
-  }
+  if (c.head_dim > 4096) fail("{}: implausible head_dim {}", source, c.head_dim);
   if (static_cast<int64_t>(c.layers.size()) != c.num_layers) {
     fail("{}: {} layer settings for {} layers", source, c.layers.size(), c.num_layers);
   }
   if (!(c.norm_eps > 0) || !(c.attention_scale > 0)) fail("{}: norm epsilon and attention scale must be positive", source);
-  if (c.features.learned_positions) positive(c.max_positions, "max_position_embeddings");
+  if (c.features.learned_positions) check_positive(c.max_positions, "max_position_embeddings", source);
   for (size_t i = 0; i < c.layers.size(); ++i) {
     const LayerSpec& layer = c.layers[i];
     if (layer.sliding_window < 0) fail("{}: sliding_window must not be negative", source);
@@ -142,12 +152,13 @@ void resolve_llama_dimensions(const RawConfig& raw, ModelConfig& c, const Dimens
   c.num_layers = raw.num_hidden_layers.value_or(d.num_layers);
   c.num_heads = raw.num_attention_heads.value_or(d.num_heads);
   c.num_kv_heads = raw.num_key_value_heads.value_or(d.num_kv_heads > 0 ? d.num_kv_heads : c.num_heads);
+  check_core_dimensions(c, raw.source);
   if (raw.head_dim.value) {
     c.head_dim = *raw.head_dim.value;
   } else if (d.head_dim > 0) {
     c.head_dim = d.head_dim;
   } else {
-    if (c.num_heads <= 0 || c.hidden_size % c.num_heads != 0) {
+    if (c.hidden_size % c.num_heads != 0) {
       fail("{}: hidden_size {} is not divisible by num_attention_heads {}", raw.source, c.hidden_size, c.num_heads);
     }
     c.head_dim = c.hidden_size / c.num_heads;

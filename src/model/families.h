@@ -32,6 +32,9 @@ const std::vector<Family>& families();
 const Family* find_family(const std::string& model_type);
 /// Checks the resolved config's invariants; throws naming `source`.
 void validate_config(const ModelConfig& config, const std::string& source);
+/// Refuses a layer count, hidden size or head count that is not positive or is implausibly large; families call
+/// it as soon as they have read them, before sizing per-layer settings or deriving other dimensions.
+void check_core_dimensions(const ModelConfig& config, const std::string& source);
 
 // Helpers the adapters share.
 

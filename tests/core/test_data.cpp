@@ -117,6 +117,21 @@ TEST_CASE("bad dataset lines name the file, the line and the field") {
   CHECK_CONTAINS(error_of(good, labelled), "missing label field 'topic'");
 }
 
+TEST_CASE("fuzz regression (fuzz_dataset): a number beyond a double's range is a bad line, not a crash") {
+  // nlohmann's parser throws out_of_range rather than parse_error for it, which escaped the line's context.
+  TempDir tmp;
+  std::string path = tmp.file("overflow.jsonl");
+  write_text(path, "{\"text\": \"fine\", \"cognitive_action\": \"noticing\"}\n2e308\n{\"text\": \"x\", \"score\": -1e999}\n");
+  CHECK_THROWS_WITH_AS(data::read_dataset(path, {}), doctest::Contains("overflow.jsonl:2: invalid JSON: number overflow parsing '2e308'"),
+                       std::invalid_argument);
+  data::DatasetOptions options;
+  options.skip_invalid = true;
+  data::Dataset d = data::read_dataset(path, options);
+  CHECK(d.examples.size() == 1);
+  REQUIRE(d.skipped.size() == 2);
+  CHECK_CONTAINS(d.skipped[1].reason, "overflow.jsonl:3: invalid JSON: number overflow");
+}
+
 TEST_CASE("skip_invalid counts and reports bad lines instead of failing") {
   TempDir tmp;
   std::string path = tmp.file("mixed.jsonl");

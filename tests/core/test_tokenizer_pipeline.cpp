@@ -231,3 +231,10 @@ TEST_CASE("Tokenizer: errors name the file and the place in it") {
   CHECK_THROWS_WITH(Tokenizer::from_file("/nonexistent/tokenizer.json"),
                     doctest::Contains("/nonexistent/tokenizer.json: no such file"));
 }
+
+TEST_CASE("fuzz regression (fuzz_tokenizer_json): a number beyond a double's range is refused naming the file") {
+  // simdjson refuses it and nlohmann, asked where the error is, threw out_of_range instead of parse_error.
+  std::string json = tokenizer_json("");
+  json.replace(json.find(R"("vocab": {"a": 0)"), 16, R"("vocab": {"a": 1e30830)");
+  CHECK(load_error(json) == "tokenizer.json: invalid JSON: [json.exception.out_of_range.406] number overflow parsing '1e30830'");
+}

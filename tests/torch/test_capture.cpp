@@ -1,10 +1,15 @@
 // capture_activations on a fixture model: the file layout, rows equal to single forward passes, positions and
-// sites, resumption after kill -9, out-of-memory retries, compression, and bad input through the tool.
+// sites, resumption after kill -9 and after a full disk, out-of-memory retries, compression, and bad input through
+// the tool.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <sys/statvfs.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <thread>
 
 #include "common/files.h"
@@ -283,6 +288,73 @@ TEST_CASE("kill -9 at several points, then --resume, gives datasets identical to
   }
 }
 
+TEST_CASE("disk full while capturing: a clear error, complete files untouched, --resume completes once space is freed") {
+  TempDir tmp;
+  std::string dataset = write_dataset(tmp, 300);
+  // Per-token rows make each layer file a few megabytes of 1 MB chunks, so a full disk stops the run between
+  // commits rather than before the first.
+  auto capture = [&](const std::string& out, int layer, const std::string& extra = "") {
+    return fmt::format("{} --model {} --dataset {} --device cpu --layers {} --position all --window 4 --threads 1 --quiet "
+                       "--output-dir {} {}",
+                       tool("capture_activations"), kModel, dataset, layer, out, extra);
+  };
+  CommandResult reference = run_command(capture(tmp.file("reference"), 5));
+  REQUIRE_MESSAGE(reference.exit_code == 0, reference.output);
+  const auto expected = all_activations(tmp.file("reference"), {5});
+
+  // In `out`, a file of layer 1 from an earlier run stays as it was while layer 5's capture fails with `reason`;
+  // after `free_space`, --resume finishes layer 5 with the rows of an uninterrupted run.
+  auto check = [&](const std::string& out, const std::string& earlier, const CommandResult& failed, const char* reason,
+                   const std::function<void()>& free_space) {
+    CHECK(failed.exit_code == 1);
+    CHECK_CONTAINS(failed.output, out + "/" + activations::layer_file_name(5) + ".partial");
+    CHECK_CONTAINS(failed.output, reason);
+    CHECK_CONTAINS(failed.output, "The disk is full (or a file size limit was reached): free space and run the command again");
+    CHECK(probekit::testing::read_text(out + "/" + activations::layer_file_name(1)) == earlier);
+    CHECK_FALSE(path_exists(out + "/" + activations::layer_file_name(5)));
+    free_space();
+    CommandResult resumed = run_command(capture(out, 5, "--resume"));
+    REQUIRE_MESSAGE(resumed.exit_code == 0, resumed.output);
+    CHECK(all_activations(out, {5}) == expected);
+    CHECK(probekit::testing::read_text(out + "/" + activations::layer_file_name(1)) == earlier);
+  };
+
+  // A file size limit (ulimit -f, in KiB) works without privileges; it stops the run as it creates its file,
+  // whose layout reserves the whole size up front.
+  std::string limited = tmp.file("size_limit");
+  REQUIRE(run_command(capture(limited, 1)).exit_code == 0);
+  std::string earlier = probekit::testing::read_text(limited + "/" + activations::layer_file_name(1));
+  CommandResult failed = run_command(fmt::format("bash -c 'ulimit -f 1024 && exec {}'", capture(limited, 5)));
+  check(limited, earlier, failed, "File too large", [] {});
+
+  // A small tmpfs stops the run when it runs out of space in the middle, after some commits.
+  std::string disk = tmp.file("disk");
+  make_directories(disk);
+  CommandResult mounted = run_command(fmt::format("mount -t tmpfs -o size=16m tmpfs {}", disk));
+  if (mounted.exit_code != 0) {
+    MESSAGE("a disk filling up mid-run is not tested here: mounting a tmpfs needs root and CAP_SYS_ADMIN (",
+            mounted.output, ")");
+    return;
+  }
+  struct Unmount {
+    std::string path;
+    ~Unmount() { run_command("umount " + path); }
+  } unmount{disk};
+  std::string out = disk + "/out";
+  REQUIRE(run_command(capture(out, 1)).exit_code == 0);
+  earlier = probekit::testing::read_text(out + "/" + activations::layer_file_name(1));
+  struct statvfs space {};
+  REQUIRE(statvfs(disk.c_str(), &space) == 0);
+  // Room for half of a layer file: the run fails once its first chunks are written.
+  uint64_t free_bytes = static_cast<uint64_t>(space.f_bavail) * space.f_frsize;
+  REQUIRE(free_bytes > earlier.size() / 2);
+  probekit::testing::write_text(disk + "/filler", std::string(free_bytes - earlier.size() / 2, 'x'));
+  failed = run_command(capture(out, 5));
+  CHECK_MESSAGE(activations::has_progress_record(out + "/" + activations::layer_file_name(5)),
+                "the run failed before its first commit: ", failed.output);
+  check(out, earlier, failed, "No space left on device", [&] { remove_tree(disk + "/filler"); });
+}
+
 TEST_CASE("existing outputs are never overwritten or ignored silently") {
   TempDir tmp;
   std::string dataset = write_dataset(tmp, 12);
@@ -338,6 +410,108 @@ TEST_CASE("bad input to capture_activations: clear message, exit code 1 (2 for b
   r = run_with(kModel, bad, "--skip-invalid");
   CHECK(r.exit_code == 0);
   CHECK_CONTAINS(r.output, "1 invalid lines were skipped");
+
+  std::string first_line = probekit::testing::read_text(good).substr(0, probekit::testing::read_text(good).find('\n') + 1);
+  probekit::testing::write_text(bad, first_line + "{\"text\": \" \", \"cognitive_action\": \"noticing\"}\n");
+  r = run_with(kModel, bad);
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "bad.jsonl:2: field 'text' is empty");
+  probekit::testing::write_text(bad, first_line + "{\"text\": \"caf\xe9\", \"cognitive_action\": \"noticing\"}\n");
+  r = run_with(kModel, bad);
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "bad.jsonl:2: the line is not valid UTF-8 text");
+
+  auto run_on = [&](const std::string& device) {
+    return run_command(fmt::format("{} --model {} --dataset {} --output-dir {} {}", tool("capture_activations"), kModel,
+                                   good, tmp.file("out"), device));
+  };
+  r = run_on("--device tpu");
+  CHECK(r.exit_code == 2);
+  CHECK_CONTAINS(r.output, "--device tpu: unknown device; expected auto, cpu, cuda, cuda:N, rocm or mps");
+  // MPS exists only on Apple machines; there bf16 becomes fp32 with a warning (tests/core/test_device_select.cpp).
+  r = run_on("--device mps --dtype bf16");
+  CHECK(r.exit_code == 2);
+  CHECK_CONTAINS(r.output, "--device mps: Apple MPS is not available here");
+}
+
+TEST_CASE("bad checkpoints through capture_activations: exit code 1, the file and the problem named") {
+  TempDir tmp;
+  std::string dataset = write_dataset(tmp, 8);
+  auto run_with = [&](const std::string& model) {
+    return run_command(fmt::format("{} --model {} --dataset {} --device cpu --output-dir {}", tool("capture_activations"),
+                                   model, dataset, tmp.file("out")));
+  };
+  auto damaged_copy = [&](const std::string& fixture, const std::string& name) {
+    std::string dir = tmp.file(name);
+    probekit::testing::copy_dir(std::string(PROBEKIT_FIXTURES) + "/models/" + fixture, dir);
+    return dir;
+  };
+
+  std::string truncated = damaged_copy("gemma3_text", "truncated");
+  std::string weights = truncated + "/model.safetensors";
+  REQUIRE(::truncate(weights.c_str(), static_cast<off_t>(file_size(weights) / 2)) == 0);
+  CommandResult r = run_with(truncated);
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "truncated/model.safetensors: tensor");
+  CHECK_CONTAINS(r.output, "(file truncated?)");
+
+  std::string corrupt = damaged_copy("gemma3_text", "corrupt");
+  probekit::testing::write_text(corrupt + "/model.safetensors", std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8) + "{}");
+  r = run_with(corrupt);
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "corrupt/model.safetensors: header length 9223372036854775807 exceeds");
+
+  std::string sharded = damaged_copy("qwen3_sharded", "sharded");
+  remove_tree(sharded + "/model-00002-of-00003.safetensors");
+  r = run_with(sharded);
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "model-00002-of-00003.safetensors listed in the index is missing");
+
+  std::string inconsistent = damaged_copy("gemma3_text", "inconsistent");
+  Json config = read_json_file(inconsistent + "/config.json");
+  config["num_key_value_heads"] = 3;
+  write_json_file(inconsistent + "/config.json", config);
+  r = run_with(inconsistent);
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "inconsistent/config.json: num_attention_heads (4) must be a multiple of num_key_value_heads (3)");
+
+  config["num_key_value_heads"] = 1;
+  config["model_type"] = "mamba";
+  write_json_file(inconsistent + "/config.json", config);
+  r = run_with(inconsistent);
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "inconsistent/config.json: unsupported model_type 'mamba' (supported: llama,");
+
+  std::string tokenizer = damaged_copy("gemma3_text", "tokenizer");
+  Json tokenizer_json = read_json_file(tokenizer + "/tokenizer.json");
+  tokenizer_json["normalizer"] = {{"type", "Lowercased"}};
+  write_json_file(tokenizer + "/tokenizer.json", tokenizer_json);
+  r = run_with(tokenizer);
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "tokenizer/tokenizer.json: normalizer: unknown type \"Lowercased\" (supported: NFC,");
+}
+
+TEST_CASE("texts longer than a learned-position model's positions: an error naming --max-length, or cut with a warning") {
+  // GPT-2 has 512 learned positions; rotary models have no such limit and run long texts whole.
+  TempDir tmp;
+  std::string lines;
+  for (int i = 0; i < 8; ++i) {
+    std::string text = i == 3 ? "" : kLabels[static_cast<size_t>(i % 4)] + " looked again";
+    for (int w = 0; i == 3 && w < 700; ++w) text += "again and ";
+    lines += Json({{"text", text}, {"cognitive_action", kLabels[static_cast<size_t>(i % 4)]}}).dump() + "\n";
+  }
+  probekit::testing::write_text(tmp.file("long.jsonl"), lines);
+  auto run_with = [&](const std::string& extra) {
+    return run_command(fmt::format("{} --model {}/models/gpt2 --dataset {} --device cpu --layers 1 --output-dir {} {}",
+                                   tool("capture_activations"), PROBEKIT_FIXTURES, tmp.file("long.jsonl"), tmp.file("out"), extra));
+  };
+  CommandResult r = run_with("");
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "tokens exceed the model's 512 positions; use --max-length to cut long texts");
+  r = run_with("--max-length 512");
+  CHECK_MESSAGE(r.exit_code == 0, r.output);
+  CHECK_CONTAINS(r.output, "1 of 8 texts were longer than --max-length 512 tokens and were cut from the start");
+  CHECK_CONTAINS(r.output, "1 texts were cut to --max-length 512");
 }
 
 TEST_CASE("several model replicas share the batches and write the same files as one") {

@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <cmath>
 
 #include "common/files.h"
@@ -178,6 +180,38 @@ TEST_CASE("interactive mode reads texts from a pipe until quit") {
   size_t shown = 0;
   for (size_t at = r.output.find("Top 5 predictions:"); at != std::string::npos; at = r.output.find("Top 5 predictions:", at + 1)) ++shown;
   CHECK(shown == 2);
+}
+
+TEST_CASE("bad input to multi_probe_inference: probe files of the wrong size are refused, non-UTF-8 text is scored") {
+  TempDir tmp;
+  std::string probes = train_probes(tmp);
+  auto run = [&](const std::string& dir, const std::string& arguments) {
+    return run_command(fmt::format("{} --probes-dir {} --model {} --device cpu {}", tool("multi_probe_inference"), dir, kModel, arguments));
+  };
+  std::string damaged = tmp.file("damaged");
+  probekit::testing::copy_dir(probes + "/layer_5", damaged);
+  std::vector<float> weight(32, 0.5f), bias(1, 0.0f);
+  safetensors::write_file(damaged + "/probe_analyzing.safetensors",
+                          {{"linear.weight", safetensors::DType::kF32, {1, 32}, weight.data(), weight.size() * sizeof(float)},
+                           {"linear.bias", safetensors::DType::kF32, {1}, bias.data(), sizeof(float)}});
+  CommandResult r = run(damaged, "--text hello");
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "damaged/probe_analyzing.safetensors: tensor 'linear.weight' has shape [1, 32], expected [1, 64]");
+  std::string noticing = damaged + "/probe_noticing.safetensors";
+  REQUIRE(::truncate(noticing.c_str(), static_cast<off_t>(file_size(noticing) - 4)) == 0);
+  probekit::testing::copy_dir(probes + "/layer_5/probe_analyzing.safetensors", damaged + "/probe_analyzing.safetensors");
+  r = run(damaged, "--text hello");
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "damaged/probe_noticing.safetensors: tensor");
+  CHECK_CONTAINS(r.output, "(file truncated?)");
+
+  // Bytes that are not UTF-8 are read as Python's errors="replace" reads them: each becomes U+FFFD. Byte-level
+  // tokens of one emoji are not UTF-8 on their own either, and JSON output must survive both.
+  r = run(probes + "/layer_5", "--json --text \"$(printf 'caf\\351 \\377!')\"");
+  CHECK_MESSAGE(r.exit_code == 0, r.output);
+  CHECK_CONTAINS(r.output, "\"text\": \"caf\xef\xbf\xbd \xef\xbf\xbd!\"");
+  r = run(probes + "/layer_5", "--json --per-token --text \"ok \xf0\x9f\x98\x80\"");
+  CHECK_MESSAGE(r.exit_code == 0, r.output);
 }
 
 TEST_CASE("probes that do not fit the model, and pickled probes, are refused clearly") {

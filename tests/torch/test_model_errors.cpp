@@ -70,6 +70,29 @@ TEST_CASE("inconsistent configs name the file and the key") {
   CHECK_CONTAINS(load_error(with_config(tmp6, "mistral", {{"model_type", nullptr}})), "no 'model_type' key");
 }
 
+TEST_CASE("fuzz regression (fuzz_config): layer counts, widths and the rotary fraction are checked before use") {
+  // A negative layer count (found by fuzz_config) sized a vector with 2^64 - 9568 elements; 10^12 layers, a
+  // hidden size whose 4x overflowed, and a rotary fraction beyond int64 as a dimension were found by feeding
+  // such values to the same target.
+  auto resolve_error = [](const char* text) -> std::string {
+    try {
+      model::resolve_config(model::parse_raw_config(Json::parse(text), "config.json"));
+    } catch (const std::runtime_error& e) {
+      return e.what();
+    }
+    FAIL("expected " << text << " to be refused");
+    return "";
+  };
+  CHECK(resolve_error(R"({"model_type": "gemma3_text", "num_hidden_layers": -9568})") ==
+        "config.json: num_hidden_layers must be positive, got -9568");
+  CHECK_CONTAINS(resolve_error(R"({"model_type": "gemma2", "num_hidden_layers": 1000000000000})"),
+                 "config.json: implausible model dimensions (layers 1000000000000, hidden 2304, heads 8)");
+  CHECK_CONTAINS(resolve_error(R"({"model_type": "gpt2", "n_embd": 4611686018427387904, "n_head": 1, "n_layer": 2})"),
+                 "config.json: implausible model dimensions (layers 2, hidden 4611686018427387904, heads 1)");
+  CHECK(resolve_error(R"({"model_type": "gpt_neox", "hidden_size": 64, "num_attention_heads": 4, "rotary_pct": 1e300})") ==
+        "config.json: the rotary fraction 1e+300 must be in (0, 1]");
+}
+
 TEST_CASE("missing config, weights, shard and tensors") {
   TempDir tmp;
   CHECK_CONTAINS(load_error(tmp.path()), "no config.json");

@@ -144,6 +144,37 @@ TEST_CASE("a probes directory loads back and reproduces the logits stored at tra
   }
 }
 
+TEST_CASE("fuzz regression (fuzz_probe_files): a damaged probes.json is refused before the bank is allocated") {
+  // num_heads 0 divided by zero in the probe bank, an input_dim of 10^12 allocated terabytes before any probe
+  // file was read, and an entry could name a file outside the directory.
+  probekit::testing::TempDir dir;
+  BinaryRunOptions run = small_run(write_small_file(dir.path()), dir.path() + "/out");
+  run_binary_training(run);
+  const std::string index_path = run.output_dir + "/probes.json";
+  const Json index = read_json_file(index_path);
+  auto load_error = [&](const Json& damaged) -> std::string {
+    write_json_file(index_path, damaged);
+    try {
+      BinaryProbeSet::load(run.output_dir, at::kCPU, at::kFloat);
+    } catch (const std::runtime_error& e) {
+      return e.what();
+    }
+    FAIL("expected " << damaged.dump() << " to be refused");
+    return "";
+  };
+  Json no_heads = index;
+  no_heads["model_type"] = "multihead";
+  no_heads["hidden_dim"] = 16;
+  no_heads["num_heads"] = 0;
+  CHECK_CONTAINS(load_error(no_heads), "probes.json: input_dim 12, hidden_dim 16 and num_heads 0 do not describe a multihead probe");
+  Json huge = index;
+  huge["input_dim"] = int64_t{1000000000000};
+  CHECK_CONTAINS(load_error(huge), "probe_label_00.safetensors: tensor 'linear.weight' has shape [1, 12], expected [1, 1000000000000]");
+  Json outside = index;
+  outside["probes"][0]["file"] = "../out/probe_label_00.safetensors";
+  CHECK_CONTAINS(load_error(outside), "probe file '../out/probe_label_00.safetensors' must name a file inside the directory");
+}
+
 TEST_CASE("--dtype bf16 trains and saves bf16 probes") {
   probekit::testing::TempDir dir;
   BinaryRunOptions run = small_run(write_small_file(dir.path()), dir.path() + "/out");

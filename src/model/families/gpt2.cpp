@@ -14,7 +14,8 @@ void resolve_gpt2(const RawConfig& raw, ModelConfig& c) {
   c.num_layers = raw.n_layer.value_or(raw.num_hidden_layers.value_or(12));
   c.num_heads = raw.n_head.value_or(raw.num_attention_heads.value_or(12));
   c.num_kv_heads = c.num_heads;
-  if (c.num_heads <= 0 || c.hidden_size % c.num_heads != 0) {
+  check_core_dimensions(c, raw.source);
+  if (c.hidden_size % c.num_heads != 0) {
     fail("{}: n_embd {} is not divisible by n_head {}", raw.source, c.hidden_size, c.num_heads);
   }
   c.head_dim = c.hidden_size / c.num_heads;

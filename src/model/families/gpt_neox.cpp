@@ -13,7 +13,8 @@ void resolve_gpt_neox(const RawConfig& raw, ModelConfig& c) {
   c.num_layers = raw.num_hidden_layers.value_or(44);
   c.num_heads = raw.num_attention_heads.value_or(64);
   c.num_kv_heads = c.num_heads;
-  if (c.num_heads <= 0 || c.hidden_size % c.num_heads != 0) {
+  check_core_dimensions(c, raw.source);
+  if (c.hidden_size % c.num_heads != 0) {
     fail("{}: hidden_size {} is not divisible by num_attention_heads {}", raw.source, c.hidden_size, c.num_heads);
   }
   c.head_dim = c.hidden_size / c.num_heads;
@@ -32,6 +33,7 @@ void resolve_gpt_neox(const RawConfig& raw, ModelConfig& c) {
   if (raw.rope_parameters.value && raw.rope_parameters.value->partial_rotary_factor.value) {
     fraction = *raw.rope_parameters.value->partial_rotary_factor.value;
   }
+  if (!(fraction > 0 && fraction <= 1)) fail("{}: the rotary fraction {} must be in (0, 1]", raw.source, fraction);
   auto rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * fraction);
   double theta = raw.rotary_emb_base.value_or(raw.rope_theta.value_or(10000.0));
   RopeSpec rope = raw.rope_parameters.value

@@ -1,0 +1,40 @@
+// config.json resolution on arbitrary JSON: parse_raw_config then resolve_config either refuse the config
+// with a message naming the key, or give a ModelConfig keeping the invariants the runtime relies on
+// (validate_config): positive and bounded dimensions, one layer setting per layer, rotary dims inside heads.
+#include <cmath>
+#include <cstdint>
+#include <string_view>
+
+#include "common/json.h"
+#include "fuzz_util.h"
+#include "model/config.h"
+
+using namespace probekit;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::string_view text(reinterpret_cast<const char*>(data), size);
+  model::ModelConfig config;
+  // What load_config does after reading the file.
+  if (!fuzz::completes_or_refuses_cleanly([&] {
+        config = model::resolve_config(model::parse_raw_config(parse_json(text, "config.json"), "config.json"));
+      })) {
+    return 0;
+  }
+  if (config.vocab_size <= 0 || config.hidden_size <= 0 || config.intermediate_size <= 0 || config.num_layers <= 0 ||
+      config.num_heads <= 0 || config.num_kv_heads <= 0 || config.head_dim <= 0) {
+    fuzz::finding("a resolved config has a dimension that is not positive");
+  }
+  if (config.num_heads % config.num_kv_heads != 0) fuzz::finding("query heads are not a multiple of kv heads");
+  if (static_cast<int64_t>(config.layers.size()) != config.num_layers) fuzz::finding("layer settings != layers");
+  if (!(config.norm_eps > 0) || !(config.attention_scale > 0) || !std::isfinite(config.attention_scale)) {
+    fuzz::finding("norm epsilon or attention scale is not a positive number");
+  }
+  for (const model::LayerSpec& layer : config.layers) {
+    if (layer.sliding_window < 0) fuzz::finding("negative sliding window");
+    if (layer.rope.type != model::RopeType::kNone &&
+        (layer.rope.rotary_dim <= 0 || layer.rope.rotary_dim > config.head_dim || layer.rope.rotary_dim % 2 != 0)) {
+      fuzz::finding("rotary dimension outside the head");
+    }
+  }
+  return 0;
+}

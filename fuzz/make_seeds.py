@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Writes the seed corpus of every fuzz target into OUT/<target>/, made from the test fixtures.
+
+Seeds are small on purpose: libFuzzer mutates short inputs much faster, so the fixture files are cut down
+(safetensors files keep their header's names, dtypes and metadata with tiny shapes; tokenizers keep their
+pipeline with the first 300 vocabulary entries and the merges among them).
+
+Usage: fuzz/make_seeds.py OUT
+"""
+import glob
+import json
+import os
+import random
+import struct
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+DTYPE_SIZES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+
+
+def write(out, target, name, data):
+    directory = os.path.join(out, target)
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode("utf-8"))
+
+
+def safetensors_bytes(tensors, metadata=None, pad=True):
+    """tensors: list of (name, dtype, shape); data are bytes counting up."""
+    header, data, offset = {}, b"", 0
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, dtype, shape in tensors:
+        count = DTYPE_SIZES[dtype]
+        for dim in shape:
+            count *= dim
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + count]}
+        data += bytes(i % 251 for i in range(count))
+        offset += count
+    text = json.dumps(header, separators=(",", ":"))
+    if pad:
+        text += " " * ((8 - len(text) % 8) % 8)
+    return struct.pack("<Q", len(text)) + text.encode() + data
+
+
+def read_safetensors_header(path):
+    with open(path, "rb") as f:
+        length = struct.unpack("<Q", f.read(8))[0]
+        return json.loads(f.read(length))
+
+
+def safetensors_seeds(out):
+    paths = sorted(glob.glob(os.path.join(FIXTURES, "models", "*", "*.safetensors")))
+    for path in paths[::3]:
+        header = read_safetensors_header(path)
+        metadata = header.pop("__metadata__", None)
+        tensors = [(name, entry["dtype"], [min(d, 2) for d in entry["shape"]]) for name, entry in list(header.items())[:6]]
+        name = os.path.basename(os.path.dirname(path)) + "_" + os.path.basename(path)
+        write(out, "fuzz_safetensors", name, safetensors_bytes(tensors, metadata))
+    write(out, "fuzz_safetensors", "empty_header", safetensors_bytes([]))
+    write(out, "fuzz_safetensors", "metadata_only", safetensors_bytes([], {"format": "pt"}))
+    write(out, "fuzz_safetensors", "every_dtype",
+          safetensors_bytes([(f"t_{d.lower()}", d, [2, 1]) for d in DTYPE_SIZES], {"note": "all dtypes"}, pad=False))
+    write(out, "fuzz_safetensors", "scalar_and_empty", safetensors_bytes([("scalar", "F32", []), ("empty", "F16", [0, 3])]))
+
+
+def config_seeds(out):
+    for path in sorted(glob.glob(os.path.join(FIXTURES, "models", "*", "config.json"))):
+        write(out, "fuzz_config", os.path.basename(os.path.dirname(path)) + ".json", open(path, "rb").read())
+
+
+def shrink_tokenizer(tokenizer, keep=300):
+    model = tokenizer["model"]
+    vocab = {token: id for token, id in model["vocab"].items() if id < keep}
+    model["vocab"] = vocab
+    merges = []
+    for merge in model["merges"]:
+        left, right = merge if isinstance(merge, list) else merge.split(" ", 1)
+        if left in vocab and right in vocab and left + right in vocab:
+            merges.append(merge)
+    model["merges"] = merges
+    tokenizer["added_tokens"] = [t for t in tokenizer["added_tokens"] if t["id"] < keep]
+    return tokenizer
+
+
+def tokenizer_seeds(out):
+    names = ["bytelevel_gpt2", "bytelevel_llama3", "bytelevel_qwen", "spm_llama2", "spm_gemma"]
+    for index, name in enumerate(names):
+        directory = os.path.join(FIXTURES, "tokenizers", name)
+        tokenizer = json.load(open(os.path.join(directory, "tokenizer.json"), encoding="utf-8"))
+        write(out, "fuzz_tokenizer_json", name + ".json", json.dumps(shrink_tokenizer(tokenizer), ensure_ascii=False))
+        cases = json.load(open(os.path.join(directory, "cases.json"), encoding="utf-8"))["cases"]
+        for number, case in enumerate(cases[::4]):
+            # The encode target's first byte picks the tokenizer (modulo 5) and add_special_tokens (next bit).
+            prefix = bytes([index + 5 * (number % 2)])
+            write(out, "fuzz_tokenizer_encode", f"{name}_{number}", prefix + case["text"].encode("utf-8"))
+    texts = json.load(open(os.path.join(FIXTURES, "tokenizers", "stress", "texts.json"), encoding="utf-8"))["texts"]
+    for number, text in enumerate(texts[:20]):
+        write(out, "fuzz_tokenizer_encode", f"stress_{number}", bytes([number % 10]) + text.encode("utf-8")[:2000])
+
+
+def dataset_seeds(out):
+    lines = [
+        {"text": "I examined each part of the problem step by step.", "cognitive_action": "analyzing", "domain": "work"},
+        {"text": "Instead of a setback, I saw a chance to learn.", "cognitive_action": "reframing", "domain": "life"},
+        {"text": "Suddenly I noticed the small crack in the window.", "cognitive_action": "noticing"},
+    ]
+    reference = "\n".join(json.dumps(line) for line in lines) + "\n"
+    sentiment = "\n".join(json.dumps({"text": t, "sentiment": s}) for t, s in [("great", "positive"), ("awful", "negative")])
+    mixed = (reference + "\n   \n" + '{"text": "x", "cognitive_action": 3}\r\n' + "not json\n" + '{"text": ""}\n'
+             + '["a", "list"]\n' + '{"content": "other field", "label": "a", "text": "t"}\n')
+    unicode = '{"text": "caf\u00e9 \u65e5\u672c \\ud83d\\ude00", "cognitive_action": "noticing"}\n'
+    for choice in (0, 1, 2, 3, 4, 12, 16, 32):
+        write(out, "fuzz_dataset", f"reference_{choice}", bytes([choice]) + reference.encode())
+        write(out, "fuzz_dataset", f"mixed_{choice}", bytes([choice]) + mixed.encode())
+    write(out, "fuzz_dataset", "sentiment", bytes([0]) + sentiment.encode())
+    write(out, "fuzz_dataset", "unicode", bytes([1]) + unicode.encode("utf-8") + b'{"text": "\xff\xfe", "cognitive_action": "a"}\n')
+
+
+def activation_file_seeds(out):
+    # The target decodes any bytes into a file's structure; random bytes of a few lengths start it off.
+    generator = random.Random(7)
+    for length in (0, 16, 64, 128, 256, 512, 1024):
+        write(out, "fuzz_activation_file", f"random_{length}", bytes(generator.randrange(256) for _ in range(length)))
+
+
+def probe_files_seeds(out):
+    def probe_input(index, tensors, metadata):
+        text = json.dumps(index).encode()
+        return struct.pack("<I", len(text)) + text + safetensors_bytes(tensors, metadata)
+
+    entry = {"label": "a", "label_index": 0, "file": "probe_a.safetensors", "threshold": 0.5, "threshold_logit": 0.0,
+             "val_auc": 0.9, "best_epoch": 3}
+    linear_index = {"format": "probekit.binary_probes", "version": 1, "model_type": "linear", "input_dim": 4,
+                    "layer": 2, "probes": [entry]}
+    write(out, "fuzz_probe_files", "linear",
+          probe_input(linear_index, [("linear.weight", "F32", [1, 4]), ("linear.bias", "F32", [1])],
+                      {"model_class": "BinaryLinearProbe", "input_dim": "4"}))
+    write(out, "fuzz_probe_files", "linear_bf16",
+          probe_input(linear_index, [("linear.weight", "BF16", [1, 4]), ("linear.bias", "BF16", [1])], None))
+    multihead_index = dict(linear_index, model_type="multihead", hidden_dim=8, num_heads=2)
+    write(out, "fuzz_probe_files", "multihead",
+          probe_input(multihead_index,
+                      [("encoder.0.weight", "F32", [8, 4]), ("encoder.0.bias", "F32", [8]),
+                       ("encoder.3.weight", "F32", [8, 8]), ("encoder.3.bias", "F32", [8]),
+                       ("attention.in_proj_weight", "F32", [24, 8]), ("attention.in_proj_bias", "F32", [24]),
+                       ("attention.out_proj.weight", "F32", [8, 8]), ("attention.out_proj.bias", "F32", [8]),
+                       ("classifier.weight", "F32", [1, 8]), ("classifier.bias", "F32", [1])],
+                      {"model_class": "BinaryMultiHeadProbe"}))
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    out = sys.argv[1]
+    safetensors_seeds(out)
+    config_seeds(out)
+    tokenizer_seeds(out)
+    dataset_seeds(out)
+    activation_file_seeds(out)
+    probe_files_seeds(out)
+
+
+if __name__ == "__main__":
+    main()
