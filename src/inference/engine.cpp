@@ -39,6 +39,12 @@ Engine Engine::load(const EngineOptions& options) {
   const ProbeCatalog& catalog = engine.catalog_;
   engine.layers_ = select_layers(catalog, options.layers, options.layer, options.best_layer);
   model::ModelConfig config = model::load_config(options.model_dir);
+  model::LoadOptions load;
+  load.last_layer = *std::max_element(engine.layers_.begin(), engine.layers_.end());
+  load.final_norm = false;
+  load.embeddings_on_host = true;
+  // The disk is the slowest part of a cold start: it works while the device, probes and tokenizer get ready.
+  model::WeightReadAhead read_ahead(options.model_dir, load);
   engine.target_ = device::select_compute(options.device, options.dtype);
   spdlog::debug("{:.2f} s: device ready", since_start());
 
@@ -109,12 +115,9 @@ Engine Engine::load(const EngineOptions& options) {
   engine.tokenizer_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_file(options.model_dir));
   spdlog::debug("{:.2f} s: tokenizer loaded", since_start());
   engine.leading_specials_ = capture::leading_special_tokens(*engine.tokenizer_);
-  model::LoadOptions load;
-  load.last_layer = *std::max_element(engine.layers_.begin(), engine.layers_.end());
-  load.final_norm = false;
   load.device = engine.target_.device;
   load.dtype = engine.target_.dtype;
-  engine.model_ = std::make_unique<model::TransformerModel>(model::TransformerModel::load(options.model_dir, load));
+  engine.model_ = std::make_unique<model::TransformerModel>(model::TransformerModel::load(options.model_dir, load, &read_ahead));
   spdlog::debug("{:.2f} s: model loaded ({:.2f} GB of weights)", since_start(),
                 static_cast<double>(engine.model_->weight_bytes()) / 1e9);
   return engine;

@@ -172,6 +172,12 @@ void apply_sliding_windows(ModelConfig& c, const std::vector<bool>& sliding, int
   for (size_t i = 0; i < c.layers.size(); ++i) c.layers[i].sliding_window = i < sliding.size() && sliding[i] ? window : 0;
 }
 
+at::Tensor load_token_embeddings(const WeightScope& scope, const std::string& name, const ModelConfig& c,
+                                 const LoadPlan& plan) {
+  std::vector<int64_t> shape = {c.vocab_size, c.hidden_size};
+  return plan.embeddings_on_host ? scope.view(name, shape) : scope.get(name, shape);
+}
+
 Norm load_norm(const WeightScope& scope, const std::string& name, int64_t size, const ModelConfig& config) {
   // Norms are applied in fp32 whatever the compute dtype.
   Norm norm;
@@ -184,7 +190,7 @@ Norm load_norm(const WeightScope& scope, const std::string& name, int64_t size, 
 
 void load_llama_layout(const WeightScope& model, const ModelConfig& c, const LoadPlan& plan, ModelWeights& w) {
   const int64_t hidden = c.hidden_size, q_out = c.num_heads * c.head_dim, kv_out = c.num_kv_heads * c.head_dim;
-  w.embed_tokens = model.get("embed_tokens.weight", {c.vocab_size, hidden});
+  w.embed_tokens = load_token_embeddings(model, "embed_tokens.weight", c, plan);
   w.layers.resize(static_cast<size_t>(plan.layers));
   for (int64_t i = 0; i < plan.layers; ++i) {
     const WeightScope layer = model.sub("layers").sub(i);

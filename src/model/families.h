@@ -16,6 +16,7 @@ namespace probekit::model {
 struct LoadPlan {
   int64_t layers = 0;  // load decoder layers [0, layers)
   bool final_norm = false;
+  bool embeddings_on_host = false;  // see LoadOptions
   at::Device device = at::kCPU;
   at::ScalarType dtype = at::kFloat;
 };
@@ -60,6 +61,10 @@ void resolve_llama_dimensions(const RawConfig& raw, ModelConfig& config, const D
 void apply_sliding_windows(ModelConfig& config, const std::vector<bool>& sliding, int64_t window);
 /// Loads the Llama-style layout under `model` ("model." or a multimodal prefix).
 void load_llama_layout(const WeightScope& model, const ModelConfig& config, const LoadPlan& plan, ModelWeights& weights);
+/// The token embedding table: copied to the plan's device and dtype, or left in the memory map
+/// (LoadPlan::embeddings_on_host).
+at::Tensor load_token_embeddings(const WeightScope& scope, const std::string& name, const ModelConfig& config,
+                                 const LoadPlan& plan);
 /// Loads a norm's weight (and bias for LayerNorm) in fp32; Gemma's (1 + w) is folded in.
 Norm load_norm(const WeightScope& scope, const std::string& name, int64_t size, const ModelConfig& config);
 

@@ -11,7 +11,38 @@
 
 namespace probekit::model {
 
-TransformerModel TransformerModel::load(const std::string& dir, const LoadOptions& options) {
+namespace {
+
+/// Whether a load with `options` reads tensor `name`: decoder layers up to the last needed one and everything
+/// else but the LM head, vision weights and a token embedding table kept on the host (the family adapter
+/// decides the rest; this only steers reading ahead).
+bool loaded_by(const std::string& name, const safetensors::TensorInfo& info, const ModelConfig& c, int64_t last_layer,
+               const LoadOptions& options) {
+  static const std::regex layer_number(R"(\.(?:layers|h)\.(\d+)\.)");
+  std::smatch match;
+  if (std::regex_search(name, match, layer_number)) return std::stoll(match[1].str()) <= last_layer;
+  if (options.embeddings_on_host && info.shape == std::vector<int64_t>{c.vocab_size, c.hidden_size}) return false;
+  return name.find("lm_head") == std::string::npos && name.find("vision") == std::string::npos;
+}
+
+std::unique_ptr<Prefetcher> start_read_ahead(const Checkpoint& checkpoint, const ModelConfig& c, const LoadOptions& options) {
+  int64_t last = options.last_layer < 0 ? c.num_layers - 1 : options.last_layer;
+  return std::make_unique<Prefetcher>(
+      checkpoint.byte_ranges([&](const std::string& name, const safetensors::TensorInfo& info) {
+        return loaded_by(name, info, c, last, options);
+      }),
+      8);
+}
+
+}  // namespace
+
+WeightReadAhead::WeightReadAhead(const std::string& dir, const LoadOptions& options)
+    : prefetcher_(start_read_ahead(Checkpoint::open(dir), load_config(dir), options)) {}
+
+WeightReadAhead::~WeightReadAhead() = default;
+
+TransformerModel TransformerModel::load(const std::string& dir, const LoadOptions& options,
+                                        const WeightReadAhead* read_ahead) {
   TransformerModel model;
   model.dir_ = dir;
   model.config_ = load_config(dir);
@@ -21,19 +52,12 @@ TransformerModel TransformerModel::load(const std::string& dir, const LoadOption
   if (last >= c.num_layers) {
     fail_input("layer {} is out of range: the model has {} layers (0 to {})", last, c.num_layers, c.num_layers - 1);
   }
-  LoadPlan plan{last + 1, options.final_norm, options.device, options.dtype};
+  LoadPlan plan{last + 1, options.final_norm, options.embeddings_on_host, options.device, options.dtype};
   c10::InferenceMode inference_mode;
-  Checkpoint checkpoint = Checkpoint::open(dir);
-  // Read ahead what this run loads: decoder layers up to the last needed one and everything else but the
-  // LM head and vision weights (the family adapter decides the rest; prefetching only reads).
-  static const std::regex layer_number(R"(\.(?:layers|h)\.(\d+)\.)");
-  Prefetcher prefetch(checkpoint.byte_ranges([&](const std::string& name) {
-                        std::smatch match;
-                        if (std::regex_search(name, match, layer_number)) return std::stoll(match[1].str()) <= last;
-                        return name.find("lm_head") == std::string::npos && name.find("vision") == std::string::npos;
-                      }),
-                      8);
-  find_family(c.model_type)->load(checkpoint, c, plan, model.weights_);
+  auto checkpoint = std::make_shared<const Checkpoint>(Checkpoint::open(dir));
+  std::unique_ptr<Prefetcher> own_read_ahead = read_ahead == nullptr ? start_read_ahead(*checkpoint, c, options) : nullptr;
+  find_family(c.model_type)->load(*checkpoint, c, plan, model.weights_);
+  if (options.embeddings_on_host) model.mapped_ = std::move(checkpoint);
   return model;
 }
 
@@ -50,7 +74,7 @@ int64_t TransformerModel::weight_bytes() const {
     add(n.weight);
     add(n.bias);
   };
-  add(weights_.embed_tokens);
+  if (!options_.embeddings_on_host) add(weights_.embed_tokens);
   add(weights_.position_embeddings);
   for (const LayerWeights& l : weights_.layers) {
     for (const Norm* n : {&l.attention_input_norm, &l.attention_output_norm, &l.mlp_input_norm, &l.mlp_output_norm,
@@ -76,6 +100,14 @@ void TransformerModel::check_inputs(const std::vector<int32_t>& ids) const {
   }
 }
 
+at::Tensor TransformerModel::embed(const at::Tensor& input_ids) const {
+  const at::Tensor& table = weights_.embed_tokens;
+  if (!options_.embeddings_on_host) return at::embedding(table, input_ids).to(at::kFloat);
+  // The rows are gathered from the memory map in the file's dtype, then rounded to the compute dtype as a copy
+  // of the whole table to the device would have been: the same numbers.
+  return at::embedding(table, input_ids.to(at::kCPU)).to(options_.dtype).to(input_ids.device()).to(at::kFloat);
+}
+
 at::Tensor TransformerModel::forward(const ForwardPass& pass) const {
   c10::InferenceMode inference_mode;
   const ModelConfig& c = config_;
@@ -88,7 +120,7 @@ at::Tensor TransformerModel::forward(const ForwardPass& pass) const {
                              : at::arange(tokens, pass.input_ids.options()).unsqueeze(0).expand({batch, tokens});
 
   // The residual stream is fp32 whatever the compute dtype (see decoder_block.h).
-  at::Tensor x = at::embedding(weights_.embed_tokens, pass.input_ids).to(at::kFloat);
+  at::Tensor x = embed(pass.input_ids);
   if (c.features.scale_embeddings) x = x * std::sqrt(static_cast<double>(c.hidden_size));
   if (c.features.learned_positions) x = x + at::embedding(weights_.position_embeddings, positions);
   if (pass.hook != nullptr && (pass.hook_sites & kHookEmbeddings) != 0) (*pass.hook)("embeddings", -1, x);

@@ -116,10 +116,10 @@ std::string Checkpoint::dominant_dtype() const {
 }
 
 std::vector<std::pair<std::string, std::pair<uint64_t, uint64_t>>> Checkpoint::byte_ranges(
-    const std::function<bool(const std::string&)>& wanted) const {
+    const std::function<bool(const std::string&, const safetensors::TensorInfo&)>& wanted) const {
   std::map<std::string, std::vector<std::pair<uint64_t, uint64_t>>> by_file;
   for (const auto& [name, entry] : index_) {
-    if (wanted(name)) by_file[entry.file->path()].emplace_back(entry.info->data_begin, entry.info->data_end);
+    if (wanted(name, *entry.info)) by_file[entry.file->path()].emplace_back(entry.info->data_begin, entry.info->data_end);
   }
   std::vector<std::pair<std::string, std::pair<uint64_t, uint64_t>>> ranges;
   for (auto& [path, spans] : by_file) {
@@ -189,7 +189,7 @@ at::Tensor WeightScope::get(const std::string& name, const std::vector<int64_t>&
   return get(name, shape, dtype_);
 }
 
-at::Tensor WeightScope::get(const std::string& name, const std::vector<int64_t>& shape, at::ScalarType dtype) const {
+Checkpoint::Entry WeightScope::checked_entry(const std::string& name, const std::vector<int64_t>& shape) const {
   std::string full = full_name(name);
   auto entry = checkpoint_->find(full);
   if (!entry) fail("missing weight '{}' in {}", full, checkpoint_->describe_files());
@@ -207,7 +207,17 @@ at::Tensor WeightScope::get(const std::string& name, const std::vector<int64_t>&
       fail("weight '{}' in {} has dtype {}, expected a floating-point dtype", full, entry->file->path(),
            safetensors::dtype_name(info.dtype));
   }
-  return view_tensor(*entry->file, info).to(at::TensorOptions().device(device_).dtype(dtype), /*non_blocking=*/false, /*copy=*/true);
+  return *entry;
+}
+
+at::Tensor WeightScope::get(const std::string& name, const std::vector<int64_t>& shape, at::ScalarType dtype) const {
+  Checkpoint::Entry entry = checked_entry(name, shape);
+  return view_tensor(*entry.file, *entry.info).to(at::TensorOptions().device(device_).dtype(dtype), /*non_blocking=*/false, /*copy=*/true);
+}
+
+at::Tensor WeightScope::view(const std::string& name, const std::vector<int64_t>& shape) const {
+  Checkpoint::Entry entry = checked_entry(name, shape);
+  return view_tensor(*entry.file, *entry.info);
 }
 
 std::optional<at::Tensor> WeightScope::get_optional(const std::string& name, const std::vector<int64_t>& shape) const {

@@ -43,7 +43,7 @@ class Checkpoint {
   std::string dominant_dtype() const;
   /// The files and byte ranges of the tensors `wanted` accepts, merged where adjacent, in file order.
   std::vector<std::pair<std::string, std::pair<uint64_t, uint64_t>>> byte_ranges(
-      const std::function<bool(const std::string&)>& wanted) const;
+      const std::function<bool(const std::string&, const safetensors::TensorInfo&)>& wanted) const;
 
  private:
   std::string dir_;
@@ -80,6 +80,9 @@ class WeightScope {
   at::Tensor get(const std::string& name, const std::vector<int64_t>& shape) const;
   /// Same, in an explicit dtype (norm weights that the reference applies in fp32).
   at::Tensor get(const std::string& name, const std::vector<int64_t>& shape, at::ScalarType dtype) const;
+  /// The tensor as stored, checking its shape: a CPU tensor viewing the checkpoint's memory map, valid while
+  /// the checkpoint is open. Nothing is read until its elements are.
+  at::Tensor view(const std::string& name, const std::vector<int64_t>& shape) const;
   /// Loads a tensor if present (its presence selects a feature), checking its shape.
   std::optional<at::Tensor> get_optional(const std::string& name, const std::vector<int64_t>& shape) const;
 
@@ -87,6 +90,9 @@ class WeightScope {
   at::ScalarType dtype() const { return dtype_; }
 
  private:
+  /// The entry of a floating-point tensor of this shape; throws naming the tensor and its file otherwise.
+  Checkpoint::Entry checked_entry(const std::string& name, const std::vector<int64_t>& shape) const;
+
   const Checkpoint* checkpoint_;
   std::string prefix_;
   at::Device device_;
@@ -117,7 +123,7 @@ struct LayerWeights {
 };
 
 struct ModelWeights {
-  at::Tensor embed_tokens;         // [vocab, hidden]
+  at::Tensor embed_tokens;         // [vocab, hidden]; on the host in the file's dtype with LoadPlan::embeddings_on_host
   at::Tensor position_embeddings;  // [max_positions, hidden], learned positions only
   std::vector<LayerWeights> layers;
   Norm final_norm;

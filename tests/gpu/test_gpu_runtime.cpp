@@ -85,3 +85,22 @@ TEST_CASE("fp32 on the GPU matches the reference within 1e-4 relative") {
     CHECK_MESSAGE(a.max_relative_error <= 1e-4, name);
   }
 }
+
+TEST_CASE("token embeddings kept on the host give the GPU the same hidden states as a table copied to it") {
+  for (const char* name : {"llama_bf16", "gemma3_text", "gpt2"}) {
+    std::string dir = std::string(PROBEKIT_FIXTURES) + "/models/" + name;
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      model::LoadOptions options;
+      options.device = at::Device(at::kCUDA, 0);
+      options.dtype = dtype;
+      model::TransformerModel copied = model::TransformerModel::load(dir, options);
+      options.embeddings_on_host = true;
+      model::TransformerModel mapped = model::TransformerModel::load(dir, options);
+      model::ForwardPass pass;
+      pass.input_ids = at::arange(1, 40, at::TensorOptions().dtype(at::kLong).device(options.device)).view({3, 13});
+      at::Tensor from_host = mapped.forward(pass);
+      CHECK(from_host.device() == options.device);
+      CHECK_MESSAGE(at::equal(from_host, copied.forward(pass)), name, " ", dtype);
+    }
+  }
+}

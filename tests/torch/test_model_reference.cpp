@@ -143,3 +143,25 @@ TEST_CASE("bf16 compute agrees with the fp32 reference to bf16 precision") {
     CHECK_MESSAGE(min_layer_cosine >= 0.999, name);
   }
 }
+
+// Inference leaves the token embedding table in the memory map and gathers rows on the host; the hidden states
+// must be those of a table copied to the device, in every dtype the table can be rounded to.
+TEST_CASE("token embeddings kept on the host give the same hidden states as a copied table") {
+  for (const char* name : {"llama", "llama_bf16", "gemma3_text", "gemma3_multimodal", "gpt2", "gpt_neox"}) {
+    std::string dir = std::string(PROBEKIT_FIXTURES) + "/models/" + name;
+    Reference reference = read_reference(dir);
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      model::LoadOptions options;
+      options.dtype = dtype;
+      model::TransformerModel copied = model::TransformerModel::load(dir, options);
+      options.embeddings_on_host = true;
+      model::TransformerModel mapped = model::TransformerModel::load(dir, options);
+      const model::ModelConfig& c = copied.config();
+      CHECK(copied.weight_bytes() - mapped.weight_bytes() ==
+            c.vocab_size * c.hidden_size * static_cast<int64_t>(at::elementSize(dtype)));
+      model::ForwardPass pass;
+      pass.input_ids = reference.input_ids[0].unsqueeze(0);
+      CHECK_MESSAGE(at::equal(mapped.forward(pass), copied.forward(pass)), name, " ", dtype);
+    }
+  }
+}

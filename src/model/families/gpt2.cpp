@@ -42,7 +42,7 @@ void load_gpt2(const Checkpoint& checkpoint, const ModelConfig& c, const LoadPla
   auto conv1d = [](const WeightScope& scope, const std::string& name, int64_t in, int64_t out) {
     return Linear{scope.get(name + ".weight", {in, out}).t().contiguous(), scope.get(name + ".bias", {out})};
   };
-  w.embed_tokens = model.get("wte.weight", {c.vocab_size, hidden});
+  w.embed_tokens = load_token_embeddings(model, "wte.weight", c, plan);
   w.position_embeddings = model.get("wpe.weight", {c.max_positions, hidden});
   w.layers.resize(static_cast<size_t>(plan.layers));
   for (int64_t i = 0; i < plan.layers; ++i) {

@@ -51,7 +51,7 @@ void load_gpt_neox(const Checkpoint& checkpoint, const ModelConfig& c, const Loa
     if (c.output_bias || name.rfind("mlp", 0) == 0) l.bias = scope.get(name + ".bias", {out});
     return l;
   };
-  w.embed_tokens = model.get("embed_in.weight", {c.vocab_size, hidden});
+  w.embed_tokens = load_token_embeddings(model, "embed_in.weight", c, plan);
   w.layers.resize(static_cast<size_t>(plan.layers));
   for (int64_t i = 0; i < plan.layers; ++i) {
     const WeightScope layer = model.sub("layers").sub(i);
