@@ -66,10 +66,15 @@ fi
 if has coldstart; then
   text="I kept asking myself whether the data really supported the conclusion everyone repeated."
   sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null && echo "page cache dropped" || echo "page cache could not be dropped"
+  # Each run's -v log with the time of each line (the profile), then the process's end.
   for run in cold warm warm2; do
     start=$(seconds)
-    "$tools/multi_probe_inference" --probes-dir /tmp/probes_1 --model "$model" --text "$text" -q > "$out/coldstart_$run.txt"
-    echo "{\"run\": \"$run\", \"seconds\": $(awk "BEGIN{print $(seconds) - $start}")}" | tee -a "$out/coldstart.jsonl"
+    "$tools/multi_probe_inference" --probes-dir /tmp/probes_1 --model "$model" --text "$text" -v \
+      > "$out/coldstart_$run.txt" 2> >("$python" bench/python/timestamp_lines.py "$start" > "$out/coldstart_${run}_profile.txt")
+    end=$(seconds)
+    sleep 0.2
+    echo "$(awk "BEGIN{printf \"%7.3f\", $end - $start}")  process ended" >> "$out/coldstart_${run}_profile.txt"
+    echo "{\"run\": \"$run\", \"seconds\": $(awk "BEGIN{print $end - $start}")}" | tee -a "$out/coldstart.jsonl"
   done
-  cat "$out/coldstart_warm.txt"
+  cat "$out/coldstart_warm.txt" "$out"/coldstart_*_profile.txt
 fi

@@ -176,6 +176,7 @@ std::vector<TextScores> Engine::score(const std::vector<std::string>& texts) con
       }
     }
   }
+  spdlog::debug("{} texts scored", texts.size());
   return scores;
 }
 
