@@ -7,7 +7,8 @@
 #   1. capture throughput: capture_activations vs bench/python/python_baseline.py (twice each, alternating);
 #   1b. the same capture on every GPU of the machine (--devices), when it has several;
 #   2. probe training: train_binary_probes on the captured layer 33 (45 labels, 20 epochs, no early stop);
-#   3. cold start: multi_probe_inference --text as a whole process with the 45 probes.
+#   3. cold start: multi_probe_inference --text as a whole process with the 45 probes, page cache dropped and
+#      warm, and the reference's start-up (bench/python/coldstart_baseline.py) likewise.
 # Usage: bash bench/gpu_benchmarks.sh OUT_DIR [STEP...]   steps: build model capture multigpu train coldstart (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -77,4 +78,12 @@ if has coldstart; then
     echo "{\"run\": \"$run\", \"seconds\": $(awk "BEGIN{print $end - $start}")}" | tee -a "$out/coldstart.jsonl"
   done
   cat "$out/coldstart_warm.txt" "$out"/coldstart_*_profile.txt
+  # The Python side, as a whole process too: imports, from_pretrained, the tokenizer, the text.
+  for run in python_cold python_warm; do
+    [ "$run" = python_cold ] && { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true; }
+    start=$(seconds)
+    "$python" bench/python/coldstart_baseline.py "$model" "$text" > "$out/coldstart_$run.json" 2> /dev/null
+    echo "{\"run\": \"$run\", \"seconds\": $(awk "BEGIN{print $(seconds) - $start}"), \"steps\": $(cat "$out/coldstart_$run.json")}" |
+      tee -a "$out/coldstart.jsonl"
+  done
 fi
