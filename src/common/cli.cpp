@@ -20,10 +20,7 @@ void use_passive_openmp_threads(char** argv) {
   // If re-executing failed the program simply goes on with spinning threads.
 }
 
-void make_cpu_math_reproducible() {
-  setenv("MKL_CBWR", "AUTO", 0);
-  setenv("MKL_DYNAMIC", "FALSE", 0);
-}
+void make_cpu_math_reproducible() { setenv("MKL_CBWR", "AUTO", 0); }
 
 void add_common_options(CLI::App& app, CommonOptions& options) {
   app.add_flag("-v,--verbose", options.verbose, "Log debug details");

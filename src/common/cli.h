@@ -23,10 +23,9 @@ struct CommonOptions {
 void use_passive_openmp_threads(char** argv);
 
 /// Asks Intel MKL, where LibTorch uses it (the x86 wheels of LibTorch 2.x; Debian's uses OpenBLAS), for
-/// results that are the same from run to run: a code path independent of buffer alignment (MKL_CBWR=AUTO) and
-/// the thread count asked for rather than one MKL picks as it goes (MKL_DYNAMIC=FALSE), unless the user set
-/// them. An interrupted capture resumed must equal an uninterrupted one bit for bit. MKL reads the variables
-/// at its first call; run_tool and the test runner call this first.
+/// results that are the same from run to run whatever the alignment of its buffers (MKL_CBWR=AUTO, unless the
+/// user set it): an interrupted capture resumed must equal an uninterrupted one bit for bit. MKL reads the
+/// variable at its first call; run_tool and the test runner call this first.
 void make_cpu_math_reproducible();
 
 /// Adds --verbose, --quiet and --threads to `app`.
