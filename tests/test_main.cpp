@@ -8,8 +8,6 @@
 
 #include <csignal>
 
-#include "common/cli.h"
-
 namespace {
 
 void print_backtrace_and_die(int signal_number) {
@@ -26,7 +24,6 @@ void print_backtrace_and_die(int signal_number) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  probekit::make_cpu_math_reproducible();
   for (int signal_number : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) std::signal(signal_number, print_backtrace_and_die);
   doctest::Context context(argc, argv);
   return context.run();

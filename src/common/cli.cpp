@@ -20,8 +20,6 @@ void use_passive_openmp_threads(char** argv) {
   // If re-executing failed the program simply goes on with spinning threads.
 }
 
-void make_cpu_math_reproducible() { setenv("MKL_CBWR", "AUTO", 0); }
-
 void add_common_options(CLI::App& app, CommonOptions& options) {
   app.add_flag("-v,--verbose", options.verbose, "Log debug details");
   app.add_flag("-q,--quiet", options.quiet, "Log warnings and errors only, no progress bars");
@@ -58,7 +56,6 @@ std::string explain_failure(const std::exception& error) {
 }
 
 int run_tool(CLI::App& app, int argc, char** argv, const CommonOptions& options, const std::function<void()>& body) {
-  make_cpu_math_reproducible();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

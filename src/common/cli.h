@@ -22,12 +22,6 @@ struct CommonOptions {
 /// run 5x slower on 2 cores. Call it first in main(); the variable must be set before OpenMP starts.
 void use_passive_openmp_threads(char** argv);
 
-/// Asks Intel MKL, where LibTorch uses it (the x86 wheels of LibTorch 2.x; Debian's uses OpenBLAS), for
-/// results that are the same from run to run whatever the alignment of its buffers (MKL_CBWR=AUTO, unless the
-/// user set it): an interrupted capture resumed must equal an uninterrupted one bit for bit. MKL reads the
-/// variable at its first call; run_tool and the test runner call this first.
-void make_cpu_math_reproducible();
-
 /// Adds --verbose, --quiet and --threads to `app`.
 void add_common_options(CLI::App& app, CommonOptions& options);
 
