@@ -4,6 +4,7 @@
 #include <omp.h>
 #include <sched.h>
 #include <spdlog/spdlog.h>
+#include <stdlib.h>
 #include <torch/csrc/api/include/torch/version.h>
 
 #include <thread>
@@ -16,6 +17,17 @@
 #endif
 
 namespace probekit::device {
+
+#if TORCH_VERSION_MAJOR < 2
+namespace {
+
+// LibTorch 1.x does its bf16 CPU matrix products with oneDNN 2.x, whose AMX kernels die of SIGILL on Sapphire
+// Rapids (oneDNN issue 1661): capped at AVX-512 with bf16, the products are correct. Set before main, so before
+// any oneDNN call of any binary linking the device layer; a value the user set is kept.
+const bool onednn_isa_capped = setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16", 0) == 0;
+
+}  // namespace
+#endif
 
 int available_cores() {
   cpu_set_t set;
