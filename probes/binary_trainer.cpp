@@ -14,6 +14,10 @@
 #include "probes/random_streams.h"
 #include "probes/training_data.h"
 
+#ifdef PROBEKIT_WITH_CUDA
+#include "probes/fused_training.h"
+#endif
+
 namespace probekit::probes {
 
 namespace {
@@ -61,6 +65,20 @@ std::pair<at::Tensor, at::Tensor> bce_with_logits(const at::Tensor& logits, cons
   at::Tensor grad = at::sigmoid(logits) * positive_scale - pos_weight * targets;
   return {loss, grad};
 }
+
+}  // namespace
+
+at::Tensor batch_loss_gradient(const at::Tensor& logits, const at::Tensor& targets, const at::Tensor& rows,
+                               const at::Tensor& pos_weight, at::Tensor& loss_sum) {
+#ifdef PROBEKIT_WITH_CUDA
+  if (logits.is_cuda()) return fused::bce_with_logits_batch(logits, targets, rows, pos_weight, loss_sum);
+#endif
+  auto [loss, grad] = bce_with_logits(logits, targets.index_select(0, rows), pos_weight);
+  loss_sum += loss.mean(0);
+  return grad / static_cast<double>(logits.size(0));
+}
+
+namespace {
 
 std::vector<int> column_labels(const activations::SplitData& split, int64_t label) {
   std::vector<int> out;
@@ -140,10 +158,9 @@ void train_epoch(ProbeGroup& group, const TrainingData& data, const EpochBatches
     at::Tensor rows = batches.rows(step);
     int64_t batch = rows.size(0);
     TrainActivations saved = group.bank.forward_train(data.train_x.index_select(0, rows), batches.keep(step));
-    auto [loss, grad] = bce_with_logits(saved.logits.view({batch, count}).to(at::kFloat),
-                                        group.train_y.index_select(0, rows), group.pos_weight);
-    train_loss_sum += loss.mean(0);
-    group.bank.backward(saved, (grad / static_cast<double>(batch)).to(dtype).view({batch, count, 1}));
+    at::Tensor grad = batch_loss_gradient(saved.logits.view({batch, count}).to(at::kFloat), group.train_y, rows,
+                                          group.pos_weight, train_loss_sum);
+    group.bank.backward(saved, grad.to(dtype).view({batch, count, 1}));
     group.optimizer.step(group.bank.values(), group.bank.gradients(), lr, group.active_elements);
   }
   at::Tensor val_logits = group.bank.forward(data.val_x).view({-1, count}).to(at::kFloat);
@@ -207,7 +224,12 @@ void record_epoch(ProbeGroup& group, std::vector<TrainedLabel>& trained, const s
     // The reference's rule: strictly better than the best so far (which starts at 0), else one more epoch
     // without improvement; `patience` of them stop the probe. The first epoch always counts as the best so far,
     // so a probe whose validation AUROC stays at exactly 0 still has weights to save (the reference saved none).
-    if (auc > h.best_val_auc || h.best_epoch == 0) {
+    // An equal AUROC with a lower validation loss also improves: once AUROC reaches 1 (common on separable
+    // activations) the reference kept its first such epoch, an undertrained probe, while the loss still fell.
+    bool first = h.best_epoch == 0;
+    bool ties_with_lower_loss =
+        !first && auc == h.best_val_auc && val_loss[p] < h.val_loss[static_cast<size_t>(h.best_epoch - 1)];
+    if (first || auc > h.best_val_auc || ties_with_lower_loss) {
       h.best_val_auc = auc;
       h.best_epoch = epoch + 1;
       group.epochs_without_improvement[p] = 0;

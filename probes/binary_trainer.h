@@ -102,6 +102,12 @@ struct LayerOutcome {
   double seconds = 0.0;
 };
 
+/// The training loss of a batch: BCEWithLogitsLoss(pos_weight) of logits [B, K] (fp32) against rows `rows` [B]
+/// of the 0/1 targets [N, K]. Adds each probe's mean loss over the batch to `loss_sum` [K] and returns the
+/// gradient of that mean by the logits, [B, K] fp32 (one fused kernel on a CUDA GPU).
+at::Tensor batch_loss_gradient(const at::Tensor& logits, const at::Tensor& targets, const at::Tensor& rows,
+                               const at::Tensor& pos_weight, at::Tensor& loss_sum);
+
 /// Trains one-vs-rest probes for the labels of `file` on `device` in `dtype`; logs and shows progress as
 /// `progress_label` (e.g. "layer 25"). Labels without a positive or a negative example in the train or
 /// validation split are skipped with a warning; throws if none is left.

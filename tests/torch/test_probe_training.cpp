@@ -117,10 +117,11 @@ TEST_CASE("a multi-head probe trained among 5 equals the same probe trained alon
 
 TEST_CASE("early stopping stops and freezes each probe on its own") {
   probekit::testing::TempDir dir;
-  // label_00 is far from the rest: its validation AUROC reaches 1 at once, cannot improve (strictly) and it
-  // stops after `patience` epochs; label_01 is hard and keeps improving.
+  // label_00 is noise: the probe learns its train examples by heart, its validation loss rises and its
+  // validation AUROC soon stops improving, so it stops after `patience` epochs; label_01 is learnable and keeps
+  // improving.
   SyntheticActivations spec = uniform_synthetic(3, {60, 30, 30}, 32);
-  spec.signal = {20.0, 2.0, 3.0};
+  spec.signal = {0.0, 2.0, 3.0};
   activations::ActivationFile file = synthetic_file(dir.path() + "/layer_0_activations.h5", spec);
   BinaryTrainingOptions options = small_options();
   options.epochs = 15;
@@ -128,14 +129,13 @@ TEST_CASE("early stopping stops and freezes each probe on its own") {
   options.cosine_schedule = false;
   options.lr = 3e-3;
   BinaryTrainingResult result = train_binary_probes(file, options, at::kCPU, at::kFloat, "early");
-  const TrainedLabel& easy = find_label(result, "label_00");
-  const TrainedLabel& hard = find_label(result, "label_01");
-  REQUIRE(easy.history.stopped_early);
-  CHECK(easy.history.best_val_auc == 1.0);
-  auto stopped_after = static_cast<int64_t>(easy.history.val_auc.size());
+  const TrainedLabel& noise = find_label(result, "label_00");
+  const TrainedLabel& learnable = find_label(result, "label_01");
+  REQUIRE(noise.history.stopped_early);
+  auto stopped_after = static_cast<int64_t>(noise.history.val_auc.size());
   CHECK(stopped_after < options.epochs);
-  CHECK(stopped_after - easy.history.best_epoch == options.patience);
-  CHECK(hard.history.val_auc.size() > easy.history.val_auc.size());
+  CHECK(stopped_after - noise.history.best_epoch == options.patience);
+  CHECK(learnable.history.val_auc.size() > noise.history.val_auc.size());
   CHECK(result.epochs_run > stopped_after);
 
   // The stopped probe's final weights are the ones it had when it stopped: the same as training it alone for
@@ -156,6 +156,28 @@ TEST_CASE("early stopping stops and freezes each probe on its own") {
   }
   // Its best weights are those of its best epoch, not its last.
   CHECK(!at::equal(result.best.parameter(0)[static_cast<int64_t>(k)], final_bank.parameter(0)[static_cast<int64_t>(k)]));
+}
+
+TEST_CASE("an equal validation AUROC with a lower validation loss is an improvement (regression: AUROC 1 froze the best epoch)") {
+  probekit::testing::TempDir dir;
+  // label_00 is far from the rest: its validation AUROC reaches 1 within an epoch or two and stays there while
+  // its validation loss falls. The reference kept its first epoch at AUROC 1, an undertrained probe whose test
+  // AUROC and F1 were below the last epoch's; here the best epoch moves on with the loss, and training goes on.
+  SyntheticActivations spec = uniform_synthetic(3, {60, 30, 30}, 32);
+  spec.signal = {20.0, 2.0, 3.0};
+  activations::ActivationFile file = synthetic_file(dir.path() + "/layer_0_activations.h5", spec);
+  BinaryTrainingOptions options = small_options();
+  options.epochs = 12;
+  options.patience = 2;
+  options.cosine_schedule = false;
+  options.lr = 3e-3;
+  BinaryTrainingResult result = train_binary_probes(file, options, at::kCPU, at::kFloat, "ties");
+  const LabelHistory& h = find_label(result, "label_00").history;
+  auto first_at_one = std::find(h.val_auc.begin(), h.val_auc.end(), 1.0) - h.val_auc.begin();
+  REQUIRE(first_at_one + 1 + options.patience < options.epochs);
+  CHECK(h.best_val_auc == 1.0);
+  CHECK(h.best_epoch > first_at_one + 1 + options.patience);
+  CHECK(h.val_loss[static_cast<size_t>(h.best_epoch - 1)] < h.val_loss[static_cast<size_t>(first_at_one)]);
 }
 
 TEST_CASE("a label without a positive validation example is skipped and recorded, never scored 0.5") {
@@ -192,10 +214,14 @@ TEST_CASE("history, metrics and thresholds follow the reference's conventions") 
   const LabelHistory& h = t.history;
   REQUIRE(h.val_auc.size() == 6);
   CHECK(h.learning_rates == epoch_learning_rates(options.lr, 6, true, 1e-5));
-  // best_epoch is 1-based and is the first epoch with the highest validation AUROC.
+  // best_epoch is 1-based: the epoch with the highest validation AUROC, among equal ones the first with the
+  // lowest validation loss.
   double best = *std::max_element(h.val_auc.begin(), h.val_auc.end());
-  auto first_best = std::find(h.val_auc.begin(), h.val_auc.end(), best) - h.val_auc.begin();
-  CHECK(h.best_epoch == first_best + 1);
+  size_t expected = h.val_auc.size();
+  for (size_t e = 0; e < h.val_auc.size(); ++e) {
+    if (h.val_auc[e] == best && (expected == h.val_auc.size() || h.val_loss[e] < h.val_loss[expected])) expected = e;
+  }
+  CHECK(h.best_epoch == static_cast<int64_t>(expected) + 1);
   CHECK(h.best_val_auc == best);
   CHECK(!h.stopped_early);
   CHECK(t.test.examples == 60);
