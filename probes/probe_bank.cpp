@@ -7,6 +7,10 @@
 #include "common/error.h"
 #include "probes/random_streams.h"
 
+#ifdef PROBEKIT_WITH_CUDA
+#include "probes/fused_training.h"
+#endif
+
 namespace probekit::probes {
 
 namespace {
@@ -287,6 +291,13 @@ void AdamW::step(at::Tensor& values, const at::Tensor& gradients, double lr, con
   double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(options_.beta2, static_cast<double>(steps_)));
   double step_size = lr / bias_correction1;
   double decay = 1.0 - lr * options_.weight_decay;
+#ifdef PROBEKIT_WITH_CUDA
+  if (values.is_cuda() && values.scalar_type() == at::kFloat) {
+    fused::adamw_step(values, exp_avg_, exp_avg_sq_, gradients, active,
+                      {decay, options_.beta1, options_.beta2, options_.eps, bias_correction2_sqrt, step_size});
+    return;
+  }
+#endif
   if (!active.defined()) {
     values.mul_(decay);
     exp_avg_.mul_(options_.beta1).add_(gradients, 1.0 - options_.beta1);

@@ -1,0 +1,62 @@
+// The fused CUDA kernels of probe training against the ATen path the CPU runs.
+#include <doctest/doctest.h>
+
+#include "probes/binary_trainer.h"
+#include "probes/probe_bank.h"
+
+using namespace probekit::probes;
+
+namespace {
+
+const at::Device kCuda(at::kCUDA, 0);
+
+double max_relative_error(const at::Tensor& a, const at::Tensor& b) {
+  at::Tensor x = a.to(at::kCPU).to(at::kDouble), y = b.to(at::kCPU).to(at::kDouble);
+  return (x - y).abs().max().item<double>() / std::max(1e-30, y.abs().max().item<double>());
+}
+
+}  // namespace
+
+TEST_CASE("fused batch loss and gradient equal the ATen path") {
+  at::manual_seed(3);
+  const int64_t rows = 50, batch = 17, probes = 45;
+  at::Tensor logits = at::randn({batch, probes}) * 4;
+  at::Tensor targets = (at::rand({rows, probes}) < 0.3).to(at::kFloat);
+  at::Tensor batch_rows = at::randperm(rows, at::kLong).narrow(0, 0, batch);
+  at::Tensor pos_weight = at::rand({probes}) * 40 + 1;
+  at::Tensor cpu_sum = at::full({probes}, 0.5), gpu_sum = cpu_sum.to(kCuda);
+  at::Tensor cpu_grad = batch_loss_gradient(logits, targets, batch_rows, pos_weight, cpu_sum);
+  at::Tensor gpu_grad = batch_loss_gradient(logits.to(kCuda), targets.to(kCuda), batch_rows.to(kCuda),
+                                            pos_weight.to(kCuda), gpu_sum);
+  CHECK(max_relative_error(gpu_grad, cpu_grad) < 1e-6);
+  CHECK(max_relative_error(gpu_sum, cpu_sum) < 1e-6);
+  // A column-major view of the logits (the multi-head probes' [K, B] permuted) gives the same.
+  at::Tensor permuted = logits.t().contiguous().t().to(kCuda);
+  CHECK(max_relative_error(batch_loss_gradient(permuted, targets.to(kCuda), batch_rows.to(kCuda), pos_weight.to(kCuda),
+                                               gpu_sum),
+                           cpu_grad) < 1e-6);
+}
+
+TEST_CASE("fused AdamW steps equal the ATen path, with and without frozen elements") {
+  at::manual_seed(4);
+  const int64_t size = 3 * 2561;
+  at::Tensor start = at::randn({size});
+  at::Tensor active = at::rand({size}) < 0.7;
+  AdamW::Options options{1e-3, 0.9, 0.999, 1e-8};
+  at::Tensor cpu_values = start.clone(), gpu_values = start.to(kCuda);
+  AdamW cpu(cpu_values, options), gpu(gpu_values, options);
+  at::Tensor gpu_before_masking;
+  for (int step = 0; step < 6; ++step) {
+    at::Tensor gradients = at::randn({size}) * (step + 1);
+    bool masked = step >= 3;
+    if (step == 3) gpu_before_masking = gpu_values.clone();
+    double lr = 5e-4 / (step + 1);
+    cpu.step(cpu_values, gradients, lr, masked ? active : at::Tensor());
+    gpu.step(gpu_values, gradients.to(kCuda), lr, masked ? active.to(kCuda) : at::Tensor());
+    INFO("step " << step);
+    CHECK(max_relative_error(gpu_values, cpu_values) < 1e-6);
+  }
+  // Frozen elements kept, exactly, the values they had before the masked steps.
+  at::Tensor frozen = active.logical_not().to(kCuda);
+  CHECK(at::equal(gpu_values.masked_select(frozen), gpu_before_masking.masked_select(frozen)));
+}
