@@ -6,7 +6,8 @@
 # measures, side by side in the same run:
 #   1. capture throughput: capture_activations vs bench/python/python_baseline.py (twice each, alternating);
 #   1b. the same capture on every GPU of the machine (--devices), when it has several;
-#   2. probe training: train_binary_probes on the captured layer 33 (45 labels, 20 epochs, no early stop);
+#   2. probe training: train_binary_probes on the captured layer 33 (45 labels, 20 epochs, no early stop) vs
+#      bench/python/reference_trainer_baseline.py (the reference's trainer: 8 threads, bf16), twice each;
 #   3. cold start: multi_probe_inference --text as a whole process with the 45 probes, page cache dropped and
 #      warm, and the reference's start-up (bench/python/coldstart_baseline.py) likewise.
 # Usage: bash bench/gpu_benchmarks.sh OUT_DIR [STEP...]   steps: build model capture multigpu train coldstart (default: all)
@@ -56,11 +57,15 @@ if has multigpu; then
 fi
 if has train; then
   activations=/tmp/capture_1/layer_33_activations.h5
+  [ -s "$activations" ] || "$tools/capture_activations" --model "$model" --dataset "$dataset" --output-dir /tmp/capture_1 \
+    --layers $layers --overwrite -q
   for run in 1 2; do
     start=$(seconds)
     "$tools/train_binary_probes" --activations "$activations" --output-dir "/tmp/probes_$run" --epochs 20 \
       --early-stopping-patience 1000 --device cuda --json -q > "$out/train_probekit_$run.json"
     echo "{\"run\": $run, \"process_seconds\": $(awk "BEGIN{print $(seconds) - $start}")}" | tee -a "$out/train_process.jsonl"
+    grep -o '"average_auc_roc":[^,]*' "$out/train_probekit_$run.json" || true
+    "$python" bench/python/reference_trainer_baseline.py "$activations" --epochs 20 | tee "$out/train_python_$run.json"
   done
   /tmp/build/bench/train_probes_bench --device cuda --repeats 2 -q | tee "$out/train_bench_synthetic.json"
 fi
