@@ -11,6 +11,8 @@
 #   3. cold start: multi_probe_inference --text as a whole process with the 45 probes, page cache dropped and
 #      warm, and the reference's start-up (bench/python/coldstart_baseline.py) likewise.
 # Usage: bash bench/gpu_benchmarks.sh OUT_DIR [STEP...]   steps: build model capture multigpu train coldstart (default: all)
+# RUNS (default 2) sets the runs of each side; PYTHON_RUNS (default RUNS) those of the Python side, whose
+# capture and training take minutes a run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?output directory}
@@ -24,6 +26,8 @@ tools=/tmp/build/tools
 model=/tmp/bench_model
 dataset=/tmp/bench_dataset.jsonl
 layers=8,17,25,33
+runs=${RUNS:-2}
+python_runs=${PYTHON_RUNS:-$runs}
 has() { [[ " $steps " == *" $1 "* ]]; }
 seconds() { date +%s.%N; }
 
@@ -36,11 +40,11 @@ if has model; then
   "$tools/make_example" -q dataset --output "$dataset" --labels 45 --per-label 100 --min-chars 250 --max-chars 520 --seed 7
 fi
 if has capture; then
-  for run in 1 2; do
+  for run in $(seq "$runs"); do
     "$tools/capture_activations" --model "$model" --dataset "$dataset" --output-dir "/tmp/capture_$run" --layers $layers \
       --overwrite --json -q > "$out/capture_probekit_$run.json"
-    PYTHONUNBUFFERED=1 "$python" bench/python/python_baseline.py "$model" "$dataset" --layers 8 17 25 33 \
-      > "$out/capture_python_$run.json"
+    [ "$run" -gt "$python_runs" ] || PYTHONUNBUFFERED=1 "$python" bench/python/python_baseline.py "$model" "$dataset" \
+      --layers 8 17 25 33 > "$out/capture_python_$run.json"
   done
   cat "$out"/capture_*.json
 fi
@@ -59,13 +63,15 @@ if has train; then
   activations=/tmp/capture_1/layer_33_activations.h5
   [ -s "$activations" ] || "$tools/capture_activations" --model "$model" --dataset "$dataset" --output-dir /tmp/capture_1 \
     --layers $layers --overwrite -q
-  for run in 1 2; do
+  for run in $(seq "$runs"); do
     start=$(seconds)
     "$tools/train_binary_probes" --activations "$activations" --output-dir "/tmp/probes_$run" --epochs 20 \
       --early-stopping-patience 1000 --device cuda --json -q > "$out/train_probekit_$run.json"
     echo "{\"run\": $run, \"process_seconds\": $(awk "BEGIN{print $(seconds) - $start}")}" | tee -a "$out/train_process.jsonl"
-    grep -o '"average_auc_roc":[^,]*' "$out/train_probekit_$run.json" || true
-    "$python" bench/python/reference_trainer_baseline.py "$activations" --epochs 20 | tee "$out/train_python_$run.json"
+    "$python" -c "import json, sys; a = json.load(open(sys.argv[1])); print({k: a[k] for k in a if k.startswith('average')})" \
+      "/tmp/probes_$run/aggregate_metrics.json" | tee "$out/train_probekit_metrics_$run.txt"
+    [ "$run" -gt "$python_runs" ] ||
+      "$python" bench/python/reference_trainer_baseline.py "$activations" --epochs 20 | tee "$out/train_python_$run.json"
   done
   /tmp/build/bench/train_probes_bench --device cuda --repeats 2 -q | tee "$out/train_bench_synthetic.json"
 fi

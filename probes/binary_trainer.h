@@ -1,6 +1,7 @@
 // One-vs-rest probe training (the reference's train_binary_probes.py), all labels at once: the K probes of
 // one activation file train as one batched problem (probe_bank.h), each with its own AdamW state, best epoch
-// by validation AUROC and early-stopping counter; a stopped probe is frozen while the others go on.
+// by validation AUROC (ties to the lower validation loss) and early-stopping counter; a stopped probe is
+// frozen while the others go on.
 //
 // Every random draw is independent of K (random_streams.h): a probe's initialisation comes from the seed and
 // its label's index in label_names, the batch order from the seed and the epoch, and the dropout masks from
