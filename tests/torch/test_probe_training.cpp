@@ -35,6 +35,22 @@ BinaryTrainingOptions small_options() {
   return o;
 }
 
+// Early stopping after 2 epochs without improvement, at a constant learning rate, for up to `epochs`.
+BinaryTrainingOptions patience_options(int64_t epochs) {
+  BinaryTrainingOptions o = small_options();
+  o.epochs = epochs;
+  o.patience = 2;
+  o.cosine_schedule = false;
+  return o;
+}
+
+// Three labels of 60/30/30 examples x 32 whose means have the norms `signal`, in DIR/layer_0_activations.h5.
+activations::ActivationFile three_label_file(const std::string& dir, std::vector<double> signal) {
+  SyntheticActivations spec = uniform_synthetic(3, {60, 30, 30}, 32);
+  spec.signal = std::move(signal);
+  return synthetic_file(dir + "/layer_0_activations.h5", spec);
+}
+
 // The largest difference between two weight tensors relative to the largest weight of `b`.
 double max_relative_difference(const at::Tensor& a, const at::Tensor& b) {
   return (a - b).abs().max().item<double>() / b.abs().max().item<double>();
@@ -120,14 +136,8 @@ TEST_CASE("early stopping stops and freezes each probe on its own") {
   // label_00 is noise: the probe learns its train examples by heart, its validation loss rises and its
   // validation AUROC soon stops improving, so it stops after `patience` epochs; label_01 is learnable and keeps
   // improving.
-  SyntheticActivations spec = uniform_synthetic(3, {60, 30, 30}, 32);
-  spec.signal = {0.0, 2.0, 3.0};
-  activations::ActivationFile file = synthetic_file(dir.path() + "/layer_0_activations.h5", spec);
-  BinaryTrainingOptions options = small_options();
-  options.epochs = 15;
-  options.patience = 2;
-  options.cosine_schedule = false;
-  options.lr = 3e-3;
+  activations::ActivationFile file = three_label_file(dir.path(), {0.0, 2.0, 3.0});
+  BinaryTrainingOptions options = patience_options(15);
   BinaryTrainingResult result = train_binary_probes(file, options, at::kCPU, at::kFloat, "early");
   const TrainedLabel& noise = find_label(result, "label_00");
   const TrainedLabel& learnable = find_label(result, "label_01");
@@ -163,14 +173,8 @@ TEST_CASE("an equal validation AUROC with a lower validation loss is an improvem
   // label_00 is far from the rest: its validation AUROC reaches 1 within an epoch or two and stays there while
   // its validation loss falls. The reference kept its first epoch at AUROC 1, an undertrained probe whose test
   // AUROC and F1 were below the last epoch's; here the best epoch moves on with the loss, and training goes on.
-  SyntheticActivations spec = uniform_synthetic(3, {60, 30, 30}, 32);
-  spec.signal = {20.0, 2.0, 3.0};
-  activations::ActivationFile file = synthetic_file(dir.path() + "/layer_0_activations.h5", spec);
-  BinaryTrainingOptions options = small_options();
-  options.epochs = 12;
-  options.patience = 2;
-  options.cosine_schedule = false;
-  options.lr = 3e-3;
+  activations::ActivationFile file = three_label_file(dir.path(), {20.0, 2.0, 3.0});
+  BinaryTrainingOptions options = patience_options(12);
   BinaryTrainingResult result = train_binary_probes(file, options, at::kCPU, at::kFloat, "ties");
   const LabelHistory& h = find_label(result, "label_00").history;
   auto first_at_one = std::find(h.val_auc.begin(), h.val_auc.end(), 1.0) - h.val_auc.begin();
