@@ -97,6 +97,14 @@ void check_same_probe(const BinaryTrainingResult& batched, const BinaryTrainingR
   CHECK(a.val_tuned.threshold == doctest::Approx(b.val_tuned.threshold).epsilon(tolerance));
 }
 
+// The CPU, and the first GPU where LibTorch has one (the suites run on the GPU machine too): the fused CUDA
+// kernels of training must keep probes independent of each other.
+std::vector<at::Device> training_devices() {
+  std::vector<at::Device> devices{at::kCPU};
+  if (at::hasCUDA()) devices.emplace_back(at::kCUDA, 0);
+  return devices;
+}
+
 }  // namespace
 
 TEST_CASE("a linear probe trained among 45 equals the same probe trained alone") {
@@ -104,15 +112,18 @@ TEST_CASE("a linear probe trained among 45 equals the same probe trained alone")
   SyntheticActivations spec = uniform_synthetic(45, {20, 8, 8}, 32);
   spec.signal.assign(45, 2.5);
   activations::ActivationFile file = synthetic_file(dir.path() + "/layer_3_activations.h5", spec);
-  BinaryTrainingOptions options = small_options();
-  BinaryTrainingResult all = train_binary_probes(file, options, at::kCPU, at::kFloat, "all");
-  REQUIRE(all.labels.size() == 45);
-  for (const std::string& label : {"label_00", "label_17", "label_44"}) {
-    options.labels = {label};
-    BinaryTrainingResult alone = train_binary_probes(file, options, at::kCPU, at::kFloat, label);
-    // The only difference is the width of the [B, H] x [H, K] product, which BLAS may sum in another order:
-    // differences of 1e-7 to 1e-6 seen.
-    check_same_probe(all, alone, label, 1e-5);
+  for (at::Device device : training_devices()) {
+    INFO("device " << device.str());
+    BinaryTrainingOptions options = small_options();
+    BinaryTrainingResult all = train_binary_probes(file, options, device, at::kFloat, "all");
+    REQUIRE(all.labels.size() == 45);
+    for (const std::string& label : {"label_00", "label_17", "label_44"}) {
+      options.labels = {label};
+      BinaryTrainingResult alone = train_binary_probes(file, options, device, at::kFloat, label);
+      // The only difference is the width of the [B, H] x [H, K] product, which BLAS may sum in another order:
+      // differences of 1e-7 to 1e-6 seen.
+      check_same_probe(all, alone, label, 1e-5);
+    }
   }
 }
 
@@ -125,10 +136,14 @@ TEST_CASE("a multi-head probe trained among 5 equals the same probe trained alon
   options.kind = ProbeKind::kMultihead;
   options.hidden_dim = 16;
   options.epochs = 4;
-  BinaryTrainingResult all = train_binary_probes(file, options, at::kCPU, at::kFloat, "all");
-  options.labels = {"label_03"};
-  BinaryTrainingResult alone = train_binary_probes(file, options, at::kCPU, at::kFloat, "alone");
-  check_same_probe(all, alone, "label_03", 1e-4);
+  for (at::Device device : training_devices()) {
+    INFO("device " << device.str());
+    options.labels = {};
+    BinaryTrainingResult all = train_binary_probes(file, options, device, at::kFloat, "all");
+    options.labels = {"label_03"};
+    BinaryTrainingResult alone = train_binary_probes(file, options, device, at::kFloat, "alone");
+    check_same_probe(all, alone, "label_03", 1e-4);
+  }
 }
 
 TEST_CASE("early stopping stops and freezes each probe on its own") {
