@@ -132,7 +132,9 @@ std::string f1_chart(const std::vector<TrainedLabel>& labels) {
   return svg + "</svg>";
 }
 
-// Validation AUROC per epoch: one thin line per label, the mean over labels still training in bold.
+// Validation AUROC per epoch: one thin line per label, and in bold the mean over every label, where a probe
+// stopped early counts with its last value (its weights stay as they were), so the mean does not jump when
+// weaker probes stop.
 std::string validation_curves(const std::vector<TrainedLabel>& labels) {
   size_t epochs = 0;
   double low = 1.0;
@@ -148,7 +150,7 @@ std::string validation_curves(const std::vector<TrainedLabel>& labels) {
   };
   auto y_of = [&](double v) { return top + plot_h * (1.0 - (v - low) / (1.0 - low)); };
   std::string svg = fmt::format(R"(<svg width="{}" height="{}" role="img" aria-label="validation AUROC">)", width, height);
-  svg += R"(<text x="0" y="13" font-weight="600">Validation AUROC by epoch (thin: one label; bold: mean; dot: best epoch)</text>)";
+  svg += R"(<text x="0" y="13" font-weight="600">Validation AUROC by epoch (thin: one label; bold: mean, a stopped probe at its last value; dot: best epoch)</text>)";
   for (int tick = 0; tick <= 4; ++tick) {
     double v = low + (1.0 - low) * tick / 4.0;
     svg += fmt::format(R"(<line class="grid" x1="{0}" x2="{1}" y1="{2:.1f}" y2="{2:.1f}"/>)"
@@ -161,14 +163,14 @@ std::string validation_curves(const std::vector<TrainedLabel>& labels) {
   }
   svg += fmt::format(R"(<text x="{}" y="{}" text-anchor="middle">epoch</text>)", left + plot_w / 2, top + plot_h + 32);
   std::vector<double> sum(epochs, 0.0);
-  std::vector<int> count(epochs, 0);
+  int curves = 0;
   for (const TrainedLabel& t : labels) {
+    const std::vector<double>& auc = t.history.val_auc;
+    if (auc.empty()) continue;
+    ++curves;
     std::string points;
-    for (size_t e = 0; e < t.history.val_auc.size(); ++e) {
-      points += fmt::format("{:.1f},{:.1f} ", x_of(e), y_of(t.history.val_auc[e]));
-      sum[e] += t.history.val_auc[e];
-      count[e] += 1;
-    }
+    for (size_t e = 0; e < auc.size(); ++e) points += fmt::format("{:.1f},{:.1f} ", x_of(e), y_of(auc[e]));
+    for (size_t e = 0; e < epochs; ++e) sum[e] += auc[std::min(e, auc.size() - 1)];
     svg += fmt::format(R"(<polyline points="{}" fill="none" stroke="#60a5fa" stroke-opacity="0.45" stroke-width="1">)"
                        R"(<title>{} (best epoch {}, {})</title></polyline>)",
                        points, html_escape(t.label), t.history.best_epoch, number(t.history.best_val_auc));
@@ -179,9 +181,7 @@ std::string validation_curves(const std::vector<TrainedLabel>& labels) {
     }
   }
   std::string mean_points;
-  for (size_t e = 0; e < epochs; ++e) {
-    if (count[e] > 0) mean_points += fmt::format("{:.1f},{:.1f} ", x_of(e), y_of(sum[e] / count[e]));
-  }
+  for (size_t e = 0; e < epochs && curves > 0; ++e) mean_points += fmt::format("{:.1f},{:.1f} ", x_of(e), y_of(sum[e] / curves));
   svg += fmt::format(R"(<polyline points="{}" fill="none" stroke="#0b1f4d" stroke-width="2.5"><title>mean</title></polyline>)",
                      mean_points);
   svg += fmt::format(R"(<line class="axis" x1="{0}" x2="{0}" y1="{1}" y2="{2}"/><line class="axis" x1="{0}" x2="{3}" y1="{2}" y2="{2}"/>)",
@@ -368,7 +368,7 @@ std::string render_binary_report(const std::vector<LayerOutcome>& layers, const 
   if (several) summary.emplace_back(std::to_string(layers[best_layer].layer), "layer with the best mean AUROC");
   html += cards(summary);
   html += R"(<p class="note">Test metrics use each probe's best-epoch weights (the saved ones), chosen by validation )"
-          R"(AUROC. "Tuned" thresholds maximise F1 on the validation split; F1 at 0.5 is the reference's figure.</p>)";
+          R"(AUROC (between equal ones, by the lower validation loss). "Tuned" thresholds maximise F1 on the validation split; F1 at 0.5 is the reference's figure.</p>)";
   if (several) {
     html += "<section><h2>Test AUROC by label and layer</h2>";
     html += R"(<p class="note">Outlined: the layer with the best validation AUROC for that label (the one )"

@@ -13,6 +13,7 @@
 #include "probes/binary_trainer.h"
 #include "probes/multiclass_trainer.h"
 #include "probes/probe_files.h"
+#include "probes/report_html.h"
 #include "probes/synthetic_activations.h"
 #include "test_util.h"
 
@@ -354,4 +355,23 @@ TEST_CASE("a probe whose validation AUROC stays at 0 keeps its first epoch as th
   REQUIRE(always_zero);
   make_directories(dir.path() + "/out");
   CHECK_NOTHROW(save_binary_probes(dir.path() + "/out", result, file.attributes, file.path));
+}
+
+TEST_CASE("the report's mean validation curve keeps a stopped probe at its last value (regression: it jumped)") {
+  // Two probes: one stopped after 2 epochs at 0.6, one ran 3 epochs to 0.97. The mean at epoch 3 is
+  // (0.6 + 0.97) / 2 = 0.785, not the 0.97 of the one still training. On the plot (AUROC axis from 0.5, 260 px
+  // high from y = 24; epochs 1-3 over x = 44-644) that point is (644.0, 24 + 260 (1 - 0.285 / 0.5)) = (644.0, 135.8).
+  TrainedLabel stopped, running;
+  stopped.label = "stopped";
+  stopped.history.val_auc = {0.5, 0.6};
+  stopped.history.best_epoch = 2;
+  running.label = "running";
+  running.history.val_auc = {0.9, 0.95, 0.97};
+  running.history.best_epoch = 3;
+  LayerOutcome layer{7, "layer_7_activations.h5", "out", {stopped, running}, {}, 3, 0.1};
+  std::string report = render_binary_report({layer}, Json::object());
+  size_t mean_title = report.find("<title>mean</title>");
+  REQUIRE(mean_title != std::string::npos);
+  std::string mean_line = report.substr(report.rfind("<polyline", mean_title), mean_title - report.rfind("<polyline", mean_title));
+  CHECK(mean_line.find("644.0,135.8 ") != std::string::npos);
 }
