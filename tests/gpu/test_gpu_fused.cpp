@@ -1,9 +1,11 @@
 // The fused CUDA kernels against the same arithmetic in ATen ops, on odd sizes and every float dtype.
 #include <doctest/doctest.h>
 
+#include "gpu/gpu_test_util.h"
 #include "model/fused_ops.h"
 
 using namespace probekit::model;
+using probekit::testing::max_relative_error;
 
 namespace {
 
@@ -14,11 +16,6 @@ at::Tensor rms(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return x32 * at::rsqrt(x32.pow(2).mean(-1, true) + eps) * weight;
 }
 
-double max_error(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>() /
-         std::max(1e-30, b.to(at::kDouble).abs().max().item<double>());
-}
-
 }  // namespace
 
 TEST_CASE("fused rms_norm and residual_add equal the ATen arithmetic") {
@@ -26,17 +23,17 @@ TEST_CASE("fused rms_norm and residual_add equal the ATen arithmetic") {
     at::Tensor x = at::randn({7, 5, width}, kCuda), weight = at::randn({width}, kCuda) + 1;
     for (at::ScalarType out : {at::kFloat, at::kBFloat16, at::kHalf}) {
       double tolerance = out == at::kFloat ? 1e-5 : 1e-2;
-      CHECK(max_error(fused::rms_norm(x, weight, 1e-6, out), rms(x, weight, 1e-6)) < tolerance);
-      CHECK(max_error(fused::rms_norm(x.to(out), weight, 1e-6, at::kFloat), rms(x.to(out), weight, 1e-6)) < 1e-5);
+      CHECK(max_relative_error(fused::rms_norm(x, weight, 1e-6, out), rms(x, weight, 1e-6)) < tolerance);
+      CHECK(max_relative_error(fused::rms_norm(x.to(out), weight, 1e-6, at::kFloat), rms(x.to(out), weight, 1e-6)) < 1e-5);
     }
     at::Tensor branch = at::randn({7, 5, width}, kCuda).to(at::kBFloat16);
     at::Tensor branch_weight = at::randn({width}, kCuda), norm_weight = at::randn({width}, kCuda);
     auto [sum, normed] = fused::residual_add(x, branch, branch_weight, norm_weight, 1e-6, at::kFloat);
     at::Tensor expected = x + rms(branch, branch_weight, 1e-6);
-    CHECK(max_error(sum, expected) < 1e-5);
-    CHECK(max_error(normed, rms(expected, norm_weight, 1e-6)) < 1e-5);
+    CHECK(max_relative_error(sum, expected) < 1e-5);
+    CHECK(max_relative_error(normed, rms(expected, norm_weight, 1e-6)) < 1e-5);
     auto [plain, none] = fused::residual_add(x, branch, at::Tensor(), at::Tensor(), 1e-6, at::kBFloat16);
-    CHECK(max_error(plain, x + branch.to(at::kFloat)) < 1e-6);
+    CHECK(max_relative_error(plain, x + branch.to(at::kFloat)) < 1e-6);
     CHECK_FALSE(none.defined());
   }
 }
@@ -44,12 +41,12 @@ TEST_CASE("fused rms_norm and residual_add equal the ATen arithmetic") {
 TEST_CASE("fused gated activations equal act(gate) * up") {
   at::Tensor gate_up = at::randn({3, 9, 2 * 1000}, kCuda);
   auto halves = gate_up.chunk(2, -1);
-  CHECK(max_error(fused::gated_activation(gate_up, Activation::kSilu), at::silu(halves[0]) * halves[1]) < 1e-5);
-  CHECK(max_error(fused::gated_activation(gate_up, Activation::kGeluTanh), at::gelu(halves[0], "tanh") * halves[1]) < 1e-5);
-  CHECK(max_error(fused::gated_activation(gate_up, Activation::kGeluExact), at::gelu(halves[0]) * halves[1]) < 1e-5);
+  CHECK(max_relative_error(fused::gated_activation(gate_up, Activation::kSilu), at::silu(halves[0]) * halves[1]) < 1e-5);
+  CHECK(max_relative_error(fused::gated_activation(gate_up, Activation::kGeluTanh), at::gelu(halves[0], "tanh") * halves[1]) < 1e-5);
+  CHECK(max_relative_error(fused::gated_activation(gate_up, Activation::kGeluExact), at::gelu(halves[0]) * halves[1]) < 1e-5);
   at::Tensor bf16 = gate_up.to(at::kBFloat16);
   auto bf16_halves = bf16.chunk(2, -1);
-  CHECK(max_error(fused::gated_activation(bf16, Activation::kGeluTanh),
+  CHECK(max_relative_error(fused::gated_activation(bf16, Activation::kGeluTanh),
                   at::gelu(bf16_halves[0].to(at::kFloat), "tanh") * bf16_halves[1].to(at::kFloat)) < 1e-2);
 }
 
@@ -75,8 +72,8 @@ TEST_CASE("fused queries and keys: per-head norm and rotary embedding, full and 
                                                 norm ? k_weight : at::Tensor(), 1e-6, cos, sin, rotary_dim);
         at::Tensor eq = rotate((norm ? rms(q, q_weight, 1e-6) : q).transpose(1, 2));
         at::Tensor ek = rotate((norm ? rms(k, k_weight, 1e-6) : k).transpose(1, 2));
-        CHECK(max_error(fq, eq) < 1e-5);
-        CHECK(max_error(fk, ek) < 1e-5);
+        CHECK(max_relative_error(fq, eq) < 1e-5);
+        CHECK(max_relative_error(fk, ek) < 1e-5);
       }
     }
   }

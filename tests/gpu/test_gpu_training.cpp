@@ -1,19 +1,16 @@
 // The fused CUDA kernels of probe training against the ATen path the CPU runs.
 #include <doctest/doctest.h>
 
+#include "gpu/gpu_test_util.h"
 #include "probes/binary_trainer.h"
 #include "probes/probe_bank.h"
 
 using namespace probekit::probes;
+using probekit::testing::max_relative_error;
 
 namespace {
 
 const at::Device kCuda(at::kCUDA, 0);
-
-double max_relative_error(const at::Tensor& a, const at::Tensor& b) {
-  at::Tensor x = a.to(at::kCPU).to(at::kDouble), y = b.to(at::kCPU).to(at::kDouble);
-  return (x - y).abs().max().item<double>() / std::max(1e-30, y.abs().max().item<double>());
-}
 
 }  // namespace
 
