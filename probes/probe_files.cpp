@@ -195,6 +195,7 @@ Json save_binary_probes(const std::string& directory, const BinaryTrainingResult
                 {"site", attributes.site},
                 {"position", attributes.position},
                 {"prompt_suffix", attributes.prompt_suffix},
+                {"max_length", attributes.max_length},
                 {"activations", activations_path},
                 {"labels", labels},
                 {"probes", probes},

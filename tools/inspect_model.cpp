@@ -11,6 +11,7 @@
 #include "device/gpu_utils.h"
 #include "io/safetensors.h"
 #include "model/transformer.h"
+#include "readout/readout.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace probekit;
@@ -73,21 +74,7 @@ void write_hidden(const std::string& dir, const std::string& text, const std::st
   options.dtype = target.dtype;
   model::TransformerModel m = model::TransformerModel::load(dir, options);
   std::vector<int32_t> ids = tok.encode(text, true);
-  m.check_inputs(ids);
-  at::Tensor embeddings, final_norm;
-  std::vector<at::Tensor> layers;
-  model::TensorHook hook = [&](std::string_view name, int64_t, const at::Tensor& t) {
-    at::Tensor row = t[0].to(at::kCPU, at::kFloat).contiguous();
-    if (name == "embeddings") embeddings = row;
-    if (name == "resid_post") layers.push_back(row);
-    if (name == "final_norm") final_norm = row;
-  };
-  model::ForwardPass pass;
-  pass.input_ids = at::tensor(std::vector<int64_t>(ids.begin(), ids.end())).unsqueeze(0).to(target.device);
-  pass.final_norm = true;
-  pass.hook = &hook;
-  m.forward(pass);
-  at::Tensor stacked = at::stack(layers).contiguous();
+  readout::HiddenStates states = readout::read_hidden_states(m, ids);
   std::vector<int64_t> ids64(ids.begin(), ids.end());
   auto tensor = [](const std::string& name, const at::Tensor& t) {
     std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
@@ -96,10 +83,11 @@ void write_hidden(const std::string& dir, const std::string& text, const std::st
   safetensors::write_file(output,
                           {{"input_ids", safetensors::DType::kI64, {static_cast<int64_t>(ids64.size())}, ids64.data(),
                             ids64.size() * sizeof(int64_t)},
-                           tensor("embeddings", embeddings), tensor("layers", stacked), tensor("final_norm", final_norm)},
+                           tensor("embeddings", states.embeddings), tensor("layers", states.layers),
+                           tensor("final_norm", states.final_norm)},
                           {{"model", dir}, {"text", text}, {"dtype", device::dtype_name(target.dtype_choice.dtype)}});
   fmt::print("wrote {}: input_ids [{}], embeddings [{}, {}], layers [{}, {}, {}], final_norm [{}, {}]\n", output,
-             ids.size(), ids.size(), m.config().hidden_size, layers.size(), ids.size(), m.config().hidden_size,
+             ids.size(), ids.size(), m.config().hidden_size, states.layers.size(0), ids.size(), m.config().hidden_size,
              ids.size(), m.config().hidden_size);
 }
 

@@ -1,50 +1,19 @@
 #include "capture/capture_options.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <sstream>
 
 #include "common/error.h"
 
 namespace probekit::capture {
 
-Site parse_site(const std::string& name) {
-  if (name == "resid_post") return Site::kResidPost;
-  if (name == "resid_pre") return Site::kResidPre;
-  if (name == "resid_mid") return Site::kResidMid;
-  if (name == "attn_out") return Site::kAttnOut;
-  if (name == "mlp_out") return Site::kMlpOut;
-  fail_usage("--site {}: expected resid_post, resid_pre, resid_mid, attn_out or mlp_out", name);
-}
-
-Position parse_position(const std::string& name) {
-  if (name == "last") return Position::kLast;
-  if (name == "mean") return Position::kMean;
-  if (name == "max") return Position::kMax;
-  if (name == "all") return Position::kAll;
-  fail_usage("--position {}: expected last, mean, max or all", name);
-}
-
-const char* hook_name(Site site) {
-  switch (site) {
-    case Site::kResidPost: return "resid_post";
-    case Site::kResidPre: return "resid_pre";
-    case Site::kResidMid: return "resid_mid";
-    case Site::kAttnOut: return "attn_out";
-    case Site::kMlpOut: return "mlp_out";
-  }
-  return "?";
-}
-
-std::string site_name(Site site) { return hook_name(site); }
-
-std::string position_name(Position position) {
-  switch (position) {
-    case Position::kLast: return "last";
-    case Position::kMean: return "mean";
-    case Position::kMax: return "max";
-    case Position::kAll: return "all";
-  }
-  return "?";
+void parse_shard(const std::string& text, CaptureOptions& options) {
+  int index = -1, count = 0;
+  char tail = 0;
+  if (std::sscanf(text.c_str(), "%d/%d%c", &index, &count, &tail) != 2) fail_usage("--shard {}: expected I/N, e.g. 0/4", text);
+  options.shard_index = index;
+  options.shard_count = count;
 }
 
 std::vector<int64_t> default_layers(int64_t n) {

@@ -8,23 +8,10 @@
 
 #include "data/dataset.h"
 #include "data/splits.h"
+#include "readout/prompts.h"
+#include "readout/sites.h"
 
 namespace probekit::capture {
-
-/// Where in a decoder layer activations are read, in TransformerLens' naming.
-enum class Site { kResidPost, kResidPre, kResidMid, kAttnOut, kMlpOut };
-/// Which token positions become rows.
-enum class Position { kLast, kMean, kMax, kAll };
-
-Site parse_site(const std::string& name);
-Position parse_position(const std::string& name);
-std::string site_name(Site site);
-std::string position_name(Position position);
-/// The hook name of a site in the decoder ("resid_post", ...).
-const char* hook_name(Site site);
-
-/// The reference's prompt suffix, appended to every text before tokenization.
-inline const char* const kDefaultPromptSuffix = "\n\nThe cognitive action being demonstrated here is";
 
 struct CaptureOptions {
   std::string model_dir;
@@ -32,11 +19,11 @@ struct CaptureOptions {
   std::string output_dir = "./data/activations";
   std::string layers;  // "8,17,25,33", "all", or empty for n/4, n/2, 3n/4, n-1
   data::DatasetOptions dataset;
-  std::string prompt_suffix = kDefaultPromptSuffix;
+  std::string prompt_suffix = readout::kDefaultPromptSuffix;
   data::SplitRatios split;
   uint64_t seed = 42;
-  Position position = Position::kLast;
-  Site site = Site::kResidPost;
+  readout::Position position = readout::Position::kLast;
+  readout::Site site = readout::Site::kResidPost;
   int64_t max_length = 0;       // tokens; 0: no limit
   int64_t batch_size = 0;       // examples per forward pass; 0: chosen from a token budget
   int64_t max_gpu_memory = 0;   // bytes the capture may use on the GPU; 0: the device's free memory
@@ -71,6 +58,8 @@ struct CaptureSummary {
 
 /// Default layers of the reference: n // 4, n // 2, 3n // 4, n - 1 (duplicates removed).
 std::vector<int64_t> default_layers(int64_t num_layers);
+/// Parses --shard I/N into the options; anything else is a usage error.
+void parse_shard(const std::string& text, CaptureOptions& options);
 /// Parses --layers ("all", "8,17,25", "8 17", "21-30") against the model's layer count.
 std::vector<int64_t> parse_layers(const std::string& text, int64_t num_layers);
 

@@ -9,11 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "capture/capture_options.h"
 #include "device/gpu_utils.h"
 #include "inference/probe_catalog.h"
 #include "model/transformer.h"
 #include "probes/probe_files.h"
+#include "readout/prompts.h"
+#include "readout/readout.h"
 #include "tokenizer/tokenizer.h"
 
 namespace probekit::inference {
@@ -36,8 +37,10 @@ struct TextScores {
 };
 
 /// Per-token scores of one text: probability[t][l][k] is what the probes give for the prompt made of the
-/// text's first t + 1 tokens followed by the prompt suffix.
+/// text's first t + 1 tokens followed by the prompt suffix. A text longer than the probes' prompt limit is cut
+/// from the start as capture cut it: its first `cut` tokens after the special tokens in front are not scored.
 struct TokenScores {
+  int64_t cut = 0;
   std::vector<int32_t> ids;
   std::vector<std::string> tokens;  // each token as the vocabulary spells it ("▁the", "Ġthe")
   std::vector<std::string> texts;   // each token decoded for people to read (" the")
@@ -62,6 +65,8 @@ class Engine {
   double validation_auc(size_t l, size_t k) const { return aucs_[l][k]; }
   const ProbeCatalog& catalog() const { return catalog_; }
   const std::string& prompt_suffix() const { return prompt_suffix_; }
+  /// The longest prompt the probes are run on: the capture's --max-length, else the model's positions.
+  const readout::PromptLimit& prompt_limit() const { return prompts_->limit(); }
   const device::ComputeTarget& target() const { return target_; }
 
   /// Scores texts in batches.
@@ -75,7 +80,13 @@ class Engine {
 
  private:
   Engine() = default;
-  at::Tensor probabilities(const LayerProbes& probes, const at::Tensor& rows) const;
+  void load_probes(const model::ModelConfig& config);
+  void index_labels();
+  /// Probabilities of rows [N, layers, hidden] into tables[first + n][l][k], for every label with a probe at
+  /// layer l (the tables are sized and NaN-filled by empty_tables).
+  void store_probabilities(const at::Tensor& rows, std::vector<std::vector<std::vector<double>>>& tables,
+                           size_t first) const;
+  std::vector<std::vector<std::vector<double>>> empty_tables(size_t count) const;
 
   EngineOptions options_;
   ProbeCatalog catalog_;
@@ -87,9 +98,9 @@ class Engine {
   std::vector<LayerProbes> probes_;
   std::vector<std::vector<double>> thresholds_, aucs_;
   std::string prompt_suffix_;
-  capture::Site site_ = capture::Site::kResidPost;
-  capture::Position position_ = capture::Position::kLast;
-  int64_t leading_specials_ = 0;
+  int64_t recorded_max_length_ = 0;
+  readout::Request request_;
+  std::unique_ptr<readout::PromptBuilder> prompts_;
 };
 
 }  // namespace probekit::inference

@@ -10,16 +10,16 @@ namespace probekit::model {
 
 const std::vector<Family>& families() {
   static const std::vector<Family> all = {
-      {"llama", resolve_llama, load_llama_style},
-      {"mistral", resolve_mistral, load_llama_style},
-      {"qwen2", resolve_qwen2, load_llama_style},
-      {"qwen3", resolve_qwen3, load_llama_style},
-      {"gemma", resolve_gemma, load_llama_style},
-      {"gemma2", resolve_gemma2, load_llama_style},
-      {"gemma3_text", resolve_gemma3_text, load_llama_style},
-      {"gemma3", resolve_gemma3, load_gemma3_multimodal},
-      {"gpt2", resolve_gpt2, load_gpt2},
-      {"gpt_neox", resolve_gpt_neox, load_gpt_neox},
+      {"llama", resolve_llama, load_llama_style, llama_style_tensor_layer},
+      {"mistral", resolve_mistral, load_llama_style, llama_style_tensor_layer},
+      {"qwen2", resolve_qwen2, load_llama_style, llama_style_tensor_layer},
+      {"qwen3", resolve_qwen3, load_llama_style, llama_style_tensor_layer},
+      {"gemma", resolve_gemma, load_llama_style, llama_style_tensor_layer},
+      {"gemma2", resolve_gemma2, load_llama_style, llama_style_tensor_layer},
+      {"gemma3_text", resolve_gemma3_text, load_llama_style, llama_style_tensor_layer},
+      {"gemma3", resolve_gemma3, load_gemma3_multimodal, gemma3_multimodal_tensor_layer},
+      {"gpt2", resolve_gpt2, load_gpt2, gpt2_tensor_layer},
+      {"gpt_neox", resolve_gpt_neox, load_gpt_neox, gpt_neox_tensor_layer},
   };
   return all;
 }
@@ -38,6 +38,26 @@ void check_positive(int64_t value, const char* what, const std::string& source) 
 }
 
 }  // namespace
+
+int64_t layer_by_prefix(const std::string& name, std::initializer_list<std::string_view> layer_prefixes,
+                        std::initializer_list<std::string_view> unused_prefixes) {
+  auto starts_with = [&](std::string_view prefix) { return name.compare(0, prefix.size(), prefix) == 0; };
+  for (std::string_view prefix : unused_prefixes) {
+    if (starts_with(prefix)) return kUnusedTensor;
+  }
+  for (std::string_view prefix : layer_prefixes) {
+    if (!starts_with(prefix)) continue;
+    size_t digits = prefix.size(), end = name.find('.', digits);
+    if (end == std::string::npos || end == digits || end - digits > 9) continue;
+    if (name.find_first_not_of("0123456789", digits) != end) continue;
+    return std::stoll(name.substr(digits, end - digits));
+  }
+  return kGlobalTensor;
+}
+
+int64_t llama_style_tensor_layer(const std::string& name) {
+  return layer_by_prefix(name, {"model.layers."}, {"lm_head."});
+}
 
 void check_core_dimensions(const ModelConfig& c, const std::string& source) {
   check_positive(c.num_layers, "num_hidden_layers", source);

@@ -3,7 +3,9 @@
 // (names, fusions, transposes). The decoder itself never asks which family it runs.
 #pragma once
 
+#include <initializer_list>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/config.h"
@@ -21,10 +23,17 @@ struct LoadPlan {
   at::ScalarType dtype = at::kFloat;
 };
 
+/// Family::tensor_layer's answer for tensors outside the decoder layers that a load reads (embeddings, final
+/// norm) and for tensors no load ever reads (LM head, vision tower).
+constexpr int64_t kGlobalTensor = -1;
+constexpr int64_t kUnusedTensor = -2;
+
 struct Family {
   const char* model_type;
   void (*resolve)(const RawConfig& raw, ModelConfig& config);
   void (*load)(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan, ModelWeights& weights);
+  /// The decoder layer a checkpoint tensor belongs to, or kGlobalTensor / kUnusedTensor.
+  int64_t (*tensor_layer)(const std::string& name);
 };
 
 /// Every supported family, in the order listed to users.
@@ -38,6 +47,12 @@ void validate_config(const ModelConfig& config, const std::string& source);
 void check_core_dimensions(const ModelConfig& config, const std::string& source);
 
 // Helpers the adapters share.
+
+/// For Family::tensor_layer: N for a name that starts with one of `layer_prefixes` followed by "N."
+/// ("model.layers." + "3.self_attn..."), kUnusedTensor for one that starts with one of `unused_prefixes`,
+/// else kGlobalTensor.
+int64_t layer_by_prefix(const std::string& name, std::initializer_list<std::string_view> layer_prefixes,
+                        std::initializer_list<std::string_view> unused_prefixes);
 
 /// Maps a Hugging Face activation name (hidden_act and friends) to an Activation.
 Activation parse_activation(const std::string& name, const RawConfig& raw, const char* key);
@@ -79,6 +94,10 @@ void resolve_gemma3_text(const RawConfig& raw, ModelConfig& config);
 void resolve_gemma3(const RawConfig& raw, ModelConfig& config);
 void resolve_gpt2(const RawConfig& raw, ModelConfig& config);
 void resolve_gpt_neox(const RawConfig& raw, ModelConfig& config);
+int64_t llama_style_tensor_layer(const std::string& name);
+int64_t gemma3_multimodal_tensor_layer(const std::string& name);
+int64_t gpt2_tensor_layer(const std::string& name);
+int64_t gpt_neox_tensor_layer(const std::string& name);
 void load_llama_style(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan, ModelWeights& weights);
 void load_gemma3_multimodal(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan,
                             ModelWeights& weights);

@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <regex>
 
 #include "common/error.h"
 #include "model/families.h"
@@ -13,23 +12,22 @@ namespace probekit::model {
 
 namespace {
 
-/// Whether a load with `options` reads tensor `name`: decoder layers up to the last needed one and everything
-/// else but the LM head, vision weights and a token embedding table kept on the host (the family adapter
-/// decides the rest; this only steers reading ahead).
-bool loaded_by(const std::string& name, const safetensors::TensorInfo& info, const ModelConfig& c, int64_t last_layer,
+// Whether a load with `options` reads tensor `name`: its family places it in a decoder layer up to the last
+// one needed, or among the other tensors it reads (a token embedding table kept on the host is read lazily).
+bool loaded_by(const Family& family, const std::string& name, const safetensors::TensorInfo& info, const ModelConfig& c,
                const LoadOptions& options) {
-  static const std::regex layer_number(R"(\.(?:layers|h)\.(\d+)\.)");
-  std::smatch match;
-  if (std::regex_search(name, match, layer_number)) return std::stoll(match[1].str()) <= last_layer;
-  if (options.embeddings_on_host && info.shape == std::vector<int64_t>{c.vocab_size, c.hidden_size}) return false;
-  return name.find("lm_head") == std::string::npos && name.find("vision") == std::string::npos;
+  int64_t last = options.last_layer < 0 ? c.num_layers - 1 : options.last_layer;
+  int64_t layer = family.tensor_layer(name);
+  if (layer == kUnusedTensor) return false;
+  if (layer >= 0) return layer <= last;
+  return !(options.embeddings_on_host && info.shape == std::vector<int64_t>{c.vocab_size, c.hidden_size});
 }
 
 std::unique_ptr<Prefetcher> start_read_ahead(const Checkpoint& checkpoint, const ModelConfig& c, const LoadOptions& options) {
-  int64_t last = options.last_layer < 0 ? c.num_layers - 1 : options.last_layer;
+  const Family& family = *find_family(c.model_type);
   return std::make_unique<Prefetcher>(
       checkpoint.byte_ranges([&](const std::string& name, const safetensors::TensorInfo& info) {
-        return loaded_by(name, info, c, last, options);
+        return loaded_by(family, name, info, c, options);
       }),
       8);
 }
@@ -40,6 +38,16 @@ WeightReadAhead::WeightReadAhead(const std::string& dir, const LoadOptions& opti
     : prefetcher_(start_read_ahead(Checkpoint::open(dir), load_config(dir), options)) {}
 
 WeightReadAhead::~WeightReadAhead() = default;
+
+std::vector<std::string> tensors_to_read(const std::string& dir, const LoadOptions& options) {
+  Checkpoint checkpoint = Checkpoint::open(dir);
+  ModelConfig c = load_config(dir);
+  std::vector<std::string> names;
+  for (const std::string& name : checkpoint.names()) {
+    if (loaded_by(*find_family(c.model_type), name, *checkpoint.find(name)->info, c, options)) names.push_back(name);
+  }
+  return names;
+}
 
 TransformerModel TransformerModel::load(const std::string& dir, const LoadOptions& options,
                                         const WeightReadAhead* read_ahead) {
@@ -57,34 +65,9 @@ TransformerModel TransformerModel::load(const std::string& dir, const LoadOption
   auto checkpoint = std::make_shared<const Checkpoint>(Checkpoint::open(dir));
   std::unique_ptr<Prefetcher> own_read_ahead = read_ahead == nullptr ? start_read_ahead(*checkpoint, c, options) : nullptr;
   find_family(c.model_type)->load(*checkpoint, c, plan, model.weights_);
+  model.weight_bytes_ = checkpoint->loaded_bytes();
   if (options.embeddings_on_host) model.mapped_ = std::move(checkpoint);
   return model;
-}
-
-int64_t TransformerModel::weight_bytes() const {
-  int64_t total = 0;
-  auto add = [&](const at::Tensor& t) {
-    if (t.defined()) total += t.numel() * static_cast<int64_t>(t.element_size());
-  };
-  auto add_linear = [&](const Linear& l) {
-    add(l.weight);
-    add(l.bias);
-  };
-  auto add_norm = [&](const Norm& n) {
-    add(n.weight);
-    add(n.bias);
-  };
-  if (!options_.embeddings_on_host) add(weights_.embed_tokens);
-  add(weights_.position_embeddings);
-  for (const LayerWeights& l : weights_.layers) {
-    for (const Norm* n : {&l.attention_input_norm, &l.attention_output_norm, &l.mlp_input_norm, &l.mlp_output_norm,
-                          &l.q_norm, &l.k_norm}) {
-      add_norm(*n);
-    }
-    for (const Linear* linear : {&l.qkv, &l.attention_output, &l.mlp_in, &l.mlp_out}) add_linear(*linear);
-  }
-  add_norm(weights_.final_norm);
-  return total;
 }
 
 void TransformerModel::check_inputs(const std::vector<int32_t>& ids) const {

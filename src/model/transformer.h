@@ -66,7 +66,7 @@ class TransformerModel {
   int64_t loaded_layers() const { return static_cast<int64_t>(weights_.layers.size()); }
   bool has_final_norm() const { return weights_.final_norm.defined(); }
   /// Bytes the loaded weights occupy on the device (a table left in the memory map not counted).
-  int64_t weight_bytes() const;
+  int64_t weight_bytes() const { return weight_bytes_; }
 
   /// Runs the pass and returns the residual stream after its last layer (or the final norm) [B, T, hidden].
   at::Tensor forward(const ForwardPass& pass) const;
@@ -83,6 +83,10 @@ class TransformerModel {
   LoadOptions options_;
   std::shared_ptr<const Checkpoint> mapped_;  // kept open while weights view its memory map
   ModelWeights weights_;
+  int64_t weight_bytes_ = 0;
 };
+
+/// The checkpoint tensors a load with `options` reads from disk (what WeightReadAhead fetches), by name.
+std::vector<std::string> tensors_to_read(const std::string& dir, const LoadOptions& options);
 
 }  // namespace probekit::model

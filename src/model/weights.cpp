@@ -15,9 +15,7 @@
 
 namespace probekit::model {
 
-namespace {
-
-at::ScalarType to_aten(safetensors::DType dtype) {
+at::ScalarType aten_dtype(safetensors::DType dtype) {
   using safetensors::DType;
   switch (dtype) {
     case DType::kF64: return at::kDouble;
@@ -34,17 +32,15 @@ at::ScalarType to_aten(safetensors::DType dtype) {
   return at::kFloat;
 }
 
+namespace {
+
 // A tensor viewing the bytes of a mapped file; the map is read-only and callers only ever copy from it.
 at::Tensor view_tensor(const safetensors::File& file, const safetensors::TensorInfo& info) {
   auto* data = const_cast<uint8_t*>(file.data(info));
-  return at::from_blob(data, info.shape, at::TensorOptions().dtype(to_aten(info.dtype)));
+  return at::from_blob(data, info.shape, at::TensorOptions().dtype(aten_dtype(info.dtype)));
 }
 
 }  // namespace
-
-at::Tensor read_tensor(const safetensors::File& file, const safetensors::TensorInfo& info) {
-  return view_tensor(file, info).clone();
-}
 
 Checkpoint Checkpoint::open(const std::string& dir) {
   Checkpoint checkpoint;
@@ -212,6 +208,7 @@ Checkpoint::Entry WeightScope::checked_entry(const std::string& name, const std:
 
 at::Tensor WeightScope::get(const std::string& name, const std::vector<int64_t>& shape, at::ScalarType dtype) const {
   Checkpoint::Entry entry = checked_entry(name, shape);
+  checkpoint_->loaded_bytes_ += static_cast<int64_t>(entry.info->numel()) * static_cast<int64_t>(c10::elementSize(dtype));
   return view_tensor(*entry.file, *entry.info).to(at::TensorOptions().device(device_).dtype(dtype), /*non_blocking=*/false, /*copy=*/true);
 }
 

@@ -18,8 +18,8 @@
 
 namespace probekit::model {
 
-/// Copies one tensor of a safetensors file into a CPU tensor of its own dtype.
-at::Tensor read_tensor(const safetensors::File& file, const safetensors::TensorInfo& info);
+/// The ATen dtype of a safetensors dtype.
+at::ScalarType aten_dtype(safetensors::DType dtype);
 
 /// The safetensors files of a checkpoint directory and where each tensor lives.
 class Checkpoint {
@@ -44,9 +44,14 @@ class Checkpoint {
   /// The files and byte ranges of the tensors `wanted` accepts, merged where adjacent, in file order.
   std::vector<std::pair<std::string, std::pair<uint64_t, uint64_t>>> byte_ranges(
       const std::function<bool(const std::string&, const safetensors::TensorInfo&)>& wanted) const;
+  /// Bytes of the tensors WeightScope::get has loaded from this checkpoint (in their target dtype): what a
+  /// model's weights occupy on its device, whichever tensors its family reads.
+  int64_t loaded_bytes() const { return loaded_bytes_; }
 
  private:
+  friend class WeightScope;
   std::string dir_;
+  mutable int64_t loaded_bytes_ = 0;
   std::vector<std::unique_ptr<safetensors::File>> files_;
   std::map<std::string, Entry> index_;
 };

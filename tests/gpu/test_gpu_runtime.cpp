@@ -7,6 +7,7 @@
 #include "device/gpu_utils.h"
 #include "io/safetensors.h"
 #include "model/transformer.h"
+#include "tensor_files.h"
 #include "test_paths.h"
 
 using namespace probekit;
@@ -33,8 +34,8 @@ Agreement compare_with_reference(const std::string& name, at::ScalarType dtype) 
   model::TransformerModel m = model::TransformerModel::load(dir, options);
   Agreement agreement;
   for (size_t i = 0; i < meta["texts"].size(); ++i) {
-    at::Tensor ids = model::read_tensor(reference, reference.at(fmt::format("t{}.input_ids", i)));
-    at::Tensor expected = model::read_tensor(reference, reference.at(fmt::format("t{}.layers", i)));  // [L, T, H]
+    at::Tensor ids = testing::read_tensor(reference, reference.at(fmt::format("t{}.input_ids", i)));
+    at::Tensor expected = testing::read_tensor(reference, reference.at(fmt::format("t{}.layers", i)));  // [L, T, H]
     std::vector<at::Tensor> layers;
     model::TensorHook hook = [&](std::string_view site, int64_t, const at::Tensor& t) {
       if (site == "resid_post") layers.push_back(t[0].to(at::kCPU, at::kDouble));

@@ -19,6 +19,7 @@
 #include "io/activation_store.h"
 #include "io/safetensors.h"
 #include "model/transformer.h"
+#include "tensor_files.h"
 #include "test_paths.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -92,7 +93,7 @@ TEST_CASE("capture writes the reference's layout plus our extensions") {
   CHECK(file.attributes.layers == std::vector<int64_t>{1, 3, 4, 5});
   CHECK(file.attributes.label_names == std::vector<std::string>{"analyzing", "noticing", "questioning", "reframing"});
   CHECK(file.attributes.hidden_size == 64);
-  CHECK(file.attributes.prompt_suffix == capture::kDefaultPromptSuffix);
+  CHECK(file.attributes.prompt_suffix == readout::kDefaultPromptSuffix);
   CHECK(file.attributes.position == "last");
   CHECK(file.attributes.site == "resid_post");
   CHECK(file.attributes.dtype == "fp32");
@@ -127,7 +128,7 @@ TEST_CASE("captured last-token rows equal single forward passes of each text") {
       const auto& group = file.split(split);
       for (int64_t row = 0; row < group.examples(); ++row) {
         const std::string& text = d.examples[static_cast<size_t>(group.example_index[static_cast<size_t>(row)])].text;
-        std::vector<int32_t> ids = tok.encode(text + capture::kDefaultPromptSuffix);
+        std::vector<int32_t> ids = tok.encode(text + readout::kDefaultPromptSuffix);
         model::ForwardPass pass;
         pass.input_ids = at::tensor(std::vector<int64_t>(ids.begin(), ids.end())).unsqueeze(0);
         pass.last_layer = layer;
@@ -149,16 +150,16 @@ TEST_CASE("captured rows equal inspect_model hidden for the same texts") {
   data::Dataset d = data::read_dataset(dataset, {});
   const auto& test = file.split(Split::kTest);
   REQUIRE(test.examples() > 0);
-  std::string text = d.examples[static_cast<size_t>(test.example_index[0])].text + capture::kDefaultPromptSuffix;
+  std::string text = d.examples[static_cast<size_t>(test.example_index[0])].text + readout::kDefaultPromptSuffix;
   std::string text_file = tmp.file("text.txt");
   probekit::testing::write_text(text_file, text);
   CommandResult r = run_command(fmt::format("{} hidden --model {} --device cpu --output {} --text \"$(cat {})\"",
                                             tool("inspect_model"), kModel, tmp.file("h.safetensors"), text_file));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
   safetensors::File hidden(tmp.file("h.safetensors"));
-  at::Tensor layers = model::read_tensor(hidden, hidden.at("layers"));  // [L, T, H]
+  at::Tensor layers = testing::read_tensor(hidden, hidden.at("layers"));  // [L, T, H]
   CHECK(layers.size(0) == 6);
-  CHECK(model::read_tensor(hidden, hidden.at("input_ids")).size(0) == layers.size(1));
+  CHECK(testing::read_tensor(hidden, hidden.at("input_ids")).size(0) == layers.size(1));
   at::Tensor expected = layers[3][-1];
   at::Tensor actual = at::from_blob(const_cast<float*>(test.activations.data()), {64}, at::kFloat);
   CHECK((actual - expected).abs().max().item<double>() <= 1e-5 * expected.abs().max().item<double>());
@@ -167,17 +168,17 @@ TEST_CASE("captured rows equal inspect_model hidden for the same texts") {
 TEST_CASE("positions all, mean and max, and the sites of a layer") {
   TempDir tmp;
   std::string dataset = write_dataset(tmp, 12);
-  auto capture_with = [&](capture::Position position, capture::Site site, const std::string& name) {
+  auto capture_with = [&](readout::Position position, readout::Site site, const std::string& name) {
     capture::CaptureOptions o = base_options(dataset, tmp.file(name));
     o.layers = "2,3";
     o.position = position;
     o.site = site;
     return activations::read_activation_file(capture::run_capture(o).files[0]);
   };
-  auto all = capture_with(capture::Position::kAll, capture::Site::kResidPost, "all");
-  auto mean = capture_with(capture::Position::kMean, capture::Site::kResidPost, "mean");
-  auto max = capture_with(capture::Position::kMax, capture::Site::kResidPost, "max");
-  auto last = capture_with(capture::Position::kLast, capture::Site::kResidPost, "last");
+  auto all = capture_with(readout::Position::kAll, readout::Site::kResidPost, "all");
+  auto mean = capture_with(readout::Position::kMean, readout::Site::kResidPost, "mean");
+  auto max = capture_with(readout::Position::kMax, readout::Site::kResidPost, "max");
+  auto last = capture_with(readout::Position::kLast, readout::Site::kResidPost, "last");
   auto tok = tokenizer::Tokenizer::from_file(kModel);
   data::Dataset d = data::read_dataset(dataset, {});
   const auto& tokens = all.split(Split::kTrain);
@@ -185,7 +186,7 @@ TEST_CASE("positions all, mean and max, and the sites of a layer") {
   for (int64_t e = 0; e < tokens.examples(); ++e) {
     int64_t first = tokens.offsets[static_cast<size_t>(e)], end = tokens.offsets[static_cast<size_t>(e) + 1];
     std::vector<int32_t> ids = tok.encode(d.examples[static_cast<size_t>(tokens.example_index[static_cast<size_t>(e)])].text +
-                                          capture::kDefaultPromptSuffix);
+                                          readout::kDefaultPromptSuffix);
     REQUIRE(end - first == static_cast<int64_t>(ids.size()));
     for (int64_t t = first; t < end; ++t) CHECK(tokens.token_ids[static_cast<size_t>(t)] == ids[static_cast<size_t>(t - first)]);
     at::Tensor rows = at::from_blob(const_cast<float*>(tokens.activations.data()) + first * 64, {end - first, 64}, at::kFloat);
@@ -201,7 +202,7 @@ TEST_CASE("positions all, mean and max, and the sites of a layer") {
   auto pre3 = [&] {
     capture::CaptureOptions o = base_options(dataset, tmp.file("pre"));
     o.layers = "3";
-    o.site = capture::Site::kResidPre;
+    o.site = readout::Site::kResidPre;
     return activations::read_activation_file(capture::run_capture(o).files[0]);
   }();
   CHECK(pre3.attributes.site == "resid_pre");
@@ -250,7 +251,7 @@ TEST_CASE("gzip files hold the same data, and long texts are cut from the start"
   auto file = activations::read_activation_file(s.files[0]);
   data::Dataset d = data::read_dataset(dataset, {});
   const auto& train = file.split(Split::kTrain);
-  std::vector<int32_t> ids = tok.encode(d.examples[static_cast<size_t>(train.example_index[0])].text + capture::kDefaultPromptSuffix);
+  std::vector<int32_t> ids = tok.encode(d.examples[static_cast<size_t>(train.example_index[0])].text + readout::kDefaultPromptSuffix);
   if (ids.size() > 12) ids.erase(ids.begin() + 1, ids.end() - 11);
   auto m = model::TransformerModel::load(kModel, {});
   model::ForwardPass pass;
@@ -534,7 +535,7 @@ TEST_CASE("shards of a run, merged, equal the whole run") {
   std::string dataset = write_dataset(tmp, 30);
   capture::CaptureOptions o = base_options(dataset, tmp.file("whole"));
   o.layers = "3";
-  o.position = capture::Position::kAll;
+  o.position = readout::Position::kAll;
   o.dataset.keep_fields = {"domain"};
   capture::run_capture(o);
   o.output_dir = tmp.file("sharded");

@@ -16,6 +16,7 @@
 #include "model/random_checkpoint.h"
 #include "model/transformer.h"
 #include "probes/probe_files.h"
+#include "tensor_files.h"
 #include "test_paths.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -73,11 +74,11 @@ TEST_CASE("printed scores equal sigmoid(w.h + b) from the probe files and inspec
                               tmp.file("h.safetensors"), kText, "\n\nThe cognitive action being demonstrated here is"));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
   safetensors::File hidden(tmp.file("h.safetensors"));
-  at::Tensor h = model::read_tensor(hidden, hidden.at("layers"))[5][-1].to(at::kDouble);
+  at::Tensor h = testing::read_tensor(hidden, hidden.at("layers"))[5][-1].to(at::kDouble);
   for (const Json& p : printed["predictions"]) {
     safetensors::File probe(fmt::format("{}/layer_5/probe_{}.safetensors", probes, p["label"].get<std::string>()));
-    at::Tensor w = model::read_tensor(probe, probe.at("linear.weight")).to(at::kDouble)[0];
-    double b = model::read_tensor(probe, probe.at("linear.bias")).to(at::kDouble)[0].item<double>();
+    at::Tensor w = testing::read_tensor(probe, probe.at("linear.weight")).to(at::kDouble)[0];
+    double b = testing::read_tensor(probe, probe.at("linear.bias")).to(at::kDouble)[0].item<double>();
     double expected = sigmoid((w * h).sum().item<double>() + b);
     CHECK_MESSAGE(std::fabs(p["confidence"].get<double>() - expected) < 1e-5, p["label"].get<std::string>());
   }

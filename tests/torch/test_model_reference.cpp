@@ -9,7 +9,10 @@
 #include "common/json.h"
 #include "io/safetensors.h"
 #include "model/transformer.h"
+#include "readout/readout.h"
+#include "tensor_files.h"
 #include "test_paths.h"
+#include "test_util.h"
 
 using namespace probekit;
 
@@ -24,7 +27,7 @@ Reference read_reference(const std::string& dir) {
   Json meta = read_json_file(dir + "/reference.json");
   Reference r;
   for (size_t i = 0; i < meta["texts"].size(); ++i) {
-    auto get = [&](const std::string& name) { return model::read_tensor(file, file.at(fmt::format("t{}.{}", i, name))); };
+    auto get = [&](const std::string& name) { return testing::read_tensor(file, file.at(fmt::format("t{}.{}", i, name))); };
     r.input_ids.push_back(get("input_ids"));
     r.embeddings.push_back(get("embeddings"));
     r.layers.push_back(get("layers"));
@@ -50,48 +53,34 @@ void check_close(const at::Tensor& actual, const at::Tensor& expected, const std
   CHECK_MESSAGE(error <= tolerance, what, ": relative error ", error, " > ", tolerance, " at ", where);
 }
 
-void check_against_reference(const std::string& name) {
-  std::string dir = std::string(PROBEKIT_FIXTURES) + "/models/" + name;
+// Every reference text run alone (embeddings, every layer, the final norm), then all texts in one batch
+// through the readout: each row's last token equals its single run.
+void check_against_reference(const std::string& dir, const std::string& name) {
   Reference reference = read_reference(dir);
   model::TransformerModel m = model::TransformerModel::load(dir, model::LoadOptions{});
   const int64_t layers = m.config().num_layers;
+  std::vector<readout::Sequence> sequences;
   std::vector<at::Tensor> single_last_tokens;
   for (size_t i = 0; i < reference.input_ids.size(); ++i) {
-    std::map<int64_t, at::Tensor> outputs;
-    model::TensorHook hook = [&](std::string_view site, int64_t layer, const at::Tensor& t) {
-      if (site == "resid_post" || site == "embeddings" || site == "final_norm") {
-        outputs[site == "resid_post" ? layer : site == "embeddings" ? -1 : layers] = t[0];
-      }
-    };
-    model::ForwardPass pass;
-    pass.input_ids = reference.input_ids[i].unsqueeze(0);
-    pass.final_norm = true;
-    pass.hook = &hook;
-    m.forward(pass);
+    at::Tensor ids = reference.input_ids[i];
+    sequences.emplace_back(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+    readout::HiddenStates states = readout::read_hidden_states(m, sequences.back());
     std::string text = fmt::format("{} text {}", name, i);
-    check_close(outputs[-1], reference.embeddings[i], text + " embeddings", 1e-4);
+    check_close(states.embeddings, reference.embeddings[i], text + " embeddings", 1e-4);
     for (int64_t layer = 0; layer < layers; ++layer) {
-      check_close(outputs[layer], reference.layers[i][layer], fmt::format("{} layer {}", text, layer), 1e-4);
+      check_close(states.layers[layer], reference.layers[i][layer], fmt::format("{} layer {}", text, layer), 1e-4);
     }
-    check_close(outputs[layers], reference.final_norm[i], text + " final_norm", 1e-4);
-    single_last_tokens.push_back(outputs[layers - 1][-1]);
+    check_close(states.final_norm, reference.final_norm[i], text + " final_norm", 1e-4);
+    single_last_tokens.push_back(states.layers[layers - 1][-1]);
   }
+  at::Tensor rows = readout::read_rows(m, sequences, {readout::Site::kResidPost, readout::Position::kLast, {layers - 1}, 0});
+  for (size_t b = 0; b < sequences.size(); ++b) {
+    check_close(rows[static_cast<int64_t>(b)][0], single_last_tokens[b], fmt::format("{} batch row {}", name, b), 1e-5);
+  }
+}
 
-  // All texts in one right-padded batch: each row's last real token equals its single run.
-  int64_t longest = 0;
-  for (const auto& ids : reference.input_ids) longest = std::max(longest, ids.size(0));
-  auto batch_size = static_cast<int64_t>(reference.input_ids.size());
-  at::Tensor batch = at::zeros({batch_size, longest}, at::kLong);
-  for (int64_t b = 0; b < batch_size; ++b) {
-    batch[b].narrow(0, 0, reference.input_ids[static_cast<size_t>(b)].size(0)).copy_(reference.input_ids[static_cast<size_t>(b)]);
-  }
-  model::ForwardPass pass;
-  pass.input_ids = batch;
-  at::Tensor out = m.forward(pass);
-  for (int64_t b = 0; b < batch_size; ++b) {
-    int64_t last = reference.input_ids[static_cast<size_t>(b)].size(0) - 1;
-    check_close(out[b][last], single_last_tokens[static_cast<size_t>(b)], fmt::format("{} batch row {}", name, b), 1e-5);
-  }
+void check_against_reference(const std::string& name) {
+  check_against_reference(std::string(PROBEKIT_FIXTURES) + "/models/" + name, name);
 }
 
 }  // namespace
@@ -112,6 +101,34 @@ REFERENCE_TEST("gemma3_multimodal")
 REFERENCE_TEST("gemma3_multimodal_hub_layout")
 REFERENCE_TEST("gpt2")
 REFERENCE_TEST("gpt_neox")
+
+// Regression: published GPT-2 checkpoints name their blocks h.N.* (no "transformer." in front). The loader
+// guessed a tensor's layer with a pattern that needed a dot before "h", so read-ahead fetched every layer.
+TEST_CASE("a GPT-2 checkpoint named without 'transformer.' matches transformers and reads only the layers a run needs") {
+  testing::TempDir tmp;
+  std::string fixture = std::string(PROBEKIT_FIXTURES) + "/models/gpt2", dir = tmp.file("gpt2");
+  testing::copy_dir(fixture, dir);
+  safetensors::File original(fixture + "/model.safetensors");
+  std::vector<safetensors::TensorData> renamed;
+  for (const safetensors::TensorInfo& info : original.tensors()) {
+    std::string name = info.name.rfind("transformer.", 0) == 0 ? info.name.substr(12) : info.name;
+    renamed.push_back({name, info.dtype, info.shape, original.data(info), info.data_end - info.data_begin});
+  }
+  safetensors::write_file(dir + "/model.safetensors", renamed);
+  check_against_reference(dir, "gpt2 without prefix");
+
+  model::LoadOptions capture_two_layers;
+  capture_two_layers.last_layer = 1;
+  std::vector<std::string> read = model::tensors_to_read(dir, capture_two_layers);
+  auto reads = [&](const std::string& prefix) {
+    return std::any_of(read.begin(), read.end(), [&](const std::string& n) { return n.rfind(prefix, 0) == 0; });
+  };
+  CHECK(reads("wte."));
+  CHECK(reads("h.0."));
+  CHECK(reads("h.1."));
+  CHECK_FALSE(reads("h.2."));
+  CHECK_FALSE(reads("h.3."));
+}
 
 // bf16 on the CPU: only the matrix products run in bf16 (residual stream, norms, rope and softmax in fp32).
 // Each layer's hidden states of a text (all its token vectors) must keep cosine >= 0.999 with the fp32

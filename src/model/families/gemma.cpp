@@ -82,6 +82,13 @@ void resolve_gemma3(const RawConfig& raw, ModelConfig& c) {
   c.text_model_type = "gemma3_text";
 }
 
+int64_t gemma3_multimodal_tensor_layer(const std::string& name) {
+  for (std::string_view tower : {"model.language_model.", "language_model.model."}) {
+    if (name.compare(0, tower.size(), tower) == 0) return layer_by_prefix(name.substr(tower.size()), {"layers."}, {});
+  }
+  return kUnusedTensor;  // the vision tower, the projector and the LM head
+}
+
 void load_gemma3_multimodal(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan,
                             ModelWeights& weights) {
   // transformers 5 saves the text tower under model.language_model.*, the published checkpoints under

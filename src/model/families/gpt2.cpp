@@ -34,6 +34,11 @@ void resolve_gpt2(const RawConfig& raw, ModelConfig& c) {
   c.layers.assign(static_cast<size_t>(c.num_layers), LayerSpec{});
 }
 
+int64_t gpt2_tensor_layer(const std::string& name) {
+  // Published GPT-2 checkpoints name blocks h.N.*; GPT2LMHeadModel saves them as transformer.h.N.*.
+  return layer_by_prefix(name, {"h.", "transformer.h."}, {"lm_head."});
+}
+
 void load_gpt2(const Checkpoint& checkpoint, const ModelConfig& c, const LoadPlan& plan, ModelWeights& w) {
   std::string prefix = checkpoint.find("transformer.wte.weight") ? "transformer." : "";
   const WeightScope model(checkpoint, prefix, plan.device, plan.dtype);

@@ -43,6 +43,10 @@ void resolve_gpt_neox(const RawConfig& raw, ModelConfig& c) {
   c.layers.assign(static_cast<size_t>(c.num_layers), LayerSpec{0, rope});
 }
 
+int64_t gpt_neox_tensor_layer(const std::string& name) {
+  return layer_by_prefix(name, {"gpt_neox.layers."}, {"embed_out."});
+}
+
 void load_gpt_neox(const Checkpoint& checkpoint, const ModelConfig& c, const LoadPlan& plan, ModelWeights& w) {
   const WeightScope model(checkpoint, "gpt_neox.", plan.device, plan.dtype);
   const int64_t hidden = c.hidden_size, inner = c.intermediate_size, heads = c.num_heads, head_dim = c.head_dim;

@@ -1,8 +1,8 @@
-#include "capture/pooling.h"
+#include "readout/pooling.h"
 
 #include <limits>
 
-namespace probekit::capture {
+namespace probekit::readout {
 
 namespace {
 // [B, T, 1] mask of the tokens at positions [first, length) of each row.
@@ -34,4 +34,4 @@ at::Tensor real_token_rows(const at::Tensor& hidden, const at::Tensor& lengths) 
   return hidden.reshape({batch * tokens, hidden.size(2)}).index_select(0, rows).to(at::kFloat);
 }
 
-}  // namespace probekit::capture
+}  // namespace probekit::readout

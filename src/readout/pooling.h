@@ -3,9 +3,9 @@
 
 #include <ATen/ATen.h>
 
-#include "capture/capture_options.h"
+#include "readout/sites.h"
 
-namespace probekit::capture {
+namespace probekit::readout {
 
 /// Rows [B, hidden] in fp32: the last real token, or the mean / max over real tokens after the first
 /// `skip_leading` (the BOS a tokenizer puts in front, whose huge norm would swamp a mean).
@@ -14,4 +14,4 @@ at::Tensor pool(const at::Tensor& hidden, const at::Tensor& lengths, Position po
 /// Every real token's row [sum of lengths, hidden] in fp32, example after example.
 at::Tensor real_token_rows(const at::Tensor& hidden, const at::Tensor& lengths);
 
-}  // namespace probekit::capture
+}  // namespace probekit::readout

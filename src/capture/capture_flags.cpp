@@ -1,0 +1,86 @@
+#include "capture/capture_flags.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "common/error.h"
+#include "common/units.h"
+
+namespace probekit::capture {
+
+namespace {
+
+void add_data_flags(CLI::App& app, CaptureFlags& f) {
+  CaptureOptions& o = f.options;
+  app.add_option("--dataset", o.dataset_path, "JSONL file, one labelled example per line")->required();
+  app.add_option("--max-examples", o.dataset.max_examples, "Use only the first N examples (0: all)");
+  app.add_option("--text-field", o.dataset.text_field, "JSON field holding the text")->capture_default_str();
+  app.add_option("--label-field", o.dataset.label_field, "JSON field holding the label (default: cognitive_action, or sentiment)");
+  app.add_option("--keep-fields", f.keep_fields, "Extra JSON fields stored as metadata columns, e.g. domain,emotional_state")
+      ->delimiter(',');
+  app.add_option("--prompt-suffix", o.prompt_suffix, "Text appended to every example; empty to disable")
+      ->capture_default_str();
+  app.add_option("--split", f.split, "Train,val,test ratios")->capture_default_str();
+  app.add_option("--seed", o.seed, "Seed of the stratified split (Python's random)")->capture_default_str();
+  app.add_option("--max-length", o.max_length, "Cut longer prompts from the start of the text (tokens; 0: no limit)");
+  app.add_flag("--skip-invalid", o.dataset.skip_invalid, "Skip bad dataset lines (reported at the end) instead of stopping");
+}
+
+void add_run_flags(CLI::App& app, CaptureFlags& f) {
+  CaptureOptions& o = f.options;
+  app.add_option("--batch-size", o.batch_size, "Examples per forward pass (default: chosen from device memory)");
+  app.add_option("--max-gpu-memory", f.max_gpu_memory, "GPU memory the capture may use, e.g. 40GB (default: what is free)");
+  app.add_option("--device", o.device, "auto|cpu|cuda|cuda:N|rocm|mps")->capture_default_str();
+  app.add_option("--devices", f.devices, "Several GPUs, e.g. 0,1: one model replica on each, sharing the batches")
+      ->delimiter(',');
+  app.add_option("--shard", f.shard, "I/N: run only shard I of N of the examples (separate processes or machines), "
+                                    "into OUTPUT_DIR/shard_I_of_N; join them with merge_activations");
+  app.add_option("--dtype", o.dtype, "auto|fp32|bf16|fp16 (auto: bf16 on capable GPUs, fp32 on CPU)")->capture_default_str();
+  app.add_option("--window", o.window, "Examples per commit to disk (the unit of resumption)")->capture_default_str();
+}
+
+void add_output_flags(CLI::App& app, CaptureFlags& f) {
+  CaptureOptions& o = f.options;
+  app.add_option("--output-dir", o.output_dir, "Where layer_{L}_activations.h5 files go")->capture_default_str();
+  app.add_option("--layers", f.layers, "Layers to capture: 8,17,25 or 21-30 or all (default: n/4, n/2, 3n/4, n-1)")
+      ->delimiter(',');
+  app.add_option("--position", f.position, "Rows per example: last token, mean or max over tokens, or all tokens")
+      ->capture_default_str();
+  app.add_option("--site", f.site, "resid_post (layer output), resid_pre, resid_mid, attn_out or mlp_out")
+      ->capture_default_str();
+  app.add_option("--compression", f.compression, "gzip|none")->capture_default_str();
+  app.add_flag("--resume", o.resume, "Continue an interrupted capture");
+  app.add_flag("--overwrite", o.overwrite, "Replace existing activation files");
+  app.add_flag("--json", f.json, "Print a machine-readable summary on stdout at the end");
+  app.add_option("--format", f.format, "Accepted for compatibility with the reference; only hdf5 is written")
+      ->check(CLI::IsMember({"hdf5"}));
+  app.add_flag("--batch-save,--single-pass", f.legacy_flag, "Accepted for compatibility; always on");
+}
+
+}  // namespace
+
+void add_capture_flags(CLI::App& app, CaptureFlags& flags) {
+  app.add_option("--model", flags.options.model_dir, "Checkpoint directory (config.json, *.safetensors, tokenizer.json)")
+      ->required();
+  add_data_flags(app, flags);
+  add_run_flags(app, flags);
+  add_output_flags(app, flags);
+}
+
+CaptureOptions CaptureFlags::resolve() const {
+  CaptureOptions o = options;
+  o.layers = fmt::format("{}", fmt::join(layers, ","));
+  o.dataset.keep_fields = keep_fields;
+  o.position = readout::parse_position(position);
+  o.site = readout::parse_site(site);
+  o.split = data::parse_split_ratios(split);
+  if (compression != "gzip" && compression != "none") fail_usage("--compression {}: expected gzip or none", compression);
+  o.gzip = compression == "gzip";
+  if (!max_gpu_memory.empty()) o.max_gpu_memory = parse_byte_size(max_gpu_memory, "--max-gpu-memory");
+  if (o.resume && o.overwrite) fail_usage("--resume and --overwrite exclude each other");
+  for (int index : devices) o.devices.push_back(fmt::format("cuda:{}", index));
+  if (!shard.empty()) parse_shard(shard, o);
+  return o;
+}
+
+}  // namespace probekit::capture

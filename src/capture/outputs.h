@@ -1,0 +1,54 @@
+// The layer files of a capture run: opened fresh, resumed, or refused when that would overwrite or ignore
+// earlier work; and each finished window of rows written into them and committed.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "capture/capture_options.h"
+#include "io/activation_store.h"
+
+namespace probekit::capture {
+
+// Examples are run in the order train, val, test, each in the order of its split.
+struct RunItem {
+  int64_t example = 0;  // index into the dataset's examples
+  activations::Split split = activations::Split::kTrain;
+  int64_t row = 0;  // the example's row in its split (within this shard)
+};
+
+/// The batching a run used, kept in its files so a resumed run cuts the same batches (same numbers, bit for
+/// bit).
+struct Batching {
+  int64_t window = 0, token_budget = 0, max_examples = 0;
+
+  std::string encode() const;
+  static Batching decode(const std::string& text);
+};
+
+/// One layer file of the run: its writer, or nothing when a resumed run finds it complete.
+struct LayerOutput {
+  int64_t layer = 0;
+  std::string path;
+  std::optional<activations::ActivationWriter> writer;
+};
+
+/// Prepares the layer files in `dir`; a resumed file's batching replaces `*batching`.
+std::vector<LayerOutput> open_outputs(const CaptureOptions& options, const std::string& dir,
+                                      const std::vector<int64_t>& layers, activations::FileAttributes attributes,
+                                      const std::array<activations::SplitLayout, 3>& layouts, Batching* batching);
+
+/// Rows of one window, per layer, in run order: [layers][rows x hidden].
+struct WindowRows {
+  int64_t begin = 0, end = 0;      // run positions
+  std::vector<int64_t> row_start;  // per run position in the window: first row in the buffers
+  std::vector<std::vector<float>> per_layer;
+};
+
+/// Writes a finished window into every open layer file and commits it.
+void write_window(std::vector<LayerOutput>& outputs, const WindowRows& window, const std::vector<RunItem>& run,
+                  const std::array<activations::SplitLayout, 3>& layouts, readout::Position position, int64_t hidden);
+
+}  // namespace probekit::capture

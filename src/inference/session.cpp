@@ -1,0 +1,222 @@
+#include "inference/session.h"
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <fstream>
+
+#include "common/error.h"
+#include "common/files.h"
+#include "common/json.h"
+#include "inference/reports.h"
+
+namespace probekit::inference {
+
+namespace {
+
+bool single_layer_view(const Engine& engine, bool best_layer) { return engine.layers().size() == 1 || best_layer; }
+
+// The ranked view of one text in the single-layer (or best-layer) layout of the reference's engines.
+Json show_single_layer(const std::string& text, const ScoreTable& table, const Display& d, bool best_layer,
+                       bool interactive) {
+  std::vector<Prediction> shown = shown_predictions(all_predictions(table), d.top_k);
+  if (d.json) return {{"text", text}, {"predictions", predictions_json(shown)}};
+  if (interactive) {
+    fmt::print("\nTop {} predictions:\n", d.top_k);
+  } else {
+    fmt::print("\nAnalyzing text: \"{}\"\n\n{}\n\nDetected labels (top {}):\n\n", text, std::string(70, '-'), d.top_k);
+  }
+  fmt::print("{}\n", format_ranking(shown, best_layer));
+  return {};
+}
+
+// The ranked view of one text over several layers, in the display's mode (or as JSON).
+Json show_layers(const std::string& text, const ScoreTable& table, const Display& d) {
+  if (d.mode == "by-action") {
+    std::vector<LabelSummary> summaries = by_label(table, d.aggregate);
+    if (d.json) {
+      summaries.resize(std::min<size_t>(summaries.size(), static_cast<size_t>(d.top_k)));
+      return {{"text", text}, {"labels", label_summaries_json(summaries)}};
+    }
+    fmt::print("\nTop {} actions ({} confidence across layers):\n\n{}\n", d.top_k,
+               d.aggregate == Aggregate::kMax ? "max" : "mean", format_by_label(summaries, d.top_k, d.aggregate));
+    return {};
+  }
+  if (d.mode == "by-layer") {
+    std::vector<LayerGroup> groups = by_layer(table);
+    if (d.json) {
+      Json layers = Json::array();
+      for (const LayerGroup& g : groups) layers.push_back({{"layer", g.layer}, {"predictions", predictions_json(g.predictions)}});
+      return {{"text", text}, {"layers", layers}};
+    }
+    fmt::print("{}\n", format_by_layer(groups, d.threshold));
+    return {};
+  }
+  std::vector<Prediction> ranked = all_predictions(table);
+  ranked.resize(std::min<size_t>(ranked.size(), static_cast<size_t>(d.top_k)));
+  if (d.json) return {{"text", text}, {"predictions", predictions_json(ranked)}};
+  fmt::print("\nTop {} predictions across all layers:\n\n{}\n", ranked.size(), format_all_layers(ranked));
+  return {};
+}
+
+Json show(const Engine& engine, const std::string& text, const ScoreTable& table, const Display& d, bool best_layer,
+          bool interactive) {
+  if (single_layer_view(engine, best_layer)) return show_single_layer(text, table, d, best_layer, interactive);
+  return show_layers(text, table, d);
+}
+
+void show_per_token(const Engine& engine, const InferenceRequest& r) {
+  TokenScores scores = engine.score_tokens(r.text);
+  TokenTable tokens{scores.tokens, scores.texts, {}};
+  for (const auto& p : scores.probability) tokens.scores.push_back(table_of(engine, p, r.display));
+  if (!r.csv.empty()) write_file_atomic(r.csv, per_token_csv(tokens));
+  if (!r.html.empty()) write_file_atomic(r.html, per_token_html(tokens, "Per-token probe scores"));
+  std::string cut_note = fmt::format("The text is longer than {}: its first {} tokens were cut and are not scored.\n",
+                                     engine.prompt_limit().description, scores.cut);
+  if (r.display.json) {
+    Json rows = Json::array();
+    for (size_t t = 0; t < tokens.tokens.size(); ++t) {
+      rows.push_back({{"position", t}, {"token", tokens.tokens[t]},
+                      {"predictions", predictions_json(all_predictions(tokens.scores[t]))}});
+    }
+    fmt::print("{}\n", dump_json(Json{{"text", r.text}, {"cut_tokens", scores.cut}, {"tokens", rows}}, 2));
+    return;
+  }
+  if (scores.cut > 0) fmt::print("{}", cut_note);
+  fmt::print("{}", per_token_terminal(tokens, 3));
+  if (!r.csv.empty()) fmt::print("wrote {}\n", r.csv);
+  if (!r.html.empty()) fmt::print("wrote {}\n", r.html);
+}
+
+void show_comparison(const Engine& engine, const InferenceRequest& r) {
+  std::vector<TextScores> scores = engine.score({r.text, r.compare});
+  std::vector<Difference> differences = compare_tables(table_of(engine, scores[0].probability, r.display),
+                                                       table_of(engine, scores[1].probability, r.display),
+                                                       r.display.aggregate);
+  if (!r.display.json) {
+    fmt::print("{}", format_comparison(differences, r.display.top_k));
+    return;
+  }
+  Json rows = Json::array();
+  for (size_t i = 0; i < differences.size() && static_cast<int64_t>(i) < r.display.top_k; ++i) {
+    const Difference& d = differences[i];
+    rows.push_back({{"label", d.label}, {"text1_confidence", d.first}, {"text2_confidence", d.second},
+                    {"difference", d.difference}, {"text1_best_layer", d.first_layer}, {"text2_best_layer", d.second_layer}});
+  }
+  fmt::print("{}\n", dump_json(Json{{"text1", r.text}, {"text2", r.compare}, {"biggest_differences", rows}}, 2));
+}
+
+void show_texts(const Engine& engine, const InferenceRequest& r) {
+  std::vector<std::string> texts = r.text.empty() ? read_texts(r.file, r.text_field) : std::vector<std::string>{r.text};
+  std::vector<TextScores> scores = engine.score(texts);
+  Json all = Json::array();
+  for (size_t i = 0; i < texts.size(); ++i) {
+    all.push_back(show(engine, texts[i], table_of(engine, scores[i].probability, r.display), r.display,
+                       r.engine.best_layer, false));
+  }
+  if (r.display.json) fmt::print("{}\n", dump_json(texts.size() == 1 && r.file.empty() ? all[0] : all, 2));
+}
+
+std::string trimmed(const std::string& line) {
+  auto begin = line.find_first_not_of(" \t\r"), end = line.find_last_not_of(" \t\r");
+  return begin == std::string::npos ? "" : line.substr(begin, end - begin + 1);
+}
+
+void interactive_session(const Engine& engine, const InferenceRequest& r, std::istream& input) {
+  fmt::print("\nInteractive mode - enter text to analyze (or 'quit' to exit):\n\n");
+  std::string line;
+  while (true) {
+    fmt::print("Text: ");
+    std::fflush(stdout);
+    if (!std::getline(input, line)) break;
+    std::string text = trimmed(line), lower = text;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower == "quit" || lower == "exit" || lower == "q") break;
+    if (text.empty()) continue;
+    Json shown = show(engine, text, table_of(engine, engine.score({text})[0].probability, r.display), r.display,
+                      r.engine.best_layer, true);
+    if (r.display.json) fmt::print("{}\n", dump_json(shown));
+  }
+}
+
+void check_request(InferenceRequest& r) {
+  r.display.aggregate = parse_aggregate(r.aggregate);
+  if (!r.text.empty() && !r.file.empty()) fail_usage("--text and --file exclude each other");
+  if (!r.compare.empty() && r.text.empty()) fail_usage("--compare needs --text");
+  if (r.per_token && r.text.empty()) fail_usage("--per-token needs --text");
+  if ((!r.csv.empty() || !r.html.empty()) && !r.per_token) fail_usage("--csv and --html go with --per-token");
+}
+
+}  // namespace
+
+ScoreTable table_of(const Engine& engine, const std::vector<std::vector<double>>& probability, const Display& d) {
+  ScoreTable table{engine.layers(), engine.labels(), probability, {}, {}};
+  for (size_t l = 0; l < table.layers.size(); ++l) {
+    table.threshold.emplace_back();
+    table.auc.emplace_back();
+    for (size_t k = 0; k < table.labels.size(); ++k) {
+      table.threshold.back().push_back(d.calibrated ? engine.calibrated_threshold(l, k) : d.threshold);
+      table.auc.back().push_back(engine.validation_auc(l, k));
+    }
+  }
+  return table;
+}
+
+std::vector<std::string> read_texts(const std::string& path, const std::string& field) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail_input("{}: cannot open", path);
+  std::vector<std::string> texts;
+  std::string line;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    if (line.front() != '{') {
+      texts.push_back(line);
+      continue;
+    }
+    Json object = parse_json(line, fmt::format("{}:{}", path, number));
+    auto text = object.find(field);
+    if (text == object.end() || !text->is_string()) fail_input("{}:{}: no string field '{}'", path, number, field);
+    texts.push_back(text->get<std::string>());
+  }
+  if (texts.empty()) fail_input("{}: no texts", path);
+  return texts;
+}
+
+void add_inference_flags(CLI::App& app, InferenceRequest& r) {
+  EngineOptions& e = r.engine;
+  Display& d = r.display;
+  app.add_option("--probes-dir", e.probes_dir, "Probes directory (probes.json, or layer_{L}/ folders)")->required();
+  app.add_option("--model", e.model_dir, "Checkpoint directory the probes were trained on")->required();
+  app.add_option("--layer", e.layer, "Layer to read (default: the layer recorded in the probes)");
+  app.add_option("--layers", e.layers, "Layers of a multi-layer probes directory: 21-30, 8,17 or all (default: all)");
+  app.add_option("--text", r.text, "Text to analyze (without --text or --file: interactive, one text per line)");
+  app.add_option("--file", r.file, "Texts to analyze: one per line, or JSONL with a text field");
+  app.add_option("--text-field", r.text_field, "JSON field of the texts in --file")->capture_default_str();
+  app.add_option("--top-k", d.top_k, "How many labels to show")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--threshold", d.threshold, "Confidence at which a label is marked")->capture_default_str();
+  app.add_flag("--calibrated", d.calibrated, "Mark labels at each probe's validation-tuned threshold instead");
+  app.add_option("--compare", r.compare, "A second text: show the labels that change most from --text to it");
+  app.add_option("--mode", d.mode, "Several layers: all (every label and layer), by-action or by-layer")
+      ->check(CLI::IsMember({"all", "by-action", "by-layer"}))->capture_default_str();
+  app.add_option("--aggregate", r.aggregate, "by-action and --compare over layers: max or mean")->capture_default_str();
+  app.add_flag("--best-layer", e.best_layer, "Score each label at its best layer (per_action_layer_analysis.json)");
+  app.add_flag("--per-token", r.per_token, "Score every token position of --text");
+  app.add_option("--csv", r.csv, "--per-token: write action_name,token_position,token_text,confidence,layer,is_active");
+  app.add_option("--html", r.html, "--per-token: write a self-contained token x label heatmap");
+  app.add_option("--batch-size", e.batch_size, "Texts per forward pass with --file")->capture_default_str();
+  app.add_option("--device", e.device, "auto|cpu|cuda|cuda:N|rocm|mps")->capture_default_str();
+  app.add_option("--dtype", e.dtype, "auto|fp32|bf16|fp16")->capture_default_str();
+  app.add_flag("--json", d.json, "Print JSON on stdout");
+}
+
+void run_inference(InferenceRequest& r, std::istream& input) {
+  check_request(r);
+  Engine engine = Engine::load(r.engine);
+  if (r.per_token) return show_per_token(engine, r);
+  if (!r.compare.empty()) return show_comparison(engine, r);
+  if (!r.text.empty() || !r.file.empty()) return show_texts(engine, r);
+  interactive_session(engine, r, input);
+}
+
+}  // namespace probekit::inference

@@ -1,0 +1,48 @@
+// multi_probe_inference as a library: its flags (declared once) and what it shows for each way it is run
+// (one text or a file of texts, two texts compared, every token of a text, or an interactive session), so
+// the tool is a thin main and tests reach every view.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <istream>
+#include <string>
+
+#include "inference/engine.h"
+#include "inference/ranking.h"
+
+namespace probekit::inference {
+
+/// How results are shown.
+struct Display {
+  int64_t top_k = 5;
+  double threshold = 0.1;
+  bool calibrated = false;
+  std::string mode = "all";  // several layers: all | by-action | by-layer
+  Aggregate aggregate = Aggregate::kMax;
+  bool json = false;
+};
+
+/// Everything multi_probe_inference is asked to do.
+struct InferenceRequest {
+  EngineOptions engine;
+  Display display;
+  std::string text, file, compare, csv, html, text_field = "text", aggregate = "max";
+  bool per_token = false;
+};
+
+/// Declares multi_probe_inference's flags on `app`, writing into `request`.
+void add_inference_flags(CLI::App& app, InferenceRequest& request);
+
+/// Checks the flags, loads the engine and prints what the request asks for on stdout; reads texts from
+/// `input` when neither --text nor --file is given.
+void run_inference(InferenceRequest& request, std::istream& input);
+
+/// The probabilities of one text as a table with the display's thresholds.
+ScoreTable table_of(const Engine& engine, const std::vector<std::vector<double>>& probability, const Display& display);
+
+/// --file: one text per line, or JSON objects with a text field; blank lines skipped.
+std::vector<std::string> read_texts(const std::string& path, const std::string& field);
+
+}  // namespace probekit::inference

@@ -1,0 +1,60 @@
+// Turning a text into the token ids a probe sees: text + prompt suffix, with the tokenizer's special tokens,
+// and long prompts cut from the start of the text so the special tokens in front and the end survive.
+// Capture and inference build prompts here only, so probes are always scored on prompts made the way they
+// were trained.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tokenizer/tokenizer.h"
+
+namespace probekit::readout {
+
+/// The reference's prompt suffix, appended to every text before tokenization.
+inline const char* const kDefaultPromptSuffix = "\n\nThe cognitive action being demonstrated here is";
+
+/// The longest prompt, and what to call that limit in messages ("--max-length 128 tokens").
+struct PromptLimit {
+  int64_t max_length = 0;  // tokens; 0: no limit
+  std::string description;
+};
+
+/// One prompt's token ids and how many tokens of its text the cut removed.
+struct Prompt {
+  std::vector<int32_t> ids;
+  int64_t cut = 0;
+};
+
+class PromptBuilder {
+ public:
+  /// A limit that leaves no room for text after the special tokens in front is a usage error.
+  PromptBuilder(const tokenizer::Tokenizer& tokenizer, std::string suffix, PromptLimit limit);
+
+  /// The prompt of each text (text + suffix with special tokens, cut to the limit), tokenized in parallel.
+  std::vector<Prompt> build(const std::vector<std::string>& texts) const;
+  /// For reading every prefix of a text: the text's ids (with special tokens) cut so that any prefix of them
+  /// followed by suffix_ids() fits the limit.
+  Prompt build_text(const std::string& text) const;
+  /// The suffix on its own, without special tokens.
+  const std::vector<int32_t>& suffix_ids() const { return suffix_ids_; }
+  /// How many tokens the tokenizer puts in front of every text (BOS): 0 or 1 for the supported families.
+  int64_t leading_specials() const { return leading_specials_; }
+  const PromptLimit& limit() const { return limit_; }
+  /// Logs the one warning for prompts that were cut, when any was.
+  void warn_if_cut(const std::vector<Prompt>& prompts) const;
+
+ private:
+  const tokenizer::Tokenizer* tokenizer_;
+  std::string suffix_;
+  PromptLimit limit_;
+  std::vector<int32_t> suffix_ids_;
+  int64_t leading_specials_ = 0;
+};
+
+/// Cuts `ids` so that they and `reserved` more tokens fit `max_length` (0: no limit) by dropping tokens right
+/// after the `leading` special ones; returns how many it dropped.
+int64_t cut_from_start(std::vector<int32_t>& ids, int64_t max_length, int64_t leading, int64_t reserved = 0);
+
+}  // namespace probekit::readout

@@ -1,0 +1,153 @@
+#include "readout/readout.h"
+
+#include <algorithm>
+#include <map>
+
+#include "common/error.h"
+#include "readout/pooling.h"
+
+namespace probekit::readout {
+
+namespace {
+
+// Continuations of read_prefixes run per forward pass (bounds the keys and values held at once).
+constexpr int64_t kPrefixesPerPass = 64;
+
+// A right-padded batch on the model's device.
+struct PaddedBatch {
+  at::Tensor ids;      // [B, T] int64
+  at::Tensor lengths;  // [B] int64
+};
+
+PaddedBatch pad(const std::vector<Sequence>& sequences, at::Device device) {
+  auto count = static_cast<int64_t>(sequences.size());
+  int64_t longest = 0;
+  for (const Sequence& s : sequences) longest = std::max<int64_t>(longest, static_cast<int64_t>(s.size()));
+  at::Tensor ids = at::zeros({count, longest}, at::kLong), lengths = at::empty({count}, at::kLong);
+  auto* ids_data = ids.data_ptr<int64_t>();
+  auto* length_data = lengths.data_ptr<int64_t>();
+  for (int64_t b = 0; b < count; ++b) {
+    const Sequence& s = sequences[static_cast<size_t>(b)];
+    std::copy(s.begin(), s.end(), ids_data + b * longest);
+    length_data[b] = static_cast<int64_t>(s.size());
+  }
+  return {ids.to(device), lengths.to(device)};
+}
+
+at::Tensor to_device_ids(const Sequence& ids, at::Device device) {
+  return at::tensor(std::vector<int64_t>(ids.begin(), ids.end()), at::kLong).to(device);
+}
+
+// Collects, for each requested layer, what `rows_of` makes of the hidden state at the request's site.
+class SiteReader {
+ public:
+  SiteReader(const Request& request, std::function<at::Tensor(const at::Tensor&)> rows_of)
+      : request_(request), rows_of_(std::move(rows_of)), rows_(request.layers.size()) {
+    if (request.layers.empty()) fail_input("no layers to read");
+    for (size_t i = 0; i < request.layers.size(); ++i) slot_[request.layers[i]] = i;
+    hook_ = [this](std::string_view name, int64_t layer, const at::Tensor& hidden) {
+      auto slot = slot_.find(layer);
+      if (name == site_name(request_.site) && slot != slot_.end()) rows_[slot->second] = rows_of_(hidden);
+    };
+  }
+
+  /// Points `pass` at this reader: stop after the deepest layer, give the hook the site only.
+  void attach(model::ForwardPass& pass) const {
+    pass.last_layer = request_.layers.back();
+    pass.hook = &hook_;
+    pass.hook_sites = model::hook_site(site_name(request_.site));
+  }
+  const std::vector<at::Tensor>& rows() const { return rows_; }
+  /// [rows, layers, hidden].
+  at::Tensor stacked() const { return at::stack(rows_, 1); }
+
+ private:
+  const Request& request_;
+  std::function<at::Tensor(const at::Tensor&)> rows_of_;
+  std::map<int64_t, size_t> slot_;
+  std::vector<at::Tensor> rows_;
+  model::TensorHook hook_;
+};
+
+}  // namespace
+
+at::Tensor read_rows(const model::TransformerModel& model, const std::vector<Sequence>& sequences,
+                     const Request& request) {
+  for (const Sequence& s : sequences) model.check_inputs(s);
+  PaddedBatch batch = pad(sequences, model.device());
+  SiteReader reader(request, [&](const at::Tensor& hidden) {
+    return request.position == Position::kAll ? real_token_rows(hidden, batch.lengths)
+                                              : pool(hidden, batch.lengths, request.position, request.skip_leading);
+  });
+  model::ForwardPass pass;
+  pass.input_ids = batch.ids;
+  reader.attach(pass);
+  model.forward(pass);
+  return reader.stacked();
+}
+
+at::Tensor read_prefixes(const model::TransformerModel& model, const Sequence& text, const Sequence& suffix,
+                         const Request& request) {
+  if (request.position != Position::kLast) {
+    fail_input("reading every prefix needs probes trained on the last token (these used position '{}')",
+               position_name(request.position));
+  }
+  Sequence longest = text;
+  longest.insert(longest.end(), suffix.begin(), suffix.end());
+  model.check_inputs(longest);
+  const auto tokens = static_cast<int64_t>(text.size()), suffix_length = static_cast<int64_t>(suffix.size());
+  model::ForwardPass text_pass;
+  text_pass.input_ids = to_device_ids(text, model.device()).unsqueeze(0);
+  // Without a suffix, position t of the text itself is what the probes see for prefix t.
+  if (suffix.empty()) {
+    SiteReader reader(request, [](const at::Tensor& hidden) { return hidden[0].to(at::kFloat); });
+    reader.attach(text_pass);
+    model.forward(text_pass);
+    return reader.stacked();
+  }
+  model::KvCache cache;
+  text_pass.record = &cache;
+  text_pass.last_layer = request.layers.back();
+  model.forward(text_pass);
+
+  // Continuation t: the suffix at positions t + 1 ... t + S, attending to text positions [0, t].
+  auto options = at::TensorOptions().dtype(at::kLong);
+  at::Tensor suffix_ids = to_device_ids(suffix, model.device());
+  std::vector<at::Tensor> parts;
+  for (int64_t first = 0; first < tokens; first += kPrefixesPerPass) {
+    int64_t count = std::min(kPrefixesPerPass, tokens - first);
+    at::Tensor prefix_lengths = at::arange(first + 1, first + count + 1, options);
+    model::ForwardPass pass;
+    pass.input_ids = suffix_ids.unsqueeze(0).expand({count, suffix_length}).contiguous();
+    pass.positions = (prefix_lengths.unsqueeze(1) + at::arange(suffix_length, options).unsqueeze(0)).to(model.device());
+    pass.prefix = &cache;
+    pass.prefix_lengths = prefix_lengths.to(model.device());
+    SiteReader reader(request, [&](const at::Tensor& hidden) { return hidden.select(1, suffix_length - 1).to(at::kFloat); });
+    reader.attach(pass);
+    model.forward(pass);
+    parts.push_back(reader.stacked());
+  }
+  return at::cat(parts);
+}
+
+HiddenStates read_hidden_states(const model::TransformerModel& model, const Sequence& ids) {
+  model.check_inputs(ids);
+  HiddenStates states;
+  std::vector<at::Tensor> layers;
+  model::TensorHook hook = [&](std::string_view name, int64_t, const at::Tensor& t) {
+    at::Tensor row = t[0].to(at::kCPU, at::kFloat).contiguous();
+    if (name == "embeddings") states.embeddings = row;
+    if (name == "resid_post") layers.push_back(row);
+    if (name == "final_norm") states.final_norm = row;
+  };
+  model::ForwardPass pass;
+  pass.input_ids = to_device_ids(ids, model.device()).unsqueeze(0);
+  pass.final_norm = true;
+  pass.hook = &hook;
+  pass.hook_sites = model::kHookEmbeddings | model::kHookResidPost | model::kHookFinalNorm;
+  model.forward(pass);
+  states.layers = at::stack(layers).contiguous();
+  return states;
+}
+
+}  // namespace probekit::readout

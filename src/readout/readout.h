@@ -1,0 +1,48 @@
+// The one place activations are read out of a forward pass. A caller says what it wants (site, position,
+// layers) over a list of token sequences; the readout pads them, runs the model with the hook that request
+// needs and pools the rows. Capture, ranking, per-token scoring and inspect_model all read through here, so
+// a row means the same thing everywhere.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "model/transformer.h"
+#include "readout/sites.h"
+
+namespace probekit::readout {
+
+using Sequence = std::vector<int32_t>;
+
+/// What to read.
+struct Request {
+  Site site = Site::kResidPost;
+  Position position = Position::kLast;
+  std::vector<int64_t> layers;  // ascending, distinct
+  int64_t skip_leading = 0;     // special tokens in front that mean and max pooling leave out (BOS)
+};
+
+/// Rows of `sequences` at the request's site and position, every requested layer from one forward pass:
+/// [rows, layers, hidden] in fp32 on the model's device. One row per sequence, or with Position::kAll one
+/// per token, sequence after sequence.
+at::Tensor read_rows(const model::TransformerModel& model, const std::vector<Sequence>& sequences,
+                     const Request& request);
+
+/// Row t [layers, hidden] is what `request` (position last) reads for the prompt text[0..t] + suffix:
+/// one pass over the text records its keys and values, then batched passes run the suffix after each prefix
+/// on top of them (not one forward per prefix). Returns [T, layers, hidden] in fp32 on the model's device.
+at::Tensor read_prefixes(const model::TransformerModel& model, const Sequence& text, const Sequence& suffix,
+                         const Request& request);
+
+/// One sequence's hidden states as transformers' output_hidden_states gives them, in fp32 on the host.
+struct HiddenStates {
+  at::Tensor embeddings;  // [T, hidden]: the residual stream's input
+  at::Tensor layers;      // [layers, T, hidden]: each loaded layer's output
+  at::Tensor final_norm;  // [T, hidden]
+};
+/// Every loaded layer's output for `ids`, with the embeddings and the final norm (which must be loaded).
+HiddenStates read_hidden_states(const model::TransformerModel& model, const Sequence& ids);
+
+}  // namespace probekit::readout

@@ -1,0 +1,133 @@
+// The readout layer: the prompt builder's cut, and inference applying the cut that capture recorded (on the
+// gpt2 fixture, whose 512 learned positions a long text exceeds).
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "capture/capture.h"
+#include "common/json.h"
+#include "io/activation_store.h"
+#include "io/safetensors.h"
+#include "readout/prompts.h"
+#include "tensor_files.h"
+#include "test_paths.h"
+#include "test_util.h"
+
+using namespace probekit;
+using probekit::testing::CommandResult;
+using probekit::testing::run_command;
+using probekit::testing::TempDir;
+
+namespace {
+
+const std::string kGpt2 = std::string(PROBEKIT_FIXTURES) + "/models/gpt2";
+
+std::string tool(const std::string& name) { return std::string(PROBEKIT_TOOLS_DIR) + "/" + name; }
+
+// About 900 GPT-2 tokens: longer than the fixture's 512 positions.
+std::string long_text() {
+  std::string text = "I examined each part of the problem";
+  for (int day = 0; day < 300; ++day) text += fmt::format(" day {}", day);
+  return text;
+}
+
+// Captures layer 3 of the gpt2 fixture (the long text among short ones, cut at `max_length`; 0: no cut) and
+// trains probes on it: dir/probes.
+void capture_and_train(const TempDir& tmp, int64_t max_length) {
+  static const char* labels[] = {"analyzing", "reframing", "noticing"};
+  std::string lines = Json({{"text", long_text()}, {"cognitive_action", "analyzing"}}).dump() + "\n";
+  for (int i = 0; i < 45; ++i) {
+    lines += Json({{"text", fmt::format("Example {} about {}.", i, labels[i % 3])}, {"cognitive_action", labels[i % 3]}})
+                 .dump() + "\n";
+  }
+  testing::write_text(tmp.file("data.jsonl"), lines);
+  capture::CaptureOptions o;
+  o.model_dir = kGpt2;
+  o.dataset_path = tmp.file("data.jsonl");
+  o.output_dir = tmp.file("activations");
+  o.layers = "3";
+  o.max_length = max_length;
+  o.device = "cpu";
+  capture::run_capture(o);
+  CommandResult trained = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 5 --device cpu --quiet",
+                                                  tool("train_binary_probes"), tmp.file("activations"), tmp.file("probes")));
+  REQUIRE_MESSAGE(trained.exit_code == 0, trained.output);
+}
+
+// The captured row of the dataset's first line (the long text).
+at::Tensor captured_long_text_row(const TempDir& tmp) {
+  auto file = activations::read_activation_file(tmp.file("activations/") + activations::layer_file_name(3));
+  for (const auto& split : file.splits) {
+    for (int64_t i = 0; i < split.examples(); ++i) {
+      if (split.example_index[static_cast<size_t>(i)] != 0) continue;
+      return at::from_blob(const_cast<float*>(split.activations.data()) + i * split.hidden, {split.hidden}, at::kFloat)
+          .to(at::kDouble);
+    }
+  }
+  FAIL("the long text is in no split");
+  return {};
+}
+
+Json json_of(const CommandResult& r) { return Json::parse(r.output.substr(r.output.find('{'))); }
+
+}  // namespace
+
+TEST_CASE("cut_from_start keeps the special tokens in front and the end, leaving room for what follows") {
+  std::vector<int32_t> ids = {1, 10, 11, 12, 13, 14};
+  CHECK(readout::cut_from_start(ids, 0, 1) == 0);
+  CHECK(readout::cut_from_start(ids, 6, 1) == 0);
+  CHECK(readout::cut_from_start(ids, 4, 1) == 2);
+  CHECK(ids == std::vector<int32_t>{1, 12, 13, 14});
+  // Two tokens reserved for a suffix: the ids themselves keep max_length - 2.
+  CHECK(readout::cut_from_start(ids, 4, 1, 2) == 2);
+  CHECK(ids == std::vector<int32_t>{1, 14});
+}
+
+// Regression: inference ignored the --max-length cut recorded by capture and failed on texts longer than the
+// model's positions, advising a flag it does not have.
+TEST_CASE("inference cuts a long text as capture recorded: the scores equal the probes on the captured row") {
+  TempDir tmp;
+  capture_and_train(tmp, 24);
+  Json index = read_json_file(tmp.file("probes/probes.json"));
+  CHECK(index["max_length"] == 24);
+
+  CommandResult r = run_command(fmt::format("{} --probes-dir {} --model {} --device cpu --top-k 3 --json --text \"{}\"",
+                                            tool("multi_probe_inference"), tmp.file("probes"), kGpt2, long_text()));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  CHECK_CONTAINS(r.output, "1 of 1 texts were longer than --max-length 24 tokens");
+  at::Tensor row = captured_long_text_row(tmp);
+  for (const Json& p : json_of(r)["predictions"]) {
+    safetensors::File probe(tmp.file("probes/probe_") + p["label"].get<std::string>() + ".safetensors");
+    at::Tensor w = testing::read_tensor(probe, probe.at("linear.weight")).to(at::kDouble)[0];
+    double b = testing::read_tensor(probe, probe.at("linear.bias")).to(at::kDouble)[0].item<double>();
+    double expected = 1.0 / (1.0 + std::exp(-(w.dot(row).item<double>() + b)));
+    CHECK(p["confidence"].get<double>() == doctest::Approx(expected).epsilon(1e-5));
+  }
+
+  // Per token: only the tokens that survive the cut are scored, and the output says so.
+  r = run_command(fmt::format("{} --probes-dir {} --model {} --device cpu --per-token --json --text \"{}\"",
+                              tool("multi_probe_inference"), tmp.file("probes"), kGpt2, long_text()));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  Json tokens = json_of(r);
+  CHECK(tokens["cut_tokens"].get<int64_t>() > 800);
+  CHECK(tokens["tokens"].size() < 24);
+  r = run_command(fmt::format("{} --probes-dir {} --model {} --device cpu --per-token --text \"{}\"",
+                              tool("multi_probe_inference"), tmp.file("probes"), kGpt2, long_text()));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  CHECK_CONTAINS(r.output, "tokens were cut and are not scored");
+}
+
+TEST_CASE("without a recorded cut, a text over the model's positions is cut at that limit with a warning") {
+  TempDir tmp;
+  capture_and_train(tmp, 512);
+  // The probes record the capture's own cut; without one, the model's positions are the limit.
+  Json index = read_json_file(tmp.file("probes/probes.json"));
+  index["max_length"] = 0;
+  write_json_file(tmp.file("probes/probes.json"), index);
+  CommandResult r = run_command(fmt::format("{} --probes-dir {} --model {} --device cpu --json --text \"{}\"",
+                                            tool("multi_probe_inference"), tmp.file("probes"), kGpt2, long_text()));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  CHECK_CONTAINS(r.output, "were longer than the model's 512 positions and were cut from the start");
+  CHECK(json_of(r)["predictions"].size() >= 1);
+}
