@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "tokenizer/normalizer.h"
+#include "tokenizer/normalizers/normalizer.h"
 #include "tokenizer/regex.h"
 
 namespace probekit::tokenizer {

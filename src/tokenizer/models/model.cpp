@@ -1,6 +1,6 @@
-#include "tokenizer/model.h"
+#include "tokenizer/models/model.h"
 
-#include "tokenizer/bpe_model.h"
+#include "tokenizer/models/bpe/bpe_model.h"
 
 namespace probekit::tokenizer {
 

@@ -1,8 +1,8 @@
-#include "tokenizer/normalizer.h"
+#include "tokenizer/normalizers/normalizer.h"
 
 #include "tokenizer/byte_level.h"
-#include "tokenizer/text_normalizers.h"
-#include "tokenizer/unicode_normalizers.h"
+#include "tokenizer/normalizers/text_normalizers.h"
+#include "tokenizer/normalizers/unicode_normalizers.h"
 
 namespace probekit::tokenizer {
 

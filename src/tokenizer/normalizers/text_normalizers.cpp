@@ -1,4 +1,4 @@
-#include "tokenizer/text_normalizers.h"
+#include "tokenizer/normalizers/text_normalizers.h"
 
 #include <exception>
 

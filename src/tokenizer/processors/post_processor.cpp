@@ -1,6 +1,6 @@
-#include "tokenizer/post_processor.h"
+#include "tokenizer/processors/post_processor.h"
 
-#include "tokenizer/template_processing.h"
+#include "tokenizer/processors/template_processing.h"
 
 namespace probekit::tokenizer {
 namespace {
