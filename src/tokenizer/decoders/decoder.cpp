@@ -1,8 +1,8 @@
 #include "tokenizer/decoders/decoder.h"
 
 #include "tokenizer/byte_level.h"
-#include "tokenizer/normalizers/text_normalizers.h"
 #include "tokenizer/pre_tokenizers/metaspace.h"
+#include "tokenizer/read_pattern.h"
 #include "tokenizer/utf8.h"
 
 namespace probekit::tokenizer {

@@ -3,6 +3,7 @@
 #include "tokenizer/byte_level.h"
 #include "tokenizer/normalizers/text_normalizers.h"
 #include "tokenizer/normalizers/unicode_normalizers.h"
+#include "tokenizer/read_pattern.h"
 
 namespace probekit::tokenizer {
 

@@ -39,7 +39,4 @@ class StripNormalizer : public Normalizer {
   bool left_, right_;
 };
 
-/// Reads {"String": "..."} or {"Regex": "..."}, the pattern of Split, Replace and the Replace decoder.
-Pattern read_pattern(const JsonNode& node);
-
 }  // namespace probekit::tokenizer

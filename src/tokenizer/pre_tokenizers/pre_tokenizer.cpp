@@ -1,10 +1,10 @@
 #include "tokenizer/pre_tokenizers/pre_tokenizer.h"
 
 #include "tokenizer/byte_level.h"
-#include "tokenizer/normalizers/text_normalizers.h"
 #include "tokenizer/pre_tokenizers/char_pre_tokenizers.h"
 #include "tokenizer/pre_tokenizers/metaspace.h"
 #include "tokenizer/pre_tokenizers/split_pre_tokenizer.h"
+#include "tokenizer/read_pattern.h"
 
 namespace probekit::tokenizer {
 
