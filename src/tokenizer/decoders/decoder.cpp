@@ -3,6 +3,7 @@
 #include "tokenizer/byte_level.h"
 #include "tokenizer/pre_tokenizers/metaspace.h"
 #include "tokenizer/read_pattern.h"
+#include "tokenizer/type_table.h"
 #include "tokenizer/utf8.h"
 
 namespace probekit::tokenizer {
@@ -43,6 +44,51 @@ void replace_all(std::string& text, std::string_view from, std::string_view to) 
     pos += to.size();
   }
 }
+
+std::unique_ptr<Decoder> build_sequence(const JsonNode& node) {
+  return std::make_unique<SequenceDecoder>(build_each(node.at("decoders"), make_decoder));
+}
+
+std::unique_ptr<Decoder> build_replace(const JsonNode& node) {
+  return std::make_unique<ReplaceDecoder>(read_pattern(node.at("pattern")), node.string_at("content"));
+}
+
+std::unique_ptr<Decoder> build_strip(const JsonNode& node) {
+  return std::make_unique<StripDecoder>(node.at("content").as_char(), static_cast<size_t>(node.at("start").as_int()),
+                                        static_cast<size_t>(node.at("stop").as_int()));
+}
+
+std::unique_ptr<Decoder> build_metaspace(const JsonNode& node) {
+  char32_t replacement;
+  PrependScheme scheme;
+  read_metaspace(node, replacement, scheme);
+  return std::make_unique<MetaspaceDecoder>(replacement, scheme);
+}
+
+std::unique_ptr<Decoder> build_word_piece(const JsonNode& node) {
+  std::optional<JsonNode> prefix = node.find("prefix");
+  return std::make_unique<WordPieceDecoder>(prefix ? std::string(prefix->as_string()) : "##",
+                                            node.bool_or("cleanup", true));
+}
+
+std::unique_ptr<Decoder> build_bpe(const JsonNode& node) {
+  std::optional<JsonNode> suffix = node.find("suffix");
+  return std::make_unique<BpeDecoder>(suffix ? std::string(suffix->as_string()) : "</w>");
+}
+
+constexpr TypeRow<Decoder> kDecoderTypes[] = {
+    {"ByteLevel", build_plain<Decoder, ByteLevelDecoder>},
+    {"Replace", build_replace},
+    {"ByteFallback", build_plain<Decoder, ByteFallbackDecoder>},
+    {"Fuse", build_plain<Decoder, FuseDecoder>},
+    {"Strip", build_strip},
+    {"Metaspace", build_metaspace},
+    {"WordPiece", build_word_piece},
+    {"BPEDecoder", build_bpe},
+    {"Sequence", build_sequence},
+    // The crate's types that are not built here yet.
+    {"CTC", nullptr},
+};
 
 }  // namespace
 
@@ -144,39 +190,7 @@ void BpeDecoder::decode_chain(std::vector<std::string>& tokens) const {
 }
 
 std::unique_ptr<Decoder> make_decoder(const JsonNode& node) {
-  static constexpr const char* kSupported =
-      "ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace, WordPiece, BPEDecoder, Sequence";
-  std::string type = node.type(kSupported);
-  if (type == "Sequence") {
-    std::vector<std::unique_ptr<Decoder>> steps;
-    for (const JsonNode& item : node.at("decoders").items()) steps.push_back(make_decoder(item));
-    return std::make_unique<SequenceDecoder>(std::move(steps));
-  }
-  if (type == "ByteLevel") return std::make_unique<ByteLevelDecoder>();
-  if (type == "Replace") return std::make_unique<ReplaceDecoder>(read_pattern(node.at("pattern")), node.string_at("content"));
-  if (type == "ByteFallback") return std::make_unique<ByteFallbackDecoder>();
-  if (type == "Fuse") return std::make_unique<FuseDecoder>();
-  if (type == "Strip") {
-    return std::make_unique<StripDecoder>(node.at("content").as_char(), static_cast<size_t>(node.at("start").as_int()),
-                                          static_cast<size_t>(node.at("stop").as_int()));
-  }
-  if (type == "Metaspace") {
-    char32_t replacement;
-    PrependScheme scheme;
-    read_metaspace(node, replacement, scheme);
-    return std::make_unique<MetaspaceDecoder>(replacement, scheme);
-  }
-  if (type == "WordPiece") {
-    std::optional<JsonNode> prefix = node.find("prefix");
-    return std::make_unique<WordPieceDecoder>(prefix ? std::string(prefix->as_string()) : "##",
-                                              node.bool_or("cleanup", true));
-  }
-  if (type == "BPEDecoder") {
-    std::optional<JsonNode> suffix = node.find("suffix");
-    return std::make_unique<BpeDecoder>(suffix ? std::string(suffix->as_string()) : "</w>");
-  }
-  if (type == "CTC") node.fail("decoder type \"CTC\" is not supported yet");
-  node.fail("unknown type \"{}\" (supported: {})", type, kSupported);
+  return build_from_table(node, kDecoderTypes, "decoder type \"{0}\" is not supported yet");
 }
 
 }  // namespace probekit::tokenizer
