@@ -13,8 +13,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "tokenizer/model.h"
-#include "tokenizer/normalizer.h"
+#include "tokenizer/models/model.h"
+#include "tokenizer/normalizers/normalizer.h"
 #include "tokenizer/pieces.h"
 #include "tokenizer/token_matcher.h"
 

@@ -1,14 +1,15 @@
 // GPT-2's byte-level scheme: every byte is shown as a printable character (space as Ġ, newline as Ċ) so
 // that BPE works on bytes through ordinary strings. The same mapping serves as normalizer, pre-tokenizer
-// (optionally splitting with the GPT-2 regex first) and decoder.
+// (optionally splitting with the GPT-2 regex first) and decoder, so it sits beside the pipeline rather than
+// in one stage's folder.
 #pragma once
 
 #include <string>
 #include <string_view>
 
-#include "tokenizer/decoder.h"
-#include "tokenizer/normalizer.h"
-#include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/decoders/decoder.h"
+#include "tokenizer/normalizers/normalizer.h"
+#include "tokenizer/pre_tokenizers/pre_tokenizer.h"
 
 namespace probekit::tokenizer {
 

@@ -10,11 +10,11 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "tokenizer/added_vocabulary.h"
-#include "tokenizer/decoder.h"
-#include "tokenizer/model.h"
-#include "tokenizer/normalizer.h"
-#include "tokenizer/post_processor.h"
-#include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/decoders/decoder.h"
+#include "tokenizer/models/model.h"
+#include "tokenizer/normalizers/normalizer.h"
+#include "tokenizer/pre_tokenizers/pre_tokenizer.h"
+#include "tokenizer/processors/post_processor.h"
 #include "tokenizer/utf8.h"
 
 namespace probekit::tokenizer {

@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer/decoder.h"
+#include "tokenizer/decoders/decoder.h"
 #include "tokenizer/json_node.h"
 #include "json_snippet.h"
-#include "tokenizer/post_processor.h"
+#include "tokenizer/processors/post_processor.h"
 
 using namespace probekit::tokenizer;
 

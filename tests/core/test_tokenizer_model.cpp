@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer/bpe_model.h"
+#include "tokenizer/models/bpe/bpe_model.h"
 #include "tokenizer/json_node.h"
 #include "json_snippet.h"
 

@@ -8,8 +8,8 @@
 
 #include "tokenizer/json_node.h"
 #include "json_snippet.h"
-#include "tokenizer/normalizer.h"
-#include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/normalizers/normalizer.h"
+#include "tokenizer/pre_tokenizers/pre_tokenizer.h"
 
 using namespace probekit::tokenizer;
 

@@ -13,9 +13,9 @@
 #include "test_paths.h"
 #include "test_util.h"
 #include "tokenizer/added_vocabulary.h"
-#include "tokenizer/bpe_model.h"
+#include "tokenizer/models/bpe/bpe_model.h"
 #include "tokenizer/tokenizer.h"
-#include "tokenizer/unicode_normalizers.h"
+#include "tokenizer/normalizers/unicode_normalizers.h"
 
 using namespace probekit::tokenizer;
 

@@ -2,7 +2,7 @@
 // byte-level tokenizers (Llama 3, Qwen) put their word regex here with behavior Isolated.
 #pragma once
 
-#include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/pre_tokenizers/pre_tokenizer.h"
 #include "tokenizer/regex.h"
 
 namespace probekit::tokenizer {

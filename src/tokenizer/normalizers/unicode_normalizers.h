@@ -2,7 +2,7 @@
 // Lowercase, StripAccents and Nmt.
 #pragma once
 
-#include "tokenizer/normalizer.h"
+#include "tokenizer/normalizers/normalizer.h"
 
 namespace probekit::tokenizer {
 

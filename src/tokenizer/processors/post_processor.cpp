@@ -1,6 +1,7 @@
-#include "tokenizer/post_processor.h"
+#include "tokenizer/processors/post_processor.h"
 
-#include "tokenizer/template_processing.h"
+#include "tokenizer/processors/template_processing.h"
+#include "tokenizer/type_table.h"
 
 namespace probekit::tokenizer {
 namespace {
@@ -11,6 +12,26 @@ int32_t read_token_id(const JsonNode& node) {
   if (pair.size() != 2) node.fail("expected [token, id]");
   return static_cast<int32_t>(pair[1].as_int());
 }
+
+std::unique_ptr<PostProcessor> build_sequence(const JsonNode& node) {
+  return std::make_unique<SequenceProcessor>(build_each(node.at("processors"), make_post_processor));
+}
+
+std::unique_ptr<PostProcessor> build_template(const JsonNode& node) { return TemplateProcessor::from_json(node); }
+
+// BertProcessing and RobertaProcessing differ only in the separators around the second sequence.
+template <bool kRoberta>
+std::unique_ptr<PostProcessor> build_bert(const JsonNode& node) {
+  return std::make_unique<BertProcessor>(read_token_id(node.at("cls")), read_token_id(node.at("sep")), kRoberta);
+}
+
+constexpr TypeRow<PostProcessor> kPostProcessorTypes[] = {
+    {"TemplateProcessing", build_template},
+    {"ByteLevel", build_plain<PostProcessor, PassThroughProcessor>},
+    {"BertProcessing", build_bert<false>},
+    {"RobertaProcessing", build_bert<true>},
+    {"Sequence", build_sequence},
+};
 
 }  // namespace
 
@@ -59,21 +80,7 @@ void BertProcessor::process(Encodings& encodings, bool add_special_tokens) const
 }
 
 std::unique_ptr<PostProcessor> make_post_processor(const JsonNode& node) {
-  static constexpr const char* kSupported =
-      "TemplateProcessing, ByteLevel, BertProcessing, RobertaProcessing, Sequence";
-  std::string type = node.type(kSupported);
-  if (type == "Sequence") {
-    std::vector<std::unique_ptr<PostProcessor>> steps;
-    for (const JsonNode& item : node.at("processors").items()) steps.push_back(make_post_processor(item));
-    return std::make_unique<SequenceProcessor>(std::move(steps));
-  }
-  if (type == "TemplateProcessing") return TemplateProcessor::from_json(node);
-  if (type == "ByteLevel") return std::make_unique<PassThroughProcessor>();
-  if (type == "BertProcessing" || type == "RobertaProcessing") {
-    return std::make_unique<BertProcessor>(read_token_id(node.at("cls")), read_token_id(node.at("sep")),
-                                           type == "RobertaProcessing");
-  }
-  node.fail("unknown type \"{}\" (supported: {})", type, kSupported);
+  return build_from_table(node, kPostProcessorTypes);
 }
 
 }  // namespace probekit::tokenizer

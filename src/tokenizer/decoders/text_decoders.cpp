@@ -1,8 +1,5 @@
-#include "tokenizer/decoder.h"
+#include "tokenizer/decoders/text_decoders.h"
 
-#include "tokenizer/byte_level.h"
-#include "tokenizer/metaspace.h"
-#include "tokenizer/text_normalizers.h"
 #include "tokenizer/utf8.h"
 
 namespace probekit::tokenizer {
@@ -45,10 +42,6 @@ void replace_all(std::string& text, std::string_view from, std::string_view to) 
 }
 
 }  // namespace
-
-void SequenceDecoder::decode_chain(std::vector<std::string>& tokens) const {
-  for (const auto& step : steps_) step->decode_chain(tokens);
-}
 
 void ReplaceDecoder::decode_chain(std::vector<std::string>& tokens) const {
   std::vector<Span> matches;
@@ -141,42 +134,6 @@ void WordPieceDecoder::decode_chain(std::vector<std::string>& tokens) const {
 
 void BpeDecoder::decode_chain(std::vector<std::string>& tokens) const {
   for (size_t i = 0; i < tokens.size(); i++) replace_all(tokens[i], suffix_, i + 1 == tokens.size() ? "" : " ");
-}
-
-std::unique_ptr<Decoder> make_decoder(const JsonNode& node) {
-  static constexpr const char* kSupported =
-      "ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace, WordPiece, BPEDecoder, Sequence";
-  std::string type = node.type(kSupported);
-  if (type == "Sequence") {
-    std::vector<std::unique_ptr<Decoder>> steps;
-    for (const JsonNode& item : node.at("decoders").items()) steps.push_back(make_decoder(item));
-    return std::make_unique<SequenceDecoder>(std::move(steps));
-  }
-  if (type == "ByteLevel") return std::make_unique<ByteLevelDecoder>();
-  if (type == "Replace") return std::make_unique<ReplaceDecoder>(read_pattern(node.at("pattern")), node.string_at("content"));
-  if (type == "ByteFallback") return std::make_unique<ByteFallbackDecoder>();
-  if (type == "Fuse") return std::make_unique<FuseDecoder>();
-  if (type == "Strip") {
-    return std::make_unique<StripDecoder>(node.at("content").as_char(), static_cast<size_t>(node.at("start").as_int()),
-                                          static_cast<size_t>(node.at("stop").as_int()));
-  }
-  if (type == "Metaspace") {
-    char32_t replacement;
-    PrependScheme scheme;
-    read_metaspace(node, replacement, scheme);
-    return std::make_unique<MetaspaceDecoder>(replacement, scheme);
-  }
-  if (type == "WordPiece") {
-    std::optional<JsonNode> prefix = node.find("prefix");
-    return std::make_unique<WordPieceDecoder>(prefix ? std::string(prefix->as_string()) : "##",
-                                              node.bool_or("cleanup", true));
-  }
-  if (type == "BPEDecoder") {
-    std::optional<JsonNode> suffix = node.find("suffix");
-    return std::make_unique<BpeDecoder>(suffix ? std::string(suffix->as_string()) : "</w>");
-  }
-  if (type == "CTC") node.fail("decoder type \"CTC\" is not supported yet");
-  node.fail("unknown type \"{}\" (supported: {})", type, kSupported);
 }
 
 }  // namespace probekit::tokenizer

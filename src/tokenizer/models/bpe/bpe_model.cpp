@@ -1,4 +1,4 @@
-#include "tokenizer/bpe_model.h"
+#include "tokenizer/models/bpe/bpe_model.h"
 
 #include <algorithm>
 #include <array>

@@ -4,7 +4,7 @@
 #include <atomic>
 
 #include "common/error.h"
-#include "tokenizer/bpe_model.h"
+#include "tokenizer/models/bpe/bpe_model.h"
 #include "tokenizer/utf8.h"
 
 namespace probekit::tokenizer {

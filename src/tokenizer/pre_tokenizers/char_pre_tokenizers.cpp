@@ -1,4 +1,4 @@
-#include "tokenizer/char_pre_tokenizers.h"
+#include "tokenizer/pre_tokenizers/char_pre_tokenizers.h"
 
 #include "tokenizer/utf8.h"
 

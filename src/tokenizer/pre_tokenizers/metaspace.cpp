@@ -1,4 +1,4 @@
-#include "tokenizer/metaspace.h"
+#include "tokenizer/pre_tokenizers/metaspace.h"
 
 #include "tokenizer/utf8.h"
 

@@ -1,32 +1,13 @@
-// Decoders turn token strings back into text (ByteLevel's characters to bytes, ▁ to spaces, <0xNN> to
-// bytes); the tokenizer concatenates what the chain returns.
+// Decoders that edit the token strings: Replace, ByteFallback, Fuse, Strip, WordPiece and BPEDecoder.
 #pragma once
 
-#include <memory>
 #include <string>
 #include <vector>
 
-#include "tokenizer/json_node.h"
+#include "tokenizer/decoders/decoder.h"
 #include "tokenizer/regex.h"
 
 namespace probekit::tokenizer {
-
-class Decoder {
- public:
-  virtual ~Decoder() = default;
-  /// Rewrites the list of token strings (a step may also merge them).
-  virtual void decode_chain(std::vector<std::string>& tokens) const = 0;
-};
-
-/// Runs decoders one after the other.
-class SequenceDecoder : public Decoder {
- public:
-  explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> steps) : steps_(std::move(steps)) {}
-  void decode_chain(std::vector<std::string>& tokens) const override;
-
- private:
-  std::vector<std::unique_ptr<Decoder>> steps_;
-};
 
 /// Replaces the matches of a pattern in each token.
 class ReplaceDecoder : public Decoder {
@@ -82,8 +63,5 @@ class BpeDecoder : public Decoder {
  private:
   std::string suffix_;
 };
-
-/// Builds the decoder a tokenizer.json node describes, keyed on its "type".
-std::unique_ptr<Decoder> make_decoder(const JsonNode& node);
 
 }  // namespace probekit::tokenizer

@@ -1,6 +1,4 @@
-#include "tokenizer/text_normalizers.h"
-
-#include <exception>
+#include "tokenizer/normalizers/text_normalizers.h"
 
 #include "tokenizer/utf8.h"
 
@@ -46,18 +44,6 @@ void StripNormalizer::normalize(std::string& text) const {
     }
   }
   text = text.substr(begin, end - begin);
-}
-
-Pattern read_pattern(const JsonNode& node) {
-  if (std::optional<JsonNode> literal = node.find("String")) return Pattern::literal(std::string(literal->as_string()));
-  if (std::optional<JsonNode> regex = node.find("Regex")) {
-    try {
-      return Pattern::regex(std::string(regex->as_string()));
-    } catch (const std::exception& e) {
-      regex->fail("{}", e.what());
-    }
-  }
-  node.fail("expected {{\"String\": ...}} or {{\"Regex\": ...}}");
 }
 
 }  // namespace probekit::tokenizer

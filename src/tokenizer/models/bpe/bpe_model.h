@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "tokenizer/flat_maps.h"
-#include "tokenizer/model.h"
+#include "tokenizer/models/model.h"
 
 namespace probekit::tokenizer {
 

@@ -2,7 +2,7 @@
 // CharDelimiterSplit and BertPreTokenizer.
 #pragma once
 
-#include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/pre_tokenizers/pre_tokenizer.h"
 
 namespace probekit::tokenizer {
 

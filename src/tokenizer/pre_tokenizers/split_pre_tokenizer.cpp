@@ -1,4 +1,4 @@
-#include "tokenizer/split_pre_tokenizer.h"
+#include "tokenizer/pre_tokenizers/split_pre_tokenizer.h"
 
 namespace probekit::tokenizer {
 

@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "tokenizer/decoder.h"
-#include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/decoders/decoder.h"
+#include "tokenizer/pre_tokenizers/pre_tokenizer.h"
 
 namespace probekit::tokenizer {
 

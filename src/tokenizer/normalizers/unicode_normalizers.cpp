@@ -1,4 +1,4 @@
-#include "tokenizer/unicode_normalizers.h"
+#include "tokenizer/normalizers/unicode_normalizers.h"
 
 #include <utf8proc.h>
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer/post_processor.h"
+#include "tokenizer/processors/post_processor.h"
 
 namespace probekit::tokenizer {
 

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "tokenizer/normalizer.h"
+#include "tokenizer/normalizers/normalizer.h"
 #include "tokenizer/regex.h"
 
 namespace probekit::tokenizer {
@@ -38,8 +38,5 @@ class StripNormalizer : public Normalizer {
  private:
   bool left_, right_;
 };
-
-/// Reads {"String": "..."} or {"Regex": "..."}, the pattern of Split, Replace and the Replace decoder.
-Pattern read_pattern(const JsonNode& node);
 
 }  // namespace probekit::tokenizer

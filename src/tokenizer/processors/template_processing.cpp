@@ -1,4 +1,4 @@
-#include "tokenizer/template_processing.h"
+#include "tokenizer/processors/template_processing.h"
 
 #include "common/error.h"
 
