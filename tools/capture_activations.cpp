@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   use_passive_openmp_threads(argv);
   CLI::App app{"Capture a model's activations for labelled texts (JSONL) into one HDF5 file per layer"};
   CommonOptions common;
+  common.disk_full_advice = "Files already complete are kept; capture_activations continues from its last commit with --resume.";
   add_common_options(app, common);
   capture::CaptureFlags flags;
   capture::add_capture_flags(app, flags);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run on the GPU machine (Ubuntu, CUDA, torch 2.x in a Python venv): unpacks the carried .debs into /tmp/deps
-# and builds against torch's own LibTorch into /tmp/build. Prints the environment to source for running.
+# and builds against torch's own LibTorch into /tmp/build (or $PROBEKIT_BUILD, from the sources in
+# $PROBEKIT_SOURCE: an earlier tree to compare with). Prints the environment to source for running.
 # Usage: bash scripts/gpu/build.sh [cmake targets...]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -16,9 +17,11 @@ python=$(command -v python3)
 torch_prefix=$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)')
 export PATH="$(dirname "$python"):$PATH"
 export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu:$deps/usr/lib/x86_64-linux-gnu/hdf5/serial:${LD_LIBRARY_PATH:-}"
-cmake -S . -B /tmp/build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+source=${PROBEKIT_SOURCE:-.}
+build=${PROBEKIT_BUILD:-/tmp/build}
+cmake -S "$source" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr" \
   -DHDF5_ROOT="$deps/usr/lib/x86_64-linux-gnu/hdf5/serial" \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DFMT_FIRST="$deps/usr/include" >/tmp/cmake.log 2>&1 || { tail -40 /tmp/cmake.log; exit 1; }
-cmake --build /tmp/build ${1:+--target "$@"} 2>&1 | tail -5
+cmake --build "$build" ${1:+--target "$@"} 2>&1 | tail -5
 echo "export LD_LIBRARY_PATH=$LD_LIBRARY_PATH"

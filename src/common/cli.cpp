@@ -7,6 +7,8 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
+#include <algorithm>
 
 #include "common/error.h"
 #include "common/logging.h"
@@ -21,6 +23,9 @@ void use_passive_openmp_threads(char** argv) {
 }
 
 void add_common_options(CLI::App& app, CommonOptions& options) {
+  app.set_version_flag("--version", std::string("probekit ") + PROBEKIT_VERSION);
+  // These flags may also stand after a subcommand (inspect_model info --model M -v).
+  app.fallthrough();
   app.add_flag("-v,--verbose", options.verbose, "Log debug details");
   app.add_flag("-q,--quiet", options.quiet, "Log warnings and errors only, no progress bars");
   app.add_option("--threads", options.threads, "CPU threads for LibTorch and OpenMP (default: one per core)")
@@ -36,7 +41,7 @@ bool is_out_of_memory_message(const std::string& message) {
   return message.find("out of memory") != std::string::npos || message.find("OutOfMemoryError") != std::string::npos;
 }
 
-std::string explain_failure(const std::exception& error) {
+std::string explain_failure(const std::exception& error, const std::string& disk_full_advice) {
   std::string message = error.what();
   // c10::Error appends a C++ backtrace that helps nobody running a tool.
   for (const char* marker : {"\nException raised from", "Exception raised from"}) {
@@ -49,15 +54,77 @@ std::string explain_failure(const std::exception& error) {
                "--dtype, or free memory used by other processes; the device and its memory are logged at start.";
   }
   if (is_disk_full_message(message)) {
-    message += "\nThe disk is full (or a file size limit was reached): free space and run the command again. Files "
-               "already complete are kept; capture_activations continues from its last commit with --resume.";
+    message += "\nThe disk is full (or a file size limit was reached): free space and run the command again.";
+    if (!disk_full_advice.empty()) message += " " + disk_full_advice;
   }
   return message;
 }
 
+namespace {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The flags of `app` and of the subcommand that was given.
+std::vector<std::string> known_flags(const CLI::App& app) {
+  std::vector<std::string> names;
+  std::vector<const CLI::App*> apps = {&app};
+  for (const CLI::App* sub : app.get_subcommands()) apps.push_back(sub);
+  for (const CLI::App* a : apps) {
+    for (const CLI::Option* option : a->get_options()) {
+      for (const std::string& name : option->get_lnames()) names.push_back("--" + name);
+    }
+  }
+  return names;
+}
+
+// "--thresold" -> " (did you mean --threshold?)" for each unexpected argument that is near a known flag.
+std::string nearest_flag_hints(const CLI::App& app, const std::vector<std::string>& unexpected) {
+  std::string hints;
+  for (std::string given : unexpected) {
+    given = given.substr(0, given.find('='));
+    if (given.rfind("--", 0) != 0) continue;
+    std::string best;
+    size_t best_distance = 3;  // suggest only flags within two edits
+    for (const std::string& name : known_flags(app)) {
+      size_t distance = edit_distance(given, name);
+      if (distance < best_distance) best_distance = distance, best = name;
+    }
+    if (!best.empty()) hints += "\n" + given + ": did you mean " + best + "?";
+  }
+  return hints;
+}
+
+// Output written with printf-style calls is only known to have reached its destination once flushed: a full
+// disk or a closed pipe shows up here, and must not end in a zero exit code.
+void flush_standard_output() {
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    fail("cannot write the output to standard output: {}", std::strerror(errno != 0 ? errno : EIO));
+  }
+}
+
+}  // namespace
+
 int run_tool(CLI::App& app, int argc, char** argv, const CommonOptions& options, const std::function<void()>& body) {
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ExtrasError& e) {
+    configure_logging(false, false);
+    spdlog::error("{}{}", e.what(), nearest_flag_hints(app, app.remaining(true)));
+    spdlog::error("Run with --help for the flags.");
+    return 2;
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
     return code == 0 ? 0 : 2;
@@ -66,15 +133,18 @@ int run_tool(CLI::App& app, int argc, char** argv, const CommonOptions& options,
   // Past a file size limit (ulimit -f) a write would raise SIGXFSZ, which kills the tool mid-file without a
   // word; ignored, the write fails with EFBIG and is reported like a full disk.
   std::signal(SIGXFSZ, SIG_IGN);
+  // A closed pipe on stdout becomes a write error with a message rather than a silent death by SIGPIPE.
+  std::signal(SIGPIPE, SIG_IGN);
   try {
     body();
+    flush_standard_output();
     return 0;
   } catch (const UsageError& e) {
-    spdlog::error("{}", explain_failure(e));
+    spdlog::error("{}", explain_failure(e, options.disk_full_advice));
     spdlog::error("Run with --help for the flags.");
     return 2;
   } catch (const std::exception& e) {
-    spdlog::error("{}", explain_failure(e));
+    spdlog::error("{}", explain_failure(e, options.disk_full_advice));
     return 1;
   } catch (...) {
     spdlog::error("unknown failure");

@@ -14,6 +14,8 @@ struct CommonOptions {
   bool verbose = false;
   bool quiet = false;
   int threads = 0;  // 0: one per core
+  /// Added to the message of a failure that a full disk caused: what the tool can recover (set by the tool).
+  std::string disk_full_advice;
 };
 
 /// Makes idle OpenMP threads sleep rather than spin, by re-executing the program once with
@@ -30,8 +32,8 @@ void add_common_options(CLI::App& app, CommonOptions& options);
 int run_tool(CLI::App& app, int argc, char** argv, const CommonOptions& options, const std::function<void()>& body);
 
 /// The message to show for a failure: LibTorch's C++ backtrace removed, advice added for out-of-memory and a
-/// full disk.
-std::string explain_failure(const std::exception& error);
+/// full disk (`disk_full_advice`: what the tool can recover once space is freed).
+std::string explain_failure(const std::exception& error, const std::string& disk_full_advice = "");
 
 /// True when the message carries the system's reason for a full disk, a file size limit or a quota.
 bool is_disk_full_message(const std::string& message);

@@ -19,19 +19,48 @@
 
 namespace probekit {
 
-MappedFile::MappedFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+namespace {
+
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+void refuse_unless_regular(const std::string& path, mode_t mode) {
+  if (!S_ISREG(mode)) fail("{}: is {}, expected a regular file", path, file_kind(mode));
+}
+
+}  // namespace
+
+int open_input_file(const std::string& path) {
+  // O_NONBLOCK makes opening a FIFO return at once; it is cleared again for the reads of a regular file.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail("cannot open {}: {}", path, std::strerror(errno));
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     int err = errno;
     ::close(fd);
-    fail("cannot stat {}: {}", path, std::strerror(err));
+    if (st.st_mode == 0) fail("cannot stat {}: {}", path, std::strerror(err));
+    refuse_unless_regular(path, st.st_mode);
   }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail("{} is not a regular file", path);
-  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
+void require_input_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) fail("cannot open {}: {}", path, std::strerror(errno));
+  refuse_unless_regular(path, st.st_mode);
+}
+
+MappedFile::MappedFile(const std::string& path) : path_(path) {
+  int fd = open_input_file(path);
+  struct stat st {};
+  ::fstat(fd, &st);
   size_ = static_cast<size_t>(st.st_size);
   if (size_ > 0) {
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -72,12 +101,22 @@ void MappedFile::release() {
 }
 
 std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot open {}: {}", path, std::strerror(errno));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) fail("cannot read {}", path);
-  return buffer.str();
+  int fd = open_input_file(path);
+  std::string contents;
+  char buffer[1 << 16];
+  while (true) {
+    ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      fail("cannot read {}: {}", path, std::strerror(err));
+    }
+    if (n == 0) break;
+    contents.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return contents;
 }
 
 void write_file_atomic(const std::string& path, std::string_view contents) {
@@ -148,6 +187,7 @@ void copy_tree(const std::string& from, const std::string& to) {
     for (const std::string& name : list_directory(from)) copy_tree(from + "/" + name, to + "/" + name);
     return;
   }
+  require_input_file(from);
   std::ifstream in(from, std::ios::binary);
   if (!in) fail("cannot open {}", from);
   std::ofstream out(to, std::ios::binary | std::ios::trunc);

@@ -33,6 +33,14 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+/// Opens an input file for reading without ever blocking: a FIFO, a device, a directory or a socket (also
+/// behind a symlink) is refused naming what it is, where a plain open would wait forever for a FIFO's writer.
+/// Returns the descriptor (close it); throws naming the file.
+int open_input_file(const std::string& path);
+/// Throws unless `path` is a regular file (or a symlink to one), naming what it is instead; for inputs that
+/// a library opens by name (HDF5, streams).
+void require_input_file(const std::string& path);
+
 /// Reads a whole file into a string; throws naming the file.
 std::string read_file(const std::string& path);
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/files.h"
 
 namespace probekit {
 
@@ -95,6 +96,7 @@ std::string Sha256::hex_digest() {
 }
 
 std::string sha256_file(const std::string& path) {
+  require_input_file(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("cannot open {}", path);
   Sha256 hash;

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "common/json.h"
 
 namespace probekit::data {
@@ -46,6 +47,8 @@ std::string choose_label_field(const Json& first, const DatasetOptions& options,
 }  // namespace
 
 Dataset read_dataset(const std::string& path, const DatasetOptions& options) {
+  if (!path_exists(path)) fail_input("{}: cannot open the dataset: no such file", path);
+  require_input_file(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail_input("{}: cannot open the dataset", path);
   Dataset dataset;

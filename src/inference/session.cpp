@@ -163,6 +163,7 @@ ScoreTable table_of(const Engine& engine, const std::vector<std::vector<double>>
 }
 
 std::vector<std::string> read_texts(const std::string& path, const std::string& field) {
+  require_input_file(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail_input("{}: cannot open", path);
   std::vector<std::string> texts;

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "common/error.h"
+#include "common/files.h"
 
 namespace probekit::hdf5 {
 
@@ -134,6 +135,7 @@ Handle create_file(const std::string& path) {
 }
 
 Handle open_file(const std::string& path, bool writable) {
+  require_input_file(path);
   prepare_library();
   return Handle(check(H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT),
                       "cannot open HDF5 file " + path),

@@ -47,14 +47,15 @@ Checkpoint Checkpoint::open(const std::string& dir) {
   checkpoint.dir_ = dir;
   std::string single = dir + "/model.safetensors";
   std::string index_path = dir + "/model.safetensors.index.json";
-  if (is_regular_file(single)) {
+  // Anything at the name is opened, so a directory or a FIFO there is named as such rather than missing.
+  if (path_exists(single)) {
     checkpoint.files_.push_back(std::make_unique<safetensors::File>(single));
     for (const auto& info : checkpoint.files_[0]->tensors()) {
       checkpoint.index_[info.name] = Entry{checkpoint.files_[0].get(), &info};
     }
     return checkpoint;
   }
-  if (!is_regular_file(index_path)) {
+  if (!path_exists(index_path)) {
     fail("{}: no model.safetensors or model.safetensors.index.json (only safetensors checkpoints are supported)", dir);
   }
   Json index = read_json_file(index_path);
@@ -67,7 +68,7 @@ Checkpoint Checkpoint::open(const std::string& dir) {
     if (shard.find('/') != std::string::npos) fail("{}: shard name '{}' must be a plain file name", index_path, shard);
     if (!shards.count(shard)) {
       std::string shard_path = dir + "/" + shard;
-      if (!is_regular_file(shard_path)) fail("{}: shard {} listed in the index is missing", index_path, shard_path);
+      if (!path_exists(shard_path)) fail("{}: shard {} listed in the index is missing", index_path, shard_path);
       checkpoint.files_.push_back(std::make_unique<safetensors::File>(shard_path));
       shards[shard] = checkpoint.files_.back().get();
     }

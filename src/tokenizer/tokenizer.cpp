@@ -122,7 +122,7 @@ Tokenizer Tokenizer::from_json(std::string_view json, const std::string& source)
 Tokenizer Tokenizer::from_file(const std::string& path_or_checkpoint_dir) {
   std::string path = is_directory(path_or_checkpoint_dir) ? path_or_checkpoint_dir + "/tokenizer.json"
                                                           : path_or_checkpoint_dir;
-  if (!is_regular_file(path)) fail("{}: no such file", path);
+  if (!path_exists(path)) fail("{}: no such file", path);
   MappedFile file(path);
   return from_json(file.view(), path);
 }
