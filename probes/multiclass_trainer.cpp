@@ -21,13 +21,6 @@ namespace {
 // Test rows whose logits are stored with the probes so that a reader can check it loads them right.
 constexpr int64_t kCheckRows = 8;
 
-void check_options(const MulticlassTrainingOptions& o) {
-  if (o.batch_size <= 0) fail_usage("--batch-size must be positive, got {}", o.batch_size);
-  if (o.epochs <= 0) fail_usage("--epochs must be positive, got {}", o.epochs);
-  if (!(o.lr > 0.0)) fail_usage("--lr must be positive, got {}", o.lr);
-  if (o.weight_decay < 0.0) fail_usage("--weight-decay must not be negative, got {}", o.weight_decay);
-}
-
 // CrossEntropyLoss per example and its gradient by the logits (before the mean): softmax - onehot.
 std::pair<at::Tensor, at::Tensor> cross_entropy(const at::Tensor& logits, const at::Tensor& labels) {
   at::Tensor log_probs = at::log_softmax(logits, 1);
@@ -65,7 +58,7 @@ MulticlassTrainingResult train_multiclass_probe(const activations::ActivationFil
                                                 const MulticlassTrainingOptions& options, at::Device device,
                                                 at::ScalarType dtype, const std::string& progress_label) {
   auto started = std::chrono::steady_clock::now();
-  check_options(options);
+  check_training_options(options);
   check_per_example(file);
   const auto& names = file.attributes.label_names;
   const auto& train_split = file.split(activations::Split::kTrain);
@@ -78,11 +71,7 @@ MulticlassTrainingResult train_multiclass_probe(const activations::ActivationFil
     if (train_counts[c] == 0) spdlog::warn("{}: label '{}' has no train example; its output is never trained", file.path, names[c]);
   }
 
-  ProbeShape shape;
-  shape.kind = options.kind;
-  shape.input_dim = file.attributes.hidden_size;
-  shape.hidden_dim = options.hidden_dim;
-  shape.outputs = static_cast<int64_t>(names.size());
+  ProbeShape shape = probe_shape(options, file.attributes.hidden_size, static_cast<int64_t>(names.size()));
   auto classes = shape.outputs;
   at::TensorOptions tensor_options = at::TensorOptions().device(device).dtype(dtype);
   at::Tensor train_x = activation_tensor(train_split, tensor_options);
@@ -173,6 +162,7 @@ Json multiclass_metrics_json(const MulticlassTrainingResult& result) {
 }
 
 Json run_multiclass_training(const MulticlassRunOptions& options) {
+  check_training_options(options.training);
   device::ComputeTarget target = select_training_compute(options.device, options.dtype);
   activations::ActivationFile file = activations::read_activation_file(options.activations);
   make_directories(options.output_dir);
