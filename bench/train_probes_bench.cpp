@@ -21,6 +21,7 @@
 #include "probes/probe_files.h"
 #include "probes/synthetic_activations.h"
 #include "probes/training_data.h"
+#include "probes/training_flags.h"
 
 using namespace probekit;
 
@@ -43,11 +44,8 @@ int main(int argc, char** argv) {
   int64_t labels = 45, hidden = 2560, repeats = 2, layer = 0;
   std::array<int64_t, 3> per_label = {70, 15, 15};
   double signal = 8.0;
-  std::string model_type = "linear", work_dir;
-  app.add_option("--device", run.device, "auto|cpu|cuda")->capture_default_str();
-  app.add_option("--dtype", run.dtype, "auto (fp32)|fp32|bf16")->capture_default_str();
-  app.add_option("--model-type", model_type, "linear|multihead")->capture_default_str();
-  app.add_option("--epochs", t.epochs, "Epochs (no early stopping)")->capture_default_str();
+  std::string work_dir;
+  probes::add_training_flags(app, probes::TrainingTool::kBench, run);
   app.add_option("--labels", labels, "Labels (one probe each)")->capture_default_str();
   app.add_option("--hidden", hidden, "Activation width")->capture_default_str();
   app.add_option("--signal", signal, "Norm of each label's mean (noise is N(0, I))")->capture_default_str();
@@ -57,7 +55,6 @@ int main(int argc, char** argv) {
 
   return run_tool(app, argc, argv, common, [&] {
     int threads = device::configure_threads(common.threads);
-    t.kind = probes::parse_kind(model_type);
     bool temporary = work_dir.empty();
     if (temporary) work_dir = fmt::format("{}/train_probes_bench_{}", temp_directory(), getpid());
     make_directories(work_dir);
@@ -90,7 +87,7 @@ int main(int argc, char** argv) {
                     {"device", target.device.str()},
                     {"dtype", probes::dtype_label(target.dtype)},
                     {"threads", threads},
-                    {"model_type", model_type},
+                    {"model_type", probes::kind_name(t.kind)},
                     {"probes", labels},
                     {"shape", fmt::format("{}/{}/{} x {}", labels * per_label[0], labels * per_label[1], labels * per_label[2], hidden)},
                     {"epochs", t.epochs},

@@ -229,6 +229,7 @@ Json per_action_layer_analysis_json(const std::vector<LayerOutcome>& layers) {
 
 Json run_binary_training(const BinaryRunOptions& options) {
   auto started = std::chrono::steady_clock::now();
+  check_binary_training_options(options.training);
   std::vector<std::string> files = activations::find_activation_files(options.activations);
   if (files.empty()) fail_usage("--activations: no activation file given");
   device::ComputeTarget target = select_training_compute(options.device, options.dtype);

@@ -25,14 +25,6 @@ namespace {
 // Test rows whose logits are stored with the probes so that a reader can check it loads them right.
 constexpr int64_t kCheckRows = 8;
 
-void check_options(const BinaryTrainingOptions& o) {
-  if (o.batch_size <= 0) fail_usage("--batch-size must be positive, got {}", o.batch_size);
-  if (o.epochs <= 0) fail_usage("--epochs must be positive, got {}", o.epochs);
-  if (!(o.lr > 0.0)) fail_usage("--lr must be positive, got {}", o.lr);
-  if (o.weight_decay < 0.0) fail_usage("--weight-decay must not be negative, got {}", o.weight_decay);
-  if (o.patience < 0) fail_usage("--early-stopping-patience must not be negative, got {}", o.patience);
-}
-
 ClassBalance balance_of(const activations::SplitData& split, int64_t label) {
   ClassBalance b;
   b.examples = split.examples();
@@ -67,6 +59,11 @@ std::pair<at::Tensor, at::Tensor> bce_with_logits(const at::Tensor& logits, cons
 }
 
 }  // namespace
+
+void check_binary_training_options(const BinaryTrainingOptions& options) {
+  check_training_options(options);
+  if (options.patience < 0) fail_usage("--early-stopping-patience must not be negative, got {}", options.patience);
+}
 
 at::Tensor batch_loss_gradient(const at::Tensor& logits, const at::Tensor& targets, const at::Tensor& rows,
                                const at::Tensor& pos_weight, at::Tensor& loss_sum) {
@@ -290,7 +287,7 @@ void evaluate_best(BinaryTrainingResult& result, std::vector<TrainedLabel>& trai
 BinaryTrainingResult train_binary_probes(const activations::ActivationFile& file, const BinaryTrainingOptions& options,
                                          at::Device device, at::ScalarType dtype, const std::string& progress_label) {
   auto started = std::chrono::steady_clock::now();
-  check_options(options);
+  check_binary_training_options(options);
   check_per_example(file);
   const auto& train_split = file.split(activations::Split::kTrain);
   const auto& val_split = file.split(activations::Split::kVal);
@@ -300,10 +297,7 @@ BinaryTrainingResult train_binary_probes(const activations::ActivationFile& file
   for (const TrainedLabel& t : trained) val_truth.push_back(column_labels(val_split, t.label_index));
 
   auto k = static_cast<int64_t>(trained.size());
-  ProbeShape shape;
-  shape.kind = options.kind;
-  shape.input_dim = file.attributes.hidden_size;
-  shape.hidden_dim = options.hidden_dim;
+  ProbeShape shape = probe_shape(options, file.attributes.hidden_size, 1);
   at::TensorOptions tensor_options = at::TensorOptions().device(device).dtype(dtype);
   TrainingData data;
   data.train_x = activation_tensor(train_split, tensor_options);

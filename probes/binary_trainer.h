@@ -18,23 +18,24 @@
 #include "io/activation_store.h"
 #include "probes/metrics.h"
 #include "probes/probe_bank.h"
+#include "probes/training_options.h"
 
 namespace probekit::probes {
 
-struct BinaryTrainingOptions {
-  ProbeKind kind = ProbeKind::kLinear;
-  int64_t hidden_dim = 512;
-  int64_t batch_size = 18;
-  int64_t epochs = 50;
-  double lr = 5e-4;
-  double weight_decay = 1e-3;
+/// The reference's (train_binary_probes_parallel.py) defaults, plus early stopping, the learning-rate schedule,
+/// class weights and the labels to train.
+struct BinaryTrainingOptions : TrainingOptions {
+  BinaryTrainingOptions() : TrainingOptions(/*batch_size=*/18, /*epochs=*/50, /*lr=*/5e-4, /*weight_decay=*/1e-3) {}
   int64_t patience = 10;  // epochs without a better validation AUROC before a probe stops; 0: never stop
   bool cosine_schedule = true;
   double eta_min = 1e-5;
   bool balance_classes = false;    // --pos-weight auto: BCE pos_weight = negatives / positives of train
   std::vector<std::string> labels;  // a subset of label_names to train; empty: all
-  uint64_t seed = 0;
 };
+
+/// Throws UsageError naming the flag of the first value that cannot train: check_training_options' checks,
+/// and a patience that is not negative.
+void check_binary_training_options(const BinaryTrainingOptions& options);
 
 /// The reference's per-probe history (metrics_{label}.json "history"); lists hold the epochs the probe ran.
 struct LabelHistory {

@@ -21,13 +21,6 @@ namespace {
 // Test rows whose logits are stored with the probes so that a reader can check it loads them right.
 constexpr int64_t kCheckRows = 8;
 
-void check_options(const MulticlassTrainingOptions& o) {
-  if (o.batch_size <= 0) fail_usage("--batch-size must be positive, got {}", o.batch_size);
-  if (o.epochs <= 0) fail_usage("--epochs must be positive, got {}", o.epochs);
-  if (!(o.lr > 0.0)) fail_usage("--lr must be positive, got {}", o.lr);
-  if (o.weight_decay < 0.0) fail_usage("--weight-decay must not be negative, got {}", o.weight_decay);
-}
-
 // CrossEntropyLoss per example and its gradient by the logits (before the mean): softmax - onehot.
 std::pair<at::Tensor, at::Tensor> cross_entropy(const at::Tensor& logits, const at::Tensor& labels) {
   at::Tensor log_probs = at::log_softmax(logits, 1);
@@ -59,90 +52,131 @@ double accuracy_of(const std::vector<int64_t>& predicted, const std::vector<int6
   return truth.empty() ? 0.0 : static_cast<double>(correct) / static_cast<double>(truth.size());
 }
 
+// Throws unless the file has two labels or more; warns about labels without a train example.
+void check_classes(const activations::ActivationFile& file) {
+  const auto& names = file.attributes.label_names;
+  if (names.size() < 2) fail_input("{}: a multiclass probe needs at least 2 labels, the file has {}", file.path, names.size());
+  std::vector<int64_t> train_counts(names.size(), 0);
+  for (int64_t label : file.split(activations::Split::kTrain).labels) ++train_counts[label];
+  for (size_t c = 0; c < names.size(); ++c) {
+    if (train_counts[c] == 0) spdlog::warn("{}: label '{}' has no train example; its output is never trained", file.path, names[c]);
+  }
+}
+
+// The three splits on the training device.
+struct SplitTensors {
+  at::Tensor train_x, val_x, test_x;  // [N, H] in the training dtype
+  at::Tensor train_y, val_y, test_y;  // [N] int64
+};
+
+SplitTensors split_tensors(const activations::ActivationFile& file, at::TensorOptions options) {
+  const auto& train = file.split(activations::Split::kTrain);
+  const auto& val = file.split(activations::Split::kVal);
+  const auto& test = file.split(activations::Split::kTest);
+  at::Device device = options.device();
+  return {activation_tensor(train, options), activation_tensor(val, options), activation_tensor(test, options),
+          label_tensor(train, device),       label_tensor(val, device),       label_tensor(test, device)};
+}
+
+// What changes as the probe trains.
+struct ProbeTraining {
+  ProbeBank bank;
+  AdamW optimizer;
+  MulticlassHistory history;
+  at::Tensor best_values;  // the weights of the best validation accuracy so far, laid out as bank.values()
+};
+
+// The training steps of one epoch; returns the mean over its batches of their mean loss (float32 scalar on
+// the device, not copied to the host).
+at::Tensor train_epoch(ProbeTraining& training, const SplitTensors& data, const EpochBatches& batches, double lr) {
+  ProbeBank& bank = training.bank;
+  int64_t classes = bank.shape().outputs;
+  at::Tensor train_loss_sum = at::zeros({}, at::TensorOptions().device(data.train_x.device()).dtype(at::kFloat));
+  for (int64_t step = 0; step < batches.steps(); ++step) {
+    at::Tensor rows = batches.rows(step);
+    int64_t batch = rows.size(0);
+    TrainActivations saved = bank.forward_train(data.train_x.index_select(0, rows), batches.keep(step));
+    auto [loss, grad] = cross_entropy(saved.logits.view({batch, classes}).to(at::kFloat), data.train_y.index_select(0, rows));
+    train_loss_sum += loss.mean();
+    bank.backward(saved, (grad / static_cast<double>(batch)).to(bank.values().scalar_type()).view({batch, 1, classes}));
+    training.optimizer.step(bank.values(), bank.gradients(), lr);
+  }
+  return train_loss_sum / static_cast<double>(batches.steps());
+}
+
+// Validates the probe after epoch `epoch` (0-based) with one copy to the host, appends the epoch to the
+// history and keeps the weights when their validation accuracy is the best so far. Returns that accuracy.
+double record_epoch(ProbeTraining& training, const SplitTensors& data, const std::vector<int64_t>& val_labels,
+                    const at::Tensor& train_loss, int64_t batch_size, int64_t epoch) {
+  int64_t classes = training.bank.shape().outputs;
+  at::Tensor val_logits = training.bank.forward(data.val_x).view({-1, classes}).to(at::kFloat);
+  at::Tensor val_loss = batch_mean(cross_entropy(val_logits, data.val_y).first, batch_size);
+  at::Tensor host = at::cat({val_logits.flatten(), val_loss.view({1}), train_loss.view({1})}).to(at::kCPU).to(at::kDouble);
+  double val_accuracy = accuracy_of(argmax_rows(host.narrow(0, 0, val_logits.numel()).view({-1, classes})), val_labels);
+  MulticlassHistory& history = training.history;
+  history.train_loss.push_back(host[val_logits.numel() + 1].item<double>());
+  history.val_loss.push_back(host[val_logits.numel()].item<double>());
+  history.val_accuracy.push_back(val_accuracy);
+  if (val_accuracy > history.best_val_accuracy) {
+    history.best_val_accuracy = val_accuracy;
+    history.best_epoch = epoch + 1;
+    training.best_values.copy_(training.bank.values());
+  }
+  return val_accuracy;
+}
+
+// The test metrics and loss of the final weights, as the reference evaluates, and the check logits.
+void evaluate_final(MulticlassTrainingResult& result, const SplitTensors& data, const activations::SplitData& test_split) {
+  int64_t classes = result.final_probe.shape().outputs;
+  at::Tensor test_logits = result.final_probe.forward(data.test_x).view({-1, classes}).to(at::kFloat);
+  result.test_loss = cross_entropy(test_logits, data.test_y).first.mean().item<double>();
+  int64_t check_rows = std::min<int64_t>(kCheckRows, test_split.examples());
+  result.check_inputs = data.test_x.narrow(0, 0, check_rows).to(at::kCPU).to(at::kFloat);
+  result.check_logits = test_logits.narrow(0, 0, check_rows).to(at::kCPU);
+  at::Tensor test_host = test_logits.to(at::kCPU).to(at::kDouble).contiguous();
+  std::vector<double> scores(test_host.data_ptr<double>(), test_host.data_ptr<double>() + test_host.numel());
+  result.test = metrics::multiclass_metrics(test_split.labels, argmax_rows(test_host), scores, classes, 3);
+}
+
 }  // namespace
 
 MulticlassTrainingResult train_multiclass_probe(const activations::ActivationFile& file,
                                                 const MulticlassTrainingOptions& options, at::Device device,
                                                 at::ScalarType dtype, const std::string& progress_label) {
   auto started = std::chrono::steady_clock::now();
-  check_options(options);
+  check_training_options(options);
   check_per_example(file);
+  check_classes(file);
   const auto& names = file.attributes.label_names;
   const auto& train_split = file.split(activations::Split::kTrain);
-  const auto& val_split = file.split(activations::Split::kVal);
-  const auto& test_split = file.split(activations::Split::kTest);
-  if (names.size() < 2) fail_input("{}: a multiclass probe needs at least 2 labels, the file has {}", file.path, names.size());
-  std::vector<int64_t> train_counts(names.size(), 0);
-  for (int64_t label : train_split.labels) ++train_counts[label];
-  for (size_t c = 0; c < names.size(); ++c) {
-    if (train_counts[c] == 0) spdlog::warn("{}: label '{}' has no train example; its output is never trained", file.path, names[c]);
-  }
-
-  ProbeShape shape;
-  shape.kind = options.kind;
-  shape.input_dim = file.attributes.hidden_size;
-  shape.hidden_dim = options.hidden_dim;
-  shape.outputs = static_cast<int64_t>(names.size());
-  auto classes = shape.outputs;
+  ProbeShape shape = probe_shape(options, file.attributes.hidden_size, static_cast<int64_t>(names.size()));
   at::TensorOptions tensor_options = at::TensorOptions().device(device).dtype(dtype);
-  at::Tensor train_x = activation_tensor(train_split, tensor_options);
-  at::Tensor val_x = activation_tensor(val_split, tensor_options);
-  at::Tensor test_x = activation_tensor(test_split, tensor_options);
-  at::Tensor train_y = label_tensor(train_split, device);
-  at::Tensor val_y = label_tensor(val_split, device);
-  at::Tensor test_y = label_tensor(test_split, device);
+  SplitTensors data = split_tensors(file, tensor_options);
 
   ProbeBank bank(shape, 1, tensor_options);
   // Coordinate label_names.size(): one that no binary probe's label index uses.
   bank.initialize_probe(0, stream_key(options.seed, Stream::kInitialization, static_cast<uint64_t>(names.size())));
   AdamW optimizer(bank.values(), AdamW::Options{options.weight_decay});
-  spdlog::info("{}: training a {} probe over {} classes on {} examples x {} ({}, {}), batch {}, {} epochs",
-               progress_label, kind_name(shape.kind), classes, train_split.examples(), shape.input_dim, device.str(),
-               dtype_label(dtype), options.batch_size, options.epochs);
-
-  MulticlassHistory history;
   at::Tensor best_values = bank.values().clone();
+  ProbeTraining training{std::move(bank), std::move(optimizer), {}, std::move(best_values)};
+  spdlog::info("{}: training a {} probe over {} classes on {} examples x {} ({}, {}), batch {}, {} epochs",
+               progress_label, kind_name(shape.kind), shape.outputs, train_split.examples(), shape.input_dim,
+               device.str(), dtype_label(dtype), options.batch_size, options.epochs);
+
   ThreadCountGuard step_threads(device.is_cpu() ? threads_for_steps(shape, options.batch_size) : at::get_num_threads());
   ProgressBar bar(progress_label, options.epochs, "epochs");
   for (int64_t epoch = 0; epoch < options.epochs; ++epoch) {
     EpochBatches batches(shape, options.seed, epoch, train_split.examples(), options.batch_size, device);
-    at::Tensor train_loss_sum = at::zeros({}, at::TensorOptions().device(device).dtype(at::kFloat));
-    for (int64_t step = 0; step < batches.steps(); ++step) {
-      at::Tensor rows = batches.rows(step);
-      int64_t batch = rows.size(0);
-      TrainActivations saved = bank.forward_train(train_x.index_select(0, rows), batches.keep(step));
-      auto [loss, grad] = cross_entropy(saved.logits.view({batch, classes}).to(at::kFloat), train_y.index_select(0, rows));
-      train_loss_sum += loss.mean();
-      bank.backward(saved, (grad / static_cast<double>(batch)).to(dtype).view({batch, 1, classes}));
-      optimizer.step(bank.values(), bank.gradients(), options.lr);
-    }
-    at::Tensor val_logits = bank.forward(val_x).view({-1, classes}).to(at::kFloat);
-    at::Tensor val_loss = batch_mean(cross_entropy(val_logits, val_y).first, options.batch_size);
-    at::Tensor host = at::cat({val_logits.flatten(), val_loss.view({1}), (train_loss_sum / static_cast<double>(batches.steps())).view({1})})
-                          .to(at::kCPU).to(at::kDouble);
-    double val_accuracy = accuracy_of(argmax_rows(host.narrow(0, 0, val_logits.numel()).view({-1, classes})), val_split.labels);
-    history.train_loss.push_back(host[val_logits.numel() + 1].item<double>());
-    history.val_loss.push_back(host[val_logits.numel()].item<double>());
-    history.val_accuracy.push_back(val_accuracy);
-    if (val_accuracy > history.best_val_accuracy) {
-      history.best_val_accuracy = val_accuracy;
-      history.best_epoch = epoch + 1;
-      best_values.copy_(bank.values());
-    }
-    bar.update(epoch + 1, fmt::format("val accuracy {:.4f} (best {:.4f})", val_accuracy, history.best_val_accuracy));
+    at::Tensor train_loss = train_epoch(training, data, batches, options.lr);
+    double val_accuracy = record_epoch(training, data, file.split(activations::Split::kVal).labels, train_loss,
+                                       options.batch_size, epoch);
+    bar.update(epoch + 1, fmt::format("val accuracy {:.4f} (best {:.4f})", val_accuracy, training.history.best_val_accuracy));
   }
 
   ProbeBank best(shape, 1, tensor_options);
-  best.values().copy_(best_values);
-  MulticlassTrainingResult result{std::move(bank), std::move(best), names, history, {}, 0.0, {}, {}, 0.0};
-  at::Tensor test_logits = result.final_probe.forward(test_x).view({-1, classes}).to(at::kFloat);
-  result.test_loss = cross_entropy(test_logits, test_y).first.mean().item<double>();
-  int64_t check_rows = std::min<int64_t>(kCheckRows, test_split.examples());
-  result.check_inputs = test_x.narrow(0, 0, check_rows).to(at::kCPU).to(at::kFloat);
-  result.check_logits = test_logits.narrow(0, 0, check_rows).to(at::kCPU);
-  at::Tensor test_host = test_logits.to(at::kCPU).to(at::kDouble).contiguous();
-  std::vector<double> scores(test_host.data_ptr<double>(), test_host.data_ptr<double>() + test_host.numel());
-  result.test = metrics::multiclass_metrics(test_split.labels, argmax_rows(test_host), scores, classes, 3);
+  best.values().copy_(training.best_values);
+  MulticlassTrainingResult result{std::move(training.bank), std::move(best), names, training.history, {}, 0.0, {}, {}, 0.0};
+  evaluate_final(result, data, file.split(activations::Split::kTest));
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   bar.finish(fmt::format("test accuracy {:.4f}, macro F1 {:.4f}", result.test.accuracy, result.test.f1_macro));
   return result;
@@ -173,6 +207,7 @@ Json multiclass_metrics_json(const MulticlassTrainingResult& result) {
 }
 
 Json run_multiclass_training(const MulticlassRunOptions& options) {
+  check_training_options(options.training);
   device::ComputeTarget target = select_training_compute(options.device, options.dtype);
   activations::ActivationFile file = activations::read_activation_file(options.activations);
   make_directories(options.output_dir);

@@ -12,17 +12,13 @@
 #include "io/activation_store.h"
 #include "probes/metrics.h"
 #include "probes/probe_bank.h"
+#include "probes/training_options.h"
 
 namespace probekit::probes {
 
-struct MulticlassTrainingOptions {
-  ProbeKind kind = ProbeKind::kLinear;
-  int64_t hidden_dim = 512;
-  int64_t batch_size = 32;
-  int64_t epochs = 20;
-  double lr = 1e-3;
-  double weight_decay = 1e-4;
-  uint64_t seed = 0;
+/// The reference's (train_probes.py) defaults.
+struct MulticlassTrainingOptions : TrainingOptions {
+  MulticlassTrainingOptions() : TrainingOptions(/*batch_size=*/32, /*epochs=*/20, /*lr=*/1e-3, /*weight_decay=*/1e-4) {}
 };
 
 /// The reference's training_history.json, plus the best epoch.

@@ -32,6 +32,13 @@ void add_common_options(CLI::App& app, CommonOptions& options) {
       ->check(CLI::NonNegativeNumber);
 }
 
+void add_device_options(CLI::App& app, std::string& device, std::string& dtype, const std::string& dtype_note) {
+  app.add_option("--device", device, "auto|cpu|cuda|cuda:N|rocm|mps")->capture_default_str();
+  std::string dtype_help = "auto|fp32|bf16|fp16";
+  if (!dtype_note.empty()) dtype_help += " " + dtype_note;
+  app.add_option("--dtype", dtype, dtype_help)->capture_default_str();
+}
+
 bool is_disk_full_message(const std::string& message) {
   return message.find(std::strerror(ENOSPC)) != std::string::npos || message.find(std::strerror(EFBIG)) != std::string::npos ||
          message.find(std::strerror(EDQUOT)) != std::string::npos;

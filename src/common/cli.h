@@ -27,6 +27,11 @@ void use_passive_openmp_threads(char** argv);
 /// Adds --verbose, --quiet and --threads to `app`.
 void add_common_options(CLI::App& app, CommonOptions& options);
 
+/// Adds --device (auto|cpu|cuda|cuda:N|rocm|mps) and --dtype (auto|fp32|bf16|fp16) bound to `device` and
+/// `dtype`, whose values are shown as the defaults. `dtype_note` follows the dtype choices in the help, for a
+/// tool to say what auto picks or what it refuses.
+void add_device_options(CLI::App& app, std::string& device, std::string& dtype, const std::string& dtype_note = "");
+
 /// Parses the command line, sets up logging, runs `body` and maps failures to exit codes:
 /// CLI11 parse errors and UsageError exit 2, every other exception exits 1 after one "error: ..." line.
 int run_tool(CLI::App& app, int argc, char** argv, const CommonOptions& options, const std::function<void()>& body);

@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "data/reference_labels.h"
 
 namespace probekit::activations {
 
@@ -212,20 +213,6 @@ std::vector<std::string> FileAttributes::identity() const {
           "shard=" + shard};
 }
 
-const std::vector<std::string>& reference_label_names() {
-  static const std::vector<std::string> names = {
-      "abstracting", "accepting", "analogical_thinking", "analyzing", "applying", "attentional_deployment",
-      "cognition_awareness", "concretizing", "connecting", "convergent_thinking", "counterfactual_reasoning",
-      "creating", "distinguishing", "divergent_thinking", "emotion_characterizing", "emotion_facilitation",
-      "emotion_management", "emotion_organizing", "emotion_perception", "emotion_receiving", "emotion_responding",
-      "emotion_understanding", "emotion_valuing", "emotional_reappraisal", "evaluating", "hypothesis_generation",
-      "meta_awareness", "metacognitive_monitoring", "metacognitive_regulation", "noticing", "pattern_recognition",
-      "perspective_taking", "questioning", "reconsidering", "reframing", "remembering", "response_modulation",
-      "self_questioning", "situation_modification", "situation_selection", "suspending_judgment", "understanding",
-      "updating_beliefs", "zooming_in", "zooming_out"};
-  return names;
-}
-
 std::string layer_file_name(int64_t layer) { return fmt::format("layer_{}_activations.h5", layer); }
 
 int64_t layer_from_file_name(const std::string& path) {
@@ -277,7 +264,7 @@ ActivationFile read_activation_file(const std::string& path) {
   FileAttributes& a = result.attributes;
   if (a.label_names.empty()) {
     // A reference file: its labels index the reference's fixed, sorted action list.
-    a.label_names = reference_label_names();
+    a.label_names = data::reference_label_names();
     spdlog::warn("{}: no label_names attribute (a reference file?); assuming the reference's 45 cognitive actions", path);
   }
   for (Split split : kSplits) result.split(split) = read_split(file.get(), split, a, path);

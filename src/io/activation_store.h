@@ -87,10 +87,6 @@ std::string layer_file_name(int64_t layer);
 /// The layer number in a name like layer_25_activations.h5, or -1.
 int64_t layer_from_file_name(const std::string& path);
 
-/// The reference's fixed label set (its 45 cognitive actions in sorted order), used for reference files that
-/// carry no label_names attribute.
-const std::vector<std::string>& reference_label_names();
-
 /// What the writer needs to lay out one group before any activation arrives.
 struct SplitLayout {
   std::vector<int64_t> labels;

@@ -274,6 +274,15 @@ TEST_CASE("the training tools: usage errors exit 2, a label without positives is
   CHECK(unknown.exit_code == 2);
   CHECK(unknown.log.find("unknown label 'nope'") != std::string::npos);
 
+  for (const char* tool : {"train_binary_probes", "train_probes"}) {
+    ToolResult bad_lr = run_tool_process(tool, "--activations " + activations + " --lr inf --output-dir " + dir.path() + "/lr",
+                                         dir.path() + "/lr.log");
+    INFO(tool << ": " << bad_lr.log);
+    CHECK(bad_lr.exit_code == 2);
+    CHECK(bad_lr.log.find("--lr must be finite and positive, got inf") != std::string::npos);
+    CHECK(!path_exists(dir.path() + "/lr"));  // refused before any work
+  }
+
   SyntheticActivations spec = uniform_synthetic(3, {12, 4, 4}, 6);
   spec.examples[1] = {0, 4, 4};
   make_directories(dir.path() + "/skip");

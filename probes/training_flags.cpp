@@ -1,0 +1,130 @@
+#include "probes/training_flags.h"
+
+#include <stdexcept>
+
+#include "common/cli.h"
+
+namespace probekit::probes {
+
+namespace {
+
+using ToolSet = unsigned;
+
+constexpr ToolSet tool_bit(TrainingTool tool) { return 1u << static_cast<unsigned>(tool); }
+
+constexpr ToolSet kBinaryOnly = tool_bit(TrainingTool::kBinary);
+constexpr ToolSet kTrainers = kBinaryOnly | tool_bit(TrainingTool::kMulticlass);
+constexpr ToolSet kAllTools = kTrainers | tool_bit(TrainingTool::kBench);
+
+// Where the flags write. `binary` is null for train_probes, which takes none of the binary-only flags.
+struct FlagTargets {
+  TrainingOptions& training;
+  std::string& device;
+  std::string& dtype;
+  BinaryRunOptions* binary;
+};
+
+struct TrainingFlag {
+  ToolSet tools;  // the tools that take the flag
+  void (*add)(CLI::App& app, const FlagTargets& to);  // adds it (or a pair of opposite flags) with its help
+};
+
+// Each flag once, in --help order. The callbacks bind to the tool's options, never to `to` itself, which
+// lives only while the flags are added.
+const TrainingFlag kTrainingFlags[] = {
+    {kAllTools,
+     [](CLI::App& app, const FlagTargets& to) {
+       app.add_option_function<std::string>(
+              "--model-type", [&kind = to.training.kind](const std::string& name) { kind = parse_kind(name); },
+              "Probe architecture")
+           ->check(CLI::IsMember({"linear", "multihead"}))
+           ->default_str(kind_name(to.training.kind));
+     }},
+    {kTrainers,
+     [](CLI::App& app, const FlagTargets& to) {
+       app.add_option("--hidden-dim", to.training.hidden_dim, "Hidden size of the multihead probe")->capture_default_str();
+     }},
+    {kTrainers,
+     [](CLI::App& app, const FlagTargets& to) {
+       app.add_option("--batch-size", to.training.batch_size, "Training batch size")->capture_default_str();
+     }},
+    {kAllTools,
+     [](CLI::App& app, const FlagTargets& to) {
+       app.add_option("--epochs", to.training.epochs, "Epochs to train (at most, where early stopping is on)")
+           ->capture_default_str();
+     }},
+    {kTrainers,
+     [](CLI::App& app, const FlagTargets& to) {
+       app.add_option("--lr", to.training.lr, "AdamW learning rate")->capture_default_str();
+     }},
+    {kTrainers,
+     [](CLI::App& app, const FlagTargets& to) {
+       app.add_option("--weight-decay", to.training.weight_decay, "AdamW weight decay")->capture_default_str();
+     }},
+    {kBinaryOnly,
+     [](CLI::App& app, const FlagTargets& to) {
+       app.add_option("--early-stopping-patience", to.binary->training.patience,
+                      "Epochs without a better validation AUROC before a probe stops (0: never stop)")
+           ->capture_default_str();
+     }},
+    {kBinaryOnly,
+     [](CLI::App& app, const FlagTargets& to) {
+       // --no-scheduler is added after --use-scheduler, so that CLI11, which runs the callbacks in the order
+       // the flags were added, lets it win when both are given.
+       BinaryTrainingOptions& t = to.binary->training;
+       app.add_flag("--use-scheduler", t.cosine_schedule, "Cosine annealing of the learning rate to 1e-5 (the default)");
+       app.add_flag_callback("--no-scheduler", [&cosine = t.cosine_schedule] { cosine = false; },
+                             "Keep the learning rate constant");
+     }},
+    {kAllTools,
+     [](CLI::App& app, const FlagTargets& to) {
+       add_device_options(app, to.device, to.dtype, "(auto: fp32; fp16 cannot train, having no loss scaling)");
+     }},
+    {kBinaryOnly,
+     [](CLI::App& app, const FlagTargets& to) {
+       app.add_option("--num-workers", to.binary->num_workers,
+                      "Accepted for compatibility; every label of a file trains in one batched problem")
+           ->capture_default_str();
+     }},
+    {kTrainers,
+     [](CLI::App& app, const FlagTargets& to) {
+       app.add_option("--seed", to.training.seed, "Seed of initialisation, batch order and dropout")->capture_default_str();
+     }},
+    {kBinaryOnly,
+     [](CLI::App& app, const FlagTargets& to) {
+       BinaryTrainingOptions& t = to.binary->training;
+       app.add_option_function<std::string>(
+              "--pos-weight", [&balance = t.balance_classes](const std::string& value) { balance = value == "auto"; },
+              "none, or auto: BCE pos_weight = negatives/positives per label")
+           ->check(CLI::IsMember({"none", "auto"}))
+           ->default_str(t.balance_classes ? "auto" : "none");
+     }},
+    {kBinaryOnly,
+     [](CLI::App& app, const FlagTargets& to) {
+       app.add_option("--labels", to.binary->training.labels, "Train only these labels (comma-separated)")->delimiter(',');
+     }},
+};
+
+void add_flags(CLI::App& app, TrainingTool tool, const FlagTargets& targets) {
+  for (const TrainingFlag& flag : kTrainingFlags) {
+    if ((flag.tools & tool_bit(tool)) != 0) flag.add(app, targets);
+  }
+}
+
+}  // namespace
+
+void add_training_flags(CLI::App& app, TrainingTool tool, BinaryRunOptions& options) {
+  if (tool == TrainingTool::kMulticlass) {
+    throw std::invalid_argument("add_training_flags: train_probes' flags bind to MulticlassRunOptions");
+  }
+  add_flags(app, tool, {options.training, options.device, options.dtype, &options});
+}
+
+void add_training_flags(CLI::App& app, TrainingTool tool, MulticlassRunOptions& options) {
+  if (tool != TrainingTool::kMulticlass) {
+    throw std::invalid_argument("add_training_flags: only train_probes' flags bind to MulticlassRunOptions");
+  }
+  add_flags(app, tool, {options.training, options.device, options.dtype, nullptr});
+}
+
+}  // namespace probekit::probes

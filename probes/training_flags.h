@@ -1,0 +1,27 @@
+// The command-line flags of the probe trainers and their benchmark, declared once in one table (as llama.cpp's
+// common/arg.cpp declares its tools' flags), each entry tagged with the tools that take it and carrying its
+// help text. The table holds no defaults: each flag shows in --help the value the tool's options hold when
+// the flags are added, which are the trainer's reference defaults (or the benchmark's own).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "probes/binary_run.h"
+#include "probes/multiclass_trainer.h"
+
+namespace probekit::probes {
+
+/// The tools that take training flags.
+enum class TrainingTool {
+  kBinary,      // train_binary_probes
+  kMulticlass,  // train_probes
+  kBench,       // train_probes_bench
+};
+
+/// Adds the flags of `tool` (kBinary or kBench) bound to `options`; throws std::invalid_argument for kMulticlass.
+void add_training_flags(CLI::App& app, TrainingTool tool, BinaryRunOptions& options);
+
+/// Adds the flags of `tool` (kMulticlass) bound to `options`; throws std::invalid_argument for the others.
+void add_training_flags(CLI::App& app, TrainingTool tool, MulticlassRunOptions& options);
+
+}  // namespace probekit::probes

@@ -1,0 +1,28 @@
+#include "probes/training_options.h"
+
+#include <cmath>
+
+#include "common/error.h"
+
+namespace probekit::probes {
+
+void check_training_options(const TrainingOptions& options) {
+  if (options.batch_size <= 0) fail_usage("--batch-size must be positive, got {}", options.batch_size);
+  if (options.epochs <= 0) fail_usage("--epochs must be positive, got {}", options.epochs);
+  if (options.hidden_dim <= 0) fail_usage("--hidden-dim must be positive, got {}", options.hidden_dim);
+  if (!(std::isfinite(options.lr) && options.lr > 0.0)) fail_usage("--lr must be finite and positive, got {}", options.lr);
+  if (!(std::isfinite(options.weight_decay) && options.weight_decay >= 0.0)) {
+    fail_usage("--weight-decay must be finite and not negative, got {}", options.weight_decay);
+  }
+}
+
+ProbeShape probe_shape(const TrainingOptions& options, int64_t input_dim, int64_t outputs) {
+  ProbeShape shape;
+  shape.kind = options.kind;
+  shape.input_dim = input_dim;
+  shape.hidden_dim = options.hidden_dim;
+  shape.outputs = outputs;
+  return shape;
+}
+
+}  // namespace probekit::probes

@@ -1,0 +1,32 @@
+// The options both probe trainers share, and their one validation. Each trainer's options derive from
+// TrainingOptions and set its own defaults (each follows its reference script), which the flags' --help shows.
+#pragma once
+
+#include <cstdint>
+
+#include "probes/probe_bank.h"
+
+namespace probekit::probes {
+
+struct TrainingOptions {
+  /// The defaults that differ between the trainers; the others are the same for both.
+  TrainingOptions(int64_t batch_size, int64_t epochs, double lr, double weight_decay)
+      : batch_size(batch_size), epochs(epochs), lr(lr), weight_decay(weight_decay) {}
+
+  ProbeKind kind = ProbeKind::kLinear;
+  int64_t hidden_dim = 512;  // of the multihead probe
+  int64_t batch_size;
+  int64_t epochs;        // the most; binary probes may stop early
+  double lr;             // AdamW
+  double weight_decay;   // AdamW
+  uint64_t seed = 0;     // of initialisation, batch order and dropout
+};
+
+/// Throws UsageError naming the flag of the first value no trainer can use: epochs, batch size and hidden
+/// size must be positive, the learning rate finite and positive, the weight decay finite and not negative.
+void check_training_options(const TrainingOptions& options);
+
+/// The shape of the probes these options train over `input_dim` activations, with `outputs` logits each.
+ProbeShape probe_shape(const TrainingOptions& options, int64_t input_dim, int64_t outputs);
+
+}  // namespace probekit::probes

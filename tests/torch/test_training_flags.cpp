@@ -1,0 +1,138 @@
+// The training flags' table: which tool takes which flag, the defaults each tool shows, what the flags write,
+// and the one validation of the values both trainers share.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "probes/training_flags.h"
+
+using namespace probekit;
+using namespace probekit::probes;
+
+namespace {
+
+// Parses `arguments` as the command line of a tool whose flags were added to `app`.
+void parse(CLI::App& app, std::vector<std::string> arguments) {
+  std::reverse(arguments.begin(), arguments.end());  // CLI11 takes them last first
+  app.parse(arguments);
+}
+
+bool has_flag(CLI::App& app, const std::string& name) { return app.get_option_no_throw(name) != nullptr; }
+
+// The message of the UsageError that check_training_options throws for `options`, or "" when it throws none.
+std::string usage_error(const TrainingOptions& options) {
+  try {
+    check_training_options(options);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("training flags: each tool takes its own set, and --help shows the tool's reference defaults") {
+  CLI::App binary_app, multiclass_app, bench_app;
+  BinaryRunOptions binary, bench;
+  MulticlassRunOptions multiclass;
+  add_training_flags(binary_app, TrainingTool::kBinary, binary);
+  add_training_flags(multiclass_app, TrainingTool::kMulticlass, multiclass);
+  add_training_flags(bench_app, TrainingTool::kBench, bench);
+
+  for (const char* flag : {"--model-type", "--hidden-dim", "--batch-size", "--epochs", "--lr", "--weight-decay",
+                           "--device", "--dtype", "--seed"}) {
+    CHECK_MESSAGE(has_flag(binary_app, flag), flag);
+    CHECK_MESSAGE(has_flag(multiclass_app, flag), flag);
+  }
+  for (const char* flag : {"--early-stopping-patience", "--use-scheduler", "--no-scheduler", "--num-workers",
+                           "--pos-weight", "--labels"}) {
+    CHECK_MESSAGE(has_flag(binary_app, flag), flag);
+    CHECK_MESSAGE(!has_flag(multiclass_app, flag), flag);
+    CHECK_MESSAGE(!has_flag(bench_app, flag), flag);
+  }
+  for (const char* flag : {"--model-type", "--epochs", "--device", "--dtype"}) CHECK_MESSAGE(has_flag(bench_app, flag), flag);
+  for (const char* flag : {"--lr", "--batch-size", "--seed"}) CHECK_MESSAGE(!has_flag(bench_app, flag), flag);
+
+  std::string binary_help = binary_app.help(), multiclass_help = multiclass_app.help();
+  INFO(binary_help << "\n" << multiclass_help);
+  for (const char* shown : {"--batch-size INT=18", "--epochs INT=50", "--lr FLOAT=0.0005", "--weight-decay FLOAT=0.001",
+                            "--early-stopping-patience INT=10", "--model-type TEXT:{linear,multihead}=linear",
+                            "--pos-weight TEXT:{none,auto}=none", "--device TEXT=auto"}) {
+    CHECK_MESSAGE(binary_help.find(shown) != std::string::npos, shown);
+  }
+  for (const char* shown : {"--batch-size INT=32", "--epochs INT=20", "--lr FLOAT=0.001", "--weight-decay FLOAT=0.0001"}) {
+    CHECK_MESSAGE(multiclass_help.find(shown) != std::string::npos, shown);
+  }
+}
+
+TEST_CASE("training flags: parsed values land in the tool's options") {
+  CLI::App app;
+  BinaryRunOptions options;
+  add_training_flags(app, TrainingTool::kBinary, options);
+  parse(app, {"--model-type", "multihead", "--hidden-dim", "64", "--batch-size", "7", "--epochs", "3", "--lr", "0.01",
+              "--weight-decay", "0", "--seed", "5", "--use-scheduler", "--no-scheduler", "--pos-weight", "auto",
+              "--labels", "a,b", "--device", "cpu", "--dtype", "bf16", "--num-workers", "2",
+              "--early-stopping-patience", "0"});
+  const BinaryTrainingOptions& t = options.training;
+  CHECK(t.kind == ProbeKind::kMultihead);
+  CHECK(t.hidden_dim == 64);
+  CHECK(t.batch_size == 7);
+  CHECK(t.epochs == 3);
+  CHECK(t.lr == 0.01);
+  CHECK(t.weight_decay == 0.0);
+  CHECK(t.seed == 5);
+  CHECK(!t.cosine_schedule);  // --no-scheduler wins over --use-scheduler, as in the reference
+  CHECK(t.balance_classes);
+  CHECK(t.labels == std::vector<std::string>{"a", "b"});
+  CHECK(t.patience == 0);
+  CHECK(options.device == "cpu");
+  CHECK(options.dtype == "bf16");
+  CHECK(options.num_workers == 2);
+
+  CLI::App defaults_app;
+  BinaryRunOptions defaults;
+  add_training_flags(defaults_app, TrainingTool::kBinary, defaults);
+  parse(defaults_app, {});
+  CHECK(defaults.training.kind == ProbeKind::kLinear);
+  CHECK(defaults.training.cosine_schedule);
+  CHECK(!defaults.training.balance_classes);
+
+  CLI::App wrong_app;
+  MulticlassRunOptions multiclass;
+  CHECK_THROWS_AS(add_training_flags(wrong_app, TrainingTool::kBinary, multiclass), std::invalid_argument);
+}
+
+TEST_CASE("training options: one validation names the flag of the first unusable value") {
+  MulticlassTrainingOptions good;
+  CHECK(usage_error(good).empty());
+  CHECK(usage_error(BinaryTrainingOptions()).empty());
+  double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  struct Case {
+    std::function<void(TrainingOptions&)> change;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {[](TrainingOptions& o) { o.batch_size = 0; }, "--batch-size must be positive, got 0"},
+      {[](TrainingOptions& o) { o.epochs = -1; }, "--epochs must be positive, got -1"},
+      {[](TrainingOptions& o) { o.hidden_dim = 0; }, "--hidden-dim must be positive, got 0"},
+      {[](TrainingOptions& o) { o.lr = 0.0; }, "--lr must be finite and positive, got 0"},
+      {[&](TrainingOptions& o) { o.lr = inf; }, "--lr must be finite and positive, got inf"},
+      {[&](TrainingOptions& o) { o.lr = nan; }, "--lr must be finite and positive, got nan"},
+      {[](TrainingOptions& o) { o.weight_decay = -1e-3; }, "--weight-decay must be finite and not negative, got -0.001"},
+      {[&](TrainingOptions& o) { o.weight_decay = inf; }, "--weight-decay must be finite and not negative, got inf"},
+  };
+  for (const Case& c : cases) {
+    MulticlassTrainingOptions options;
+    c.change(options);
+    CHECK(usage_error(options) == c.message);
+  }
+  BinaryTrainingOptions negative_patience;
+  negative_patience.patience = -1;
+  CHECK_THROWS_WITH_AS(check_binary_training_options(negative_patience),
+                       "--early-stopping-patience must not be negative, got -1", UsageError);
+}
