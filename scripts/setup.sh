@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(
-  g++ cmake ninja-build git ca-certificates
+  g++ cmake ninja-build git ca-certificates python3
   libtorch-dev libopenblas0-openmp   # OpenBLAS with OpenMP: LibTorch's matrix products are ~30x slower without it
   libhdf5-dev libcli11-dev libspdlog-dev doctest-dev nlohmann-json3-dev
   libpcre2-dev libutf8proc-dev libsimdjson-dev

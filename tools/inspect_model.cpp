@@ -137,8 +137,7 @@ int main(int argc, char** argv) {
   hidden->add_option("--model", model_dir, "Checkpoint directory")->required();
   hidden->add_option("--text", text, "Text to run (tokenized with special tokens, as transformers does)")->required();
   hidden->add_option("--output", output, "Output .safetensors: input_ids, embeddings, layers, final_norm")->required();
-  hidden->add_option("--device", device_request, "auto|cpu|cuda|cuda:N|rocm|mps")->capture_default_str();
-  hidden->add_option("--dtype", dtype_request, "auto|fp32|bf16|fp16")->capture_default_str();
+  add_device_options(*hidden, device_request, dtype_request);
 
   CLI::App* tokenize_cmd = app.add_subcommand("tokenize", "Turn texts into token ids with a tokenizer.json");
   tokenize_cmd->add_option("--tokenizer", tokenizer_path, "tokenizer.json or a checkpoint directory")->required();
@@ -149,8 +148,7 @@ int main(int argc, char** argv) {
   tokenize_cmd->add_flag("--no-special-tokens", no_special, "Do not add BOS and other template tokens");
 
   CLI::App* device_cmd = app.add_subcommand("device", "Show the device and dtype that --device/--dtype resolve to");
-  device_cmd->add_option("--device", device_request, "auto|cpu|cuda|cuda:N|rocm|mps")->capture_default_str();
-  device_cmd->add_option("--dtype", dtype_request, "auto|fp32|bf16|fp16")->capture_default_str();
+  add_device_options(*device_cmd, device_request, dtype_request);
 
   return run_tool(app, argc, argv, common, [&] {
     int threads = device::configure_threads(common.threads);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/cli.h"
 #include "common/error.h"
 #include "common/units.h"
 
@@ -30,12 +31,11 @@ void add_run_flags(CLI::App& app, CaptureFlags& f) {
   CaptureOptions& o = f.options;
   app.add_option("--batch-size", o.batch_size, "Examples per forward pass (default: chosen from device memory)");
   app.add_option("--max-gpu-memory", f.max_gpu_memory, "GPU memory the capture may use, e.g. 40GB (default: what is free)");
-  app.add_option("--device", o.device, "auto|cpu|cuda|cuda:N|rocm|mps")->capture_default_str();
+  add_device_options(app, o.device, o.dtype, "(auto: bf16 on capable GPUs, fp32 on CPU)");
   app.add_option("--devices", f.devices, "Several GPUs, e.g. 0,1: one model replica on each, sharing the batches")
       ->delimiter(',');
   app.add_option("--shard", f.shard, "I/N: run only shard I of N of the examples (separate processes or machines), "
                                     "into OUTPUT_DIR/shard_I_of_N; join them with merge_activations");
-  app.add_option("--dtype", o.dtype, "auto|fp32|bf16|fp16 (auto: bf16 on capable GPUs, fp32 on CPU)")->capture_default_str();
   app.add_option("--window", o.window, "Examples per commit to disk (the unit of resumption)")->capture_default_str();
 }
 

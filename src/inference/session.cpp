@@ -5,6 +5,7 @@
 #include <cctype>
 #include <fstream>
 
+#include "common/cli.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json.h"
@@ -206,8 +207,7 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
   app.add_option("--csv", r.csv, "--per-token: write action_name,token_position,token_text,confidence,layer,is_active");
   app.add_option("--html", r.html, "--per-token: write a self-contained token x label heatmap");
   app.add_option("--batch-size", e.batch_size, "Texts per forward pass with --file")->capture_default_str();
-  app.add_option("--device", e.device, "auto|cpu|cuda|cuda:N|rocm|mps")->capture_default_str();
-  app.add_option("--dtype", e.dtype, "auto|fp32|bf16|fp16")->capture_default_str();
+  add_device_options(app, e.device, e.dtype);
   app.add_flag("--json", d.json, "Print JSON on stdout");
 }
 
