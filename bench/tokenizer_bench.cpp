@@ -76,19 +76,17 @@ size_t count_code_points(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Measure tokenizer load time and encode throughput"};
-  CommonOptions common;
-  add_common_options(app, common);
+  ToolCommandLine tool(argv, "Measure tokenizer load time and encode throughput", OpenMpWaiting::kAsConfigured);
   std::string tokenizer_path, texts_path, field = "text", suffix, expect_ids;
   int repeat = 3;
-  app.add_option("--tokenizer", tokenizer_path, "tokenizer.json or a checkpoint directory")->required();
-  app.add_option("--texts", texts_path, "texts as .jsonl or .json")->required();
-  app.add_option("--field", field, "the text field of JSON objects")->capture_default_str();
-  app.add_option("--suffix", suffix, "appended to every text (e.g. the anchor prompt)");
-  app.add_option("--expect-ids", expect_ids, "cases file from python_tokenizers_bench.py --dump-ids to compare with");
-  app.add_option("--repeat", repeat, "timed passes; the fastest counts")->capture_default_str()->check(CLI::PositiveNumber);
+  tool.app.add_option("--tokenizer", tokenizer_path, "tokenizer.json or a checkpoint directory")->required();
+  tool.app.add_option("--texts", texts_path, "texts as .jsonl or .json")->required();
+  tool.app.add_option("--field", field, "the text field of JSON objects")->capture_default_str();
+  tool.app.add_option("--suffix", suffix, "appended to every text (e.g. the anchor prompt)");
+  tool.app.add_option("--expect-ids", expect_ids, "cases file from python_tokenizers_bench.py --dump-ids to compare with");
+  tool.app.add_option("--repeat", repeat, "timed passes; the fastest counts")->capture_default_str()->check(CLI::PositiveNumber);
 
-  return run_tool(app, argc, argv, common, [&] {
+  return tool.run(argc, argv, [&] {
     std::vector<std::string> texts = read_texts(texts_path, field);
     if (texts.empty()) fail_usage("{}: no texts", texts_path);
     size_t chars = 0;
@@ -96,7 +94,7 @@ int main(int argc, char** argv) {
       text += suffix;
       chars += count_code_points(text);
     }
-    int threads = common.threads > 0 ? common.threads : omp_get_num_procs();
+    int threads = tool.common.threads > 0 ? tool.common.threads : omp_get_num_procs();
 
     double load_seconds = 1e30;
     std::optional<tokenizer::Tokenizer> tokenizer;

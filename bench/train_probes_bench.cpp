@@ -34,9 +34,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Benchmark: 45 one-vs-rest probes, PROTOCOL section 2"};
-  CommonOptions common;
-  add_common_options(app, common);
+  ToolCommandLine tool(argv, "Benchmark: 45 one-vs-rest probes, PROTOCOL section 2", OpenMpWaiting::kAsConfigured);
   probes::BinaryRunOptions run;
   probes::BinaryTrainingOptions& t = run.training;
   t.epochs = 20;
@@ -45,16 +43,16 @@ int main(int argc, char** argv) {
   std::array<int64_t, 3> per_label = {70, 15, 15};
   double signal = 8.0;
   std::string work_dir;
-  probes::add_training_flags(app, probes::TrainingTool::kBench, run);
-  app.add_option("--labels", labels, "Labels (one probe each)")->capture_default_str();
-  app.add_option("--hidden", hidden, "Activation width")->capture_default_str();
-  app.add_option("--signal", signal, "Norm of each label's mean (noise is N(0, I))")->capture_default_str();
-  app.add_option("--repeats", repeats, "Timed repetitions; the best is reported")->capture_default_str();
-  app.add_option("--layer", layer, "Layer number of the synthetic file")->capture_default_str();
-  app.add_option("--work-dir", work_dir, "Where the activations and outputs go and stay (default: a temporary directory)");
+  probes::add_training_flags(tool.app, probes::TrainingTool::kBench, run);
+  tool.app.add_option("--labels", labels, "Labels (one probe each)")->capture_default_str();
+  tool.app.add_option("--hidden", hidden, "Activation width")->capture_default_str();
+  tool.app.add_option("--signal", signal, "Norm of each label's mean (noise is N(0, I))")->capture_default_str();
+  tool.app.add_option("--repeats", repeats, "Timed repetitions; the best is reported")->capture_default_str();
+  tool.app.add_option("--layer", layer, "Layer number of the synthetic file")->capture_default_str();
+  tool.app.add_option("--work-dir", work_dir, "Where the activations and outputs go and stay (default: a temporary directory)");
 
-  return run_tool(app, argc, argv, common, [&] {
-    int threads = device::configure_threads(common.threads);
+  return tool.run(argc, argv, [&] {
+    int threads = device::configure_threads(tool.common.threads);
     bool temporary = work_dir.empty();
     if (temporary) work_dir = fmt::format("{}/train_probes_bench_{}", temp_directory(), getpid());
     make_directories(work_dir);

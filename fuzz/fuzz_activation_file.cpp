@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "fuzz_util.h"
-#include "io/activation_store.h"
+#include "activations/activation_store.h"
 #include "io/hdf5.h"
 
 using namespace probekit;

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "io/activation_store.h"
+#include "activations/activation_store.h"
 #include "probes/metrics.h"
 #include "probes/probe_bank.h"
 #include "probes/training_options.h"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/json.h"
-#include "io/activation_store.h"
+#include "activations/activation_store.h"
 #include "probes/metrics.h"
 #include "probes/probe_bank.h"
 #include "probes/training_options.h"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/json.h"
-#include "io/activation_store.h"
+#include "activations/activation_store.h"
 #include "io/safetensors.h"
 #include "probes/probe_bank.h"
 

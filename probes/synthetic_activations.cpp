@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "common/error.h"
-#include "io/activation_store.h"
+#include "activations/activation_store.h"
 #include "probes/random_streams.h"
 
 namespace probekit::probes {

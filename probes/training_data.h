@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "device/gpu_utils.h"
-#include "io/activation_store.h"
+#include "activations/activation_store.h"
 #include "probes/probe_bank.h"
 
 namespace probekit::probes {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/files.h"
+#include "test_paths.h"
 
 namespace probekit::testing {
 
@@ -51,6 +52,9 @@ inline std::string read_text(const std::string& path) {
 
 /// Copies a directory tree (a fixture checkpoint) so a test can damage the copy.
 inline void copy_dir(const std::string& from, const std::string& to) { probekit::copy_tree(from, to); }
+
+/// The path of a built tool.
+inline std::string tool(const std::string& name) { return std::string(PROBEKIT_TOOLS_DIR) + "/" + name; }
 
 /// Result of running a command through the shell: exit code and combined output.
 struct CommandResult {

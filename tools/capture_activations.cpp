@@ -11,15 +11,12 @@
 using namespace probekit;
 
 int main(int argc, char** argv) {
-  use_passive_openmp_threads(argv);
-  CLI::App app{"Capture a model's activations for labelled texts (JSONL) into one HDF5 file per layer"};
-  CommonOptions common;
-  common.disk_full_advice = "Files already complete are kept; capture_activations continues from its last commit with --resume.";
-  add_common_options(app, common);
+  ToolCommandLine tool(argv, "Capture a model's activations for labelled texts (JSONL) into one HDF5 file per layer");
+  tool.common.disk_full_advice = "Files already complete are kept; capture_activations continues from its last commit with --resume.";
   capture::CaptureFlags flags;
-  capture::add_capture_flags(app, flags);
-  return run_tool(app, argc, argv, common, [&] {
-    device::configure_threads(common.threads);
+  capture::add_capture_flags(tool.app, flags);
+  return tool.run(argc, argv, [&] {
+    device::configure_threads(tool.common.threads);
     capture::CaptureOptions options = flags.resolve();
     capture::CaptureSummary summary = capture::run_capture(options);
     if (flags.json) {

@@ -120,26 +120,23 @@ void tokenize(const std::string& path, const std::string& text, const std::strin
 }  // namespace
 
 int main(int argc, char** argv) {
-  use_passive_openmp_threads(argv);
-  CLI::App app{"Inspect a Hugging Face checkpoint, its tokenizer and the compute device"};
-  app.require_subcommand(1);
-  CommonOptions common;
-  add_common_options(app, common);
+  ToolCommandLine tool(argv, "Inspect a Hugging Face checkpoint, its tokenizer and the compute device");
+  tool.app.require_subcommand(1);
 
   std::string model_dir, device_request = "auto", dtype_request = "auto", text, output, input, tokenizer_path;
   bool json = false, no_special = false;
 
-  CLI::App* info = app.add_subcommand("info", "Family, layers, hidden size, heads, parameter count, weight dtype");
+  CLI::App* info = tool.app.add_subcommand("info", "Family, layers, hidden size, heads, parameter count, weight dtype");
   info->add_option("--model", model_dir, "Checkpoint directory")->required();
   info->add_flag("--json", json, "Print JSON");
 
-  CLI::App* hidden = app.add_subcommand("hidden", "Write a text's hidden states (every layer) to a safetensors file");
+  CLI::App* hidden = tool.app.add_subcommand("hidden", "Write a text's hidden states (every layer) to a safetensors file");
   hidden->add_option("--model", model_dir, "Checkpoint directory")->required();
   hidden->add_option("--text", text, "Text to run (tokenized with special tokens, as transformers does)")->required();
   hidden->add_option("--output", output, "Output .safetensors: input_ids, embeddings, layers, final_norm")->required();
   add_device_options(*hidden, device_request, dtype_request);
 
-  CLI::App* tokenize_cmd = app.add_subcommand("tokenize", "Turn texts into token ids with a tokenizer.json");
+  CLI::App* tokenize_cmd = tool.app.add_subcommand("tokenize", "Turn texts into token ids with a tokenizer.json");
   tokenize_cmd->add_option("--tokenizer", tokenizer_path, "tokenizer.json or a checkpoint directory")->required();
   auto* text_option = tokenize_cmd->add_option("--text", text, "One text: print its ids and tokens");
   auto* input_option = tokenize_cmd->add_option("--input", input, "JSON list of texts");
@@ -147,11 +144,11 @@ int main(int argc, char** argv) {
   tokenize_cmd->add_option("--output", output, "Where --input's ids go (JSON list of id lists; default stdout)");
   tokenize_cmd->add_flag("--no-special-tokens", no_special, "Do not add BOS and other template tokens");
 
-  CLI::App* device_cmd = app.add_subcommand("device", "Show the device and dtype that --device/--dtype resolve to");
+  CLI::App* device_cmd = tool.app.add_subcommand("device", "Show the device and dtype that --device/--dtype resolve to");
   add_device_options(*device_cmd, device_request, dtype_request);
 
-  return run_tool(app, argc, argv, common, [&] {
-    int threads = device::configure_threads(common.threads);
+  return tool.run(argc, argv, [&] {
+    int threads = device::configure_threads(tool.common.threads);
     if (info->parsed()) print_info(model_dir, json);
     if (hidden->parsed()) write_hidden(model_dir, text, output, device_request, dtype_request);
     if (tokenize_cmd->parsed()) {

@@ -14,15 +14,12 @@
 using namespace probekit;
 
 int main(int argc, char** argv) {
-  use_passive_openmp_threads(argv);
-  CLI::App app{"Write the built-in example dataset and a small random-weight checkpoint"};
-  app.require_subcommand(1);
-  CommonOptions common;
-  add_common_options(app, common);
+  ToolCommandLine tool(argv, "Write the built-in example dataset and a small random-weight checkpoint");
+  tool.app.require_subcommand(1);
 
   data::ExampleSetOptions dataset_options;
   std::string dataset_output;
-  CLI::App* dataset = app.add_subcommand("dataset", "A labelled JSONL dataset (text, cognitive_action, domain)");
+  CLI::App* dataset = tool.app.add_subcommand("dataset", "A labelled JSONL dataset (text, cognitive_action, domain)");
   dataset->add_option("--output", dataset_output, "JSONL file to write")->required();
   dataset->add_option("--labels", dataset_options.labels, "How many labels (1 to 45)")->capture_default_str();
   dataset->add_option("--per-label", dataset_options.per_label, "Texts per label")->capture_default_str();
@@ -32,7 +29,7 @@ int main(int argc, char** argv) {
 
   model::RandomCheckpointOptions model_options;
   std::string model_output;
-  CLI::App* model_cmd = app.add_subcommand("model", "A random-weight Gemma 3 text checkpoint with the given tokenizer");
+  CLI::App* model_cmd = tool.app.add_subcommand("model", "A random-weight Gemma 3 text checkpoint with the given tokenizer");
   model_cmd->add_option("--output", model_output, "Checkpoint directory to write")->required();
   model_cmd->add_option("--tokenizer", model_options.tokenizer_json, "tokenizer.json to ship with it")->required();
   model_cmd->add_option("--hidden-size", model_options.hidden_size)->capture_default_str();
@@ -43,8 +40,8 @@ int main(int argc, char** argv) {
   model_cmd->add_option("--intermediate-size", model_options.intermediate_size)->capture_default_str();
   model_cmd->add_option("--seed", model_options.seed)->capture_default_str();
 
-  return run_tool(app, argc, argv, common, [&] {
-    device::configure_threads(common.threads);
+  return tool.run(argc, argv, [&] {
+    device::configure_threads(tool.common.threads);
     if (dataset->parsed()) {
       std::vector<std::string> lines = data::generate_example_lines(dataset_options);
       make_directories(parent_directory(dataset_output));

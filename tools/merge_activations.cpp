@@ -7,20 +7,17 @@
 using namespace probekit;
 
 int main(int argc, char** argv) {
-  use_passive_openmp_threads(argv);
-  CLI::App app{"Join the activation files of the shards of a capture run (capture_activations --shard I/N)"};
-  CommonOptions common;
-  add_common_options(app, common);
+  ToolCommandLine tool(argv, "Join the activation files of the shards of a capture run (capture_activations --shard I/N)");
   std::string output_dir;
   std::vector<std::string> shard_dirs;
   std::string compression = "none";
   bool overwrite = false;
-  app.add_option("--output-dir", output_dir, "Where the merged layer files go (and, by default, where the shard_I_of_N "
+  tool.app.add_option("--output-dir", output_dir, "Where the merged layer files go (and, by default, where the shard_I_of_N "
                                              "directories are)")->required();
-  app.add_option("shards", shard_dirs, "Shard directories (default: OUTPUT_DIR/shard_*_of_N)");
-  app.add_option("--compression", compression, "gzip|none")->check(CLI::IsMember({"gzip", "none"}))->capture_default_str();
-  app.add_flag("--overwrite", overwrite, "Replace existing merged files");
-  return run_tool(app, argc, argv, common, [&] {
+  tool.app.add_option("shards", shard_dirs, "Shard directories (default: OUTPUT_DIR/shard_*_of_N)");
+  tool.app.add_option("--compression", compression, "gzip|none")->check(CLI::IsMember({"gzip", "none"}))->capture_default_str();
+  tool.app.add_flag("--overwrite", overwrite, "Replace existing merged files");
+  return tool.run(argc, argv, [&] {
     if (shard_dirs.empty()) shard_dirs = capture::find_shard_dirs(output_dir);
     std::vector<std::string> files = capture::merge_shards(shard_dirs, output_dir, compression == "gzip", overwrite);
     fmt::print("Merged {} shards into {} layer files:\n", shard_dirs.size(), files.size());

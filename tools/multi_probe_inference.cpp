@@ -9,14 +9,11 @@
 using namespace probekit;
 
 int main(int argc, char** argv) {
-  use_passive_openmp_threads(argv);
-  CLI::App app{"Rank which labels a text shows, with a model and its trained probes"};
-  CommonOptions common;
-  add_common_options(app, common);
+  ToolCommandLine tool(argv, "Rank which labels a text shows, with a model and its trained probes");
   inference::InferenceRequest request;
-  inference::add_inference_flags(app, request);
-  return run_tool(app, argc, argv, common, [&] {
-    device::configure_threads(common.threads);
+  inference::add_inference_flags(tool.app, request);
+  return tool.run(argc, argv, [&] {
+    device::configure_threads(tool.common.threads);
     inference::run_inference(request, std::cin);
   });
 }

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include "common/cli.h"
-#include "common/json.h"
 #include "device/gpu_utils.h"
 #include "probes/binary_run.h"
 #include "probes/training_flags.h"
@@ -11,20 +10,18 @@
 using namespace probekit;
 
 int main(int argc, char** argv) {
-  CLI::App app{"Train binary (one-vs-rest) probes for every label of HDF5 activation files"};
-  CommonOptions common;
-  add_common_options(app, common);
+  ToolCommandLine tool(argv, "Train binary (one-vs-rest) probes for every label of HDF5 activation files",
+                       OpenMpWaiting::kAsConfigured);
   probes::BinaryRunOptions options;
   bool print_json = false;
-  app.add_option("--activations", options.activations,
-                 "layer_{L}_activations.h5 files, or directories holding them (one layer_{L}/ output folder each)")
+  tool.app.add_option("--activations", options.activations,
+                      "layer_{L}_activations.h5 files, or directories holding them (one layer_{L}/ output folder each)")
       ->required();
-  app.add_option("--output-dir", options.output_dir, "Where probes, metrics and report.html go")->capture_default_str();
-  probes::add_training_flags(app, probes::TrainingTool::kBinary, options);
-  app.add_flag("--json", print_json, "Print a JSON summary on stdout at the end");
-
-  return run_tool(app, argc, argv, common, [&] {
-    device::configure_threads(common.threads);
+  tool.app.add_option("--output-dir", options.output_dir, "Where probes, metrics and report.html go")->capture_default_str();
+  probes::add_training_flags(tool.app, probes::TrainingTool::kBinary, options);
+  tool.app.add_flag("--json", print_json, "Print a JSON summary on stdout at the end");
+  return tool.run(argc, argv, [&] {
+    device::configure_threads(tool.common.threads);
     Json summary = probes::run_binary_training(options);
     if (print_json) fmt::print("{}\n", dump_json(summary));
   });

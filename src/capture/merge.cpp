@@ -7,7 +7,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
-#include "io/activation_store.h"
+#include "activations/activation_store.h"
 
 namespace probekit::capture {
 

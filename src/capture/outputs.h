@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "capture/capture_options.h"
-#include "io/activation_store.h"
+#include "activations/activation_store.h"
 
 namespace probekit::capture {
 

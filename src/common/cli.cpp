@@ -39,6 +39,16 @@ void add_device_options(CLI::App& app, std::string& device, std::string& dtype, 
   app.add_option("--dtype", dtype, dtype_help)->capture_default_str();
 }
 
+ToolCommandLine::ToolCommandLine(char** argv, const std::string& description, OpenMpWaiting waiting)
+    : app(description) {
+  if (waiting == OpenMpWaiting::kPassive) use_passive_openmp_threads(argv);
+  add_common_options(app, common);
+}
+
+int ToolCommandLine::run(int argc, char** argv, const std::function<void()>& body) {
+  return run_tool(app, argc, argv, common, body);
+}
+
 bool is_disk_full_message(const std::string& message) {
   return message.find(std::strerror(ENOSPC)) != std::string::npos || message.find(std::strerror(EFBIG)) != std::string::npos ||
          message.find(std::strerror(EDQUOT)) != std::string::npos;

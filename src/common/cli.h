@@ -32,6 +32,23 @@ void add_common_options(CLI::App& app, CommonOptions& options);
 /// tool to say what auto picks or what it refuses.
 void add_device_options(CLI::App& app, std::string& device, std::string& dtype, const std::string& dtype_note = "");
 
+/// Whether a tool re-executes itself with sleeping idle OpenMP threads (see use_passive_openmp_threads).
+enum class OpenMpWaiting { kPassive, kAsConfigured };
+
+/// A tool's command line: the app with the common flags declared; a tool's main declares its own flags on
+/// `app` and hands its work to run().
+class ToolCommandLine {
+ public:
+  /// Construct it first in main: with kPassive it may re-execute the program before anything else runs.
+  ToolCommandLine(char** argv, const std::string& description, OpenMpWaiting waiting = OpenMpWaiting::kPassive);
+
+  /// See run_tool.
+  int run(int argc, char** argv, const std::function<void()>& body);
+
+  CLI::App app;
+  CommonOptions common;
+};
+
 /// Parses the command line, sets up logging, runs `body` and maps failures to exit codes:
 /// CLI11 parse errors and UsageError exit 2, every other exception exits 1 after one "error: ..." line.
 int run_tool(CLI::App& app, int argc, char** argv, const CommonOptions& options, const std::function<void()>& body);

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "io/activation_store.h"
+#include "activations/activation_store.h"
 #include "io/hdf5.h"
 #include "test_util.h"
 

@@ -16,7 +16,7 @@
 #include "capture/capture.h"
 #include "common/json.h"
 #include "data/splits.h"
-#include "io/activation_store.h"
+#include "activations/activation_store.h"
 #include "io/safetensors.h"
 #include "model/transformer.h"
 #include "tensor_files.h"
@@ -27,6 +27,7 @@
 using namespace probekit;
 using probekit::testing::TempDir;
 using probekit::testing::run_command;
+using probekit::testing::tool;
 using probekit::testing::CommandResult;
 using activations::Split;
 
@@ -58,8 +59,6 @@ capture::CaptureOptions base_options(const std::string& dataset, const std::stri
   o.device = "cpu";
   return o;
 }
-
-std::string tool(const std::string& name) { return std::string(PROBEKIT_TOOLS_DIR) + "/" + name; }
 
 // Activations of every group of every layer file, for byte-for-byte comparison.
 std::vector<std::vector<float>> all_activations(const std::string& dir, const std::vector<int64_t>& layers) {

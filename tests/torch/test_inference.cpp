@@ -24,14 +24,13 @@
 using namespace probekit;
 using probekit::testing::CommandResult;
 using probekit::testing::run_command;
+using probekit::testing::tool;
 using probekit::testing::TempDir;
 
 namespace {
 
 const std::string kModel = std::string(PROBEKIT_FIXTURES) + "/models/gemma3_text";
 const std::string kText = "Instead of seeing it as a setback, I saw a chance to learn.";
-
-std::string tool(const std::string& name) { return std::string(PROBEKIT_TOOLS_DIR) + "/" + name; }
 
 // Captures layers 2 and 5 of a small labelled dataset and trains probes on both: dir/probes/layer_{2,5}.
 std::string train_probes(const TempDir& tmp) {

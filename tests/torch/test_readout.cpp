@@ -7,7 +7,7 @@
 
 #include "capture/capture.h"
 #include "common/json.h"
-#include "io/activation_store.h"
+#include "activations/activation_store.h"
 #include "io/safetensors.h"
 #include "readout/prompts.h"
 #include "tensor_files.h"
@@ -17,13 +17,12 @@
 using namespace probekit;
 using probekit::testing::CommandResult;
 using probekit::testing::run_command;
+using probekit::testing::tool;
 using probekit::testing::TempDir;
 
 namespace {
 
 const std::string kGpt2 = std::string(PROBEKIT_FIXTURES) + "/models/gpt2";
-
-std::string tool(const std::string& name) { return std::string(PROBEKIT_TOOLS_DIR) + "/" + name; }
 
 // About 900 GPT-2 tokens: longer than the fixture's 512 positions.
 std::string long_text() {

@@ -1,4 +1,4 @@
-#include "io/activation_store.h"
+#include "activations/activation_store.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
