@@ -1,5 +1,5 @@
-// config.json resolution on arbitrary JSON: parse_raw_config then resolve_config either refuse the config
-// with a message naming the key, or give a ModelConfig keeping the invariants the runtime relies on
+// config.json resolution on arbitrary JSON: resolve_config either refuses the config with a message naming the
+// key, or gives a ModelConfig keeping the invariants the runtime relies on
 // (validate_config): positive and bounded dimensions, one layer setting per layer, rotary dims inside heads.
 #include <cmath>
 #include <cstdint>
@@ -16,7 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   model::ModelConfig config;
   // What load_config does after reading the file.
   if (!fuzz::completes_or_refuses_cleanly([&] {
-        config = model::resolve_config(model::parse_raw_config(parse_json(text, "config.json"), "config.json"));
+        config = model::resolve_config(parse_json(text, "config.json"), "config.json");
       })) {
     return 0;
   }

@@ -1,8 +1,8 @@
-// Model configuration in two steps: RawConfig mirrors config.json (every key optional, explicit null kept
-// apart from absent), and resolve_config() turns it into one validated ModelConfig with the reference's
-// defaults for the family, in both config layouts found in the wild (transformers 5's rope_parameters and
-// layer_types, and the older rope_theta / rope_scaling / rope_local_base_freq / sliding_window_pattern /
-// rotary_pct most published checkpoints carry).
+// Model configuration in two steps: each family's resolve reads the config.json keys it knows through a
+// ConfigReader (typed reads that keep an absent key, an explicit null and a value apart: the raw step), and turns
+// them into one validated ModelConfig with the reference's defaults for the family, in both config layouts found
+// in the wild (transformers 5's rope_parameters and layer_types, and the older rope_theta / rope_scaling /
+// rope_local_base_freq / sliding_window_pattern / rotary_pct most published checkpoints carry).
 #pragma once
 
 #include <cstdint>
@@ -25,38 +25,33 @@ struct Field {
   T value_or(T fallback) const { return value ? *value : fallback; }
 };
 
-/// One rope_scaling / rope_parameters object.
-struct RawRope {
-  Field<std::string> rope_type;  // "rope_type", or the older "type"
-  Field<double> rope_theta;
-  Field<double> factor;
-  Field<double> low_freq_factor;
-  Field<double> high_freq_factor;
-  Field<int64_t> original_max_position_embeddings;
-  Field<double> partial_rotary_factor;
-};
+/// Typed reads of one config.json object's keys; a value of the wrong type throws std::runtime_error naming
+/// the file and the key ("config.json: 'hidden_size' must be an integer").
+class ConfigReader {
+ public:
+  /// `key_path` is put before the keys named in errors ("rope_scaling." for the keys inside rope_scaling).
+  ConfigReader(const Json& object, std::string source, std::string key_path = "");
 
-/// config.json as written, with the synonyms different families use kept apart.
-struct RawConfig {
-  std::string source;  // file name, for errors
-  std::string model_type;
-  Field<int64_t> vocab_size, hidden_size, n_embd, intermediate_size, n_inner, num_hidden_layers, n_layer;
-  Field<int64_t> num_attention_heads, n_head, num_key_value_heads, head_dim;
-  Field<int64_t> max_position_embeddings, n_positions;
-  Field<std::string> hidden_act, hidden_activation, activation_function;
-  Field<double> rms_norm_eps, layer_norm_eps, layer_norm_epsilon;
-  Field<double> rope_theta, rope_local_base_freq, rotary_pct, rotary_emb_base, partial_rotary_factor;
-  Field<RawRope> rope_scaling;
-  Field<RawRope> rope_parameters;                  // transformers 5, one rope for every layer
-  Field<RawRope> rope_parameters_full_attention;   // transformers 5, Gemma 3's per-layer-type ropes
-  Field<RawRope> rope_parameters_sliding_attention;
-  Field<int64_t> sliding_window, sliding_window_pattern, max_window_layers;
-  Field<bool> use_sliding_window;
-  Field<std::vector<std::string>> layer_types;
-  Field<double> query_pre_attn_scalar, attn_logit_softcapping;
-  Field<bool> attention_bias, mlp_bias, use_parallel_residual, scale_attn_weights, scale_attn_by_inverse_layer_idx;
-  Field<std::string> torch_dtype;
-  std::vector<RawConfig> text_config;  // the language model's config inside a multimodal config (0 or 1)
+  /// Reads `key` as T: bool, int64_t (4096.0 accepted), double, std::string, std::vector<std::string>, or
+  /// ConfigReader for a nested object (whose errors name its keys as "key.inner").
+  template <typename T>
+  Field<T> read(const char* key) const;
+  /// Whether the object has `key`, null or not.
+  bool has(const char* key) const;
+  /// The same object read as a file of its own named `source` (a multimodal config's text_config).
+  ConfigReader with_source(std::string source) const;
+
+  /// The file name errors start with.
+  const std::string& source() const { return source_; }
+  /// "config.json: 'rope_scaling.factor'": the file and the key with its path, for error messages.
+  std::string where(const char* key) const;
+
+ private:
+  template <typename T>
+  T convert(const Json& value, const char* key) const;
+
+  const Json* object_;
+  std::string source_, key_path_;
 };
 
 enum class NormKind { kRmsNorm, kLayerNorm };
@@ -105,16 +100,13 @@ struct ModelConfig {
   double norm_eps = 1e-6;
   double attention_scale = 1.0;
   bool qkv_bias = false, output_bias = false, mlp_bias = false;
-  std::string weights_dtype;  // torch_dtype/dtype of config.json, informational
   ArchFeatures features;
   std::vector<LayerSpec> layers;
 };
 
-/// Parses config.json's JSON into the raw struct; wrong types throw naming the key.
-RawConfig parse_raw_config(const Json& json, const std::string& source);
-
-/// Applies the family's defaults and validates; throws std::runtime_error naming the file and the key.
-ModelConfig resolve_config(const RawConfig& raw);
+/// Resolves config.json's JSON (read from `source`) with the family its model_type names: the family's
+/// defaults applied, then validated; throws std::runtime_error naming the file and the key.
+ModelConfig resolve_config(const Json& json, const std::string& source);
 
 /// Reads DIR/config.json and resolves it.
 ModelConfig load_config(const std::string& checkpoint_dir);

@@ -97,17 +97,47 @@ void validate_config(const ModelConfig& c, const std::string& source) {
   }
 }
 
-Activation parse_activation(const std::string& name, const RawConfig& raw, const char* key) {
+Activation read_activation(const ConfigReader& config_json, const char* key, const char* default_name) {
+  const std::string name = config_json.read<std::string>(key).value_or(default_name);
   if (name == "silu" || name == "swish") return Activation::kSilu;
   if (name == "gelu_pytorch_tanh" || name == "gelu_new" || name == "gelu_fast" || name == "gelu_python_tanh") {
     return Activation::kGeluTanh;
   }
   if (name == "gelu" || name == "gelu_python") return Activation::kGeluExact;
-  fail("{}: '{}' is '{}', an unsupported activation (supported: silu, gelu, gelu_pytorch_tanh, gelu_new)", raw.source,
-       key, name);
+  fail("{} is '{}', an unsupported activation (supported: silu, gelu, gelu_pytorch_tanh, gelu_new)",
+       config_json.where(key), name);
 }
 
-RopeSpec make_rope(const Field<RawRope>& rope, double theta, int64_t rotary_dim, const RawConfig& raw, const char* key) {
+Field<RawRope> read_rope(const ConfigReader& config_json, const char* key) {
+  Field<ConfigReader> object = config_json.read<ConfigReader>(key);
+  Field<RawRope> rope;
+  rope.present = object.present;
+  if (!object.value) return rope;
+  const ConfigReader& keys = *object.value;
+  RawRope& raw = rope.value.emplace();
+  raw.rope_type = keys.read<std::string>("rope_type");
+  if (!raw.rope_type.value) raw.rope_type = keys.read<std::string>("type");
+  raw.rope_theta = keys.read<double>("rope_theta");
+  raw.factor = keys.read<double>("factor");
+  raw.low_freq_factor = keys.read<double>("low_freq_factor");
+  raw.high_freq_factor = keys.read<double>("high_freq_factor");
+  raw.original_max_position_embeddings = keys.read<int64_t>("original_max_position_embeddings");
+  raw.partial_rotary_factor = keys.read<double>("partial_rotary_factor");
+  return rope;
+}
+
+bool rope_parameters_per_layer_type(const ConfigReader& config_json) {
+  Field<ConfigReader> parameters = config_json.read<ConfigReader>("rope_parameters");
+  return parameters.value && (parameters.value->has("full_attention") || parameters.value->has("sliding_attention"));
+}
+
+Field<RawRope> read_single_rope_parameters(const ConfigReader& config_json) {
+  if (rope_parameters_per_layer_type(config_json)) return {};
+  return read_rope(config_json, "rope_parameters");
+}
+
+RopeSpec make_rope(const Field<RawRope>& rope, double theta, int64_t rotary_dim, const ConfigReader& config_json,
+                   const char* key) {
   RopeSpec spec;
   spec.type = RopeType::kDefault;
   spec.theta = theta;
@@ -118,7 +148,7 @@ RopeSpec make_rope(const Field<RawRope>& rope, double theta, int64_t rotary_dim,
   std::string type = r.rope_type.value_or("default");
   if (type == "default") return spec;
   auto factor = [&] {
-    if (!r.factor.value) fail("{}: '{}' of rope_type '{}' needs a 'factor'", raw.source, key, type);
+    if (!r.factor.value) fail("{} of rope_type '{}' needs a 'factor'", config_json.where(key), type);
     return *r.factor.value;
   };
   if (type == "linear") {
@@ -131,60 +161,64 @@ RopeSpec make_rope(const Field<RawRope>& rope, double theta, int64_t rotary_dim,
     spec.high_freq_factor = r.high_freq_factor.value_or(4.0);
     spec.original_max_position_embeddings = r.original_max_position_embeddings.value_or(8192);
     if (spec.high_freq_factor == spec.low_freq_factor) {
-      fail("{}: '{}' has equal low_freq_factor and high_freq_factor", raw.source, key);
+      fail("{} has equal low_freq_factor and high_freq_factor", config_json.where(key));
     }
   } else {
-    fail("{}: '{}' has rope_type '{}', which is not supported (supported: default, linear, llama3)", raw.source, key,
+    fail("{} has rope_type '{}', which is not supported (supported: default, linear, llama3)", config_json.where(key),
          type);
   }
   return spec;
 }
 
-RopeSpec resolve_single_rope(const RawConfig& raw, double default_theta, int64_t rotary_dim) {
-  if (raw.rope_parameters.value) {
-    double theta = raw.rope_parameters.value->rope_theta.value_or(raw.rope_theta.value_or(default_theta));
-    return make_rope(raw.rope_parameters, theta, rotary_dim, raw, "rope_parameters");
-  }
-  return make_rope(raw.rope_scaling, raw.rope_theta.value_or(default_theta), rotary_dim, raw, "rope_scaling");
+RopeSpec resolve_single_rope(const ConfigReader& config_json, double default_theta, int64_t rotary_dim) {
+  // rope_parameters' own rope_theta, when it has one, overrides this (make_rope).
+  const double theta = config_json.read<double>("rope_theta").value_or(default_theta);
+  Field<RawRope> parameters = read_single_rope_parameters(config_json);
+  if (parameters.value) return make_rope(parameters, theta, rotary_dim, config_json, "rope_parameters");
+  return make_rope(read_rope(config_json, "rope_scaling"), theta, rotary_dim, config_json, "rope_scaling");
 }
 
-std::vector<bool> sliding_from_layer_types(const RawConfig& raw, int64_t num_layers) {
-  if (!raw.layer_types.value) return {};
-  const auto& types = *raw.layer_types.value;
+std::vector<bool> sliding_from_layer_types(const ConfigReader& config_json, int64_t num_layers) {
+  Field<std::vector<std::string>> layer_types = config_json.read<std::vector<std::string>>("layer_types");
+  if (!layer_types.value) return {};
+  const std::vector<std::string>& types = *layer_types.value;
   if (static_cast<int64_t>(types.size()) != num_layers) {
-    fail("{}: 'layer_types' has {} entries for {} layers", raw.source, types.size(), num_layers);
+    fail("{}: 'layer_types' has {} entries for {} layers", config_json.source(), types.size(), num_layers);
   }
   std::vector<bool> sliding;
   for (const std::string& type : types) {
     if (type != "sliding_attention" && type != "full_attention") {
-      fail("{}: 'layer_types' entry '{}' is not supported (supported: full_attention, sliding_attention)", raw.source,
-           type);
+      fail("{}: 'layer_types' entry '{}' is not supported (supported: full_attention, sliding_attention)",
+           config_json.source(), type);
     }
     sliding.push_back(type == "sliding_attention");
   }
   return sliding;
 }
 
-void resolve_llama_dimensions(const RawConfig& raw, ModelConfig& c, const DimensionDefaults& d) {
-  c.vocab_size = raw.vocab_size.value_or(d.vocab_size);
-  c.hidden_size = raw.hidden_size.value_or(d.hidden_size);
-  c.intermediate_size = raw.intermediate_size.value_or(d.intermediate_size);
-  c.num_layers = raw.num_hidden_layers.value_or(d.num_layers);
-  c.num_heads = raw.num_attention_heads.value_or(d.num_heads);
-  c.num_kv_heads = raw.num_key_value_heads.value_or(d.num_kv_heads > 0 ? d.num_kv_heads : c.num_heads);
-  check_core_dimensions(c, raw.source);
-  if (raw.head_dim.value) {
-    c.head_dim = *raw.head_dim.value;
+void resolve_llama_dimensions(const ConfigReader& config_json, ModelConfig& c, const DimensionDefaults& d) {
+  auto read = [&](const char* key, int64_t fallback) { return config_json.read<int64_t>(key).value_or(fallback); };
+  c.vocab_size = read("vocab_size", d.vocab_size);
+  c.hidden_size = read("hidden_size", d.hidden_size);
+  c.intermediate_size = read("intermediate_size", d.intermediate_size);
+  c.num_layers = read("num_hidden_layers", d.num_layers);
+  c.num_heads = read("num_attention_heads", d.num_heads);
+  c.num_kv_heads = read("num_key_value_heads", d.num_kv_heads > 0 ? d.num_kv_heads : c.num_heads);
+  c.max_positions = read("max_position_embeddings", d.max_positions);
+  c.norm_eps = config_json.read<double>("rms_norm_eps").value_or(d.norm_eps);
+  Field<int64_t> head_dim = config_json.read<int64_t>("head_dim");
+  check_core_dimensions(c, config_json.source());
+  if (head_dim.value) {
+    c.head_dim = *head_dim.value;
   } else if (d.head_dim > 0) {
     c.head_dim = d.head_dim;
   } else {
     if (c.hidden_size % c.num_heads != 0) {
-      fail("{}: hidden_size {} is not divisible by num_attention_heads {}", raw.source, c.hidden_size, c.num_heads);
+      fail("{}: hidden_size {} is not divisible by num_attention_heads {}", config_json.source(), c.hidden_size,
+           c.num_heads);
     }
     c.head_dim = c.hidden_size / c.num_heads;
   }
-  c.max_positions = raw.max_position_embeddings.value_or(d.max_positions);
-  c.norm_eps = raw.rms_norm_eps.value_or(d.norm_eps);
   c.attention_scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
 }
 

@@ -1,6 +1,6 @@
-// The family adapters: for each supported model_type, how config.json maps onto ModelConfig (defaults of
-// the reference's config class, feature flags) and how the checkpoint's weights map onto ModelWeights
-// (names, fusions, transposes). The decoder itself never asks which family it runs.
+// The family adapters: for each supported model_type, how config.json maps onto ModelConfig (the keys the family
+// reads, the defaults of the reference's config class, feature flags) and how the checkpoint's weights map onto
+// ModelWeights (names, fusions, transposes). The decoder itself never asks which family it runs.
 #pragma once
 
 #include <initializer_list>
@@ -30,7 +30,8 @@ constexpr int64_t kUnusedTensor = -2;
 
 struct Family {
   const char* model_type;
-  void (*resolve)(const RawConfig& raw, ModelConfig& config);
+  /// Reads the family's config.json keys into `config`, whose model_type is already set.
+  void (*resolve)(const ConfigReader& config_json, ModelConfig& config);
   void (*load)(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan, ModelWeights& weights);
   /// The decoder layer a checkpoint tensor belongs to, or kGlobalTensor / kUnusedTensor.
   int64_t (*tensor_layer)(const std::string& name);
@@ -54,14 +55,33 @@ void check_core_dimensions(const ModelConfig& config, const std::string& source)
 int64_t layer_by_prefix(const std::string& name, std::initializer_list<std::string_view> layer_prefixes,
                         std::initializer_list<std::string_view> unused_prefixes);
 
-/// Maps a Hugging Face activation name (hidden_act and friends) to an Activation.
-Activation parse_activation(const std::string& name, const RawConfig& raw, const char* key);
-/// A rope from a rope_scaling / rope_parameters object (or none), with the theta to use when it has none.
-RopeSpec make_rope(const Field<RawRope>& rope, double theta, int64_t rotary_dim, const RawConfig& raw, const char* key);
+/// Reads a Hugging Face activation name (hidden_act and friends) under `key`, `default_name` when absent.
+Activation read_activation(const ConfigReader& config_json, const char* key, const char* default_name);
+
+/// One rope_scaling / rope_parameters object as written.
+struct RawRope {
+  Field<std::string> rope_type;  // "rope_type", or the older "type"
+  Field<double> rope_theta;
+  Field<double> factor;
+  Field<double> low_freq_factor;
+  Field<double> high_freq_factor;
+  Field<int64_t> original_max_position_embeddings;
+  Field<double> partial_rotary_factor;
+};
+/// Reads the rope object under `key`.
+Field<RawRope> read_rope(const ConfigReader& config_json, const char* key);
+/// Whether rope_parameters holds one rope per layer type (Gemma 3: full_attention, sliding_attention).
+bool rope_parameters_per_layer_type(const ConfigReader& config_json);
+/// rope_parameters when it holds one rope for every layer (transformers 5), else absent.
+Field<RawRope> read_single_rope_parameters(const ConfigReader& config_json);
+/// The rope a rope object (or none) read under `key` of `config_json` describes; `theta` where it sets none.
+RopeSpec make_rope(const Field<RawRope>& rope, double theta, int64_t rotary_dim, const ConfigReader& config_json,
+                   const char* key);
 /// The rope of a single-rope family: rope_parameters (transformers 5) or rope_theta + rope_scaling.
-RopeSpec resolve_single_rope(const RawConfig& raw, double default_theta, int64_t rotary_dim);
+RopeSpec resolve_single_rope(const ConfigReader& config_json, double default_theta, int64_t rotary_dim);
 /// For each layer, whether it uses sliding-window attention according to layer_types; empty if absent.
-std::vector<bool> sliding_from_layer_types(const RawConfig& raw, int64_t num_layers);
+std::vector<bool> sliding_from_layer_types(const ConfigReader& config_json, int64_t num_layers);
+
 /// The defaults of a family's config class for keys a config.json may omit.
 struct DimensionDefaults {
   int64_t vocab_size, hidden_size, intermediate_size, num_layers, num_heads;
@@ -70,8 +90,9 @@ struct DimensionDefaults {
   int64_t max_positions;
   double norm_eps;
 };
-/// Reads the dimensions shared by the Llama-style families (hidden, intermediate, layers, heads, head_dim).
-void resolve_llama_dimensions(const RawConfig& raw, ModelConfig& config, const DimensionDefaults& defaults);
+/// Reads the dimensions shared by the Llama-style families (hidden, intermediate, layers, heads, head_dim,
+/// positions, rms_norm_eps).
+void resolve_llama_dimensions(const ConfigReader& config_json, ModelConfig& config, const DimensionDefaults& defaults);
 /// Sets each layer's window: `sliding[i]` selects `window` for layer i (no entry: full attention).
 void apply_sliding_windows(ModelConfig& config, const std::vector<bool>& sliding, int64_t window);
 /// Loads the Llama-style layout under `model` ("model." or a multimodal prefix).
@@ -84,16 +105,16 @@ at::Tensor load_token_embeddings(const WeightScope& scope, const std::string& na
 Norm load_norm(const WeightScope& scope, const std::string& name, int64_t size, const ModelConfig& config);
 
 // The adapters (one file each under model/families/).
-void resolve_llama(const RawConfig& raw, ModelConfig& config);
-void resolve_mistral(const RawConfig& raw, ModelConfig& config);
-void resolve_qwen2(const RawConfig& raw, ModelConfig& config);
-void resolve_qwen3(const RawConfig& raw, ModelConfig& config);
-void resolve_gemma(const RawConfig& raw, ModelConfig& config);
-void resolve_gemma2(const RawConfig& raw, ModelConfig& config);
-void resolve_gemma3_text(const RawConfig& raw, ModelConfig& config);
-void resolve_gemma3(const RawConfig& raw, ModelConfig& config);
-void resolve_gpt2(const RawConfig& raw, ModelConfig& config);
-void resolve_gpt_neox(const RawConfig& raw, ModelConfig& config);
+void resolve_llama(const ConfigReader& config_json, ModelConfig& config);
+void resolve_mistral(const ConfigReader& config_json, ModelConfig& config);
+void resolve_qwen2(const ConfigReader& config_json, ModelConfig& config);
+void resolve_qwen3(const ConfigReader& config_json, ModelConfig& config);
+void resolve_gemma(const ConfigReader& config_json, ModelConfig& config);
+void resolve_gemma2(const ConfigReader& config_json, ModelConfig& config);
+void resolve_gemma3_text(const ConfigReader& config_json, ModelConfig& config);
+void resolve_gemma3(const ConfigReader& config_json, ModelConfig& config);
+void resolve_gpt2(const ConfigReader& config_json, ModelConfig& config);
+void resolve_gpt_neox(const ConfigReader& config_json, ModelConfig& config);
 int64_t llama_style_tensor_layer(const std::string& name);
 int64_t gemma3_multimodal_tensor_layer(const std::string& name);
 int64_t gpt2_tensor_layer(const std::string& name);

@@ -76,7 +76,7 @@ TEST_CASE("fuzz regression (fuzz_config): layer counts, widths and the rotary fr
   // such values to the same target.
   auto resolve_error = [](const char* text) -> std::string {
     try {
-      model::resolve_config(model::parse_raw_config(Json::parse(text), "config.json"));
+      model::resolve_config(Json::parse(text), "config.json");
     } catch (const std::runtime_error& e) {
       return e.what();
     }

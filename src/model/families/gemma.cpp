@@ -10,75 +10,92 @@ namespace probekit::model {
 
 namespace {
 
-void resolve_gemma_common(const RawConfig& raw, ModelConfig& c, const DimensionDefaults& defaults) {
-  resolve_llama_dimensions(raw, c, defaults);
+void resolve_gemma_common(const ConfigReader& config_json, ModelConfig& c, const DimensionDefaults& defaults) {
+  resolve_llama_dimensions(config_json, c, defaults);
   c.features.norm_adds_one = true;
   c.features.scale_embeddings = true;
   // Gemma uses hidden_activation; older configs carry hidden_act "gelu" that the reference ignores.
-  c.features.activation =
-      parse_activation(raw.hidden_activation.value_or("gelu_pytorch_tanh"), raw, "hidden_activation");
-  c.qkv_bias = c.output_bias = raw.attention_bias.value_or(false);
+  c.features.activation = read_activation(config_json, "hidden_activation", "gelu_pytorch_tanh");
+  c.qkv_bias = c.output_bias = config_json.read<bool>("attention_bias").value_or(false);
 }
 
-void resolve_gemma2_common(const RawConfig& raw, ModelConfig& c) {
+void resolve_gemma2_common(const ConfigReader& config_json, ModelConfig& c) {
   c.features.attention_output_norm = true;
   c.features.mlp_output_norm = true;
-  c.attention_scale = 1.0 / std::sqrt(raw.query_pre_attn_scalar.value_or(256.0));
+  c.attention_scale = 1.0 / std::sqrt(config_json.read<double>("query_pre_attn_scalar").value_or(256.0));
+}
+
+// Gemma 3's ropes for its global and its sliding-window layers.
+struct GlobalAndLocalRopes {
+  RopeSpec global, local;
+};
+
+GlobalAndLocalRopes resolve_gemma3_ropes(const ConfigReader& config_json, int64_t head_dim) {
+  if (rope_parameters_per_layer_type(config_json)) {
+    const ConfigReader per_type = *config_json.read<ConfigReader>("rope_parameters").value;
+    return {make_rope(read_rope(per_type, "full_attention"), 1e6, head_dim, per_type, "full_attention"),
+            make_rope(read_rope(per_type, "sliding_attention"), 1e4, head_dim, per_type, "sliding_attention")};
+  }
+  // The older layout: rope_scaling applies to the global layers only; local layers use rope_local_base_freq.
+  double local_theta = config_json.read<double>("rope_local_base_freq").value_or(1e4);
+  return {resolve_single_rope(config_json, 1e6, head_dim),
+          make_rope({}, local_theta, head_dim, config_json, "rope_local_base_freq")};
+}
+
+// Without layer_types, every sliding_window_pattern-th layer is global, the others slide.
+std::vector<bool> gemma3_sliding_layers(const ConfigReader& config_json, int64_t num_layers) {
+  std::vector<bool> sliding = sliding_from_layer_types(config_json, num_layers);
+  if (!sliding.empty()) return sliding;
+  Field<int64_t> pattern = config_json.read<int64_t>("sliding_window_pattern");
+  if (!pattern.value) pattern = config_json.read<int64_t>("_sliding_window_pattern");
+  int64_t every = pattern.value_or(6);
+  if (every <= 0) fail("{}: 'sliding_window_pattern' must be positive", config_json.source());
+  for (int64_t i = 0; i < num_layers; ++i) sliding.push_back((i + 1) % every != 0);
+  return sliding;
 }
 
 }  // namespace
 
-void resolve_gemma(const RawConfig& raw, ModelConfig& c) {
-  resolve_gemma_common(raw, c, {256000, 3072, 24576, 28, 16, 16, 256, 8192, 1e-6});
-  c.layers.assign(static_cast<size_t>(c.num_layers), LayerSpec{0, resolve_single_rope(raw, 10000.0, c.head_dim)});
+void resolve_gemma(const ConfigReader& config_json, ModelConfig& c) {
+  resolve_gemma_common(config_json, c, {256000, 3072, 24576, 28, 16, 16, 256, 8192, 1e-6});
+  c.layers.assign(static_cast<size_t>(c.num_layers), LayerSpec{0, resolve_single_rope(config_json, 10000.0, c.head_dim)});
 }
 
-void resolve_gemma2(const RawConfig& raw, ModelConfig& c) {
-  resolve_gemma_common(raw, c, {256000, 2304, 9216, 26, 8, 4, 256, 8192, 1e-6});
-  resolve_gemma2_common(raw, c);
+void resolve_gemma2(const ConfigReader& config_json, ModelConfig& c) {
+  resolve_gemma_common(config_json, c, {256000, 2304, 9216, 26, 8, 4, 256, 8192, 1e-6});
+  resolve_gemma2_common(config_json, c);
   // Absent means the config class default (50); an explicit null turns soft-capping off.
-  if (!raw.attn_logit_softcapping.present) {
+  Field<double> softcap = config_json.read<double>("attn_logit_softcapping");
+  if (!softcap.present) {
     c.features.attn_softcap = 50.0;
-  } else if (raw.attn_logit_softcapping.value) {
-    c.features.attn_softcap = *raw.attn_logit_softcapping.value;
+  } else if (softcap.value) {
+    c.features.attn_softcap = *softcap.value;
   }
-  c.layers.assign(static_cast<size_t>(c.num_layers), LayerSpec{0, resolve_single_rope(raw, 10000.0, c.head_dim)});
-  std::vector<bool> sliding = sliding_from_layer_types(raw, c.num_layers);
+  c.layers.assign(static_cast<size_t>(c.num_layers), LayerSpec{0, resolve_single_rope(config_json, 10000.0, c.head_dim)});
+  std::vector<bool> sliding = sliding_from_layer_types(config_json, c.num_layers);
   if (sliding.empty()) {
     for (int64_t i = 0; i < c.num_layers; ++i) sliding.push_back(i % 2 == 0);
   }
-  apply_sliding_windows(c, sliding, raw.sliding_window.value_or(4096));
+  apply_sliding_windows(c, sliding, config_json.read<int64_t>("sliding_window").value_or(4096));
 }
 
-void resolve_gemma3_text(const RawConfig& raw, ModelConfig& c) {
-  resolve_gemma_common(raw, c, {262208, 2304, 9216, 26, 8, 4, 256, 131072, 1e-6});
-  resolve_gemma2_common(raw, c);
+void resolve_gemma3_text(const ConfigReader& config_json, ModelConfig& c) {
+  resolve_gemma_common(config_json, c, {262208, 2304, 9216, 26, 8, 4, 256, 131072, 1e-6});
+  resolve_gemma2_common(config_json, c);
   c.features.qk_norm = true;
-  if (raw.attn_logit_softcapping.value) c.features.attn_softcap = *raw.attn_logit_softcapping.value;
-
-  RopeSpec global, local;
-  if (raw.rope_parameters_full_attention.present || raw.rope_parameters_sliding_attention.present) {
-    global = make_rope(raw.rope_parameters_full_attention, 1e6, c.head_dim, raw, "rope_parameters.full_attention");
-    local = make_rope(raw.rope_parameters_sliding_attention, 1e4, c.head_dim, raw, "rope_parameters.sliding_attention");
-  } else {
-    // The older layout: rope_scaling applies to the global layers only; local layers use rope_local_base_freq.
-    global = resolve_single_rope(raw, 1e6, c.head_dim);
-    local = make_rope({}, raw.rope_local_base_freq.value_or(1e4), c.head_dim, raw, "rope_local_base_freq");
-  }
-  std::vector<bool> sliding = sliding_from_layer_types(raw, c.num_layers);
-  if (sliding.empty()) {
-    int64_t pattern = raw.sliding_window_pattern.value_or(6);
-    if (pattern <= 0) fail("{}: 'sliding_window_pattern' must be positive", raw.source);
-    for (int64_t i = 0; i < c.num_layers; ++i) sliding.push_back((i + 1) % pattern != 0);
-  }
+  Field<double> softcap = config_json.read<double>("attn_logit_softcapping");
+  if (softcap.value) c.features.attn_softcap = *softcap.value;
+  const GlobalAndLocalRopes ropes = resolve_gemma3_ropes(config_json, c.head_dim);
+  std::vector<bool> sliding = gemma3_sliding_layers(config_json, c.num_layers);
   c.layers.resize(static_cast<size_t>(c.num_layers));
-  for (size_t i = 0; i < c.layers.size(); ++i) c.layers[i].rope = sliding[i] ? local : global;
-  apply_sliding_windows(c, sliding, raw.sliding_window.value_or(4096));
+  for (size_t i = 0; i < c.layers.size(); ++i) c.layers[i].rope = sliding[i] ? ropes.local : ropes.global;
+  apply_sliding_windows(c, sliding, config_json.read<int64_t>("sliding_window").value_or(4096));
 }
 
-void resolve_gemma3(const RawConfig& raw, ModelConfig& c) {
-  if (raw.text_config.empty()) fail("{}: model_type 'gemma3' needs a 'text_config'", raw.source);
-  resolve_gemma3_text(raw.text_config[0], c);
+void resolve_gemma3(const ConfigReader& config_json, ModelConfig& c) {
+  Field<ConfigReader> text_config = config_json.read<ConfigReader>("text_config");
+  if (!text_config.value) fail("{}: model_type 'gemma3' needs a 'text_config'", config_json.source());
+  resolve_gemma3_text(text_config.value->with_source(config_json.source() + " (text_config)"), c);
   c.text_model_type = "gemma3_text";
 }
 

@@ -8,28 +8,33 @@
 
 namespace probekit::model {
 
-void resolve_gpt2(const RawConfig& raw, ModelConfig& c) {
-  c.vocab_size = raw.vocab_size.value_or(50257);
-  c.hidden_size = raw.n_embd.value_or(raw.hidden_size.value_or(768));
-  c.num_layers = raw.n_layer.value_or(raw.num_hidden_layers.value_or(12));
-  c.num_heads = raw.n_head.value_or(raw.num_attention_heads.value_or(12));
+void resolve_gpt2(const ConfigReader& config_json, ModelConfig& c) {
+  // GPT2Config's own key names win over the standard ones it also accepts (n_embd over hidden_size, ...).
+  auto read = [&](const char* key, const char* standard_key, int64_t fallback) {
+    return config_json.read<int64_t>(key).value_or(config_json.read<int64_t>(standard_key).value_or(fallback));
+  };
+  c.vocab_size = config_json.read<int64_t>("vocab_size").value_or(50257);
+  c.hidden_size = read("n_embd", "hidden_size", 768);
+  c.num_layers = read("n_layer", "num_hidden_layers", 12);
+  c.num_heads = read("n_head", "num_attention_heads", 12);
   c.num_kv_heads = c.num_heads;
-  check_core_dimensions(c, raw.source);
+  check_core_dimensions(c, config_json.source());
   if (c.hidden_size % c.num_heads != 0) {
-    fail("{}: n_embd {} is not divisible by n_head {}", raw.source, c.hidden_size, c.num_heads);
+    fail("{}: n_embd {} is not divisible by n_head {}", config_json.source(), c.hidden_size, c.num_heads);
   }
   c.head_dim = c.hidden_size / c.num_heads;
-  c.intermediate_size = raw.n_inner.value_or(4 * c.hidden_size);
-  c.max_positions = raw.n_positions.value_or(raw.max_position_embeddings.value_or(1024));
-  c.norm_eps = raw.layer_norm_epsilon.value_or(1e-5);
-  if (raw.scale_attn_by_inverse_layer_idx.value_or(false)) {
-    fail("{}: scale_attn_by_inverse_layer_idx is not supported", raw.source);
+  c.intermediate_size = config_json.read<int64_t>("n_inner").value_or(4 * c.hidden_size);
+  c.max_positions = read("n_positions", "max_position_embeddings", 1024);
+  c.norm_eps = config_json.read<double>("layer_norm_epsilon").value_or(1e-5);
+  if (config_json.read<bool>("scale_attn_by_inverse_layer_idx").value_or(false)) {
+    fail("{}: scale_attn_by_inverse_layer_idx is not supported", config_json.source());
   }
-  c.attention_scale = raw.scale_attn_weights.value_or(true) ? 1.0 / std::sqrt(static_cast<double>(c.head_dim)) : 1.0;
+  const bool scale_attention = config_json.read<bool>("scale_attn_weights").value_or(true);
+  c.attention_scale = scale_attention ? 1.0 / std::sqrt(static_cast<double>(c.head_dim)) : 1.0;
   c.features.norm = NormKind::kLayerNorm;
   c.features.gated_mlp = false;
   c.features.learned_positions = true;
-  c.features.activation = parse_activation(raw.activation_function.value_or("gelu_new"), raw, "activation_function");
+  c.features.activation = read_activation(config_json, "activation_function", "gelu_new");
   c.qkv_bias = c.output_bias = c.mlp_bias = true;
   c.layers.assign(static_cast<size_t>(c.num_layers), LayerSpec{});
 }

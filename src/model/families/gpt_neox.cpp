@@ -7,40 +7,52 @@
 
 namespace probekit::model {
 
-void resolve_gpt_neox(const RawConfig& raw, ModelConfig& c) {
-  c.vocab_size = raw.vocab_size.value_or(50432);
-  c.hidden_size = raw.hidden_size.value_or(6144);
-  c.num_layers = raw.num_hidden_layers.value_or(44);
-  c.num_heads = raw.num_attention_heads.value_or(64);
+namespace {
+
+// The rotary fraction of each head: rotary_pct (GPTNeoXConfig), partial_rotary_factor, or rope_parameters'.
+RopeSpec resolve_partial_rope(const ConfigReader& config_json, int64_t head_dim) {
+  Field<RawRope> parameters = read_single_rope_parameters(config_json);
+  double fraction = config_json.read<double>("rotary_pct")
+                        .value_or(config_json.read<double>("partial_rotary_factor").value_or(0.25));
+  if (parameters.value && parameters.value->partial_rotary_factor.value) {
+    fraction = *parameters.value->partial_rotary_factor.value;
+  }
+  if (!(fraction > 0 && fraction <= 1)) {
+    fail("{}: the rotary fraction {} must be in (0, 1]", config_json.source(), fraction);
+  }
+  auto rotary_dim = static_cast<int64_t>(static_cast<double>(head_dim) * fraction);
+  double theta = config_json.read<double>("rotary_emb_base")
+                     .value_or(config_json.read<double>("rope_theta").value_or(10000.0));
+  if (parameters.value) return make_rope(parameters, theta, rotary_dim, config_json, "rope_parameters");
+  return make_rope(read_rope(config_json, "rope_scaling"), theta, rotary_dim, config_json, "rope_scaling");
+}
+
+}  // namespace
+
+void resolve_gpt_neox(const ConfigReader& config_json, ModelConfig& c) {
+  auto read = [&](const char* key, int64_t fallback) { return config_json.read<int64_t>(key).value_or(fallback); };
+  c.vocab_size = read("vocab_size", 50432);
+  c.hidden_size = read("hidden_size", 6144);
+  c.num_layers = read("num_hidden_layers", 44);
+  c.num_heads = read("num_attention_heads", 64);
   c.num_kv_heads = c.num_heads;
-  check_core_dimensions(c, raw.source);
+  check_core_dimensions(c, config_json.source());
   if (c.hidden_size % c.num_heads != 0) {
-    fail("{}: hidden_size {} is not divisible by num_attention_heads {}", raw.source, c.hidden_size, c.num_heads);
+    fail("{}: hidden_size {} is not divisible by num_attention_heads {}", config_json.source(), c.hidden_size,
+         c.num_heads);
   }
   c.head_dim = c.hidden_size / c.num_heads;
-  c.intermediate_size = raw.intermediate_size.value_or(24576);
-  c.max_positions = raw.max_position_embeddings.value_or(2048);
-  c.norm_eps = raw.layer_norm_eps.value_or(1e-5);
+  c.intermediate_size = read("intermediate_size", 24576);
+  c.max_positions = read("max_position_embeddings", 2048);
+  c.norm_eps = config_json.read<double>("layer_norm_eps").value_or(1e-5);
   c.attention_scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   c.features.norm = NormKind::kLayerNorm;
   c.features.gated_mlp = false;
-  c.features.parallel_residual = raw.use_parallel_residual.value_or(true);
-  c.features.activation = parse_activation(raw.hidden_act.value_or("gelu"), raw, "hidden_act");
-  c.qkv_bias = c.output_bias = raw.attention_bias.value_or(true);
+  c.features.parallel_residual = config_json.read<bool>("use_parallel_residual").value_or(true);
+  c.features.activation = read_activation(config_json, "hidden_act", "gelu");
+  c.qkv_bias = c.output_bias = config_json.read<bool>("attention_bias").value_or(true);
   c.mlp_bias = true;
-
-  double fraction = raw.rotary_pct.value_or(raw.partial_rotary_factor.value_or(0.25));
-  if (raw.rope_parameters.value && raw.rope_parameters.value->partial_rotary_factor.value) {
-    fraction = *raw.rope_parameters.value->partial_rotary_factor.value;
-  }
-  if (!(fraction > 0 && fraction <= 1)) fail("{}: the rotary fraction {} must be in (0, 1]", raw.source, fraction);
-  auto rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * fraction);
-  double theta = raw.rotary_emb_base.value_or(raw.rope_theta.value_or(10000.0));
-  RopeSpec rope = raw.rope_parameters.value
-                      ? make_rope(raw.rope_parameters, raw.rope_parameters.value->rope_theta.value_or(theta),
-                                  rotary_dim, raw, "rope_parameters")
-                      : make_rope(raw.rope_scaling, theta, rotary_dim, raw, "rope_scaling");
-  c.layers.assign(static_cast<size_t>(c.num_layers), LayerSpec{0, rope});
+  c.layers.assign(static_cast<size_t>(c.num_layers), LayerSpec{0, resolve_partial_rope(config_json, c.head_dim)});
 }
 
 int64_t gpt_neox_tensor_layer(const std::string& name) {
