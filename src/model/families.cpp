@@ -242,13 +242,16 @@ Norm load_norm(const WeightScope& scope, const std::string& name, int64_t size, 
   return norm;
 }
 
+void load_layers(const WeightScope& layers, const LoadPlan& plan, ModelWeights& weights,
+                 const std::function<void(const WeightScope& layer, LayerWeights& weights)>& load_layer) {
+  weights.layers.resize(static_cast<size_t>(plan.layers));
+  for (int64_t i = 0; i < plan.layers; ++i) load_layer(layers.sub(i), weights.layers[static_cast<size_t>(i)]);
+}
+
 void load_llama_layout(const WeightScope& model, const ModelConfig& c, const LoadPlan& plan, ModelWeights& w) {
   const int64_t hidden = c.hidden_size, q_out = c.num_heads * c.head_dim, kv_out = c.num_kv_heads * c.head_dim;
   w.embed_tokens = load_token_embeddings(model, "embed_tokens.weight", c, plan);
-  w.layers.resize(static_cast<size_t>(plan.layers));
-  for (int64_t i = 0; i < plan.layers; ++i) {
-    const WeightScope layer = model.sub("layers").sub(i);
-    LayerWeights& l = w.layers[static_cast<size_t>(i)];
+  load_layers(model.sub("layers"), plan, w, [&](const WeightScope& layer, LayerWeights& l) {
     l.attention_input_norm = load_norm(layer, "input_layernorm", hidden, c);
     if (c.features.attention_output_norm) {
       // Gemma 2/3 name their four norms by position; Llama's post_attention_layernorm is the MLP's input norm.
@@ -279,7 +282,7 @@ void load_llama_layout(const WeightScope& model, const ModelConfig& c, const Loa
       l.mlp_in.bias = at::cat({mlp.get("gate_proj.bias", {inner}), mlp.get("up_proj.bias", {inner})});
       l.mlp_out.bias = mlp.get("down_proj.bias", {hidden});
     }
-  }
+  });
   if (plan.final_norm) w.final_norm = load_norm(model, "norm", hidden, c);
 }
 

@@ -3,6 +3,7 @@
 // ModelWeights (names, fusions, transposes). The decoder itself never asks which family it runs.
 #pragma once
 
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -95,6 +96,10 @@ struct DimensionDefaults {
 void resolve_llama_dimensions(const ConfigReader& config_json, ModelConfig& config, const DimensionDefaults& defaults);
 /// Sets each layer's window: `sliding[i]` selects `window` for layer i (no entry: full attention).
 void apply_sliding_windows(ModelConfig& config, const std::vector<bool>& sliding, int64_t window);
+/// Loads decoder layers [0, plan.layers) in order: `load_layer` fills each one's weights from its scope
+/// (`layers.sub(i)`, e.g. "model.layers.3.").
+void load_layers(const WeightScope& layers, const LoadPlan& plan, ModelWeights& weights,
+                 const std::function<void(const WeightScope& layer, LayerWeights& weights)>& load_layer);
 /// Loads the Llama-style layout under `model` ("model." or a multimodal prefix).
 void load_llama_layout(const WeightScope& model, const ModelConfig& config, const LoadPlan& plan, ModelWeights& weights);
 /// The token embedding table: copied to the plan's device and dtype, or left in the memory map

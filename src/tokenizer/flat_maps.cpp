@@ -12,21 +12,28 @@ size_t capacity_for(size_t count) {
   return capacity;
 }
 
+// Grows an open-addressing table to hold `count` entries: every occupied slot is placed again by linear
+// probing from its home position in the larger table.
+template <typename Slot, typename IsOccupied, typename Home>
+void grow_table(std::vector<Slot>& slots, size_t& mask, size_t count, IsOccupied occupied, Home home) {
+  if (capacity_for(count) <= slots.size()) return;
+  std::vector<Slot> old;
+  old.swap(slots);
+  slots.assign(capacity_for(count), Slot{});
+  mask = slots.size() - 1;
+  for (const Slot& slot : old) {
+    if (!occupied(slot)) continue;
+    size_t i = home(slot) & mask;
+    while (occupied(slots[i])) i = (i + 1) & mask;
+    slots[i] = slot;
+  }
+}
+
 }  // namespace
 
 void StringIdMap::reserve(size_t count) {
-  if (capacity_for(count) <= slots_.size()) return;
-  std::vector<Slot> old;
-  old.swap(slots_);
-  slots_.assign(capacity_for(count), Slot{});
-  mask_ = slots_.size() - 1;
-  for (const Slot& slot : old) {
-    if (slot.id < 0) continue;
-    uint64_t h = hash_bytes(arena_.data() + slot.offset, slot.size);
-    size_t i = h & mask_;
-    while (slots_[i].id >= 0) i = (i + 1) & mask_;
-    slots_[i] = slot;
-  }
+  grow_table(slots_, mask_, count, [](const Slot& slot) { return slot.id >= 0; },
+             [this](const Slot& slot) { return hash_bytes(arena_.data() + slot.offset, slot.size); });
 }
 
 void StringIdMap::grow() {
@@ -52,17 +59,8 @@ void StringIdMap::set(std::string_view key, int32_t id, uint64_t h) {
 }
 
 void PairMap::reserve(size_t count) {
-  if (capacity_for(count) <= slots_.size()) return;
-  std::vector<Slot> old;
-  old.swap(slots_);
-  slots_.assign(capacity_for(count), Slot{});
-  mask_ = slots_.size() - 1;
-  for (const Slot& slot : old) {
-    if (slot.key == kEmpty) continue;
-    size_t i = slot_of(slot.key);
-    while (slots_[i].key != kEmpty) i = (i + 1) & mask_;
-    slots_[i] = slot;
-  }
+  grow_table(slots_, mask_, count, [](const Slot& slot) { return slot.key != kEmpty; },
+             [this](const Slot& slot) { return slot_of(slot.key); });
 }
 
 void PairMap::set(int32_t left, int32_t right, MergeTarget target) {

@@ -83,19 +83,24 @@ std::string real_tokenizer_path(const std::string& name) {
   return path;
 }
 
+// The cases and the stress cases of one tokenizer, and its batch encoding equal to one text at a time.
+void check_golden_files(const Tokenizer& tokenizer, const std::string& name, const std::string& cases_path,
+                        const std::string& stress_path) {
+  Json cases = probekit::read_json_file(cases_path);
+  CaseCounts counts = check_cases(tokenizer, cases, name);
+  MESSAGE(name, ": ", counts.passed, "/", counts.total, " cases identical");
+  check_batch_equals_single(tokenizer, cases);
+  counts = check_cases(tokenizer, probekit::read_json_file(stress_path), name + " stress");
+  MESSAGE(name, ": ", counts.passed, "/", counts.total, " stress cases identical");
+}
+
 }  // namespace
 
 TEST_CASE("golden: the fixture tokenizers give the ids and text of HF tokenizers") {
   for (std::string name : {"bytelevel_llama3", "bytelevel_qwen", "bytelevel_gpt2", "spm_gemma", "spm_llama2"}) {
     std::string dir = PROBEKIT_FIXTURES "/tokenizers/" + name;
-    Tokenizer tokenizer = Tokenizer::from_file(dir + "/tokenizer.json");
-    Json cases = probekit::read_json_file(dir + "/cases.json");
-    CaseCounts counts = check_cases(tokenizer, cases, name);
-    MESSAGE(name, ": ", counts.passed, "/", counts.total, " cases identical");
-    check_batch_equals_single(tokenizer, cases);
-    Json stress = probekit::read_json_file(PROBEKIT_FIXTURES "/tokenizers/stress/" + name + ".json");
-    counts = check_cases(tokenizer, stress, name + " stress");
-    MESSAGE(name, ": ", counts.passed, "/", counts.total, " stress cases identical");
+    check_golden_files(Tokenizer::from_file(dir + "/tokenizer.json"), name, dir + "/cases.json",
+                       PROBEKIT_FIXTURES "/tokenizers/stress/" + name + ".json");
   }
 }
 
@@ -112,13 +117,8 @@ TEST_CASE("golden: the real tokenizers loaded from their directories give transf
 
 TEST_CASE("golden: the real Gemma 3, Qwen 3 and Llama 3 tokenizers give the ids of HF tokenizers") {
   for (std::string name : {"gemma3", "qwen3", "llama3"}) {
-    Tokenizer tokenizer = Tokenizer::from_file(real_tokenizer_path(name));
-    Json cases = probekit::read_json_file(PROBEKIT_FIXTURES "/real_tokenizers/" + name + ".public.json");
-    CaseCounts counts = check_cases(tokenizer, cases, name);
-    MESSAGE(name, ": ", counts.passed, "/", counts.total, " cases identical");
-    check_batch_equals_single(tokenizer, cases);
-    Json stress = probekit::read_json_file(PROBEKIT_FIXTURES "/real_tokenizers/" + name + ".stress.json");
-    counts = check_cases(tokenizer, stress, name + " stress");
-    MESSAGE(name, ": ", counts.passed, "/", counts.total, " stress cases identical");
+    check_golden_files(Tokenizer::from_file(real_tokenizer_path(name)), name,
+                       PROBEKIT_FIXTURES "/real_tokenizers/" + name + ".public.json",
+                       PROBEKIT_FIXTURES "/real_tokenizers/" + name + ".stress.json");
   }
 }

@@ -15,10 +15,7 @@
 #include "test_util.h"
 
 using namespace probekit;
-using probekit::testing::CommandResult;
-using probekit::testing::run_command;
-using probekit::testing::tool;
-using probekit::testing::TempDir;
+using namespace probekit::testing;
 
 namespace {
 

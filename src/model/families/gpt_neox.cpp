@@ -68,10 +68,7 @@ void load_gpt_neox(const Checkpoint& checkpoint, const ModelConfig& c, const Loa
     return l;
   };
   w.embed_tokens = load_token_embeddings(model, "embed_in.weight", c, plan);
-  w.layers.resize(static_cast<size_t>(plan.layers));
-  for (int64_t i = 0; i < plan.layers; ++i) {
-    const WeightScope layer = model.sub("layers").sub(i);
-    LayerWeights& l = w.layers[static_cast<size_t>(i)];
+  load_layers(model.sub("layers"), plan, w, [&](const WeightScope& layer, LayerWeights& l) {
     l.attention_input_norm = load_norm(layer, "input_layernorm", hidden, c);
     l.mlp_input_norm = load_norm(layer, "post_attention_layernorm", hidden, c);
     // [heads, 3, head_dim, hidden] -> [3, heads, head_dim, hidden]: all queries, then all keys, then all values.
@@ -84,7 +81,7 @@ void load_gpt_neox(const Checkpoint& checkpoint, const ModelConfig& c, const Loa
     l.attention_output = linear(layer, "attention.dense", hidden, hidden);
     l.mlp_in = linear(layer, "mlp.dense_h_to_4h", inner, hidden);
     l.mlp_out = linear(layer, "mlp.dense_4h_to_h", hidden, inner);
-  }
+  });
   if (plan.final_norm) w.final_norm = load_norm(model, "final_layer_norm", hidden, c);
 }
 
