@@ -37,7 +37,7 @@ fi
 if has model; then
   [ -s /tmp/gemma3_tokenizer.json ] || gunzip -c .gpu/gemma3_tokenizer.json.gz > /tmp/gemma3_tokenizer.json
   [ -s "$model/config.json" ] || "$python" bench/python/make_bench_model.py "$model" /tmp/gemma3_tokenizer.json
-  "$tools/make_example" -q dataset --output "$dataset" --labels 45 --per-label 100 --min-chars 250 --max-chars 520 --seed 7
+  "$tools/make_example" -q dataset --overwrite --output "$dataset" --labels 45 --per-label 100 --min-chars 250 --max-chars 520 --seed 7
 fi
 if has capture; then
   for run in $(seq "$runs"); do
@@ -65,7 +65,7 @@ if has train; then
     --layers $layers --overwrite -q
   for run in $(seq "$runs"); do
     start=$(seconds)
-    "$tools/train_binary_probes" --activations "$activations" --output-dir "/tmp/probes_$run" --epochs 20 \
+    "$tools/train_binary_probes" --activations "$activations" --output-dir "/tmp/probes_$run" --overwrite --epochs 20 \
       --early-stopping-patience 1000 --device cuda --json -q > "$out/train_probekit_$run.json"
     echo "{\"run\": $run, \"process_seconds\": $(awk "BEGIN{print $(seconds) - $start}")}" | tee -a "$out/train_process.jsonl"
     "$python" -c "import json, sys; a = json.load(open(sys.argv[1])); print({k: a[k] for k in a if k.startswith('average')})" \

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/outputs.h"
 #include "device/gpu_utils.h"
 #include "probes/probe_files.h"
 #include "probes/report_html.h"
@@ -26,10 +27,6 @@ Json confusion_json(const metrics::ConfusionCounts& c) {
 }
 
 Json balance_json(const ClassBalance& b) { return {{"examples", b.examples}, {"positives", b.positives}}; }
-
-std::string output_directory(const BinaryRunOptions& options, int64_t layer, bool several) {
-  return several ? fmt::format("{}/layer_{}", options.output_dir, layer) : options.output_dir;
-}
 
 // The layer of each file, checked before any training: several files need distinct, known layers.
 std::vector<int64_t> layers_of(const std::vector<std::string>& files) {
@@ -227,6 +224,55 @@ Json per_action_layer_analysis_json(const std::vector<LayerOutcome>& layers) {
           {"action_layer_performance", performance}};
 }
 
+namespace {
+
+// Where a layer's outputs go under `root` (the staged directory while training, the final one in messages).
+std::string layer_directory(const std::string& root, int64_t layer, bool several) {
+  return several ? fmt::format("{}/layer_{}", root, layer) : root;
+}
+
+// Trains every label of one activation file and writes its probes and metrics into `directory`.
+LayerOutcome train_layer(const BinaryRunOptions& options, const std::string& file, int64_t layer,
+                         const std::string& directory, const device::ComputeTarget& target,
+                         const std::string& progress_label, std::string& model_name) {
+  make_directories(directory);
+  activations::ActivationFile activations = activations::read_activation_file(file);
+  model_name = activations.attributes.model_name;
+  BinaryTrainingResult result =
+      train_binary_probes(activations, options.training, target.device, target.dtype, progress_label);
+  save_binary_probes(directory, result, activations.attributes, file);
+  LayerOutcome outcome{layer, file, directory, std::move(result.labels), std::move(result.skipped),
+                       result.epochs_run, result.seconds};
+  for (const TrainedLabel& t : outcome.labels) {
+    write_json_file(directory + "/metrics_" + t.label + ".json", label_metrics_json(t, true));
+  }
+  write_json_file(directory + "/aggregate_metrics.json", aggregate_metrics_json(outcome, options.num_workers));
+  return outcome;
+}
+
+// The layer's line in the log and its entry of the --json summary.
+Json layer_summary(const LayerOutcome& outcome, const std::string& progress_label, const std::string& shown_directory) {
+  double auc = mean_over(outcome.labels, [](const TrainedLabel& t) { return t.test_auc_roc; });
+  double f1 = mean_over(outcome.labels, [](const TrainedLabel& t) { return t.test_at_half.f1; });
+  double f1_tuned = mean_over(outcome.labels, [](const TrainedLabel& t) { return t.test_tuned.f1; });
+  spdlog::info("{}: {} probes, mean test AUROC {:.4f}, F1 {:.4f} at 0.5 and {:.4f} at tuned thresholds ({:.1f} s) -> {}",
+               progress_label, outcome.labels.size(), auc, f1, f1_tuned, outcome.seconds, shown_directory);
+  Json skipped = Json::array();
+  for (const SkippedLabel& s : outcome.skipped) skipped.push_back({{"label", s.label}, {"reason", s.reason}});
+  return {{"layer", outcome.layer},
+          {"activations", outcome.activations_path},
+          {"directory", shown_directory},
+          {"probes", outcome.labels.size()},
+          {"skipped_labels", skipped},
+          {"mean_test_auc_roc", auc},
+          {"mean_test_f1", f1},
+          {"mean_test_f1_tuned", f1_tuned},
+          {"epochs_run", outcome.epochs_run},
+          {"seconds", outcome.seconds}};
+}
+
+}  // namespace
+
 Json run_binary_training(const BinaryRunOptions& options) {
   auto started = std::chrono::steady_clock::now();
   check_binary_training_options(options.training);
@@ -239,58 +285,28 @@ Json run_binary_training(const BinaryRunOptions& options) {
   }
   std::vector<int64_t> layers = layers_of(files);
   bool several = files.size() > 1;
-  make_directories(options.output_dir);
+  StagedDirectory output(options.output_dir, options.overwrite);
 
   std::vector<LayerOutcome> outcomes;
   std::string model_name;
   Json summary_layers = Json::array();
   for (size_t i = 0; i < files.size(); ++i) {
-    std::string directory = output_directory(options, layers[i], several);
-    make_directories(directory);
     std::string progress_label = several ? fmt::format("layer {} ({}/{})", layers[i], i + 1, files.size())
                                          : fmt::format("layer {}", layers[i]);
-    LayerOutcome outcome;
-    {
-      activations::ActivationFile file = activations::read_activation_file(files[i]);
-      model_name = file.attributes.model_name;
-      BinaryTrainingResult result =
-          train_binary_probes(file, options.training, target.device, target.dtype, progress_label);
-      save_binary_probes(directory, result, file.attributes, files[i]);
-      outcome = LayerOutcome{layers[i], files[i], directory, std::move(result.labels), std::move(result.skipped),
-                             result.epochs_run, result.seconds};
-    }
-    for (const TrainedLabel& t : outcome.labels) {
-      write_json_file(directory + "/metrics_" + t.label + ".json", label_metrics_json(t, true));
-    }
-    write_json_file(directory + "/aggregate_metrics.json", aggregate_metrics_json(outcome, options.num_workers));
-    double auc = mean_over(outcome.labels, [](const TrainedLabel& t) { return t.test_auc_roc; });
-    double f1 = mean_over(outcome.labels, [](const TrainedLabel& t) { return t.test_at_half.f1; });
-    double f1_tuned = mean_over(outcome.labels, [](const TrainedLabel& t) { return t.test_tuned.f1; });
-    spdlog::info("{}: {} probes, mean test AUROC {:.4f}, F1 {:.4f} at 0.5 and {:.4f} at tuned thresholds ({:.1f} s) -> {}",
-                 progress_label, outcome.labels.size(), auc, f1, f1_tuned, outcome.seconds, directory);
-    Json skipped = Json::array();
-    for (const SkippedLabel& s : outcome.skipped) skipped.push_back({{"label", s.label}, {"reason", s.reason}});
-    summary_layers.push_back({{"layer", outcome.layer},
-                              {"activations", outcome.activations_path},
-                              {"directory", directory},
-                              {"probes", outcome.labels.size()},
-                              {"skipped_labels", skipped},
-                              {"mean_test_auc_roc", auc},
-                              {"mean_test_f1", f1},
-                              {"mean_test_f1_tuned", f1_tuned},
-                              {"epochs_run", outcome.epochs_run},
-                              {"seconds", outcome.seconds}});
-    outcomes.push_back(std::move(outcome));
+    outcomes.push_back(train_layer(options, files[i], layers[i], layer_directory(output.path(), layers[i], several),
+                                   target, progress_label, model_name));
+    outcomes.back().directory = layer_directory(options.output_dir, layers[i], several);
+    summary_layers.push_back(layer_summary(outcomes.back(), progress_label, outcomes.back().directory));
   }
 
   Json config = config_json(options, target, model_name);
   if (several) {
-    write_json_file(options.output_dir + "/per_action_layer_analysis.json", per_action_layer_analysis_json(outcomes));
-    write_json_file(options.output_dir + "/training_summary.json",
-                    training_summary_json(outcomes, config, options.num_workers));
+    write_json_file(output.path() + "/per_action_layer_analysis.json", per_action_layer_analysis_json(outcomes));
+    write_json_file(output.path() + "/training_summary.json", training_summary_json(outcomes, config, options.num_workers));
   }
+  write_file_atomic(output.path() + "/report.html", render_binary_report(outcomes, config));
+  output.commit();
   std::string report = options.output_dir + "/report.html";
-  write_file_atomic(report, render_binary_report(outcomes, config));
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   spdlog::info("wrote {} ({:.1f} s in all)", report, seconds);
   return {{"output_dir", options.output_dir},

@@ -22,6 +22,7 @@ struct BinaryRunOptions {
   std::string device = "auto";
   std::string dtype = "auto";  // auto trains in fp32 on every device
   int64_t num_workers = 8;     // the reference's flag, recorded only: all probes train as one batched problem
+  bool overwrite = false;      // replace an existing, non-empty output directory
 };
 
 /// Trains and writes everything; returns the summary that --json prints.

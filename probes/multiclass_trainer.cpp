@@ -1,4 +1,3 @@
-#include "common/files.h"
 #include "probes/multiclass_trainer.h"
 
 #include <fmt/format.h>
@@ -9,6 +8,8 @@
 #include <chrono>
 
 #include "common/error.h"
+#include "common/files.h"
+#include "common/outputs.h"
 #include "common/progress.h"
 #include "probes/probe_files.h"
 #include "probes/random_streams.h"
@@ -117,7 +118,9 @@ double record_epoch(ProbeTraining& training, const SplitTensors& data, const std
   history.train_loss.push_back(host[val_logits.numel() + 1].item<double>());
   history.val_loss.push_back(host[val_logits.numel()].item<double>());
   history.val_accuracy.push_back(val_accuracy);
-  if (val_accuracy > history.best_val_accuracy) {
+  // The first epoch is the best so far whatever it scores (an accuracy of 0, or NaN without validation examples),
+  // so a best epoch is always saved.
+  if (history.best_epoch == 0 || val_accuracy > history.best_val_accuracy) {
     history.best_val_accuracy = val_accuracy;
     history.best_epoch = epoch + 1;
     training.best_values.copy_(training.bank.values());
@@ -210,7 +213,8 @@ Json run_multiclass_training(const MulticlassRunOptions& options) {
   check_training_options(options.training);
   device::ComputeTarget target = select_training_compute(options.device, options.dtype);
   activations::ActivationFile file = activations::read_activation_file(options.activations);
-  make_directories(options.output_dir);
+  StagedDirectory output(options.output_dir, options.overwrite);
+  const std::string& directory = output.path();
   std::string progress_label = fmt::format("layer {}", file.attributes.layer);
   MulticlassTrainingResult result =
       train_multiclass_probe(file, options.training, target.device, target.dtype, progress_label);
@@ -225,18 +229,19 @@ Json run_multiclass_training(const MulticlassRunOptions& options) {
   best_metadata["val_loss"] = fmt::format("{}", result.history.val_loss.at(best));
   metadata["test_accuracy"] = fmt::format("{}", result.test.accuracy);
   metadata["test_f1_macro"] = fmt::format("{}", result.test.f1_macro);
-  save_probe(options.output_dir + "/best_probe.safetensors", result.best_probe, 0, best_metadata);
-  save_probe(options.output_dir + "/final_probe.safetensors", result.final_probe, 0, metadata);
-  write_logits_check(options.output_dir + "/logits_check.safetensors", result.check_inputs, result.check_logits,
+  save_probe(directory + "/best_probe.safetensors", result.best_probe, 0, best_metadata);
+  save_probe(directory + "/final_probe.safetensors", result.final_probe, 0, metadata);
+  write_logits_check(directory + "/logits_check.safetensors", result.check_inputs, result.check_logits,
                      result.class_names);
-  write_json_file(options.output_dir + "/test_metrics.json", multiclass_metrics_json(result));
+  write_json_file(directory + "/test_metrics.json", multiclass_metrics_json(result));
   const MulticlassHistory& h = result.history;
-  write_json_file(options.output_dir + "/training_history.json",
+  write_json_file(directory + "/training_history.json",
                   {{"train_loss", h.train_loss},
                    {"val_loss", h.val_loss},
                    {"val_accuracy", h.val_accuracy},
                    {"best_epoch", h.best_epoch},
                    {"best_val_accuracy", h.best_val_accuracy}});
+  output.commit();
   spdlog::info("test accuracy {:.4f}, macro F1 {:.4f}, micro F1 {:.4f}, top-3 accuracy {:.4f} ({:.1f} s) -> {}",
                result.test.accuracy, result.test.f1_macro, result.test.f1_micro, result.test.top_k_accuracy,
                result.seconds, options.output_dir);

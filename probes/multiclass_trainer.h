@@ -50,6 +50,7 @@ struct MulticlassRunOptions {
   MulticlassTrainingOptions training;
   std::string device = "auto";
   std::string dtype = "auto";  // auto trains in fp32 on every device
+  bool overwrite = false;      // replace an existing, non-empty output directory
 };
 
 /// Trains and writes best_probe.safetensors, final_probe.safetensors, test_metrics.json,

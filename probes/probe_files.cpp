@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "data/dataset.h"
 #include "io/safetensors.h"
 #include "probes/binary_trainer.h"
 
@@ -134,10 +135,8 @@ void write_logits_check(const std::string& path, const at::Tensor& inputs, const
 }
 
 std::string binary_probe_file_name(const std::string& label) {
-  if (label.empty() || label == "." || label == ".." || label.find('/') != std::string::npos ||
-      label.find('\0') != std::string::npos) {
-    fail_input("label '{}' cannot name a probe file (no '/', not empty, not '.' or '..')", label);
-  }
+  std::string problem = data::label_file_name_problem(label);
+  if (!problem.empty()) fail_input("label '{}' cannot name a probe file: {}", label, problem);
   return "probe_" + label + ".safetensors";
 }
 

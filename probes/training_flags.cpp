@@ -21,6 +21,7 @@ struct FlagTargets {
   TrainingOptions& training;
   std::string& device;
   std::string& dtype;
+  bool& overwrite;
   BinaryRunOptions* binary;
 };
 
@@ -88,6 +89,10 @@ const TrainingFlag kTrainingFlags[] = {
      }},
     {kTrainers,
      [](CLI::App& app, const FlagTargets& to) {
+       app.add_flag("--overwrite", to.overwrite, "Replace an existing, non-empty --output-dir");
+     }},
+    {kTrainers,
+     [](CLI::App& app, const FlagTargets& to) {
        app.add_option("--seed", to.training.seed, "Seed of initialisation, batch order and dropout")->capture_default_str();
      }},
     {kBinaryOnly,
@@ -117,14 +122,14 @@ void add_training_flags(CLI::App& app, TrainingTool tool, BinaryRunOptions& opti
   if (tool == TrainingTool::kMulticlass) {
     throw std::invalid_argument("add_training_flags: train_probes' flags bind to MulticlassRunOptions");
   }
-  add_flags(app, tool, {options.training, options.device, options.dtype, &options});
+  add_flags(app, tool, {options.training, options.device, options.dtype, options.overwrite, &options});
 }
 
 void add_training_flags(CLI::App& app, TrainingTool tool, MulticlassRunOptions& options) {
   if (tool != TrainingTool::kMulticlass) {
     throw std::invalid_argument("add_training_flags: only train_probes' flags bind to MulticlassRunOptions");
   }
-  add_flags(app, tool, {options.training, options.device, options.dtype, nullptr});
+  add_flags(app, tool, {options.training, options.device, options.dtype, options.overwrite, nullptr});
 }
 
 }  // namespace probekit::probes

@@ -17,7 +17,7 @@ if [ -z "${PROBEKIT_MODEL:-}" ] && [ ! -s "$model/model.safetensors" ]; then
 fi
 start=$(date +%s)
 "$tools/capture_activations" --model "$model" --dataset data/example.jsonl --output-dir "$out/activations" --resume
-"$tools/train_binary_probes" --activations "$out/activations" --output-dir "$out/probes"
+"$tools/train_binary_probes" --activations "$out/activations" --output-dir "$out/probes" --overwrite
 "$tools/multi_probe_inference" --probes-dir "$out/probes" --model "$model" --best-layer \
   --text "Instead of seeing the rejection as a failure, I started to see it as useful feedback about what to change."
 echo "Done in $(( $(date +%s) - start )) s. Probe report: $out/probes/report.html"

@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json.h"
+#include "common/outputs.h"
 #include "device/gpu_utils.h"
 #include "io/safetensors.h"
 #include "model/transformer.h"
@@ -124,7 +125,7 @@ int main(int argc, char** argv) {
   tool.app.require_subcommand(1);
 
   std::string model_dir, device_request = "auto", dtype_request = "auto", text, output, input, tokenizer_path;
-  bool json = false, no_special = false;
+  bool json = false, no_special = false, overwrite = false;
 
   CLI::App* info = tool.app.add_subcommand("info", "Family, layers, hidden size, heads, parameter count, weight dtype");
   info->add_option("--model", model_dir, "Checkpoint directory")->required();
@@ -134,6 +135,7 @@ int main(int argc, char** argv) {
   hidden->add_option("--model", model_dir, "Checkpoint directory")->required();
   hidden->add_option("--text", text, "Text to run (tokenized with special tokens, as transformers does)")->required();
   hidden->add_option("--output", output, "Output .safetensors: input_ids, embeddings, layers, final_norm")->required();
+  hidden->add_flag("--overwrite", overwrite, "Replace an existing --output");
   add_device_options(*hidden, device_request, dtype_request);
 
   CLI::App* tokenize_cmd = tool.app.add_subcommand("tokenize", "Turn texts into token ids with a tokenizer.json");
@@ -142,6 +144,7 @@ int main(int argc, char** argv) {
   auto* input_option = tokenize_cmd->add_option("--input", input, "JSON list of texts");
   text_option->excludes(input_option);
   tokenize_cmd->add_option("--output", output, "Where --input's ids go (JSON list of id lists; default stdout)");
+  tokenize_cmd->add_flag("--overwrite", overwrite, "Replace an existing --output");
   tokenize_cmd->add_flag("--no-special-tokens", no_special, "Do not add BOS and other template tokens");
 
   CLI::App* device_cmd = tool.app.add_subcommand("device", "Show the device and dtype that --device/--dtype resolve to");
@@ -150,6 +153,7 @@ int main(int argc, char** argv) {
   return tool.run(argc, argv, [&] {
     int threads = device::configure_threads(tool.common.threads);
     if (info->parsed()) print_info(model_dir, json);
+    if (!output.empty()) check_output_file(output, overwrite);
     if (hidden->parsed()) write_hidden(model_dir, text, output, device_request, dtype_request);
     if (tokenize_cmd->parsed()) {
       if (text_option->count() == 0 && input_option->count() == 0) fail_usage("tokenize needs --text or --input");

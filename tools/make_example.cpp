@@ -2,11 +2,7 @@
 // random-weight checkpoint, for trying the tools where no real weights can be downloaded.
 #include <fmt/format.h>
 
-#include <fstream>
-
-#include "common/files.h"
 #include "common/cli.h"
-#include "common/error.h"
 #include "data/example_generator.h"
 #include "device/gpu_utils.h"
 #include "model/random_checkpoint.h"
@@ -26,6 +22,8 @@ int main(int argc, char** argv) {
   dataset->add_option("--min-chars", dataset_options.min_chars, "Shortest text")->capture_default_str();
   dataset->add_option("--max-chars", dataset_options.max_chars, "Longest text")->capture_default_str();
   dataset->add_option("--seed", dataset_options.seed, "Random seed")->capture_default_str();
+  bool overwrite_dataset = false;
+  dataset->add_flag("--overwrite", overwrite_dataset, "Replace an existing file");
 
   model::RandomCheckpointOptions model_options;
   std::string model_output;
@@ -39,20 +37,13 @@ int main(int argc, char** argv) {
   model_cmd->add_option("--head-dim", model_options.head_dim)->capture_default_str();
   model_cmd->add_option("--intermediate-size", model_options.intermediate_size)->capture_default_str();
   model_cmd->add_option("--seed", model_options.seed)->capture_default_str();
+  model_cmd->add_flag("--overwrite", model_options.overwrite, "Replace an existing, non-empty directory");
 
   return tool.run(argc, argv, [&] {
     device::configure_threads(tool.common.threads);
     if (dataset->parsed()) {
-      std::vector<std::string> lines = data::generate_example_lines(dataset_options);
-      make_directories(parent_directory(dataset_output));
-      std::string temporary = dataset_output + ".tmp";
-      {
-        std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-        for (const std::string& line : lines) out << line << '\n';
-        if (!out) fail("cannot write {}", temporary);
-      }
-      rename_path(temporary, dataset_output);
-      fmt::print("wrote {} examples ({} labels x {}) to {}\n", lines.size(), dataset_options.labels,
+      size_t written = data::write_example_dataset(dataset_output, dataset_options, overwrite_dataset);
+      fmt::print("wrote {} examples ({} labels x {}) to {}\n", written, dataset_options.labels,
                  dataset_options.per_label, dataset_output);
     }
     if (model_cmd->parsed()) {

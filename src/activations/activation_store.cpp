@@ -63,6 +63,11 @@ void write_attributes(hid_t file, const FileAttributes& a) {
   hdf5::set_attribute(file, "split", a.split_ratios);
   hdf5::set_attribute(file, "seed", a.seed);
   hdf5::set_attribute(file, "max_length", a.max_length);
+  hdf5::set_attribute(file, "max_examples", a.max_examples);
+  hdf5::set_attribute(file, "text_field", a.text_field);
+  hdf5::set_attribute(file, "label_field", a.label_field);
+  if (!a.keep_fields.empty()) hdf5::set_attribute(file, "keep_fields", a.keep_fields);
+  hdf5::set_attribute(file, "skip_invalid", static_cast<int64_t>(a.skip_invalid));
   hdf5::set_attribute(file, "batching", a.batching);
   if (!a.shard.empty()) hdf5::set_attribute(file, "shard", a.shard);
 }
@@ -86,6 +91,11 @@ FileAttributes load_attributes(hid_t file, const std::string& path) {
   a.split_ratios = hdf5::get_string_attribute(file, "split").value_or("");
   a.seed = hdf5::get_int_attribute(file, "seed").value_or(42);
   a.max_length = hdf5::get_int_attribute(file, "max_length").value_or(0);
+  a.max_examples = hdf5::get_int_attribute(file, "max_examples").value_or(0);
+  a.text_field = hdf5::get_string_attribute(file, "text_field").value_or("");
+  a.label_field = hdf5::get_string_attribute(file, "label_field").value_or("");
+  a.keep_fields = hdf5::get_string_list_attribute(file, "keep_fields").value_or(std::vector<std::string>{});
+  a.skip_invalid = hdf5::get_int_attribute(file, "skip_invalid").value_or(0) != 0;
   a.batching = hdf5::get_string_attribute(file, "batching").value_or("");
   a.shard = hdf5::get_string_attribute(file, "shard").value_or("");
   return a;
@@ -210,7 +220,20 @@ std::vector<std::string> FileAttributes::identity() const {
           "split=" + split_ratios,
           "seed=" + std::to_string(seed),
           "max_length=" + std::to_string(max_length),
+          "max_examples=" + std::to_string(max_examples),
+          "text_field=" + text_field,
+          "label_field=" + label_field,
+          "keep_fields=" + fmt::format("{}", fmt::join(keep_fields, ",")),
+          "skip_invalid=" + std::to_string(static_cast<int>(skip_invalid)),
           "shard=" + shard};
+}
+
+std::string FileAttributes::identity_difference(const FileAttributes& made) const {
+  std::vector<std::string> want = identity(), have = made.identity();
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (want[i] != have[i]) return fmt::format("was made with {} but this run has {}", have[i], want[i]);
+  }
+  return "";
 }
 
 std::string layer_file_name(int64_t layer) { return fmt::format("layer_{}_activations.h5", layer); }
@@ -403,12 +426,9 @@ ActivationWriter ActivationWriter::resume(const std::string& final_path, const F
   std::string partial = partial_path_for(final_path);
   hdf5::Handle file = hdf5::open_file(partial, true);
   FileAttributes existing = load_attributes(file.get(), partial);
-  std::vector<std::string> want = attributes.identity(), have = existing.identity();
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (want[i] != have[i]) {
-      fail("{}: cannot resume: the partial file was made with {} but this run has {} (use --overwrite to start again)",
-           partial, have[i], want[i]);
-    }
+  std::string difference = attributes.identity_difference(existing);
+  if (!difference.empty()) {
+    fail("{}: cannot resume: the partial file {} (use --overwrite to start again)", partial, difference);
   }
   ActivationWriter writer(final_path, std::move(file), attributes.hidden_size);
   writer.examples_done_ = read_progress(partial);

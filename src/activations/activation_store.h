@@ -41,11 +41,19 @@ struct FileAttributes {
   std::string split_ratios;  // "0.7,0.15,0.15"
   int64_t seed = 42;
   int64_t max_length = 0;  // 0: no limit
+  // Which lines of the dataset became examples, and what was read from them.
+  int64_t max_examples = 0;  // 0: all
+  std::string text_field, label_field;
+  std::vector<std::string> keep_fields;
+  bool skip_invalid = false;
   std::string batching;    // how the run cut its batches, reused when it resumes
   std::string shard;       // "I/N" for one of N shards of a run (see capture/merge.h); empty otherwise
 
   /// The attributes a resumed run must share with the partial file, as "name=value" lines.
   std::vector<std::string> identity() const;
+  /// The first attribute of the identity in which a file `made` with other settings differs from these,
+  /// as "made with X but this run has Y"; empty when they agree.
+  std::string identity_difference(const FileAttributes& made) const;
 };
 
 /// One group of a file, fully loaded.

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <map>
 #include <mutex>
 
 #include "capture/batching.h"
@@ -67,6 +68,25 @@ void check_options(const CaptureOptions& options) {
   if (options.window <= 0) fail_usage("--window must be positive");
 }
 
+// A split with a share of the examples that comes out empty (too few examples per label) is an error: the
+// trainers need examples in all three.
+void check_splits_not_empty(const std::array<std::vector<int64_t>, 3>& splits, const data::SplitRatios& ratios,
+                            const data::Dataset& dataset) {
+  const double shares[] = {ratios.train, ratios.val, ratios.test};
+  for (Split split : activations::kSplits) {
+    auto index = static_cast<size_t>(split);
+    if (shares[index] == 0 || !splits[index].empty()) continue;
+    std::map<std::string, int64_t> counts;
+    for (const data::Example& example : dataset.examples) ++counts[example.label];
+    std::vector<std::string> described;
+    for (const auto& [label, count] : counts) described.push_back(fmt::format("{} ({})", label, count));
+    fail_input("{}: the {} split comes out empty: with --split {},{},{} each label needs more examples than these "
+               "have: {}; add examples or change --split",
+               dataset.path, activations::split_name(split), ratios.train, ratios.val, ratios.test,
+               fmt::join(described, ", "));
+  }
+}
+
 // Reads the dataset, splits it and picks this shard's examples in run order.
 void plan_examples(const CaptureOptions& options, CapturePlan& plan, CaptureSummary& summary) {
   plan.dataset = data::read_dataset(options.dataset_path, options.dataset);
@@ -74,7 +94,9 @@ void plan_examples(const CaptureOptions& options, CapturePlan& plan, CaptureSumm
   summary.label_names = plan.dataset.label_names;
   std::vector<std::string> label_of_example;
   for (const data::Example& example : plan.dataset.examples) label_of_example.push_back(example.label);
+  data::check_label_file_names(plan.dataset.label_names, options.dataset_path);
   auto splits = data::stratified_split(label_of_example, options.split, options.seed);
+  check_splits_not_empty(splits, options.split, plan.dataset);
   auto total = static_cast<int64_t>(plan.dataset.examples.size());
   int64_t begin = total * options.shard_index / options.shard_count;
   int64_t end = total * (options.shard_index + 1) / options.shard_count;
@@ -140,6 +162,11 @@ activations::FileAttributes file_attributes(const CaptureOptions& options, const
   attributes.split_ratios = fmt::format("{},{},{}", options.split.train, options.split.val, options.split.test);
   attributes.seed = static_cast<int64_t>(options.seed);
   attributes.max_length = options.max_length;
+  attributes.max_examples = options.dataset.max_examples;
+  attributes.text_field = options.dataset.text_field;
+  attributes.label_field = plan.dataset.label_field;
+  attributes.keep_fields = options.dataset.keep_fields;
+  attributes.skip_invalid = options.dataset.skip_invalid;
   if (options.shard_count > 1) attributes.shard = fmt::format("{}/{}", options.shard_index, options.shard_count);
   return attributes;
 }

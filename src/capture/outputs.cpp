@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/outputs.h"
 
 namespace probekit::capture {
 
@@ -29,6 +30,7 @@ namespace {
 bool settle_existing(const CaptureOptions& options, LayerOutput& out, const activations::FileAttributes& attributes,
                      Batching* batching) {
   std::string partial = activations::partial_path_for(out.path);
+  for (const std::string* path : {&out.path, &partial}) check_output_file(*path, true);  // never a device or FIFO
   bool complete = is_regular_file(out.path), interrupted = is_regular_file(partial);
   if (options.overwrite) {
     std::remove(out.path.c_str());
@@ -41,8 +43,8 @@ bool settle_existing(const CaptureOptions& options, LayerOutput& out, const acti
     std::remove(partial.c_str());  // killed while being created: nothing was committed
     return complete;
   } else if (options.resume && complete) {
-    std::vector<std::string> want = attributes.identity(), have = activations::read_attributes(out.path).identity();
-    if (want != have) fail("{} is complete but was made with other settings; use --overwrite to replace it", out.path);
+    std::string difference = attributes.identity_difference(activations::read_attributes(out.path));
+    if (!difference.empty()) fail("{} is complete but {}; use --overwrite to replace it", out.path, difference);
     return true;
   } else if (complete) {
     fail("{} already exists; pass --overwrite to replace it (or --resume to keep complete files)", out.path);

@@ -119,4 +119,34 @@ Dataset read_dataset(const std::string& path, const DatasetOptions& options) {
   return dataset;
 }
 
+std::string label_file_name_problem(const std::string& label) {
+  // 255 bytes is the common file-name limit; "metrics_" + ".json" and "probe_" + ".safetensors" surround it.
+  constexpr size_t kLongest = 255 - 18;
+  if (label.empty()) return "it is empty";
+  if (label == "." || label == "..") return "it is '.' or '..'";
+  if (label.find('/') != std::string::npos) return "it holds a '/'";
+  if (label.find('\0') != std::string::npos) return "it holds a NUL character";
+  if (label.size() > kLongest) return fmt::format("it is {} bytes long (at most {})", label.size(), kLongest);
+  return "";
+}
+
+void check_label_file_names(const std::vector<std::string>& label_names, const std::string& source) {
+  std::map<std::string, std::string> by_folded;
+  for (const std::string& label : label_names) {
+    std::string problem = label_file_name_problem(label);
+    if (!problem.empty()) {
+      fail_input("{}: label '{}' cannot name the probe file training writes for it: {}; rename it in the dataset",
+                 source, label, problem);
+    }
+    std::string folded = label;
+    for (char& c : folded) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    auto [it, added] = by_folded.emplace(folded, label);
+    if (!added) {
+      fail_input("{}: labels '{}' and '{}' differ only in case, so their probe files would be one file on a "
+                 "case-insensitive file system; rename one in the dataset",
+                 source, it->second, label);
+    }
+  }
+}
+
 }  // namespace probekit::data

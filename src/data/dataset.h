@@ -38,6 +38,15 @@ struct Dataset {
   std::vector<SkippedLine> skipped;
 };
 
+/// Why `label` cannot name the files training writes for it (probe_{label}.safetensors, metrics_{label}.json):
+/// empty, "." or "..", a '/' or NUL in it, or too long for a file name; "" when it can.
+std::string label_file_name_problem(const std::string& label);
+
+/// Throws naming the labels when one of them cannot name a file, or when two would name the same file on a
+/// case-insensitive file system (macOS, Windows): "Analyzing" and "analyzing". Checked at capture, so that
+/// training never overwrites one label's probe with another's.
+void check_label_file_names(const std::vector<std::string>& label_names, const std::string& source);
+
 /// Reads a JSONL dataset; throws std::invalid_argument naming file, line and field on bad input (unless
 /// skip_invalid), and when no example remains.
 Dataset read_dataset(const std::string& path, const DatasetOptions& options);

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "common/files.h"
+#include "common/outputs.h"
 #include "common/json.h"
 #include "data/example_cues.h"
 #include "data/python_random.h"
@@ -50,6 +52,17 @@ std::vector<std::string> generate_example_lines(const ExampleSetOptions& options
     }
   }
   return lines;
+}
+
+size_t write_example_dataset(const std::string& path, const ExampleSetOptions& options, bool overwrite) {
+  check_output_file(path, overwrite);
+  std::vector<std::string> lines = generate_example_lines(options);
+  std::string text;
+  for (const std::string& line : lines) text += line + "\n";
+  std::string directory = parent_directory(path);
+  if (!directory.empty()) make_directories(directory);
+  write_file_atomic(path, text);
+  return lines.size();
 }
 
 }  // namespace probekit::data

@@ -23,4 +23,7 @@ const std::vector<std::string>& example_label_names();
 /// JSONL lines {"text", "cognitive_action", "domain"}, labels interleaved so any prefix is balanced.
 std::vector<std::string> generate_example_lines(const ExampleSetOptions& options);
 
+/// Writes the generated lines to `path` under the overwrite rule (common/outputs.h); returns how many.
+size_t write_example_dataset(const std::string& path, const ExampleSetOptions& options, bool overwrite);
+
 }  // namespace probekit::data

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json.h"
+#include "common/outputs.h"
 #include "inference/reports.h"
 
 namespace probekit::inference {
@@ -146,6 +147,9 @@ void check_request(InferenceRequest& r) {
   if (!r.compare.empty() && r.text.empty()) fail_usage("--compare needs --text");
   if (r.per_token && r.text.empty()) fail_usage("--per-token needs --text");
   if ((!r.csv.empty() || !r.html.empty()) && !r.per_token) fail_usage("--csv and --html go with --per-token");
+  for (const std::string* output : {&r.csv, &r.html}) {
+    if (!output->empty()) check_output_file(*output, r.overwrite);
+  }
 }
 
 }  // namespace
@@ -206,6 +210,7 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
   app.add_flag("--per-token", r.per_token, "Score every token position of --text");
   app.add_option("--csv", r.csv, "--per-token: write action_name,token_position,token_text,confidence,layer,is_active");
   app.add_option("--html", r.html, "--per-token: write a self-contained token x label heatmap");
+  app.add_flag("--overwrite", r.overwrite, "Replace existing --csv / --html files");
   app.add_option("--batch-size", e.batch_size, "Texts per forward pass with --file")->capture_default_str();
   add_device_options(app, e.device, e.dtype);
   app.add_flag("--json", d.json, "Print JSON on stdout");

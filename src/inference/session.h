@@ -30,6 +30,7 @@ struct InferenceRequest {
   Display display;
   std::string text, file, compare, csv, html, text_field = "text", aggregate = "max";
   bool per_token = false;
+  bool overwrite = false;  // replace existing --csv / --html files
 };
 
 /// Declares multi_probe_inference's flags on `app`, writing into `request`.

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/outputs.h"
 #include "common/json.h"
 #include "io/safetensors.h"
 #include "tokenizer/tokenizer.h"
@@ -22,7 +23,7 @@ void write_random_checkpoint(const std::string& dir, const RandomCheckpointOptio
   }
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_file(o.tokenizer_json);
   auto vocab = static_cast<int64_t>(tok.vocab_size());
-  make_directories(dir);
+  StagedDirectory output(dir, o.overwrite);
 
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(o.seed);
   std::list<at::Tensor> storage;  // keeps tensors alive until they are written
@@ -55,7 +56,7 @@ void write_random_checkpoint(const std::string& dir, const RandomCheckpointOptio
     add(p + "mlp.down_proj.weight", {h, inner}, 1.0 / std::sqrt(static_cast<double>(inner)));
   }
   add("model.norm.weight", {h}, 0.1);
-  safetensors::write_file(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+  safetensors::write_file(output.path() + "/model.safetensors", tensors, {{"format", "pt"}});
 
   Json config = {{"architectures", {"Gemma3ForCausalLM"}},
                  {"model_type", "gemma3_text"},
@@ -83,10 +84,11 @@ void write_random_checkpoint(const std::string& dir, const RandomCheckpointOptio
                  {"eos_token_id", 1},
                  {"pad_token_id", 0},
                  {"probekit_random_weights", true}};
-  write_json_file(dir + "/config.json", config);
-  write_file_atomic(dir + "/tokenizer.json", read_file(o.tokenizer_json));
-  write_json_file(dir + "/tokenizer_config.json", Json{{"bos_token", "<bos>"}, {"eos_token", "<eos>"}, {"pad_token", "<pad>"},
+  write_json_file(output.path() + "/config.json", config);
+  write_file_atomic(output.path() + "/tokenizer.json", read_file(o.tokenizer_json));
+  write_json_file(output.path() + "/tokenizer_config.json", Json{{"bos_token", "<bos>"}, {"eos_token", "<eos>"}, {"pad_token", "<pad>"},
                                                       {"unk_token", "<unk>"}, {"tokenizer_class", "GemmaTokenizer"}});
+  output.commit();
 }
 
 }  // namespace probekit::model

@@ -18,9 +18,10 @@ struct RandomCheckpointOptions {
   int64_t intermediate_size = 768;
   int64_t sliding_window = 64;
   uint64_t seed = 0;
+  bool overwrite = false;  // replace an existing, non-empty `dir`
 };
 
-/// Writes the checkpoint into `dir` (created if needed).
+/// Writes the checkpoint into `dir` under the overwrite rule (common/outputs.h).
 void write_random_checkpoint(const std::string& dir, const RandomCheckpointOptions& options);
 
 }  // namespace probekit::model

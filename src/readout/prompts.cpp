@@ -30,9 +30,10 @@ PromptBuilder::PromptBuilder(const tokenizer::Tokenizer& tokenizer, std::string 
     : tokenizer_(&tokenizer), suffix_(std::move(suffix)), limit_(std::move(limit)) {
   suffix_ids_ = tokenizer.encode(suffix_, false);
   leading_specials_ = count_leading_specials(tokenizer);
-  if (limit_.max_length > 0 && limit_.max_length <= leading_specials_) {
-    fail_usage("{} leaves no room for text after the {} special tokens in front", limit_.description,
-               leading_specials_);
+  auto reserved = leading_specials_ + static_cast<int64_t>(suffix_ids_.size());
+  if (limit_.max_length > 0 && limit_.max_length <= reserved) {
+    fail_usage("{} leaves no room for text after the {} special tokens in front and the {} tokens of the prompt suffix",
+               limit_.description, leading_specials_, suffix_ids_.size());
   }
 }
 
@@ -52,10 +53,6 @@ std::vector<Prompt> PromptBuilder::build(const std::vector<std::string>& texts) 
 
 Prompt PromptBuilder::build_text(const std::string& text) const {
   auto reserved = static_cast<int64_t>(suffix_ids_.size());
-  if (limit_.max_length > 0 && limit_.max_length <= leading_specials_ + reserved) {
-    fail_input("{} leaves no room for text after the {} special tokens in front and the {} tokens of the prompt suffix",
-               limit_.description, leading_specials_, reserved);
-  }
   Prompt prompt;
   prompt.ids = tokenizer_->encode(text, true);
   if (prompt.ids.empty()) fail_input("the text tokenized to no tokens");

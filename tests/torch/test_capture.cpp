@@ -142,7 +142,7 @@ TEST_CASE("captured last-token rows equal single forward passes of each text") {
 
 TEST_CASE("captured rows equal inspect_model hidden for the same texts") {
   TempDir tmp;
-  std::string dataset = write_dataset(tmp, 8);
+  std::string dataset = write_dataset(tmp, 16);
   capture::CaptureOptions o = base_options(dataset, tmp.file("out"));
   o.layers = "3";
   auto file = activations::read_activation_file(capture::run_capture(o).files[0]);
@@ -166,7 +166,7 @@ TEST_CASE("captured rows equal inspect_model hidden for the same texts") {
 
 TEST_CASE("positions all, mean and max, and the sites of a layer") {
   TempDir tmp;
-  std::string dataset = write_dataset(tmp, 12);
+  std::string dataset = write_dataset(tmp, 16);
   auto capture_with = [&](readout::Position position, readout::Site site, const std::string& name) {
     capture::CaptureOptions o = base_options(dataset, tmp.file(name));
     o.layers = "2,3";
@@ -357,7 +357,7 @@ TEST_CASE("disk full while capturing: a clear error, complete files untouched, -
 
 TEST_CASE("existing outputs are never overwritten or ignored silently") {
   TempDir tmp;
-  std::string dataset = write_dataset(tmp, 12);
+  std::string dataset = write_dataset(tmp, 16);
   std::string common = fmt::format("{} --model {} --dataset {} --device cpu --layers 2 --output-dir {} --quiet",
                                    tool("capture_activations"), kModel, dataset, tmp.file("out"));
   REQUIRE(run_command(common).exit_code == 0);
@@ -372,7 +372,7 @@ TEST_CASE("existing outputs are never overwritten or ignored silently") {
 
 TEST_CASE("bad input to capture_activations: clear message, exit code 1 (2 for bad flags)") {
   TempDir tmp;
-  std::string good = write_dataset(tmp, 8);
+  std::string good = write_dataset(tmp, 16);
   auto run_with = [&](const std::string& model, const std::string& dataset, const std::string& extra = "") {
     return run_command(fmt::format("{} --model {} --dataset {} --device cpu --output-dir {} {}", tool("capture_activations"),
                                    model, dataset, tmp.file("out"), extra));
@@ -381,7 +381,7 @@ TEST_CASE("bad input to capture_activations: clear message, exit code 1 (2 for b
   probekit::testing::write_text(bad, probekit::testing::read_text(good) + "{\"text\": oops}\n");
   CommandResult r = run_with(kModel, bad);
   CHECK(r.exit_code == 1);
-  CHECK_CONTAINS(r.output, "bad.jsonl:9: invalid JSON");
+  CHECK_CONTAINS(r.output, "bad.jsonl:17: invalid JSON");
 
   probekit::testing::write_text(bad, "{\"text\": \"x\", \"cognitive_action\": \"a\"}\n{\"cognitive_action\": \"a\"}\n");
   r = run_with(kModel, bad);
@@ -436,7 +436,7 @@ TEST_CASE("bad input to capture_activations: clear message, exit code 1 (2 for b
 
 TEST_CASE("bad checkpoints through capture_activations: exit code 1, the file and the problem named") {
   TempDir tmp;
-  std::string dataset = write_dataset(tmp, 8);
+  std::string dataset = write_dataset(tmp, 16);
   auto run_with = [&](const std::string& model) {
     return run_command(fmt::format("{} --model {} --dataset {} --device cpu --output-dir {}", tool("capture_activations"),
                                    model, dataset, tmp.file("out")));
@@ -495,7 +495,7 @@ TEST_CASE("texts longer than a learned-position model's positions: an error nami
   // GPT-2 has 512 learned positions; rotary models have no such limit and run long texts whole.
   TempDir tmp;
   std::string lines;
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < 16; ++i) {
     std::string text = i == 3 ? "" : kLabels[static_cast<size_t>(i % 4)] + " looked again";
     for (int w = 0; i == 3 && w < 700; ++w) text += "again and ";
     lines += Json({{"text", text}, {"cognitive_action", kLabels[static_cast<size_t>(i % 4)]}}).dump() + "\n";
@@ -510,7 +510,7 @@ TEST_CASE("texts longer than a learned-position model's positions: an error nami
   CHECK_CONTAINS(r.output, "tokens exceed the model's 512 positions; use --max-length to cut long texts");
   r = run_with("--max-length 512");
   CHECK_MESSAGE(r.exit_code == 0, r.output);
-  CHECK_CONTAINS(r.output, "1 of 8 texts were longer than --max-length 512 tokens and were cut from the start");
+  CHECK_CONTAINS(r.output, "1 of 16 texts were longer than --max-length 512 tokens and were cut from the start");
   CHECK_CONTAINS(r.output, "1 texts were cut to --max-length 512");
 }
 
