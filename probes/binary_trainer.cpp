@@ -211,6 +211,12 @@ void record_epoch(ProbeGroup& group, std::vector<TrainedLabel>& trained, const s
     const std::vector<int>& truth = val_truth[group.first + p];
     std::vector<double> scores = column_scores(val_logits, p);
     double auc = metrics::roc_auc(truth, scores);
+    if (!std::isfinite(train_loss[p])) {
+      // A diverged probe's weights are meaningless; the run stops before anything is written.
+      fail_input("training of '{}' diverged at epoch {} (training loss {}); nothing was saved. Lower --lr (now {}), "
+                 "use --dtype fp32, or check the activations for extreme values",
+                 t.label, epoch + 1, train_loss[p], lr);
+    }
     LabelHistory& h = t.history;
     h.train_loss.push_back(train_loss[p]);
     h.val_loss.push_back(val_loss[p]);

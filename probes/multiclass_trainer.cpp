@@ -6,6 +6,7 @@
 #include <ATen/Parallel.h>
 
 #include <chrono>
+#include <cmath>
 
 #include "common/error.h"
 #include "common/files.h"
@@ -115,7 +116,13 @@ double record_epoch(ProbeTraining& training, const SplitTensors& data, const std
   at::Tensor host = at::cat({val_logits.flatten(), val_loss.view({1}), train_loss.view({1})}).to(at::kCPU).to(at::kDouble);
   double val_accuracy = accuracy_of(argmax_rows(host.narrow(0, 0, val_logits.numel()).view({-1, classes})), val_labels);
   MulticlassHistory& history = training.history;
-  history.train_loss.push_back(host[val_logits.numel() + 1].item<double>());
+  double loss = host[val_logits.numel() + 1].item<double>();
+  if (!std::isfinite(loss)) {
+    fail_input("training diverged at epoch {} (training loss {}); nothing was saved. Lower --lr, use --dtype fp32, or "
+               "check the activations for extreme values",
+               epoch + 1, loss);
+  }
+  history.train_loss.push_back(loss);
   history.val_loss.push_back(host[val_logits.numel()].item<double>());
   history.val_accuracy.push_back(val_accuracy);
   // The first epoch is the best so far whatever it scores (an accuracy of 0, or NaN without validation examples),

@@ -124,6 +124,10 @@ void load_probe(const safetensors::File& file, ProbeBank& bank, int64_t probe) {
     const safetensors::TensorInfo& info = file.at(spec.name);
     at::ScalarType type = tensor_dtype(info.dtype, spec.name, file.path());
     at::Tensor host = at::from_blob(const_cast<uint8_t*>(file.data(info)), spec.shape, at::TensorOptions().dtype(type));
+    // A probe with a NaN or infinite weight would score NaN and drop out of every ranking unseen.
+    if (!at::isfinite(host).all().item<bool>()) {
+      fail_input("{}: tensor '{}' holds NaN or infinite values; retrain this probe", file.path(), spec.name);
+    }
     bank.parameter(i)[probe].copy_(host);
   }
 }
@@ -191,6 +195,7 @@ Json save_binary_probes(const std::string& directory, const BinaryTrainingResult
                 {"dtype", dtype_label(result.best.values().scalar_type())},
                 {"layer", attributes.layer},
                 {"model_name", attributes.model_name},
+                {"model_fingerprint", attributes.model_fingerprint},
                 {"site", attributes.site},
                 {"position", attributes.position},
                 {"prompt_suffix", attributes.prompt_suffix},

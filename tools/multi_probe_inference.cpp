@@ -1,5 +1,7 @@
 // multi_probe_inference: loads a model and its trained probes and ranks which labels a text shows, for one
 // text, a file of texts, an interactive session, two texts compared, or every token of a text.
+#include <unistd.h>
+
 #include <iostream>
 
 #include "common/cli.h"
@@ -14,6 +16,6 @@ int main(int argc, char** argv) {
   inference::add_inference_flags(tool.app, request);
   return tool.run(argc, argv, [&] {
     device::configure_threads(tool.common.threads);
-    inference::run_inference(request, std::cin);
+    inference::run_inference(request, std::cin, isatty(STDIN_FILENO) != 0);
   });
 }

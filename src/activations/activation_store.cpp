@@ -43,12 +43,23 @@ std::vector<int64_t> read_int_dataset(hid_t group, const std::string& name, cons
   std::vector<hsize_t> dims = hdf5::dataset_dims(dataset->get());
   if (dims.size() != 1) fail("{}/{}: expected a 1-D dataset, found {} dimensions", where, name, dims.size());
   std::vector<int64_t> values(hdf5::stored_element_count(dataset->get(), where + "/" + name));
+  hdf5::Handle type(H5Dget_type(dataset->get()), H5Tclose);
+  if (H5Tget_class(type.get()) != H5T_INTEGER) {
+    // HDF5 would convert floats to integers silently (1.7 -> 1): an index must be stored as one.
+    std::vector<double> stored(values.size());
+    hdf5::read_rows(dataset->get(), H5T_NATIVE_DOUBLE, 0, dims[0], stored.data());
+    size_t row = 0;
+    while (row + 1 < stored.size() && stored[row] == std::floor(stored[row])) ++row;
+    fail_input("{}/{}: row {} holds {}, stored as a floating-point number; {} must be integers", where, name, row,
+               stored.empty() ? 0.0 : stored[row], name);
+  }
   hdf5::read_rows(dataset->get(), H5T_NATIVE_INT64, 0, dims[0], values.data());
   return values;
 }
 
 void write_attributes(hid_t file, const FileAttributes& a) {
   hdf5::set_attribute(file, "model_name", a.model_name);
+  hdf5::set_attribute(file, "model_fingerprint", a.model_fingerprint);
   hdf5::set_attribute(file, "layers", a.layers);
   hdf5::set_attribute(file, "layer", a.layer);
   hdf5::set_attribute(file, "label_names", a.label_names);
@@ -75,6 +86,7 @@ void write_attributes(hid_t file, const FileAttributes& a) {
 FileAttributes load_attributes(hid_t file, const std::string& path) {
   FileAttributes a;
   a.model_name = hdf5::get_string_attribute(file, "model_name").value_or("");
+  a.model_fingerprint = hdf5::get_string_attribute(file, "model_fingerprint").value_or("");
   a.layers = hdf5::get_int_list_attribute(file, "layers").value_or(std::vector<int64_t>{});
   a.layer = hdf5::get_int_attribute(file, "layer").value_or(layer_from_file_name(path));
   a.label_names = hdf5::get_string_list_attribute(file, "label_names").value_or(std::vector<std::string>{});
@@ -208,6 +220,7 @@ const char* split_name(Split split) {
 
 std::vector<std::string> FileAttributes::identity() const {
   return {"model_name=" + model_name,
+          "model_fingerprint=" + model_fingerprint,
           "layers=" + fmt::format("{}", fmt::join(layers, ",")),
           "layer=" + std::to_string(layer),
           "label_names=" + fmt::format("{}", fmt::join(label_names, ",")),

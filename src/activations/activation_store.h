@@ -27,6 +27,7 @@ const char* split_name(Split split);
 /// Root attributes of an activation file.
 struct FileAttributes {
   std::string model_name;
+  std::string model_fingerprint;  // model::Checkpoint::fingerprint() of the weights the rows came from
   std::vector<int64_t> layers;  // every layer captured in the run
   int64_t layer = -1;           // the layer this file holds
   std::vector<std::string> label_names;

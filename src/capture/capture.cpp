@@ -149,6 +149,7 @@ activations::FileAttributes file_attributes(const CaptureOptions& options, const
                                             const std::string& dtype) {
   activations::FileAttributes attributes;
   attributes.model_name = plan.model_dir;
+  attributes.model_fingerprint = model::Checkpoint::open(plan.model_dir).fingerprint();
   attributes.layers = plan.layers;
   attributes.label_names = plan.dataset.label_names;
   attributes.hidden_size = plan.config.hidden_size;
@@ -289,6 +290,24 @@ int64_t store_rows(WindowRows& window, const std::vector<int64_t>& batch, const 
   return tokens;
 }
 
+// NaN or infinite rows (NaN/Inf weights, a config value such as query_pre_attn_scalar: 0) stop the run at the
+// first batch that shows them, naming the example and the layer, before anything is written.
+void check_finite(const at::Tensor& rows, const std::vector<int64_t>& batch, const CapturePlan& plan, Position position) {
+  if (at::isfinite(rows).all().item<bool>()) return;
+  at::Tensor bad = at::isfinite(rows).logical_not().any(2).nonzero()[0];  // [row, layer slot] of the first one
+  int64_t row = bad[0].item<int64_t>(), slot = bad[1].item<int64_t>(), first_row = 0;
+  for (int64_t p : batch) {
+    int64_t count = position == Position::kAll ? plan.lengths[static_cast<size_t>(p)] : 1;
+    if (row < first_row + count) {
+      const data::Example& example = plan.dataset.examples[static_cast<size_t>(plan.run[static_cast<size_t>(p)].example)];
+      fail_input("{}:{}: the activations of layer {} are not finite (NaN or Inf): the checkpoint's weights or its "
+                 "config (a zero scale such as query_pre_attn_scalar: 0) produce them",
+                 plan.dataset.path, example.line + 1, plan.layers[static_cast<size_t>(slot)]);
+    }
+    first_row += count;
+  }
+}
+
 std::shared_ptr<WindowRows> make_window(const CapturePlan& plan, int64_t begin, int64_t end, Position position) {
   auto window = std::make_shared<WindowRows>();
   window->begin = begin;
@@ -343,6 +362,7 @@ class WindowLoop {
       int64_t replica_retries = 0;
       for (size_t b = next_batch++; b < batches.size(); b = next_batch++) {
         at::Tensor result = runners_[replica].run(batches[b], plan_, &replica_retries).to(at::kCPU).contiguous();
+        check_finite(result, batches[b], plan_, options_.position);
         int64_t tokens = store_rows(window, batches[b], result, plan_, options_.position, plan_.config.hidden_size);
         std::lock_guard<std::mutex> lock(progress_mutex_);
         summary_.tokens += tokens;

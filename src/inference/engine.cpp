@@ -47,6 +47,20 @@ struct ProbeRecipe {
   }
 };
 
+// Probes remember the checkpoint they were trained on (its fingerprint); another one, even of the same width,
+// gives meaningless scores.
+void check_same_model(const probes::BinaryProbeSet& set, const std::string& dir, const EngineOptions& options,
+                      const std::string& fingerprint) {
+  std::string recorded = set.index().value("model_fingerprint", std::string());
+  if (recorded.empty() || recorded == fingerprint) return;
+  std::string message = fmt::format(
+      "{}: these probes were trained on another model ({}, fingerprint {}...), not the one in {} (fingerprint {}...)",
+      dir, set.index().value("model_name", std::string("?")), recorded.substr(0, 12), options.model_dir,
+      fingerprint.substr(0, 12));
+  if (!options.force) fail_input("{}; pass --force to run them anyway", message);
+  spdlog::warn("{}; running them anyway (--force)", message);
+}
+
 // Checks that the probes of `dir` fit the model and the layer they are run on.
 void check_fits(const probes::BinaryProbeSet& set, const std::string& dir, int64_t layer, const EngineOptions& options,
                 const model::ModelConfig& config) {
@@ -93,7 +107,7 @@ Engine Engine::load(const EngineOptions& options) {
   model::WeightReadAhead read_ahead(options.model_dir, load);
   engine.target_ = device::select_compute(options.device, options.dtype);
   spdlog::debug("{:.2f} s: device ready", since_start());
-  engine.load_probes(config);
+  engine.load_probes(config, model::Checkpoint::open(options.model_dir).fingerprint());
   engine.index_labels();
   spdlog::debug("{:.2f} s: {} probes of {} layers loaded", since_start(), engine.labels_.size(), engine.layers_.size());
 
@@ -111,13 +125,14 @@ Engine Engine::load(const EngineOptions& options) {
 }
 
 // The probes of every selected layer; all layers must agree on how their activations were made.
-void Engine::load_probes(const model::ModelConfig& config) {
+void Engine::load_probes(const model::ModelConfig& config, const std::string& fingerprint) {
   std::optional<ProbeRecipe> recipe;
   for (int64_t layer : layers_) {
     auto found = catalog_.layer_dirs.find(layer);
     std::string dir = found != catalog_.layer_dirs.end() ? found->second : catalog_.layer_dirs.begin()->second;
     probes::BinaryProbeSet set = probes::BinaryProbeSet::load(dir, target_.device, at::kFloat);
     check_fits(set, dir, layer, options_, config);
+    check_same_model(set, dir, options_, fingerprint);
     ProbeRecipe here = ProbeRecipe::of(set);
     if (!recipe) {
       if (here.position == readout::Position::kAll) {

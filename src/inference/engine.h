@@ -28,6 +28,7 @@ struct EngineOptions {
   std::string device = "auto";
   std::string dtype = "auto";
   int64_t batch_size = 16;
+  bool force = false;  // run probes recorded for another model (a warning instead of an error)
 };
 
 /// Every probe's probability for one text: probability[l][k] for layers()[l] and labels()[k]; NaN where a
@@ -80,7 +81,7 @@ class Engine {
 
  private:
   Engine() = default;
-  void load_probes(const model::ModelConfig& config);
+  void load_probes(const model::ModelConfig& config, const std::string& fingerprint);
   void index_labels();
   /// Probabilities of rows [N, layers, hidden] into tables[first + n][l][k], for every label with a probe at
   /// layer l (the tables are sized and NaN-filled by empty_tables).

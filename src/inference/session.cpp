@@ -124,11 +124,14 @@ std::string trimmed(const std::string& line) {
   return begin == std::string::npos ? "" : line.substr(begin, end - begin + 1);
 }
 
-void interactive_session(const Engine& engine, const InferenceRequest& r, std::istream& input) {
-  fmt::print("\nInteractive mode - enter text to analyze (or 'quit' to exit):\n\n");
+// Texts read line by line until "quit" (or the end of the input). The prompts are for a person at a terminal:
+// they are not written when stdin is a pipe, nor ever into --json output.
+void interactive_session(const Engine& engine, const InferenceRequest& r, std::istream& input, bool prompt) {
+  prompt = prompt && !r.display.json;
+  if (prompt) fmt::print("\nInteractive mode - enter text to analyze (or 'quit' to exit):\n\n");
   std::string line;
   while (true) {
-    fmt::print("Text: ");
+    if (prompt) fmt::print("Text: ");
     std::fflush(stdout);
     if (!std::getline(input, line)) break;
     std::string text = trimmed(line), lower = text;
@@ -143,6 +146,9 @@ void interactive_session(const Engine& engine, const InferenceRequest& r, std::i
 
 void check_request(InferenceRequest& r) {
   r.display.aggregate = parse_aggregate(r.aggregate);
+  if (r.text_given && r.text.empty()) {
+    fail_usage("--text is empty: give the text to analyze (without --text, texts are read from stdin)");
+  }
   if (!r.text.empty() && !r.file.empty()) fail_usage("--text and --file exclude each other");
   if (!r.compare.empty() && r.text.empty()) fail_usage("--compare needs --text");
   if (r.per_token && r.text.empty()) fail_usage("--per-token needs --text");
@@ -196,7 +202,9 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
   app.add_option("--model", e.model_dir, "Checkpoint directory the probes were trained on")->required();
   app.add_option("--layer", e.layer, "Layer to read (default: the layer recorded in the probes)");
   app.add_option("--layers", e.layers, "Layers of a multi-layer probes directory: 21-30, 8,17 or all (default: all)");
-  app.add_option("--text", r.text, "Text to analyze (without --text or --file: interactive, one text per line)");
+  app.add_option_function<std::string>(
+      "--text", [&r](const std::string& text) { r.text = text, r.text_given = true; },
+      "Text to analyze (without --text or --file: texts are read from stdin, one per line)");
   app.add_option("--file", r.file, "Texts to analyze: one per line, or JSONL with a text field");
   app.add_option("--text-field", r.text_field, "JSON field of the texts in --file")->capture_default_str();
   app.add_option("--top-k", d.top_k, "How many labels to show")->capture_default_str()->check(CLI::PositiveNumber);
@@ -211,18 +219,19 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
   app.add_option("--csv", r.csv, "--per-token: write action_name,token_position,token_text,confidence,layer,is_active");
   app.add_option("--html", r.html, "--per-token: write a self-contained token x label heatmap");
   app.add_flag("--overwrite", r.overwrite, "Replace existing --csv / --html files");
+  app.add_flag("--force", e.force, "Run probes recorded for another model than --model (a warning, not an error)");
   app.add_option("--batch-size", e.batch_size, "Texts per forward pass with --file")->capture_default_str();
   add_device_options(app, e.device, e.dtype);
   app.add_flag("--json", d.json, "Print JSON on stdout");
 }
 
-void run_inference(InferenceRequest& r, std::istream& input) {
+void run_inference(InferenceRequest& r, std::istream& input, bool input_is_terminal) {
   check_request(r);
   Engine engine = Engine::load(r.engine);
   if (r.per_token) return show_per_token(engine, r);
   if (!r.compare.empty()) return show_comparison(engine, r);
   if (!r.text.empty() || !r.file.empty()) return show_texts(engine, r);
-  interactive_session(engine, r, input);
+  interactive_session(engine, r, input, input_is_terminal);
 }
 
 }  // namespace probekit::inference

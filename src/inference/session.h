@@ -30,7 +30,8 @@ struct InferenceRequest {
   Display display;
   std::string text, file, compare, csv, html, text_field = "text", aggregate = "max";
   bool per_token = false;
-  bool overwrite = false;  // replace existing --csv / --html files
+  bool text_given = false;  // --text was on the command line (possibly empty)
+  bool overwrite = false;   // replace existing --csv / --html files
 };
 
 /// Declares multi_probe_inference's flags on `app`, writing into `request`.
@@ -38,7 +39,7 @@ void add_inference_flags(CLI::App& app, InferenceRequest& request);
 
 /// Checks the flags, loads the engine and prints what the request asks for on stdout; reads texts from
 /// `input` when neither --text nor --file is given.
-void run_inference(InferenceRequest& request, std::istream& input);
+void run_inference(InferenceRequest& request, std::istream& input, bool input_is_terminal);
 
 /// The probabilities of one text as a table with the display's thresholds.
 ScoreTable table_of(const Engine& engine, const std::vector<std::vector<double>>& probability, const Display& display);

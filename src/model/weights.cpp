@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json.h"
+#include "common/sha256.h"
 
 namespace probekit::model {
 
@@ -110,6 +111,23 @@ std::string Checkpoint::dominant_dtype() const {
   auto best = std::max_element(by_dtype.begin(), by_dtype.end(),
                                [](const auto& a, const auto& b) { return a.second < b.second; });
   return best == by_dtype.end() ? "" : best->first;
+}
+
+std::string Checkpoint::fingerprint() const {
+  Sha256 hash;
+  hash.update(read_file(dir_ + "/config.json"));
+  std::vector<const safetensors::File*> files;
+  for (const auto& file : files_) files.push_back(file.get());
+  std::sort(files.begin(), files.end(), [](auto* a, auto* b) { return a->path() < b->path(); });
+  for (const safetensors::File* file : files) {
+    hash.update(file->path().substr(file->path().rfind('/') + 1));
+    if (file->tensors().empty()) continue;
+    // Tensors are in data order: the first one's data starts right after the header.
+    const safetensors::TensorInfo& first = file->tensors().front();
+    const auto* start = reinterpret_cast<const char*>(file->data(first)) - first.data_begin;
+    hash.update(std::string_view(start, first.data_begin));
+  }
+  return hash.hex_digest();
 }
 
 std::vector<std::pair<std::string, std::pair<uint64_t, uint64_t>>> Checkpoint::byte_ranges(

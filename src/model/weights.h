@@ -41,6 +41,9 @@ class Checkpoint {
   int64_t parameter_count() const;
   /// The dtype holding most parameters ("BF16").
   std::string dominant_dtype() const;
+  /// A SHA-256 over config.json and every weight file's header (names, dtypes, shapes, offsets): what tells
+  /// one checkpoint from another without reading the weights. Probes record it to refuse another model.
+  std::string fingerprint() const;
   /// The files and byte ranges of the tensors `wanted` accepts, merged where adjacent, in file order.
   std::vector<std::pair<std::string, std::pair<uint64_t, uint64_t>>> byte_ranges(
       const std::function<bool(const std::string&, const safetensors::TensorInfo&)>& wanted) const;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <sstream>
 
 #include "common/files.h"
 #include "capture/capture.h"
@@ -169,17 +170,34 @@ TEST_CASE("multi-layer modes, best layers and comparisons") {
   CHECK_CONTAINS(compared.output, "Biggest differences");
 }
 
-TEST_CASE("interactive mode reads texts from a pipe until quit") {
+TEST_CASE("texts read from a pipe until quit: no prompts in the output, JSON lines with --json; --text \"\" is an error") {
   TempDir tmp;
   std::string probes = train_probes(tmp);
-  CommandResult r = run_command(fmt::format("printf 'I noticed a crack.\\n\\n  \\nI saw a chance to learn.\\nquit\\nnever read\\n' | {} "
-                                            "--probes-dir {}/layer_2 --model {} --device cpu",
-                                            tool("multi_probe_inference"), probes, kModel));
+  std::string piped = fmt::format("printf 'I noticed a crack.\\n\\n  \\nI saw a chance to learn.\\nquit\\nnever read\\n' | {} "
+                                  "--probes-dir {}/layer_2 --model {} --device cpu -q",
+                                  tool("multi_probe_inference"), probes, kModel);
+  CommandResult r = run_command(piped);
   CHECK(r.exit_code == 0);
-  CHECK_CONTAINS(r.output, "Interactive mode");
+  CHECK(r.output.find("Interactive mode") == std::string::npos);
+  CHECK(r.output.find("Text: ") == std::string::npos);
   size_t shown = 0;
   for (size_t at = r.output.find("Top 5 predictions:"); at != std::string::npos; at = r.output.find("Top 5 predictions:", at + 1)) ++shown;
   CHECK(shown == 2);
+
+  r = run_command(piped + " --json");
+  REQUIRE(r.exit_code == 0);
+  std::istringstream lines(r.output);
+  int parsed = 0;
+  for (std::string line; std::getline(lines, line);) {
+    CHECK_NOTHROW(Json::parse(line));
+    ++parsed;
+  }
+  CHECK(parsed == 2);
+
+  r = run_command(fmt::format("{} --probes-dir {}/layer_2 --model {} --device cpu --text ''", tool("multi_probe_inference"),
+                              probes, kModel));
+  CHECK(r.exit_code == 2);
+  CHECK_CONTAINS(r.output, "--text is empty");
 }
 
 TEST_CASE("bad input to multi_probe_inference: probe files of the wrong size are refused, non-UTF-8 text is scored") {
