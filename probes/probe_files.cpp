@@ -192,6 +192,7 @@ Json save_binary_probes(const std::string& directory, const BinaryTrainingResult
                 {"dtype", dtype_label(result.best.values().scalar_type())},
                 {"layer", attributes.layer},
                 {"model_name", attributes.model_name},
+                {"model_revision", attributes.model_revision},
                 {"site", attributes.site},
                 {"position", attributes.position},
                 {"prompt_suffix", attributes.prompt_suffix},
