@@ -24,15 +24,17 @@ bool is_repo_part(std::string_view part) {
   return part.find("--") == std::string_view::npos && part.find("..") == std::string_view::npos;
 }
 
-// A branch, tag or commit: it names a file under refs/ in the cache, so no component may climb out of it.
+// A branch, tag or commit: it names a file under refs/ in the cache, so no component may climb out of it; as
+// git, ".." appears nowhere and no component starts with '.'.
 void check_revision(const std::string& revision, const std::string& text) {
   if (revision.empty()) fail_usage("{}: the revision after '@' is empty", text);
+  if (revision.find("..") != std::string::npos) fail_usage("{}: '{}' is not a branch, tag or commit name", text, revision);
   size_t start = 0;
   while (start <= revision.size()) {
     size_t end = revision.find('/', start);
     if (end == std::string::npos) end = revision.size();
     std::string_view component(revision.data() + start, end - start);
-    if (component.empty() || component == "." || component == "..") {
+    if (component.empty() || component.front() == '.') {
       fail_usage("{}: '{}' is not a branch, tag or commit name", text, revision);
     }
     for (char c : component) {

@@ -95,6 +95,14 @@ TEST_CASE("hub names: org/name[@revision], the cache's folder name and URL quoti
   CHECK_FALSE(hub::is_commit_hash("main"));
 }
 
+TEST_CASE("fuzz regression (fuzz_hub_responses): a revision with '..' inside a component is refused, as git does") {
+  // Harmless as a path (no component is ".."), but no branch or tag can be named so, and keeping ".." out of
+  // every accepted revision keeps the rule about refs/ simple.
+  CHECK_THROWS_AS(hub::parse_hub_name("org/name@refsl.layers.2.self_at,tn..safetensors"), UsageError);
+  CHECK_THROWS_AS(hub::parse_hub_name("org/name@v1/.hidden"), UsageError);
+  CHECK(hub::parse_hub_name("org/name@v1.0.2")->revision == "v1.0.2");
+}
+
 TEST_CASE("hub responses: the headers of a redirect for an LFS file, of a small file, and of refusals") {
   // What the hub answers to HEAD .../resolve/main/model.safetensors (curl's header lines, an earlier 100 first).
   std::string lfs = "HTTP/1.1 100 Continue\r\n\r\nHTTP/2 302\r\ncontent-length: 1342\r\n"
