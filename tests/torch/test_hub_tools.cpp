@@ -3,6 +3,10 @@
 // cache with the network off, and two processes downloading one model at once leave a valid cache.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
+#include <signal.h>
+
+#include <chrono>
+#include <thread>
 
 #include "common/files.h"
 #include "common/json.h"
@@ -33,6 +37,15 @@ std::string hub_environment(const std::string& endpoint, const std::string& home
                      endpoint, home);
 }
 
+// The gemma3_text fixture as a hub repository.
+MockRepo gemma_repo() {
+  MockRepo repo;
+  for (const char* file : {"config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"}) {
+    repo.files[file] = read_file(kGemma + "/" + file);
+  }
+  return repo;
+}
+
 void write_dataset(const std::string& path) {
   static const char* labels[] = {"analyzing", "reframing", "noticing"};
   static const char* cues[] = {"I examined each part of the problem step by step.",
@@ -50,10 +63,7 @@ void write_dataset(const std::string& path) {
 TEST_CASE("hub names in the tools: capture records name and commit, inference finds the model offline without --model") {
   MockHub mock;
   TempDir tmp;
-  MockRepo repo;
-  for (const char* file : {"config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"}) {
-    repo.files[file] = read_file(kGemma + "/" + file);
-  }
+  MockRepo repo = gemma_repo();
   std::string commit = mock.add_repo("probekit-test/gemma3-text", repo);
   std::string online = hub_environment(mock.endpoint(), tmp.file("hf"));
   write_dataset(tmp.file("data.jsonl"));
@@ -127,4 +137,45 @@ TEST_CASE("hub names in the tools: two processes downloading one model at once l
     CHECK_FALSE(path_exists(folder + "/blobs/" + sha + ".incomplete"));
   }
   CHECK(read_file(folder + "/refs/main") == commit);
+}
+
+TEST_CASE("hub names in the tools: a download killed with kill -9 continues where it stopped in the next run") {
+  MockHub mock;
+  TempDir tmp;
+  MockRepo repo = gemma_repo();
+  std::string commit = mock.add_repo("probekit-test/gemma3-text", repo);
+  std::string sha = testing::sha256_hex(repo.files["model.safetensors"]);
+  std::string blob = tmp.file("hf/hub/models--probekit-test--gemma3-text/blobs/" + sha);
+  mock.set_pause_per_piece_ms(50);  // the 1.3 MB file takes about 4 s
+  std::string run = fmt::format("{} {} info --model probekit-test/gemma3-text", hub_environment(mock.endpoint(), tmp.file("hf")),
+                                tool("inspect_model"));
+  CommandResult started = run_command(fmt::format("{} > {} 2>&1 & echo $!", run, tmp.file("killed.log")));
+  pid_t pid = std::stoi(started.output);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while ((!is_regular_file(blob + ".incomplete") || file_size(blob + ".incomplete") < 100000) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(::kill(pid, SIGKILL) == 0);
+  // Until it is gone or a zombie (its parent shell has exited; whether anyone reaps it depends on the container).
+  auto alive = [pid] {
+    std::string stat = testing::read_text(fmt::format("/proc/{}/stat", pid));
+    size_t state = stat.rfind(')');
+    return state != std::string::npos && state + 2 < stat.size() && stat[state + 2] != 'Z';
+  };
+  while (alive()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(is_regular_file(blob + ".incomplete"));
+  uint64_t kept = file_size(blob + ".incomplete");
+  CHECK(kept > 0);
+  CHECK(kept < repo.files["model.safetensors"].size());
+  CHECK_FALSE(path_exists(blob));
+
+  mock.set_pause_per_piece_ms(0);
+  CommandResult r = run_command(run);
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  CHECK_CONTAINS(r.output, fmt::format("model.safetensors: continuing an interrupted download from byte {}", kept));
+  CHECK(mock.requests().back().range == fmt::format("bytes={}-", kept));
+  CHECK(read_file(blob) == repo.files["model.safetensors"]);
+  CHECK(read_file(tmp.file("hf/hub/models--probekit-test--gemma3-text/snapshots/" + commit + "/model.safetensors")) ==
+        repo.files["model.safetensors"]);
 }
