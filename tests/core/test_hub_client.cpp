@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <thread>
 
 #include "common/files.h"
@@ -308,4 +310,33 @@ TEST_CASE("hub download: two downloads of one model at once share the cache, eac
   for (const std::string& shard : {"model-00001-of-00003.safetensors", kShard2.c_str(), "model-00003-of-00003.safetensors"}) {
     CHECK_MESSAGE(mock.count("GET", testing::sha256_hex(read_file(kSharded + "/" + shard))) == 1, shard);
   }
+}
+
+TEST_CASE("hub download waits while Python's filelock, as huggingface_hub takes it, holds the blob's lock") {
+  if (testing::run_command("/usr/bin/python3 -c 'import filelock'").exit_code != 0) {
+    MESSAGE("skipped: /usr/bin/python3 has no filelock module (Debian: python3-filelock, see scripts/setup.sh)");
+    return;
+  }
+  MockHub mock;
+  TempDir tmp;
+  std::string commit = mock.add_repo("probekit-test/gemma", fixture_repo(kGemma, kGemmaFiles));
+  hub::HubSettings settings = settings_for(mock, tmp);
+  std::string etag = testing::git_blob_sha1(read_file(kGemma + "/config.json"));
+  std::string lock = settings.cache_dir + "/.locks/models--probekit-test--gemma/" + etag + ".lock";
+  make_directories(parent_directory(lock));
+  testing::write_text(tmp.file("hold.py"), fmt::format("import time\nfrom filelock import FileLock\nwith FileLock('{}'):\n"
+                                                       "    open('{}', 'w').close()\n    time.sleep(1.5)\n",
+                                                       lock, tmp.file("held")));
+  std::thread python([&] { std::system(("/usr/bin/python3 " + tmp.file("hold.py")).c_str()); });
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!is_regular_file(tmp.file("held")) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  auto start = std::chrono::steady_clock::now();
+  hub::ResolvedModel model = hub::resolve_model("probekit-test/gemma", settings);
+  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  python.join();
+  CHECK_MESSAGE(waited >= 1.0, "the download went on while Python held the lock: ", waited, " s");
+  CHECK(model.revision == commit);
+  check_cache_layout(settings.cache_dir, "models--probekit-test--gemma", commit, kGemma, kGemmaFiles);
 }
