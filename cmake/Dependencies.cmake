@@ -36,6 +36,8 @@ find_package(spdlog REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(simdjson REQUIRED)
+# The hub client downloads with libcurl (Debian: libcurl4-openssl-dev).
+find_package(CURL REQUIRED)
 
 find_package(HDF5 REQUIRED COMPONENTS C)
 add_library(probekit_hdf5 INTERFACE)
@@ -59,3 +61,16 @@ add_library(probekit_utf8proc INTERFACE)
 target_include_directories(probekit_utf8proc SYSTEM INTERFACE ${UTF8PROC_INCLUDE_DIR})
 target_link_libraries(probekit_utf8proc INTERFACE ${UTF8PROC_LIBRARY})
 add_library(probekit::utf8proc ALIAS probekit_utf8proc)
+
+# cpp-httplib serves the mock hub the tests download from (Debian: libcpp-httplib-dev, a compiled library and its
+# header). Only its Server is used, whose declaration does not depend on the feature macros Debian built the
+# library with (OpenSSL, zlib, Brotli), so neither they nor those libraries' headers are needed here.
+if(PROBEKIT_BUILD_TESTS)
+  find_path(HTTPLIB_INCLUDE_DIR httplib.h REQUIRED)
+  find_library(HTTPLIB_LIBRARY NAMES cpp-httplib REQUIRED)
+  find_package(Threads REQUIRED)
+  add_library(probekit_httplib INTERFACE)
+  target_include_directories(probekit_httplib SYSTEM INTERFACE ${HTTPLIB_INCLUDE_DIR})
+  target_link_libraries(probekit_httplib INTERFACE ${HTTPLIB_LIBRARY} Threads::Threads)
+  add_library(probekit::httplib ALIAS probekit_httplib)
+endif()

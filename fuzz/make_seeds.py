@@ -150,6 +150,24 @@ def probe_files_seeds(out):
                       {"model_class": "BinaryMultiHeadProbe"}))
 
 
+def hub_responses_seeds(out):
+    """The first byte picks the parser: 0 headers, 1 index, 2 Content-Range, 3 hub name."""
+    commit = "2b6a1d4e0e1c04b5e9fd5cd3e1a5b71a1f0b7c3d"
+    lfs = (f"HTTP/1.1 302 Found\r\nX-Repo-Commit: {commit}\r\nX-Linked-Etag: \"{'ab' * 32}\"\r\n"
+           "X-Linked-Size: 1302608\r\nETag: \"4a1f0c8b2d0e6a9f3c7b5e1d2a4c6e8f0b1d3a5c\"\r\n"
+           "Location: https://cdn.example/x?sig=1\r\n\r\n")
+    small = f"HTTP/1.1 200 OK\r\nContent-Length: 663\r\nETag: W/\"{'cd' * 20}\"\r\nX-Repo-Commit: {commit}\r\n\r\n"
+    refused = "HTTP/1.1 401 Unauthorized\r\nX-Error-Code: GatedRepo\r\nX-Error-Message: Access restricted\r\n\r\n"
+    for name, text in [("lfs_redirect", lfs), ("small_file", small), ("gated", refused)]:
+        write(out, "fuzz_hub_responses", name, b"\x00" + text.encode())
+    index = open(os.path.join(FIXTURES, "models", "qwen3_sharded", "model.safetensors.index.json"), "rb").read()
+    write(out, "fuzz_hub_responses", "index", b"\x01" + index)
+    for number, value in enumerate(["bytes 100-199/200", "bytes 0-0/*"]):
+        write(out, "fuzz_hub_responses", f"range_{number}", b"\x02" + value.encode())
+    for number, value in enumerate(["google/gemma-3-4b-it", "Qwen/Qwen3-0.6B@v1.0", f"org/name@{commit}", "org/name@refs/pr/1"]):
+        write(out, "fuzz_hub_responses", f"name_{number}", b"\x03" + value.encode())
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -160,6 +178,7 @@ def main():
     dataset_seeds(out)
     activation_file_seeds(out)
     probe_files_seeds(out)
+    hub_responses_seeds(out)
 
 
 if __name__ == "__main__":

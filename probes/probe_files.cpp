@@ -196,6 +196,7 @@ Json save_binary_probes(const std::string& directory, const BinaryTrainingResult
                 {"layer", attributes.layer},
                 {"model_name", attributes.model_name},
                 {"model_fingerprint", attributes.model_fingerprint},
+                {"model_revision", attributes.model_revision},
                 {"site", attributes.site},
                 {"position", attributes.position},
                 {"prompt_suffix", attributes.prompt_suffix},

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job on the built-in example: installs what is missing and builds (scripts/setup.sh), then
 #   1. writes a small random-weight checkpoint (no real weights can be downloaded here; see README.md to use
-#      a real one: PROBEKIT_MODEL=/path/to/gemma-3-4b-it bash scripts/run_example.sh),
+#      a real one: PROBEKIT_MODEL=/path/to/gemma-3-4b-it or =google/gemma-3-4b-it bash scripts/run_example.sh),
 #   2. captures activations of data/example.jsonl (320 labelled texts, 8 labels),
 #   3. trains one-vs-rest probes on every captured layer (report: data/generated/probes/report.html),
 #   4. ranks the labels a new text shows.

@@ -9,6 +9,8 @@ packages=(
   libtorch-dev libopenblas0-openmp   # OpenBLAS with OpenMP: LibTorch's matrix products are ~30x slower without it
   libhdf5-dev libcli11-dev libspdlog-dev doctest-dev nlohmann-json3-dev
   libpcre2-dev libutf8proc-dev libsimdjson-dev
+  libcurl4-openssl-dev libcpp-httplib-dev   # the hub client downloads with libcurl; its tests serve a mock hub with httplib
+  python3-filelock                          # the tests check our blob locks exclude huggingface_hub's (filelock)
 )
 missing=()
 for package in "${packages[@]}"; do

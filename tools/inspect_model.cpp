@@ -10,6 +10,8 @@
 #include "common/json.h"
 #include "common/outputs.h"
 #include "device/gpu_utils.h"
+#include "hub/resolve.h"
+#include "hub/resolve.h"
 #include "io/safetensors.h"
 #include "model/transformer.h"
 #include "readout/readout.h"
@@ -128,11 +130,11 @@ int main(int argc, char** argv) {
   bool json = false, no_special = false, overwrite = false;
 
   CLI::App* info = tool.app.add_subcommand("info", "Family, layers, hidden size, heads, parameter count, weight dtype");
-  info->add_option("--model", model_dir, "Checkpoint directory")->required();
+  add_model_options(*info, model_dir, "Checkpoint")->required();
   info->add_flag("--json", json, "Print JSON");
 
   CLI::App* hidden = tool.app.add_subcommand("hidden", "Write a text's hidden states (every layer) to a safetensors file");
-  hidden->add_option("--model", model_dir, "Checkpoint directory")->required();
+  add_model_options(*hidden, model_dir, "Checkpoint")->required();
   hidden->add_option("--text", text, "Text to run (tokenized with special tokens, as transformers does)")->required();
   hidden->add_option("--output", output, "Output .safetensors: input_ids, embeddings, layers, final_norm")->required();
   hidden->add_flag("--overwrite", overwrite, "Replace an existing --output");
@@ -152,9 +154,9 @@ int main(int argc, char** argv) {
 
   return tool.run(argc, argv, [&] {
     int threads = device::configure_threads(tool.common.threads);
-    if (info->parsed()) print_info(model_dir, json);
+    if (info->parsed()) print_info(hub::resolve_model(model_dir).dir, json);
     if (!output.empty()) check_output_file(output, overwrite);
-    if (hidden->parsed()) write_hidden(model_dir, text, output, device_request, dtype_request);
+    if (hidden->parsed()) write_hidden(hub::resolve_model(model_dir).dir, text, output, device_request, dtype_request);
     if (tokenize_cmd->parsed()) {
       if (text_option->count() == 0 && input_option->count() == 0) fail_usage("tokenize needs --text or --input");
       tokenize(tokenizer_path, text, input, output, !no_special);

@@ -7,7 +7,11 @@ cd "$(dirname "$0")/../.."
 mkdir -p .gpu/debs
 packages=(libhdf5-dev libhdf5-103-1 libhdf5-cpp-103-1 libhdf5-hl-100 libhdf5-hl-cpp-100 libsz2 libaec0 libaec-dev
           libcli11-dev libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 doctest-dev nlohmann-json3-dev
-          libpcre2-dev libpcre2-8-0 libutf8proc-dev libutf8proc2 libsimdjson-dev libsimdjson14)
+          libpcre2-dev libpcre2-8-0 libutf8proc-dev libutf8proc2 libsimdjson-dev libsimdjson14
+          # libcurl for the hub client, with the runtime libraries of Debian's build that Ubuntu 24.04 lacks
+          # (apt-cache depends libcurl4: libldap-2.5-0 and libssh2-1 there; the rest has the same sonames),
+          # and cpp-httplib for the tests' mock hub (its own dependencies are all on Ubuntu).
+          libcurl4-openssl-dev libcurl4 libldap-2.5-0 libssh2-1 libcpp-httplib-dev libcpp-httplib0.11)
 if [ "$(ls .gpu/debs/*.deb 2>/dev/null | wc -l)" -lt "${#packages[@]}" ]; then
   (cd .gpu/debs && apt-get download "${packages[@]}")
 fi

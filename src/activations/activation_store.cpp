@@ -59,6 +59,7 @@ std::vector<int64_t> read_int_dataset(hid_t group, const std::string& name, cons
 
 void write_attributes(hid_t file, const FileAttributes& a) {
   hdf5::set_attribute(file, "model_name", a.model_name);
+  if (!a.model_revision.empty()) hdf5::set_attribute(file, "model_revision", a.model_revision);
   hdf5::set_attribute(file, "model_fingerprint", a.model_fingerprint);
   hdf5::set_attribute(file, "layers", a.layers);
   hdf5::set_attribute(file, "layer", a.layer);
@@ -86,6 +87,7 @@ void write_attributes(hid_t file, const FileAttributes& a) {
 FileAttributes load_attributes(hid_t file, const std::string& path) {
   FileAttributes a;
   a.model_name = hdf5::get_string_attribute(file, "model_name").value_or("");
+  a.model_revision = hdf5::get_string_attribute(file, "model_revision").value_or("");
   a.model_fingerprint = hdf5::get_string_attribute(file, "model_fingerprint").value_or("");
   a.layers = hdf5::get_int_list_attribute(file, "layers").value_or(std::vector<int64_t>{});
   a.layer = hdf5::get_int_attribute(file, "layer").value_or(layer_from_file_name(path));
@@ -220,6 +222,7 @@ const char* split_name(Split split) {
 
 std::vector<std::string> FileAttributes::identity() const {
   return {"model_name=" + model_name,
+          "model_revision=" + model_revision,
           "model_fingerprint=" + model_fingerprint,
           "layers=" + fmt::format("{}", fmt::join(layers, ",")),
           "layer=" + std::to_string(layer),

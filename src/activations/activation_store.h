@@ -26,7 +26,8 @@ const char* split_name(Split split);
 
 /// Root attributes of an activation file.
 struct FileAttributes {
-  std::string model_name;
+  std::string model_name;         // the hub name the user gave, or the checkpoint folder's absolute path
+  std::string model_revision;     // the commit of the weights (empty for a folder outside the hub cache)
   std::string model_fingerprint;  // model::Checkpoint::fingerprint() of the weights the rows came from
   std::vector<int64_t> layers;  // every layer captured in the run
   int64_t layer = -1;           // the layer this file holds

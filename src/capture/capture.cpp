@@ -22,6 +22,7 @@
 #include "common/progress.h"
 #include "common/sha256.h"
 #include "device/gpu_utils.h"
+#include "hub/resolve.h"
 #include "readout/prompts.h"
 #include "readout/readout.h"
 
@@ -38,6 +39,7 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 // Everything decided before a model is loaded: this shard's examples in run order and their prompts.
 struct CapturePlan {
   std::string model_dir;
+  std::string model_name, model_revision;  // as results record them (see hub::ResolvedModel)
   data::Dataset dataset;
   std::vector<RunItem> run;
   std::vector<readout::Sequence> ids;  // per run position
@@ -148,7 +150,8 @@ std::vector<std::unique_ptr<model::TransformerModel>> load_replicas(const Captur
 activations::FileAttributes file_attributes(const CaptureOptions& options, const CapturePlan& plan,
                                             const std::string& dtype) {
   activations::FileAttributes attributes;
-  attributes.model_name = plan.model_dir;
+  attributes.model_name = plan.model_name;
+  attributes.model_revision = plan.model_revision;
   attributes.model_fingerprint = model::Checkpoint::open(plan.model_dir).fingerprint();
   attributes.layers = plan.layers;
   attributes.label_names = plan.dataset.label_names;
@@ -394,9 +397,11 @@ CaptureSummary run_capture(const CaptureOptions& options) {
   CaptureSummary summary;
   check_options(options);
   CapturePlan plan;
-  plan.model_dir = options.model_dir;
-  while (plan.model_dir.size() > 1 && plan.model_dir.back() == '/') plan.model_dir.pop_back();
   plan_examples(options, plan, summary);
+  hub::ResolvedModel model = hub::resolve_model(options.model_dir);
+  plan.model_dir = model.dir;
+  plan.model_name = model.name;
+  plan.model_revision = model.revision;
   plan.config = model::load_config(plan.model_dir);
   plan.layers = summary.layers = parse_layers(options.layers, plan.config.num_layers);
 

@@ -60,8 +60,7 @@ void add_output_flags(CLI::App& app, CaptureFlags& f) {
 }  // namespace
 
 void add_capture_flags(CLI::App& app, CaptureFlags& flags) {
-  app.add_option("--model", flags.options.model_dir, "Checkpoint directory (config.json, *.safetensors, tokenizer.json)")
-      ->required();
+  add_model_options(app, flags.options.model_dir, "Checkpoint (config.json, *.safetensors, tokenizer.json)")->required();
   add_data_flags(app, flags);
   add_run_flags(app, flags);
   add_output_flags(app, flags);

@@ -14,7 +14,7 @@
 namespace probekit::capture {
 
 struct CaptureOptions {
-  std::string model_dir;
+  std::string model_dir;  // a checkpoint folder or a hub name (see hub::resolve_model)
   std::string dataset_path;
   std::string output_dir = "./data/activations";
   std::string layers;  // "8,17,25,33", "all", or empty for n/4, n/2, 3n/4, n-1

@@ -49,6 +49,14 @@ int ToolCommandLine::run(int argc, char** argv, const std::function<void()>& bod
   return run_tool(app, argc, argv, common, body);
 }
 
+CLI::Option* add_model_options(CLI::App& app, std::string& model, const std::string& help) {
+  // --offline is HF_HUB_OFFLINE=1 for this process and what it starts, so the hub client has one switch to read.
+  app.add_flag_callback("--offline", [] { setenv("HF_HUB_OFFLINE", "1", 1); },
+                        "Never use the network: a hub model must be in the cache (as HF_HUB_OFFLINE=1)");
+  return app.add_option("--model", model,
+                        help + "; a folder, or a Hugging Face hub name org/name[@revision] (from the cache, else downloaded)");
+}
+
 bool is_disk_full_message(const std::string& message) {
   return message.find(std::strerror(ENOSPC)) != std::string::npos || message.find(std::strerror(EFBIG)) != std::string::npos ||
          message.find(std::strerror(EDQUOT)) != std::string::npos;

@@ -49,6 +49,10 @@ class ToolCommandLine {
   CommonOptions common;
 };
 
+/// Adds --model (a checkpoint folder or a hub name, org/name[@revision]) and --offline to a tool or subcommand that
+/// loads a model; returns --model's option so the caller can make it required.
+CLI::Option* add_model_options(CLI::App& app, std::string& model, const std::string& help);
+
 /// Parses the command line, sets up logging, runs `body` and maps failures to exit codes:
 /// CLI11 parse errors and UsageError exit 2, every other exception exits 1 after one "error: ..." line.
 int run_tool(CLI::App& app, int argc, char** argv, const CommonOptions& options, const std::function<void()>& body);

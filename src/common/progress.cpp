@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "common/logging.h"
+#include "common/units.h"
 
 namespace probekit {
 
@@ -59,9 +60,15 @@ void ProgressBar::draw(bool final_draw) {
   double elapsed = elapsed_seconds();
   double rate = elapsed > 0 ? static_cast<double>(done_) / elapsed : 0.0;
   std::string counts = total_ > 0 ? fmt::format("{}/{} {}", done_, total_, unit_) : fmt::format("{} {}", done_, unit_);
+  std::string speed = fmt::format("{:.1f} {}/s", rate, unit_);
+  if (unit_ == "bytes") {
+    counts = format_byte_size(static_cast<double>(done_)) +
+             (total_ > 0 ? "/" + format_byte_size(static_cast<double>(total_)) : std::string());
+    speed = format_byte_size(rate) + "/s";
+  }
   std::string eta;
   if (total_ > 0 && rate > 0 && !final_draw) eta = " ETA " + format_duration(static_cast<double>(total_ - done_) / rate);
-  std::string tail = fmt::format("{} {:.1f} {}/s {}{}{}", counts, rate, unit_, format_duration(elapsed), eta,
+  std::string tail = fmt::format("{} {} {}{}{}", counts, speed, format_duration(elapsed), eta,
                                  extra_.empty() ? "" : "  " + extra_);
   if (terminal_) {
     std::string bar;

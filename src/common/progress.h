@@ -10,7 +10,8 @@ namespace probekit {
 
 class ProgressBar {
  public:
-  /// `unit` names what is counted ("examples", "epochs"); total 0 means unknown.
+  /// `unit` names what is counted ("examples", "epochs"); total 0 means unknown. With the unit "bytes" counts
+  /// and rates are shown as sizes (kB, MB, GB).
   ProgressBar(std::string label, int64_t total, std::string unit);
   ~ProgressBar();
   ProgressBar(const ProgressBar&) = delete;

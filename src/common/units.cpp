@@ -3,6 +3,8 @@
 #include <cctype>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "common/error.h"
 
 namespace probekit {
@@ -35,6 +37,17 @@ int64_t parse_byte_size(const std::string& text, const std::string& flag) {
   }
   if (!(value > 0) || !std::isfinite(value * scale) || value * scale > 9e18) fail_usage("{} {}: must be positive", flag, text);
   return static_cast<int64_t>(value * scale);
+}
+
+std::string format_byte_size(double bytes) {
+  static const char* kUnits[] = {"B", "kB", "MB", "GB", "TB"};
+  int unit = 0;
+  while (bytes >= 1000 && unit < 4) {
+    bytes /= 1000;
+    ++unit;
+  }
+  if (unit == 0) return fmt::format("{:.0f} B", bytes);
+  return fmt::format("{:.{}f} {}", bytes, bytes < 10 ? 2 : bytes < 100 ? 1 : 0, kUnits[unit]);
 }
 
 }  // namespace probekit

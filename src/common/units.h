@@ -1,4 +1,4 @@
-// Parsing of human-written sizes for flags such as --max-gpu-memory.
+// Parsing of human-written sizes for flags such as --max-gpu-memory, and sizes written for people.
 #pragma once
 
 #include <cstdint>
@@ -8,5 +8,8 @@ namespace probekit {
 
 /// Parses "40GB", "40G", "512MiB", "1.5T" or a plain byte count (powers of 1024); throws UsageError.
 int64_t parse_byte_size(const std::string& text, const std::string& flag);
+
+/// A byte count for people, in powers of 1000 as download tools show them: "512 B", "3.4 MB", "1.25 GB".
+std::string format_byte_size(double bytes);
 
 }  // namespace probekit

@@ -11,6 +11,8 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/json.h"
+#include "hub/resolve.h"
 
 namespace probekit::inference {
 
@@ -80,6 +82,28 @@ void check_fits(const probes::BinaryProbeSet& set, const std::string& dir, int64
   }
 }
 
+// The model to run: --model, else the one recorded with the probes of the first layer (its hub name pinned to the
+// recorded commit, or its folder), as the reference loads the model its probes name.
+hub::ResolvedModel model_for(const EngineOptions& options, const ProbeCatalog& catalog, int64_t layer) {
+  if (!options.model_dir.empty()) return hub::resolve_model(options.model_dir);
+  auto found = catalog.layer_dirs.find(layer);
+  std::string index_path = (found != catalog.layer_dirs.end() ? found->second : catalog.layer_dirs.begin()->second) +
+                           "/probes.json";
+  Json index = read_json_file(index_path);
+  auto recorded = [&](const char* key) {
+    auto value = index.find(key);
+    return value != index.end() && value->is_string() ? value->get<std::string>() : std::string();
+  };
+  std::string model = hub::pinned_model(recorded("model_name"), recorded("model_revision"));
+  if (model.empty()) fail_usage("{} records no model: pass --model", index_path);
+  spdlog::info("model {} (recorded in {})", model, index_path);
+  try {
+    return hub::resolve_model(model);
+  } catch (const std::exception&) {
+    rethrow_with_context(fmt::format("the model recorded in {} (pass --model to use another)", index_path));
+  }
+}
+
 readout::PromptLimit limit_for(int64_t recorded, const model::ModelConfig& config) {
   if (recorded > 0) return {recorded, fmt::format("--max-length {} tokens (the cut recorded with the probes)", recorded)};
   if (config.max_positions > 0) return {config.max_positions, fmt::format("the model's {} positions", config.max_positions)};
@@ -98,27 +122,29 @@ Engine Engine::load(const EngineOptions& options) {
   engine.options_ = options;
   engine.catalog_ = find_probes(options.probes_dir);
   engine.layers_ = select_layers(engine.catalog_, options.layers, options.layer, options.best_layer);
-  model::ModelConfig config = model::load_config(options.model_dir);
+  engine.options_.model_dir = model_for(options, engine.catalog_, engine.layers_.front()).dir;
+  const std::string& model_dir = engine.options_.model_dir;
+  model::ModelConfig config = model::load_config(model_dir);
   model::LoadOptions load;
   load.last_layer = *std::max_element(engine.layers_.begin(), engine.layers_.end());
   load.final_norm = false;
   load.embeddings_on_host = true;
   // The disk is the slowest part of a cold start: it works while the device, probes and tokenizer get ready.
-  model::WeightReadAhead read_ahead(options.model_dir, load);
+  model::WeightReadAhead read_ahead(model_dir, load);
   engine.target_ = device::select_compute(options.device, options.dtype);
   spdlog::debug("{:.2f} s: device ready", since_start());
-  engine.load_probes(config, model::Checkpoint::open(options.model_dir).fingerprint());
+  engine.load_probes(config, model::Checkpoint::open(model_dir).fingerprint());
   engine.index_labels();
   spdlog::debug("{:.2f} s: {} probes of {} layers loaded", since_start(), engine.labels_.size(), engine.layers_.size());
 
-  engine.tokenizer_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_file(options.model_dir));
+  engine.tokenizer_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_file(model_dir));
   engine.prompts_ = std::make_unique<readout::PromptBuilder>(*engine.tokenizer_, engine.prompt_suffix_,
                                                              limit_for(engine.recorded_max_length_, config));
   engine.request_.skip_leading = engine.prompts_->leading_specials();
   spdlog::debug("{:.2f} s: tokenizer loaded", since_start());
   load.device = engine.target_.device;
   load.dtype = engine.target_.dtype;
-  engine.model_ = std::make_unique<model::TransformerModel>(model::TransformerModel::load(options.model_dir, load, &read_ahead));
+  engine.model_ = std::make_unique<model::TransformerModel>(model::TransformerModel::load(model_dir, load, &read_ahead));
   spdlog::debug("{:.2f} s: model loaded ({:.2f} GB of weights)", since_start(),
                 static_cast<double>(engine.model_->weight_bytes()) / 1e9);
   return engine;

@@ -20,7 +20,7 @@
 namespace probekit::inference {
 
 struct EngineOptions {
-  std::string model_dir;
+  std::string model_dir;   // --model: a folder or a hub name; empty: the model recorded with the probes
   std::string probes_dir;
   std::string layers;      // --layers selection ("21-30", "all"); empty: the directory's layers
   int64_t layer = -1;      // --layer: one layer

@@ -199,7 +199,7 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
   EngineOptions& e = r.engine;
   Display& d = r.display;
   app.add_option("--probes-dir", e.probes_dir, "Probes directory (probes.json, or layer_{L}/ folders)")->required();
-  app.add_option("--model", e.model_dir, "Checkpoint directory the probes were trained on")->required();
+  add_model_options(app, e.model_dir, "The checkpoint the probes were trained on (default: the one recorded with them)");
   app.add_option("--layer", e.layer, "Layer to read (default: the layer recorded in the probes)");
   app.add_option("--layers", e.layers, "Layers of a multi-layer probes directory: 21-30, 8,17 or all (default: all)");
   app.add_option_function<std::string>(

@@ -1,0 +1,82 @@
+#include "hub/hub_settings.h"
+
+#include <cctype>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "common/files.h"
+
+namespace probekit::hub {
+
+namespace {
+
+std::string environment(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? std::string() : std::string(value);
+}
+
+// "~" and "~/..." as Python's os.path.expanduser reads them.
+std::string expand_user(const std::string& path) {
+  if (path.empty() || path[0] != '~' || (path.size() > 1 && path[1] != '/')) return path;
+  return environment("HOME") + path.substr(1);
+}
+
+std::string strip(const std::string& text) {
+  size_t begin = text.find_first_not_of(" \t\r\n");
+  if (begin == std::string::npos) return "";
+  size_t end = text.find_last_not_of(" \t\r\n");
+  return text.substr(begin, end - begin + 1);
+}
+
+std::string hf_home() {
+  std::string home = environment("HF_HOME");
+  if (!home.empty()) return expand_user(home);
+  std::string xdg = environment("XDG_CACHE_HOME");
+  return (xdg.empty() ? expand_user("~/.cache") : expand_user(xdg)) + "/huggingface";
+}
+
+}  // namespace
+
+bool is_true_value(const char* value) {
+  if (value == nullptr) return false;
+  std::string upper;
+  for (const char* c = value; *c != '\0'; ++c) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(*c)));
+  return upper == "1" || upper == "ON" || upper == "YES" || upper == "TRUE";
+}
+
+HubSettings settings_from_environment() {
+  HubSettings settings;
+  std::string endpoint = environment("HF_ENDPOINT");
+  if (!endpoint.empty()) settings.endpoint = endpoint;
+  while (!settings.endpoint.empty() && settings.endpoint.back() == '/') settings.endpoint.pop_back();
+
+  // HUGGINGFACE_HUB_CACHE is the older name huggingface_hub still honours.
+  std::string cache = environment("HF_HUB_CACHE");
+  if (cache.empty()) cache = environment("HUGGINGFACE_HUB_CACHE");
+  settings.cache_dir = cache.empty() ? hf_home() + "/hub" : expand_user(cache);
+
+  std::string token_path = environment("HF_TOKEN_PATH");
+  settings.token_file = token_path.empty() ? hf_home() + "/token" : expand_user(token_path);
+  for (const char* name : {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"}) {
+    settings.token = strip(environment(name));
+    if (!settings.token.empty()) {
+      settings.token_source = name;
+      break;
+    }
+  }
+  if (settings.token.empty() && is_regular_file(settings.token_file)) {
+    std::ifstream in(settings.token_file, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    settings.token = strip(text.str());
+    if (!settings.token.empty()) settings.token_source = settings.token_file;
+  }
+  // huggingface_hub reads TRANSFORMERS_OFFLINE only when HF_HUB_OFFLINE is unset or empty.
+  std::string offline = environment("HF_HUB_OFFLINE");
+  if (offline.empty()) offline = environment("TRANSFORMERS_OFFLINE");
+  settings.offline = is_true_value(offline.c_str());
+  return settings;
+}
+
+}  // namespace probekit::hub

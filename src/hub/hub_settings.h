@@ -1,0 +1,27 @@
+// Where the hub client talks to and where it keeps files, read from the environment exactly as huggingface_hub
+// reads it, so Python and our tools share one cache and one token.
+#pragma once
+
+#include <string>
+
+namespace probekit::hub {
+
+struct HubSettings {
+  std::string endpoint = "https://huggingface.co";  // $HF_ENDPOINT, without a trailing '/'
+  std::string cache_dir;    // $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub
+  std::string token;        // $HF_TOKEN, else the token file; empty when there is none
+  std::string token_source; // where the token came from ("HF_TOKEN" or the file), for messages
+  std::string token_file;   // where a token file is looked for, for advice
+  bool offline = false;     // $HF_HUB_OFFLINE (or --offline): never touch the network
+  int max_attempts = 5;     // tries per file; after a network error the next one resumes with a Range request
+  double retry_wait_seconds = 1.0;  // before the second try, doubling after each failure
+  double stall_seconds = 60;        // a transfer with no byte for this long counts as a network error
+};
+
+/// The settings the environment describes.
+HubSettings settings_from_environment();
+
+/// A truthy environment value as huggingface_hub reads them: 1, ON, YES or TRUE in any case.
+bool is_true_value(const char* value);
+
+}  // namespace probekit::hub

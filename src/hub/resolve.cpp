@@ -1,0 +1,227 @@
+#include "hub/resolve.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <climits>
+#include <cstdlib>
+#include <optional>
+#include <vector>
+
+#include "common/error.h"
+#include "common/files.h"
+#include "hub/blob_download.h"
+#include "hub/file_lock.h"
+#include "hub/hub_cache.h"
+#include "hub/hub_name.h"
+
+namespace probekit::hub {
+
+namespace {
+
+constexpr const char* kConfig = "config.json";
+constexpr const char* kTokenizer = "tokenizer.json";
+constexpr const char* kSingleWeights = "model.safetensors";
+constexpr const char* kWeightIndex = "model.safetensors.index.json";
+// Read by transformers when present; a checkpoint without them is complete.
+const char* const kOptionalFiles[] = {"generation_config.json", "tokenizer_config.json", "special_tokens_map.json"};
+constexpr int kMaxRelativeRedirects = 5;
+constexpr int kMetadataAttempts = 2;
+
+// The commit of a folder inside a hub cache (.../models--org--name/snapshots/<commit>), else "".
+std::string snapshot_commit(const std::string& path) {
+  std::string commit = path.substr(path.rfind('/') + 1);
+  std::string snapshots = parent_directory(path);
+  std::string repo_folder = parent_directory(snapshots);
+  std::string repo_name = repo_folder.substr(repo_folder.rfind('/') + 1);
+  bool in_cache = snapshots.size() > 10 && snapshots.compare(snapshots.size() - 10, 10, "/snapshots") == 0 &&
+                  repo_name.rfind("models--", 0) == 0;
+  return in_cache && is_commit_hash(commit) ? commit : "";
+}
+
+ResolvedModel local_folder(const std::string& path) {
+  char resolved[PATH_MAX];
+  if (::realpath(path.c_str(), resolved) == nullptr) fail("{}: cannot resolve the folder's path", path);
+  std::string absolute = resolved;
+  return ResolvedModel{absolute, absolute, snapshot_commit(absolute)};
+}
+
+// What a snapshot lacks for a run; empty when it is complete.
+std::vector<std::string> missing_files(const RepoCache& cache, const std::string& commit) {
+  std::vector<std::string> missing;
+  for (const char* file : {kConfig, kTokenizer}) {
+    if (!cache.has_file(commit, file)) missing.emplace_back(file);
+  }
+  if (cache.has_file(commit, kSingleWeights)) return missing;
+  if (!cache.has_file(commit, kWeightIndex)) {
+    missing.emplace_back("model.safetensors (or model.safetensors.index.json and its shards)");
+    return missing;
+  }
+  std::string index = cache.snapshot_dir(commit) + "/" + kWeightIndex;
+  for (const std::string& shard : shard_names(read_file(index), index)) {
+    if (!cache.has_file(commit, shard)) missing.push_back(shard);
+  }
+  return missing;
+}
+
+std::string offline_message(const RepoCache& cache, const HubName& name, const std::optional<std::string>& commit,
+                            const std::vector<std::string>& missing) {
+  std::string what;
+  if (!commit) {
+    what = fmt::format("is not in the cache ({} has no refs/{})", cache.folder(), name.revision);
+  } else if (!is_directory(cache.snapshot_dir(*commit))) {
+    what = fmt::format("is not in the cache (no snapshot {})", cache.snapshot_dir(*commit));
+  } else {
+    what = fmt::format("is incomplete in the cache: {} lacks {}", cache.snapshot_dir(*commit), fmt::join(missing, ", "));
+  }
+  return fmt::format("{} {}, and offline mode is on (HF_HUB_OFFLINE=1 or --offline), so nothing is downloaded: run "
+                     "once with network access, or pass a local folder",
+                     name.text(), what);
+}
+
+// Brings a model's files from the hub into the cache, all from one commit.
+class ModelDownload {
+ public:
+  ModelDownload(const RepoCache& cache, const HubName& name, const HubSettings& settings)
+      : cache_(cache), name_(name), settings_(settings), http_(HttpOptions{10, settings.stall_seconds}) {}
+
+  // Returns the commit the files were taken from.
+  std::string run() {
+    // The first answer pins the commit; every other file is asked for by that commit, so a push to the branch
+    // during the download cannot mix two versions in one snapshot.
+    FileMetadata config = *metadata(name_.revision, kConfig, false);
+    std::string commit = config.commit;
+    spdlog::info("{}: commit {}; downloading what the cache lacks into {}", name_.text(), commit, cache_.folder());
+    cache_.write_ref(name_.revision, commit);
+    store(commit, kConfig, config);
+    for (const char* file : kOptionalFiles) fetch(commit, file, true);
+    fetch(commit, kTokenizer, false);
+    if (!fetch(commit, kSingleWeights, true)) {
+      fetch(commit, kWeightIndex, false);
+      std::string index = cache_.snapshot_dir(commit) + "/" + kWeightIndex;
+      for (const std::string& shard : shard_names(read_file(index), index)) fetch(commit, shard, false);
+    }
+    return commit;
+  }
+
+ private:
+  std::string resolve_url(const std::string& revision, const std::string& file) const {
+    return fmt::format("{}/{}/resolve/{}/{}", settings_.endpoint, name_.repo, url_quote(revision, ""), url_quote(file));
+  }
+
+  std::vector<std::string> auth_headers(const std::string& url) const {
+    // The token goes only to the hub itself, never to another host a file is served from.
+    if (settings_.token.empty() || url_origin(url) != url_origin(settings_.endpoint)) return {};
+    return {"Authorization: Bearer " + settings_.token};
+  }
+
+  HttpResponse head_once(RequestContext& request) {
+    std::vector<std::string> headers = auth_headers(request.url);
+    headers.emplace_back("Accept-Encoding: identity");  // the size of the bytes themselves, not of a compression
+    for (int attempt = 1;; ++attempt) {
+      try {
+        return http_.head(request.url, headers);
+      } catch (const NetworkError& e) {
+        if (attempt < kMetadataAttempts) continue;
+        fail("{}: {}: cannot reach the hub: {}. Check the network and HF_ENDPOINT ({}); with HF_HUB_OFFLINE=1 (or "
+             "--offline) only the cache is used",
+             request.model, request.file, e.what(), settings_.endpoint);
+      }
+    }
+  }
+
+  // HEAD of a file, following redirects within the hub (a renamed repository) but not to other hosts: a file
+  // served elsewhere (LFS) is described by the hub's own redirect answer.
+  HttpResponse head(RequestContext& request) {
+    for (int hop = 0;; ++hop) {
+      HttpResponse response = head_once(request);
+      std::string location = header(response.headers, "location");
+      bool relative = response.status >= 300 && response.status < 400 && !location.empty() && location[0] == '/';
+      if (!relative || hop == kMaxRelativeRedirects) return response;
+      request.url = url_origin(request.url) + location;
+    }
+  }
+
+  // A file's commit, etag, size and location; nullopt for an optional file the hub does not have.
+  std::optional<FileMetadata> metadata(const std::string& revision, const std::string& file, bool optional) {
+    RequestContext request{name_.repo, file, revision, resolve_url(revision, file)};
+    HttpResponse response = head(request);
+    if (is_missing_entry(response)) {
+      std::string commit = header(response.headers, "x-repo-commit");
+      if (is_commit_hash(commit)) cache_.mark_missing(commit, file);
+      if (optional) {
+        spdlog::debug("{}: no {} (optional)", name_.text(), file);
+        return std::nullopt;
+      }
+    }
+    if (response.status < 200 || response.status >= 400) fail("{}", explain_http_failure(request, response, settings_));
+    FileMetadata metadata = read_file_metadata(response.headers, fmt::format("{}: {}: {}", name_.repo, file, request.url));
+    if (metadata.location.empty() || metadata.location[0] == '/') metadata.location = request.url;
+    return metadata;
+  }
+
+  // Puts the file's blob in the cache (downloading it under its lock unless present) and links it.
+  void store(const std::string& commit, const std::string& file, const FileMetadata& metadata) {
+    std::string blob = cache_.blob_path(metadata.etag);
+    if (!is_regular_file(blob)) {
+      FileLock lock(cache_.lock_path(metadata.etag),
+                    fmt::format("{}: waiting for another process downloading {}", name_.repo, file));
+      if (!is_regular_file(blob)) {
+        BlobSource source{RequestContext{name_.repo, file, commit, metadata.location}, auth_headers(metadata.location),
+                          metadata.etag, metadata.size};
+        download_blob(http_, source, blob, settings_);
+      }
+    }
+    cache_.link(commit, file, metadata.etag);
+  }
+
+  // Makes sure the snapshot holds `file`; false when an optional file does not exist.
+  bool fetch(const std::string& commit, const std::string& file, bool optional) {
+    if (cache_.has_file(commit, file)) return true;
+    if (optional && cache_.known_missing(commit, file)) return false;
+    std::optional<FileMetadata> found = metadata(commit, file, optional);
+    if (!found) return false;
+    store(commit, file, *found);
+    return true;
+  }
+
+  const RepoCache& cache_;
+  const HubName& name_;
+  const HubSettings& settings_;
+  HttpClient http_;
+};
+
+}  // namespace
+
+ResolvedModel resolve_model(const std::string& name_or_dir) { return resolve_model(name_or_dir, settings_from_environment()); }
+
+ResolvedModel resolve_model(const std::string& name_or_dir, const HubSettings& settings) {
+  if (is_directory(name_or_dir)) return local_folder(name_or_dir);
+  std::optional<HubName> name = parse_hub_name(name_or_dir);
+  if (!name) fail_input("{}: no such folder, and not a hub name (org/name or org/name@revision)", name_or_dir);
+  RepoCache cache(settings.cache_dir, name->repo);
+  std::optional<std::string> commit = cache.commit_of(name->revision);
+  std::vector<std::string> missing = commit ? missing_files(cache, *commit) : std::vector<std::string>{};
+  if (commit && missing.empty()) {
+    spdlog::info("{}: commit {} from the cache ({})", name->text(), *commit, cache.snapshot_dir(*commit));
+    return ResolvedModel{cache.snapshot_dir(*commit), name->text(), *commit};
+  }
+  if (settings.offline) fail("{}", offline_message(cache, *name, commit, missing));
+  std::string downloaded = ModelDownload(cache, *name, settings).run();
+  missing = missing_files(cache, downloaded);
+  if (!missing.empty()) fail("{}: after the download {} still lacks {}", name->text(), cache.snapshot_dir(downloaded), fmt::join(missing, ", "));
+  return ResolvedModel{cache.snapshot_dir(downloaded), name->text(), downloaded};
+}
+
+std::string pinned_model(const std::string& recorded_name, const std::string& revision) {
+  if (recorded_name.empty() || recorded_name[0] == '/' || !is_commit_hash(revision)) return recorded_name;
+  try {
+    std::optional<HubName> name = parse_hub_name(recorded_name);
+    return name ? name->repo + "@" + revision : recorded_name;
+  } catch (const UsageError&) {
+    return recorded_name;  // recorded by someone else with a revision we would not accept: left for the user
+  }
+}
+
+}  // namespace probekit::hub

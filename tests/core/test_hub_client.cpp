@@ -1,0 +1,342 @@
+// The hub client against a mock hub on 127.0.0.1 (tests/mock_hub.h): downloads into an empty cache in exactly
+// huggingface_hub's layout, offline use of the cache, resuming after a dropped connection (in the same run and in
+// the next one), corrupt bytes that never become a cache entry, gated, missing and private repositories told
+// apart, and two downloads of one model at once.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "common/files.h"
+#include "common/sha256.h"
+#include "hub/resolve.h"
+#include "mock_hub.h"
+#include "test_paths.h"
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace probekit;
+using probekit::testing::MockHub;
+using probekit::testing::MockRepo;
+using probekit::testing::TempDir;
+
+namespace {
+
+const std::string kSharded = std::string(PROBEKIT_FIXTURES) + "/models/qwen3_sharded";
+const std::string kGemma = std::string(PROBEKIT_FIXTURES) + "/models/gemma3_text";
+const std::vector<std::string> kShardedFiles = {"config.json", "tokenizer.json", "tokenizer_config.json",
+                                                "model.safetensors.index.json", "model-00001-of-00003.safetensors",
+                                                "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors"};
+const std::vector<std::string> kGemmaFiles = {"config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"};
+const std::string kShard2 = "model-00002-of-00003.safetensors";
+
+// A fixture checkpoint as a hub repository, with files a run must never download beside it.
+MockRepo fixture_repo(const std::string& dir, const std::vector<std::string>& files) {
+  MockRepo repo;
+  for (const std::string& file : files) repo.files[file] = read_file(dir + "/" + file);
+  repo.files["pytorch_model.bin"] = "a pickle";
+  repo.files["modeling_custom.py"] = "import os";
+  repo.files["README.md"] = "# a model";
+  repo.tags = {"v1.0"};
+  return repo;
+}
+
+// doctest's matcher from a std::string.
+doctest::Contains contains(const std::string& part) { return doctest::Contains(part.c_str()); }
+
+hub::HubSettings settings_for(const MockHub& mock, const TempDir& tmp) {
+  hub::HubSettings settings;
+  settings.endpoint = mock.endpoint();
+  settings.cache_dir = tmp.file("hub");
+  settings.token_file = tmp.file("token");
+  settings.retry_wait_seconds = 0.01;
+  settings.max_attempts = 3;
+  settings.stall_seconds = 10;
+  return settings;
+}
+
+std::string link_target(const std::string& path) {
+  char target[4096];
+  ssize_t length = ::readlink(path.c_str(), target, sizeof(target));
+  return length < 0 ? std::string("(not a symlink)") : std::string(target, static_cast<size_t>(length));
+}
+
+// The etag the hub names a file's blob by, computed by other programs: sha256sum for LFS files, git otherwise.
+std::string expected_etag(const std::string& path) {
+  bool lfs = path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0;
+  testing::CommandResult r = testing::run_command((lfs ? "sha256sum " : "git hash-object ") + path);
+  REQUIRE(r.exit_code == 0);
+  return r.output.substr(0, lfs ? 64 : 40);
+}
+
+// Checks the cache holds `files` of `dir` exactly as huggingface_hub lays them out.
+void check_cache_layout(const std::string& cache, const std::string& repo_folder, const std::string& commit,
+                        const std::string& dir, const std::vector<std::string>& files) {
+  std::string folder = cache + "/" + repo_folder;
+  CHECK(read_file(folder + "/refs/main") == commit);  // no newline: Python reads the file as it is
+  for (const std::string& file : files) {
+    std::string etag = expected_etag(dir + "/" + file);
+    std::string pointer = folder + "/snapshots/" + commit + "/" + file;
+    CHECK_MESSAGE(link_target(pointer) == "../../blobs/" + etag, file);
+    CHECK_MESSAGE(read_file(folder + "/blobs/" + etag) == read_file(dir + "/" + file), file);
+    CHECK_MESSAGE(is_regular_file(cache + "/.locks/" + repo_folder + "/" + etag + ".lock"), file);
+  }
+  for (const std::string& blob : list_directory(folder + "/blobs")) {
+    CHECK_MESSAGE(blob.find(".incomplete") == std::string::npos, blob);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("hub download into an empty cache: huggingface_hub's layout, then the cache alone, offline too") {
+  MockHub mock;
+  TempDir tmp;
+  std::string commit = mock.add_repo("probekit-test/qwen3-sharded", fixture_repo(kSharded, kShardedFiles));
+  hub::HubSettings settings = settings_for(mock, tmp);
+  hub::ResolvedModel model = hub::resolve_model("probekit-test/qwen3-sharded", settings);
+  std::string folder = settings.cache_dir + "/models--probekit-test--qwen3-sharded";
+  CHECK(model.dir == folder + "/snapshots/" + commit);
+  CHECK(model.name == "probekit-test/qwen3-sharded");
+  CHECK(model.revision == commit);
+  check_cache_layout(settings.cache_dir, "models--probekit-test--qwen3-sharded", commit, kSharded, kShardedFiles);
+  // Optional files the hub lacks are remembered as huggingface_hub does; the single-file weights too.
+  for (const char* absent : {"generation_config.json", "special_tokens_map.json", "model.safetensors"}) {
+    CHECK_MESSAGE(is_regular_file(folder + "/.no_exist/" + commit + "/" + absent), absent);
+  }
+  // Only what a run reads: never a pickle, code or the README.
+  for (const char* never : {"pytorch_model.bin", "modeling_custom.py", "README.md"}) {
+    CHECK_MESSAGE(mock.count("HEAD", never) + mock.count("GET", never) == 0, never);
+  }
+  CHECK(tokenizer::Tokenizer::from_file(model.dir).encode("hello", false).size() > 0);
+
+  // A second run, online or offline, uses the cache without a request.
+  size_t requests = mock.requests().size();
+  CHECK(hub::resolve_model("probekit-test/qwen3-sharded", settings).dir == model.dir);
+  settings.offline = true;
+  settings.endpoint = "http://127.0.0.1:1";  // nothing listens there
+  CHECK(hub::resolve_model("probekit-test/qwen3-sharded", settings).dir == model.dir);
+  CHECK(hub::resolve_model("probekit-test/qwen3-sharded@" + commit, settings).dir == model.dir);
+  CHECK(mock.requests().size() == requests);
+}
+
+TEST_CASE("hub download by tag and by commit; a snapshot missing a file is completed from blobs already there") {
+  MockHub mock;
+  TempDir tmp;
+  std::string commit = mock.add_repo("probekit-test/gemma", fixture_repo(kGemma, kGemmaFiles));
+  hub::HubSettings settings = settings_for(mock, tmp);
+  hub::ResolvedModel tagged = hub::resolve_model("probekit-test/gemma@v1.0", settings);
+  CHECK(tagged.name == "probekit-test/gemma@v1.0");
+  CHECK(tagged.revision == commit);
+  std::string folder = settings.cache_dir + "/models--probekit-test--gemma";
+  CHECK(read_file(folder + "/refs/v1.0") == commit);
+  CHECK_FALSE(path_exists(folder + "/refs/main"));
+  CHECK(mock.count("HEAD", "model.safetensors.index.json") == 0);  // a single file needs no index
+
+  hub::ResolvedModel pinned = hub::resolve_model("probekit-test/gemma@" + commit, settings);
+  CHECK(pinned.dir == tagged.dir);
+
+  // Lose a snapshot link: the next run links the blob again without downloading it.
+  std::remove((tagged.dir + "/tokenizer.json").c_str());
+  hub::HubSettings offline = settings;
+  offline.offline = true;
+  CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma@v1.0", offline),
+                    contains("is incomplete in the cache: " + tagged.dir + " lacks tokenizer.json"));
+  int tokenizer_gets = mock.count("GET", "tokenizer.json");
+  CHECK(hub::resolve_model("probekit-test/gemma@v1.0", settings).dir == tagged.dir);
+  CHECK(mock.count("GET", "tokenizer.json") == tokenizer_gets);
+  CHECK(is_regular_file(tagged.dir + "/tokenizer.json"));
+}
+
+TEST_CASE("hub offline mode and an unreachable hub: clear errors, no request") {
+  MockHub mock;
+  TempDir tmp;
+  mock.add_repo("probekit-test/gemma", fixture_repo(kGemma, kGemmaFiles));
+  hub::HubSettings settings = settings_for(mock, tmp);
+  settings.offline = true;
+  CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings),
+                    contains("probekit-test/gemma is not in the cache (" + settings.cache_dir +
+                                      "/models--probekit-test--gemma has no refs/main), and offline mode is on "
+                                      "(HF_HUB_OFFLINE=1 or --offline)"));
+  CHECK(mock.requests().empty());
+
+  settings.offline = false;
+  settings.endpoint = "http://127.0.0.1:1";
+  CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings),
+                    contains("probekit-test/gemma: config.json: cannot reach the hub: "
+                                      "http://127.0.0.1:1/probekit-test/gemma/resolve/main/config.json"));
+}
+
+TEST_CASE("hub download resumes after a dropped connection with a Range request and gives the same bytes") {
+  MockHub mock;
+  TempDir tmp;
+  std::string commit = mock.add_repo("probekit-test/qwen3-sharded", fixture_repo(kSharded, kShardedFiles));
+  std::string shard = read_file(kSharded + "/" + kShard2);
+  std::string lfs_path = "/lfs/" + testing::sha256_hex(shard);
+  hub::HubSettings settings = settings_for(mock, tmp);
+
+  SUBCASE("within one run") {
+    mock.drop_halfway(kShard2, 1);
+    hub::ResolvedModel model = hub::resolve_model("probekit-test/qwen3-sharded", settings);
+    CHECK(read_file(model.dir + "/" + kShard2) == shard);
+    std::vector<std::string> ranges;
+    for (const auto& r : mock.requests()) {
+      if (r.path == lfs_path) ranges.push_back(r.range);
+    }
+    REQUIRE(ranges.size() == 2);
+    CHECK(ranges[0].empty());
+    CHECK(ranges[1] == fmt::format("bytes={}-", shard.size() / 2));
+  }
+  SUBCASE("in the next run, from the .incomplete file the first one left") {
+    mock.drop_halfway(kShard2, 1);
+    settings.max_attempts = 1;
+    std::string partial = settings.cache_dir + "/models--probekit-test--qwen3-sharded/blobs/" +
+                          testing::sha256_hex(shard) + ".incomplete";
+    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/qwen3-sharded", settings),
+                      contains("the next run continues from there"));
+    REQUIRE(is_regular_file(partial));
+    CHECK(file_size(partial) == shard.size() / 2);
+    CHECK_FALSE(path_exists(settings.cache_dir + "/models--probekit-test--qwen3-sharded/snapshots/" + commit + "/" + kShard2));
+    hub::ResolvedModel model = hub::resolve_model("probekit-test/qwen3-sharded", settings);
+    CHECK(read_file(model.dir + "/" + kShard2) == shard);
+    std::string last_range;
+    for (const auto& r : mock.requests()) {
+      if (r.path == lfs_path) last_range = r.range;
+    }
+    CHECK(last_range == fmt::format("bytes={}-", shard.size() / 2));
+    CHECK_FALSE(path_exists(partial));
+    check_cache_layout(settings.cache_dir, "models--probekit-test--qwen3-sharded", commit, kSharded, kShardedFiles);
+  }
+}
+
+TEST_CASE("hub download: bytes that do not match the etag never become a cache entry") {
+  MockHub mock;
+  TempDir tmp;
+  std::string commit = mock.add_repo("probekit-test/gemma", fixture_repo(kGemma, kGemmaFiles));
+  mock.corrupt("model.safetensors");
+  hub::HubSettings settings = settings_for(mock, tmp);
+  std::string sha = testing::sha256_hex(read_file(kGemma + "/model.safetensors"));
+  CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings),
+                    contains("do not match the etag: their sha256 is "));
+  std::string folder = settings.cache_dir + "/models--probekit-test--gemma";
+  CHECK_FALSE(path_exists(folder + "/blobs/" + sha));
+  CHECK_FALSE(path_exists(folder + "/blobs/" + sha + ".incomplete"));
+  CHECK_FALSE(path_exists(folder + "/snapshots/" + commit + "/model.safetensors"));
+  settings.offline = true;
+  CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings), contains("lacks model.safetensors"));
+}
+
+TEST_CASE("hub errors: a gated model needs a token; a missing or private one is never called gated") {
+  MockHub mock;
+  TempDir tmp;
+  MockRepo gated = fixture_repo(kGemma, kGemmaFiles);
+  gated.required_token = "hf_granted";
+  mock.add_repo("probekit-test/gated", gated);
+  mock.add_repo("probekit-test/gemma", fixture_repo(kGemma, kGemmaFiles));
+  hub::HubSettings settings = settings_for(mock, tmp);
+  std::string url = mock.endpoint() + "/probekit-test/gated/resolve/main/config.json";
+
+  CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gated", settings),
+                    contains("probekit-test/gated: config.json: HTTP 401 from " + url +
+                                      ": probekit-test/gated is a gated model: ask for access on " + mock.endpoint() +
+                                      "/probekit-test/gated"));
+  CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gated", settings), contains("set HF_TOKEN=hf_..."));
+  CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gated", settings), contains("no token was sent"));
+  settings.token = "hf_other";
+  settings.token_source = "HF_TOKEN";
+  CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gated", settings),
+                    contains("HTTP 403 from " + url + ": probekit-test/gated is a gated model"));
+  CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gated", settings), contains("the token from HF_TOKEN was sent"));
+  settings.token = "hf_granted";
+  CHECK(is_regular_file(hub::resolve_model("probekit-test/gated", settings).dir + "/model.safetensors"));
+  CHECK(mock.requests().back().authorization == "Bearer hf_granted");
+
+  // 401 is also what a missing repository answers without a token.
+  settings.token.clear();
+  std::string missing = hub::resolve_model("probekit-test/gemma", settings).dir;  // warms nothing: a separate repo
+  CHECK(is_directory(missing));
+  try {
+    hub::resolve_model("probekit-test/missing", settings);
+    FAIL("a missing repository resolved");
+  } catch (const std::exception& e) {
+    std::string message = e.what();
+    CHECK_CONTAINS(message, "probekit-test/missing: config.json: HTTP 401 from " + mock.endpoint() +
+                                "/probekit-test/missing/resolve/main/config.json: probekit-test/missing does not "
+                                "exist, or it is private and no token was sent");
+    CHECK(message.find("gated") == std::string::npos);
+  }
+  settings.token = "hf_granted";
+  CHECK_THROWS_WITH(hub::resolve_model("probekit-test/missing", settings),
+                    contains("HTTP 404 from " + mock.endpoint() + "/probekit-test/missing/resolve/main/"
+                                      "config.json: probekit-test/missing does not exist, or the token from"));
+  CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma@nope", settings),
+                    contains("probekit-test/gemma: config.json: HTTP 404 from " + mock.endpoint() +
+                                      "/probekit-test/gemma/resolve/nope/config.json: probekit-test/gemma has no "
+                                      "branch, tag or commit 'nope'"));
+  MockRepo no_tokenizer = fixture_repo(kGemma, {"config.json", "model.safetensors"});
+  std::string commit = mock.add_repo("probekit-test/no-tokenizer", no_tokenizer);
+  CHECK_THROWS_WITH(hub::resolve_model("probekit-test/no-tokenizer", settings),
+                    contains("probekit-test/no-tokenizer: tokenizer.json: HTTP 404 from " + mock.endpoint() +
+                                      "/probekit-test/no-tokenizer/resolve/" + commit +
+                                      "/tokenizer.json: probekit-test/no-tokenizer has no file tokenizer.json at "
+                                      "revision " + commit));
+}
+
+TEST_CASE("hub download: two downloads of one model at once share the cache, each blob fetched once") {
+  MockHub mock;
+  TempDir tmp;
+  std::string commit = mock.add_repo("probekit-test/qwen3-sharded", fixture_repo(kSharded, kShardedFiles));
+  mock.set_pause_per_piece_ms(5);  // slow enough that the two overlap
+  hub::HubSettings settings = settings_for(mock, tmp);
+  // Each thread opens the lock file itself, so flock excludes them as it excludes two processes.
+  std::string dirs[2], errors[2];
+  auto download = [&](int i) {
+    try {
+      dirs[i] = hub::resolve_model("probekit-test/qwen3-sharded", settings).dir;
+    } catch (const std::exception& e) {
+      errors[i] = e.what();
+    }
+  };
+  std::thread first(download, 0), second(download, 1);
+  first.join();
+  second.join();
+  CHECK(errors[0].empty());
+  CHECK(errors[1].empty());
+  CHECK(dirs[0] == dirs[1]);
+  check_cache_layout(settings.cache_dir, "models--probekit-test--qwen3-sharded", commit, kSharded, kShardedFiles);
+  for (const std::string& shard : {"model-00001-of-00003.safetensors", kShard2.c_str(), "model-00003-of-00003.safetensors"}) {
+    CHECK_MESSAGE(mock.count("GET", testing::sha256_hex(read_file(kSharded + "/" + shard))) == 1, shard);
+  }
+}
+
+TEST_CASE("hub download waits while Python's filelock, as huggingface_hub takes it, holds the blob's lock") {
+  if (testing::run_command("/usr/bin/python3 -c 'import filelock'").exit_code != 0) {
+    MESSAGE("skipped: /usr/bin/python3 has no filelock module (Debian: python3-filelock, see scripts/setup.sh)");
+    return;
+  }
+  MockHub mock;
+  TempDir tmp;
+  std::string commit = mock.add_repo("probekit-test/gemma", fixture_repo(kGemma, kGemmaFiles));
+  hub::HubSettings settings = settings_for(mock, tmp);
+  std::string etag = testing::git_blob_sha1(read_file(kGemma + "/config.json"));
+  std::string lock = settings.cache_dir + "/.locks/models--probekit-test--gemma/" + etag + ".lock";
+  make_directories(parent_directory(lock));
+  testing::write_text(tmp.file("hold.py"), fmt::format("import time\nfrom filelock import FileLock\nwith FileLock('{}'):\n"
+                                                       "    open('{}', 'w').close()\n    time.sleep(1.5)\n",
+                                                       lock, tmp.file("held")));
+  std::thread python([&] { std::system(("/usr/bin/python3 " + tmp.file("hold.py")).c_str()); });
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!is_regular_file(tmp.file("held")) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  auto start = std::chrono::steady_clock::now();
+  hub::ResolvedModel model = hub::resolve_model("probekit-test/gemma", settings);
+  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  python.join();
+  CHECK_MESSAGE(waited >= 1.0, "the download went on while Python held the lock: ", waited, " s");
+  CHECK(model.revision == commit);
+  check_cache_layout(settings.cache_dir, "models--probekit-test--gemma", commit, kGemma, kGemmaFiles);
+}

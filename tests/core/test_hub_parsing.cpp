@@ -1,0 +1,272 @@
+// The hub client's pure parts: hub names, the hub's response headers, Content-Range, the index's shard names,
+// the hashes etags are checked with (against git and sha256sum), the environment variables huggingface_hub
+// reads, and how a local folder is recorded.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <map>
+#include <optional>
+
+#include "common/error.h"
+#include "common/files.h"
+#include "common/sha256.h"
+#include "hub/git_sha1.h"
+#include "hub/hub_name.h"
+#include "hub/hub_responses.h"
+#include "hub/hub_settings.h"
+#include "hub/resolve.h"
+#include "test_paths.h"
+#include "test_util.h"
+
+using namespace probekit;
+using probekit::testing::TempDir;
+
+namespace {
+
+const std::string kSharded = std::string(PROBEKIT_FIXTURES) + "/models/qwen3_sharded";
+
+// Sets environment variables for one test and puts the old values back.
+class ScopedEnvironment {
+ public:
+  void set(const std::string& name, const std::optional<std::string>& value) {
+    if (!saved_.count(name)) {
+      const char* old = std::getenv(name.c_str());
+      saved_[name] = old ? std::optional<std::string>(old) : std::nullopt;
+    }
+    if (value) {
+      setenv(name.c_str(), value->c_str(), 1);
+    } else {
+      unsetenv(name.c_str());
+    }
+  }
+  ~ScopedEnvironment() {
+    for (const auto& [name, value] : saved_) {
+      if (value) {
+        setenv(name.c_str(), value->c_str(), 1);
+      } else {
+        unsetenv(name.c_str());
+      }
+    }
+  }
+
+ private:
+  std::map<std::string, std::optional<std::string>> saved_;
+};
+
+std::string trimmed_output(const std::string& command) {
+  testing::CommandResult result = testing::run_command(command);
+  REQUIRE_MESSAGE(result.exit_code == 0, command, ": ", result.output);
+  std::string out = result.output;
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("hub names: org/name[@revision], the cache's folder name and URL quoting") {
+  auto name = hub::parse_hub_name("google/gemma-3-4b-it");
+  REQUIRE(name);
+  CHECK(name->repo == "google/gemma-3-4b-it");
+  CHECK(name->revision == "main");
+  CHECK_FALSE(name->revision_given);
+  CHECK(name->text() == "google/gemma-3-4b-it");
+  name = hub::parse_hub_name("Qwen/Qwen3-0.6B@v1.0");
+  REQUIRE(name);
+  CHECK(name->repo == "Qwen/Qwen3-0.6B");
+  CHECK(name->revision == "v1.0");
+  CHECK(name->text() == "Qwen/Qwen3-0.6B@v1.0");
+  CHECK(hub::parse_hub_name("org/name@refs/pr/1")->revision == "refs/pr/1");
+
+  // Paths and names the hub refuses are not hub names: the caller reports a missing folder.
+  for (const char* not_a_name : {"model", "./model", "/models/gemma", "a/b/c", "org/", "/name", "-org/name", "org/name.",
+                                 "org--x/name", "org/na..me", "org/name with space"}) {
+    CHECK_MESSAGE(!hub::parse_hub_name(not_a_name), not_a_name);
+  }
+  // A hub name with a revision no branch can have is the user's mistake.
+  for (const char* bad : {"org/name@", "org/name@../../etc", "org/name@a b", "org/name@x//y", "org/name@~1"}) {
+    CHECK_THROWS_AS_MESSAGE(hub::parse_hub_name(bad), UsageError, bad);
+  }
+  CHECK(hub::repo_folder_name("google/gemma-3-4b-it") == "models--google--gemma-3-4b-it");
+  CHECK(hub::url_quote("refs/pr/1", "") == "refs%2Fpr%2F1");
+  CHECK(hub::url_quote("sub dir/model.safetensors") == "sub%20dir/model.safetensors");
+  CHECK(hub::is_commit_hash("0123456789abcdef0123456789abcdef01234567"));
+  CHECK_FALSE(hub::is_commit_hash("0123456789ABCDEF0123456789abcdef01234567"));
+  CHECK_FALSE(hub::is_commit_hash("main"));
+}
+
+TEST_CASE("fuzz regression (fuzz_hub_responses): a revision with '..' inside a component is refused, as git does") {
+  // Harmless as a path (no component is ".."), but no branch or tag can be named so, and keeping ".." out of
+  // every accepted revision keeps the rule about refs/ simple.
+  CHECK_THROWS_AS(hub::parse_hub_name("org/name@refsl.layers.2.self_at,tn..safetensors"), UsageError);
+  CHECK_THROWS_AS(hub::parse_hub_name("org/name@v1/.hidden"), UsageError);
+  CHECK(hub::parse_hub_name("org/name@v1.0.2")->revision == "v1.0.2");
+}
+
+TEST_CASE("hub responses: the headers of a redirect for an LFS file, of a small file, and of refusals") {
+  // What the hub answers to HEAD .../resolve/main/model.safetensors (curl's header lines, an earlier 100 first).
+  std::string lfs = "HTTP/1.1 100 Continue\r\n\r\nHTTP/2 302\r\ncontent-length: 1342\r\n"
+                    "x-repo-commit: 2b6a1d4e0e1c04b5e9fd5cd3e1a5b71a1f0b7c3d\r\n"
+                    "X-Linked-Etag: \"b3a0c5e5cf0f6c8a3c0a1d06a6bcae8b0b0a4c8d6c2fd8a0a0c6c4e2f7f0a1b2\"\r\n"
+                    "x-linked-size: 8030000000\r\netag: \"4a1f0c8b2d0e6a9f3c7b5e1d2a4c6e8f0b1d3a5c\"\r\n"
+                    "location: https://cdn.example/repos/ab/cd?X-Amz-Signature=x\r\n\r\n";
+  hub::FileMetadata m = hub::read_file_metadata(hub::parse_header_lines(lfs), "lfs");
+  CHECK(m.commit == "2b6a1d4e0e1c04b5e9fd5cd3e1a5b71a1f0b7c3d");
+  CHECK(m.etag == "b3a0c5e5cf0f6c8a3c0a1d06a6bcae8b0b0a4c8d6c2fd8a0a0c6c4e2f7f0a1b2");
+  CHECK(m.size == 8030000000);
+  CHECK(m.location == "https://cdn.example/repos/ab/cd?X-Amz-Signature=x");
+  CHECK(hub::etag_kind(m.etag) == hub::EtagKind::kSha256);
+
+  std::string small = "HTTP/1.1 200 OK\nContent-Length: 663\nETag: W/\"8c3f0e4b2a1d6c5e7f9a0b1c2d3e4f5a6b7c8d9e\"\n"
+                      "X-Repo-Commit: 2b6a1d4e0e1c04b5e9fd5cd3e1a5b71a1f0b7c3d\n";
+  m = hub::read_file_metadata(hub::parse_header_lines(small), "small");
+  CHECK(m.etag == "8c3f0e4b2a1d6c5e7f9a0b1c2d3e4f5a6b7c8d9e");
+  CHECK(hub::etag_kind(m.etag) == hub::EtagKind::kGitSha1);
+  CHECK(m.size == 663);
+  CHECK(m.location.empty());
+
+  // An answer that did not come from a hub, or whose etag could name a path outside blobs/, is refused.
+  CHECK_THROWS_WITH_AS(hub::read_file_metadata(hub::parse_header_lines("HTTP/1.1 200 OK\nETag: \"abc\"\nContent-Length: 3\n"), "proxy"),
+                       doctest::Contains("proxy: the answer has no X-Repo-Commit header"), std::runtime_error);
+  std::string commit = "X-Repo-Commit: 2b6a1d4e0e1c04b5e9fd5cd3e1a5b71a1f0b7c3d\n";
+  CHECK_THROWS_WITH(hub::read_file_metadata(hub::parse_header_lines(commit + "ETag: \"../../x\"\nContent-Length: 3\n"), "f"),
+                    doctest::Contains("cannot name a cache file"));
+  CHECK_THROWS_WITH(hub::read_file_metadata(hub::parse_header_lines(commit + "ETag: \"abc\"\nContent-Length: -3\n"), "f"),
+                    doctest::Contains("no valid size"));
+  CHECK_THROWS_WITH(hub::read_file_metadata(hub::parse_header_lines("X-Repo-Commit: main\nETag: a\n"), "f"),
+                    doctest::Contains("is not a commit hash"));
+
+  hub::HubError error = hub::read_hub_error(401, hub::parse_header_lines("X-Error-Code: GatedRepo\nX-Error-Message: Access restricted\n"));
+  CHECK(error.code == "GatedRepo");
+  CHECK(error.message == "Access restricted");
+}
+
+TEST_CASE("hub responses: Content-Range and the shard names of model.safetensors.index.json") {
+  hub::ContentRange range = hub::parse_content_range("bytes 100-199/200", "r");
+  CHECK(range.first == 100);
+  CHECK(range.last == 199);
+  CHECK(range.total == 200);
+  CHECK(hub::parse_content_range("bytes 0-9/*", "r").total == -1);
+  for (const char* bad : {"bytes 10-5/20", "bytes 0-19/19", "items 0-1/2", "bytes -1/2", "bytes 0-1", "bytes 99999999999999999999-1/2"}) {
+    CHECK_THROWS_WITH_MESSAGE(hub::parse_content_range(bad, "r"), doctest::Contains("malformed Content-Range"), bad);
+  }
+
+  std::vector<std::string> shards = hub::shard_names(read_file(kSharded + "/model.safetensors.index.json"), "index");
+  CHECK(shards == std::vector<std::string>{"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+                                           "model-00003-of-00003.safetensors"});
+  // A shard name is a file name in the snapshot: nothing that climbs out of it, and never a pickle.
+  for (const char* bad : {R"({"weight_map": {"a": "../escape.safetensors"}})", R"({"weight_map": {"a": "sub/x.safetensors"}})",
+                          R"({"weight_map": {"a": "pytorch_model.bin"}})", R"({"weight_map": {"a": ".safetensors"}})",
+                          R"({"weight_map": {"a": "x\n.safetensors"}})"}) {
+    CHECK_THROWS_WITH_MESSAGE(hub::shard_names(bad, "index"), doctest::Contains("is not a plain *.safetensors file name"), bad);
+  }
+  CHECK_THROWS_WITH(hub::shard_names(R"({"weight_map": {}})", "index"), doctest::Contains("no 'weight_map' object"));
+  CHECK_THROWS_WITH(hub::shard_names(R"({"weight_map": {"a": 3}})", "index"), doctest::Contains("must be a file name"));
+  CHECK_THROWS_WITH(hub::shard_names("[1]", "index"), doctest::Contains("expected a JSON object"));
+}
+
+TEST_CASE("hub etags: git's blob sha1 and sha256 equal what git hash-object and sha256sum print") {
+  // FIPS 180 test vectors first, then the fixture files as the hub would name them.
+  hub::Sha1 abc;
+  abc.update("abc");
+  CHECK(abc.hex_digest() == "a9993e364706816aba3e25717850c26c9cd0d89d");
+  hub::Sha1 long_input;
+  long_input.update("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq");
+  CHECK(long_input.hex_digest() == "84983e441c3bd26ebaae4aa1f95129e5e54670f1");
+  for (const char* file : {"config.json", "tokenizer.json", "model.safetensors.index.json"}) {
+    std::string path = kSharded + "/" + file;
+    std::string bytes = read_file(path);
+    hub::Sha1 git;
+    git.update(hub::git_blob_header(bytes.size()));
+    git.update(bytes);
+    CHECK_MESSAGE(git.hex_digest() == trimmed_output("git hash-object " + path), file);
+  }
+  std::string shard = kSharded + "/model-00001-of-00003.safetensors";
+  CHECK(sha256_file(shard) == trimmed_output("sha256sum " + shard).substr(0, 64));
+}
+
+TEST_CASE("hub settings: the cache, the token and offline mode come from huggingface_hub's variables") {
+  ScopedEnvironment env;
+  TempDir tmp;
+  for (const char* name : {"HF_ENDPOINT", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME", "HF_TOKEN",
+                           "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"}) {
+    env.set(name, std::nullopt);
+  }
+  env.set("HOME", tmp.path());
+  hub::HubSettings s = hub::settings_from_environment();
+  CHECK(s.endpoint == "https://huggingface.co");
+  CHECK(s.cache_dir == tmp.path() + "/.cache/huggingface/hub");
+  CHECK(s.token_file == tmp.path() + "/.cache/huggingface/token");
+  CHECK(s.token.empty());
+  CHECK_FALSE(s.offline);
+
+  env.set("XDG_CACHE_HOME", tmp.file("xdg"));
+  CHECK(hub::settings_from_environment().cache_dir == tmp.file("xdg") + "/huggingface/hub");
+  env.set("HF_HOME", "~/hf");
+  s = hub::settings_from_environment();
+  CHECK(s.cache_dir == tmp.path() + "/hf/hub");
+  CHECK(s.token_file == tmp.path() + "/hf/token");
+  env.set("HF_HUB_CACHE", tmp.file("cache"));
+  env.set("HF_ENDPOINT", "http://127.0.0.1:9/");
+  s = hub::settings_from_environment();
+  CHECK(s.cache_dir == tmp.file("cache"));
+  CHECK(s.endpoint == "http://127.0.0.1:9");
+
+  // The token file as `hf auth login` writes it, unless HF_TOKEN is set.
+  make_directories(tmp.path() + "/hf");
+  testing::write_text(tmp.path() + "/hf/token", "hf_from_file\n");
+  s = hub::settings_from_environment();
+  CHECK(s.token == "hf_from_file");
+  CHECK(s.token_source == tmp.path() + "/hf/token");
+  env.set("HF_TOKEN", " hf_from_env ");
+  s = hub::settings_from_environment();
+  CHECK(s.token == "hf_from_env");
+  CHECK(s.token_source == "HF_TOKEN");
+  env.set("HF_TOKEN", std::nullopt);
+  env.set("HF_TOKEN_PATH", tmp.file("elsewhere"));
+  CHECK(hub::settings_from_environment().token.empty());
+
+  for (const char* truthy : {"1", "ON", "yes", "True"}) {
+    env.set("HF_HUB_OFFLINE", truthy);
+    CHECK_MESSAGE(hub::settings_from_environment().offline, truthy);
+  }
+  env.set("HF_HUB_OFFLINE", "0");
+  env.set("TRANSFORMERS_OFFLINE", "1");
+  CHECK_FALSE(hub::settings_from_environment().offline);
+  env.set("HF_HUB_OFFLINE", std::nullopt);
+  CHECK(hub::settings_from_environment().offline);
+}
+
+TEST_CASE("hub resolve: a local folder is recorded by its absolute path, a snapshot folder with its commit") {
+  TempDir tmp;
+  hub::HubSettings offline;
+  offline.offline = true;
+  offline.cache_dir = tmp.file("cache");
+  hub::ResolvedModel local = hub::resolve_model(kSharded + "/./", offline);
+  CHECK(local.dir == local.name);
+  CHECK(local.name.find("/./") == std::string::npos);
+  CHECK(local.name.back() != '/');
+  CHECK(is_regular_file(local.dir + "/config.json"));
+  CHECK(local.revision.empty());
+
+  std::string commit = "0123456789abcdef0123456789abcdef01234567";
+  std::string snapshot = tmp.file("cache/models--org--name/snapshots/" + commit);
+  make_directories(snapshot);
+  CHECK(hub::resolve_model(snapshot, offline).revision == commit);
+
+  // A relative path is made absolute.
+  char cwd[4096];
+  REQUIRE(getcwd(cwd, sizeof(cwd)) != nullptr);
+  REQUIRE(chdir(tmp.path().c_str()) == 0);
+  hub::ResolvedModel relative = hub::resolve_model("cache", offline);
+  REQUIRE(chdir(cwd) == 0);
+  CHECK(relative.name[0] == '/');
+
+  CHECK_THROWS_WITH_AS(hub::resolve_model("./no/such/folder", offline),
+                       doctest::Contains("./no/such/folder: no such folder, and not a hub name"), std::invalid_argument);
+
+  CHECK(hub::pinned_model("org/name", commit) == "org/name@" + commit);
+  CHECK(hub::pinned_model("org/name@main", commit) == "org/name@" + commit);
+  CHECK(hub::pinned_model("/models/gemma", commit) == "/models/gemma");
+  CHECK(hub::pinned_model("org/name", "") == "org/name");
+}
