@@ -213,8 +213,8 @@ void record_epoch(ProbeGroup& group, std::vector<TrainedLabel>& trained, const s
     double auc = metrics::roc_auc(truth, scores);
     if (!std::isfinite(train_loss[p])) {
       // A diverged probe's weights are meaningless; the run stops before anything is written.
-      fail_input("training of '{}' diverged at epoch {} (training loss {}); nothing was saved. Lower --lr (now {}), "
-                 "use --dtype fp32, or check the activations for extreme values",
+      fail_input("training of '{}' diverged at epoch {} (training loss {}); nothing was saved. Lower --lr (the rate "
+                 "was {} at that epoch), use --dtype fp32, or check the activations for extreme values",
                  t.label, epoch + 1, train_loss[p], lr);
     }
     LabelHistory& h = t.history;

@@ -4,10 +4,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <future>
 #include <map>
@@ -125,6 +127,25 @@ void plan_prompts(const CaptureOptions& options, CapturePlan& plan, CaptureSumma
     plan.lengths.push_back(static_cast<int64_t>(prompt.ids.size()));
     plan.ids.push_back(std::move(prompt.ids));
   }
+}
+
+// On the CPU attention holds every head's [T, T] scores in fp32 (scores, their softmax and a masked copy), which
+// for a very long text exceeds the machine's memory: refused before the model loads, naming the text and the
+// --max-length that fits. GPUs take the memory-efficient attention and retry out-of-memory batches in halves.
+void check_cpu_attention_memory(const CapturePlan& plan, const device::ComputeTarget& target) {
+  if (target.is_gpu()) return;
+  auto longest = std::max_element(plan.lengths.begin(), plan.lengths.end());
+  auto tokens = static_cast<double>(*longest);
+  const double per_square_token = 3.0 * 4.0 * static_cast<double>(plan.config.num_heads);
+  double needed = per_square_token * tokens * tokens;
+  double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  if (memory <= 0 || needed < memory / 2) return;
+  auto fits = static_cast<int64_t>(std::sqrt(memory / 4 / per_square_token));
+  const RunItem& item = plan.run[static_cast<size_t>(longest - plan.lengths.begin())];
+  fail_input("{}:{}: this text's prompt is {} tokens; attention over it needs about {:.0f} GB on the CPU, more than "
+             "half of its {:.0f} GB of memory: cut long texts with --max-length {} (or less)",
+             plan.dataset.path, plan.dataset.examples[static_cast<size_t>(item.example)].line + 1, *longest,
+             needed / 1e9, memory / 1e9, fits);
 }
 
 // One model replica per device of --devices, or one on --device, loaded in parallel.
@@ -413,6 +434,7 @@ CaptureSummary run_capture(const CaptureOptions& options) {
     summary.device += (summary.device.empty() ? "" : ",") + targets.back().device.str();
   }
   summary.dtype = device::dtype_name(targets.front().dtype_choice.dtype);
+  check_cpu_attention_memory(plan, targets.front());
   std::vector<std::unique_ptr<model::TransformerModel>> replicas = load_replicas(plan, targets);
   summary.load_seconds = seconds_since(load_start);
   spdlog::info("{}: {} ({} layers, hidden {}), capturing layers {} at {} ({}) in {:.1f} s", plan.model_dir,

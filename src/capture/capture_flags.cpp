@@ -14,7 +14,8 @@ namespace {
 void add_data_flags(CLI::App& app, CaptureFlags& f) {
   CaptureOptions& o = f.options;
   app.add_option("--dataset", o.dataset_path, "JSONL file, one labelled example per line")->required();
-  app.add_option("--max-examples", o.dataset.max_examples, "Use only the first N examples (0: all)");
+  app.add_option("--max-examples", o.dataset.max_examples, "Use only the first N examples (0: all)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--text-field", o.dataset.text_field, "JSON field holding the text")->capture_default_str();
   app.add_option("--label-field", o.dataset.label_field, "JSON field holding the label (default: cognitive_action, or sentiment)");
   app.add_option("--keep-fields", f.keep_fields, "Extra JSON fields stored as metadata columns, e.g. domain,emotional_state")
@@ -23,20 +24,24 @@ void add_data_flags(CLI::App& app, CaptureFlags& f) {
       ->capture_default_str();
   app.add_option("--split", f.split, "Train,val,test ratios")->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of the stratified split (Python's random)")->capture_default_str();
-  app.add_option("--max-length", o.max_length, "Cut longer prompts from the start of the text (tokens; 0: no limit)");
+  app.add_option("--max-length", o.max_length, "Cut longer prompts from the start of the text (tokens; 0: no limit)")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--skip-invalid", o.dataset.skip_invalid, "Skip bad dataset lines (reported at the end) instead of stopping");
 }
 
 void add_run_flags(CLI::App& app, CaptureFlags& f) {
   CaptureOptions& o = f.options;
-  app.add_option("--batch-size", o.batch_size, "Examples per forward pass (default: chosen from device memory)");
+  app.add_option("--batch-size", o.batch_size, "Examples per forward pass (default: chosen from device memory)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--max-gpu-memory", f.max_gpu_memory, "GPU memory the capture may use, e.g. 40GB (default: what is free)");
   add_device_options(app, o.device, o.dtype, "(auto: bf16 on capable GPUs, fp32 on CPU)");
   app.add_option("--devices", f.devices, "Several GPUs, e.g. 0,1: one model replica on each, sharing the batches")
       ->delimiter(',');
   app.add_option("--shard", f.shard, "I/N: run only shard I of N of the examples (separate processes or machines), "
                                     "into OUTPUT_DIR/shard_I_of_N; join them with merge_activations");
-  app.add_option("--window", o.window, "Examples per commit to disk (the unit of resumption)")->capture_default_str();
+  app.add_option("--window", o.window, "Examples per commit to disk (the unit of resumption)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
 }
 
 void add_output_flags(CLI::App& app, CaptureFlags& f) {

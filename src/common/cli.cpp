@@ -29,7 +29,7 @@ void add_common_options(CLI::App& app, CommonOptions& options) {
   app.add_flag("-v,--verbose", options.verbose, "Log debug details");
   app.add_flag("-q,--quiet", options.quiet, "Log warnings and errors only, no progress bars");
   app.add_option("--threads", options.threads, "CPU threads for LibTorch and OpenMP (default: one per core)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 4096));
 }
 
 void add_device_options(CLI::App& app, std::string& device, std::string& dtype, const std::string& dtype_note) {

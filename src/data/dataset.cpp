@@ -44,6 +44,17 @@ std::string choose_label_field(const Json& first, const DatasetOptions& options,
              where, field_list(first));
 }
 
+// A UTF-8 byte-order mark (as some editors write) is skipped; a UTF-16 or UTF-32 file is refused: JSONL is UTF-8.
+void skip_byte_order_mark(std::string& first_line, const std::string& path) {
+  if (first_line.rfind("\xEF\xBB\xBF", 0) == 0) first_line.erase(0, 3);
+  bool wide = first_line.size() >= 2 && (first_line[0] == '\0' || first_line[1] == '\0');  // UTF-16/32 without a mark
+  if (first_line.rfind("\xFF\xFE", 0) == 0 || first_line.rfind("\xFE\xFF", 0) == 0 || wide) {
+    fail_input("{}: the file is UTF-16 or UTF-32 text (a byte-order mark or NUL bytes in its first line); "
+               "JSONL must be UTF-8: save it as UTF-8",
+               path);
+  }
+}
+
 }  // namespace
 
 Dataset read_dataset(const std::string& path, const DatasetOptions& options) {
@@ -56,6 +67,7 @@ Dataset read_dataset(const std::string& path, const DatasetOptions& options) {
   std::string line;
   for (int64_t number = 0; std::getline(in, line); ++number) {
     if (options.max_examples > 0 && static_cast<int64_t>(dataset.examples.size()) >= options.max_examples) break;
+    if (number == 0) skip_byte_order_mark(line, path);
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     std::string where = fmt::format("{}:{}", path, number + 1);

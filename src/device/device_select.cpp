@@ -140,6 +140,11 @@ DTypeChoice choose_dtype(const std::string& request, const DeviceChoice& device,
   if (!is_auto) {
     choice.dtype = parse_dtype(request);
     choice.reason = "requested";
+    if (device.backend == Backend::kCpu && choice.dtype == DType::kFloat16) {
+      fail_usage("--dtype {}: the CPU cannot run fp16 matrix products (LibTorch has no such kernels there); use fp32 "
+                 "or bf16",
+                 request);
+    }
     bool gpu = device.backend == Backend::kCuda || device.backend == Backend::kRocm;
     if (gpu && choice.dtype == DType::kBFloat16 && !supports_bf16(runtime.gpus.at(device.index), runtime.rocm_build)) {
       choice.warning = "this GPU has no native bf16 arithmetic (compute capability below 8.0): expect it to be slow";

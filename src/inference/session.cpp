@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
 
 #include "common/cli.h"
@@ -158,6 +160,18 @@ void check_request(InferenceRequest& r) {
   }
 }
 
+// A probability: a finite number from 0 to 1 (CLI::Range lets NaN through).
+CLI::Validator unit_interval() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        double value = std::strtod(text.c_str(), &end);
+        bool ok = end != text.c_str() && *end == '\0' && std::isfinite(value) && value >= 0 && value <= 1;
+        return ok ? "" : "must be a number from 0 to 1, got " + text;
+      },
+      "[0, 1]");
+}
+
 }  // namespace
 
 ScoreTable table_of(const Engine& engine, const std::vector<std::vector<double>>& probability, const Display& d) {
@@ -208,7 +222,9 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
   app.add_option("--file", r.file, "Texts to analyze: one per line, or JSONL with a text field");
   app.add_option("--text-field", r.text_field, "JSON field of the texts in --file")->capture_default_str();
   app.add_option("--top-k", d.top_k, "How many labels to show")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--threshold", d.threshold, "Confidence at which a label is marked")->capture_default_str();
+  app.add_option("--threshold", d.threshold, "Confidence at which a label is marked")
+      ->capture_default_str()
+      ->check(unit_interval());
   app.add_flag("--calibrated", d.calibrated, "Mark labels at each probe's validation-tuned threshold instead");
   app.add_option("--compare", r.compare, "A second text: show the labels that change most from --text to it");
   app.add_option("--mode", d.mode, "Several layers: all (every label and layer), by-action or by-layer")
@@ -220,7 +236,9 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
   app.add_option("--html", r.html, "--per-token: write a self-contained token x label heatmap");
   app.add_flag("--overwrite", r.overwrite, "Replace existing --csv / --html files");
   app.add_flag("--force", e.force, "Run probes recorded for another model than --model (a warning, not an error)");
-  app.add_option("--batch-size", e.batch_size, "Texts per forward pass with --file")->capture_default_str();
+  app.add_option("--batch-size", e.batch_size, "Texts per forward pass with --file")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   add_device_options(app, e.device, e.dtype);
   app.add_flag("--json", d.json, "Print JSON on stdout");
 }

@@ -97,6 +97,8 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::from_json(std::string_view json, const std::string& source) {
+  // Some editors save JSON with a UTF-8 byte-order mark; config.json is accepted with one, and so is this.
+  if (json.substr(0, 3) == "\xEF\xBB\xBF") json.remove_prefix(3);
   simdjson::padded_string text(json);
   simdjson::dom::parser parser;
   JsonNode root = parse_json_document(parser, text, &source);

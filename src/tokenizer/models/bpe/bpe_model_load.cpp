@@ -24,6 +24,10 @@ BpeModel::BpeModel(StringIdMap vocab, const std::vector<std::pair<std::string_vi
   has_id_.assign(static_cast<size_t>(max_id + 1), false);
   bmp_char_ids_.assign(0x10000, -1);
   vocab_.for_each([&](std::string_view token, int32_t id) {
+    if (has_id_[id]) {
+      fail_input("model.vocab: id {} is given to both \"{}\" and \"{}\" (each id must name one token)", id,
+                 tokens_by_id_[id], token);
+    }
     tokens_by_id_[id] = std::string(token);
     has_id_[id] = true;
     size_t pos = 0;

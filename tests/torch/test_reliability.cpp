@@ -1,0 +1,286 @@
+// Reliability, as a demanding user and an attacker would try it: inputs that are FIFOs or devices, outputs
+// that already exist, writes that fail, resumed runs with other settings, probes of another model, numbers
+// that are not finite, and the error messages and exit codes of each. Every case is a row of the README's
+// bad-input table.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <hdf5.h>
+#include <sys/stat.h>
+
+#include <cstring>
+#include <limits>
+
+#include "capture/capture.h"
+#include "common/files.h"
+#include "common/json.h"
+#include "io/safetensors.h"
+#include "probes/synthetic_activations.h"
+#include "test_paths.h"
+#include "test_util.h"
+
+using namespace probekit;
+using namespace probekit::testing;
+
+namespace {
+
+const std::string kModel = std::string(PROBEKIT_FIXTURES) + "/models/gemma3_text";
+
+std::string write_labelled(const TempDir& tmp, const std::string& name, const std::vector<std::string>& labels,
+                           int per_label) {
+  std::string lines;
+  for (int i = 0; i < per_label * static_cast<int>(labels.size()); ++i) {
+    const std::string& label = labels[static_cast<size_t>(i) % labels.size()];
+    lines += Json({{"text", fmt::format("Example {} about {} and what followed.", i, label)}, {"cognitive_action", label}})
+                 .dump() + "\n";
+  }
+  write_text(tmp.file(name), lines);
+  return tmp.file(name);
+}
+
+std::string capture_command(const std::string& model, const std::string& dataset, const std::string& out) {
+  return fmt::format("{} --model {} --dataset {} --device cpu --layers 2 --output-dir {} -q", tool("capture_activations"),
+                     model, dataset, out);
+}
+
+// Activations of layer 2 and probes trained on them: tmp/act, tmp/probes.
+void capture_and_train(const TempDir& tmp) {
+  std::string dataset = write_labelled(tmp, "data.jsonl", {"analyzing", "noticing", "reframing"}, 8);
+  CommandResult r = run_command(capture_command(kModel, dataset, tmp.file("act")));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  r = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 3 --device cpu -q", tool("train_binary_probes"),
+                              tmp.file("act"), tmp.file("probes")));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+}
+
+std::string inference(const std::string& probes, const std::string& model, const std::string& extra) {
+  return fmt::format("{} --probes-dir {} --model {} --device cpu --text 'I looked again.' {}", tool("multi_probe_inference"),
+                     probes, model, extra);
+}
+
+}  // namespace
+
+TEST_CASE("a FIFO where a file is expected is named, never waited on (dataset, model, tokenizer, probes)") {
+  TempDir tmp;
+  REQUIRE(mkfifo(tmp.file("fifo").c_str(), 0600) == 0);
+  // `timeout` turns a hang into a failure of this test instead of a stuck suite.
+  CommandResult r = run_command("timeout 60 " + capture_command(kModel, tmp.file("fifo"), tmp.file("out")));
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "fifo: is a FIFO (named pipe), expected a regular file");
+
+  copy_dir(kModel, tmp.file("model"));
+  remove_tree(tmp.file("model/model.safetensors"));
+  REQUIRE(mkfifo(tmp.file("model/model.safetensors").c_str(), 0600) == 0);
+  r = run_command(fmt::format("timeout 60 {} info --model {}", tool("inspect_model"), tmp.file("model")));
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "model.safetensors: is a FIFO");
+
+  r = run_command(fmt::format("timeout 60 {} tokenize --tokenizer {} --text hi", tool("inspect_model"), tmp.file("fifo")));
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "is a FIFO");
+
+  make_directories(tmp.file("probes"));
+  REQUIRE(mkfifo(tmp.file("probes/probes.json").c_str(), 0600) == 0);
+  r = run_command("timeout 60 " + inference(tmp.file("probes"), kModel, ""));
+  CHECK(r.exit_code == 1);
+}
+
+TEST_CASE("outputs: replaced only with --overwrite, never a device, and a failed write is never a success") {
+  TempDir tmp;
+  capture_and_train(tmp);
+  std::string train = fmt::format("{} --activations {} --output-dir {} --epochs 2 --device cpu -q", tool("train_binary_probes"),
+                                  tmp.file("act"), tmp.file("probes"));
+  CommandResult r = run_command(train + " --labels analyzing,noticing");
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "already exists and is not empty; pass --overwrite");
+  CHECK(read_json_file(tmp.file("probes/probes.json"))["probes"].size() == 3);
+  r = run_command(train + " --labels analyzing,noticing --overwrite");
+  CHECK_MESSAGE(r.exit_code == 0, r.output);
+  CHECK(read_json_file(tmp.file("probes/probes.json"))["probes"].size() == 2);
+  CHECK_FALSE(path_exists(tmp.file("probes.partial")));
+
+  std::string make = fmt::format("{} dataset --output {} --labels 2 --per-label 3 -q", tool("make_example"), tmp.file("d.jsonl"));
+  CHECK(run_command(make).exit_code == 0);
+  r = run_command(make);
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "already exists; pass --overwrite");
+  CHECK(run_command(make + " --overwrite").exit_code == 0);
+  // A write past a file size limit fails like a full disk: exit 1, and no file under the final name.
+  r = run_command(fmt::format("sh -c 'ulimit -f 1; {} dataset --output {} --labels 8 --per-label 40 -q'", tool("make_example"),
+                              tmp.file("big.jsonl")));
+  CHECK(r.exit_code == 1);
+  CHECK_FALSE(path_exists(tmp.file("big.jsonl")));
+
+  r = run_command(inference(tmp.file("probes"), kModel, "--per-token --csv /dev/null"));
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "/dev/null: is a character device");
+  symlink("/dev/null", tmp.file("link.csv").c_str());
+  CHECK_CONTAINS(run_command(inference(tmp.file("probes"), kModel, "--per-token --csv " + tmp.file("link.csv"))).output,
+                 "is a character device");
+
+  r = run_command("sh -c \"" + inference(tmp.file("probes"), kModel, "--json") + " > /dev/full\"");
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "cannot write the output to standard output");
+}
+
+TEST_CASE("--resume refuses other arguments, naming the one that differs") {
+  TempDir tmp;
+  std::string dataset = write_labelled(tmp, "data.jsonl", {"analyzing", "noticing"}, 12);
+  std::string base = capture_command(kModel, dataset, tmp.file("out"));
+  REQUIRE(run_command(base + " --max-examples 16").exit_code == 0);
+  CommandResult r = run_command(base + " --max-examples 20 --resume");
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "max_examples=16 but this run has max_examples=20");
+  r = run_command(base + " --max-examples 16 --keep-fields cognitive_action --resume");
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "keep_fields=");
+}
+
+TEST_CASE("capture checks its data first: labels that cannot name probe files, empty splits, --max-length") {
+  TempDir tmp;
+  CommandResult r = run_command(capture_command(kModel, write_labelled(tmp, "case.jsonl", {"Analyzing", "analyzing"}, 8),
+                                                tmp.file("a")));
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "labels 'Analyzing' and 'analyzing' differ only in case");
+  r = run_command(capture_command(kModel, write_labelled(tmp, "few.jsonl", {"a", "b", "c"}, 1), tmp.file("b")));
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "split comes out empty");
+  CHECK_CONTAINS(r.output, "a (1), b (1), c (1)");
+  r = run_command(capture_command(kModel, write_labelled(tmp, "ok.jsonl", {"a", "b"}, 8), tmp.file("c")) + " --max-length 4");
+  CHECK(r.exit_code == 2);
+  CHECK_CONTAINS(r.output, "--max-length 4 tokens leaves no room for text");
+}
+
+TEST_CASE("non-finite numbers stop the run: activations at capture, probe weights at inference, a diverging training") {
+  TempDir tmp;
+  // A zero query_pre_attn_scalar makes the attention scale infinite.
+  copy_dir(kModel, tmp.file("broken"));
+  Json config = read_json_file(tmp.file("broken/config.json"));
+  config["query_pre_attn_scalar"] = 0;
+  write_json_file(tmp.file("broken/config.json"), config);
+  std::string dataset = write_labelled(tmp, "data.jsonl", {"analyzing", "noticing"}, 8);
+  CommandResult r = run_command(capture_command(tmp.file("broken"), dataset, tmp.file("out")));
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "the activations of layer 2 are not finite");
+  CHECK_CONTAINS(r.output, "data.jsonl:");
+
+  capture_and_train(tmp);
+  std::string probe = tmp.file("probes/probe_analyzing.safetensors");
+  std::string bytes = read_file(probe);
+  safetensors::File file(probe);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(bytes.data() + file.at("linear.bias").data_begin, &nan, sizeof nan);
+  write_file_atomic(probe, bytes);
+  r = run_command(inference(tmp.file("probes"), kModel, ""));
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "probe_analyzing.safetensors: tensor 'linear.bias' holds NaN or infinite values");
+
+  r = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 5 --lr 1e30 --device cpu -q",
+                              tool("train_binary_probes"), tmp.file("act"), tmp.file("diverged")));
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "diverged at epoch");
+  CHECK_CONTAINS(r.output, "Lower --lr");
+  CHECK_FALSE(path_exists(tmp.file("diverged")));
+}
+
+TEST_CASE("probes refuse another model, even of the same width, unless --force") {
+  TempDir tmp;
+  capture_and_train(tmp);
+  copy_dir(kModel, tmp.file("other"));
+  Json config = read_json_file(tmp.file("other/config.json"));
+  config["rms_norm_eps"] = 1e-5;
+  write_json_file(tmp.file("other/config.json"), config);
+  CommandResult r = run_command(inference(tmp.file("probes"), tmp.file("other"), ""));
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "these probes were trained on another model");
+  CHECK_CONTAINS(r.output, "pass --force");
+  r = run_command(inference(tmp.file("probes"), tmp.file("other"), "--force"));
+  CHECK(r.exit_code == 0);
+  CHECK_CONTAINS(r.output, "running them anyway (--force)");
+  CHECK(run_command(inference(tmp.file("probes"), kModel, "")).exit_code == 0);
+}
+
+TEST_CASE("labels stored as floating point are refused, naming the group and the row") {
+  TempDir tmp;
+  probes::SyntheticActivations spec = probes::uniform_synthetic(2, {6, 3, 3}, 8);
+  std::string path = tmp.file("layer_0_activations.h5");
+  probes::write_synthetic_activation_file(path, spec);
+  hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  REQUIRE(file >= 0);
+  REQUIRE(H5Ldelete(file, "val/labels", H5P_DEFAULT) >= 0);
+  std::vector<double> labels = {0, 1, 0.5, 1, 0, 1};
+  hsize_t count = labels.size();
+  hid_t space = H5Screate_simple(1, &count, nullptr);
+  hid_t dataset = H5Dcreate2(file, "val/labels", H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5Dwrite(dataset, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, labels.data());
+  H5Dclose(dataset);
+  H5Sclose(space);
+  H5Fclose(file);
+  CommandResult r = run_command(fmt::format("{} --activations {} --output-dir {} --device cpu -q", tool("train_binary_probes"),
+                                            path, tmp.file("out")));
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "'val'/labels: row 2 holds 0.5, stored as a floating-point number");
+}
+
+TEST_CASE("train_probes keeps a best epoch when validation accuracy stays 0") {
+  TempDir tmp;
+  // Validation holds only a class no training example has: every epoch scores 0 there.
+  probes::SyntheticActivations spec = probes::uniform_synthetic(3, {12, 0, 4}, 8);
+  spec.examples[2] = {0, 6, 0};
+  std::string path = tmp.file("layer_0_activations.h5");
+  probes::write_synthetic_activation_file(path, spec);
+  CommandResult r = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 3 --device cpu -q --json",
+                                            tool("train_probes"), path, tmp.file("out")));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  CHECK(path_exists(tmp.file("out/best_probe.safetensors")));
+  CHECK(read_json_file(tmp.file("out/training_history.json"))["best_epoch"] == 1);
+}
+
+TEST_CASE("inputs in the wrong encoding or shape, and flags out of range, are named") {
+  TempDir tmp;
+  write_text(tmp.file("bom.json"), "\xEF\xBB\xBF" + read_file(kModel + "/tokenizer.json"));
+  CHECK(run_command(fmt::format("{} tokenize --tokenizer {} --text hi", tool("inspect_model"), tmp.file("bom.json"))).exit_code == 0);
+
+  Json tokenizer = read_json_file(kModel + "/tokenizer.json");
+  auto& vocab = tokenizer["model"]["vocab"];
+  vocab[vocab.begin().key()] = std::next(vocab.begin()).value();
+  write_json_file(tmp.file("dup.json"), tokenizer);
+  CommandResult r = run_command(fmt::format("{} tokenize --tokenizer {} --text hi", tool("inspect_model"), tmp.file("dup.json")));
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "is given to both");
+
+  write_text(tmp.file("utf16.jsonl"), std::string("\xFF\xFE{\0\"\0", 6));
+  r = run_command(capture_command(kModel, tmp.file("utf16.jsonl"), tmp.file("out")));
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "the file is UTF-16 or UTF-32 text");
+
+  r = run_command(fmt::format("{} hidden --model {} --text hi --output {} --device cpu --dtype fp16", tool("inspect_model"),
+                              kModel, tmp.file("h.safetensors")));
+  CHECK(r.exit_code == 2);
+  CHECK_CONTAINS(r.output, "the CPU cannot run fp16");
+
+  for (const char* bad : {"--threshold nan", "--threshold 2", "--top-k 0", "--batch-size 0", "--threads 100000"}) {
+    r = run_command(inference(tmp.path(), kModel, bad));
+    CHECK_MESSAGE(r.exit_code == 2, bad, ": ", r.output);
+  }
+  r = run_command(inference(tmp.path(), kModel, "--thresold 0.3"));
+  CHECK(r.exit_code == 2);
+  CHECK_CONTAINS(r.output, "--thresold: did you mean --threshold?");
+  CHECK_CONTAINS(run_command(tool("capture_activations") + " --version").output, "probekit ");
+  r = run_command(fmt::format("{} info --model {} -q --json", tool("inspect_model"), kModel));
+  CHECK_MESSAGE(r.exit_code == 0, r.output);
+}
+
+TEST_CASE("a text too long for the CPU's memory is refused before the model loads, naming the line and --max-length") {
+  TempDir tmp;
+  std::string lines;
+  for (int i = 0; i < 16; ++i) {
+    std::string text = i == 5 ? std::string() : fmt::format("short text {}", i);
+    for (int w = 0; i == 5 && w < 60000; ++w) text += "word ";
+    lines += Json({{"text", text}, {"cognitive_action", i % 2 == 0 ? "a" : "b"}}).dump() + "\n";
+  }
+  write_text(tmp.file("huge.jsonl"), lines);
+  CommandResult r = run_command(capture_command(kModel, tmp.file("huge.jsonl"), tmp.file("out")));
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "huge.jsonl:6: this text's prompt is");
+  CHECK_CONTAINS(r.output, "cut long texts with --max-length");
+}
