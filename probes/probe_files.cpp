@@ -213,6 +213,37 @@ Json save_binary_probes(const std::string& directory, const BinaryTrainingResult
   return index;
 }
 
+namespace {
+
+// The settings inference reads from probes.json, checked once for their types: strings, and a layer and a
+// max_length that are integers.
+void check_recorded_settings(const Json& index, const std::string& where) {
+  json_value<int64_t>(index, "layer", -1, where);
+  if (json_value<int64_t>(index, "max_length", 0, where) < 0) fail("{}: 'max_length' must not be negative", where);
+  for (const char* key : {"site", "position", "prompt_suffix", "model_name", "model_revision", "model_fingerprint"}) {
+    json_value<std::string>(index, key, "", where);
+  }
+}
+
+// One entry of probes.json's "probes" list.
+BinaryProbeInfo probe_entry(const Json& entry, const std::string& index_path, size_t i) {
+  std::string where = fmt::format("{}: probes[{}]", index_path, i);
+  BinaryProbeInfo info;
+  info.label = json_at<std::string>(entry, "label", where);
+  info.label_index = json_at<int64_t>(entry, "label_index", where);
+  info.file = json_at<std::string>(entry, "file", where);
+  if (info.file.empty() || info.file == ".." || info.file.find('/') != std::string::npos) {
+    fail("{}: probe file '{}' must name a file inside the directory", where, info.file);
+  }
+  info.threshold = json_at<double>(entry, "threshold", where);
+  info.threshold_logit = json_at<double>(entry, "threshold_logit", where);
+  info.val_auc = json_at<double>(entry, "val_auc", where);
+  info.best_epoch = json_at<int64_t>(entry, "best_epoch", where);
+  return info;
+}
+
+}  // namespace
+
 BinaryProbeSet::BinaryProbeSet(ProbeBank bank, std::vector<BinaryProbeInfo> probes, Json index)
     : bank_(std::move(bank)), probes_(std::move(probes)), index_(std::move(index)) {}
 
@@ -227,30 +258,21 @@ BinaryProbeSet BinaryProbeSet::load(const std::string& directory, at::Device dev
   std::vector<BinaryProbeInfo> probes;
   ProbeShape shape;
   try {
-    if (index.at("format") != kIndexFormat) fail("unknown format '{}'", index.at("format").dump());
-    shape.kind = parse_kind(index.at("model_type").get<std::string>());
-    shape.input_dim = index.at("input_dim").get<int64_t>();
-    shape.hidden_dim = index.value("hidden_dim", int64_t{512});
-    shape.heads = index.value("num_heads", int64_t{8});
+    if (json_at<std::string>(index, "format", index_path) != kIndexFormat) {
+      fail("unknown format '{}'", index.at("format").dump());
+    }
+    shape.kind = parse_kind(json_at<std::string>(index, "model_type", index_path));
+    shape.input_dim = json_at<int64_t>(index, "input_dim", index_path);
+    shape.hidden_dim = json_value<int64_t>(index, "hidden_dim", 512, index_path);
+    shape.heads = json_value<int64_t>(index, "num_heads", 8, index_path);
+    check_recorded_settings(index, index_path);
     if (shape.input_dim <= 0 || (shape.kind == ProbeKind::kMultihead &&
                                  (shape.hidden_dim <= 0 || shape.heads <= 0 || shape.hidden_dim % shape.heads != 0))) {
       fail("input_dim {}, hidden_dim {} and num_heads {} do not describe a {} probe", shape.input_dim, shape.hidden_dim,
            shape.heads, kind_name(shape.kind));
     }
-    for (const Json& entry : index.at("probes")) {
-      BinaryProbeInfo info;
-      info.label = entry.at("label").get<std::string>();
-      info.label_index = entry.at("label_index").get<int64_t>();
-      info.file = entry.at("file").get<std::string>();
-      if (info.file.empty() || info.file == ".." || info.file.find('/') != std::string::npos) {
-        fail("probe file '{}' must name a file inside the directory", info.file);
-      }
-      info.threshold = entry.at("threshold").get<double>();
-      info.threshold_logit = entry.at("threshold_logit").get<double>();
-      info.val_auc = entry.at("val_auc").get<double>();
-      info.best_epoch = entry.at("best_epoch").get<int64_t>();
-      probes.push_back(std::move(info));
-    }
+    if (!index.contains("probes") || !index.at("probes").is_array()) fail("'probes' must be a list");
+    for (size_t i = 0; i < index.at("probes").size(); ++i) probes.push_back(probe_entry(index.at("probes")[i], index_path, i));
   } catch (const std::exception&) {
     rethrow_with_context(index_path);
   }

@@ -41,4 +41,9 @@ std::string dump_json(const Json& value, int indent) {
 
 void write_json_file(const std::string& path, const Json& value) { write_file_atomic(path, dump_json(value, 2) + "\n"); }
 
+void fail_json_type(const std::string& where, const std::string& key, const char* expected, const Json& value) {
+  if (value.is_null()) fail("{}: missing '{}'", where, key);
+  fail("{}: '{}' must be {}, got {}", where, key, expected, dump_json(value));
+}
+
 }  // namespace probekit

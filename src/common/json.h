@@ -17,6 +17,15 @@ Json parse_json(std::string_view text, const std::string& source);
 /// Reads and parses a JSON file; errors name the file, line and column.
 Json read_json_file(const std::string& path);
 
+/// object[key] converted to T, or `fallback` when the key is absent (or null); a value of another type throws
+/// naming `where` (the file and the place in it) and the key: "probes.json: 'layer' must be a number, got "two"".
+template <typename T>
+T json_value(const Json& object, const std::string& key, const T& fallback, const std::string& where);
+
+/// object[key] converted to T; an absent key or a value of another type throws naming `where` and the key.
+template <typename T>
+T json_at(const Json& object, const std::string& key, const std::string& where);
+
 /// Serializes JSON (indented when `indent` >= 0). Strings that are not UTF-8 (a user's text, a label read from a
 /// reference file) show their invalid bytes as U+FFFD instead of failing the output.
 std::string dump_json(const Json& value, int indent = -1);
@@ -26,5 +35,31 @@ void write_json_file(const std::string& path, const Json& value);
 
 /// Line and column (1-based) of a byte offset in `text`, as "line L, column C".
 std::string describe_position(std::string_view text, size_t byte_offset);
+
+/// Throws the type error of json_value.
+[[noreturn]] void fail_json_type(const std::string& where, const std::string& key, const char* expected, const Json& value);
+
+template <typename T>
+T json_value(const Json& object, const std::string& key, const T& fallback, const std::string& where) {
+  if (!object.is_object()) fail_json_type(where, key, "inside an object", object);
+  auto found = object.find(key);
+  if (found == object.end() || found->is_null()) return fallback;
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (!found->is_string()) fail_json_type(where, key, "a string", *found);
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (!found->is_boolean()) fail_json_type(where, key, "true or false", *found);
+  } else if constexpr (std::is_integral_v<T>) {
+    if (!found->is_number_integer()) fail_json_type(where, key, "an integer", *found);
+  } else {
+    if (!found->is_number()) fail_json_type(where, key, "a number", *found);
+  }
+  return found->get<T>();
+}
+
+template <typename T>
+T json_at(const Json& object, const std::string& key, const std::string& where) {
+  if (!object.is_object() || !object.contains(key) || object.at(key).is_null()) fail_json_type(where, key, "present", nullptr);
+  return json_value<T>(object, key, T{}, where);
+}
 
 }  // namespace probekit

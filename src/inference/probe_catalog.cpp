@@ -31,7 +31,8 @@ std::vector<std::string> list_directory(const std::string& dir) {
 
 // A probes.json's layer; -1 when it records none.
 int64_t recorded_layer(const std::string& dir) {
-  return read_json_file(dir + "/" + kIndex).value("layer", int64_t{-1});
+  std::string path = dir + "/" + kIndex;
+  return json_value<int64_t>(read_json_file(path), "layer", -1, path);
 }
 
 }  // namespace

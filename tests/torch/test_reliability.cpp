@@ -284,3 +284,20 @@ TEST_CASE("a text too long for the CPU's memory is refused before the model load
   CHECK_CONTAINS(r.output, "huge.jsonl:6: this text's prompt is");
   CHECK_CONTAINS(r.output, "cut long texts with --max-length");
 }
+
+TEST_CASE("a probes.json value of the wrong type names the file and the key") {
+  TempDir tmp;
+  capture_and_train(tmp);
+  Json index = read_json_file(tmp.file("probes/probes.json"));
+  index["layer"] = "two";
+  write_json_file(tmp.file("probes/probes.json"), index);
+  CommandResult r = run_command(inference(tmp.file("probes"), kModel, ""));
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "probes.json: 'layer' must be an integer, got \"two\"");
+  index["layer"] = 2;
+  index["probes"][0]["threshold"] = "high";
+  write_json_file(tmp.file("probes/probes.json"), index);
+  r = run_command(inference(tmp.file("probes"), kModel, ""));
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "probes[0]: 'threshold' must be a number, got \"high\"");
+}
