@@ -26,6 +26,9 @@ std::string rope_summary(const model::RopeSpec& rope) {
       return fmt::format("rope theta {:g} on {} dims, linear scaling x{:g}", rope.theta, rope.rotary_dim, rope.factor);
     case model::RopeType::kLlama3:
       return fmt::format("rope theta {:g} on {} dims, llama3 scaling x{:g}", rope.theta, rope.rotary_dim, rope.factor);
+    case model::RopeType::kLongRope:
+      return fmt::format("rope theta {:g} on {} dims, longrope (long factors beyond {} tokens, attention factor {:g})",
+                         rope.theta, rope.rotary_dim, rope.original_max_position_embeddings, rope.attention_factor);
   }
   return "?";
 }
