@@ -25,7 +25,7 @@ struct Request {
 };
 
 /// Rows of `sequences` at the request's site and position, every requested layer from one forward pass:
-/// [rows, layers, hidden] in fp32 on the model's device. One row per sequence, or with Position::kAll one
+/// [rows, layers, site_width] in fp32 on the model's device. One row per sequence, or with Position::kAll one
 /// per token, sequence after sequence.
 at::Tensor read_rows(const model::TransformerModel& model, const std::vector<Sequence>& sequences,
                      const Request& request);

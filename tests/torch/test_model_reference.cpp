@@ -114,6 +114,25 @@ REFERENCE_TEST("phi3")
 REFERENCE_TEST("phi3_longrope")
 REFERENCE_TEST("olmo2")
 
+// The tool writes what read_hidden_states gives, under the reference's names: the router logits of every layer
+// with a router included.
+TEST_CASE("inspect_model hidden writes router_logits equal to transformers' for the MoE fixtures") {
+  for (const char* name : {"mixtral", "qwen3_moe", "qwen2_moe"}) {
+    const std::string dir = std::string(PROBEKIT_FIXTURES) + "/models/" + name;
+    Reference reference = read_reference(dir);
+    std::string text = read_json_file(dir + "/reference.json")["texts"][0]["text"];
+    testing::TempDir tmp;
+    testing::CommandResult r = testing::run_command(fmt::format("{} hidden --model {} --device cpu --output {} --text \"{}\"",
+                                                                testing::tool("inspect_model"), dir,
+                                                                tmp.file("h.safetensors"), text));
+    REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+    safetensors::File hidden(tmp.file("h.safetensors"));
+    REQUIRE(at::equal(testing::read_tensor(hidden, hidden.at("input_ids")), reference.input_ids[0]));
+    check_close(testing::read_tensor(hidden, hidden.at("router_logits")), reference.router_logits[0],
+                std::string(name) + " router_logits", 1e-4);
+  }
+}
+
 // longrope chooses its factors by the sequence's length: each prefix's prompt read through the text's cached keys
 // (read_prefixes) must equal that prompt run alone, on both sides of the fixture's 32-token limit, with a suffix
 // and without one.
