@@ -3,7 +3,7 @@
 #include <torch/csrc/api/include/torch/version.h>
 
 #ifdef PROBEKIT_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
+#include <cuda_runtime_api.h>
 #endif
 
 #include "model/decoder_block.h"
@@ -16,14 +16,19 @@ namespace probekit::model {
 
 namespace {
 
-// Whether at::_grouped_mm runs the experts as one kernel: bf16 operands on a GPU of compute capability 9.0 or
-// newer (elsewhere LibTorch refuses, or loops over the groups with host syncs of its own), and rows whose byte
-// strides are multiples of 16, as the kernel needs.
+// Whether at::_grouped_mm runs the experts as one kernel: bf16 operands on a Hopper GPU (compute capability 9.x,
+// where LibTorch has its CUTLASS kernel from 2.8 on; elsewhere it refuses, or loops over the groups with host
+// syncs of its own), and rows whose byte strides are multiples of 16, as the kernel needs.
 bool grouped_gemm_fits(const at::Tensor& rows, const RoutedExperts& w) {
 #if defined(PROBEKIT_HAS_GROUPED_MM) && defined(PROBEKIT_WITH_CUDA)
   if (!rows.is_cuda() || rows.scalar_type() != at::kBFloat16 || w.gate_up.scalar_type() != at::kBFloat16) return false;
   if (rows.size(1) % 8 != 0 || w.down.size(2) % 8 != 0) return false;
-  return at::cuda::getDeviceProperties(rows.device().index())->major >= 9;
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, rows.device().index()) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return major == 9;
 #else
   (void)rows;
   (void)w;
