@@ -3,7 +3,9 @@ sitting: from_pretrained with its defaults (bf16, on the GPU), batches of 32 wit
 on the captured layers, the last real token of each text.
   python3 moe_baseline.py MODEL_DIR DATASET_JSONL [--layers 6 12 18 23] [--batch 32]
 Prints one JSON line: the examples, examples/s, and how transformers ran the experts (its experts
-implementation where the version has that setting, the experts module, the attention implementation)."""
+implementation where the version has that setting, the experts module, the attention implementation).
+Its batched capture is python_baseline.py's, repeated rather than shared: that script is the benchmark
+protocol's own (../shared/bench), kept identical to it."""
 import json, time, argparse
 import torch
 import transformers
