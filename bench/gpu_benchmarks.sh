@@ -9,15 +9,20 @@
 #   2. probe training: train_binary_probes on the captured layer 33 (45 labels, 20 epochs, no early stop) vs
 #      bench/python/reference_trainer_baseline.py (the reference's trainer: 8 threads, bf16), twice each;
 #   3. cold start: multi_probe_inference --text as a whole process with the 45 probes, page cache dropped and
-#      warm, and the reference's start-up (bench/python/coldstart_baseline.py) likewise.
-# Usage: bash bench/gpu_benchmarks.sh OUT_DIR [STEP...]   steps: build model capture multigpu train coldstart (default: all)
+#      warm, and the reference's start-up (bench/python/coldstart_baseline.py) likewise;
+#   4. MoE capture: a Qwen3-30B-A3B-shaped random checkpoint (bench/python/make_moe_bench_model.py, MOE_LAYERS
+#      layers, 24 by default: one 80 GB GPU) with the real Qwen 3 tokenizer, captured at layers n/4, n/2, 3n/4,
+#      n-1 (6,12,18,23) by capture_activations vs transformers' batched forward (bench/python/moe_baseline.py),
+#      alternating, on the same dataset.
+# Usage: bash bench/gpu_benchmarks.sh OUT_DIR [STEP...]
+#   steps: build model capture multigpu train coldstart moe (default: all)
 # RUNS (default 2) sets the runs of each side; PYTHON_RUNS (default RUNS) those of the Python side, whose
 # capture and training take minutes a run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?output directory}
 shift
-steps=${*:-build model capture multigpu train coldstart}
+steps=${*:-build model capture multigpu train coldstart moe}
 mkdir -p "$out"
 python=$(command -v python3)
 [ -x /opt/torch/.venv/bin/python3 ] && python=/opt/torch/.venv/bin/python3
@@ -34,10 +39,13 @@ seconds() { date +%s.%N; }
 if has build; then
   bash scripts/gpu/build.sh capture_activations train_binary_probes multi_probe_inference make_example train_probes_bench
 fi
+make_dataset() {
+  "$tools/make_example" -q dataset --overwrite --output "$dataset" --labels 45 --per-label 100 --min-chars 250 --max-chars 520 --seed 7
+}
 if has model; then
   [ -s /tmp/gemma3_tokenizer.json ] || gunzip -c .gpu/gemma3_tokenizer.json.gz > /tmp/gemma3_tokenizer.json
   [ -s "$model/config.json" ] || "$python" bench/python/make_bench_model.py "$model" /tmp/gemma3_tokenizer.json
-  "$tools/make_example" -q dataset --overwrite --output "$dataset" --labels 45 --per-label 100 --min-chars 250 --max-chars 520 --seed 7
+  make_dataset
 fi
 if has capture; then
   for run in $(seq "$runs"); do
@@ -97,4 +105,21 @@ if has coldstart; then
     echo "{\"run\": \"$run\", \"seconds\": $(awk "BEGIN{print $(seconds) - $start}"), \"steps\": $(cat "$out/coldstart_$run.json")}" |
       tee -a "$out/coldstart.jsonl"
   done
+fi
+if has moe; then
+  moe_model=/tmp/moe_bench_model
+  moe_layer_count=${MOE_LAYERS:-24}
+  [ -s /tmp/qwen3_tokenizer.json ] || gunzip -c .gpu/qwen3_tokenizer.json.gz > /tmp/qwen3_tokenizer.json
+  [ -s "$moe_model/config.json" ] ||
+    "$python" bench/python/make_moe_bench_model.py "$moe_model" /tmp/qwen3_tokenizer.json --layers "$moe_layer_count"
+  [ -s "$dataset" ] || make_dataset
+  n=$moe_layer_count
+  moe_layers="$((n / 4)) $((n / 2)) $((3 * n / 4)) $((n - 1))"
+  for run in $(seq "$runs"); do
+    "$tools/capture_activations" --model "$moe_model" --dataset "$dataset" --output-dir "/tmp/moe_capture_$run" \
+      --layers "${moe_layers// /,}" --overwrite --json -q > "$out/moe_capture_probekit_$run.json"
+    [ "$run" -gt "$python_runs" ] || PYTHONUNBUFFERED=1 "$python" bench/python/moe_baseline.py "$moe_model" "$dataset" \
+      --layers $moe_layers > "$out/moe_capture_python_$run.json"
+  done
+  cat "$out"/moe_capture_*.json
 fi

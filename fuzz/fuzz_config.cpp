@@ -1,6 +1,7 @@
 // config.json resolution on arbitrary JSON: resolve_config either refuses the config with a message naming the
 // key, or gives a ModelConfig keeping the invariants the runtime relies on
-// (validate_config): positive and bounded dimensions, one layer setting per layer, rotary dims inside heads.
+// (validate_config): positive and bounded dimensions, one layer setting per layer, rotary dims inside heads,
+// routed experts that can be chosen from, longrope factors for every rotary frequency.
 #include <cmath>
 #include <cstdint>
 #include <string_view>
@@ -34,6 +35,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (layer.rope.type != model::RopeType::kNone &&
         (layer.rope.rotary_dim <= 0 || layer.rope.rotary_dim > config.head_dim || layer.rope.rotary_dim % 2 != 0)) {
       fuzz::finding("rotary dimension outside the head");
+    }
+    if (layer.rope.type == model::RopeType::kLongRope &&
+        (layer.rope.short_factors.size() * 2 != static_cast<size_t>(layer.rope.rotary_dim) ||
+         layer.rope.long_factors.size() != layer.rope.short_factors.size())) {
+      fuzz::finding("longrope factors do not cover the rotary frequencies");
+    }
+    const model::RoutedExpertsSpec& experts = config.routed_experts;
+    if (layer.feed_forward == model::FeedForward::kRoutedExperts &&
+        (experts.top_k < 1 || experts.top_k > experts.experts || experts.intermediate_size <= 0)) {
+      fuzz::finding("a layer routes to experts it cannot choose from");
     }
   }
   return 0;

@@ -35,6 +35,11 @@ int threads_for_steps(const ProbeShape& shape, int64_t batch_size) {
 }
 
 void check_per_example(const activations::ActivationFile& file) {
+  if (file.attributes.holds_expert_choices()) {
+    fail_input("{}: the file holds the experts a router chose (site \"experts\"), not activations; probes train on "
+               "the router's logits (capture with --site router)",
+               file.path);
+  }
   for (activations::Split split : activations::kSplits) {
     if (!file.split(split).offsets.empty()) {
       fail_input("{}: group '{}' holds per-token activations (position \"{}\"); probes train on one row per example, "

@@ -36,7 +36,8 @@ class ThreadCountGuard {
 /// more when other processes share the cores), else the current count.
 int threads_for_steps(const ProbeShape& shape, int64_t batch_size);
 
-/// Throws unless every split holds one activation row per example (position "last", not "all").
+/// Throws unless every split holds one activation row per example (position "last", not "all"), and the file
+/// holds activations (not expert choices).
 void check_per_example(const activations::ActivationFile& file);
 
 /// Indices in `names` of the labels in `subset`, in label_names order; every label when `subset` is empty.

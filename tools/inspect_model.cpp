@@ -29,6 +29,9 @@ std::string rope_summary(const model::RopeSpec& rope) {
       return fmt::format("rope theta {:g} on {} dims, linear scaling x{:g}", rope.theta, rope.rotary_dim, rope.factor);
     case model::RopeType::kLlama3:
       return fmt::format("rope theta {:g} on {} dims, llama3 scaling x{:g}", rope.theta, rope.rotary_dim, rope.factor);
+    case model::RopeType::kLongRope:
+      return fmt::format("rope theta {:g} on {} dims, longrope (long factors beyond {} tokens, attention factor {:g})",
+                         rope.theta, rope.rotary_dim, rope.original_max_position_embeddings, rope.attention_factor);
   }
   return "?";
 }
@@ -38,10 +41,16 @@ void print_info(const std::string& dir, bool json) {
   model::Checkpoint checkpoint = model::Checkpoint::open(dir);
   // Layers that share attention settings are listed together: "0-4, 6-10: sliding window 1024, rope ...".
   std::map<std::string, std::vector<int64_t>> layer_kinds;
+  const model::RoutedExpertsSpec& moe = c.routed_experts;
   for (size_t i = 0; i < c.layers.size(); ++i) {
     const auto& layer = c.layers[i];
     std::string kind = (layer.sliding_window > 0 ? fmt::format("sliding window {}", layer.sliding_window) : "full attention") +
                        ", " + rope_summary(layer.rope);
+    if (layer.feed_forward == model::FeedForward::kRoutedExperts) {
+      kind += fmt::format(", routed experts (top {} of {}{}{})", moe.top_k, moe.experts,
+                          moe.normalize_top_k ? ", renormalised" : "",
+                          moe.shared_expert_intermediate_size > 0 ? ", plus a shared expert" : "");
+    }
     layer_kinds[kind].push_back(static_cast<int64_t>(i));
   }
   if (json) {
@@ -53,6 +62,10 @@ void print_info(const std::string& dir, bool json) {
                 {"vocab_size", c.vocab_size}, {"parameters", checkpoint.parameter_count()},
                 {"weights_dtype", checkpoint.dominant_dtype()}, {"activation", model::activation_name(c.features.activation)},
                 {"attention", kinds}};
+    if (moe.experts > 0) {
+      out["routed_experts"] = {{"experts", moe.experts}, {"top_k", moe.top_k},
+                               {"intermediate_size", moe.intermediate_size}, {"layers", model::routed_expert_layers(c)}};
+    }
     fmt::print("{}\n", dump_json(out, 2));
     return;
   }
@@ -83,15 +96,15 @@ void write_hidden(const std::string& dir, const std::string& text, const std::st
     std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
     return safetensors::TensorData{name, safetensors::DType::kF32, shape, t.data_ptr<float>(), static_cast<size_t>(t.nbytes())};
   };
-  safetensors::write_file(output,
-                          {{"input_ids", safetensors::DType::kI64, {static_cast<int64_t>(ids64.size())}, ids64.data(),
-                            ids64.size() * sizeof(int64_t)},
-                           tensor("embeddings", states.embeddings), tensor("layers", states.layers),
-                           tensor("final_norm", states.final_norm)},
+  std::vector<safetensors::TensorData> tensors = {
+      {"input_ids", safetensors::DType::kI64, {static_cast<int64_t>(ids64.size())}, ids64.data(), ids64.size() * sizeof(int64_t)},
+      tensor("embeddings", states.embeddings), tensor("layers", states.layers), tensor("final_norm", states.final_norm)};
+  if (states.router_logits.defined()) tensors.push_back(tensor("router_logits", states.router_logits));
+  safetensors::write_file(output, tensors,
                           {{"model", dir}, {"text", text}, {"dtype", device::dtype_name(target.dtype_choice.dtype)}});
-  fmt::print("wrote {}: input_ids [{}], embeddings [{}, {}], layers [{}, {}, {}], final_norm [{}, {}]\n", output,
-             ids.size(), ids.size(), m.config().hidden_size, states.layers.size(0), ids.size(), m.config().hidden_size,
-             ids.size(), m.config().hidden_size);
+  std::vector<std::string> shapes;
+  for (const safetensors::TensorData& t : tensors) shapes.push_back(fmt::format("{} [{}]", t.name, fmt::join(t.shape, ", ")));
+  fmt::print("wrote {}: {}\n", output, fmt::join(shapes, ", "));
 }
 
 void tokenize(const std::string& path, const std::string& text, const std::string& input, const std::string& output,
@@ -136,7 +149,9 @@ int main(int argc, char** argv) {
   CLI::App* hidden = tool.app.add_subcommand("hidden", "Write a text's hidden states (every layer) to a safetensors file");
   add_model_options(*hidden, model_dir, "Checkpoint")->required();
   hidden->add_option("--text", text, "Text to run (tokenized with special tokens, as transformers does)")->required();
-  hidden->add_option("--output", output, "Output .safetensors: input_ids, embeddings, layers, final_norm")->required();
+  hidden->add_option("--output", output,
+                     "Output .safetensors: input_ids, embeddings, layers, final_norm (and router_logits for MoE models)")
+      ->required();
   hidden->add_flag("--overwrite", overwrite, "Replace an existing --output");
   add_device_options(*hidden, device_request, dtype_request);
 

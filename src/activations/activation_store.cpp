@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <functional>
 #include <regex>
+#include <type_traits>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -150,6 +151,31 @@ SplitLayout read_split_layout(hid_t group, const std::string& where) {
   return layout;
 }
 
+template <typename T>
+hid_t memory_type() {
+  return std::is_same_v<T, float> ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT32;
+}
+
+// A group's dataset of rows [N, width], setting data.rows and data.hidden (every such dataset of a group must
+// agree on them).
+template <typename T>
+std::vector<T> read_rows_dataset(hid_t group, const char* name, const std::string& where, SplitData& data) {
+  auto dataset = hdf5::open_dataset(group, name);
+  if (!dataset) fail("{}: missing dataset '{}'", where, name);
+  std::vector<hsize_t> dims = hdf5::dataset_dims(dataset->get());
+  if (dims.size() != 2) fail("{}/{}: expected 2 dimensions [N, width], found {}", where, name, dims.size());
+  const auto rows = static_cast<int64_t>(dims[0]), width = static_cast<int64_t>(dims[1]);
+  if (data.hidden > 0 && (rows != data.rows || width != data.hidden)) {
+    fail("{}/{}: [{}, {}] rows, but the group's other dataset has [{}, {}]", where, name, rows, width, data.rows,
+         data.hidden);
+  }
+  data.rows = rows;
+  data.hidden = width;
+  std::vector<T> values(hdf5::stored_element_count(dataset->get(), where + "/" + name));
+  hdf5::read_rows(dataset->get(), memory_type<T>(), 0, dims[0], values.data());
+  return values;
+}
+
 hdf5::Handle open_split(hid_t file, Split split, const std::string& path) {
   auto group = hdf5::open_group(file, split_name(split));
   if (!group) fail("{}: missing group '{}' (expected groups train, val and test)", path, split_name(split));
@@ -160,14 +186,17 @@ SplitData read_split(hid_t file, Split split, const FileAttributes& attributes, 
   std::string where = fmt::format("{}: group '{}'", path, split_name(split));
   hdf5::Handle group = open_split(file, split, path);
   SplitData data;
-  auto activations = hdf5::open_dataset(group.get(), "activations");
-  if (!activations) fail("{}: missing dataset 'activations'", where);
-  std::vector<hsize_t> dims = hdf5::dataset_dims(activations->get());
-  if (dims.size() != 2) fail("{}/activations: expected 2 dimensions [N, hidden], found {}", where, dims.size());
-  data.rows = static_cast<int64_t>(dims[0]);
-  data.hidden = static_cast<int64_t>(dims[1]);
-  data.activations.resize(hdf5::stored_element_count(activations->get(), where + "/activations"));
-  hdf5::read_rows(activations->get(), H5T_NATIVE_FLOAT, 0, dims[0], data.activations.data());
+  if (attributes.holds_expert_choices()) {
+    data.expert_ids = read_rows_dataset<int32_t>(group.get(), "expert_ids", where, data);
+    data.expert_weights = read_rows_dataset<float>(group.get(), "expert_weights", where, data);
+    auto negative = std::find_if(data.expert_ids.begin(), data.expert_ids.end(), [](int32_t id) { return id < 0; });
+    if (negative != data.expert_ids.end()) {
+      fail("{}/expert_ids: negative expert id {} at row {}", where, *negative,
+           (negative - data.expert_ids.begin()) / std::max<int64_t>(1, data.hidden));
+    }
+  } else {
+    data.activations = read_rows_dataset<float>(group.get(), "activations", where, data);
+  }
   SplitLayout layout = read_split_layout(group.get(), where);
   data.labels = std::move(layout.labels);
   data.example_index = std::move(layout.example_index);
@@ -331,9 +360,28 @@ std::array<SplitLayout, 3> read_layouts(const std::string& path) {
 void read_activation_rows(const std::string& path, Split split, int64_t row, int64_t rows, float* out) {
   hdf5::Handle file = hdf5::open_file(path, false);
   hdf5::Handle group = open_split(file.get(), split, path);
-  auto activations = hdf5::open_dataset(group.get(), "activations");
-  if (!activations) fail("{}: missing dataset '{}/activations'", path, split_name(split));
-  hdf5::read_rows(activations->get(), H5T_NATIVE_FLOAT, static_cast<hsize_t>(row), static_cast<hsize_t>(rows), out);
+  auto open = [&](const char* name) {
+    auto dataset = hdf5::open_dataset(group.get(), name);
+    if (!dataset) fail("{}: missing dataset '{}/{}'", path, split_name(split), name);
+    return std::move(*dataset);
+  };
+  const FileAttributes attributes = load_attributes(file.get(), path);
+  if (!attributes.holds_expert_choices()) {
+    hdf5::read_rows(open("activations").get(), H5T_NATIVE_FLOAT, static_cast<hsize_t>(row), static_cast<hsize_t>(rows), out);
+    return;
+  }
+  const int64_t k = attributes.hidden_size;
+  std::vector<int32_t> ids(static_cast<size_t>(rows * k));
+  std::vector<float> weights(static_cast<size_t>(rows * k));
+  hdf5::read_rows(open("expert_ids").get(), H5T_NATIVE_INT32, static_cast<hsize_t>(row), static_cast<hsize_t>(rows), ids.data());
+  hdf5::read_rows(open("expert_weights").get(), H5T_NATIVE_FLOAT, static_cast<hsize_t>(row), static_cast<hsize_t>(rows),
+                  weights.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < k; ++j) {
+      out[r * 2 * k + j] = static_cast<float>(ids[static_cast<size_t>(r * k + j)]);
+      out[r * 2 * k + k + j] = weights[static_cast<size_t>(r * k + j)];
+    }
+  }
 }
 
 std::string partial_path_for(const std::string& final_path) { return final_path + ".partial"; }
@@ -360,6 +408,32 @@ void copy_int_dataset(hid_t from, hid_t to, const std::string& name) {
   }
 }
 
+// The datasets of rows [N, width] a group may hold: float32, or int32 expert ids.
+struct RowDataset {
+  const char* name;
+  bool integer;
+
+  // HDF5's type ids are only valid once the library has started: looked up when used.
+  hid_t file_type() const { return integer ? H5T_STD_I32LE : H5T_IEEE_F32LE; }
+  hid_t memory_type() const { return integer ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT; }
+};
+constexpr RowDataset kRowDatasets[] = {{"activations", false}, {"expert_ids", true}, {"expert_weights", false}};
+
+void copy_rows_compressed(hid_t from, hid_t to, const RowDataset& rows_dataset) {
+  auto source = hdf5::open_dataset(from, rows_dataset.name);
+  std::vector<hsize_t> dims = hdf5::dataset_dims(source->get());
+  hdf5::Handle copy = hdf5::create_dataset(to, rows_dataset.name, rows_dataset.file_type(), dims,
+                                           {row_chunk(static_cast<int64_t>(dims[0]), static_cast<int64_t>(dims[1])), true});
+  constexpr hsize_t kBlockRows = 4096;
+  std::vector<uint32_t> block;  // 4-byte values of either type
+  for (hsize_t row = 0; row < dims[0]; row += kBlockRows) {
+    hsize_t rows = std::min(kBlockRows, dims[0] - row);
+    block.resize(rows * dims[1]);
+    hdf5::read_rows(source->get(), rows_dataset.memory_type(), row, rows, block.data());
+    hdf5::write_rows(copy.get(), rows_dataset.memory_type(), row, rows, block.data());
+  }
+}
+
 // Writes a compressed copy of a finished partial file: partial files are never compressed, because writing
 // compressed chunks changes the file's metadata and a killed process could leave it unreadable.
 void write_compressed_copy(const std::string& source, const std::string& target) {
@@ -371,18 +445,8 @@ void write_compressed_copy(const std::string& source, const std::string& target)
     auto from = hdf5::open_group(in.get(), split_name(split));
     if (!from) fail("{}: missing group '{}'", source, split_name(split));
     hdf5::Handle to = hdf5::create_group(out.get(), split_name(split));
-    auto activations = hdf5::open_dataset(from->get(), "activations");
-    if (!activations) fail("{}: missing dataset '{}/activations'", source, split_name(split));
-    std::vector<hsize_t> dims = hdf5::dataset_dims(activations->get());
-    hdf5::Handle copy = hdf5::create_dataset(to.get(), "activations", H5T_IEEE_F32LE, dims,
-                                             {row_chunk(static_cast<int64_t>(dims[0]), static_cast<int64_t>(dims[1])), true});
-    constexpr hsize_t kBlockRows = 4096;
-    std::vector<float> block;
-    for (hsize_t row = 0; row < dims[0]; row += kBlockRows) {
-      hsize_t rows = std::min(kBlockRows, dims[0] - row);
-      block.resize(rows * dims[1]);
-      hdf5::read_rows(activations->get(), H5T_NATIVE_FLOAT, row, rows, block.data());
-      hdf5::write_rows(copy.get(), H5T_NATIVE_FLOAT, row, rows, block.data());
+    for (const RowDataset& rows : kRowDatasets) {
+      if (hdf5::exists(from->get(), rows.name)) copy_rows_compressed(from->get(), to.get(), rows);
     }
     for (const char* name : {"labels", "example_index", "offsets", "token_ids"}) copy_int_dataset(from->get(), to.get(), name);
     if (auto metadata = hdf5::open_group(from->get(), "metadata")) {
@@ -399,16 +463,16 @@ void write_compressed_copy(const std::string& source, const std::string& target)
 
 }  // namespace
 
-ActivationWriter::ActivationWriter(std::string final_path, hdf5::Handle file, int64_t hidden)
+ActivationWriter::ActivationWriter(std::string final_path, hdf5::Handle file, const FileAttributes& attributes)
     : final_path_(std::move(final_path)), partial_path_(partial_path_for(final_path_)), file_(std::move(file)),
-      hidden_(hidden) {}
+      hidden_(attributes.hidden_size), expert_choices_(attributes.holds_expert_choices()) {}
 
 ActivationWriter ActivationWriter::create(const std::string& final_path, const FileAttributes& attributes,
                                           const std::array<SplitLayout, 3>& layouts, bool gzip) {
   std::string partial = partial_path_for(final_path);
   std::remove(progress_path_for(partial).c_str());
   try {
-    ActivationWriter writer(final_path, hdf5::create_file(partial), attributes.hidden_size);
+    ActivationWriter writer(final_path, hdf5::create_file(partial), attributes);
     hid_t file = writer.file_.get();
     write_attributes(file, attributes);
     hdf5::set_attribute(file, kCompleteAttribute, int64_t{0});
@@ -417,8 +481,11 @@ ActivationWriter ActivationWriter::create(const std::string& final_path, const F
       const SplitLayout& layout = layouts[static_cast<size_t>(split)];
       hdf5::Handle group = hdf5::create_group(file, split_name(split));
       std::vector<hsize_t> dims = {static_cast<hsize_t>(layout.rows()), static_cast<hsize_t>(attributes.hidden_size)};
-      hdf5::create_dataset(group.get(), "activations", H5T_IEEE_F32LE, dims,
-                           {row_chunk(layout.rows(), attributes.hidden_size), false, true});
+      for (const RowDataset& rows : kRowDatasets) {
+        if ((std::string(rows.name) == "activations") == attributes.holds_expert_choices()) continue;
+        hdf5::create_dataset(group.get(), rows.name, rows.file_type(), dims,
+                             {row_chunk(layout.rows(), attributes.hidden_size), false, true});
+      }
       write_int_dataset(group.get(), "labels", layout.labels, false);
       write_int_dataset(group.get(), "example_index", layout.example_index, false);
       if (!layout.offsets.empty()) {
@@ -446,7 +513,7 @@ ActivationWriter ActivationWriter::resume(const std::string& final_path, const F
   if (!difference.empty()) {
     fail("{}: cannot resume: the partial file {} (use --overwrite to start again)", partial, difference);
   }
-  ActivationWriter writer(final_path, std::move(file), attributes.hidden_size);
+  ActivationWriter writer(final_path, std::move(file), attributes);
   writer.examples_done_ = read_progress(partial);
   writer.open_datasets();
   return writer;
@@ -456,16 +523,38 @@ void ActivationWriter::open_datasets() {
   for (Split split : kSplits) {
     auto group = hdf5::open_group(file_.get(), split_name(split));
     if (!group) fail("{}: missing group '{}'", partial_path_, split_name(split));
-    auto dataset = hdf5::open_dataset(group->get(), "activations");
-    if (!dataset) fail("{}: missing dataset '{}/activations'", partial_path_, split_name(split));
-    activation_datasets_[static_cast<size_t>(split)] = std::move(*dataset);
+    auto open = [&](const char* name) {
+      auto dataset = hdf5::open_dataset(group->get(), name);
+      if (!dataset) fail("{}: missing dataset '{}/{}'", partial_path_, split_name(split), name);
+      return std::move(*dataset);
+    };
+    const auto s = static_cast<size_t>(split);
+    activation_datasets_[s] = open(expert_choices_ ? "expert_weights" : "activations");
+    if (expert_choices_) expert_id_datasets_[s] = open("expert_ids");
   }
 }
 
 void ActivationWriter::write_rows(Split split, int64_t row, int64_t rows, const float* data) {
+  const auto s = static_cast<size_t>(split);
   try {
-    hdf5::write_rows(activation_datasets_[static_cast<size_t>(split)].get(), H5T_NATIVE_FLOAT, static_cast<hsize_t>(row),
-                     static_cast<hsize_t>(rows), data);
+    if (!expert_choices_) {
+      hdf5::write_rows(activation_datasets_[s].get(), H5T_NATIVE_FLOAT, static_cast<hsize_t>(row),
+                       static_cast<hsize_t>(rows), data);
+      return;
+    }
+    // Each row is the k ids, then the k weights.
+    std::vector<int32_t> ids(static_cast<size_t>(rows * hidden_));
+    std::vector<float> weights(ids.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < hidden_; ++j) {
+        ids[static_cast<size_t>(r * hidden_ + j)] = static_cast<int32_t>(data[r * 2 * hidden_ + j]);
+        weights[static_cast<size_t>(r * hidden_ + j)] = data[r * 2 * hidden_ + hidden_ + j];
+      }
+    }
+    hdf5::write_rows(expert_id_datasets_[s].get(), H5T_NATIVE_INT32, static_cast<hsize_t>(row), static_cast<hsize_t>(rows),
+                     ids.data());
+    hdf5::write_rows(activation_datasets_[s].get(), H5T_NATIVE_FLOAT, static_cast<hsize_t>(row),
+                     static_cast<hsize_t>(rows), weights.data());
   } catch (const std::exception&) {
     rethrow_with_context(fmt::format("{}: writing {} rows of group '{}'", partial_path_, rows, split_name(split)));
   }
@@ -492,6 +581,7 @@ bool has_progress_record(const std::string& final_path) {
 void ActivationWriter::finish() {
   bool gzip = hdf5::get_string_attribute(file_.get(), "compression").value_or("none") == "gzip";
   activation_datasets_ = {};
+  expert_id_datasets_ = {};
   if (gzip) {
     hdf5::flush(file_.get());
     file_.reset();

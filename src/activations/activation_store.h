@@ -2,7 +2,8 @@
 // `layer_{L}_activations.h5`, in the reference's layout (groups train/val/test with `activations` float32
 // [N, H] and `labels` int64 [N], readable by its h5py loader unchanged) plus our extensions: `example_index`
 // (the example's 0-based line in the dataset), per-token `offsets`/`token_ids` for position "all", optional
-// metadata columns, and root attributes describing how the file was made.
+// metadata columns, and root attributes describing how the file was made. A file of site "experts" holds the
+// experts a router chose instead of activations: `expert_ids` int32 [N, k] and `expert_weights` float32 [N, k].
 //
 // Writing is crash-safe: a file is written as `<name>.partial` whose layout is fixed at creation (every chunk
 // allocated, so later writes touch raw data only), `<name>.partial.progress` records how many examples are on
@@ -32,7 +33,7 @@ struct FileAttributes {
   std::vector<int64_t> layers;  // every layer captured in the run
   int64_t layer = -1;           // the layer this file holds
   std::vector<std::string> label_names;
-  int64_t hidden_size = 0;
+  int64_t hidden_size = 0;  // a row's width: the hidden size; experts for site "router"; k for site "experts"
   std::string site = "resid_post";
   std::string position = "last";
   std::string prompt_suffix;
@@ -56,13 +57,20 @@ struct FileAttributes {
   /// The first attribute of the identity in which a file `made` with other settings differs from these,
   /// as "made with X but this run has Y"; empty when they agree.
   std::string identity_difference(const FileAttributes& made) const;
+  /// Whether the file holds expert choices (site "experts") rather than activations.
+  bool holds_expert_choices() const { return site == "experts"; }
+  /// Floats per row as ActivationWriter::write_rows takes rows and read_activation_rows gives them:
+  /// hidden_size, or for expert choices the k ids (exact in fp32) followed by the k weights.
+  int64_t row_width() const { return holds_expert_choices() ? 2 * hidden_size : hidden_size; }
 };
 
 /// One group of a file, fully loaded.
 struct SplitData {
   int64_t rows = 0;  // rows of `activations`: examples, or tokens for position "all"
   int64_t hidden = 0;
-  std::vector<float> activations;       // [rows, hidden], row-major
+  std::vector<float> activations;       // [rows, hidden], row-major; empty for expert choices
+  std::vector<int32_t> expert_ids;      // site "experts": [rows, k], most probable first
+  std::vector<float> expert_weights;    // site "experts": [rows, k]
   std::vector<int64_t> labels;          // [examples]
   std::vector<int64_t> example_index;   // [examples]; empty in reference files
   std::vector<int64_t> offsets;         // [examples + 1]; position "all" only
@@ -120,7 +128,7 @@ class ActivationWriter {
 
   /// Examples of the run (train, then val, then test) whose activations are on disk.
   int64_t examples_done() const { return examples_done_; }
-  /// Writes activation rows [row, row + rows) of a group.
+  /// Writes rows [row, row + rows) of a group, each FileAttributes::row_width() floats.
   void write_rows(Split split, int64_t row, int64_t rows, const float* data);
   /// Records that the first `examples_done` examples are complete and flushes them to disk.
   void commit(int64_t examples_done);
@@ -133,20 +141,22 @@ class ActivationWriter {
   const std::string& final_path() const { return final_path_; }
 
  private:
-  ActivationWriter(std::string final_path, hdf5::Handle file, int64_t hidden);
+  ActivationWriter(std::string final_path, hdf5::Handle file, const FileAttributes& attributes);
   void open_datasets();
 
   std::string final_path_, partial_path_;
   hdf5::Handle file_;
-  std::array<hdf5::Handle, 3> activation_datasets_;
+  std::array<hdf5::Handle, 3> activation_datasets_;  // expert_weights for expert choices
+  std::array<hdf5::Handle, 3> expert_id_datasets_;   // expert choices only
   int64_t hidden_ = 0;
+  bool expert_choices_ = false;
   int64_t examples_done_ = 0;
 };
 
 /// Reads a complete file's layouts: everything but the activations.
 std::array<SplitLayout, 3> read_layouts(const std::string& path);
 
-/// Reads activation rows [row, row + rows) of a group into `out` (rows x hidden floats).
+/// Reads rows [row, row + rows) of a group into `out` (rows x FileAttributes::row_width() floats).
 void read_activation_rows(const std::string& path, Split split, int64_t row, int64_t rows, float* out);
 
 /// Path of the partial file that belongs to a final path.

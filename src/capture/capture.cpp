@@ -48,6 +48,7 @@ struct CapturePlan {
   std::vector<int64_t> lengths;
   model::ModelConfig config;
   std::vector<int64_t> layers;
+  int64_t width = 0;  // values per row at the site (readout::site_width)
   int64_t leading_specials = 0;
 };
 
@@ -176,7 +177,8 @@ activations::FileAttributes file_attributes(const CaptureOptions& options, const
   attributes.model_fingerprint = model::Checkpoint::open(plan.model_dir).fingerprint();
   attributes.layers = plan.layers;
   attributes.label_names = plan.dataset.label_names;
-  attributes.hidden_size = plan.config.hidden_size;
+  // An experts row is k ids then k weights, which the file keeps as two [N, k] datasets.
+  attributes.hidden_size = options.site == readout::Site::kExperts ? plan.width / 2 : plan.width;
   attributes.site = readout::site_name(options.site);
   attributes.position = readout::position_name(options.position);
   attributes.prompt_suffix = options.prompt_suffix;
@@ -217,12 +219,14 @@ std::array<activations::SplitLayout, 3> make_layouts(const CapturePlan& plan, Po
   return layouts;
 }
 
-// Peak bytes per token of one layer's activations on a GPU: residual, norms, qkv, attention scores, MLP.
+// Peak bytes per token of one layer's activations on a GPU: residual, norms, qkv, attention scores, MLP, and
+// with routed experts the token's k copies through its experts and their fp32 sum.
 int64_t gpu_bytes_per_token(const model::ModelConfig& c, at::ScalarType dtype, int64_t longest, int64_t layer_count) {
   auto element = static_cast<int64_t>(c10::elementSize(dtype));
+  const model::RoutedExpertsSpec& moe = c.routed_experts;
   return element * (6 * c.hidden_size + 2 * (c.num_heads + 2 * c.num_kv_heads) * c.head_dim + 4 * c.intermediate_size +
-                    c.num_heads * longest) +
-         12 * c.hidden_size * (layer_count + 1);
+                    c.num_heads * longest + moe.top_k * (2 * c.hidden_size + 3 * moe.intermediate_size)) +
+         4 * (moe.experts + moe.top_k * c.hidden_size) + 12 * c.hidden_size * (layer_count + 1);
 }
 
 Batching choose_batching(const CaptureOptions& options, const model::TransformerModel& model,
@@ -250,7 +254,7 @@ Batching choose_batching(const CaptureOptions& options, const model::Transformer
     double mean_length = 0;
     for (int64_t length : plan.lengths) mean_length += static_cast<double>(length);
     mean_length /= static_cast<double>(plan.lengths.size());
-    double row_bytes = 4.0 * static_cast<double>(c.hidden_size * layer_count) * mean_length;
+    double row_bytes = 4.0 * static_cast<double>(plan.width * layer_count) * mean_length;
     b.window = std::clamp<int64_t>(static_cast<int64_t>((512.0 * (1 << 20)) / row_bytes), 1, options.window);
   }
   return b;
@@ -263,7 +267,7 @@ class BatchRunner {
   BatchRunner(const model::TransformerModel& model, readout::Request request, int64_t simulate_out_of_memory_above)
       : model_(model), request_(std::move(request)), simulate_out_of_memory_above_(simulate_out_of_memory_above) {}
 
-  /// Rows of a batch of run positions [rows, layers, hidden] in fp32 on the device.
+  /// Rows of a batch of run positions [rows, layers, width] in fp32 on the device.
   at::Tensor run(const std::vector<int64_t>& batch, const CapturePlan& plan, int64_t* retries) const {
     try {
       if (simulate_out_of_memory_above_ > 0 && static_cast<int64_t>(batch.size()) > simulate_out_of_memory_above_) {
@@ -293,9 +297,10 @@ class BatchRunner {
   int64_t simulate_out_of_memory_above_;
 };
 
-// Copies a batch's rows [rows, layers, hidden] into the window's per-layer buffers; returns the batch's tokens.
+// Copies a batch's rows [rows, layers, width] into the window's per-layer buffers; returns the batch's tokens.
 int64_t store_rows(WindowRows& window, const std::vector<int64_t>& batch, const at::Tensor& result,
-                   const CapturePlan& plan, Position position, int64_t hidden) {
+                   const CapturePlan& plan, Position position) {
+  const int64_t width = plan.width;
   const float* data = result.data_ptr<float>();
   const auto layer_count = static_cast<int64_t>(plan.layers.size());
   int64_t result_row = 0, tokens = 0;
@@ -304,8 +309,8 @@ int64_t store_rows(WindowRows& window, const std::vector<int64_t>& batch, const 
     int64_t target_row = window.row_start[static_cast<size_t>(p - window.begin)];
     for (int64_t r = 0; r < count; ++r) {
       for (int64_t l = 0; l < layer_count; ++l) {
-        std::memcpy(window.per_layer[static_cast<size_t>(l)].data() + (target_row + r) * hidden,
-                    data + ((result_row + r) * layer_count + l) * hidden, static_cast<size_t>(hidden) * sizeof(float));
+        std::memcpy(window.per_layer[static_cast<size_t>(l)].data() + (target_row + r) * width,
+                    data + ((result_row + r) * layer_count + l) * width, static_cast<size_t>(width) * sizeof(float));
       }
     }
     result_row += count;
@@ -341,7 +346,7 @@ std::shared_ptr<WindowRows> make_window(const CapturePlan& plan, int64_t begin, 
     window->row_start.push_back(rows);
     rows += position == Position::kAll ? plan.lengths[static_cast<size_t>(p)] : 1;
   }
-  window->per_layer.assign(plan.layers.size(), std::vector<float>(static_cast<size_t>(rows * plan.config.hidden_size)));
+  window->per_layer.assign(plan.layers.size(), std::vector<float>(static_cast<size_t>(rows * plan.width)));
   return window;
 }
 
@@ -364,7 +369,7 @@ class WindowLoop {
           make_window(plan_, begin, std::min(run_size, begin + batching.window), options_.position);
       compute_window(*window, batching, progress);
       writer.submit([&outputs, window, &layouts, this] {
-        write_window(outputs, *window, plan_.run, layouts, options_.position, plan_.config.hidden_size);
+        write_window(outputs, *window, plan_.run, layouts, options_.position, plan_.width);
       });
     }
     writer.wait();
@@ -387,7 +392,7 @@ class WindowLoop {
       for (size_t b = next_batch++; b < batches.size(); b = next_batch++) {
         at::Tensor result = runners_[replica].run(batches[b], plan_, &replica_retries).to(at::kCPU).contiguous();
         check_finite(result, batches[b], plan_, options_.position);
-        int64_t tokens = store_rows(window, batches[b], result, plan_, options_.position, plan_.config.hidden_size);
+        int64_t tokens = store_rows(window, batches[b], result, plan_, options_.position);
         std::lock_guard<std::mutex> lock(progress_mutex_);
         summary_.tokens += tokens;
         summary_.processed += static_cast<int64_t>(batches[b].size());
@@ -425,6 +430,8 @@ CaptureSummary run_capture(const CaptureOptions& options) {
   plan.model_revision = model.revision;
   plan.config = model::load_config(plan.model_dir);
   plan.layers = summary.layers = parse_layers(options.layers, plan.config.num_layers);
+  readout::check_site(options.site, options.position, plan.layers, plan.config);
+  plan.width = readout::site_width(options.site, plan.config);
 
   auto load_start = Clock::now();
   plan_prompts(options, plan, summary);

@@ -51,7 +51,9 @@ void add_output_flags(CLI::App& app, CaptureFlags& f) {
       ->delimiter(',');
   app.add_option("--position", f.position, "Rows per example: last token, mean or max over tokens, or all tokens")
       ->capture_default_str();
-  app.add_option("--site", f.site, "resid_post (layer output), resid_pre, resid_mid, attn_out or mlp_out")
+  app.add_option("--site", f.site,
+                 "resid_post (layer output), resid_pre, resid_mid, attn_out, mlp_out; on layers with routed experts "
+                 "router (the router's logits) or experts (the chosen expert ids and weights)")
       ->capture_default_str();
   app.add_option("--compression", f.compression, "gzip|none")->capture_default_str();
   app.add_flag("--resume", o.resume, "Continue an interrupted capture");

@@ -102,7 +102,7 @@ std::vector<std::string> merge_shards(const std::vector<std::string>& shard_dirs
     activations::FileAttributes attributes = shards[0].attributes;
     attributes.shard = "";
     activations::ActivationWriter writer = activations::ActivationWriter::create(path, attributes, merged, gzip);
-    const int64_t hidden = attributes.hidden_size;
+    const int64_t width = attributes.row_width();
     constexpr int64_t kBlockRows = 4096;
     std::vector<float> block;
     int64_t examples = 0;
@@ -112,7 +112,7 @@ std::vector<std::string> merge_shards(const std::vector<std::string>& shard_dirs
         int64_t rows = parts[s][static_cast<size_t>(split)].rows();
         for (int64_t at = 0; at < rows; at += kBlockRows) {
           int64_t count = std::min(kBlockRows, rows - at);
-          block.resize(static_cast<size_t>(count * hidden));
+          block.resize(static_cast<size_t>(count * width));
           activations::read_activation_rows(shards[s].path, split, at, count, block.data());
           writer.write_rows(split, row + at, count, block.data());
         }

@@ -40,7 +40,7 @@ std::vector<LayerOutput> open_outputs(const CaptureOptions& options, const std::
                                       const std::vector<int64_t>& layers, activations::FileAttributes attributes,
                                       const std::array<activations::SplitLayout, 3>& layouts, Batching* batching);
 
-/// Rows of one window, per layer, in run order: [layers][rows x hidden].
+/// Rows of one window, per layer, in run order: [layers][rows x width].
 struct WindowRows {
   int64_t begin = 0, end = 0;      // run positions
   std::vector<int64_t> row_start;  // per run position in the window: first row in the buffers
@@ -49,6 +49,6 @@ struct WindowRows {
 
 /// Writes a finished window into every open layer file and commits it.
 void write_window(std::vector<LayerOutput>& outputs, const WindowRows& window, const std::vector<RunItem>& run,
-                  const std::array<activations::SplitLayout, 3>& layouts, readout::Position position, int64_t hidden);
+                  const std::array<activations::SplitLayout, 3>& layouts, readout::Position position, int64_t width);
 
 }  // namespace probekit::capture

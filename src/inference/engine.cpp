@@ -1,8 +1,10 @@
 #include "inference/engine.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -63,22 +65,37 @@ void check_same_model(const probes::BinaryProbeSet& set, const std::string& dir,
   spdlog::warn("{}; running them anyway (--force)", message);
 }
 
-// Checks that the probes of `dir` fit the model and the layer they are run on.
-void check_fits(const probes::BinaryProbeSet& set, const std::string& dir, int64_t layer, const EngineOptions& options,
-                const model::ModelConfig& config) {
+// Checks that the probes of `dir`, trained on `site`, fit the model and the layer they are run on.
+void check_fits(const probes::BinaryProbeSet& set, const std::string& dir, int64_t layer, readout::Site site,
+                const EngineOptions& options, const model::ModelConfig& config) {
   if (set.layer() < 0 && options.layer < 0) {
     fail_input("{}: the probes do not record the layer they were trained on; pass --layer", dir);
   }
   if (set.layer() >= 0 && set.layer() != layer) {
     spdlog::warn("{}: probes trained on layer {} are run on layer {} (--layer)", dir, set.layer(), layer);
   }
-  if (set.shape().input_dim != config.hidden_size) {
-    fail_input("{}: the probes take {} inputs but the model in {} has hidden size {} (probes of another model?)", dir,
-               set.shape().input_dim, options.model_dir, config.hidden_size);
-  }
   if (layer >= config.num_layers) {
     fail_input("{}: probes of layer {}, but the model in {} has {} layers (0 to {})", dir, layer, options.model_dir,
                config.num_layers, config.num_layers - 1);
+  }
+  if (site == readout::Site::kExperts) fail_input("{}: probes of site 'experts' (expert ids) cannot be run", dir);
+  if (site != readout::Site::kRouter) {
+    if (set.shape().input_dim != config.hidden_size) {
+      fail_input("{}: the probes take {} inputs but the model in {} has hidden size {} (probes of another model?)", dir,
+                 set.shape().input_dim, options.model_dir, config.hidden_size);
+    }
+    return;
+  }
+  const std::vector<int64_t> routed = model::routed_expert_layers(config);
+  if (std::find(routed.begin(), routed.end(), layer) == routed.end()) {
+    fail_input("{}: the probes read the router of layer {}, but that layer of the model in {} has none (layers with a "
+               "router: {})",
+               dir, layer, options.model_dir, routed.empty() ? "none" : fmt::format("{}", fmt::join(routed, ",")));
+  }
+  if (set.shape().input_dim != config.routed_experts.experts) {
+    fail_input("{}: the probes take {} inputs but the routers of the model in {} score {} experts (probes of another "
+               "model?)",
+               dir, set.shape().input_dim, options.model_dir, config.routed_experts.experts);
   }
 }
 
@@ -157,9 +174,9 @@ void Engine::load_probes(const model::ModelConfig& config, const std::string& fi
     auto found = catalog_.layer_dirs.find(layer);
     std::string dir = found != catalog_.layer_dirs.end() ? found->second : catalog_.layer_dirs.begin()->second;
     probes::BinaryProbeSet set = probes::BinaryProbeSet::load(dir, target_.device, at::kFloat);
-    check_fits(set, dir, layer, options_, config);
-    check_same_model(set, dir, options_, fingerprint);
     ProbeRecipe here = ProbeRecipe::of(set);
+    check_fits(set, dir, layer, here.site, options_, config);
+    check_same_model(set, dir, options_, fingerprint);
     if (!recipe) {
       if (here.position == readout::Position::kAll) {
         fail_input("{}: probes trained on every token (position all) score one row per token; they are not "

@@ -50,12 +50,20 @@ T ConfigReader::convert(const Json& value, const char* key) const {
   } else if constexpr (std::is_same_v<T, std::string>) {
     if (!value.is_string()) fail("{} must be a string", where(key));
     return value.get<std::string>();
-  } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
-    if (!value.is_array()) fail("{} must be a list of strings", where(key));
-    std::vector<std::string> out;
+  } else if constexpr (std::is_same_v<T, std::vector<std::string>> || std::is_same_v<T, std::vector<double>> ||
+                       std::is_same_v<T, std::vector<int64_t>>) {
+    using Item = typename T::value_type;
+    const char* expected = std::is_same_v<Item, std::string> ? "a list of strings"
+                           : std::is_same_v<Item, double>    ? "a list of numbers"
+                                                             : "a list of integers";
+    if (!value.is_array()) fail("{} must be {}", where(key), expected);
+    T out;
     for (const Json& item : value) {
-      if (!item.is_string()) fail("{} must be a list of strings", where(key));
-      out.push_back(item.get<std::string>());
+      bool fits = std::is_same_v<Item, std::string> ? item.is_string()
+                  : std::is_same_v<Item, double>    ? item.is_number()
+                                                    : item.is_number_integer();
+      if (!fits) fail("{} must be {}", where(key), expected);
+      out.push_back(item.get<Item>());
     }
     return out;
   } else {
@@ -71,12 +79,30 @@ template Field<int64_t> ConfigReader::read<int64_t>(const char*) const;
 template Field<double> ConfigReader::read<double>(const char*) const;
 template Field<std::string> ConfigReader::read<std::string>(const char*) const;
 template Field<std::vector<std::string>> ConfigReader::read<std::vector<std::string>>(const char*) const;
+template Field<std::vector<double>> ConfigReader::read<std::vector<double>>(const char*) const;
+template Field<std::vector<int64_t>> ConfigReader::read<std::vector<int64_t>>(const char*) const;
 template Field<ConfigReader> ConfigReader::read<ConfigReader>(const char*) const;
 
 bool RopeSpec::operator==(const RopeSpec& o) const {
   return type == o.type && theta == o.theta && factor == o.factor && low_freq_factor == o.low_freq_factor &&
          high_freq_factor == o.high_freq_factor &&
-         original_max_position_embeddings == o.original_max_position_embeddings && rotary_dim == o.rotary_dim;
+         original_max_position_embeddings == o.original_max_position_embeddings && rotary_dim == o.rotary_dim &&
+         short_factors == o.short_factors && long_factors == o.long_factors && attention_factor == o.attention_factor;
+}
+
+std::vector<int64_t> routed_expert_layers(const ModelConfig& config) {
+  std::vector<int64_t> layers;
+  for (size_t i = 0; i < config.layers.size(); ++i) {
+    if (config.layers[i].feed_forward == FeedForward::kRoutedExperts) layers.push_back(static_cast<int64_t>(i));
+  }
+  return layers;
+}
+
+int64_t longest_short_rope_sequence(const ModelConfig& config) {
+  for (const LayerSpec& layer : config.layers) {
+    if (layer.rope.type == RopeType::kLongRope) return layer.rope.original_max_position_embeddings;
+  }
+  return 0;
 }
 
 std::string activation_name(Activation activation) {

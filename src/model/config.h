@@ -32,8 +32,9 @@ class ConfigReader {
   /// `key_path` is put before the keys named in errors ("rope_scaling." for the keys inside rope_scaling).
   ConfigReader(const Json& object, std::string source, std::string key_path = "");
 
-  /// Reads `key` as T: bool, int64_t (4096.0 accepted), double, std::string, std::vector<std::string>, or
-  /// ConfigReader for a nested object (whose errors name its keys as "key.inner").
+  /// Reads `key` as T: bool, int64_t (4096.0 accepted), double, std::string, std::vector<std::string>,
+  /// std::vector<double>, std::vector<int64_t>, or ConfigReader for a nested object (whose errors name its keys
+  /// as "key.inner").
   template <typename T>
   Field<T> read(const char* key) const;
   /// Whether the object has `key`, null or not.
@@ -55,7 +56,12 @@ class ConfigReader {
 };
 
 enum class NormKind { kRmsNorm, kLayerNorm };
-enum class RopeType { kNone, kDefault, kLinear, kLlama3 };
+enum class RopeType { kNone, kDefault, kLinear, kLlama3, kLongRope };
+/// RMSNorm on queries and keys before the rotary embedding: per head (Qwen 3, Gemma 3), or over the whole
+/// projection of all heads at once (OLMo 2).
+enum class QkNorm { kNone, kPerHead, kWholeProjection };
+/// A layer's feed-forward: one dense MLP, or experts a router picks from for each token.
+enum class FeedForward { kDenseMlp, kRoutedExperts };
 
 /// How rotary position embeddings are computed for one layer.
 struct RopeSpec {
@@ -65,7 +71,12 @@ struct RopeSpec {
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int64_t original_max_position_embeddings = 8192;
-  int64_t rotary_dim = 0;  // leading dims of each head that rotate (partial rotary: GPT-NeoX)
+  int64_t rotary_dim = 0;  // leading dims of each head that rotate (partial rotary: GPT-NeoX, Phi-4-mini)
+  // longrope (Phi-3 128k, Phi-4-mini): each frequency is divided by its short factor in sequences of up to
+  // original_max_position_embeddings tokens and by its long factor in longer ones; cos and sin are scaled by
+  // attention_factor.
+  std::vector<double> short_factors, long_factors;
+  double attention_factor = 1.0;
 
   bool operator==(const RopeSpec& other) const;
 };
@@ -76,7 +87,8 @@ struct ArchFeatures {
   bool norm_adds_one = false;         // Gemma: x * (1 + w), computed in fp32
   Activation activation = Activation::kSilu;
   bool gated_mlp = true;              // down(act(gate(x)) * up(x)) vs down(act(fc(x)))
-  bool qk_norm = false;               // RMSNorm on each head's query and key (Qwen 3, Gemma 3)
+  bool input_norms = true;            // norms before attention and the MLP (OLMo 2 has none: only post-norms)
+  QkNorm qk_norm = QkNorm::kNone;
   bool attention_output_norm = false; // norm on the attention branch before the residual add (Gemma 2/3)
   bool mlp_output_norm = false;       // norm on the MLP branch before the residual add (Gemma 2/3)
   bool parallel_residual = false;     // x + attn(ln1(x)) + mlp(ln2(x)) (GPT-NeoX)
@@ -85,10 +97,20 @@ struct ArchFeatures {
   std::optional<double> attn_softcap; // tanh soft-capping of attention scores (Gemma 2)
 };
 
-/// Per-layer attention settings.
+/// Per-layer settings.
 struct LayerSpec {
   int64_t sliding_window = 0;  // 0: full causal attention
   RopeSpec rope;
+  FeedForward feed_forward = FeedForward::kDenseMlp;
+};
+
+/// The routed experts of the layers whose feed-forward is FeedForward::kRoutedExperts: a router's softmax over
+/// the experts picks the top_k of each token, whose outputs are summed with those probabilities as weights.
+struct RoutedExpertsSpec {
+  int64_t experts = 0, top_k = 0;
+  int64_t intermediate_size = 0;  // of each expert
+  bool normalize_top_k = false;   // the chosen probabilities rescaled to sum to 1 (Mixtral; Qwen's norm_topk_prob)
+  int64_t shared_expert_intermediate_size = 0;  // Qwen 2 MoE: a dense expert every token takes, gated; 0: none
 };
 
 /// The validated configuration every other part of the runtime uses.
@@ -101,8 +123,16 @@ struct ModelConfig {
   double attention_scale = 1.0;
   bool qkv_bias = false, output_bias = false, mlp_bias = false;
   ArchFeatures features;
+  RoutedExpertsSpec routed_experts;
   std::vector<LayerSpec> layers;
 };
+
+/// The layers whose feed-forward is routed experts (the layers with a router), ascending.
+std::vector<int64_t> routed_expert_layers(const ModelConfig& config);
+
+/// The longest sequence that a rope choosing its factors by the sequence's length (longrope) still computes
+/// with its short factors; 0 when no layer's rope depends on the length.
+int64_t longest_short_rope_sequence(const ModelConfig& config);
 
 /// Resolves config.json's JSON (read from `source`) with the family its model_type names: the family's
 /// defaults applied, then validated; throws std::runtime_error naming the file and the key.

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "common/error.h"
+#include "model/routed_experts.h"
 
 #ifdef PROBEKIT_WITH_CUDA
 #include "model/fused_ops.h"
@@ -80,8 +81,9 @@ bool fused_path(const at::Tensor& x, const ModelConfig& c) {
 #endif
 }
 
-// The input of a projection: x normalized, in `dtype`.
+// The input of a projection: x normalized, in `dtype`; x as it is where the layer has no such norm (OLMo 2).
 at::Tensor norm_to(const at::Tensor& x, const Norm& norm, const ModelConfig& c, at::ScalarType dtype) {
+  if (!norm.defined()) return x.to(dtype);
 #ifdef PROBEKIT_WITH_CUDA
   if (fused_path(x, c)) return fused::rms_norm(x, norm.weight, c.norm_eps, dtype);
 #endif
@@ -101,25 +103,31 @@ std::pair<at::Tensor, at::Tensor> add_branch(const at::Tensor& residual, const a
   return {sum, next_norm.defined() ? apply_norm(sum, next_norm, c, dtype) : at::Tensor()};
 }
 
-// Queries [B, heads, T, head_dim] and keys [B, kv_heads, T, head_dim] from the fused projection: per-head
-// norms (Qwen 3, Gemma 3) and rotary embedding applied.
-std::pair<at::Tensor, at::Tensor> queries_and_keys(const at::Tensor& qkv, const LayerWeights& w, const ModelConfig& c,
+// Queries [B, heads, T, head_dim] and keys [B, kv_heads, T, head_dim] from the fused projection: q/k norms
+// (per head: Qwen 3, Gemma 3; over the whole projection: OLMo 2) and rotary embedding applied.
+std::pair<at::Tensor, at::Tensor> queries_and_keys(at::Tensor qkv, const LayerWeights& w, const ModelConfig& c,
                                                    const LayerSpec& spec, AttentionContext& context,
                                                    at::ScalarType compute) {
   const int64_t batch = qkv.size(0), tokens = qkv.size(1);
   const int64_t q_out = c.num_heads * c.head_dim, kv_out = c.num_kv_heads * c.head_dim;
+  const bool per_head_norm = c.features.qk_norm == QkNorm::kPerHead;
+  if (c.features.qk_norm == QkNorm::kWholeProjection) {
+    qkv = at::cat({norm_to(qkv.narrow(-1, 0, q_out), w.q_norm, c, compute),
+                   norm_to(qkv.narrow(-1, q_out, kv_out), w.k_norm, c, compute), qkv.narrow(-1, q_out + kv_out, kv_out)},
+                  -1);
+  }
 #ifdef PROBEKIT_WITH_CUDA
   if (fused_path(qkv, c) && spec.rope.type != RopeType::kNone) {
     const auto& [cos, sin] = context.rotary(spec.rope);
     return fused::queries_and_keys(qkv, c.num_heads, c.num_kv_heads, c.head_dim,
-                                   c.features.qk_norm ? w.q_norm.weight : at::Tensor(),
-                                   c.features.qk_norm ? w.k_norm.weight : at::Tensor(), c.norm_eps, cos, sin,
+                                   per_head_norm ? w.q_norm.weight : at::Tensor(),
+                                   per_head_norm ? w.k_norm.weight : at::Tensor(), c.norm_eps, cos, sin,
                                    spec.rope.rotary_dim);
   }
 #endif
   at::Tensor q = qkv.narrow(-1, 0, q_out).view({batch, tokens, c.num_heads, c.head_dim});
   at::Tensor k = qkv.narrow(-1, q_out, kv_out).view({batch, tokens, c.num_kv_heads, c.head_dim});
-  if (c.features.qk_norm) {
+  if (per_head_norm) {
     q = apply_norm(q, w.q_norm, c, compute);
     k = apply_norm(k, w.k_norm, c, compute);
   }
@@ -133,23 +141,81 @@ std::pair<at::Tensor, at::Tensor> queries_and_keys(const at::Tensor& qkv, const 
   return {q, k};
 }
 
-at::Tensor mlp(const at::Tensor& x, const LayerWeights& w, const ModelConfig& c) {
-  at::Tensor h = linear(x, w.mlp_in);
-  if (!c.features.gated_mlp) return linear(activate(h, c.features.activation), w.mlp_out);
-#ifdef PROBEKIT_WITH_CUDA
-  if (fused_path(h, c)) return linear(fused::gated_activation(h, c.features.activation), w.mlp_out);
-#endif
-  std::vector<at::Tensor> gate_up = h.chunk(2, -1);
-  return linear(activate(gate_up[0], c.features.activation) * gate_up[1], w.mlp_out);
+// The hook of one layer: which names it wants, and handing them over.
+struct LayerHook {
+  const TensorHook* hook;
+  uint32_t sites;
+  int64_t layer;
+
+  bool wants(uint32_t site) const { return hook != nullptr && (sites & site) != 0; }
+  void emit(std::string_view name, const at::Tensor& t) const { (*hook)(name, layer, t); }
+};
+
+// The attention sub-block's output [B, T, hidden] (before any post-norm) for its input x_in (compute dtype).
+at::Tensor attention_branch(const at::Tensor& x_in, const LayerWeights& w, const ModelConfig& c, int64_t layer,
+                            AttentionContext& context, KvCache* record) {
+  const LayerSpec& spec = c.layers[static_cast<size_t>(layer)];
+  const int64_t batch = x_in.size(0), tokens = x_in.size(1);
+  const int64_t q_out = c.num_heads * c.head_dim, kv_out = c.num_kv_heads * c.head_dim;
+  at::Tensor qkv = linear(x_in, w.qkv);
+  auto [q, k] = queries_and_keys(qkv, w, c, spec, context, x_in.scalar_type());  // [B, heads, T, head_dim]
+  at::Tensor v = qkv.narrow(-1, q_out + kv_out, kv_out).view({batch, tokens, c.num_kv_heads, c.head_dim}).transpose(1, 2);
+  if (record != nullptr) {
+    record->keys.push_back(k);
+    record->values.push_back(v);
+  }
+  if (const KvCache* prefix = context.prefix()) {
+    const at::Tensor& prefix_keys = prefix->keys.at(static_cast<size_t>(layer));
+    const at::Tensor& prefix_values = prefix->values.at(static_cast<size_t>(layer));
+    k = at::cat({prefix_keys.expand({batch, -1, -1, -1}), k}, 2);
+    v = at::cat({prefix_values.expand({batch, -1, -1, -1}), v}, 2);
+  }
+  at::Tensor attended = attention(q, k, v, context.mask(spec.sliding_window), c.attention_scale, c.features.attn_softcap);
+  return linear(attended.transpose(1, 2).reshape({batch, tokens, q_out}), w.attention_output);
+}
+
+// The feed-forward sub-block's output [B, T, hidden] for its input x_in (compute dtype): the dense MLP, or the
+// routed experts, whose routing the hook is given when it asks.
+at::Tensor feed_forward(const at::Tensor& x_in, const LayerWeights& w, const ModelConfig& c, const LayerHook& hook) {
+  if (const auto* dense = std::get_if<DenseMlp>(&w.feed_forward)) return dense_mlp(x_in, *dense, c);
+  const auto& experts = std::get<RoutedExperts>(w.feed_forward);
+  const int64_t batch = x_in.size(0), tokens = x_in.size(1);
+  at::Tensor rows = x_in.reshape({batch * tokens, x_in.size(2)});
+  Routing routing = route_tokens(rows, experts, c.routed_experts);
+  if (hook.wants(kHookRouterLogits)) hook.emit("router_logits", routing.logits.view({batch, tokens, -1}));
+  if (hook.wants(kHookExperts)) {
+    hook.emit("expert_ids", routing.experts.view({batch, tokens, -1}));
+    hook.emit("expert_weights", routing.weights.view({batch, tokens, -1}));
+  }
+  return run_routed_experts(rows, routing, experts, c).view({batch, tokens, -1});
 }
 
 }  // namespace
 
-at::Tensor rotary_inverse_frequencies(const RopeSpec& rope, at::Device device) {
+at::Tensor dense_mlp(const at::Tensor& x, const DenseMlp& mlp, const ModelConfig& c) {
+  at::Tensor h = linear(x, mlp.in);
+  if (!c.features.gated_mlp) return linear(activate(h, c.features.activation), mlp.out);
+  return linear(gated_activation(h, c.features.activation), mlp.out);
+}
+
+at::Tensor gated_activation(const at::Tensor& gate_up, Activation activation) {
+#ifdef PROBEKIT_WITH_CUDA
+  if (gate_up.is_cuda()) return fused::gated_activation(gate_up, activation);
+#endif
+  std::vector<at::Tensor> halves = gate_up.chunk(2, -1);
+  return activate(halves[0], activation) * halves[1];
+}
+
+at::Tensor rotary_inverse_frequencies(const RopeSpec& rope, at::Device device, bool long_sequence) {
   auto options = at::TensorOptions().device(device);
   // transformers: 1 / base ** (arange(0, dim, 2) / dim), in fp32.
   at::Tensor exponents = at::arange(0, rope.rotary_dim, 2, options.dtype(at::kLong)).to(at::kFloat) /
                          static_cast<double>(rope.rotary_dim);
+  if (rope.type == RopeType::kLongRope) {
+    // transformers: 1 / (factors * base ** (arange(0, dim, 2) / dim)), the factors rounded to fp32 first.
+    const std::vector<double>& factors = long_sequence ? rope.long_factors : rope.short_factors;
+    return 1.0 / (at::tensor(factors, at::kDouble).to(options.dtype(at::kFloat)) * at::pow(rope.theta, exponents));
+  }
   at::Tensor inverse = 1.0 / at::pow(rope.theta, exponents);
   if (rope.type == RopeType::kLinear) return inverse / rope.factor;
   if (rope.type == RopeType::kLlama3) {
@@ -167,17 +233,32 @@ at::Tensor rotary_inverse_frequencies(const RopeSpec& rope, at::Device device) {
 }
 
 AttentionContext::AttentionContext(const ModelConfig& config, const at::Tensor& positions, const KvCache* prefix,
-                                   const at::Tensor& prefix_lengths)
-    : config_(config), positions_(positions), prefix_lengths_(prefix_lengths), prefix_(prefix) {}
+                                   const at::Tensor& prefix_lengths, const at::Tensor& sequence_lengths)
+    : config_(config), positions_(positions), prefix_lengths_(prefix_lengths), sequence_lengths_(sequence_lengths),
+      prefix_(prefix) {}
+
+at::Tensor AttentionContext::inverse_frequencies(const RopeSpec& rope) const {
+  if (rope.type != RopeType::kLongRope) return rotary_inverse_frequencies(rope, positions_.device());
+  // transformers picks the short or the long factors for a whole forward pass by its length; each row here
+  // chooses by its own, as it would run alone, so that batching never changes a row.
+  at::Tensor lengths = sequence_lengths_.defined() ? sequence_lengths_ : positions_.select(1, -1) + 1;
+  at::Tensor is_long = (lengths > rope.original_max_position_embeddings).view({-1, 1, 1});
+  return at::where(is_long, rotary_inverse_frequencies(rope, positions_.device(), true),
+                   rotary_inverse_frequencies(rope, positions_.device(), false));
+}
 
 const std::pair<at::Tensor, at::Tensor>& AttentionContext::rotary(const RopeSpec& rope) {
   for (const auto& entry : rotary_) {
     if (entry.first == rope) return entry.second;
   }
-  at::Tensor inverse = rotary_inverse_frequencies(rope, positions_.device());
-  at::Tensor frequencies = positions_.to(at::kFloat).unsqueeze(-1) * inverse;  // [B, T, rotary_dim / 2]
-  at::Tensor angles = at::cat({frequencies, frequencies}, -1).unsqueeze(1);   // [B, 1, T, rotary_dim]
-  rotary_.emplace_back(rope, std::make_pair(angles.cos(), angles.sin()));
+  at::Tensor frequencies = positions_.to(at::kFloat).unsqueeze(-1) * inverse_frequencies(rope);  // [B, T, rotary_dim / 2]
+  at::Tensor angles = at::cat({frequencies, frequencies}, -1).unsqueeze(1);  // [B, 1, T, rotary_dim]
+  at::Tensor cos = angles.cos(), sin = angles.sin();
+  if (rope.attention_factor != 1.0) {
+    cos = cos * rope.attention_factor;
+    sin = sin * rope.attention_factor;
+  }
+  rotary_.emplace_back(rope, std::make_pair(cos, sin));
   return rotary_.back().second;
 }
 
@@ -224,62 +305,47 @@ uint32_t hook_site(std::string_view name) {
   if (name == "mlp_out") return kHookMlpOut;
   if (name == "resid_post") return kHookResidPost;
   if (name == "final_norm") return kHookFinalNorm;
+  if (name == "router_logits") return kHookRouterLogits;
+  if (name == "expert_ids" || name == "expert_weights") return kHookExperts;
   return 0;
 }
 
 at::Tensor decoder_block(const at::Tensor& x, const LayerWeights& w, const ModelConfig& c, int64_t layer,
-                         AttentionContext& context, const TensorHook* hook, uint32_t hook_sites, KvCache* record) {
-  const ArchFeatures& features = c.features;
-  const LayerSpec& spec = c.layers[static_cast<size_t>(layer)];
+                         AttentionContext& context, const TensorHook* hook_function, uint32_t hook_sites,
+                         KvCache* record) {
   const at::ScalarType compute = w.qkv.weight.scalar_type();
-  const int64_t batch = x.size(0), tokens = x.size(1);
-  const int64_t q_out = c.num_heads * c.head_dim, kv_out = c.num_kv_heads * c.head_dim;
-  auto wants = [&](uint32_t site) { return hook != nullptr && (hook_sites & site) != 0; };
-  auto emit = [&](std::string_view name, const at::Tensor& t) { (*hook)(name, layer, t); };
-  if (wants(kHookResidPre)) emit("resid_pre", x);
+  const LayerHook hook{hook_function, hook_sites, layer};
+  if (hook.wants(kHookResidPre)) hook.emit("resid_pre", x);
 
-  at::Tensor qkv = linear(norm_to(x, w.attention_input_norm, c, compute), w.qkv);
-  auto [q, k] = queries_and_keys(qkv, w, c, spec, context, compute);  // [B, heads, T, head_dim]
-  at::Tensor v = qkv.narrow(-1, q_out + kv_out, kv_out).view({batch, tokens, c.num_kv_heads, c.head_dim}).transpose(1, 2);
-  if (record != nullptr) {
-    record->keys.push_back(k);
-    record->values.push_back(v);
-  }
-  if (const KvCache* prefix = context.prefix()) {
-    const at::Tensor& prefix_keys = prefix->keys.at(static_cast<size_t>(layer));
-    const at::Tensor& prefix_values = prefix->values.at(static_cast<size_t>(layer));
-    k = at::cat({prefix_keys.expand({batch, -1, -1, -1}), k}, 2);
-    v = at::cat({prefix_values.expand({batch, -1, -1, -1}), v}, 2);
-  }
-  at::Tensor attended = attention(q, k, v, context.mask(spec.sliding_window), c.attention_scale, features.attn_softcap);
-  at::Tensor attention_out = linear(attended.transpose(1, 2).reshape({batch, tokens, q_out}), w.attention_output);
-  // A branch's post-norm (Gemma 2/3) is applied inside the residual add, unless the hook wants the branch.
+  at::Tensor attention_out = attention_branch(norm_to(x, w.attention_input_norm, c, compute), w, c, layer, context, record);
+  // A branch's post-norm (Gemma 2/3, OLMo 2) is applied inside the residual add, unless the hook wants the branch.
   Norm attention_norm = w.attention_output_norm;
-  if (wants(kHookAttnOut)) {
+  if (hook.wants(kHookAttnOut)) {
     if (attention_norm.defined()) attention_out = norm_to(attention_out, attention_norm, c, at::kFloat);
     attention_norm = Norm{};
-    emit("attn_out", attention_out);
+    hook.emit("attn_out", attention_out);
   }
 
-  if (features.parallel_residual) {
-    at::Tensor mlp_out = mlp(norm_to(x, w.mlp_input_norm, c, compute), w, c);
-    if (wants(kHookMlpOut)) emit("mlp_out", mlp_out);
-    if (wants(kHookResidMid)) emit("resid_mid", x + attention_out);
+  if (c.features.parallel_residual) {
+    at::Tensor mlp_out = feed_forward(norm_to(x, w.mlp_input_norm, c, compute), w, c, hook);
+    if (hook.wants(kHookMlpOut)) hook.emit("mlp_out", mlp_out);
+    if (hook.wants(kHookResidMid)) hook.emit("resid_mid", x + attention_out);
     at::Tensor out = mlp_out.to(at::kFloat) + attention_out.to(at::kFloat) + x;  // transformers' order of the sum
-    if (wants(kHookResidPost)) emit("resid_post", out);
+    if (hook.wants(kHookResidPost)) hook.emit("resid_post", out);
     return out;
   }
   auto [middle, mlp_in] = add_branch(x, attention_out, attention_norm, w.mlp_input_norm, c, compute);
-  if (wants(kHookResidMid)) emit("resid_mid", middle);
-  at::Tensor mlp_out = mlp(mlp_in, w, c);
+  if (hook.wants(kHookResidMid)) hook.emit("resid_mid", middle);
+  if (!c.features.input_norms) mlp_in = middle.to(compute);
+  at::Tensor mlp_out = feed_forward(mlp_in, w, c, hook);
   Norm mlp_norm = w.mlp_output_norm;
-  if (wants(kHookMlpOut)) {
+  if (hook.wants(kHookMlpOut)) {
     if (mlp_norm.defined()) mlp_out = norm_to(mlp_out, mlp_norm, c, at::kFloat);
     mlp_norm = Norm{};
-    emit("mlp_out", mlp_out);
+    hook.emit("mlp_out", mlp_out);
   }
   at::Tensor out = add_branch(middle, mlp_out, mlp_norm, Norm{}, c, compute).first;
-  if (wants(kHookResidPost)) emit("resid_post", out);
+  if (hook.wants(kHookResidPost)) hook.emit("resid_post", out);
   return out;
 }
 

@@ -16,7 +16,9 @@
 namespace probekit::model {
 
 /// Called with named intermediate tensors of a forward pass: "embeddings" (layer -1), per layer "resid_pre",
-/// "attn_out", "resid_mid", "mlp_out", "resid_post", and "final_norm" (layer -1). Tensors are [B, T, hidden].
+/// "attn_out", "resid_mid", "mlp_out", "resid_post", and "final_norm" (layer -1), all [B, T, hidden]; and on the
+/// layers with routed experts "router_logits" [B, T, experts] (fp32, before the softmax), "expert_ids" [B, T, k]
+/// (int64, most probable first) and then "expert_weights" [B, T, k] (fp32).
 using TensorHook = std::function<void(std::string_view name, int64_t layer, const at::Tensor& tensor)>;
 
 /// Which of those names a hook is given, as a bit set. The fused GPU path adds the attention and MLP branches
@@ -30,7 +32,9 @@ enum HookSites : uint32_t {
   kHookMlpOut = 16,
   kHookResidPost = 32,
   kHookFinalNorm = 64,
-  kHookAll = 127,
+  kHookRouterLogits = 128,
+  kHookExperts = 256,  // "expert_ids" and "expert_weights"
+  kHookAll = 511,
 };
 
 /// The bit of a hook name ("resid_post" -> kHookResidPost); 0 for an unknown name.
@@ -46,8 +50,10 @@ class AttentionContext {
  public:
   /// `positions` [B, T]: absolute position of each token; `prefix` (optional): cached keys/values of positions
   /// [0, P) that batch item b may see up to `prefix_lengths[b]` (exclusive).
+  /// `sequence_lengths` [B] (optional): each row's length as a text run alone, by which a length-dependent rope
+  /// (longrope) chooses its factors; by default the row's last position + 1.
   AttentionContext(const ModelConfig& config, const at::Tensor& positions, const KvCache* prefix,
-                   const at::Tensor& prefix_lengths);
+                   const at::Tensor& prefix_lengths, const at::Tensor& sequence_lengths = {});
 
   /// Rotary cos/sin tables [B, 1, T, rotary_dim] in fp32 for a layer's rope (computed once per distinct rope).
   const std::pair<at::Tensor, at::Tensor>& rotary(const RopeSpec& rope);
@@ -59,19 +65,28 @@ class AttentionContext {
   const at::Tensor& positions() const { return positions_; }
 
  private:
+  /// The rope's inverse frequencies: [rotary_dim / 2], or [B, 1, rotary_dim / 2] when each row chooses its own.
+  at::Tensor inverse_frequencies(const RopeSpec& rope) const;
+
   const ModelConfig& config_;
-  at::Tensor positions_, prefix_lengths_;
+  at::Tensor positions_, prefix_lengths_, sequence_lengths_;
   const KvCache* prefix_;
   std::vector<std::pair<RopeSpec, std::pair<at::Tensor, at::Tensor>>> rotary_;
   std::map<int64_t, at::Tensor> masks_;
 };
 
-/// Inverse rotary frequencies [rotary_dim / 2] in fp32, with the rope's scaling applied as transformers does.
-at::Tensor rotary_inverse_frequencies(const RopeSpec& rope, at::Device device);
+/// Inverse rotary frequencies [rotary_dim / 2] in fp32, with the rope's scaling applied as transformers does
+/// (longrope: with its long factors when `long_sequence`, else its short ones).
+at::Tensor rotary_inverse_frequencies(const RopeSpec& rope, at::Device device, bool long_sequence = false);
 
 /// Applies a norm in the family's way (RMSNorm, Gemma's (1 + w) RMSNorm, or LayerNorm), in fp32, returning
 /// `output` dtype.
 at::Tensor apply_norm(const at::Tensor& x, const Norm& norm, const ModelConfig& config, at::ScalarType output);
+
+/// A dense MLP on x [..., hidden] in the compute dtype.
+at::Tensor dense_mlp(const at::Tensor& x, const DenseMlp& mlp, const ModelConfig& config);
+/// act(gate) * up of a gated MLP's fused projection [..., 2 * inner] -> [..., inner].
+at::Tensor gated_activation(const at::Tensor& gate_up, Activation activation);
 
 /// Runs decoder layer `layer` on the fp32 residual stream x [B, T, hidden]; gives `hook` the names in
 /// `hook_sites`; records keys/values into `record` when given.

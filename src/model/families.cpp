@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/error.h"
@@ -20,6 +21,11 @@ const std::vector<Family>& families() {
       {"gemma3", resolve_gemma3, load_gemma3_multimodal, gemma3_multimodal_tensor_layer},
       {"gpt2", resolve_gpt2, load_gpt2, gpt2_tensor_layer},
       {"gpt_neox", resolve_gpt_neox, load_gpt_neox, gpt_neox_tensor_layer},
+      {"mixtral", resolve_mixtral, load_mixtral, llama_style_tensor_layer},
+      {"qwen2_moe", resolve_qwen2_moe, load_qwen2_moe, llama_style_tensor_layer},
+      {"qwen3_moe", resolve_qwen3_moe, load_qwen3_moe, llama_style_tensor_layer},
+      {"phi3", resolve_phi3, load_phi3, llama_style_tensor_layer},
+      {"olmo2", resolve_olmo2, load_llama_style, llama_style_tensor_layer},
   };
   return all;
 }
@@ -35,6 +41,14 @@ namespace {
 
 void check_positive(int64_t value, const char* what, const std::string& source) {
   if (value <= 0) fail("{}: {} must be positive, got {}", source, what, value);
+}
+
+void check_routed_experts(const RoutedExpertsSpec& experts, const std::string& source) {
+  check_positive(experts.intermediate_size, "the experts' intermediate size", source);
+  if (experts.top_k < 1 || experts.top_k > experts.experts) {
+    fail("{}: num_experts_per_tok {} must be between 1 and the number of experts, {}", source, experts.top_k,
+         experts.experts);
+  }
 }
 
 }  // namespace
@@ -85,6 +99,7 @@ void validate_config(const ModelConfig& c, const std::string& source) {
   }
   if (!(c.norm_eps > 0) || !(c.attention_scale > 0)) fail("{}: norm epsilon and attention scale must be positive", source);
   if (c.features.learned_positions) check_positive(c.max_positions, "max_position_embeddings", source);
+  if (!routed_expert_layers(c).empty()) check_routed_experts(c.routed_experts, source);
   for (size_t i = 0; i < c.layers.size(); ++i) {
     const LayerSpec& layer = c.layers[i];
     if (layer.sliding_window < 0) fail("{}: sliding_window must not be negative", source);
@@ -123,6 +138,9 @@ Field<RawRope> read_rope(const ConfigReader& config_json, const char* key) {
   raw.high_freq_factor = keys.read<double>("high_freq_factor");
   raw.original_max_position_embeddings = keys.read<int64_t>("original_max_position_embeddings");
   raw.partial_rotary_factor = keys.read<double>("partial_rotary_factor");
+  raw.short_factor = keys.read<std::vector<double>>("short_factor");
+  raw.long_factor = keys.read<std::vector<double>>("long_factor");
+  raw.attention_factor = keys.read<double>("attention_factor");
   return rope;
 }
 
@@ -135,6 +153,37 @@ Field<RawRope> read_single_rope_parameters(const ConfigReader& config_json) {
   if (rope_parameters_per_layer_type(config_json)) return {};
   return read_rope(config_json, "rope_parameters");
 }
+
+namespace {
+
+// longrope as transformers 5 computes it: the pretrained context is the rope's original_max_position_embeddings,
+// or the config's (Phi-3 keeps it beside max_position_embeddings); without an explicit factor, the context's
+// growth max_position_embeddings / original sets the default attention factor.
+void resolve_longrope(const RawRope& r, const ConfigReader& config_json, const char* key, RopeSpec& spec) {
+  spec.type = RopeType::kLongRope;
+  if (!r.short_factor.value || !r.long_factor.value) {
+    fail("{} of rope_type 'longrope' needs 'short_factor' and 'long_factor'", config_json.where(key));
+  }
+  spec.short_factors = *r.short_factor.value;
+  spec.long_factors = *r.long_factor.value;
+  const auto frequencies = static_cast<size_t>(spec.rotary_dim / 2);
+  if (spec.short_factors.size() != frequencies || spec.long_factors.size() != frequencies) {
+    fail("{}: 'short_factor' has {} entries and 'long_factor' {}, but the rotary dimension {} has {} frequencies",
+         config_json.where(key), spec.short_factors.size(), spec.long_factors.size(), spec.rotary_dim, frequencies);
+  }
+  const Field<int64_t> max_positions = config_json.read<int64_t>("max_position_embeddings");
+  int64_t original = r.original_max_position_embeddings.value_or(
+      config_json.read<int64_t>("original_max_position_embeddings").value_or(max_positions.value_or(0)));
+  if (original <= 0) {
+    fail("{} of rope_type 'longrope' needs a positive 'original_max_position_embeddings'", config_json.where(key));
+  }
+  spec.original_max_position_embeddings = original;
+  spec.factor = r.factor.value_or(static_cast<double>(max_positions.value_or(original)) / static_cast<double>(original));
+  spec.attention_factor = r.attention_factor.value_or(
+      spec.factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(spec.factor) / std::log(static_cast<double>(original))));
+}
+
+}  // namespace
 
 RopeSpec make_rope(const Field<RawRope>& rope, double theta, int64_t rotary_dim, const ConfigReader& config_json,
                    const char* key) {
@@ -163,9 +212,11 @@ RopeSpec make_rope(const Field<RawRope>& rope, double theta, int64_t rotary_dim,
     if (spec.high_freq_factor == spec.low_freq_factor) {
       fail("{} has equal low_freq_factor and high_freq_factor", config_json.where(key));
     }
+  } else if (type == "longrope") {
+    resolve_longrope(r, config_json, key, spec);
   } else {
-    fail("{} has rope_type '{}', which is not supported (supported: default, linear, llama3)", config_json.where(key),
-         type);
+    fail("{} has rope_type '{}', which is not supported (supported: default, linear, llama3, longrope)",
+         config_json.where(key), type);
   }
   return spec;
 }
@@ -176,6 +227,21 @@ RopeSpec resolve_single_rope(const ConfigReader& config_json, double default_the
   Field<RawRope> parameters = read_single_rope_parameters(config_json);
   if (parameters.value) return make_rope(parameters, theta, rotary_dim, config_json, "rope_parameters");
   return make_rope(read_rope(config_json, "rope_scaling"), theta, rotary_dim, config_json, "rope_scaling");
+}
+
+double read_rotary_fraction(const ConfigReader& config_json, std::initializer_list<const char*> keys, double fallback) {
+  double fraction = fallback;
+  for (auto key = std::rbegin(keys); key != std::rend(keys); ++key) {
+    fraction = config_json.read<double>(*key).value_or(fraction);
+  }
+  Field<RawRope> parameters = read_single_rope_parameters(config_json);
+  if (parameters.value && parameters.value->partial_rotary_factor.value) {
+    fraction = *parameters.value->partial_rotary_factor.value;
+  }
+  if (!(fraction > 0 && fraction <= 1)) {
+    fail("{}: the rotary fraction {} must be in (0, 1]", config_json.source(), fraction);
+  }
+  return fraction;
 }
 
 std::vector<bool> sliding_from_layer_types(const ConfigReader& config_json, int64_t num_layers) {
@@ -194,6 +260,16 @@ std::vector<bool> sliding_from_layer_types(const ConfigReader& config_json, int6
     sliding.push_back(type == "sliding_attention");
   }
   return sliding;
+}
+
+void resolve_qwen_windows(const ConfigReader& config_json, ModelConfig& c) {
+  int64_t window = config_json.read<int64_t>("sliding_window").value_or(4096);
+  std::vector<bool> sliding = sliding_from_layer_types(config_json, c.num_layers);
+  if (sliding.empty() && config_json.read<bool>("use_sliding_window").value_or(false)) {
+    int64_t first = config_json.read<int64_t>("max_window_layers").value_or(28);
+    for (int64_t i = 0; i < c.num_layers; ++i) sliding.push_back(i >= first);
+  }
+  apply_sliding_windows(c, sliding, window);
 }
 
 void resolve_llama_dimensions(const ConfigReader& config_json, ModelConfig& c, const DimensionDefaults& d) {
@@ -243,52 +319,116 @@ Norm load_norm(const WeightScope& scope, const std::string& name, int64_t size, 
 }
 
 void load_layers(const WeightScope& layers, const LoadPlan& plan, ModelWeights& weights,
-                 const std::function<void(const WeightScope& layer, LayerWeights& weights)>& load_layer) {
+                 const std::function<void(const WeightScope& layer, int64_t i, LayerWeights& weights)>& load_layer) {
   weights.layers.resize(static_cast<size_t>(plan.layers));
-  for (int64_t i = 0; i < plan.layers; ++i) load_layer(layers.sub(i), weights.layers[static_cast<size_t>(i)]);
+  for (int64_t i = 0; i < plan.layers; ++i) load_layer(layers.sub(i), i, weights.layers[static_cast<size_t>(i)]);
 }
 
-void load_llama_layout(const WeightScope& model, const ModelConfig& c, const LoadPlan& plan, ModelWeights& w) {
+DenseMlp load_gated_mlp(const WeightScope& mlp, int64_t hidden, int64_t inner, bool bias) {
+  DenseMlp dense;
+  dense.in.weight = at::cat({mlp.get("gate_proj.weight", {inner, hidden}), mlp.get("up_proj.weight", {inner, hidden})});
+  dense.out.weight = mlp.get("down_proj.weight", {hidden, inner});
+  if (bias) {
+    dense.in.bias = at::cat({mlp.get("gate_proj.bias", {inner}), mlp.get("up_proj.bias", {inner})});
+    dense.out.bias = mlp.get("down_proj.bias", {hidden});
+  }
+  return dense;
+}
+
+RoutedExperts load_routed_experts(const WeightScope& block, const ModelConfig& c, const ExpertNames& names) {
+  const int64_t hidden = c.hidden_size, experts = c.routed_experts.experts, inner = c.routed_experts.intermediate_size;
+  RoutedExperts routed;
+  routed.router = block.get(std::string(names.router) + ".weight", {experts, hidden});
+  // Filled expert by expert, so that at most one expert's weights exist twice on the device while loading.
+  routed.gate_up = at::empty({experts, 2 * inner, hidden}, routed.router.options());
+  routed.down = at::empty({experts, hidden, inner}, routed.router.options());
+  const WeightScope all = block.sub("experts");
+  for (int64_t e = 0; e < experts; ++e) {
+    const WeightScope expert = all.sub(e);
+    routed.gate_up[e].narrow(0, 0, inner).copy_(expert.get(std::string(names.gate) + ".weight", {inner, hidden}));
+    routed.gate_up[e].narrow(0, inner, inner).copy_(expert.get(std::string(names.up) + ".weight", {inner, hidden}));
+    routed.down[e].copy_(expert.get(std::string(names.down) + ".weight", {hidden, inner}));
+  }
+  return routed;
+}
+
+namespace {
+
+// The norms of a Llama-style layer: input_layernorm and post_attention_layernorm (Llama's MLP input norm), or
+// Gemma 2/3's four norms named by position, or OLMo 2's two post-norms alone.
+void load_llama_norms(const WeightScope& layer, const ModelConfig& c, LayerWeights& l) {
+  const int64_t hidden = c.hidden_size;
+  if (c.features.input_norms) l.attention_input_norm = load_norm(layer, "input_layernorm", hidden, c);
+  if (c.features.attention_output_norm) {
+    l.attention_output_norm = load_norm(layer, "post_attention_layernorm", hidden, c);
+    if (c.features.input_norms) l.mlp_input_norm = load_norm(layer, "pre_feedforward_layernorm", hidden, c);
+    l.mlp_output_norm = load_norm(layer, "post_feedforward_layernorm", hidden, c);
+  } else {
+    l.mlp_input_norm = load_norm(layer, "post_attention_layernorm", hidden, c);
+  }
+}
+
+void load_llama_attention(const WeightScope& attention, const ModelConfig& c, LayerWeights& l) {
   const int64_t hidden = c.hidden_size, q_out = c.num_heads * c.head_dim, kv_out = c.num_kv_heads * c.head_dim;
+  l.qkv.weight = at::cat({attention.get("q_proj.weight", {q_out, hidden}), attention.get("k_proj.weight", {kv_out, hidden}),
+                          attention.get("v_proj.weight", {kv_out, hidden})});
+  if (c.qkv_bias) {
+    l.qkv.bias = at::cat({attention.get("q_proj.bias", {q_out}), attention.get("k_proj.bias", {kv_out}),
+                          attention.get("v_proj.bias", {kv_out})});
+  }
+  l.attention_output.weight = attention.get("o_proj.weight", {hidden, q_out});
+  if (c.output_bias) l.attention_output.bias = attention.get("o_proj.bias", {hidden});
+  if (c.features.qk_norm == QkNorm::kPerHead) {
+    l.q_norm = load_norm(attention, "q_norm", c.head_dim, c);
+    l.k_norm = load_norm(attention, "k_norm", c.head_dim, c);
+  } else if (c.features.qk_norm == QkNorm::kWholeProjection) {
+    l.q_norm = load_norm(attention, "q_norm", q_out, c);
+    l.k_norm = load_norm(attention, "k_norm", kv_out, c);
+  }
+}
+
+}  // namespace
+
+void load_llama_layout(const WeightScope& model, const ModelConfig& c, const LoadPlan& plan, ModelWeights& w,
+                       const ExpertLoader& load_experts) {
   w.embed_tokens = load_token_embeddings(model, "embed_tokens.weight", c, plan);
-  load_layers(model.sub("layers"), plan, w, [&](const WeightScope& layer, LayerWeights& l) {
-    l.attention_input_norm = load_norm(layer, "input_layernorm", hidden, c);
-    if (c.features.attention_output_norm) {
-      // Gemma 2/3 name their four norms by position; Llama's post_attention_layernorm is the MLP's input norm.
-      l.attention_output_norm = load_norm(layer, "post_attention_layernorm", hidden, c);
-      l.mlp_input_norm = load_norm(layer, "pre_feedforward_layernorm", hidden, c);
-      l.mlp_output_norm = load_norm(layer, "post_feedforward_layernorm", hidden, c);
+  load_layers(model.sub("layers"), plan, w, [&](const WeightScope& layer, int64_t i, LayerWeights& l) {
+    load_llama_norms(layer, c, l);
+    load_llama_attention(layer.sub("self_attn"), c, l);
+    if (c.layers[static_cast<size_t>(i)].feed_forward == FeedForward::kRoutedExperts) {
+      l.feed_forward = load_experts(layer);
     } else {
-      l.mlp_input_norm = load_norm(layer, "post_attention_layernorm", hidden, c);
-    }
-    const WeightScope attention = layer.sub("self_attn");
-    l.qkv.weight = at::cat({attention.get("q_proj.weight", {q_out, hidden}), attention.get("k_proj.weight", {kv_out, hidden}),
-                            attention.get("v_proj.weight", {kv_out, hidden})});
-    if (c.qkv_bias) {
-      l.qkv.bias = at::cat({attention.get("q_proj.bias", {q_out}), attention.get("k_proj.bias", {kv_out}),
-                            attention.get("v_proj.bias", {kv_out})});
-    }
-    l.attention_output.weight = attention.get("o_proj.weight", {hidden, q_out});
-    if (c.output_bias) l.attention_output.bias = attention.get("o_proj.bias", {hidden});
-    if (c.features.qk_norm) {
-      l.q_norm = load_norm(attention, "q_norm", c.head_dim, c);
-      l.k_norm = load_norm(attention, "k_norm", c.head_dim, c);
-    }
-    const WeightScope mlp = layer.sub("mlp");
-    const int64_t inner = c.intermediate_size;
-    l.mlp_in.weight = at::cat({mlp.get("gate_proj.weight", {inner, hidden}), mlp.get("up_proj.weight", {inner, hidden})});
-    l.mlp_out.weight = mlp.get("down_proj.weight", {hidden, inner});
-    if (c.mlp_bias) {
-      l.mlp_in.bias = at::cat({mlp.get("gate_proj.bias", {inner}), mlp.get("up_proj.bias", {inner})});
-      l.mlp_out.bias = mlp.get("down_proj.bias", {hidden});
+      l.feed_forward = load_gated_mlp(layer.sub("mlp"), c.hidden_size, c.intermediate_size, c.mlp_bias);
     }
   });
-  if (plan.final_norm) w.final_norm = load_norm(model, "norm", hidden, c);
+  if (plan.final_norm) w.final_norm = load_norm(model, "norm", c.hidden_size, c);
 }
 
 void load_llama_style(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan,
                       ModelWeights& weights) {
   load_llama_layout(WeightScope(checkpoint, "model.", plan.device, plan.dtype), config, plan, weights);
+}
+
+int64_t read_expert_count(const ConfigReader& config_json, int64_t fallback) {
+  Field<int64_t> published = config_json.read<int64_t>("num_experts");
+  Field<int64_t> local = config_json.read<int64_t>("num_local_experts");
+  if (published.value && local.value && *published.value != *local.value) {
+    fail("{}: 'num_experts' ({}) and 'num_local_experts' ({}) disagree", config_json.source(), *published.value,
+         *local.value);
+  }
+  int64_t experts = published.value_or(local.value_or(fallback));
+  if (experts <= 0 || experts > 65536) fail("{}: implausible number of experts {}", config_json.source(), experts);
+  return experts;
+}
+
+void assign_sparse_layers(const ConfigReader& config_json, ModelConfig& c) {
+  const int64_t step = config_json.read<int64_t>("decoder_sparse_step").value_or(1);
+  if (step <= 0) fail("{} must be positive", config_json.where("decoder_sparse_step"));
+  std::vector<int64_t> dense = config_json.read<std::vector<int64_t>>("mlp_only_layers").value_or(std::vector<int64_t>{});
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    bool sparse = (i + 1) % step == 0 && std::find(dense.begin(), dense.end(), i) == dense.end();
+    c.layers[static_cast<size_t>(i)].feed_forward = sparse ? FeedForward::kRoutedExperts : FeedForward::kDenseMlp;
+  }
 }
 
 }  // namespace probekit::model

@@ -68,6 +68,8 @@ struct RawRope {
   Field<double> high_freq_factor;
   Field<int64_t> original_max_position_embeddings;
   Field<double> partial_rotary_factor;
+  Field<std::vector<double>> short_factor, long_factor;  // longrope
+  Field<double> attention_factor;                        // longrope
 };
 /// Reads the rope object under `key`.
 Field<RawRope> read_rope(const ConfigReader& config_json, const char* key);
@@ -80,6 +82,10 @@ RopeSpec make_rope(const Field<RawRope>& rope, double theta, int64_t rotary_dim,
                    const char* key);
 /// The rope of a single-rope family: rope_parameters (transformers 5) or rope_theta + rope_scaling.
 RopeSpec resolve_single_rope(const ConfigReader& config_json, double default_theta, int64_t rotary_dim);
+/// The fraction of each head's dimensions that rotate: rope_parameters' partial_rotary_factor (transformers 5),
+/// else the first of `keys` the config sets (partial_rotary_factor, GPT-NeoX's rotary_pct), else `fallback`;
+/// it must lie in (0, 1].
+double read_rotary_fraction(const ConfigReader& config_json, std::initializer_list<const char*> keys, double fallback);
 /// For each layer, whether it uses sliding-window attention according to layer_types; empty if absent.
 std::vector<bool> sliding_from_layer_types(const ConfigReader& config_json, int64_t num_layers);
 
@@ -94,14 +100,36 @@ struct DimensionDefaults {
 /// Reads the dimensions shared by the Llama-style families (hidden, intermediate, layers, heads, head_dim,
 /// positions, rms_norm_eps).
 void resolve_llama_dimensions(const ConfigReader& config_json, ModelConfig& config, const DimensionDefaults& defaults);
+/// Qwen's sliding windows: layer_types, or with use_sliding_window the layers from max_window_layers on.
+void resolve_qwen_windows(const ConfigReader& config_json, ModelConfig& config);
 /// Sets each layer's window: `sliding[i]` selects `window` for layer i (no entry: full attention).
 void apply_sliding_windows(ModelConfig& config, const std::vector<bool>& sliding, int64_t window);
-/// Loads decoder layers [0, plan.layers) in order: `load_layer` fills each one's weights from its scope
+/// Loads decoder layers [0, plan.layers) in order: `load_layer` fills layer i's weights from its scope
 /// (`layers.sub(i)`, e.g. "model.layers.3.").
 void load_layers(const WeightScope& layers, const LoadPlan& plan, ModelWeights& weights,
-                 const std::function<void(const WeightScope& layer, LayerWeights& weights)>& load_layer);
-/// Loads the Llama-style layout under `model` ("model." or a multimodal prefix).
-void load_llama_layout(const WeightScope& model, const ModelConfig& config, const LoadPlan& plan, ModelWeights& weights);
+                 const std::function<void(const WeightScope& layer, int64_t i, LayerWeights& weights)>& load_layer);
+/// Loads the routed experts of one decoder layer from its scope ("model.layers.3.").
+using ExpertLoader = std::function<RoutedExperts(const WeightScope& layer)>;
+/// Loads the Llama-style layout under `model` ("model." or a multimodal prefix); the layers whose feed-forward
+/// is routed experts take theirs from `load_experts`, the others a dense mlp.{gate,up,down}_proj.
+void load_llama_layout(const WeightScope& model, const ModelConfig& config, const LoadPlan& plan, ModelWeights& weights,
+                       const ExpertLoader& load_experts = {});
+/// A gated MLP's {gate,up,down}_proj weights (and biases when `bias`) under `mlp`.
+DenseMlp load_gated_mlp(const WeightScope& mlp, int64_t hidden, int64_t inner, bool bias);
+/// The names of one MoE layout's weights under a layer's feed-forward scope.
+struct ExpertNames {
+  const char* router;                // "gate"
+  const char* gate, *up, *down;      // of expert e, under "experts.{e}.": "w1", "w3", "w2" (Mixtral)
+};
+/// The router and every expert's projections under `block` ("model.layers.3.mlp."), stacked.
+RoutedExperts load_routed_experts(const WeightScope& block, const ModelConfig& config, const ExpertNames& names);
+
+/// The number of routed experts: num_experts (published Qwen MoE configs) or num_local_experts (Mixtral, and
+/// what transformers 5 writes for Qwen 3 MoE), `fallback` when neither is set; different values are an error.
+int64_t read_expert_count(const ConfigReader& config_json, int64_t fallback);
+/// Qwen MoE's choice of sparse layers: routed experts on layer i when (i + 1) is a multiple of
+/// decoder_sparse_step and i is not in mlp_only_layers; a dense MLP elsewhere.
+void assign_sparse_layers(const ConfigReader& config_json, ModelConfig& config);
 /// The token embedding table: copied to the plan's device and dtype, or left in the memory map
 /// (LoadPlan::embeddings_on_host).
 at::Tensor load_token_embeddings(const WeightScope& scope, const std::string& name, const ModelConfig& config,
@@ -120,6 +148,11 @@ void resolve_gemma3_text(const ConfigReader& config_json, ModelConfig& config);
 void resolve_gemma3(const ConfigReader& config_json, ModelConfig& config);
 void resolve_gpt2(const ConfigReader& config_json, ModelConfig& config);
 void resolve_gpt_neox(const ConfigReader& config_json, ModelConfig& config);
+void resolve_mixtral(const ConfigReader& config_json, ModelConfig& config);
+void resolve_qwen2_moe(const ConfigReader& config_json, ModelConfig& config);
+void resolve_qwen3_moe(const ConfigReader& config_json, ModelConfig& config);
+void resolve_phi3(const ConfigReader& config_json, ModelConfig& config);
+void resolve_olmo2(const ConfigReader& config_json, ModelConfig& config);
 int64_t llama_style_tensor_layer(const std::string& name);
 int64_t gemma3_multimodal_tensor_layer(const std::string& name);
 int64_t gpt2_tensor_layer(const std::string& name);
@@ -129,5 +162,9 @@ void load_gemma3_multimodal(const Checkpoint& checkpoint, const ModelConfig& con
                             ModelWeights& weights);
 void load_gpt2(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan, ModelWeights& weights);
 void load_gpt_neox(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan, ModelWeights& weights);
+void load_mixtral(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan, ModelWeights& weights);
+void load_qwen2_moe(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan, ModelWeights& weights);
+void load_qwen3_moe(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan, ModelWeights& weights);
+void load_phi3(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan, ModelWeights& weights);
 
 }  // namespace probekit::model

@@ -50,6 +50,9 @@ struct ForwardPass {
   KvCache* record = nullptr;          // filled with every layer's keys and values
   const KvCache* prefix = nullptr;    // cached keys/values of positions [0, P) of a shared prefix ([1, ...] each)
   at::Tensor prefix_lengths;          // [B]: how many prefix positions row b may attend to
+  // [B]: each row's length as a text run alone (prefix and its own real tokens), by which a rope that depends
+  // on the length (longrope) chooses its factors; undefined: each row's last position + 1.
+  at::Tensor sequence_lengths;
 };
 
 class TransformerModel {

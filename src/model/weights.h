@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <thread>
+#include <variant>
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -121,13 +122,28 @@ struct Norm {
   bool defined() const { return weight.defined(); }
 };
 
+/// A dense feed-forward.
+struct DenseMlp {
+  Linear in;  // gated MLPs: gate and up fused as [2 * intermediate, hidden]; else fc [intermediate, hidden]
+  Linear out;
+};
+
+/// Routed experts (Mixtral, Qwen MoE), each a gated MLP without biases, stacked so that one grouped product
+/// serves all of them.
+struct RoutedExperts {
+  at::Tensor router;   // [experts, hidden]
+  at::Tensor gate_up;  // [experts, 2 * intermediate, hidden]: each expert's gate and up projections
+  at::Tensor down;     // [experts, hidden, intermediate]
+  DenseMlp shared_expert;         // Qwen 2 MoE: taken by every token; empty otherwise
+  at::Tensor shared_expert_gate;  // [1, hidden]: the shared expert's output is scaled by sigmoid(gate x)
+};
+
 struct LayerWeights {
   Norm attention_input_norm, attention_output_norm, mlp_input_norm, mlp_output_norm;
   Linear qkv;  // q, k and v projections fused along the output dimension: [q_out + 2 * kv_out, hidden]
   Linear attention_output;
   Norm q_norm, k_norm;
-  Linear mlp_in;  // gated MLPs: gate and up fused as [2 * intermediate, hidden]; else fc [intermediate, hidden]
-  Linear mlp_out;
+  std::variant<DenseMlp, RoutedExperts> feed_forward;  // the one LayerSpec::feed_forward names
 };
 
 struct ModelWeights {

@@ -38,16 +38,34 @@ at::Tensor to_device_ids(const Sequence& ids, at::Device device) {
   return at::tensor(std::vector<int64_t>(ids.begin(), ids.end()), at::kLong).to(device);
 }
 
-// Collects, for each requested layer, what `rows_of` makes of the hidden state at the request's site.
+// The decoder's hook name that completes a site's values, and the hook bits that ask for them.
+const char* hook_name(Site site) {
+  if (site == Site::kRouter) return "router_logits";
+  if (site == Site::kExperts) return "expert_weights";  // the decoder gives "expert_ids" just before
+  return site_name(site);
+}
+
+uint32_t hook_bits(Site site) {
+  if (site == Site::kRouter) return model::kHookRouterLogits;
+  if (site == Site::kExperts) return model::kHookExperts;
+  return model::hook_site(site_name(site));
+}
+
+// Collects, for each requested layer, what `rows_of` makes of the values [B, T, width] at the request's site.
 class SiteReader {
  public:
   SiteReader(const Request& request, std::function<at::Tensor(const at::Tensor&)> rows_of)
       : request_(request), rows_of_(std::move(rows_of)), rows_(request.layers.size()) {
     if (request.layers.empty()) fail_input("no layers to read");
     for (size_t i = 0; i < request.layers.size(); ++i) slot_[request.layers[i]] = i;
-    hook_ = [this](std::string_view name, int64_t layer, const at::Tensor& hidden) {
+    hook_ = [this](std::string_view name, int64_t layer, const at::Tensor& values) {
       auto slot = slot_.find(layer);
-      if (name == site_name(request_.site) && slot != slot_.end()) rows_[slot->second] = rows_of_(hidden);
+      if (slot == slot_.end()) return;
+      if (request_.site == Site::kExperts && name == "expert_ids") expert_ids_ = values;
+      if (name != hook_name(request_.site)) return;
+      // An experts row holds the chosen ids, exact in fp32, then their weights.
+      rows_[slot->second] = rows_of_(request_.site == Site::kExperts ? at::cat({expert_ids_.to(at::kFloat), values}, -1)
+                                                                     : values);
     };
   }
 
@@ -55,10 +73,10 @@ class SiteReader {
   void attach(model::ForwardPass& pass) const {
     pass.last_layer = request_.layers.back();
     pass.hook = &hook_;
-    pass.hook_sites = model::hook_site(site_name(request_.site));
+    pass.hook_sites = hook_bits(request_.site);
   }
   const std::vector<at::Tensor>& rows() const { return rows_; }
-  /// [rows, layers, hidden].
+  /// [rows, layers, width].
   at::Tensor stacked() const { return at::stack(rows_, 1); }
 
  private:
@@ -66,6 +84,7 @@ class SiteReader {
   std::function<at::Tensor(const at::Tensor&)> rows_of_;
   std::map<int64_t, size_t> slot_;
   std::vector<at::Tensor> rows_;
+  at::Tensor expert_ids_;
   model::TensorHook hook_;
 };
 
@@ -73,6 +92,7 @@ class SiteReader {
 
 at::Tensor read_rows(const model::TransformerModel& model, const std::vector<Sequence>& sequences,
                      const Request& request) {
+  check_site(request.site, request.position, request.layers, model.config());
   for (const Sequence& s : sequences) model.check_inputs(s);
   PaddedBatch batch = pad(sequences, model.device());
   SiteReader reader(request, [&](const at::Tensor& hidden) {
@@ -81,26 +101,24 @@ at::Tensor read_rows(const model::TransformerModel& model, const std::vector<Seq
   });
   model::ForwardPass pass;
   pass.input_ids = batch.ids;
+  pass.sequence_lengths = batch.lengths;
   reader.attach(pass);
   model.forward(pass);
   return reader.stacked();
 }
 
-at::Tensor read_prefixes(const model::TransformerModel& model, const Sequence& text, const Sequence& suffix,
-                         const Request& request) {
-  if (request.position != Position::kLast) {
-    fail_input("reading every prefix needs probes trained on the last token (these used position '{}')",
-               position_name(request.position));
-  }
-  Sequence longest = text;
-  longest.insert(longest.end(), suffix.begin(), suffix.end());
-  model.check_inputs(longest);
-  const auto tokens = static_cast<int64_t>(text.size()), suffix_length = static_cast<int64_t>(suffix.size());
+namespace {
+
+// Rows [first, end) of read_prefixes: prefixes text[0..t] for t in [first, end), all of whose prompts a rope
+// that depends on the length treats alike.
+at::Tensor read_prefix_range(const model::TransformerModel& model, const Sequence& text, const Sequence& suffix,
+                             const Request& request, int64_t first, int64_t end) {
+  const auto suffix_length = static_cast<int64_t>(suffix.size());
   model::ForwardPass text_pass;
-  text_pass.input_ids = to_device_ids(text, model.device()).unsqueeze(0);
+  text_pass.input_ids = to_device_ids(Sequence(text.begin(), text.begin() + end), model.device()).unsqueeze(0);
   // Without a suffix, position t of the text itself is what the probes see for prefix t.
   if (suffix.empty()) {
-    SiteReader reader(request, [](const at::Tensor& hidden) { return hidden[0].to(at::kFloat); });
+    SiteReader reader(request, [&](const at::Tensor& hidden) { return hidden[0].narrow(0, first, end - first).to(at::kFloat); });
     reader.attach(text_pass);
     model.forward(text_pass);
     return reader.stacked();
@@ -108,15 +126,17 @@ at::Tensor read_prefixes(const model::TransformerModel& model, const Sequence& t
   model::KvCache cache;
   text_pass.record = &cache;
   text_pass.last_layer = request.layers.back();
+  // The keys and values as the longest prompt of the range computes them, the same as in each of its prompts.
+  text_pass.sequence_lengths = at::full({1}, end + suffix_length, at::kLong).to(model.device());
   model.forward(text_pass);
 
   // Continuation t: the suffix at positions t + 1 ... t + S, attending to text positions [0, t].
   auto options = at::TensorOptions().dtype(at::kLong);
   at::Tensor suffix_ids = to_device_ids(suffix, model.device());
   std::vector<at::Tensor> parts;
-  for (int64_t first = 0; first < tokens; first += kPrefixesPerPass) {
-    int64_t count = std::min(kPrefixesPerPass, tokens - first);
-    at::Tensor prefix_lengths = at::arange(first + 1, first + count + 1, options);
+  for (int64_t start = first; start < end; start += kPrefixesPerPass) {
+    int64_t count = std::min(kPrefixesPerPass, end - start);
+    at::Tensor prefix_lengths = at::arange(start + 1, start + count + 1, options);
     model::ForwardPass pass;
     pass.input_ids = suffix_ids.unsqueeze(0).expand({count, suffix_length}).contiguous();
     pass.positions = (prefix_lengths.unsqueeze(1) + at::arange(suffix_length, options).unsqueeze(0)).to(model.device());
@@ -130,23 +150,49 @@ at::Tensor read_prefixes(const model::TransformerModel& model, const Sequence& t
   return at::cat(parts);
 }
 
+}  // namespace
+
+at::Tensor read_prefixes(const model::TransformerModel& model, const Sequence& text, const Sequence& suffix,
+                         const Request& request) {
+  if (request.position != Position::kLast) {
+    fail_input("reading every prefix needs probes trained on the last token (these used position '{}')",
+               position_name(request.position));
+  }
+  check_site(request.site, request.position, request.layers, model.config());
+  Sequence longest = text;
+  longest.insert(longest.end(), suffix.begin(), suffix.end());
+  model.check_inputs(longest);
+  const auto tokens = static_cast<int64_t>(text.size()), suffix_length = static_cast<int64_t>(suffix.size());
+  // Prefix t's prompt has t + 1 + S tokens. A rope that chooses its factors by the length (longrope) computes
+  // the text's keys differently for prompts over its limit than for those under it: the two groups are read
+  // apart, each as its prompts would be run alone.
+  const int64_t limit = model::longest_short_rope_sequence(model.config());
+  const int64_t first_long = limit > 0 ? std::clamp<int64_t>(limit - suffix_length, 0, tokens) : tokens;
+  std::vector<at::Tensor> parts;
+  if (first_long > 0) parts.push_back(read_prefix_range(model, text, suffix, request, 0, first_long));
+  if (first_long < tokens) parts.push_back(read_prefix_range(model, text, suffix, request, first_long, tokens));
+  return at::cat(parts);
+}
+
 HiddenStates read_hidden_states(const model::TransformerModel& model, const Sequence& ids) {
   model.check_inputs(ids);
   HiddenStates states;
-  std::vector<at::Tensor> layers;
+  std::vector<at::Tensor> layers, router_logits;
   model::TensorHook hook = [&](std::string_view name, int64_t, const at::Tensor& t) {
     at::Tensor row = t[0].to(at::kCPU, at::kFloat).contiguous();
     if (name == "embeddings") states.embeddings = row;
     if (name == "resid_post") layers.push_back(row);
     if (name == "final_norm") states.final_norm = row;
+    if (name == "router_logits") router_logits.push_back(row);
   };
   model::ForwardPass pass;
   pass.input_ids = to_device_ids(ids, model.device()).unsqueeze(0);
   pass.final_norm = true;
   pass.hook = &hook;
-  pass.hook_sites = model::kHookEmbeddings | model::kHookResidPost | model::kHookFinalNorm;
+  pass.hook_sites = model::kHookEmbeddings | model::kHookResidPost | model::kHookFinalNorm | model::kHookRouterLogits;
   model.forward(pass);
   states.layers = at::stack(layers).contiguous();
+  if (!router_logits.empty()) states.router_logits = at::stack(router_logits).contiguous();
   return states;
 }
 

@@ -25,7 +25,7 @@ struct Request {
 };
 
 /// Rows of `sequences` at the request's site and position, every requested layer from one forward pass:
-/// [rows, layers, hidden] in fp32 on the model's device. One row per sequence, or with Position::kAll one
+/// [rows, layers, site_width] in fp32 on the model's device. One row per sequence, or with Position::kAll one
 /// per token, sequence after sequence.
 at::Tensor read_rows(const model::TransformerModel& model, const std::vector<Sequence>& sequences,
                      const Request& request);
@@ -41,8 +41,10 @@ struct HiddenStates {
   at::Tensor embeddings;  // [T, hidden]: the residual stream's input
   at::Tensor layers;      // [layers, T, hidden]: each loaded layer's output
   at::Tensor final_norm;  // [T, hidden]
+  at::Tensor router_logits;  // [layers with a router, T, experts]: their logits before the softmax; MoE models only
 };
-/// Every loaded layer's output for `ids`, with the embeddings and the final norm (which must be loaded).
+/// Every loaded layer's output for `ids`, with the embeddings, the final norm (which must be loaded) and, for
+/// a model with routed experts, the router logits of its loaded layers that have a router.
 HiddenStates read_hidden_states(const model::TransformerModel& model, const Sequence& ids);
 
 }  // namespace probekit::readout

@@ -14,8 +14,15 @@ using namespace probekit;
 
 namespace {
 
-const char* const kModels[] = {"llama", "llama_bf16", "mistral", "qwen2", "qwen3", "qwen3_sharded", "gemma", "gemma2",
-                               "gemma3_text", "gemma3_multimodal", "gemma3_multimodal_hub_layout", "gpt2", "gpt_neox"};
+// Each fixture with the least per-layer cosine bf16 must keep; see the CPU test of the same name for the looser
+// bounds of phi3_longrope and the MoE fixtures (in bf16 on Hopper GPUs, these run their experts as one grouped
+// GEMM).
+const std::pair<const char*, double> kModels[] = {
+    {"llama", 0.999},        {"llama_bf16", 0.999},   {"mistral", 0.999},     {"qwen2", 0.999},
+    {"qwen3", 0.999},        {"qwen3_sharded", 0.999}, {"gemma", 0.999},      {"gemma2", 0.999},
+    {"gemma3_text", 0.999},  {"gemma3_multimodal", 0.999}, {"gemma3_multimodal_hub_layout", 0.999},
+    {"gpt2", 0.999},         {"gpt_neox", 0.999},     {"phi3", 0.999},        {"olmo2", 0.999},
+    {"phi3_longrope", 0.998}, {"mixtral", 0.98},      {"qwen3_moe", 0.98},    {"qwen2_moe", 0.98}};
 
 struct Agreement {
   double min_layer_cosine = 1.0;  // each layer's hidden states of a text, flattened
@@ -70,17 +77,18 @@ TEST_CASE("the device layer picks the GPU and bf16 on auto, fp32 with --device c
 }
 
 // See the CPU test of the same name for why single token vectors are reported rather than asserted.
-TEST_CASE("bf16 on the GPU agrees with the fp32 reference to bf16 precision (cosine >= 0.999 per layer)") {
-  for (const char* name : kModels) {
+TEST_CASE("bf16 on the GPU agrees with the fp32 reference to bf16 precision (cosine >= 0.999 per layer for most)") {
+  for (const auto& [name, bound] : kModels) {
     Agreement a = compare_with_reference(name, at::kBFloat16);
     MESSAGE(fmt::format("{}: bf16 min cosine per layer {:.6f}, per token vector {:.6f}", name, a.min_layer_cosine,
                         a.min_token_cosine));
-    CHECK_MESSAGE(a.min_layer_cosine >= 0.999, name);
+    CHECK_MESSAGE(a.min_layer_cosine >= bound, name);
   }
 }
 
 TEST_CASE("fp32 on the GPU matches the reference within 1e-4 relative") {
-  for (const char* name : kModels) {
+  for (const auto& fixture : kModels) {
+    const char* name = fixture.first;
     Agreement a = compare_with_reference(name, at::kFloat);
     MESSAGE(fmt::format("{}: fp32 max relative error {:.2e}", name, a.max_relative_error));
     CHECK_MESSAGE(a.max_relative_error <= 1e-4, name);

@@ -12,13 +12,16 @@
 #include <functional>
 #include <thread>
 
+#include "common/error.h"
 #include "common/files.h"
 #include "capture/capture.h"
+#include "capture/merge.h"
 #include "common/json.h"
 #include "data/splits.h"
 #include "activations/activation_store.h"
 #include "io/safetensors.h"
 #include "model/transformer.h"
+#include "readout/readout.h"
 #include "tensor_files.h"
 #include "test_paths.h"
 #include "test_util.h"
@@ -34,6 +37,8 @@ using activations::Split;
 namespace {
 
 const std::string kModel = std::string(PROBEKIT_FIXTURES) + "/models/gemma3_text";
+// Routed experts (top 2 of 8) on layers 0, 2 and 3; layer 1 is a dense MLP (mlp_only_layers).
+const std::string kMoeModel = std::string(PROBEKIT_FIXTURES) + "/models/qwen3_moe";
 const std::vector<std::string> kLabels = {"analyzing", "reframing", "noticing", "questioning"};
 
 // A small labelled dataset with texts of varied lengths (so batches are padded).
@@ -209,6 +214,106 @@ TEST_CASE("positions all, mean and max, and the sites of a layer") {
   const auto& b = last.split(Split::kVal).activations;
   REQUIRE(a.size() == b.size());
   for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == doctest::Approx(b[i]).epsilon(1e-5));
+}
+
+namespace {
+
+// A float row of an activation file as a tensor.
+at::Tensor file_row(const std::vector<float>& values, int64_t row, int64_t width) {
+  return at::from_blob(const_cast<float*>(values.data()) + row * width, {width}, at::kFloat);
+}
+
+}  // namespace
+
+TEST_CASE("router and experts sites: rows are the routing of single passes, shards merge, dense layers are refused") {
+  TempDir tmp;
+  std::string dataset = write_dataset(tmp, 16);
+  auto capture_moe = [&](readout::Site site, readout::Position position, const std::string& layers, const std::string& out) {
+    capture::CaptureOptions o = base_options(dataset, tmp.file(out));
+    o.model_dir = kMoeModel;
+    o.site = site;
+    o.position = position;
+    o.layers = layers;
+    o.gzip = site == readout::Site::kExperts;
+    return capture::run_capture(o).files;
+  };
+  auto router_last = capture_moe(readout::Site::kRouter, readout::Position::kLast, "0,2", "router_last");
+  auto router_all = activations::read_activation_file(capture_moe(readout::Site::kRouter, readout::Position::kAll, "2", "all")[0]);
+  auto experts = activations::read_activation_file(capture_moe(readout::Site::kExperts, readout::Position::kLast, "3", "experts")[0]);
+  std::vector<activations::ActivationFile> routers = {activations::read_activation_file(router_last[0]),
+                                                      activations::read_activation_file(router_last[1])};
+  CHECK(routers[0].attributes.site == "router");
+  CHECK(routers[0].attributes.hidden_size == 8);
+  CHECK(experts.attributes.site == "experts");
+  CHECK(experts.attributes.hidden_size == 2);
+
+  auto m = model::TransformerModel::load(kMoeModel, {});
+  auto tok = tokenizer::Tokenizer::from_file(kMoeModel);
+  data::Dataset d = data::read_dataset(dataset, {});
+  for (Split split : activations::kSplits) {
+    const auto& all = router_all.split(split);
+    for (int64_t e = 0; e < all.examples(); ++e) {
+      const std::string& text = d.examples[static_cast<size_t>(all.example_index[static_cast<size_t>(e)])].text;
+      // [router layers 0, 2, 3; T; 8]
+      at::Tensor logits = readout::read_hidden_states(m, tok.encode(text + readout::kDefaultPromptSuffix)).router_logits;
+      for (size_t f = 0; f < routers.size(); ++f) {
+        at::Tensor last = file_row(routers[f].split(split).activations, e, 8);
+        CHECK((last - logits[static_cast<int64_t>(f)][-1]).abs().max().item<double>() < 1e-5);
+      }
+      int64_t first = all.offsets[static_cast<size_t>(e)], end = all.offsets[static_cast<size_t>(e) + 1];
+      at::Tensor tokens = at::from_blob(const_cast<float*>(all.activations.data()) + first * 8, {end - first, 8}, at::kFloat);
+      CHECK((tokens - logits[1]).abs().max().item<double>() < 1e-5);
+      // Layer 3 routes to the top 2 of the softmax, renormalised (norm_topk_prob).
+      auto [weights, ids] = at::topk(at::softmax(logits[2][-1], -1), 2);
+      const auto& chosen = experts.split(split);
+      REQUIRE(chosen.expert_ids.size() == static_cast<size_t>(chosen.examples() * 2));
+      CHECK(chosen.activations.empty());
+      for (int64_t j = 0; j < 2; ++j) {
+        CHECK(chosen.expert_ids[static_cast<size_t>(e * 2 + j)] == ids[j].item<int64_t>());
+        CHECK(chosen.expert_weights[static_cast<size_t>(e * 2 + j)] ==
+              doctest::Approx((weights[j] / weights.sum()).item<double>()).epsilon(1e-5));
+      }
+    }
+  }
+
+  // Per-token expert choices of a run in two shards, merged, equal the unsharded run's (the weights to fp32
+  // rounding: other batches pad differently).
+  capture::CaptureOptions whole = base_options(dataset, tmp.file("whole"));
+  whole.model_dir = kMoeModel;
+  whole.site = readout::Site::kExperts;
+  whole.position = readout::Position::kAll;
+  whole.layers = "0";
+  auto unsharded = activations::read_activation_file(capture::run_capture(whole).files[0]);
+  whole.output_dir = tmp.file("sharded");
+  for (int shard = 0; shard < 2; ++shard) {
+    capture::parse_shard(fmt::format("{}/2", shard), whole);
+    capture::run_capture(whole);
+  }
+  auto merged = activations::read_activation_file(
+      capture::merge_shards(capture::find_shard_dirs(tmp.file("sharded")), tmp.file("merged"), false, false)[0]);
+  for (Split split : activations::kSplits) {
+    CHECK(merged.split(split).expert_ids == unsharded.split(split).expert_ids);
+    const auto& a = merged.split(split).expert_weights;
+    const auto& b = unsharded.split(split).expert_weights;
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == doctest::Approx(b[i]).epsilon(1e-5));
+    CHECK(merged.split(split).offsets == unsharded.split(split).offsets);
+  }
+
+  // A layer without a router, and pooled expert ids, are the caller's mistakes, named as such.
+  auto usage_error = [&](readout::Site site, readout::Position position, const std::string& layers) -> std::string {
+    try {
+      capture_moe(site, position, layers, "refused");
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  CHECK_CONTAINS(usage_error(readout::Site::kRouter, readout::Position::kLast, "1,2"),
+                 "--site router: layer 1 is a dense layer without a router; the layers with a router are 0,2,3");
+  CHECK_CONTAINS(usage_error(readout::Site::kExperts, readout::Position::kMean, "2"),
+                 "--site experts stores expert ids, which cannot be pooled: use --position last or all (not mean)");
+  CHECK_CONTAINS(usage_error(readout::Site::kRouter, readout::Position::kLast, "1"), "the layers with a router are 0,2,3");
 }
 
 TEST_CASE("an out-of-memory batch is retried in halves and the run completes with the same rows") {

@@ -17,6 +17,7 @@
 #include "model/random_checkpoint.h"
 #include "model/transformer.h"
 #include "probes/probe_files.h"
+#include "readout/prompts.h"
 #include "tensor_files.h"
 #include "test_paths.h"
 #include "test_util.h"
@@ -33,8 +34,10 @@ namespace {
 const std::string kModel = std::string(PROBEKIT_FIXTURES) + "/models/gemma3_text";
 const std::string kText = "Instead of seeing it as a setback, I saw a chance to learn.";
 
-// Captures layers 2 and 5 of a small labelled dataset and trains probes on both: dir/probes/layer_{2,5}.
-std::string train_probes(const TempDir& tmp) {
+// Captures layers 2 and 5 (by default) of a small labelled dataset and trains probes on them: dir/probes, with
+// one layer_{L} folder each when there are several layers.
+std::string train_probes(const TempDir& tmp, const std::string& model_dir = kModel, const std::string& layers = "2,5",
+                         readout::Site site = readout::Site::kResidPost) {
   static const char* labels[] = {"analyzing", "reframing", "noticing"};
   static const char* cues[] = {"I examined each part of the problem step by step.",
                                "Instead of a setback, I saw it as a chance to learn.",
@@ -45,10 +48,11 @@ std::string train_probes(const TempDir& tmp) {
   }
   probekit::testing::write_text(tmp.file("data.jsonl"), lines);
   capture::CaptureOptions o;
-  o.model_dir = kModel;
+  o.model_dir = model_dir;
   o.dataset_path = tmp.file("data.jsonl");
   o.output_dir = tmp.file("activations");
-  o.layers = "2,5";
+  o.layers = layers;
+  o.site = site;
   o.device = "cpu";
   capture::run_capture(o);
   CommandResult trained = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 30 --device cpu --quiet",
@@ -59,6 +63,30 @@ std::string train_probes(const TempDir& tmp) {
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
+// The JSON that multi_probe_inference --json printed, after the log lines.
+Json printed_json(const CommandResult& r) { return Json::parse(r.output.substr(r.output.find('{'))); }
+
+// Every printed confidence equals sigmoid(w.h + b) of the probe files in `probe_dir` for the row h.
+void check_printed_scores(const Json& printed, const std::string& probe_dir, const at::Tensor& h) {
+  REQUIRE(printed["predictions"].size() >= 1);
+  for (const Json& p : printed["predictions"]) {
+    safetensors::File probe(fmt::format("{}/probe_{}.safetensors", probe_dir, p["label"].get<std::string>()));
+    at::Tensor w = testing::read_tensor(probe, probe.at("linear.weight")).to(at::kDouble)[0];
+    double b = testing::read_tensor(probe, probe.at("linear.bias")).to(at::kDouble)[0].item<double>();
+    double expected = sigmoid((w * h.to(at::kDouble)).sum().item<double>() + b);
+    CHECK_MESSAGE(std::fabs(p["confidence"].get<double>() - expected) < 1e-5, p["label"].get<std::string>());
+  }
+}
+
+// Writes the hidden states of kText + the prompt suffix with inspect_model hidden and opens the file.
+safetensors::File inspect_hidden(const TempDir& tmp, const std::string& model_dir) {
+  CommandResult r = run_command(fmt::format("{} hidden --model {} --device cpu --output {} --text \"{}{}\"",
+                                            tool("inspect_model"), model_dir, tmp.file("h.safetensors"), kText,
+                                            readout::kDefaultPromptSuffix));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  return safetensors::File(tmp.file("h.safetensors"));
+}
+
 }  // namespace
 
 TEST_CASE("printed scores equal sigmoid(w.h + b) from the probe files and inspect_model hidden") {
@@ -67,27 +95,43 @@ TEST_CASE("printed scores equal sigmoid(w.h + b) from the probe files and inspec
   CommandResult r = run_command(fmt::format("{} --probes-dir {}/layer_5 --model {} --device cpu --top-k 3 --json --text \"{}\"",
                                             tool("multi_probe_inference"), probes, kModel, kText));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
-  Json printed = Json::parse(r.output.substr(r.output.find('{')));
-  REQUIRE(printed["predictions"].size() >= 1);
-
-  r = run_command(fmt::format("{} hidden --model {} --device cpu --output {} --text \"{}{}\"", tool("inspect_model"), kModel,
-                              tmp.file("h.safetensors"), kText, "\n\nThe cognitive action being demonstrated here is"));
-  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
-  safetensors::File hidden(tmp.file("h.safetensors"));
-  at::Tensor h = testing::read_tensor(hidden, hidden.at("layers"))[5][-1].to(at::kDouble);
-  for (const Json& p : printed["predictions"]) {
-    safetensors::File probe(fmt::format("{}/layer_5/probe_{}.safetensors", probes, p["label"].get<std::string>()));
-    at::Tensor w = testing::read_tensor(probe, probe.at("linear.weight")).to(at::kDouble)[0];
-    double b = testing::read_tensor(probe, probe.at("linear.bias")).to(at::kDouble)[0].item<double>();
-    double expected = sigmoid((w * h).sum().item<double>() + b);
-    CHECK_MESSAGE(std::fabs(p["confidence"].get<double>() - expected) < 1e-5, p["label"].get<std::string>());
-  }
+  safetensors::File hidden = inspect_hidden(tmp, kModel);
+  check_printed_scores(printed_json(r), probes + "/layer_5", testing::read_tensor(hidden, hidden.at("layers"))[5][-1]);
   // The reference's text layout, with a mark on labels at or above the threshold.
   r = run_command(fmt::format("{} --probes-dir {}/layer_5 --model {} --device cpu --threshold 0 --text \"{}\"",
                               tool("multi_probe_inference"), probes, kModel, kText));
   CHECK_CONTAINS(r.output, "Analyzing text: \"" + kText + "\"");
   CHECK_CONTAINS(r.output, "Detected labels (top 5):");
   CHECK_CONTAINS(r.output, "  ✓ 1. ");
+}
+
+// Probes trained on router logits (capture --site router) take the router's width as their input; inference reads
+// the same logits, and refuses the probes on another model's routers or on a layer without a router.
+TEST_CASE("probes on router logits: printed scores equal sigmoid(w.r + b) for the router logits of inspect_model") {
+  TempDir tmp;
+  const std::string moe = std::string(PROBEKIT_FIXTURES) + "/models/qwen3_moe";
+  std::string probes = train_probes(tmp, moe, "2", readout::Site::kRouter);
+  Json index = read_json_file(probes + "/probes.json");
+  CHECK(index["site"] == "router");
+  CHECK(index["input_dim"] == 8);
+  std::string command = fmt::format("{} --probes-dir {} --device cpu --top-k 3 --json --text \"{}\"",
+                                    tool("multi_probe_inference"), probes, kText);
+  CommandResult r = run_command(command + " --model " + moe);
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  safetensors::File hidden = inspect_hidden(tmp, moe);
+  // The routers are those of layers 0, 2 and 3 (layer 1 is dense).
+  at::Tensor router_logits = testing::read_tensor(hidden, hidden.at("router_logits"));
+  REQUIRE(router_logits.size(0) == 3);
+  check_printed_scores(printed_json(r), probes, router_logits[1][-1]);
+
+  r = run_command(command + " --model " + std::string(PROBEKIT_FIXTURES) + "/models/qwen2_moe");
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "the probes take 8 inputs but the routers of the model in");
+  CHECK_CONTAINS(r.output, "score 6 experts");
+  r = run_command(command + " --model " + moe + " --layer 1");
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "the probes read the router of layer 1, but that layer of the model in");
+  CHECK_CONTAINS(r.output, "(layers with a router: 0,2,3)");
 }
 
 TEST_CASE("per-token scores equal running each prefix followed by the suffix on its own") {

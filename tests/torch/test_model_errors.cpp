@@ -70,6 +70,30 @@ TEST_CASE("inconsistent configs name the file and the key") {
   CHECK_CONTAINS(load_error(with_config(tmp6, "mistral", {{"model_type", nullptr}})), "no 'model_type' key");
 }
 
+TEST_CASE("the new families' keys are checked: expert counts, top k, sparse layers, longrope factors") {
+  TempDir tmp;
+  CHECK_CONTAINS(load_error(with_config(tmp, "qwen3_moe", {{"num_local_experts", 6}})),
+                 "'num_experts' (8) and 'num_local_experts' (6) disagree");
+  TempDir tmp2;
+  CHECK_CONTAINS(load_error(with_config(tmp2, "mixtral", {{"num_experts_per_tok", 5}})),
+                 "num_experts_per_tok 5 must be between 1 and the number of experts, 4");
+  TempDir tmp3;
+  CHECK_CONTAINS(load_error(with_config(tmp3, "qwen2_moe", {{"mlp_only_layers", {"1"}}})),
+                 "'mlp_only_layers' must be a list of integers");
+  TempDir tmp4;
+  Json rope = read_json_file(fixture("phi3_longrope") + "/config.json")["rope_scaling"];
+  rope["short_factor"] = {1.0, 1.0};
+  CHECK_CONTAINS(load_error(with_config(tmp4, "phi3_longrope", {{"rope_scaling", rope}})),
+                 "'short_factor' has 2 entries and 'long_factor' 6, but the rotary dimension 12 has 6 frequencies");
+  TempDir tmp5;
+  CHECK_CONTAINS(load_error(with_config(tmp5, "qwen3_moe", {{"decoder_sparse_step", 0}})),
+                 "'decoder_sparse_step' must be positive");
+  // The weights a sparse layer needs are named, with the file.
+  TempDir tmp6;
+  CHECK_CONTAINS(load_error(with_config(tmp6, "qwen3_moe", {{"mlp_only_layers", Json::array()}})),
+                 "missing weight 'model.layers.1.mlp.gate.weight'");
+}
+
 TEST_CASE("fuzz regression (fuzz_config): layer counts, widths and the rotary fraction are checked before use") {
   // A negative layer count (found by fuzz_config) sized a vector with 2^64 - 9568 elements; 10^12 layers, a
   // hidden size whose 4x overflowed, and a rotary fraction beyond int64 as a dimension were found by feeding

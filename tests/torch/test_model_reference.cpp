@@ -20,6 +20,7 @@ namespace {
 
 struct Reference {
   std::vector<at::Tensor> input_ids, embeddings, layers, final_norm;
+  std::vector<at::Tensor> router_logits;  // MoE models: [layers with a router, T, experts]
 };
 
 Reference read_reference(const std::string& dir) {
@@ -32,6 +33,7 @@ Reference read_reference(const std::string& dir) {
     r.embeddings.push_back(get("embeddings"));
     r.layers.push_back(get("layers"));
     r.final_norm.push_back(get("final_norm"));
+    if (file.find(fmt::format("t{}.router_logits", i)) != nullptr) r.router_logits.push_back(get("router_logits"));
   }
   return r;
 }
@@ -71,6 +73,10 @@ void check_against_reference(const std::string& dir, const std::string& name) {
       check_close(states.layers[layer], reference.layers[i][layer], fmt::format("{} layer {}", text, layer), 1e-4);
     }
     check_close(states.final_norm, reference.final_norm[i], text + " final_norm", 1e-4);
+    REQUIRE(states.router_logits.defined() == !reference.router_logits.empty());
+    if (states.router_logits.defined()) {
+      check_close(states.router_logits, reference.router_logits[i], text + " router_logits", 1e-4);
+    }
     single_last_tokens.push_back(states.layers[layers - 1][-1]);
   }
   at::Tensor rows = readout::read_rows(m, sequences, {readout::Site::kResidPost, readout::Position::kLast, {layers - 1}, 0});
@@ -101,6 +107,54 @@ REFERENCE_TEST("gemma3_multimodal")
 REFERENCE_TEST("gemma3_multimodal_hub_layout")
 REFERENCE_TEST("gpt2")
 REFERENCE_TEST("gpt_neox")
+REFERENCE_TEST("mixtral")
+REFERENCE_TEST("qwen3_moe")
+REFERENCE_TEST("qwen2_moe")
+REFERENCE_TEST("phi3")
+REFERENCE_TEST("phi3_longrope")
+REFERENCE_TEST("olmo2")
+
+// The tool writes what read_hidden_states gives, under the reference's names: the router logits of every layer
+// with a router included.
+TEST_CASE("inspect_model hidden writes router_logits equal to transformers' for the MoE fixtures") {
+  for (const char* name : {"mixtral", "qwen3_moe", "qwen2_moe"}) {
+    const std::string dir = std::string(PROBEKIT_FIXTURES) + "/models/" + name;
+    Reference reference = read_reference(dir);
+    std::string text = read_json_file(dir + "/reference.json")["texts"][0]["text"];
+    testing::TempDir tmp;
+    testing::CommandResult r = testing::run_command(fmt::format("{} hidden --model {} --device cpu --output {} --text \"{}\"",
+                                                                testing::tool("inspect_model"), dir,
+                                                                tmp.file("h.safetensors"), text));
+    REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+    safetensors::File hidden(tmp.file("h.safetensors"));
+    REQUIRE(at::equal(testing::read_tensor(hidden, hidden.at("input_ids")), reference.input_ids[0]));
+    check_close(testing::read_tensor(hidden, hidden.at("router_logits")), reference.router_logits[0],
+                std::string(name) + " router_logits", 1e-4);
+  }
+}
+
+// longrope chooses its factors by the sequence's length: each prefix's prompt read through the text's cached keys
+// (read_prefixes) must equal that prompt run alone, on both sides of the fixture's 32-token limit, with a suffix
+// and without one.
+TEST_CASE("every prefix read with longrope equals its prompt run alone, on both sides of the length limit") {
+  const std::string dir = std::string(PROBEKIT_FIXTURES) + "/models/phi3_longrope";
+  Reference reference = read_reference(dir);
+  model::TransformerModel m = model::TransformerModel::load(dir, model::LoadOptions{});
+  at::Tensor ids = reference.input_ids[8];
+  REQUIRE(ids.numel() > 45);
+  readout::Sequence all(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+  readout::Sequence text(all.begin(), all.begin() + 40), suffix(all.end() - 5, all.end());
+  const readout::Request request{readout::Site::kResidPost, readout::Position::kLast, {1, 3}, 0};
+  for (const readout::Sequence& tail : {suffix, readout::Sequence{}}) {
+    at::Tensor rows = readout::read_prefixes(m, text, tail, request);  // [T, layers, hidden]
+    for (int64_t t = 0; t < static_cast<int64_t>(text.size()); ++t) {
+      readout::Sequence prompt(text.begin(), text.begin() + t + 1);
+      prompt.insert(prompt.end(), tail.begin(), tail.end());
+      at::Tensor alone = readout::read_rows(m, {prompt}, request)[0];
+      check_close(rows[t], alone, fmt::format("prefix {} with {} suffix tokens", t, tail.size()), 1e-5);
+    }
+  }
+}
 
 // Regression: published GPT-2 checkpoints name their blocks h.N.* (no "transformer." in front). The loader
 // guessed a tensor's layer with a pattern that needed a dot before "h", so read-ahead fetched every layer.
@@ -134,8 +188,16 @@ TEST_CASE("a GPT-2 checkpoint named without 'transformer.' matches transformers 
 // Each layer's hidden states of a text (all its token vectors) must keep cosine >= 0.999 with the fp32
 // reference. Single token vectors of these tiny random-weight models drift further (their weights, drawn in
 // fp32, change when rounded to bf16, and random layers amplify that), so they are reported, not asserted.
+// Two kinds of fixture get looser bounds: phi3_longrope's attention factor (1.34 on queries and keys, so 1.8 on
+// the scores) sharpens attention and amplifies the rounding (0.9984 seen); and in the MoE fixtures a token whose
+// k-th expert is nearly tied with the next can take the other one in bf16, a discrete change of that token's
+// output (0.985 seen).
 TEST_CASE("bf16 compute agrees with the fp32 reference to bf16 precision") {
-  for (const char* name : {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "gpt2", "gpt_neox"}) {
+  const std::pair<const char*, double> fixtures[] = {
+      {"llama", 0.999},   {"mistral", 0.999},       {"qwen2", 0.999},   {"qwen3", 0.999},     {"gemma", 0.999},
+      {"gemma2", 0.999},  {"gemma3_text", 0.999},   {"gpt2", 0.999},    {"gpt_neox", 0.999},  {"phi3", 0.999},
+      {"olmo2", 0.999},   {"phi3_longrope", 0.998}, {"mixtral", 0.98},  {"qwen3_moe", 0.98},  {"qwen2_moe", 0.98}};
+  for (const auto& [name, bound] : fixtures) {
     std::string dir = std::string(PROBEKIT_FIXTURES) + "/models/" + name;
     Reference reference = read_reference(dir);
     model::LoadOptions options;
@@ -157,7 +219,7 @@ TEST_CASE("bf16 compute agrees with the fp32 reference to bf16 precision") {
       min_token_cosine = std::min(min_token_cosine, at::cosine_similarity(actual, expected, -1).min().item<double>());
     }
     MESSAGE(std::string(name) << ": bf16 min cosine per layer " << min_layer_cosine << ", per token vector " << min_token_cosine);
-    CHECK_MESSAGE(min_layer_cosine >= 0.999, name);
+    CHECK_MESSAGE(min_layer_cosine >= bound, name);
   }
 }
 

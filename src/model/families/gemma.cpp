@@ -82,7 +82,7 @@ void resolve_gemma2(const ConfigReader& config_json, ModelConfig& c) {
 void resolve_gemma3_text(const ConfigReader& config_json, ModelConfig& c) {
   resolve_gemma_common(config_json, c, {262208, 2304, 9216, 26, 8, 4, 256, 131072, 1e-6});
   resolve_gemma2_common(config_json, c);
-  c.features.qk_norm = true;
+  c.features.qk_norm = QkNorm::kPerHead;
   Field<double> softcap = config_json.read<double>("attn_logit_softcapping");
   if (softcap.value) c.features.attn_softcap = *softcap.value;
   const GlobalAndLocalRopes ropes = resolve_gemma3_ropes(config_json, c.head_dim);

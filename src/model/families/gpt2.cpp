@@ -54,13 +54,12 @@ void load_gpt2(const Checkpoint& checkpoint, const ModelConfig& c, const LoadPla
   };
   w.embed_tokens = load_token_embeddings(model, "wte.weight", c, plan);
   w.position_embeddings = model.get("wpe.weight", {c.max_positions, hidden});
-  load_layers(model.sub("h"), plan, w, [&](const WeightScope& block, LayerWeights& l) {
+  load_layers(model.sub("h"), plan, w, [&](const WeightScope& block, int64_t, LayerWeights& l) {
     l.attention_input_norm = load_norm(block, "ln_1", hidden, c);
     l.mlp_input_norm = load_norm(block, "ln_2", hidden, c);
     l.qkv = conv1d(block, "attn.c_attn", hidden, 3 * hidden);
     l.attention_output = conv1d(block, "attn.c_proj", hidden, hidden);
-    l.mlp_in = conv1d(block, "mlp.c_fc", hidden, inner);
-    l.mlp_out = conv1d(block, "mlp.c_proj", inner, hidden);
+    l.feed_forward = DenseMlp{conv1d(block, "mlp.c_fc", hidden, inner), conv1d(block, "mlp.c_proj", inner, hidden)};
   });
   if (plan.final_norm) w.final_norm = load_norm(model, "ln_f", hidden, c);
 }

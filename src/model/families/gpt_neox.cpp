@@ -12,14 +12,7 @@ namespace {
 // The rotary fraction of each head: rotary_pct (GPTNeoXConfig), partial_rotary_factor, or rope_parameters'.
 RopeSpec resolve_partial_rope(const ConfigReader& config_json, int64_t head_dim) {
   Field<RawRope> parameters = read_single_rope_parameters(config_json);
-  double fraction = config_json.read<double>("rotary_pct")
-                        .value_or(config_json.read<double>("partial_rotary_factor").value_or(0.25));
-  if (parameters.value && parameters.value->partial_rotary_factor.value) {
-    fraction = *parameters.value->partial_rotary_factor.value;
-  }
-  if (!(fraction > 0 && fraction <= 1)) {
-    fail("{}: the rotary fraction {} must be in (0, 1]", config_json.source(), fraction);
-  }
+  double fraction = read_rotary_fraction(config_json, {"rotary_pct", "partial_rotary_factor"}, 0.25);
   auto rotary_dim = static_cast<int64_t>(static_cast<double>(head_dim) * fraction);
   double theta = config_json.read<double>("rotary_emb_base")
                      .value_or(config_json.read<double>("rope_theta").value_or(10000.0));
@@ -68,7 +61,7 @@ void load_gpt_neox(const Checkpoint& checkpoint, const ModelConfig& c, const Loa
     return l;
   };
   w.embed_tokens = load_token_embeddings(model, "embed_in.weight", c, plan);
-  load_layers(model.sub("layers"), plan, w, [&](const WeightScope& layer, LayerWeights& l) {
+  load_layers(model.sub("layers"), plan, w, [&](const WeightScope& layer, int64_t, LayerWeights& l) {
     l.attention_input_norm = load_norm(layer, "input_layernorm", hidden, c);
     l.mlp_input_norm = load_norm(layer, "post_attention_layernorm", hidden, c);
     // [heads, 3, head_dim, hidden] -> [3, heads, head_dim, hidden]: all queries, then all keys, then all values.
@@ -79,8 +72,8 @@ void load_gpt_neox(const Checkpoint& checkpoint, const ModelConfig& c, const Loa
       l.qkv.bias = bias.view({heads, 3, head_dim}).permute({1, 0, 2}).reshape({3 * hidden}).contiguous();
     }
     l.attention_output = linear(layer, "attention.dense", hidden, hidden);
-    l.mlp_in = linear(layer, "mlp.dense_h_to_4h", inner, hidden);
-    l.mlp_out = linear(layer, "mlp.dense_4h_to_h", hidden, inner);
+    l.feed_forward =
+        DenseMlp{linear(layer, "mlp.dense_h_to_4h", inner, hidden), linear(layer, "mlp.dense_4h_to_h", hidden, inner)};
   });
   if (plan.final_norm) w.final_norm = load_norm(model, "final_layer_norm", hidden, c);
 }

@@ -3,21 +3,6 @@
 
 namespace probekit::model {
 
-namespace {
-
-// Qwen's optional sliding window covers the layers from max_window_layers on.
-void resolve_qwen_windows(const ConfigReader& config_json, ModelConfig& c) {
-  int64_t window = config_json.read<int64_t>("sliding_window").value_or(4096);
-  std::vector<bool> sliding = sliding_from_layer_types(config_json, c.num_layers);
-  if (sliding.empty() && config_json.read<bool>("use_sliding_window").value_or(false)) {
-    int64_t first = config_json.read<int64_t>("max_window_layers").value_or(28);
-    for (int64_t i = 0; i < c.num_layers; ++i) sliding.push_back(i >= first);
-  }
-  apply_sliding_windows(c, sliding, window);
-}
-
-}  // namespace
-
 void resolve_qwen2(const ConfigReader& config_json, ModelConfig& c) {
   resolve_llama_dimensions(config_json, c, {151936, 4096, 22016, 32, 32, 32, 0, 32768, 1e-6});
   c.features.activation = read_activation(config_json, "hidden_act", "silu");
@@ -29,7 +14,7 @@ void resolve_qwen2(const ConfigReader& config_json, ModelConfig& c) {
 void resolve_qwen3(const ConfigReader& config_json, ModelConfig& c) {
   resolve_llama_dimensions(config_json, c, {151936, 4096, 22016, 32, 32, 32, 128, 32768, 1e-6});
   c.features.activation = read_activation(config_json, "hidden_act", "silu");
-  c.features.qk_norm = true;
+  c.features.qk_norm = QkNorm::kPerHead;
   c.qkv_bias = c.output_bias = config_json.read<bool>("attention_bias").value_or(false);
   c.layers.assign(static_cast<size_t>(c.num_layers), LayerSpec{0, resolve_single_rope(config_json, 10000.0, c.head_dim)});
   resolve_qwen_windows(config_json, c);

@@ -1,0 +1,97 @@
+#include "model/routed_experts.h"
+
+#include <torch/csrc/api/include/torch/version.h>
+
+#ifdef PROBEKIT_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#include "model/decoder_block.h"
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
+#define PROBEKIT_HAS_GROUPED_MM 1
+#endif
+
+namespace probekit::model {
+
+namespace {
+
+// Whether at::_grouped_mm runs the experts as one kernel: bf16 operands on a Hopper GPU (compute capability 9.x,
+// where LibTorch has its CUTLASS kernel from 2.8 on; elsewhere it refuses, or loops over the groups with host
+// syncs of its own), and rows whose byte strides are multiples of 16, as the kernel needs.
+bool grouped_gemm_fits(const at::Tensor& rows, const RoutedExperts& w) {
+#if defined(PROBEKIT_HAS_GROUPED_MM) && defined(PROBEKIT_WITH_CUDA)
+  if (!rows.is_cuda() || rows.scalar_type() != at::kBFloat16 || w.gate_up.scalar_type() != at::kBFloat16) return false;
+  if (rows.size(1) % 8 != 0 || w.down.size(2) % 8 != 0) return false;
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, rows.device().index()) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return major == 9;
+#else
+  (void)rows;
+  (void)w;
+  return false;
+#endif
+}
+
+// Every expert's MLP over its slice of `sorted` [M, hidden] (token rows sorted by expert; expert e's slice ends
+// at row ends[e], int32 on the device), in the compute dtype.
+at::Tensor expert_products(const at::Tensor& sorted, const at::Tensor& ends, const RoutedExperts& w,
+                           Activation activation) {
+#ifdef PROBEKIT_HAS_GROUPED_MM
+  if (grouped_gemm_fits(sorted, w)) {
+    // The second operands are [experts, in, out] views of the [experts, out, in] weights.
+    at::Tensor gate_up = at::_grouped_mm(sorted, w.gate_up.transpose(1, 2), ends);
+    return at::_grouped_mm(gated_activation(gate_up, activation), w.down.transpose(1, 2), ends);
+  }
+#endif
+  // The portable way: the slice sizes read once on the host, then one pair of products per expert with tokens.
+  at::Tensor host_ends = ends.to(at::kCPU);
+  const int32_t* end = host_ends.data_ptr<int32_t>();
+  at::Tensor out = at::empty({sorted.size(0), w.down.size(1)}, sorted.options());
+  int64_t start = 0;
+  for (int64_t e = 0; e < host_ends.size(0); ++e) {
+    const int64_t count = end[e] - start;
+    if (count == 0) continue;
+    at::Tensor inner = gated_activation(at::linear(sorted.narrow(0, start, count), w.gate_up[e]), activation);
+    out.narrow(0, start, count).copy_(at::linear(inner, w.down[e]));
+    start = end[e];
+  }
+  return out;
+}
+
+}  // namespace
+
+Routing route_tokens(const at::Tensor& x, const RoutedExperts& w, const RoutedExpertsSpec& spec) {
+  Routing routing;
+  routing.logits = at::linear(x, w.router).to(at::kFloat);
+  auto [weights, experts] = at::topk(at::softmax(routing.logits, -1), spec.top_k, -1);
+  routing.weights = spec.normalize_top_k ? weights / weights.sum(-1, true) : weights;
+  routing.experts = experts;
+  return routing;
+}
+
+at::Tensor run_routed_experts(const at::Tensor& x, const Routing& routing, const RoutedExperts& w,
+                              const ModelConfig& c) {
+  const int64_t tokens = x.size(0), k = routing.experts.size(1);
+  // Pair i is token i / k's choice i % k. Sorted by expert, each expert's pairs form one slice.
+  at::Tensor pair_experts = routing.experts.reshape({-1});
+  at::Tensor order = at::argsort(pair_experts);
+  at::Tensor sorted_experts = pair_experts.index_select(0, order);
+  at::Tensor ends = at::searchsorted(sorted_experts, at::arange(c.routed_experts.experts, sorted_experts.options()),
+                                     /*out_int32=*/true, /*right=*/true);
+  at::Tensor sorted_outputs =
+      expert_products(x.index_select(0, order.div(k, "trunc")), ends, w, c.features.activation);
+  at::Tensor outputs = at::empty_like(sorted_outputs).index_copy_(0, order, sorted_outputs).view({tokens, k, -1});
+  // The weighted sum in fp32, like the residual stream it joins.
+  at::Tensor out = (outputs.to(at::kFloat) * routing.weights.unsqueeze(-1)).sum(1);
+  if (w.shared_expert_gate.defined()) {
+    at::Tensor gate = at::sigmoid(at::linear(x, w.shared_expert_gate).to(at::kFloat));
+    out = out + gate * dense_mlp(x, w.shared_expert, c).to(at::kFloat);
+  }
+  return out;
+}
+
+}  // namespace probekit::model
