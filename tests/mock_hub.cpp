@@ -138,7 +138,9 @@ void MockHub::serve_resolve(const httplib::Request& request, httplib::Response& 
     response.set_header("X-Linked-Etag", "\"" + sha + "\"");
     response.set_header("X-Linked-Size", std::to_string(found->second.size()));
     response.set_header("ETag", "\"" + git_blob_sha1("version https://git-lfs.github.com/spec/v1\noid sha256:" + sha) + "\"");
-    response.set_redirect(endpoint() + "/lfs/" + sha, 302);
+    // As the hub redirects LFS files to a CDN on another host: "localhost" is another name for this server, so
+    // huggingface_hub reads the file's metadata from this answer instead of following it.
+    response.set_redirect(fmt::format("http://localhost:{}/lfs/{}", port_, sha), 302);
     return;
   }
   response.set_header("ETag", "\"" + git_blob_sha1(found->second) + "\"");

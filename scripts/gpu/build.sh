@@ -23,5 +23,6 @@ cmake -S "$source" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr" \
   -DHDF5_ROOT="$deps/usr/lib/x86_64-linux-gnu/hdf5/serial" \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DFMT_FIRST="$deps/usr/include" >/tmp/cmake.log 2>&1 || { tail -40 /tmp/cmake.log; exit 1; }
-cmake --build "$build" ${1:+--target "$@"} 2>&1 | tail -5
+cmake --build "$build" ${1:+--target "$@"} > /tmp/build.log 2>&1 || { grep -B2 -A12 -m3 "error" /tmp/build.log; exit 1; }
+tail -2 /tmp/build.log
 echo "export LD_LIBRARY_PATH=$LD_LIBRARY_PATH"

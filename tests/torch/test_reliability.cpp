@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <hdf5.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <limits>
