@@ -62,7 +62,10 @@ std::pair<at::Tensor, at::Tensor> bce_with_logits(const at::Tensor& logits, cons
 
 void check_binary_training_options(const BinaryTrainingOptions& options) {
   check_training_options(options);
-  if (options.patience < 0) fail_usage("--early-stopping-patience must not be negative, got {}", options.patience);
+  if (options.patience < kNeverStopEarly) {
+    fail_usage("--early-stopping-patience must be at least 0, or {} to never stop early; got {}", kNeverStopEarly,
+               options.patience);
+  }
 }
 
 at::Tensor batch_loss_gradient(const at::Tensor& logits, const at::Tensor& targets, const at::Tensor& rows,
@@ -225,7 +228,8 @@ void record_epoch(ProbeGroup& group, std::vector<TrainedLabel>& trained, const s
     h.learning_rates.push_back(lr);
     aucs.push_back(auc);
     // The reference's rule: strictly better than the best so far (which starts at 0), else one more epoch
-    // without improvement; `patience` of them stop the probe. The first epoch always counts as the best so far,
+    // without improvement; the probe stops once `patience` of them are counted, a check made after every epoch
+    // (so patience 0 stops it after the first). The first epoch always counts as the best so far,
     // so a probe whose validation AUROC stays at exactly 0 still has weights to save (the reference saved none).
     // An equal AUROC with a lower validation loss also improves: once AUROC reaches 1 (common on separable
     // activations) the reference kept its first such epoch, an undertrained probe, while the loss still fell.
@@ -238,7 +242,10 @@ void record_epoch(ProbeGroup& group, std::vector<TrainedLabel>& trained, const s
       group.epochs_without_improvement[p] = 0;
       improved[p] = 1;
       any_improved = true;
-    } else if (++group.epochs_without_improvement[p] >= patience && patience > 0) {
+    } else {
+      ++group.epochs_without_improvement[p];
+    }
+    if (patience != kNeverStopEarly && group.epochs_without_improvement[p] >= patience) {
       h.stopped_early = true;
       group.active[p] = 0;
       --group.active_count;

@@ -22,11 +22,16 @@
 
 namespace probekit::probes {
 
+/// --early-stopping-patience's value for "never stop early" (0 stops after the first epoch, as the reference).
+constexpr int64_t kNeverStopEarly = -1;
+
 /// The reference's (train_binary_probes_parallel.py) defaults, plus early stopping, the learning-rate schedule,
 /// class weights and the labels to train.
 struct BinaryTrainingOptions : TrainingOptions {
   BinaryTrainingOptions() : TrainingOptions(/*batch_size=*/18, /*epochs=*/50, /*lr=*/5e-4, /*weight_decay=*/1e-3) {}
-  int64_t patience = 10;  // epochs without a better validation AUROC before a probe stops; 0: never stop
+  // A probe stops once this many epochs in a row brought no better validation AUROC, checked after every epoch
+  // as the reference does (so 0 stops it after its first epoch); kNeverStopEarly: never.
+  int64_t patience = 10;
   bool cosine_schedule = true;
   double eta_min = 1e-5;
   bool balance_classes = false;    // --pos-weight auto: BCE pos_weight = negatives / positives of train
@@ -34,7 +39,7 @@ struct BinaryTrainingOptions : TrainingOptions {
 };
 
 /// Throws UsageError naming the flag of the first value that cannot train: check_training_options' checks,
-/// and a patience that is not negative.
+/// and a patience below kNeverStopEarly.
 void check_binary_training_options(const BinaryTrainingOptions& options);
 
 /// The reference's per-probe history (metrics_{label}.json "history"); lists hold the epochs the probe ran.

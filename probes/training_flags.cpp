@@ -65,7 +65,8 @@ const TrainingFlag kTrainingFlags[] = {
     {kBinaryOnly,
      [](CLI::App& app, const FlagTargets& to) {
        app.add_option("--early-stopping-patience", to.binary->training.patience,
-                      "Epochs without a better validation AUROC before a probe stops (0: never stop)")
+                      "Epochs without a better validation AUROC before a probe stops (0: after its first epoch, as the "
+                      "reference; -1: never stop early)")
            ->capture_default_str();
      }},
     {kBinaryOnly,

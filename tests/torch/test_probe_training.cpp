@@ -168,7 +168,7 @@ TEST_CASE("early stopping stops and freezes each probe on its own") {
   // exactly that many epochs, even though the others went on.
   options.labels = {"label_00"};
   options.epochs = stopped_after;
-  options.patience = 0;
+  options.patience = kNeverStopEarly;
   BinaryTrainingResult alone = train_binary_probes(file, options, at::kCPU, at::kFloat, "alone");
   ProbeBank final_bank(result.shape, static_cast<int64_t>(result.labels.size()), at::TensorOptions());
   final_bank.values().copy_(result.final_values);
@@ -182,6 +182,31 @@ TEST_CASE("early stopping stops and freezes each probe on its own") {
   }
   // Its best weights are those of its best epoch, not its last.
   CHECK(!at::equal(result.best.parameter(0)[static_cast<int64_t>(k)], final_bank.parameter(0)[static_cast<int64_t>(k)]));
+}
+
+TEST_CASE("--early-stopping-patience 0 stops every probe after its first epoch, as the reference; -1 never stops") {
+  probekit::testing::TempDir dir;
+  // The reference checks epochs_without_improvement >= patience after every epoch: 0 >= 0 holds at once.
+  activations::ActivationFile file = three_label_file(dir.path(), {0.0, 2.0, 3.0});
+  BinaryTrainingOptions options = patience_options(8);
+  options.patience = 0;
+  BinaryTrainingResult result = train_binary_probes(file, options, at::kCPU, at::kFloat, "patience 0");
+  CHECK(result.epochs_run == 1);
+  for (const TrainedLabel& t : result.labels) {
+    INFO(t.label);
+    CHECK(t.history.val_auc.size() == 1);
+    CHECK(t.history.best_epoch == 1);
+    CHECK(t.history.stopped_early);
+  }
+  // label_00 is noise and stops after two epochs without improvement under patience 2; under -1 it never stops.
+  options.patience = kNeverStopEarly;
+  result = train_binary_probes(file, options, at::kCPU, at::kFloat, "never");
+  CHECK(result.epochs_run == options.epochs);
+  for (const TrainedLabel& t : result.labels) {
+    INFO(t.label);
+    CHECK(t.history.val_auc.size() == static_cast<size_t>(options.epochs));
+    CHECK(!t.history.stopped_early);
+  }
 }
 
 TEST_CASE("an equal validation AUROC with a lower validation loss is an improvement (regression: AUROC 1 froze the best epoch)") {
@@ -228,7 +253,7 @@ TEST_CASE("history, metrics and thresholds follow the reference's conventions") 
   spec.signal = {2.0, 2.0, 2.0};
   activations::ActivationFile file = synthetic_file(dir.path() + "/layer_0_activations.h5", spec);
   BinaryTrainingOptions options = small_options();
-  options.patience = 0;
+  options.patience = kNeverStopEarly;
   BinaryTrainingResult result = train_binary_probes(file, options, at::kCPU, at::kFloat, "conv");
   const TrainedLabel& t = result.labels[1];
   const LabelHistory& h = t.history;

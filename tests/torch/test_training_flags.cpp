@@ -131,8 +131,10 @@ TEST_CASE("training options: one validation names the flag of the first unusable
     c.change(options);
     CHECK(usage_error(options) == c.message);
   }
-  BinaryTrainingOptions negative_patience;
-  negative_patience.patience = -1;
-  CHECK_THROWS_WITH_AS(check_binary_training_options(negative_patience),
-                       "--early-stopping-patience must not be negative, got -1", UsageError);
+  BinaryTrainingOptions patience;
+  patience.patience = kNeverStopEarly;
+  CHECK_NOTHROW(check_binary_training_options(patience));
+  patience.patience = -2;
+  CHECK_THROWS_WITH_AS(check_binary_training_options(patience),
+                       "--early-stopping-patience must be at least 0, or -1 to never stop early; got -2", UsageError);
 }
