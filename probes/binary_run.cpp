@@ -61,7 +61,7 @@ Json config_json(const BinaryRunOptions& options, const device::ComputeTarget& t
           {"pos_weight", t.balance_classes ? "auto" : "none"},
           {"seed", t.seed},
           {"num_workers", options.num_workers},
-          {"pin_activations_to_gpu", target.is_gpu()},
+          {"pin_activations_to_gpu", target.is_gpu() && t.pin_activations},
           {"device", target.device.str()},
           {"dtype", dtype_label(target.dtype)},
           {"model_name", model_name},

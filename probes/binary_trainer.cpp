@@ -94,9 +94,9 @@ std::vector<double> column_scores(const at::Tensor& logits_cpu, int64_t column) 
 }
 
 
-// The activations every group reads, on the training device.
+// The activations every group reads.
 struct TrainingData {
-  at::Tensor train_x, val_x;  // [N, H]
+  SplitActivations train_x, val_x;  // [N, H]
   int64_t batch_size = 0;
 };
 
@@ -157,13 +157,13 @@ void train_epoch(ProbeGroup& group, const TrainingData& data, const EpochBatches
   for (int64_t step = 0; step < batches.steps(); ++step) {
     at::Tensor rows = batches.rows(step);
     int64_t batch = rows.size(0);
-    TrainActivations saved = group.bank.forward_train(data.train_x.index_select(0, rows), batches.keep(step));
+    TrainActivations saved = group.bank.forward_train(data.train_x.rows(rows), batches.keep(step));
     at::Tensor grad = batch_loss_gradient(saved.logits.view({batch, count}).to(at::kFloat), group.train_y, rows,
                                           group.pos_weight, train_loss_sum);
     group.bank.backward(saved, grad.to(dtype).view({batch, count, 1}));
     group.optimizer.step(group.bank.values(), group.bank.gradients(), lr, group.active_elements);
   }
-  at::Tensor val_logits = group.bank.forward(data.val_x).view({-1, count}).to(at::kFloat);
+  at::Tensor val_logits = group.bank.forward(data.val_x.all()).view({-1, count}).to(at::kFloat);
   at::Tensor val_loss = batch_mean(bce_with_logits(val_logits, group.val_y, group.pos_weight).first, data.batch_size);
   group.epoch_results = at::cat({val_logits.flatten(), val_loss, train_loss_sum / static_cast<double>(batches.steps())})
                             .to(at::kCPU)
@@ -312,10 +312,8 @@ BinaryTrainingResult train_binary_probes(const activations::ActivationFile& file
   auto k = static_cast<int64_t>(trained.size());
   ProbeShape shape = probe_shape(options, file.attributes.hidden_size, 1);
   at::TensorOptions tensor_options = at::TensorOptions().device(device).dtype(dtype);
-  TrainingData data;
-  data.train_x = activation_tensor(train_split, tensor_options);
-  data.val_x = activation_tensor(val_split, tensor_options);
-  data.batch_size = options.batch_size;
+  TrainingData data{SplitActivations(train_split, tensor_options, options.pin_activations),
+                    SplitActivations(val_split, tensor_options, options.pin_activations), options.batch_size};
 
   // On a CPU one group per thread, each stepping through an epoch alone; on a GPU one group of every probe.
   int64_t group_count = device.is_cpu() ? std::min<int64_t>(at::get_num_threads(), k) : 1;
@@ -325,10 +323,10 @@ BinaryTrainingResult train_binary_probes(const activations::ActivationFile& file
     groups.push_back(make_group(shape, options, trained, first, count, train_split, val_split, tensor_options));
   }
   std::vector<double> rates = epoch_learning_rates(options.lr, options.epochs, options.cosine_schedule, options.eta_min);
-  spdlog::info("{}: training {} {} probes on {} examples x {} ({}, {}{}), batch {}, up to {} epochs", progress_label, k,
+  spdlog::info("{}: training {} {} probes on {} examples x {} ({}, {}{}{}), batch {}, up to {} epochs", progress_label, k,
                kind_name(shape.kind), train_split.examples(), shape.input_dim, device.str(), dtype_label(dtype),
-               group_count > 1 ? fmt::format(", {} groups of probes in parallel", group_count) : "", options.batch_size,
-               options.epochs);
+               group_count > 1 ? fmt::format(", {} groups of probes in parallel", group_count) : "",
+               data.train_x.held_on() != device ? ", activations in host memory" : "", options.batch_size, options.epochs);
 
   int64_t active_count = k, epochs_run = 0;
   ProgressBar bar(progress_label, options.epochs, "epochs");
@@ -359,7 +357,8 @@ BinaryTrainingResult train_binary_probes(const activations::ActivationFile& file
     }
   }
   result.final_values = final_bank.values();
-  evaluate_best(result, trained, data.val_x, activation_tensor(file.split(activations::Split::kTest), tensor_options), file);
+  SplitActivations test_x(file.split(activations::Split::kTest), tensor_options, options.pin_activations);
+  evaluate_best(result, trained, data.val_x.all(), test_x.all(), file);
   std::vector<double> test_aucs;
   for (const TrainedLabel& t : trained) {
     if (!std::isnan(t.test_auc_roc)) test_aucs.push_back(t.test_auc_roc);

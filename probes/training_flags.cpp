@@ -78,6 +78,15 @@ const TrainingFlag kTrainingFlags[] = {
        app.add_flag_callback("--no-scheduler", [&cosine = t.cosine_schedule] { cosine = false; },
                              "Keep the learning rate constant");
      }},
+    {kTrainers,
+     [](CLI::App& app, const FlagTargets& to) {
+       // Added in this order for the same reason as the scheduler's pair: --no-pin-activations wins.
+       TrainingOptions& t = to.training;
+       app.add_flag("--pin-activations-to-gpu", t.pin_activations,
+                    "Move the activations to the GPU once, before training (the default)");
+       app.add_flag_callback("--no-pin-activations", [&pin = t.pin_activations] { pin = false; },
+                             "Keep the activations in host memory and copy each batch to the GPU");
+     }},
     {kAllTools,
      [](CLI::App& app, const FlagTargets& to) {
        add_device_options(app, to.device, to.dtype, "(auto: fp32; fp16 cannot train, having no loss scaling)");

@@ -15,6 +15,7 @@
 #include "probes/probe_files.h"
 #include "probes/report_html.h"
 #include "probes/synthetic_activations.h"
+#include "probes/training_data.h"
 #include "test_util.h"
 
 using namespace probekit;
@@ -144,6 +145,39 @@ TEST_CASE("a multi-head probe trained among 5 equals the same probe trained alon
     options.labels = {"label_03"};
     BinaryTrainingResult alone = train_binary_probes(file, options, device, at::kFloat, "alone");
     check_same_probe(all, alone, "label_03", 1e-4);
+  }
+}
+
+TEST_CASE("--no-pin-activations keeps the activations in host memory and trains the same probes as pinned ones") {
+  probekit::testing::TempDir dir;
+  SyntheticActivations spec = uniform_synthetic(4, {30, 10, 10}, 24);
+  spec.signal.assign(4, 3.0);
+  activations::ActivationFile file = synthetic_file(dir.path() + "/layer_2_activations.h5", spec);
+  for (at::Device device : training_devices()) {
+    INFO("device " << device.str());
+    at::TensorOptions on_device = at::TensorOptions().device(device).dtype(at::kFloat);
+    const activations::SplitData& train = file.split(activations::Split::kTrain);
+    CHECK(SplitActivations(train, on_device, true).held_on() == device);
+    SplitActivations on_host(train, on_device, false);
+    CHECK(on_host.held_on() == at::Device(at::kCPU));
+    at::Tensor rows = at::tensor(std::vector<int64_t>{5, 0, 7}, at::kLong).to(device);
+    CHECK(on_host.rows(rows).device() == device);
+    CHECK(at::equal(on_host.rows(rows).cpu(), SplitActivations(train, on_device, true).rows(rows).cpu()));
+
+    BinaryTrainingOptions options = small_options();
+    BinaryTrainingResult pinned = train_binary_probes(file, options, device, at::kFloat, "pinned");
+    options.pin_activations = false;
+    BinaryTrainingResult host = train_binary_probes(file, options, device, at::kFloat, "host");
+    CHECK(at::allclose(pinned.best.values(), host.best.values(), 1e-6, 1e-7));
+    CHECK(pinned.labels[0].history.val_auc == host.labels[0].history.val_auc);
+
+    MulticlassTrainingOptions multiclass;
+    multiclass.epochs = 2;
+    MulticlassTrainingResult multiclass_pinned = train_multiclass_probe(file, multiclass, device, at::kFloat, "pinned");
+    multiclass.pin_activations = false;
+    MulticlassTrainingResult multiclass_host = train_multiclass_probe(file, multiclass, device, at::kFloat, "host");
+    CHECK(at::allclose(multiclass_pinned.final_probe.values(), multiclass_host.final_probe.values(), 1e-6, 1e-7));
+    CHECK(multiclass_pinned.test.accuracy == multiclass_host.test.accuracy);
   }
 }
 
