@@ -173,7 +173,7 @@ void train_epoch(ProbeGroup& group, const TrainingData& data, const EpochBatches
 
 // The selected labels that can be trained, with their class balance, and the ones skipped with the reason.
 std::vector<TrainedLabel> plan_labels(const activations::ActivationFile& file, const BinaryTrainingOptions& options,
-                                      std::vector<SkippedLabel>& skipped) {
+                                      std::vector<SkippedLabel>& skipped, std::vector<std::string>& without_examples) {
   std::vector<TrainedLabel> trained;
   for (int64_t index : select_labels(file.attributes.label_names, options.labels)) {
     TrainedLabel t;
@@ -182,6 +182,10 @@ std::vector<TrainedLabel> plan_labels(const activations::ActivationFile& file, c
     t.train = balance_of(file.split(activations::Split::kTrain), index);
     t.val = balance_of(file.split(activations::Split::kVal), index);
     t.test = balance_of(file.split(activations::Split::kTest), index);
+    if (t.train.positives + t.val.positives + t.test.positives == 0) {
+      without_examples.push_back(t.label);
+      continue;
+    }
     std::string reason = untrainable_reason(t.train, t.val);
     if (!reason.empty()) {
       spdlog::warn("{}: label '{}' skipped: {}", file.path, t.label, reason);
@@ -305,7 +309,8 @@ BinaryTrainingResult train_binary_probes(const activations::ActivationFile& file
   const auto& train_split = file.split(activations::Split::kTrain);
   const auto& val_split = file.split(activations::Split::kVal);
   std::vector<SkippedLabel> skipped;
-  std::vector<TrainedLabel> trained = plan_labels(file, options, skipped);
+  std::vector<std::string> without_examples;
+  std::vector<TrainedLabel> trained = plan_labels(file, options, skipped, without_examples);
   std::vector<std::vector<int>> val_truth;
   for (const TrainedLabel& t : trained) val_truth.push_back(column_labels(val_split, t.label_index));
 
@@ -348,7 +353,8 @@ BinaryTrainingResult train_binary_probes(const activations::ActivationFile& file
     bar.update(epochs_run, fmt::format("mean val AUROC {:.4f}, {}/{} probes training", metrics::mean_of_defined(aucs), active_count, k));
   }
 
-  BinaryTrainingResult result{shape, {}, std::move(skipped), ProbeBank(shape, k, tensor_options), {}, {}, epochs_run, 0.0};
+  BinaryTrainingResult result{shape,       {}, std::move(skipped), std::move(without_examples),
+                              ProbeBank(shape, k, tensor_options), {}, {}, epochs_run, 0.0};
   ProbeBank final_bank(shape, k, tensor_options);
   for (const ProbeGroup& group : groups) {
     for (size_t i = 0; i < result.best.specs().size(); ++i) {

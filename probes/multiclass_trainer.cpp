@@ -1,6 +1,7 @@
 #include "probes/multiclass_trainer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <ATen/Parallel.h>
@@ -54,14 +55,28 @@ double accuracy_of(const std::vector<int64_t>& predicted, const std::vector<int6
   return truth.empty() ? 0.0 : static_cast<double>(correct) / static_cast<double>(truth.size());
 }
 
-// Throws unless the file has two labels or more; warns about labels without a train example.
+// Throws unless the file has two labels or more. Says in one line which labels have no example at all (a
+// reference file lists all 45 actions: their outputs stay, as in the reference) and warns in one line about
+// those present without a train example.
 void check_classes(const activations::ActivationFile& file) {
   const auto& names = file.attributes.label_names;
   if (names.size() < 2) fail_input("{}: a multiclass probe needs at least 2 labels, the file has {}", file.path, names.size());
-  std::vector<int64_t> train_counts(names.size(), 0);
+  std::vector<int64_t> train_counts(names.size(), 0), other_counts(names.size(), 0);
   for (int64_t label : file.split(activations::Split::kTrain).labels) ++train_counts[label];
+  for (activations::Split split : {activations::Split::kVal, activations::Split::kTest}) {
+    for (int64_t label : file.split(split).labels) ++other_counts[label];
+  }
+  std::vector<std::string> absent, untrained;
   for (size_t c = 0; c < names.size(); ++c) {
-    if (train_counts[c] == 0) spdlog::warn("{}: label '{}' has no train example; its output is never trained", file.path, names[c]);
+    if (train_counts[c] == 0) (other_counts[c] == 0 ? absent : untrained).push_back(names[c]);
+  }
+  if (!absent.empty()) {
+    spdlog::info("{}: {} of the {} labels have no example; their outputs are never trained: {}", file.path,
+                 absent.size(), names.size(), fmt::join(absent, ", "));
+  }
+  if (!untrained.empty()) {
+    spdlog::warn("{}: {} labels have no train example; their outputs are never trained: {}", file.path,
+                 untrained.size(), fmt::join(untrained, ", "));
   }
 }
 

@@ -304,3 +304,40 @@ TEST_CASE("the training tools: usage errors exit 2, a label without positives is
   CHECK(multiclass.exit_code == 0);
   CHECK(path_exists(dir.path() + "/c/test_metrics.json"));
 }
+
+TEST_CASE("labels without any example: no probe and one log line for all layer files; train_probes keeps their outputs") {
+  // A file of the reference's cognitive-action datasets lists all 45 actions whatever subset it holds.
+  probekit::testing::TempDir dir;
+  SyntheticActivations spec = uniform_synthetic(5, {12, 4, 4}, 6);
+  spec.examples[1] = {0, 0, 0};
+  spec.examples[3] = {0, 0, 0};
+  make_directories(dir.path() + "/acts");
+  for (int64_t layer : {0, 1}) {
+    spec.layer = layer;
+    write_synthetic_activation_file(dir.path() + "/acts/" + activations::layer_file_name(layer), spec);
+  }
+  ToolResult binary = run_tool_process("train_binary_probes",
+                                       "--activations " + dir.path() + "/acts --epochs 2 --output-dir " + dir.path() + "/b",
+                                       dir.path() + "/binary.log");
+  INFO(binary.log);
+  CHECK(binary.exit_code == 0);
+  CHECK(binary.log.find("layer_0_activations.h5 (and 1 more layer file): 2 labels have no example and get no probe: "
+                        "label_01, label_03") != std::string::npos);
+  CHECK(binary.log.find("have no example") == binary.log.rfind("have no example"));  // once
+  CHECK(binary.log.find("skipped") == std::string::npos);
+  Json aggregate = read_json_file(dir.path() + "/b/layer_1/aggregate_metrics.json");
+  CHECK(aggregate.at("num_probes") == 3);
+  CHECK(aggregate.at("labels_without_examples") == Json({"label_01", "label_03"}));
+  CHECK(!path_exists(dir.path() + "/b/layer_1/probe_label_01.safetensors"));
+
+  ToolResult multiclass = run_tool_process("train_probes",
+                                           "--activations " + dir.path() + "/acts/layer_0_activations.h5 --epochs 1 "
+                                           "--output-dir " + dir.path() + "/c",
+                                           dir.path() + "/multiclass.log");
+  INFO(multiclass.log);
+  CHECK(multiclass.exit_code == 0);
+  CHECK(multiclass.log.find("2 of the 5 labels have no example; their outputs are never trained: label_01, label_03") !=
+        std::string::npos);
+  safetensors::File best(dir.path() + "/c/best_probe.safetensors");
+  CHECK(best.metadata().at("num_classes") == "5");
+}
