@@ -201,7 +201,7 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
   app.add_option("--probes-dir", e.probes_dir, "Probes directory (probes.json, or layer_{L}/ folders)")->required();
   add_model_options(app, e.model_dir, "The checkpoint the probes were trained on (default: the one recorded with them)");
   app.add_option("--layer", e.layer, "Layer to read (default: the layer recorded in the probes)");
-  app.add_option("--layers", e.layers, "Layers of a multi-layer probes directory: 21-30, 8,17 or all (default: all)");
+  add_layers_option(app, e.layers, "Layers of a multi-layer probes directory: 8 17, 8,17, 21-30 or all (default: all)");
   app.add_option_function<std::string>(
       "--text", [&r](const std::string& text) { r.text = text, r.text_given = true; },
       "Text to analyze (without --text or --file: texts are read from stdin, one per line)");

@@ -165,6 +165,10 @@ TEST_CASE("multi-layer modes, best layers and comparisons") {
   std::string best = run("--best-layer");
   CHECK_CONTAINS(best, "(Layer ");
   CHECK_CONTAINS(run("--layers 5"), "Detected labels");
+  // The reference's spelling, space-separated, selects the same layers as commas.
+  std::string spaced = run("--layers 2 5 --json --top-k 100");
+  CHECK(Json::parse(spaced.substr(spaced.find('{'))) == Json::parse(all.substr(all.find('{'))));
+  CHECK(run("--layers 2,5 --json --top-k 100") == spaced);
   CommandResult compared = run_command(fmt::format("{} --probes-dir {} --model {} --device cpu --text \"{}\" --compare \"I noticed a crack.\"",
                                                    tool("multi_probe_inference"), probes, kModel, kText));
   CHECK_CONTAINS(compared.output, "Biggest differences");
