@@ -254,12 +254,14 @@ Json run_multiclass_training(const MulticlassRunOptions& options) {
   best_metadata["val_loss"] = fmt::format("{}", result.history.val_loss.at(best));
   metadata["test_accuracy"] = fmt::format("{}", result.test.accuracy);
   metadata["test_f1_macro"] = fmt::format("{}", result.test.f1_macro);
-  save_probe(directory + "/best_probe.safetensors", result.best_probe, 0, best_metadata);
+  save_probe(directory + "/" + kMulticlassProbeFile, result.best_probe, 0, best_metadata);
   save_probe(directory + "/final_probe.safetensors", result.final_probe, 0, metadata);
   write_logits_check(directory + "/logits_check.safetensors", result.check_inputs, result.check_logits,
                      result.class_names);
   write_json_file(directory + "/test_metrics.json", multiclass_metrics_json(result));
   const MulticlassHistory& h = result.history;
+  save_multiclass_index(directory, result.best_probe.shape(), result.best_probe.values().scalar_type(), result.class_names,
+                        h.best_epoch, file.attributes, options.activations);
   write_json_file(directory + "/training_history.json",
                   {{"train_loss", h.train_loss},
                    {"val_loss", h.val_loss},
