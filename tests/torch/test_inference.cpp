@@ -35,15 +35,7 @@ const std::string kText = "Instead of seeing it as a setback, I saw a chance to 
 
 // Captures layers 2 and 5 of a small labelled dataset into dir/activations.
 void capture_activations(const TempDir& tmp) {
-  static const char* labels[] = {"analyzing", "reframing", "noticing"};
-  static const char* cues[] = {"I examined each part of the problem step by step.",
-                               "Instead of a setback, I saw it as a chance to learn.",
-                               "Suddenly I noticed the small crack in the window."};
-  std::string lines;
-  for (int i = 0; i < 60; ++i) {
-    lines += Json({{"text", fmt::format("{} Day {}.", cues[i % 3], i)}, {"cognitive_action", labels[i % 3]}}).dump() + "\n";
-  }
-  probekit::testing::write_text(tmp.file("data.jsonl"), lines);
+  probekit::testing::write_three_action_dataset(tmp.file("data.jsonl"));
   capture::CaptureOptions o;
   o.model_dir = kModel;
   o.dataset_path = tmp.file("data.jsonl");

@@ -22,20 +22,6 @@ namespace {
 const std::string kModel = std::string(PROBEKIT_FIXTURES) + "/models/gemma3_text";
 const std::string kText = "Instead of seeing it as a setback, I saw a chance to learn.";
 
-// A cognitive-action dataset in the reference's format: 3 of its 45 actions, 20 texts each.
-std::string write_dataset(const TempDir& tmp) {
-  static const char* labels[] = {"analyzing", "reframing", "noticing"};
-  static const char* cues[] = {"I examined each part of the problem step by step.",
-                               "Instead of a setback, I saw it as a chance to learn.",
-                               "Suddenly I noticed the small crack in the window."};
-  std::string lines;
-  for (int i = 0; i < 60; ++i) {
-    lines += Json({{"text", fmt::format("{} Day {}.", cues[i % 3], i)}, {"cognitive_action", labels[i % 3]}}).dump() + "\n";
-  }
-  probekit::testing::write_text(tmp.file("data.jsonl"), lines);
-  return tmp.file("data.jsonl");
-}
-
 // Runs one of our tools with the reference's arguments; returns its output (stdout and stderr).
 std::string run_reference_command(const std::string& name, const std::string& arguments) {
   CommandResult r = run_command(tool(name) + " " + arguments);
@@ -48,7 +34,8 @@ std::string run_reference_command(const std::string& name, const std::string& ar
 
 TEST_CASE("the reference's README commands run unchanged against a fixture model, but for paths and layers") {
   TempDir tmp;
-  std::string dataset = write_dataset(tmp), activations = tmp.file("activations");
+  std::string dataset = tmp.file("data.jsonl"), activations = tmp.file("activations");
+  probekit::testing::write_three_action_dataset(dataset);  // 3 of the reference's 45 actions
   std::string captured = run_reference_command(
       "capture_activations",
       fmt::format("--model {} --dataset {} --output-dir {} --layers 2 3 --format hdf5", kModel, dataset, activations));
