@@ -353,7 +353,7 @@ BinaryTrainingResult train_binary_probes(const activations::ActivationFile& file
     bar.update(epochs_run, fmt::format("mean val AUROC {:.4f}, {}/{} probes training", metrics::mean_of_defined(aucs), active_count, k));
   }
 
-  BinaryTrainingResult result{shape,       {}, std::move(skipped), std::move(without_examples),
+  BinaryTrainingResult result{shape, {}, std::move(skipped), std::move(without_examples),
                               ProbeBank(shape, k, tensor_options), {}, {}, epochs_run, 0.0};
   ProbeBank final_bank(shape, k, tensor_options);
   for (const ProbeGroup& group : groups) {
