@@ -74,7 +74,7 @@ if has train; then
   for run in $(seq "$runs"); do
     start=$(seconds)
     "$tools/train_binary_probes" --activations "$activations" --output-dir "/tmp/probes_$run" --overwrite --epochs 20 \
-      --early-stopping-patience 1000 --device cuda --json -q > "$out/train_probekit_$run.json"
+      --early-stopping-patience -1 --device cuda --json -q > "$out/train_probekit_$run.json"
     echo "{\"run\": $run, \"process_seconds\": $(awk "BEGIN{print $(seconds) - $start}")}" | tee -a "$out/train_process.jsonl"
     "$python" -c "import json, sys; a = json.load(open(sys.argv[1])); print({k: a[k] for k in a if k.startswith('average')})" \
       "/tmp/probes_$run/aggregate_metrics.json" | tee "$out/train_probekit_metrics_$run.txt"

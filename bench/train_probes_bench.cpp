@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   probes::BinaryRunOptions run;
   probes::BinaryTrainingOptions& t = run.training;
   t.epochs = 20;
-  t.patience = 0;
+  t.patience = probes::kNeverStopEarly;
   int64_t labels = 45, hidden = 2560, repeats = 2, layer = 0;
   std::array<int64_t, 3> per_label = {70, 15, 15};
   double signal = 8.0;

@@ -1,4 +1,4 @@
-// Loading a probes directory for inference (BinaryProbeSet::load, as multi_probe_inference does): the input
+// Loading a probes directory for inference (ProbeSet::load, as multi_probe_inference does): the input
 // is a probes.json index and one probe safetensors file, laid out as a 4-byte little-endian length, the
 // index's bytes, then the file's bytes. The directory is refused with a message, or loads into probes that
 // score a batch of activations.
@@ -25,8 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::write_bytes(directory + "/probes.json", data + 4, index_size);
   fuzz::write_bytes(directory + "/probe_a.safetensors", data + 4 + index_size, size - 4 - index_size);
 
-  std::optional<probes::BinaryProbeSet> set;
-  if (!fuzz::completes_or_refuses_cleanly([&] { set = probes::BinaryProbeSet::load(directory, at::kCPU, at::kFloat); })) {
+  std::optional<probes::ProbeSet> set;
+  if (!fuzz::completes_or_refuses_cleanly([&] { set = probes::ProbeSet::load(directory, at::kCPU, at::kFloat); })) {
     return 0;
   }
   at::Tensor logits = set->logits(at::ones({2, set->shape().input_dim}));

@@ -1,6 +1,7 @@
 #include "probes/binary_run.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -61,7 +62,7 @@ Json config_json(const BinaryRunOptions& options, const device::ComputeTarget& t
           {"pos_weight", t.balance_classes ? "auto" : "none"},
           {"seed", t.seed},
           {"num_workers", options.num_workers},
-          {"pin_activations_to_gpu", target.is_gpu()},
+          {"pin_activations_to_gpu", target.is_gpu() && t.pin_activations},
           {"device", target.device.str()},
           {"dtype", dtype_label(target.dtype)},
           {"model_name", model_name},
@@ -163,7 +164,8 @@ Json aggregate_metrics_json(const LayerOutcome& layer, int64_t num_workers) {
           {"layer", layer.layer},
           {"evaluated_weights", "best_epoch"},
           {"per_action_metrics", per_action},
-          {"skipped_labels", skipped}};
+          {"skipped_labels", skipped},
+          {"labels_without_examples", layer.without_examples}};
 }
 
 Json per_action_layer_analysis_json(const std::vector<LayerOutcome>& layers) {
@@ -242,7 +244,7 @@ LayerOutcome train_layer(const BinaryRunOptions& options, const std::string& fil
       train_binary_probes(activations, options.training, target.device, target.dtype, progress_label);
   save_binary_probes(directory, result, activations.attributes, file);
   LayerOutcome outcome{layer, file, directory, std::move(result.labels), std::move(result.skipped),
-                       result.epochs_run, result.seconds};
+                       result.epochs_run, result.seconds, std::move(result.without_examples)};
   for (const TrainedLabel& t : outcome.labels) {
     write_json_file(directory + "/metrics_" + t.label + ".json", label_metrics_json(t, true));
   }
@@ -264,11 +266,26 @@ Json layer_summary(const LayerOutcome& outcome, const std::string& progress_labe
           {"directory", shown_directory},
           {"probes", outcome.labels.size()},
           {"skipped_labels", skipped},
+          {"labels_without_examples", outcome.without_examples},
           {"mean_test_auc_roc", auc},
           {"mean_test_f1", f1},
           {"mean_test_f1_tuned", f1_tuned},
           {"epochs_run", outcome.epochs_run},
           {"seconds", outcome.seconds}};
+}
+
+// One line for the labels without examples, not one per label and layer: a file of the reference's
+// cognitive-action datasets lists all 45 actions, and every layer file of a capture lacks the same ones.
+void log_labels_without_examples(const std::vector<LayerOutcome>& outcomes) {
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    const std::vector<std::string>& absent = outcomes[i].without_examples;
+    if (absent.empty() || (i > 0 && absent == outcomes[i - 1].without_examples)) continue;
+    size_t same_after = 0;
+    while (i + same_after + 1 < outcomes.size() && outcomes[i + same_after + 1].without_examples == absent) ++same_after;
+    spdlog::info("{}{}: {} labels have no example and get no probe: {}", outcomes[i].activations_path,
+                 same_after > 0 ? fmt::format(" (and {} more layer file{})", same_after, same_after > 1 ? "s" : "") : "", absent.size(),
+                 fmt::join(absent, ", "));
+  }
 }
 
 }  // namespace
@@ -299,6 +316,7 @@ Json run_binary_training(const BinaryRunOptions& options) {
     summary_layers.push_back(layer_summary(outcomes.back(), progress_label, outcomes.back().directory));
   }
 
+  log_labels_without_examples(outcomes);
   Json config = config_json(options, target, model_name);
   if (several) {
     write_json_file(output.path() + "/per_action_layer_analysis.json", per_action_layer_analysis_json(outcomes));

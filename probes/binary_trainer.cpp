@@ -62,7 +62,10 @@ std::pair<at::Tensor, at::Tensor> bce_with_logits(const at::Tensor& logits, cons
 
 void check_binary_training_options(const BinaryTrainingOptions& options) {
   check_training_options(options);
-  if (options.patience < 0) fail_usage("--early-stopping-patience must not be negative, got {}", options.patience);
+  if (options.patience < kNeverStopEarly) {
+    fail_usage("--early-stopping-patience must be at least 0, or {} to never stop early; got {}", kNeverStopEarly,
+               options.patience);
+  }
 }
 
 at::Tensor batch_loss_gradient(const at::Tensor& logits, const at::Tensor& targets, const at::Tensor& rows,
@@ -91,9 +94,9 @@ std::vector<double> column_scores(const at::Tensor& logits_cpu, int64_t column) 
 }
 
 
-// The activations every group reads, on the training device.
+// The activations every group reads.
 struct TrainingData {
-  at::Tensor train_x, val_x;  // [N, H]
+  SplitActivations train_x, val_x;  // [N, H]
   int64_t batch_size = 0;
 };
 
@@ -154,13 +157,13 @@ void train_epoch(ProbeGroup& group, const TrainingData& data, const EpochBatches
   for (int64_t step = 0; step < batches.steps(); ++step) {
     at::Tensor rows = batches.rows(step);
     int64_t batch = rows.size(0);
-    TrainActivations saved = group.bank.forward_train(data.train_x.index_select(0, rows), batches.keep(step));
+    TrainActivations saved = group.bank.forward_train(data.train_x.rows(rows), batches.keep(step));
     at::Tensor grad = batch_loss_gradient(saved.logits.view({batch, count}).to(at::kFloat), group.train_y, rows,
                                           group.pos_weight, train_loss_sum);
     group.bank.backward(saved, grad.to(dtype).view({batch, count, 1}));
     group.optimizer.step(group.bank.values(), group.bank.gradients(), lr, group.active_elements);
   }
-  at::Tensor val_logits = group.bank.forward(data.val_x).view({-1, count}).to(at::kFloat);
+  at::Tensor val_logits = group.bank.forward(data.val_x.all()).view({-1, count}).to(at::kFloat);
   at::Tensor val_loss = batch_mean(bce_with_logits(val_logits, group.val_y, group.pos_weight).first, data.batch_size);
   group.epoch_results = at::cat({val_logits.flatten(), val_loss, train_loss_sum / static_cast<double>(batches.steps())})
                             .to(at::kCPU)
@@ -170,7 +173,7 @@ void train_epoch(ProbeGroup& group, const TrainingData& data, const EpochBatches
 
 // The selected labels that can be trained, with their class balance, and the ones skipped with the reason.
 std::vector<TrainedLabel> plan_labels(const activations::ActivationFile& file, const BinaryTrainingOptions& options,
-                                      std::vector<SkippedLabel>& skipped) {
+                                      std::vector<SkippedLabel>& skipped, std::vector<std::string>& without_examples) {
   std::vector<TrainedLabel> trained;
   for (int64_t index : select_labels(file.attributes.label_names, options.labels)) {
     TrainedLabel t;
@@ -179,6 +182,10 @@ std::vector<TrainedLabel> plan_labels(const activations::ActivationFile& file, c
     t.train = balance_of(file.split(activations::Split::kTrain), index);
     t.val = balance_of(file.split(activations::Split::kVal), index);
     t.test = balance_of(file.split(activations::Split::kTest), index);
+    if (t.train.positives + t.val.positives + t.test.positives == 0) {
+      without_examples.push_back(t.label);
+      continue;
+    }
     std::string reason = untrainable_reason(t.train, t.val);
     if (!reason.empty()) {
       spdlog::warn("{}: label '{}' skipped: {}", file.path, t.label, reason);
@@ -225,7 +232,8 @@ void record_epoch(ProbeGroup& group, std::vector<TrainedLabel>& trained, const s
     h.learning_rates.push_back(lr);
     aucs.push_back(auc);
     // The reference's rule: strictly better than the best so far (which starts at 0), else one more epoch
-    // without improvement; `patience` of them stop the probe. The first epoch always counts as the best so far,
+    // without improvement; the probe stops once `patience` of them are counted, a check made after every epoch
+    // (so patience 0 stops it after the first). The first epoch always counts as the best so far,
     // so a probe whose validation AUROC stays at exactly 0 still has weights to save (the reference saved none).
     // An equal AUROC with a lower validation loss also improves: once AUROC reaches 1 (common on separable
     // activations) the reference kept its first such epoch, an undertrained probe, while the loss still fell.
@@ -238,7 +246,10 @@ void record_epoch(ProbeGroup& group, std::vector<TrainedLabel>& trained, const s
       group.epochs_without_improvement[p] = 0;
       improved[p] = 1;
       any_improved = true;
-    } else if (++group.epochs_without_improvement[p] >= patience && patience > 0) {
+    } else {
+      ++group.epochs_without_improvement[p];
+    }
+    if (patience != kNeverStopEarly && group.epochs_without_improvement[p] >= patience) {
       h.stopped_early = true;
       group.active[p] = 0;
       --group.active_count;
@@ -298,17 +309,16 @@ BinaryTrainingResult train_binary_probes(const activations::ActivationFile& file
   const auto& train_split = file.split(activations::Split::kTrain);
   const auto& val_split = file.split(activations::Split::kVal);
   std::vector<SkippedLabel> skipped;
-  std::vector<TrainedLabel> trained = plan_labels(file, options, skipped);
+  std::vector<std::string> without_examples;
+  std::vector<TrainedLabel> trained = plan_labels(file, options, skipped, without_examples);
   std::vector<std::vector<int>> val_truth;
   for (const TrainedLabel& t : trained) val_truth.push_back(column_labels(val_split, t.label_index));
 
   auto k = static_cast<int64_t>(trained.size());
   ProbeShape shape = probe_shape(options, file.attributes.hidden_size, 1);
   at::TensorOptions tensor_options = at::TensorOptions().device(device).dtype(dtype);
-  TrainingData data;
-  data.train_x = activation_tensor(train_split, tensor_options);
-  data.val_x = activation_tensor(val_split, tensor_options);
-  data.batch_size = options.batch_size;
+  TrainingData data{SplitActivations(train_split, tensor_options, options.pin_activations),
+                    SplitActivations(val_split, tensor_options, options.pin_activations), options.batch_size};
 
   // On a CPU one group per thread, each stepping through an epoch alone; on a GPU one group of every probe.
   int64_t group_count = device.is_cpu() ? std::min<int64_t>(at::get_num_threads(), k) : 1;
@@ -318,10 +328,10 @@ BinaryTrainingResult train_binary_probes(const activations::ActivationFile& file
     groups.push_back(make_group(shape, options, trained, first, count, train_split, val_split, tensor_options));
   }
   std::vector<double> rates = epoch_learning_rates(options.lr, options.epochs, options.cosine_schedule, options.eta_min);
-  spdlog::info("{}: training {} {} probes on {} examples x {} ({}, {}{}), batch {}, up to {} epochs", progress_label, k,
+  spdlog::info("{}: training {} {} probes on {} examples x {} ({}, {}{}{}), batch {}, up to {} epochs", progress_label, k,
                kind_name(shape.kind), train_split.examples(), shape.input_dim, device.str(), dtype_label(dtype),
-               group_count > 1 ? fmt::format(", {} groups of probes in parallel", group_count) : "", options.batch_size,
-               options.epochs);
+               group_count > 1 ? fmt::format(", {} groups of probes in parallel", group_count) : "",
+               data.train_x.held_on() != device ? ", activations in host memory" : "", options.batch_size, options.epochs);
 
   int64_t active_count = k, epochs_run = 0;
   ProgressBar bar(progress_label, options.epochs, "epochs");
@@ -343,7 +353,8 @@ BinaryTrainingResult train_binary_probes(const activations::ActivationFile& file
     bar.update(epochs_run, fmt::format("mean val AUROC {:.4f}, {}/{} probes training", metrics::mean_of_defined(aucs), active_count, k));
   }
 
-  BinaryTrainingResult result{shape, {}, std::move(skipped), ProbeBank(shape, k, tensor_options), {}, {}, epochs_run, 0.0};
+  BinaryTrainingResult result{shape, {}, std::move(skipped), std::move(without_examples),
+                              ProbeBank(shape, k, tensor_options), {}, {}, epochs_run, 0.0};
   ProbeBank final_bank(shape, k, tensor_options);
   for (const ProbeGroup& group : groups) {
     for (size_t i = 0; i < result.best.specs().size(); ++i) {
@@ -352,7 +363,8 @@ BinaryTrainingResult train_binary_probes(const activations::ActivationFile& file
     }
   }
   result.final_values = final_bank.values();
-  evaluate_best(result, trained, data.val_x, activation_tensor(file.split(activations::Split::kTest), tensor_options), file);
+  SplitActivations test_x(file.split(activations::Split::kTest), tensor_options, options.pin_activations);
+  evaluate_best(result, trained, data.val_x.all(), test_x.all(), file);
   std::vector<double> test_aucs;
   for (const TrainedLabel& t : trained) {
     if (!std::isnan(t.test_auc_roc)) test_aucs.push_back(t.test_auc_roc);

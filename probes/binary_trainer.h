@@ -22,11 +22,16 @@
 
 namespace probekit::probes {
 
+/// --early-stopping-patience's value for "never stop early" (0 stops after the first epoch, as the reference).
+constexpr int64_t kNeverStopEarly = -1;
+
 /// The reference's (train_binary_probes_parallel.py) defaults, plus early stopping, the learning-rate schedule,
 /// class weights and the labels to train.
 struct BinaryTrainingOptions : TrainingOptions {
   BinaryTrainingOptions() : TrainingOptions(/*batch_size=*/18, /*epochs=*/50, /*lr=*/5e-4, /*weight_decay=*/1e-3) {}
-  int64_t patience = 10;  // epochs without a better validation AUROC before a probe stops; 0: never stop
+  // A probe stops once this many epochs in a row brought no better validation AUROC, checked after every epoch
+  // as the reference does (so 0 stops it after its first epoch); kNeverStopEarly: never.
+  int64_t patience = 10;
   bool cosine_schedule = true;
   double eta_min = 1e-5;
   bool balance_classes = false;    // --pos-weight auto: BCE pos_weight = negatives / positives of train
@@ -34,7 +39,7 @@ struct BinaryTrainingOptions : TrainingOptions {
 };
 
 /// Throws UsageError naming the flag of the first value that cannot train: check_training_options' checks,
-/// and a patience that is not negative.
+/// and a patience below kNeverStopEarly.
 void check_binary_training_options(const BinaryTrainingOptions& options);
 
 /// The reference's per-probe history (metrics_{label}.json "history"); lists hold the epochs the probe ran.
@@ -86,6 +91,8 @@ struct BinaryTrainingResult {
   ProbeShape shape;
   std::vector<TrainedLabel> labels;  // in label_names order; probe k of `best` is labels[k]
   std::vector<SkippedLabel> skipped;
+  // Selected labels without a single example in the file (a reference file lists all 45 actions), untrained.
+  std::vector<std::string> without_examples;
   ProbeBank best;                    // the best-epoch weights of every probe (the ones saved)
   at::Tensor final_values;           // the weights after the last epoch each probe ran, laid out as best.values()
   at::Tensor check_inputs;           // [n, H] float32 CPU: the first test rows, for checking saved files
@@ -102,6 +109,7 @@ struct LayerOutcome {
   std::vector<SkippedLabel> skipped;
   int64_t epochs_run = 0;
   double seconds = 0.0;
+  std::vector<std::string> without_examples;
 };
 
 /// The training loss of a batch: BCEWithLogitsLoss(pos_weight) of logits [B, K] (fp32) against rows `rows` [B]
@@ -111,8 +119,9 @@ at::Tensor batch_loss_gradient(const at::Tensor& logits, const at::Tensor& targe
                                const at::Tensor& pos_weight, at::Tensor& loss_sum);
 
 /// Trains one-vs-rest probes for the labels of `file` on `device` in `dtype`; logs and shows progress as
-/// `progress_label` (e.g. "layer 25"). Labels without a positive or a negative example in the train or
-/// validation split are skipped with a warning; throws if none is left.
+/// `progress_label` (e.g. "layer 25"). Labels without any example in the file are left out (listed in
+/// without_examples); the others without a positive or a negative example in the train or validation split
+/// are skipped with a warning; throws if none is left.
 BinaryTrainingResult train_binary_probes(const activations::ActivationFile& file, const BinaryTrainingOptions& options,
                                          at::Device device, at::ScalarType dtype, const std::string& progress_label);
 

@@ -1,6 +1,7 @@
 #include "probes/multiclass_trainer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <ATen/Parallel.h>
@@ -54,30 +55,45 @@ double accuracy_of(const std::vector<int64_t>& predicted, const std::vector<int6
   return truth.empty() ? 0.0 : static_cast<double>(correct) / static_cast<double>(truth.size());
 }
 
-// Throws unless the file has two labels or more; warns about labels without a train example.
+// Throws unless the file has two labels or more. Says in one line which labels have no example at all (a
+// reference file lists all 45 actions: their outputs stay, as in the reference) and warns in one line about
+// those present without a train example.
 void check_classes(const activations::ActivationFile& file) {
   const auto& names = file.attributes.label_names;
   if (names.size() < 2) fail_input("{}: a multiclass probe needs at least 2 labels, the file has {}", file.path, names.size());
-  std::vector<int64_t> train_counts(names.size(), 0);
+  std::vector<int64_t> train_counts(names.size(), 0), other_counts(names.size(), 0);
   for (int64_t label : file.split(activations::Split::kTrain).labels) ++train_counts[label];
+  for (activations::Split split : {activations::Split::kVal, activations::Split::kTest}) {
+    for (int64_t label : file.split(split).labels) ++other_counts[label];
+  }
+  std::vector<std::string> absent, untrained;
   for (size_t c = 0; c < names.size(); ++c) {
-    if (train_counts[c] == 0) spdlog::warn("{}: label '{}' has no train example; its output is never trained", file.path, names[c]);
+    if (train_counts[c] == 0) (other_counts[c] == 0 ? absent : untrained).push_back(names[c]);
+  }
+  if (!absent.empty()) {
+    spdlog::info("{}: {} of the {} labels have no example; their outputs are never trained: {}", file.path,
+                 absent.size(), names.size(), fmt::join(absent, ", "));
+  }
+  if (!untrained.empty()) {
+    spdlog::warn("{}: {} labels have no train example; their outputs are never trained: {}", file.path,
+                 untrained.size(), fmt::join(untrained, ", "));
   }
 }
 
-// The three splits on the training device.
+// The three splits: activations where --pin-activations-to-gpu keeps them, labels on the training device.
 struct SplitTensors {
-  at::Tensor train_x, val_x, test_x;  // [N, H] in the training dtype
-  at::Tensor train_y, val_y, test_y;  // [N] int64
+  SplitActivations train_x, val_x, test_x;  // [N, H] in the training dtype
+  at::Tensor train_y, val_y, test_y;        // [N] int64
 };
 
-SplitTensors split_tensors(const activations::ActivationFile& file, at::TensorOptions options) {
+SplitTensors split_tensors(const activations::ActivationFile& file, at::TensorOptions options, bool pinned) {
   const auto& train = file.split(activations::Split::kTrain);
   const auto& val = file.split(activations::Split::kVal);
   const auto& test = file.split(activations::Split::kTest);
   at::Device device = options.device();
-  return {activation_tensor(train, options), activation_tensor(val, options), activation_tensor(test, options),
-          label_tensor(train, device),       label_tensor(val, device),       label_tensor(test, device)};
+  return {SplitActivations(train, options, pinned), SplitActivations(val, options, pinned),
+          SplitActivations(test, options, pinned),  label_tensor(train, device),
+          label_tensor(val, device),                label_tensor(test, device)};
 }
 
 // What changes as the probe trains.
@@ -93,11 +109,11 @@ struct ProbeTraining {
 at::Tensor train_epoch(ProbeTraining& training, const SplitTensors& data, const EpochBatches& batches, double lr) {
   ProbeBank& bank = training.bank;
   int64_t classes = bank.shape().outputs;
-  at::Tensor train_loss_sum = at::zeros({}, at::TensorOptions().device(data.train_x.device()).dtype(at::kFloat));
+  at::Tensor train_loss_sum = at::zeros({}, at::TensorOptions().device(data.train_y.device()).dtype(at::kFloat));
   for (int64_t step = 0; step < batches.steps(); ++step) {
     at::Tensor rows = batches.rows(step);
     int64_t batch = rows.size(0);
-    TrainActivations saved = bank.forward_train(data.train_x.index_select(0, rows), batches.keep(step));
+    TrainActivations saved = bank.forward_train(data.train_x.rows(rows), batches.keep(step));
     auto [loss, grad] = cross_entropy(saved.logits.view({batch, classes}).to(at::kFloat), data.train_y.index_select(0, rows));
     train_loss_sum += loss.mean();
     bank.backward(saved, (grad / static_cast<double>(batch)).to(bank.values().scalar_type()).view({batch, 1, classes}));
@@ -111,7 +127,7 @@ at::Tensor train_epoch(ProbeTraining& training, const SplitTensors& data, const 
 double record_epoch(ProbeTraining& training, const SplitTensors& data, const std::vector<int64_t>& val_labels,
                     const at::Tensor& train_loss, int64_t batch_size, int64_t epoch) {
   int64_t classes = training.bank.shape().outputs;
-  at::Tensor val_logits = training.bank.forward(data.val_x).view({-1, classes}).to(at::kFloat);
+  at::Tensor val_logits = training.bank.forward(data.val_x.all()).view({-1, classes}).to(at::kFloat);
   at::Tensor val_loss = batch_mean(cross_entropy(val_logits, data.val_y).first, batch_size);
   at::Tensor host = at::cat({val_logits.flatten(), val_loss.view({1}), train_loss.view({1})}).to(at::kCPU).to(at::kDouble);
   double val_accuracy = accuracy_of(argmax_rows(host.narrow(0, 0, val_logits.numel()).view({-1, classes})), val_labels);
@@ -138,10 +154,11 @@ double record_epoch(ProbeTraining& training, const SplitTensors& data, const std
 // The test metrics and loss of the final weights, as the reference evaluates, and the check logits.
 void evaluate_final(MulticlassTrainingResult& result, const SplitTensors& data, const activations::SplitData& test_split) {
   int64_t classes = result.final_probe.shape().outputs;
-  at::Tensor test_logits = result.final_probe.forward(data.test_x).view({-1, classes}).to(at::kFloat);
+  at::Tensor test_x = data.test_x.all();
+  at::Tensor test_logits = result.final_probe.forward(test_x).view({-1, classes}).to(at::kFloat);
   result.test_loss = cross_entropy(test_logits, data.test_y).first.mean().item<double>();
   int64_t check_rows = std::min<int64_t>(kCheckRows, test_split.examples());
-  result.check_inputs = data.test_x.narrow(0, 0, check_rows).to(at::kCPU).to(at::kFloat);
+  result.check_inputs = test_x.narrow(0, 0, check_rows).to(at::kCPU).to(at::kFloat);
   result.check_logits = test_logits.narrow(0, 0, check_rows).to(at::kCPU);
   at::Tensor test_host = test_logits.to(at::kCPU).to(at::kDouble).contiguous();
   std::vector<double> scores(test_host.data_ptr<double>(), test_host.data_ptr<double>() + test_host.numel());
@@ -161,7 +178,7 @@ MulticlassTrainingResult train_multiclass_probe(const activations::ActivationFil
   const auto& train_split = file.split(activations::Split::kTrain);
   ProbeShape shape = probe_shape(options, file.attributes.hidden_size, static_cast<int64_t>(names.size()));
   at::TensorOptions tensor_options = at::TensorOptions().device(device).dtype(dtype);
-  SplitTensors data = split_tensors(file, tensor_options);
+  SplitTensors data = split_tensors(file, tensor_options, options.pin_activations);
 
   ProbeBank bank(shape, 1, tensor_options);
   // Coordinate label_names.size(): one that no binary probe's label index uses.
@@ -169,9 +186,10 @@ MulticlassTrainingResult train_multiclass_probe(const activations::ActivationFil
   AdamW optimizer(bank.values(), AdamW::Options{options.weight_decay});
   at::Tensor best_values = bank.values().clone();
   ProbeTraining training{std::move(bank), std::move(optimizer), {}, std::move(best_values)};
-  spdlog::info("{}: training a {} probe over {} classes on {} examples x {} ({}, {}), batch {}, {} epochs",
+  spdlog::info("{}: training a {} probe over {} classes on {} examples x {} ({}, {}{}), batch {}, {} epochs",
                progress_label, kind_name(shape.kind), shape.outputs, train_split.examples(), shape.input_dim,
-               device.str(), dtype_label(dtype), options.batch_size, options.epochs);
+               device.str(), dtype_label(dtype), data.train_x.held_on() != device ? ", activations in host memory" : "",
+               options.batch_size, options.epochs);
 
   ThreadCountGuard step_threads(device.is_cpu() ? threads_for_steps(shape, options.batch_size) : at::get_num_threads());
   ProgressBar bar(progress_label, options.epochs, "epochs");
@@ -236,12 +254,14 @@ Json run_multiclass_training(const MulticlassRunOptions& options) {
   best_metadata["val_loss"] = fmt::format("{}", result.history.val_loss.at(best));
   metadata["test_accuracy"] = fmt::format("{}", result.test.accuracy);
   metadata["test_f1_macro"] = fmt::format("{}", result.test.f1_macro);
-  save_probe(directory + "/best_probe.safetensors", result.best_probe, 0, best_metadata);
+  save_probe(directory + "/" + kMulticlassProbeFile, result.best_probe, 0, best_metadata);
   save_probe(directory + "/final_probe.safetensors", result.final_probe, 0, metadata);
   write_logits_check(directory + "/logits_check.safetensors", result.check_inputs, result.check_logits,
                      result.class_names);
   write_json_file(directory + "/test_metrics.json", multiclass_metrics_json(result));
   const MulticlassHistory& h = result.history;
+  save_multiclass_index(directory, result.best_probe.shape(), result.best_probe.values().scalar_type(), result.class_names,
+                        h.best_epoch, file.attributes, options.activations);
   write_json_file(directory + "/training_history.json",
                   {{"train_loss", h.train_loss},
                    {"val_loss", h.val_loss},

@@ -54,7 +54,8 @@ struct MulticlassRunOptions {
 };
 
 /// Trains and writes best_probe.safetensors, final_probe.safetensors, test_metrics.json,
-/// training_history.json and logits_check.safetensors; returns the summary that --json prints.
+/// training_history.json, logits_check.safetensors and probes.json (what inference reads: the best probe, its
+/// classes and how the activations were made); returns the summary that --json prints.
 Json run_multiclass_training(const MulticlassRunOptions& options);
 
 /// test_metrics.json: the reference's keys (accuracy, macro and micro precision/recall/F1, per_class,

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "common/error.h"
 #include "common/files.h"
@@ -18,6 +19,8 @@ namespace {
 
 constexpr const char* kIndexFile = "probes.json";
 constexpr const char* kIndexFormat = "probekit.binary_probes";
+constexpr const char* kMulticlassIndexFormat = "probekit.multiclass_probe";
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 safetensors::DType file_dtype(at::ScalarType type) {
   switch (type) {
@@ -89,6 +92,36 @@ std::map<std::string, std::string> model_config_metadata(const ProbeShape& shape
   if (!binary) config["num_classes"] = std::to_string(shape.outputs);
   return config;
 }
+
+namespace {
+
+// What both indexes record: the probes' shape and how their activations were made (the model, the layer, the
+// site, position, prompt suffix and cut), which inference repeats.
+Json index_fields(const char* format, const ProbeShape& shape, bool binary, at::ScalarType dtype,
+                  const activations::FileAttributes& attributes, const std::string& activations_path) {
+  Json index = {{"format", format},
+                {"version", 1},
+                {"model_type", kind_name(shape.kind)},
+                {"model_class", model_class_name(shape, binary)},
+                {"input_dim", shape.input_dim},
+                {"dtype", dtype_label(dtype)},
+                {"layer", attributes.layer},
+                {"model_name", attributes.model_name},
+                {"model_fingerprint", attributes.model_fingerprint},
+                {"model_revision", attributes.model_revision},
+                {"site", attributes.site},
+                {"position", attributes.position},
+                {"prompt_suffix", attributes.prompt_suffix},
+                {"max_length", attributes.max_length},
+                {"activations", activations_path}};
+  if (shape.kind == ProbeKind::kMultihead) {
+    index["hidden_dim"] = shape.hidden_dim;
+    index["num_heads"] = shape.heads;
+  }
+  return index;
+}
+
+}  // namespace
 
 void save_probe(const std::string& path, const ProbeBank& bank, int64_t probe,
                 const std::map<std::string, std::string>& metadata) {
@@ -187,33 +220,51 @@ Json save_binary_probes(const std::string& directory, const BinaryTrainingResult
 
   Json skipped = Json::array();
   for (const SkippedLabel& s : result.skipped) skipped.push_back({{"label", s.label}, {"reason", s.reason}});
-  Json index = {{"format", kIndexFormat},
-                {"version", 1},
-                {"model_type", kind_name(shape.kind)},
-                {"model_class", model_class_name(shape, true)},
-                {"input_dim", shape.input_dim},
-                {"dtype", dtype_label(result.best.values().scalar_type())},
-                {"layer", attributes.layer},
-                {"model_name", attributes.model_name},
-                {"model_fingerprint", attributes.model_fingerprint},
-                {"model_revision", attributes.model_revision},
-                {"site", attributes.site},
-                {"position", attributes.position},
-                {"prompt_suffix", attributes.prompt_suffix},
-                {"max_length", attributes.max_length},
-                {"activations", activations_path},
-                {"labels", labels},
-                {"probes", probes},
-                {"skipped_labels", skipped}};
-  if (shape.kind == ProbeKind::kMultihead) {
-    index["hidden_dim"] = shape.hidden_dim;
-    index["num_heads"] = shape.heads;
-  }
+  Json index = index_fields(kIndexFormat, shape, true, result.best.values().scalar_type(), attributes, activations_path);
+  index["labels"] = labels;
+  index["probes"] = probes;
+  index["skipped_labels"] = skipped;
+  write_json_file(directory + "/" + kIndexFile, index);
+  return index;
+}
+
+Json save_multiclass_index(const std::string& directory, const ProbeShape& shape, at::ScalarType dtype,
+                           const std::vector<std::string>& class_names, int64_t best_epoch,
+                           const activations::FileAttributes& attributes, const std::string& activations_path) {
+  Json index = index_fields(kMulticlassIndexFormat, shape, false, dtype, attributes, activations_path);
+  index["num_classes"] = shape.outputs;
+  index["labels"] = class_names;
+  index["file"] = kMulticlassProbeFile;
+  index["best_epoch"] = best_epoch;
   write_json_file(directory + "/" + kIndexFile, index);
   return index;
 }
 
 namespace {
+
+// The probe shape an index describes, checked before anything is allocated by it.
+ProbeShape index_shape(const Json& index, bool multiclass, const std::string& where) {
+  ProbeShape shape;
+  shape.kind = parse_kind(json_at<std::string>(index, "model_type", where));
+  shape.input_dim = json_at<int64_t>(index, "input_dim", where);
+  shape.hidden_dim = json_value<int64_t>(index, "hidden_dim", 512, where);
+  shape.heads = json_value<int64_t>(index, "num_heads", 8, where);
+  shape.outputs = multiclass ? json_at<int64_t>(index, "num_classes", where) : 1;
+  if (shape.input_dim <= 0 || (shape.kind == ProbeKind::kMultihead &&
+                               (shape.hidden_dim <= 0 || shape.heads <= 0 || shape.hidden_dim % shape.heads != 0))) {
+    fail("input_dim {}, hidden_dim {} and num_heads {} do not describe a {} probe", shape.input_dim, shape.hidden_dim,
+         shape.heads, kind_name(shape.kind));
+  }
+  if (shape.outputs < 2 && multiclass) fail("num_classes {} does not describe a multiclass probe", shape.outputs);
+  return shape;
+}
+
+std::string file_inside(const std::string& file) {
+  if (file.empty() || file == ".." || file.find('/') != std::string::npos) {
+    fail("probe file '{}' must name a file inside the directory", file);
+  }
+  return file;
+}
 
 // The settings inference reads from probes.json, checked once for their types: strings, and a layer and a
 // max_length that are integers.
@@ -225,54 +276,82 @@ void check_recorded_settings(const Json& index, const std::string& where) {
   }
 }
 
-// One entry of probes.json's "probes" list.
-BinaryProbeInfo probe_entry(const Json& entry, const std::string& index_path, size_t i) {
-  std::string where = fmt::format("{}: probes[{}]", index_path, i);
-  BinaryProbeInfo info;
-  info.label = json_at<std::string>(entry, "label", where);
-  info.label_index = json_at<int64_t>(entry, "label_index", where);
-  info.file = json_at<std::string>(entry, "file", where);
-  if (info.file.empty() || info.file == ".." || info.file.find('/') != std::string::npos) {
-    fail("{}: probe file '{}' must name a file inside the directory", where, info.file);
+std::vector<ProbeInfo> binary_probes(const Json& index, const std::string& index_path) {
+  if (!index.contains("probes") || !index.at("probes").is_array()) fail("'probes' must be a list");
+  std::vector<ProbeInfo> probes;
+  for (size_t i = 0; i < index.at("probes").size(); ++i) {
+    const Json& entry = index.at("probes")[i];
+    std::string where = fmt::format("{}: probes[{}]", index_path, i);
+    ProbeInfo info;
+    info.label = json_at<std::string>(entry, "label", where);
+    info.label_index = json_at<int64_t>(entry, "label_index", where);
+    info.file = file_inside(json_at<std::string>(entry, "file", where));
+    info.threshold = json_at<double>(entry, "threshold", where);
+    info.threshold_logit = json_at<double>(entry, "threshold_logit", where);
+    info.val_auc = json_at<double>(entry, "val_auc", where);
+    info.best_epoch = json_at<int64_t>(entry, "best_epoch", where);
+    probes.push_back(std::move(info));
   }
-  info.threshold = json_at<double>(entry, "threshold", where);
-  info.threshold_logit = json_at<double>(entry, "threshold_logit", where);
-  info.val_auc = json_at<double>(entry, "val_auc", where);
-  info.best_epoch = json_at<int64_t>(entry, "best_epoch", where);
-  return info;
+  return probes;
+}
+
+// One output per class of a multiclass probe; it has no threshold or AUROC of its own.
+std::vector<ProbeInfo> class_outputs(const Json& index, const ProbeShape& shape) {
+  auto names = index.at("labels").get<std::vector<std::string>>();
+  if (static_cast<int64_t>(names.size()) != shape.outputs) {
+    fail("lists {} labels for a probe of {} classes", names.size(), shape.outputs);
+  }
+  std::vector<ProbeInfo> classes;
+  for (size_t c = 0; c < names.size(); ++c) {
+    classes.push_back(ProbeInfo{names[c], static_cast<int64_t>(c), file_inside(index.at("file").get<std::string>()),
+                                kNaN, kNaN, kNaN, index.value("best_epoch", int64_t{0})});
+  }
+  return classes;
+}
+
+// Checks a probe file against the index that lists it: its tensors, and the class (and class names) it records.
+void check_listed_file(const safetensors::File& file, const ProbeShape& shape, bool multiclass,
+                       const std::vector<ProbeInfo>& probes, const std::string& index_path) {
+  check_probe_file(file, shape);
+  const auto& metadata = file.metadata();
+  auto model_class = metadata.find("model_class");
+  if (model_class != metadata.end() && model_class->second != model_class_name(shape, !multiclass)) {
+    fail("{}: holds a {}, but {} lists {} probes", file.path(), model_class->second, index_path,
+         model_class_name(shape, !multiclass));
+  }
+  auto label_names = metadata.find("label_names");
+  if (multiclass && label_names != metadata.end()) {
+    std::vector<std::string> listed;
+    for (const ProbeInfo& info : probes) listed.push_back(info.label);
+    if (parse_json(label_names->second, file.path()) != Json(listed)) {
+      fail("{}: its label_names differ from the labels {} lists", file.path(), index_path);
+    }
+  }
 }
 
 }  // namespace
 
-BinaryProbeSet::BinaryProbeSet(ProbeBank bank, std::vector<BinaryProbeInfo> probes, Json index)
-    : bank_(std::move(bank)), probes_(std::move(probes)), index_(std::move(index)) {}
+ProbeSet::ProbeSet(ProbeBank bank, std::vector<ProbeInfo> probes, Json index, bool multiclass)
+    : bank_(std::move(bank)), probes_(std::move(probes)), index_(std::move(index)), multiclass_(multiclass) {}
 
-BinaryProbeSet BinaryProbeSet::load(const std::string& directory, at::Device device, at::ScalarType dtype) {
+ProbeSet ProbeSet::load(const std::string& directory, at::Device device, at::ScalarType dtype) {
   std::string index_path = directory + "/" + kIndexFile;
   if (!is_regular_file(index_path)) {
-    fail_input("{}: no {} (is this a directory written by train_binary_probes? with several layers, pick one "
-               "layer_{{L}} folder)",
+    fail_input("{}: no {} (is this a directory written by train_binary_probes or train_probes? with several layers, "
+               "pick one layer_{{L}} folder)",
                directory, kIndexFile);
   }
   Json index = read_json_file(index_path);
-  std::vector<BinaryProbeInfo> probes;
+  std::vector<ProbeInfo> probes;
   ProbeShape shape;
+  bool multiclass = false;
   try {
-    if (json_at<std::string>(index, "format", index_path) != kIndexFormat) {
-      fail("unknown format '{}'", index.at("format").dump());
-    }
-    shape.kind = parse_kind(json_at<std::string>(index, "model_type", index_path));
-    shape.input_dim = json_at<int64_t>(index, "input_dim", index_path);
-    shape.hidden_dim = json_value<int64_t>(index, "hidden_dim", 512, index_path);
-    shape.heads = json_value<int64_t>(index, "num_heads", 8, index_path);
+    const Json& format = index.at("format");
+    multiclass = format == kMulticlassIndexFormat;
+    if (!multiclass && format != kIndexFormat) fail("unknown format {}", format.dump());
     check_recorded_settings(index, index_path);
-    if (shape.input_dim <= 0 || (shape.kind == ProbeKind::kMultihead &&
-                                 (shape.hidden_dim <= 0 || shape.heads <= 0 || shape.hidden_dim % shape.heads != 0))) {
-      fail("input_dim {}, hidden_dim {} and num_heads {} do not describe a {} probe", shape.input_dim, shape.hidden_dim,
-           shape.heads, kind_name(shape.kind));
-    }
-    if (!index.contains("probes") || !index.at("probes").is_array()) fail("'probes' must be a list");
-    for (size_t i = 0; i < index.at("probes").size(); ++i) probes.push_back(probe_entry(index.at("probes")[i], index_path, i));
+    shape = index_shape(index, multiclass, index_path);
+    probes = multiclass ? class_outputs(index, shape) : binary_probes(index, index_path);
   } catch (const std::exception&) {
     rethrow_with_context(index_path);
   }
@@ -280,27 +359,29 @@ BinaryProbeSet BinaryProbeSet::load(const std::string& directory, at::Device dev
   // Every file is checked against the index before the bank is allocated, so a damaged index cannot make the
   // bank larger than what the files hold.
   std::vector<safetensors::File> files;
-  for (const BinaryProbeInfo& info : probes) {
-    const safetensors::File& file = files.emplace_back(directory + "/" + info.file);
-    check_probe_file(file, shape);
-    auto model_class = file.metadata().find("model_class");
-    if (model_class != file.metadata().end() && model_class->second != model_class_name(shape, true)) {
-      fail("{}: holds a {}, but {} lists {} probes", file.path(), model_class->second, index_path, kind_name(shape.kind));
-    }
+  size_t file_count = multiclass ? 1 : probes.size();  // the classes of a multiclass probe share its file
+  for (size_t k = 0; k < file_count; ++k) {
+    check_listed_file(files.emplace_back(directory + "/" + probes[k].file), shape, multiclass, probes, index_path);
   }
-  ProbeBank bank(shape, static_cast<int64_t>(probes.size()), at::TensorOptions().device(device).dtype(dtype));
+  ProbeBank bank(shape, static_cast<int64_t>(files.size()), at::TensorOptions().device(device).dtype(dtype));
   for (size_t k = 0; k < files.size(); ++k) load_probe(files[k], bank, static_cast<int64_t>(k));
-  return BinaryProbeSet(std::move(bank), std::move(probes), std::move(index));
+  return ProbeSet(std::move(bank), std::move(probes), std::move(index), multiclass);
 }
 
-int64_t BinaryProbeSet::layer() const { return index_.value("layer", int64_t{-1}); }
+int64_t ProbeSet::layer() const { return index_.value("layer", int64_t{-1}); }
 
-at::Tensor BinaryProbeSet::logits(const at::Tensor& activations) const {
+at::Tensor ProbeSet::logits(const at::Tensor& activations) const {
   if (activations.dim() != 2 || activations.size(1) != bank_.shape().input_dim) {
     fail_input("probe input must be [N, {}], got [{}]", bank_.shape().input_dim, fmt::join(activations.sizes(), ", "));
   }
   at::Tensor input = activations.to(bank_.values().device(), bank_.values().scalar_type());
-  return bank_.forward(input).select(2, 0);
+  // [N, probes, outputs]: K binary probes of one output, or one probe of C classes.
+  return bank_.forward(input).reshape({activations.size(0), -1});
+}
+
+at::Tensor ProbeSet::probabilities(const at::Tensor& activations) const {
+  at::Tensor logits = this->logits(activations).to(at::kFloat);
+  return multiclass_ ? at::softmax(logits, 1) : at::sigmoid(logits);
 }
 
 }  // namespace probekit::probes

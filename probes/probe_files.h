@@ -2,7 +2,8 @@
 // (linear.weight [O, H], ...; encoder.0.*, attention.in_proj_*, classifier.* for multihead), so that
 // `module.load_state_dict(safetensors.torch.load_file(path), strict=True)` works on the reference's classes,
 // with the reference's model_class / model_config / metadata as string metadata. A probes.json index lists
-// a directory's binary probes with their thresholds; BinaryProbeSet loads such a directory for inference.
+// a directory's binary probes with their thresholds (train_binary_probes), or names its multiclass probe and
+// classes (train_probes), with how the activations were made; ProbeSet loads either for inference.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -55,8 +56,18 @@ std::string binary_probe_file_name(const std::string& label);
 Json save_binary_probes(const std::string& directory, const BinaryTrainingResult& result,
                         const activations::FileAttributes& attributes, const std::string& activations_path);
 
-/// One probe of a BinaryProbeSet, as listed in probes.json.
-struct BinaryProbeInfo {
+/// The file train_probes writes its best-epoch probe to, the one inference runs.
+constexpr const char* kMulticlassProbeFile = "best_probe.safetensors";
+
+/// Writes probes.json for a train_probes directory: its probe file (kMulticlassProbeFile, of `shape` in
+/// `dtype`), the class names, the best epoch and how the activations were made; returns it.
+Json save_multiclass_index(const std::string& directory, const ProbeShape& shape, at::ScalarType dtype,
+                           const std::vector<std::string>& class_names, int64_t best_epoch,
+                           const activations::FileAttributes& attributes, const std::string& activations_path);
+
+/// One output of a ProbeSet: a binary probe as listed in probes.json, or one class of a multiclass probe
+/// (whose thresholds and AUROC are NaN: it has none of its own).
+struct ProbeInfo {
   std::string label;
   int64_t label_index = 0;
   std::string file;
@@ -66,28 +77,35 @@ struct BinaryProbeInfo {
   int64_t best_epoch = 0;
 };
 
-/// A directory of binary probes loaded for inference: every probe of probes.json in one bank, evaluated at
-/// once in eval mode (no dropout).
-class BinaryProbeSet {
+/// A probes directory loaded for inference, evaluated in eval mode (no dropout): the binary probes of
+/// train_binary_probes in one bank, one independent probability per label (sigmoid), or the multiclass probe of
+/// train_probes, one probability per class that sum to 1 (softmax).
+class ProbeSet {
  public:
   /// Loads `directory`/probes.json and its probe files onto `device` in `dtype`.
-  static BinaryProbeSet load(const std::string& directory, at::Device device, at::ScalarType dtype);
+  static ProbeSet load(const std::string& directory, at::Device device, at::ScalarType dtype);
 
-  const std::vector<BinaryProbeInfo>& probes() const { return probes_; }
+  /// The outputs, one per label or class.
+  const std::vector<ProbeInfo>& probes() const { return probes_; }
   const ProbeShape& shape() const { return bank_.shape(); }
   /// The index's fields (layer, model_name, site, position, prompt_suffix, ...).
   const Json& index() const { return index_; }
   int64_t layer() const;
+  /// True for a multiclass probe: its outputs are exclusive classes.
+  bool multiclass() const { return multiclass_; }
 
   /// Logits [N, K] of activations [N, H], in the order of probes().
   at::Tensor logits(const at::Tensor& activations) const;
+  /// Probabilities [N, K] (float32): sigmoid of each binary probe's logit, or the softmax over the classes.
+  at::Tensor probabilities(const at::Tensor& activations) const;
 
  private:
-  BinaryProbeSet(ProbeBank bank, std::vector<BinaryProbeInfo> probes, Json index);
+  ProbeSet(ProbeBank bank, std::vector<ProbeInfo> probes, Json index, bool multiclass);
 
   ProbeBank bank_;
-  std::vector<BinaryProbeInfo> probes_;
+  std::vector<ProbeInfo> probes_;
   Json index_;
+  bool multiclass_ = false;
 };
 
 }  // namespace probekit::probes

@@ -64,10 +64,25 @@ std::vector<int64_t> select_labels(const std::vector<std::string>& names, const 
   return indices;
 }
 
+namespace {
+
+// A split's activations [N, H] as a new tensor with `options` (device and dtype).
 at::Tensor activation_tensor(const activations::SplitData& split, at::TensorOptions options) {
   at::Tensor host = at::from_blob(const_cast<float*>(split.activations.data()), {split.rows, split.hidden}, at::kFloat);
   return host.to(options, /*non_blocking=*/false, /*copy=*/true);
 }
+
+}  // namespace
+
+SplitActivations::SplitActivations(const activations::SplitData& split, at::TensorOptions options, bool pinned)
+    : values_(activation_tensor(split, pinned ? options : options.device(at::kCPU))), device_(options.device()) {}
+
+at::Tensor SplitActivations::rows(const at::Tensor& rows) const {
+  if (values_.device() == device_) return values_.index_select(0, rows);
+  return values_.index_select(0, rows.to(values_.device())).to(device_);
+}
+
+at::Tensor SplitActivations::all() const { return values_.to(device_); }
 
 at::Tensor label_tensor(const activations::SplitData& split, at::Device device) {
   at::Tensor host = at::from_blob(const_cast<int64_t*>(split.labels.data()), {split.examples()}, at::kLong);

@@ -44,8 +44,24 @@ void check_per_example(const activations::ActivationFile& file);
 /// Throws UsageError naming an unknown label and the known ones.
 std::vector<int64_t> select_labels(const std::vector<std::string>& names, const std::vector<std::string>& subset);
 
-/// A split's activations [N, H] as a new tensor with `options` (device and dtype).
-at::Tensor activation_tensor(const activations::SplitData& split, at::TensorOptions options);
+/// A split's activations [N, H] in the training dtype, held on the training device (pinned: moved there once)
+/// or in host memory, each read copying the rows it needs to the device (for activations larger than the
+/// device's memory). On a CPU both are the same.
+class SplitActivations {
+ public:
+  SplitActivations(const activations::SplitData& split, at::TensorOptions options, bool pinned);
+
+  /// The rows `rows` ([B] int64 on the device) as [B, H] on the device.
+  at::Tensor rows(const at::Tensor& rows) const;
+  /// Every row as [N, H] on the device (a copy for the call when they are held in host memory).
+  at::Tensor all() const;
+  /// Where the rows are held: the training device, or the host when not pinned.
+  at::Device held_on() const { return values_.device(); }
+
+ private:
+  at::Tensor values_;
+  at::Device device_;
+};
 
 /// A split's labels [N] (int64) on `device`.
 at::Tensor label_tensor(const activations::SplitData& split, at::Device device);

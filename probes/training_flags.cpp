@@ -65,7 +65,8 @@ const TrainingFlag kTrainingFlags[] = {
     {kBinaryOnly,
      [](CLI::App& app, const FlagTargets& to) {
        app.add_option("--early-stopping-patience", to.binary->training.patience,
-                      "Epochs without a better validation AUROC before a probe stops (0: never stop)")
+                      "Epochs without a better validation AUROC before a probe stops (0: after its first epoch, as the "
+                      "reference; -1: never stop early)")
            ->capture_default_str();
      }},
     {kBinaryOnly,
@@ -76,6 +77,15 @@ const TrainingFlag kTrainingFlags[] = {
        app.add_flag("--use-scheduler", t.cosine_schedule, "Cosine annealing of the learning rate to 1e-5 (the default)");
        app.add_flag_callback("--no-scheduler", [&cosine = t.cosine_schedule] { cosine = false; },
                              "Keep the learning rate constant");
+     }},
+    {kTrainers,
+     [](CLI::App& app, const FlagTargets& to) {
+       // Added in this order for the same reason as the scheduler's pair: --no-pin-activations wins.
+       TrainingOptions& t = to.training;
+       app.add_flag("--pin-activations-to-gpu", t.pin_activations,
+                    "Move the activations to the GPU once, before training (the default)");
+       app.add_flag_callback("--no-pin-activations", [&pin = t.pin_activations] { pin = false; },
+                             "Keep the activations in host memory and copy each batch to the GPU");
      }},
     {kAllTools,
      [](CLI::App& app, const FlagTargets& to) {

@@ -20,6 +20,9 @@ struct TrainingOptions {
   double lr;             // AdamW
   double weight_decay;   // AdamW
   uint64_t seed = 0;     // of initialisation, batch order and dropout
+  // The reference's --pin-activations-to-gpu (its default): every split moved to the training device once.
+  // Off (--no-pin-activations), they stay in host memory and each batch is copied to the device when used.
+  bool pin_activations = true;
 };
 
 /// Throws UsageError naming the flag of the first value no trainer can use: epochs, batch size and hidden

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "common/files.h"
+#include "common/json.h"
 #include "test_paths.h"
 
 namespace probekit::testing {
@@ -48,6 +50,20 @@ inline std::string read_text(const std::string& path) {
   std::ostringstream buffer;
   buffer << in.rdbuf();
   return buffer.str();
+}
+
+/// Writes `count` texts in the reference's cognitive-action format to `path`: three of its 45 actions in turn
+/// (analyzing, reframing, noticing), each text its label's cue, which probes learn easily.
+inline void write_three_action_dataset(const std::string& path, int count = 60) {
+  static const char* labels[] = {"analyzing", "reframing", "noticing"};
+  static const char* cues[] = {"I examined each part of the problem step by step.",
+                               "Instead of a setback, I saw it as a chance to learn.",
+                               "Suddenly I noticed the small crack in the window."};
+  std::string lines;
+  for (int i = 0; i < count; ++i) {
+    lines += probekit::Json({{"text", fmt::format("{} Day {}.", cues[i % 3], i)}, {"cognitive_action", labels[i % 3]}}).dump() + "\n";
+  }
+  write_text(path, lines);
 }
 
 /// Copies a directory tree (a fixture checkpoint) so a test can damage the copy.

@@ -14,6 +14,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <set>
 
 #include "capture/batching.h"
 #include "capture/outputs.h"
@@ -100,6 +101,12 @@ void plan_examples(const CaptureOptions& options, CapturePlan& plan, CaptureSumm
   std::vector<std::string> label_of_example;
   for (const data::Example& example : plan.dataset.examples) label_of_example.push_back(example.label);
   data::check_label_file_names(plan.dataset.label_names, options.dataset_path);
+  std::set<int64_t> present(plan.dataset.labels.begin(), plan.dataset.labels.end());
+  if (present.size() < plan.dataset.label_names.size()) {
+    spdlog::info("{}: {} of the reference's {} cognitive actions occur; the files list all {} (label_names), indexed "
+                 "as the reference indexes them",
+                 options.dataset_path, present.size(), plan.dataset.label_names.size(), plan.dataset.label_names.size());
+  }
   auto splits = data::stratified_split(label_of_example, options.split, options.seed);
   check_splits_not_empty(splits, options.split, plan.dataset);
   auto total = static_cast<int64_t>(plan.dataset.examples.size());

@@ -1,7 +1,6 @@
 #include "capture/capture_flags.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "common/cli.h"
 #include "common/error.h"
@@ -47,8 +46,7 @@ void add_run_flags(CLI::App& app, CaptureFlags& f) {
 void add_output_flags(CLI::App& app, CaptureFlags& f) {
   CaptureOptions& o = f.options;
   app.add_option("--output-dir", o.output_dir, "Where layer_{L}_activations.h5 files go")->capture_default_str();
-  app.add_option("--layers", f.layers, "Layers to capture: 8,17,25 or 21-30 or all (default: n/4, n/2, 3n/4, n-1)")
-      ->delimiter(',');
+  add_layers_option(app, o.layers, "Layers to capture: 8 17 25, 8,17,25, 21-30 or all (default: n/4, n/2, 3n/4, n-1)");
   app.add_option("--position", f.position, "Rows per example: last token, mean or max over tokens, or all tokens")
       ->capture_default_str();
   app.add_option("--site", f.site,
@@ -75,7 +73,6 @@ void add_capture_flags(CLI::App& app, CaptureFlags& flags) {
 
 CaptureOptions CaptureFlags::resolve() const {
   CaptureOptions o = options;
-  o.layers = fmt::format("{}", fmt::join(layers, ","));
   o.dataset.keep_fields = keep_fields;
   o.position = readout::parse_position(position);
   o.site = readout::parse_site(site);

@@ -14,7 +14,7 @@ namespace probekit::capture {
 /// The flags as given, before they are checked and converted.
 struct CaptureFlags {
   CaptureOptions options;
-  std::vector<std::string> layers, keep_fields;
+  std::vector<std::string> keep_fields;
   std::vector<int> devices;
   std::string position = "last", site = "resid_post", split = "0.7,0.15,0.15", compression = "none";
   std::string max_gpu_memory, format = "hdf5", shard;

@@ -1,5 +1,7 @@
 #include "common/cli.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -55,6 +57,14 @@ CLI::Option* add_model_options(CLI::App& app, std::string& model, const std::str
                         "Never use the network: a hub model must be in the cache (as HF_HUB_OFFLINE=1)");
   return app.add_option("--model", model,
                         help + "; a folder, or a Hugging Face hub name org/name[@revision] (from the cache, else downloaded)");
+}
+
+CLI::Option* add_layers_option(CLI::App& app, std::string& layers, const std::string& help) {
+  return app
+      .add_option_function<std::vector<std::string>>(
+          "--layers", [&layers](const std::vector<std::string>& values) { layers = fmt::format("{}", fmt::join(values, ",")); },
+          help)
+      ->delimiter(',');
 }
 
 bool is_disk_full_message(const std::string& message) {

@@ -53,6 +53,10 @@ class ToolCommandLine {
 /// loads a model; returns --model's option so the caller can make it required.
 CLI::Option* add_model_options(CLI::App& app, std::string& model, const std::string& help);
 
+/// Adds --layers taking the reference's spelling, space-separated values (`--layers 21 22 23`), as well as
+/// commas and ranges (`8,17`, `21-30`, `all`); they are written to `layers` joined by commas.
+CLI::Option* add_layers_option(CLI::App& app, std::string& layers, const std::string& help);
+
 /// Parses the command line, sets up logging, runs `body` and maps failures to exit codes:
 /// CLI11 parse errors and UsageError exit 2, every other exception exits 1 after one "error: ..." line.
 int run_tool(CLI::App& app, int argc, char** argv, const CommonOptions& options, const std::function<void()>& body);

@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json.h"
+#include "data/reference_labels.h"
 
 namespace probekit::data {
 
@@ -121,13 +123,18 @@ Dataset read_dataset(const std::string& path, const DatasetOptions& options) {
                dataset.skipped.empty() ? "" : fmt::format(" ({} invalid lines skipped)", dataset.skipped.size()));
   }
 
-  std::map<std::string, int64_t> index;
-  for (const Example& example : dataset.examples) index.emplace(example.label, 0);
-  for (auto& [name, id] : index) {
-    id = static_cast<int64_t>(dataset.label_names.size());
-    dataset.label_names.push_back(name);
+  std::set<std::string> present;
+  for (const Example& example : dataset.examples) present.insert(example.label);
+  // The reference's trainer names a cognitive-action file's labels by its fixed list of 45, so such a file
+  // indexes that list, whatever subset it holds; other datasets index their sorted distinct labels.
+  if (uses_reference_label_names(dataset.label_field, present)) {
+    dataset.label_names = reference_label_names();
+  } else {
+    dataset.label_names.assign(present.begin(), present.end());
   }
-  for (const Example& example : dataset.examples) dataset.labels.push_back(index[example.label]);
+  std::map<std::string, int64_t> index;
+  for (size_t i = 0; i < dataset.label_names.size(); ++i) index.emplace(dataset.label_names[i], static_cast<int64_t>(i));
+  for (const Example& example : dataset.examples) dataset.labels.push_back(index.at(example.label));
   return dataset;
 }
 

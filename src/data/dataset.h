@@ -33,7 +33,9 @@ struct Dataset {
   std::string path;
   std::string label_field;
   std::vector<Example> examples;
-  std::vector<std::string> label_names;  // sorted distinct labels
+  // The sorted distinct labels; all 45 of the reference's actions for its cognitive-action datasets
+  // (uses_reference_label_names), as the reference indexes them.
+  std::vector<std::string> label_names;
   std::vector<int64_t> labels;           // index into label_names, per example
   std::vector<SkippedLine> skipped;
 };

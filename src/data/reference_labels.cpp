@@ -1,5 +1,7 @@
 #include "data/reference_labels.h"
 
+#include <algorithm>
+
 namespace probekit::data {
 
 const std::vector<std::string>& reference_label_names() {
@@ -14,6 +16,13 @@ const std::vector<std::string>& reference_label_names() {
       "self_questioning", "situation_modification", "situation_selection", "suspending_judgment", "understanding",
       "updating_beliefs", "zooming_in", "zooming_out"};
   return names;
+}
+
+bool uses_reference_label_names(const std::string& label_field, const std::set<std::string>& labels) {
+  const std::vector<std::string>& names = reference_label_names();
+  return label_field == "cognitive_action" && std::all_of(labels.begin(), labels.end(), [&](const std::string& label) {
+           return std::binary_search(names.begin(), names.end(), label);
+         });
 }
 
 }  // namespace probekit::data

@@ -22,7 +22,7 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-std::string index_string(const probes::BinaryProbeSet& set, const char* key, const std::string& fallback) {
+std::string index_string(const probes::ProbeSet& set, const char* key, const std::string& fallback) {
   std::string value = set.index().value(key, std::string());
   return value.empty() ? fallback : value;
 }
@@ -34,7 +34,7 @@ struct ProbeRecipe {
   readout::Position position = readout::Position::kLast;
   int64_t max_length = 0;
 
-  static ProbeRecipe of(const probes::BinaryProbeSet& set) {
+  static ProbeRecipe of(const probes::ProbeSet& set) {
     ProbeRecipe r;
     r.suffix = set.index().value("prompt_suffix", std::string(readout::kDefaultPromptSuffix));
     r.site = readout::parse_site(index_string(set, "site", "resid_post"));
@@ -53,7 +53,7 @@ struct ProbeRecipe {
 
 // Probes remember the checkpoint they were trained on (its fingerprint); another one, even of the same width,
 // gives meaningless scores.
-void check_same_model(const probes::BinaryProbeSet& set, const std::string& dir, const EngineOptions& options,
+void check_same_model(const probes::ProbeSet& set, const std::string& dir, const EngineOptions& options,
                       const std::string& fingerprint) {
   std::string recorded = set.index().value("model_fingerprint", std::string());
   if (recorded.empty() || recorded == fingerprint) return;
@@ -66,7 +66,7 @@ void check_same_model(const probes::BinaryProbeSet& set, const std::string& dir,
 }
 
 // Checks that the probes of `dir`, trained on `site`, fit the model and the layer they are run on.
-void check_fits(const probes::BinaryProbeSet& set, const std::string& dir, int64_t layer, readout::Site site,
+void check_fits(const probes::ProbeSet& set, const std::string& dir, int64_t layer, readout::Site site,
                 const EngineOptions& options, const model::ModelConfig& config) {
   if (set.layer() < 0 && options.layer < 0) {
     fail_input("{}: the probes do not record the layer they were trained on; pass --layer", dir);
@@ -173,7 +173,7 @@ void Engine::load_probes(const model::ModelConfig& config, const std::string& fi
   for (int64_t layer : layers_) {
     auto found = catalog_.layer_dirs.find(layer);
     std::string dir = found != catalog_.layer_dirs.end() ? found->second : catalog_.layer_dirs.begin()->second;
-    probes::BinaryProbeSet set = probes::BinaryProbeSet::load(dir, target_.device, at::kFloat);
+    probes::ProbeSet set = probes::ProbeSet::load(dir, target_.device, at::kFloat);
     ProbeRecipe here = ProbeRecipe::of(set);
     check_fits(set, dir, layer, here.site, options_, config);
     check_same_model(set, dir, options_, fingerprint);
@@ -188,6 +188,10 @@ void Engine::load_probes(const model::ModelConfig& config, const std::string& fi
       fail_input("{}: these probes were trained with another prompt suffix, site, position or --max-length than "
                  "those of layer {}",
                  dir, layers_.front());
+    } else if (set.multiclass() != probes_.front().set.multiclass()) {
+      // Independent per-label probabilities and one distribution over classes do not rank together.
+      fail_input("{}: mixes a multiclass probe (train_probes) with binary probes (train_binary_probes) at layer {}", dir,
+                 layers_.front());
     }
     probes_.push_back(LayerProbes{layer, std::move(set), {}});
   }
@@ -235,7 +239,7 @@ void Engine::store_probabilities(const at::Tensor& rows, std::vector<std::vector
                                  size_t first) const {
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerProbes& layer_probes = probes_[l];
-    at::Tensor p = at::sigmoid(layer_probes.set.logits(rows.select(1, static_cast<int64_t>(l)).to(at::kFloat)))
+    at::Tensor p = layer_probes.set.probabilities(rows.select(1, static_cast<int64_t>(l)).to(at::kFloat))
                        .to(at::kCPU, at::kDouble)
                        .contiguous();
     const double* data = p.data_ptr<double>();

@@ -1,6 +1,7 @@
 // multi_probe_inference as a library: a model loaded up to the deepest layer its probes need, the tokenizer,
-// and the probes of one or several layers; texts are scored in batches, one forward pass serving every layer,
-// with the prompt suffix, site and position the probes were trained with.
+// and the probes of one or several layers (the binary probes of train_binary_probes, or the multiclass probe of
+// train_probes); texts are scored in batches, one forward pass serving every layer, with the prompt suffix,
+// site and position the probes were trained with.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -51,7 +52,7 @@ struct TokenScores {
 /// The probes of one layer as loaded.
 struct LayerProbes {
   int64_t layer = 0;
-  probes::BinaryProbeSet set;
+  probes::ProbeSet set;
   std::vector<int64_t> label_column;  // for each probe of `set`, its column in Engine::labels()
 };
 
@@ -65,6 +66,9 @@ class Engine {
   double calibrated_threshold(size_t l, size_t k) const { return thresholds_[l][k]; }
   double validation_auc(size_t l, size_t k) const { return aucs_[l][k]; }
   const ProbeCatalog& catalog() const { return catalog_; }
+  /// True when the probes are a multiclass probe (train_probes): labels() are its classes, and each text's
+  /// probabilities at a layer are a softmax that sums to 1.
+  bool multiclass() const { return probes_.front().set.multiclass(); }
   const std::string& prompt_suffix() const { return prompt_suffix_; }
   /// The longest prompt the probes are run on: the capture's --max-length, else the model's positions.
   const readout::PromptLimit& prompt_limit() const { return prompts_->limit(); }

@@ -57,7 +57,9 @@ ProbeCatalog find_probes(const std::string& dir) {
                  "arbitrary code). Convert them once with: python3 scripts/convert_reference_probes.py {}",
                  dir, dir);
     }
-    fail_input("{}: no probes.json and no layer_{{L}}/probes.json (train probes with train_binary_probes)", dir);
+    fail_input("{}: no probes.json and no layer_{{L}}/probes.json (train probes with train_binary_probes or "
+               "train_probes)",
+               dir);
   }
   std::string analysis = dir + "/per_action_layer_analysis.json";
   if (is_regular_file(analysis)) {

@@ -20,15 +20,26 @@ namespace {
 
 bool single_layer_view(const Engine& engine, bool best_layer) { return engine.layers().size() == 1 || best_layer; }
 
-// The ranked view of one text in the single-layer (or best-layer) layout of the reference's engines.
-Json show_single_layer(const std::string& text, const ScoreTable& table, const Display& d, bool best_layer,
-                       bool interactive) {
-  std::vector<Prediction> shown = shown_predictions(all_predictions(table), d.top_k);
+// The ranked view of one text in the single-layer (or best-layer) layout of the reference's engines: the
+// labels the binary probes detect, each on its own (multi_probe_inference.py: the active ones of the top k, or
+// the top k when none is), or the top k classes of a multiclass probe by their softmax probabilities
+// (probe_inference.py).
+Json show_single_layer(const Engine& engine, const std::string& text, const ScoreTable& table, const Display& d,
+                       bool best_layer, bool interactive) {
+  std::vector<Prediction> shown = all_predictions(table);
+  if (engine.multiclass()) {
+    shown.resize(std::min<size_t>(shown.size(), static_cast<size_t>(d.top_k)));
+  } else {
+    shown = shown_predictions(shown, d.top_k);
+  }
   if (d.json) return {{"text", text}, {"predictions", predictions_json(shown)}};
   if (interactive) {
     fmt::print("\nTop {} predictions:\n", d.top_k);
   } else {
-    fmt::print("\nAnalyzing text: \"{}\"\n\n{}\n\nDetected labels (top {}):\n\n", text, std::string(70, '-'), d.top_k);
+    std::string heading = engine.multiclass() ? fmt::format("Predicted classes (top {} of {}, softmax probabilities)",
+                                                            d.top_k, engine.labels().size())
+                                              : fmt::format("Detected labels (top {})", d.top_k);
+    fmt::print("\nAnalyzing text: \"{}\"\n\n{}\n\n{}:\n\n", text, std::string(70, '-'), heading);
   }
   fmt::print("{}\n", format_ranking(shown, best_layer));
   return {};
@@ -65,7 +76,7 @@ Json show_layers(const std::string& text, const ScoreTable& table, const Display
 
 Json show(const Engine& engine, const std::string& text, const ScoreTable& table, const Display& d, bool best_layer,
           bool interactive) {
-  if (single_layer_view(engine, best_layer)) return show_single_layer(text, table, d, best_layer, interactive);
+  if (single_layer_view(engine, best_layer)) return show_single_layer(engine, text, table, d, best_layer, interactive);
   return show_layers(text, table, d);
 }
 
@@ -212,10 +223,12 @@ std::vector<std::string> read_texts(const std::string& path, const std::string& 
 void add_inference_flags(CLI::App& app, InferenceRequest& r) {
   EngineOptions& e = r.engine;
   Display& d = r.display;
-  app.add_option("--probes-dir", e.probes_dir, "Probes directory (probes.json, or layer_{L}/ folders)")->required();
+  app.add_option("--probes-dir", e.probes_dir,
+                 "Probes directory (probes.json, or layer_{L}/ folders) of train_binary_probes, or of train_probes")
+      ->required();
   add_model_options(app, e.model_dir, "The checkpoint the probes were trained on (default: the one recorded with them)");
   app.add_option("--layer", e.layer, "Layer to read (default: the layer recorded in the probes)");
-  app.add_option("--layers", e.layers, "Layers of a multi-layer probes directory: 21-30, 8,17 or all (default: all)");
+  add_layers_option(app, e.layers, "Layers of a multi-layer probes directory: 8 17, 8,17, 21-30 or all (default: all)");
   app.add_option_function<std::string>(
       "--text", [&r](const std::string& text) { r.text = text, r.text_given = true; },
       "Text to analyze (without --text or --file: texts are read from stdin, one per line)");
@@ -246,6 +259,11 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
 void run_inference(InferenceRequest& r, std::istream& input, bool input_is_terminal) {
   check_request(r);
   Engine engine = Engine::load(r.engine);
+  if (r.display.calibrated && engine.multiclass()) {
+    fail_usage("--calibrated: {} holds a multiclass probe (train_probes), whose classes have no thresholds of their own; "
+               "use --threshold",
+               r.engine.probes_dir);
+  }
   if (r.per_token) return show_per_token(engine, r);
   if (!r.compare.empty()) return show_comparison(engine, r);
   if (!r.text.empty() || !r.file.empty()) return show_texts(engine, r);

@@ -5,6 +5,7 @@
 #include "common/json.h"
 #include "data/dataset.h"
 #include "data/python_random.h"
+#include "data/reference_labels.h"
 #include "data/splits.h"
 #include "test_paths.h"
 #include "test_util.h"
@@ -61,7 +62,7 @@ TEST_CASE("split ratios are validated") {
   CHECK_THROWS_AS(data::parse_split_ratios("0.7,x,0.3"), UsageError);
 }
 
-TEST_CASE("datasets in the reference's two formats, labels sorted, blank lines ignored") {
+TEST_CASE("datasets in the reference's two formats, labels indexed as the reference does, blank lines ignored") {
   TempDir tmp;
   std::string path = tmp.file("d.jsonl");
   write_text(path,
@@ -74,12 +75,23 @@ TEST_CASE("datasets in the reference's two formats, labels sorted, blank lines i
   data::Dataset d = data::read_dataset(path, options);
   CHECK(d.label_field == "cognitive_action");
   REQUIRE(d.examples.size() == 3);
-  CHECK(d.label_names == std::vector<std::string>{"analyzing", "zooming_in"});
-  CHECK(d.labels == std::vector<int64_t>{1, 0, 1});
+  // Its cognitive actions index the reference's sorted list of 45, whatever subset the file holds.
+  CHECK(d.label_names == data::reference_label_names());
+  CHECK(d.labels == std::vector<int64_t>{43, 3, 43});  // zooming_in, analyzing
   CHECK(d.examples[1].line == 2);
   CHECK(d.examples[0].kept[0] == "work");
   CHECK(d.examples[1].kept[0] == "");
   CHECK(d.examples[2].kept[0] == "3");
+
+  // Other datasets index their sorted distinct labels: a label outside the 45, another label field.
+  write_text(path, "{\"text\": \"a\", \"cognitive_action\": \"zooming_in\"}\n{\"text\": \"b\", \"cognitive_action\": \"daydreaming\"}\n");
+  d = data::read_dataset(path, {});
+  CHECK(d.label_names == std::vector<std::string>{"daydreaming", "zooming_in"});
+  CHECK(d.labels == std::vector<int64_t>{1, 0});
+  data::DatasetOptions topic;
+  topic.label_field = "topic";
+  write_text(path, "{\"text\": \"a\", \"topic\": \"zooming_in\"}\n{\"text\": \"b\", \"topic\": \"analyzing\"}\n");
+  CHECK(data::read_dataset(path, topic).label_names == std::vector<std::string>{"analyzing", "zooming_in"});
 
   write_text(path, "{\"text\": \"good\", \"sentiment\": \"positive\", \"cognitive_action\": \"x\"}\n");
   CHECK(data::read_dataset(path, {}).label_field == "sentiment");

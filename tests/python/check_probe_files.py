@@ -13,69 +13,10 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.nn as nn
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-
-# ---- the reference's modules (brije src/probes/probe_models.py): the same parameters and state-dict names ----
-
-class _LinearHead(nn.Module):
-    """Dropout -> Linear(input_dim, outputs): BinaryLinearProbe has one output, LinearProbe one per class."""
-
-    def __init__(self, input_dim, outputs, dropout):
-        super().__init__()
-        self.input_dim = input_dim
-        self.dropout = nn.Dropout(dropout)
-        self.linear = nn.Linear(input_dim, outputs)
-
-    def forward(self, x):
-        return self.linear(self.dropout(x))
-
-
-class _MultiHeadAttentionHead(nn.Module):
-    """Two ReLU layers -> self-attention over one position -> Linear(hidden_dim, outputs)."""
-
-    def __init__(self, input_dim, outputs, hidden_dim, num_heads, dropout):
-        super().__init__()
-        self.input_dim = input_dim
-        self.hidden_dim = hidden_dim
-        self.encoder = nn.Sequential(
-            nn.Linear(input_dim, hidden_dim), nn.ReLU(), nn.Dropout(dropout),
-            nn.Linear(hidden_dim, hidden_dim), nn.ReLU(), nn.Dropout(dropout))
-        self.attention = nn.MultiheadAttention(embed_dim=hidden_dim, num_heads=num_heads, dropout=dropout,
-                                               batch_first=True)
-        self.classifier = nn.Linear(hidden_dim, outputs)
-
-    def forward(self, x):
-        h = self.encoder(x).unsqueeze(1)
-        h_attn, _ = self.attention(h, h, h)
-        return self.classifier(h_attn.squeeze(1))
-
-
-class BinaryLinearProbe(_LinearHead):
-    def __init__(self, input_dim, dropout=0.1):
-        super().__init__(input_dim, 1, dropout)
-
-
-class BinaryMultiHeadProbe(_MultiHeadAttentionHead):
-    def __init__(self, input_dim, hidden_dim=512, num_heads=8, dropout=0.1):
-        super().__init__(input_dim, 1, hidden_dim, num_heads, dropout)
-
-
-class LinearProbe(_LinearHead):
-    def __init__(self, input_dim, num_classes, dropout=0.1):
-        super().__init__(input_dim, num_classes, dropout)
-        self.num_classes = num_classes
-
-
-class MultiHeadProbe(_MultiHeadAttentionHead):
-    def __init__(self, input_dim, num_classes, hidden_dim=512, num_heads=8, dropout=0.1):
-        super().__init__(input_dim, num_classes, hidden_dim, num_heads, dropout)
-        self.num_classes = num_classes
-
-
-CLASSES = {c.__name__: c for c in (BinaryLinearProbe, BinaryMultiHeadProbe, LinearProbe, MultiHeadProbe)}
+from reference_probe_modules import reference_probe
 
 
 def build_probe(path):
@@ -88,7 +29,7 @@ def build_probe(path):
     if "hidden_dim" in meta:
         config["hidden_dim"] = int(meta["hidden_dim"])
     state = load_file(str(path))
-    probe = CLASSES[meta["model_class"]](**config)
+    probe = reference_probe(meta["model_class"], config)
     probe = probe.to(next(iter(state.values())).dtype)  # as load_probe: the first tensor's dtype
     probe.load_state_dict(state, strict=True)
     return probe.eval(), meta
@@ -117,8 +58,9 @@ def compare(directory, files):
 def check_directory(directory):
     directory = Path(directory)
     ok = True
-    if (directory / "probes.json").exists():
-        index = json.loads((directory / "probes.json").read_text())
+    index_path = directory / "probes.json"
+    if index_path.exists() and json.loads(index_path.read_text())["format"] == "probekit.binary_probes":
+        index = json.loads(index_path.read_text())
         ok &= compare(directory, [directory / entry["file"] for entry in index["probes"]])
     if (directory / "final_probe.safetensors").exists():
         ok &= compare(directory, [directory / "final_probe.safetensors"])

@@ -24,6 +24,7 @@
 #include "readout/readout.h"
 #include "tensor_files.h"
 #include "test_paths.h"
+#include "data/reference_labels.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -87,7 +88,8 @@ TEST_CASE("capture writes the reference's layout plus our extensions") {
   CHECK(s.examples == 40);
   REQUIRE(s.files.size() == 4);
 
-  // Splits: the reference's stratified membership, rows in split order, labels index the sorted names.
+  // Splits: the reference's stratified membership, rows in split order. A cognitive-action dataset's labels
+  // index the reference's 45 actions, whatever subset it holds, as the reference indexes them.
   data::Dataset d = data::read_dataset(dataset, o.dataset);
   std::vector<std::string> labels;
   for (const auto& e : d.examples) labels.push_back(e.label);
@@ -95,7 +97,7 @@ TEST_CASE("capture writes the reference's layout plus our extensions") {
   auto file = activations::read_activation_file(s.files[2]);
   CHECK(file.attributes.layer == 4);
   CHECK(file.attributes.layers == std::vector<int64_t>{1, 3, 4, 5});
-  CHECK(file.attributes.label_names == std::vector<std::string>{"analyzing", "noticing", "questioning", "reframing"});
+  CHECK(file.attributes.label_names == data::reference_label_names());
   CHECK(file.attributes.hidden_size == 64);
   CHECK(file.attributes.prompt_suffix == readout::kDefaultPromptSuffix);
   CHECK(file.attributes.position == "last");

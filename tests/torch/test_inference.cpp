@@ -34,19 +34,10 @@ namespace {
 const std::string kModel = std::string(PROBEKIT_FIXTURES) + "/models/gemma3_text";
 const std::string kText = "Instead of seeing it as a setback, I saw a chance to learn.";
 
-// Captures layers 2 and 5 (by default) of a small labelled dataset and trains probes on them: dir/probes, with
-// one layer_{L} folder each when there are several layers.
-std::string train_probes(const TempDir& tmp, const std::string& model_dir = kModel, const std::string& layers = "2,5",
+// Captures `layers` (2 and 5 by default) of a small labelled dataset into dir/activations.
+void capture_activations(const TempDir& tmp, const std::string& model_dir = kModel, const std::string& layers = "2,5",
                          readout::Site site = readout::Site::kResidPost) {
-  static const char* labels[] = {"analyzing", "reframing", "noticing"};
-  static const char* cues[] = {"I examined each part of the problem step by step.",
-                               "Instead of a setback, I saw it as a chance to learn.",
-                               "Suddenly I noticed the small crack in the window."};
-  std::string lines;
-  for (int i = 0; i < 60; ++i) {
-    lines += Json({{"text", fmt::format("{} Day {}.", cues[i % 3], i)}, {"cognitive_action", labels[i % 3]}}).dump() + "\n";
-  }
-  probekit::testing::write_text(tmp.file("data.jsonl"), lines);
+  probekit::testing::write_three_action_dataset(tmp.file("data.jsonl"));
   capture::CaptureOptions o;
   o.model_dir = model_dir;
   o.dataset_path = tmp.file("data.jsonl");
@@ -55,6 +46,13 @@ std::string train_probes(const TempDir& tmp, const std::string& model_dir = kMod
   o.site = site;
   o.device = "cpu";
   capture::run_capture(o);
+}
+
+// Captures `layers` of a small labelled dataset and trains probes on them: dir/probes, with one layer_{L} folder
+// each when there are several layers.
+std::string train_probes(const TempDir& tmp, const std::string& model_dir = kModel, const std::string& layers = "2,5",
+                         readout::Site site = readout::Site::kResidPost) {
+  capture_activations(tmp, model_dir, layers, site);
   CommandResult trained = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 30 --device cpu --quiet",
                                                   tool("train_binary_probes"), tmp.file("activations"), tmp.file("probes")));
   REQUIRE_MESSAGE(trained.exit_code == 0, trained.output);
@@ -132,6 +130,55 @@ TEST_CASE("probes on router logits: printed scores equal sigmoid(w.r + b) for th
   CHECK(r.exit_code == 1);
   CHECK_CONTAINS(r.output, "the probes read the router of layer 1, but that layer of the model in");
   CHECK_CONTAINS(r.output, "(layers with a router: 0,2,3)");
+TEST_CASE("a train_probes directory: its classes ranked by softmax(W h + b) of best_probe.safetensors") {
+  TempDir tmp;
+  capture_activations(tmp);
+  CommandResult r = run_command(fmt::format("{} --activations {}/layer_5_activations.h5 --output-dir {} --epochs 5 "
+                                            "--device cpu --quiet",
+                                            tool("train_probes"), tmp.file("activations"), tmp.file("multiclass")));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  // No --model: the probe records the model it was trained on, as binary probes do.
+  std::string run = fmt::format("{} --probes-dir {} --device cpu", tool("multi_probe_inference"), tmp.file("multiclass"));
+  r = run_command(fmt::format("{} --top-k 100 --json --text \"{}\"", run, kText));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  Json predictions = Json::parse(r.output.substr(r.output.find('{')))["predictions"];
+  REQUIRE(predictions.size() == 45);  // a cognitive-action dataset: the reference's 45 classes
+
+  r = run_command(fmt::format("{} hidden --model {} --device cpu --output {} --text \"{}{}\"", tool("inspect_model"), kModel,
+                              tmp.file("h.safetensors"), kText, "\n\nThe cognitive action being demonstrated here is"));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  safetensors::File hidden(tmp.file("h.safetensors"));
+  at::Tensor h = testing::read_tensor(hidden, hidden.at("layers"))[5][-1].to(at::kDouble);
+  safetensors::File probe(tmp.file("multiclass/best_probe.safetensors"));
+  at::Tensor w = testing::read_tensor(probe, probe.at("linear.weight")).to(at::kDouble);
+  at::Tensor b = testing::read_tensor(probe, probe.at("linear.bias")).to(at::kDouble);
+  at::Tensor expected = at::softmax(at::matmul(w, h) + b, 0);
+  std::vector<std::string> names = Json::parse(probe.metadata().at("label_names")).get<std::vector<std::string>>();
+  double sum = 0.0;
+  for (const Json& p : predictions) {
+    auto c = std::find(names.begin(), names.end(), p["label"].get<std::string>()) - names.begin();
+    CHECK_MESSAGE(std::fabs(p["confidence"].get<double>() - expected[c].item<double>()) < 1e-5, p["label"].get<std::string>());
+    sum += p["confidence"].get<double>();
+  }
+  CHECK(sum == doctest::Approx(1.0).epsilon(1e-6));
+  CHECK(predictions[0]["label"] == names[static_cast<size_t>(expected.argmax().item<int64_t>())]);
+
+  r = run_command(fmt::format("{} --top-k 3 --text \"{}\"", run, kText));
+  CHECK_MESSAGE(r.exit_code == 0, r.output);
+  CHECK_CONTAINS(r.output, "Predicted classes (top 3 of 45, softmax probabilities):");
+  CHECK_CONTAINS(r.output, " 1. " + predictions[0]["label"].get<std::string>());
+  r = run_command(fmt::format("{} --calibrated --text \"{}\"", run, kText));
+  CHECK(r.exit_code == 2);
+  CHECK_CONTAINS(r.output, "--calibrated: " + tmp.file("multiclass") + " holds a multiclass probe (train_probes)");
+
+  // A multiclass probe and binary probes do not rank together.
+  REQUIRE(run_command(fmt::format("{} --activations {}/layer_2_activations.h5 --output-dir {}/layer_2 --epochs 2 "
+                                  "--device cpu --quiet",
+                                  tool("train_binary_probes"), tmp.file("activations"), tmp.file("mixed"))).exit_code == 0);
+  probekit::testing::copy_dir(tmp.file("multiclass"), tmp.file("mixed/layer_5"));
+  r = run_command(fmt::format("{} --probes-dir {} --device cpu --text hello", tool("multi_probe_inference"), tmp.file("mixed")));
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "mixes a multiclass probe (train_probes) with binary probes (train_binary_probes)");
 }
 
 TEST_CASE("per-token scores equal running each prefix followed by the suffix on its own") {
@@ -148,8 +195,8 @@ TEST_CASE("per-token scores equal running each prefix followed by the suffix on 
   auto tok = tokenizer::Tokenizer::from_file(kModel);
   std::vector<int32_t> suffix = tok.encode(engine.prompt_suffix(), false);
   auto m = model::TransformerModel::load(kModel, {});
-  std::vector<probes::BinaryProbeSet> sets;
-  for (int64_t layer : {2, 5}) sets.push_back(probes::BinaryProbeSet::load(fmt::format("{}/layer_{}", probes, layer), at::kCPU, at::kFloat));
+  std::vector<probes::ProbeSet> sets;
+  for (int64_t layer : {2, 5}) sets.push_back(probes::ProbeSet::load(fmt::format("{}/layer_{}", probes, layer), at::kCPU, at::kFloat));
   REQUIRE(scores.ids.size() > 10);
   for (size_t t = 0; t < scores.ids.size(); ++t) {
     std::vector<int64_t> ids(scores.ids.begin(), scores.ids.begin() + static_cast<std::ptrdiff_t>(t) + 1);
@@ -209,6 +256,10 @@ TEST_CASE("multi-layer modes, best layers and comparisons") {
   std::string best = run("--best-layer");
   CHECK_CONTAINS(best, "(Layer ");
   CHECK_CONTAINS(run("--layers 5"), "Detected labels");
+  // The reference's spelling, space-separated, selects the same layers as commas.
+  std::string spaced = run("--layers 2 5 --json --top-k 100");
+  CHECK(Json::parse(spaced.substr(spaced.find('{'))) == Json::parse(all.substr(all.find('{'))));
+  CHECK(run("--layers 2,5 --json --top-k 100") == spaced);
   CommandResult compared = run_command(fmt::format("{} --probes-dir {} --model {} --device cpu --text \"{}\" --compare \"I noticed a crack.\"",
                                                    tool("multi_probe_inference"), probes, kModel, kText));
   CHECK_CONTAINS(compared.output, "Biggest differences");

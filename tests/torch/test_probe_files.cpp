@@ -129,7 +129,7 @@ TEST_CASE("a probes directory loads back and reproduces the logits stored at tra
     BinaryRunOptions run = small_run(write_small_file(dir.path()), dir.path() + "/out_" + kind_name(kind));
     run.training.kind = kind;
     run_binary_training(run);
-    BinaryProbeSet set = BinaryProbeSet::load(run.output_dir, at::kCPU, at::kFloat);
+    ProbeSet set = ProbeSet::load(run.output_dir, at::kCPU, at::kFloat);
     REQUIRE(set.probes().size() == 4);
     CHECK(set.probes()[2].label == "label_02");
     CHECK(set.layer() == 7);
@@ -155,7 +155,7 @@ TEST_CASE("fuzz regression (fuzz_probe_files): a damaged probes.json is refused 
   auto load_error = [&](const Json& damaged) -> std::string {
     write_json_file(index_path, damaged);
     try {
-      BinaryProbeSet::load(run.output_dir, at::kCPU, at::kFloat);
+      ProbeSet::load(run.output_dir, at::kCPU, at::kFloat);
     } catch (const std::runtime_error& e) {
       return e.what();
     }
@@ -183,7 +183,7 @@ TEST_CASE("--dtype bf16 trains and saves bf16 probes") {
   safetensors::File file(run.output_dir + "/probe_label_00.safetensors");
   CHECK(file.at("linear.weight").dtype == safetensors::DType::kBF16);
   CHECK(read_json_file(run.output_dir + "/probes.json").at("dtype") == "bfloat16");
-  BinaryProbeSet set = BinaryProbeSet::load(run.output_dir, at::kCPU, at::kFloat);
+  ProbeSet set = ProbeSet::load(run.output_dir, at::kCPU, at::kFloat);
   CHECK(set.probes().size() == 4);
 }
 
@@ -207,6 +207,36 @@ TEST_CASE("multiclass probe files: linear.weight [C, H] and the reference's meta
   CHECK(best.metadata().count("epoch") == 1);
   safetensors::File final_probe(run.output_dir + "/final_probe.safetensors");
   CHECK(final_probe.metadata().count("test_accuracy") == 1);
+
+  // probes.json tells inference which file to run, its classes and how the activations were made.
+  Json index = read_json_file(run.output_dir + "/probes.json");
+  CHECK(index.at("format") == "probekit.multiclass_probe");
+  CHECK(index.at("file") == "best_probe.safetensors");
+  CHECK(index.at("num_classes") == 5);
+  CHECK(index.at("labels") == Json::parse(best.metadata().at("label_names")));
+  CHECK(index.at("layer") == 7);
+  for (const char* key : {"model_name", "model_fingerprint", "site", "position", "prompt_suffix", "max_length"}) {
+    CHECK_MESSAGE(index.contains(key), key);
+  }
+  ProbeSet set = ProbeSet::load(run.output_dir, at::kCPU, at::kFloat);
+  CHECK(set.multiclass());
+  REQUIRE(set.probes().size() == 5);
+  CHECK(set.probes()[3].label == "label_03");
+  CHECK(std::isnan(set.probes()[3].val_auc));
+  at::Tensor probabilities = set.probabilities(at::randn({4, 12}));
+  CHECK(probabilities.sizes() == at::IntArrayRef({4, 5}));
+  CHECK(at::allclose(probabilities.sum(1), at::ones({4})));
+
+  Json damaged = index;
+  damaged["labels"].erase(0);
+  write_json_file(run.output_dir + "/probes.json", damaged);
+  CHECK_THROWS_WITH(ProbeSet::load(run.output_dir, at::kCPU, at::kFloat),
+                    doctest::Contains("probes.json: lists 4 labels for a probe of 5 classes"));
+  damaged = index;
+  std::swap(damaged["labels"][0], damaged["labels"][1]);
+  write_json_file(run.output_dir + "/probes.json", damaged);
+  CHECK_THROWS_WITH(ProbeSet::load(run.output_dir, at::kCPU, at::kFloat),
+                    doctest::Contains("best_probe.safetensors: its label_names differ from the labels"));
 }
 
 TEST_CASE("train_binary_probes reports bad activation files clearly and exits 1") {
@@ -303,4 +333,41 @@ TEST_CASE("the training tools: usage errors exit 2, a label without positives is
                                            dir.path() + "/multiclass.log");
   CHECK(multiclass.exit_code == 0);
   CHECK(path_exists(dir.path() + "/c/test_metrics.json"));
+}
+
+TEST_CASE("labels without any example: no probe and one log line for all layer files; train_probes keeps their outputs") {
+  // A file of the reference's cognitive-action datasets lists all 45 actions whatever subset it holds.
+  probekit::testing::TempDir dir;
+  SyntheticActivations spec = uniform_synthetic(5, {12, 4, 4}, 6);
+  spec.examples[1] = {0, 0, 0};
+  spec.examples[3] = {0, 0, 0};
+  make_directories(dir.path() + "/acts");
+  for (int64_t layer : {0, 1}) {
+    spec.layer = layer;
+    write_synthetic_activation_file(dir.path() + "/acts/" + activations::layer_file_name(layer), spec);
+  }
+  ToolResult binary = run_tool_process("train_binary_probes",
+                                       "--activations " + dir.path() + "/acts --epochs 2 --output-dir " + dir.path() + "/b",
+                                       dir.path() + "/binary.log");
+  INFO(binary.log);
+  CHECK(binary.exit_code == 0);
+  CHECK(binary.log.find("layer_0_activations.h5 (and 1 more layer file): 2 labels have no example and get no probe: "
+                        "label_01, label_03") != std::string::npos);
+  CHECK(binary.log.find("have no example") == binary.log.rfind("have no example"));  // once
+  CHECK(binary.log.find("skipped") == std::string::npos);
+  Json aggregate = read_json_file(dir.path() + "/b/layer_1/aggregate_metrics.json");
+  CHECK(aggregate.at("num_probes") == 3);
+  CHECK(aggregate.at("labels_without_examples") == Json({"label_01", "label_03"}));
+  CHECK(!path_exists(dir.path() + "/b/layer_1/probe_label_01.safetensors"));
+
+  ToolResult multiclass = run_tool_process("train_probes",
+                                           "--activations " + dir.path() + "/acts/layer_0_activations.h5 --epochs 1 "
+                                           "--output-dir " + dir.path() + "/c",
+                                           dir.path() + "/multiclass.log");
+  INFO(multiclass.log);
+  CHECK(multiclass.exit_code == 0);
+  CHECK(multiclass.log.find("2 of the 5 labels have no example; their outputs are never trained: label_01, label_03") !=
+        std::string::npos);
+  safetensors::File best(dir.path() + "/c/best_probe.safetensors");
+  CHECK(best.metadata().at("num_classes") == "5");
 }

@@ -15,6 +15,7 @@
 #include "probes/probe_files.h"
 #include "probes/report_html.h"
 #include "probes/synthetic_activations.h"
+#include "probes/training_data.h"
 #include "test_util.h"
 
 using namespace probekit;
@@ -147,6 +148,39 @@ TEST_CASE("a multi-head probe trained among 5 equals the same probe trained alon
   }
 }
 
+TEST_CASE("--no-pin-activations keeps the activations in host memory and trains the same probes as pinned ones") {
+  probekit::testing::TempDir dir;
+  SyntheticActivations spec = uniform_synthetic(4, {30, 10, 10}, 24);
+  spec.signal.assign(4, 3.0);
+  activations::ActivationFile file = synthetic_file(dir.path() + "/layer_2_activations.h5", spec);
+  for (at::Device device : training_devices()) {
+    INFO("device " << device.str());
+    at::TensorOptions on_device = at::TensorOptions().device(device).dtype(at::kFloat);
+    const activations::SplitData& train = file.split(activations::Split::kTrain);
+    CHECK(SplitActivations(train, on_device, true).held_on() == device);
+    SplitActivations on_host(train, on_device, false);
+    CHECK(on_host.held_on() == at::Device(at::kCPU));
+    at::Tensor rows = at::tensor(std::vector<int64_t>{5, 0, 7}, at::kLong).to(device);
+    CHECK(on_host.rows(rows).device() == device);
+    CHECK(at::equal(on_host.rows(rows).cpu(), SplitActivations(train, on_device, true).rows(rows).cpu()));
+
+    BinaryTrainingOptions options = small_options();
+    BinaryTrainingResult pinned = train_binary_probes(file, options, device, at::kFloat, "pinned");
+    options.pin_activations = false;
+    BinaryTrainingResult host = train_binary_probes(file, options, device, at::kFloat, "host");
+    CHECK(at::allclose(pinned.best.values(), host.best.values(), 1e-6, 1e-7));
+    CHECK(pinned.labels[0].history.val_auc == host.labels[0].history.val_auc);
+
+    MulticlassTrainingOptions multiclass;
+    multiclass.epochs = 2;
+    MulticlassTrainingResult multiclass_pinned = train_multiclass_probe(file, multiclass, device, at::kFloat, "pinned");
+    multiclass.pin_activations = false;
+    MulticlassTrainingResult multiclass_host = train_multiclass_probe(file, multiclass, device, at::kFloat, "host");
+    CHECK(at::allclose(multiclass_pinned.final_probe.values(), multiclass_host.final_probe.values(), 1e-6, 1e-7));
+    CHECK(multiclass_pinned.test.accuracy == multiclass_host.test.accuracy);
+  }
+}
+
 TEST_CASE("early stopping stops and freezes each probe on its own") {
   probekit::testing::TempDir dir;
   // label_00 is noise: the probe learns its train examples by heart, its validation loss rises and its
@@ -168,7 +202,7 @@ TEST_CASE("early stopping stops and freezes each probe on its own") {
   // exactly that many epochs, even though the others went on.
   options.labels = {"label_00"};
   options.epochs = stopped_after;
-  options.patience = 0;
+  options.patience = kNeverStopEarly;
   BinaryTrainingResult alone = train_binary_probes(file, options, at::kCPU, at::kFloat, "alone");
   ProbeBank final_bank(result.shape, static_cast<int64_t>(result.labels.size()), at::TensorOptions());
   final_bank.values().copy_(result.final_values);
@@ -182,6 +216,31 @@ TEST_CASE("early stopping stops and freezes each probe on its own") {
   }
   // Its best weights are those of its best epoch, not its last.
   CHECK(!at::equal(result.best.parameter(0)[static_cast<int64_t>(k)], final_bank.parameter(0)[static_cast<int64_t>(k)]));
+}
+
+TEST_CASE("--early-stopping-patience 0 stops every probe after its first epoch, as the reference; -1 never stops") {
+  probekit::testing::TempDir dir;
+  // The reference checks epochs_without_improvement >= patience after every epoch: 0 >= 0 holds at once.
+  activations::ActivationFile file = three_label_file(dir.path(), {0.0, 2.0, 3.0});
+  BinaryTrainingOptions options = patience_options(8);
+  options.patience = 0;
+  BinaryTrainingResult result = train_binary_probes(file, options, at::kCPU, at::kFloat, "patience 0");
+  CHECK(result.epochs_run == 1);
+  for (const TrainedLabel& t : result.labels) {
+    INFO(t.label);
+    CHECK(t.history.val_auc.size() == 1);
+    CHECK(t.history.best_epoch == 1);
+    CHECK(t.history.stopped_early);
+  }
+  // label_00 is noise and stops after two epochs without improvement under patience 2; under -1 it never stops.
+  options.patience = kNeverStopEarly;
+  result = train_binary_probes(file, options, at::kCPU, at::kFloat, "never");
+  CHECK(result.epochs_run == options.epochs);
+  for (const TrainedLabel& t : result.labels) {
+    INFO(t.label);
+    CHECK(t.history.val_auc.size() == static_cast<size_t>(options.epochs));
+    CHECK(!t.history.stopped_early);
+  }
 }
 
 TEST_CASE("an equal validation AUROC with a lower validation loss is an improvement (regression: AUROC 1 froze the best epoch)") {
@@ -228,7 +287,7 @@ TEST_CASE("history, metrics and thresholds follow the reference's conventions") 
   spec.signal = {2.0, 2.0, 2.0};
   activations::ActivationFile file = synthetic_file(dir.path() + "/layer_0_activations.h5", spec);
   BinaryTrainingOptions options = small_options();
-  options.patience = 0;
+  options.patience = kNeverStopEarly;
   BinaryTrainingResult result = train_binary_probes(file, options, at::kCPU, at::kFloat, "conv");
   const TrainedLabel& t = result.labels[1];
   const LabelHistory& h = t.history;

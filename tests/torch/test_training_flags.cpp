@@ -45,7 +45,7 @@ TEST_CASE("training flags: each tool takes its own set, and --help shows the too
   add_training_flags(bench_app, TrainingTool::kBench, bench);
 
   for (const char* flag : {"--model-type", "--hidden-dim", "--batch-size", "--epochs", "--lr", "--weight-decay",
-                           "--device", "--dtype", "--seed"}) {
+                           "--device", "--dtype", "--seed", "--pin-activations-to-gpu", "--no-pin-activations"}) {
     CHECK_MESSAGE(has_flag(binary_app, flag), flag);
     CHECK_MESSAGE(has_flag(multiclass_app, flag), flag);
   }
@@ -77,7 +77,7 @@ TEST_CASE("training flags: parsed values land in the tool's options") {
   parse(app, {"--model-type", "multihead", "--hidden-dim", "64", "--batch-size", "7", "--epochs", "3", "--lr", "0.01",
               "--weight-decay", "0", "--seed", "5", "--use-scheduler", "--no-scheduler", "--pos-weight", "auto",
               "--labels", "a,b", "--device", "cpu", "--dtype", "bf16", "--num-workers", "2",
-              "--early-stopping-patience", "0"});
+              "--early-stopping-patience", "0", "--pin-activations-to-gpu", "--no-pin-activations"});
   const BinaryTrainingOptions& t = options.training;
   CHECK(t.kind == ProbeKind::kMultihead);
   CHECK(t.hidden_dim == 64);
@@ -93,6 +93,7 @@ TEST_CASE("training flags: parsed values land in the tool's options") {
   CHECK(options.device == "cpu");
   CHECK(options.dtype == "bf16");
   CHECK(options.num_workers == 2);
+  CHECK(!t.pin_activations);  // --no-pin-activations wins over --pin-activations-to-gpu
 
   CLI::App defaults_app;
   BinaryRunOptions defaults;
@@ -101,6 +102,13 @@ TEST_CASE("training flags: parsed values land in the tool's options") {
   CHECK(defaults.training.kind == ProbeKind::kLinear);
   CHECK(defaults.training.cosine_schedule);
   CHECK(!defaults.training.balance_classes);
+  CHECK(defaults.training.pin_activations);
+
+  CLI::App multiclass_app;
+  MulticlassRunOptions multiclass_options;
+  add_training_flags(multiclass_app, TrainingTool::kMulticlass, multiclass_options);
+  parse(multiclass_app, {"--no-pin-activations"});
+  CHECK(!multiclass_options.training.pin_activations);
 
   CLI::App wrong_app;
   MulticlassRunOptions multiclass;
@@ -131,8 +139,10 @@ TEST_CASE("training options: one validation names the flag of the first unusable
     c.change(options);
     CHECK(usage_error(options) == c.message);
   }
-  BinaryTrainingOptions negative_patience;
-  negative_patience.patience = -1;
-  CHECK_THROWS_WITH_AS(check_binary_training_options(negative_patience),
-                       "--early-stopping-patience must not be negative, got -1", UsageError);
+  BinaryTrainingOptions patience;
+  patience.patience = kNeverStopEarly;
+  CHECK_NOTHROW(check_binary_training_options(patience));
+  patience.patience = -2;
+  CHECK_THROWS_WITH_AS(check_binary_training_options(patience),
+                       "--early-stopping-patience must be at least 0, or -1 to never stop early; got -2", UsageError);
 }
