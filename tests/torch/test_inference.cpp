@@ -130,6 +130,8 @@ TEST_CASE("probes on router logits: printed scores equal sigmoid(w.r + b) for th
   CHECK(r.exit_code == 1);
   CHECK_CONTAINS(r.output, "the probes read the router of layer 1, but that layer of the model in");
   CHECK_CONTAINS(r.output, "(layers with a router: 0,2,3)");
+}
+
 TEST_CASE("a train_probes directory: its classes ranked by softmax(W h + b) of best_probe.safetensors") {
   TempDir tmp;
   capture_activations(tmp);

@@ -93,7 +93,8 @@ TEST_CASE("inference cuts a long text as capture recorded: the scores equal the 
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
   CHECK_CONTAINS(r.output, "1 of 1 texts were longer than --max-length 24 tokens");
   at::Tensor row = captured_long_text_row(tmp);
-  for (const Json& p : json_of(r)["predictions"]) {
+  Json printed = json_of(r);  // kept alive: a range over a member of a temporary would read freed memory
+  for (const Json& p : printed["predictions"]) {
     safetensors::File probe(tmp.file("probes/probe_") + p["label"].get<std::string>() + ".safetensors");
     at::Tensor w = testing::read_tensor(probe, probe.at("linear.weight")).to(at::kDouble)[0];
     double b = testing::read_tensor(probe, probe.at("linear.bias")).to(at::kDouble)[0].item<double>();
