@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <initializer_list>
 #include <sstream>
 #include <string>
 
@@ -94,5 +95,11 @@ inline CommandResult run_command(const std::string& command) {
 
 /// Asserts that `text` contains `part`, showing both otherwise.
 #define CHECK_CONTAINS(text, part) CHECK_MESSAGE((text).find(part) != std::string::npos, "expected to find [", part, "] in [", text, "]")
+
+/// Asserts that a command exited with `exit_code` and that its output holds each of `parts`.
+inline void check_failure(const CommandResult& r, int exit_code, std::initializer_list<const char*> parts) {
+  CHECK_MESSAGE(r.exit_code == exit_code, r.output);
+  for (const char* part : parts) CHECK_CONTAINS(r.output, part);
+}
 
 }  // namespace probekit::testing

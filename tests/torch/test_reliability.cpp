@@ -280,10 +280,8 @@ TEST_CASE("a text too long for the CPU's memory is refused before the model load
     lines += Json({{"text", text}, {"cognitive_action", i % 2 == 0 ? "a" : "b"}}).dump() + "\n";
   }
   write_text(tmp.file("huge.jsonl"), lines);
-  CommandResult r = run_command(capture_command(kModel, tmp.file("huge.jsonl"), tmp.file("out")));
-  CHECK(r.exit_code == 1);
-  CHECK_CONTAINS(r.output, "huge.jsonl:6: this text's prompt is");
-  CHECK_CONTAINS(r.output, "cut long texts with --max-length");
+  check_failure(run_command(capture_command(kModel, tmp.file("huge.jsonl"), tmp.file("out"))), 1,
+                {"huge.jsonl:6: this text's prompt is", "cut long texts with --max-length"});
 }
 
 TEST_CASE("a probes.json value of the wrong type names the file and the key") {
