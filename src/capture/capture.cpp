@@ -402,6 +402,7 @@ class WindowLoop {
         int64_t tokens = store_rows(window, batches[b], result, plan_, options_.position);
         std::lock_guard<std::mutex> lock(progress_mutex_);
         summary_.tokens += tokens;
+        summary_.computed_tokens += static_cast<int64_t>(batches[b].size()) * plan_.lengths[static_cast<size_t>(batches[b].front())];
         summary_.processed += static_cast<int64_t>(batches[b].size());
         progress.update(summary_.processed,
                         fmt::format("{:.0f} tokens/s", static_cast<double>(summary_.tokens) / seconds_since(start_)));

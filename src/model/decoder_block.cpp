@@ -45,7 +45,14 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
 // q [B, heads, T, d]; k, v [B, kv_heads, S, d]; mask [B, 1, T, S] (true = attend) or undefined for causal.
 at::Tensor attention(const at::Tensor& q, at::Tensor k, at::Tensor v, const at::Tensor& mask, double scale,
                      const std::optional<double>& softcap) {
-  int64_t repeats = q.size(1) / k.size(1);
+  const int64_t repeats = q.size(1) / k.size(1);
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+  // The flash kernel reads key/value head h / repeats itself (enable_gqa, LibTorch 2.5 on): no repeated copy
+  // of the keys and values. It serves causal attention without a mask only.
+  if (!softcap && !mask.defined() && q.is_cuda()) {
+    return at::scaled_dot_product_attention(q, k, v, c10::nullopt, 0.0, true, scale, repeats > 1);
+  }
+#endif
   if (repeats > 1) {
     // Query head h reads key/value head h / repeats, as transformers' repeat_kv.
     k = k.repeat_interleave(repeats, 1);
