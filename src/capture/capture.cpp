@@ -328,7 +328,7 @@ int64_t store_rows(WindowRows& window, const std::vector<int64_t>& batch, const 
     int64_t target_row = window.row_start[static_cast<size_t>(p - window.begin)];
     for (int64_t r = 0; r < count; ++r) {
       for (int64_t l = 0; l < layer_count; ++l) {
-        std::memcpy(window.per_layer[static_cast<size_t>(l)].data() + (target_row + r) * width,
+        std::memcpy(window.per_layer[static_cast<size_t>(l)].get() + (target_row + r) * width,
                     data + ((result_row + r) * layer_count + l) * width, static_cast<size_t>(width) * sizeof(float));
       }
     }
@@ -365,7 +365,9 @@ std::shared_ptr<WindowRows> make_window(const CapturePlan& plan, int64_t begin, 
     window->row_start.push_back(rows);
     rows += position == Position::kAll ? plan.lengths[static_cast<size_t>(p)] : 1;
   }
-  window->per_layer.assign(plan.layers.size(), std::vector<float>(static_cast<size_t>(rows * plan.width)));
+  for (size_t l = 0; l < plan.layers.size(); ++l) {
+    window->per_layer.emplace_back(new float[static_cast<size_t>(rows * plan.width)]);
+  }
   return window;
 }
 
