@@ -85,46 +85,6 @@ __global__ void residual_add_kernel(const float* residual, const Branch* branch,
   }
 }
 
-// The same with each thread's elements kept in registers (width at most kThreads x kPerThread): the branch
-// and the sum are read from memory once, the same arithmetic in the same order.
-template <typename Branch, typename Out, int kPerThread>
-__global__ void residual_add_cached_kernel(const float* residual, const Branch* branch, const float* branch_weight,
-                                           const float* norm_weight, float* sum_out, Out* normed_out, int64_t width,
-                                           float eps) {
-  const int64_t row = blockIdx.x;
-  const float* r = residual + row * width;
-  const Branch* b = branch + row * width;
-  float values[kPerThread];
-  float squares = 0;
-#pragma unroll
-  for (int j = 0; j < kPerThread; ++j) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
-    values[j] = i < width ? load(b, i) : 0.0f;
-    squares += values[j] * values[j];
-  }
-  const float branch_scale =
-      branch_weight != nullptr ? rsqrtf(block_sum(squares) / static_cast<float>(width) + eps) : 1.0f;
-  squares = 0;
-#pragma unroll
-  for (int j = 0; j < kPerThread; ++j) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
-    if (i >= width) continue;
-    float v = values[j];
-    if (branch_weight != nullptr) v = v * branch_scale * branch_weight[i];
-    const float sum = r[i] + v;
-    sum_out[row * width + i] = sum;
-    values[j] = sum;
-    squares += sum * sum;
-  }
-  if (norm_weight == nullptr) return;
-  const float scale = rsqrtf(block_sum(squares) / static_cast<float>(width) + eps);
-#pragma unroll
-  for (int j = 0; j < kPerThread; ++j) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
-    if (i < width) store(normed_out + row * width, i, values[j] * scale * norm_weight[i]);
-  }
-}
-
 __device__ __forceinline__ float gelu_tanh(float x) {
   const float k = 0.7978845608028654f;  // sqrt(2 / pi)
   return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
@@ -315,15 +275,9 @@ std::pair<at::Tensor, at::Tensor> residual_add(const at::Tensor& residual_in, co
     using Branch = decltype(branch_type);
     dispatch_float_type(output, [&](auto out_type) {
       using Out = decltype(out_type);
-      auto kernel = width <= 4 * kThreads    ? residual_add_cached_kernel<Branch, Out, 4>
-                    : width <= 8 * kThreads  ? residual_add_cached_kernel<Branch, Out, 8>
-                    : width <= 16 * kThreads ? residual_add_cached_kernel<Branch, Out, 16>
-                    : width <= 32 * kThreads ? residual_add_cached_kernel<Branch, Out, 32>
-                                             : residual_add_kernel<Branch, Out>;
-      kernel<<<rows, kThreads, 0, stream>>>(residual.data_ptr<float>(), branch.data_ptr<Branch>(),
-                                            optional_data(branch_weight), optional_data(norm_weight),
-                                            sum.data_ptr<float>(), normed.defined() ? normed.data_ptr<Out>() : nullptr,
-                                            width, static_cast<float>(eps));
+      residual_add_kernel<Branch, Out><<<rows, kThreads, 0, stream>>>(
+          residual.data_ptr<float>(), branch.data_ptr<Branch>(), optional_data(branch_weight), optional_data(norm_weight),
+          sum.data_ptr<float>(), normed.defined() ? normed.data_ptr<Out>() : nullptr, width, static_cast<float>(eps));
     });
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
