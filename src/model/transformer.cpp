@@ -65,6 +65,7 @@ TransformerModel TransformerModel::load(const std::string& dir, const LoadOption
   auto checkpoint = std::make_shared<const Checkpoint>(Checkpoint::open(dir));
   std::unique_ptr<Prefetcher> own_read_ahead = read_ahead == nullptr ? start_read_ahead(*checkpoint, c, options) : nullptr;
   find_family(c.model_type)->load(*checkpoint, c, plan, model.weights_);
+  checkpoint->finish_uploads();
   model.weight_bytes_ = checkpoint->loaded_bytes();
   if (options.embeddings_on_host) model.mapped_ = std::move(checkpoint);
   return model;
