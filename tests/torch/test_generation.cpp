@@ -186,7 +186,7 @@ TEST_CASE("prompts of different lengths generated in one batch give each prompt'
   }
 }
 
-TEST_CASE("each row stops at its own eos id, keeps it, and the others go on; a callback can stop one row") {
+TEST_CASE("each row stops at its own eos id, keeps it, and the others go on, and a callback can stop one row") {
   model::TransformerModel model = load_generator(fixture("llama"));
   std::vector<readout::Sequence> prompts = reference_prompts("llama");
   std::vector<int32_t> free_run = generate_alone(model, prompts[1], 16).first;
