@@ -158,6 +158,7 @@ struct ModelWeights {
   at::Tensor position_embeddings;  // [max_positions, hidden], learned positions only
   std::vector<LayerWeights> layers;
   Norm final_norm;
+  at::Tensor lm_head;  // [vocab, hidden]; generation only (the embedding table itself when tied)
 };
 
 }  // namespace probekit::model
