@@ -253,11 +253,14 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   add_device_options(app, e.device, e.dtype);
+  add_placement_options(app, r.devices, e.placement,
+                        "Several GPUs, e.g. 0,1: a model too big for one GPU split over them (--placement)");
   app.add_flag("--json", d.json, "Print JSON on stdout");
 }
 
 void run_inference(InferenceRequest& r, std::istream& input, bool input_is_terminal) {
   check_request(r);
+  for (int index : r.devices) r.engine.devices.push_back(fmt::format("cuda:{}", index));
   Engine engine = Engine::load(r.engine);
   if (r.display.calibrated && engine.multiclass()) {
     fail_usage("--calibrated: {} holds a multiclass probe (train_probes), whose classes have no thresholds of their own; "

@@ -21,8 +21,12 @@ struct LoadOptions {
   /// a few texts then read a few rows from disk rather than the whole table (1.3 GB for Gemma 3). The numbers
   /// are the same; for inference, where start-up time counts and batches are small.
   bool embeddings_on_host = false;
-  at::Device device = at::kCPU;
+  at::Device device = at::kCPU;  // the embeddings' (and with layer_devices empty every layer's) device
   at::ScalarType dtype = at::kFloat;
+  /// A model split over devices: the device of each decoder layer [0, last_layer], consecutive layers on one
+  /// device forming a stage (see model/placement.h). The hidden state moves to the next stage's device
+  /// between layers. Empty: every layer on `device`.
+  std::vector<at::Device> layer_devices;
 };
 
 /// Reads the weights a load with `options` will need from disk in background threads, from construction until

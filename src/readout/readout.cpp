@@ -51,11 +51,12 @@ uint32_t hook_bits(Site site) {
   return model::hook_site(site_name(site));
 }
 
-// Collects, for each requested layer, what `rows_of` makes of the values [B, T, width] at the request's site.
+// Collects, for each requested layer, what `rows_of` makes of the values [B, T, width] at the request's site,
+// given on `device` (the model's first: the layers of a model split over devices give them on theirs).
 class SiteReader {
  public:
-  SiteReader(const Request& request, std::function<at::Tensor(const at::Tensor&)> rows_of)
-      : request_(request), rows_of_(std::move(rows_of)), rows_(request.layers.size()) {
+  SiteReader(const Request& request, at::Device device, std::function<at::Tensor(const at::Tensor&)> rows_of)
+      : request_(request), device_(device), rows_of_(std::move(rows_of)), rows_(request.layers.size()) {
     if (request.layers.empty()) fail_input("no layers to read");
     for (size_t i = 0; i < request.layers.size(); ++i) slot_[request.layers[i]] = i;
     hook_ = [this](std::string_view name, int64_t layer, const at::Tensor& values) {
@@ -64,8 +65,8 @@ class SiteReader {
       if (request_.site == Site::kExperts && name == "expert_ids") expert_ids_ = values;
       if (name != hook_name(request_.site)) return;
       // An experts row holds the chosen ids, exact in fp32, then their weights.
-      rows_[slot->second] = rows_of_(request_.site == Site::kExperts ? at::cat({expert_ids_.to(at::kFloat), values}, -1)
-                                                                     : values);
+      rows_[slot->second] = rows_of_(
+          (request_.site == Site::kExperts ? at::cat({expert_ids_.to(at::kFloat), values}, -1) : values).to(device_));
     };
   }
 
@@ -81,6 +82,7 @@ class SiteReader {
 
  private:
   const Request& request_;
+  at::Device device_;
   std::function<at::Tensor(const at::Tensor&)> rows_of_;
   std::map<int64_t, size_t> slot_;
   std::vector<at::Tensor> rows_;
@@ -95,7 +97,7 @@ at::Tensor read_rows(const model::TransformerModel& model, const std::vector<Seq
   check_site(request.site, request.position, request.layers, model.config());
   for (const Sequence& s : sequences) model.check_inputs(s);
   PaddedBatch batch = pad(sequences, model.device());
-  SiteReader reader(request, [&](const at::Tensor& hidden) {
+  SiteReader reader(request, model.device(), [&](const at::Tensor& hidden) {
     return request.position == Position::kAll ? real_token_rows(hidden, batch.lengths)
                                               : pool(hidden, batch.lengths, request.position, request.skip_leading);
   });
@@ -118,7 +120,8 @@ at::Tensor read_prefix_range(const model::TransformerModel& model, const Sequenc
   text_pass.input_ids = to_device_ids(Sequence(text.begin(), text.begin() + end), model.device()).unsqueeze(0);
   // Without a suffix, position t of the text itself is what the probes see for prefix t.
   if (suffix.empty()) {
-    SiteReader reader(request, [&](const at::Tensor& hidden) { return hidden[0].narrow(0, first, end - first).to(at::kFloat); });
+    SiteReader reader(request, model.device(),
+                      [&](const at::Tensor& hidden) { return hidden[0].narrow(0, first, end - first).to(at::kFloat); });
     reader.attach(text_pass);
     model.forward(text_pass);
     return reader.stacked();
@@ -142,7 +145,8 @@ at::Tensor read_prefix_range(const model::TransformerModel& model, const Sequenc
     pass.positions = (prefix_lengths.unsqueeze(1) + at::arange(suffix_length, options).unsqueeze(0)).to(model.device());
     pass.prefix = &cache;
     pass.prefix_lengths = prefix_lengths.to(model.device());
-    SiteReader reader(request, [&](const at::Tensor& hidden) { return hidden.select(1, suffix_length - 1).to(at::kFloat); });
+    SiteReader reader(request, model.device(),
+                      [&](const at::Tensor& hidden) { return hidden.select(1, suffix_length - 1).to(at::kFloat); });
     reader.attach(pass);
     model.forward(pass);
     parts.push_back(reader.stacked());
