@@ -353,3 +353,21 @@ TEST_CASE("probes that do not fit the model, and pickled probes, are refused cle
   CHECK_CONTAINS(r.output, "never unpickles");
   CHECK(run_command(fmt::format("{} --probes-dir {} --model {} --layers 7 --text x", tool("multi_probe_inference"), probes, kModel)).exit_code != 0);
 }
+
+TEST_CASE("the model's layers split over two devices: the same rankings and per-token scores as one device (fp32)") {
+  TempDir tmp;
+  std::string probes = train_probes(tmp);
+  inference::EngineOptions options;
+  options.model_dir = kModel;
+  options.probes_dir = probes;
+  options.device = "cpu";
+  inference::Engine one = inference::Engine::load(options);
+  options.devices = {"cpu", "cpu"};
+  options.placement = "layers";
+  inference::Engine split = inference::Engine::load(options);
+  const std::vector<std::string> texts = {kText, "I noticed the light change."};
+  std::vector<inference::TextScores> expected = one.score(texts), found = split.score(texts);
+  REQUIRE(found.size() == expected.size());
+  for (size_t i = 0; i < found.size(); ++i) CHECK(found[i].probability == expected[i].probability);
+  CHECK(split.score_tokens(kText).probability == one.score_tokens(kText).probability);
+}
