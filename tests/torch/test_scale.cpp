@@ -225,11 +225,18 @@ TEST_CASE("layers split over two devices, batches pipelined through them: bitwis
   // Inference reads through the same readout: ranking rows and every prefix of a text, split and whole.
   model::LoadOptions load;
   model::TransformerModel whole = model::TransformerModel::load(kModel, load);
-  load.layer_devices.assign(static_cast<size_t>(whole.loaded_layers()), at::Device(at::kCPU));
+  // cpu:0 is another device than cpu to the forward pass (a CPU tensor reports plain cpu), so at each layer on
+  // it the hidden state, the positions and the attention context (rotary tables, masks) move as between GPUs.
+  for (int64_t l = 0; l < whole.loaded_layers(); ++l) {
+    load.layer_devices.push_back(l >= 2 && l < 4 ? at::Device(at::kCPU, 0) : at::Device(at::kCPU));
+  }
   model::TransformerModel split = model::TransformerModel::load(kModel, load);
   readout::Request request{readout::Site::kResidPost, readout::Position::kLast, {1, 4}, 1};
   std::vector<readout::Sequence> texts = {{2, 10, 11, 12}, {2, 13, 14}};
   CHECK(at::equal(readout::read_rows(split, texts, request), readout::read_rows(whole, texts, request)));
+  request.position = readout::Position::kAll;
+  CHECK(at::equal(readout::read_rows(split, texts, request), readout::read_rows(whole, texts, request)));
+  request.position = readout::Position::kLast;
   CHECK(at::equal(readout::read_prefixes(split, texts[0], {20, 21}, request),
                   readout::read_prefixes(whole, texts[0], {20, 21}, request)));
   load.layer_devices.pop_back();
