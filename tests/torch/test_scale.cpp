@@ -4,11 +4,14 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cmath>
+#include <future>
 
 #include "activations/activation_store.h"
 #include "capture/capture.h"
 #include "capture/merge.h"
+#include "capture/window_queue.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "model/placement.h"
@@ -241,4 +244,35 @@ TEST_CASE("layers split over two devices, batches pipelined through them: bitwis
                   readout::read_prefixes(whole, texts[0], {20, 21}, request)));
   load.layer_devices.pop_back();
   CHECK_THROWS_WITH(model::TransformerModel::load(kModel, load), doctest::Contains("layer devices for"));
+}
+
+TEST_CASE("the window queue hands out batches across window boundaries and finishes windows in run order") {
+  // Windows of 3 run positions, one batch per position; at most two windows open.
+  capture::WindowQueue queue(0, 9, 3, 2, [](int64_t begin, int64_t end) {
+    capture::WindowWork work{std::make_shared<capture::WindowRows>(), {}};
+    work.rows->begin = begin;
+    work.rows->end = end;
+    for (int64_t p = begin; p < end; ++p) work.batches.push_back({p});
+    return work;
+  });
+  std::vector<capture::WindowQueue::Task> tasks;
+  for (int i = 0; i < 6; ++i) tasks.push_back(*queue.next());
+  // Window 0's batches all handed out, the next worker takes window 1's while window 0 still computes.
+  CHECK(tasks[3].window == 1);
+  CHECK((*tasks[3].batch)[0] == 3);
+  // Two windows open at most: a worker asking for window 2 waits until window 0 completes.
+  auto waiting = std::async(std::launch::async, [&] { return queue.next(); });
+  CHECK(waiting.wait_for(std::chrono::milliseconds(100)) == std::future_status::timeout);
+  std::vector<int64_t> finished;
+  auto record = [&](std::shared_ptr<capture::WindowRows> rows) { finished.push_back(rows->begin); };
+  for (size_t t : {3, 4, 5, 1, 2}) queue.done(tasks[t], record);
+  CHECK(finished.empty());  // window 1 is complete, but window 0 waits for its first batch
+  queue.done(tasks[0], record);
+  CHECK(finished == std::vector<int64_t>{0, 3});
+  std::optional<capture::WindowQueue::Task> next = waiting.get();
+  REQUIRE(next.has_value());
+  CHECK(next->window == 2);
+  // After a failure (abort) no more batches are handed out.
+  queue.abort();
+  CHECK_FALSE(queue.next().has_value());
 }
