@@ -276,3 +276,35 @@ TEST_CASE("the window queue hands out batches across window boundaries and finis
   queue.abort();
   CHECK_FALSE(queue.next().has_value());
 }
+
+TEST_CASE("--shard auto: the launch's rank is the shard, its local rank the GPU when the device is left to it") {
+  LaunchRank launch{"torchrun", 5, 16, 3, "RANK=5 WORLD_SIZE=16 LOCAL_RANK=3"};
+  capture::CaptureOptions o;
+  capture::apply_launch_rank(launch, 8, o);
+  CHECK(o.shard_index == 5);
+  CHECK(o.shard_count == 16);
+  CHECK(o.device == "cuda:3");
+  // One GPU visible per task (Slurm's --gpus-per-task=1): local rank 3 is that GPU, cuda:0.
+  o = {};
+  capture::apply_launch_rank(launch, 1, o);
+  CHECK(o.device == "cuda:0");
+  // An explicit device, --devices, no GPU or no local rank: the device stays as given.
+  for (const char* device : {"cpu", "cuda:1"}) {
+    o = {};
+    o.device = device;
+    capture::apply_launch_rank(launch, 8, o);
+    CHECK(o.device == device);
+  }
+  o = {};
+  o.devices = {"cuda:0", "cuda:1"};
+  capture::apply_launch_rank(launch, 8, o);
+  CHECK(o.device == "auto");
+  o = {};
+  capture::apply_launch_rank(launch, 0, o);
+  CHECK(o.device == "auto");
+  launch.local_rank = -1;
+  o = {};
+  capture::apply_launch_rank(launch, 8, o);
+  CHECK(o.device == "auto");
+  CHECK(o.shard_index == 5);
+}
