@@ -164,7 +164,7 @@ model::DevicePlan place_model(const CaptureOptions& options, const CapturePlan& 
                               const std::vector<device::ComputeTarget>& targets) {
   model::Placement placement = model::parse_placement(options.placement);
   if (targets.size() == 1 && placement != model::Placement::kLayers) {
-    return model::DevicePlan{{std::vector<size_t>(static_cast<size_t>(plan.layers.back() + 1), 0)}, "one device"};
+    return model::DevicePlan{{std::vector<size_t>(static_cast<size_t>(plan.layers.back() + 1), 0)}, {}, "one device"};
   }
   model::LoadOptions load;
   load.last_layer = plan.layers.back();
@@ -266,8 +266,9 @@ int64_t gpu_bytes_per_token(const model::ModelConfig& c, at::ScalarType dtype, i
          4 * (moe.experts + moe.top_k * c.hidden_size) + 12 * c.hidden_size * (layer_count + 1);
 }
 
+// `first_device_weights`: the bytes of weights on the model's first device (a split model holds part there).
 Batching choose_batching(const CaptureOptions& options, const model::TransformerModel& model,
-                         const device::ComputeTarget& target, const CapturePlan& plan) {
+                         const device::ComputeTarget& target, const CapturePlan& plan, int64_t first_device_weights) {
   const model::ModelConfig& c = model.config();
   const auto layer_count = static_cast<int64_t>(plan.layers.size());
   Batching b;
@@ -277,7 +278,7 @@ Batching choose_batching(const CaptureOptions& options, const model::Transformer
     b.token_budget = options.batch_size * longest;
   } else if (target.is_gpu()) {
     int64_t free = static_cast<int64_t>(target.free_memory());
-    if (options.max_gpu_memory > 0) free = std::min(free, options.max_gpu_memory - model.weight_bytes());
+    if (options.max_gpu_memory > 0) free = std::min(free, options.max_gpu_memory - first_device_weights);
     if (free <= 0) fail("--max-gpu-memory leaves no room for activations beside the model's weights");
     b.token_budget = std::clamp<int64_t>(free / 2 / gpu_bytes_per_token(c, target.dtype, longest, layer_count), longest, 32768);
     b.max_examples = 512;
@@ -509,7 +510,9 @@ CaptureSummary run_capture(const CaptureOptions& options) {
   std::string dir = options.output_dir;
   if (options.shard_count > 1) dir += fmt::format("/shard_{}_of_{}", options.shard_index, options.shard_count);
   auto layouts = make_layouts(plan, options.position, options.dataset.keep_fields);
-  Batching batching = choose_batching(options, *replicas.front(), targets.front(), plan);
+  int64_t first_device_weights =
+      placement.weight_bytes.empty() ? replicas.front()->weight_bytes() : placement.weight_bytes.front();
+  Batching batching = choose_batching(options, *replicas.front(), targets.front(), plan, first_device_weights);
   std::vector<LayerOutput> outputs =
       open_outputs(options, dir, plan.layers, file_attributes(options, plan, summary.dtype), layouts, &batching);
   for (const LayerOutput& out : outputs) summary.files.push_back(out.path);

@@ -56,12 +56,14 @@ bool fits(const std::vector<int64_t>& on_stage, const std::vector<int64_t>& free
 }
 
 // `replicas` copies of a split over `stages` devices, replica r on devices [r * stages, (r + 1) * stages).
-DevicePlan replicate(const std::vector<size_t>& stage_of, size_t stages, size_t replicas) {
+DevicePlan replicate(const ModelBytes& bytes, const std::vector<size_t>& stage_of, size_t stages, size_t replicas) {
   DevicePlan plan;
+  std::vector<int64_t> on_stage = stage_bytes(bytes, stage_of, stages);
   for (size_t r = 0; r < replicas; ++r) {
     std::vector<size_t> devices;
     for (size_t stage : stage_of) devices.push_back(r * stages + stage);
     plan.replicas.push_back(devices);
+    plan.weight_bytes.insert(plan.weight_bytes.end(), on_stage.begin(), on_stage.end());
   }
   std::string layout;
   for (size_t l = 0; l < stage_of.size(); ++l) {
@@ -115,14 +117,14 @@ DevicePlan plan_devices(Placement placement, const std::vector<int64_t>& free_by
   if (devices == 0) fail_input("no devices to place the model on");
   if (bytes.layers.empty()) fail_input("no layers to place");
   const size_t most_stages = std::min(devices, bytes.layers.size());
-  if (placement == Placement::kReplicas) return replicate(std::vector<size_t>(bytes.layers.size(), 0), 1, devices);
+  if (placement == Placement::kReplicas) return replicate(bytes, std::vector<size_t>(bytes.layers.size(), 0), 1, devices);
   if (placement == Placement::kLayers) {
     if (devices < 2) fail_usage("--placement layers splits the layers over several devices: give them with --devices");
-    return replicate(split_layers(bytes, most_stages), most_stages, 1);
+    return replicate(bytes, split_layers(bytes, most_stages), most_stages, 1);
   }
   for (size_t stages = 1; stages <= most_stages; ++stages) {
     std::vector<size_t> stage_of = split_layers(bytes, stages);
-    if (fits(stage_bytes(bytes, stage_of, stages), free_bytes, 0)) return replicate(stage_of, stages, devices / stages);
+    if (fits(stage_bytes(bytes, stage_of, stages), free_bytes, 0)) return replicate(bytes, stage_of, stages, devices / stages);
   }
   int64_t total = std::accumulate(bytes.layers.begin(), bytes.layers.end(), bytes.embeddings);
   int64_t free = std::accumulate(free_bytes.begin(), free_bytes.end(), int64_t{0});

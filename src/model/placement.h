@@ -29,6 +29,7 @@ ModelBytes model_bytes(const std::string& dir, const LoadOptions& options);
 /// device; a replica on one device has every layer on it.
 struct DevicePlan {
   std::vector<std::vector<size_t>> replicas;
+  std::vector<int64_t> weight_bytes;  // the weights each of the run's devices holds
   std::string description;  // for the log: "layers 0-16 on device 0, 17-33 on device 1; 2 replicas"
   /// Devices one replica spans (its pipeline stages).
   size_t stages(size_t replica) const;

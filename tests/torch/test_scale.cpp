@@ -181,6 +181,7 @@ TEST_CASE("placement: replicas when the model fits one device, else consecutive 
   CHECK(plan.replicas == std::vector<std::vector<size_t>>{{0, 0, 1, 1}});
   CHECK(plan.description == "layers 0-1 on device 0, layers 2-3 on device 1; 1 replica");
   CHECK(plan.stages(0) == 2);
+  CHECK(plan.weight_bytes == std::vector<int64_t>{30, 20});
   // Four such devices: two replicas of the split.
   plan = model::plan_devices(Placement::kAuto, {40, 40, 40, 40}, bytes);
   CHECK(plan.replicas == std::vector<std::vector<size_t>>{{0, 0, 1, 1}, {2, 2, 3, 3}});
