@@ -292,6 +292,8 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   add_device_options(app, e.device, e.dtype);
+  add_placement_options(app, r.devices, e.placement,
+                        "Several GPUs, e.g. 0,1: a model too big for one GPU split over them (--placement)");
   app.add_flag("--json", d.json, "Print JSON on stdout (with --generate: one line per token)");
   app.add_flag("--generate", r.generate,
                "Generate after --text (or each --file text, --batch-size at a time) while the probes score every new token");
@@ -301,6 +303,7 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
 void run_inference(InferenceRequest& r, std::istream& input, bool input_is_terminal) {
   check_request(r);
   r.engine.generate = r.generate;
+  for (int index : r.devices) r.engine.devices.push_back(fmt::format("cuda:{}", index));
   Engine engine = Engine::load(r.engine);
   if (r.display.calibrated && engine.multiclass()) {
     fail_usage("--calibrated: {} holds a multiclass probe (train_probes), whose classes have no thresholds of their own; "

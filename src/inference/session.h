@@ -30,6 +30,7 @@ struct InferenceRequest {
   EngineOptions engine;
   Display display;
   std::string text, file, compare, csv, html, text_field = "text", aggregate = "max";
+  std::vector<int> devices;  // --devices: GPU indices, into engine.devices
   bool per_token = false;
   bool text_given = false;  // --text was on the command line (possibly empty)
   bool overwrite = false;   // replace existing --csv / --html files
