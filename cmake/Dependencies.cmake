@@ -73,9 +73,12 @@ add_library(probekit_httplib INTERFACE)
 target_include_directories(probekit_httplib SYSTEM INTERFACE ${HTTPLIB_INCLUDE_DIR})
 target_link_libraries(probekit_httplib INTERFACE ${HTTPLIB_LIBRARY} Threads::Threads)
 find_path(HTTPLIB_OPENSSL_INCLUDE openssl/ssl.h)
+find_path(HTTPLIB_OPENSSL_CONF_INCLUDE openssl/opensslconf.h)  # Debian keeps it in the multiarch include folder
 find_path(HTTPLIB_ZLIB_INCLUDE zlib.h)
 find_path(HTTPLIB_BROTLI_INCLUDE brotli/decode.h)
-if(HTTPLIB_OPENSSL_INCLUDE AND HTTPLIB_ZLIB_INCLUDE AND HTTPLIB_BROTLI_INCLUDE)
+if(HTTPLIB_OPENSSL_INCLUDE AND HTTPLIB_OPENSSL_CONF_INCLUDE AND HTTPLIB_ZLIB_INCLUDE AND HTTPLIB_BROTLI_INCLUDE)
+  target_include_directories(probekit_httplib SYSTEM INTERFACE ${HTTPLIB_OPENSSL_INCLUDE} ${HTTPLIB_OPENSSL_CONF_INCLUDE}
+                             ${HTTPLIB_ZLIB_INCLUDE} ${HTTPLIB_BROTLI_INCLUDE})
   target_compile_definitions(probekit_httplib INTERFACE
     CPPHTTPLIB_OPENSSL_SUPPORT CPPHTTPLIB_ZLIB_SUPPORT CPPHTTPLIB_BROTLI_SUPPORT)
 else()
