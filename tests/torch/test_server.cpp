@@ -431,10 +431,18 @@ TEST_CASE("probe_server: /v1/generate streams tokens with their probe scores; it
   RunningServer s(o);
   Json body = {{"prompt", "Once upon a time"}, {"max_new_tokens", 6}, {"stop", false}, {"top_k", 6}};
   std::string received;
+  // A ranking sent while the stream runs is scored between two of its tokens, and disturbs neither.
+  std::optional<httplib::Result> ranked;
+  std::thread ranking;
   httplib::Result r = generate(s, body, [&](const char* data, size_t size, uint64_t, uint64_t) {
     received.append(data, size);
+    if (!ranking.joinable()) ranking = std::thread([&] { ranked.emplace(post(s, "/v1/rank", R"({"texts": ["Day 3."]})")); });
     return true;
   });
+  ranking.join();
+  REQUIRE((ranked && *ranked));
+  CHECK((*ranked)->status == 200);
+  check_same_json(Json::parse((*ranked)->body), post_json(s, "/v1/rank", {{"texts", {"Day 3."}}}), "ranked during the stream");
   REQUIRE(r);
   REQUIRE_MESSAGE(r->status == 200, received);
   CHECK(r->get_header_value("Content-Type") == "text/event-stream");
