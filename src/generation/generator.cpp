@@ -53,6 +53,7 @@ StepOnHost copy_to_host(const at::Tensor& tokens, const at::Tensor& logits, int6
   return host;
 }
 
+// The rows' bookkeeping: which still go, what each generated and why it stopped; hands tokens to the callback.
 class GenerationLoop {
  public:
   GenerationLoop(const GenerationOptions& options, const TokenCallback& on_token, size_t rows)

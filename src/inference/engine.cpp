@@ -347,19 +347,27 @@ std::vector<GeneratedText> Engine::generate(const std::vector<std::string>& prom
   }
   generation::ProbeReadout probes{request_, prompts_->suffix_ids(),
                                   [this](const at::Tensor& rows) { return probabilities_of(rows); }};
-  std::vector<generation::Generation> generated =
-      generation::generate(*model_, ids, options, &probes, [&](const generation::GeneratedToken& token) {
-        ScoredToken scored{token.row, token.index, token.position, token.id, tokenizer_->tokens({token.id}).front(),
-                           streams[token.row].add(token.id, token.last), token.last, {}};
-        std::vector<std::vector<std::vector<double>>> table = empty_tables(1);
-        store_columns(token.rows.unsqueeze(0), table, 0);
-        scored.probability = std::move(table.front());
-        texts[token.row].text += scored.text;
-        return on_token(scored);
-      });
-  for (size_t i = 0; i < texts.size(); ++i) {
-    texts[i].ids = generated[i].ids;
-    texts[i].stop = generated[i].stop;
+  // --batch-size prompts at a time bound the cache's memory; rows keep their index among all prompts.
+  auto batch_size = static_cast<size_t>(std::max<int64_t>(1, options_.batch_size));
+  for (size_t first = 0; first < prompts.size(); first += batch_size) {
+    const size_t end = std::min(prompts.size(), first + batch_size);
+    std::vector<readout::Sequence> batch(ids.begin() + static_cast<std::ptrdiff_t>(first),
+                                         ids.begin() + static_cast<std::ptrdiff_t>(end));
+    std::vector<generation::Generation> generated =
+        generation::generate(*model_, batch, options, &probes, [&](const generation::GeneratedToken& token) {
+          const size_t row = first + token.row;
+          ScoredToken scored{row, token.index, token.position, token.id, tokenizer_->tokens({token.id}).front(),
+                             streams[row].add(token.id, token.last), token.last, {}};
+          std::vector<std::vector<std::vector<double>>> table = empty_tables(1);
+          store_columns(token.rows.unsqueeze(0), table, 0);
+          scored.probability = std::move(table.front());
+          texts[row].text += scored.text;
+          return on_token(scored);
+        });
+    for (size_t i = first; i < end; ++i) {
+      texts[i].ids = generated[i - first].ids;
+      texts[i].stop = generated[i - first].stop;
+    }
   }
   return texts;
 }

@@ -104,7 +104,7 @@ class Engine {
   /// Scores every token position of a text: one pass over the text records its keys and values, then one
   /// batched pass runs the suffix after each prefix on top of them (not one forward per prefix).
   TokenScores score_tokens(const std::string& text) const;
-  /// Generates after each prompt (tokenized with special tokens; all prompts in one batch) while the probes
+  /// Generates after each prompt (tokenized with special tokens; --batch-size prompts at a time) while the probes
   /// score every new token as the last token of the text so far followed by the prompt suffix, read from the
   /// generation's own forward passes. Needs EngineOptions::generate.
   std::vector<GeneratedText> generate(const std::vector<std::string>& prompts, const generation::GenerationOptions& options,

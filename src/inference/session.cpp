@@ -307,7 +307,7 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
   add_device_options(app, e.device, e.dtype);
   app.add_flag("--json", d.json, "Print JSON on stdout (with --generate: one line per token)");
   app.add_flag("--generate", r.generate,
-               "Generate after --text (or each --file text, in one batch) while the probes score every new token");
+               "Generate after --text (or each --file text, --batch-size at a time) while the probes score every new token");
   generation::add_generation_flags(app, r.generation);
 }
 

@@ -46,15 +46,19 @@ at::Tensor IncrementalReader::start(const std::vector<Sequence>& prompts, int64_
   // Learned positions (GPT-2) bound every position a step reads, the suffix's included.
   const auto suffix_length = request_ != nullptr ? static_cast<int64_t>(suffix_.size()) : 0;
   capacity_ = longest + new_tokens + suffix_length + 1;
-  Sequence furthest(static_cast<size_t>(capacity_ - 1), 0);
   for (const Sequence& prompt : prompts) model_.check_inputs(prompt);
-  model_.check_inputs(furthest);
+  const model::ModelConfig& config = model_.config();
+  if (config.features.learned_positions && capacity_ - 1 > config.max_positions) {
+    fail_input("the longest prompt ({} tokens), {} new tokens and the probes' prompt suffix ({} tokens) need {} "
+               "positions, more than the model's {}: ask for fewer new tokens",
+               longest, new_tokens, suffix_length, capacity_ - 1, config.max_positions);
+  }
 
-  const model::ModelConfig& c = model_.config();
   auto options = at::TensorOptions().device(model_.device());
   cache_ = {};
-  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
-    cache_.keys.push_back(at::zeros({batch, c.num_kv_heads, capacity_, c.head_dim}, options.dtype(model_.dtype())));
+  for (int64_t layer = 0; layer < config.num_layers; ++layer) {
+    cache_.keys.push_back(
+        at::zeros({batch, config.num_kv_heads, capacity_, config.head_dim}, options.dtype(model_.dtype())));
     cache_.values.push_back(at::zeros_like(cache_.keys.back()));
   }
   // Right-padded: padding sits after each prompt, in slots its generated tokens overwrite before reading them.

@@ -186,7 +186,7 @@ TEST_CASE("prompts of different lengths generated in one batch give each prompt'
   }
 }
 
-TEST_CASE("each row stops at its own eos id, keeps it, and the others go on; a callback can stop one row") {
+TEST_CASE("each row stops at its own eos id, keeps it, and the others go on, and a callback can stop one row") {
   model::TransformerModel model = load_generator(fixture("llama"));
   std::vector<readout::Sequence> prompts = reference_prompts("llama");
   std::vector<int32_t> free_run = generate_alone(model, prompts[1], 16).first;
@@ -357,4 +357,23 @@ TEST_CASE("the LM head is read only for generation: untied from its own weight, 
   write_json_file(gemma.file("config.json"), untied_gemma);
   CHECK_THROWS_WITH_AS(model::TransformerModel::load(gemma.path(), generating),
                        doctest::Contains("no LM head lm_head.weight (config.json does not tie it"), std::runtime_error);
+}
+
+TEST_CASE("learned positions bound prompt, new tokens and suffix together, with an error that says so") {
+  model::TransformerModel model = load_generator(fixture("gpt2"));  // 512 positions
+  generation::GenerationOptions options;
+  options.max_new_tokens = 10;
+  readout::Sequence prompt(500, 5);
+  generation::ProbeReadout probes{{readout::Site::kResidPost, readout::Position::kLast, {1}, 0}, readout::Sequence(3, 7), {}};
+  CHECK_THROWS_WITH_AS(generation::generate(model, {prompt}, options, &probes, [](const auto&) { return true; }),
+                       doctest::Contains("the longest prompt (500 tokens), 10 new tokens and the probes' prompt suffix "
+                                         "(3 tokens) need 513 positions, more than the model's 512"),
+                       std::invalid_argument);
+  options.max_new_tokens = 9;
+  int64_t tokens = 0;
+  generation::generate(model, {prompt}, options, &probes, [&](const generation::GeneratedToken& token) {
+    CHECK(token.position == 500 + tokens++);
+    return true;
+  });
+  CHECK(tokens == 9);
 }

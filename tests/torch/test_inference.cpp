@@ -431,7 +431,7 @@ TEST_CASE("--generate: each new token's printed scores equal the probes run on t
   CHECK_CONTAINS(plain.output, fmt::format("Generated 6 tokens (stop: length):\n{}{}", kText, text));
 }
 
-TEST_CASE("--generate --file: several prompts in one batch, each generating as it would alone; bad combinations") {
+TEST_CASE("--generate --file: several prompts in one batch, each generating as it would alone, and bad combinations") {
   TempDir tmp;
   std::string probes = train_probes(tmp);
   std::string command = fmt::format("{} --probes-dir {} --model {} --device cpu --generate --max-new-tokens 5 --no-stop --json",
@@ -440,6 +440,11 @@ TEST_CASE("--generate --file: several prompts in one batch, each generating as i
   probekit::testing::write_text(tmp.file("prompts.txt"), std::string(kText) + "\n" + second + "\n");
   std::vector<Json> batch = json_lines(run_command(fmt::format("{} --file {}", command, tmp.file("prompts.txt"))).output);
   REQUIRE(batch.size() == 12);
+  std::vector<Json> one_by_one =
+      json_lines(run_command(fmt::format("{} --file {} --batch-size 1", command, tmp.file("prompts.txt"))).output);
+  REQUIRE(one_by_one.size() == 12);
+  CHECK(one_by_one[11]["row"] == 1);
+  CHECK(one_by_one[11]["generated_ids"] == batch[11]["generated_ids"]);
   for (size_t row = 0; row < 2; ++row) {
     std::vector<Json> alone = json_lines(run_command(fmt::format("{} --text \"{}\"", command, row == 0 ? kText : second)).output);
     REQUIRE(alone.size() == 6);
@@ -462,7 +467,7 @@ TEST_CASE("--generate --file: several prompts in one batch, each generating as i
                                    {"--sample-top-k must be 0 (all) or positive, got -2"});
 }
 
-TEST_CASE("the live view: each row's text so far and its latest token's labels as bars; control characters shown as spaces") {
+TEST_CASE("the live view: each row's text so far and its latest token's labels as bars, control characters shown as spaces") {
   inference::ScoreTable table{{4}, {"analyzing", "noticing"}, {{0.75, 0.125}}, {{0.5, 0.5}}, {{0.9, 0.8}}};
   inference::LiveRow row{"Think", " about\x1b[2Jit", "Ġit", 3, table, ""};
   std::string frame = inference::live_frame({row}, 2, 100, 6);
