@@ -99,6 +99,7 @@ class Engine {
   /// The longest prompt the probes are run on: the capture's --max-length, else the model's positions.
   const readout::PromptLimit& prompt_limit() const { return prompts_->limit(); }
   const device::ComputeTarget& target() const { return target_; }
+  const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
 
   /// Scores texts in batches.
   std::vector<TextScores> score(const std::vector<std::string>& texts) const;
