@@ -17,19 +17,23 @@
 #   1d. alllayers: all 34 layers (1.5 GB of HDF5) beside the 4-layer capture, with a profile of its GPU idle time;
 #   1e. spread: 900 texts of 25-2,000 tokens (make_example --min-chars 60 --max-chars 9000), 4 layers, with the
 #      padding the batches computed;
+#   5. generate: multi_probe_inference --generate (batch 1, 128 new tokens, the 45 probes of step 2 scoring every
+#      token) beside transformers' generate (bench/python/generate_baseline.py), decode tokens/s;
+#   6. server: probe_server with the model and the 45 probes, bench/server_bench: a warm /v1/rank of one
+#      100-word text (p50, p99) and 32 clients at once;
 #   4. MoE capture: a Qwen3-30B-A3B-shaped random checkpoint (bench/python/make_moe_bench_model.py, MOE_LAYERS
 #      layers, 24 by default: one 80 GB GPU) with the real Qwen 3 tokenizer, captured at layers n/4, n/2, 3n/4,
 #      n-1 (6,12,18,23) by capture_activations vs transformers' batched forward (bench/python/moe_baseline.py),
 #      alternating, on the same dataset, then a profile of the capture as in 1c.
 # Usage: bash bench/gpu_benchmarks.sh OUT_DIR [STEP...]
-#   steps: build model capture profile alllayers spread multigpu split train coldstart moe (default: all)
+#   steps: build model capture profile alllayers spread multigpu split train generate server coldstart moe (default: all)
 # RUNS (default 2) sets the runs of each side; PYTHON_RUNS (default RUNS) those of the Python side, whose
 # capture and training take minutes a run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?output directory}
 shift
-steps=${*:-build model capture profile alllayers spread multigpu split train coldstart moe}
+steps=${*:-build model capture profile alllayers spread multigpu split train generate server coldstart moe}
 mkdir -p "$out"
 python=$(command -v python3)
 [ -x /opt/torch/.venv/bin/python3 ] && python=/opt/torch/.venv/bin/python3
@@ -45,7 +49,7 @@ seconds() { date +%s.%N; }
 
 if has build; then
   bash scripts/gpu/build.sh capture_activations train_binary_probes multi_probe_inference make_example train_probes_bench \
-    capture_profile_bench
+    capture_profile_bench probe_server server_bench
 fi
 make_dataset() {
   "$tools/make_example" -q dataset --overwrite --output "$dataset" --labels 45 --per-label 100 --min-chars 250 --max-chars 520 --seed 7
@@ -122,6 +126,26 @@ if has train; then
       "$python" bench/python/reference_trainer_baseline.py "$activations" --epochs 20 | tee "$out/train_python_$run.json"
   done
   /tmp/build/bench/train_probes_bench --device cuda --repeats 2 -q | tee "$out/train_bench_synthetic.json"
+fi
+prompt="I kept asking myself whether the data really supported the conclusion everyone repeated, so I"
+if has generate; then
+  for run in $(seq "$runs"); do
+    start=$(seconds)
+    "$tools/multi_probe_inference" --probes-dir /tmp/probes_1 --model "$model" --generate --text "$prompt" \
+      --max-new-tokens 128 --no-stop --json -q | "$python" bench/python/timestamp_lines.py "$start" > "$out/generate_$run.txt"
+    "$python" bench/python/generation_rate.py "$out/generate_$run.txt" | tee "$out/generate_probekit_$run.json"
+  done
+  "$python" bench/python/generate_baseline.py "$model" "$prompt" --new-tokens 128 | tee "$out/generate_python.json"
+fi
+if has server; then
+  "$tools/probe_server" --probes-dir /tmp/probes_1 --model "$model" --port 8093 -q &
+  server=$!
+  for _ in $(seq 120); do
+    "$python" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8093/healthz')" 2>/dev/null && break
+    sleep 0.5
+  done
+  /tmp/build/bench/server_bench --port 8093 | tee "$out/server_bench.json"
+  kill "$server"; wait "$server" || true
 fi
 if has coldstart; then
   text="I kept asking myself whether the data really supported the conclusion everyone repeated."
