@@ -29,7 +29,12 @@ void profile(const std::function<void()>& body, const std::string& trace) {
                                                            torch::profiler::impl::ActivityType::CUDA};
   profiler::prepareProfiler(config, activities);
   profiler::enableProfiler(config, activities);
-  body();
+  try {
+    body();
+  } catch (...) {
+    profiler::disableProfiler();  // the profiler must be stopped before the process ends
+    throw;
+  }
   profiler::disableProfiler()->save(trace);
 }
 #else

@@ -59,6 +59,7 @@ double percentile(std::vector<double> values, double p) {
 httplib::Client client_for(const BenchOptions& o) {
   httplib::Client client(o.host, o.port);
   client.set_keep_alive(true);
+  client.set_tcp_nodelay(true);  // as curl and browsers do
   client.set_read_timeout(120);
   if (!o.api_key.empty()) client.set_bearer_token_auth(o.api_key);
   return client;

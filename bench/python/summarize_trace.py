@@ -64,6 +64,15 @@ def summarize(trace_path, top):
             for name, (seconds, calls) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:top]
         ],
     }
+    cpu = defaultdict(lambda: [0.0, 0])
+    for e in events:
+        if e.get("cat") in ("cpu_op", "cuda_runtime", "cuda_driver") and "dur" in e and e["ts"] >= first_product:
+            cpu[e["name"]][0] += e["dur"]
+            cpu[e["name"]][1] += 1
+    summary["top_host_calls"] = [
+        {"name": name[:120], "seconds": seconds / 1e6, "calls": calls}
+        for name, (seconds, calls) in sorted(cpu.items(), key=lambda kv: -kv[1][0])[:top]
+    ]
     return summary
 
 
@@ -77,6 +86,9 @@ def print_markdown(s):
     print("| kernel | kind | calls | seconds |\n|---|---|---|---|")
     for k in s["top_kernels"]:
         print(f"| `{k['name']}` | {k['kind']} | {k['calls']} | {k['seconds']:.3f} |")
+    print("\n| host call (ops include their children) | calls | seconds |\n|---|---|---|")
+    for k in s["top_host_calls"]:
+        print(f"| `{k['name']}` | {k['calls']} | {k['seconds']:.3f} |")
 
 
 def main():

@@ -96,7 +96,11 @@ IncrementalReader::Step IncrementalReader::step(const at::Tensor& tokens, const 
   pass.sequence_lengths = lengths_ + 1;
   pass.final_norm = true;
   pass.cache = &cache_;
-  pass.cache_visible = longest_ + span;
+  // Visible slots grow in steps of 64: attention then sees a few shapes, not a new one per token (cuDNN's
+  // attention builds a plan per shape). The slots past every position of the pass are masked, so this changes
+  // no number.
+  constexpr int64_t kVisibleStep = 64;
+  pass.cache_visible = std::min(capacity_, (longest_ + span + kVisibleStep - 1) / kVisibleStep * kVisibleStep);
   Step step;
   if (reading) {
     SiteReader reader(*request_, model_.device(),
