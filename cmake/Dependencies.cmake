@@ -66,11 +66,15 @@ add_library(probekit::utf8proc ALIAS probekit_utf8proc)
 # header). Only its Server is used, whose declaration does not depend on the feature macros Debian built the
 # library with (OpenSSL, zlib, Brotli), so neither they nor those libraries' headers are needed here.
 if(PROBEKIT_BUILD_TESTS)
+  # Homebrew's cpp-httplib is the header alone (the library compiled into each user), Debian's a compiled library.
   find_path(HTTPLIB_INCLUDE_DIR httplib.h REQUIRED)
-  find_library(HTTPLIB_LIBRARY NAMES cpp-httplib REQUIRED)
+  find_library(HTTPLIB_LIBRARY NAMES cpp-httplib)
   find_package(Threads REQUIRED)
   add_library(probekit_httplib INTERFACE)
   target_include_directories(probekit_httplib SYSTEM INTERFACE ${HTTPLIB_INCLUDE_DIR})
-  target_link_libraries(probekit_httplib INTERFACE ${HTTPLIB_LIBRARY} Threads::Threads)
+  target_link_libraries(probekit_httplib INTERFACE Threads::Threads)
+  if(HTTPLIB_LIBRARY)
+    target_link_libraries(probekit_httplib INTERFACE ${HTTPLIB_LIBRARY})
+  endif()
   add_library(probekit::httplib ALIAS probekit_httplib)
 endif()

@@ -5,4 +5,4 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/fetch_tokenizers.sh
 cd build
-ctest --output-on-failure --timeout 900 -j "$(nproc)"
+ctest --output-on-failure --timeout 900 -j "$(getconf _NPROCESSORS_ONLN)"

@@ -226,8 +226,8 @@ std::array<activations::SplitLayout, 3> make_layouts(const CapturePlan& plan, Po
   return layouts;
 }
 
-// Peak bytes per token of one layer's activations on a GPU: residual, norms, qkv, attention scores, MLP, and
-// with routed experts the token's k copies through its experts and their fp32 sum.
+// Peak bytes per token of one layer's activations on a GPU (CUDA, ROCm or MPS): residual, norms, qkv, attention
+// scores, MLP, and with routed experts the token's k copies through its experts and their fp32 sum.
 int64_t gpu_bytes_per_token(const model::ModelConfig& c, at::ScalarType dtype, int64_t longest, int64_t layer_count) {
   auto element = static_cast<int64_t>(c10::elementSize(dtype));
   const model::RoutedExpertsSpec& moe = c.routed_experts;
@@ -245,12 +245,13 @@ Batching choose_batching(const CaptureOptions& options, const model::Transformer
   if (options.batch_size > 0) {
     b.max_examples = options.batch_size;
     b.token_budget = options.batch_size * longest;
-  } else if (target.is_gpu()) {
-    int64_t free = static_cast<int64_t>(target.free_memory());
-    if (options.max_gpu_memory > 0) free = std::min(free, options.max_gpu_memory - model.weight_bytes());
-    if (free <= 0) fail("--max-gpu-memory leaves no room for activations beside the model's weights");
-    b.token_budget = std::clamp<int64_t>(free / 2 / gpu_bytes_per_token(c, target.dtype, longest, layer_count), longest, 32768);
+  } else if (device::MemoryBudget memory = device::memory_budget(target.choice.backend, target.memory(),
+                                                                  options.max_gpu_memory, model.weight_bytes());
+             memory.bytes > 0) {
+    auto usable = static_cast<int64_t>(memory.bytes / 2);
+    b.token_budget = std::clamp<int64_t>(usable / gpu_bytes_per_token(c, target.dtype, longest, layer_count), longest, 32768);
     b.max_examples = 512;
+    spdlog::info("batches of up to {} tokens, from half of the memory there is ({})", b.token_budget, memory.source);
   } else {
     b.token_budget = std::max<int64_t>(4096, longest);
     b.max_examples = 64;
@@ -268,34 +269,28 @@ Batching choose_batching(const CaptureOptions& options, const model::Transformer
 }
 
 // Runs batches on one model replica through the readout; a batch that runs out of device memory is split in
-// halves and retried.
+// halves and retried (device::run_in_halves).
 class BatchRunner {
  public:
   BatchRunner(const model::TransformerModel& model, readout::Request request, int64_t simulate_out_of_memory_above)
       : model_(model), request_(std::move(request)), simulate_out_of_memory_above_(simulate_out_of_memory_above) {}
 
   /// Rows of a batch of run positions [rows, layers, width] in fp32 on the device.
-  at::Tensor run(const std::vector<int64_t>& batch, const CapturePlan& plan, int64_t* retries) const {
-    try {
-      if (simulate_out_of_memory_above_ > 0 && static_cast<int64_t>(batch.size()) > simulate_out_of_memory_above_) {
-        throw std::runtime_error("CUDA out of memory (simulated for a test)");
-      }
-      std::vector<readout::Sequence> sequences;
-      sequences.reserve(batch.size());
-      for (int64_t p : batch) sequences.push_back(plan.ids[static_cast<size_t>(p)]);
-      return readout::read_rows(model_, sequences, request_);
-    } catch (const std::exception& e) {
-      if (!is_out_of_memory_message(e.what()) || batch.size() == 1) throw;
-      device::empty_cache(model_.device());
-      if (*retries == 0) {
-        spdlog::warn("out of device memory on a batch of {} examples; retrying in smaller batches", batch.size());
-      }
-      ++*retries;
-      auto half = static_cast<std::ptrdiff_t>(batch.size() / 2);
-      at::Tensor first = run({batch.begin(), batch.begin() + half}, plan, retries);
-      at::Tensor second = run({batch.begin() + half, batch.end()}, plan, retries);
-      return at::cat({first, second});
-    }
+  at::Tensor run(const std::vector<int64_t>& batch, const CapturePlan& plan, device::OutOfMemoryRetry& retry) const {
+    std::vector<at::Tensor> pieces;
+    device::run_in_halves(
+        batch,
+        [&](const std::vector<int64_t>& part) {
+          if (simulate_out_of_memory_above_ > 0 && static_cast<int64_t>(part.size()) > simulate_out_of_memory_above_) {
+            throw std::runtime_error("CUDA out of memory (simulated for a test)");
+          }
+          std::vector<readout::Sequence> sequences;
+          sequences.reserve(part.size());
+          for (int64_t p : part) sequences.push_back(plan.ids[static_cast<size_t>(p)]);
+          pieces.push_back(readout::read_rows(model_, sequences, request_));
+        },
+        retry);
+    return pieces.size() == 1 ? pieces.front() : at::cat(pieces);
   }
 
  private:
@@ -395,9 +390,9 @@ class WindowLoop {
     std::atomic<size_t> next_batch{0};
     auto work = [&](size_t replica) {
       c10::DeviceGuard guard(targets_[replica].device);
-      int64_t replica_retries = 0;
+      device::OutOfMemoryRetry retry{*targets_[replica].device_runtime, targets_[replica].choice};
       for (size_t b = next_batch++; b < batches.size(); b = next_batch++) {
-        at::Tensor result = runners_[replica].run(batches[b], plan_, &replica_retries).to(at::kCPU).contiguous();
+        at::Tensor result = runners_[replica].run(batches[b], plan_, retry).to(at::kCPU).contiguous();
         check_finite(result, batches[b], plan_, options_.position);
         int64_t tokens = store_rows(window, batches[b], result, plan_, options_.position);
         std::lock_guard<std::mutex> lock(progress_mutex_);
@@ -406,7 +401,7 @@ class WindowLoop {
         progress.update(summary_.processed,
                         fmt::format("{:.0f} tokens/s", static_cast<double>(summary_.tokens) / seconds_since(start_)));
       }
-      retries_ += replica_retries;
+      retries_ += retry.retries;
     };
     if (runners_.size() == 1) return work(0);
     std::vector<std::future<void>> workers;

@@ -32,7 +32,9 @@ void add_run_flags(CLI::App& app, CaptureFlags& f) {
   CaptureOptions& o = f.options;
   app.add_option("--batch-size", o.batch_size, "Examples per forward pass (default: chosen from device memory)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--max-gpu-memory", f.max_gpu_memory, "GPU memory the capture may use, e.g. 40GB (default: what is free)");
+  app.add_option("--max-gpu-memory", f.max_gpu_memory,
+                 "GPU memory the capture may use, weights included, e.g. 40GB (default: what is free; on MPS "
+                 "Metal's recommended working set less what the process holds)");
   add_device_options(app, o.device, o.dtype, "(auto: bf16 on capable GPUs, fp32 on CPU)");
   app.add_option("--devices", f.devices, "Several GPUs, e.g. 0,1: one model replica on each, sharing the batches")
       ->delimiter(',');
