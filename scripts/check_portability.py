@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Lists Linux-only calls that are not behind a platform guard with a portable fallback; exits 1 if any.
 
-Usage: check_portability.py DIR_OR_FILE...
+Usage: check_portability.py DIR_OR_FILE...   (C++ sources and CMake files)
 
 macOS (and any other POSIX system) lacks these calls, headers, flags and files: CPU affinity masks, /proc and
 /sys, O_DIRECT and the other Linux open flags, posix_fadvise and readahead, memfd, Linux-only mmap/madvise
@@ -9,12 +9,17 @@ flags and sysconf names, and glibc's own functions. Each use must sit in a branc
 condition names `__linux__` (`#ifdef __linux__`, `#if defined(__linux__)`, `#elif defined(__linux__)`), and
 that group must have another branch (`#else` or `#elif`): the fallback every other system compiles.
 Comments are skipped; strings are not, so a path such as "/proc/self/exe" counts.
+
+Build files (CMakeLists.txt, *.cmake) must not ask for the building machine's own instruction set
+(-march=native and the like): such binaries fail on other CPUs and break universal macOS builds.
 """
 import os
 import re
 import sys
 
 SOURCE_SUFFIXES = (".cpp", ".h", ".cu", ".cc", ".hpp")
+BUILD_FILE_SUFFIXES = ("CMakeLists.txt", ".cmake")
+NATIVE_FLAGS = re.compile(r"-m(arch|tune|cpu)=native")
 
 # (pattern, what it is). Function names are matched before "(", so variables sharing a name do not count.
 LINUX_ONLY = [
@@ -123,7 +128,18 @@ def linux_branch(group, condition):
         bool(LINUX_MACRO.search(first))
 
 
+def check_build_file(path):
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = f.read().split("\n")
+    return [f"{path}:{number}: '{match.group(0)}' builds for this machine's CPU only (other CPUs and universal macOS "
+            "builds fail): leave the instruction set to the compiler's default"
+            for number, line in enumerate(lines, 1) if not line.lstrip().startswith("#")
+            for match in NATIVE_FLAGS.finditer(line)]
+
+
 def check_file(path):
+    if path.endswith(BUILD_FILE_SUFFIXES):
+        return check_build_file(path)
     with open(path, encoding="utf-8", errors="replace") as f:
         text = strip_comments(f.read())
     lines = text.split("\n")
@@ -145,7 +161,7 @@ def source_files(roots):
             continue
         for folder, _, names in sorted(os.walk(root)):
             for name in sorted(names):
-                if name.endswith(SOURCE_SUFFIXES):
+                if name.endswith(SOURCE_SUFFIXES + BUILD_FILE_SUFFIXES):
                     yield os.path.join(folder, name)
 
 

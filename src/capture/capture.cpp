@@ -139,7 +139,8 @@ void plan_prompts(const CaptureOptions& options, CapturePlan& plan, CaptureSumma
 
 // On the CPU attention holds every head's [T, T] scores in fp32 (scores, their softmax and a masked copy), which
 // for a very long text exceeds the machine's memory: refused before the model loads, naming the text and the
-// --max-length that fits. GPUs take the memory-efficient attention and retry out-of-memory batches in halves.
+// --max-length that fits. MPS, which shares the system's memory, is checked the same way. CUDA GPUs take the
+// memory-efficient attention and retry out-of-memory batches in halves.
 void check_cpu_attention_memory(const CapturePlan& plan, const device::ComputeTarget& target) {
   if (target.is_gpu()) return;
   auto longest = std::max_element(plan.lengths.begin(), plan.lengths.end());
@@ -150,10 +151,10 @@ void check_cpu_attention_memory(const CapturePlan& plan, const device::ComputeTa
   if (memory <= 0 || needed < memory / 2) return;
   auto fits = static_cast<int64_t>(std::sqrt(memory / 4 / per_square_token));
   const RunItem& item = plan.run[static_cast<size_t>(longest - plan.lengths.begin())];
-  fail_input("{}:{}: this text's prompt is {} tokens; attention over it needs about {:.0f} GB on the CPU, more than "
+  fail_input("{}:{}: this text's prompt is {} tokens; attention over it needs about {:.0f} GB on the {}, more than "
              "half of its {:.0f} GB of memory: cut long texts with --max-length {} (or less)",
              plan.dataset.path, plan.dataset.examples[static_cast<size_t>(item.example)].line + 1, *longest,
-             needed / 1e9, memory / 1e9, fits);
+             needed / 1e9, target.device.is_mps() ? "Mac (MPS shares the system's memory)" : "CPU", memory / 1e9, fits);
 }
 
 // One model replica per device of --devices, or one on --device, loaded in parallel.

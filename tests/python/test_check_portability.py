@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """scripts/check_portability.py on its fixtures: every unguarded Linux-only use is reported at its line, and
-guarded uses with a fallback (and mentions in comments) are not.
+guarded uses with a fallback (and mentions in comments) are not; -march=native in a build file is reported.
 
 Usage: test_check_portability.py SOURCE_ROOT
 """
@@ -28,6 +28,9 @@ if code != 1:
     failures.append(f"unguarded.cpp: exit code {code}, expected 1")
 if reported != expected:
     failures.append(f"unguarded.cpp: reported {reported}\n  expected {expected}\n  output:\n{out}")
+code, out = run(f"{fixtures}/native.cmake")
+if code != 1 or f"{fixtures}/native.cmake:3: '-march=native' builds for this machine's CPU only" not in out:
+    failures.append(f"native.cmake: exit code {code}, expected 1 and line 3 reported; output:\n{out}")
 code, out = run(f"{fixtures}/guarded.cpp")
 if code != 0 or out:
     failures.append(f"guarded.cpp: exit code {code}, expected 0 and no output; output:\n{out}")
