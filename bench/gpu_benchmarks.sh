@@ -10,19 +10,24 @@
 #      bench/python/reference_trainer_baseline.py (the reference's trainer: 8 threads, bf16), twice each;
 #   3. cold start: multi_probe_inference --text as a whole process with the 45 probes, page cache dropped and
 #      warm, and the reference's start-up (bench/python/coldstart_baseline.py) likewise;
+#   1c. profile: the 4-layer capture under LibTorch's Kineto profiler (bench/capture_profile_bench), its GPU
+#      time split by bench/python/summarize_trace.py (products, attention, element-wise, copies, idle);
+#   1d. alllayers: all 34 layers (1.5 GB of HDF5) beside the 4-layer capture, with a profile of its GPU idle time;
+#   1e. spread: 900 texts of 25-2,000 tokens (make_example --min-chars 60 --max-chars 9000), 4 layers, with the
+#      padding the batches computed;
 #   4. MoE capture: a Qwen3-30B-A3B-shaped random checkpoint (bench/python/make_moe_bench_model.py, MOE_LAYERS
 #      layers, 24 by default: one 80 GB GPU) with the real Qwen 3 tokenizer, captured at layers n/4, n/2, 3n/4,
 #      n-1 (6,12,18,23) by capture_activations vs transformers' batched forward (bench/python/moe_baseline.py),
 #      alternating, on the same dataset.
 # Usage: bash bench/gpu_benchmarks.sh OUT_DIR [STEP...]
-#   steps: build model capture multigpu train coldstart moe (default: all)
+#   steps: build model capture profile alllayers spread multigpu train coldstart moe (default: all)
 # RUNS (default 2) sets the runs of each side; PYTHON_RUNS (default RUNS) those of the Python side, whose
 # capture and training take minutes a run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?output directory}
 shift
-steps=${*:-build model capture multigpu train coldstart moe}
+steps=${*:-build model capture profile alllayers spread multigpu train coldstart moe}
 mkdir -p "$out"
 python=$(command -v python3)
 [ -x /opt/torch/.venv/bin/python3 ] && python=/opt/torch/.venv/bin/python3
@@ -37,7 +42,8 @@ has() { [[ " $steps " == *" $1 "* ]]; }
 seconds() { date +%s.%N; }
 
 if has build; then
-  bash scripts/gpu/build.sh capture_activations train_binary_probes multi_probe_inference make_example train_probes_bench
+  bash scripts/gpu/build.sh capture_activations train_binary_probes multi_probe_inference make_example train_probes_bench \
+    capture_profile_bench
 fi
 make_dataset() {
   "$tools/make_example" -q dataset --overwrite --output "$dataset" --labels 45 --per-label 100 --min-chars 250 --max-chars 520 --seed 7
@@ -55,6 +61,31 @@ if has capture; then
       --layers 8 17 25 33 > "$out/capture_python_$run.json"
   done
   cat "$out"/capture_*.json
+fi
+if has profile; then
+  /tmp/build/bench/capture_profile_bench --model "$model" --dataset "$dataset" --output-dir /tmp/capture_profile \
+    --layers $layers --overwrite -q --trace /tmp/capture_trace.json > "$out/profile_capture.json"
+  "$python" bench/python/summarize_trace.py /tmp/capture_trace.json --json "$out/profile_summary.json" | tee "$out/profile.md"
+fi
+if has alllayers; then
+  for run in $(seq "$runs"); do
+    "$tools/capture_activations" --model "$model" --dataset "$dataset" --output-dir "/tmp/capture_all_$run" --layers all \
+      --overwrite --json -q > "$out/capture_all_layers_$run.json"
+    grep -h examples_per_second "$out/capture_all_layers_$run.json"
+  done
+  /tmp/build/bench/capture_profile_bench --model "$model" --dataset "$dataset" --output-dir /tmp/capture_all_profile \
+    --layers all --overwrite -q --trace /tmp/capture_all_trace.json > /dev/null
+  "$python" bench/python/summarize_trace.py /tmp/capture_all_trace.json --top 5 | tee "$out/profile_all_layers.md"
+  rm -rf /tmp/capture_all_* /tmp/capture_all_trace.json
+fi
+if has spread; then
+  spread=/tmp/bench_spread.jsonl
+  "$tools/make_example" -q dataset --overwrite --output "$spread" --labels 45 --per-label 20 --min-chars 60 --max-chars 9000 --seed 7
+  for run in $(seq "$runs"); do
+    "$tools/capture_activations" --model "$model" --dataset "$spread" --output-dir "/tmp/capture_spread_$run" --layers $layers \
+      --overwrite --json -q > "$out/capture_spread_$run.json"
+    grep -h -E "examples_per_second|tokens|padding" "$out/capture_spread_$run.json"
+  done
 fi
 if has multigpu; then
   gpus=$(nvidia-smi -L | wc -l)

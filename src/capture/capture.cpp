@@ -14,6 +14,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include "capture/batching.h"
@@ -25,6 +26,7 @@
 #include "common/progress.h"
 #include "common/sha256.h"
 #include "device/gpu_utils.h"
+#include "device/transfers.h"
 #include "hub/resolve.h"
 #include "readout/prompts.h"
 #include "readout/readout.h"
@@ -276,6 +278,16 @@ class BatchRunner {
   BatchRunner(const model::TransformerModel& model, readout::Request request, int64_t simulate_out_of_memory_above)
       : model_(model), request_(std::move(request)), simulate_out_of_memory_above_(simulate_out_of_memory_above) {}
 
+  /// Positions a forward pass over `batch` computes: its tokens when packed, else the padded rectangle.
+  int64_t computed_tokens(const std::vector<int64_t>& batch, const CapturePlan& plan) const {
+    if (readout::packs_sequences(model_, request_)) {
+      int64_t tokens = 0;
+      for (int64_t p : batch) tokens += plan.lengths[static_cast<size_t>(p)];
+      return tokens;
+    }
+    return static_cast<int64_t>(batch.size()) * plan.lengths[static_cast<size_t>(batch.front())];  // longest first
+  }
+
   /// Rows of a batch of run positions [rows, layers, width] in fp32 on the device.
   at::Tensor run(const std::vector<int64_t>& batch, const CapturePlan& plan, device::OutOfMemoryRetry& retry) const {
     std::vector<at::Tensor> pieces;
@@ -312,7 +324,7 @@ int64_t store_rows(WindowRows& window, const std::vector<int64_t>& batch, const 
     int64_t target_row = window.row_start[static_cast<size_t>(p - window.begin)];
     for (int64_t r = 0; r < count; ++r) {
       for (int64_t l = 0; l < layer_count; ++l) {
-        std::memcpy(window.per_layer[static_cast<size_t>(l)].data() + (target_row + r) * width,
+        std::memcpy(window.per_layer[static_cast<size_t>(l)].get() + (target_row + r) * width,
                     data + ((result_row + r) * layer_count + l) * width, static_cast<size_t>(width) * sizeof(float));
       }
     }
@@ -349,7 +361,9 @@ std::shared_ptr<WindowRows> make_window(const CapturePlan& plan, int64_t begin, 
     window->row_start.push_back(rows);
     rows += position == Position::kAll ? plan.lengths[static_cast<size_t>(p)] : 1;
   }
-  window->per_layer.assign(plan.layers.size(), std::vector<float>(static_cast<size_t>(rows * plan.width)));
+  for (size_t l = 0; l < plan.layers.size(); ++l) {
+    window->per_layer.emplace_back(new float[static_cast<size_t>(rows * plan.width)]);
+  }
   return window;
 }
 
@@ -389,25 +403,37 @@ class WindowLoop {
     std::vector<std::vector<int64_t>> batches =
         plan_window_batches(plan_.lengths, window.begin, window.end, batching.token_budget, batching.max_examples);
     std::atomic<size_t> next_batch{0};
+    // Each replica queues batch b + 1 before it stores the rows of batch b, whose copy to the host runs behind
+    // b's kernels: the device does not wait for the host between batches.
     auto work = [&](size_t replica) {
       c10::DeviceGuard guard(targets_[replica].device);
       device::OutOfMemoryRetry retry{*targets_[replica].device_runtime, targets_[replica].choice};
+      std::optional<std::pair<size_t, device::HostCopy>> previous;
       for (size_t b = next_batch++; b < batches.size(); b = next_batch++) {
-        at::Tensor result = runners_[replica].run(batches[b], plan_, retry).to(at::kCPU).contiguous();
-        check_finite(result, batches[b], plan_, options_.position);
-        int64_t tokens = store_rows(window, batches[b], result, plan_, options_.position);
-        std::lock_guard<std::mutex> lock(progress_mutex_);
-        summary_.tokens += tokens;
-        summary_.processed += static_cast<int64_t>(batches[b].size());
-        progress.update(summary_.processed,
-                        fmt::format("{:.0f} tokens/s", static_cast<double>(summary_.tokens) / seconds_since(start_)));
+        device::HostCopy rows(runners_[replica].run(batches[b], plan_, retry));
+        if (previous) store_batch(window, batches[previous->first], previous->second.wait(), runners_[replica], progress);
+        previous.emplace(b, std::move(rows));
       }
+      if (previous) store_batch(window, batches[previous->first], previous->second.wait(), runners_[replica], progress);
       retries_ += retry.retries;
     };
     if (runners_.size() == 1) return work(0);
     std::vector<std::future<void>> workers;
     for (size_t r = 0; r < runners_.size(); ++r) workers.push_back(std::async(std::launch::async, work, r));
     for (auto& worker : workers) worker.get();
+  }
+
+  // Checks and stores one batch's rows (on the host) and counts it.
+  void store_batch(WindowRows& window, const std::vector<int64_t>& batch, const at::Tensor& rows,
+                   const BatchRunner& runner, ProgressBar& progress) {
+    check_finite(rows, batch, plan_, options_.position);
+    int64_t tokens = store_rows(window, batch, rows, plan_, options_.position);
+    std::lock_guard<std::mutex> lock(progress_mutex_);
+    summary_.tokens += tokens;
+    summary_.computed_tokens += runner.computed_tokens(batch, plan_);
+    summary_.processed += static_cast<int64_t>(batch.size());
+    progress.update(summary_.processed,
+                    fmt::format("{:.0f} tokens/s", static_cast<double>(summary_.tokens) / seconds_since(start_)));
   }
 
   const CaptureOptions& options_;

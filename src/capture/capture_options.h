@@ -44,6 +44,7 @@ struct CaptureSummary {
   int64_t examples = 0;         // examples in the output files
   int64_t processed = 0;        // examples run by this invocation (fewer when resuming)
   int64_t tokens = 0;           // tokens run by this invocation
+  int64_t computed_tokens = 0;  // positions the forward passes computed: the tokens and the batches' padding
   int64_t truncated = 0;        // texts cut to --max-length
   int64_t out_of_memory_retries = 0;
   std::vector<int64_t> layers;

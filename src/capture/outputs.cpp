@@ -93,7 +93,7 @@ void write_window(std::vector<LayerOutput>& outputs, const WindowRows& window, c
       int64_t first_row = run[static_cast<size_t>(p)].row, last_row = run[static_cast<size_t>(q - 1)].row + 1;
       int64_t file_row = per_token ? offsets[static_cast<size_t>(first_row)] : first_row;
       int64_t rows = per_token ? offsets[static_cast<size_t>(last_row)] - file_row : last_row - first_row;
-      const float* data = window.per_layer[l].data() + window.row_start[static_cast<size_t>(p - window.begin)] * width;
+      const float* data = window.per_layer[l].get() + window.row_start[static_cast<size_t>(p - window.begin)] * width;
       outputs[l].writer->write_rows(split, file_row, rows, data);
       p = q;
     }

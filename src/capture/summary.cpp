@@ -21,6 +21,8 @@ Json summary_json(const CaptureSummary& s) {
           {"files", s.files},
           {"label_names", s.label_names},
           {"tokens", s.tokens},
+          {"computed_tokens", s.computed_tokens},
+          {"padding_fraction", s.computed_tokens > 0 ? 1.0 - static_cast<double>(s.tokens) / s.computed_tokens : 0.0},
           {"truncated", s.truncated},
           {"skipped_lines", skipped},
           {"out_of_memory_retries", s.out_of_memory_retries},

@@ -2,6 +2,7 @@
 
 #include <torch/csrc/api/include/torch/version.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -9,6 +10,9 @@
 #include "model/routed_experts.h"
 
 #ifdef PROBEKIT_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAFunctions.h>
+
 #include "model/fused_ops.h"
 #endif
 
@@ -45,7 +49,14 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
 // q [B, heads, T, d]; k, v [B, kv_heads, S, d]; mask [B, 1, T, S] (true = attend) or undefined for causal.
 at::Tensor attention(const at::Tensor& q, at::Tensor k, at::Tensor v, const at::Tensor& mask, double scale,
                      const std::optional<double>& softcap) {
-  int64_t repeats = q.size(1) / k.size(1);
+  const int64_t repeats = q.size(1) / k.size(1);
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+  // The flash kernel reads key/value head h / repeats itself (enable_gqa, LibTorch 2.5 on): no repeated copy
+  // of the keys and values. It serves causal attention without a mask only.
+  if (!softcap && !mask.defined() && q.is_cuda()) {
+    return at::scaled_dot_product_attention(q, k, v, c10::nullopt, 0.0, true, scale, repeats > 1);
+  }
+#endif
   if (repeats > 1) {
     // Query head h reads key/value head h / repeats, as transformers' repeat_kv.
     k = k.repeat_interleave(repeats, 1);
@@ -68,6 +79,49 @@ at::Tensor attention(const at::Tensor& q, at::Tensor k, at::Tensor v, const at::
   scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
   at::Tensor probabilities = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
   return at::matmul(probabilities, v);
+}
+
+// Causal attention of one sequence alone, q [1, heads, T, d], within a sliding window (0: none).
+at::Tensor attention_alone(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t sliding_window,
+                           double scale, const std::optional<double>& softcap) {
+  const int64_t tokens = q.size(2);
+  at::Tensor mask;
+  if (sliding_window > 0 && tokens > sliding_window) {
+    at::Tensor index = at::arange(tokens, at::TensorOptions().dtype(at::kLong).device(q.device()));
+    at::Tensor distance = index.unsqueeze(1) - index.unsqueeze(0);  // query - key
+    mask = ((distance >= 0) & (distance < sliding_window)).view({1, 1, tokens, tokens});
+  }
+  return attention(q, k, v, mask, scale, softcap);
+}
+
+// Attention over packed sequences, q [1, heads, N, d] and k, v [1, kv_heads, N, d]: each sequence attends to
+// itself only, within the window. One variable-length flash kernel where it serves (packed_attention_is_fast),
+// else one sequence at a time.
+at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const PackedSequences& packed,
+                            int64_t sliding_window, double scale, const std::optional<double>& softcap) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+  if (q.is_cuda() && !softcap && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf)) {
+    const int64_t longest = *std::max_element(packed.lengths.begin(), packed.lengths.end());
+    // The kernel's window: key j is seen from query i when i - window_left <= j <= i.
+    std::optional<int64_t> left, right;
+    if (sliding_window > 0) {
+      left = sliding_window - 1;
+      right = 0;
+    }
+    at::Tensor out = std::get<0>(at::_flash_attention_forward(
+        q[0].transpose(0, 1), k[0].transpose(0, 1), v[0].transpose(0, 1), packed.cumulative_lengths,
+        packed.cumulative_lengths, longest, longest, 0.0, true, false, scale, left, right));  // [N, heads, d]
+    return out.transpose(0, 1).unsqueeze(0);
+  }
+#endif
+  std::vector<at::Tensor> parts;
+  int64_t start = 0;
+  for (int64_t length : packed.lengths) {
+    parts.push_back(attention_alone(q.narrow(2, start, length), k.narrow(2, start, length), v.narrow(2, start, length),
+                                    sliding_window, scale, softcap));
+    start += length;
+  }
+  return at::cat(parts, 2);
 }
 
 // The fused CUDA kernels serve the RMSNorm families on GPU tensors; everything else takes the ATen ops.
@@ -170,7 +224,10 @@ at::Tensor attention_branch(const at::Tensor& x_in, const LayerWeights& w, const
     k = at::cat({prefix_keys.expand({batch, -1, -1, -1}), k}, 2);
     v = at::cat({prefix_values.expand({batch, -1, -1, -1}), v}, 2);
   }
-  at::Tensor attended = attention(q, k, v, context.mask(spec.sliding_window), c.attention_scale, c.features.attn_softcap);
+  at::Tensor attended =
+      context.packed() != nullptr
+          ? packed_attention(q, k, v, *context.packed(), spec.sliding_window, c.attention_scale, c.features.attn_softcap)
+          : attention(q, k, v, context.mask(spec.sliding_window), c.attention_scale, c.features.attn_softcap);
   return linear(attended.transpose(1, 2).reshape({batch, tokens, q_out}), w.attention_output);
 }
 
@@ -233,9 +290,12 @@ at::Tensor rotary_inverse_frequencies(const RopeSpec& rope, at::Device device, b
 }
 
 AttentionContext::AttentionContext(const ModelConfig& config, const at::Tensor& positions, const KvCache* prefix,
-                                   const at::Tensor& prefix_lengths, const at::Tensor& sequence_lengths)
+                                   const at::Tensor& prefix_lengths, const at::Tensor& sequence_lengths,
+                                   const PackedSequences* packed)
     : config_(config), positions_(positions), prefix_lengths_(prefix_lengths), sequence_lengths_(sequence_lengths),
-      prefix_(prefix) {}
+      prefix_(prefix), packed_(packed) {
+  if (packed != nullptr && prefix != nullptr) fail_input("packed sequences cannot attend to a cached prefix");
+}
 
 at::Tensor AttentionContext::inverse_frequencies(const RopeSpec& rope) const {
   if (rope.type != RopeType::kLongRope) return rotary_inverse_frequencies(rope, positions_.device());
@@ -268,8 +328,8 @@ const at::Tensor& AttentionContext::mask(int64_t sliding_window) {
   const int64_t tokens = positions_.size(1);
   at::Tensor& mask = masks_[sliding_window];
   // Without a prefix, positions are 0..T-1 and right padding never precedes a real token, so plain causal
-  // attention is exact whenever the window cannot cut anything off.
-  if (prefix_ == nullptr && (sliding_window == 0 || tokens <= sliding_window)) return mask;
+  // attention is exact whenever the window cannot cut anything off. Packed sequences take no mask.
+  if (packed_ != nullptr || (prefix_ == nullptr && (sliding_window == 0 || tokens <= sliding_window))) return mask;
 
   auto options = at::TensorOptions().device(positions_.device());
   at::Tensor query_positions = positions_.unsqueeze(-1);  // [B, T, 1]
@@ -295,6 +355,20 @@ at::Tensor apply_norm(const at::Tensor& x, const Norm& norm, const ModelConfig& 
   }
   at::Tensor normalized = x32 * at::rsqrt(x32.pow(2).mean(-1, true) + config.norm_eps);
   return (normalized * norm.weight).to(output);
+}
+
+bool packed_attention_is_fast(const ModelConfig& config, at::Device device, at::ScalarType dtype) {
+#if (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)) && defined(PROBEKIT_WITH_CUDA)
+  if (!device.is_cuda() || (dtype != at::kBFloat16 && dtype != at::kHalf)) return false;
+  if (config.features.attn_softcap || config.head_dim > 256 || config.head_dim % 8 != 0) return false;
+  for (const LayerSpec& layer : config.layers) {
+    if (layer.rope.type == RopeType::kLongRope) return false;
+  }
+  return at::cuda::getDeviceProperties(device.index() < 0 ? c10::cuda::current_device() : device.index())->major >= 8;
+#else
+  (void)config, (void)device, (void)dtype;
+  return false;
+#endif
 }
 
 uint32_t hook_site(std::string_view name) {

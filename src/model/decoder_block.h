@@ -45,6 +45,19 @@ struct KvCache {
   std::vector<at::Tensor> keys, values;
 };
 
+/// Sequences packed one after another into a pass of one row [1, N], with no padding: sequence b holds
+/// positions [cumulative_lengths[b], cumulative_lengths[b + 1]) and attends only to itself.
+struct PackedSequences {
+  at::Tensor cumulative_lengths;  // [B + 1] int32 on the model's device
+  std::vector<int64_t> lengths;   // [B] on the host
+};
+
+/// Whether attention over packed sequences runs as one kernel for this model on `device` in `dtype`: LibTorch's
+/// variable-length flash kernel (LibTorch 2.5 on, CUDA compute capability 8.0 on, bf16/fp16, no attention
+/// soft-capping, a rope that does not depend on the sequence's length). Elsewhere packed sequences are
+/// attended one at a time, which is exact but slower than a padded batch.
+bool packed_attention_is_fast(const ModelConfig& config, at::Device device, at::ScalarType dtype);
+
 /// Everything attention needs to know about positions in one forward pass; built once, shared by all layers.
 class AttentionContext {
  public:
@@ -52,8 +65,10 @@ class AttentionContext {
   /// [0, P) that batch item b may see up to `prefix_lengths[b]` (exclusive).
   /// `sequence_lengths` [B] (optional): each row's length as a text run alone, by which a length-dependent rope
   /// (longrope) chooses its factors; by default the row's last position + 1.
+  /// `packed` (optional): the pass is one row of packed sequences (no prefix then).
   AttentionContext(const ModelConfig& config, const at::Tensor& positions, const KvCache* prefix,
-                   const at::Tensor& prefix_lengths, const at::Tensor& sequence_lengths = {});
+                   const at::Tensor& prefix_lengths, const at::Tensor& sequence_lengths = {},
+                   const PackedSequences* packed = nullptr);
 
   /// Rotary cos/sin tables [B, 1, T, rotary_dim] in fp32 for a layer's rope (computed once per distinct rope).
   const std::pair<at::Tensor, at::Tensor>& rotary(const RopeSpec& rope);
@@ -62,6 +77,7 @@ class AttentionContext {
   const at::Tensor& mask(int64_t sliding_window);
 
   const KvCache* prefix() const { return prefix_; }
+  const PackedSequences* packed() const { return packed_; }
   const at::Tensor& positions() const { return positions_; }
 
  private:
@@ -71,6 +87,7 @@ class AttentionContext {
   const ModelConfig& config_;
   at::Tensor positions_, prefix_lengths_, sequence_lengths_;
   const KvCache* prefix_;
+  const PackedSequences* packed_;
   std::vector<std::pair<RopeSpec, std::pair<at::Tensor, at::Tensor>>> rotary_;
   std::map<int64_t, at::Tensor> masks_;
 };

@@ -108,7 +108,7 @@ at::Tensor TransformerModel::forward(const ForwardPass& pass) const {
   if (c.features.learned_positions) x = x + at::embedding(weights_.position_embeddings, positions);
   if (pass.hook != nullptr && (pass.hook_sites & kHookEmbeddings) != 0) (*pass.hook)("embeddings", -1, x);
 
-  AttentionContext context(c, positions, pass.prefix, pass.prefix_lengths, pass.sequence_lengths);
+  AttentionContext context(c, positions, pass.prefix, pass.prefix_lengths, pass.sequence_lengths, pass.packed);
   for (int64_t layer = 0; layer <= last; ++layer) {
     x = decoder_block(x, weights_.layers[static_cast<size_t>(layer)], c, layer, context, pass.hook, pass.hook_sites,
                       pass.record);

@@ -53,6 +53,9 @@ struct ForwardPass {
   // [B]: each row's length as a text run alone (prefix and its own real tokens), by which a rope that depends
   // on the length (longrope) chooses its factors; undefined: each row's last position + 1.
   at::Tensor sequence_lengths;
+  // When set, input_ids [1, N] (and positions, which restart at 0 for each sequence) hold these sequences one
+  // after another: nothing is padded (no prefix then).
+  const PackedSequences* packed = nullptr;
 };
 
 class TransformerModel {

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "common/error.h"
+#include "device/transfers.h"
 #include "readout/pooling.h"
 
 namespace probekit::readout {
@@ -31,7 +32,62 @@ PaddedBatch pad(const std::vector<Sequence>& sequences, at::Device device) {
     std::copy(s.begin(), s.end(), ids_data + b * longest);
     length_data[b] = static_cast<int64_t>(s.size());
   }
-  return {ids.to(device), lengths.to(device)};
+  return {device::to_device(ids, device), device::to_device(lengths, device)};
+}
+
+// Sequences one after another in one row [1, N], positions restarting at 0 for each, on the model's device.
+struct PackedBatch {
+  at::Tensor ids, positions;  // [1, N] int64
+  at::Tensor last_rows;       // [B] int64: each sequence's last token in the row
+  at::Tensor padded_rows;     // [N] int64: where each token goes in a right-padded [B * longest] layout
+  at::Tensor lengths;         // [B] int64
+  int64_t longest = 0;
+  model::PackedSequences layout;
+};
+
+PackedBatch pack(const std::vector<Sequence>& sequences, at::Device device) {
+  const auto count = static_cast<int64_t>(sequences.size());
+  PackedBatch batch;
+  int64_t total = 0;
+  for (const Sequence& s : sequences) {
+    batch.layout.lengths.push_back(static_cast<int64_t>(s.size()));
+    batch.longest = std::max<int64_t>(batch.longest, static_cast<int64_t>(s.size()));
+    total += static_cast<int64_t>(s.size());
+  }
+  at::Tensor ids = at::empty({1, total}, at::kLong), positions = at::empty({1, total}, at::kLong);
+  at::Tensor padded_rows = at::empty({total}, at::kLong), last_rows = at::empty({count}, at::kLong);
+  at::Tensor cumulative = at::empty({count + 1}, at::kInt);
+  auto* id = ids.data_ptr<int64_t>();
+  auto* position = positions.data_ptr<int64_t>();
+  auto* padded = padded_rows.data_ptr<int64_t>();
+  int64_t start = 0;
+  cumulative.data_ptr<int32_t>()[0] = 0;
+  for (int64_t b = 0; b < count; ++b) {
+    const Sequence& s = sequences[static_cast<size_t>(b)];
+    for (size_t t = 0; t < s.size(); ++t) {
+      id[start + static_cast<int64_t>(t)] = s[t];
+      position[start + static_cast<int64_t>(t)] = static_cast<int64_t>(t);
+      padded[start + static_cast<int64_t>(t)] = b * batch.longest + static_cast<int64_t>(t);
+    }
+    start += static_cast<int64_t>(s.size());
+    last_rows.data_ptr<int64_t>()[b] = start - 1;
+    cumulative.data_ptr<int32_t>()[b + 1] = static_cast<int32_t>(start);
+  }
+  batch.ids = device::to_device(ids, device);
+  batch.positions = device::to_device(positions, device);
+  batch.last_rows = device::to_device(last_rows, device);
+  batch.padded_rows = device::to_device(padded_rows, device);
+  batch.lengths = device::to_device(at::tensor(batch.layout.lengths, at::kLong), device);
+  batch.layout.cumulative_lengths = device::to_device(cumulative, device);
+  return batch;
+}
+
+// A packed pass's values [1, N, width] as a right-padded batch [B, longest, width] (zeros after each sequence).
+at::Tensor unpack(const at::Tensor& values, const PackedBatch& batch) {
+  const int64_t count = batch.lengths.size(0), width = values.size(2);
+  at::Tensor padded = at::zeros({count * batch.longest, width}, values.options());
+  padded.index_copy_(0, batch.padded_rows, values[0]);
+  return padded.view({count, batch.longest, width});
 }
 
 at::Tensor to_device_ids(const Sequence& ids, at::Device device) {
@@ -90,10 +146,40 @@ class SiteReader {
 
 }  // namespace
 
+bool packs_sequences(const model::TransformerModel& model, const Request& request) {
+  if (request.layout != Layout::kAuto) return request.layout == Layout::kPacked;
+  return model::packed_attention_is_fast(model.config(), model.device(), model.dtype());
+}
+
+namespace {
+
+at::Tensor read_packed_rows(const model::TransformerModel& model, const std::vector<Sequence>& sequences,
+                            const Request& request) {
+  if (model::longest_short_rope_sequence(model.config()) > 0) {
+    fail_input("sequences cannot be packed for a model whose rope depends on the sequence's length (longrope)");
+  }
+  PackedBatch batch = pack(sequences, model.device());
+  SiteReader reader(request, [&](const at::Tensor& values) {
+    if (request.position == Position::kLast) return values[0].index_select(0, batch.last_rows).to(at::kFloat);
+    if (request.position == Position::kAll) return values[0].to(at::kFloat);
+    return pool(unpack(values, batch), batch.lengths, request.position, request.skip_leading);
+  });
+  model::ForwardPass pass;
+  pass.input_ids = batch.ids;
+  pass.positions = batch.positions;
+  pass.packed = &batch.layout;
+  reader.attach(pass);
+  model.forward(pass);
+  return reader.stacked();
+}
+
+}  // namespace
+
 at::Tensor read_rows(const model::TransformerModel& model, const std::vector<Sequence>& sequences,
                      const Request& request) {
   check_site(request.site, request.position, request.layers, model.config());
   for (const Sequence& s : sequences) model.check_inputs(s);
+  if (packs_sequences(model, request)) return read_packed_rows(model, sequences, request);
   PaddedBatch batch = pad(sequences, model.device());
   SiteReader reader(request, [&](const at::Tensor& hidden) {
     return request.position == Position::kAll ? real_token_rows(hidden, batch.lengths)

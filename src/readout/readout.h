@@ -16,13 +16,22 @@ namespace probekit::readout {
 
 using Sequence = std::vector<int32_t>;
 
+/// How read_rows lays a batch out for the model: right-padded rows, or the sequences packed one after another
+/// in one row (no work on padding). kAuto packs where one attention kernel serves packed sequences
+/// (model::packed_attention_is_fast: CUDA with LibTorch's variable-length flash kernel) and pads elsewhere.
+enum class Layout { kAuto, kPadded, kPacked };
+
 /// What to read.
 struct Request {
   Site site = Site::kResidPost;
   Position position = Position::kLast;
   std::vector<int64_t> layers;  // ascending, distinct
   int64_t skip_leading = 0;     // special tokens in front that mean and max pooling leave out (BOS)
+  Layout layout = Layout::kAuto;
 };
+
+/// Whether read_rows packs the sequences of `request` for `model` (then it computes no padding).
+bool packs_sequences(const model::TransformerModel& model, const Request& request);
 
 /// Rows of `sequences` at the request's site and position, every requested layer from one forward pass:
 /// [rows, layers, site_width] in fp32 on the model's device. One row per sequence, or with Position::kAll one

@@ -19,7 +19,7 @@ at::Tensor rms(const at::Tensor& x, const at::Tensor& weight, double eps) {
 }  // namespace
 
 TEST_CASE("fused rms_norm and residual_add equal the ATen arithmetic") {
-  for (int64_t width : {64, 333, 2560}) {
+  for (int64_t width : {64, 333, 2560, 9000}) {
     at::Tensor x = at::randn({7, 5, width}, kCuda), weight = at::randn({width}, kCuda) + 1;
     for (at::ScalarType out : {at::kFloat, at::kBFloat16, at::kHalf}) {
       double tolerance = out == at::kFloat ? 1e-5 : 1e-2;
@@ -39,21 +39,28 @@ TEST_CASE("fused rms_norm and residual_add equal the ATen arithmetic") {
 }
 
 TEST_CASE("fused gated activations equal act(gate) * up") {
-  at::Tensor gate_up = at::randn({3, 9, 2 * 1000}, kCuda);
-  auto halves = gate_up.chunk(2, -1);
-  CHECK(max_relative_error(fused::gated_activation(gate_up, Activation::kSilu), at::silu(halves[0]) * halves[1]) < 1e-5);
-  CHECK(max_relative_error(fused::gated_activation(gate_up, Activation::kGeluTanh), at::gelu(halves[0], "tanh") * halves[1]) < 1e-5);
-  CHECK(max_relative_error(fused::gated_activation(gate_up, Activation::kGeluExact), at::gelu(halves[0]) * halves[1]) < 1e-5);
-  at::Tensor bf16 = gate_up.to(at::kBFloat16);
-  auto bf16_halves = bf16.chunk(2, -1);
-  CHECK(max_relative_error(fused::gated_activation(bf16, Activation::kGeluTanh),
-                  at::gelu(bf16_halves[0].to(at::kFloat), "tanh") * bf16_halves[1].to(at::kFloat)) < 1e-2);
+  // 1000 columns take the row kernel with vector accesses; 999 the element-wise one.
+  for (int64_t inner : {1000, 999}) {
+    CAPTURE(inner);
+    at::Tensor gate_up = at::randn({3, 9, 2 * inner}, kCuda);
+    auto halves = gate_up.chunk(2, -1);
+    CHECK(max_relative_error(fused::gated_activation(gate_up, Activation::kSilu), at::silu(halves[0]) * halves[1]) < 1e-5);
+    CHECK(max_relative_error(fused::gated_activation(gate_up, Activation::kGeluTanh), at::gelu(halves[0], "tanh") * halves[1]) < 1e-5);
+    CHECK(max_relative_error(fused::gated_activation(gate_up, Activation::kGeluExact), at::gelu(halves[0]) * halves[1]) < 1e-5);
+    at::Tensor bf16 = gate_up.to(at::kBFloat16);
+    auto bf16_halves = bf16.chunk(2, -1);
+    CHECK(max_relative_error(fused::gated_activation(bf16, Activation::kGeluTanh),
+                    at::gelu(bf16_halves[0].to(at::kFloat), "tanh") * bf16_halves[1].to(at::kFloat)) < 1e-2);
+  }
 }
 
 TEST_CASE("fused queries and keys: per-head norm and rotary embedding, full and partial") {
   const int64_t batch = 2, tokens = 11, heads = 4, kv_heads = 2;
-  for (int64_t head_dim : {16, 256}) {
-    for (int64_t rotary_dim : {head_dim, head_dim / 4}) {
+  // Head sizes 64, 128 and 256 with a rotary width a multiple of 64 take the kernel with a warp per head.
+  for (int64_t head_dim : {16, 64, 128, 256}) {
+    for (int64_t rotary_dim : {head_dim, head_dim / 4, 3 * head_dim / 4}) {
+      CAPTURE(head_dim);
+      CAPTURE(rotary_dim);
       at::Tensor qkv = at::randn({batch, tokens, (heads + 2 * kv_heads) * head_dim}, kCuda);
       at::Tensor q_weight = at::randn({head_dim}, kCuda), k_weight = at::randn({head_dim}, kCuda);
       at::Tensor angles = at::rand({batch, 1, tokens, rotary_dim / 2}, kCuda) * 10;

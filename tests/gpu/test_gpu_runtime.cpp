@@ -7,6 +7,8 @@
 #include "device/gpu_utils.h"
 #include "io/safetensors.h"
 #include "model/transformer.h"
+#include "readout/readout.h"
+#include "gpu_test_util.h"
 #include "tensor_files.h"
 #include "test_paths.h"
 
@@ -110,6 +112,36 @@ TEST_CASE("token embeddings kept on the host give the GPU the same hidden states
       at::Tensor from_host = mapped.forward(pass);
       CHECK(from_host.device() == options.device);
       CHECK_MESSAGE(at::equal(from_host, copied.forward(pass)), name, " ", dtype);
+    }
+  }
+}
+
+TEST_CASE("packed sequences through the variable-length flash kernel read the rows of a padded batch (bf16)") {
+  for (const char* name : {"llama", "mistral", "qwen3", "gemma3_text", "gpt2", "gpt_neox", "phi3", "olmo2", "qwen3_moe"}) {
+    std::string dir = std::string(PROBEKIT_FIXTURES) + "/models/" + name;
+    model::LoadOptions options;
+    options.device = at::Device(at::kCUDA, 0);
+    options.dtype = at::kBFloat16;
+    model::TransformerModel m = model::TransformerModel::load(dir, options);
+    std::vector<readout::Sequence> sequences;
+    for (int32_t length : {3, 17, 1, 9, 30, 12}) {  // past the fixtures' sliding window of 8
+      readout::Sequence s;
+      for (int32_t t = 0; t < length; ++t) s.push_back(static_cast<int32_t>((7 + 31 * t + 13 * length) % 97));
+      sequences.push_back(s);
+    }
+    readout::Request request;
+    request.layers = {0, m.config().num_layers - 1};
+    CHECK_MESSAGE(readout::packs_sequences(m, request), name);  // auto packs on this GPU
+    for (readout::Position position : {readout::Position::kLast, readout::Position::kAll}) {
+      request.position = position;
+      request.layout = readout::Layout::kPacked;
+      at::Tensor packed = readout::read_rows(m, sequences, request);
+      request.layout = readout::Layout::kPadded;
+      at::Tensor padded = readout::read_rows(m, sequences, request);
+      double cosine = at::cosine_similarity(packed.flatten(1), padded.flatten(1), -1).min().item<double>();
+      MESSAGE(fmt::format("{} {}: packed vs padded min cosine {:.6f}, max relative error {:.2e}", name,
+                          readout::position_name(position), cosine, testing::max_relative_error(packed, padded)));
+      CHECK_MESSAGE(cosine >= 0.999, name);
     }
   }
 }

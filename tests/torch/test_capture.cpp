@@ -16,6 +16,7 @@
 #include "common/files.h"
 #include "capture/capture.h"
 #include "capture/merge.h"
+#include "capture/summary.h"
 #include "common/json.h"
 #include "data/splits.h"
 #include "activations/activation_store.h"
@@ -87,6 +88,7 @@ TEST_CASE("capture writes the reference's layout plus our extensions") {
   CHECK(s.layers == std::vector<int64_t>{1, 3, 4, 5});  // n/4, n/2, 3n/4, n-1 of 6 layers
   CHECK(s.examples == 40);
   REQUIRE(s.files.size() == 4);
+  CHECK(s.computed_tokens >= s.tokens);  // the batches' padding on top of the tokens
 
   // Splits: the reference's stratified membership, rows in split order. A cognitive-action dataset's labels
   // index the reference's 45 actions, whatever subset it holds, as the reference indexes them.
@@ -674,4 +676,22 @@ TEST_CASE("shards of a run, merged, equal the whole run") {
     }
     CHECK_MESSAGE(difference <= 1e-5 * largest, activations::split_name(split), ": ", difference);
   }
+}
+
+TEST_CASE("the summary counts the padding the batches computed") {
+  TempDir tmp;
+  std::string dataset = write_dataset(tmp, 24);
+  capture::CaptureOptions o = base_options(dataset, tmp.file("one"));
+  o.batch_size = 1;  // no batch, no padding
+  capture::CaptureSummary single = capture::run_capture(o);
+  CHECK(single.tokens > 0);
+  CHECK(single.computed_tokens == single.tokens);
+  o.output_dir = tmp.file("all");
+  o.batch_size = 24;  // one batch, every text padded to the longest
+  capture::CaptureSummary batched = capture::run_capture(o);
+  CHECK(batched.tokens == single.tokens);
+  CHECK(batched.computed_tokens > batched.tokens);
+  Json summary = capture::summary_json(batched);
+  CHECK(summary["padding_fraction"].get<double>() ==
+        doctest::Approx(1.0 - static_cast<double>(batched.tokens) / batched.computed_tokens));
 }

@@ -10,6 +10,7 @@
 #include "activations/activation_store.h"
 #include "io/safetensors.h"
 #include "readout/prompts.h"
+#include "readout/readout.h"
 #include "tensor_files.h"
 #include "test_paths.h"
 #include "test_util.h"
@@ -127,4 +128,68 @@ TEST_CASE("without a recorded cut, a text over the model's positions is cut at t
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
   CHECK_CONTAINS(r.output, "were longer than the model's 512 positions and were cut from the start");
   CHECK(json_of(r)["predictions"].size() >= 1);
+}
+
+namespace {
+
+// Token sequences of different lengths, some longer than the fixtures' sliding window of 8, ids below `vocab`.
+std::vector<readout::Sequence> mixed_length_sequences(int64_t vocab) {
+  std::vector<readout::Sequence> sequences;
+  for (int32_t length : {3, 17, 1, 9, 12}) {
+    readout::Sequence s;
+    for (int32_t t = 0; t < length; ++t) s.push_back(static_cast<int32_t>((7 + 31 * t + 13 * length) % vocab));
+    sequences.push_back(s);
+  }
+  return sequences;
+}
+
+double largest_difference(const at::Tensor& a, const at::Tensor& b) {
+  return (a - b).abs().max().item<double>() / std::max(1e-30, b.abs().max().item<double>());
+}
+
+}  // namespace
+
+TEST_CASE("packed sequences read the same rows as a padded batch, for every family, site and position") {
+  struct Case {
+    const char* model;
+    readout::Site site;
+  };
+  const Case cases[] = {{"gemma2", readout::Site::kResidPost},   {"gemma3_text", readout::Site::kAttnOut},
+                        {"llama", readout::Site::kResidPost},    {"gpt2", readout::Site::kMlpOut},
+                        {"gpt_neox", readout::Site::kResidMid},  {"olmo2", readout::Site::kResidPost},
+                        {"phi3", readout::Site::kResidPre},      {"qwen3_moe", readout::Site::kRouter},
+                        {"qwen2_moe", readout::Site::kResidPost}};
+  for (const Case& c : cases) {
+    auto model = model::TransformerModel::load(std::string(PROBEKIT_FIXTURES) + "/models/" + c.model, {});
+    const int64_t layers = model.config().num_layers;
+    auto sequences = mixed_length_sequences(model.config().vocab_size);
+    for (readout::Position position : {readout::Position::kLast, readout::Position::kMean, readout::Position::kMax,
+                                       readout::Position::kAll}) {
+      CAPTURE(c.model);
+      CAPTURE(readout::position_name(position));
+      readout::Request request;
+      request.site = c.site;
+      request.position = position;
+      request.layers = c.site == readout::Site::kRouter ? std::vector<int64_t>{0, layers - 1}
+                                                        : std::vector<int64_t>{0, layers / 2, layers - 1};
+      request.skip_leading = 1;
+      request.layout = readout::Layout::kPadded;
+      at::Tensor padded = readout::read_rows(model, sequences, request);
+      request.layout = readout::Layout::kPacked;
+      at::Tensor packed = readout::read_rows(model, sequences, request);
+      REQUIRE(packed.sizes() == padded.sizes());
+      CHECK(largest_difference(packed, padded) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("packing is refused for a rope that depends on the sequence's length, and is off on the CPU") {
+  auto longrope = model::TransformerModel::load(std::string(PROBEKIT_FIXTURES) + "/models/phi3_longrope", {});
+  readout::Request request;
+  request.layers = {0};
+  CHECK_FALSE(readout::packs_sequences(longrope, request));  // the CPU pads
+  request.layout = readout::Layout::kPacked;
+  CHECK_THROWS_WITH_AS(readout::read_rows(longrope, {{1, 2, 3}}, request),
+                       doctest::Contains("cannot be packed for a model whose rope depends on the sequence's length"),
+                       std::invalid_argument);
 }
