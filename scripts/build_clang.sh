@@ -24,9 +24,10 @@ if command -v ccache > /dev/null && [ -z "${CCACHE_DISABLE:-}" ]; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 fi
 # FindOpenMP is given the flags and the library outright: its own probe needs _OPENMP, which clang defines only
-# for libomp.
+# for libomp. -pedantic-errors refuses GNU extensions in our code (LibTorch's and the other libraries' headers are
+# system headers, exempt).
 cmake -S . -B build-clang -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
-  "${launcher[@]}" -DPROBEKIT_BUILD_TESTS=OFF \
+  "${launcher[@]}" -DPROBEKIT_BUILD_TESTS=OFF -DCMAKE_CXX_FLAGS=-pedantic-errors \
   -DOpenMP_CXX_FLAGS=-fopenmp=libgomp -DOpenMP_CXX_LIB_NAMES=gomp -DOpenMP_gomp_LIBRARY="$libgomp" \
   ${PROBEKIT_CMAKE_ARGS:-} > build-clang.configure.log || { cat build-clang.configure.log; exit 1; }
 rm -f build-clang.configure.log
