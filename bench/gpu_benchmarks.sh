@@ -18,7 +18,7 @@
 #   4. MoE capture: a Qwen3-30B-A3B-shaped random checkpoint (bench/python/make_moe_bench_model.py, MOE_LAYERS
 #      layers, 24 by default: one 80 GB GPU) with the real Qwen 3 tokenizer, captured at layers n/4, n/2, 3n/4,
 #      n-1 (6,12,18,23) by capture_activations vs transformers' batched forward (bench/python/moe_baseline.py),
-#      alternating, on the same dataset.
+#      alternating, on the same dataset, then a profile of the capture as in 1c.
 # Usage: bash bench/gpu_benchmarks.sh OUT_DIR [STEP...]
 #   steps: build model capture profile alllayers spread multigpu train coldstart moe (default: all)
 # RUNS (default 2) sets the runs of each side; PYTHON_RUNS (default RUNS) those of the Python side, whose
@@ -153,4 +153,7 @@ if has moe; then
       --layers $moe_layers > "$out/moe_capture_python_$run.json"
   done
   cat "$out"/moe_capture_*.json
+  /tmp/build/bench/capture_profile_bench --model "$moe_model" --dataset "$dataset" --output-dir /tmp/moe_capture_profile \
+    --layers "${moe_layers// /,}" --overwrite -q --trace /tmp/moe_trace.json > /dev/null
+  "$python" bench/python/summarize_trace.py /tmp/moe_trace.json | tee "$out/profile_moe.md"
 fi

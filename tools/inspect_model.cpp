@@ -10,7 +10,8 @@
 #include "common/json.h"
 #include "common/outputs.h"
 #include "device/gpu_utils.h"
-#include "hub/resolve.h"
+#include "generation/flags.h"
+#include "generation/transcript.h"
 #include "hub/resolve.h"
 #include "io/safetensors.h"
 #include "model/transformer.h"
@@ -155,6 +156,17 @@ int main(int argc, char** argv) {
   hidden->add_flag("--overwrite", overwrite, "Replace an existing --output");
   add_device_options(*hidden, device_request, dtype_request);
 
+  CLI::App* generate_cmd =
+      tool.app.add_subcommand("generate", "Generate after a text and write the ids and each step's top-5 logits as JSON");
+  add_model_options(*generate_cmd, model_dir, "Checkpoint")->required();
+  generate_cmd->add_option("--text", text, "Prompt (tokenized with special tokens, as transformers does)")->required();
+  generate_cmd->add_option("--output", output, "Output .json in the format of the reference's generation.json")
+      ->required();
+  generate_cmd->add_flag("--overwrite", overwrite, "Replace an existing --output");
+  generation::GenerationFlags generation_flags;
+  generation::add_generation_flags(*generate_cmd, generation_flags);
+  add_device_options(*generate_cmd, device_request, dtype_request);
+
   CLI::App* tokenize_cmd = tool.app.add_subcommand("tokenize", "Turn texts into token ids with a tokenizer.json");
   tokenize_cmd->add_option("--tokenizer", tokenizer_path, "tokenizer.json or a checkpoint directory")->required();
   auto* text_option = tokenize_cmd->add_option("--text", text, "One text: print its ids and tokens");
@@ -172,6 +184,13 @@ int main(int argc, char** argv) {
     if (info->parsed()) print_info(hub::resolve_model(model_dir).dir, json);
     if (!output.empty()) check_output_file(output, overwrite);
     if (hidden->parsed()) write_hidden(hub::resolve_model(model_dir).dir, text, output, device_request, dtype_request);
+    if (generate_cmd->parsed()) {
+      std::string dir = hub::resolve_model(model_dir).dir;
+      Json transcript = generation::generation_transcript(
+          dir, {text}, generation::resolve_generation_flags(generation_flags, dir), device_request, dtype_request);
+      write_file_atomic(output, dump_json(transcript, 2) + "\n");
+      fmt::print("wrote {}: {} new tokens\n", output, transcript["cases"][0]["generated_ids"].size());
+    }
     if (tokenize_cmd->parsed()) {
       if (text_option->count() == 0 && input_option->count() == 0) fail_usage("tokenize needs --text or --input");
       tokenize(tokenizer_path, text, input, output, !no_special);

@@ -1,5 +1,6 @@
 // multi_probe_inference: loads a model and its trained probes and ranks which labels a text shows, for one
-// text, a file of texts, an interactive session, two texts compared, or every token of a text.
+// text, a file of texts, an interactive session, two texts compared, or every token of a text; or generates
+// after a text while the probes score each new token.
 #include <unistd.h>
 
 #include <iostream>
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
   inference::add_inference_flags(tool.app, request);
   return tool.run(argc, argv, [&] {
     device::configure_threads(tool.common.threads);
+    request.live_view = isatty(STDOUT_FILENO) != 0;
     inference::run_inference(request, std::cin, isatty(STDIN_FILENO) != 0);
   });
 }

@@ -1,7 +1,11 @@
 #include "device/transfers.h"
 
+#include <ATen/Parallel.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/api/include/torch/version.h>
+
+#include <algorithm>
+#include <cstring>
 
 namespace probekit::device {
 
@@ -21,16 +25,62 @@ HostCopy::HostCopy(const at::Tensor& values) {
   copied_->record(c10::impl::VirtualGuardImpl(values.device().type()).getStream(values.device()));
 }
 
+namespace {
+
+void synchronize_event(const c10::Event& event) {
+#if TORCH_VERSION_MAJOR >= 2
+  event.synchronize();
+#else
+  c10::impl::VirtualGuardImpl(event.device_type()).getStream(event.device()).synchronize();
+#endif
+}
+
+}  // namespace
+
 const at::Tensor& HostCopy::wait() {
   if (copied_) {
-#if TORCH_VERSION_MAJOR >= 2
-    copied_->synchronize();
-#else
-    c10::impl::VirtualGuardImpl(copied_->device_type()).getStream(copied_->device()).synchronize();
-#endif
+    synchronize_event(*copied_);
     copied_.reset();
   }
   return host_;
+}
+
+StagedUpload::StagedUpload(int64_t buffer_bytes) : buffer_bytes_(buffer_bytes) {}
+
+StagedUpload::~StagedUpload() {
+  for (Buffer& buffer : buffers_) wait_until_free(buffer);
+}
+
+void StagedUpload::wait_until_free(Buffer& buffer) {
+  if (!buffer.taken) return;
+  synchronize_event(*buffer.taken);
+  buffer.taken.reset();
+}
+
+at::Tensor StagedUpload::upload(const at::Tensor& host, at::Device device) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  at::Tensor out = at::empty(host.sizes(), host.options().device(device));
+  const auto total = static_cast<int64_t>(host.nbytes());
+  at::Tensor out_bytes = out.view({-1}).view(at::kByte);
+  const char* source = static_cast<const char*>(host.data_ptr());
+  auto stream = c10::impl::VirtualGuardImpl(device.type()).getStream(device);
+  for (int64_t offset = 0; offset < total; offset += buffer_bytes_) {
+    Buffer& buffer = buffers_[next_++ % 2];
+    wait_until_free(buffer);
+    if (!buffer.pinned.defined()) {
+      buffer.pinned = at::empty({buffer_bytes_}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+    }
+    const int64_t count = std::min(buffer_bytes_, total - offset);
+    char* staging = static_cast<char*>(buffer.pinned.data_ptr());
+    // Reading the memory map in parallel also faults its pages in from disk with several requests in flight.
+    at::parallel_for(0, count, int64_t{1} << 20, [&](int64_t begin, int64_t end) {
+      std::memcpy(staging + begin, source + offset + begin, static_cast<size_t>(end - begin));
+    });
+    out_bytes.narrow(0, offset, count).copy_(buffer.pinned.narrow(0, 0, count), /*non_blocking=*/true);
+    buffer.taken.emplace(device.type());
+    buffer.taken->record(stream);
+  }
+  return out;
 }
 
 }  // namespace probekit::device

@@ -143,9 +143,11 @@ Engine Engine::load(const EngineOptions& options) {
   const std::string& model_dir = engine.options_.model_dir;
   model::ModelConfig config = model::load_config(model_dir);
   model::LoadOptions load;
-  load.last_layer = *std::max_element(engine.layers_.begin(), engine.layers_.end());
-  load.final_norm = false;
-  load.embeddings_on_host = true;
+  // Ranking reads the layers up to the deepest probe; generation runs the whole model to its LM head.
+  load.last_layer = options.generate ? -1 : *std::max_element(engine.layers_.begin(), engine.layers_.end());
+  load.final_norm = options.generate;
+  load.lm_head = options.generate;
+  load.embeddings_on_host = !options.generate;
   // The disk is the slowest part of a cold start: it works while the device, probes and tokenizer get ready.
   model::WeightReadAhead read_ahead(model_dir, load);
   engine.target_ = device::select_compute(options.device, options.dtype);
@@ -235,21 +237,32 @@ std::vector<std::vector<std::vector<double>>> Engine::empty_tables(size_t count)
       count, std::vector<std::vector<double>>(layers_.size(), std::vector<double>(labels_.size(), kNaN)));
 }
 
-void Engine::store_probabilities(const at::Tensor& rows, std::vector<std::vector<std::vector<double>>>& tables,
-                                 size_t first) const {
+at::Tensor Engine::probabilities_of(const at::Tensor& rows) const {
+  std::vector<at::Tensor> columns;
   for (size_t l = 0; l < layers_.size(); ++l) {
-    const LayerProbes& layer_probes = probes_[l];
-    at::Tensor p = layer_probes.set.probabilities(rows.select(1, static_cast<int64_t>(l)).to(at::kFloat))
-                       .to(at::kCPU, at::kDouble)
-                       .contiguous();
-    const double* data = p.data_ptr<double>();
-    for (int64_t n = 0; n < p.size(0); ++n) {
-      for (size_t j = 0; j < layer_probes.label_column.size(); ++j) {
-        int64_t k = layer_probes.label_column[j];
-        if (k >= 0) tables[first + static_cast<size_t>(n)][l][static_cast<size_t>(k)] = data[n * p.size(1) + static_cast<int64_t>(j)];
+    columns.push_back(probes_[l].set.probabilities(rows.select(1, static_cast<int64_t>(l)).to(at::kFloat)).to(at::kFloat));
+  }
+  return at::cat(columns, 1);
+}
+
+void Engine::store_columns(const at::Tensor& columns, std::vector<std::vector<std::vector<double>>>& tables,
+                           size_t first) const {
+  at::Tensor p = columns.to(at::kCPU, at::kDouble).contiguous();
+  const double* data = p.data_ptr<double>();
+  for (int64_t n = 0; n < p.size(0); ++n) {
+    int64_t column = 0;
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      for (int64_t k : probes_[l].label_column) {
+        if (k >= 0) tables[first + static_cast<size_t>(n)][l][static_cast<size_t>(k)] = data[n * p.size(1) + column];
+        ++column;
       }
     }
   }
+}
+
+void Engine::store_probabilities(const at::Tensor& rows, std::vector<std::vector<std::vector<double>>>& tables,
+                                 size_t first) const {
+  store_columns(probabilities_of(rows), tables, first);
 }
 
 std::vector<TextScores> Engine::score(const std::vector<std::string>& texts) const {
@@ -286,6 +299,77 @@ TokenScores Engine::score_tokens(const std::string& text) const {
   result.probability = empty_tables(result.ids.size());
   store_probabilities(readout::read_prefixes(*model_, prompt.ids, prompts_->suffix_ids(), request_), result.probability, 0);
   return result;
+}
+
+namespace {
+
+// A row's text as its tokens come: each token's piece is what decoding the whole row adds to what was shown,
+// so that spaces and characters split over several tokens come out right; a piece that ends inside a
+// character (U+FFFD so far) waits for the next token.
+class TextStream {
+ public:
+  TextStream(const tokenizer::Tokenizer& tokenizer, std::vector<int32_t> prompt_ids)
+      : tokenizer_(&tokenizer), ids_(std::move(prompt_ids)), shown_(tokenizer.decode(ids_, true)) {}
+
+  std::string add(int32_t id, bool last) {
+    ids_.push_back(id);
+    std::string decoded = tokenizer_->decode(ids_, true);
+    static const std::string kReplacement = "\xEF\xBF\xBD";
+    bool unfinished = decoded.size() >= kReplacement.size() &&
+                      decoded.compare(decoded.size() - kReplacement.size(), kReplacement.size(), kReplacement) == 0;
+    if (unfinished && !last) return {};
+    size_t common = 0;
+    while (common < shown_.size() && common < decoded.size() && shown_[common] == decoded[common]) ++common;
+    std::string piece = decoded.substr(common);
+    shown_ = std::move(decoded);
+    return piece;
+  }
+
+ private:
+  const tokenizer::Tokenizer* tokenizer_;
+  std::vector<int32_t> ids_;
+  std::string shown_;
+};
+
+}  // namespace
+
+std::vector<GeneratedText> Engine::generate(const std::vector<std::string>& prompts,
+                                            const generation::GenerationOptions& options,
+                                            const ScoredTokenCallback& on_token) const {
+  if (!options_.generate) fail_input("the engine was loaded for ranking, without the LM head");
+  std::vector<GeneratedText> texts(prompts.size());
+  std::vector<readout::Sequence> ids;
+  std::vector<TextStream> streams;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    texts[i].prompt_ids = tokenizer_->encode(prompts[i], true);
+    ids.push_back(texts[i].prompt_ids);
+    streams.emplace_back(*tokenizer_, texts[i].prompt_ids);
+  }
+  generation::ProbeReadout probes{request_, prompts_->suffix_ids(),
+                                  [this](const at::Tensor& rows) { return probabilities_of(rows); }};
+  // --batch-size prompts at a time bound the cache's memory; rows keep their index among all prompts.
+  auto batch_size = static_cast<size_t>(std::max<int64_t>(1, options_.batch_size));
+  for (size_t first = 0; first < prompts.size(); first += batch_size) {
+    const size_t end = std::min(prompts.size(), first + batch_size);
+    std::vector<readout::Sequence> batch(ids.begin() + static_cast<std::ptrdiff_t>(first),
+                                         ids.begin() + static_cast<std::ptrdiff_t>(end));
+    std::vector<generation::Generation> generated =
+        generation::generate(*model_, batch, options, &probes, [&](const generation::GeneratedToken& token) {
+          const size_t row = first + token.row;
+          ScoredToken scored{row, token.index, token.position, token.id, tokenizer_->tokens({token.id}).front(),
+                             streams[row].add(token.id, token.last), token.last, {}};
+          std::vector<std::vector<std::vector<double>>> table = empty_tables(1);
+          store_columns(token.rows.unsqueeze(0), table, 0);
+          scored.probability = std::move(table.front());
+          texts[row].text += scored.text;
+          return on_token(scored);
+        });
+    for (size_t i = first; i < end; ++i) {
+      texts[i].ids = generated[i - first].ids;
+      texts[i].stop = generated[i - first].stop;
+    }
+  }
+  return texts;
 }
 
 }  // namespace probekit::inference

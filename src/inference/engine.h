@@ -6,11 +6,13 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "device/gpu_utils.h"
+#include "generation/generator.h"
 #include "inference/probe_catalog.h"
 #include "model/transformer.h"
 #include "probes/probe_files.h"
@@ -30,6 +32,7 @@ struct EngineOptions {
   std::string dtype = "auto";
   int64_t batch_size = 16;
   bool force = false;  // run probes recorded for another model (a warning instead of an error)
+  bool generate = false;  // load every layer, the final norm and the LM head too (Engine::generate)
 };
 
 /// Every probe's probability for one text: probability[l][k] for layers()[l] and labels()[k]; NaN where a
@@ -47,6 +50,27 @@ struct TokenScores {
   std::vector<std::string> tokens;  // each token as the vocabulary spells it ("▁the", "Ġthe")
   std::vector<std::string> texts;   // each token decoded for people to read (" the")
   std::vector<std::vector<std::vector<double>>> probability;
+};
+
+/// One new token of a generation with what the probes give for it.
+struct ScoredToken {
+  size_t row = 0;        // the prompt's index
+  int64_t index = 0;     // among the row's new tokens, from 0
+  int64_t position = 0;  // in the row's sequence (prompt included)
+  int32_t id = 0;
+  std::string token;     // as the vocabulary spells it ("▁the", "Ġthe")
+  std::string text;      // what it adds to the row's text (a character split over several tokens comes with the last)
+  bool last = false;     // the row's last token
+  std::vector<std::vector<double>> probability;  // [layer][label], as TextScores: the text so far + the suffix
+};
+/// Called for each new token as it comes; returning false stops that row.
+using ScoredTokenCallback = std::function<bool(const ScoredToken&)>;
+
+/// One prompt's generation.
+struct GeneratedText {
+  std::vector<int32_t> prompt_ids, ids;
+  std::string text;  // the new tokens' text
+  generation::StopReason stop = generation::StopReason::kLength;
 };
 
 /// The probes of one layer as loaded.
@@ -79,6 +103,13 @@ class Engine {
   /// Scores every token position of a text: one pass over the text records its keys and values, then one
   /// batched pass runs the suffix after each prefix on top of them (not one forward per prefix).
   TokenScores score_tokens(const std::string& text) const;
+  /// Generates after each prompt (tokenized with special tokens; --batch-size prompts at a time) while the probes
+  /// score every new token as the last token of the text so far followed by the prompt suffix, read from the
+  /// generation's own forward passes. Needs EngineOptions::generate.
+  std::vector<GeneratedText> generate(const std::vector<std::string>& prompts, const generation::GenerationOptions& options,
+                                      const ScoredTokenCallback& on_token) const;
+  /// The directory of the model in use.
+  const std::string& model_dir() const { return options_.model_dir; }
 
   Engine(Engine&&) noexcept;
   ~Engine();
@@ -91,6 +122,11 @@ class Engine {
   /// layer l (the tables are sized and NaN-filled by empty_tables).
   void store_probabilities(const at::Tensor& rows, std::vector<std::vector<std::vector<double>>>& tables,
                            size_t first) const;
+  /// Every probe's probability for rows [N, layers, width]: [N, probes], layer after layer, on the device.
+  at::Tensor probabilities_of(const at::Tensor& rows) const;
+  /// Stores probabilities_of's columns (on the host) into tables[first + n][l][k].
+  void store_columns(const at::Tensor& columns, std::vector<std::vector<std::vector<double>>>& tables,
+                     size_t first) const;
   std::vector<std::vector<std::vector<double>>> empty_tables(size_t count) const;
 
   EngineOptions options_;

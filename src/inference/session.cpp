@@ -12,6 +12,7 @@
 #include "common/files.h"
 #include "common/json.h"
 #include "common/outputs.h"
+#include "inference/generation_view.h"
 #include "inference/reports.h"
 
 namespace probekit::inference {
@@ -165,7 +166,14 @@ void check_request(InferenceRequest& r) {
   if (!r.text.empty() && !r.file.empty()) fail_usage("--text and --file exclude each other");
   if (!r.compare.empty() && r.text.empty()) fail_usage("--compare needs --text");
   if (r.per_token && r.text.empty()) fail_usage("--per-token needs --text");
-  if ((!r.csv.empty() || !r.html.empty()) && !r.per_token) fail_usage("--csv and --html go with --per-token");
+  if (r.generate && r.text.empty() && r.file.empty()) fail_usage("--generate needs --text or --file");
+  if (r.generate && (r.per_token || !r.compare.empty())) fail_usage("--generate excludes --per-token and --compare");
+  if ((!r.csv.empty() || !r.html.empty()) && !r.per_token && !r.generate) {
+    fail_usage("--csv and --html go with --per-token or --generate");
+  }
+  if ((!r.csv.empty() || !r.html.empty()) && r.generate && !r.file.empty()) {
+    fail_usage("--csv and --html with --generate report one prompt: give it with --text");
+  }
   for (const std::string* output : {&r.csv, &r.html}) {
     if (!output->empty()) check_output_file(*output, r.overwrite);
   }
@@ -184,6 +192,37 @@ CLI::Validator unit_interval() {
 }
 
 }  // namespace
+
+void show_generation(const Engine& engine, const InferenceRequest& r) {
+  std::vector<std::string> prompts = r.text.empty() ? read_texts(r.file, r.text_field) : std::vector<std::string>{r.text};
+  generation::GenerationOptions options = generation::resolve_generation_flags(r.generation, engine.model_dir());
+  const bool report = !r.csv.empty() || !r.html.empty();
+  // The report covers the prompt's tokens (scored as --per-token scores them) and then the new ones.
+  TokenTable tokens;
+  if (report) {
+    TokenScores prompt = engine.score_tokens(r.text);
+    tokens = TokenTable{prompt.tokens, prompt.texts, {}};
+    for (const auto& p : prompt.probability) tokens.scores.push_back(table_of(engine, p, r.display));
+  }
+  GenerationPrinter printer(prompts, r.display.top_k, r.display.json, r.live_view);
+  std::vector<GeneratedText> texts = engine.generate(prompts, options, [&](const ScoredToken& token) {
+    ScoreTable table = table_of(engine, token.probability, r.display);
+    printer.show(token, table);
+    if (report) {
+      tokens.tokens.push_back(token.token);
+      tokens.texts.push_back(token.text);
+      tokens.scores.push_back(std::move(table));
+    }
+    return true;
+  });
+  printer.finish(texts);
+  if (!r.csv.empty()) write_file_atomic(r.csv, per_token_csv(tokens));
+  if (!r.html.empty()) write_file_atomic(r.html, per_token_html(tokens, "Probe scores of a generation"));
+  if (!r.display.json) {
+    if (!r.csv.empty()) fmt::print("wrote {}\n", r.csv);
+    if (!r.html.empty()) fmt::print("wrote {}\n", r.html);
+  }
+}
 
 ScoreTable table_of(const Engine& engine, const std::vector<std::vector<double>>& probability, const Display& d) {
   ScoreTable table{engine.layers(), engine.labels(), probability, {}, {}};
@@ -253,11 +292,15 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   add_device_options(app, e.device, e.dtype);
-  app.add_flag("--json", d.json, "Print JSON on stdout");
+  app.add_flag("--json", d.json, "Print JSON on stdout (with --generate: one line per token)");
+  app.add_flag("--generate", r.generate,
+               "Generate after --text (or each --file text, --batch-size at a time) while the probes score every new token");
+  generation::add_generation_flags(app, r.generation);
 }
 
 void run_inference(InferenceRequest& r, std::istream& input, bool input_is_terminal) {
   check_request(r);
+  r.engine.generate = r.generate;
   Engine engine = Engine::load(r.engine);
   if (r.display.calibrated && engine.multiclass()) {
     fail_usage("--calibrated: {} holds a multiclass probe (train_probes), whose classes have no thresholds of their own; "
@@ -265,6 +308,7 @@ void run_inference(InferenceRequest& r, std::istream& input, bool input_is_termi
                r.engine.probes_dir);
   }
   if (r.per_token) return show_per_token(engine, r);
+  if (r.generate) return show_generation(engine, r);
   if (!r.compare.empty()) return show_comparison(engine, r);
   if (!r.text.empty() || !r.file.empty()) return show_texts(engine, r);
   interactive_session(engine, r, input, input_is_terminal);

@@ -9,6 +9,7 @@
 #include <istream>
 #include <string>
 
+#include "generation/flags.h"
 #include "inference/engine.h"
 #include "inference/ranking.h"
 
@@ -32,10 +33,17 @@ struct InferenceRequest {
   bool per_token = false;
   bool text_given = false;  // --text was on the command line (possibly empty)
   bool overwrite = false;   // replace existing --csv / --html files
+  bool generate = false;    // --generate: generate after --text (or each --file text) while the probes score
+  generation::GenerationFlags generation;
+  bool live_view = false;   // --generate redraws a live view in place (the tool sets it when stdout is a terminal)
 };
 
 /// Declares multi_probe_inference's flags on `app`, writing into `request`.
 void add_inference_flags(CLI::App& app, InferenceRequest& request);
+
+/// multi_probe_inference --generate: generates after the request's texts while the probes score each new token,
+/// printing the tokens as they come; writes --csv / --html of the prompt and its generation at the end.
+void show_generation(const Engine& engine, const InferenceRequest& request);
 
 /// Checks the flags, loads the engine and prints what the request asks for on stdout; reads texts from
 /// `input` when neither --text nor --file is given.

@@ -125,6 +125,9 @@ struct ModelConfig {
   ArchFeatures features;
   RoutedExpertsSpec routed_experts;
   std::vector<LayerSpec> layers;
+  // The LM head (read only for generation): the token embedding table itself when tied, else its own weight.
+  bool tie_word_embeddings = false;
+  std::optional<double> final_logit_softcap;  // tanh soft-capping of the logits (Gemma 2)
 };
 
 /// The layers whose feed-forward is routed experts (the layers with a router), ascending.

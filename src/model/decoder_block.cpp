@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "common/error.h"
 #include "model/routed_experts.h"
@@ -205,6 +206,18 @@ struct LayerHook {
   void emit(std::string_view name, const at::Tensor& t) const { (*hook)(name, layer, t); }
 };
 
+// Writes a pass's keys and values k, v [B, kv_heads, T, head_dim] into generation's cache at the slots of their
+// positions, and returns the cache's visible slots, which the pass attends to.
+std::pair<at::Tensor, at::Tensor> cached_keys_and_values(KvCache& cache, int64_t layer, const at::Tensor& k,
+                                                         const at::Tensor& v, const AttentionContext& context) {
+  at::Tensor& keys = cache.keys.at(static_cast<size_t>(layer));
+  at::Tensor& values = cache.values.at(static_cast<size_t>(layer));
+  at::Tensor slots = context.positions().view({k.size(0), 1, k.size(2), 1}).expand(k.sizes());
+  keys.scatter_(2, slots, k);
+  values.scatter_(2, slots, v);
+  return {keys.narrow(2, 0, context.cache_visible()), values.narrow(2, 0, context.cache_visible())};
+}
+
 // The attention sub-block's output [B, T, hidden] (before any post-norm) for its input x_in (compute dtype).
 at::Tensor attention_branch(const at::Tensor& x_in, const LayerWeights& w, const ModelConfig& c, int64_t layer,
                             AttentionContext& context, KvCache* record) {
@@ -218,7 +231,9 @@ at::Tensor attention_branch(const at::Tensor& x_in, const LayerWeights& w, const
     record->keys.push_back(k);
     record->values.push_back(v);
   }
-  if (const KvCache* prefix = context.prefix()) {
+  if (KvCache* cache = context.cache()) {
+    std::tie(k, v) = cached_keys_and_values(*cache, layer, k, v, context);
+  } else if (const KvCache* prefix = context.prefix()) {
     const at::Tensor& prefix_keys = prefix->keys.at(static_cast<size_t>(layer));
     const at::Tensor& prefix_values = prefix->values.at(static_cast<size_t>(layer));
     k = at::cat({prefix_keys.expand({batch, -1, -1, -1}), k}, 2);
@@ -297,6 +312,14 @@ AttentionContext::AttentionContext(const ModelConfig& config, const at::Tensor& 
   if (packed != nullptr && prefix != nullptr) fail_input("packed sequences cannot attend to a cached prefix");
 }
 
+void AttentionContext::use_cache(KvCache& cache, int64_t visible) {
+  if (prefix_ != nullptr || packed_ != nullptr) {
+    fail_input("a forward pass takes a generation cache alone, without a shared prefix or packed sequences");
+  }
+  cache_ = &cache;
+  cache_visible_ = visible;
+}
+
 at::Tensor AttentionContext::inverse_frequencies(const RopeSpec& rope) const {
   if (rope.type != RopeType::kLongRope) return rotary_inverse_frequencies(rope, positions_.device());
   // transformers picks the short or the long factors for a whole forward pass by its length; each row here
@@ -327,11 +350,20 @@ const at::Tensor& AttentionContext::mask(int64_t sliding_window) {
   if (cached != masks_.end()) return cached->second;
   const int64_t tokens = positions_.size(1);
   at::Tensor& mask = masks_[sliding_window];
+  auto options = at::TensorOptions().device(positions_.device());
+  if (cache_ != nullptr) {
+    // Slot j holds position j: each token sees the slots up to its own position (within the window).
+    at::Tensor slots = at::arange(cache_visible_, options.dtype(at::kLong)).view({1, 1, cache_visible_});
+    at::Tensor query_positions = positions_.unsqueeze(-1);  // [B, T, 1]
+    at::Tensor seen = slots <= query_positions;
+    if (sliding_window > 0) seen = seen & ((query_positions - slots) < sliding_window);
+    mask = seen.unsqueeze(1);  // [B, 1, T, visible]
+    return mask;
+  }
   // Without a prefix, positions are 0..T-1 and right padding never precedes a real token, so plain causal
   // attention is exact whenever the window cannot cut anything off. Packed sequences take no mask.
   if (packed_ != nullptr || (prefix_ == nullptr && (sliding_window == 0 || tokens <= sliding_window))) return mask;
 
-  auto options = at::TensorOptions().device(positions_.device());
   at::Tensor query_positions = positions_.unsqueeze(-1);  // [B, T, 1]
   at::Tensor own_index = at::arange(tokens, options.dtype(at::kLong));
   at::Tensor own = (own_index.unsqueeze(0) <= own_index.unsqueeze(1)).unsqueeze(0);  // [1, T, T]

@@ -76,8 +76,14 @@ class AttentionContext {
   /// attention over the batch's own tokens is exact (the fast path).
   const at::Tensor& mask(int64_t sliding_window);
 
+  /// Generation's cache (ForwardPass::cache): the layers write their keys and values into `cache` at the
+  /// slots of their positions and attend over its slots [0, visible).
+  void use_cache(KvCache& cache, int64_t visible);
+
   const KvCache* prefix() const { return prefix_; }
   const PackedSequences* packed() const { return packed_; }
+  KvCache* cache() const { return cache_; }
+  int64_t cache_visible() const { return cache_visible_; }
   const at::Tensor& positions() const { return positions_; }
 
  private:
@@ -88,6 +94,8 @@ class AttentionContext {
   at::Tensor positions_, prefix_lengths_, sequence_lengths_;
   const KvCache* prefix_;
   const PackedSequences* packed_;
+  KvCache* cache_ = nullptr;
+  int64_t cache_visible_ = 0;
   std::vector<std::pair<RopeSpec, std::pair<at::Tensor, at::Tensor>>> rotary_;
   std::map<int64_t, at::Tensor> masks_;
 };

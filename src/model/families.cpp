@@ -54,10 +54,10 @@ void check_routed_experts(const RoutedExpertsSpec& experts, const std::string& s
 }  // namespace
 
 int64_t layer_by_prefix(const std::string& name, std::initializer_list<std::string_view> layer_prefixes,
-                        std::initializer_list<std::string_view> unused_prefixes) {
+                        std::initializer_list<std::string_view> head_prefixes) {
   auto starts_with = [&](std::string_view prefix) { return name.compare(0, prefix.size(), prefix) == 0; };
-  for (std::string_view prefix : unused_prefixes) {
-    if (starts_with(prefix)) return kUnusedTensor;
+  for (std::string_view prefix : head_prefixes) {
+    if (starts_with(prefix)) return kLmHeadTensor;
   }
   for (std::string_view prefix : layer_prefixes) {
     if (!starts_with(prefix)) continue;
@@ -407,6 +407,31 @@ void load_llama_layout(const WeightScope& model, const ModelConfig& c, const Loa
 void load_llama_style(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan,
                       ModelWeights& weights) {
   load_llama_layout(WeightScope(checkpoint, "model.", plan.device, plan.dtype), config, plan, weights);
+  load_lm_head(checkpoint, {"lm_head.weight"}, config, plan, weights);
+}
+
+bool read_tie_word_embeddings(const ConfigReader& config_json, bool family_default) {
+  return config_json.read<bool>("tie_word_embeddings").value_or(family_default);
+}
+
+void load_lm_head(const Checkpoint& checkpoint, std::initializer_list<const char*> names, const ModelConfig& c,
+                  const LoadPlan& plan, ModelWeights& weights) {
+  if (!plan.lm_head) return;
+  if (c.tie_word_embeddings) {
+    // transformers ties them whether or not the file also holds a head.
+    weights.lm_head = weights.embed_tokens;
+    return;
+  }
+  const WeightScope root(checkpoint, "", plan.device, plan.dtype);
+  std::string expected;
+  for (const char* name : names) {
+    if (checkpoint.find(name)) {
+      weights.lm_head = root.get(name, {c.vocab_size, c.hidden_size});
+      return;
+    }
+    expected += expected.empty() ? name : std::string(" or ") + name;
+  }
+  fail("{}: no LM head {} (config.json does not tie it to the token embeddings)", checkpoint.describe_files(), expected);
 }
 
 int64_t read_expert_count(const ConfigReader& config_json, int64_t fallback) {

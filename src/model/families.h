@@ -15,19 +15,21 @@
 namespace probekit::model {
 
 /// Which parts of the checkpoint a run needs: layers above the deepest requested one, the final norm when
-/// not requested, and the LM head are never read.
+/// not requested, and the LM head unless generating are never read.
 struct LoadPlan {
   int64_t layers = 0;  // load decoder layers [0, layers)
   bool final_norm = false;
   bool embeddings_on_host = false;  // see LoadOptions
+  bool lm_head = false;             // see LoadOptions
   at::Device device = at::kCPU;
   at::ScalarType dtype = at::kFloat;
 };
 
 /// Family::tensor_layer's answer for tensors outside the decoder layers that a load reads (embeddings, final
-/// norm) and for tensors no load ever reads (LM head, vision tower).
+/// norm), for tensors no load ever reads (a vision tower), and for an untied LM head (read for generation only).
 constexpr int64_t kGlobalTensor = -1;
 constexpr int64_t kUnusedTensor = -2;
+constexpr int64_t kLmHeadTensor = -3;
 
 struct Family {
   const char* model_type;
@@ -51,10 +53,16 @@ void check_core_dimensions(const ModelConfig& config, const std::string& source)
 // Helpers the adapters share.
 
 /// For Family::tensor_layer: N for a name that starts with one of `layer_prefixes` followed by "N."
-/// ("model.layers." + "3.self_attn..."), kUnusedTensor for one that starts with one of `unused_prefixes`,
+/// ("model.layers." + "3.self_attn..."), kLmHeadTensor for one that starts with one of `head_prefixes`,
 /// else kGlobalTensor.
 int64_t layer_by_prefix(const std::string& name, std::initializer_list<std::string_view> layer_prefixes,
-                        std::initializer_list<std::string_view> unused_prefixes);
+                        std::initializer_list<std::string_view> head_prefixes);
+/// The LM head for a plan that asks for it: the token embedding table when the config ties them, else the
+/// first of `names` (from the checkpoint's root) the checkpoint holds; an error naming them when none is.
+void load_lm_head(const Checkpoint& checkpoint, std::initializer_list<const char*> names, const ModelConfig& config,
+                  const LoadPlan& plan, ModelWeights& weights);
+/// tie_word_embeddings, `family_default` when absent (each family's config class has its own).
+bool read_tie_word_embeddings(const ConfigReader& config_json, bool family_default);
 
 /// Reads a Hugging Face activation name (hidden_act and friends) under `key`, `default_name` when absent.
 Activation read_activation(const ConfigReader& config_json, const char* key, const char* default_name);

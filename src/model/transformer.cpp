@@ -19,8 +19,10 @@ bool loaded_by(const Family& family, const std::string& name, const safetensors:
   int64_t last = options.last_layer < 0 ? c.num_layers - 1 : options.last_layer;
   int64_t layer = family.tensor_layer(name);
   if (layer == kUnusedTensor) return false;
+  if (layer == kLmHeadTensor) return options.lm_head && !c.tie_word_embeddings;
   if (layer >= 0) return layer <= last;
-  return !(options.embeddings_on_host && info.shape == std::vector<int64_t>{c.vocab_size, c.hidden_size});
+  const bool table_on_host = options.embeddings_on_host && !options.lm_head;
+  return !(table_on_host && info.shape == std::vector<int64_t>{c.vocab_size, c.hidden_size});
 }
 
 std::unique_ptr<Prefetcher> start_read_ahead(const Checkpoint& checkpoint, const ModelConfig& c, const LoadOptions& options) {
@@ -60,14 +62,31 @@ TransformerModel TransformerModel::load(const std::string& dir, const LoadOption
   if (last >= c.num_layers) {
     fail_input("layer {} is out of range: the model has {} layers (0 to {})", last, c.num_layers, c.num_layers - 1);
   }
-  LoadPlan plan{last + 1, options.final_norm, options.embeddings_on_host, options.device, options.dtype};
+  if (options.lm_head && (last != c.num_layers - 1 || !options.final_norm)) {
+    fail_input("the LM head needs every layer and the final norm loaded");
+  }
+  model.options_.embeddings_on_host = options.embeddings_on_host && !options.lm_head;
+  LoadPlan plan{last + 1, options.final_norm, model.options_.embeddings_on_host, options.lm_head, options.device,
+                options.dtype};
   c10::InferenceMode inference_mode;
   auto checkpoint = std::make_shared<const Checkpoint>(Checkpoint::open(dir));
   std::unique_ptr<Prefetcher> own_read_ahead = read_ahead == nullptr ? start_read_ahead(*checkpoint, c, options) : nullptr;
   find_family(c.model_type)->load(*checkpoint, c, plan, model.weights_);
+  checkpoint->finish_uploads();
   model.weight_bytes_ = checkpoint->loaded_bytes();
-  if (options.embeddings_on_host) model.mapped_ = std::move(checkpoint);
+  if (model.options_.embeddings_on_host) model.mapped_ = std::move(checkpoint);
   return model;
+}
+
+at::Tensor TransformerModel::logits(const at::Tensor& final_norm) const {
+  if (!has_lm_head()) fail_input("the LM head was not loaded");
+  c10::InferenceMode inference_mode;
+  at::Tensor logits = at::linear(final_norm.to(weights_.lm_head.scalar_type()), weights_.lm_head).to(at::kFloat);
+  if (config_.final_logit_softcap) {
+    const double cap = *config_.final_logit_softcap;
+    logits = at::tanh(logits / cap) * cap;
+  }
+  return logits;
 }
 
 void TransformerModel::check_inputs(const std::vector<int32_t>& ids) const {
@@ -109,6 +128,7 @@ at::Tensor TransformerModel::forward(const ForwardPass& pass) const {
   if (pass.hook != nullptr && (pass.hook_sites & kHookEmbeddings) != 0) (*pass.hook)("embeddings", -1, x);
 
   AttentionContext context(c, positions, pass.prefix, pass.prefix_lengths, pass.sequence_lengths, pass.packed);
+  if (pass.cache != nullptr) context.use_cache(*pass.cache, pass.cache_visible);
   for (int64_t layer = 0; layer <= last; ++layer) {
     x = decoder_block(x, weights_.layers[static_cast<size_t>(layer)], c, layer, context, pass.hook, pass.hook_sites,
                       pass.record);

@@ -1,5 +1,5 @@
 // A Hugging Face checkpoint loaded for hidden-state extraction: the embeddings, the decoder layers up to the
-// deepest one a run needs, and (on request) the final norm. No LM head is ever read.
+// deepest one a run needs, and (on request) the final norm; the LM head only for generation.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -21,6 +21,9 @@ struct LoadOptions {
   /// a few texts then read a few rows from disk rather than the whole table (1.3 GB for Gemma 3). The numbers
   /// are the same; for inference, where start-up time counts and batches are small.
   bool embeddings_on_host = false;
+  /// Also load the LM head (generation; tied heads keep the embedding table on the device, whatever
+  /// embeddings_on_host says).
+  bool lm_head = false;
   at::Device device = at::kCPU;
   at::ScalarType dtype = at::kFloat;
 };
@@ -56,6 +59,12 @@ struct ForwardPass {
   // When set, input_ids [1, N] (and positions, which restart at 0 for each sequence) hold these sequences one
   // after another: nothing is padded (no prefix then).
   const PackedSequences* packed = nullptr;
+  // Generation's cache, [B, kv_heads, capacity, head_dim] per layer, each key and value at the slot of its
+  // position: the pass writes its own keys and values at slots `positions` (in place, no copy of the cache) and
+  // each token attends to the slots up to its own position (within a sliding window). Slots from
+  // `cache_visible` on, which must exceed every position of the pass, are not read.
+  KvCache* cache = nullptr;
+  int64_t cache_visible = 0;
 };
 
 class TransformerModel {
@@ -71,11 +80,16 @@ class TransformerModel {
   at::ScalarType dtype() const { return options_.dtype; }
   int64_t loaded_layers() const { return static_cast<int64_t>(weights_.layers.size()); }
   bool has_final_norm() const { return weights_.final_norm.defined(); }
+  bool has_lm_head() const { return weights_.lm_head.defined(); }
   /// Bytes the loaded weights occupy on the device (a table left in the memory map not counted).
   int64_t weight_bytes() const { return weight_bytes_; }
 
   /// Runs the pass and returns the residual stream after its last layer (or the final norm) [B, T, hidden].
   at::Tensor forward(const ForwardPass& pass) const;
+
+  /// The next-token logits [..., vocab] in fp32 of final-norm outputs [..., hidden] (soft-capped where the
+  /// model caps them); needs the LM head loaded.
+  at::Tensor logits(const at::Tensor& final_norm) const;
 
   /// Throws if a token id is outside the vocabulary or a position past a learned-position table.
   void check_inputs(const std::vector<int32_t>& ids) const;

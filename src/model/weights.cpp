@@ -189,6 +189,16 @@ Prefetcher::~Prefetcher() {
   for (std::thread& thread : threads_) thread.join();
 }
 
+at::Tensor Checkpoint::load(const at::Tensor& host, at::Device device, at::ScalarType dtype) const {
+  // Pinned staging pays off from a few megabytes on; small tensors go as they are.
+  constexpr int64_t kStagedBytes = int64_t{4} << 20;
+  if (device.is_cuda() && static_cast<int64_t>(host.nbytes()) >= kStagedBytes) {
+    if (!uploads_) uploads_ = std::make_unique<device::StagedUpload>();
+    return uploads_->upload(host, device).to(dtype);
+  }
+  return host.to(at::TensorOptions().device(device).dtype(dtype), /*non_blocking=*/false, /*copy=*/true);
+}
+
 WeightScope::WeightScope(const Checkpoint& checkpoint, std::string prefix, at::Device device, at::ScalarType dtype)
     : checkpoint_(&checkpoint), prefix_(std::move(prefix)), device_(device), dtype_(dtype) {}
 
@@ -228,7 +238,7 @@ Checkpoint::Entry WeightScope::checked_entry(const std::string& name, const std:
 at::Tensor WeightScope::get(const std::string& name, const std::vector<int64_t>& shape, at::ScalarType dtype) const {
   Checkpoint::Entry entry = checked_entry(name, shape);
   checkpoint_->loaded_bytes_ += static_cast<int64_t>(entry.info->numel()) * static_cast<int64_t>(c10::elementSize(dtype));
-  return view_tensor(*entry.file, *entry.info).to(at::TensorOptions().device(device_).dtype(dtype), /*non_blocking=*/false, /*copy=*/true);
+  return checkpoint_->load(view_tensor(*entry.file, *entry.info), device_, dtype);
 }
 
 at::Tensor WeightScope::view(const std::string& name, const std::vector<int64_t>& shape) const {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "device/transfers.h"
 #include "io/safetensors.h"
 
 namespace probekit::model {
@@ -51,11 +52,17 @@ class Checkpoint {
   /// Bytes of the tensors WeightScope::get has loaded from this checkpoint (in their target dtype): what a
   /// model's weights occupy on its device, whichever tensors its family reads.
   int64_t loaded_bytes() const { return loaded_bytes_; }
+  /// Frees the pinned buffers loads to a CUDA device went through (once the model is loaded).
+  void finish_uploads() const { uploads_.reset(); }
 
  private:
   friend class WeightScope;
+  /// A copy of `host` (a view of the memory map) on `device` in `dtype`.
+  at::Tensor load(const at::Tensor& host, at::Device device, at::ScalarType dtype) const;
+
   std::string dir_;
   mutable int64_t loaded_bytes_ = 0;
+  mutable std::unique_ptr<device::StagedUpload> uploads_;
   std::vector<std::unique_ptr<safetensors::File>> files_;
   std::map<std::string, Entry> index_;
 };
@@ -151,6 +158,7 @@ struct ModelWeights {
   at::Tensor position_embeddings;  // [max_positions, hidden], learned positions only
   std::vector<LayerWeights> layers;
   Norm final_norm;
+  at::Tensor lm_head;  // [vocab, hidden]; generation only (the embedding table itself when tied)
 };
 
 }  // namespace probekit::model

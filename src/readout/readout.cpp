@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "device/transfers.h"
 #include "readout/pooling.h"
+#include "readout/site_reader.h"
 
 namespace probekit::readout {
 
@@ -93,56 +94,6 @@ at::Tensor unpack(const at::Tensor& values, const PackedBatch& batch) {
 at::Tensor to_device_ids(const Sequence& ids, at::Device device) {
   return at::tensor(std::vector<int64_t>(ids.begin(), ids.end()), at::kLong).to(device);
 }
-
-// The decoder's hook name that completes a site's values, and the hook bits that ask for them.
-const char* hook_name(Site site) {
-  if (site == Site::kRouter) return "router_logits";
-  if (site == Site::kExperts) return "expert_weights";  // the decoder gives "expert_ids" just before
-  return site_name(site);
-}
-
-uint32_t hook_bits(Site site) {
-  if (site == Site::kRouter) return model::kHookRouterLogits;
-  if (site == Site::kExperts) return model::kHookExperts;
-  return model::hook_site(site_name(site));
-}
-
-// Collects, for each requested layer, what `rows_of` makes of the values [B, T, width] at the request's site.
-class SiteReader {
- public:
-  SiteReader(const Request& request, std::function<at::Tensor(const at::Tensor&)> rows_of)
-      : request_(request), rows_of_(std::move(rows_of)), rows_(request.layers.size()) {
-    if (request.layers.empty()) fail_input("no layers to read");
-    for (size_t i = 0; i < request.layers.size(); ++i) slot_[request.layers[i]] = i;
-    hook_ = [this](std::string_view name, int64_t layer, const at::Tensor& values) {
-      auto slot = slot_.find(layer);
-      if (slot == slot_.end()) return;
-      if (request_.site == Site::kExperts && name == "expert_ids") expert_ids_ = values;
-      if (name != hook_name(request_.site)) return;
-      // An experts row holds the chosen ids, exact in fp32, then their weights.
-      rows_[slot->second] = rows_of_(request_.site == Site::kExperts ? at::cat({expert_ids_.to(at::kFloat), values}, -1)
-                                                                     : values);
-    };
-  }
-
-  /// Points `pass` at this reader: stop after the deepest layer, give the hook the site only.
-  void attach(model::ForwardPass& pass) const {
-    pass.last_layer = request_.layers.back();
-    pass.hook = &hook_;
-    pass.hook_sites = hook_bits(request_.site);
-  }
-  const std::vector<at::Tensor>& rows() const { return rows_; }
-  /// [rows, layers, width].
-  at::Tensor stacked() const { return at::stack(rows_, 1); }
-
- private:
-  const Request& request_;
-  std::function<at::Tensor(const at::Tensor&)> rows_of_;
-  std::map<int64_t, size_t> slot_;
-  std::vector<at::Tensor> rows_;
-  at::Tensor expert_ids_;
-  model::TensorHook hook_;
-};
 
 }  // namespace
 

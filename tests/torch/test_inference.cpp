@@ -13,6 +13,7 @@
 #include "capture/capture.h"
 #include "common/json.h"
 #include "inference/engine.h"
+#include "inference/generation_view.h"
 #include "io/safetensors.h"
 #include "model/random_checkpoint.h"
 #include "model/transformer.h"
@@ -352,4 +353,139 @@ TEST_CASE("probes that do not fit the model, and pickled probes, are refused cle
   CHECK(r.exit_code == 1);
   CHECK_CONTAINS(r.output, "never unpickles");
   CHECK(run_command(fmt::format("{} --probes-dir {} --model {} --layers 7 --text x", tool("multi_probe_inference"), probes, kModel)).exit_code != 0);
+}
+
+namespace {
+
+// The JSON lines multi_probe_inference --generate --json printed (log lines on stderr are not JSON objects).
+std::vector<Json> json_lines(const std::string& output) {
+  std::vector<Json> lines;
+  std::istringstream in(output);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.front() == '{') lines.push_back(Json::parse(line));
+  }
+  return lines;
+}
+
+}  // namespace
+
+TEST_CASE("--generate: each new token's printed scores equal the probes run on the text so far + the suffix alone") {
+  TempDir tmp;
+  std::string probes = train_probes(tmp);
+  std::string command = fmt::format("{} --probes-dir {} --model {} --device cpu --generate --max-new-tokens 6 --no-stop",
+                                    tool("multi_probe_inference"), probes, kModel);
+  CommandResult r = run_command(fmt::format("{} --text \"{}\" --json --csv {} --html {}", command, kText,
+                                            tmp.file("g.csv"), tmp.file("g.html")));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  std::vector<Json> lines = json_lines(r.output);
+  REQUIRE(lines.size() == 7);
+  const Json& done = lines.back();
+  CHECK(done["done"] == true);
+  CHECK(done["stop"] == "length");
+  std::vector<int64_t> ids = done["prompt_ids"].get<std::vector<int64_t>>();
+  auto tok = tokenizer::Tokenizer::from_file(kModel);
+  std::vector<int32_t> suffix = tok.encode(readout::kDefaultPromptSuffix, false);
+  auto m = model::TransformerModel::load(kModel, {});
+  std::vector<probes::ProbeSet> sets;
+  for (int64_t layer : {2, 5}) sets.push_back(probes::ProbeSet::load(fmt::format("{}/layer_{}", probes, layer), at::kCPU, at::kFloat));
+  std::string text;
+  for (size_t i = 0; i < 6; ++i) {
+    const Json& token = lines[i];
+    CHECK(token["index"] == i);
+    CHECK(token["last"] == (i == 5));
+    text += token["text"].get<std::string>();
+    ids.push_back(token["id"].get<int64_t>());
+    std::vector<int64_t> prompt = ids;
+    prompt.insert(prompt.end(), suffix.begin(), suffix.end());
+    std::vector<at::Tensor> last;
+    model::TensorHook hook = [&](std::string_view name, int64_t layer, const at::Tensor& x) {
+      if (name == "resid_post" && (layer == 2 || layer == 5)) last.push_back(x[0][-1].unsqueeze(0));
+    };
+    model::ForwardPass pass;
+    pass.input_ids = at::tensor(prompt).unsqueeze(0);
+    pass.hook = &hook;
+    m.forward(pass);
+    REQUIRE(token["predictions"].size() == 2 * sets[0].probes().size());
+    for (const Json& p : token["predictions"]) {
+      size_t l = p["layer"] == 2 ? 0 : 1;
+      size_t j = 0;
+      while (sets[l].probes()[j].label != p["label"].get<std::string>()) ++j;
+      double expected = at::sigmoid(sets[l].logits(last[l]))[0][static_cast<int64_t>(j)].item<double>();
+      CHECK_MESSAGE(std::fabs(p["confidence"].get<double>() - expected) < 1e-5, "token ", i, " ", p.dump());
+    }
+  }
+  CHECK(done["text"] == text);
+  CHECK(done["generated_ids"].size() == 6);
+  // The report: the prompt's tokens, then the six new ones, each with every probe of both layers.
+  std::string csv = probekit::testing::read_text(tmp.file("g.csv"));
+  const size_t rows = done["prompt_ids"].size() + 6;
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 1 + static_cast<long>(rows * 2 * sets[0].probes().size()));
+  CHECK_CONTAINS(probekit::testing::read_text(tmp.file("g.html")), "<table>");
+
+  // Without --json: a line per token with the labels that fire, then the text.
+  CommandResult plain = run_command(fmt::format("{} --text \"{}\" --threshold 0", command, kText));
+  REQUIRE_MESSAGE(plain.exit_code == 0, plain.output);
+  CHECK_CONTAINS(plain.output, "   5  ");
+  CHECK_CONTAINS(plain.output, "✓");
+  CHECK_CONTAINS(plain.output, fmt::format("Generated 6 tokens (stop: length):\n{}{}", kText, text));
+}
+
+TEST_CASE("--generate --file: several prompts in one batch, each generating as it would alone, and bad combinations") {
+  TempDir tmp;
+  std::string probes = train_probes(tmp);
+  std::string command = fmt::format("{} --probes-dir {} --model {} --device cpu --generate --max-new-tokens 5 --no-stop --json",
+                                    tool("multi_probe_inference"), probes, kModel);
+  const std::string second = "I noticed the crack.";
+  probekit::testing::write_text(tmp.file("prompts.txt"), std::string(kText) + "\n" + second + "\n");
+  std::vector<Json> batch = json_lines(run_command(fmt::format("{} --file {}", command, tmp.file("prompts.txt"))).output);
+  REQUIRE(batch.size() == 12);
+  std::vector<Json> one_by_one =
+      json_lines(run_command(fmt::format("{} --file {} --batch-size 1", command, tmp.file("prompts.txt"))).output);
+  REQUIRE(one_by_one.size() == 12);
+  CHECK(one_by_one[11]["row"] == 1);
+  CHECK(one_by_one[11]["generated_ids"] == batch[11]["generated_ids"]);
+  for (size_t row = 0; row < 2; ++row) {
+    std::vector<Json> alone = json_lines(run_command(fmt::format("{} --text \"{}\"", command, row == 0 ? kText : second)).output);
+    REQUIRE(alone.size() == 6);
+    const Json* done = nullptr;
+    for (const Json& line : batch) {
+      if (line["row"] == row && line.contains("done")) done = &line;
+    }
+    REQUIRE(done != nullptr);
+    CHECK((*done)["generated_ids"] == alone.back()["generated_ids"]);
+    CHECK((*done)["text"] == alone.back()["text"]);
+  }
+  std::string base = fmt::format("{} --probes-dir {} --model {} --device cpu", tool("multi_probe_inference"), probes, kModel);
+  probekit::testing::check_failure(run_command(base + " --generate"), 2, {"--generate needs --text or --file"});
+  probekit::testing::check_failure(run_command(base + " --generate --per-token --text hi"), 2,
+                                   {"--generate excludes --per-token and --compare"});
+  probekit::testing::check_failure(run_command(fmt::format("{} --generate --file {} --csv {}", base, tmp.file("prompts.txt"),
+                                                           tmp.file("x.csv"))),
+                                   2, {"--csv and --html with --generate report one prompt"});
+  probekit::testing::check_failure(run_command(base + " --generate --text hi --sample-top-k -2 --temperature 1"), 2,
+                                   {"--sample-top-k must be 0 (all) or positive, got -2"});
+}
+
+TEST_CASE("the live view: each row's text so far and its latest token's labels as bars, control characters shown as spaces") {
+  inference::ScoreTable table{{4}, {"analyzing", "noticing"}, {{0.75, 0.125}}, {{0.5, 0.5}}, {{0.9, 0.8}}};
+  inference::LiveRow row{"Think", " about\x1b[2Jit", "Ġit", 3, table, ""};
+  std::string frame = inference::live_frame({row}, 2, 100, 6);
+  CHECK(frame == "\"Think\"\n"
+                 "   about [2Jit\n"
+                 "  -- 3 tokens; latest \"Ġit\"\n"
+                 "  analyzing                    ██████████████████████▌        0.750 ✓\n"
+                 "  noticing                     ███▊                           0.125\n");
+  // Long text keeps its last lines, wrapped at the width.
+  row.text = std::string(25, 'a');
+  row.stop = "eos";
+  std::string wrapped = inference::live_frame({row}, 0, 10, 2);
+  CHECK(wrapped == "\"Think\"\n  aaaaaaaaaa\n  aaaaa\n  -- 3 tokens, stopped: eos; latest \"Ġit\"\n");
+  inference::ScoredToken token;
+  token.index = 2;
+  token.text = " it";
+  CHECK(inference::generated_token_line(token, table, 5, false) == "   2  \" it\"               ✓analyzing 0.750");
+  token.row = 1;
+  table.probability = {{0.25, 0.125}};
+  CHECK(inference::generated_token_line(token, table, 5, true) == "[1]    2  \" it\"               -");
 }

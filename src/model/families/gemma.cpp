@@ -17,6 +17,7 @@ void resolve_gemma_common(const ConfigReader& config_json, ModelConfig& c, const
   // Gemma uses hidden_activation; older configs carry hidden_act "gelu" that the reference ignores.
   c.features.activation = read_activation(config_json, "hidden_activation", "gelu_pytorch_tanh");
   c.qkv_bias = c.output_bias = config_json.read<bool>("attention_bias").value_or(false);
+  c.tie_word_embeddings = read_tie_word_embeddings(config_json, true);
 }
 
 void resolve_gemma2_common(const ConfigReader& config_json, ModelConfig& c) {
@@ -71,6 +72,13 @@ void resolve_gemma2(const ConfigReader& config_json, ModelConfig& c) {
   } else if (softcap.value) {
     c.features.attn_softcap = *softcap.value;
   }
+  // The same for the logits: Gemma2Config's default is 30.
+  Field<double> logit_softcap = config_json.read<double>("final_logit_softcapping");
+  if (!logit_softcap.present) {
+    c.final_logit_softcap = 30.0;
+  } else if (logit_softcap.value) {
+    c.final_logit_softcap = *logit_softcap.value;
+  }
   c.layers.assign(static_cast<size_t>(c.num_layers), LayerSpec{0, resolve_single_rope(config_json, 10000.0, c.head_dim)});
   std::vector<bool> sliding = sliding_from_layer_types(config_json, c.num_layers);
   if (sliding.empty()) {
@@ -85,6 +93,8 @@ void resolve_gemma3_text(const ConfigReader& config_json, ModelConfig& c) {
   c.features.qk_norm = QkNorm::kPerHead;
   Field<double> softcap = config_json.read<double>("attn_logit_softcapping");
   if (softcap.value) c.features.attn_softcap = *softcap.value;
+  Field<double> logit_softcap = config_json.read<double>("final_logit_softcapping");
+  if (logit_softcap.value) c.final_logit_softcap = *logit_softcap.value;
   const GlobalAndLocalRopes ropes = resolve_gemma3_ropes(config_json, c.head_dim);
   std::vector<bool> sliding = gemma3_sliding_layers(config_json, c.num_layers);
   c.layers.resize(static_cast<size_t>(c.num_layers));
@@ -103,7 +113,10 @@ int64_t gemma3_multimodal_tensor_layer(const std::string& name) {
   for (std::string_view tower : {"model.language_model.", "language_model.model."}) {
     if (name.compare(0, tower.size(), tower) == 0) return layer_by_prefix(name.substr(tower.size()), {"layers."}, {});
   }
-  return kUnusedTensor;  // the vision tower, the projector and the LM head
+  for (std::string_view head : {"lm_head.", "language_model.lm_head."}) {
+    if (name.compare(0, head.size(), head) == 0) return kLmHeadTensor;
+  }
+  return kUnusedTensor;  // the vision tower and the projector
 }
 
 void load_gemma3_multimodal(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan,
@@ -113,6 +126,8 @@ void load_gemma3_multimodal(const Checkpoint& checkpoint, const ModelConfig& con
   for (const char* prefix : {"model.language_model.", "language_model.model."}) {
     if (checkpoint.find(std::string(prefix) + "embed_tokens.weight")) {
       load_llama_layout(WeightScope(checkpoint, prefix, plan.device, plan.dtype), config, plan, weights);
+      // transformers 5 saves an untied head as lm_head.weight, the published checkpoints as language_model.lm_head.
+      load_lm_head(checkpoint, {"lm_head.weight", "language_model.lm_head.weight"}, config, plan, weights);
       return;
     }
   }

@@ -36,6 +36,7 @@ void resolve_gpt2(const ConfigReader& config_json, ModelConfig& c) {
   c.features.learned_positions = true;
   c.features.activation = read_activation(config_json, "activation_function", "gelu_new");
   c.qkv_bias = c.output_bias = c.mlp_bias = true;
+  c.tie_word_embeddings = read_tie_word_embeddings(config_json, true);
   c.layers.assign(static_cast<size_t>(c.num_layers), LayerSpec{});
 }
 
@@ -62,6 +63,7 @@ void load_gpt2(const Checkpoint& checkpoint, const ModelConfig& c, const LoadPla
     l.feed_forward = DenseMlp{conv1d(block, "mlp.c_fc", hidden, inner), conv1d(block, "mlp.c_proj", inner, hidden)};
   });
   if (plan.final_norm) w.final_norm = load_norm(model, "ln_f", hidden, c);
+  load_lm_head(checkpoint, {"lm_head.weight"}, c, plan, w);
 }
 
 }  // namespace probekit::model

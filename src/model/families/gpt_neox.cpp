@@ -45,6 +45,7 @@ void resolve_gpt_neox(const ConfigReader& config_json, ModelConfig& c) {
   c.features.activation = read_activation(config_json, "hidden_act", "gelu");
   c.qkv_bias = c.output_bias = config_json.read<bool>("attention_bias").value_or(true);
   c.mlp_bias = true;
+  c.tie_word_embeddings = read_tie_word_embeddings(config_json, false);
   c.layers.assign(static_cast<size_t>(c.num_layers), LayerSpec{0, resolve_partial_rope(config_json, c.head_dim)});
 }
 
@@ -76,6 +77,7 @@ void load_gpt_neox(const Checkpoint& checkpoint, const ModelConfig& c, const Loa
         DenseMlp{linear(layer, "mlp.dense_h_to_4h", inner, hidden), linear(layer, "mlp.dense_4h_to_h", hidden, inner)};
   });
   if (plan.final_norm) w.final_norm = load_norm(model, "final_layer_norm", hidden, c);
+  load_lm_head(checkpoint, {"embed_out.weight"}, c, plan, w);
 }
 
 }  // namespace probekit::model

@@ -7,6 +7,7 @@ namespace probekit::model {
 void resolve_mixtral(const ConfigReader& config_json, ModelConfig& c) {
   resolve_llama_dimensions(config_json, c, {32000, 4096, 14336, 32, 32, 8, 0, 131072, 1e-5});
   c.features.activation = read_activation(config_json, "hidden_act", "silu");
+  c.tie_word_embeddings = read_tie_word_embeddings(config_json, false);
   c.routed_experts.experts = read_expert_count(config_json, 8);
   c.routed_experts.top_k = config_json.read<int64_t>("num_experts_per_tok").value_or(2);
   c.routed_experts.intermediate_size = c.intermediate_size;
@@ -23,6 +24,7 @@ void load_mixtral(const Checkpoint& checkpoint, const ModelConfig& config, const
                     [&](const WeightScope& layer) {
                       return load_routed_experts(layer.sub("block_sparse_moe"), config, {"gate", "w1", "w3", "w2"});
                     });
+  load_lm_head(checkpoint, {"lm_head.weight"}, config, plan, weights);
 }
 
 }  // namespace probekit::model

@@ -8,6 +8,7 @@ namespace probekit::model {
 void resolve_phi3(const ConfigReader& config_json, ModelConfig& c) {
   resolve_llama_dimensions(config_json, c, {32064, 3072, 8192, 32, 32, 0, 0, 4096, 1e-5});
   c.features.activation = read_activation(config_json, "hidden_act", "silu");
+  c.tie_word_embeddings = read_tie_word_embeddings(config_json, false);
   // transformers: int(head_dim * partial_rotary_factor) leading dimensions of each head rotate.
   const double fraction = read_rotary_fraction(config_json, {"partial_rotary_factor"}, 1.0);
   const auto rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * fraction);
@@ -31,6 +32,7 @@ void load_phi3(const Checkpoint& checkpoint, const ModelConfig& c, const LoadPla
                               {layer.get("mlp.down_proj.weight", {hidden, inner}), {}}};
   });
   if (plan.final_norm) w.final_norm = load_norm(model, "norm", hidden, c);
+  load_lm_head(checkpoint, {"lm_head.weight"}, c, plan, w);
 }
 
 }  // namespace probekit::model

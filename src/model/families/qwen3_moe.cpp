@@ -8,6 +8,7 @@ namespace probekit::model {
 void resolve_qwen3_moe(const ConfigReader& config_json, ModelConfig& c) {
   resolve_llama_dimensions(config_json, c, {151936, 2048, 6144, 24, 32, 4, 0, 32768, 1e-6});
   c.features.activation = read_activation(config_json, "hidden_act", "silu");
+  c.tie_word_embeddings = read_tie_word_embeddings(config_json, false);
   c.features.qk_norm = QkNorm::kPerHead;
   c.qkv_bias = c.output_bias = config_json.read<bool>("attention_bias").value_or(false);
   c.routed_experts.experts = read_expert_count(config_json, 128);
@@ -25,6 +26,7 @@ void load_qwen3_moe(const Checkpoint& checkpoint, const ModelConfig& config, con
                     [&](const WeightScope& layer) {
                       return load_routed_experts(layer.sub("mlp"), config, {"gate", "gate_proj", "up_proj", "down_proj"});
                     });
+  load_lm_head(checkpoint, {"lm_head.weight"}, config, plan, weights);
 }
 
 }  // namespace probekit::model

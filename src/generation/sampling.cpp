@@ -1,0 +1,53 @@
+#include "generation/sampling.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "common/error.h"
+
+namespace probekit::generation {
+
+void check_sampling(const Sampling& s) {
+  if (!(std::isfinite(s.temperature) && s.temperature >= 0)) {
+    fail_usage("--temperature must be 0 (greedy) or positive, got {}", s.temperature);
+  }
+  if (s.top_k < 0) fail_usage("--sample-top-k must be 0 (all) or positive, got {}", s.top_k);
+  if (!(s.top_p > 0 && s.top_p <= 1)) fail_usage("--top-p must be in (0, 1], got {}", s.top_p);
+}
+
+TokenSampler::TokenSampler(const Sampling& sampling) : sampling_(sampling), random_(sampling.seed) {
+  check_sampling(sampling);
+}
+
+at::Tensor TokenSampler::choose(const at::Tensor& logits) {
+  if (sampling_.temperature == 0) return logits.argmax(-1);
+  const int64_t batch = logits.size(0), vocab = logits.size(1);
+  // Most probable first; top-k and top-p then cut the sorted rows from the end.
+  auto [sorted, order] = (logits / sampling_.temperature).sort(-1, /*descending=*/true);
+  if (sampling_.top_k > 0 && sampling_.top_k < vocab) {
+    // transformers keeps every token whose logit equals the k-th largest.
+    at::Tensor kth = sorted.narrow(1, sampling_.top_k - 1, 1);
+    sorted = sorted.masked_fill(sorted < kth, -std::numeric_limits<float>::infinity());
+  }
+  at::Tensor probabilities = at::softmax(sorted, -1);
+  if (sampling_.top_p < 1.0) {
+    // A token stays when the tokens before it hold less than p (so the first always stays).
+    at::Tensor before = probabilities.cumsum(-1) - probabilities;
+    probabilities = probabilities.masked_fill(before >= sampling_.top_p, 0.0);
+  }
+  at::Tensor cumulative = probabilities.cumsum(-1);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  std::vector<double> draws(static_cast<size_t>(batch));
+  for (double& draw : draws) draw = uniform(random_);
+  // Inverse transform sampling: the first token whose cumulative probability passes the draw (scaled to the
+  // kept mass); the last kept token when rounding leaves the draw above every sum.
+  at::Tensor target = at::tensor(draws, at::kDouble).to(logits.device(), at::kFloat).unsqueeze(1) *
+                      cumulative.narrow(1, vocab - 1, 1);
+  at::Tensor index = (cumulative <= target).sum(-1, /*keepdim=*/true);
+  at::Tensor last_kept = (probabilities > 0).sum(-1, true) - 1;
+  index = at::minimum(index, last_kept).clamp_min(0);
+  return order.gather(1, index).squeeze(1);
+}
+
+}  // namespace probekit::generation

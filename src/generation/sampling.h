@@ -1,0 +1,34 @@
+// Choosing the next token from the logits: greedy, or sampled with a temperature, top-k and top-p (nucleus)
+// applied in transformers' order. All on the logits' device; the random numbers come from a seeded generator on
+// the host (one per row and step), so a seed gives the same tokens on every device.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <random>
+
+namespace probekit::generation {
+
+struct Sampling {
+  double temperature = 0.0;  // 0: greedy (the largest logit; the first of equal ones)
+  int64_t top_k = 0;         // keep the k most probable tokens; 0: all
+  double top_p = 1.0;        // keep the fewest most probable tokens whose probabilities reach p; 1: all
+  uint64_t seed = 0;
+};
+
+/// Throws a usage error naming the flag for a temperature below 0, top-k below 0 or top-p outside (0, 1].
+void check_sampling(const Sampling& sampling);
+
+class TokenSampler {
+ public:
+  explicit TokenSampler(const Sampling& sampling);
+  /// The next token of each row [B] (int64, on the logits' device) from logits [B, vocab] in fp32.
+  at::Tensor choose(const at::Tensor& logits);
+
+ private:
+  Sampling sampling_;
+  std::mt19937_64 random_;
+};
+
+}  // namespace probekit::generation

@@ -1,0 +1,41 @@
+#include "generation/transcript.h"
+
+#include <fmt/format.h>
+
+#include "device/gpu_utils.h"
+#include "tokenizer/tokenizer.h"
+
+namespace probekit::generation {
+
+Json generation_transcript(const std::string& model_dir, const std::vector<std::string>& prompts,
+                           const GenerationOptions& options, const std::string& device, const std::string& dtype) {
+  device::ComputeTarget target = device::select_compute(device, dtype);
+  tokenizer::Tokenizer tokenizer = tokenizer::Tokenizer::from_file(model_dir);
+  model::LoadOptions load;
+  load.lm_head = true;
+  load.device = target.device;
+  load.dtype = target.dtype;
+  model::TransformerModel model = model::TransformerModel::load(model_dir, load);
+  std::vector<readout::Sequence> ids;
+  for (const std::string& prompt : prompts) ids.push_back(tokenizer.encode(prompt, true));
+  GenerationOptions with_top = options;
+  with_top.top_logits = 5;
+  std::vector<Json> steps(prompts.size(), Json::array());
+  std::vector<Generation> generations = generate(model, ids, with_top, nullptr, [&](const GeneratedToken& token) {
+    steps[token.row].push_back({{"ids", token.top_ids}, {"logits", token.top_logits}});
+    return true;
+  });
+  Json cases = Json::array();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    cases.push_back({{"prompt", prompts[i]}, {"prompt_ids", ids[i]}, {"generated_ids", generations[i].ids},
+                     {"stop", stop_reason_name(generations[i].stop)}, {"top5", steps[i]}});
+  }
+  std::string semantics = options.sampling.temperature == 0 ? "greedy" : "sampled";
+  semantics += fmt::format(", {}, {}; top5 = the 5 largest next-token logits at each step (after any final logit "
+                           "soft-capping)",
+                           device::dtype_name(target.dtype_choice.dtype),
+                           options.stop_ids.empty() ? "no eos stop" : "stops at eos");
+  return {{"model", model_dir}, {"semantics", semantics}, {"cases", cases}};
+}
+
+}  // namespace probekit::generation

@@ -1,0 +1,143 @@
+#include "inference/generation_view.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "generation/generator.h"
+#include "inference/reports.h"
+
+namespace probekit::inference {
+
+namespace {
+
+// A UTF-8 string's width in code points (continuation bytes do not count).
+size_t columns(const std::string& text) {
+  return static_cast<size_t>(std::count_if(text.begin(), text.end(), [](char c) { return (c & 0xC0) != 0x80; }));
+}
+
+// `text` cut into lines of at most `width` code points, at its own line breaks too; control characters (an
+// escape sequence in generated text would take the terminal over) become spaces.
+std::vector<std::string> wrap(const std::string& text, size_t width) {
+  std::vector<std::string> lines(1);
+  size_t used = 0;
+  for (char c : text) {
+    if (c == '\n' || (used >= width && (c & 0xC0) != 0x80)) {
+      lines.emplace_back();
+      used = 0;
+      if (c == '\n') continue;
+    }
+    const auto byte = static_cast<unsigned char>(c);
+    lines.back() += byte < 0x20 || byte == 0x7F ? ' ' : c;
+    if ((c & 0xC0) != 0x80) ++used;
+  }
+  return lines;
+}
+
+// A bar of `width` cells for a fraction in [0, 1], in eighths of a cell.
+std::string bar(double fraction, size_t width) {
+  static const char* const kEighths[] = {"", "▏", "▎", "▍", "▌", "▋", "▊", "▉"};
+  const auto eighths = static_cast<size_t>(std::clamp(fraction, 0.0, 1.0) * static_cast<double>(width * 8) + 0.5);
+  std::string out;
+  for (size_t i = 0; i < eighths / 8; ++i) out += "█";
+  out += kEighths[eighths % 8];
+  size_t drawn = eighths / 8 + (eighths % 8 > 0 ? 1 : 0);
+  return out + std::string(width - std::min(width, drawn), ' ');
+}
+
+std::string layer_suffix(const ScoreTable& table, const Prediction& p) {
+  return table.layers.size() > 1 ? fmt::format("@L{}", p.layer) : "";
+}
+
+}  // namespace
+
+std::string generated_token_line(const ScoredToken& token, const ScoreTable& table, int64_t top_k, bool with_row) {
+  std::vector<std::string> firing;
+  for (const Prediction& p : all_predictions(table)) {
+    if (!p.active || static_cast<int64_t>(firing.size()) >= top_k) continue;
+    firing.push_back(fmt::format("✓{}{} {:.3f}", p.label, layer_suffix(table, p), p.confidence));
+  }
+  std::string row = with_row ? fmt::format("[{}] ", token.row) : "";
+  std::string quoted = dump_json(token.text);
+  return fmt::format("{}{:>4}  {}{}  {}", row, token.index, quoted, std::string(18 - std::min<size_t>(18, columns(quoted)), ' '),
+                     firing.empty() ? std::string("-") : fmt::format("{}", fmt::join(firing, ", ")));
+}
+
+Json generated_token_json(const ScoredToken& token, const ScoreTable& table) {
+  return {{"row", token.row},   {"index", token.index}, {"position", token.position},
+          {"id", token.id},     {"token", token.token}, {"text", token.text},
+          {"last", token.last}, {"predictions", predictions_json(all_predictions(table))}};
+}
+
+std::string live_frame(const std::vector<LiveRow>& rows, int64_t top_k, size_t width, size_t text_lines) {
+  std::string out;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const LiveRow& row = rows[r];
+    std::string heading = rows.size() > 1 ? fmt::format("[{}] ", r) : "";
+    out += fmt::format("{}{}\n", heading, wrap(dump_json(row.prompt), width).front());
+    std::vector<std::string> lines = wrap(row.text, width);
+    for (size_t i = lines.size() > text_lines ? lines.size() - text_lines : 0; i < lines.size(); ++i) {
+      out += fmt::format("  {}\n", lines[i]);
+    }
+    std::string state = row.stop.empty() ? "" : fmt::format(", stopped: {}", row.stop);
+    out += fmt::format("  -- {} tokens{}; latest {}\n", row.tokens, state, dump_json(row.token));
+    if (row.latest.labels.empty()) continue;
+    std::vector<Prediction> ranked = all_predictions(row.latest);
+    for (size_t i = 0; i < ranked.size() && static_cast<int64_t>(i) < top_k; ++i) {
+      const Prediction& p = ranked[i];
+      std::string name = p.label + layer_suffix(row.latest, p);
+      out += fmt::format("  {:<28} {} {:.3f}{}\n", name.substr(0, 28), bar(p.confidence, 30), p.confidence,
+                         p.active ? " ✓" : "");
+    }
+  }
+  return out;
+}
+
+GenerationPrinter::GenerationPrinter(std::vector<std::string> prompts, int64_t top_k, bool json, bool live)
+    : top_k_(top_k), json_(json), live_(live && !json) {
+  for (std::string& prompt : prompts) rows_.push_back(LiveRow{std::move(prompt), {}, {}, 0, {}, {}});
+}
+
+void GenerationPrinter::show(const ScoredToken& token, const ScoreTable& table) {
+  LiveRow& row = rows_[token.row];
+  row.text += token.text;
+  row.token = token.token;
+  row.tokens = token.index + 1;
+  row.latest = table;
+  if (json_) {
+    fmt::print("{}\n", dump_json(generated_token_json(token, table)));
+  } else if (live_) {
+    redraw();
+  } else {
+    fmt::print("{}\n", generated_token_line(token, table, top_k_, rows_.size() > 1));
+  }
+  std::fflush(stdout);
+}
+
+void GenerationPrinter::redraw() {
+  // Back to the first line of the frame on screen, cleared to the end of the screen, then the new frame.
+  std::string frame = live_frame(rows_, top_k_, 100, 6);
+  std::string back = frame_lines_ > 0 ? fmt::format("\x1b[{}F\x1b[J", frame_lines_) : "";
+  fmt::print("{}{}", back, frame);
+  frame_lines_ = static_cast<size_t>(std::count(frame.begin(), frame.end(), '\n'));
+}
+
+void GenerationPrinter::finish(const std::vector<GeneratedText>& texts) {
+  for (size_t r = 0; r < texts.size(); ++r) rows_[r].stop = generation::stop_reason_name(texts[r].stop);
+  if (live_) redraw();
+  for (size_t r = 0; r < texts.size(); ++r) {
+    const GeneratedText& t = texts[r];
+    if (json_) {
+      fmt::print("{}\n", dump_json(Json{{"row", r}, {"done", true}, {"stop", rows_[r].stop}, {"prompt", rows_[r].prompt},
+                                        {"prompt_ids", t.prompt_ids}, {"generated_ids", t.ids}, {"text", t.text}}));
+    } else if (!live_) {
+      fmt::print("\n{}Generated {} tokens (stop: {}):\n{}{}\n", texts.size() > 1 ? fmt::format("[{}] ", r) : "",
+                 t.ids.size(), rows_[r].stop, rows_[r].prompt, t.text);
+    }
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace probekit::inference

@@ -1,0 +1,115 @@
+#include "readout/incremental.h"
+
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "readout/site_reader.h"
+
+namespace probekit::readout {
+
+namespace {
+
+at::Tensor device_ids(const Sequence& ids, at::Device device) {
+  return at::tensor(std::vector<int64_t>(ids.begin(), ids.end()), at::kLong).to(device);
+}
+
+}  // namespace
+
+IncrementalReader::IncrementalReader(const model::TransformerModel& model, const Request* request, Sequence suffix)
+    : model_(model), request_(request), suffix_(std::move(suffix)) {
+  const model::ModelConfig& c = model.config();
+  if (model.loaded_layers() != c.num_layers || !model.has_final_norm()) {
+    fail_input("generation needs every layer of the model and its final norm loaded");
+  }
+  if (request_ != nullptr) {
+    if (request_->position != Position::kLast) {
+      fail_input("reading generated tokens needs probes trained on the last token (these used position '{}')",
+                 position_name(request_->position));
+    }
+    check_site(request_->site, request_->position, request_->layers, c);
+  }
+  model.check_inputs(suffix_);
+  suffix_ids_ = device_ids(suffix_, model.device());
+}
+
+at::Tensor IncrementalReader::start(const std::vector<Sequence>& prompts, int64_t new_tokens) {
+  if (prompts.empty()) fail_input("no prompts to generate from");
+  c10::InferenceMode inference_mode;
+  const auto batch = static_cast<int64_t>(prompts.size());
+  int64_t longest = 0;
+  for (const Sequence& prompt : prompts) {
+    if (prompt.empty()) fail_input("an empty prompt: generation needs at least one token to start from");
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(prompt.size()));
+  }
+  // Learned positions (GPT-2) bound every position a step reads, the suffix's included.
+  const auto suffix_length = request_ != nullptr ? static_cast<int64_t>(suffix_.size()) : 0;
+  capacity_ = longest + new_tokens + suffix_length + 1;
+  for (const Sequence& prompt : prompts) model_.check_inputs(prompt);
+  const model::ModelConfig& config = model_.config();
+  if (config.features.learned_positions && capacity_ - 1 > config.max_positions) {
+    fail_input("the longest prompt ({} tokens), {} new tokens and the probes' prompt suffix ({} tokens) need {} "
+               "positions, more than the model's {}: ask for fewer new tokens",
+               longest, new_tokens, suffix_length, capacity_ - 1, config.max_positions);
+  }
+
+  auto options = at::TensorOptions().device(model_.device());
+  cache_ = {};
+  for (int64_t layer = 0; layer < config.num_layers; ++layer) {
+    cache_.keys.push_back(
+        at::zeros({batch, config.num_kv_heads, capacity_, config.head_dim}, options.dtype(model_.dtype())));
+    cache_.values.push_back(at::zeros_like(cache_.keys.back()));
+  }
+  // Right-padded: padding sits after each prompt, in slots its generated tokens overwrite before reading them.
+  at::Tensor ids = at::zeros({batch, longest}, at::kLong), lengths = at::empty({batch}, at::kLong);
+  for (int64_t b = 0; b < batch; ++b) {
+    const Sequence& prompt = prompts[static_cast<size_t>(b)];
+    std::copy(prompt.begin(), prompt.end(), ids.data_ptr<int64_t>() + b * longest);
+    lengths.data_ptr<int64_t>()[b] = static_cast<int64_t>(prompt.size());
+  }
+  lengths_ = lengths.to(model_.device());
+  longest_ = longest;
+  model::ForwardPass pass;
+  pass.input_ids = ids.to(model_.device());
+  pass.sequence_lengths = lengths_;
+  pass.final_norm = true;
+  pass.cache = &cache_;
+  pass.cache_visible = longest;
+  at::Tensor hidden = model_.forward(pass);  // [B, T, hidden]
+  at::Tensor last = (lengths_ - 1).view({batch, 1, 1}).expand({batch, 1, hidden.size(2)});
+  return hidden.gather(1, last).squeeze(1).to(at::kFloat);
+}
+
+IncrementalReader::Step IncrementalReader::step(const at::Tensor& tokens, const at::Tensor& advance) {
+  if (!lengths_.defined()) fail_input("IncrementalReader::step before start");
+  c10::InferenceMode inference_mode;
+  const int64_t batch = tokens.size(0);
+  const bool reading = request_ != nullptr;
+  const int64_t span = 1 + (reading ? static_cast<int64_t>(suffix_.size()) : 0);
+  if (longest_ + span > capacity_) fail_input("the generation cache is full ({} positions)", capacity_);
+  auto long_options = at::TensorOptions().dtype(at::kLong).device(model_.device());
+  model::ForwardPass pass;
+  pass.input_ids = reading ? at::cat({tokens.view({batch, 1}), suffix_ids_.unsqueeze(0).expand({batch, -1})}, 1)
+                           : tokens.view({batch, 1});
+  pass.positions = lengths_.unsqueeze(1) + at::arange(span, long_options).unsqueeze(0);
+  // A length-dependent rope (longrope) chooses its factors as transformers' generate does for the new token.
+  pass.sequence_lengths = lengths_ + 1;
+  pass.final_norm = true;
+  pass.cache = &cache_;
+  pass.cache_visible = longest_ + span;
+  Step step;
+  if (reading) {
+    SiteReader reader(*request_, [&](const at::Tensor& values) { return values.select(1, span - 1).to(at::kFloat); });
+    reader.attach_hook(pass);
+    step.final_norm = model_.forward(pass).select(1, 0).to(at::kFloat);
+    step.rows = reader.stacked();
+  } else {
+    step.final_norm = model_.forward(pass).select(1, 0).to(at::kFloat);
+  }
+  lengths_ = lengths_ + advance.to(at::kLong);
+  longest_ += 1;
+  return step;
+}
+
+}  // namespace probekit::readout

@@ -1,0 +1,52 @@
+// Reading a batch of sequences that grow one token at a time (generation). Their keys and values stay cached at
+// their positions, so each step runs only the new tokens. Each step's forward pass feeds every row its new
+// token followed by the prompt suffix: the final norm at the new token gives the next token's logits, and the
+// suffix's last token gives what the probes read for ids[0..p] + suffix (position last), the prompt read_prefixes
+// builds for position p of a text. One pass per step serves both, so the weights are read once per token.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "model/transformer.h"
+#include "readout/readout.h"
+
+namespace probekit::readout {
+
+class IncrementalReader {
+ public:
+  /// `request` (position last; may be null: nothing is read but the final norm) is read after each new token
+  /// followed by `suffix`. The model must hold every layer and the final norm.
+  IncrementalReader(const model::TransformerModel& model, const Request* request, Sequence suffix);
+
+  /// Runs the prompts (each at its own positions, however long the others) through every layer, caching their
+  /// keys and values with room for `new_tokens` more tokens each. Returns the final norm at each prompt's last
+  /// token [B, hidden] in fp32.
+  at::Tensor start(const std::vector<Sequence>& prompts, int64_t new_tokens);
+
+  struct Step {
+    at::Tensor final_norm;  // [B, hidden] fp32: at each row's new token
+    at::Tensor rows;        // [B, layers, width] fp32: the request's rows for ids[0..p] + suffix; undefined without one
+  };
+  /// Feeds `tokens` [B] (int64, on the model's device) at each row's next position. A row whose `advance` [B]
+  /// (0 or 1, on the device) is 0 keeps its length: its slot is written again at the next step (a row that
+  /// has stopped, whose outputs the caller ignores).
+  Step step(const at::Tensor& tokens, const at::Tensor& advance);
+
+  /// Each row's cached tokens [B] (int64, on the device).
+  const at::Tensor& lengths() const { return lengths_; }
+
+ private:
+  const model::TransformerModel& model_;
+  const Request* request_;
+  Sequence suffix_;
+  at::Tensor suffix_ids_;  // [S] on the device
+  model::KvCache cache_;   // [B, kv_heads, capacity, head_dim] per layer
+  at::Tensor lengths_;
+  int64_t longest_ = 0;    // an upper bound of lengths_, known on the host
+  int64_t capacity_ = 0;
+};
+
+}  // namespace probekit::readout

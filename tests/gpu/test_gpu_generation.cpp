@@ -1,0 +1,100 @@
+// Generation on a CUDA GPU: in fp32 the same greedy ids and top-5 logits as transformers' generate (the fixtures'
+// generation.json, within 1e-4 x the step's largest |logit|); in bf16 the probes' rows read while generating
+// agree with read_prefixes over the finished text, and a batch of prompts of different lengths runs.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "common/json.h"
+#include "generation/generator.h"
+#include "model/transformer.h"
+#include "readout/readout.h"
+#include "test_paths.h"
+
+using namespace probekit;
+
+namespace {
+
+const char* const kFixtures[] = {"llama",       "llama_bf16",        "mistral",
+                                 "qwen2",       "qwen3",             "qwen3_sharded",
+                                 "gemma",       "gemma2",            "gemma3_text",
+                                 "gemma3_multimodal", "gemma3_multimodal_hub_layout", "gpt2",
+                                 "gpt_neox",    "mixtral",           "qwen3_moe",
+                                 "qwen2_moe",   "phi3",              "phi3_longrope",
+                                 "olmo2"};
+
+std::string fixture(const std::string& name) { return std::string(PROBEKIT_FIXTURES) + "/models/" + name; }
+
+model::TransformerModel load_on_gpu(const std::string& name, at::ScalarType dtype) {
+  model::LoadOptions options;
+  options.lm_head = true;
+  options.device = at::Device(at::kCUDA, 0);
+  options.dtype = dtype;
+  return model::TransformerModel::load(fixture(name), options);
+}
+
+// Steps of one case that agree with the reference, up to the first near tie (either id right there).
+void check_case(const std::string& where, const Json& reference, const std::vector<generation::GeneratedToken>& tokens) {
+  REQUIRE(tokens.size() == reference["generated_ids"].size());
+  for (size_t s = 0; s < tokens.size(); ++s) {
+    const Json& top = reference["top5"][s];
+    const double tolerance = 1e-4 * std::abs(top["logits"][0].get<double>());
+    for (size_t i = 0; i < 5; ++i) {
+      CHECK_MESSAGE(std::abs(tokens[s].top_logits[i] - top["logits"][i].get<double>()) <= tolerance, where, " step ", s);
+    }
+    if (top["logits"][0].get<double>() - top["logits"][1].get<double>() < tolerance) return;
+    CHECK_MESSAGE(tokens[s].id == reference["generated_ids"][s].get<int32_t>(), where, " step ", s);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("fp32 generation on the GPU matches transformers' greedy generate for every fixture") {
+  for (const char* name : kFixtures) {
+    model::TransformerModel model = load_on_gpu(name, at::kFloat);
+    const Json reference = read_json_file(fixture(name) + "/generation.json");
+    generation::GenerationOptions options;
+    options.max_new_tokens = 16;
+    options.top_logits = 5;
+    options.suppressed_ids = generation::read_stop_ids(fixture(name));
+    for (size_t c = 0; c < reference["cases"].size(); ++c) {
+      std::vector<generation::GeneratedToken> tokens;
+      generation::generate(model, {reference["cases"][c]["prompt_ids"].get<readout::Sequence>()}, options, nullptr,
+                           [&](const generation::GeneratedToken& token) {
+                             tokens.push_back(token);
+                             return true;
+                           });
+      check_case(fmt::format("{} case {}", name, c), reference["cases"][c], tokens);
+    }
+  }
+}
+
+TEST_CASE("bf16 on the GPU: probe rows read while generating a batch agree with read_prefixes afterwards") {
+  for (const char* name : {"gemma3_text", "qwen3_moe", "llama"}) {
+    model::TransformerModel model = load_on_gpu(name, at::kBFloat16);
+    const Json reference = read_json_file(fixture(name) + "/generation.json");
+    std::vector<readout::Sequence> prompts;
+    for (const Json& c : reference["cases"]) prompts.push_back(c["prompt_ids"].get<readout::Sequence>());
+    generation::ProbeReadout probes{{readout::Site::kResidPost, readout::Position::kLast, {1, 3}, 0}, {5, 6, 7, 8}, {}};
+    generation::GenerationOptions options;
+    options.max_new_tokens = 8;
+    std::vector<std::vector<generation::GeneratedToken>> tokens(prompts.size());
+    std::vector<generation::Generation> results =
+        generation::generate(model, prompts, options, &probes, [&](const generation::GeneratedToken& token) {
+          tokens[token.row].push_back(token);
+          return true;
+        });
+    for (size_t b = 0; b < prompts.size(); ++b) {
+      readout::Sequence text = prompts[b];
+      text.insert(text.end(), results[b].ids.begin(), results[b].ids.end());
+      at::Tensor afterwards = readout::read_prefixes(model, text, probes.suffix, probes.request).to(at::kCPU);
+      for (const generation::GeneratedToken& token : tokens[b]) {
+        at::Tensor expected = afterwards[token.position];
+        double cosine = at::cosine_similarity(token.rows.flatten().to(at::kDouble), expected.flatten().to(at::kDouble), 0)
+                            .item<double>();
+        CHECK_MESSAGE(cosine >= 0.999, name, " row ", b, " token ", token.index, ": cosine ", cosine);
+      }
+    }
+  }
+}

@@ -1,0 +1,379 @@
+// Generation against transformers' greedy generate (the fixtures' generation.json: fp32, eager attention, 16 new
+// tokens, the top-5 logits of each step) for every fixture model; batching, stops and sampling; and the probes'
+// rows read while generating against the same rows read afterwards by read_prefixes (--per-token's reading).
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+
+#include "common/json.h"
+#include "generation/generator.h"
+#include "generation/sampling.h"
+#include "model/transformer.h"
+#include "readout/readout.h"
+#include "readout/prompts.h"
+#include "test_paths.h"
+#include "tokenizer/tokenizer.h"
+#include "test_util.h"
+
+using namespace probekit;
+
+namespace {
+
+std::string fixture(const std::string& name) { return std::string(PROBEKIT_FIXTURES) + "/models/" + name; }
+
+// A text as one shell word: in single quotes, each ' written as '\''.
+std::string shell_quoted(const std::string& text) {
+  std::string quoted = "'";
+  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+model::TransformerModel load_generator(const std::string& dir) {
+  model::LoadOptions options;
+  options.lm_head = true;
+  return model::TransformerModel::load(dir, options);
+}
+
+struct Steps {
+  std::vector<std::vector<int32_t>> top_ids;
+  std::vector<std::vector<float>> top_logits;
+};
+
+// Generates greedily after each prompt alone; returns the new ids and each step's top-5.
+std::pair<std::vector<int32_t>, Steps> generate_alone(const model::TransformerModel& model, const readout::Sequence& prompt,
+                                                     int64_t new_tokens) {
+  generation::GenerationOptions options;
+  options.max_new_tokens = new_tokens;
+  options.top_logits = 5;
+  // transformers made the references with the eos ids suppressed (min_new_tokens): --no-stop.
+  options.suppressed_ids = generation::read_stop_ids(model.dir());
+  Steps steps;
+  auto result = generation::generate(model, {prompt}, options, nullptr, [&](const generation::GeneratedToken& token) {
+    steps.top_ids.push_back(token.top_ids);
+    steps.top_logits.push_back(token.top_logits);
+    return true;
+  });
+  return {result[0].ids, steps};
+}
+
+// One case of generation.json: the same ids, and the top-5 logits within 1e-4 x the step's largest |logit|; at a
+// step whose two best reference logits are closer than that, either of the two ids is right and the comparison
+// ends there (what follows depends on the choice).
+void check_case(const std::string& name, size_t index, const Json& reference, const std::vector<int32_t>& ids,
+                const Steps& steps) {
+  const Json& expected_ids = reference["generated_ids"];
+  REQUIRE(ids.size() == expected_ids.size());
+  for (size_t s = 0; s < ids.size(); ++s) {
+    const Json& top = reference["top5"][s];
+    double largest = 0;
+    for (const Json& logit : top["logits"]) largest = std::max(largest, std::abs(logit.get<double>()));
+    const double tolerance = 1e-4 * largest;
+    std::string where = fmt::format("{} case {} step {}", name, index, s);
+    for (size_t i = 0; i < 5; ++i) {
+      CHECK_MESSAGE(std::abs(steps.top_logits[s][i] - top["logits"][i].get<double>()) <= tolerance, where, ": logit ",
+                    i, " is ", steps.top_logits[s][i], ", expected ", top["logits"][i].get<double>());
+    }
+    const bool near_tie = top["logits"][0].get<double>() - top["logits"][1].get<double>() < tolerance;
+    if (near_tie) {
+      CHECK_MESSAGE((ids[s] == top["ids"][0].get<int32_t>() || ids[s] == top["ids"][1].get<int32_t>()), where,
+                    ": near tie, got id ", ids[s]);
+      MESSAGE(where, ": the reference's two best logits are within the tolerance; compared up to here");
+      return;
+    }
+    CHECK_MESSAGE(ids[s] == expected_ids[s].get<int32_t>(), where, ": id ", ids[s], ", expected ", expected_ids[s]);
+    for (size_t i = 0; i + 1 < 5; ++i) {
+      // Ids are compared where the reference's logits keep them apart.
+      bool apart = top["logits"][i].get<double>() - top["logits"][i + 1].get<double>() >= tolerance &&
+                   (i == 0 || top["logits"][i - 1].get<double>() - top["logits"][i].get<double>() >= tolerance);
+      if (apart) CHECK_MESSAGE(steps.top_ids[s][i] == top["ids"][i].get<int32_t>(), where, ": top id ", i);
+    }
+  }
+}
+
+void check_generation_parity(const std::string& name) {
+  const std::string dir = fixture(name);
+  model::TransformerModel model = load_generator(dir);
+  Json reference = read_json_file(dir + "/generation.json");
+  for (size_t i = 0; i < reference["cases"].size(); ++i) {
+    const Json& c = reference["cases"][i];
+    auto [ids, steps] = generate_alone(model, c["prompt_ids"].get<readout::Sequence>(),
+                                       static_cast<int64_t>(c["generated_ids"].size()));
+    check_case(name, i, c, ids, steps);
+  }
+}
+
+}  // namespace
+
+#define GENERATION_TEST(name) \
+  TEST_CASE("greedy generation matches transformers: " name) { check_generation_parity(name); }
+
+GENERATION_TEST("llama")
+GENERATION_TEST("llama_bf16")
+GENERATION_TEST("mistral")
+GENERATION_TEST("qwen2")
+GENERATION_TEST("qwen3")
+GENERATION_TEST("qwen3_sharded")
+GENERATION_TEST("gemma")
+GENERATION_TEST("gemma2")
+GENERATION_TEST("gemma3_text")
+GENERATION_TEST("gemma3_multimodal")
+GENERATION_TEST("gemma3_multimodal_hub_layout")
+GENERATION_TEST("gpt2")
+GENERATION_TEST("gpt_neox")
+GENERATION_TEST("mixtral")
+GENERATION_TEST("qwen3_moe")
+GENERATION_TEST("qwen2_moe")
+GENERATION_TEST("phi3")
+GENERATION_TEST("phi3_longrope")
+GENERATION_TEST("olmo2")
+
+namespace {
+
+std::vector<readout::Sequence> reference_prompts(const std::string& name) {
+  std::vector<readout::Sequence> prompts;
+  const Json reference = read_json_file(fixture(name) + "/generation.json");
+  for (const Json& c : reference["cases"]) {
+    prompts.push_back(c["prompt_ids"].get<readout::Sequence>());
+  }
+  return prompts;
+}
+
+// Every new token of every row, by row.
+struct Collected {
+  std::vector<std::vector<generation::GeneratedToken>> tokens;
+  std::vector<generation::Generation> results;
+};
+
+Collected generate_batch(const model::TransformerModel& model, const std::vector<readout::Sequence>& prompts,
+                         const generation::GenerationOptions& options, const generation::ProbeReadout* probes = nullptr,
+                         const generation::TokenCallback& also = {}) {
+  Collected collected;
+  collected.tokens.resize(prompts.size());
+  collected.results = generation::generate(model, prompts, options, probes, [&](const generation::GeneratedToken& token) {
+    collected.tokens[token.row].push_back(token);
+    return also ? also(token) : true;
+  });
+  return collected;
+}
+
+}  // namespace
+
+TEST_CASE("prompts of different lengths generated in one batch give each prompt's own generation") {
+  // A sliding window (gemma3_text: 8), routed experts (mixtral) and longrope crossing its limit (phi3_longrope).
+  for (const char* name : {"gemma3_text", "mixtral", "phi3_longrope", "gpt2"}) {
+    model::TransformerModel model = load_generator(fixture(name));
+    std::vector<readout::Sequence> prompts = reference_prompts(name);
+    generation::GenerationOptions options;
+    options.max_new_tokens = 12;
+    options.top_logits = 5;
+    Collected batch = generate_batch(model, prompts, options);
+    for (size_t b = 0; b < prompts.size(); ++b) {
+      auto [ids, steps] = generate_alone(model, prompts[b], 12);
+      CHECK_MESSAGE(batch.results[b].ids == ids, name, " row ", b, ": ", fmt::format("{}", batch.results[b].ids), " vs ",
+                    fmt::format("{}", ids));
+      for (size_t s = 0; s < ids.size(); ++s) {
+        const auto& token = batch.tokens[b][s];
+        CHECK(token.index == static_cast<int64_t>(s));
+        CHECK(token.position == static_cast<int64_t>(prompts[b].size() + s));
+        for (size_t i = 0; i < 5; ++i) {
+          CHECK_MESSAGE(std::abs(token.top_logits[i] - steps.top_logits[s][i]) <= 1e-4 * std::abs(steps.top_logits[s][0]),
+                        name, " row ", b, " step ", s);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("each row stops at its own eos id, keeps it, and the others go on, and a callback can stop one row") {
+  model::TransformerModel model = load_generator(fixture("llama"));
+  std::vector<readout::Sequence> prompts = reference_prompts("llama");
+  std::vector<int32_t> free_run = generate_alone(model, prompts[1], 16).first;
+  generation::GenerationOptions options;
+  options.max_new_tokens = 16;
+  options.stop_ids = {free_run[4]};
+  Collected collected = generate_batch(model, prompts, options);
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    std::vector<int32_t> alone = generate_alone(model, prompts[b], 16).first;
+    auto stop = std::find(alone.begin(), alone.end(), free_run[4]);
+    std::vector<int32_t> expected(alone.begin(), stop == alone.end() ? alone.end() : stop + 1);
+    CHECK_MESSAGE(collected.results[b].ids == expected, "row ", b);
+    CHECK(collected.results[b].stop == (stop == alone.end() ? generation::StopReason::kLength : generation::StopReason::kEos));
+    CHECK(collected.tokens[b].back().last);
+  }
+  CHECK(collected.results[1].ids.size() <= 5);
+
+  options.stop_ids.clear();
+  Collected cancelled = generate_batch(model, prompts, options, nullptr, [](const generation::GeneratedToken& token) {
+    return !(token.row == 0 && token.index == 2);
+  });
+  CHECK(cancelled.results[0].ids.size() == 3);
+  CHECK(cancelled.results[0].stop == generation::StopReason::kCancelled);
+  CHECK(cancelled.results[2].ids == generate_alone(model, prompts[2], 16).first);
+}
+
+TEST_CASE("eos ids come from generation_config.json, else config.json") {
+  CHECK(generation::read_stop_ids(fixture("llama")) == std::vector<int32_t>{2});
+  CHECK(generation::read_stop_ids(fixture("qwen2")).empty());
+  testing::TempDir dir;
+  testing::write_text(dir.file("config.json"), R"({"eos_token_id": [5, 7]})");
+  CHECK(generation::read_stop_ids(dir.path()) == std::vector<int32_t>{5, 7});
+  testing::write_text(dir.file("generation_config.json"), R"({"eos_token_id": 9})");
+  CHECK(generation::read_stop_ids(dir.path()) == std::vector<int32_t>{9});
+  testing::write_text(dir.file("generation_config.json"), R"({"eos_token_id": "end"})");
+  CHECK_THROWS_WITH_AS(generation::read_stop_ids(dir.path()), doctest::Contains("'eos_token_id' must be a token id"),
+                       std::runtime_error);
+}
+
+TEST_CASE("sampling: temperature, top-k and top-p draw from the distribution they leave") {
+  // Two tokens with probabilities 1/4 and 3/4 (logits 0 and ln 3).
+  at::Tensor logits = at::tensor({0.0f, static_cast<float>(std::log(3.0))}).unsqueeze(0).expand({4000, 2}).contiguous();
+  auto share_of_second = [&](generation::Sampling sampling) {
+    generation::TokenSampler sampler(sampling);
+    return sampler.choose(logits).to(at::kDouble).mean().item<double>();
+  };
+  CHECK(share_of_second({1.0, 0, 1.0, 1}) == doctest::Approx(0.75).epsilon(0.04));
+  // Temperature 0.5 squares the odds: 1 : 9.
+  CHECK(share_of_second({0.5, 0, 1.0, 2}) == doctest::Approx(0.9).epsilon(0.03));
+  CHECK(share_of_second({1.0, 1, 1.0, 3}) == 1.0);
+  CHECK(share_of_second({1.0, 0, 0.5, 4}) == 1.0);  // 3/4 alone reaches p = 0.5
+  CHECK(share_of_second({1.0, 0, 0.8, 5}) == doctest::Approx(0.75).epsilon(0.04));
+  CHECK(share_of_second({0.0, 0, 1.0, 6}) == 1.0);  // greedy
+  CHECK_THROWS_WITH_AS(generation::TokenSampler({-1.0, 0, 1.0, 0}), doctest::Contains("--temperature"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(generation::TokenSampler({1.0, 0, 0.0, 0}), doctest::Contains("--top-p"), std::invalid_argument);
+}
+
+TEST_CASE("sampled generation: a seed repeats its tokens, top-k 1 is greedy") {
+  model::TransformerModel model = load_generator(fixture("qwen3"));
+  std::vector<readout::Sequence> prompts = reference_prompts("qwen3");
+  generation::GenerationOptions options;
+  options.max_new_tokens = 16;
+  options.sampling = {1.0, 0, 0.95, 11};
+  auto first = generate_batch(model, prompts, options).results;
+  auto again = generate_batch(model, prompts, options).results;
+  options.sampling.seed = 12;
+  auto other = generate_batch(model, prompts, options).results;
+  CHECK(first[0].ids == again[0].ids);
+  CHECK(first[2].ids == again[2].ids);
+  CHECK((first[0].ids != other[0].ids || first[1].ids != other[1].ids || first[2].ids != other[2].ids));
+  options.sampling = {1.0, 1, 1.0, 13};
+  auto top1 = generate_batch(model, prompts, options).results;
+  for (size_t b = 0; b < prompts.size(); ++b) CHECK(top1[b].ids == generate_alone(model, prompts[b], 16).first);
+}
+
+namespace {
+
+// The probes' rows read while generating equal what read_prefixes (--per-token) reads afterwards for the same
+// text (prompt + new tokens) at each new token's position, row for row of a batch.
+void check_rows_while_generating(const std::string& name, const readout::Request& request, const readout::Sequence& suffix) {
+  model::TransformerModel model = load_generator(fixture(name));
+  std::vector<readout::Sequence> prompts = reference_prompts(name);
+  generation::GenerationOptions options;
+  options.max_new_tokens = 6;
+  generation::ProbeReadout probes{request, suffix};
+  Collected collected = generate_batch(model, prompts, options, &probes);
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    readout::Sequence text = prompts[b];
+    text.insert(text.end(), collected.results[b].ids.begin(), collected.results[b].ids.end());
+    at::Tensor afterwards = readout::read_prefixes(model, text, suffix, request);
+    for (const generation::GeneratedToken& token : collected.tokens[b]) {
+      REQUIRE(token.rows.defined());
+      at::Tensor expected = afterwards[token.position];
+      double error = (token.rows - expected).abs().max().item<double>() / expected.abs().max().item<double>();
+      CHECK_MESSAGE(error <= 1e-5, name, " row ", b, " token ", token.index, ": relative error ", error);
+    }
+  }
+}
+
+readout::Sequence anchor_suffix(const std::string& name) {
+  return tokenizer::Tokenizer::from_file(fixture(name)).encode(readout::kDefaultPromptSuffix, false);
+}
+
+}  // namespace
+
+TEST_CASE("probes read each new token as --per-token reads that position: the token plus the suffix") {
+  readout::Request residual{readout::Site::kResidPost, readout::Position::kLast, {1, 3}, 0};
+  check_rows_while_generating("llama", residual, anchor_suffix("llama"));
+  // Without a suffix the probes read the token itself.
+  check_rows_while_generating("llama", residual, {});
+  // Sliding windows (gemma2: 8) over the suffix, attention soft-capping; another site.
+  check_rows_while_generating("gemma2", {readout::Site::kResidMid, readout::Position::kLast, {0, 2}, 0},
+                              anchor_suffix("gemma2"));
+  // The router's logits of a MoE layer.
+  check_rows_while_generating("qwen3_moe", {readout::Site::kRouter, readout::Position::kLast, {0, 2}, 0},
+                              anchor_suffix("qwen3_moe"));
+}
+
+TEST_CASE("inspect_model generate writes generation.json's format: transformers' ids and top-5 logits") {
+  testing::TempDir out;
+  const std::string dir = fixture("gemma2");  // final logit soft-capping
+  const Json reference = read_json_file(dir + "/generation.json");
+  const Json& expected = reference["cases"][1];
+  testing::CommandResult r = testing::run_command(fmt::format(
+      "{} generate --model {} --text {} --max-new-tokens 16 --no-stop --output {} -q", testing::tool("inspect_model"), dir,
+      shell_quoted(expected["prompt"].get<std::string>()), out.file("generation.json")));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  const Json written = read_json_file(out.file("generation.json"));
+  const Json& got = written["cases"][0];
+  CHECK(got["prompt_ids"] == expected["prompt_ids"]);
+  CHECK(got["generated_ids"] == expected["generated_ids"]);
+  REQUIRE(got["top5"].size() == 16);
+  for (size_t s = 0; s < 16; ++s) {
+    CHECK(got["top5"][s]["ids"] == expected["top5"][s]["ids"]);
+    for (size_t i = 0; i < 5; ++i) {
+      CHECK(std::abs(got["top5"][s]["logits"][i].get<double>() - expected["top5"][s]["logits"][i].get<double>()) <=
+            1e-4 * std::abs(expected["top5"][s]["logits"][0].get<double>()));
+    }
+  }
+  testing::check_failure(testing::run_command(fmt::format("{} generate --model {} --text hi --temperature -1 --output {}",
+                                                          testing::tool("inspect_model"), dir, out.file("x.json"))),
+                         2, {"--temperature must be 0 (greedy) or positive, got -1"});
+  testing::check_failure(testing::run_command(fmt::format("{} generate --model {} --text hi --top-p 1.5 --output {}",
+                                                          testing::tool("inspect_model"), dir, out.file("x.json"))),
+                         2, {"--top-p must be in (0, 1], got 1.5"});
+}
+
+TEST_CASE("the LM head is read only for generation: untied from its own weight, tied from the embeddings") {
+  model::LoadOptions ranking;
+  model::LoadOptions generating;
+  generating.lm_head = true;
+  for (const char* name : {"qwen2", "gpt_neox", "qwen3"}) {
+    std::vector<std::string> without = model::tensors_to_read(fixture(name), ranking);
+    std::vector<std::string> with = model::tensors_to_read(fixture(name), generating);
+    for (const std::string& tensor : without) CHECK_MESSAGE(tensor.find("lm_head") == std::string::npos, tensor);
+    const bool untied = std::string(name) != "qwen3";
+    CHECK_MESSAGE(with.size() == without.size() + (untied ? 1 : 0), name);
+  }
+  model::TransformerModel ranking_model = model::TransformerModel::load(fixture("qwen2"), ranking);
+  CHECK_FALSE(ranking_model.has_lm_head());
+  CHECK_THROWS_WITH_AS(generation::generate(ranking_model, {{1, 2}}, {}, nullptr, {}),
+                       doctest::Contains("LM head"), std::invalid_argument);
+  Json untied_gemma = read_json_file(fixture("gemma") + "/config.json");
+  untied_gemma["tie_word_embeddings"] = false;
+  testing::TempDir gemma;
+  testing::copy_dir(fixture("gemma"), gemma.path());
+  write_json_file(gemma.file("config.json"), untied_gemma);
+  CHECK_THROWS_WITH_AS(model::TransformerModel::load(gemma.path(), generating),
+                       doctest::Contains("no LM head lm_head.weight (config.json does not tie it"), std::runtime_error);
+}
+
+TEST_CASE("learned positions bound prompt, new tokens and suffix together, with an error that says so") {
+  model::TransformerModel model = load_generator(fixture("gpt2"));  // 512 positions
+  generation::GenerationOptions options;
+  options.max_new_tokens = 10;
+  readout::Sequence prompt(500, 5);
+  generation::ProbeReadout probes{{readout::Site::kResidPost, readout::Position::kLast, {1}, 0}, readout::Sequence(3, 7), {}};
+  CHECK_THROWS_WITH_AS(generation::generate(model, {prompt}, options, &probes, [](const auto&) { return true; }),
+                       doctest::Contains("the longest prompt (500 tokens), 10 new tokens and the probes' prompt suffix "
+                                         "(3 tokens) need 513 positions, more than the model's 512"),
+                       std::invalid_argument);
+  options.max_new_tokens = 9;
+  int64_t tokens = 0;
+  generation::generate(model, {prompt}, options, &probes, [&](const generation::GeneratedToken& token) {
+    CHECK(token.position == 500 + tokens++);
+    return true;
+  });
+  CHECK(tokens == 9);
+}
