@@ -6,6 +6,8 @@
 # measures, side by side in the same run:
 #   1. capture throughput: capture_activations vs bench/python/python_baseline.py (twice each, alternating);
 #   1b. the same capture on every GPU of the machine (--devices), when it has several;
+#   1f. split: the same capture with the model's layers split over GPUs 0 and 1 (--placement layers), when it
+#      has two, to compare with 1 (a split should keep at least 0.9x of one GPU's examples/s);
 #   2. probe training: train_binary_probes on the captured layer 33 (45 labels, 20 epochs, no early stop) vs
 #      bench/python/reference_trainer_baseline.py (the reference's trainer: 8 threads, bf16), twice each;
 #   3. cold start: multi_probe_inference --text as a whole process with the 45 probes, page cache dropped and
@@ -20,14 +22,14 @@
 #      n-1 (6,12,18,23) by capture_activations vs transformers' batched forward (bench/python/moe_baseline.py),
 #      alternating, on the same dataset, then a profile of the capture as in 1c.
 # Usage: bash bench/gpu_benchmarks.sh OUT_DIR [STEP...]
-#   steps: build model capture profile alllayers spread multigpu train coldstart moe (default: all)
+#   steps: build model capture profile alllayers spread multigpu split train coldstart moe (default: all)
 # RUNS (default 2) sets the runs of each side; PYTHON_RUNS (default RUNS) those of the Python side, whose
 # capture and training take minutes a run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?output directory}
 shift
-steps=${*:-build model capture profile alllayers spread multigpu train coldstart moe}
+steps=${*:-build model capture profile alllayers spread multigpu split train coldstart moe}
 mkdir -p "$out"
 python=$(command -v python3)
 [ -x /opt/torch/.venv/bin/python3 ] && python=/opt/torch/.venv/bin/python3
@@ -97,6 +99,13 @@ if has multigpu; then
     done
     grep -h examples_per_second "$out"/capture_probekit_*gpus_*.json
   fi
+fi
+if has split && [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+  for run in 1 2; do
+    "$tools/capture_activations" --model "$model" --dataset "$dataset" --output-dir "/tmp/capture_split_$run" --layers $layers \
+      --devices 0,1 --placement layers --overwrite --json -q > "$out/capture_probekit_split_$run.json"
+  done
+  grep -h examples_per_second "$out"/capture_probekit_split_*.json
 fi
 if has train; then
   activations=/tmp/capture_1/layer_33_activations.h5

@@ -168,6 +168,20 @@ def hub_responses_seeds(out):
         write(out, "fuzz_hub_responses", f"name_{number}", b"\x03" + value.encode())
 
 
+def server_requests_seeds(out):
+    """The first byte picks the endpoint (0, 1 rank, 2 per-token, 3 generate; +4 tight bounds)."""
+    bodies = [
+        (0, {"texts": ["Instead of a setback, I saw a chance to learn.", "A second text."], "top_k": 5, "threshold": 0.1}),
+        (1, {"texts": ["one"], "layers": [2, 5], "mode": "by-action", "aggregate": "mean", "calibrated": True}),
+        (2, {"text": "Suddenly I noticed the crack.", "layers": [5], "threshold": 0.5}),
+        (3, {"prompt": "Once upon a time", "max_new_tokens": 16, "temperature": 0.7, "sample_top_k": 40, "top_p": 0.9,
+             "seed": 7, "stop": False, "top_k": 3}),
+        (4, {"texts": ["a", "b", "c"]}),
+    ]
+    for number, (selector, body) in enumerate(bodies):
+        write(out, "fuzz_server_requests", f"body_{number}", bytes([selector]) + json.dumps(body).encode())
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -179,6 +193,7 @@ def main():
     activation_file_seeds(out)
     probe_files_seeds(out)
     hub_responses_seeds(out)
+    server_requests_seeds(out)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ LINUX_ONLY = [
     (r"\b(_SC_AVPHYS_PAGES|_SC_LEVEL\d\w*|_SC_NPROCESSORS_CONF_LINUX)\b", "a sysconf name glibc has and macOS lacks"),
     (r"\b(sysinfo|get_nprocs|get_nprocs_conf|get_phys_pages|prctl|gettid|getauxval|malloc_trim|mallinfo2?|"
      r"epoll_create1?|epoll_ctl|epoll_wait|inotify_init1?|inotify_add_watch|eventfd|timerfd_create|pipe2|accept4|"
-     r"dup3|execvpe|secure_getenv|strchrnul|memrchr|rawmemchr|pread64|pwrite64|lseek64|open64|fstat64|stat64)\s*\(",
+     r"dup3|execvpe|sigtimedwait|sigwaitinfo|secure_getenv|strchrnul|memrchr|rawmemchr|pread64|pwrite64|lseek64|open64|fstat64|stat64)\s*\(",
      "a Linux or glibc-only function"),
     (r"#\s*include\s*<(linux/[^>]+|sys/sysinfo\.h|sys/prctl\.h|sys/epoll\.h|sys/inotify\.h|sys/sendfile\.h|"
      r"sys/auxv\.h|sys/eventfd\.h|sys/timerfd\.h|malloc\.h)>", "a Linux-only header"),

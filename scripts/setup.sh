@@ -32,12 +32,14 @@ packages=(
   libtorch-dev libopenblas0-openmp   # OpenBLAS with OpenMP: LibTorch's matrix products are ~30x slower without it
   libhdf5-dev libcli11-dev libspdlog-dev doctest-dev nlohmann-json3-dev
   libpcre2-dev libutf8proc-dev libsimdjson-dev
-  libcurl4-openssl-dev libcpp-httplib-dev   # the hub client downloads with libcurl; its tests serve a mock hub with httplib
+  libcurl4-openssl-dev libcpp-httplib-dev   # the hub client downloads with libcurl; probe_server and the tests' mock hub serve HTTP with httplib
   python3-filelock                          # the tests check our blob locks exclude huggingface_hub's (filelock)
+  python3-h5py                              # the tests read merge_activations --virtual files with h5py
   # The export round trip loads our probes into the reference's PyTorch modules (9 MB download, 47 MB installed,
   # plus libtorch-test's 51 MB and NumPy/SymPy; it reuses libtorch-dev's libtorch1.13).
   python3-torch
   clang  # CI builds the library and the tools with clang too (scripts/build_clang.sh), as macOS builds with AppleClang
+  chromium   # the web page's browser test drives headless Chromium through the DevTools protocol (puppeteer-core)
 )
 if [ -n "$dry_run" ]; then
   echo "platform: debian"

@@ -13,10 +13,14 @@ class FakeDeviceRuntime : public device::DeviceRuntime {
   device::RuntimeReport machine;
   device::MemoryReading reading;
   mutable std::vector<device::Backend> cleared;
+  mutable std::vector<int> cleared_indices;  // the device index of each clearing
 
   device::RuntimeReport report() const override { return machine; }
   device::MemoryReading memory(const device::DeviceChoice&) const override { return reading; }
-  void empty_cache(const device::DeviceChoice& device) const override { cleared.push_back(device.backend); }
+  void empty_cache(const device::DeviceChoice& device) const override {
+    cleared.push_back(device.backend);
+    cleared_indices.push_back(device.index);
+  }
 };
 
 /// A Mac as LibTorch 2.5+ reports it: MPS and 8 cores, no CUDA; Metal recommends a 16 GiB working set of which

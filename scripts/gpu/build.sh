@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 deps=/tmp/deps
-if [ ! -e "$deps/usr/include/httplib.h" ]; then  # the last package added: a tree unpacked earlier lacks it
+if [ ! -e "$deps/usr/include/brotli/decode.h" ]; then  # the last package added: a tree unpacked earlier lacks it
   mkdir -p "$deps"
   for f in .gpu/debs/*.deb; do dpkg -x "$f" "$deps"; done
   # Debian's HDF5 include directory is an absolute symlink into /usr; point it inside the unpacked tree.

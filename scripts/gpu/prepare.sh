@@ -10,8 +10,10 @@ packages=(libhdf5-dev libhdf5-103-1 libhdf5-cpp-103-1 libhdf5-hl-100 libhdf5-hl-
           libpcre2-dev libpcre2-8-0 libutf8proc-dev libutf8proc2 libsimdjson-dev libsimdjson14
           # libcurl for the hub client, with the runtime libraries of Debian's build that Ubuntu 24.04 lacks
           # (apt-cache depends libcurl4: libldap-2.5-0 and libssh2-1 there; the rest has the same sonames),
-          # and cpp-httplib for the tests' mock hub (its own dependencies are all on Ubuntu).
-          libcurl4-openssl-dev libcurl4 libldap-2.5-0 libssh2-1 libcpp-httplib-dev libcpp-httplib0.11)
+          # and cpp-httplib for probe_server and the tests (its runtime dependencies are all on Ubuntu; the headers of
+          # OpenSSL, zlib and Brotli, which its feature macros include, are carried).
+          libcurl4-openssl-dev libcurl4 libldap-2.5-0 libssh2-1 libcpp-httplib-dev libcpp-httplib0.11
+          libssl-dev zlib1g-dev libbrotli-dev)
 if [ "$(ls .gpu/debs/*.deb 2>/dev/null | wc -l)" -lt "${#packages[@]}" ]; then
   (cd .gpu/debs && apt-get download "${packages[@]}")
 fi

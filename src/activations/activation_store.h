@@ -156,6 +156,19 @@ class ActivationWriter {
 /// Reads a complete file's layouts: everything but the activations.
 std::array<SplitLayout, 3> read_layouts(const std::string& path);
 
+/// One shard's file of a run and its layouts, as a virtual merge maps them.
+struct ShardRows {
+  std::string path;
+  std::array<SplitLayout, 3> layouts;
+};
+
+/// Writes `path`, a complete activation file whose activations (or expert choices), labels, example_index and
+/// token_ids are HDF5 virtual datasets over the shards' files one after the other, nothing copied, the shards
+/// named by paths relative to `path`'s directory. What depends on the shard is stored: the rebased `offsets`
+/// of position "all" (from `merged`) and the metadata columns.
+void write_virtual_file(const std::string& path, const FileAttributes& attributes, const std::vector<ShardRows>& shards,
+                        const std::array<SplitLayout, 3>& merged);
+
 /// Reads rows [row, row + rows) of a group into `out` (rows x FileAttributes::row_width() floats).
 void read_activation_rows(const std::string& path, Split split, int64_t row, int64_t rows, float* out);
 

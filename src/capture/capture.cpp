@@ -19,6 +19,7 @@
 
 #include "capture/batching.h"
 #include "capture/outputs.h"
+#include "capture/window_queue.h"
 #include "common/background_worker.h"
 #include "common/cli.h"
 #include "common/error.h"
@@ -28,6 +29,7 @@
 #include "device/gpu_utils.h"
 #include "device/transfers.h"
 #include "hub/resolve.h"
+#include "model/placement.h"
 #include "readout/prompts.h"
 #include "readout/readout.h"
 
@@ -159,22 +161,50 @@ void check_cpu_attention_memory(const CapturePlan& plan, const device::ComputeTa
              needed / 1e9, target.device.is_mps() ? "Mac (MPS shares the system's memory)" : "CPU", memory / 1e9, fits);
 }
 
-// One model replica per device of --devices, or one on --device, loaded in parallel.
-std::vector<std::unique_ptr<model::TransformerModel>> load_replicas(const CapturePlan& plan,
-                                                                    const std::vector<device::ComputeTarget>& targets) {
-  std::vector<std::future<std::unique_ptr<model::TransformerModel>>> loading;
+// Where the model goes on the devices of --devices (--placement): replicas, layers split over several, or
+// replicas of a split model. One device holds one replica.
+model::DevicePlan place_model(const CaptureOptions& options, const CapturePlan& plan,
+                              const std::vector<device::ComputeTarget>& targets) {
+  model::Placement placement = model::parse_placement(options.placement);
+  if (targets.size() == 1 && placement != model::Placement::kLayers) {
+    return model::DevicePlan{{std::vector<size_t>(static_cast<size_t>(plan.layers.back() + 1), 0)}, {}, "one device"};
+  }
+  model::LoadOptions load;
+  load.last_layer = plan.layers.back();
+  load.final_norm = false;
+  load.dtype = targets.front().dtype;
+  std::vector<int64_t> free_bytes;
   for (const device::ComputeTarget& t : targets) {
-    loading.push_back(std::async(std::launch::async, [&plan, &t] {
+    auto free = static_cast<int64_t>(t.memory().free_bytes);  // 0 on the CPU and on MPS
+    free_bytes.push_back(options.max_gpu_memory > 0 && free > 0 ? std::min(free, options.max_gpu_memory) : free);
+  }
+  model::DevicePlan devices = model::plan_devices(placement, free_bytes, model::model_bytes(plan.model_dir, load));
+  spdlog::info("placement: {}", devices.description);
+  return devices;
+}
+
+// One model per replica of the placement, loaded in parallel; a split replica's layers on their devices.
+std::vector<std::unique_ptr<model::TransformerModel>> load_replicas(const CapturePlan& plan,
+                                                                    const std::vector<device::ComputeTarget>& targets,
+                                                                    const model::DevicePlan& placement) {
+  std::vector<std::future<std::unique_ptr<model::TransformerModel>>> loading;
+  for (const std::vector<size_t>& layer_devices : placement.replicas) {
+    loading.push_back(std::async(std::launch::async, [&plan, &targets, &layer_devices] {
       model::LoadOptions load;
       load.last_layer = plan.layers.back();
       load.final_norm = false;
-      load.device = t.device;
-      load.dtype = t.dtype;
+      load.device = targets[layer_devices.front()].device;
+      load.dtype = targets[layer_devices.front()].dtype;
+      if (layer_devices.back() != layer_devices.front()) {
+        for (size_t index : layer_devices) load.layer_devices.push_back(targets[index].device);
+      }
       return std::make_unique<model::TransformerModel>(model::TransformerModel::load(plan.model_dir, load));
     }));
   }
   std::vector<std::unique_ptr<model::TransformerModel>> replicas;
   for (auto& replica : loading) replicas.push_back(replica.get());
+  // The weights were copied on each device's default stream; the workers compute on streams of their own.
+  for (const device::ComputeTarget& t : targets) device::synchronize(t.device);
   for (const auto& ids : plan.ids) replicas.front()->check_inputs(ids);
   return replicas;
 }
@@ -239,8 +269,9 @@ int64_t gpu_bytes_per_token(const model::ModelConfig& c, at::ScalarType dtype, i
          4 * (moe.experts + moe.top_k * c.hidden_size) + 12 * c.hidden_size * (layer_count + 1);
 }
 
+// `first_device_weights`: the bytes of weights on the model's first device (a split model holds part there).
 Batching choose_batching(const CaptureOptions& options, const model::TransformerModel& model,
-                         const device::ComputeTarget& target, const CapturePlan& plan) {
+                         const device::ComputeTarget& target, const CapturePlan& plan, int64_t first_device_weights) {
   const model::ModelConfig& c = model.config();
   const auto layer_count = static_cast<int64_t>(plan.layers.size());
   Batching b;
@@ -249,7 +280,7 @@ Batching choose_batching(const CaptureOptions& options, const model::Transformer
     b.max_examples = options.batch_size;
     b.token_budget = options.batch_size * longest;
   } else if (device::MemoryBudget memory = device::memory_budget(target.choice.backend, target.memory(),
-                                                                  options.max_gpu_memory, model.weight_bytes());
+                                                                  options.max_gpu_memory, first_device_weights);
              memory.bytes > 0) {
     auto usable = static_cast<int64_t>(memory.bytes / 2);
     b.token_budget = std::clamp<int64_t>(usable / gpu_bytes_per_token(c, target.dtype, longest, layer_count), longest, 32768);
@@ -275,8 +306,13 @@ Batching choose_batching(const CaptureOptions& options, const model::Transformer
 // halves and retried (device::run_in_halves).
 class BatchRunner {
  public:
-  BatchRunner(const model::TransformerModel& model, readout::Request request, int64_t simulate_out_of_memory_above)
-      : model_(model), request_(std::move(request)), simulate_out_of_memory_above_(simulate_out_of_memory_above) {}
+  BatchRunner(const model::TransformerModel& model, std::vector<at::Device> devices, readout::Request request,
+              int64_t simulate_out_of_memory_above)
+      : model_(model), devices_(std::move(devices)), request_(std::move(request)),
+        simulate_out_of_memory_above_(simulate_out_of_memory_above) {}
+
+  /// The devices the model's layers are on, first to last.
+  const std::vector<at::Device>& devices() const { return devices_; }
 
   /// Positions a forward pass over `batch` computes: its tokens when packed, else the padded rectangle.
   int64_t computed_tokens(const std::vector<int64_t>& batch, const CapturePlan& plan) const {
@@ -308,6 +344,7 @@ class BatchRunner {
 
  private:
   const model::TransformerModel& model_;
+  std::vector<at::Device> devices_;
   readout::Request request_;
   int64_t simulate_out_of_memory_above_;
 };
@@ -367,8 +404,9 @@ std::shared_ptr<WindowRows> make_window(const CapturePlan& plan, int64_t begin, 
   return window;
 }
 
-// The window loop of a run: every replica takes the window's next batch until none is left (batches fill
-// disjoint rows); a finished window goes to the background writer while the next one computes.
+// The window loop of a run: every worker (a replica, or a pipeline stage of a split one) takes the next batch,
+// of the oldest window that has one left, or of the next window (batches fill disjoint rows); each finished
+// window goes, in run order, to the background writer while later ones compute.
 class WindowLoop {
  public:
   WindowLoop(const CaptureOptions& options, const CapturePlan& plan, const std::vector<device::ComputeTarget>& targets,
@@ -381,13 +419,24 @@ class WindowLoop {
     BackgroundWorker writer(1, targets_.front().is_gpu());
     ProgressBar progress("capture", run_size - start, "examples");
     start_ = Clock::now();
-    for (int64_t begin = start; begin < run_size; begin += batching.window) {
-      std::shared_ptr<WindowRows> window =
-          make_window(plan_, begin, std::min(run_size, begin + batching.window), options_.position);
-      compute_window(*window, batching, progress);
+    // Two windows open at once: one finishing on some workers while the others start the next.
+    WindowQueue queue(start, run_size, batching.window, runners_.size() > 1 ? 2 : 1, [&](int64_t begin, int64_t end) {
+      return WindowWork{make_window(plan_, begin, end, options_.position),
+                        plan_window_batches(plan_.lengths, begin, end, batching.token_budget, batching.max_examples)};
+    });
+    auto write = [&](std::shared_ptr<WindowRows> window) {
       writer.submit([&outputs, window, &layouts, this] {
         write_window(outputs, *window, plan_.run, layouts, options_.position, plan_.width);
       });
+    };
+    if (runners_.size() == 1) {
+      work(0, queue, write, progress);
+    } else {
+      std::vector<std::future<void>> workers;
+      for (size_t r = 0; r < runners_.size(); ++r) {
+        workers.push_back(std::async(std::launch::async, [&, r] { work(r, queue, write, progress); }));
+      }
+      for (auto& worker : workers) worker.get();
     }
     writer.wait();
     for (LayerOutput& out : outputs) {
@@ -399,41 +448,61 @@ class WindowLoop {
   }
 
  private:
-  void compute_window(WindowRows& window, const Batching& batching, ProgressBar& progress) {
-    std::vector<std::vector<int64_t>> batches =
-        plan_window_batches(plan_.lengths, window.begin, window.end, batching.token_budget, batching.max_examples);
-    std::atomic<size_t> next_batch{0};
-    // Each replica queues batch b + 1 before it stores the rows of batch b, whose copy to the host runs behind
-    // b's kernels: the device does not wait for the host between batches.
-    auto work = [&](size_t replica) {
-      c10::DeviceGuard guard(targets_[replica].device);
-      device::OutOfMemoryRetry retry{*targets_[replica].device_runtime, targets_[replica].choice};
-      std::optional<std::pair<size_t, device::HostCopy>> previous;
-      for (size_t b = next_batch++; b < batches.size(); b = next_batch++) {
-        device::HostCopy rows(runners_[replica].run(batches[b], plan_, retry));
-        if (previous) store_batch(window, batches[previous->first], previous->second.wait(), runners_[replica], progress);
-        previous.emplace(b, std::move(rows));
+  using Write = std::function<void(std::shared_ptr<WindowRows>)>;
+
+  // One worker's loop: batches from the queue until none is left; a failure stops the others too. The worker
+  // queues batch n + 1 before it stores the rows of batch n, whose copy to the host runs behind n's kernels, so
+  // its devices do not wait for the host between batches; it never waits on the queue while it holds rows.
+  void work(size_t runner, WindowQueue& queue, const Write& write, ProgressBar& progress) {
+    device::WorkerStreams streams(runners_[runner].devices());
+    device::OutOfMemoryRetry retry = out_of_memory_retry(runners_[runner]);
+    std::optional<std::pair<WindowQueue::Task, device::HostCopy>> previous;
+    try {
+      while (true) {
+        std::optional<WindowQueue::Task> task = queue.next(/*wait=*/!previous);
+        if (!task && previous) {  // nothing ready: store the rows held, then wait on the queue
+          store_batch(previous->first, previous->second.wait(), runners_[runner], queue, write, progress);
+          previous.reset();
+          continue;
+        }
+        if (!task) break;
+        device::HostCopy rows(runners_[runner].run(*task->batch, plan_, retry));
+        if (previous) store_batch(previous->first, previous->second.wait(), runners_[runner], queue, write, progress);
+        previous.emplace(std::move(*task), std::move(rows));
       }
-      if (previous) store_batch(window, batches[previous->first], previous->second.wait(), runners_[replica], progress);
-      retries_ += retry.retries;
-    };
-    if (runners_.size() == 1) return work(0);
-    std::vector<std::future<void>> workers;
-    for (size_t r = 0; r < runners_.size(); ++r) workers.push_back(std::async(std::launch::async, work, r));
-    for (auto& worker : workers) worker.get();
+    } catch (const std::exception&) {
+      queue.abort();
+      throw;
+    }
+    retries_ += retry.retries;
   }
 
-  // Checks and stores one batch's rows (on the host) and counts it.
-  void store_batch(WindowRows& window, const std::vector<int64_t>& batch, const at::Tensor& rows,
-                   const BatchRunner& runner, ProgressBar& progress) {
+  // The retry state of a runner: its devices, whose caches an out-of-memory batch clears before its halves run.
+  device::OutOfMemoryRetry out_of_memory_retry(const BatchRunner& runner) const {
+    std::vector<device::DeviceChoice> devices;
+    for (const at::Device& device : runner.devices()) {
+      auto target = std::find_if(targets_.begin(), targets_.end(),
+                                 [&](const device::ComputeTarget& t) { return t.device == device; });
+      devices.push_back(target->choice);
+    }
+    return {*targets_.front().device_runtime, std::move(devices)};
+  }
+
+  // Checks and stores one batch's rows (on the host), counts it and tells the queue.
+  void store_batch(const WindowQueue::Task& task, const at::Tensor& rows, const BatchRunner& runner,
+                   WindowQueue& queue, const Write& write, ProgressBar& progress) {
+    const std::vector<int64_t>& batch = *task.batch;
     check_finite(rows, batch, plan_, options_.position);
-    int64_t tokens = store_rows(window, batch, rows, plan_, options_.position);
-    std::lock_guard<std::mutex> lock(progress_mutex_);
-    summary_.tokens += tokens;
-    summary_.computed_tokens += runner.computed_tokens(batch, plan_);
-    summary_.processed += static_cast<int64_t>(batch.size());
-    progress.update(summary_.processed,
-                    fmt::format("{:.0f} tokens/s", static_cast<double>(summary_.tokens) / seconds_since(start_)));
+    int64_t tokens = store_rows(*task.rows, batch, rows, plan_, options_.position);
+    {
+      std::lock_guard<std::mutex> lock(progress_mutex_);
+      summary_.tokens += tokens;
+      summary_.computed_tokens += runner.computed_tokens(batch, plan_);
+      summary_.processed += static_cast<int64_t>(batch.size());
+      progress.update(summary_.processed,
+                      fmt::format("{:.0f} tokens/s", static_cast<double>(summary_.tokens) / seconds_since(start_)));
+    }
+    queue.done(task, write);
   }
 
   const CaptureOptions& options_;
@@ -471,7 +540,8 @@ CaptureSummary run_capture(const CaptureOptions& options) {
   }
   summary.dtype = device::dtype_name(targets.front().dtype_choice.dtype);
   check_cpu_attention_memory(plan, targets.front());
-  std::vector<std::unique_ptr<model::TransformerModel>> replicas = load_replicas(plan, targets);
+  model::DevicePlan placement = place_model(options, plan, targets);
+  std::vector<std::unique_ptr<model::TransformerModel>> replicas = load_replicas(plan, targets, placement);
   summary.load_seconds = seconds_since(load_start);
   spdlog::info("{}: {} ({} layers, hidden {}), capturing layers {} at {} ({}) in {:.1f} s", plan.model_dir,
                plan.config.text_model_type, plan.config.num_layers, plan.config.hidden_size, fmt::join(plan.layers, ", "),
@@ -480,7 +550,9 @@ CaptureSummary run_capture(const CaptureOptions& options) {
   std::string dir = options.output_dir;
   if (options.shard_count > 1) dir += fmt::format("/shard_{}_of_{}", options.shard_index, options.shard_count);
   auto layouts = make_layouts(plan, options.position, options.dataset.keep_fields);
-  Batching batching = choose_batching(options, *replicas.front(), targets.front(), plan);
+  int64_t first_device_weights =
+      placement.weight_bytes.empty() ? replicas.front()->weight_bytes() : placement.weight_bytes.front();
+  Batching batching = choose_batching(options, *replicas.front(), targets.front(), plan, first_device_weights);
   std::vector<LayerOutput> outputs =
       open_outputs(options, dir, plan.layers, file_attributes(options, plan, summary.dtype), layouts, &batching);
   for (const LayerOutput& out : outputs) summary.files.push_back(out.path);
@@ -500,7 +572,16 @@ CaptureSummary run_capture(const CaptureOptions& options) {
                 batching.token_budget, batching.max_examples);
   readout::Request request{options.site, options.position, plan.layers, plan.leading_specials};
   std::vector<BatchRunner> runners;
-  for (const auto& replica : replicas) runners.emplace_back(*replica, request, options.simulate_out_of_memory_above);
+  for (size_t r = 0; r < replicas.size(); ++r) {
+    // A replica split into S stages runs S batches at once, each a stage further on: a pipeline.
+    std::vector<at::Device> devices;
+    for (size_t index : placement.replicas[r]) {
+      if (devices.empty() || devices.back() != targets[index].device) devices.push_back(targets[index].device);
+    }
+    for (size_t stage = 0; stage < placement.stages(r); ++stage) {
+      runners.emplace_back(*replicas[r], devices, request, options.simulate_out_of_memory_above);
+    }
+  }
   WindowLoop(options, plan, targets, std::move(runners), summary).run(outputs, layouts, batching, start);
   return summary;
 }

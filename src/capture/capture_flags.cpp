@@ -5,6 +5,7 @@
 #include "common/cli.h"
 #include "common/error.h"
 #include "common/units.h"
+#include "device/gpu_utils.h"
 
 namespace probekit::capture {
 
@@ -36,10 +37,12 @@ void add_run_flags(CLI::App& app, CaptureFlags& f) {
                  "GPU memory the capture may use, weights included, e.g. 40GB (default: what is free; on MPS "
                  "Metal's recommended working set less what the process holds)");
   add_device_options(app, o.device, o.dtype, "(auto: bf16 on capable GPUs, fp32 on CPU)");
-  app.add_option("--devices", f.devices, "Several GPUs, e.g. 0,1: one model replica on each, sharing the batches")
-      ->delimiter(',');
+  add_placement_options(app, f.devices, o.placement,
+                        "Several GPUs, e.g. 0,1: model replicas sharing the batches, or a model's layers split over "
+                        "them (--placement)");
   app.add_option("--shard", f.shard, "I/N: run only shard I of N of the examples (separate processes or machines), "
-                                    "into OUTPUT_DIR/shard_I_of_N; join them with merge_activations");
+                                    "into OUTPUT_DIR/shard_I_of_N; join them with merge_activations. auto: I and N "
+                                    "from the launcher (Slurm, torchrun, Open MPI), its local rank picking the GPU");
   app.add_option("--window", o.window, "Examples per commit to disk (the unit of resumption)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -84,7 +87,11 @@ CaptureOptions CaptureFlags::resolve() const {
   if (!max_gpu_memory.empty()) o.max_gpu_memory = parse_byte_size(max_gpu_memory, "--max-gpu-memory");
   if (o.resume && o.overwrite) fail_usage("--resume and --overwrite exclude each other");
   for (int index : devices) o.devices.push_back(fmt::format("cuda:{}", index));
-  if (!shard.empty()) parse_shard(shard, o);
+  if (shard == "auto") {
+    apply_launch_rank(launch_rank(launcher_environment()), device::query_runtime().gpus.size(), o);
+  } else if (!shard.empty()) {
+    parse_shard(shard, o);
+  }
   return o;
 }
 

@@ -4,6 +4,9 @@
 #include <cstdio>
 #include <sstream>
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
 #include "common/error.h"
 
 namespace probekit::capture {
@@ -14,6 +17,16 @@ void parse_shard(const std::string& text, CaptureOptions& options) {
   if (std::sscanf(text.c_str(), "%d/%d%c", &index, &count, &tail) != 2) fail_usage("--shard {}: expected I/N, e.g. 0/4", text);
   options.shard_index = index;
   options.shard_count = count;
+}
+
+void apply_launch_rank(const LaunchRank& launch, size_t gpu_count, CaptureOptions& options) {
+  options.shard_index = static_cast<int>(launch.rank);
+  options.shard_count = static_cast<int>(launch.world_size);
+  bool picks_gpu = launch.local_rank >= 0 && gpu_count > 0 && options.devices.empty() &&
+                   (options.device == "auto" || options.device == "cuda");
+  if (picks_gpu) options.device = fmt::format("cuda:{}", launch.local_rank % static_cast<int64_t>(gpu_count));
+  spdlog::info("--shard auto: {} ({}): shard {} of {}{}", launch.launcher, launch.source, launch.rank, launch.world_size,
+               picks_gpu ? fmt::format(", local rank {} on {}", launch.local_rank, options.device) : "");
 }
 
 std::vector<int64_t> default_layers(int64_t n) {

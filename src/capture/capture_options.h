@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/launcher.h"
 #include "data/dataset.h"
 #include "data/splits.h"
 #include "readout/prompts.h"
@@ -33,7 +34,8 @@ struct CaptureOptions {
   bool overwrite = false;
   std::string device = "auto";
   std::string dtype = "auto";
-  std::vector<std::string> devices;  // several devices ("cuda:0", "cuda:1"): one model replica on each
+  std::vector<std::string> devices;  // several devices ("cuda:0", "cuda:1"), used as `placement` says
+  std::string placement = "auto";    // auto|replicas|layers (see model/placement.h)
   int shard_index = 0, shard_count = 1;
 
   // Fault injection for tests: batches with more examples than this fail as if the GPU ran out of memory.
@@ -61,6 +63,10 @@ struct CaptureSummary {
 std::vector<int64_t> default_layers(int64_t num_layers);
 /// Parses --shard I/N into the options; anything else is a usage error.
 void parse_shard(const std::string& text, CaptureOptions& options);
+/// --shard auto: this process's shard is its rank in the launch; its local rank picks the GPU (modulo the
+/// `gpu_count` it sees, so that one GPU per task under Slurm's --gpus-per-task is cuda:0) when the device is
+/// auto or cuda and no --devices were given. Logs the launcher found.
+void apply_launch_rank(const LaunchRank& launch, size_t gpu_count, CaptureOptions& options);
 /// Parses --layers ("all", "8,17,25", "8 17", "21-30") against the model's layer count.
 std::vector<int64_t> parse_layers(const std::string& text, int64_t num_layers);
 

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <regex>
 
+#include <fmt/ranges.h>
+
 #include "common/error.h"
 #include "common/files.h"
 #include "activations/activation_store.h"
@@ -23,6 +25,11 @@ struct ShardFile {
 
 ShardFile read_shard(const std::string& path) {
   if (!is_regular_file(path)) {
+    if (is_regular_file(activations::partial_path_for(path))) {
+      fail_input("{} is incomplete: its capture was interrupted ({} is there); finish that shard with "
+                 "capture_activations --resume and the same --shard",
+                 path, activations::partial_path_for(path));
+    }
     fail_input("{} is missing (is that shard's capture finished? an interrupted one leaves a .partial file)", path);
   }
   ShardFile shard;
@@ -36,6 +43,93 @@ ShardFile read_shard(const std::string& path) {
   shard.index = index;
   shard.count = count;
   return shard;
+}
+
+// The files of layer file `name` in every shard directory, sorted by shard, checked to be all N shards of one run.
+std::vector<ShardFile> read_shards(const std::vector<std::string>& shard_dirs, const std::string& name) {
+  std::vector<ShardFile> shards;
+  for (const std::string& dir : shard_dirs) shards.push_back(read_shard(dir + "/" + name));
+  std::sort(shards.begin(), shards.end(), [](const ShardFile& a, const ShardFile& b) { return a.index < b.index; });
+  const int64_t count = shards.front().count;
+  std::vector<int64_t> missing;
+  size_t next = 0;
+  for (int64_t index = 0; index < count; ++index) {
+    if (next < shards.size() && shards[next].index == index) {
+      ++next;
+      if (next < shards.size() && shards[next].index == index) {
+        fail_input("{} and {} are both shard {}/{} (every shard 0..N-1 is needed once)", shards[next - 1].path,
+                   shards[next].path, index, count);
+      }
+    } else {
+      missing.push_back(index);
+    }
+  }
+  for (const ShardFile& shard : shards) {
+    if (shard.count != count) {
+      fail_input("{} is shard {}/{} but {} is shard {}/{}: shards of different runs", shard.path, shard.index, shard.count,
+                 shards.front().path, shards.front().index, count);
+    }
+    activations::FileAttributes a = shard.attributes, b = shards.front().attributes;
+    a.shard = b.shard = "";
+    if (a.identity() != b.identity()) fail_input("{} and {} come from different capture runs", shard.path, shards.front().path);
+  }
+  if (!missing.empty()) {
+    fail_input("{}: shard{} {} of {} missing (every shard 0..N-1 is needed once): run {} or give {} directory",
+               name, missing.size() > 1 ? "s" : "", fmt::join(missing, ", "), count, missing.size() > 1 ? "them" : "it",
+               missing.size() > 1 ? "their" : "its");
+  }
+  return shards;
+}
+
+// Shards are consecutive ranges of the run's order (train, then val, then test), so each split is its shards'
+// rows one after the other; per-token offsets are rebased onto the rows before them.
+std::array<activations::SplitLayout, 3> join_layouts(const std::vector<activations::ShardRows>& parts, bool per_token) {
+  std::array<activations::SplitLayout, 3> merged;
+  for (Split split : activations::kSplits) {
+    auto& target = merged[static_cast<size_t>(split)];
+    if (per_token) target.offsets.push_back(0);
+    for (const auto& part : parts) {
+      const auto& piece = part.layouts[static_cast<size_t>(split)];
+      target.labels.insert(target.labels.end(), piece.labels.begin(), piece.labels.end());
+      target.example_index.insert(target.example_index.end(), piece.example_index.begin(), piece.example_index.end());
+      target.token_ids.insert(target.token_ids.end(), piece.token_ids.begin(), piece.token_ids.end());
+      for (size_t i = 1; i < piece.offsets.size(); ++i) {
+        target.offsets.push_back(target.offsets.back() + piece.offsets[i] - piece.offsets[i - 1]);
+      }
+      for (const auto& [field, values] : piece.metadata) {
+        auto& column = target.metadata[field];
+        column.insert(column.end(), values.begin(), values.end());
+      }
+    }
+  }
+  return merged;
+}
+
+// Copies every shard's rows into one new file.
+void write_copy(const std::string& path, const activations::FileAttributes& attributes,
+                const std::vector<activations::ShardRows>& parts, const std::array<activations::SplitLayout, 3>& merged,
+                bool gzip) {
+  activations::ActivationWriter writer = activations::ActivationWriter::create(path, attributes, merged, gzip);
+  const int64_t width = attributes.row_width();
+  constexpr int64_t kBlockRows = 4096;
+  std::vector<float> block;
+  int64_t examples = 0;
+  for (Split split : activations::kSplits) {
+    int64_t row = 0;
+    for (const activations::ShardRows& part : parts) {
+      int64_t rows = part.layouts[static_cast<size_t>(split)].rows();
+      for (int64_t at = 0; at < rows; at += kBlockRows) {
+        int64_t count = std::min(kBlockRows, rows - at);
+        block.resize(static_cast<size_t>(count * width));
+        activations::read_activation_rows(part.path, split, at, count, block.data());
+        writer.write_rows(split, row + at, count, block.data());
+      }
+      row += rows;
+    }
+    examples += merged[static_cast<size_t>(split)].examples();
+  }
+  writer.commit(examples);
+  writer.finish();
 }
 
 }  // namespace
@@ -57,71 +151,26 @@ std::vector<std::string> find_shard_dirs(const std::string& dir) {
 }
 
 std::vector<std::string> merge_shards(const std::vector<std::string>& shard_dirs, const std::string& output_dir,
-                                      bool gzip, bool overwrite) {
+                                      const MergeOptions& options) {
   if (shard_dirs.empty()) fail_input("nothing to merge: no shard directories");
+  if (options.virtual_files && options.gzip) fail_usage("--virtual and --compression gzip exclude each other: virtual files copy nothing to compress");
   make_directories(output_dir);
   std::vector<std::string> written;
   for (const std::string& first_file : activations::find_activation_files({shard_dirs.front()})) {
     std::string name = first_file.substr(first_file.rfind('/') + 1);
-    std::vector<ShardFile> shards;
-    for (const std::string& dir : shard_dirs) shards.push_back(read_shard(dir + "/" + name));
-    std::sort(shards.begin(), shards.end(), [](const ShardFile& a, const ShardFile& b) { return a.index < b.index; });
-    for (size_t i = 0; i < shards.size(); ++i) {
-      if (shards[i].count != static_cast<int64_t>(shards.size()) || shards[i].index != static_cast<int64_t>(i)) {
-        fail_input("{}: shard {}/{}, but the run has {} shard files here (every shard 0..N-1 is needed once)",
-                   shards[i].path, shards[i].index, shards[i].count, shards.size());
-      }
-      activations::FileAttributes a = shards[i].attributes, b = shards[0].attributes;
-      a.shard = b.shard = "";
-      if (a.identity() != b.identity()) fail_input("{} and {} come from different capture runs", shards[i].path, shards[0].path);
-    }
-
-    // Shards are consecutive ranges of the run's order (train, then val, then test), so each split is its
-    // shards' rows one after the other.
-    std::array<activations::SplitLayout, 3> merged;
-    std::vector<std::array<activations::SplitLayout, 3>> parts;
-    for (const ShardFile& shard : shards) parts.push_back(activations::read_layouts(shard.path));
-    for (Split split : activations::kSplits) {
-      auto& target = merged[static_cast<size_t>(split)];
-      bool per_token = !parts.front()[static_cast<size_t>(split)].offsets.empty() || shards[0].attributes.position == "all";
-      if (per_token) target.offsets.push_back(0);
-      for (const auto& part : parts) {
-        const auto& piece = part[static_cast<size_t>(split)];
-        target.labels.insert(target.labels.end(), piece.labels.begin(), piece.labels.end());
-        target.example_index.insert(target.example_index.end(), piece.example_index.begin(), piece.example_index.end());
-        target.token_ids.insert(target.token_ids.end(), piece.token_ids.begin(), piece.token_ids.end());
-        for (size_t i = 1; i < piece.offsets.size(); ++i) target.offsets.push_back(target.offsets.back() + piece.offsets[i] - piece.offsets[i - 1]);
-        for (const auto& [field, values] : piece.metadata) {
-          auto& column = target.metadata[field];
-          column.insert(column.end(), values.begin(), values.end());
-        }
-      }
-    }
+    std::vector<ShardFile> shards = read_shards(shard_dirs, name);
+    std::vector<activations::ShardRows> parts;
+    for (const ShardFile& shard : shards) parts.push_back({shard.path, activations::read_layouts(shard.path)});
+    std::array<activations::SplitLayout, 3> merged = join_layouts(parts, shards.front().attributes.position == "all");
     std::string path = output_dir + "/" + name;
-    if (is_regular_file(path) && !overwrite) fail("{} already exists; pass --overwrite to replace it", path);
-    activations::FileAttributes attributes = shards[0].attributes;
+    if (is_regular_file(path) && !options.overwrite) fail("{} already exists; pass --overwrite to replace it", path);
+    activations::FileAttributes attributes = shards.front().attributes;
     attributes.shard = "";
-    activations::ActivationWriter writer = activations::ActivationWriter::create(path, attributes, merged, gzip);
-    const int64_t width = attributes.row_width();
-    constexpr int64_t kBlockRows = 4096;
-    std::vector<float> block;
-    int64_t examples = 0;
-    for (Split split : activations::kSplits) {
-      int64_t row = 0;
-      for (size_t s = 0; s < shards.size(); ++s) {
-        int64_t rows = parts[s][static_cast<size_t>(split)].rows();
-        for (int64_t at = 0; at < rows; at += kBlockRows) {
-          int64_t count = std::min(kBlockRows, rows - at);
-          block.resize(static_cast<size_t>(count * width));
-          activations::read_activation_rows(shards[s].path, split, at, count, block.data());
-          writer.write_rows(split, row + at, count, block.data());
-        }
-        row += rows;
-      }
-      examples += merged[static_cast<size_t>(split)].examples();
+    if (options.virtual_files) {
+      activations::write_virtual_file(path, attributes, parts, merged);
+    } else {
+      write_copy(path, attributes, parts, merged, options.gzip);
     }
-    writer.commit(examples);
-    writer.finish();
     written.push_back(path);
   }
   return written;

@@ -7,10 +7,18 @@
 
 namespace probekit::capture {
 
+struct MergeOptions {
+  bool gzip = false;
+  bool overwrite = false;
+  // Write HDF5 virtual datasets over the shard files instead of copying their rows: instant whatever the
+  // size, but the merged files read the shard files, which must stay where they are relative to them.
+  bool virtual_files = false;
+};
+
 /// Merges `shard_dirs` (all N shards of one run, in any order) into layer files in `output_dir`; returns the
-/// files written. Throws naming the shard when one is missing, incomplete or from another run.
+/// files written. Throws naming the shards that are missing, incomplete or from another run.
 std::vector<std::string> merge_shards(const std::vector<std::string>& shard_dirs, const std::string& output_dir,
-                                      bool gzip, bool overwrite);
+                                      const MergeOptions& options);
 
 /// The shard directories (shard_I_of_N) inside `dir`, sorted by shard.
 std::vector<std::string> find_shard_dirs(const std::string& dir);

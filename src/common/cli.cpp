@@ -65,6 +65,17 @@ void add_device_options(CLI::App& app, std::string& device, std::string& dtype, 
   app.add_option("--dtype", dtype, dtype_help)->capture_default_str();
 }
 
+void add_placement_options(CLI::App& app, std::vector<int>& devices, std::string& placement,
+                           const std::string& devices_help) {
+  app.add_option("--devices", devices, devices_help)->delimiter(',');
+  app.add_option("--placement", placement,
+                 "With --devices: replicas (one whole model per GPU), layers (consecutive layers on consecutive GPUs, "
+                 "batches pipelined through them), or auto (layers split only when the model does not fit one GPU's "
+                 "free memory; replicas of the split when there are GPUs for several)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "replicas", "layers"}));
+}
+
 ToolCommandLine::ToolCommandLine(char** argv, const std::string& description, OpenMpWaiting waiting)
     : app(description) {
   if (waiting == OpenMpWaiting::kPassive) use_passive_openmp_threads(argv);

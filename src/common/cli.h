@@ -7,6 +7,7 @@
 #include <exception>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace probekit {
 
@@ -31,6 +32,11 @@ void add_common_options(CLI::App& app, CommonOptions& options);
 /// `dtype`, whose values are shown as the defaults. `dtype_note` follows the dtype choices in the help, for a
 /// tool to say what auto picks or what it refuses.
 void add_device_options(CLI::App& app, std::string& device, std::string& dtype, const std::string& dtype_note = "");
+
+/// Adds --devices (GPU indices, e.g. 0,1) and --placement (auto|replicas|layers) for the tools that run a model
+/// on several GPUs; `devices_help` says what this tool does with them.
+void add_placement_options(CLI::App& app, std::vector<int>& devices, std::string& placement,
+                           const std::string& devices_help);
 
 /// Whether a tool re-executes itself with sleeping idle OpenMP threads (see use_passive_openmp_threads).
 enum class OpenMpWaiting { kPassive, kAsConfigured };

@@ -231,4 +231,30 @@ std::string parent_directory(const std::string& path) {
   return slash == 0 ? "/" : trimmed.substr(0, slash);
 }
 
+std::string absolute_path(const std::string& path) {
+  char* resolved = ::realpath(path.c_str(), nullptr);
+  if (resolved == nullptr) fail("{}: {}", path, std::strerror(errno));
+  std::string result = resolved;
+  std::free(resolved);
+  return result;
+}
+
+std::string relative_path(const std::string& from, const std::string& target) {
+  auto parts = [](const std::string& path) {
+    std::vector<std::string> names;
+    std::istringstream stream(path);
+    for (std::string name; std::getline(stream, name, '/');) {
+      if (!name.empty() && name != ".") names.push_back(name);
+    }
+    return names;
+  };
+  std::vector<std::string> base = parts(from), to = parts(target);
+  size_t common = 0;
+  while (common < base.size() && common < to.size() && base[common] == to[common]) ++common;
+  std::string relative;
+  for (size_t i = common; i < base.size(); ++i) relative += "../";
+  for (size_t i = common; i < to.size(); ++i) relative += to[i] + (i + 1 < to.size() ? "/" : "");
+  return relative.empty() ? "." : relative;
+}
+
 }  // namespace probekit

@@ -74,5 +74,9 @@ std::vector<std::string> list_directory(const std::string& path);
 std::string temp_directory();
 /// The directory part of a path ("" when there is none).
 std::string parent_directory(const std::string& path);
+/// The absolute, symlink-free path of an existing file or directory; throws naming it when it does not exist.
+std::string absolute_path(const std::string& path);
+/// The path of `target` relative to the directory `from` (both absolute): "../b/c" from "/x/a" to "/x/b/c".
+std::string relative_path(const std::string& from, const std::string& target);
 
 }  // namespace probekit

@@ -2,6 +2,7 @@
 
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
 #include "common/error.h"
@@ -46,5 +47,11 @@ void synchronize(int index) {
 }
 
 void empty_cache() { c10::cuda::CUDACachingAllocator::emptyCache(); }
+
+std::shared_ptr<void> use_pool_streams(const std::vector<int>& indices) {
+  std::vector<c10::cuda::CUDAStream> streams;
+  for (int index : indices) streams.push_back(c10::cuda::getStreamFromPool(false, static_cast<c10::DeviceIndex>(index)));
+  return std::make_shared<c10::cuda::CUDAMultiStreamGuard>(streams);
+}
 
 }  // namespace probekit::device::cuda

@@ -163,4 +163,14 @@ void empty_cache(const at::Device& device) {
   (void)device;
 }
 
+WorkerStreams::WorkerStreams(const std::vector<at::Device>& devices) : guard_(devices.at(0)) {
+#ifdef PROBEKIT_WITH_CUDA
+  std::vector<int> indices;
+  for (const at::Device& device : devices) {
+    if (device.is_cuda()) indices.push_back(device.index());
+  }
+  if (!indices.empty()) streams_ = cuda::use_pool_streams(indices);
+#endif
+}
+
 }  // namespace probekit::device

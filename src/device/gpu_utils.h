@@ -3,8 +3,11 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "device/device_select.h"
 #include "device/runtime.h"
@@ -49,6 +52,20 @@ void synchronize(const at::Device& device);
 void empty_cache(const at::Device& device);
 
 at::ScalarType to_scalar_type(DType dtype);
+
+/// For one worker thread of a pipeline, while it lives: makes `devices.front()` current and, on CUDA, gives
+/// the thread a stream of its own on each of `devices` (a split model's stages), so that two workers' batches
+/// overlap: one on the first stage while the other runs on the second.
+class WorkerStreams {
+ public:
+  explicit WorkerStreams(const std::vector<at::Device>& devices);
+  WorkerStreams(const WorkerStreams&) = delete;
+  WorkerStreams& operator=(const WorkerStreams&) = delete;
+
+ private:
+  c10::DeviceGuard guard_;
+  std::shared_ptr<void> streams_;
+};
 
 /// Cores available to this process (respects CPU affinity, as in containers).
 int available_cores();

@@ -75,8 +75,8 @@ void run_in_halves(const std::vector<int64_t>& batch, const std::function<void(c
   } catch (const std::exception& e) {
     if (!is_out_of_memory_message(e.what()) || batch.size() <= 1) throw;
   }
-  retry.runtime.empty_cache(retry.device);
-  if (retry.retries == 0) spdlog::warn("{}", out_of_memory_retry_warning(retry.device.backend, batch.size()));
+  for (const DeviceChoice& device : retry.devices) retry.runtime.empty_cache(device);
+  if (retry.retries == 0) spdlog::warn("{}", out_of_memory_retry_warning(retry.devices.front().backend, batch.size()));
   ++retry.retries;
   auto half = static_cast<std::ptrdiff_t>(batch.size() / 2);
   run_in_halves({batch.begin(), batch.begin() + half}, run, retry);

@@ -44,14 +44,15 @@ struct MemoryBudget {
 /// UsageError.
 MemoryBudget memory_budget(Backend backend, const MemoryReading& reading, int64_t max_gpu_memory, int64_t weight_bytes);
 
-/// State of one run's out-of-memory retries on one device.
+/// State of one run's out-of-memory retries on the devices one batch runs on (several when the model's layers are
+/// placed over devices: any of them may be the one that ran out).
 struct OutOfMemoryRetry {
   const DeviceRuntime& runtime;
-  DeviceChoice device;
-  int64_t retries = 0;  // batches split so far
+  std::vector<DeviceChoice> devices;  // not empty
+  int64_t retries = 0;                // batches split so far
 };
 
-/// Runs `run` on `batch`; when it fails with an accelerator's out-of-memory error, clears the device's cache,
+/// Runs `run` on `batch`; when it fails with an accelerator's out-of-memory error, clears every device's cache,
 /// logs what to lower (once per run) and runs the two halves in turn, recursively down to single items, whose
 /// failure is rethrown. `run` completes once for each sub-batch, in the batch's order.
 void run_in_halves(const std::vector<int64_t>& batch, const std::function<void(const std::vector<int64_t>&)>& run,

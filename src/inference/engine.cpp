@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "hub/resolve.h"
+#include "model/placement.h"
 
 namespace probekit::inference {
 
@@ -127,6 +128,27 @@ readout::PromptLimit limit_for(int64_t recorded, const model::ModelConfig& confi
   return {};
 }
 
+// --devices: the model's layers on those devices as --placement says (one model: inference runs one pass at a
+// time, so replicas would idle). Returns the device of each layer to load, empty for one device.
+std::vector<at::Device> place_layers(const EngineOptions& options, const std::string& model_dir,
+                                     const model::LoadOptions& load) {
+  if (options.devices.size() < 2) return {};
+  std::vector<device::ComputeTarget> targets;
+  std::vector<int64_t> free_bytes;
+  for (const std::string& name : options.devices) {
+    targets.push_back(device::select_compute(name, options.dtype));
+    free_bytes.push_back(static_cast<int64_t>(targets.back().memory().free_bytes));  // 0 on the CPU and on MPS
+  }
+  model::LoadOptions sized = load;
+  sized.dtype = targets.front().dtype;
+  model::DevicePlan plan =
+      model::plan_devices(model::parse_placement(options.placement), free_bytes, model::model_bytes(model_dir, sized));
+  spdlog::info("placement: {}{}", plan.description, plan.replicas.size() > 1 ? " (inference uses the first)" : "");
+  std::vector<at::Device> layer_devices;
+  for (size_t index : plan.replicas.front()) layer_devices.push_back(targets[index].device);
+  return layer_devices;
+}
+
 }  // namespace
 
 Engine::Engine(Engine&&) noexcept = default;
@@ -150,7 +172,8 @@ Engine Engine::load(const EngineOptions& options) {
   load.embeddings_on_host = !options.generate;
   // The disk is the slowest part of a cold start: it works while the device, probes and tokenizer get ready.
   model::WeightReadAhead read_ahead(model_dir, load);
-  engine.target_ = device::select_compute(options.device, options.dtype);
+  engine.target_ =
+      device::select_compute(options.devices.empty() ? options.device : options.devices.front(), options.dtype);
   spdlog::debug("{:.2f} s: device ready", since_start());
   engine.load_probes(config, model::Checkpoint::open(model_dir).fingerprint());
   engine.index_labels();
@@ -163,6 +186,7 @@ Engine Engine::load(const EngineOptions& options) {
   spdlog::debug("{:.2f} s: tokenizer loaded", since_start());
   load.device = engine.target_.device;
   load.dtype = engine.target_.dtype;
+  load.layer_devices = place_layers(options, model_dir, load);
   engine.model_ = std::make_unique<model::TransformerModel>(model::TransformerModel::load(model_dir, load, &read_ahead));
   spdlog::debug("{:.2f} s: model loaded ({:.2f} GB of weights)", since_start(),
                 static_cast<double>(engine.model_->weight_bytes()) / 1e9);

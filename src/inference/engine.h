@@ -30,6 +30,8 @@ struct EngineOptions {
   bool best_layer = false; // load each label's best layer only
   std::string device = "auto";
   std::string dtype = "auto";
+  std::vector<std::string> devices;  // --devices: the model's layers split over them (--placement)
+  std::string placement = "auto";
   int64_t batch_size = 16;
   bool force = false;  // run probes recorded for another model (a warning instead of an error)
   bool generate = false;  // load every layer, the final norm and the LM head too (Engine::generate)
@@ -97,6 +99,7 @@ class Engine {
   /// The longest prompt the probes are run on: the capture's --max-length, else the model's positions.
   const readout::PromptLimit& prompt_limit() const { return prompts_->limit(); }
   const device::ComputeTarget& target() const { return target_; }
+  const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
 
   /// Scores texts in batches.
   std::vector<TextScores> score(const std::vector<std::string>& texts) const;

@@ -21,19 +21,21 @@ namespace {
 
 bool single_layer_view(const Engine& engine, bool best_layer) { return engine.layers().size() == 1 || best_layer; }
 
-// The ranked view of one text in the single-layer (or best-layer) layout of the reference's engines: the
-// labels the binary probes detect, each on its own (multi_probe_inference.py: the active ones of the top k, or
-// the top k when none is), or the top k classes of a multiclass probe by their softmax probabilities
-// (probe_inference.py).
+// What the single-layer (or best-layer) layout of the reference's engines shows: the labels the binary probes
+// detect, each on its own (multi_probe_inference.py: the active ones of the top k, or the top k when none is), or
+// the top k classes of a multiclass probe by their softmax probabilities (probe_inference.py).
+std::vector<Prediction> single_layer_shown(const ScoreTable& table, const Display& d, bool multiclass) {
+  std::vector<Prediction> shown = all_predictions(table);
+  if (!multiclass) return shown_predictions(shown, d.top_k);
+  shown.resize(std::min<size_t>(shown.size(), static_cast<size_t>(d.top_k)));
+  return shown;
+}
+
+// The ranked view of one text in the single-layer (or best-layer) layout, or its JSON.
 Json show_single_layer(const Engine& engine, const std::string& text, const ScoreTable& table, const Display& d,
                        bool best_layer, bool interactive) {
-  std::vector<Prediction> shown = all_predictions(table);
-  if (engine.multiclass()) {
-    shown.resize(std::min<size_t>(shown.size(), static_cast<size_t>(d.top_k)));
-  } else {
-    shown = shown_predictions(shown, d.top_k);
-  }
-  if (d.json) return {{"text", text}, {"predictions", predictions_json(shown)}};
+  if (d.json) return ranking_json(table, text, d, true, engine.multiclass());
+  std::vector<Prediction> shown = single_layer_shown(table, d, engine.multiclass());
   if (interactive) {
     fmt::print("\nTop {} predictions:\n", d.top_k);
   } else {
@@ -48,30 +50,18 @@ Json show_single_layer(const Engine& engine, const std::string& text, const Scor
 
 // The ranked view of one text over several layers, in the display's mode (or as JSON).
 Json show_layers(const std::string& text, const ScoreTable& table, const Display& d) {
+  if (d.json) return ranking_json(table, text, d, false, false);
   if (d.mode == "by-action") {
-    std::vector<LabelSummary> summaries = by_label(table, d.aggregate);
-    if (d.json) {
-      summaries.resize(std::min<size_t>(summaries.size(), static_cast<size_t>(d.top_k)));
-      return {{"text", text}, {"labels", label_summaries_json(summaries)}};
-    }
     fmt::print("\nTop {} actions ({} confidence across layers):\n\n{}\n", d.top_k,
-               d.aggregate == Aggregate::kMax ? "max" : "mean", format_by_label(summaries, d.top_k, d.aggregate));
-    return {};
+               d.aggregate == Aggregate::kMax ? "max" : "mean",
+               format_by_label(by_label(table, d.aggregate), d.top_k, d.aggregate));
+  } else if (d.mode == "by-layer") {
+    fmt::print("{}\n", format_by_layer(by_layer(table), d.threshold));
+  } else {
+    std::vector<Prediction> ranked = all_predictions(table);
+    ranked.resize(std::min<size_t>(ranked.size(), static_cast<size_t>(d.top_k)));
+    fmt::print("\nTop {} predictions across all layers:\n\n{}\n", ranked.size(), format_all_layers(ranked));
   }
-  if (d.mode == "by-layer") {
-    std::vector<LayerGroup> groups = by_layer(table);
-    if (d.json) {
-      Json layers = Json::array();
-      for (const LayerGroup& g : groups) layers.push_back({{"layer", g.layer}, {"predictions", predictions_json(g.predictions)}});
-      return {{"text", text}, {"layers", layers}};
-    }
-    fmt::print("{}\n", format_by_layer(groups, d.threshold));
-    return {};
-  }
-  std::vector<Prediction> ranked = all_predictions(table);
-  ranked.resize(std::min<size_t>(ranked.size(), static_cast<size_t>(d.top_k)));
-  if (d.json) return {{"text", text}, {"predictions", predictions_json(ranked)}};
-  fmt::print("\nTop {} predictions across all layers:\n\n{}\n", ranked.size(), format_all_layers(ranked));
   return {};
 }
 
@@ -90,12 +80,7 @@ void show_per_token(const Engine& engine, const InferenceRequest& r) {
   std::string cut_note = fmt::format("The text is longer than {}: its first {} tokens were cut and are not scored.\n",
                                      engine.prompt_limit().description, scores.cut);
   if (r.display.json) {
-    Json rows = Json::array();
-    for (size_t t = 0; t < tokens.tokens.size(); ++t) {
-      rows.push_back({{"position", t}, {"token", tokens.tokens[t]},
-                      {"predictions", predictions_json(all_predictions(tokens.scores[t]))}});
-    }
-    fmt::print("{}\n", dump_json(Json{{"text", r.text}, {"cut_tokens", scores.cut}, {"tokens", rows}}, 2));
+    fmt::print("{}\n", dump_json(per_token_json(r.text, scores, tokens.scores), 2));
     return;
   }
   if (scores.cut > 0) fmt::print("{}", cut_note);
@@ -237,6 +222,34 @@ ScoreTable table_of(const Engine& engine, const std::vector<std::vector<double>>
   return table;
 }
 
+Json ranking_json(const ScoreTable& table, const std::string& text, const Display& d, bool single_layer, bool multiclass) {
+  if (single_layer) return {{"text", text}, {"predictions", predictions_json(single_layer_shown(table, d, multiclass))}};
+  if (d.mode == "by-action") {
+    std::vector<LabelSummary> summaries = by_label(table, d.aggregate);
+    summaries.resize(std::min<size_t>(summaries.size(), static_cast<size_t>(d.top_k)));
+    return {{"text", text}, {"labels", label_summaries_json(summaries)}};
+  }
+  if (d.mode == "by-layer") {
+    Json layers = Json::array();
+    for (const LayerGroup& g : by_layer(table)) {
+      layers.push_back({{"layer", g.layer}, {"predictions", predictions_json(g.predictions)}});
+    }
+    return {{"text", text}, {"layers", layers}};
+  }
+  std::vector<Prediction> ranked = all_predictions(table);
+  ranked.resize(std::min<size_t>(ranked.size(), static_cast<size_t>(d.top_k)));
+  return {{"text", text}, {"predictions", predictions_json(ranked)}};
+}
+
+Json per_token_json(const std::string& text, const TokenScores& scores, const std::vector<ScoreTable>& tables) {
+  Json rows = Json::array();
+  for (size_t t = 0; t < tables.size(); ++t) {
+    rows.push_back({{"position", t}, {"token", scores.tokens[t]}, {"text", scores.texts[t]},
+                    {"predictions", predictions_json(all_predictions(tables[t]))}});
+  }
+  return {{"text", text}, {"cut_tokens", scores.cut}, {"tokens", rows}};
+}
+
 std::vector<std::string> read_texts(const std::string& path, const std::string& field) {
   require_input_file(path);
   std::ifstream in(path, std::ios::binary);
@@ -292,6 +305,8 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   add_device_options(app, e.device, e.dtype);
+  add_placement_options(app, r.devices, e.placement,
+                        "Several GPUs, e.g. 0,1: a model too big for one GPU split over them (--placement)");
   app.add_flag("--json", d.json, "Print JSON on stdout (with --generate: one line per token)");
   app.add_flag("--generate", r.generate,
                "Generate after --text (or each --file text, --batch-size at a time) while the probes score every new token");
@@ -301,6 +316,7 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
 void run_inference(InferenceRequest& r, std::istream& input, bool input_is_terminal) {
   check_request(r);
   r.engine.generate = r.generate;
+  for (int index : r.devices) r.engine.devices.push_back(fmt::format("cuda:{}", index));
   Engine engine = Engine::load(r.engine);
   if (r.display.calibrated && engine.multiclass()) {
     fail_usage("--calibrated: {} holds a multiclass probe (train_probes), whose classes have no thresholds of their own; "

@@ -9,6 +9,7 @@
 #include <istream>
 #include <string>
 
+#include "common/json.h"
 #include "generation/flags.h"
 #include "inference/engine.h"
 #include "inference/ranking.h"
@@ -30,6 +31,7 @@ struct InferenceRequest {
   EngineOptions engine;
   Display display;
   std::string text, file, compare, csv, html, text_field = "text", aggregate = "max";
+  std::vector<int> devices;  // --devices: GPU indices, into engine.devices
   bool per_token = false;
   bool text_given = false;  // --text was on the command line (possibly empty)
   bool overwrite = false;   // replace existing --csv / --html files
@@ -51,6 +53,15 @@ void run_inference(InferenceRequest& request, std::istream& input, bool input_is
 
 /// The probabilities of one text as a table with the display's thresholds.
 ScoreTable table_of(const Engine& engine, const std::vector<std::vector<double>>& probability, const Display& display);
+
+/// What --json shows for one text: the single-layer (or best-layer) ranking (`single_layer`; the top k classes of
+/// a multiclass probe), or over several layers the display's mode (all, by-action, by-layer).
+Json ranking_json(const ScoreTable& table, const std::string& text, const Display& display, bool single_layer,
+                  bool multiclass);
+
+/// What --per-token --json shows: each token (as the vocabulary spells it, and decoded) with every (label, layer)
+/// prediction of its table, most confident first.
+Json per_token_json(const std::string& text, const TokenScores& scores, const std::vector<ScoreTable>& tables);
 
 /// --file: one text per line, or JSON objects with a text field; blank lines skipped.
 std::vector<std::string> read_texts(const std::string& path, const std::string& field);

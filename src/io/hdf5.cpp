@@ -217,7 +217,70 @@ std::vector<hsize_t> dataset_dims(hid_t dataset) {
   return dims;
 }
 
-size_t stored_element_count(hid_t dataset, const std::string& what) {
+namespace {
+
+// A string of a virtual dataset's mapping (its source file or dataset name).
+std::string mapping_string(hid_t properties, size_t index, ssize_t (*get)(hid_t, size_t, char*, size_t),
+                           const std::string& what) {
+  ssize_t length = get(properties, index, nullptr, 0);
+  if (length < 0) fail("{}: cannot read virtual mapping {}: {}", what, index, last_error());
+  std::string text(static_cast<size_t>(length) + 1, '\0');
+  get(properties, index, text.data(), text.size());
+  text.pop_back();
+  return text;
+}
+
+// The file a virtual mapping names, where HDF5 finds it: "." is the virtual file itself, a relative name is
+// looked up in the virtual file's directory.
+std::string mapped_file_path(hid_t dataset, const std::string& name) {
+  ssize_t length = H5Fget_name(dataset, nullptr, 0);
+  if (length < 0) fail("cannot read the name of a virtual dataset's file: {}", last_error());
+  std::string own(static_cast<size_t>(length) + 1, '\0');
+  H5Fget_name(dataset, own.data(), own.size());
+  own.pop_back();
+  if (name == ".") return own;
+  if (!name.empty() && name[0] == '/') return name;
+  std::string directory = parent_directory(own);
+  return directory.empty() ? name : directory + "/" + name;
+}
+
+// A virtual dataset's sources must store their values: one level only, so that checking a file costs one open
+// per mapping, whatever a crafted file maps (itself, or a chain of virtual datasets).
+constexpr int kMaxVirtualDepth = 1;
+
+uint64_t checked_element_count(hid_t dataset, const std::string& what, int depth);
+
+void check_virtual_sources(hid_t dataset, hid_t properties, const std::vector<hsize_t>& dims, uint64_t elements,
+                           const std::string& what, int depth) {
+  if (depth >= kMaxVirtualDepth) fail("{}: maps another virtual dataset; only one level of mappings is read", what);
+  size_t count = 0;
+  check_status(H5Pget_virtual_count(properties, &count), "cannot read the virtual mappings of " + what);
+  uint64_t mapped = 0;
+  for (size_t i = 0; i < count; ++i) {
+    std::string path = mapped_file_path(dataset, mapping_string(properties, i, H5Pget_virtual_filename, what));
+    std::string name = mapping_string(properties, i, H5Pget_virtual_dsetname, what);
+    if (!is_regular_file(path)) fail("{}: its values are read from {}, which is missing", what, path);
+    Handle file = open_file(path, false);
+    std::optional<Handle> source = open_dataset(file.get(), name);
+    if (!source) fail("{}: its values are read from {}, which has no dataset {}", what, path, name);
+    // The file keeps a source's selection but not always its extent: the block it fills in the virtual
+    // dataset says what shape the source must have.
+    Handle virtual_space(check(H5Pget_virtual_vspace(properties, i), what), H5Sclose);
+    std::vector<hsize_t> first(dims.size()), last(dims.size()), expected(dims.size());
+    check_status(H5Sget_select_bounds(virtual_space.get(), first.data(), last.data()), "cannot read a mapping of " + what);
+    for (size_t d = 0; d < dims.size(); ++d) expected[d] = last[d] - first[d] + 1;
+    std::vector<hsize_t> found = dataset_dims(source->get());
+    if (found != expected) {
+      fail("{}: its source {}:{} is [{}] but the mapping expects [{}] (was that file made again?)", what, path, name,
+           fmt::join(found, ", "), fmt::join(expected, ", "));
+    }
+    checked_element_count(source->get(), fmt::format("{} (source {}:{})", what, path, name), depth + 1);
+    mapped += static_cast<uint64_t>(std::max<hssize_t>(0, H5Sget_select_npoints(virtual_space.get())));
+  }
+  if (mapped != elements) fail("{}: its virtual mappings cover {} of its {} values", what, mapped, elements);
+}
+
+uint64_t checked_element_count(hid_t dataset, const std::string& what, int depth) {
   std::vector<hsize_t> dims = dataset_dims(dataset);
   if (std::find(dims.begin(), dims.end(), hsize_t{0}) != dims.end()) return 0;
   Handle type(check(H5Dget_type(dataset), "cannot read the type of " + what), H5Tclose);
@@ -230,8 +293,12 @@ size_t stored_element_count(hid_t dataset, const std::string& what) {
     }
     elements *= d;
   }
-  uint64_t declared = elements * element_bytes, stored = H5Dget_storage_size(dataset);
   Handle properties(check(H5Dget_create_plist(dataset), "cannot read the layout of " + what), H5Pclose);
+  if (H5Pget_layout(properties.get()) == H5D_VIRTUAL) {
+    check_virtual_sources(dataset, properties.get(), dims, elements, what, depth);
+    return elements;
+  }
+  uint64_t declared = elements * element_bytes, stored = H5Dget_storage_size(dataset);
   // Compressed chunks may hold much more than they take: deflate packs at most 1032 bytes into one.
   constexpr uint64_t kMaxCompressionRatio = 1100;
   bool compressed = H5Pget_nfilters(properties.get()) > 0;
@@ -242,7 +309,35 @@ size_t stored_element_count(hid_t dataset, const std::string& what) {
     fail("{}: declares [{}] values ({} bytes) but the file stores only {} bytes of them (truncated or corrupt file?)", what,
          fmt::join(dims, ", "), declared, stored);
   }
-  return static_cast<size_t>(elements);
+  return elements;
+}
+
+}  // namespace
+
+size_t stored_element_count(hid_t dataset, const std::string& what) {
+  return static_cast<size_t>(checked_element_count(dataset, what, 0));
+}
+
+Handle create_virtual_dataset(hid_t parent, const std::string& name, hid_t type, const std::vector<hsize_t>& dims,
+                              const std::vector<VirtualSource>& sources) {
+  Handle space = simple_space(dims);
+  Handle properties(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  for (const VirtualSource& source : sources) {
+    if (source.rows == 0) continue;
+    std::vector<hsize_t> source_dims = dims, start(dims.size(), 0);
+    source_dims[0] = source.rows;
+    start[0] = source.row;
+    check_status(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, source_dims.data(), nullptr),
+                 "cannot select rows of " + name);
+    Handle source_space = simple_space(source_dims);
+    check_status(H5Pset_virtual(properties.get(), space.get(), source.file.c_str(), source.dataset.c_str(),
+                                source_space.get()),
+                 fmt::format("cannot map rows of {} to {}:{}", name, source.file, source.dataset));
+  }
+  H5Sselect_all(space.get());
+  return Handle(check(H5Dcreate2(parent, name.c_str(), type, space.get(), H5P_DEFAULT, properties.get(), H5P_DEFAULT),
+                      "cannot create virtual dataset " + name),
+                H5Dclose);
 }
 
 namespace {

@@ -61,9 +61,22 @@ struct Storage {
 Handle create_dataset(hid_t parent, const std::string& name, hid_t type, const std::vector<hsize_t>& dims,
                       const Storage& storage);
 std::vector<hsize_t> dataset_dims(hid_t dataset);
+
+/// Rows [row, row + rows) of a virtual dataset are the whole of dataset `dataset` in file `file` (a path
+/// relative to the virtual file's directory, where HDF5 looks first, so the files can move together).
+struct VirtualSource {
+  std::string file, dataset;
+  hsize_t row = 0, rows = 0;
+};
+/// Creates a virtual dataset of `dims` (rows first) over `sources`, which must cover its rows: nothing is copied.
+Handle create_virtual_dataset(hid_t parent, const std::string& name, hid_t type, const std::vector<hsize_t>& dims,
+                              const std::vector<VirtualSource>& sources);
+
 /// The number of values a dataset holds, once the file is known to store them: a file of a few kilobytes can
 /// declare [2^40, 2^40] values and leave its chunks unwritten, and an interrupted writer leaves chunks
-/// missing that would read back as zeros. Throws naming `what` otherwise.
+/// missing that would read back as zeros. A virtual dataset stores nothing itself: each of its source files
+/// must exist and store its source dataset whole, in the shape the mapping expects, and the mappings must
+/// cover every value (HDF5 reads a missing source as fill values, silently). Throws naming `what` otherwise.
 size_t stored_element_count(hid_t dataset, const std::string& what);
 
 /// Writes rows [row, row + rows) of a 1-D or 2-D dataset.

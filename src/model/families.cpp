@@ -321,7 +321,11 @@ Norm load_norm(const WeightScope& scope, const std::string& name, int64_t size, 
 void load_layers(const WeightScope& layers, const LoadPlan& plan, ModelWeights& weights,
                  const std::function<void(const WeightScope& layer, int64_t i, LayerWeights& weights)>& load_layer) {
   weights.layers.resize(static_cast<size_t>(plan.layers));
-  for (int64_t i = 0; i < plan.layers; ++i) load_layer(layers.sub(i), i, weights.layers[static_cast<size_t>(i)]);
+  for (int64_t i = 0; i < plan.layers; ++i) {
+    const WeightScope layer =
+        plan.layer_devices.empty() ? layers.sub(i) : layers.sub(i).on(plan.layer_devices.at(static_cast<size_t>(i)));
+    load_layer(layer, i, weights.layers[static_cast<size_t>(i)]);
+  }
 }
 
 DenseMlp load_gated_mlp(const WeightScope& mlp, int64_t hidden, int64_t inner, bool bias) {

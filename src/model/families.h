@@ -23,6 +23,7 @@ struct LoadPlan {
   bool lm_head = false;             // see LoadOptions
   at::Device device = at::kCPU;
   at::ScalarType dtype = at::kFloat;
+  std::vector<at::Device> layer_devices;  // see LoadOptions
 };
 
 /// Family::tensor_layer's answer for tensors outside the decoder layers that a load reads (embeddings, final

@@ -1,5 +1,6 @@
 #include "model/transformer.h"
 
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/InferenceMode.h>
 #include <fmt/format.h>
 
@@ -65,9 +66,12 @@ TransformerModel TransformerModel::load(const std::string& dir, const LoadOption
   if (options.lm_head && (last != c.num_layers - 1 || !options.final_norm)) {
     fail_input("the LM head needs every layer and the final norm loaded");
   }
+  if (!options.layer_devices.empty() && static_cast<int64_t>(options.layer_devices.size()) != last + 1) {
+    fail_input("{} layer devices for {} layers", options.layer_devices.size(), last + 1);
+  }
   model.options_.embeddings_on_host = options.embeddings_on_host && !options.lm_head;
-  LoadPlan plan{last + 1, options.final_norm, model.options_.embeddings_on_host, options.lm_head, options.device,
-                options.dtype};
+  LoadPlan plan{last + 1,       options.final_norm, model.options_.embeddings_on_host, options.lm_head, options.device,
+                options.dtype, options.layer_devices};
   c10::InferenceMode inference_mode;
   auto checkpoint = std::make_shared<const Checkpoint>(Checkpoint::open(dir));
   std::unique_ptr<Prefetcher> own_read_ahead = read_ahead == nullptr ? start_read_ahead(*checkpoint, c, options) : nullptr;
@@ -81,7 +85,8 @@ TransformerModel TransformerModel::load(const std::string& dir, const LoadOption
 at::Tensor TransformerModel::logits(const at::Tensor& final_norm) const {
   if (!has_lm_head()) fail_input("the LM head was not loaded");
   c10::InferenceMode inference_mode;
-  at::Tensor logits = at::linear(final_norm.to(weights_.lm_head.scalar_type()), weights_.lm_head).to(at::kFloat);
+  at::Tensor logits =
+      at::linear(final_norm.to(weights_.lm_head.device(), weights_.lm_head.scalar_type()), weights_.lm_head).to(at::kFloat);
   if (config_.final_logit_softcap) {
     const double cap = *config_.final_logit_softcap;
     logits = at::tanh(logits / cap) * cap;
@@ -127,14 +132,30 @@ at::Tensor TransformerModel::forward(const ForwardPass& pass) const {
   if (c.features.learned_positions) x = x + at::embedding(weights_.position_embeddings, positions);
   if (pass.hook != nullptr && (pass.hook_sites & kHookEmbeddings) != 0) (*pass.hook)("embeddings", -1, x);
 
-  AttentionContext context(c, positions, pass.prefix, pass.prefix_lengths, pass.sequence_lengths, pass.packed);
-  if (pass.cache != nullptr) context.use_cache(*pass.cache, pass.cache_visible);
+  auto context = std::make_unique<AttentionContext>(c, positions, pass.prefix, pass.prefix_lengths,
+                                                    pass.sequence_lengths, pass.packed);
+  if (pass.cache != nullptr) context->use_cache(*pass.cache, pass.cache_visible);
+  c10::OptionalDeviceGuard stage_guard;  // our fused kernels launch on the current device
+  std::optional<PackedSequences> stage_packed;  // the packed layout on the current stage's device
   for (int64_t layer = 0; layer <= last; ++layer) {
-    x = decoder_block(x, weights_.layers[static_cast<size_t>(layer)], c, layer, context, pass.hook, pass.hook_sites,
+    if (!options_.layer_devices.empty() && options_.layer_devices[static_cast<size_t>(layer)] != x.device()) {
+      // The next stage of a split model: the hidden state and the positions move to its device, where the
+      // rotary tables and masks are made again.
+      at::Device stage = options_.layer_devices[static_cast<size_t>(layer)];
+      stage_guard.reset_device(stage);
+      x = x.to(stage);
+      auto on_stage = [&](const at::Tensor& t) { return t.defined() ? t.to(stage) : t; };
+      if (pass.packed != nullptr) stage_packed = PackedSequences{on_stage(pass.packed->cumulative_lengths), pass.packed->lengths};
+      context = std::make_unique<AttentionContext>(c, on_stage(positions), pass.prefix, on_stage(pass.prefix_lengths),
+                                                   on_stage(pass.sequence_lengths),
+                                                   stage_packed ? &*stage_packed : nullptr);
+      if (pass.cache != nullptr) context->use_cache(*pass.cache, pass.cache_visible);
+    }
+    x = decoder_block(x, weights_.layers[static_cast<size_t>(layer)], c, layer, *context, pass.hook, pass.hook_sites,
                       pass.record);
   }
   if (pass.final_norm) {
-    x = apply_norm(x, weights_.final_norm, c, at::kFloat);
+    x = apply_norm(x.to(weights_.final_norm.weight.device()), weights_.final_norm, c, at::kFloat);
     if (pass.hook != nullptr && (pass.hook_sites & kHookFinalNorm) != 0) (*pass.hook)("final_norm", -1, x);
   }
   return x;

@@ -24,8 +24,12 @@ struct LoadOptions {
   /// Also load the LM head (generation; tied heads keep the embedding table on the device, whatever
   /// embeddings_on_host says).
   bool lm_head = false;
-  at::Device device = at::kCPU;
+  at::Device device = at::kCPU;  // the embeddings' (and with layer_devices empty every layer's) device
   at::ScalarType dtype = at::kFloat;
+  /// A model split over devices: the device of each decoder layer [0, last_layer], consecutive layers on one
+  /// device forming a stage (see model/placement.h). The hidden state moves to the next stage's device
+  /// between layers. Empty: every layer on `device`.
+  std::vector<at::Device> layer_devices;
 };
 
 /// Reads the weights a load with `options` will need from disk in background threads, from construction until
@@ -77,6 +81,10 @@ class TransformerModel {
   const ModelConfig& config() const { return config_; }
   const std::string& dir() const { return dir_; }
   at::Device device() const { return options_.device; }
+  /// The device of decoder layer `layer` (another than device() in a model split over devices).
+  at::Device layer_device(int64_t layer) const {
+    return options_.layer_devices.empty() ? options_.device : options_.layer_devices.at(static_cast<size_t>(layer));
+  }
   at::ScalarType dtype() const { return options_.dtype; }
   int64_t loaded_layers() const { return static_cast<int64_t>(weights_.layers.size()); }
   bool has_final_norm() const { return weights_.final_norm.defined(); }

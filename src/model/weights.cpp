@@ -208,6 +208,8 @@ WeightScope WeightScope::sub(const std::string& name) const {
 
 WeightScope WeightScope::sub(int64_t index) const { return sub(std::to_string(index)); }
 
+WeightScope WeightScope::on(at::Device device) const { return WeightScope(*checkpoint_, prefix_, device, dtype_); }
+
 bool WeightScope::contains(const std::string& name) const { return checkpoint_->find(full_name(name)).has_value(); }
 
 at::Tensor WeightScope::get(const std::string& name, const std::vector<int64_t>& shape) const {

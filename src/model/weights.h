@@ -89,6 +89,8 @@ class WeightScope {
 
   WeightScope sub(const std::string& name) const;
   WeightScope sub(int64_t index) const;
+  /// The same scope loading onto another device (a decoder layer of a model split over devices).
+  WeightScope on(at::Device device) const;
   std::string full_name(const std::string& name) const { return prefix_ + name; }
   bool contains(const std::string& name) const;
 

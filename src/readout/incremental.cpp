@@ -54,11 +54,10 @@ at::Tensor IncrementalReader::start(const std::vector<Sequence>& prompts, int64_
                longest, new_tokens, suffix_length, capacity_ - 1, config.max_positions);
   }
 
-  auto options = at::TensorOptions().device(model_.device());
   cache_ = {};
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
-    cache_.keys.push_back(
-        at::zeros({batch, config.num_kv_heads, capacity_, config.head_dim}, options.dtype(model_.dtype())));
+    auto options = at::TensorOptions().device(model_.layer_device(layer)).dtype(model_.dtype());
+    cache_.keys.push_back(at::zeros({batch, config.num_kv_heads, capacity_, config.head_dim}, options));
     cache_.values.push_back(at::zeros_like(cache_.keys.back()));
   }
   // Right-padded: padding sits after each prompt, in slots its generated tokens overwrite before reading them.
@@ -100,7 +99,8 @@ IncrementalReader::Step IncrementalReader::step(const at::Tensor& tokens, const 
   pass.cache_visible = longest_ + span;
   Step step;
   if (reading) {
-    SiteReader reader(*request_, [&](const at::Tensor& values) { return values.select(1, span - 1).to(at::kFloat); });
+    SiteReader reader(*request_, model_.device(),
+                      [&](const at::Tensor& values) { return values.select(1, span - 1).to(at::kFloat); });
     reader.attach_hook(pass);
     step.final_norm = model_.forward(pass).select(1, 0).to(at::kFloat);
     step.rows = reader.stacked();

@@ -110,7 +110,7 @@ at::Tensor read_packed_rows(const model::TransformerModel& model, const std::vec
     fail_input("sequences cannot be packed for a model whose rope depends on the sequence's length (longrope)");
   }
   PackedBatch batch = pack(sequences, model.device());
-  SiteReader reader(request, [&](const at::Tensor& values) {
+  SiteReader reader(request, model.device(), [&](const at::Tensor& values) {
     if (request.position == Position::kLast) return values[0].index_select(0, batch.last_rows).to(at::kFloat);
     if (request.position == Position::kAll) return values[0].to(at::kFloat);
     return pool(unpack(values, batch), batch.lengths, request.position, request.skip_leading);
@@ -132,7 +132,7 @@ at::Tensor read_rows(const model::TransformerModel& model, const std::vector<Seq
   for (const Sequence& s : sequences) model.check_inputs(s);
   if (packs_sequences(model, request)) return read_packed_rows(model, sequences, request);
   PaddedBatch batch = pad(sequences, model.device());
-  SiteReader reader(request, [&](const at::Tensor& hidden) {
+  SiteReader reader(request, model.device(), [&](const at::Tensor& hidden) {
     return request.position == Position::kAll ? real_token_rows(hidden, batch.lengths)
                                               : pool(hidden, batch.lengths, request.position, request.skip_leading);
   });
@@ -155,7 +155,8 @@ at::Tensor read_prefix_range(const model::TransformerModel& model, const Sequenc
   text_pass.input_ids = to_device_ids(Sequence(text.begin(), text.begin() + end), model.device()).unsqueeze(0);
   // Without a suffix, position t of the text itself is what the probes see for prefix t.
   if (suffix.empty()) {
-    SiteReader reader(request, [&](const at::Tensor& hidden) { return hidden[0].narrow(0, first, end - first).to(at::kFloat); });
+    SiteReader reader(request, model.device(),
+                      [&](const at::Tensor& hidden) { return hidden[0].narrow(0, first, end - first).to(at::kFloat); });
     reader.attach(text_pass);
     model.forward(text_pass);
     return reader.stacked();
@@ -179,7 +180,8 @@ at::Tensor read_prefix_range(const model::TransformerModel& model, const Sequenc
     pass.positions = (prefix_lengths.unsqueeze(1) + at::arange(suffix_length, options).unsqueeze(0)).to(model.device());
     pass.prefix = &cache;
     pass.prefix_lengths = prefix_lengths.to(model.device());
-    SiteReader reader(request, [&](const at::Tensor& hidden) { return hidden.select(1, suffix_length - 1).to(at::kFloat); });
+    SiteReader reader(request, model.device(),
+                      [&](const at::Tensor& hidden) { return hidden.select(1, suffix_length - 1).to(at::kFloat); });
     reader.attach(pass);
     model.forward(pass);
     parts.push_back(reader.stacked());

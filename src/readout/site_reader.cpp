@@ -21,8 +21,8 @@ uint32_t hook_bits(Site site) {
 
 }  // namespace
 
-SiteReader::SiteReader(const Request& request, std::function<at::Tensor(const at::Tensor&)> rows_of)
-    : request_(request), rows_of_(std::move(rows_of)), rows_(request.layers.size()) {
+SiteReader::SiteReader(const Request& request, at::Device device, std::function<at::Tensor(const at::Tensor&)> rows_of)
+    : request_(request), device_(device), rows_of_(std::move(rows_of)), rows_(request.layers.size()) {
   if (request.layers.empty()) fail_input("no layers to read");
   for (size_t i = 0; i < request.layers.size(); ++i) slot_[request.layers[i]] = i;
   hook_ = [this](std::string_view name, int64_t layer, const at::Tensor& values) {
@@ -31,8 +31,8 @@ SiteReader::SiteReader(const Request& request, std::function<at::Tensor(const at
     if (request_.site == Site::kExperts && name == "expert_ids") expert_ids_ = values;
     if (name != hook_name(request_.site)) return;
     // An experts row holds the chosen ids, exact in fp32, then their weights.
-    rows_[slot->second] =
-        rows_of_(request_.site == Site::kExperts ? at::cat({expert_ids_.to(at::kFloat), values}, -1) : values);
+    rows_[slot->second] = rows_of_(
+        (request_.site == Site::kExperts ? at::cat({expert_ids_.to(at::kFloat), values}, -1) : values).to(device_));
   };
 }
 

@@ -13,11 +13,12 @@
 
 namespace probekit::readout {
 
-/// Collects, for each requested layer, what `rows_of` makes of the values [B, T, width] at the request's site.
+/// Collects, for each requested layer, what `rows_of` makes of the values [B, T, width] at the request's site,
+/// given on `device` (the model's first: the layers of a model split over devices give them on theirs).
 /// The reader is its hook's target: it is neither copied nor moved.
 class SiteReader {
  public:
-  SiteReader(const Request& request, std::function<at::Tensor(const at::Tensor&)> rows_of);
+  SiteReader(const Request& request, at::Device device, std::function<at::Tensor(const at::Tensor&)> rows_of);
   SiteReader(const SiteReader&) = delete;
   SiteReader& operator=(const SiteReader&) = delete;
 
@@ -31,6 +32,7 @@ class SiteReader {
 
  private:
   const Request& request_;
+  at::Device device_;
   std::function<at::Tensor(const at::Tensor&)> rows_of_;
   std::map<int64_t, size_t> slot_;
   std::vector<at::Tensor> rows_;

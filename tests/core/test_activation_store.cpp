@@ -137,3 +137,46 @@ TEST_CASE("a file whose capture was interrupted is refused, pointing to --resume
                                    "it with capture_activations --resume");
   CHECK_THROWS_WITH(activations::read_attributes(path), doctest::Contains("the file is incomplete"));
 }
+
+namespace {
+
+// A file holding one stored int64 dataset "values" of `rows` rows, each row's value its row + `first`.
+void write_values_file(const std::string& path, int64_t rows, int64_t first) {
+  hdf5::Handle file = hdf5::create_file(path);
+  std::vector<int64_t> values;
+  for (int64_t i = 0; i < rows; ++i) values.push_back(first + i);
+  hdf5::Handle dataset = hdf5::create_dataset(file.get(), "values", H5T_STD_I64LE, {values.size()}, {{values.size()}});
+  hdf5::write_rows(dataset.get(), H5T_NATIVE_INT64, 0, values.size(), values.data());
+}
+
+}  // namespace
+
+TEST_CASE("virtual datasets: read through their sources, which must exist, store their values and keep their shape") {
+  TempDir tmp;
+  make_directories(tmp.file("parts"));
+  write_values_file(tmp.file("parts/a.h5"), 3, 0);
+  write_values_file(tmp.file("parts/b.h5"), 2, 3);
+  {
+    hdf5::Handle file = hdf5::create_file(tmp.file("joined.h5"));
+    hdf5::create_virtual_dataset(file.get(), "values", H5T_STD_I64LE, {5},
+                                 {{"parts/a.h5", "values", 0, 3}, {"parts/b.h5", "values", 3, 2}});
+    hdf5::create_virtual_dataset(file.get(), "gap", H5T_STD_I64LE, {6}, {{"parts/a.h5", "values", 0, 3}});
+    hdf5::create_virtual_dataset(file.get(), "itself", H5T_STD_I64LE, {5}, {{".", "values", 0, 5}});
+  }
+  auto read = [&](const std::string& name) {
+    hdf5::Handle file = hdf5::open_file(tmp.file("joined.h5"), false);
+    auto dataset = hdf5::open_dataset(file.get(), name);
+    std::vector<int64_t> values(hdf5::stored_element_count(dataset->get(), name));
+    hdf5::read_rows(dataset->get(), H5T_NATIVE_INT64, 0, values.size(), values.data());
+    return values;
+  };
+  // The sources are found beside the virtual file, whatever the working directory.
+  CHECK(read("values") == std::vector<int64_t>{0, 1, 2, 3, 4});
+  CHECK_THROWS_WITH(read("gap"), doctest::Contains("gap: its virtual mappings cover 3 of its 6 values"));
+  CHECK_THROWS_WITH(read("itself"), doctest::Contains("maps another virtual dataset"));
+  write_values_file(tmp.file("parts/b.h5"), 4, 3);
+  CHECK_THROWS_WITH(read("values"), doctest::Contains("parts/b.h5:values is [4] but the mapping expects [2]"));
+  std::remove(tmp.file("parts/b.h5").c_str());
+  std::string missing = "its values are read from " + tmp.file("parts/b.h5") + ", which is missing";
+  CHECK_THROWS_WITH(read("values"), doctest::Contains(missing.c_str()));
+}

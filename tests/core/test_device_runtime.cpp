@@ -65,7 +65,7 @@ TEST_CASE("the memory budget on MPS: the recommended working set less what the p
 
 TEST_CASE("an out-of-memory batch on MPS is run in halves, the MPS cache cleared before each retry") {
   testing::FakeDeviceRuntime mac = apple_silicon_mac();
-  OutOfMemoryRetry retry{mac, DeviceChoice{Backend::kMps, 0, "auto"}};
+  OutOfMemoryRetry retry{mac, {DeviceChoice{Backend::kMps, 0, "auto"}}};
   std::vector<std::vector<int64_t>> ran;
   auto fits_two = [&ran](const std::vector<int64_t>& part) {
     if (part.size() > 2) throw std::runtime_error(testing::kMpsOutOfMemory);
@@ -88,6 +88,20 @@ TEST_CASE("an out-of-memory batch on MPS is run in halves, the MPS cache cleared
   CHECK(out_of_memory_retry_warning(Backend::kMps, 8) ==
         "out of MPS memory on a batch of 8 examples; retrying in smaller batches (to avoid the retries, lower "
         "--max-gpu-memory or set a smaller --batch-size)");
+}
+
+TEST_CASE("an out-of-memory batch of a model placed over two GPUs clears the cache of both before its retry") {
+  testing::FakeDeviceRuntime machine;
+  OutOfMemoryRetry retry{machine, {DeviceChoice{Backend::kCuda, 0, "--devices"}, DeviceChoice{Backend::kCuda, 1, "--devices"}}};
+  std::vector<std::vector<int64_t>> ran;
+  run_in_halves({0, 1}, [&ran](const std::vector<int64_t>& part) {
+    if (part.size() > 1) throw std::runtime_error("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 1)");
+    ran.push_back(part);
+  }, retry);
+  CHECK(ran == std::vector<std::vector<int64_t>>{{0}, {1}});
+  CHECK(retry.retries == 1);
+  CHECK(machine.cleared == std::vector<Backend>{Backend::kCuda, Backend::kCuda});
+  CHECK(machine.cleared_indices == std::vector<int>{0, 1});
 }
 
 TEST_CASE("MPS failures say what to do: the operator without a kernel and PYTORCH_ENABLE_MPS_FALLBACK, what to lower") {

@@ -251,8 +251,19 @@ TEST_CASE("hub errors: a gated model needs a token; a missing or private one is 
                     contains("HTTP 403 from " + url + ": probekit-test/gated is a gated model"));
   CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gated", settings), contains("the token from HF_TOKEN was sent"));
   settings.token = "hf_granted";
+  size_t before = mock.requests().size();
   CHECK(is_regular_file(hub::resolve_model("probekit-test/gated", settings).dir + "/model.safetensors"));
-  CHECK(mock.requests().back().authorization == "Bearer hf_granted");
+  // The token goes with every request to the hub, and never to the host LFS files are redirected to (as
+  // huggingface_hub: a CDN's URL is signed), here the same server called "localhost".
+  std::vector<MockHub::Request> requests = mock.requests();
+  int to_hub = 0, to_cdn = 0;
+  for (size_t i = before; i < requests.size(); ++i) {
+    bool cdn = requests[i].path.rfind("/lfs/", 0) == 0;
+    CHECK_MESSAGE(requests[i].authorization == (cdn ? "" : "Bearer hf_granted"), requests[i].method, " ", requests[i].path);
+    (cdn ? to_cdn : to_hub) += 1;
+  }
+  CHECK(to_hub > 0);
+  CHECK(to_cdn == 1);
 
   // 401 is also what a missing repository answers without a token.
   settings.token.clear();

@@ -294,7 +294,7 @@ TEST_CASE("router and experts sites: rows are the routing of single passes, shar
     capture::run_capture(whole);
   }
   auto merged = activations::read_activation_file(
-      capture::merge_shards(capture::find_shard_dirs(tmp.file("sharded")), tmp.file("merged"), false, false)[0]);
+      capture::merge_shards(capture::find_shard_dirs(tmp.file("sharded")), tmp.file("merged"), {})[0]);
   for (Split split : activations::kSplits) {
     CHECK(merged.split(split).expert_ids == unsharded.split(split).expert_ids);
     const auto& a = merged.split(split).expert_weights;

@@ -46,7 +46,7 @@ TEST_CASE("select_compute on an injected Apple machine: MPS, fp32, its memory fi
   CHECK(target.memory().working_set_bytes == mac.reading.working_set_bytes);
   MemoryBudget budget = memory_budget(target.choice.backend, target.memory(), 0, 1ll << 30);
   CHECK(budget.bytes == 13ull << 30);
-  OutOfMemoryRetry retry{*target.device_runtime, target.choice};
+  OutOfMemoryRetry retry{*target.device_runtime, {target.choice}};
   run_in_halves({0, 1}, [](const std::vector<int64_t>& part) {
     if (part.size() > 1) throw std::runtime_error(probekit::testing::kMpsOutOfMemory);
   }, retry);

@@ -489,3 +489,21 @@ TEST_CASE("the live view: each row's text so far and its latest token's labels a
   table.probability = {{0.25, 0.125}};
   CHECK(inference::generated_token_line(token, table, 5, true) == "[1]    2  \" it\"               -");
 }
+
+TEST_CASE("the model's layers split over two devices: the same rankings and per-token scores as one device (fp32)") {
+  TempDir tmp;
+  std::string probes = train_probes(tmp);
+  inference::EngineOptions options;
+  options.model_dir = kModel;
+  options.probes_dir = probes;
+  options.device = "cpu";
+  inference::Engine one = inference::Engine::load(options);
+  options.devices = {"cpu", "cpu"};
+  options.placement = "layers";
+  inference::Engine split = inference::Engine::load(options);
+  const std::vector<std::string> texts = {kText, "I noticed the light change."};
+  std::vector<inference::TextScores> expected = one.score(texts), found = split.score(texts);
+  REQUIRE(found.size() == expected.size());
+  for (size_t i = 0; i < found.size(); ++i) CHECK(found[i].probability == expected[i].probability);
+  CHECK(split.score_tokens(kText).probability == one.score_tokens(kText).probability);
+}

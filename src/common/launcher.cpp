@@ -1,0 +1,110 @@
+#include "common/launcher.h"
+
+#include <cstdlib>
+#include <optional>
+#include <vector>
+
+#include "common/error.h"
+
+namespace probekit {
+
+namespace {
+
+using Environment = std::map<std::string, std::string>;
+
+const std::vector<const char*> kVariables = {
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+    "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_STEP", "SLURM_PROCID",
+    "SLURM_NTASKS", "SLURM_LOCALID"};
+
+// A variable's value as a non-negative integer; nullopt when unset. Anything else is an error naming it.
+std::optional<int64_t> read_count(const Environment& environment, const std::string& name) {
+  auto found = environment.find(name);
+  if (found == environment.end()) return std::nullopt;
+  const std::string& text = found->second;
+  if (text.empty() || text.size() > 12 || text.find_first_not_of("0123456789") != std::string::npos) {
+    fail_input("--shard auto: {}={} is not a non-negative integer", name, text);
+  }
+  return std::stoll(text);
+}
+
+std::string assignment(const Environment& environment, const std::string& name) {
+  auto found = environment.find(name);
+  return found == environment.end() ? "" : name + "=" + found->second;
+}
+
+// The rank from a launcher's (rank, size[, local]) variables: nullopt when neither rank nor size is set,
+// an error when only one is or the rank is not below the size.
+std::optional<LaunchRank> read_pair(const Environment& environment, const char* launcher, const std::string& rank_name,
+                                    const std::string& size_name, const std::string& local_name) {
+  std::optional<int64_t> rank = read_count(environment, rank_name), size = read_count(environment, size_name);
+  if (!rank && !size) return std::nullopt;
+  if (!rank || !size) {
+    fail_input("--shard auto: {} sets {} but not {}", launcher, rank ? rank_name : size_name, rank ? size_name : rank_name);
+  }
+  if (*size < 1 || *rank >= *size) {
+    fail_input("--shard auto: {}: {}={} is not a rank of {}={} (expected 0 <= rank < size)", launcher, rank_name, *rank,
+               size_name, *size);
+  }
+  LaunchRank found{launcher, *rank, *size, read_count(environment, local_name).value_or(-1), ""};
+  found.source = assignment(environment, rank_name) + " " + assignment(environment, size_name);
+  if (found.local_rank >= 0) found.source += " " + assignment(environment, local_name);
+  return found;
+}
+
+// A Slurm job array's element as a rank: ids need not start at 0 (--array=1-4) and may step (--array=0-9:3).
+std::optional<LaunchRank> read_job_array(const Environment& environment) {
+  std::optional<int64_t> id = read_count(environment, "SLURM_ARRAY_TASK_ID");
+  if (!id) return std::nullopt;
+  std::optional<int64_t> count = read_count(environment, "SLURM_ARRAY_TASK_COUNT");
+  if (!count) fail_input("--shard auto: Slurm sets SLURM_ARRAY_TASK_ID={} but not SLURM_ARRAY_TASK_COUNT", *id);
+  int64_t first = read_count(environment, "SLURM_ARRAY_TASK_MIN").value_or(0);
+  int64_t step = read_count(environment, "SLURM_ARRAY_TASK_STEP").value_or(1);
+  int64_t offset = *id - first;
+  if (*count < 1 || step < 1 || offset < 0 || offset % step != 0 || offset / step >= *count) {
+    fail_input("--shard auto: Slurm job array task {} (min {}, step {}) is not one of its {} tasks; use a contiguous "
+               "array such as --array=0-{}",
+               *id, first, step, *count, *count - 1);
+  }
+  LaunchRank found{"Slurm job array", offset / step, *count, -1, ""};
+  for (const char* name : {"SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_STEP", "SLURM_ARRAY_TASK_COUNT"}) {
+    std::string text = assignment(environment, name);
+    if (!text.empty()) found.source += (found.source.empty() ? "" : " ") + text;
+  }
+  return found;
+}
+
+}  // namespace
+
+LaunchRank launch_rank(const Environment& environment) {
+  if (auto torchrun = read_pair(environment, "torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK")) return *torchrun;
+  if (auto mpi = read_pair(environment, "Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                           "OMPI_COMM_WORLD_LOCAL_RANK")) {
+    return *mpi;
+  }
+  std::optional<LaunchRank> array = read_job_array(environment);
+  std::optional<LaunchRank> tasks = read_pair(environment, "Slurm srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID");
+  if (array && tasks && tasks->world_size > 1) {
+    // Each array element runs srun with several tasks: task t of element a is rank a * tasks + t.
+    return LaunchRank{"Slurm job array x srun", array->rank * tasks->world_size + tasks->rank,
+                      array->world_size * tasks->world_size, tasks->local_rank, array->source + " " + tasks->source};
+  }
+  if (array) {
+    array->local_rank = tasks ? tasks->local_rank : read_count(environment, "SLURM_LOCALID").value_or(-1);
+    return *array;
+  }
+  if (tasks) return *tasks;
+  fail_input("--shard auto: no launcher found in the environment: expected torchrun's RANK and WORLD_SIZE, Open MPI's "
+             "OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE, a Slurm job array's SLURM_ARRAY_TASK_ID and "
+             "SLURM_ARRAY_TASK_COUNT, or srun's SLURM_PROCID and SLURM_NTASKS; or give the shard as --shard I/N");
+}
+
+std::map<std::string, std::string> launcher_environment() {
+  Environment environment;
+  for (const char* name : kVariables) {
+    if (const char* value = std::getenv(name)) environment[name] = value;
+  }
+  return environment;
+}
+
+}  // namespace probekit

@@ -1,0 +1,140 @@
+#include "server/handlers.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "device/device_select.h"
+#include "inference/session.h"
+
+namespace probekit::server {
+
+namespace {
+
+inference::Display display_of(const ViewQuery& view) {
+  inference::Display display;
+  display.top_k = view.top_k;
+  display.threshold = view.threshold;
+  display.calibrated = view.calibrated;
+  display.mode = view.mode;
+  display.aggregate = inference::parse_aggregate(view.aggregate);
+  display.json = true;
+  return display;
+}
+
+// The rows of the loaded layers a query names, in the order they are loaded.
+std::vector<size_t> layer_rows(const inference::Engine& engine, const std::vector<int64_t>& asked) {
+  const std::vector<int64_t>& loaded = engine.layers();
+  std::vector<size_t> rows;
+  for (size_t i = 0; i < asked.size(); ++i) {
+    auto found = std::find(loaded.begin(), loaded.end(), asked[i]);
+    if (found == loaded.end()) {
+      std::string field = fmt::format("layers[{}]", i);
+      throw RequestError(400, fmt::format("'{}': layer {} has no probes loaded (loaded layers: {})", field, asked[i],
+                                          fmt::join(loaded, ", ")),
+                         field);
+    }
+    rows.push_back(static_cast<size_t>(found - loaded.begin()));
+  }
+  if (asked.empty()) {
+    for (size_t l = 0; l < loaded.size(); ++l) rows.push_back(l);
+  }
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  return rows;
+}
+
+// One layer, or each label at its best layer: multi_probe_inference's single-layer layout.
+bool single_layer(const ServerContext& context, const ViewQuery& view) {
+  return context.options.engine.best_layer || layer_rows(context.engine, view.layers).size() == 1;
+}
+
+}  // namespace
+
+inference::ScoreTable query_table(const ServerContext& context, const std::vector<std::vector<double>>& probability,
+                                  const ViewQuery& view) {
+  inference::ScoreTable all = inference::table_of(context.engine, probability, display_of(view));
+  inference::ScoreTable table{{}, all.labels, {}, {}, {}};
+  for (size_t l : layer_rows(context.engine, view.layers)) {
+    table.layers.push_back(all.layers[l]);
+    table.probability.push_back(all.probability[l]);
+    table.threshold.push_back(all.threshold[l]);
+    table.auc.push_back(all.auc[l]);
+  }
+  return table;
+}
+
+void check_view(const ServerContext& context, const ViewQuery& view) {
+  if (view.calibrated && context.engine.multiclass()) {
+    throw RequestError(400, "'calibrated': the probes are a multiclass probe (train_probes), whose classes have no "
+                            "thresholds of their own; use 'threshold'",
+                       "calibrated");
+  }
+  layer_rows(context.engine, view.layers);
+}
+
+void check_text_length(const ServerContext& context, const std::string& text, const std::string& field) {
+  // Every token covers at least one byte, so a text of no more bytes than the bound is within it untokenized.
+  auto limit = static_cast<size_t>(context.options.limits.max_tokens);
+  if (text.size() <= limit) return;
+  size_t tokens = context.engine.tokenizer().encode(text, false).size();
+  if (tokens > limit) {
+    throw RequestError(413,
+                       fmt::format("'{}' is {} tokens long, more than this server's limit of {} tokens per text (--max-tokens)",
+                                   field, tokens, limit),
+                       field);
+  }
+}
+
+Json rank_response(const ServerContext& context, const RankQuery& query, Clock::time_point deadline) {
+  check_view(context, query.view);
+  for (size_t i = 0; i < query.texts.size(); ++i) check_text_length(context, query.texts[i], fmt::format("texts[{}]", i));
+  std::vector<inference::TextScores> scores = context.scheduler.score(query.texts, deadline);
+  inference::Display display = display_of(query.view);
+  bool one_layer = single_layer(context, query.view);
+  Json results = Json::array();
+  for (size_t i = 0; i < scores.size(); ++i) {
+    results.push_back(inference::ranking_json(query_table(context, scores[i].probability, query.view), query.texts[i],
+                                              display, one_layer, context.engine.multiclass()));
+  }
+  return {{"results", results}};
+}
+
+Json per_token_response(const ServerContext& context, const PerTokenQuery& query, Clock::time_point deadline) {
+  check_view(context, query.view);
+  check_text_length(context, query.text, "text");
+  const inference::Engine& engine = context.engine;
+  std::string text = query.text;
+  inference::TokenScores scores = context.scheduler.run_alone<inference::TokenScores>(
+      [&engine, text] { return engine.score_tokens(text); }, deadline);
+  std::vector<inference::ScoreTable> tables;
+  for (const auto& probability : scores.probability) tables.push_back(query_table(context, probability, query.view));
+  return inference::per_token_json(query.text, scores, tables);
+}
+
+Json info_response(const ServerContext& context, int64_t open_streams, bool generation) {
+  const inference::Engine& engine = context.engine;
+  const Limits& l = context.options.limits;
+  SchedulerStats stats = context.scheduler.stats();
+  std::string model = context.options.engine.model_dir.empty() ? engine.model_dir() : context.options.engine.model_dir;
+  return {{"model", model},
+          {"model_dir", engine.model_dir()},
+          {"probes_dir", context.options.engine.probes_dir},
+          {"device", engine.target().device.str()},
+          {"dtype", device::dtype_name(engine.target().dtype_choice.dtype)},
+          {"layers", engine.layers()},
+          {"labels", engine.labels()},
+          {"multiclass", engine.multiclass()},
+          {"best_layer", context.options.engine.best_layer},
+          {"prompt_suffix", engine.prompt_suffix()},
+          {"generation", generation},
+          {"limits", {{"max_body_bytes", l.max_body_bytes}, {"max_texts", l.max_texts}, {"max_tokens", l.max_tokens},
+                      {"max_new_tokens", l.max_new_tokens}, {"max_streams", l.max_streams},
+                      {"max_queued_texts", l.max_queued_texts}, {"request_timeout_s", l.request_timeout_s}}},
+          {"stats", {{"cycles", stats.cycles}, {"texts_scored", stats.texts_scored},
+                     {"batched_requests", stats.batched_requests}, {"exclusive_jobs", stats.exclusive_jobs},
+                     {"open_streams", open_streams}}}};
+}
+
+}  // namespace probekit::server

@@ -1,0 +1,45 @@
+// What each JSON endpoint answers, apart from HTTP: a parsed query in, the response body out, RequestError for
+// what the server refuses. The numbers come from the engine through the scheduler; the layout is
+// multi_probe_inference --json's (ranking_json, per_token_json).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/json.h"
+#include "inference/engine.h"
+#include "inference/ranking.h"
+#include "server/options.h"
+#include "server/requests.h"
+#include "server/scheduler.h"
+
+namespace probekit::server {
+
+/// What a handler works with.
+struct ServerContext {
+  const inference::Engine& engine;
+  Scheduler& scheduler;
+  const ServerOptions& options;
+};
+
+/// The table of one text's probabilities that a query asks to see: its layers only (all loaded ones by default),
+/// with its threshold or the probes' calibrated ones. Throws RequestError naming a layer that is not loaded.
+inference::ScoreTable query_table(const ServerContext& context, const std::vector<std::vector<double>>& probability,
+                                  const ViewQuery& view);
+
+/// Refuses a view the probes cannot give: a layer without probes, calibrated thresholds of a multiclass probe.
+void check_view(const ServerContext& context, const ViewQuery& view);
+
+/// Refuses a text longer than --max-tokens, naming `field`.
+void check_text_length(const ServerContext& context, const std::string& text, const std::string& field);
+
+/// POST /v1/rank: {"results": [one ranking per text, as multi_probe_inference --json shows it]}.
+Json rank_response(const ServerContext& context, const RankQuery& query, Clock::time_point deadline);
+
+/// POST /v1/per-token: multi_probe_inference --per-token --json's object for the text.
+Json per_token_response(const ServerContext& context, const PerTokenQuery& query, Clock::time_point deadline);
+
+/// GET /v1/info: the model, device, layers, labels, the bounds and what the worker has done.
+Json info_response(const ServerContext& context, int64_t open_streams, bool generation);
+
+}  // namespace probekit::server

@@ -1,0 +1,62 @@
+#include "server/options.h"
+
+#include "common/cli.h"
+#include "common/error.h"
+
+namespace probekit::server {
+
+void add_server_flags(CLI::App& app, ServerOptions& o) {
+  inference::EngineOptions& e = o.engine;
+  Limits& l = o.limits;
+  app.add_option("--probes-dir", e.probes_dir,
+                 "Probes directory (probes.json, or layer_{L}/ folders) of train_binary_probes, or of train_probes")
+      ->required();
+  add_model_options(app, e.model_dir, "The checkpoint the probes were trained on (default: the one recorded with them)");
+  add_layers_option(app, e.layers, "Layers of a multi-layer probes directory to load: 8 17, 8,17, 21-30 or all (default: all)");
+  app.add_flag("--best-layer", e.best_layer, "Score each label at its best layer (per_action_layer_analysis.json)");
+  app.add_flag("--force", e.force, "Run probes recorded for another model than --model (a warning, not an error)");
+  app.add_option("--batch-size", e.batch_size, "Texts per forward pass (queued requests are scored together)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  add_device_options(app, e.device, e.dtype);
+  app.add_flag_callback("--no-generate", [&e] { e.generate = false; },
+                        "Load the model only up to the deepest probed layer, without the LM head: less memory, no "
+                        "/v1/generate");
+  app.add_option("--host", o.host, "Address to listen on (another than loopback needs --api-key)")->capture_default_str();
+  app.add_option("--port", o.port, "Port to listen on (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
+  app.add_option("--api-key", o.api_key, "Bearer token every /v1/ request must carry (Authorization: Bearer KEY)");
+  app.add_option("--http-threads", o.http_threads, "Connections served at once, open streams included")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 1024));
+  app.add_option("--max-body-bytes", l.max_body_bytes, "Largest request body")->capture_default_str()->check(CLI::Range(int64_t{64}, int64_t{1} << 30));
+  app.add_option("--max-texts", l.max_texts, "Most texts in one /v1/rank request")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--max-tokens", l.max_tokens, "Most tokens of one text or prompt")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  app.add_option("--max-new-tokens", l.max_new_tokens, "Most tokens one /v1/generate request may ask for")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--max-streams", l.max_streams, "Most /v1/generate streams open at once")->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1000}));
+  app.add_option("--max-queued-texts", l.max_queued_texts, "Most texts waiting for the device, all requests together")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  app.add_option("--request-timeout", l.request_timeout_s, "Seconds a request (or a stream) may take in all")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 86400.0));
+}
+
+bool is_loopback_host(const std::string& host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
+}
+
+void check_server_options(const ServerOptions& o) {
+  if (!is_loopback_host(o.host) && o.api_key.empty()) {
+    fail_usage("--host {}: listening beyond this machine (loopback) needs --api-key, the bearer token every request "
+               "must then carry",
+               o.host);
+  }
+  if (o.limits.max_streams >= o.http_threads) {
+    fail_usage("--max-streams {} leaves none of the {} --http-threads for other requests; raise --http-threads",
+               o.limits.max_streams, o.http_threads);
+  }
+}
+
+}  // namespace probekit::server

@@ -1,0 +1,36 @@
+// probe_server's options: where it listens, who may call it, and every bound on what a request may ask, in one
+// struct (each bound is a flag; the README lists them with their defaults).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "inference/engine.h"
+#include "server/limits.h"
+
+namespace probekit::server {
+
+struct ServerOptions {
+  ServerOptions() { engine.generate = true; }  // /v1/generate needs the whole model and its LM head
+
+  inference::EngineOptions engine;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string api_key;   // --api-key: the bearer token /v1/ requests must carry (required off loopback)
+  int http_threads = 16;  // --http-threads: connections served at once, streams included
+  Limits limits;
+};
+
+/// Declares probe_server's flags on `app`, writing into `options`.
+void add_server_flags(CLI::App& app, ServerOptions& options);
+
+/// True for the loopback addresses (127.0.0.0/8, ::1, localhost).
+bool is_loopback_host(const std::string& host);
+
+/// Checks the flags together: a host other than loopback needs --api-key, and streams need HTTP threads to spare
+/// for the other requests. Throws UsageError (exit 2).
+void check_server_options(const ServerOptions& options);
+
+}  // namespace probekit::server

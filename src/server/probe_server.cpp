@@ -1,0 +1,281 @@
+#include "server/probe_server.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <httplib.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "common/error.h"
+#include "server/generation_stream.h"
+#include "server/handlers.h"
+#include "server/requests.h"
+
+namespace probekit::server {
+
+namespace {
+
+const char* const kEndpoints = "GET /, GET /healthz, GET /v1/info, POST /v1/rank, POST /v1/per-token, POST /v1/generate";
+
+void send_json(httplib::Response& res, int status, const Json& body) {
+  res.status = status;
+  res.set_content(dump_json(body), "application/json");
+}
+
+void send_error(httplib::Response& res, int status, const std::string& message, const std::string& field = "") {
+  send_json(res, status, error_body(message, field));
+}
+
+void check_json_body(const httplib::Request& req) {
+  if (req.get_header_value("Content-Type").rfind("application/json", 0) != 0) {
+    throw RequestError(415, "send the body as JSON, with the header Content-Type: application/json");
+  }
+}
+
+// Compares the whole token whatever the first difference, so the time taken says nothing about the key.
+bool same_secret(const std::string& given, const std::string& key) {
+  unsigned char difference = given.size() == key.size() ? 0 : 1;
+  for (size_t i = 0; i < given.size(); ++i) difference |= static_cast<unsigned char>(given[i] ^ key[i % key.size()]);
+  return difference == 0;
+}
+
+Clock::time_point deadline_of(const Limits& limits) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limits.request_timeout_s));
+}
+
+// A JSON endpoint: the body parsed by `parse`, answered by `answer`; every refusal becomes a JSON error.
+template <typename Parse, typename Answer>
+httplib::Server::Handler json_endpoint(Parse parse, Answer answer, const ServerOptions& options) {
+  return [parse, answer, &options](const httplib::Request& req, httplib::Response& res) {
+    Clock::time_point deadline = deadline_of(options.limits);
+    try {
+      check_json_body(req);
+      send_json(res, 200, answer(parse(req.body, options.limits), deadline));
+    } catch (const RequestError& e) {
+      send_error(res, e.status(), e.what(), e.field());
+    } catch (const std::invalid_argument& e) {
+      send_error(res, 400, e.what());
+    } catch (const std::exception& e) {
+      spdlog::error("{} {}: {}", req.method, req.path, e.what());
+      send_error(res, 500, fmt::format("internal error: {}", e.what()));
+    }
+  };
+}
+
+}  // namespace
+
+ProbeServer::ProbeServer(const ServerOptions& options)
+    : options_(options), engine_(inference::Engine::load(options.engine)) {
+  scheduler_ = std::make_unique<Scheduler>(engine_, options_.limits.max_queued_texts);
+  http_ = std::make_unique<httplib::Server>();
+  size_t threads = static_cast<size_t>(options_.http_threads);
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http_->set_payload_max_length(static_cast<size_t>(options_.limits.max_body_bytes));
+  http_->set_keep_alive_timeout(5);
+  add_error_handlers();
+  add_routes();
+}
+
+ProbeServer::~ProbeServer() { stop(); }
+
+void ProbeServer::add_routes() {
+  ServerContext context{engine_, *scheduler_, options_};
+  http_->Get("/", [](const httplib::Request&, httplib::Response& res) {
+    // Nothing from elsewhere may load: the page is self-contained and talks to this server only.
+    res.set_header("Content-Security-Policy",
+                   "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "
+                   "img-src data:");
+    res.set_content(page_html(), "text/html; charset=utf-8");
+  });
+  http_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) { send_json(res, 200, {{"status", "ok"}}); });
+  http_->Get("/v1/info", [this, context](const httplib::Request&, httplib::Response& res) {
+    send_json(res, 200, info_response(context, open_streams_, options_.engine.generate));
+  });
+  http_->Post("/v1/rank", json_endpoint(parse_rank_query,
+                                        [context](const RankQuery& q, Clock::time_point deadline) {
+                                          return rank_response(context, q, deadline);
+                                        },
+                                        options_));
+  http_->Post("/v1/generate", [this, context](const httplib::Request& req, httplib::Response& res) {
+    try {
+      check_json_body(req);
+      stream_generation(context, parse_generate_query(req.body, options_.limits), res);
+    } catch (const RequestError& e) {
+      send_error(res, e.status(), e.what(), e.field());
+    } catch (const std::invalid_argument& e) {
+      send_error(res, 400, e.what());
+    }
+  });
+  http_->Post("/v1/per-token", json_endpoint(parse_per_token_query,
+                                             [context](const PerTokenQuery& q, Clock::time_point deadline) {
+                                               return per_token_response(context, q, deadline);
+                                             },
+                                             options_));
+}
+
+// A generation as server-sent events. The slot taken here (--max-streams) is given back when the connection ends,
+// however it ends; a client that goes away cancels the generation at its next token.
+void ProbeServer::stream_generation(const ServerContext& context, const GenerateQuery& query, httplib::Response& res) {
+  if (!options_.engine.generate) throw RequestError(404, "this server was started with --no-generate");
+  if (open_streams_.fetch_add(1) >= options_.limits.max_streams) {
+    --open_streams_;
+    throw RequestError(429, fmt::format("{} generation streams are open, this server's limit (--max-streams); try again "
+                                        "when one ends",
+                                        options_.limits.max_streams));
+  }
+  auto stream = std::make_shared<EventStream>();
+  try {
+    start_generation(context, query, stream, deadline_of(options_.limits));
+  } catch (...) {
+    --open_streams_;
+    throw;
+  }
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [stream](size_t, httplib::DataSink& sink) {
+        bool last = false;
+        // A comment line every second while the worker is busy elsewhere finds a client that went away.
+        std::optional<std::string> event = stream->next(std::chrono::milliseconds(1000), last);
+        std::string bytes = event ? *event : std::string(": waiting\n\n");
+        if (!sink.write(bytes.data(), bytes.size())) return false;
+        if (last) sink.done();
+        return true;
+      },
+      [this, stream](bool) {
+        stream->cancel();
+        --open_streams_;
+      });
+}
+
+void ProbeServer::add_error_handlers() {
+  const Limits& limits = options_.limits;
+  std::string api_key = options_.api_key;
+  http_->set_pre_routing_handler([api_key](const httplib::Request& req, httplib::Response& res) {
+    if (api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    if (same_secret(req.get_header_value("Authorization"), "Bearer " + api_key)) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    res.set_header("WWW-Authenticate", "Bearer");
+    send_error(res, 401, "this server needs its API key: send the header Authorization: Bearer KEY (--api-key)");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  // httplib's own refusals (no such route, a body past the limit, a malformed request) come without a body.
+  http_->set_error_handler(httplib::Server::HandlerWithResponse([&limits](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    if (res.status == 404) {
+      send_error(res, 404, fmt::format("no endpoint {} {} (the endpoints: {})", req.method, req.path, kEndpoints));
+    } else if (res.status == 413) {
+      send_error(res, 413, fmt::format("the request body is larger than this server's limit of {} bytes (--max-body-bytes)",
+                                       limits.max_body_bytes));
+    } else {
+      send_error(res, res.status, fmt::format("the server could not read the request (HTTP {})", res.status));
+    }
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  http_->set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr error) {
+    std::string what = "unknown exception";
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    spdlog::error("{} {}: {}", req.method, req.path, what);
+    send_error(res, 500, fmt::format("internal error: {}", what));
+  });
+}
+
+int ProbeServer::bind() {
+  int port = options_.port;
+  bool bound = port == 0 ? (port = http_->bind_to_any_port(options_.host)) > 0 : http_->bind_to_port(options_.host, port);
+  if (!bound) {
+    fail("cannot listen on {} port {}: the port is taken, or {} is not an address of this machine", options_.host,
+         options_.port, options_.host);
+  }
+  return port;
+}
+
+void ProbeServer::serve() {
+  if (!http_->listen_after_bind() && !stopping_) fail("the server stopped accepting connections on {}", options_.host);
+}
+
+void ProbeServer::stop() {
+  if (stopping_.exchange(true)) return;
+  scheduler_->stop();
+  http_->stop();
+}
+
+namespace {
+
+// SIGINT and SIGTERM blocked in this thread and every thread started after, so one thread can wait for them.
+sigset_t block_stop_signals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
+
+// The stop signal that arrived within about 100 ms, or 0.
+int wait_stop_signal(const sigset_t& signals) {
+#ifdef __linux__
+  timespec interval{0, 100 * 1000 * 1000};
+  int signal = sigtimedwait(&signals, nullptr, &interval);
+  return signal > 0 ? signal : 0;
+#else
+  // macOS has no sigtimedwait: look at the blocked signals pending, and take one with sigwait, which then returns
+  // at once.
+  sigset_t pending;
+  sigemptyset(&pending);
+  sigpending(&pending);
+  if (sigismember(&pending, SIGINT) == 1 || sigismember(&pending, SIGTERM) == 1) {
+    int signal = 0;
+    if (sigwait(&signals, &signal) == 0) return signal;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return 0;
+#endif
+}
+
+}  // namespace
+
+void run_probe_server(const ServerOptions& options) {
+  check_server_options(options);
+  sigset_t signals = block_stop_signals();
+  ProbeServer server(options);
+  int port = server.bind();
+  std::string host = options.host.find(':') != std::string::npos && options.host.front() != '[' ? "[" + options.host + "]"
+                                                                                                  : options.host;
+  fmt::print("probe_server: {} labels, layers {}, on http://{}:{}/\n", server.engine().labels().size(),
+             fmt::join(server.engine().layers(), ","), host, port);
+  std::fflush(stdout);
+  std::atomic<bool> served{false};
+  std::thread watcher([&] {
+    while (!served) {
+      if (int signal = wait_stop_signal(signals); signal > 0) {
+        spdlog::info("{}: shutting down", strsignal(signal));
+        server.stop();
+        return;
+      }
+    }
+  });
+  try {
+    server.serve();
+  } catch (...) {
+    served = true;
+    watcher.join();
+    throw;
+  }
+  served = true;
+  watcher.join();
+  spdlog::info("stopped");
+}
+
+}  // namespace probekit::server

@@ -1,0 +1,62 @@
+// probe_server as a library: the model and probes loaded once, served over HTTP (cpp-httplib) with a JSON API and
+// a web page. The handlers call the same library functions multi_probe_inference calls (the engine, table_of,
+// ranking_json, per_token_json), so the numbers and fields are the tool's; the device is used by one scheduler
+// worker only.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "inference/engine.h"
+#include "server/handlers.h"
+#include "server/options.h"
+#include "server/scheduler.h"
+
+namespace httplib {
+class Server;
+struct Response;
+}  // namespace httplib
+
+namespace probekit::server {
+
+class ProbeServer {
+ public:
+  /// Loads the engine (model, tokenizer, probes) and declares the routes; serves nothing yet.
+  explicit ProbeServer(const ServerOptions& options);
+  ~ProbeServer();
+  ProbeServer(const ProbeServer&) = delete;
+  ProbeServer& operator=(const ProbeServer&) = delete;
+
+  /// Binds --host and --port (0: any free port) and returns the port; throws when it cannot.
+  int bind();
+  /// Serves connections until stop(); call after bind().
+  void serve();
+  /// Ends open streams, refuses queued work and stops serving; safe from any thread, idempotent.
+  void stop();
+
+  const inference::Engine& engine() const { return engine_; }
+  Scheduler& scheduler() { return *scheduler_; }
+  int64_t open_streams() const { return open_streams_; }
+
+ private:
+  void add_routes();
+  void add_error_handlers();
+  void stream_generation(const ServerContext& context, const GenerateQuery& query, httplib::Response& res);
+
+  ServerOptions options_;
+  inference::Engine engine_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<httplib::Server> http_;
+  std::atomic<int64_t> open_streams_{0};
+  std::atomic<bool> stopping_{false};
+};
+
+/// The web page served at / (src/server/page.html, embedded at build time).
+const std::string& page_html();
+
+/// probe_server's body: checks the flags, loads, prints the URL on stdout, serves until SIGINT or SIGTERM and
+/// then shuts down cleanly (open streams end, queued requests get 503).
+void run_probe_server(const ServerOptions& options);
+
+}  // namespace probekit::server

@@ -1,0 +1,211 @@
+#include "server/requests.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+namespace probekit::server {
+
+namespace {
+
+constexpr int kBadRequest = 400;
+constexpr int kTooLarge = 413;
+
+// A JSON value shown in a message, cut short: a request may hold megabytes.
+std::string shown(const Json& value) {
+  std::string text = dump_json(value);
+  return text.size() > 60 ? text.substr(0, 57) + "..." : text;
+}
+
+[[noreturn]] void wrong_type(const std::string& field, const char* expected, const Json& value) {
+  throw RequestError(kBadRequest, fmt::format("'{}' must be {}, got {}", field, expected, shown(value)), field);
+}
+
+// The fields of one request body: each read once, typed and range-checked; whatever is left is unknown.
+class BodyFields {
+ public:
+  explicit BodyFields(std::string_view body) {
+    try {
+      object_ = parse_json(body, "the request body");
+    } catch (const std::exception& e) {
+      throw RequestError(kBadRequest, e.what());
+    }
+    if (!object_.is_object()) {
+      throw RequestError(kBadRequest, fmt::format("the request body must be a JSON object, got {}", shown(object_)));
+    }
+  }
+
+  // The field's value, or nullptr when it is absent or null.
+  const Json* take(const std::string& key) {
+    taken_.insert(key);
+    auto found = object_.find(key);
+    return found == object_.end() || found->is_null() ? nullptr : &*found;
+  }
+
+  const Json& required(const std::string& key) {
+    const Json* value = take(key);
+    if (value == nullptr) throw RequestError(kBadRequest, fmt::format("'{}' is missing", key), key);
+    return *value;
+  }
+
+  int64_t integer(const std::string& key, int64_t fallback, int64_t low, int64_t high) {
+    const Json* value = take(key);
+    if (value == nullptr) return fallback;
+    if (!value->is_number_integer()) wrong_type(key, "an integer", *value);
+    // A JSON parser reads every non-negative integer as unsigned, which may exceed int64_t.
+    bool in_range = value->is_number_unsigned()
+                        ? value->get<uint64_t>() <= static_cast<uint64_t>(high) &&
+                              (low <= 0 || value->get<uint64_t>() >= static_cast<uint64_t>(low))
+                        : value->get<int64_t>() >= low && value->get<int64_t>() <= high;
+    if (!in_range) {
+      throw RequestError(kBadRequest, fmt::format("'{}' must be from {} to {}, got {}", key, low, high, shown(*value)), key);
+    }
+    return value->get<int64_t>();
+  }
+
+  double number(const std::string& key, double fallback, double low, double high) {
+    const Json* value = take(key);
+    if (value == nullptr) return fallback;
+    if (!value->is_number()) wrong_type(key, "a number", *value);
+    double x = value->get<double>();
+    if (!std::isfinite(x) || x < low || x > high) {
+      throw RequestError(kBadRequest, fmt::format("'{}' must be a number from {} to {}, got {}", key, low, high, shown(*value)), key);
+    }
+    return x;
+  }
+
+  bool boolean(const std::string& key, bool fallback) {
+    const Json* value = take(key);
+    if (value == nullptr) return fallback;
+    if (!value->is_boolean()) wrong_type(key, "true or false", *value);
+    return value->get<bool>();
+  }
+
+  std::string choice(const std::string& key, const std::string& fallback, const std::set<std::string>& allowed) {
+    const Json* value = take(key);
+    if (value == nullptr) return fallback;
+    if (!value->is_string() || allowed.count(value->get<std::string>()) == 0) {
+      std::string names;
+      for (const std::string& name : allowed) names += (names.empty() ? "" : ", ") + name;
+      throw RequestError(kBadRequest, fmt::format("'{}' must be one of {}, got {}", key, names, shown(*value)), key);
+    }
+    return value->get<std::string>();
+  }
+
+  // Throws naming the first field no reader took.
+  void reject_unknown() const {
+    for (const auto& [key, value] : object_.items()) {
+      if (taken_.count(key) == 0) {
+        std::string known;
+        for (const std::string& name : taken_) known += (known.empty() ? "" : ", ") + name;
+        throw RequestError(kBadRequest, fmt::format("unknown field '{}' (this request takes {})", key, known), key);
+      }
+    }
+  }
+
+ private:
+  Json object_;
+  std::set<std::string> taken_;
+};
+
+// A text to score: a non-empty string, at most --max-body-bytes long anyway (the body holds it).
+std::string text_value(const Json& value, const std::string& field) {
+  if (!value.is_string()) wrong_type(field, "a string", value);
+  std::string text = value.get<std::string>();
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
+    throw RequestError(kBadRequest, fmt::format("'{}' is empty: give the text to analyze", field), field);
+  }
+  return text;
+}
+
+std::vector<int64_t> layer_list(BodyFields& fields) {
+  const Json* value = fields.take("layers");
+  if (value == nullptr) return {};
+  if (!value->is_array()) wrong_type("layers", "a list of layer numbers", *value);
+  std::vector<int64_t> layers;
+  for (size_t i = 0; i < value->size(); ++i) {
+    const Json& layer = (*value)[i];
+    std::string field = fmt::format("layers[{}]", i);
+    if (!layer.is_number_integer() || (layer.is_number_unsigned() && layer.get<uint64_t>() > (1u << 30))) {
+      wrong_type(field, "a layer number", layer);
+    }
+    layers.push_back(layer.get<int64_t>());
+  }
+  if (layers.empty()) throw RequestError(kBadRequest, "'layers' is empty: name at least one layer, or leave it out", "layers");
+  return layers;
+}
+
+ViewQuery view_fields(BodyFields& fields, bool with_modes) {
+  ViewQuery view;
+  view.top_k = fields.integer("top_k", view.top_k, 1, std::numeric_limits<int32_t>::max());
+  view.threshold = fields.number("threshold", view.threshold, 0, 1);
+  view.calibrated = fields.boolean("calibrated", view.calibrated);
+  view.layers = layer_list(fields);
+  if (with_modes) {
+    view.mode = fields.choice("mode", view.mode, {"all", "by-action", "by-layer"});
+    view.aggregate = fields.choice("aggregate", view.aggregate, {"max", "mean"});
+  }
+  return view;
+}
+
+}  // namespace
+
+RankQuery parse_rank_query(std::string_view body, const Limits& limits) {
+  BodyFields fields(body);
+  RankQuery query;
+  const Json& texts = fields.required("texts");
+  if (!texts.is_array()) wrong_type("texts", "a list of strings", texts);
+  if (texts.empty()) throw RequestError(kBadRequest, "'texts' is empty: give at least one text", "texts");
+  if (static_cast<int64_t>(texts.size()) > limits.max_texts) {
+    throw RequestError(kTooLarge,
+                       fmt::format("'texts' holds {} texts, more than this server's limit of {} per request (--max-texts)",
+                                   texts.size(), limits.max_texts),
+                       "texts");
+  }
+  for (size_t i = 0; i < texts.size(); ++i) query.texts.push_back(text_value(texts[i], fmt::format("texts[{}]", i)));
+  query.view = view_fields(fields, true);
+  fields.reject_unknown();
+  return query;
+}
+
+PerTokenQuery parse_per_token_query(std::string_view body, const Limits&) {
+  BodyFields fields(body);
+  PerTokenQuery query;
+  query.text = text_value(fields.required("text"), "text");
+  query.view = view_fields(fields, false);
+  fields.reject_unknown();
+  return query;
+}
+
+GenerateQuery parse_generate_query(std::string_view body, const Limits& limits) {
+  BodyFields fields(body);
+  GenerateQuery query;
+  query.prompt = text_value(fields.required("prompt"), "prompt");
+  query.max_new_tokens = fields.integer("max_new_tokens", std::min(query.max_new_tokens, limits.max_new_tokens), 1,
+                                        std::numeric_limits<int64_t>::max());
+  if (query.max_new_tokens > limits.max_new_tokens) {
+    throw RequestError(kTooLarge,
+                       fmt::format("'max_new_tokens' asks for {} tokens, more than this server's limit of {} (--max-new-tokens)",
+                                   query.max_new_tokens, limits.max_new_tokens),
+                       "max_new_tokens");
+  }
+  query.temperature = fields.number("temperature", query.temperature, 0, 100);
+  query.sample_top_k = fields.integer("sample_top_k", query.sample_top_k, 0, std::numeric_limits<int32_t>::max());
+  query.top_p = fields.number("top_p", query.top_p, 0, 1);
+  if (query.top_p == 0) throw RequestError(kBadRequest, "'top_p' must be above 0 (1 keeps every token)", "top_p");
+  query.seed = static_cast<uint64_t>(fields.integer("seed", 0, 0, std::numeric_limits<int64_t>::max()));
+  query.stop = fields.boolean("stop", query.stop);
+  query.view = view_fields(fields, false);
+  fields.reject_unknown();
+  return query;
+}
+
+Json error_body(const std::string& message, const std::string& field) {
+  Json body = {{"error", message}};
+  if (!field.empty()) body["field"] = field;
+  return body;
+}
+
+}  // namespace probekit::server

@@ -1,0 +1,72 @@
+// The JSON bodies of probe_server's requests, read into plain structs: a malformed body, a field of the wrong
+// type or out of range, an unknown field or a value past a bound is a RequestError naming the field, the HTTP
+// status and the bound's flag. Nothing here touches the model, so the parser is fuzzed on its own.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/json.h"
+#include "server/limits.h"
+
+namespace probekit::server {
+
+/// A request the server refuses: the HTTP status (4xx), the message and the field it is about ("" for the body).
+class RequestError : public std::invalid_argument {
+ public:
+  RequestError(int status, const std::string& message, std::string field = "")
+      : std::invalid_argument(message), status_(status), field_(std::move(field)) {}
+  int status() const { return status_; }
+  const std::string& field() const { return field_; }
+
+ private:
+  int status_;
+  std::string field_;
+};
+
+/// How results are shown, as multi_probe_inference's flags of the same names.
+struct ViewQuery {
+  int64_t top_k = 5;
+  double threshold = 0.1;
+  bool calibrated = false;
+  std::vector<int64_t> layers;  // a subset of the loaded layers; empty: all of them
+  std::string mode = "all";     // several layers: all | by-action | by-layer
+  std::string aggregate = "max";
+};
+
+/// POST /v1/rank: {"texts": [...], "top_k", "threshold", "calibrated", "layers", "mode", "aggregate"}.
+struct RankQuery {
+  std::vector<std::string> texts;
+  ViewQuery view;
+};
+
+/// POST /v1/per-token: {"text": "...", "threshold", "calibrated", "layers"}.
+struct PerTokenQuery {
+  std::string text;
+  ViewQuery view;
+};
+
+/// POST /v1/generate: {"prompt": "...", "max_new_tokens", "temperature", "sample_top_k", "top_p", "seed",
+/// "stop", and the view's "top_k", "threshold", "calibrated", "layers"}.
+struct GenerateQuery {
+  std::string prompt;
+  int64_t max_new_tokens = 64;
+  double temperature = 0;  // 0: greedy
+  int64_t sample_top_k = 0;  // 0: no top-k cut
+  double top_p = 1;
+  uint64_t seed = 0;
+  bool stop = true;  // stop at the model's end-of-sequence tokens
+  ViewQuery view;
+};
+
+RankQuery parse_rank_query(std::string_view body, const Limits& limits);
+PerTokenQuery parse_per_token_query(std::string_view body, const Limits& limits);
+GenerateQuery parse_generate_query(std::string_view body, const Limits& limits);
+
+/// The body of an error response: {"error": message, "field": field} (field left out when empty).
+Json error_body(const std::string& message, const std::string& field);
+
+}  // namespace probekit::server

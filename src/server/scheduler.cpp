@@ -1,0 +1,204 @@
+#include "server/scheduler.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "server/requests.h"
+
+namespace probekit::server {
+
+namespace {
+
+RequestError timeout_error() {
+  return RequestError(408, "the request took longer than this server's time limit per request (--request-timeout)");
+}
+
+}  // namespace
+
+void fail_timeout() { throw timeout_error(); }
+
+Scheduler::Scheduler(const inference::Engine& engine, int64_t max_queued_texts)
+    : engine_(engine), max_queued_texts_(max_queued_texts), worker_([this] { work(); }) {}
+
+Scheduler::~Scheduler() {
+  stop();
+  if (worker_.joinable()) worker_.join();
+}
+
+std::vector<inference::TextScores> Scheduler::score(std::vector<std::string> texts, Clock::time_point deadline) {
+  auto job = std::make_unique<Job>();
+  job->weight = static_cast<int64_t>(texts.size());
+  job->texts = std::move(texts);
+  job->deadline = deadline;
+  std::future<std::vector<inference::TextScores>> future = job->scores.get_future();
+  std::shared_ptr<std::atomic<bool>> abandoned = enqueue(std::move(job));
+  return wait_for(future, deadline, *abandoned);
+}
+
+std::shared_ptr<std::atomic<bool>> Scheduler::enqueue(std::unique_ptr<Job> job) {
+  job->abandoned = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<std::atomic<bool>> abandoned = job->abandoned;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) throw RequestError(503, "the server is shutting down");
+    if (queued_texts_ + job->weight > max_queued_texts_) {
+      throw RequestError(429, fmt::format("{} texts are already waiting for the device, and this server queues at most {} "
+                                          "(--max-queued-texts); try again shortly",
+                                          queued_texts_, max_queued_texts_));
+    }
+    queued_texts_ += job->weight;
+    queue_.push_back(std::move(job));
+  }
+  wake_.notify_all();
+  return abandoned;
+}
+
+std::shared_ptr<std::atomic<bool>> Scheduler::enqueue_alone(std::function<void(std::exception_ptr)> job,
+                                                             Clock::time_point deadline) {
+  auto queued = std::make_unique<Job>();
+  queued->alone = std::move(job);
+  queued->deadline = deadline;
+  return enqueue(std::move(queued));
+}
+
+void Scheduler::submit_alone(std::function<void(std::exception_ptr)> job, Clock::time_point deadline) {
+  enqueue_alone(std::move(job), deadline);
+}
+
+void Scheduler::serve_queued_rankings() {
+  std::vector<std::unique_ptr<Job>> rankings;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (holds_ > 0) return;
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if ((*it)->alone) {
+        ++it;
+        continue;
+      }
+      queued_texts_ -= (*it)->weight;
+      rankings.push_back(std::move(*it));
+      it = queue_.erase(it);
+    }
+  }
+  if (rankings.empty()) return;
+  drop_expired(rankings);
+  serve_rankings(rankings);
+}
+
+bool Scheduler::stopping() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stopping_;
+}
+
+std::shared_ptr<void> Scheduler::hold() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++holds_;
+  }
+  return std::shared_ptr<void>(nullptr, [this](void*) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      --holds_;
+    }
+    wake_.notify_all();
+  });
+}
+
+int64_t Scheduler::queued_texts() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return queued_texts_;
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void Scheduler::stop() {
+  std::deque<std::unique_ptr<Job>> refused;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    refused.swap(queue_);
+    queued_texts_ = 0;
+  }
+  wake_.notify_all();
+  auto error = std::make_exception_ptr(RequestError(503, "the server is shutting down"));
+  for (auto& job : refused) refuse(*job, error);
+}
+
+void Scheduler::refuse(Job& job, std::exception_ptr error) {
+  if (job.alone) return job.alone(error);
+  job.scores.set_exception(error);
+}
+
+void Scheduler::work() {
+  while (true) {
+    std::vector<std::unique_ptr<Job>> jobs;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [this] { return stopping_ || (!queue_.empty() && holds_ == 0); });
+      if (stopping_) return;
+      for (auto& job : queue_) jobs.push_back(std::move(job));
+      queue_.clear();
+      queued_texts_ = 0;
+      ++stats_.cycles;
+    }
+    drop_expired(jobs);
+    serve_rankings(jobs);
+    for (auto& job : jobs) {
+      if (!job || !job->alone) continue;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++stats_.exclusive_jobs;
+      }
+      job->alone(nullptr);
+    }
+  }
+}
+
+// A request that stopped waiting, or whose time is up, is not worth a forward: it is refused and its slot emptied.
+void Scheduler::drop_expired(std::vector<std::unique_ptr<Job>>& jobs) {
+  Clock::time_point now = Clock::now();
+  for (auto& job : jobs) {
+    if (job && (*job->abandoned || job->deadline <= now)) {
+      refuse(*job, std::make_exception_ptr(timeout_error()));
+      job.reset();
+    }
+  }
+}
+
+// Every queued ranking's texts in one engine call, then each request's share of the scores.
+void Scheduler::serve_rankings(std::vector<std::unique_ptr<Job>>& jobs) {
+  std::vector<std::string> texts;
+  std::vector<Job*> rankings;
+  for (auto& job : jobs) {
+    if (!job || job->alone) continue;
+    rankings.push_back(job.get());
+    texts.insert(texts.end(), job->texts.begin(), job->texts.end());
+  }
+  if (rankings.empty()) return;
+  std::vector<inference::TextScores> scores;
+  try {
+    scores = engine_.score(texts);
+  } catch (...) {
+    for (Job* job : rankings) job->scores.set_exception(std::current_exception());
+    return;
+  }
+  {
+    // Counted before anyone is answered, so that a client holding its answer sees it counted.
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.texts_scored += static_cast<int64_t>(texts.size());
+    stats_.batched_requests += static_cast<int64_t>(rankings.size());
+  }
+  size_t first = 0;
+  for (Job* job : rankings) {
+    std::vector<inference::TextScores> mine(std::make_move_iterator(scores.begin() + static_cast<std::ptrdiff_t>(first)),
+                                            std::make_move_iterator(scores.begin() + static_cast<std::ptrdiff_t>(first + job->texts.size())));
+    first += job->texts.size();
+    job->scores.set_value(std::move(mine));
+  }
+  spdlog::debug("scored {} texts of {} requests in one cycle", texts.size(), rankings.size());
+}
+
+}  // namespace probekit::server

@@ -1,0 +1,130 @@
+// The one worker that uses the device: request threads queue work and wait; the worker takes everything queued,
+// scores the texts of all queued rankings in one engine call (batched forwards), then runs the work that cannot be
+// batched (per-token scoring, a generation step) one job after another. So concurrent requests share forwards, and
+// two forwards never run at once on the device.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "inference/engine.h"
+
+namespace probekit::server {
+
+using Clock = std::chrono::steady_clock;
+
+/// What the worker has done, for /v1/info and the tests.
+struct SchedulerStats {
+  int64_t cycles = 0;           // times the worker took what was queued
+  int64_t texts_scored = 0;     // texts of rankings scored
+  int64_t batched_requests = 0;  // ranking requests served
+  int64_t exclusive_jobs = 0;   // per-token and generation jobs run
+};
+
+class Scheduler {
+ public:
+  Scheduler(const inference::Engine& engine, int64_t max_queued_texts);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  /// Scores `texts` together with the other rankings queued at the time. Throws RequestError: 429 when the queue
+  /// is full, 408 past `deadline`, 503 once stopping.
+  std::vector<inference::TextScores> score(std::vector<std::string> texts, Clock::time_point deadline);
+
+  /// Runs `work` on the worker, alone on the device, and returns its result (errors as above).
+  template <typename Result>
+  Result run_alone(std::function<Result()> work, Clock::time_point deadline);
+
+  /// Queues `job` to run on the worker, alone on the device, without waiting for it: it is called with nullptr
+  /// to run, or with the error that refused it (its deadline passed, or the server is stopping). Throws the
+  /// queue's errors (429, 503) at once.
+  void submit_alone(std::function<void(std::exception_ptr refused)> job, Clock::time_point deadline);
+
+  /// From a job running alone (a generation, between two tokens): scores the rankings queued meanwhile, so that
+  /// they need not wait for the end of a long job. Only the worker may call it.
+  void serve_queued_rankings();
+
+  /// True once stop() was called: long jobs end early.
+  bool stopping() const;
+
+  /// Keeps the worker from starting its next cycle while the returned handle lives (tests queue several
+  /// requests this way and see them served by one cycle).
+  std::shared_ptr<void> hold();
+
+  int64_t queued_texts() const;
+  SchedulerStats stats() const;
+
+  /// Refuses queued and new work with 503 and ends the worker; idempotent.
+  void stop();
+
+ private:
+  struct Job {
+    std::vector<std::string> texts;  // a ranking's texts, batched with the others
+    std::promise<std::vector<inference::TextScores>> scores;
+    std::function<void(std::exception_ptr)> alone;  // otherwise: run alone; given an error instead when refused
+    Clock::time_point deadline;
+    std::shared_ptr<std::atomic<bool>> abandoned;  // its request has stopped waiting
+    int64_t weight = 1;  // texts it counts against --max-queued-texts
+  };
+
+  std::shared_ptr<std::atomic<bool>> enqueue(std::unique_ptr<Job> job);
+  std::shared_ptr<std::atomic<bool>> enqueue_alone(std::function<void(std::exception_ptr)> job, Clock::time_point deadline);
+  void work();
+  void serve_rankings(std::vector<std::unique_ptr<Job>>& jobs);
+  static void drop_expired(std::vector<std::unique_ptr<Job>>& jobs);
+  static void refuse(Job& job, std::exception_ptr error);
+  template <typename T>
+  static T wait_for(std::future<T>& future, Clock::time_point deadline, std::atomic<bool>& abandoned);
+
+  const inference::Engine& engine_;
+  int64_t max_queued_texts_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::unique_ptr<Job>> queue_;
+  int64_t queued_texts_ = 0;
+  int64_t holds_ = 0;
+  bool stopping_ = false;
+  SchedulerStats stats_;
+  std::thread worker_;
+};
+
+/// Throws the 408 of a request past its deadline.
+[[noreturn]] void fail_timeout();
+
+template <typename T>
+T Scheduler::wait_for(std::future<T>& future, Clock::time_point deadline, std::atomic<bool>& abandoned) {
+  if (future.wait_until(deadline) != std::future_status::ready) {
+    abandoned = true;
+    fail_timeout();
+  }
+  return future.get();
+}
+
+template <typename Result>
+Result Scheduler::run_alone(std::function<Result()> work, Clock::time_point deadline) {
+  auto promise = std::make_shared<std::promise<Result>>();
+  std::future<Result> future = promise->get_future();
+  auto job = [promise, work = std::move(work)](std::exception_ptr refused) {
+    if (refused) return promise->set_exception(refused);
+    try {
+      promise->set_value(work());
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  };
+  std::shared_ptr<std::atomic<bool>> abandoned = enqueue_alone(std::move(job), deadline);
+  return wait_for(future, deadline, *abandoned);
+}
+
+}  // namespace probekit::server

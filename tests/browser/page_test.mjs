@@ -1,0 +1,127 @@
+// The web page of probe_server in a real browser: Debian's Chromium, headless, driven through the DevTools
+// protocol (puppeteer-core). Starts probe_server on a free loopback port, loads the page, types a text, checks
+// the rendered ranking against /v1/rank and the per-token heatmap, starts a generation and watches its tokens
+// arrive (when the server generates), checks that nothing was fetched from elsewhere, writes a screenshot, and
+// stops the server with SIGTERM, which must end it cleanly.
+//
+//   node page_test.mjs PROBE_SERVER PROBES_DIR SCREENSHOT.png
+import { spawn } from "node:child_process";
+import assert from "node:assert/strict";
+import puppeteer from "puppeteer-core";
+
+const [serverPath, probesDir, screenshot] = process.argv.slice(2);
+if (!screenshot) {
+  console.error("usage: node page_test.mjs PROBE_SERVER PROBES_DIR SCREENSHOT.png");
+  process.exit(2);
+}
+const chromium = process.env.CHROMIUM || "/usr/bin/chromium";
+const text = "Instead of seeing it as a setback, I saw a chance to learn from it.";
+
+// Starts probe_server and resolves with its URL once it prints it.
+function startServer() {
+  const server = spawn(serverPath, ["--probes-dir", probesDir, "--device", "cpu", "--port", "0"],
+                       { stdio: ["ignore", "pipe", "pipe"] });
+  let output = "";
+  const url = new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error("probe_server printed no URL:\n" + output)), 120000);
+    const read = (chunk) => {
+      output += chunk;
+      const found = output.match(/on (http:\/\/127\.0\.0\.1:\d+\/)/);
+      if (found) {
+        clearTimeout(timer);
+        resolve(found[1]);
+      }
+    };
+    server.stdout.on("data", read);
+    server.stderr.on("data", read);
+    server.on("exit", (code) => reject(new Error(`probe_server exited with ${code}:\n${output}`)));
+  });
+  return { server, url, output: () => output };
+}
+
+async function stopServer(server) {
+  const exited = new Promise((resolve) => server.on("exit", (code, signal) => resolve({ code, signal })));
+  server.kill("SIGTERM");
+  const { code, signal } = await exited;
+  assert.equal(code, 0, `probe_server ended with code ${code}, signal ${signal} after SIGTERM`);
+}
+
+async function checkRanking(page, base) {
+  await page.type("#text", text);
+  await page.click("#analyze");
+  await page.waitForSelector("#ranking .row", { timeout: 60000 });
+  await page.waitForSelector("#heatmap table", { timeout: 60000 });
+  const rows = await page.$$eval("#ranking .row", (list) => list.map((row) => ({
+    label: row.dataset.label,
+    value: Number(row.querySelector(".value").textContent),
+    width: parseFloat(row.querySelector(".bar span").style.width),
+  })));
+  // The page shows what the API answers for the same text and view.
+  const expected = await (await fetch(base + "v1/rank", {
+    method: "POST", headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ texts: [text], threshold: 0.1, top_k: 5, layers: [2, 5] }),
+  })).json();
+  const predictions = expected.results[0].predictions;
+  assert.equal(rows.length, predictions.length, "one row per ranked label");
+  rows.forEach((row, i) => {
+    assert.equal(row.label, predictions[i].label);
+    assert.ok(Math.abs(row.value - predictions[i].confidence) < 1e-4, `${row.label}: ${row.value}`);
+    assert.ok(Math.abs(row.width - 100 * predictions[i].confidence) < 0.1, `${row.label}'s bar is ${row.width}%`);
+  });
+  const heat = await page.$$eval("#heatmap table tr", (list) => list.map((tr) => tr.children.length));
+  const tokens = await page.$$eval("#heat-text span", (list) => list.map((span) => span.textContent));
+  assert.ok(tokens.length > 10, "the text's tokens are shown");
+  assert.equal(tokens.join("").trim().replace(/^<bos>/, ""), text);
+  assert.ok(heat.length >= 2 && heat.every((cells) => cells === tokens.length + 1), "a label x token heatmap");
+  console.log(`ranking: ${rows.map((r) => `${r.label} ${r.value}`).join(", ")}; ${tokens.length} tokens in the heatmap`);
+}
+
+async function checkGeneration(page, info) {
+  if (!info.generation) {
+    assert.equal(await page.$eval("#generate", (b) => b.disabled), true, "no generation: its button is disabled");
+    console.log("generation: not in this server (its button is disabled)");
+    return;
+  }
+  await page.type("#prompt", "Once upon a time");
+  await page.$eval("#max-new-tokens", (input) => { input.value = "12"; });
+  await page.click("#generate");
+  await page.waitForFunction(() => document.querySelectorAll("#generated span").length >= 3, { timeout: 60000 });
+  await page.waitForSelector("#live-labels .row", { timeout: 60000 });
+  await page.waitForFunction(() => /tokens \(/.test(document.querySelector("#generate-status").textContent),
+                             { timeout: 120000 });
+  const status = await page.$eval("#generate-status", (s) => s.textContent);
+  console.log(`generation: ${status}`);
+}
+
+const { server, url, output } = startServer();
+let browser;
+try {
+  const base = await url;
+  browser = await puppeteer.launch({ executablePath: chromium, headless: true,
+                                     args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"] });
+  const page = await browser.newPage();
+  await page.setViewport({ width: 1280, height: 1000 });
+  const elsewhere = [];
+  page.on("request", (request) => { if (!request.url().startsWith(base)) elsewhere.push(request.url()); });
+  const errors = [];
+  page.on("pageerror", (error) => errors.push(error.message));
+  await page.goto(base, { waitUntil: "load" });
+  await page.waitForFunction(() => /labels/.test(document.querySelector("#model-info").textContent), { timeout: 30000 });
+  const info = await (await fetch(base + "v1/info")).json();
+  assert.deepEqual(await page.$$eval("#layers input", (boxes) => boxes.map((b) => Number(b.value))), info.layers);
+  await checkRanking(page, base);
+  await checkGeneration(page, info);
+  assert.deepEqual(elsewhere, [], "the page fetched nothing from elsewhere");
+  assert.deepEqual(errors, [], "no script errors");
+  await page.screenshot({ path: screenshot, fullPage: true });
+  console.log(`screenshot: ${screenshot}`);
+  await browser.close();
+  browser = undefined;
+  await stopServer(server);
+} catch (error) {
+  console.error(error);
+  console.error("probe_server's output:\n" + output());
+  if (browser) await browser.close();
+  server.kill("SIGKILL");
+  process.exit(1);
+}

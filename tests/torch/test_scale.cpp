@@ -1,0 +1,311 @@
+// Beyond one process: --shard auto under each launcher's environment (four ranks, each a process of the built
+// tool), merge_activations --virtual (read by our reader, our trainer and h5py), missing and interrupted
+// shards, and layers split over several devices.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <future>
+
+#include "activations/activation_store.h"
+#include "capture/capture.h"
+#include "capture/merge.h"
+#include "capture/window_queue.h"
+#include "common/error.h"
+#include "common/files.h"
+#include "model/placement.h"
+#include "readout/readout.h"
+#include "test_paths.h"
+#include "test_util.h"
+
+using namespace probekit;
+using probekit::testing::CommandResult;
+using probekit::testing::run_command;
+using probekit::testing::TempDir;
+using probekit::testing::tool;
+using activations::Split;
+
+namespace {
+
+const std::string kModel = std::string(PROBEKIT_FIXTURES) + "/models/gemma3_text";
+
+// The environment a Slurm job array --array=1-4 gives its task `rank` (ids counted from 1).
+std::string slurm_array_task(int rank) {
+  return fmt::format("env SLURM_ARRAY_TASK_ID={} SLURM_ARRAY_TASK_MIN=1 SLURM_ARRAY_TASK_MAX=4 SLURM_ARRAY_TASK_COUNT=4 "
+                     "SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_LOCALID=0",
+                     rank + 1);
+}
+
+// Everything but the activations bitwise, the activations within the shard tests' tolerance (shards batch
+// differently, and a batch's padding changes the last bits of a product).
+void check_same_rows(const activations::ActivationFile& a, const activations::ActivationFile& b) {
+  for (Split split : activations::kSplits) {
+    const auto &x = a.split(split), &y = b.split(split);
+    CHECK(x.labels == y.labels);
+    CHECK(x.example_index == y.example_index);
+    CHECK(x.offsets == y.offsets);
+    CHECK(x.token_ids == y.token_ids);
+    CHECK(x.metadata == y.metadata);
+    REQUIRE(x.activations.size() == y.activations.size());
+    double largest = 0, difference = 0;
+    for (size_t i = 0; i < x.activations.size(); ++i) {
+      largest = std::max(largest, std::fabs(static_cast<double>(y.activations[i])));
+      difference = std::max(difference, std::fabs(static_cast<double>(x.activations[i]) - y.activations[i]));
+    }
+    CHECK_MESSAGE(difference <= 1e-5 * largest, activations::split_name(split), ": ", difference);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("--shard auto: four Slurm array tasks as processes, one interrupted and resumed, merged --virtual, equal one "
+          "process") {
+  TempDir tmp;
+  std::string dataset = tmp.file("data.jsonl");
+  probekit::testing::write_three_action_dataset(dataset, 240);
+  std::string capture = fmt::format("{} --model {} --dataset {} --device cpu --layers 1,3 --window 2 --threads 1",
+                                    tool("capture_activations"), kModel, dataset);
+  CommandResult whole = run_command(capture + " --quiet --output-dir " + tmp.file("whole"));
+  REQUIRE_MESSAGE(whole.exit_code == 0, whole.output);
+
+  std::string shards = tmp.file("shards");
+  for (int rank : {0, 2, 3}) {
+    CommandResult r = run_command(slurm_array_task(rank) + " " + capture + " --shard auto --output-dir " + shards);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+    CHECK_CONTAINS(r.output, fmt::format("--shard auto: Slurm job array (SLURM_ARRAY_TASK_ID={} SLURM_ARRAY_TASK_MIN=1 "
+                                         "SLURM_ARRAY_TASK_COUNT=4): shard {} of 4",
+                                         rank + 1, rank));
+  }
+  std::string merge = tool("merge_activations") + " --virtual --output-dir " + shards;
+  probekit::testing::check_failure(run_command(merge), 1, {"shard 1 of 4 missing", "every shard 0..N-1 is needed once"});
+
+  // Task 1 is preempted (kill -9) after its first commits, then run again with --resume.
+  std::string task = slurm_array_task(1) + " " + capture + " --quiet --shard auto --output-dir " + shards;
+  std::string progress = shards + "/shard_1_of_4/" + activations::layer_file_name(3) + ".partial.progress";
+  CommandResult killed = run_command(fmt::format(
+      "bash -c '{} & pid=$!; until [ \"$(sed -n s/examples_done=//p {} 2>/dev/null)\" -ge 4 ] 2>/dev/null; do "
+      "kill -0 $pid 2>/dev/null || exit 3; sleep 0.005; done; kill -9 $pid; wait $pid'",
+      task, progress));
+  REQUIRE_MESSAGE(killed.exit_code == 137, "the task was not killed midway: ", killed.output);
+  probekit::testing::check_failure(run_command(merge), 1, {"shard_1_of_4/layer_1_activations.h5 is incomplete", "--resume"});
+  CommandResult resumed = run_command(task + " --resume");
+  REQUIRE_MESSAGE(resumed.exit_code == 0, resumed.output);
+
+  CommandResult merged = run_command(merge);
+  REQUIRE_MESSAGE(merged.exit_code == 0, merged.output);
+  CHECK_CONTAINS(merged.output, "Merged 4 shards into 2 virtual layer files");
+  for (int64_t layer : {1, 3}) {
+    std::string name = activations::layer_file_name(layer);
+    auto joined = activations::read_activation_file(shards + "/" + name);
+    check_same_rows(joined, activations::read_activation_file(tmp.file("whole/" + name)));
+  }
+
+  {  // h5py (Debian's python3-h5py) reads the virtual datasets, the shards named relative to the merged file.
+    std::string script = tmp.file("read.py");
+    probekit::testing::write_text(script, R"(import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    d = f["train/activations"]
+    print(d.is_virtual, [s.file_name for s in d.virtual_sources()][:2])
+    print(d.shape[0], f["train/labels"][:].tolist()[:5], float(abs(d[:]).sum()))
+)");
+    auto ours = activations::read_activation_file(shards + "/" + activations::layer_file_name(3)).split(Split::kTrain);
+    CommandResult r = run_command("/usr/bin/python3 " + script + " " + shards + "/" + activations::layer_file_name(3));
+    REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+    double sum = 0;
+    for (float v : ours.activations) sum += std::fabs(static_cast<double>(v));
+    CHECK_CONTAINS(r.output, "True ['shard_0_of_4/layer_3_activations.h5', 'shard_1_of_4/layer_3_activations.h5']");
+    CHECK_CONTAINS(r.output, fmt::format("{} [{}, {}, {}, {}, {}]", ours.rows, ours.labels[0], ours.labels[1],
+                                         ours.labels[2], ours.labels[3], ours.labels[4]));
+    double h5py_sum = std::stod(r.output.substr(r.output.rfind(' ') + 1));
+    CHECK(std::fabs(h5py_sum - sum) <= 1e-4 * sum);
+  }
+  {  // The trainer trains on the virtual files.
+    CommandResult r = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 2 --quiet",
+                                              tool("train_binary_probes"), shards + "/" + activations::layer_file_name(3),
+                                              tmp.file("probes")));
+    CHECK_MESSAGE(r.exit_code == 0, r.output);
+    CHECK(is_regular_file(tmp.file("probes/probes.json")));
+  }
+  {  // The merged files and their shards move together; a shard gone is an error naming it.
+    rename_path(shards, tmp.file("moved"));
+    auto moved = activations::read_activation_file(tmp.file("moved/" + activations::layer_file_name(1)));
+    CHECK(moved.split(Split::kTest).examples() > 0);
+    rename_path(tmp.file("moved/shard_2_of_4"), tmp.file("elsewhere"));
+    CHECK_THROWS_WITH(activations::read_activation_file(tmp.file("moved/" + activations::layer_file_name(1))),
+                      doctest::Contains("moved/shard_2_of_4/layer_1_activations.h5, which is missing"));
+  }
+}
+
+TEST_CASE("merge --virtual of per-token shards: offsets rebased and stored, metadata stored, the rest mapped") {
+  TempDir tmp;
+  std::string dataset = tmp.file("data.jsonl");
+  probekit::testing::write_three_action_dataset(dataset, 45);
+  capture::CaptureOptions o;
+  o.model_dir = kModel;
+  o.dataset_path = dataset;
+  o.device = "cpu";
+  o.layers = "2";
+  o.position = readout::Position::kAll;
+  o.dataset.keep_fields = {"cognitive_action"};
+  o.output_dir = tmp.file("whole");
+  capture::run_capture(o);
+  o.output_dir = tmp.file("sharded");
+  for (int i = 0; i < 3; ++i) {
+    o.shard_index = i;
+    o.shard_count = 3;
+    capture::run_capture(o);
+  }
+  capture::MergeOptions merge;
+  merge.virtual_files = true;
+  std::vector<std::string> files = capture::merge_shards(capture::find_shard_dirs(tmp.file("sharded")), tmp.file("sharded"), merge);
+  REQUIRE(files.size() == 1);
+  auto joined = activations::read_activation_file(files[0]);
+  CHECK(joined.attributes.identity() ==
+        activations::read_activation_file(tmp.file("whole/" + activations::layer_file_name(2))).attributes.identity());
+  check_same_rows(joined, activations::read_activation_file(tmp.file("whole/" + activations::layer_file_name(2))));
+  merge.gzip = true;
+  CHECK_THROWS_AS(capture::merge_shards(capture::find_shard_dirs(tmp.file("sharded")), tmp.file("sharded"), merge), UsageError);
+}
+
+TEST_CASE("placement: replicas when the model fits one device, else consecutive layers split by bytes, replicated") {
+  using model::Placement;
+  // Embeddings of 10 bytes and four layers of 10: 50 bytes, which fit a device with 80% of its free memory.
+  const model::ModelBytes bytes{10, {10, 10, 10, 10}};
+  auto plan = model::plan_devices(Placement::kAuto, {100, 100}, bytes);
+  CHECK(plan.replicas == std::vector<std::vector<size_t>>{{0, 0, 0, 0}, {1, 1, 1, 1}});
+  CHECK(plan.description == "2 replicas of the whole model");
+  // 40 free each: 50 bytes do not fit one device (32 usable), halves by bytes do: the embeddings and layers
+  // 0-1 (30 bytes) on the first, layers 2-3 (20) on the second.
+  plan = model::plan_devices(Placement::kAuto, {40, 40}, bytes);
+  CHECK(plan.replicas == std::vector<std::vector<size_t>>{{0, 0, 1, 1}});
+  CHECK(plan.description == "layers 0-1 on device 0, layers 2-3 on device 1; 1 replica");
+  CHECK(plan.stages(0) == 2);
+  CHECK(plan.weight_bytes == std::vector<int64_t>{30, 20});
+  // Four such devices: two replicas of the split.
+  plan = model::plan_devices(Placement::kAuto, {40, 40, 40, 40}, bytes);
+  CHECK(plan.replicas == std::vector<std::vector<size_t>>{{0, 0, 1, 1}, {2, 2, 3, 3}});
+  // Forced either way; the CPU (free memory unknown) takes replicas.
+  CHECK(model::plan_devices(Placement::kReplicas, {40, 40}, bytes).replicas.size() == 2);
+  // Three stages of 50 bytes: each layer goes to the stage its middle byte falls in.
+  CHECK(model::plan_devices(Placement::kLayers, {100, 100, 100}, bytes).replicas ==
+        std::vector<std::vector<size_t>>{{0, 1, 2, 2}});
+  CHECK(model::plan_devices(Placement::kAuto, {0, 0}, bytes).replicas.size() == 2);
+  // More devices than layers: every stage keeps at least one layer.
+  CHECK(model::plan_devices(Placement::kLayers, {1, 1, 1}, model::ModelBytes{100, {1, 1}}).replicas ==
+        std::vector<std::vector<size_t>>{{0, 1}});
+  CHECK_THROWS_WITH_AS(model::plan_devices(Placement::kAuto, {20, 20}, bytes),
+                       doctest::Contains("do not fit 2 devices"), std::invalid_argument);
+  CHECK_THROWS_AS(model::plan_devices(Placement::kLayers, {100}, bytes), UsageError);
+  CHECK_THROWS_AS(model::parse_placement("pipeline"), UsageError);
+}
+
+TEST_CASE("layers split over two devices, batches pipelined through them: bitwise the rows of one device (fp32)") {
+  TempDir tmp;
+  std::string dataset = tmp.file("data.jsonl");
+  probekit::testing::write_three_action_dataset(dataset, 40);
+  capture::CaptureOptions o;
+  o.model_dir = kModel;
+  o.dataset_path = dataset;
+  o.device = "cpu";
+  o.layers = "1,4";
+  o.window = 16;
+  o.batch_size = 3;
+  o.output_dir = tmp.file("one");
+  capture::run_capture(o);
+  o.output_dir = tmp.file("split");
+  o.devices = {"cpu", "cpu"};
+  o.placement = "layers";
+  capture::run_capture(o);
+  for (int64_t layer : {1, 4}) {
+    auto one = activations::read_activation_file(tmp.file("one/" + activations::layer_file_name(layer)));
+    auto split = activations::read_activation_file(tmp.file("split/" + activations::layer_file_name(layer)));
+    for (Split s : activations::kSplits) {
+      CHECK(split.split(s).labels == one.split(s).labels);
+      CHECK(split.split(s).activations == one.split(s).activations);
+    }
+  }
+
+  // Inference reads through the same readout: ranking rows and every prefix of a text, split and whole.
+  model::LoadOptions load;
+  model::TransformerModel whole = model::TransformerModel::load(kModel, load);
+  // cpu:0 is another device than cpu to the forward pass (a CPU tensor reports plain cpu), so at each layer on
+  // it the hidden state, the positions and the attention context (rotary tables, masks) move as between GPUs.
+  for (int64_t l = 0; l < whole.loaded_layers(); ++l) {
+    load.layer_devices.push_back(l >= 2 && l < 4 ? at::Device(at::kCPU, 0) : at::Device(at::kCPU));
+  }
+  model::TransformerModel split = model::TransformerModel::load(kModel, load);
+  readout::Request request{readout::Site::kResidPost, readout::Position::kLast, {1, 4}, 1};
+  std::vector<readout::Sequence> texts = {{2, 10, 11, 12}, {2, 13, 14}};
+  CHECK(at::equal(readout::read_rows(split, texts, request), readout::read_rows(whole, texts, request)));
+  request.position = readout::Position::kAll;
+  CHECK(at::equal(readout::read_rows(split, texts, request), readout::read_rows(whole, texts, request)));
+  request.position = readout::Position::kLast;
+  CHECK(at::equal(readout::read_prefixes(split, texts[0], {20, 21}, request),
+                  readout::read_prefixes(whole, texts[0], {20, 21}, request)));
+  load.layer_devices.pop_back();
+  CHECK_THROWS_WITH(model::TransformerModel::load(kModel, load), doctest::Contains("layer devices for"));
+}
+
+TEST_CASE("the window queue hands out batches across window boundaries and finishes windows in run order") {
+  // Windows of 3 run positions, one batch per position; at most two windows open.
+  capture::WindowQueue queue(0, 9, 3, 2, [](int64_t begin, int64_t end) {
+    capture::WindowWork work{std::make_shared<capture::WindowRows>(), {}};
+    work.rows->begin = begin;
+    work.rows->end = end;
+    for (int64_t p = begin; p < end; ++p) work.batches.push_back({p});
+    return work;
+  });
+  std::vector<capture::WindowQueue::Task> tasks;
+  for (int i = 0; i < 6; ++i) tasks.push_back(*queue.next());
+  // Window 0's batches all handed out, the next worker takes window 1's while window 0 still computes.
+  CHECK(tasks[3].window == 1);
+  CHECK((*tasks[3].batch)[0] == 3);
+  // Two windows open at most: a worker asking for window 2 waits until window 0 completes.
+  auto waiting = std::async(std::launch::async, [&] { return queue.next(); });
+  CHECK(waiting.wait_for(std::chrono::milliseconds(100)) == std::future_status::timeout);
+  std::vector<int64_t> finished;
+  auto record = [&](std::shared_ptr<capture::WindowRows> rows) { finished.push_back(rows->begin); };
+  for (size_t t : {3, 4, 5, 1, 2}) queue.done(tasks[t], record);
+  CHECK(finished.empty());  // window 1 is complete, but window 0 waits for its first batch
+  queue.done(tasks[0], record);
+  CHECK(finished == std::vector<int64_t>{0, 3});
+  std::optional<capture::WindowQueue::Task> next = waiting.get();
+  REQUIRE(next.has_value());
+  CHECK(next->window == 2);
+  // After a failure (abort) no more batches are handed out.
+  queue.abort();
+  CHECK_FALSE(queue.next().has_value());
+}
+
+TEST_CASE("--shard auto: the launch's rank is the shard, its local rank the GPU when the device is left to it") {
+  LaunchRank launch{"torchrun", 5, 16, 3, "RANK=5 WORLD_SIZE=16 LOCAL_RANK=3"};
+  capture::CaptureOptions o;
+  capture::apply_launch_rank(launch, 8, o);
+  CHECK(o.shard_index == 5);
+  CHECK(o.shard_count == 16);
+  CHECK(o.device == "cuda:3");
+  // One GPU visible per task (Slurm's --gpus-per-task=1): local rank 3 is that GPU, cuda:0.
+  o = {};
+  capture::apply_launch_rank(launch, 1, o);
+  CHECK(o.device == "cuda:0");
+  // An explicit device, --devices, no GPU or no local rank: the device stays as given.
+  for (const char* device : {"cpu", "cuda:1"}) {
+    o = {};
+    o.device = device;
+    capture::apply_launch_rank(launch, 8, o);
+    CHECK(o.device == device);
+  }
+  o = {};
+  o.devices = {"cuda:0", "cuda:1"};
+  capture::apply_launch_rank(launch, 8, o);
+  CHECK(o.device == "auto");
+  o = {};
+  capture::apply_launch_rank(launch, 0, o);
+  CHECK(o.device == "auto");
+  launch.local_rank = -1;
+  o = {};
+  capture::apply_launch_rank(launch, 8, o);
+  CHECK(o.device == "auto");
+  CHECK(o.shard_index == 5);
+}

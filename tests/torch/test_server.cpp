@@ -1,0 +1,510 @@
+// probe_server over real HTTP: each case trains probes on a fixture model, starts the server on a free loopback
+// port (in this process, or the tool as a process) and calls it with httplib's client. The API's numbers equal
+// multi_probe_inference --json's; every bound and bad request gets its 4xx naming the field or the bound; queued
+// requests share one cycle of the device worker and get the numbers they get one at a time; the tool refuses a
+// public host without a key and stops cleanly on SIGTERM and SIGINT.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <optional>
+#include <thread>
+
+#include "common/json.h"
+#include "generation/flags.h"
+#include "server/probe_server.h"
+#include "test_paths.h"
+#include "test_util.h"
+
+extern char** environ;
+
+using namespace probekit;
+using probekit::testing::CommandResult;
+using probekit::testing::run_command;
+using probekit::testing::TempDir;
+using probekit::testing::tool;
+
+namespace {
+
+const std::string kModel = std::string(PROBEKIT_FIXTURES) + "/models/gemma3_text";
+const std::string kText = "Instead of seeing it as a setback, I saw a chance to learn.";
+const std::vector<std::string> kTexts = {kText, "I examined each part of the problem step by step.",
+                                         "Suddenly I noticed the small crack in the window.", "Day 12.",
+                                         "The weather was fine, and nothing at all happened that afternoon in the town.",
+                                         "Reframing it, I saw a lesson."};
+
+// Captures layers 2 and 5 of a three-label dataset with the tools and trains binary probes on them: dir/probes.
+std::string train_probes(const TempDir& tmp) {
+  probekit::testing::write_three_action_dataset(tmp.file("data.jsonl"));
+  CommandResult r = run_command(fmt::format("{} --model {} --dataset {} --output-dir {} --layers 2,5 --device cpu --quiet",
+                                            tool("capture_activations"), kModel, tmp.file("data.jsonl"), tmp.file("act")));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  r = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 10 --device cpu --quiet",
+                              tool("train_binary_probes"), tmp.file("act"), tmp.file("probes")));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  return tmp.file("probes");
+}
+
+server::ServerOptions options_for(const std::string& probes) {
+  server::ServerOptions o;
+  o.engine.probes_dir = probes;
+  o.engine.device = "cpu";
+  o.port = 0;
+  return o;
+}
+
+// A ProbeServer serving on a free loopback port from a thread of this process.
+class RunningServer {
+ public:
+  explicit RunningServer(const server::ServerOptions& options)
+      : server_(options), port_(server_.bind()), thread_([this] { server_.serve(); }) {}
+  ~RunningServer() {
+    server_.stop();
+    thread_.join();
+  }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(120);
+    return c;
+  }
+  server::ProbeServer& server() { return server_; }
+
+ private:
+  server::ProbeServer server_;
+  int port_;
+  std::thread thread_;
+};
+
+httplib::Result post(const RunningServer& s, const std::string& path, const std::string& body) {
+  return s.client().Post(path, body, "application/json");
+}
+
+Json post_json(const RunningServer& s, const std::string& path, const Json& body) {
+  httplib::Result r = post(s, path, body.dump());
+  REQUIRE(r);
+  REQUIRE_MESSAGE(r->status == 200, r->body);
+  return Json::parse(r->body);
+}
+
+// A request the server must refuse with `status`, its message holding each of `parts` and naming `field`.
+void check_refused(const RunningServer& s, const std::string& path, const std::string& body, int status,
+                   std::initializer_list<const char*> parts, const std::string& field = "") {
+  httplib::Result r = post(s, path, body);
+  REQUIRE(r);
+  CHECK_MESSAGE(r->status == status, body.substr(0, 200), " -> ", r->body);
+  Json error = Json::parse(r->body);
+  for (const char* part : parts) CHECK_CONTAINS(error["error"].get<std::string>(), part);
+  if (!field.empty()) CHECK_MESSAGE(error.value("field", "") == field, r->body);
+}
+
+// The JSON a tool printed (indented, so it starts with "{" or "[" and a line break), after its log lines.
+Json printed_json(const CommandResult& r) {
+  size_t start = std::min(r.output.find("{\n"), r.output.find("[\n"));
+  REQUIRE_MESSAGE(start != std::string::npos, r.output);
+  return Json::parse(r.output.substr(start));
+}
+
+// Equal JSON, numbers within 1e-6 (texts batched with others are padded to another length).
+void check_same_json(const Json& got, const Json& expected, const std::string& where) {
+  if (expected.is_number_float()) {
+    REQUIRE_MESSAGE(got.is_number(), where, ": ", got.dump());
+    CHECK_MESSAGE(std::fabs(got.get<double>() - expected.get<double>()) < 1e-6, where, ": ", got, " vs ", expected);
+  } else if (expected.is_object() || expected.is_array()) {
+    REQUIRE_MESSAGE(got.size() == expected.size(), where, ": ", got.dump(), " vs ", expected.dump());
+    for (auto it = expected.begin(); it != expected.end(); ++it) {
+      std::string key = expected.is_object() ? it.key() : std::to_string(std::distance(expected.begin(), it));
+      const Json& mine = expected.is_object() ? got.at(it.key()) : got.at(static_cast<size_t>(std::distance(expected.begin(), it)));
+      check_same_json(mine, *it, where + "/" + key);
+    }
+  } else {
+    CHECK_MESSAGE(got == expected, where, ": ", got.dump(), " vs ", expected.dump());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("probe_server: /v1/rank and /v1/per-token equal multi_probe_inference --json; /v1/info, /healthz, the page") {
+  TempDir tmp;
+  std::string probes = train_probes(tmp);
+  RunningServer s(options_for(probes));
+  std::string texts_file = tmp.file("texts.txt");
+  probekit::testing::write_text(texts_file, kTexts[0] + "\n" + kTexts[1] + "\n" + kTexts[2] + "\n");
+  std::string cli = fmt::format("{} --probes-dir {} --device cpu --json --file {}", tool("multi_probe_inference"), probes,
+                                texts_file);
+  Json texts = {kTexts[0], kTexts[1], kTexts[2]};
+  struct Variant {
+    Json request;
+    std::string flags;
+  };
+  for (const Variant& v : {Variant{{{"top_k", 4}}, "--top-k 4"},
+                           Variant{{{"layers", {5}}, {"threshold", 0.3}}, "--layers 5 --threshold 0.3"},
+                           Variant{{{"mode", "by-action"}, {"aggregate", "mean"}}, "--mode by-action --aggregate mean"},
+                           Variant{{{"mode", "by-layer"}, {"calibrated", true}}, "--mode by-layer --calibrated"}}) {
+    CAPTURE(v.flags);
+    Json request = v.request;
+    request["texts"] = texts;
+    Json served = post_json(s, "/v1/rank", request);
+    CommandResult printed = run_command(cli + " " + v.flags);
+    REQUIRE_MESSAGE(printed.exit_code == 0, printed.output);
+    check_same_json(served["results"], printed_json(printed), v.flags);
+  }
+  Json per_token = post_json(s, "/v1/per-token", {{"text", kText}});
+  CommandResult printed = run_command(fmt::format("{} --probes-dir {} --device cpu --json --per-token --text \"{}\"",
+                                                  tool("multi_probe_inference"), probes, kText));
+  REQUIRE_MESSAGE(printed.exit_code == 0, printed.output);
+  check_same_json(per_token, printed_json(printed), "per-token");
+  CHECK(per_token["tokens"][1]["text"].is_string());
+
+  httplib::Result info = s.client().Get("/v1/info");
+  REQUIRE(info);
+  Json i = Json::parse(info->body);
+  CHECK(i["layers"] == Json({2, 5}));
+  CHECK(i["labels"] == Json({"analyzing", "noticing", "reframing"}));
+  CHECK(i["device"] == "cpu");
+  CHECK_CONTAINS(i["model"].get<std::string>(), "gemma3_text");
+  CHECK(i["limits"]["max_texts"] == 64);
+  httplib::Result health = s.client().Get("/healthz");
+  REQUIRE(health);
+  CHECK(health->status == 200);
+  httplib::Result page = s.client().Get("/");
+  REQUIRE(page);
+  CHECK(page->status == 200);
+  CHECK_CONTAINS(page->body, "<title>probekit probe server</title>");
+  // Self-contained: nothing is fetched from elsewhere, and the browser is told so.
+  CHECK(page->body.find("http://") == std::string::npos);
+  CHECK(page->body.find("https://") == std::string::npos);
+  CHECK(page->body.find("<link") == std::string::npos);
+  CHECK(page->body.find(" src=") == std::string::npos);
+  CHECK_CONTAINS(page->get_header_value("Content-Security-Policy"), "default-src 'none'");
+}
+
+TEST_CASE("probe_server: bad requests get 400 naming the field; requests past a bound get a 4xx naming the bound") {
+  TempDir tmp;
+  server::ServerOptions o = options_for(train_probes(tmp));
+  o.limits.max_body_bytes = 4000;
+  o.limits.max_texts = 2;
+  o.limits.max_tokens = 20;
+  o.limits.max_new_tokens = 8;
+  RunningServer s(o);
+  check_refused(s, "/v1/rank", "{\"texts\": [\"a\"", 400, {"invalid JSON at line 1, column"});
+  check_refused(s, "/v1/rank", "[\"a\"]", 400, {"the request body must be a JSON object"});
+  check_refused(s, "/v1/rank", "{}", 400, {"'texts' is missing"}, "texts");
+  check_refused(s, "/v1/rank", R"({"texts": "a text"})", 400, {"'texts' must be a list of strings"}, "texts");
+  check_refused(s, "/v1/rank", R"({"texts": []})", 400, {"'texts' is empty"}, "texts");
+  check_refused(s, "/v1/rank", R"({"texts": ["a", 7]})", 400, {"'texts[1]' must be a string, got 7"}, "texts[1]");
+  check_refused(s, "/v1/rank", R"({"texts": ["  "]})", 400, {"'texts[0]' is empty"}, "texts[0]");
+  check_refused(s, "/v1/rank", R"({"texts": ["a"], "top_k": "5"})", 400, {"'top_k' must be an integer"}, "top_k");
+  check_refused(s, "/v1/rank", R"({"texts": ["a"], "top_k": 0})", 400, {"'top_k' must be from 1"}, "top_k");
+  check_refused(s, "/v1/rank", R"({"texts": ["a"], "threshold": 1.5})", 400, {"'threshold' must be a number from 0 to 1"}, "threshold");
+  check_refused(s, "/v1/rank", R"({"texts": ["a"], "calibrated": 1})", 400, {"'calibrated' must be true or false"}, "calibrated");
+  check_refused(s, "/v1/rank", R"({"texts": ["a"], "layers": [5, 9]})", 400, {"layer 9 has no probes loaded (loaded layers: 2, 5)"},
+                "layers[1]");
+  check_refused(s, "/v1/rank", R"({"texts": ["a"], "layers": 5})", 400, {"'layers' must be a list of layer numbers"}, "layers");
+  check_refused(s, "/v1/rank", R"({"texts": ["a"], "mode": "every"})", 400, {"'mode' must be one of all, by-action, by-layer"}, "mode");
+  check_refused(s, "/v1/rank", R"({"texts": ["a"], "topk": 3})", 400, {"unknown field 'topk'"}, "topk");
+  check_refused(s, "/v1/per-token", R"({"texts": ["a"]})", 400, {"'text' is missing"}, "text");
+  check_refused(s, "/v1/per-token", R"({"text": "a", "mode": "by-layer"})", 400, {"unknown field 'mode'"}, "mode");
+  check_refused(s, "/v1/rank", "{\"texts\": [\"caf\xc3\"]}", 400, {"invalid JSON"});
+  // The bounds, each named by its flag.
+  check_refused(s, "/v1/rank", R"({"texts": ["a", "b", "c"]})", 413, {"holds 3 texts", "limit of 2 per request (--max-texts)"},
+                "texts");
+  std::string long_text(30, 'w');
+  for (int i = 0; i < 30; ++i) long_text += " word";
+  check_refused(s, "/v1/rank", Json({{"texts", {"short", long_text}}}).dump(), 413, {"'texts[1]' is", "(--max-tokens)"}, "texts[1]");
+  check_refused(s, "/v1/per-token", Json({{"text", long_text}}).dump(), 413, {"limit of 20 tokens per text (--max-tokens)"}, "text");
+  check_refused(s, "/v1/rank", Json({{"texts", {std::string(5000, 'a')}}}).dump(), 413,
+                {"larger than this server's limit of 4000 bytes (--max-body-bytes)"});
+  // Not JSON, no such endpoint.
+  httplib::Result r = s.client().Post("/v1/rank", R"({"texts": ["a"]})", "text/plain");
+  REQUIRE(r);
+  CHECK(r->status == 415);
+  CHECK_CONTAINS(r->body, "Content-Type: application/json");
+  r = s.client().Get("/v1/ranking");
+  REQUIRE(r);
+  CHECK(r->status == 404);
+  CHECK_CONTAINS(r->body, "no endpoint GET /v1/ranking (the endpoints: GET /, GET /healthz");
+  r = s.client().Get("/v1/rank");
+  REQUIRE(r);
+  CHECK(r->status == 404);
+  // After all that, the server still answers.
+  CHECK(post_json(s, "/v1/rank", {{"texts", {"A short text."}}})["results"].size() == 1);
+}
+
+TEST_CASE("probe_server: the time limit per request, the queue's bound and the API key") {
+  TempDir tmp;
+  server::ServerOptions o = options_for(train_probes(tmp));
+  o.limits.request_timeout_s = 0.5;
+  o.limits.max_queued_texts = 2;
+  o.api_key = "s3cret";
+  RunningServer s(o);
+  auto with_key = [&] {
+    httplib::Client c = s.client();
+    c.set_bearer_token_auth("s3cret");
+    return c;
+  };
+  // The key: every /v1/ request needs it; the page and /healthz do not.
+  httplib::Result r = s.client().Get("/v1/info");
+  REQUIRE(r);
+  CHECK(r->status == 401);
+  CHECK_CONTAINS(r->body, "Authorization: Bearer KEY (--api-key)");
+  CHECK(r->get_header_value("WWW-Authenticate") == "Bearer");
+  httplib::Client wrong = s.client();
+  wrong.set_bearer_token_auth("s3cres");
+  CHECK(wrong.Get("/v1/info")->status == 401);
+  CHECK(with_key().Get("/v1/info")->status == 200);
+  CHECK(s.client().Get("/healthz")->status == 200);
+  CHECK(s.client().Get("/")->status == 200);
+  {
+    // While the worker is held, a request waits in the queue until its time is up; the queue takes 2 texts.
+    std::shared_ptr<void> hold = s.server().scheduler().hold();
+    std::optional<httplib::Result> late;
+    std::thread waiting([&] { late.emplace(with_key().Post("/v1/rank", R"({"texts": ["one", "two"]})", "application/json")); });
+    while (s.server().scheduler().queued_texts() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    r = with_key().Post("/v1/rank", R"({"texts": ["three"]})", "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 429);
+    CHECK_CONTAINS(r->body, "2 texts are already waiting for the device, and this server queues at most 2 (--max-queued-texts)");
+    waiting.join();
+    REQUIRE((late && *late));
+    CHECK((*late)->status == 408);
+    CHECK_CONTAINS((*late)->body, "longer than this server's time limit per request (--request-timeout)");
+  }
+  r = with_key().Post("/v1/rank", R"({"texts": ["four"]})", "application/json");
+  REQUIRE(r);
+  CHECK_MESSAGE(r->status == 200, r->body);
+}
+
+TEST_CASE("probe_server: concurrent requests are scored in one cycle and get the numbers they get one at a time") {
+  TempDir tmp;
+  RunningServer s(options_for(train_probes(tmp)));
+  std::vector<Json> alone;
+  for (const std::string& text : kTexts) alone.push_back(post_json(s, "/v1/rank", {{"texts", {text}}, {"top_k", 6}}));
+  server::SchedulerStats before = s.server().scheduler().stats();
+  std::vector<std::optional<httplib::Result>> together(kTexts.size());
+  {
+    std::shared_ptr<void> hold = s.server().scheduler().hold();
+    std::vector<std::thread> clients;
+    for (size_t i = 0; i < kTexts.size(); ++i) {
+      clients.emplace_back([&, i] { together[i].emplace(post(s, "/v1/rank", Json({{"texts", {kTexts[i]}}, {"top_k", 6}}).dump())); });
+    }
+    while (s.server().scheduler().queued_texts() < static_cast<int64_t>(kTexts.size())) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    hold.reset();
+    for (std::thread& client : clients) client.join();
+  }
+  server::SchedulerStats after = s.server().scheduler().stats();
+  CHECK(after.cycles - before.cycles == 1);
+  CHECK(after.batched_requests - before.batched_requests == static_cast<int64_t>(kTexts.size()));
+  CHECK(after.texts_scored - before.texts_scored == static_cast<int64_t>(kTexts.size()));
+  for (size_t i = 0; i < kTexts.size(); ++i) {
+    REQUIRE((together[i] && *together[i]));
+    const httplib::Response& response = **together[i];
+    REQUIRE_MESSAGE(response.status == 200, response.body);
+    check_same_json(Json::parse(response.body), alone[i], kTexts[i]);
+  }
+}
+
+namespace {
+
+// The tool as a process, its output in a file: the URL it prints, and how it ends.
+struct ServerProcess {
+  pid_t pid = -1;
+  std::string log;
+
+  ServerProcess(const std::vector<std::string>& args, const std::string& log_path) : log(log_path) {
+    std::vector<char*> argv;
+    std::vector<std::string> all = args;
+    for (std::string& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    REQUIRE(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ) == 0);
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  ~ServerProcess() {
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+  // The port from "on http://127.0.0.1:PORT/", once printed.
+  int port() const {
+    for (int i = 0; i < 1200; ++i) {
+      std::string out = probekit::testing::read_text(log);
+      size_t at = out.find("on http://127.0.0.1:");
+      if (at != std::string::npos && out.find('/', at + 20) != std::string::npos) return std::stoi(out.substr(at + 20));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    FAIL("probe_server printed no URL: " << probekit::testing::read_text(log));
+    return -1;
+  }
+  // Sends `signal` and returns the exit code.
+  int stop(int signal) {
+    kill(pid, signal);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    pid = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("probe_server the tool: a public host needs --api-key; it serves, and stops cleanly on SIGTERM and SIGINT") {
+  TempDir tmp;
+  std::string probes = train_probes(tmp);
+  std::string run = fmt::format("{} --probes-dir {} --device cpu", tool("probe_server"), probes);
+  probekit::testing::check_failure(run_command(run + " --host 0.0.0.0"), 2,
+                                   {"--host 0.0.0.0: listening beyond this machine (loopback) needs --api-key"});
+  probekit::testing::check_failure(run_command(run + " --max-streams 16 --http-threads 16"), 2,
+                                   {"--max-streams 16 leaves none of the 16 --http-threads"});
+  probekit::testing::check_failure(run_command(run + " --max-texts 0"), 2, {"--max-texts"});
+  for (int signal : {SIGTERM, SIGINT}) {
+    CAPTURE(signal);
+    ServerProcess process({tool("probe_server"), "--probes-dir", probes, "--device", "cpu", "--port", "0"}, tmp.file("log"));
+    httplib::Client client("127.0.0.1", process.port());
+    client.set_read_timeout(60);
+    httplib::Result r = client.Post("/v1/rank", Json({{"texts", {kText}}}).dump(), "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 200);
+    CHECK(Json::parse(r->body)["results"][0]["predictions"].size() >= 1);
+    CHECK(process.stop(signal) == 0);
+    std::string log = probekit::testing::read_text(tmp.file("log"));
+    CHECK_CONTAINS(log, "probe_server: 3 labels, layers 2,5, on http://127.0.0.1:");
+    CHECK_CONTAINS(log, signal == SIGTERM ? "Terminated: shutting down" : "Interrupt: shutting down");
+    CHECK_CONTAINS(log, "stopped");
+  }
+}
+
+namespace {
+
+struct Event {
+  std::string name;
+  Json data;
+};
+
+// The events of a server-sent event stream (comment lines, the server's keep-alives, left out).
+std::vector<Event> parse_events(const std::string& stream) {
+  std::vector<Event> events;
+  size_t start = 0, end;
+  while ((end = stream.find("\n\n", start)) != std::string::npos) {
+    std::string block = stream.substr(start, end - start);
+    start = end + 2;
+    if (block.rfind(':', 0) == 0) continue;
+    size_t data = block.find("\ndata: ");
+    REQUIRE_MESSAGE((block.rfind("event: ", 0) == 0 && data != std::string::npos), block);
+    events.push_back({block.substr(7, data - 7), Json::parse(block.substr(data + 7))});
+  }
+  return events;
+}
+
+// POST /v1/generate, its body handed to `receive` as it arrives (returning false hangs up).
+httplib::Result generate(const RunningServer& s, const Json& body, const httplib::ContentReceiverWithProgress& receive) {
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/generate";
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = receive;
+  return s.client().send(req);
+}
+
+}  // namespace
+
+TEST_CASE("probe_server: /v1/generate streams tokens with their probe scores; its bounds; a client that hangs up frees its slot") {
+  TempDir tmp;
+  server::ServerOptions o = options_for(train_probes(tmp));
+  o.limits.max_new_tokens = 8;
+  o.limits.max_streams = 1;
+  o.limits.max_tokens = 20;
+  RunningServer s(o);
+  Json body = {{"prompt", "Once upon a time"}, {"max_new_tokens", 6}, {"stop", false}, {"top_k", 6}};
+  std::string received;
+  // A ranking sent while the stream runs is scored between two of its tokens, and disturbs neither.
+  std::optional<httplib::Result> ranked;
+  std::thread ranking;
+  httplib::Result r = generate(s, body, [&](const char* data, size_t size, uint64_t, uint64_t) {
+    received.append(data, size);
+    if (!ranking.joinable()) ranking = std::thread([&] { ranked.emplace(post(s, "/v1/rank", R"({"texts": ["Day 3."]})")); });
+    return true;
+  });
+  ranking.join();
+  REQUIRE((ranked && *ranked));
+  CHECK((*ranked)->status == 200);
+  check_same_json(Json::parse((*ranked)->body), post_json(s, "/v1/rank", {{"texts", {"Day 3."}}}), "ranked during the stream");
+  REQUIRE(r);
+  REQUIRE_MESSAGE(r->status == 200, received);
+  CHECK(r->get_header_value("Content-Type") == "text/event-stream");
+  std::vector<Event> events = parse_events(received);
+  REQUIRE(events.size() == 7);
+  // The same tokens and scores as the engine's own generation, token by token.
+  generation::GenerationFlags flags;
+  flags.options.max_new_tokens = 6;
+  flags.no_stop = true;
+  std::vector<inference::ScoredToken> expected;
+  s.server().engine().generate({"Once upon a time"}, generation::resolve_generation_flags(flags, s.server().engine().model_dir()),
+                               [&](const inference::ScoredToken& t) {
+                                 expected.push_back(t);
+                                 return true;
+                               });
+  REQUIRE(expected.size() == 6);
+  std::string text;
+  for (size_t i = 0; i < 6; ++i) {
+    CAPTURE(i);
+    const Json& token = events[i].data;
+    CHECK(events[i].name == "token");
+    CHECK(token["index"] == i);
+    CHECK(token["id"] == expected[i].id);
+    text += token["token_text"].get<std::string>();
+    CHECK(token["text"] == text);
+    REQUIRE(token["predictions"].size() == 6);  // 3 labels x 2 layers
+    for (const Json& p : token["predictions"]) {
+      const std::vector<int64_t>& layers = s.server().engine().layers();
+      const std::vector<std::string>& labels = s.server().engine().labels();
+      size_t l = static_cast<size_t>(std::find(layers.begin(), layers.end(), p["layer"].get<int64_t>()) - layers.begin());
+      size_t k = static_cast<size_t>(std::find(labels.begin(), labels.end(), p["label"].get<std::string>()) - labels.begin());
+      CHECK(p["confidence"].get<double>() == doctest::Approx(expected[i].probability[l][k]).epsilon(1e-9));
+    }
+  }
+  CHECK(events[6].name == "done");
+  CHECK(events[6].data["reason"] == "length");
+  CHECK(events[6].data["tokens"] == 6);
+  CHECK(events[6].data["text"] == text);
+
+  check_refused(s, "/v1/generate", R"({"prompt": "Once", "max_new_tokens": 9})", 413,
+                {"asks for 9 tokens, more than this server's limit of 8 (--max-new-tokens)"}, "max_new_tokens");
+  check_refused(s, "/v1/generate", Json({{"prompt", std::string(30, 'a') + " b c d e f g h i j k l m n o p q r s t u v"}}).dump(),
+                413, {"(--max-tokens)"}, "prompt");
+  check_refused(s, "/v1/generate", R"({"prompt": "Once", "temperature": -1})", 400, {"'temperature' must be a number from 0"},
+                "temperature");
+  check_refused(s, "/v1/generate", R"({"prompt": "Once", "layers": [4]})", 400, {"layer 4 has no probes loaded"}, "layers[0]");
+  {
+    // While the worker is held, a stream stays open, waiting: the one slot is taken, and the client hangs up.
+    std::shared_ptr<void> hold = s.server().scheduler().hold();
+    std::thread hanging_up([&] { generate(s, body, [](const char*, size_t, uint64_t, uint64_t) { return false; }); });
+    while (s.server().open_streams() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    check_refused(s, "/v1/generate", body.dump(), 429, {"1 generation streams are open, this server's limit (--max-streams)"});
+    hanging_up.join();
+    for (int i = 0; i < 300 && s.server().open_streams() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    CHECK(s.server().open_streams() == 0);
+  }
+  received.clear();
+  r = generate(s, {{"prompt", "Once upon a time"}, {"max_new_tokens", 2}}, [&](const char* data, size_t size, uint64_t, uint64_t) {
+    received.append(data, size);
+    return true;
+  });
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  CHECK(parse_events(received).back().name == "done");
+}
