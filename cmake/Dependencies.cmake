@@ -62,27 +62,31 @@ target_include_directories(probekit_utf8proc SYSTEM INTERFACE ${UTF8PROC_INCLUDE
 target_link_libraries(probekit_utf8proc INTERFACE ${UTF8PROC_LIBRARY})
 add_library(probekit::utf8proc ALIAS probekit_utf8proc)
 
-# cpp-httplib (Debian: libcpp-httplib-dev, a compiled library and its header) serves probe_server's HTTP API and the
-# tests' mock hub, and is the tests' HTTP client. Its classes' layout depends on the feature macros the library was
-# built with (Debian's: OpenSSL, zlib and Brotli, as its cpp-httplib.pc says), so they are defined here as well; the
-# package depends on those libraries' -dev packages, whose headers the macros include.
+# cpp-httplib serves probe_server's HTTP API and the tests' mock hub, and is the tests' HTTP client. Debian's
+# (libcpp-httplib-dev) is a compiled library and its header, Homebrew's the header alone (compiled into each user).
+# A compiled library's classes' layout depends on the feature macros it was built with (Debian's: OpenSSL, zlib and
+# Brotli, as its cpp-httplib.pc says), so they are defined here as well; the package depends on those libraries'
+# -dev packages, whose headers the macros include. The header alone needs none of them.
 find_path(HTTPLIB_INCLUDE_DIR httplib.h REQUIRED)
-find_library(HTTPLIB_LIBRARY NAMES cpp-httplib REQUIRED)
+find_library(HTTPLIB_LIBRARY NAMES cpp-httplib)
 find_package(Threads REQUIRED)
 add_library(probekit_httplib INTERFACE)
 target_include_directories(probekit_httplib SYSTEM INTERFACE ${HTTPLIB_INCLUDE_DIR})
-target_link_libraries(probekit_httplib INTERFACE ${HTTPLIB_LIBRARY} Threads::Threads)
-find_path(HTTPLIB_OPENSSL_INCLUDE openssl/ssl.h)
-find_path(HTTPLIB_OPENSSL_CONF_INCLUDE openssl/opensslconf.h)  # Debian keeps it in the multiarch include folder
-find_path(HTTPLIB_ZLIB_INCLUDE zlib.h)
-find_path(HTTPLIB_BROTLI_INCLUDE brotli/decode.h)
-if(HTTPLIB_OPENSSL_INCLUDE AND HTTPLIB_OPENSSL_CONF_INCLUDE AND HTTPLIB_ZLIB_INCLUDE AND HTTPLIB_BROTLI_INCLUDE)
-  target_include_directories(probekit_httplib SYSTEM INTERFACE ${HTTPLIB_OPENSSL_INCLUDE} ${HTTPLIB_OPENSSL_CONF_INCLUDE}
-                             ${HTTPLIB_ZLIB_INCLUDE} ${HTTPLIB_BROTLI_INCLUDE})
-  target_compile_definitions(probekit_httplib INTERFACE
-    CPPHTTPLIB_OPENSSL_SUPPORT CPPHTTPLIB_ZLIB_SUPPORT CPPHTTPLIB_BROTLI_SUPPORT)
-else()
-  message(WARNING "cpp-httplib: the OpenSSL, zlib or Brotli headers are missing (apt-get install libcpp-httplib-dev "
-                  "pulls them in); built without the feature macros, which must match those of ${HTTPLIB_LIBRARY}")
+target_link_libraries(probekit_httplib INTERFACE Threads::Threads)
+if(HTTPLIB_LIBRARY)
+  target_link_libraries(probekit_httplib INTERFACE ${HTTPLIB_LIBRARY})
+  find_path(HTTPLIB_OPENSSL_INCLUDE openssl/ssl.h)
+  find_path(HTTPLIB_OPENSSL_CONF_INCLUDE openssl/opensslconf.h)  # Debian keeps it in the multiarch include folder
+  find_path(HTTPLIB_ZLIB_INCLUDE zlib.h)
+  find_path(HTTPLIB_BROTLI_INCLUDE brotli/decode.h)
+  if(HTTPLIB_OPENSSL_INCLUDE AND HTTPLIB_OPENSSL_CONF_INCLUDE AND HTTPLIB_ZLIB_INCLUDE AND HTTPLIB_BROTLI_INCLUDE)
+    target_include_directories(probekit_httplib SYSTEM INTERFACE ${HTTPLIB_OPENSSL_INCLUDE}
+                               ${HTTPLIB_OPENSSL_CONF_INCLUDE} ${HTTPLIB_ZLIB_INCLUDE} ${HTTPLIB_BROTLI_INCLUDE})
+    target_compile_definitions(probekit_httplib INTERFACE
+      CPPHTTPLIB_OPENSSL_SUPPORT CPPHTTPLIB_ZLIB_SUPPORT CPPHTTPLIB_BROTLI_SUPPORT)
+  else()
+    message(WARNING "cpp-httplib: the OpenSSL, zlib or Brotli headers are missing (apt-get install libcpp-httplib-dev "
+                    "pulls them in); built without the feature macros, which must match those of ${HTTPLIB_LIBRARY}")
+  endif()
 endif()
 add_library(probekit::httplib ALIAS probekit_httplib)

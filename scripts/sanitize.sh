@@ -28,5 +28,5 @@ if [ "$scope" = core ]; then
   ./tests/test_core
 else
   cmake --build .
-  ctest --output-on-failure --timeout 1800 -j "$(nproc)"
+  ctest --output-on-failure --timeout 1800 -j "$(getconf _NPROCESSORS_ONLN)"
 fi

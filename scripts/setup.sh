@@ -1,8 +1,31 @@
 #!/usr/bin/env bash
 # Installs the Debian packages this project needs (only the missing ones), then configures and builds it
-# in build/ (Release). Idempotent: a second run installs nothing and rebuilds only what changed.
+# in build/ (Release). Idempotent: a second run installs nothing and rebuilds only what changed. On macOS it
+# runs scripts/setup_macos.sh (Homebrew) instead.
+#
+#   scripts/setup.sh                              install what is missing, build
+#   scripts/setup.sh --dry-run [--platform P]     print what it would install (and on macOS the CMake hints),
+#                                                 change nothing; P: debian or macos (default: this system).
+#                                                 PROBEKIT_SETUP_DRY_RUN=P does the same.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+platform=$([ "$(uname -s)" = Darwin ] && echo macos || echo debian)
+dry_run=${PROBEKIT_SETUP_DRY_RUN:-}
+while (($#)); do
+  case "$1" in
+    --dry-run) dry_run=${dry_run:-$platform} ;;
+    --platform) platform=${2:?--platform needs macos or debian}; [ -n "$dry_run" ] && dry_run=$platform; shift ;;
+    *) echo "unknown argument $1 (expected --dry-run [--platform macos|debian])" >&2; exit 2 ;;
+  esac
+  shift
+done
+[ -n "$dry_run" ] && platform=$dry_run
+case "$platform" in
+  macos) exec bash scripts/setup_macos.sh ${dry_run:+--dry-run} ;;
+  debian) ;;
+  *) echo "unknown platform $platform (expected macos or debian)" >&2; exit 2 ;;
+esac
 
 packages=(
   g++ cmake ninja-build git ca-certificates python3
@@ -15,8 +38,14 @@ packages=(
   # The export round trip loads our probes into the reference's PyTorch modules (9 MB download, 47 MB installed,
   # plus libtorch-test's 51 MB and NumPy/SymPy; it reuses libtorch-dev's libtorch1.13).
   python3-torch
+  clang  # CI builds the library and the tools with clang too (scripts/build_clang.sh), as macOS builds with AppleClang
   chromium   # the web page's browser test drives headless Chromium through the DevTools protocol (puppeteer-core)
 )
+if [ -n "$dry_run" ]; then
+  echo "platform: debian"
+  echo "apt-get install: ${packages[*]}"
+  exit 0
+fi
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

@@ -7,4 +7,4 @@ bash scripts/setup.sh
 bash scripts/fetch_tokenizers.sh
 bash scripts/setup_browser_test.sh   # puppeteer-core for the browser test of probe_server's page
 cd build
-ctest --output-on-failure --timeout 900 -j "$(nproc)"
+ctest --output-on-failure --timeout 900 -j "$(getconf _NPROCESSORS_ONLN)"

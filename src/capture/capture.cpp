@@ -143,7 +143,8 @@ void plan_prompts(const CaptureOptions& options, CapturePlan& plan, CaptureSumma
 
 // On the CPU attention holds every head's [T, T] scores in fp32 (scores, their softmax and a masked copy), which
 // for a very long text exceeds the machine's memory: refused before the model loads, naming the text and the
-// --max-length that fits. GPUs take the memory-efficient attention and retry out-of-memory batches in halves.
+// --max-length that fits. MPS, which shares the system's memory, is checked the same way. CUDA GPUs take the
+// memory-efficient attention and retry out-of-memory batches in halves.
 void check_cpu_attention_memory(const CapturePlan& plan, const device::ComputeTarget& target) {
   if (target.is_gpu()) return;
   auto longest = std::max_element(plan.lengths.begin(), plan.lengths.end());
@@ -154,10 +155,10 @@ void check_cpu_attention_memory(const CapturePlan& plan, const device::ComputeTa
   if (memory <= 0 || needed < memory / 2) return;
   auto fits = static_cast<int64_t>(std::sqrt(memory / 4 / per_square_token));
   const RunItem& item = plan.run[static_cast<size_t>(longest - plan.lengths.begin())];
-  fail_input("{}:{}: this text's prompt is {} tokens; attention over it needs about {:.0f} GB on the CPU, more than "
+  fail_input("{}:{}: this text's prompt is {} tokens; attention over it needs about {:.0f} GB on the {}, more than "
              "half of its {:.0f} GB of memory: cut long texts with --max-length {} (or less)",
              plan.dataset.path, plan.dataset.examples[static_cast<size_t>(item.example)].line + 1, *longest,
-             needed / 1e9, memory / 1e9, fits);
+             needed / 1e9, target.device.is_mps() ? "Mac (MPS shares the system's memory)" : "CPU", memory / 1e9, fits);
 }
 
 // Where the model goes on the devices of --devices (--placement): replicas, layers split over several, or
@@ -174,7 +175,7 @@ model::DevicePlan place_model(const CaptureOptions& options, const CapturePlan& 
   load.dtype = targets.front().dtype;
   std::vector<int64_t> free_bytes;
   for (const device::ComputeTarget& t : targets) {
-    int64_t free = t.is_gpu() ? static_cast<int64_t>(t.free_memory()) : 0;
+    auto free = static_cast<int64_t>(t.memory().free_bytes);  // 0 on the CPU and on MPS
     free_bytes.push_back(options.max_gpu_memory > 0 && free > 0 ? std::min(free, options.max_gpu_memory) : free);
   }
   model::DevicePlan devices = model::plan_devices(placement, free_bytes, model::model_bytes(plan.model_dir, load));
@@ -258,8 +259,8 @@ std::array<activations::SplitLayout, 3> make_layouts(const CapturePlan& plan, Po
   return layouts;
 }
 
-// Peak bytes per token of one layer's activations on a GPU: residual, norms, qkv, attention scores, MLP, and
-// with routed experts the token's k copies through its experts and their fp32 sum.
+// Peak bytes per token of one layer's activations on a GPU (CUDA, ROCm or MPS): residual, norms, qkv, attention
+// scores, MLP, and with routed experts the token's k copies through its experts and their fp32 sum.
 int64_t gpu_bytes_per_token(const model::ModelConfig& c, at::ScalarType dtype, int64_t longest, int64_t layer_count) {
   auto element = static_cast<int64_t>(c10::elementSize(dtype));
   const model::RoutedExpertsSpec& moe = c.routed_experts;
@@ -278,12 +279,13 @@ Batching choose_batching(const CaptureOptions& options, const model::Transformer
   if (options.batch_size > 0) {
     b.max_examples = options.batch_size;
     b.token_budget = options.batch_size * longest;
-  } else if (target.is_gpu()) {
-    int64_t free = static_cast<int64_t>(target.free_memory());
-    if (options.max_gpu_memory > 0) free = std::min(free, options.max_gpu_memory - first_device_weights);
-    if (free <= 0) fail("--max-gpu-memory leaves no room for activations beside the model's weights");
-    b.token_budget = std::clamp<int64_t>(free / 2 / gpu_bytes_per_token(c, target.dtype, longest, layer_count), longest, 32768);
+  } else if (device::MemoryBudget memory = device::memory_budget(target.choice.backend, target.memory(),
+                                                                  options.max_gpu_memory, first_device_weights);
+             memory.bytes > 0) {
+    auto usable = static_cast<int64_t>(memory.bytes / 2);
+    b.token_budget = std::clamp<int64_t>(usable / gpu_bytes_per_token(c, target.dtype, longest, layer_count), longest, 32768);
     b.max_examples = 512;
+    spdlog::info("batches of up to {} tokens, from half of the memory there is ({})", b.token_budget, memory.source);
   } else {
     b.token_budget = std::max<int64_t>(4096, longest);
     b.max_examples = 64;
@@ -301,7 +303,7 @@ Batching choose_batching(const CaptureOptions& options, const model::Transformer
 }
 
 // Runs batches on one model replica through the readout; a batch that runs out of device memory is split in
-// halves and retried.
+// halves and retried (device::run_in_halves).
 class BatchRunner {
  public:
   BatchRunner(const model::TransformerModel& model, std::vector<at::Device> devices, readout::Request request,
@@ -323,27 +325,21 @@ class BatchRunner {
   }
 
   /// Rows of a batch of run positions [rows, layers, width] in fp32 on the device.
-  at::Tensor run(const std::vector<int64_t>& batch, const CapturePlan& plan, int64_t* retries) const {
-    try {
-      if (simulate_out_of_memory_above_ > 0 && static_cast<int64_t>(batch.size()) > simulate_out_of_memory_above_) {
-        throw std::runtime_error("CUDA out of memory (simulated for a test)");
-      }
-      std::vector<readout::Sequence> sequences;
-      sequences.reserve(batch.size());
-      for (int64_t p : batch) sequences.push_back(plan.ids[static_cast<size_t>(p)]);
-      return readout::read_rows(model_, sequences, request_);
-    } catch (const std::exception& e) {
-      if (!is_out_of_memory_message(e.what()) || batch.size() == 1) throw;
-      device::empty_cache(model_.device());
-      if (*retries == 0) {
-        spdlog::warn("out of device memory on a batch of {} examples; retrying in smaller batches", batch.size());
-      }
-      ++*retries;
-      auto half = static_cast<std::ptrdiff_t>(batch.size() / 2);
-      at::Tensor first = run({batch.begin(), batch.begin() + half}, plan, retries);
-      at::Tensor second = run({batch.begin() + half, batch.end()}, plan, retries);
-      return at::cat({first, second});
-    }
+  at::Tensor run(const std::vector<int64_t>& batch, const CapturePlan& plan, device::OutOfMemoryRetry& retry) const {
+    std::vector<at::Tensor> pieces;
+    device::run_in_halves(
+        batch,
+        [&](const std::vector<int64_t>& part) {
+          if (simulate_out_of_memory_above_ > 0 && static_cast<int64_t>(part.size()) > simulate_out_of_memory_above_) {
+            throw std::runtime_error("CUDA out of memory (simulated for a test)");
+          }
+          std::vector<readout::Sequence> sequences;
+          sequences.reserve(part.size());
+          for (int64_t p : part) sequences.push_back(plan.ids[static_cast<size_t>(p)]);
+          pieces.push_back(readout::read_rows(model_, sequences, request_));
+        },
+        retry);
+    return pieces.size() == 1 ? pieces.front() : at::cat(pieces);
   }
 
  private:
@@ -459,7 +455,7 @@ class WindowLoop {
   // its devices do not wait for the host between batches; it never waits on the queue while it holds rows.
   void work(size_t runner, WindowQueue& queue, const Write& write, ProgressBar& progress) {
     device::WorkerStreams streams(runners_[runner].devices());
-    int64_t runner_retries = 0;
+    device::OutOfMemoryRetry retry = out_of_memory_retry(runners_[runner]);
     std::optional<std::pair<WindowQueue::Task, device::HostCopy>> previous;
     try {
       while (true) {
@@ -470,7 +466,7 @@ class WindowLoop {
           continue;
         }
         if (!task) break;
-        device::HostCopy rows(runners_[runner].run(*task->batch, plan_, &runner_retries));
+        device::HostCopy rows(runners_[runner].run(*task->batch, plan_, retry));
         if (previous) store_batch(previous->first, previous->second.wait(), runners_[runner], queue, write, progress);
         previous.emplace(std::move(*task), std::move(rows));
       }
@@ -478,7 +474,18 @@ class WindowLoop {
       queue.abort();
       throw;
     }
-    retries_ += runner_retries;
+    retries_ += retry.retries;
+  }
+
+  // The retry state of a runner: its devices, whose caches an out-of-memory batch clears before its halves run.
+  device::OutOfMemoryRetry out_of_memory_retry(const BatchRunner& runner) const {
+    std::vector<device::DeviceChoice> devices;
+    for (const at::Device& device : runner.devices()) {
+      auto target = std::find_if(targets_.begin(), targets_.end(),
+                                 [&](const device::ComputeTarget& t) { return t.device == device; });
+      devices.push_back(target->choice);
+    }
+    return {*targets_.front().device_runtime, std::move(devices)};
   }
 
   // Checks and stores one batch's rows (on the host), counts it and tells the queue.

@@ -33,7 +33,9 @@ void add_run_flags(CLI::App& app, CaptureFlags& f) {
   CaptureOptions& o = f.options;
   app.add_option("--batch-size", o.batch_size, "Examples per forward pass (default: chosen from device memory)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--max-gpu-memory", f.max_gpu_memory, "GPU memory the capture may use, e.g. 40GB (default: what is free)");
+  app.add_option("--max-gpu-memory", f.max_gpu_memory,
+                 "GPU memory the capture may use, weights included, e.g. 40GB (default: what is free; on MPS "
+                 "Metal's recommended working set less what the process holds)");
   add_device_options(app, o.device, o.dtype, "(auto: bf16 on capable GPUs, fp32 on CPU)");
   add_placement_options(app, f.devices, o.placement,
                         "Several GPUs, e.g. 0,1: model replicas sharing the batches, or a model's layers split over "

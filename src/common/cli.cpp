@@ -4,6 +4,9 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
+#ifdef __APPLE__
+#include <mach-o/dyld.h>
+#endif
 
 #include <cerrno>
 #include <csignal>
@@ -14,13 +17,34 @@
 
 #include "common/error.h"
 #include "common/logging.h"
+#include "device/runtime.h"
 
 namespace probekit {
 
+namespace {
+
+// The running program's file, to re-execute it whatever argv[0] and PATH say; empty where unknown.
+std::string own_executable() {
+#if defined(__linux__)
+  return "/proc/self/exe";
+#elif defined(__APPLE__)
+  std::vector<char> path(4096);
+  auto size = static_cast<uint32_t>(path.size());
+  if (_NSGetExecutablePath(path.data(), &size) != 0) return "";
+  return path.data();
+#else
+  return "";
+#endif
+}
+
+}  // namespace
+
 void use_passive_openmp_threads(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
+  std::string executable = own_executable();
+  if (executable.empty()) return;
   setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  execv("/proc/self/exe", argv);
+  execv(executable.c_str(), argv);
   // If re-executing failed the program simply goes on with spinning threads.
 }
 
@@ -95,7 +119,10 @@ std::string explain_failure(const std::exception& error, const std::string& disk
     if (at != std::string::npos) message.erase(at);
   }
   while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
-  if (is_out_of_memory_message(message)) {
+  std::string mps_advice = device::mps_failure_advice(message);
+  if (!mps_advice.empty()) {
+    message += "\n" + mps_advice;
+  } else if (is_out_of_memory_message(message)) {
     message += "\nThe device ran out of memory: use a smaller --batch-size (or --max-gpu-memory), a lower "
                "--dtype, or free memory used by other processes; the device and its memory are logged at start.";
   }

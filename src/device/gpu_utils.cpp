@@ -1,13 +1,19 @@
 #include "device/gpu_utils.h"
 
 #include <ATen/Parallel.h>
-#include <omp.h>
-#include <sched.h>
 #include <spdlog/spdlog.h>
 #include <stdlib.h>
 #include <torch/csrc/api/include/torch/version.h>
 
 #include <thread>
+
+// Only compilers that generate OpenMP code define _OPENMP: clang with GCC's runtime (-fopenmp=libgomp) does not.
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#ifdef __linux__
+#include <sched.h>
+#endif
 
 #ifdef PROBEKIT_WITH_CUDA
 #include "device/gpu_cuda.h"
@@ -30,10 +36,16 @@ const bool onednn_isa_capped = setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16", 
 #endif
 
 int available_cores() {
+  int cores = static_cast<int>(std::thread::hardware_concurrency());
+#ifdef __linux__
+  // A container or taskset may allow fewer cores than the machine has.
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1u, std::thread::hardware_concurrency());
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) cores = CPU_COUNT(&set);
+#else
+  // macOS has no affinity masks: every core is available to the process.
+#endif
+  return std::max(1, cores);
 }
 
 RuntimeReport query_runtime() {
@@ -64,37 +76,70 @@ at::ScalarType to_scalar_type(DType dtype) {
   return at::kFloat;
 }
 
-uint64_t ComputeTarget::free_memory() const {
-#ifdef PROBEKIT_WITH_CUDA
-  if (device.is_cuda()) return cuda::free_memory(device.index());
-#endif
-  return 0;
+at::Device to_device(const DeviceChoice& choice) {
+  switch (choice.backend) {
+    case Backend::kCpu: return at::Device(at::kCPU);
+    case Backend::kMps: return at::Device(at::kMPS);
+    case Backend::kCuda:
+    case Backend::kRocm: return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(choice.index));
+  }
+  return at::Device(at::kCPU);
 }
 
-ComputeTarget select_compute(const std::string& device_request, const std::string& dtype_request) {
+namespace {
+
+class LibTorchRuntime : public DeviceRuntime {
+ public:
+  RuntimeReport report() const override { return query_runtime(); }
+
+  MemoryReading memory(const DeviceChoice& device) const override {
+    MemoryReading reading;
+#ifdef PROBEKIT_WITH_CUDA
+    if (device.backend == Backend::kCuda || device.backend == Backend::kRocm) reading.free_bytes = cuda::free_memory(device.index);
+#endif
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+    // The MPS allocator's figures, as torch.mps.recommended_max_memory() and driver_allocated_memory() give them.
+    if (device.backend == Backend::kMps) {
+      reading.working_set_bytes = at::detail::getMPSHooks().getRecommendedMaxMemory();
+      reading.allocated_bytes = at::detail::getMPSHooks().getDriverAllocatedMemory();
+    }
+#endif
+    (void)device;
+    return reading;
+  }
+
+  void empty_cache(const DeviceChoice& device) const override { device::empty_cache(to_device(device)); }
+};
+
+}  // namespace
+
+const DeviceRuntime& libtorch_runtime() {
+  static const LibTorchRuntime runtime;
+  return runtime;
+}
+
+ComputeTarget select_compute(const std::string& device_request, const std::string& dtype_request,
+                             const DeviceRuntime& runtime) {
   ComputeTarget target;
-  target.runtime = query_runtime();
+  target.device_runtime = &runtime;
+  target.runtime = runtime.report();
   target.choice = choose_device(device_request, target.runtime);
   target.dtype_choice = choose_dtype(dtype_request, target.choice, target.runtime);
-  switch (target.choice.backend) {
-    case Backend::kCpu: target.device = at::Device(at::kCPU); break;
-    case Backend::kMps: target.device = at::Device(at::kMPS); break;
-    case Backend::kCuda:
-    case Backend::kRocm:
-      target.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(target.choice.index));
-      break;
-  }
+  target.device = to_device(target.choice);
   target.dtype = to_scalar_type(target.dtype_choice.dtype);
   spdlog::info("{}; dtype {} ({})", describe(target.choice, target.runtime), dtype_name(target.dtype_choice.dtype),
                target.dtype_choice.reason);
   if (!target.dtype_choice.warning.empty()) spdlog::warn("{}", target.dtype_choice.warning);
+  if (target.choice.backend == Backend::kMps) spdlog::info("{}", mps_fallback_note(std::getenv("PYTORCH_ENABLE_MPS_FALLBACK")));
   return target;
 }
 
 int configure_threads(int requested) {
   int threads = requested > 0 ? requested : available_cores();
   at::set_num_threads(threads);
+#ifdef _OPENMP
   omp_set_num_threads(threads);
+#endif
   return threads;
 }
 

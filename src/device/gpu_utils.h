@@ -10,8 +10,12 @@
 #include <vector>
 
 #include "device/device_select.h"
+#include "device/runtime.h"
 
 namespace probekit::device {
+
+/// LibTorch's backends on this machine: CUDA or ROCm, MPS, the CPU.
+const DeviceRuntime& libtorch_runtime();
 
 /// The resolved place and precision of all tensor work in a run.
 struct ComputeTarget {
@@ -20,17 +24,23 @@ struct ComputeTarget {
   DeviceChoice choice;
   DTypeChoice dtype_choice;
   RuntimeReport runtime;
+  const DeviceRuntime* device_runtime = &libtorch_runtime();  // memory queries and cache clearing
 
   bool is_gpu() const { return device.is_cuda(); }
-  /// Free device memory in bytes (CUDA/ROCm); 0 when unknown.
-  uint64_t free_memory() const;
+  /// The device's memory now (see MemoryReading).
+  MemoryReading memory() const { return device_runtime->memory(choice); }
 };
 
 /// Queries LibTorch for GPUs (name, memory, capability), MPS and CPU cores.
 RuntimeReport query_runtime();
 
-/// Resolves --device and --dtype, logs one line saying what was picked and why, warns on overrides.
-ComputeTarget select_compute(const std::string& device_request, const std::string& dtype_request);
+/// The LibTorch device of a choice: cpu, mps, or cuda:N (ROCm GPUs too, as LibTorch exposes them).
+at::Device to_device(const DeviceChoice& choice);
+
+/// Resolves --device and --dtype on `runtime`'s devices, logs one line saying what was picked and why, warns on
+/// overrides.
+ComputeTarget select_compute(const std::string& device_request, const std::string& dtype_request,
+                             const DeviceRuntime& runtime = libtorch_runtime());
 
 /// Sets LibTorch's and OpenMP's thread counts: `requested`, or one per core when 0. Returns the count.
 int configure_threads(int requested);

@@ -137,7 +137,7 @@ std::vector<at::Device> place_layers(const EngineOptions& options, const std::st
   std::vector<int64_t> free_bytes;
   for (const std::string& name : options.devices) {
     targets.push_back(device::select_compute(name, options.dtype));
-    free_bytes.push_back(targets.back().is_gpu() ? static_cast<int64_t>(targets.back().free_memory()) : 0);
+    free_bytes.push_back(static_cast<int64_t>(targets.back().memory().free_bytes));  // 0 on the CPU and on MPS
   }
   model::LoadOptions sized = load;
   sized.dtype = targets.front().dtype;

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -225,6 +226,27 @@ sigset_t block_stop_signals() {
   return signals;
 }
 
+// The stop signal that arrived within about 100 ms, or 0.
+int wait_stop_signal(const sigset_t& signals) {
+#ifdef __linux__
+  timespec interval{0, 100 * 1000 * 1000};
+  int signal = sigtimedwait(&signals, nullptr, &interval);
+  return signal > 0 ? signal : 0;
+#else
+  // macOS has no sigtimedwait: look at the blocked signals pending, and take one with sigwait, which then returns
+  // at once.
+  sigset_t pending;
+  sigemptyset(&pending);
+  sigpending(&pending);
+  if (sigismember(&pending, SIGINT) == 1 || sigismember(&pending, SIGTERM) == 1) {
+    int signal = 0;
+    if (sigwait(&signals, &signal) == 0) return signal;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return 0;
+#endif
+}
+
 }  // namespace
 
 void run_probe_server(const ServerOptions& options) {
@@ -239,10 +261,8 @@ void run_probe_server(const ServerOptions& options) {
   std::fflush(stdout);
   std::atomic<bool> served{false};
   std::thread watcher([&] {
-    timespec interval{0, 100 * 1000 * 1000};
     while (!served) {
-      int signal = sigtimedwait(&signals, nullptr, &interval);
-      if (signal > 0) {
+      if (int signal = wait_stop_signal(signals); signal > 0) {
         spdlog::info("{}: shutting down", strsignal(signal));
         server.stop();
         return;

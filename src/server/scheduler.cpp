@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "server/requests.h"
 
 namespace probekit::server {
@@ -155,6 +157,22 @@ void Scheduler::work() {
       job->alone(nullptr);
     }
   }
+}
+
+// A request that stopped waiting leaves the queue at once, so that its texts stop counting against
+// --max-queued-texts while the worker is busy; one the worker has already taken is dropped there (drop_expired).
+void Scheduler::withdraw(const std::atomic<bool>& abandoned) {
+  std::unique_ptr<Job> withdrawn;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = std::find_if(queue_.begin(), queue_.end(),
+                           [&](const std::unique_ptr<Job>& job) { return job->abandoned.get() == &abandoned; });
+    if (it == queue_.end()) return;
+    queued_texts_ -= (*it)->weight;
+    withdrawn = std::move(*it);
+    queue_.erase(it);
+  }
+  refuse(*withdrawn, std::make_exception_ptr(timeout_error()));
 }
 
 // A request that stopped waiting, or whose time is up, is not worth a forward: it is refused and its slot emptied.

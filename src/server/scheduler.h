@@ -85,7 +85,8 @@ class Scheduler {
   static void drop_expired(std::vector<std::unique_ptr<Job>>& jobs);
   static void refuse(Job& job, std::exception_ptr error);
   template <typename T>
-  static T wait_for(std::future<T>& future, Clock::time_point deadline, std::atomic<bool>& abandoned);
+  T wait_for(std::future<T>& future, Clock::time_point deadline, std::atomic<bool>& abandoned);
+  void withdraw(const std::atomic<bool>& abandoned);
 
   const inference::Engine& engine_;
   int64_t max_queued_texts_;
@@ -106,6 +107,7 @@ template <typename T>
 T Scheduler::wait_for(std::future<T>& future, Clock::time_point deadline, std::atomic<bool>& abandoned) {
   if (future.wait_until(deadline) != std::future_status::ready) {
     abandoned = true;
+    withdraw(abandoned);
     fail_timeout();
   }
   return future.get();

@@ -71,7 +71,7 @@ TEST_CASE("the device layer picks the GPU and bf16 on auto, fp32 with --device c
   device::ComputeTarget gpu = device::select_compute("auto", "auto");
   CHECK(gpu.device.is_cuda());
   CHECK((gpu.dtype == at::kBFloat16));
-  CHECK(gpu.free_memory() > 0);
+  CHECK(gpu.memory().free_bytes > 0);
   MESSAGE(device::describe(gpu.choice, gpu.runtime));
   device::ComputeTarget cpu = device::select_compute("cpu", "auto");
   CHECK(cpu.device.is_cpu());

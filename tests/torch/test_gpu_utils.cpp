@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 
 #include "device/gpu_utils.h"
+#include "fake_device_runtime.h"
 
 using namespace probekit::device;
 
@@ -34,4 +35,23 @@ TEST_CASE("bf16 matrix products run on this CPU (regression: oneDNN 2.x's AMX ke
   CHECK(y.to(at::kFloat).min().item<float>() == 48.0f);  // 96 x 1 x 0.5
   at::Tensor scores = at::matmul(at::ones({2, 4, 9, 32}, at::kBFloat16), at::ones({2, 4, 32, 9}, at::kBFloat16));
   CHECK(scores.to(at::kFloat).max().item<float>() == 32.0f);
+}
+
+TEST_CASE("select_compute on an injected Apple machine: MPS, fp32, its memory figures and its cache clearing") {
+  probekit::testing::FakeDeviceRuntime mac = probekit::testing::apple_silicon_mac();
+  ComputeTarget target = select_compute("auto", "fp16", mac);
+  CHECK(target.device.is_mps());
+  CHECK((target.dtype == at::kFloat));
+  CHECK(target.dtype_choice.warning.find("not supported on MPS") != std::string::npos);
+  CHECK(target.memory().working_set_bytes == mac.reading.working_set_bytes);
+  MemoryBudget budget = memory_budget(target.choice.backend, target.memory(), 0, 1ll << 30);
+  CHECK(budget.bytes == 13ull << 30);
+  OutOfMemoryRetry retry{*target.device_runtime, {target.choice}};
+  run_in_halves({0, 1}, [](const std::vector<int64_t>& part) {
+    if (part.size() > 1) throw std::runtime_error(probekit::testing::kMpsOutOfMemory);
+  }, retry);
+  REQUIRE(mac.cleared.size() == 1);
+  CHECK(mac.cleared.front() == Backend::kMps);
+  // The real runtime of this machine has no MPS: asking for it names what there is.
+  CHECK_THROWS_WITH(select_compute("mps", "auto"), doctest::Contains("Apple MPS is not available here; available: cpu"));
 }

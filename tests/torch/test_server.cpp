@@ -276,6 +276,8 @@ TEST_CASE("probe_server: the time limit per request, the queue's bound and the A
     REQUIRE((late && *late));
     CHECK((*late)->status == 408);
     CHECK_CONTAINS((*late)->body, "longer than this server's time limit per request (--request-timeout)");
+    // Regression: a request whose time is up frees its place in the queue at once, not when the worker is free.
+    CHECK(s.server().scheduler().queued_texts() == 0);
   }
   r = with_key().Post("/v1/rank", R"({"texts": ["four"]})", "application/json");
   REQUIRE(r);
