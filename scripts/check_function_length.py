@@ -13,46 +13,14 @@ import os
 import re
 import sys
 
+from cpp_text import blank_comments
+
 SOURCE_SUFFIXES = (".cpp", ".h", ".cu")
-
-
-def strip_literals(text):
-    """Replaces comments, strings and character literals with spaces, keeping newlines."""
-    out = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            out.append(" " * (j - i))
-            i = j
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            out.append(re.sub(r"[^\n]", " ", text[i:j]))
-            i = j
-        elif text.startswith('R"', i):
-            m = re.match(r'R"([^(]*)\(', text[i:])
-            end = text.find(")" + m.group(1) + '"', i) if m else -1
-            j = n if end < 0 else end + len(m.group(1)) + 2
-            out.append(re.sub(r"[^\n]", " ", text[i:j]))
-            i = j
-        elif c in "\"'":
-            j = i + 1
-            while j < n and text[j] != c:
-                j += 2 if text[j] == "\\" else 1
-            out.append(re.sub(r"[^\n]", " ", text[i:j + 1]))
-            i = j + 1
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
 
 
 def long_functions(path, limit):
     with open(path, encoding="utf-8") as f:
-        text = strip_literals(f.read())
+        text = blank_comments(f.read(), literals=True)
     stack = []  # (kind, start line, name)
     head_start = 0  # where the text that precedes the next brace begins
     line = 1

@@ -17,6 +17,8 @@ import os
 import re
 import sys
 
+from cpp_text import blank_comments
+
 SOURCE_SUFFIXES = (".cpp", ".h", ".cu", ".cc", ".hpp")
 BUILD_FILE_SUFFIXES = ("CMakeLists.txt", ".cmake")
 NATIVE_FLAGS = re.compile(r"-m(arch|tune|cpu)=native")
@@ -44,34 +46,6 @@ LINUX_ONLY = [
 ]
 LINUX_MACRO = re.compile(r"\b(__linux__|__linux|__gnu_linux__)\b")
 NEGATED_LINUX = re.compile(r"(!\s*defined\s*\(?\s*(__linux__|__linux|__gnu_linux__)|#\s*ifndef)")
-
-
-def strip_comments(text):
-    """Replaces // and /* */ comments with spaces, keeping newlines and string literals."""
-    out = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            out.append(" " * (j - i))
-            i = j
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            out.append(re.sub(r"[^\n]", " ", text[i:j]))
-            i = j
-        elif c == '"' or (c == "'" and not (i > 0 and text[i - 1].isalnum())):
-            j = i + 1
-            while j < n and text[j] != c and text[j] != "\n":
-                j += 2 if text[j] == "\\" else 1
-            out.append(text[i:j + 1])
-            i = j + 1
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
 
 
 class Group:
@@ -141,7 +115,7 @@ def check_file(path):
     if path.endswith(BUILD_FILE_SUFFIXES):
         return check_build_file(path)
     with open(path, encoding="utf-8", errors="replace") as f:
-        text = strip_comments(f.read())
+        text = blank_comments(f.read())
     lines = text.split("\n")
     groups = preprocessor_groups(lines)
     problems = []
