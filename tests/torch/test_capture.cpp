@@ -23,6 +23,7 @@
 #include "io/safetensors.h"
 #include "model/transformer.h"
 #include "readout/readout.h"
+#include "activation_checks.h"
 #include "tensor_files.h"
 #include "test_paths.h"
 #include "data/reference_labels.h"
@@ -661,21 +662,7 @@ TEST_CASE("shards of a run, merged, equal the whole run") {
   auto whole = activations::read_activation_file(tmp.file("whole/" + activations::layer_file_name(3)));
   auto joined = activations::read_activation_file(tmp.file("sharded/" + activations::layer_file_name(3)));
   CHECK(joined.attributes.identity() == whole.attributes.identity());
-  for (Split split : activations::kSplits) {
-    const auto &a = joined.split(split), &b = whole.split(split);
-    CHECK(a.labels == b.labels);
-    CHECK(a.example_index == b.example_index);
-    CHECK(a.offsets == b.offsets);
-    CHECK(a.token_ids == b.token_ids);
-    CHECK(a.metadata == b.metadata);
-    REQUIRE(a.activations.size() == b.activations.size());
-    double largest = 0, difference = 0;
-    for (size_t i = 0; i < a.activations.size(); ++i) {
-      largest = std::max(largest, std::fabs(static_cast<double>(b.activations[i])));
-      difference = std::max(difference, std::fabs(static_cast<double>(a.activations[i]) - b.activations[i]));
-    }
-    CHECK_MESSAGE(difference <= 1e-5 * largest, activations::split_name(split), ": ", difference);
-  }
+  testing::check_same_rows(joined, whole);
 }
 
 TEST_CASE("the summary counts the padding the batches computed") {

@@ -16,6 +16,7 @@
 #include "common/files.h"
 #include "model/placement.h"
 #include "readout/readout.h"
+#include "activation_checks.h"
 #include "test_paths.h"
 #include "test_util.h"
 
@@ -35,26 +36,6 @@ std::string slurm_array_task(int rank) {
   return fmt::format("env SLURM_ARRAY_TASK_ID={} SLURM_ARRAY_TASK_MIN=1 SLURM_ARRAY_TASK_MAX=4 SLURM_ARRAY_TASK_COUNT=4 "
                      "SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_LOCALID=0",
                      rank + 1);
-}
-
-// Everything but the activations bitwise, the activations within the shard tests' tolerance (shards batch
-// differently, and a batch's padding changes the last bits of a product).
-void check_same_rows(const activations::ActivationFile& a, const activations::ActivationFile& b) {
-  for (Split split : activations::kSplits) {
-    const auto &x = a.split(split), &y = b.split(split);
-    CHECK(x.labels == y.labels);
-    CHECK(x.example_index == y.example_index);
-    CHECK(x.offsets == y.offsets);
-    CHECK(x.token_ids == y.token_ids);
-    CHECK(x.metadata == y.metadata);
-    REQUIRE(x.activations.size() == y.activations.size());
-    double largest = 0, difference = 0;
-    for (size_t i = 0; i < x.activations.size(); ++i) {
-      largest = std::max(largest, std::fabs(static_cast<double>(y.activations[i])));
-      difference = std::max(difference, std::fabs(static_cast<double>(x.activations[i]) - y.activations[i]));
-    }
-    CHECK_MESSAGE(difference <= 1e-5 * largest, activations::split_name(split), ": ", difference);
-  }
 }
 
 }  // namespace
@@ -98,7 +79,7 @@ TEST_CASE("--shard auto: four Slurm array tasks as processes, one interrupted an
   for (int64_t layer : {1, 3}) {
     std::string name = activations::layer_file_name(layer);
     auto joined = activations::read_activation_file(shards + "/" + name);
-    check_same_rows(joined, activations::read_activation_file(tmp.file("whole/" + name)));
+    testing::check_same_rows(joined, activations::read_activation_file(tmp.file("whole/" + name)));
   }
 
   {  // h5py (Debian's python3-h5py) reads the virtual datasets, the shards named relative to the merged file.
@@ -163,7 +144,7 @@ TEST_CASE("merge --virtual of per-token shards: offsets rebased and stored, meta
   auto joined = activations::read_activation_file(files[0]);
   CHECK(joined.attributes.identity() ==
         activations::read_activation_file(tmp.file("whole/" + activations::layer_file_name(2))).attributes.identity());
-  check_same_rows(joined, activations::read_activation_file(tmp.file("whole/" + activations::layer_file_name(2))));
+  testing::check_same_rows(joined, activations::read_activation_file(tmp.file("whole/" + activations::layer_file_name(2))));
   merge.gzip = true;
   CHECK_THROWS_AS(capture::merge_shards(capture::find_shard_dirs(tmp.file("sharded")), tmp.file("sharded"), merge), UsageError);
 }
