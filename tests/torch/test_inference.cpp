@@ -86,6 +86,20 @@ safetensors::File inspect_hidden(const TempDir& tmp, const std::string& model_di
   return safetensors::File(tmp.file("h.safetensors"));
 }
 
+// The residual stream after layers 2 and 5 at the last of `ids` ([1, hidden] each): what probes on those
+// layers read for that prompt, by a plain forward pass.
+std::vector<at::Tensor> last_token_rows(const model::TransformerModel& m, const std::vector<int64_t>& ids) {
+  std::vector<at::Tensor> last;
+  model::TensorHook hook = [&](std::string_view name, int64_t layer, const at::Tensor& x) {
+    if (name == "resid_post" && (layer == 2 || layer == 5)) last.push_back(x[0][-1].unsqueeze(0));
+  };
+  model::ForwardPass pass;
+  pass.input_ids = at::tensor(ids).unsqueeze(0);
+  pass.hook = &hook;
+  m.forward(pass);
+  return last;
+}
+
 }  // namespace
 
 TEST_CASE("printed scores equal sigmoid(w.h + b) from the probe files and inspect_model hidden") {
@@ -201,14 +215,7 @@ TEST_CASE("per-token scores equal running each prefix followed by the suffix on 
   for (size_t t = 0; t < scores.ids.size(); ++t) {
     std::vector<int64_t> ids(scores.ids.begin(), scores.ids.begin() + static_cast<std::ptrdiff_t>(t) + 1);
     ids.insert(ids.end(), suffix.begin(), suffix.end());
-    std::vector<at::Tensor> last;
-    model::TensorHook hook = [&](std::string_view name, int64_t layer, const at::Tensor& x) {
-      if (name == "resid_post" && (layer == 2 || layer == 5)) last.push_back(x[0][-1].unsqueeze(0));
-    };
-    model::ForwardPass pass;
-    pass.input_ids = at::tensor(ids).unsqueeze(0);
-    pass.hook = &hook;
-    m.forward(pass);
+    std::vector<at::Tensor> last = last_token_rows(m, ids);
     for (size_t l = 0; l < 2; ++l) {
       at::Tensor expected = at::sigmoid(sets[l].logits(last[l]))[0].to(at::kDouble);
       for (size_t j = 0; j < sets[l].probes().size(); ++j) {
@@ -398,14 +405,7 @@ TEST_CASE("--generate: each new token's printed scores equal the probes run on t
     ids.push_back(token["id"].get<int64_t>());
     std::vector<int64_t> prompt = ids;
     prompt.insert(prompt.end(), suffix.begin(), suffix.end());
-    std::vector<at::Tensor> last;
-    model::TensorHook hook = [&](std::string_view name, int64_t layer, const at::Tensor& x) {
-      if (name == "resid_post" && (layer == 2 || layer == 5)) last.push_back(x[0][-1].unsqueeze(0));
-    };
-    model::ForwardPass pass;
-    pass.input_ids = at::tensor(prompt).unsqueeze(0);
-    pass.hook = &hook;
-    m.forward(pass);
+    std::vector<at::Tensor> last = last_token_rows(m, prompt);
     REQUIRE(token["predictions"].size() == 2 * sets[0].probes().size());
     for (const Json& p : token["predictions"]) {
       size_t l = p["layer"] == 2 ? 0 : 1;
