@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
 
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +48,11 @@ int configure_threads(int requested);
 
 /// Waits for queued work on the device to finish (no-op on CPU).
 void synchronize(const at::Device& device);
+
+/// Starts on a thread of its own what a GPU's first matrix product sets up (cuBLAS's handle, workspace and
+/// kernels: a third of a second), so that it overlaps the model's load; the future is ready when that is done.
+/// Nothing to do on other devices.
+std::future<void> warm_up(const ComputeTarget& target);
 
 /// Returns cached, unused device memory to the driver (no-op on CPU).
 void empty_cache(const at::Device& device);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <future>
 #include <limits>
 #include <map>
 #include <optional>
@@ -171,25 +172,30 @@ Engine Engine::load(const EngineOptions& options) {
   load.lm_head = options.generate;
   load.embeddings_on_host = !options.generate;
   // The disk is the slowest part of a cold start: it works while the device, probes and tokenizer get ready.
+  // The tokenizer and the device's first-product set-up each take a fraction of a second of their own: they run
+  // beside the model's load.
   model::WeightReadAhead read_ahead(model_dir, load);
+  auto tokenizer = std::async(std::launch::async, [&model_dir] { return tokenizer::Tokenizer::from_file(model_dir); });
   engine.target_ =
       device::select_compute(options.devices.empty() ? options.device : options.devices.front(), options.dtype);
+  std::future<void> warm_up = device::warm_up(engine.target_);
   spdlog::debug("{:.2f} s: device ready", since_start());
   engine.load_probes(config, model::Checkpoint::open(model_dir).fingerprint());
   engine.index_labels();
   spdlog::debug("{:.2f} s: {} probes of {} layers loaded", since_start(), engine.labels_.size(), engine.layers_.size());
-
-  engine.tokenizer_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_file(model_dir));
-  engine.prompts_ = std::make_unique<readout::PromptBuilder>(*engine.tokenizer_, engine.prompt_suffix_,
-                                                             limit_for(engine.recorded_max_length_, config));
-  engine.request_.skip_leading = engine.prompts_->leading_specials();
-  spdlog::debug("{:.2f} s: tokenizer loaded", since_start());
   load.device = engine.target_.device;
   load.dtype = engine.target_.dtype;
   load.layer_devices = place_layers(options, model_dir, load);
   engine.model_ = std::make_unique<model::TransformerModel>(model::TransformerModel::load(model_dir, load, &read_ahead));
   spdlog::debug("{:.2f} s: model loaded ({:.2f} GB of weights)", since_start(),
                 static_cast<double>(engine.model_->weight_bytes()) / 1e9);
+
+  engine.tokenizer_ = std::make_unique<tokenizer::Tokenizer>(tokenizer.get());
+  engine.prompts_ = std::make_unique<readout::PromptBuilder>(*engine.tokenizer_, engine.prompt_suffix_,
+                                                             limit_for(engine.recorded_max_length_, config));
+  engine.request_.skip_leading = engine.prompts_->leading_specials();
+  warm_up.get();
+  spdlog::debug("{:.2f} s: tokenizer loaded, device warmed up", since_start());
   return engine;
 }
 

@@ -416,14 +416,17 @@ uint32_t hook_site(std::string_view name) {
   return 0;
 }
 
-at::Tensor decoder_block(const at::Tensor& x, const LayerWeights& w, const ModelConfig& c, int64_t layer,
-                         AttentionContext& context, const TensorHook* hook_function, uint32_t hook_sites,
-                         KvCache* record) {
+ResidualStream decoder_block(const ResidualStream& stream, const LayerWeights& w, const Norm& next_norm,
+                             const ModelConfig& c, int64_t layer, AttentionContext& context,
+                             const TensorHook* hook_function, uint32_t hook_sites, KvCache* record) {
   const at::ScalarType compute = w.qkv.weight.scalar_type();
   const LayerHook hook{hook_function, hook_sites, layer};
+  const at::Tensor& x = stream.residual;
   if (hook.wants(kHookResidPre)) hook.emit("resid_pre", x);
 
-  at::Tensor attention_out = attention_branch(norm_to(x, w.attention_input_norm, c, compute), w, c, layer, context, record);
+  const at::Tensor attention_in =
+      stream.next_input.defined() ? stream.next_input : norm_to(x, w.attention_input_norm, c, compute);
+  at::Tensor attention_out = attention_branch(attention_in, w, c, layer, context, record);
   // A branch's post-norm (Gemma 2/3, OLMo 2) is applied inside the residual add, unless the hook wants the branch.
   Norm attention_norm = w.attention_output_norm;
   if (hook.wants(kHookAttnOut)) {
@@ -438,7 +441,7 @@ at::Tensor decoder_block(const at::Tensor& x, const LayerWeights& w, const Model
     if (hook.wants(kHookResidMid)) hook.emit("resid_mid", x + attention_out);
     at::Tensor out = mlp_out.to(at::kFloat) + attention_out.to(at::kFloat) + x;  // transformers' order of the sum
     if (hook.wants(kHookResidPost)) hook.emit("resid_post", out);
-    return out;
+    return {out, {}};
   }
   auto [middle, mlp_in] = add_branch(x, attention_out, attention_norm, w.mlp_input_norm, c, compute);
   if (hook.wants(kHookResidMid)) hook.emit("resid_mid", middle);
@@ -450,9 +453,9 @@ at::Tensor decoder_block(const at::Tensor& x, const LayerWeights& w, const Model
     mlp_norm = Norm{};
     hook.emit("mlp_out", mlp_out);
   }
-  at::Tensor out = add_branch(middle, mlp_out, mlp_norm, Norm{}, c, compute).first;
+  auto [out, next_input] = add_branch(middle, mlp_out, mlp_norm, next_norm, c, compute);
   if (hook.wants(kHookResidPost)) hook.emit("resid_post", out);
-  return out;
+  return {out, next_input};
 }
 
 }  // namespace probekit::model

@@ -113,9 +113,19 @@ at::Tensor dense_mlp(const at::Tensor& x, const DenseMlp& mlp, const ModelConfig
 /// act(gate) * up of a gated MLP's fused projection [..., 2 * inner] -> [..., inner].
 at::Tensor gated_activation(const at::Tensor& gate_up, Activation activation);
 
-/// Runs decoder layer `layer` on the fp32 residual stream x [B, T, hidden]; gives `hook` the names in
-/// `hook_sites`; records keys/values into `record` when given.
-at::Tensor decoder_block(const at::Tensor& x, const LayerWeights& weights, const ModelConfig& config, int64_t layer,
-                         AttentionContext& context, const TensorHook* hook, uint32_t hook_sites, KvCache* record);
+/// The fp32 residual stream between layers [B, T, hidden] and, when known, the next layer's input: the stream
+/// normalized by that layer's attention input norm, in the compute dtype. On the fused GPU path a layer adds its
+/// last branch and normalizes the sum for the next layer in one pass over memory.
+struct ResidualStream {
+  at::Tensor residual;
+  at::Tensor next_input;  // undefined: the next layer normalizes `residual` itself
+};
+
+/// Runs decoder layer `layer` on the stream; gives `hook` the names in `hook_sites`; records keys/values into
+/// `record` when given. With `next_norm` (the next layer's attention input norm) the result carries the next
+/// layer's input.
+ResidualStream decoder_block(const ResidualStream& stream, const LayerWeights& weights, const Norm& next_norm,
+                             const ModelConfig& config, int64_t layer, AttentionContext& context,
+                             const TensorHook* hook, uint32_t hook_sites, KvCache* record);
 
 }  // namespace probekit::model

@@ -137,13 +137,15 @@ at::Tensor TransformerModel::forward(const ForwardPass& pass) const {
   if (pass.cache != nullptr) context->use_cache(*pass.cache, pass.cache_visible);
   c10::OptionalDeviceGuard stage_guard;  // our fused kernels launch on the current device
   std::optional<PackedSequences> stage_packed;  // the packed layout on the current stage's device
+  ResidualStream stream{x, {}};
+  const Norm no_norm;
   for (int64_t layer = 0; layer <= last; ++layer) {
-    if (!options_.layer_devices.empty() && options_.layer_devices[static_cast<size_t>(layer)] != x.device()) {
+    if (!options_.layer_devices.empty() && layer_device(layer) != stream.residual.device()) {
       // The next stage of a split model: the hidden state and the positions move to its device, where the
       // rotary tables and masks are made again.
-      at::Device stage = options_.layer_devices[static_cast<size_t>(layer)];
+      at::Device stage = layer_device(layer);
       stage_guard.reset_device(stage);
-      x = x.to(stage);
+      stream = {stream.residual.to(stage), {}};
       auto on_stage = [&](const at::Tensor& t) { return t.defined() ? t.to(stage) : t; };
       if (pass.packed != nullptr) stage_packed = PackedSequences{on_stage(pass.packed->cumulative_lengths), pass.packed->lengths};
       context = std::make_unique<AttentionContext>(c, on_stage(positions), pass.prefix, on_stage(pass.prefix_lengths),
@@ -151,9 +153,13 @@ at::Tensor TransformerModel::forward(const ForwardPass& pass) const {
                                                    stage_packed ? &*stage_packed : nullptr);
       if (pass.cache != nullptr) context->use_cache(*pass.cache, pass.cache_visible);
     }
-    x = decoder_block(x, weights_.layers[static_cast<size_t>(layer)], c, layer, *context, pass.hook, pass.hook_sites,
-                      pass.record);
+    // The next layer's input norm joins this layer's last residual add when both layers share a device.
+    const bool next_here = layer < last && layer_device(layer + 1) == layer_device(layer);
+    stream = decoder_block(stream, weights_.layers[static_cast<size_t>(layer)],
+                           next_here ? weights_.layers[static_cast<size_t>(layer + 1)].attention_input_norm : no_norm, c,
+                           layer, *context, pass.hook, pass.hook_sites, pass.record);
   }
+  x = stream.residual;
   if (pass.final_norm) {
     x = apply_norm(x.to(weights_.final_norm.weight.device()), weights_.final_norm, c, at::kFloat);
     if (pass.hook != nullptr && (pass.hook_sites & kHookFinalNorm) != 0) (*pass.hook)("final_norm", -1, x);

@@ -19,19 +19,27 @@ at::Tensor rms(const at::Tensor& x, const at::Tensor& weight, double eps) {
 }  // namespace
 
 TEST_CASE("fused rms_norm and residual_add equal the ATen arithmetic") {
-  for (int64_t width : {64, 333, 2560, 9000}) {
+  // Widths a multiple of 4 take the kernel holding the row in registers (2, 4, 8 or 16 quads a thread: 2560 and
+  // 9000 take 2 and 8); 333 the plain one; 40000 is past the register kernel's widest row.
+  for (int64_t width : {64, 333, 2560, 9000, 40000}) {
+    CAPTURE(width);
     at::Tensor x = at::randn({7, 5, width}, kCuda), weight = at::randn({width}, kCuda) + 1;
     for (at::ScalarType out : {at::kFloat, at::kBFloat16, at::kHalf}) {
       double tolerance = out == at::kFloat ? 1e-5 : 1e-2;
       CHECK(max_relative_error(fused::rms_norm(x, weight, 1e-6, out), rms(x, weight, 1e-6)) < tolerance);
       CHECK(max_relative_error(fused::rms_norm(x.to(out), weight, 1e-6, at::kFloat), rms(x.to(out), weight, 1e-6)) < 1e-5);
     }
-    at::Tensor branch = at::randn({7, 5, width}, kCuda).to(at::kBFloat16);
     at::Tensor branch_weight = at::randn({width}, kCuda), norm_weight = at::randn({width}, kCuda);
-    auto [sum, normed] = fused::residual_add(x, branch, branch_weight, norm_weight, 1e-6, at::kFloat);
-    at::Tensor expected = x + rms(branch, branch_weight, 1e-6);
-    CHECK(max_relative_error(sum, expected) < 1e-5);
-    CHECK(max_relative_error(normed, rms(expected, norm_weight, 1e-6)) < 1e-5);
+    for (at::ScalarType branch_type : {at::kBFloat16, at::kFloat}) {
+      at::Tensor branch = at::randn({7, 5, width}, kCuda).to(branch_type);
+      auto [sum, normed] = fused::residual_add(x, branch, branch_weight, norm_weight, 1e-6, at::kFloat);
+      at::Tensor expected = x + rms(branch, branch_weight, 1e-6);
+      CHECK(max_relative_error(sum, expected) < 1e-5);
+      CHECK(max_relative_error(normed, rms(expected, norm_weight, 1e-6)) < 1e-5);
+      auto [same_sum, normed_bf16] = fused::residual_add(x, branch, branch_weight, norm_weight, 1e-6, at::kBFloat16);
+      CHECK(max_relative_error(normed_bf16, rms(expected, norm_weight, 1e-6)) < 1e-2);
+    }
+    at::Tensor branch = at::randn({7, 5, width}, kCuda).to(at::kBFloat16);
     auto [plain, none] = fused::residual_add(x, branch, at::Tensor(), at::Tensor(), 1e-6, at::kBFloat16);
     CHECK(max_relative_error(plain, x + branch.to(at::kFloat)) < 1e-6);
     CHECK_FALSE(none.defined());
