@@ -20,11 +20,9 @@
 #include "test_util.h"
 
 using namespace probekit;
-using probekit::testing::TempDir;
+using namespace probekit::testing;
 
 namespace {
-
-const std::string kSharded = std::string(PROBEKIT_FIXTURES) + "/models/qwen3_sharded";
 
 // Sets environment variables for one test and puts the old values back.
 class ScopedEnvironment {
@@ -151,7 +149,7 @@ TEST_CASE("hub responses: Content-Range and the shard names of model.safetensors
     CHECK_THROWS_WITH_MESSAGE(hub::parse_content_range(bad, "r"), doctest::Contains("malformed Content-Range"), bad);
   }
 
-  std::vector<std::string> shards = hub::shard_names(read_file(kSharded + "/model.safetensors.index.json"), "index");
+  std::vector<std::string> shards = hub::shard_names(read_file(kShardedModel + "/model.safetensors.index.json"), "index");
   CHECK(shards == std::vector<std::string>{"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
                                            "model-00003-of-00003.safetensors"});
   // A shard name is a file name in the snapshot: nothing that climbs out of it, and never a pickle.
@@ -174,14 +172,14 @@ TEST_CASE("hub etags: git's blob sha1 and sha256 equal what git hash-object and 
   long_input.update("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq");
   CHECK(long_input.hex_digest() == "84983e441c3bd26ebaae4aa1f95129e5e54670f1");
   for (const char* file : {"config.json", "tokenizer.json", "model.safetensors.index.json"}) {
-    std::string path = kSharded + "/" + file;
+    std::string path = kShardedModel + "/" + file;
     std::string bytes = read_file(path);
     hub::Sha1 git;
     git.update(hub::git_blob_header(bytes.size()));
     git.update(bytes);
     CHECK_MESSAGE(git.hex_digest() == trimmed_output("git hash-object " + path), file);
   }
-  std::string shard = kSharded + "/model-00001-of-00003.safetensors";
+  std::string shard = kShardedModel + "/model-00001-of-00003.safetensors";
   CHECK(sha256_file(shard) == trimmed_output("sha256sum " + shard).substr(0, 64));
 }
 
@@ -242,7 +240,7 @@ TEST_CASE("hub resolve: a local folder is recorded by its absolute path, a snaps
   hub::HubSettings offline;
   offline.offline = true;
   offline.cache_dir = tmp.file("cache");
-  hub::ResolvedModel local = hub::resolve_model(kSharded + "/./", offline);
+  hub::ResolvedModel local = hub::resolve_model(kShardedModel + "/./", offline);
   CHECK(local.dir == local.name);
   CHECK(local.name.find("/./") == std::string::npos);
   CHECK(local.name.back() != '/');
