@@ -1,4 +1,4 @@
-// Helpers shared by the tests: temporary directories, file copies, running the built tools.
+// Helpers shared by the tests: temporary directories, file copies, running the built tools, the fixture models.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -72,6 +72,16 @@ inline void copy_dir(const std::string& from, const std::string& to) { probekit:
 
 /// The path of a built tool.
 inline std::string tool(const std::string& name) { return std::string(PROBEKIT_TOOLS_DIR) + "/" + name; }
+
+/// A fixture checkpoint: tests/fixtures/models/NAME.
+inline std::string fixture_model(const std::string& name) { return std::string(PROBEKIT_FIXTURES) + "/models/" + name; }
+
+/// The fixture most tests run on: a tiny Gemma 3 text model of 6 layers.
+inline const std::string kGemmaModel = fixture_model("gemma3_text");
+/// A tiny Qwen 3 whose weights are sharded over three files with an index, as the hub serves large models.
+inline const std::string kShardedModel = fixture_model("qwen3_sharded");
+/// A text of the reference's kind (a reframing), for the tests that score one text.
+inline const std::string kReframingText = "Instead of seeing it as a setback, I saw a chance to learn.";
 
 /// Result of running a command through the shell: exit code and combined output.
 struct CommandResult {

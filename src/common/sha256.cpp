@@ -1,6 +1,5 @@
 #include "common/sha256.h"
 
-#include <cstring>
 #include <fstream>
 #include <vector>
 
@@ -21,24 +20,17 @@ constexpr uint32_t kRoundConstants[64] = {
     0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
 
 inline uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
-}  // namespace
 
-Sha256::Sha256()
-    : state_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
-
-void Sha256::compress(const uint8_t* block) {
+void compress(BlockHash<8>::State& state, const uint8_t* block) {
   uint32_t w[64];
-  for (int i = 0; i < 16; ++i) {
-    w[i] = (uint32_t{block[4 * i]} << 24) | (uint32_t{block[4 * i + 1]} << 16) | (uint32_t{block[4 * i + 2]} << 8) |
-           uint32_t{block[4 * i + 3]};
-  }
+  load_block_words(block, w);
   for (int i = 16; i < 64; ++i) {
     uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
     uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
     w[i] = w[i - 16] + s0 + w[i - 7] + s1;
   }
-  uint32_t a = state_[0], b = state_[1], c = state_[2], d = state_[3];
-  uint32_t e = state_[4], f = state_[5], g = state_[6], h = state_[7];
+  uint32_t a = state[0], b = state[1], c = state[2], d = state[3];
+  uint32_t e = state[4], f = state[5], g = state[6], h = state[7];
   for (int i = 0; i < 64; ++i) {
     uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + kRoundConstants[i] + w[i];
     uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
@@ -51,49 +43,21 @@ void Sha256::compress(const uint8_t* block) {
     b = a;
     a = t1 + t2;
   }
-  state_[0] += a;
-  state_[1] += b;
-  state_[2] += c;
-  state_[3] += d;
-  state_[4] += e;
-  state_[5] += f;
-  state_[6] += g;
-  state_[7] += h;
+  state[0] += a;
+  state[1] += b;
+  state[2] += c;
+  state[3] += d;
+  state[4] += e;
+  state[5] += f;
+  state[6] += g;
+  state[7] += h;
 }
 
-void Sha256::update(std::string_view bytes) {
-  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
-  size_t n = bytes.size();
-  length_ += n;
-  while (n > 0) {
-    size_t take = std::min(n, sizeof(buffer_) - buffered_);
-    std::memcpy(buffer_ + buffered_, p, take);
-    buffered_ += take;
-    p += take;
-    n -= take;
-    if (buffered_ == sizeof(buffer_)) {
-      compress(buffer_);
-      buffered_ = 0;
-    }
-  }
-}
+}  // namespace
 
-std::string Sha256::hex_digest() {
-  uint64_t bit_length = length_ * 8;
-  uint8_t pad = 0x80;
-  update(std::string_view(reinterpret_cast<const char*>(&pad), 1));
-  uint8_t zero = 0;
-  while (buffered_ != 56) update(std::string_view(reinterpret_cast<const char*>(&zero), 1));
-  uint8_t length_bytes[8];
-  for (int i = 0; i < 8; ++i) length_bytes[i] = static_cast<uint8_t>(bit_length >> (56 - 8 * i));
-  update(std::string_view(reinterpret_cast<const char*>(length_bytes), 8));
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (uint32_t word : state_) {
-    for (int shift = 28; shift >= 0; shift -= 4) out.push_back(kHex[(word >> shift) & 0xf]);
-  }
-  return out;
-}
+Sha256::Sha256()
+    : BlockHash<8>({0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19},
+                   compress) {}
 
 std::string sha256_file(const std::string& path) {
   require_input_file(path);

@@ -4,23 +4,15 @@
 
 #include <cstdint>
 #include <string>
-#include <string_view>
+
+#include "common/block_hash.h"
 
 namespace probekit::hub {
 
-class Sha1 {
+/// update() the bytes, then take hex_digest().
+class Sha1 : public BlockHash<5> {
  public:
   Sha1();
-  void update(std::string_view bytes);
-  /// Lower-case hex digest; the object must not be updated afterwards.
-  std::string hex_digest();
-
- private:
-  void compress(const uint8_t* block);
-  uint32_t state_[5];
-  uint8_t buffer_[64];
-  uint64_t length_ = 0;
-  size_t buffered_ = 0;
 };
 
 /// The header git hashes in front of a blob's bytes: "blob <size>\0".

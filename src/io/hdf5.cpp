@@ -165,24 +165,29 @@ std::vector<std::string> member_names(hid_t group) {
   return names;
 }
 
-std::optional<Handle> open_group(hid_t parent, const std::string& name) {
+namespace {
+
+// `name` under `parent` opened with `open` (H5Gopen2, H5Dopen2) and closed with `close`; nothing where it is
+// missing or is not of the kind `open` opens.
+std::optional<Handle> open_existing(hid_t parent, const std::string& name, hid_t (*open)(hid_t, const char*, hid_t),
+                                    Handle::Closer close) {
   if (!exists(parent, name)) return std::nullopt;
-  hid_t id = H5Gopen2(parent, name.c_str(), H5P_DEFAULT);
+  hid_t id = open(parent, name.c_str(), H5P_DEFAULT);
   if (id < 0) {
     H5Eclear2(H5E_DEFAULT);
     return std::nullopt;
   }
-  return Handle(id, H5Gclose);
+  return Handle(id, close);
+}
+
+}  // namespace
+
+std::optional<Handle> open_group(hid_t parent, const std::string& name) {
+  return open_existing(parent, name, H5Gopen2, H5Gclose);
 }
 
 std::optional<Handle> open_dataset(hid_t parent, const std::string& name) {
-  if (!exists(parent, name)) return std::nullopt;
-  hid_t id = H5Dopen2(parent, name.c_str(), H5P_DEFAULT);
-  if (id < 0) {
-    H5Eclear2(H5E_DEFAULT);
-    return std::nullopt;
-  }
-  return Handle(id, H5Dclose);
+  return open_existing(parent, name, H5Dopen2, H5Dclose);
 }
 
 Handle create_dataset(hid_t parent, const std::string& name, hid_t type, const std::vector<hsize_t>& dims,

@@ -162,4 +162,20 @@ void Pattern::find_all(std::string_view text, std::vector<Span>& matches) const 
   }
 }
 
+void Pattern::replace_all(std::string& text, const std::string& content, std::vector<Span>& matches) const {
+  matches.clear();
+  find_all(text, matches);
+  if (matches.empty()) return;
+  std::string out;
+  out.reserve(text.size() + matches.size() * content.size());
+  size_t previous = 0;
+  for (const Span& match : matches) {
+    out.append(text, previous, match.start - previous);
+    out.append(content);
+    previous = match.end;
+  }
+  out.append(text, previous, std::string::npos);
+  text.swap(out);
+}
+
 }  // namespace probekit::tokenizer

@@ -49,6 +49,9 @@ class Pattern {
   /// Appends the matches in `text`, leftmost first and non-overlapping.
   void find_all(std::string_view text, std::vector<Span>& matches) const;
 
+  /// Replaces every match in `text` with `content`; `matches` is scratch space a caller may reuse across calls.
+  void replace_all(std::string& text, const std::string& content, std::vector<Span>& matches) const;
+
  private:
   std::string literal_;
   std::shared_ptr<const Regex> regex_;  // set for regexes and for the empty literal

@@ -20,14 +20,10 @@
 #include "tokenizer/tokenizer.h"
 
 using namespace probekit;
-using probekit::testing::MockHub;
-using probekit::testing::MockRepo;
-using probekit::testing::TempDir;
+using namespace probekit::testing;
 
 namespace {
 
-const std::string kSharded = std::string(PROBEKIT_FIXTURES) + "/models/qwen3_sharded";
-const std::string kGemma = std::string(PROBEKIT_FIXTURES) + "/models/gemma3_text";
 const std::vector<std::string> kShardedFiles = {"config.json", "tokenizer.json", "tokenizer_config.json",
                                                 "model.safetensors.index.json", "model-00001-of-00003.safetensors",
                                                 "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors"};
@@ -48,16 +44,22 @@ MockRepo fixture_repo(const std::string& dir, const std::vector<std::string>& fi
 // doctest's matcher from a std::string.
 doctest::Contains contains(const std::string& part) { return doctest::Contains(part.c_str()); }
 
-hub::HubSettings settings_for(const MockHub& mock, const TempDir& tmp) {
+// What each case starts from: a mock hub with no repository yet, and the settings of a client of it whose cache
+// and token file lie in a fresh temp dir, with short waits between its retries.
+struct HubCase {
+  HubCase() {
+    settings.endpoint = mock.endpoint();
+    settings.cache_dir = tmp.file("hub");
+    settings.token_file = tmp.file("token");
+    settings.retry_wait_seconds = 0.01;
+    settings.max_attempts = 3;
+    settings.stall_seconds = 10;
+  }
+
+  MockHub mock;
+  TempDir tmp;
   hub::HubSettings settings;
-  settings.endpoint = mock.endpoint();
-  settings.cache_dir = tmp.file("hub");
-  settings.token_file = tmp.file("token");
-  settings.retry_wait_seconds = 0.01;
-  settings.max_attempts = 3;
-  settings.stall_seconds = 10;
-  return settings;
-}
+};
 
 std::string link_target(const std::string& path) {
   char target[4096];
@@ -92,17 +94,14 @@ void check_cache_layout(const std::string& cache, const std::string& repo_folder
 
 }  // namespace
 
-TEST_CASE("hub download into an empty cache: huggingface_hub's layout, then the cache alone, offline too") {
-  MockHub mock;
-  TempDir tmp;
-  std::string commit = mock.add_repo("probekit-test/qwen3-sharded", fixture_repo(kSharded, kShardedFiles));
-  hub::HubSettings settings = settings_for(mock, tmp);
+TEST_CASE_FIXTURE(HubCase, "hub download into an empty cache: huggingface_hub's layout, then the cache alone, offline too") {
+  std::string commit = mock.add_repo("probekit-test/qwen3-sharded", fixture_repo(kShardedModel, kShardedFiles));
   hub::ResolvedModel model = hub::resolve_model("probekit-test/qwen3-sharded", settings);
   std::string folder = settings.cache_dir + "/models--probekit-test--qwen3-sharded";
   CHECK(model.dir == folder + "/snapshots/" + commit);
   CHECK(model.name == "probekit-test/qwen3-sharded");
   CHECK(model.revision == commit);
-  check_cache_layout(settings.cache_dir, "models--probekit-test--qwen3-sharded", commit, kSharded, kShardedFiles);
+  check_cache_layout(settings.cache_dir, "models--probekit-test--qwen3-sharded", commit, kShardedModel, kShardedFiles);
   // Optional files the hub lacks are remembered as huggingface_hub does; the single-file weights too.
   for (const char* absent : {"generation_config.json", "special_tokens_map.json", "model.safetensors"}) {
     CHECK_MESSAGE(is_regular_file(folder + "/.no_exist/" + commit + "/" + absent), absent);
@@ -123,11 +122,8 @@ TEST_CASE("hub download into an empty cache: huggingface_hub's layout, then the 
   CHECK(mock.requests().size() == requests);
 }
 
-TEST_CASE("hub download by tag and by commit; a snapshot missing a file is completed from blobs already there") {
-  MockHub mock;
-  TempDir tmp;
-  std::string commit = mock.add_repo("probekit-test/gemma", fixture_repo(kGemma, kGemmaFiles));
-  hub::HubSettings settings = settings_for(mock, tmp);
+TEST_CASE_FIXTURE(HubCase, "hub download by tag and by commit; a snapshot missing a file is completed from blobs already there") {
+  std::string commit = mock.add_repo("probekit-test/gemma", fixture_repo(kGemmaModel, kGemmaFiles));
   hub::ResolvedModel tagged = hub::resolve_model("probekit-test/gemma@v1.0", settings);
   CHECK(tagged.name == "probekit-test/gemma@v1.0");
   CHECK(tagged.revision == commit);
@@ -151,11 +147,8 @@ TEST_CASE("hub download by tag and by commit; a snapshot missing a file is compl
   CHECK(is_regular_file(tagged.dir + "/tokenizer.json"));
 }
 
-TEST_CASE("hub offline mode and an unreachable hub: clear errors, no request") {
-  MockHub mock;
-  TempDir tmp;
-  mock.add_repo("probekit-test/gemma", fixture_repo(kGemma, kGemmaFiles));
-  hub::HubSettings settings = settings_for(mock, tmp);
+TEST_CASE_FIXTURE(HubCase, "hub offline mode and an unreachable hub: clear errors, no request") {
+  mock.add_repo("probekit-test/gemma", fixture_repo(kGemmaModel, kGemmaFiles));
   settings.offline = true;
   CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings),
                     contains("probekit-test/gemma is not in the cache (" + settings.cache_dir +
@@ -170,13 +163,10 @@ TEST_CASE("hub offline mode and an unreachable hub: clear errors, no request") {
                                       "http://127.0.0.1:1/probekit-test/gemma/resolve/main/config.json"));
 }
 
-TEST_CASE("hub download resumes after a dropped connection with a Range request and gives the same bytes") {
-  MockHub mock;
-  TempDir tmp;
-  std::string commit = mock.add_repo("probekit-test/qwen3-sharded", fixture_repo(kSharded, kShardedFiles));
-  std::string shard = read_file(kSharded + "/" + kShard2);
+TEST_CASE_FIXTURE(HubCase, "hub download resumes after a dropped connection with a Range request and gives the same bytes") {
+  std::string commit = mock.add_repo("probekit-test/qwen3-sharded", fixture_repo(kShardedModel, kShardedFiles));
+  std::string shard = read_file(kShardedModel + "/" + kShard2);
   std::string lfs_path = "/lfs/" + testing::sha256_hex(shard);
-  hub::HubSettings settings = settings_for(mock, tmp);
 
   SUBCASE("within one run") {
     mock.drop_halfway(kShard2, 1);
@@ -208,17 +198,14 @@ TEST_CASE("hub download resumes after a dropped connection with a Range request 
     }
     CHECK(last_range == fmt::format("bytes={}-", shard.size() / 2));
     CHECK_FALSE(path_exists(partial));
-    check_cache_layout(settings.cache_dir, "models--probekit-test--qwen3-sharded", commit, kSharded, kShardedFiles);
+    check_cache_layout(settings.cache_dir, "models--probekit-test--qwen3-sharded", commit, kShardedModel, kShardedFiles);
   }
 }
 
-TEST_CASE("hub download: bytes that do not match the etag never become a cache entry") {
-  MockHub mock;
-  TempDir tmp;
-  std::string commit = mock.add_repo("probekit-test/gemma", fixture_repo(kGemma, kGemmaFiles));
+TEST_CASE_FIXTURE(HubCase, "hub download: bytes that do not match the etag never become a cache entry") {
+  std::string commit = mock.add_repo("probekit-test/gemma", fixture_repo(kGemmaModel, kGemmaFiles));
   mock.corrupt("model.safetensors");
-  hub::HubSettings settings = settings_for(mock, tmp);
-  std::string sha = testing::sha256_hex(read_file(kGemma + "/model.safetensors"));
+  std::string sha = testing::sha256_hex(read_file(kGemmaModel + "/model.safetensors"));
   CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings),
                     contains("do not match the etag: their sha256 is "));
   std::string folder = settings.cache_dir + "/models--probekit-test--gemma";
@@ -229,14 +216,11 @@ TEST_CASE("hub download: bytes that do not match the etag never become a cache e
   CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings), contains("lacks model.safetensors"));
 }
 
-TEST_CASE("hub errors: a gated model needs a token; a missing or private one is never called gated") {
-  MockHub mock;
-  TempDir tmp;
-  MockRepo gated = fixture_repo(kGemma, kGemmaFiles);
+TEST_CASE_FIXTURE(HubCase, "hub errors: a gated model needs a token; a missing or private one is never called gated") {
+  MockRepo gated = fixture_repo(kGemmaModel, kGemmaFiles);
   gated.required_token = "hf_granted";
   mock.add_repo("probekit-test/gated", gated);
-  mock.add_repo("probekit-test/gemma", fixture_repo(kGemma, kGemmaFiles));
-  hub::HubSettings settings = settings_for(mock, tmp);
+  mock.add_repo("probekit-test/gemma", fixture_repo(kGemmaModel, kGemmaFiles));
   std::string url = mock.endpoint() + "/probekit-test/gated/resolve/main/config.json";
 
   CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gated", settings),
@@ -287,7 +271,7 @@ TEST_CASE("hub errors: a gated model needs a token; a missing or private one is 
                     contains("probekit-test/gemma: config.json: HTTP 404 from " + mock.endpoint() +
                                       "/probekit-test/gemma/resolve/nope/config.json: probekit-test/gemma has no "
                                       "branch, tag or commit 'nope'"));
-  MockRepo no_tokenizer = fixture_repo(kGemma, {"config.json", "model.safetensors"});
+  MockRepo no_tokenizer = fixture_repo(kGemmaModel, {"config.json", "model.safetensors"});
   std::string commit = mock.add_repo("probekit-test/no-tokenizer", no_tokenizer);
   CHECK_THROWS_WITH(hub::resolve_model("probekit-test/no-tokenizer", settings),
                     contains("probekit-test/no-tokenizer: tokenizer.json: HTTP 404 from " + mock.endpoint() +
@@ -296,12 +280,9 @@ TEST_CASE("hub errors: a gated model needs a token; a missing or private one is 
                                       "revision " + commit));
 }
 
-TEST_CASE("hub download: two downloads of one model at once share the cache, each blob fetched once") {
-  MockHub mock;
-  TempDir tmp;
-  std::string commit = mock.add_repo("probekit-test/qwen3-sharded", fixture_repo(kSharded, kShardedFiles));
+TEST_CASE_FIXTURE(HubCase, "hub download: two downloads of one model at once share the cache, each blob fetched once") {
+  std::string commit = mock.add_repo("probekit-test/qwen3-sharded", fixture_repo(kShardedModel, kShardedFiles));
   mock.set_pause_per_piece_ms(5);  // slow enough that the two overlap
-  hub::HubSettings settings = settings_for(mock, tmp);
   // Each thread opens the lock file itself, so flock excludes them as it excludes two processes.
   std::string dirs[2], errors[2];
   auto download = [&](int i) {
@@ -317,22 +298,19 @@ TEST_CASE("hub download: two downloads of one model at once share the cache, eac
   CHECK(errors[0].empty());
   CHECK(errors[1].empty());
   CHECK(dirs[0] == dirs[1]);
-  check_cache_layout(settings.cache_dir, "models--probekit-test--qwen3-sharded", commit, kSharded, kShardedFiles);
+  check_cache_layout(settings.cache_dir, "models--probekit-test--qwen3-sharded", commit, kShardedModel, kShardedFiles);
   for (const std::string& shard : {"model-00001-of-00003.safetensors", kShard2.c_str(), "model-00003-of-00003.safetensors"}) {
-    CHECK_MESSAGE(mock.count("GET", testing::sha256_hex(read_file(kSharded + "/" + shard))) == 1, shard);
+    CHECK_MESSAGE(mock.count("GET", testing::sha256_hex(read_file(kShardedModel + "/" + shard))) == 1, shard);
   }
 }
 
-TEST_CASE("hub download waits while Python's filelock, as huggingface_hub takes it, holds the blob's lock") {
+TEST_CASE_FIXTURE(HubCase, "hub download waits while Python's filelock, as huggingface_hub takes it, holds the blob's lock") {
   if (testing::run_command("/usr/bin/python3 -c 'import filelock'").exit_code != 0) {
     MESSAGE("skipped: /usr/bin/python3 has no filelock module (Debian: python3-filelock, see scripts/setup.sh)");
     return;
   }
-  MockHub mock;
-  TempDir tmp;
-  std::string commit = mock.add_repo("probekit-test/gemma", fixture_repo(kGemma, kGemmaFiles));
-  hub::HubSettings settings = settings_for(mock, tmp);
-  std::string etag = testing::git_blob_sha1(read_file(kGemma + "/config.json"));
+  std::string commit = mock.add_repo("probekit-test/gemma", fixture_repo(kGemmaModel, kGemmaFiles));
+  std::string etag = testing::git_blob_sha1(read_file(kGemmaModel + "/config.json"));
   std::string lock = settings.cache_dir + "/.locks/models--probekit-test--gemma/" + etag + ".lock";
   make_directories(parent_directory(lock));
   testing::write_text(tmp.file("hold.py"), fmt::format("import time\nfrom filelock import FileLock\nwith FileLock('{}'):\n"
@@ -349,5 +327,5 @@ TEST_CASE("hub download waits while Python's filelock, as huggingface_hub takes 
   python.join();
   CHECK_MESSAGE(waited >= 1.0, "the download went on while Python held the lock: ", waited, " s");
   CHECK(model.revision == commit);
-  check_cache_layout(settings.cache_dir, "models--probekit-test--gemma", commit, kGemma, kGemmaFiles);
+  check_cache_layout(settings.cache_dir, "models--probekit-test--gemma", commit, kGemmaModel, kGemmaFiles);
 }

@@ -20,11 +20,9 @@
 #include "test_util.h"
 
 using namespace probekit;
-using probekit::testing::TempDir;
+using namespace probekit::testing;
 
 namespace {
-
-const std::string kSharded = std::string(PROBEKIT_FIXTURES) + "/models/qwen3_sharded";
 
 // Sets environment variables for one test and puts the old values back.
 class ScopedEnvironment {
@@ -151,7 +149,7 @@ TEST_CASE("hub responses: Content-Range and the shard names of model.safetensors
     CHECK_THROWS_WITH_MESSAGE(hub::parse_content_range(bad, "r"), doctest::Contains("malformed Content-Range"), bad);
   }
 
-  std::vector<std::string> shards = hub::shard_names(read_file(kSharded + "/model.safetensors.index.json"), "index");
+  std::vector<std::string> shards = hub::shard_names(read_file(kShardedModel + "/model.safetensors.index.json"), "index");
   CHECK(shards == std::vector<std::string>{"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
                                            "model-00003-of-00003.safetensors"});
   // A shard name is a file name in the snapshot: nothing that climbs out of it, and never a pickle.
@@ -174,15 +172,54 @@ TEST_CASE("hub etags: git's blob sha1 and sha256 equal what git hash-object and 
   long_input.update("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq");
   CHECK(long_input.hex_digest() == "84983e441c3bd26ebaae4aa1f95129e5e54670f1");
   for (const char* file : {"config.json", "tokenizer.json", "model.safetensors.index.json"}) {
-    std::string path = kSharded + "/" + file;
+    std::string path = kShardedModel + "/" + file;
     std::string bytes = read_file(path);
     hub::Sha1 git;
     git.update(hub::git_blob_header(bytes.size()));
     git.update(bytes);
     CHECK_MESSAGE(git.hex_digest() == trimmed_output("git hash-object " + path), file);
   }
-  std::string shard = kSharded + "/model-00001-of-00003.safetensors";
+  std::string shard = kShardedModel + "/model-00001-of-00003.safetensors";
   CHECK(sha256_file(shard) == trimmed_output("sha256sum " + shard).substr(0, 64));
+}
+
+TEST_CASE("sha1 and sha256 share one block frame: empty input, the padding's edges, and input fed in odd pieces") {
+  // Digests from Python's hashlib. 55 bytes leave room for the 0x80 byte and the length in their block; 56 and 64
+  // do not, so their padding takes a second block.
+  struct Case {
+    std::string input, sha1, sha256;
+  };
+  const Case cases[] = {
+      {"", "da39a3ee5e6b4b0d3255bfef95601890afd80709", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+      {"abc", "a9993e364706816aba3e25717850c26c9cd0d89d",
+       "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+      {std::string(55, 'x'), "cef734ba81a024479e09eb5a75b6ddae62e6abf1",
+       "d5e285683cd4efc02d021a5c62014694958901005d6f71e89e0989fac77e4072"},
+      {std::string(56, 'x'), "901305367c259952f4e7af8323f480d59f81335b",
+       "04c26261370ee7541549d16dee320c723e3fd14671e66a099afe0a377c16888e"},
+      {std::string(64, 'x'), "bb2fa3ee7afb9f54c6dfb5d021f14b1ffe40c163",
+       "7ce100971f64e7001e8fe5a51973ecdfe1ced42befe7ee8d5fd6219506b5393c"},
+      {std::string(1000000, 'a'), "34aa973cd4c4daa4f61eeb2bdbad27316534016f",
+       "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.input.size() << " bytes");
+    hub::Sha1 sha1;
+    Sha256 sha256;
+    sha1.update(c.input);
+    sha256.update(c.input);
+    CHECK(sha1.hex_digest() == c.sha1);
+    CHECK(sha256.hex_digest() == c.sha256);
+    // The same bytes in pieces of 7, which straddle every block boundary.
+    hub::Sha1 sha1_pieces;
+    Sha256 sha256_pieces;
+    for (size_t at = 0; at < c.input.size(); at += 7) {
+      sha1_pieces.update(std::string_view(c.input).substr(at, 7));
+      sha256_pieces.update(std::string_view(c.input).substr(at, 7));
+    }
+    CHECK(sha1_pieces.hex_digest() == c.sha1);
+    CHECK(sha256_pieces.hex_digest() == c.sha256);
+  }
 }
 
 TEST_CASE("hub settings: the cache, the token and offline mode come from huggingface_hub's variables") {
@@ -242,7 +279,7 @@ TEST_CASE("hub resolve: a local folder is recorded by its absolute path, a snaps
   hub::HubSettings offline;
   offline.offline = true;
   offline.cache_dir = tmp.file("cache");
-  hub::ResolvedModel local = hub::resolve_model(kSharded + "/./", offline);
+  hub::ResolvedModel local = hub::resolve_model(kShardedModel + "/./", offline);
   CHECK(local.dir == local.name);
   CHECK(local.name.find("/./") == std::string::npos);
   CHECK(local.name.back() != '/');

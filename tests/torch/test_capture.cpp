@@ -24,6 +24,7 @@
 #include "model/transformer.h"
 #include "readout/readout.h"
 #include "activation_checks.h"
+#include "capture_runs.h"
 #include "tensor_files.h"
 #include "test_paths.h"
 #include "data/reference_labels.h"
@@ -31,17 +32,13 @@
 #include "tokenizer/tokenizer.h"
 
 using namespace probekit;
-using probekit::testing::TempDir;
-using probekit::testing::run_command;
-using probekit::testing::tool;
-using probekit::testing::CommandResult;
+using namespace probekit::testing;
 using activations::Split;
 
 namespace {
 
-const std::string kModel = std::string(PROBEKIT_FIXTURES) + "/models/gemma3_text";
 // Routed experts (top 2 of 8) on layers 0, 2 and 3; layer 1 is a dense MLP (mlp_only_layers).
-const std::string kMoeModel = std::string(PROBEKIT_FIXTURES) + "/models/qwen3_moe";
+const std::string kMoeModel = fixture_model("qwen3_moe");
 const std::vector<std::string> kLabels = {"analyzing", "reframing", "noticing", "questioning"};
 
 // A small labelled dataset with texts of varied lengths (so batches are padded).
@@ -61,7 +58,7 @@ std::string write_dataset(const TempDir& tmp, int count, const std::string& name
 
 capture::CaptureOptions base_options(const std::string& dataset, const std::string& out) {
   capture::CaptureOptions o;
-  o.model_dir = kModel;
+  o.model_dir = kGemmaModel;
   o.dataset_path = dataset;
   o.output_dir = out;
   o.device = "cpu";
@@ -127,8 +124,8 @@ TEST_CASE("captured last-token rows equal single forward passes of each text") {
   capture::CaptureOptions o = base_options(dataset, tmp.file("out"));
   o.layers = "2,5";
   capture::CaptureSummary s = capture::run_capture(o);
-  auto tok = tokenizer::Tokenizer::from_file(kModel);
-  auto m = model::TransformerModel::load(kModel, {});
+  auto tok = tokenizer::Tokenizer::from_file(kGemmaModel);
+  auto m = model::TransformerModel::load(kGemmaModel, {});
   data::Dataset d = data::read_dataset(dataset, {});
   for (size_t f = 0; f < 2; ++f) {
     auto file = activations::read_activation_file(s.files[f]);
@@ -163,7 +160,7 @@ TEST_CASE("captured rows equal inspect_model hidden for the same texts") {
   std::string text_file = tmp.file("text.txt");
   probekit::testing::write_text(text_file, text);
   CommandResult r = run_command(fmt::format("{} hidden --model {} --device cpu --output {} --text \"$(cat {})\"",
-                                            tool("inspect_model"), kModel, tmp.file("h.safetensors"), text_file));
+                                            tool("inspect_model"), kGemmaModel, tmp.file("h.safetensors"), text_file));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
   safetensors::File hidden(tmp.file("h.safetensors"));
   at::Tensor layers = testing::read_tensor(hidden, hidden.at("layers"));  // [L, T, H]
@@ -188,7 +185,7 @@ TEST_CASE("positions all, mean and max, and the sites of a layer") {
   auto mean = capture_with(readout::Position::kMean, readout::Site::kResidPost, "mean");
   auto max = capture_with(readout::Position::kMax, readout::Site::kResidPost, "max");
   auto last = capture_with(readout::Position::kLast, readout::Site::kResidPost, "last");
-  auto tok = tokenizer::Tokenizer::from_file(kModel);
+  auto tok = tokenizer::Tokenizer::from_file(kGemmaModel);
   data::Dataset d = data::read_dataset(dataset, {});
   const auto& tokens = all.split(Split::kTrain);
   REQUIRE(tokens.offsets.size() == static_cast<size_t>(tokens.examples() + 1));
@@ -356,13 +353,13 @@ TEST_CASE("gzip files hold the same data, and long texts are cut from the start"
   capture::CaptureSummary s = capture::run_capture(o);
   CHECK(s.truncated > 0);
   // The suffix and the last token survive: the last row of a cut text equals a run of BOS + its last tokens.
-  auto tok = tokenizer::Tokenizer::from_file(kModel);
+  auto tok = tokenizer::Tokenizer::from_file(kGemmaModel);
   auto file = activations::read_activation_file(s.files[0]);
   data::Dataset d = data::read_dataset(dataset, {});
   const auto& train = file.split(Split::kTrain);
   std::vector<int32_t> ids = tok.encode(d.examples[static_cast<size_t>(train.example_index[0])].text + readout::kDefaultPromptSuffix);
   if (ids.size() > 12) ids.erase(ids.begin() + 1, ids.end() - 11);
-  auto m = model::TransformerModel::load(kModel, {});
+  auto m = model::TransformerModel::load(kGemmaModel, {});
   model::ForwardPass pass;
   pass.input_ids = at::tensor(std::vector<int64_t>(ids.begin(), ids.end())).unsqueeze(0);
   pass.last_layer = 5;
@@ -375,7 +372,7 @@ TEST_CASE("kill -9 at several points, then --resume, gives datasets identical to
   TempDir tmp;
   std::string dataset = write_dataset(tmp, 400);
   std::string common = fmt::format("{} --model {} --dataset {} --device cpu --layers 1,5 --window 4 --threads 1 --quiet",
-                                   tool("capture_activations"), kModel, dataset);
+                                   tool("capture_activations"), kGemmaModel, dataset);
   CommandResult reference = run_command(common + " --output-dir " + tmp.file("reference"));
   REQUIRE_MESSAGE(reference.exit_code == 0, reference.output);
   auto expected = all_activations(tmp.file("reference"), {1, 5});
@@ -406,7 +403,7 @@ TEST_CASE("disk full while capturing: a clear error, complete files untouched, -
   auto capture = [&](const std::string& out, int layer, const std::string& extra = "") {
     return fmt::format("{} --model {} --dataset {} --device cpu --layers {} --position all --window 4 --threads 1 --quiet "
                        "--output-dir {} {}",
-                       tool("capture_activations"), kModel, dataset, layer, out, extra);
+                       tool("capture_activations"), kGemmaModel, dataset, layer, out, extra);
   };
   CommandResult reference = run_command(capture(tmp.file("reference"), 5));
   REQUIRE_MESSAGE(reference.exit_code == 0, reference.output);
@@ -469,7 +466,7 @@ TEST_CASE("existing outputs are never overwritten or ignored silently") {
   TempDir tmp;
   std::string dataset = write_dataset(tmp, 16);
   std::string common = fmt::format("{} --model {} --dataset {} --device cpu --layers 2 --output-dir {} --quiet",
-                                   tool("capture_activations"), kModel, dataset, tmp.file("out"));
+                                   tool("capture_activations"), kGemmaModel, dataset, tmp.file("out"));
   REQUIRE(run_command(common).exit_code == 0);
   CommandResult again = run_command(common);
   CHECK(again.exit_code == 1);
@@ -489,50 +486,50 @@ TEST_CASE("bad input to capture_activations: clear message, exit code 1 (2 for b
   };
   std::string bad = tmp.file("bad.jsonl");
   probekit::testing::write_text(bad, probekit::testing::read_text(good) + "{\"text\": oops}\n");
-  CommandResult r = run_with(kModel, bad);
+  CommandResult r = run_with(kGemmaModel, bad);
   CHECK(r.exit_code == 1);
   CHECK_CONTAINS(r.output, "bad.jsonl:17: invalid JSON");
 
   probekit::testing::write_text(bad, "{\"text\": \"x\", \"cognitive_action\": \"a\"}\n{\"cognitive_action\": \"a\"}\n");
-  r = run_with(kModel, bad);
+  r = run_with(kGemmaModel, bad);
   CHECK(r.exit_code == 1);
   CHECK_CONTAINS(r.output, "bad.jsonl:2: missing field 'text'");
 
   probekit::testing::write_text(bad, "{\"text\": \"x\", \"topic\": \"a\"}\n");
-  CHECK_CONTAINS(run_with(kModel, bad).output, "unknown label field");
+  CHECK_CONTAINS(run_with(kGemmaModel, bad).output, "unknown label field");
   probekit::testing::write_text(bad, "\n\n");
-  CHECK_CONTAINS(run_with(kModel, bad).output, "no usable examples");
-  CHECK_CONTAINS(run_with(kModel, tmp.file("missing.jsonl")).output, "cannot open the dataset");
+  CHECK_CONTAINS(run_with(kGemmaModel, bad).output, "no usable examples");
+  CHECK_CONTAINS(run_with(kGemmaModel, tmp.file("missing.jsonl")).output, "cannot open the dataset");
   CHECK_CONTAINS(run_with(tmp.path(), good).output, "no config.json");
 
   std::string no_weights = tmp.file("no_weights");
-  probekit::testing::copy_dir(kModel, no_weights);
+  probekit::testing::copy_dir(kGemmaModel, no_weights);
   remove_tree(no_weights + "/model.safetensors");
   CHECK_CONTAINS(run_with(no_weights, good).output, "no model.safetensors");
 
-  r = run_with(kModel, good, "--layers 9");
+  r = run_with(kGemmaModel, good, "--layers 9");
   CHECK(r.exit_code == 2);
   CHECK_CONTAINS(r.output, "layer 9 is out of range: the model has 6 layers");
-  CHECK(run_with(kModel, good, "--position middle").exit_code == 2);
-  CHECK(run_with(kModel, good, "--split 0.5,0.5").exit_code == 2);
+  CHECK(run_with(kGemmaModel, good, "--position middle").exit_code == 2);
+  CHECK(run_with(kGemmaModel, good, "--split 0.5,0.5").exit_code == 2);
 
   probekit::testing::write_text(bad, probekit::testing::read_text(good) + "not json\n");
-  r = run_with(kModel, bad, "--skip-invalid");
+  r = run_with(kGemmaModel, bad, "--skip-invalid");
   CHECK(r.exit_code == 0);
   CHECK_CONTAINS(r.output, "1 invalid lines were skipped");
 
   std::string first_line = probekit::testing::read_text(good).substr(0, probekit::testing::read_text(good).find('\n') + 1);
   probekit::testing::write_text(bad, first_line + "{\"text\": \" \", \"cognitive_action\": \"noticing\"}\n");
-  r = run_with(kModel, bad);
+  r = run_with(kGemmaModel, bad);
   CHECK(r.exit_code == 1);
   CHECK_CONTAINS(r.output, "bad.jsonl:2: field 'text' is empty");
   probekit::testing::write_text(bad, first_line + "{\"text\": \"caf\xe9\", \"cognitive_action\": \"noticing\"}\n");
-  r = run_with(kModel, bad);
+  r = run_with(kGemmaModel, bad);
   CHECK(r.exit_code == 1);
   CHECK_CONTAINS(r.output, "bad.jsonl:2: the line is not valid UTF-8 text");
 
   auto run_on = [&](const std::string& device) {
-    return run_command(fmt::format("{} --model {} --dataset {} --output-dir {} {}", tool("capture_activations"), kModel,
+    return run_command(fmt::format("{} --model {} --dataset {} --output-dir {} {}", tool("capture_activations"), kGemmaModel,
                                    good, tmp.file("out"), device));
   };
   r = run_on("--device tpu");
@@ -553,7 +550,7 @@ TEST_CASE("bad checkpoints through capture_activations: exit code 1, the file an
   };
   auto damaged_copy = [&](const std::string& fixture, const std::string& name) {
     std::string dir = tmp.file(name);
-    probekit::testing::copy_dir(std::string(PROBEKIT_FIXTURES) + "/models/" + fixture, dir);
+    probekit::testing::copy_dir(fixture_model(fixture), dir);
     return dir;
   };
 
@@ -646,14 +643,8 @@ TEST_CASE("shards of a run, merged, equal the whole run") {
   o.layers = "3";
   o.position = readout::Position::kAll;
   o.dataset.keep_fields = {"domain"};
-  capture::run_capture(o);
-  o.output_dir = tmp.file("sharded");
-  for (int i = 0; i < 3; ++i) {
-    o.shard_index = i;
-    o.shard_count = 3;
-    capture::run_capture(o);
-  }
-  std::string merge = std::string(PROBEKIT_TOOLS_DIR) + "/merge_activations --output-dir " + tmp.file("sharded");
+  capture_whole_and_shards(o, tmp, 3);
+  std::string merge = tool("merge_activations") + " --output-dir " + tmp.file("sharded");
   CommandResult partial = run_command(merge + " " + tmp.file("sharded/shard_0_of_3") + " " + tmp.file("sharded/shard_2_of_3"));
   CHECK(partial.exit_code == 1);
   CHECK_CONTAINS(partial.output, "every shard 0..N-1 is needed once");

@@ -18,10 +18,9 @@
 #include "test_util.h"
 
 using namespace probekit;
+using namespace probekit::testing;
 
 namespace {
-
-std::string fixture(const std::string& name) { return std::string(PROBEKIT_FIXTURES) + "/models/" + name; }
 
 // A text as one shell word: in single quotes, each ' written as '\''.
 std::string shell_quoted(const std::string& text) {
@@ -93,7 +92,7 @@ void check_case(const std::string& name, size_t index, const Json& reference, co
 }
 
 void check_generation_parity(const std::string& name) {
-  const std::string dir = fixture(name);
+  const std::string dir = fixture_model(name);
   model::TransformerModel model = load_generator(dir);
   Json reference = read_json_file(dir + "/generation.json");
   for (size_t i = 0; i < reference["cases"].size(); ++i) {
@@ -133,7 +132,7 @@ namespace {
 
 std::vector<readout::Sequence> reference_prompts(const std::string& name) {
   std::vector<readout::Sequence> prompts;
-  const Json reference = read_json_file(fixture(name) + "/generation.json");
+  const Json reference = read_json_file(fixture_model(name) + "/generation.json");
   for (const Json& c : reference["cases"]) {
     prompts.push_back(c["prompt_ids"].get<readout::Sequence>());
   }
@@ -163,7 +162,7 @@ Collected generate_batch(const model::TransformerModel& model, const std::vector
 TEST_CASE("prompts of different lengths generated in one batch give each prompt's own generation") {
   // A sliding window (gemma3_text: 8), routed experts (mixtral) and longrope crossing its limit (phi3_longrope).
   for (const char* name : {"gemma3_text", "mixtral", "phi3_longrope", "gpt2"}) {
-    model::TransformerModel model = load_generator(fixture(name));
+    model::TransformerModel model = load_generator(fixture_model(name));
     std::vector<readout::Sequence> prompts = reference_prompts(name);
     generation::GenerationOptions options;
     options.max_new_tokens = 12;
@@ -187,7 +186,7 @@ TEST_CASE("prompts of different lengths generated in one batch give each prompt'
 }
 
 TEST_CASE("each row stops at its own eos id, keeps it, and the others go on, and a callback can stop one row") {
-  model::TransformerModel model = load_generator(fixture("llama"));
+  model::TransformerModel model = load_generator(fixture_model("llama"));
   std::vector<readout::Sequence> prompts = reference_prompts("llama");
   std::vector<int32_t> free_run = generate_alone(model, prompts[1], 16).first;
   generation::GenerationOptions options;
@@ -214,8 +213,8 @@ TEST_CASE("each row stops at its own eos id, keeps it, and the others go on, and
 }
 
 TEST_CASE("eos ids come from generation_config.json, else config.json") {
-  CHECK(generation::read_stop_ids(fixture("llama")) == std::vector<int32_t>{2});
-  CHECK(generation::read_stop_ids(fixture("qwen2")).empty());
+  CHECK(generation::read_stop_ids(fixture_model("llama")) == std::vector<int32_t>{2});
+  CHECK(generation::read_stop_ids(fixture_model("qwen2")).empty());
   testing::TempDir dir;
   testing::write_text(dir.file("config.json"), R"({"eos_token_id": [5, 7]})");
   CHECK(generation::read_stop_ids(dir.path()) == std::vector<int32_t>{5, 7});
@@ -246,7 +245,7 @@ TEST_CASE("sampling: temperature, top-k and top-p draw from the distribution the
 }
 
 TEST_CASE("sampled generation: a seed repeats its tokens, top-k 1 is greedy") {
-  model::TransformerModel model = load_generator(fixture("qwen3"));
+  model::TransformerModel model = load_generator(fixture_model("qwen3"));
   std::vector<readout::Sequence> prompts = reference_prompts("qwen3");
   generation::GenerationOptions options;
   options.max_new_tokens = 16;
@@ -268,7 +267,7 @@ namespace {
 // The probes' rows read while generating equal what read_prefixes (--per-token) reads afterwards for the same
 // text (prompt + new tokens) at each new token's position, row for row of a batch.
 void check_rows_while_generating(const std::string& name, const readout::Request& request, const readout::Sequence& suffix) {
-  model::TransformerModel model = load_generator(fixture(name));
+  model::TransformerModel model = load_generator(fixture_model(name));
   std::vector<readout::Sequence> prompts = reference_prompts(name);
   generation::GenerationOptions options;
   options.max_new_tokens = 6;
@@ -288,7 +287,7 @@ void check_rows_while_generating(const std::string& name, const readout::Request
 }
 
 readout::Sequence anchor_suffix(const std::string& name) {
-  return tokenizer::Tokenizer::from_file(fixture(name)).encode(readout::kDefaultPromptSuffix, false);
+  return tokenizer::Tokenizer::from_file(fixture_model(name)).encode(readout::kDefaultPromptSuffix, false);
 }
 
 }  // namespace
@@ -308,7 +307,7 @@ TEST_CASE("probes read each new token as --per-token reads that position: the to
 
 TEST_CASE("inspect_model generate writes generation.json's format: transformers' ids and top-5 logits") {
   testing::TempDir out;
-  const std::string dir = fixture("gemma2");  // final logit soft-capping
+  const std::string dir = fixture_model("gemma2");  // final logit soft-capping
   const Json reference = read_json_file(dir + "/generation.json");
   const Json& expected = reference["cases"][1];
   testing::CommandResult r = testing::run_command(fmt::format(
@@ -340,27 +339,27 @@ TEST_CASE("the LM head is read only for generation: untied from its own weight, 
   model::LoadOptions generating;
   generating.lm_head = true;
   for (const char* name : {"qwen2", "gpt_neox", "qwen3"}) {
-    std::vector<std::string> without = model::tensors_to_read(fixture(name), ranking);
-    std::vector<std::string> with = model::tensors_to_read(fixture(name), generating);
+    std::vector<std::string> without = model::tensors_to_read(fixture_model(name), ranking);
+    std::vector<std::string> with = model::tensors_to_read(fixture_model(name), generating);
     for (const std::string& tensor : without) CHECK_MESSAGE(tensor.find("lm_head") == std::string::npos, tensor);
     const bool untied = std::string(name) != "qwen3";
     CHECK_MESSAGE(with.size() == without.size() + (untied ? 1 : 0), name);
   }
-  model::TransformerModel ranking_model = model::TransformerModel::load(fixture("qwen2"), ranking);
+  model::TransformerModel ranking_model = model::TransformerModel::load(fixture_model("qwen2"), ranking);
   CHECK_FALSE(ranking_model.has_lm_head());
   CHECK_THROWS_WITH_AS(generation::generate(ranking_model, {{1, 2}}, {}, nullptr, {}),
                        doctest::Contains("LM head"), std::invalid_argument);
-  Json untied_gemma = read_json_file(fixture("gemma") + "/config.json");
+  Json untied_gemma = read_json_file(fixture_model("gemma") + "/config.json");
   untied_gemma["tie_word_embeddings"] = false;
   testing::TempDir gemma;
-  testing::copy_dir(fixture("gemma"), gemma.path());
+  testing::copy_dir(fixture_model("gemma"), gemma.path());
   write_json_file(gemma.file("config.json"), untied_gemma);
   CHECK_THROWS_WITH_AS(model::TransformerModel::load(gemma.path(), generating),
                        doctest::Contains("no LM head lm_head.weight (config.json does not tie it"), std::runtime_error);
 }
 
 TEST_CASE("learned positions bound prompt, new tokens and suffix together, with an error that says so") {
-  model::TransformerModel model = load_generator(fixture("gpt2"));  // 512 positions
+  model::TransformerModel model = load_generator(fixture_model("gpt2"));  // 512 positions
   generation::GenerationOptions options;
   options.max_new_tokens = 10;
   readout::Sequence prompt(500, 5);

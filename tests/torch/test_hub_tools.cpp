@@ -16,19 +16,9 @@
 #include "test_util.h"
 
 using namespace probekit;
-using probekit::testing::CommandResult;
-using probekit::testing::MockHub;
-using probekit::testing::MockRepo;
-using probekit::testing::run_command;
-using probekit::testing::TempDir;
+using namespace probekit::testing;
 
 namespace {
-
-const std::string kGemma = std::string(PROBEKIT_FIXTURES) + "/models/gemma3_text";
-const std::string kSharded = std::string(PROBEKIT_FIXTURES) + "/models/qwen3_sharded";
-const std::string kText = "Instead of seeing it as a setback, I saw a chance to learn.";
-
-std::string tool(const std::string& name) { return std::string(PROBEKIT_TOOLS_DIR) + "/" + name; }
 
 // The environment of a tool run against `endpoint` with its Hugging Face home in `home` (no token, no other cache).
 std::string hub_environment(const std::string& endpoint, const std::string& home) {
@@ -41,7 +31,7 @@ std::string hub_environment(const std::string& endpoint, const std::string& home
 MockRepo gemma_repo() {
   MockRepo repo;
   for (const char* file : {"config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"}) {
-    repo.files[file] = read_file(kGemma + "/" + file);
+    repo.files[file] = read_file(kGemmaModel + "/" + file);
   }
   return repo;
 }
@@ -88,13 +78,13 @@ TEST_CASE("hub names in the tools: capture records name and commit, inference fi
   size_t requests = mock.requests().size();
   std::string offline = hub_environment("http://127.0.0.1:1", tmp.file("hf")) + " HF_HUB_OFFLINE=1";
   r = run_command(fmt::format("{} {} --probes-dir {} --device cpu --json --text \"{}\"", offline,
-                              tool("multi_probe_inference"), tmp.file("probes"), kText));
+                              tool("multi_probe_inference"), tmp.file("probes"), kReframingText));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
   CHECK_CONTAINS(r.output, "model probekit-test/gemma3-text@" + commit + " (recorded in ");
   Json recorded = Json::parse(r.output.substr(r.output.find('{')));
   // The same weights by their folder give the same scores.
   r = run_command(fmt::format("{} --probes-dir {} --model {} --device cpu --json --quiet --text \"{}\"",
-                              tool("multi_probe_inference"), tmp.file("probes"), kGemma, kText));
+                              tool("multi_probe_inference"), tmp.file("probes"), kGemmaModel, kReframingText));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
   CHECK(Json::parse(r.output.substr(r.output.find('{')))["predictions"] == recorded["predictions"]);
 
@@ -118,9 +108,9 @@ TEST_CASE("hub names in the tools: two processes downloading one model at once l
   std::vector<std::string> shards = {"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
                                      "model-00003-of-00003.safetensors"};
   for (const std::string& file : {"config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors.index.json"}) {
-    repo.files[file] = read_file(kSharded + "/" + file);
+    repo.files[file] = read_file(kShardedModel + "/" + file);
   }
-  for (const std::string& shard : shards) repo.files[shard] = read_file(kSharded + "/" + shard);
+  for (const std::string& shard : shards) repo.files[shard] = read_file(kShardedModel + "/" + shard);
   std::string commit = mock.add_repo("probekit-test/qwen3-sharded", repo);
   mock.set_pause_per_piece_ms(10);  // slow enough that the two overlap
   std::string run = fmt::format("{} {} info --model probekit-test/qwen3-sharded --json", hub_environment(mock.endpoint(), tmp.file("hf")),

@@ -25,18 +25,12 @@
 #include "tokenizer/tokenizer.h"
 
 using namespace probekit;
-using probekit::testing::CommandResult;
-using probekit::testing::run_command;
-using probekit::testing::tool;
-using probekit::testing::TempDir;
+using namespace probekit::testing;
 
 namespace {
 
-const std::string kModel = std::string(PROBEKIT_FIXTURES) + "/models/gemma3_text";
-const std::string kText = "Instead of seeing it as a setback, I saw a chance to learn.";
-
 // Captures `layers` (2 and 5 by default) of a small labelled dataset into dir/activations.
-void capture_activations(const TempDir& tmp, const std::string& model_dir = kModel, const std::string& layers = "2,5",
+void capture_activations(const TempDir& tmp, const std::string& model_dir = kGemmaModel, const std::string& layers = "2,5",
                          readout::Site site = readout::Site::kResidPost) {
   probekit::testing::write_three_action_dataset(tmp.file("data.jsonl"));
   capture::CaptureOptions o;
@@ -51,13 +45,22 @@ void capture_activations(const TempDir& tmp, const std::string& model_dir = kMod
 
 // Captures `layers` of a small labelled dataset and trains probes on them: dir/probes, with one layer_{L} folder
 // each when there are several layers.
-std::string train_probes(const TempDir& tmp, const std::string& model_dir = kModel, const std::string& layers = "2,5",
+std::string train_probes(const TempDir& tmp, const std::string& model_dir = kGemmaModel, const std::string& layers = "2,5",
                          readout::Site site = readout::Site::kResidPost) {
   capture_activations(tmp, model_dir, layers, site);
   CommandResult trained = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 30 --device cpu --quiet",
                                                   tool("train_binary_probes"), tmp.file("activations"), tmp.file("probes")));
   REQUIRE_MESSAGE(trained.exit_code == 0, trained.output);
   return tmp.file("probes");
+}
+
+// An engine's options for kGemmaModel and the probes in `probes_dir`, on the CPU.
+inference::EngineOptions cpu_engine_options(const std::string& probes_dir) {
+  inference::EngineOptions options;
+  options.model_dir = kGemmaModel;
+  options.probes_dir = probes_dir;
+  options.device = "cpu";
+  return options;
 }
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
@@ -77,10 +80,10 @@ void check_printed_scores(const Json& printed, const std::string& probe_dir, con
   }
 }
 
-// Writes the hidden states of kText + the prompt suffix with inspect_model hidden and opens the file.
+// Writes the hidden states of kReframingText + the prompt suffix with inspect_model hidden and opens the file.
 safetensors::File inspect_hidden(const TempDir& tmp, const std::string& model_dir) {
   CommandResult r = run_command(fmt::format("{} hidden --model {} --device cpu --output {} --text \"{}{}\"",
-                                            tool("inspect_model"), model_dir, tmp.file("h.safetensors"), kText,
+                                            tool("inspect_model"), model_dir, tmp.file("h.safetensors"), kReframingText,
                                             readout::kDefaultPromptSuffix));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
   return safetensors::File(tmp.file("h.safetensors"));
@@ -106,14 +109,14 @@ TEST_CASE("printed scores equal sigmoid(w.h + b) from the probe files and inspec
   TempDir tmp;
   std::string probes = train_probes(tmp);
   CommandResult r = run_command(fmt::format("{} --probes-dir {}/layer_5 --model {} --device cpu --top-k 3 --json --text \"{}\"",
-                                            tool("multi_probe_inference"), probes, kModel, kText));
+                                            tool("multi_probe_inference"), probes, kGemmaModel, kReframingText));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
-  safetensors::File hidden = inspect_hidden(tmp, kModel);
+  safetensors::File hidden = inspect_hidden(tmp, kGemmaModel);
   check_printed_scores(printed_json(r), probes + "/layer_5", testing::read_tensor(hidden, hidden.at("layers"))[5][-1]);
   // The reference's text layout, with a mark on labels at or above the threshold.
   r = run_command(fmt::format("{} --probes-dir {}/layer_5 --model {} --device cpu --threshold 0 --text \"{}\"",
-                              tool("multi_probe_inference"), probes, kModel, kText));
-  CHECK_CONTAINS(r.output, "Analyzing text: \"" + kText + "\"");
+                              tool("multi_probe_inference"), probes, kGemmaModel, kReframingText));
+  CHECK_CONTAINS(r.output, "Analyzing text: \"" + kReframingText + "\"");
   CHECK_CONTAINS(r.output, "Detected labels (top 5):");
   CHECK_CONTAINS(r.output, "  ✓ 1. ");
 }
@@ -122,13 +125,13 @@ TEST_CASE("printed scores equal sigmoid(w.h + b) from the probe files and inspec
 // the same logits, and refuses the probes on another model's routers or on a layer without a router.
 TEST_CASE("probes on router logits: printed scores equal sigmoid(w.r + b) for the router logits of inspect_model") {
   TempDir tmp;
-  const std::string moe = std::string(PROBEKIT_FIXTURES) + "/models/qwen3_moe";
+  const std::string moe = fixture_model("qwen3_moe");
   std::string probes = train_probes(tmp, moe, "2", readout::Site::kRouter);
   Json index = read_json_file(probes + "/probes.json");
   CHECK(index["site"] == "router");
   CHECK(index["input_dim"] == 8);
   std::string command = fmt::format("{} --probes-dir {} --device cpu --top-k 3 --json --text \"{}\"",
-                                    tool("multi_probe_inference"), probes, kText);
+                                    tool("multi_probe_inference"), probes, kReframingText);
   CommandResult r = run_command(command + " --model " + moe);
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
   safetensors::File hidden = inspect_hidden(tmp, moe);
@@ -137,7 +140,7 @@ TEST_CASE("probes on router logits: printed scores equal sigmoid(w.r + b) for th
   REQUIRE(router_logits.size(0) == 3);
   check_printed_scores(printed_json(r), probes, router_logits[1][-1]);
 
-  testing::check_failure(run_command(command + " --model " + std::string(PROBEKIT_FIXTURES) + "/models/qwen2_moe"), 1,
+  testing::check_failure(run_command(command + " --model " + fixture_model("qwen2_moe")), 1,
                          {"the probes take 8 inputs but the routers of the model in", "score 6 experts"});
   testing::check_failure(run_command(command + " --model " + moe + " --layer 1"), 1,
                          {"the probes read the router of layer 1, but that layer of the model in",
@@ -153,13 +156,13 @@ TEST_CASE("a train_probes directory: its classes ranked by softmax(W h + b) of b
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
   // No --model: the probe records the model it was trained on, as binary probes do.
   std::string run = fmt::format("{} --probes-dir {} --device cpu", tool("multi_probe_inference"), tmp.file("multiclass"));
-  r = run_command(fmt::format("{} --top-k 100 --json --text \"{}\"", run, kText));
+  r = run_command(fmt::format("{} --top-k 100 --json --text \"{}\"", run, kReframingText));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
   Json predictions = Json::parse(r.output.substr(r.output.find('{')))["predictions"];
   REQUIRE(predictions.size() == 45);  // a cognitive-action dataset: the reference's 45 classes
 
-  r = run_command(fmt::format("{} hidden --model {} --device cpu --output {} --text \"{}{}\"", tool("inspect_model"), kModel,
-                              tmp.file("h.safetensors"), kText, "\n\nThe cognitive action being demonstrated here is"));
+  r = run_command(fmt::format("{} hidden --model {} --device cpu --output {} --text \"{}{}\"", tool("inspect_model"), kGemmaModel,
+                              tmp.file("h.safetensors"), kReframingText, "\n\nThe cognitive action being demonstrated here is"));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
   safetensors::File hidden(tmp.file("h.safetensors"));
   at::Tensor h = testing::read_tensor(hidden, hidden.at("layers"))[5][-1].to(at::kDouble);
@@ -177,11 +180,11 @@ TEST_CASE("a train_probes directory: its classes ranked by softmax(W h + b) of b
   CHECK(sum == doctest::Approx(1.0).epsilon(1e-6));
   CHECK(predictions[0]["label"] == names[static_cast<size_t>(expected.argmax().item<int64_t>())]);
 
-  r = run_command(fmt::format("{} --top-k 3 --text \"{}\"", run, kText));
+  r = run_command(fmt::format("{} --top-k 3 --text \"{}\"", run, kReframingText));
   CHECK_MESSAGE(r.exit_code == 0, r.output);
   CHECK_CONTAINS(r.output, "Predicted classes (top 3 of 45, softmax probabilities):");
   CHECK_CONTAINS(r.output, " 1. " + predictions[0]["label"].get<std::string>());
-  r = run_command(fmt::format("{} --calibrated --text \"{}\"", run, kText));
+  r = run_command(fmt::format("{} --calibrated --text \"{}\"", run, kReframingText));
   CHECK(r.exit_code == 2);
   CHECK_CONTAINS(r.output, "--calibrated: " + tmp.file("multiclass") + " holds a multiclass probe (train_probes)");
 
@@ -198,17 +201,13 @@ TEST_CASE("a train_probes directory: its classes ranked by softmax(W h + b) of b
 TEST_CASE("per-token scores equal running each prefix followed by the suffix on its own") {
   TempDir tmp;
   std::string probes = train_probes(tmp);
-  inference::EngineOptions options;
-  options.model_dir = kModel;
-  options.probes_dir = probes;
-  options.device = "cpu";
-  inference::Engine engine = inference::Engine::load(options);
+  inference::Engine engine = inference::Engine::load(cpu_engine_options(probes));
   REQUIRE(engine.layers() == std::vector<int64_t>{2, 5});
-  inference::TokenScores scores = engine.score_tokens(kText);
+  inference::TokenScores scores = engine.score_tokens(kReframingText);
 
-  auto tok = tokenizer::Tokenizer::from_file(kModel);
+  auto tok = tokenizer::Tokenizer::from_file(kGemmaModel);
   std::vector<int32_t> suffix = tok.encode(engine.prompt_suffix(), false);
-  auto m = model::TransformerModel::load(kModel, {});
+  auto m = model::TransformerModel::load(kGemmaModel, {});
   std::vector<probes::ProbeSet> sets;
   for (int64_t layer : {2, 5}) sets.push_back(probes::ProbeSet::load(fmt::format("{}/layer_{}", probes, layer), at::kCPU, at::kFloat));
   REQUIRE(scores.ids.size() > 10);
@@ -227,7 +226,8 @@ TEST_CASE("per-token scores equal running each prefix followed by the suffix on 
     }
   }
   CommandResult r = run_command(fmt::format("{} --probes-dir {} --model {} --device cpu --per-token --text \"{}\" --csv {} --html {}",
-                                            tool("multi_probe_inference"), probes, kModel, kText, tmp.file("t.csv"), tmp.file("t.html")));
+                                            tool("multi_probe_inference"), probes, kGemmaModel, kReframingText,
+                                            tmp.file("t.csv"), tmp.file("t.html")));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
   std::string csv = probekit::testing::read_text(tmp.file("t.csv"));
   CHECK(csv.rfind("action_name,token_position,token_text,confidence,layer,is_active\n", 0) == 0);
@@ -242,7 +242,7 @@ TEST_CASE("multi-layer modes, best layers and comparisons") {
   std::string probes = train_probes(tmp);
   auto run = [&](const std::string& flags) {
     CommandResult r = run_command(fmt::format("{} --probes-dir {} --model {} --device cpu {} --text \"{}\"",
-                                              tool("multi_probe_inference"), probes, kModel, flags, kText));
+                                              tool("multi_probe_inference"), probes, kGemmaModel, flags, kReframingText));
     REQUIRE_MESSAGE(r.exit_code == 0, r.output);
     return r.output;
   };
@@ -268,7 +268,7 @@ TEST_CASE("multi-layer modes, best layers and comparisons") {
   CHECK(Json::parse(spaced.substr(spaced.find('{'))) == Json::parse(all.substr(all.find('{'))));
   CHECK(run("--layers 2,5 --json --top-k 100") == spaced);
   CommandResult compared = run_command(fmt::format("{} --probes-dir {} --model {} --device cpu --text \"{}\" --compare \"I noticed a crack.\"",
-                                                   tool("multi_probe_inference"), probes, kModel, kText));
+                                                   tool("multi_probe_inference"), probes, kGemmaModel, kReframingText));
   CHECK_CONTAINS(compared.output, "Biggest differences");
 }
 
@@ -277,7 +277,7 @@ TEST_CASE("texts read from a pipe until quit: no prompts in the output, JSON lin
   std::string probes = train_probes(tmp);
   std::string piped = fmt::format("printf 'I noticed a crack.\\n\\n  \\nI saw a chance to learn.\\nquit\\nnever read\\n' | {} "
                                   "--probes-dir {}/layer_2 --model {} --device cpu -q",
-                                  tool("multi_probe_inference"), probes, kModel);
+                                  tool("multi_probe_inference"), probes, kGemmaModel);
   CommandResult r = run_command(piped);
   CHECK(r.exit_code == 0);
   CHECK(r.output.find("Interactive mode") == std::string::npos);
@@ -297,7 +297,7 @@ TEST_CASE("texts read from a pipe until quit: no prompts in the output, JSON lin
   CHECK(parsed == 2);
 
   r = run_command(fmt::format("{} --probes-dir {}/layer_2 --model {} --device cpu --text ''", tool("multi_probe_inference"),
-                              probes, kModel));
+                              probes, kGemmaModel));
   CHECK(r.exit_code == 2);
   CHECK_CONTAINS(r.output, "--text is empty");
 }
@@ -306,7 +306,8 @@ TEST_CASE("bad input to multi_probe_inference: probe files of the wrong size are
   TempDir tmp;
   std::string probes = train_probes(tmp);
   auto run = [&](const std::string& dir, const std::string& arguments) {
-    return run_command(fmt::format("{} --probes-dir {} --model {} --device cpu {}", tool("multi_probe_inference"), dir, kModel, arguments));
+    return run_command(fmt::format("{} --probes-dir {} --model {} --device cpu {}", tool("multi_probe_inference"), dir,
+                                   kGemmaModel, arguments));
   };
   std::string damaged = tmp.file("damaged");
   probekit::testing::copy_dir(probes + "/layer_5", damaged);
@@ -341,7 +342,7 @@ TEST_CASE("probes that do not fit the model, and pickled probes, are refused cle
     return run_command(fmt::format("{} --probes-dir {} --model {} --device cpu --text hello", tool("multi_probe_inference"), dir, model));
   };
   model::RandomCheckpointOptions small;
-  small.tokenizer_json = kModel + "/tokenizer.json";
+  small.tokenizer_json = kGemmaModel + "/tokenizer.json";
   small.hidden_size = 32;
   small.layers = 6;
   small.heads = 2;
@@ -351,15 +352,16 @@ TEST_CASE("probes that do not fit the model, and pickled probes, are refused cle
   CommandResult r = run(tmp.file("small"), probes + "/layer_5");
   CHECK(r.exit_code == 1);
   CHECK_CONTAINS(r.output, "the probes take 64 inputs but the model");
-  r = run(std::string(PROBEKIT_FIXTURES) + "/models/gpt2", probes + "/layer_5");
+  r = run(fixture_model("gpt2"), probes + "/layer_5");
   CHECK(r.exit_code == 1);
   CHECK_CONTAINS(r.output, "probes of layer 5, but the model");
   make_directories(tmp.file("pickles"));
   probekit::testing::write_text(tmp.file("pickles/probe_analyzing.pth"), "not really a pickle");
-  r = run(kModel, tmp.file("pickles"));
+  r = run(kGemmaModel, tmp.file("pickles"));
   CHECK(r.exit_code == 1);
   CHECK_CONTAINS(r.output, "never unpickles");
-  CHECK(run_command(fmt::format("{} --probes-dir {} --model {} --layers 7 --text x", tool("multi_probe_inference"), probes, kModel)).exit_code != 0);
+  CHECK(run_command(fmt::format("{} --probes-dir {} --model {} --layers 7 --text x", tool("multi_probe_inference"), probes,
+                                kGemmaModel)).exit_code != 0);
 }
 
 namespace {
@@ -381,8 +383,8 @@ TEST_CASE("--generate: each new token's printed scores equal the probes run on t
   TempDir tmp;
   std::string probes = train_probes(tmp);
   std::string command = fmt::format("{} --probes-dir {} --model {} --device cpu --generate --max-new-tokens 6 --no-stop",
-                                    tool("multi_probe_inference"), probes, kModel);
-  CommandResult r = run_command(fmt::format("{} --text \"{}\" --json --csv {} --html {}", command, kText,
+                                    tool("multi_probe_inference"), probes, kGemmaModel);
+  CommandResult r = run_command(fmt::format("{} --text \"{}\" --json --csv {} --html {}", command, kReframingText,
                                             tmp.file("g.csv"), tmp.file("g.html")));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
   std::vector<Json> lines = json_lines(r.output);
@@ -391,9 +393,9 @@ TEST_CASE("--generate: each new token's printed scores equal the probes run on t
   CHECK(done["done"] == true);
   CHECK(done["stop"] == "length");
   std::vector<int64_t> ids = done["prompt_ids"].get<std::vector<int64_t>>();
-  auto tok = tokenizer::Tokenizer::from_file(kModel);
+  auto tok = tokenizer::Tokenizer::from_file(kGemmaModel);
   std::vector<int32_t> suffix = tok.encode(readout::kDefaultPromptSuffix, false);
-  auto m = model::TransformerModel::load(kModel, {});
+  auto m = model::TransformerModel::load(kGemmaModel, {});
   std::vector<probes::ProbeSet> sets;
   for (int64_t layer : {2, 5}) sets.push_back(probes::ProbeSet::load(fmt::format("{}/layer_{}", probes, layer), at::kCPU, at::kFloat));
   std::string text;
@@ -424,20 +426,20 @@ TEST_CASE("--generate: each new token's printed scores equal the probes run on t
   CHECK_CONTAINS(probekit::testing::read_text(tmp.file("g.html")), "<table>");
 
   // Without --json: a line per token with the labels that fire, then the text.
-  CommandResult plain = run_command(fmt::format("{} --text \"{}\" --threshold 0", command, kText));
+  CommandResult plain = run_command(fmt::format("{} --text \"{}\" --threshold 0", command, kReframingText));
   REQUIRE_MESSAGE(plain.exit_code == 0, plain.output);
   CHECK_CONTAINS(plain.output, "   5  ");
   CHECK_CONTAINS(plain.output, "✓");
-  CHECK_CONTAINS(plain.output, fmt::format("Generated 6 tokens (stop: length):\n{}{}", kText, text));
+  CHECK_CONTAINS(plain.output, fmt::format("Generated 6 tokens (stop: length):\n{}{}", kReframingText, text));
 }
 
 TEST_CASE("--generate --file: several prompts in one batch, each generating as it would alone, and bad combinations") {
   TempDir tmp;
   std::string probes = train_probes(tmp);
   std::string command = fmt::format("{} --probes-dir {} --model {} --device cpu --generate --max-new-tokens 5 --no-stop --json",
-                                    tool("multi_probe_inference"), probes, kModel);
+                                    tool("multi_probe_inference"), probes, kGemmaModel);
   const std::string second = "I noticed the crack.";
-  probekit::testing::write_text(tmp.file("prompts.txt"), std::string(kText) + "\n" + second + "\n");
+  probekit::testing::write_text(tmp.file("prompts.txt"), std::string(kReframingText) + "\n" + second + "\n");
   std::vector<Json> batch = json_lines(run_command(fmt::format("{} --file {}", command, tmp.file("prompts.txt"))).output);
   REQUIRE(batch.size() == 12);
   std::vector<Json> one_by_one =
@@ -446,7 +448,7 @@ TEST_CASE("--generate --file: several prompts in one batch, each generating as i
   CHECK(one_by_one[11]["row"] == 1);
   CHECK(one_by_one[11]["generated_ids"] == batch[11]["generated_ids"]);
   for (size_t row = 0; row < 2; ++row) {
-    std::vector<Json> alone = json_lines(run_command(fmt::format("{} --text \"{}\"", command, row == 0 ? kText : second)).output);
+    std::vector<Json> alone = json_lines(run_command(fmt::format("{} --text \"{}\"", command, row == 0 ? kReframingText : second)).output);
     REQUIRE(alone.size() == 6);
     const Json* done = nullptr;
     for (const Json& line : batch) {
@@ -456,7 +458,7 @@ TEST_CASE("--generate --file: several prompts in one batch, each generating as i
     CHECK((*done)["generated_ids"] == alone.back()["generated_ids"]);
     CHECK((*done)["text"] == alone.back()["text"]);
   }
-  std::string base = fmt::format("{} --probes-dir {} --model {} --device cpu", tool("multi_probe_inference"), probes, kModel);
+  std::string base = fmt::format("{} --probes-dir {} --model {} --device cpu", tool("multi_probe_inference"), probes, kGemmaModel);
   probekit::testing::check_failure(run_command(base + " --generate"), 2, {"--generate needs --text or --file"});
   probekit::testing::check_failure(run_command(base + " --generate --per-token --text hi"), 2,
                                    {"--generate excludes --per-token and --compare"});
@@ -492,18 +494,14 @@ TEST_CASE("the live view: each row's text so far and its latest token's labels a
 
 TEST_CASE("the model's layers split over two devices: the same rankings and per-token scores as one device (fp32)") {
   TempDir tmp;
-  std::string probes = train_probes(tmp);
-  inference::EngineOptions options;
-  options.model_dir = kModel;
-  options.probes_dir = probes;
-  options.device = "cpu";
+  inference::EngineOptions options = cpu_engine_options(train_probes(tmp));
   inference::Engine one = inference::Engine::load(options);
   options.devices = {"cpu", "cpu"};
   options.placement = "layers";
   inference::Engine split = inference::Engine::load(options);
-  const std::vector<std::string> texts = {kText, "I noticed the light change."};
+  const std::vector<std::string> texts = {kReframingText, "I noticed the light change."};
   std::vector<inference::TextScores> expected = one.score(texts), found = split.score(texts);
   REQUIRE(found.size() == expected.size());
   for (size_t i = 0; i < found.size(); ++i) CHECK(found[i].probability == expected[i].probability);
-  CHECK(split.score_tokens(kText).probability == one.score_tokens(kText).probability);
+  CHECK(split.score_tokens(kReframingText).probability == one.score_tokens(kReframingText).probability);
 }

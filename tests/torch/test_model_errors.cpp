@@ -10,11 +10,10 @@
 #include "test_util.h"
 
 using namespace probekit;
-using probekit::testing::TempDir;
+using namespace probekit::testing;
 
 namespace {
 
-std::string fixture(const std::string& name) { return std::string(PROBEKIT_FIXTURES) + "/models/" + name; }
 
 std::string load_error(const std::string& dir, model::LoadOptions options = {}) {
   try {
@@ -29,7 +28,7 @@ std::string load_error(const std::string& dir, model::LoadOptions options = {}) 
 // A copy of a fixture whose config.json keys are replaced (null removes a key).
 std::string with_config(const TempDir& tmp, const std::string& name, const Json& changes) {
   std::string dir = tmp.file(name);
-  probekit::testing::copy_dir(fixture(name), dir);
+  probekit::testing::copy_dir(fixture_model(name), dir);
   Json config = read_json_file(dir + "/config.json");
   for (auto it = changes.begin(); it != changes.end(); ++it) {
     if (it->is_null()) {
@@ -81,7 +80,7 @@ TEST_CASE("the new families' keys are checked: expert counts, top k, sparse laye
   CHECK_CONTAINS(load_error(with_config(tmp3, "qwen2_moe", {{"mlp_only_layers", {"1"}}})),
                  "'mlp_only_layers' must be a list of integers");
   TempDir tmp4;
-  Json rope = read_json_file(fixture("phi3_longrope") + "/config.json")["rope_scaling"];
+  Json rope = read_json_file(fixture_model("phi3_longrope") + "/config.json")["rope_scaling"];
   rope["short_factor"] = {1.0, 1.0};
   CHECK_CONTAINS(load_error(with_config(tmp4, "phi3_longrope", {{"rope_scaling", rope}})),
                  "'short_factor' has 2 entries and 'long_factor' 6, but the rotary dimension 12 has 6 frequencies");
@@ -122,19 +121,19 @@ TEST_CASE("missing config, weights, shard and tensors") {
   CHECK_CONTAINS(load_error(tmp.path()), "no config.json");
 
   std::string no_weights = tmp.file("no_weights");
-  probekit::testing::copy_dir(fixture("llama"), no_weights);
+  probekit::testing::copy_dir(fixture_model("llama"), no_weights);
   remove_tree(no_weights + "/model.safetensors");
   CHECK_CONTAINS(load_error(no_weights), "no model.safetensors or model.safetensors.index.json");
 
   std::string sharded = tmp.file("sharded");
-  probekit::testing::copy_dir(fixture("qwen3_sharded"), sharded);
+  probekit::testing::copy_dir(fixture_model("qwen3_sharded"), sharded);
   remove_tree(sharded + "/model-00002-of-00003.safetensors");
   std::string message = load_error(sharded);
   CHECK_CONTAINS(message, "model-00002-of-00003.safetensors listed in the index is missing");
 
   // A checkpoint of another shape: every weight is there but its shapes disagree with config.json.
   std::string resized = tmp.file("resized");
-  probekit::testing::copy_dir(fixture("llama"), resized);
+  probekit::testing::copy_dir(fixture_model("llama"), resized);
   Json config = read_json_file(resized + "/config.json");
   config["intermediate_size"] = 96;
   write_json_file(resized + "/config.json", config);
@@ -144,7 +143,7 @@ TEST_CASE("missing config, weights, shard and tensors") {
 
   // Weights of another family: the expected tensor is named with the file it was looked for in.
   std::string renamed = tmp.file("renamed");
-  probekit::testing::copy_dir(fixture("gpt_neox"), renamed);
+  probekit::testing::copy_dir(fixture_model("gpt_neox"), renamed);
   config = read_json_file(renamed + "/config.json");
   config["model_type"] = "gpt2";
   write_json_file(renamed + "/config.json", config);
@@ -156,7 +155,7 @@ TEST_CASE("missing config, weights, shard and tensors") {
 TEST_CASE("a truncated weights file is refused before anything is read") {
   TempDir tmp;
   std::string dir = tmp.file("truncated");
-  probekit::testing::copy_dir(fixture("gemma"), dir);
+  probekit::testing::copy_dir(fixture_model("gemma"), dir);
   REQUIRE(::truncate((dir + "/model.safetensors").c_str(), static_cast<off_t>(file_size(dir + "/model.safetensors") / 2)) == 0);
   CHECK_CONTAINS(load_error(dir), "file truncated?");
 }
@@ -165,7 +164,7 @@ TEST_CASE("only the layers a run needs are loaded, and deeper ones are refused")
   model::LoadOptions options;
   options.last_layer = 1;
   options.final_norm = false;
-  model::TransformerModel m = model::TransformerModel::load(fixture("qwen2"), options);
+  model::TransformerModel m = model::TransformerModel::load(fixture_model("qwen2"), options);
   CHECK(m.loaded_layers() == 2);
   CHECK_FALSE(m.has_final_norm());
   model::ForwardPass pass;
@@ -173,6 +172,6 @@ TEST_CASE("only the layers a run needs are loaded, and deeper ones are refused")
   pass.last_layer = 2;
   CHECK_THROWS_WITH(m.forward(pass), doctest::Contains("layer 2 was not loaded"));
   options.last_layer = 4;
-  CHECK_CONTAINS(load_error(fixture("qwen2"), options), "layer 4 is out of range: the model has 4 layers");
+  CHECK_CONTAINS(load_error(fixture_model("qwen2"), options), "layer 4 is out of range: the model has 4 layers");
   CHECK_THROWS_WITH(m.check_inputs({1, 2, 100000}), doctest::Contains("outside the model's vocabulary"));
 }

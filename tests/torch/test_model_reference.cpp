@@ -15,6 +15,7 @@
 #include "test_util.h"
 
 using namespace probekit;
+using namespace probekit::testing;
 
 namespace {
 
@@ -86,7 +87,7 @@ void check_against_reference(const std::string& dir, const std::string& name) {
 }
 
 void check_against_reference(const std::string& name) {
-  check_against_reference(std::string(PROBEKIT_FIXTURES) + "/models/" + name, name);
+  check_against_reference(fixture_model(name), name);
 }
 
 }  // namespace
@@ -118,7 +119,7 @@ REFERENCE_TEST("olmo2")
 // with a router included.
 TEST_CASE("inspect_model hidden writes router_logits equal to transformers' for the MoE fixtures") {
   for (const char* name : {"mixtral", "qwen3_moe", "qwen2_moe"}) {
-    const std::string dir = std::string(PROBEKIT_FIXTURES) + "/models/" + name;
+    const std::string dir = fixture_model(name);
     Reference reference = read_reference(dir);
     std::string text = read_json_file(dir + "/reference.json")["texts"][0]["text"];
     testing::TempDir tmp;
@@ -137,7 +138,7 @@ TEST_CASE("inspect_model hidden writes router_logits equal to transformers' for 
 // (read_prefixes) must equal that prompt run alone, on both sides of the fixture's 32-token limit, with a suffix
 // and without one.
 TEST_CASE("every prefix read with longrope equals its prompt run alone, on both sides of the length limit") {
-  const std::string dir = std::string(PROBEKIT_FIXTURES) + "/models/phi3_longrope";
+  const std::string dir = fixture_model("phi3_longrope");
   Reference reference = read_reference(dir);
   model::TransformerModel m = model::TransformerModel::load(dir, model::LoadOptions{});
   at::Tensor ids = reference.input_ids[8];
@@ -160,7 +161,7 @@ TEST_CASE("every prefix read with longrope equals its prompt run alone, on both 
 // guessed a tensor's layer with a pattern that needed a dot before "h", so read-ahead fetched every layer.
 TEST_CASE("a GPT-2 checkpoint named without 'transformer.' matches transformers and reads only the layers a run needs") {
   testing::TempDir tmp;
-  std::string fixture = std::string(PROBEKIT_FIXTURES) + "/models/gpt2", dir = tmp.file("gpt2");
+  std::string fixture = fixture_model("gpt2"), dir = tmp.file("gpt2");
   testing::copy_dir(fixture, dir);
   safetensors::File original(fixture + "/model.safetensors");
   std::vector<safetensors::TensorData> renamed;
@@ -199,7 +200,7 @@ TEST_CASE("bf16 compute agrees with the fp32 reference to bf16 precision") {
       {"gemma2", 0.999},  {"gemma3_text", 0.999},   {"gpt2", 0.999},    {"gpt_neox", 0.999},  {"phi3", 0.999},
       {"olmo2", 0.999},   {"phi3_longrope", 0.998}, {"mixtral", 0.93},  {"qwen3_moe", 0.98},  {"qwen2_moe", 0.98}};
   for (const auto& [name, bound] : fixtures) {
-    std::string dir = std::string(PROBEKIT_FIXTURES) + "/models/" + name;
+    std::string dir = fixture_model(name);
     Reference reference = read_reference(dir);
     model::LoadOptions options;
     options.dtype = at::kBFloat16;
@@ -228,7 +229,7 @@ TEST_CASE("bf16 compute agrees with the fp32 reference to bf16 precision") {
 // must be those of a table copied to the device, in every dtype the table can be rounded to.
 TEST_CASE("token embeddings kept on the host give the same hidden states as a copied table") {
   for (const char* name : {"llama", "llama_bf16", "gemma3_text", "gemma3_multimodal", "gpt2", "gpt_neox"}) {
-    std::string dir = std::string(PROBEKIT_FIXTURES) + "/models/" + name;
+    std::string dir = fixture_model(name);
     Reference reference = read_reference(dir);
     for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
       model::LoadOptions options;

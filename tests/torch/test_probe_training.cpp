@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <cmath>
 
 #include "common/files.h"
@@ -26,6 +27,15 @@ namespace {
 activations::ActivationFile synthetic_file(const std::string& path, const SyntheticActivations& spec) {
   write_synthetic_activation_file(path, spec);
   return activations::read_activation_file(path);
+}
+
+// `labels` labels of `examples` (train, val, test) examples x `hidden` whose means all have the norm `signal`, in
+// DIR/layer_{layer}_activations.h5.
+activations::ActivationFile equal_signal_file(const std::string& dir, int64_t layer, int64_t labels,
+                                              std::array<int64_t, 3> examples, int64_t hidden, double signal) {
+  SyntheticActivations spec = uniform_synthetic(labels, examples, hidden);
+  spec.signal.assign(static_cast<size_t>(labels), signal);
+  return synthetic_file(dir + "/layer_" + std::to_string(layer) + "_activations.h5", spec);
 }
 
 BinaryTrainingOptions small_options() {
@@ -111,9 +121,7 @@ std::vector<at::Device> training_devices() {
 
 TEST_CASE("a linear probe trained among 45 equals the same probe trained alone") {
   probekit::testing::TempDir dir;
-  SyntheticActivations spec = uniform_synthetic(45, {20, 8, 8}, 32);
-  spec.signal.assign(45, 2.5);
-  activations::ActivationFile file = synthetic_file(dir.path() + "/layer_3_activations.h5", spec);
+  activations::ActivationFile file = equal_signal_file(dir.path(), 3, 45, {20, 8, 8}, 32, 2.5);
   for (at::Device device : training_devices()) {
     INFO("device " << device.str());
     BinaryTrainingOptions options = small_options();
@@ -131,9 +139,7 @@ TEST_CASE("a linear probe trained among 45 equals the same probe trained alone")
 
 TEST_CASE("a multi-head probe trained among 5 equals the same probe trained alone") {
   probekit::testing::TempDir dir;
-  SyntheticActivations spec = uniform_synthetic(5, {30, 10, 10}, 24);
-  spec.signal.assign(5, 3.0);
-  activations::ActivationFile file = synthetic_file(dir.path() + "/layer_1_activations.h5", spec);
+  activations::ActivationFile file = equal_signal_file(dir.path(), 1, 5, {30, 10, 10}, 24, 3.0);
   BinaryTrainingOptions options = small_options();
   options.kind = ProbeKind::kMultihead;
   options.hidden_dim = 16;
@@ -150,9 +156,7 @@ TEST_CASE("a multi-head probe trained among 5 equals the same probe trained alon
 
 TEST_CASE("--no-pin-activations keeps the activations in host memory and trains the same probes as pinned ones") {
   probekit::testing::TempDir dir;
-  SyntheticActivations spec = uniform_synthetic(4, {30, 10, 10}, 24);
-  spec.signal.assign(4, 3.0);
-  activations::ActivationFile file = synthetic_file(dir.path() + "/layer_2_activations.h5", spec);
+  activations::ActivationFile file = equal_signal_file(dir.path(), 2, 4, {30, 10, 10}, 24, 3.0);
   for (at::Device device : training_devices()) {
     INFO("device " << device.str());
     at::TensorOptions on_device = at::TensorOptions().device(device).dtype(at::kFloat);
@@ -283,9 +287,7 @@ TEST_CASE("a label without a positive validation example is skipped and recorded
 
 TEST_CASE("history, metrics and thresholds follow the reference's conventions") {
   probekit::testing::TempDir dir;
-  SyntheticActivations spec = uniform_synthetic(3, {40, 20, 20}, 16);
-  spec.signal = {2.0, 2.0, 2.0};
-  activations::ActivationFile file = synthetic_file(dir.path() + "/layer_0_activations.h5", spec);
+  activations::ActivationFile file = equal_signal_file(dir.path(), 0, 3, {40, 20, 20}, 16, 2.0);
   BinaryTrainingOptions options = small_options();
   options.patience = kNeverStopEarly;
   BinaryTrainingResult result = train_binary_probes(file, options, at::kCPU, at::kFloat, "conv");

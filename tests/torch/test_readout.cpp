@@ -20,7 +20,7 @@ using namespace probekit::testing;
 
 namespace {
 
-const std::string kGpt2 = std::string(PROBEKIT_FIXTURES) + "/models/gpt2";
+const std::string kGpt2 = fixture_model("gpt2");
 
 // About 900 GPT-2 tokens: longer than the fixture's 512 positions.
 std::string long_text() {
@@ -160,7 +160,7 @@ TEST_CASE("packed sequences read the same rows as a padded batch, for every fami
                         {"phi3", readout::Site::kResidPre},      {"qwen3_moe", readout::Site::kRouter},
                         {"qwen2_moe", readout::Site::kResidPost}};
   for (const Case& c : cases) {
-    auto model = model::TransformerModel::load(std::string(PROBEKIT_FIXTURES) + "/models/" + c.model, {});
+    auto model = model::TransformerModel::load(fixture_model(c.model), {});
     const int64_t layers = model.config().num_layers;
     auto sequences = mixed_length_sequences(model.config().vocab_size);
     for (readout::Position position : {readout::Position::kLast, readout::Position::kMean, readout::Position::kMax,
@@ -184,7 +184,7 @@ TEST_CASE("packed sequences read the same rows as a padded batch, for every fami
 }
 
 TEST_CASE("packing is refused for a rope that depends on the sequence's length, and is off on the CPU") {
-  auto longrope = model::TransformerModel::load(std::string(PROBEKIT_FIXTURES) + "/models/phi3_longrope", {});
+  auto longrope = model::TransformerModel::load(fixture_model("phi3_longrope"), {});
   readout::Request request;
   request.layers = {0};
   CHECK_FALSE(readout::packs_sequences(longrope, request));  // the CPU pads

@@ -12,15 +12,9 @@
 #include "test_util.h"
 
 using namespace probekit;
-using probekit::testing::CommandResult;
-using probekit::testing::run_command;
-using probekit::testing::TempDir;
-using probekit::testing::tool;
+using namespace probekit::testing;
 
 namespace {
-
-const std::string kModel = std::string(PROBEKIT_FIXTURES) + "/models/gemma3_text";
-const std::string kText = "Instead of seeing it as a setback, I saw a chance to learn.";
 
 // Runs one of our tools with the reference's arguments; returns its output (stdout and stderr).
 std::string run_reference_command(const std::string& name, const std::string& arguments) {
@@ -38,7 +32,7 @@ TEST_CASE("the reference's README commands run unchanged against a fixture model
   probekit::testing::write_three_action_dataset(dataset);  // 3 of the reference's 45 actions
   std::string captured = run_reference_command(
       "capture_activations",
-      fmt::format("--model {} --dataset {} --output-dir {} --layers 2 3 --format hdf5", kModel, dataset, activations));
+      fmt::format("--model {} --dataset {} --output-dir {} --layers 2 3 --format hdf5", kGemmaModel, dataset, activations));
   CHECK(is_regular_file(activations + "/layer_2_activations.h5"));
   CHECK(is_regular_file(activations + "/layer_3_activations.h5"));
   CHECK_CONTAINS(captured, "3 of the reference's 45 cognitive actions occur");
@@ -62,14 +56,14 @@ TEST_CASE("the reference's README commands run unchanged against a fixture model
 
   // No --model: the probes know it.
   std::string ranked =
-      run_reference_command("multi_probe_inference", fmt::format("--probes-dir {} --text \"{}\"", tmp.file("probes"), kText));
+      run_reference_command("multi_probe_inference", fmt::format("--probes-dir {} --text \"{}\"", tmp.file("probes"), kReframingText));
   CHECK_CONTAINS(ranked, "Detected labels (top 5):");
   std::string layers = run_reference_command(
-      "multi_probe_inference", fmt::format("--probes-dir {} --layers 2 3 --text \"{}\"", tmp.file("probes_all"), kText));
+      "multi_probe_inference", fmt::format("--probes-dir {} --layers 2 3 --text \"{}\"", tmp.file("probes_all"), kReframingText));
   CHECK_CONTAINS(layers, "predictions across all layers");
   CHECK_CONTAINS(layers, "(L 2)");  // the top 5 of 3 labels x 2 layers hold both layers
   CHECK_CONTAINS(layers, "(L 3)");
   std::string classes = run_reference_command(
-      "multi_probe_inference", fmt::format("--probes-dir {} --text \"{}\"", tmp.file("multiclass"), kText));
+      "multi_probe_inference", fmt::format("--probes-dir {} --text \"{}\"", tmp.file("multiclass"), kReframingText));
   CHECK_CONTAINS(classes, "Predicted classes (top 5 of 45, softmax probabilities):");
 }

@@ -24,8 +24,6 @@ using namespace probekit::testing;
 
 namespace {
 
-const std::string kModel = std::string(PROBEKIT_FIXTURES) + "/models/gemma3_text";
-
 std::string write_labelled(const TempDir& tmp, const std::string& name, const std::vector<std::string>& labels,
                            int per_label) {
   std::string lines;
@@ -46,7 +44,7 @@ std::string capture_command(const std::string& model, const std::string& dataset
 // Activations of layer 2 and probes trained on them: tmp/act, tmp/probes.
 void capture_and_train(const TempDir& tmp) {
   std::string dataset = write_labelled(tmp, "data.jsonl", {"analyzing", "noticing", "reframing"}, 8);
-  CommandResult r = run_command(capture_command(kModel, dataset, tmp.file("act")));
+  CommandResult r = run_command(capture_command(kGemmaModel, dataset, tmp.file("act")));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
   r = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 3 --device cpu -q", tool("train_binary_probes"),
                               tmp.file("act"), tmp.file("probes")));
@@ -64,11 +62,11 @@ TEST_CASE("a FIFO where a file is expected is named, never waited on (dataset, m
   TempDir tmp;
   REQUIRE(mkfifo(tmp.file("fifo").c_str(), 0600) == 0);
   // `timeout` turns a hang into a failure of this test instead of a stuck suite.
-  CommandResult r = run_command("timeout 60 " + capture_command(kModel, tmp.file("fifo"), tmp.file("out")));
+  CommandResult r = run_command("timeout 60 " + capture_command(kGemmaModel, tmp.file("fifo"), tmp.file("out")));
   CHECK(r.exit_code == 1);
   CHECK_CONTAINS(r.output, "fifo: is a FIFO (named pipe), expected a regular file");
 
-  copy_dir(kModel, tmp.file("model"));
+  copy_dir(kGemmaModel, tmp.file("model"));
   remove_tree(tmp.file("model/model.safetensors"));
   REQUIRE(mkfifo(tmp.file("model/model.safetensors").c_str(), 0600) == 0);
   r = run_command(fmt::format("timeout 60 {} info --model {}", tool("inspect_model"), tmp.file("model")));
@@ -81,7 +79,7 @@ TEST_CASE("a FIFO where a file is expected is named, never waited on (dataset, m
 
   make_directories(tmp.file("probes"));
   REQUIRE(mkfifo(tmp.file("probes/probes.json").c_str(), 0600) == 0);
-  r = run_command("timeout 60 " + inference(tmp.file("probes"), kModel, ""));
+  r = run_command("timeout 60 " + inference(tmp.file("probes"), kGemmaModel, ""));
   CHECK(r.exit_code == 1);
 }
 
@@ -111,14 +109,14 @@ TEST_CASE("outputs: replaced only with --overwrite, never a device, and a failed
   CHECK(r.exit_code == 1);
   CHECK_FALSE(path_exists(tmp.file("big.jsonl")));
 
-  r = run_command(inference(tmp.file("probes"), kModel, "--per-token --csv /dev/null"));
+  r = run_command(inference(tmp.file("probes"), kGemmaModel, "--per-token --csv /dev/null"));
   CHECK(r.exit_code == 1);
   CHECK_CONTAINS(r.output, "/dev/null: is a character device");
   symlink("/dev/null", tmp.file("link.csv").c_str());
-  CHECK_CONTAINS(run_command(inference(tmp.file("probes"), kModel, "--per-token --csv " + tmp.file("link.csv"))).output,
+  CHECK_CONTAINS(run_command(inference(tmp.file("probes"), kGemmaModel, "--per-token --csv " + tmp.file("link.csv"))).output,
                  "is a character device");
 
-  r = run_command("sh -c \"" + inference(tmp.file("probes"), kModel, "--json") + " > /dev/full\"");
+  r = run_command("sh -c \"" + inference(tmp.file("probes"), kGemmaModel, "--json") + " > /dev/full\"");
   CHECK(r.exit_code == 1);
   CHECK_CONTAINS(r.output, "cannot write the output to standard output");
 }
@@ -126,7 +124,7 @@ TEST_CASE("outputs: replaced only with --overwrite, never a device, and a failed
 TEST_CASE("--resume refuses other arguments, naming the one that differs") {
   TempDir tmp;
   std::string dataset = write_labelled(tmp, "data.jsonl", {"analyzing", "noticing"}, 12);
-  std::string base = capture_command(kModel, dataset, tmp.file("out"));
+  std::string base = capture_command(kGemmaModel, dataset, tmp.file("out"));
   REQUIRE(run_command(base + " --max-examples 16").exit_code == 0);
   CommandResult r = run_command(base + " --max-examples 20 --resume");
   CHECK(r.exit_code == 1);
@@ -138,15 +136,15 @@ TEST_CASE("--resume refuses other arguments, naming the one that differs") {
 
 TEST_CASE("capture checks its data first: labels that cannot name probe files, empty splits, --max-length") {
   TempDir tmp;
-  CommandResult r = run_command(capture_command(kModel, write_labelled(tmp, "case.jsonl", {"Analyzing", "analyzing"}, 8),
+  CommandResult r = run_command(capture_command(kGemmaModel, write_labelled(tmp, "case.jsonl", {"Analyzing", "analyzing"}, 8),
                                                 tmp.file("a")));
   CHECK(r.exit_code == 1);
   CHECK_CONTAINS(r.output, "labels 'Analyzing' and 'analyzing' differ only in case");
-  r = run_command(capture_command(kModel, write_labelled(tmp, "few.jsonl", {"a", "b", "c"}, 1), tmp.file("b")));
+  r = run_command(capture_command(kGemmaModel, write_labelled(tmp, "few.jsonl", {"a", "b", "c"}, 1), tmp.file("b")));
   CHECK(r.exit_code == 1);
   CHECK_CONTAINS(r.output, "split comes out empty");
   CHECK_CONTAINS(r.output, "a (1), b (1), c (1)");
-  r = run_command(capture_command(kModel, write_labelled(tmp, "ok.jsonl", {"a", "b"}, 8), tmp.file("c")) + " --max-length 4");
+  r = run_command(capture_command(kGemmaModel, write_labelled(tmp, "ok.jsonl", {"a", "b"}, 8), tmp.file("c")) + " --max-length 4");
   CHECK(r.exit_code == 2);
   CHECK_CONTAINS(r.output, "--max-length 4 tokens leaves no room for text");
 }
@@ -154,7 +152,7 @@ TEST_CASE("capture checks its data first: labels that cannot name probe files, e
 TEST_CASE("non-finite numbers stop the run: activations at capture, probe weights at inference, a diverging training") {
   TempDir tmp;
   // A zero query_pre_attn_scalar makes the attention scale infinite.
-  copy_dir(kModel, tmp.file("broken"));
+  copy_dir(kGemmaModel, tmp.file("broken"));
   Json config = read_json_file(tmp.file("broken/config.json"));
   config["query_pre_attn_scalar"] = 0;
   write_json_file(tmp.file("broken/config.json"), config);
@@ -171,7 +169,7 @@ TEST_CASE("non-finite numbers stop the run: activations at capture, probe weight
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::memcpy(bytes.data() + file.at("linear.bias").data_begin, &nan, sizeof nan);
   write_file_atomic(probe, bytes);
-  r = run_command(inference(tmp.file("probes"), kModel, ""));
+  r = run_command(inference(tmp.file("probes"), kGemmaModel, ""));
   CHECK(r.exit_code == 1);
   CHECK_CONTAINS(r.output, "probe_analyzing.safetensors: tensor 'linear.bias' holds NaN or infinite values");
 
@@ -186,7 +184,7 @@ TEST_CASE("non-finite numbers stop the run: activations at capture, probe weight
 TEST_CASE("probes refuse another model, even of the same width, unless --force") {
   TempDir tmp;
   capture_and_train(tmp);
-  copy_dir(kModel, tmp.file("other"));
+  copy_dir(kGemmaModel, tmp.file("other"));
   Json config = read_json_file(tmp.file("other/config.json"));
   config["rms_norm_eps"] = 1e-5;
   write_json_file(tmp.file("other/config.json"), config);
@@ -197,7 +195,7 @@ TEST_CASE("probes refuse another model, even of the same width, unless --force")
   r = run_command(inference(tmp.file("probes"), tmp.file("other"), "--force"));
   CHECK(r.exit_code == 0);
   CHECK_CONTAINS(r.output, "running them anyway (--force)");
-  CHECK(run_command(inference(tmp.file("probes"), kModel, "")).exit_code == 0);
+  CHECK(run_command(inference(tmp.file("probes"), kGemmaModel, "")).exit_code == 0);
 }
 
 TEST_CASE("labels stored as floating point are refused, naming the group and the row") {
@@ -238,10 +236,10 @@ TEST_CASE("train_probes keeps a best epoch when validation accuracy stays 0") {
 
 TEST_CASE("inputs in the wrong encoding or shape, and flags out of range, are named") {
   TempDir tmp;
-  write_text(tmp.file("bom.json"), "\xEF\xBB\xBF" + read_file(kModel + "/tokenizer.json"));
+  write_text(tmp.file("bom.json"), "\xEF\xBB\xBF" + read_file(kGemmaModel + "/tokenizer.json"));
   CHECK(run_command(fmt::format("{} tokenize --tokenizer {} --text hi", tool("inspect_model"), tmp.file("bom.json"))).exit_code == 0);
 
-  Json tokenizer = read_json_file(kModel + "/tokenizer.json");
+  Json tokenizer = read_json_file(kGemmaModel + "/tokenizer.json");
   auto& vocab = tokenizer["model"]["vocab"];
   vocab[vocab.begin().key()] = std::next(vocab.begin()).value();
   write_json_file(tmp.file("dup.json"), tokenizer);
@@ -250,24 +248,24 @@ TEST_CASE("inputs in the wrong encoding or shape, and flags out of range, are na
   CHECK_CONTAINS(r.output, "is given to both");
 
   write_text(tmp.file("utf16.jsonl"), std::string("\xFF\xFE{\0\"\0", 6));
-  r = run_command(capture_command(kModel, tmp.file("utf16.jsonl"), tmp.file("out")));
+  r = run_command(capture_command(kGemmaModel, tmp.file("utf16.jsonl"), tmp.file("out")));
   CHECK(r.exit_code == 1);
   CHECK_CONTAINS(r.output, "the file is UTF-16 or UTF-32 text");
 
   r = run_command(fmt::format("{} hidden --model {} --text hi --output {} --device cpu --dtype fp16", tool("inspect_model"),
-                              kModel, tmp.file("h.safetensors")));
+                              kGemmaModel, tmp.file("h.safetensors")));
   CHECK(r.exit_code == 2);
   CHECK_CONTAINS(r.output, "the CPU cannot run fp16");
 
   for (const char* bad : {"--threshold nan", "--threshold 2", "--top-k 0", "--batch-size 0", "--threads 100000"}) {
-    r = run_command(inference(tmp.path(), kModel, bad));
+    r = run_command(inference(tmp.path(), kGemmaModel, bad));
     CHECK_MESSAGE(r.exit_code == 2, bad, ": ", r.output);
   }
-  r = run_command(inference(tmp.path(), kModel, "--thresold 0.3"));
+  r = run_command(inference(tmp.path(), kGemmaModel, "--thresold 0.3"));
   CHECK(r.exit_code == 2);
   CHECK_CONTAINS(r.output, "--thresold: did you mean --threshold?");
   CHECK_CONTAINS(run_command(tool("capture_activations") + " --version").output, "probekit ");
-  r = run_command(fmt::format("{} info --model {} -q --json", tool("inspect_model"), kModel));
+  r = run_command(fmt::format("{} info --model {} -q --json", tool("inspect_model"), kGemmaModel));
   CHECK_MESSAGE(r.exit_code == 0, r.output);
 }
 
@@ -280,7 +278,7 @@ TEST_CASE("a text too long for the CPU's memory is refused before the model load
     lines += Json({{"text", text}, {"cognitive_action", i % 2 == 0 ? "a" : "b"}}).dump() + "\n";
   }
   write_text(tmp.file("huge.jsonl"), lines);
-  check_failure(run_command(capture_command(kModel, tmp.file("huge.jsonl"), tmp.file("out"))), 1,
+  check_failure(run_command(capture_command(kGemmaModel, tmp.file("huge.jsonl"), tmp.file("out"))), 1,
                 {"huge.jsonl:6: this text's prompt is", "cut long texts with --max-length"});
 }
 
@@ -290,13 +288,13 @@ TEST_CASE("a probes.json value of the wrong type names the file and the key") {
   Json index = read_json_file(tmp.file("probes/probes.json"));
   index["layer"] = "two";
   write_json_file(tmp.file("probes/probes.json"), index);
-  CommandResult r = run_command(inference(tmp.file("probes"), kModel, ""));
+  CommandResult r = run_command(inference(tmp.file("probes"), kGemmaModel, ""));
   CHECK(r.exit_code == 1);
   CHECK_CONTAINS(r.output, "probes.json: 'layer' must be an integer, got \"two\"");
   index["layer"] = 2;
   index["probes"][0]["threshold"] = "high";
   write_json_file(tmp.file("probes/probes.json"), index);
-  r = run_command(inference(tmp.file("probes"), kModel, ""));
+  r = run_command(inference(tmp.file("probes"), kGemmaModel, ""));
   CHECK(r.exit_code == 1);
   CHECK_CONTAINS(r.output, "probes[0]: 'threshold' must be a number, got \"high\"");
 }

@@ -17,19 +17,15 @@
 #include "model/placement.h"
 #include "readout/readout.h"
 #include "activation_checks.h"
+#include "capture_runs.h"
 #include "test_paths.h"
 #include "test_util.h"
 
 using namespace probekit;
-using probekit::testing::CommandResult;
-using probekit::testing::run_command;
-using probekit::testing::TempDir;
-using probekit::testing::tool;
+using namespace probekit::testing;
 using activations::Split;
 
 namespace {
-
-const std::string kModel = std::string(PROBEKIT_FIXTURES) + "/models/gemma3_text";
 
 // The environment a Slurm job array --array=1-4 gives its task `rank` (ids counted from 1).
 std::string slurm_array_task(int rank) {
@@ -46,7 +42,7 @@ TEST_CASE("--shard auto: four Slurm array tasks as processes, one interrupted an
   std::string dataset = tmp.file("data.jsonl");
   probekit::testing::write_three_action_dataset(dataset, 240);
   std::string capture = fmt::format("{} --model {} --dataset {} --device cpu --layers 1,3 --window 2 --threads 1",
-                                    tool("capture_activations"), kModel, dataset);
+                                    tool("capture_activations"), kGemmaModel, dataset);
   CommandResult whole = run_command(capture + " --quiet --output-dir " + tmp.file("whole"));
   REQUIRE_MESSAGE(whole.exit_code == 0, whole.output);
 
@@ -120,23 +116,11 @@ with h5py.File(sys.argv[1], "r") as f:
 
 TEST_CASE("merge --virtual of per-token shards: offsets rebased and stored, metadata stored, the rest mapped") {
   TempDir tmp;
-  std::string dataset = tmp.file("data.jsonl");
-  probekit::testing::write_three_action_dataset(dataset, 45);
-  capture::CaptureOptions o;
-  o.model_dir = kModel;
-  o.dataset_path = dataset;
-  o.device = "cpu";
+  capture::CaptureOptions o = three_action_capture(tmp, 45, "cpu");
   o.layers = "2";
   o.position = readout::Position::kAll;
   o.dataset.keep_fields = {"cognitive_action"};
-  o.output_dir = tmp.file("whole");
-  capture::run_capture(o);
-  o.output_dir = tmp.file("sharded");
-  for (int i = 0; i < 3; ++i) {
-    o.shard_index = i;
-    o.shard_count = 3;
-    capture::run_capture(o);
-  }
+  capture_whole_and_shards(o, tmp, 3);
   capture::MergeOptions merge;
   merge.virtual_files = true;
   std::vector<std::string> files = capture::merge_shards(capture::find_shard_dirs(tmp.file("sharded")), tmp.file("sharded"), merge);
@@ -183,49 +167,25 @@ TEST_CASE("placement: replicas when the model fits one device, else consecutive 
 
 TEST_CASE("layers split over two devices, batches pipelined through them: bitwise the rows of one device (fp32)") {
   TempDir tmp;
-  std::string dataset = tmp.file("data.jsonl");
-  probekit::testing::write_three_action_dataset(dataset, 40);
-  capture::CaptureOptions o;
-  o.model_dir = kModel;
-  o.dataset_path = dataset;
-  o.device = "cpu";
+  capture::CaptureOptions o = three_action_capture(tmp, 40, "cpu");
   o.layers = "1,4";
   o.window = 16;
   o.batch_size = 3;
-  o.output_dir = tmp.file("one");
-  capture::run_capture(o);
-  o.output_dir = tmp.file("split");
-  o.devices = {"cpu", "cpu"};
-  o.placement = "layers";
-  capture::run_capture(o);
-  for (int64_t layer : {1, 4}) {
-    auto one = activations::read_activation_file(tmp.file("one/" + activations::layer_file_name(layer)));
-    auto split = activations::read_activation_file(tmp.file("split/" + activations::layer_file_name(layer)));
-    for (Split s : activations::kSplits) {
-      CHECK(split.split(s).labels == one.split(s).labels);
-      CHECK(split.split(s).activations == one.split(s).activations);
-    }
-  }
+  check_split_capture(o, tmp, {"cpu", "cpu"}, {1, 4});
 
   // Inference reads through the same readout: ranking rows and every prefix of a text, split and whole.
   model::LoadOptions load;
-  model::TransformerModel whole = model::TransformerModel::load(kModel, load);
+  model::TransformerModel whole = model::TransformerModel::load(kGemmaModel, load);
   // cpu:0 is another device than cpu to the forward pass (a CPU tensor reports plain cpu), so at each layer on
   // it the hidden state, the positions and the attention context (rotary tables, masks) move as between GPUs.
   for (int64_t l = 0; l < whole.loaded_layers(); ++l) {
     load.layer_devices.push_back(l >= 2 && l < 4 ? at::Device(at::kCPU, 0) : at::Device(at::kCPU));
   }
-  model::TransformerModel split = model::TransformerModel::load(kModel, load);
-  readout::Request request{readout::Site::kResidPost, readout::Position::kLast, {1, 4}, 1};
-  std::vector<readout::Sequence> texts = {{2, 10, 11, 12}, {2, 13, 14}};
-  CHECK(at::equal(readout::read_rows(split, texts, request), readout::read_rows(whole, texts, request)));
-  request.position = readout::Position::kAll;
-  CHECK(at::equal(readout::read_rows(split, texts, request), readout::read_rows(whole, texts, request)));
-  request.position = readout::Position::kLast;
-  CHECK(at::equal(readout::read_prefixes(split, texts[0], {20, 21}, request),
-                  readout::read_prefixes(whole, texts[0], {20, 21}, request)));
+  model::TransformerModel split = model::TransformerModel::load(kGemmaModel, load);
+  check_split_reads(split, whole, {{2, 10, 11, 12}, {2, 13, 14}},
+                    readout::Request{readout::Site::kResidPost, readout::Position::kLast, {1, 4}, 1});
   load.layer_devices.pop_back();
-  CHECK_THROWS_WITH(model::TransformerModel::load(kModel, load), doctest::Contains("layer devices for"));
+  CHECK_THROWS_WITH(model::TransformerModel::load(kGemmaModel, load), doctest::Contains("layer devices for"));
 }
 
 TEST_CASE("the window queue hands out batches across window boundaries and finishes windows in run order") {

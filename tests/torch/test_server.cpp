@@ -27,16 +27,11 @@
 extern char** environ;
 
 using namespace probekit;
-using probekit::testing::CommandResult;
-using probekit::testing::run_command;
-using probekit::testing::TempDir;
-using probekit::testing::tool;
+using namespace probekit::testing;
 
 namespace {
 
-const std::string kModel = std::string(PROBEKIT_FIXTURES) + "/models/gemma3_text";
-const std::string kText = "Instead of seeing it as a setback, I saw a chance to learn.";
-const std::vector<std::string> kTexts = {kText, "I examined each part of the problem step by step.",
+const std::vector<std::string> kTexts = {kReframingText, "I examined each part of the problem step by step.",
                                          "Suddenly I noticed the small crack in the window.", "Day 12.",
                                          "The weather was fine, and nothing at all happened that afternoon in the town.",
                                          "Reframing it, I saw a lesson."};
@@ -45,7 +40,7 @@ const std::vector<std::string> kTexts = {kText, "I examined each part of the pro
 std::string train_probes(const TempDir& tmp) {
   probekit::testing::write_three_action_dataset(tmp.file("data.jsonl"));
   CommandResult r = run_command(fmt::format("{} --model {} --dataset {} --output-dir {} --layers 2,5 --device cpu --quiet",
-                                            tool("capture_activations"), kModel, tmp.file("data.jsonl"), tmp.file("act")));
+                                            tool("capture_activations"), kGemmaModel, tmp.file("data.jsonl"), tmp.file("act")));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
   r = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 10 --device cpu --quiet",
                               tool("train_binary_probes"), tmp.file("act"), tmp.file("probes")));
@@ -156,9 +151,9 @@ TEST_CASE("probe_server: /v1/rank and /v1/per-token equal multi_probe_inference 
     REQUIRE_MESSAGE(printed.exit_code == 0, printed.output);
     check_same_json(served["results"], printed_json(printed), v.flags);
   }
-  Json per_token = post_json(s, "/v1/per-token", {{"text", kText}});
+  Json per_token = post_json(s, "/v1/per-token", {{"text", kReframingText}});
   CommandResult printed = run_command(fmt::format("{} --probes-dir {} --device cpu --json --per-token --text \"{}\"",
-                                                  tool("multi_probe_inference"), probes, kText));
+                                                  tool("multi_probe_inference"), probes, kReframingText));
   REQUIRE_MESSAGE(printed.exit_code == 0, printed.output);
   check_same_json(per_token, printed_json(printed), "per-token");
   CHECK(per_token["tokens"][1]["text"].is_string());
@@ -377,7 +372,7 @@ TEST_CASE("probe_server the tool: a public host needs --api-key; it serves, and 
     ServerProcess process({tool("probe_server"), "--probes-dir", probes, "--device", "cpu", "--port", "0"}, tmp.file("log"));
     httplib::Client client("127.0.0.1", process.port());
     client.set_read_timeout(60);
-    httplib::Result r = client.Post("/v1/rank", Json({{"texts", {kText}}}).dump(), "application/json");
+    httplib::Result r = client.Post("/v1/rank", Json({{"texts", {kReframingText}}}).dump(), "application/json");
     REQUIRE(r);
     CHECK(r->status == 200);
     CHECK(Json::parse(r->body)["results"][0]["predictions"].size() >= 1);

@@ -45,20 +45,7 @@ void replace_all(std::string& text, std::string_view from, std::string_view to) 
 
 void ReplaceDecoder::decode_chain(std::vector<std::string>& tokens) const {
   std::vector<Span> matches;
-  for (std::string& token : tokens) {
-    matches.clear();
-    pattern_.find_all(token, matches);
-    if (matches.empty()) continue;
-    std::string out;
-    size_t previous = 0;
-    for (const Span& match : matches) {
-      out.append(token, previous, match.start - previous);
-      out.append(content_);
-      previous = match.end;
-    }
-    out.append(token, previous, std::string::npos);
-    token.swap(out);
-  }
+  for (std::string& token : tokens) pattern_.replace_all(token, content_, matches);
 }
 
 void ByteFallbackDecoder::decode_chain(std::vector<std::string>& tokens) const {

@@ -6,19 +6,7 @@ namespace probekit::tokenizer {
 
 void ReplaceNormalizer::normalize(std::string& text) const {
   thread_local std::vector<Span> matches;
-  matches.clear();
-  pattern_.find_all(text, matches);
-  if (matches.empty()) return;
-  std::string out;
-  out.reserve(text.size() + matches.size() * content_.size());
-  size_t previous = 0;
-  for (const Span& match : matches) {
-    out.append(text, previous, match.start - previous);
-    out.append(content_);
-    previous = match.end;
-  }
-  out.append(text, previous, std::string::npos);
-  text.swap(out);
+  pattern_.replace_all(text, content_, matches);
 }
 
 void PrependNormalizer::normalize(std::string& text) const {
