@@ -17,6 +17,7 @@
 #include "model/placement.h"
 #include "readout/readout.h"
 #include "activation_checks.h"
+#include "split_devices.h"
 #include "test_paths.h"
 #include "test_util.h"
 
@@ -210,11 +211,7 @@ TEST_CASE("layers split over two devices, batches pipelined through them: bitwis
   // Inference reads through the same readout: ranking rows and every prefix of a text, split and whole.
   model::LoadOptions load;
   model::TransformerModel whole = model::TransformerModel::load(kModel, load);
-  // cpu:0 is another device than cpu to the forward pass (a CPU tensor reports plain cpu), so at each layer on
-  // it the hidden state, the positions and the attention context (rotary tables, masks) move as between GPUs.
-  for (int64_t l = 0; l < whole.loaded_layers(); ++l) {
-    load.layer_devices.push_back(l >= 2 && l < 4 ? at::Device(at::kCPU, 0) : at::Device(at::kCPU));
-  }
+  load.layer_devices = probekit::testing::cpu_split_devices(whole.loaded_layers());
   model::TransformerModel split = model::TransformerModel::load(kModel, load);
   readout::Request request{readout::Site::kResidPost, readout::Position::kLast, {1, 4}, 1};
   std::vector<readout::Sequence> texts = {{2, 10, 11, 12}, {2, 13, 14}};
