@@ -1,6 +1,7 @@
 // Generation against transformers' greedy generate (the fixtures' generation.json: fp32, eager attention, 16 new
 // tokens, the top-5 logits of each step) for every fixture model; batching, stops and sampling; and the probes'
-// rows read while generating against the same rows read afterwards by read_prefixes (--per-token's reading).
+// rows read while generating against the same rows read afterwards by read_prefixes (--per-token's reading); and
+// a model split over two devices against one.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -15,6 +16,7 @@
 #include "readout/prompts.h"
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
+#include "split_devices.h"
 #include "test_util.h"
 
 using namespace probekit;
@@ -303,6 +305,44 @@ TEST_CASE("probes read each new token as --per-token reads that position: the to
   // The router's logits of a MoE layer.
   check_rows_while_generating("qwen3_moe", {readout::Site::kRouter, readout::Position::kLast, {0, 2}, 0},
                               anchor_suffix("qwen3_moe"));
+}
+
+TEST_CASE("a model split over two devices generates the ids, logits and probe rows of one device, bitwise (fp32)") {
+  // Sliding windows with local and global ropes (gemma3_text), a rope that depends on the length
+  // (phi3_longrope), learned positions (gpt2) and routers read at their site (mixtral).
+  const std::pair<std::string, readout::Site> cases[] = {{"gemma3_text", readout::Site::kResidPost},
+                                                         {"phi3_longrope", readout::Site::kResidPost},
+                                                         {"gpt2", readout::Site::kResidMid},
+                                                         {"mixtral", readout::Site::kRouter}};
+  for (const auto& [name, site] : cases) {
+    model::TransformerModel whole = load_generator(fixture(name));
+    model::LoadOptions options;
+    options.lm_head = true;
+    const int64_t layers = whole.loaded_layers();
+    options.layer_devices = probekit::testing::cpu_split_devices(layers);
+    model::TransformerModel split = model::TransformerModel::load(fixture(name), options);
+    // Prompts of different lengths in one batch; every row runs all its tokens (eos ids suppressed). The probes
+    // read a layer of each stage: the first, the first on cpu:0, the last.
+    std::vector<readout::Sequence> prompts = reference_prompts(name);
+    generation::GenerationOptions generating;
+    generating.max_new_tokens = 8;
+    generating.top_logits = 5;
+    generating.suppressed_ids = generation::read_stop_ids(fixture(name));
+    generation::ProbeReadout probes{{site, readout::Position::kLast, {0, layers / 3, layers - 1}, 0}, anchor_suffix(name)};
+    Collected one = generate_batch(whole, prompts, generating, &probes);
+    Collected two = generate_batch(split, prompts, generating, &probes);
+    for (size_t b = 0; b < prompts.size(); ++b) {
+      CHECK_MESSAGE(two.results[b].ids == one.results[b].ids, name, " row ", b, ": ",
+                    fmt::format("{}", two.results[b].ids), " vs ", fmt::format("{}", one.results[b].ids));
+      REQUIRE(two.tokens[b].size() == one.tokens[b].size());
+      for (size_t s = 0; s < one.tokens[b].size(); ++s) {
+        const generation::GeneratedToken &found = two.tokens[b][s], &expected = one.tokens[b][s];
+        CHECK_MESSAGE(found.top_logits == expected.top_logits, name, " row ", b, " token ", s);
+        CHECK_MESSAGE(at::equal(found.rows, expected.rows), name, " row ", b, " token ", s, ": rows differ by ",
+                      (found.rows - expected.rows).abs().max().item<double>());
+      }
+    }
+  }
 }
 
 TEST_CASE("inspect_model generate writes generation.json's format: transformers' ids and top-5 logits") {

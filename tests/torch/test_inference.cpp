@@ -377,6 +377,21 @@ std::vector<Json> json_lines(const std::string& output) {
   return lines;
 }
 
+// Every token an engine generates greedily after `prompts` in one batch, `new_tokens` each (--no-stop), with
+// their scores, in the order they came.
+std::vector<inference::ScoredToken> generated_tokens(const inference::Engine& engine, const std::vector<std::string>& prompts,
+                                                     int64_t new_tokens) {
+  generation::GenerationOptions options;
+  options.max_new_tokens = new_tokens;
+  options.suppressed_ids = generation::read_stop_ids(engine.model_dir());
+  std::vector<inference::ScoredToken> tokens;
+  engine.generate(prompts, options, [&](const inference::ScoredToken& token) {
+    tokens.push_back(token);
+    return true;
+  });
+  return tokens;
+}
+
 }  // namespace
 
 TEST_CASE("--generate: each new token's printed scores equal the probes run on the text so far + the suffix alone") {
@@ -492,7 +507,11 @@ TEST_CASE("the live view: each row's text so far and its latest token's labels a
   CHECK(inference::generated_token_line(token, table, 5, true) == "[1]    2  \" it\"               -");
 }
 
-TEST_CASE("the model's layers split over two devices: the same rankings and per-token scores as one device (fp32)") {
+TEST_CASE("the model's layers split over two devices: the same rankings, per-token scores and generations as one device "
+          "(fp32)") {
+  // --devices cpu,cpu splits the layers (placement, per-layer loading) over one device: no tensor moves. The
+  // moves are tested below the engine, over cpu and cpu:0 (test_scale.cpp: rows and prefixes; test_generation.cpp:
+  // generation), and on two GPUs (tests/gpu/test_gpu_split.cpp).
   TempDir tmp;
   inference::EngineOptions options = cpu_engine_options(train_probes(tmp));
   inference::Engine one = inference::Engine::load(options);
@@ -504,4 +523,18 @@ TEST_CASE("the model's layers split over two devices: the same rankings and per-
   REQUIRE(found.size() == expected.size());
   for (size_t i = 0; i < found.size(); ++i) CHECK(found[i].probability == expected[i].probability);
   CHECK(split.score_tokens(kReframingText).probability == one.score_tokens(kReframingText).probability);
+
+  // Generation (every layer, the final norm and the LM head loaded): the same tokens with the same scores.
+  options.generate = true;
+  inference::Engine split_generator = inference::Engine::load(options);
+  options.devices.clear();
+  inference::Engine one_generator = inference::Engine::load(options);
+  std::vector<inference::ScoredToken> expected_tokens = generated_tokens(one_generator, texts, 6);
+  std::vector<inference::ScoredToken> found_tokens = generated_tokens(split_generator, texts, 6);
+  REQUIRE(found_tokens.size() == expected_tokens.size());
+  for (size_t i = 0; i < found_tokens.size(); ++i) {
+    const inference::ScoredToken &found = found_tokens[i], &expected = expected_tokens[i];
+    CHECK_MESSAGE((found.row == expected.row && found.index == expected.index && found.id == expected.id), "token ", i);
+    CHECK_MESSAGE(found.probability == expected.probability, "row ", found.row, " token ", found.index);
+  }
 }

@@ -18,6 +18,7 @@
 #include "readout/readout.h"
 #include "activation_checks.h"
 #include "capture_runs.h"
+#include "split_devices.h"
 #include "test_paths.h"
 #include "test_util.h"
 
@@ -176,11 +177,7 @@ TEST_CASE("layers split over two devices, batches pipelined through them: bitwis
   // Inference reads through the same readout: ranking rows and every prefix of a text, split and whole.
   model::LoadOptions load;
   model::TransformerModel whole = model::TransformerModel::load(kGemmaModel, load);
-  // cpu:0 is another device than cpu to the forward pass (a CPU tensor reports plain cpu), so at each layer on
-  // it the hidden state, the positions and the attention context (rotary tables, masks) move as between GPUs.
-  for (int64_t l = 0; l < whole.loaded_layers(); ++l) {
-    load.layer_devices.push_back(l >= 2 && l < 4 ? at::Device(at::kCPU, 0) : at::Device(at::kCPU));
-  }
+  load.layer_devices = cpu_split_devices(whole.loaded_layers());
   model::TransformerModel split = model::TransformerModel::load(kGemmaModel, load);
   check_split_reads(split, whole, {{2, 10, 11, 12}, {2, 13, 14}},
                     readout::Request{readout::Site::kResidPost, readout::Position::kLast, {1, 4}, 1});
