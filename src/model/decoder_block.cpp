@@ -218,9 +218,10 @@ std::pair<at::Tensor, at::Tensor> cached_keys_and_values(KvCache& cache, int64_t
   return {keys.narrow(2, 0, context.cache_visible()), values.narrow(2, 0, context.cache_visible())};
 }
 
-// The attention sub-block's output [B, T, hidden] (before any post-norm) for its input x_in (compute dtype).
+// The attention sub-block's output [B, T, hidden] (before any post-norm) for its input x_in (compute dtype), at
+// the tokens `output_rows` only when defined.
 at::Tensor attention_branch(const at::Tensor& x_in, const LayerWeights& w, const ModelConfig& c, int64_t layer,
-                            AttentionContext& context, KvCache* record) {
+                            AttentionContext& context, KvCache* record, const at::Tensor& output_rows) {
   const LayerSpec& spec = c.layers[static_cast<size_t>(layer)];
   const int64_t batch = x_in.size(0), tokens = x_in.size(1);
   const int64_t q_out = c.num_heads * c.head_dim, kv_out = c.num_kv_heads * c.head_dim;
@@ -243,7 +244,8 @@ at::Tensor attention_branch(const at::Tensor& x_in, const LayerWeights& w, const
       context.packed() != nullptr
           ? packed_attention(q, k, v, *context.packed(), spec.sliding_window, c.attention_scale, c.features.attn_softcap)
           : attention(q, k, v, context.mask(spec.sliding_window), c.attention_scale, c.features.attn_softcap);
-  return linear(attended.transpose(1, 2).reshape({batch, tokens, q_out}), w.attention_output);
+  at::Tensor heads = attended.transpose(1, 2).reshape({batch, tokens, q_out});
+  return linear(output_rows.defined() ? heads.index_select(1, output_rows) : heads, w.attention_output);
 }
 
 // The feed-forward sub-block's output [B, T, hidden] for its input x_in (compute dtype): the dense MLP, or the
@@ -418,15 +420,17 @@ uint32_t hook_site(std::string_view name) {
 
 ResidualStream decoder_block(const ResidualStream& stream, const LayerWeights& w, const Norm& next_norm,
                              const ModelConfig& c, int64_t layer, AttentionContext& context,
-                             const TensorHook* hook_function, uint32_t hook_sites, KvCache* record) {
+                             const TensorHook* hook_function, uint32_t hook_sites, KvCache* record,
+                             const at::Tensor& output_rows) {
   const at::ScalarType compute = w.qkv.weight.scalar_type();
   const LayerHook hook{hook_function, hook_sites, layer};
-  const at::Tensor& x = stream.residual;
-  if (hook.wants(kHookResidPre)) hook.emit("resid_pre", x);
+  if (hook.wants(kHookResidPre)) hook.emit("resid_pre", stream.residual);
 
-  const at::Tensor attention_in =
-      stream.next_input.defined() ? stream.next_input : norm_to(x, w.attention_input_norm, c, compute);
-  at::Tensor attention_out = attention_branch(attention_in, w, c, layer, context, record);
+  const at::Tensor attention_in = stream.next_input.defined()
+                                      ? stream.next_input
+                                      : norm_to(stream.residual, w.attention_input_norm, c, compute);
+  at::Tensor attention_out = attention_branch(attention_in, w, c, layer, context, record, output_rows);
+  const at::Tensor x = output_rows.defined() ? stream.residual.index_select(1, output_rows) : stream.residual;
   // A branch's post-norm (Gemma 2/3, OLMo 2) is applied inside the residual add, unless the hook wants the branch.
   Norm attention_norm = w.attention_output_norm;
   if (hook.wants(kHookAttnOut)) {

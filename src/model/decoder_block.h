@@ -123,9 +123,11 @@ struct ResidualStream {
 
 /// Runs decoder layer `layer` on the stream; gives `hook` the names in `hook_sites`; records keys/values into
 /// `record` when given. With `next_norm` (the next layer's attention input norm) the result carries the next
-/// layer's input.
+/// layer's input. With `output_rows` (token indices along T) the layer's output holds those tokens only
+/// (ForwardPass::last_layer_rows).
 ResidualStream decoder_block(const ResidualStream& stream, const LayerWeights& weights, const Norm& next_norm,
                              const ModelConfig& config, int64_t layer, AttentionContext& context,
-                             const TensorHook* hook, uint32_t hook_sites, KvCache* record);
+                             const TensorHook* hook, uint32_t hook_sites, KvCache* record,
+                             const at::Tensor& output_rows = {});
 
 }  // namespace probekit::model

@@ -139,6 +139,7 @@ at::Tensor TransformerModel::forward(const ForwardPass& pass) const {
   std::optional<PackedSequences> stage_packed;  // the packed layout on the current stage's device
   ResidualStream stream{x, {}};
   const Norm no_norm;
+  at::Tensor last_layer_rows = pass.last_layer_rows;
   for (int64_t layer = 0; layer <= last; ++layer) {
     if (!options_.layer_devices.empty() && layer_device(layer) != stream.residual.device()) {
       // The next stage of a split model: the hidden state and the positions move to its device, where the
@@ -148,6 +149,7 @@ at::Tensor TransformerModel::forward(const ForwardPass& pass) const {
       stream = {stream.residual.to(stage), {}};
       auto on_stage = [&](const at::Tensor& t) { return t.defined() ? t.to(stage) : t; };
       if (pass.packed != nullptr) stage_packed = PackedSequences{on_stage(pass.packed->cumulative_lengths), pass.packed->lengths};
+      last_layer_rows = on_stage(last_layer_rows);
       context = std::make_unique<AttentionContext>(c, on_stage(positions), pass.prefix, on_stage(pass.prefix_lengths),
                                                    on_stage(pass.sequence_lengths),
                                                    stage_packed ? &*stage_packed : nullptr);
@@ -157,7 +159,8 @@ at::Tensor TransformerModel::forward(const ForwardPass& pass) const {
     const bool next_here = layer < last && layer_device(layer + 1) == layer_device(layer);
     stream = decoder_block(stream, weights_.layers[static_cast<size_t>(layer)],
                            next_here ? weights_.layers[static_cast<size_t>(layer + 1)].attention_input_norm : no_norm, c,
-                           layer, *context, pass.hook, pass.hook_sites, pass.record);
+                           layer, *context, pass.hook, pass.hook_sites, pass.record,
+                           layer == last ? last_layer_rows : at::Tensor());
   }
   x = stream.residual;
   if (pass.final_norm) {

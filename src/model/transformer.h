@@ -69,6 +69,11 @@ struct ForwardPass {
   // `cache_visible` on, which must exceed every position of the pass, are not read.
   KvCache* cache = nullptr;
   int64_t cache_visible = 0;
+  // When set ([R] int64 token indices of a packed pass [1, N]), the last layer finishes only these tokens: its
+  // keys and values come from every token, but its output projection, MLP and residual adds run on R rows, and
+  // its hook names from "attn_out" on hold [1, R, width]. The last token of each text, read at the deepest
+  // layer, needs nothing more; that layer's MLP over the other tokens would be thrown away.
+  at::Tensor last_layer_rows;
 };
 
 class TransformerModel {

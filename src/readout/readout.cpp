@@ -110,8 +110,13 @@ at::Tensor read_packed_rows(const model::TransformerModel& model, const std::vec
     fail_input("sequences cannot be packed for a model whose rope depends on the sequence's length (longrope)");
   }
   PackedBatch batch = pack(sequences, model.device());
+  const int64_t count = batch.last_rows.size(0);
   SiteReader reader(request, model.device(), [&](const at::Tensor& values) {
-    if (request.position == Position::kLast) return values[0].index_select(0, batch.last_rows).to(at::kFloat);
+    if (request.position == Position::kLast) {
+      // The deepest layer gives its last tokens only (last_layer_rows below); where every sequence is one token
+      // long, a layer's values are those rows as well.
+      return (values.size(1) == count ? values[0] : values[0].index_select(0, batch.last_rows)).to(at::kFloat);
+    }
     if (request.position == Position::kAll) return values[0].to(at::kFloat);
     return pool(unpack(values, batch), batch.lengths, request.position, request.skip_leading);
   });
@@ -119,6 +124,7 @@ at::Tensor read_packed_rows(const model::TransformerModel& model, const std::vec
   pass.input_ids = batch.ids;
   pass.positions = batch.positions;
   pass.packed = &batch.layout;
+  if (request.position == Position::kLast && request.site != Site::kResidPre) pass.last_layer_rows = batch.last_rows;
   reader.attach(pass);
   model.forward(pass);
   return reader.stacked();

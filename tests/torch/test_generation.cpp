@@ -315,19 +315,19 @@ TEST_CASE("a model split over two devices generates the ids, logits and probe ro
                                                          {"gpt2", readout::Site::kResidMid},
                                                          {"mixtral", readout::Site::kRouter}};
   for (const auto& [name, site] : cases) {
-    model::TransformerModel whole = load_generator(fixture(name));
+    model::TransformerModel whole = load_generator(fixture_model(name));
     model::LoadOptions options;
     options.lm_head = true;
     const int64_t layers = whole.loaded_layers();
     options.layer_devices = probekit::testing::cpu_split_devices(layers);
-    model::TransformerModel split = model::TransformerModel::load(fixture(name), options);
+    model::TransformerModel split = model::TransformerModel::load(fixture_model(name), options);
     // Prompts of different lengths in one batch; every row runs all its tokens (eos ids suppressed). The probes
     // read a layer of each stage: the first, the first on cpu:0, the last.
     std::vector<readout::Sequence> prompts = reference_prompts(name);
     generation::GenerationOptions generating;
     generating.max_new_tokens = 8;
     generating.top_logits = 5;
-    generating.suppressed_ids = generation::read_stop_ids(fixture(name));
+    generating.suppressed_ids = generation::read_stop_ids(fixture_model(name));
     generation::ProbeReadout probes{{site, readout::Position::kLast, {0, layers / 3, layers - 1}, 0}, anchor_suffix(name)};
     Collected one = generate_batch(whole, prompts, generating, &probes);
     Collected two = generate_batch(split, prompts, generating, &probes);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <map>
 
 #include "capture/capture.h"
 #include "common/json.h"
@@ -179,6 +180,42 @@ TEST_CASE("packed sequences read the same rows as a padded batch, for every fami
       at::Tensor packed = readout::read_rows(model, sequences, request);
       REQUIRE(packed.sizes() == padded.sizes());
       CHECK(largest_difference(packed, padded) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("a packed pass's last layer finishes only last_layer_rows: the same values, the other tokens not computed") {
+  for (const char* name : {"gemma3_text", "gpt_neox", "qwen3_moe"}) {  // post-norms, parallel residual, experts
+    CAPTURE(name);
+    auto model = model::TransformerModel::load(fixture_model(name), {});
+    const int64_t last = model.config().num_layers - 1;
+    // Two sequences of 5 and 3 tokens, one after another; their last tokens are 4 and 7.
+    const at::Tensor ids = at::tensor(std::vector<int64_t>{2, 5, 6, 7, 8, 2, 9, 10}, at::kLong).unsqueeze(0);
+    const at::Tensor positions = at::tensor(std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1, 2}, at::kLong).unsqueeze(0);
+    const model::PackedSequences packed{at::tensor(std::vector<int32_t>{0, 5, 8}, at::kInt), {5, 3}};
+    const at::Tensor rows = at::tensor(std::vector<int64_t>{4, 7}, at::kLong);
+    auto run = [&](const at::Tensor& last_layer_rows, std::map<std::string, at::Tensor>& sites) {
+      model::TensorHook hook = [&](std::string_view site, int64_t layer, const at::Tensor& values) {
+        if (layer == last) sites[std::string(site)] = values.clone();
+      };
+      model::ForwardPass pass;
+      pass.input_ids = ids;
+      pass.positions = positions;
+      pass.packed = &packed;
+      pass.hook = &hook;
+      pass.last_layer_rows = last_layer_rows;
+      return model.forward(pass);
+    };
+    std::map<std::string, at::Tensor> all_sites, row_sites;
+    const at::Tensor all = run({}, all_sites), finished = run(rows, row_sites);
+    REQUIRE(finished.size(1) == 2);
+    CHECK(largest_difference(finished[0], all[0].index_select(0, rows)) < 1e-5);
+    CHECK(row_sites.at("resid_pre").size(1) == 8);  // the layer's input: every token
+    for (const auto& [site, values] : row_sites) {
+      if (site == "resid_pre" || site == "expert_ids") continue;
+      CAPTURE(site);
+      REQUIRE(values.size(1) == 2);
+      CHECK(largest_difference(values[0], all_sites.at(site)[0].index_select(0, rows)) < 1e-5);
     }
   }
 }
