@@ -1,6 +1,7 @@
 """Where the GPU time of a Kineto Chrome trace goes (capture_profile_bench --trace): the kernels' busy time by
 kind (matrix products, attention, element-wise, copies), the GPU's idle time between the first matrix product
-(the model's load before it is left out) and the last kernel, and the kernels that take the most time. Prints a Markdown table; --json writes the same figures.
+(the model's load before it is left out) and the last kernel with its longest gaps (the kernels around each, the longest host call during it), and the
+kernels that take the most time. Prints a Markdown table; --json writes the same figures.
 
 Usage: python3 summarize_trace.py TRACE.json [--json OUT.json] [--top 15]
 """
@@ -35,6 +36,26 @@ def union_length(intervals):
     return total
 
 
+def longest_gaps(gpu, events, first_product, top):
+    """The GPU's idle stretches between kernels, longest first, with what ran around and during each."""
+    kernels = sorted(gpu, key=lambda e: e["ts"])
+    gaps, end, before = [], None, None
+    for e in kernels:
+        if end is not None and e["ts"] > end:
+            gaps.append((e["ts"] - end, end, before["name"], e["name"]))
+        if end is None or e["ts"] + e["dur"] > end:
+            end, before = e["ts"] + e["dur"], e
+    host = [e for e in events if e.get("cat") in ("cpu_op", "cuda_runtime") and "dur" in e and e["ts"] >= first_product]
+    result = []
+    for length, start, before_name, after_name in sorted(gaps, reverse=True)[:top]:
+        during = [e for e in host if e["ts"] < start + length and e["ts"] + e["dur"] > start]
+        longest = max(during, key=lambda e: e["dur"])["name"] if during else ""
+        result.append({"ms": length / 1e3, "at_s": (start - first_product) / 1e6, "after": before_name[:60],
+                       "before": after_name[:60], "host": longest[:60]})
+    over_ms = [g for g in gaps if g[0] > 1e3]
+    return {"count": len(gaps), "over_1ms": len(over_ms), "over_1ms_s": sum(g[0] for g in over_ms) / 1e6, "longest": result}
+
+
 def summarize(trace_path, top):
     with open(trace_path) as f:
         events = json.load(f)["traceEvents"]
@@ -64,6 +85,7 @@ def summarize(trace_path, top):
             for name, (seconds, calls) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:top]
         ],
     }
+    summary["gaps"] = longest_gaps(gpu, events, first_product, top)
     cpu = defaultdict(lambda: [0.0, 0])
     for e in events:
         if e.get("cat") in ("cpu_op", "cuda_runtime", "cuda_driver") and "dur" in e and e["ts"] >= first_product:
@@ -86,6 +108,11 @@ def print_markdown(s):
     print("| kernel | kind | calls | seconds |\n|---|---|---|---|")
     for k in s["top_kernels"]:
         print(f"| `{k['name']}` | {k['kind']} | {k['calls']} | {k['seconds']:.3f} |")
+    g = s["gaps"]
+    print(f"\n{g['count']} gaps; {g['over_1ms']} over 1 ms, {g['over_1ms_s']:.3f} s in all\n")
+    print("| gap, ms | at, s | after kernel | before kernel | longest host call during it |\n|---|---|---|---|---|")
+    for k in g["longest"]:
+        print(f"| {k['ms']:.2f} | {k['at_s']:.3f} | `{k['after']}` | `{k['before']}` | `{k['host']}` |")
     print("\n| host call (ops include their children) | calls | seconds |\n|---|---|---|")
     for k in s["top_host_calls"]:
         print(f"| `{k['name']}` | {k['calls']} | {k['seconds']:.3f} |")

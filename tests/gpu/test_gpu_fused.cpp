@@ -64,7 +64,7 @@ TEST_CASE("fused gated activations equal act(gate) * up") {
 
 TEST_CASE("fused queries and keys: per-head norm and rotary embedding, full and partial") {
   const int64_t batch = 2, tokens = 11, heads = 4, kv_heads = 2;
-  // Head sizes 64, 128 and 256 with a rotary width a multiple of 64 take the kernel with a warp per head.
+  // Head sizes 64, 128 and 256 with a rotary width a multiple of 64 take the kernels with a warp per head.
   for (int64_t head_dim : {16, 64, 128, 256}) {
     for (int64_t rotary_dim : {head_dim, head_dim / 4, 3 * head_dim / 4}) {
       CAPTURE(head_dim);
@@ -89,6 +89,13 @@ TEST_CASE("fused queries and keys: per-head norm and rotary embedding, full and 
         at::Tensor ek = rotate((norm ? rms(k, k_weight, 1e-6) : k).transpose(1, 2));
         CHECK(max_relative_error(fq, eq) < 1e-5);
         CHECK(max_relative_error(fk, ek) < 1e-5);
+        // bf16 with the rotary embedding over whole heads of 64, 128 or 256 takes the kernel with 16-byte accesses.
+        auto [bq, bk] = fused::queries_and_keys(qkv.to(at::kBFloat16), heads, kv_heads, head_dim,
+                                                norm ? q_weight : at::Tensor(), norm ? k_weight : at::Tensor(), 1e-6,
+                                                cos, sin, rotary_dim);
+        CHECK(bq.scalar_type() == at::kBFloat16);
+        CHECK(max_relative_error(bq, eq) < 2e-2);
+        CHECK(max_relative_error(bk, ek) < 2e-2);
       }
     }
   }
