@@ -93,7 +93,7 @@ TEST_CASE("fused queries and keys: per-head norm and rotary embedding, full and 
         auto [bq, bk] = fused::queries_and_keys(qkv.to(at::kBFloat16), heads, kv_heads, head_dim,
                                                 norm ? q_weight : at::Tensor(), norm ? k_weight : at::Tensor(), 1e-6,
                                                 cos, sin, rotary_dim);
-        CHECK(bq.scalar_type() == at::kBFloat16);
+        CHECK((bq.scalar_type() == at::kBFloat16));
         CHECK(max_relative_error(bq, eq) < 2e-2);
         CHECK(max_relative_error(bk, ek) < 2e-2);
       }
