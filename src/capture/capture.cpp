@@ -419,8 +419,10 @@ class WindowLoop {
     BackgroundWorker writer(1, targets_.front().is_gpu());
     ProgressBar progress("capture", run_size - start, "examples");
     start_ = Clock::now();
-    // Two windows open at once: one finishing on some workers while the others start the next.
-    WindowQueue queue(start, run_size, batching.window, runners_.size() > 1 ? 2 : 1, [&](int64_t begin, int64_t end) {
+    // Two windows open at once: one finishing on some workers while the others start the next, and one worker
+    // queues the next window's first batch before it stores the last of the window before (the device does not
+    // wait at window boundaries).
+    WindowQueue queue(start, run_size, batching.window, 2, [&](int64_t begin, int64_t end) {
       return WindowWork{make_window(plan_, begin, end, options_.position),
                         plan_window_batches(plan_.lengths, begin, end, batching.token_budget, batching.max_examples)};
     });

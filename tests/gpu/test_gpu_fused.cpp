@@ -38,6 +38,9 @@ TEST_CASE("fused rms_norm and residual_add equal the ATen arithmetic") {
       CHECK(max_relative_error(normed, rms(expected, norm_weight, 1e-6)) < 1e-5);
       auto [same_sum, normed_bf16] = fused::residual_add(x, branch, branch_weight, norm_weight, 1e-6, at::kBFloat16);
       CHECK(max_relative_error(normed_bf16, rms(expected, norm_weight, 1e-6)) < 1e-2);
+      // A model split over devices normalizes the sum in rms_norm at a stage boundary: the same bits.
+      CHECK(at::equal(fused::rms_norm(same_sum, norm_weight, 1e-6, at::kBFloat16), normed_bf16));
+      CHECK(at::equal(fused::rms_norm(sum, norm_weight, 1e-6, at::kFloat), normed));
     }
     at::Tensor branch = at::randn({7, 5, width}, kCuda).to(at::kBFloat16);
     auto [plain, none] = fused::residual_add(x, branch, at::Tensor(), at::Tensor(), 1e-6, at::kBFloat16);

@@ -152,6 +152,42 @@ __global__ void residual_add_quads_kernel(const float* residual, const Branch* b
   }
 }
 
+// rms_norm of a row held in registers as residual_add_quads_kernel holds it: the same squares summed in the
+// same order (see launch_by_quads).
+template <typename In, typename Out, int kQuads>
+__global__ void rms_norm_quads_kernel(const In* x, const float* weight, Out* out, int64_t width, float eps) {
+  const int64_t row = blockIdx.x;
+  const int quads = static_cast<int>(width / 4);
+  const auto* in = reinterpret_cast<const Quad<In>*>(x + row * width);
+  float v[kQuads][4];
+  float squares = 0;
+#pragma unroll
+  for (int q = 0; q < kQuads; ++q) {
+    const int i = threadIdx.x + q * blockDim.x;
+    if (i >= quads) continue;
+    const Quad<In> loaded = in[i];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      v[q][j] = static_cast<float>(loaded.v[j]);
+      squares += v[q][j] * v[q][j];
+    }
+  }
+  const float scale = rsqrtf(block_sum(squares) / static_cast<float>(width) + eps);
+  auto* normed = reinterpret_cast<Quad<Out>*>(out + row * width);
+#pragma unroll
+  for (int q = 0; q < kQuads; ++q) {
+    const int i = threadIdx.x + q * blockDim.x;
+    if (i >= quads) continue;
+    const float4 w = reinterpret_cast<const float4*>(weight)[i];
+    Quad<Out> result;
+    result.v[0] = static_cast<Out>(v[q][0] * scale * w.x);
+    result.v[1] = static_cast<Out>(v[q][1] * scale * w.y);
+    result.v[2] = static_cast<Out>(v[q][2] * scale * w.z);
+    result.v[3] = static_cast<Out>(v[q][3] * scale * w.w);
+    normed[i] = result;
+  }
+}
+
 __device__ __forceinline__ float gelu_tanh(float x) {
   const float k = 0.7978845608028654f;  // sqrt(2 / pi)
   return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
@@ -306,23 +342,39 @@ struct ResidualAddArguments {
 
 bool quad_aligned(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// The register kernel with 2, 4, 8 or 16 quads a thread (blocks of at most 512 threads: widths up to 32,768),
-// when every row starts on a 16-byte boundary; else the plain kernel.
+// Calls launch(std::integral_constant<int, kQuads>, threads) for the register kernels' layout of a row of
+// `width` (2, 4, 8 or 16 quads a thread, blocks of at most 512 threads: widths up to 32,768); false when the
+// width does not fit it. residual_add and rms_norm share it, so that a norm of the same fp32 row sums its
+// squares in the same order in either: a model split over devices normalizes at its stage boundary in rms_norm
+// what one device normalizes inside residual_add, and gets the same bits.
+template <typename Launch>
+bool launch_by_quads(int64_t width, Launch&& launch) {
+  const int64_t quads = width / 4;
+  auto with = [&](auto quads_per_thread) {
+    constexpr int kQuads = decltype(quads_per_thread)::value;
+    launch(quads_per_thread, static_cast<int>((quads + kQuads - 1) / kQuads + 31) / 32 * 32);
+    return true;
+  };
+  if (width % 4 != 0) return false;
+  if (quads <= 2 * 512) return with(std::integral_constant<int, 2>{});
+  if (quads <= 4 * 512) return with(std::integral_constant<int, 4>{});
+  if (quads <= 8 * 512) return with(std::integral_constant<int, 8>{});
+  if (quads <= 16 * 512) return with(std::integral_constant<int, 16>{});
+  return false;
+}
+
+// The register kernel when every row starts on a 16-byte boundary and the width fits it; else the plain kernel.
 template <typename Branch, typename Out>
 void launch_residual_add(const ResidualAddArguments<Branch, Out>& a, int64_t rows, cudaStream_t stream) {
-  const int64_t quads = a.width / 4;
-  const bool aligned = a.width % 4 == 0 && quad_aligned(a.residual) && quad_aligned(a.branch) && quad_aligned(a.sum) &&
+  const bool aligned = quad_aligned(a.residual) && quad_aligned(a.branch) && quad_aligned(a.sum) &&
                        quad_aligned(a.normed) && quad_aligned(a.branch_weight) && quad_aligned(a.norm_weight);
-  auto launch = [&](auto quads_per_thread) {
-    constexpr int kQuads = decltype(quads_per_thread)::value;
-    const int threads = static_cast<int>((quads + kQuads - 1) / kQuads + 31) / 32 * 32;
-    residual_add_quads_kernel<Branch, Out, kQuads><<<rows, threads, 0, stream>>>(
-        a.residual, a.branch, a.branch_weight, a.norm_weight, a.sum, a.normed, a.width, a.eps);
-  };
-  if (aligned && quads <= 2 * 512) return launch(std::integral_constant<int, 2>{});
-  if (aligned && quads <= 4 * 512) return launch(std::integral_constant<int, 4>{});
-  if (aligned && quads <= 8 * 512) return launch(std::integral_constant<int, 8>{});
-  if (aligned && quads <= 16 * 512) return launch(std::integral_constant<int, 16>{});
+  if (aligned && launch_by_quads(a.width, [&](auto quads_per_thread, int threads) {
+        constexpr int kQuads = decltype(quads_per_thread)::value;
+        residual_add_quads_kernel<Branch, Out, kQuads><<<rows, threads, 0, stream>>>(
+            a.residual, a.branch, a.branch_weight, a.norm_weight, a.sum, a.normed, a.width, a.eps);
+      })) {
+    return;
+  }
   residual_add_kernel<Branch, Out><<<rows, kThreads, 0, stream>>>(a.residual, a.branch, a.branch_weight, a.norm_weight,
                                                                   a.sum, a.normed, a.width, a.eps);
 }
@@ -410,6 +462,14 @@ at::Tensor rms_norm(const at::Tensor& x_in, const at::Tensor& weight, double eps
     using In = decltype(in_type);
     dispatch_float_type(output, [&](auto out_type) {
       using Out = decltype(out_type);
+      const bool aligned = quad_aligned(x.data_ptr()) && quad_aligned(weight.data_ptr()) && quad_aligned(out.data_ptr());
+      if (aligned && launch_by_quads(width, [&](auto quads_per_thread, int threads) {
+            constexpr int kQuads = decltype(quads_per_thread)::value;
+            rms_norm_quads_kernel<In, Out, kQuads><<<rows, threads, 0, stream>>>(
+                x.data_ptr<In>(), weight.data_ptr<float>(), out.data_ptr<Out>(), width, static_cast<float>(eps));
+          })) {
+        return;
+      }
       rms_norm_kernel<In, Out><<<rows, kThreads, 0, stream>>>(x.data_ptr<In>(), weight.data_ptr<float>(),
                                                                 out.data_ptr<Out>(), width, static_cast<float>(eps));
     });
