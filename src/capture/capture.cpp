@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <deque>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -454,31 +453,24 @@ class WindowLoop {
   using Write = std::function<void(std::shared_ptr<WindowRows>)>;
 
   // One worker's loop: batches from the queue until none is left; a failure stops the others too. The worker
-  // queues later batches before it stores the rows of batch n, whose copy to the host runs behind n's kernels,
-  // so its devices do not wait for the host between batches; it never waits on the queue while it holds rows.
-  // Alone, it keeps two batches queued behind the one it stores: a window's last batch can be small enough to
-  // finish while the host stores the one before. Replicas keep one, so that none holds the run's last batches
-  // while another has nothing left.
+  // queues batch n + 1 before it stores the rows of batch n, whose copy to the host runs behind n's kernels, so
+  // its devices do not wait for the host between batches; it never waits on the queue while it holds rows.
   void work(size_t runner, WindowQueue& queue, const Write& write, ProgressBar& progress) {
     device::WorkerStreams streams(runners_[runner].devices());
     device::OutOfMemoryRetry retry = out_of_memory_retry(runners_[runner]);
-    const size_t queued_ahead = runners_.size() == 1 ? 2 : 1;
-    std::deque<std::pair<WindowQueue::Task, device::HostCopy>> in_flight;
-    auto store_oldest = [&] {
-      store_batch(in_flight.front().first, in_flight.front().second.wait(), runners_[runner], queue, write, progress);
-      in_flight.pop_front();
-    };
+    std::optional<std::pair<WindowQueue::Task, device::HostCopy>> previous;
     try {
       while (true) {
-        std::optional<WindowQueue::Task> task = queue.next(/*wait=*/in_flight.empty());
-        if (!task && !in_flight.empty()) {  // nothing ready: store the rows held, then wait on the queue
-          store_oldest();
+        std::optional<WindowQueue::Task> task = queue.next(/*wait=*/!previous);
+        if (!task && previous) {  // nothing ready: store the rows held, then wait on the queue
+          store_batch(previous->first, previous->second.wait(), runners_[runner], queue, write, progress);
+          previous.reset();
           continue;
         }
         if (!task) break;
         device::HostCopy rows(runners_[runner].run(*task->batch, plan_, retry));
-        in_flight.emplace_back(std::move(*task), std::move(rows));
-        if (in_flight.size() > queued_ahead) store_oldest();
+        if (previous) store_batch(previous->first, previous->second.wait(), runners_[runner], queue, write, progress);
+        previous.emplace(std::move(*task), std::move(rows));
       }
     } catch (const std::exception&) {
       queue.abort();
