@@ -29,4 +29,19 @@ std::vector<std::vector<int64_t>> plan_window_batches(const std::vector<int64_t>
   return batches;
 }
 
+std::vector<std::vector<int64_t>> with_finer_tail(std::vector<std::vector<int64_t>> batches, size_t count, size_t parts) {
+  const size_t first = batches.size() - std::min(count, batches.size());
+  std::vector<std::vector<int64_t>> result(std::make_move_iterator(batches.begin()),
+                                           std::make_move_iterator(batches.begin() + static_cast<std::ptrdiff_t>(first)));
+  for (size_t b = first; b < batches.size(); ++b) {
+    const std::vector<int64_t>& batch = batches[b];
+    const size_t pieces = std::max<size_t>(1, std::min(parts, batch.size()));
+    for (size_t p = 0; p < pieces; ++p) {
+      result.emplace_back(batch.begin() + static_cast<std::ptrdiff_t>(batch.size() * p / pieces),
+                          batch.begin() + static_cast<std::ptrdiff_t>(batch.size() * (p + 1) / pieces));
+    }
+  }
+  return result;
+}
+
 }  // namespace probekit::capture

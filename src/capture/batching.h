@@ -13,4 +13,9 @@ namespace probekit::capture {
 std::vector<std::vector<int64_t>> plan_window_batches(const std::vector<int64_t>& lengths, int64_t begin, int64_t end,
                                                       int64_t token_budget, int64_t max_examples);
 
+/// `batches` with each of its last `count` batches cut into `parts` batches of consecutive examples (as equal as
+/// the examples allow). Replicas sharing a run take its last batches one each: one full batch more on one of them
+/// left the other idle for that long (a tenth of the run on two GPUs); finer last batches let them end together.
+std::vector<std::vector<int64_t>> with_finer_tail(std::vector<std::vector<int64_t>> batches, size_t count, size_t parts);
+
 }  // namespace probekit::capture

@@ -410,8 +410,9 @@ std::shared_ptr<WindowRows> make_window(const CapturePlan& plan, int64_t begin, 
 class WindowLoop {
  public:
   WindowLoop(const CaptureOptions& options, const CapturePlan& plan, const std::vector<device::ComputeTarget>& targets,
-             std::vector<BatchRunner> runners, CaptureSummary& summary)
-      : options_(options), plan_(plan), targets_(targets), runners_(std::move(runners)), summary_(summary) {}
+             std::vector<BatchRunner> runners, size_t replicas, CaptureSummary& summary)
+      : options_(options), plan_(plan), targets_(targets), runners_(std::move(runners)), replicas_(replicas),
+        summary_(summary) {}
 
   void run(std::vector<LayerOutput>& outputs, const std::array<activations::SplitLayout, 3>& layouts,
            const Batching& batching, int64_t start) {
@@ -423,8 +424,11 @@ class WindowLoop {
     // queues the next window's first batch before it stores the last of the window before (the device does not
     // wait at window boundaries).
     WindowQueue queue(start, run_size, batching.window, 2, [&](int64_t begin, int64_t end) {
-      return WindowWork{make_window(plan_, begin, end, options_.position),
-                        plan_window_batches(plan_.lengths, begin, end, batching.token_budget, batching.max_examples)};
+      auto batches = plan_window_batches(plan_.lengths, begin, end, batching.token_budget, batching.max_examples);
+      // The run's last batches in quarters when replicas share it (with_finer_tail); a single model, split or not,
+      // keeps the batches of a one-device run.
+      if (replicas_ > 1 && end == run_size) batches = with_finer_tail(std::move(batches), 2 * runners_.size(), 4);
+      return WindowWork{make_window(plan_, begin, end, options_.position), std::move(batches)};
     });
     auto write = [&](std::shared_ptr<WindowRows> window) {
       writer.submit([&outputs, window, &layouts, this] {
@@ -511,6 +515,7 @@ class WindowLoop {
   const CapturePlan& plan_;
   const std::vector<device::ComputeTarget>& targets_;
   std::vector<BatchRunner> runners_;
+  size_t replicas_;
   CaptureSummary& summary_;
   std::mutex progress_mutex_;
   std::atomic<int64_t> retries_{0};
@@ -584,7 +589,7 @@ CaptureSummary run_capture(const CaptureOptions& options) {
       runners.emplace_back(*replicas[r], devices, request, options.simulate_out_of_memory_above);
     }
   }
-  WindowLoop(options, plan, targets, std::move(runners), summary).run(outputs, layouts, batching, start);
+  WindowLoop(options, plan, targets, std::move(runners), replicas.size(), summary).run(outputs, layouts, batching, start);
   return summary;
 }
 

@@ -633,7 +633,12 @@ TEST_CASE("several model replicas share the batches and write the same files as 
   o.devices = {"cpu", "cpu"};
   capture::CaptureSummary two = capture::run_capture(o);
   CHECK(two.device == "cpu,cpu");
-  CHECK(all_activations(tmp.file("two"), {2, 5}) == all_activations(tmp.file("one"), {2, 5}));
+  // Replicas cut the run's last batches finer (capture::with_finer_tail): those rows are batched differently.
+  for (int64_t layer : {2, 5}) {
+    check_same_rows(activations::read_activation_file(tmp.file("two/" + activations::layer_file_name(layer))),
+                    activations::read_activation_file(tmp.file("one/" + activations::layer_file_name(layer))));
+  }
+  CHECK(two.processed == 40);
 }
 
 TEST_CASE("shards of a run, merged, equal the whole run") {

@@ -11,6 +11,7 @@
 #include "activations/activation_store.h"
 #include "capture/capture.h"
 #include "capture/merge.h"
+#include "capture/batching.h"
 #include "capture/window_queue.h"
 #include "common/error.h"
 #include "common/files.h"
@@ -183,6 +184,16 @@ TEST_CASE("layers split over two devices, batches pipelined through them: bitwis
                     readout::Request{readout::Site::kResidPost, readout::Position::kLast, {1, 4}, 1});
   load.layer_devices.pop_back();
   CHECK_THROWS_WITH(model::TransformerModel::load(kGemmaModel, load), doctest::Contains("layer devices for"));
+}
+
+TEST_CASE("the last batches of a run shared by replicas are cut finer, keeping every example once and in order") {
+  const std::vector<std::vector<int64_t>> batches = {{0, 1, 2, 3, 4, 5, 6, 7}, {8, 9, 10, 11, 12, 13, 14, 15}, {16, 17}, {18}};
+  auto finer = capture::with_finer_tail(batches, 3, 4);
+  const std::vector<std::vector<int64_t>> expected = {
+      {0, 1, 2, 3, 4, 5, 6, 7}, {8, 9}, {10, 11}, {12, 13}, {14, 15}, {16}, {17}, {18}};
+  CHECK(finer == expected);
+  CHECK(capture::with_finer_tail(batches, 10, 1) == batches);  // one part: as they were
+  CHECK(capture::with_finer_tail({}, 4, 4).empty());
 }
 
 TEST_CASE("the window queue hands out batches across window boundaries and finishes windows in run order") {
