@@ -50,8 +50,11 @@ def longest_gaps(gpu, events, first_product, top):
     for length, start, before_name, after_name in sorted(gaps, reverse=True)[:top]:
         during = [e for e in host if e["ts"] < start + length and e["ts"] + e["dur"] > start]
         longest = max(during, key=lambda e: e["dur"])["name"] if during else ""
+        calls = sorted(during, key=lambda e: -e["dur"])[:12]
         result.append({"ms": length / 1e3, "at_s": (start - first_product) / 1e6, "after": before_name[:60],
-                       "before": after_name[:60], "host": longest[:60]})
+                       "before": after_name[:60], "host": longest[:60],
+                       "host_calls": [f"{e['name'][:50]} (thread {e.get('tid')}, {e['dur'] / 1e3:.2f} ms, "
+                                      f"from {(e['ts'] - start) / 1e3:+.2f} ms)" for e in calls]})
     over_ms = [g for g in gaps if g[0] > 1e3]
     return {"count": len(gaps), "over_1ms": len(over_ms), "over_1ms_s": sum(g[0] for g in over_ms) / 1e6, "longest": result}
 
@@ -113,6 +116,11 @@ def print_markdown(s):
     print("| gap, ms | at, s | after kernel | before kernel | longest host call during it |\n|---|---|---|---|---|")
     for k in g["longest"]:
         print(f"| {k['ms']:.2f} | {k['at_s']:.3f} | `{k['after']}` | `{k['before']}` | `{k['host']}` |")
+    if s.get("gap_detail"):
+        for k in g["longest"][: s["gap_detail"]]:
+            print(f"\nhost calls during the {k['ms']:.2f} ms gap at {k['at_s']:.3f} s:")
+            for call in k["host_calls"]:
+                print(f"- {call}")
     print("\n| host call (ops include their children) | calls | seconds |\n|---|---|---|")
     for k in s["top_host_calls"]:
         print(f"| `{k['name']}` | {k['calls']} | {k['seconds']:.3f} |")
@@ -123,8 +131,10 @@ def main():
     parser.add_argument("trace")
     parser.add_argument("--json")
     parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--gap-detail", type=int, default=0, help="list the host calls during the N longest gaps")
     args = parser.parse_args()
     summary = summarize(args.trace, args.top)
+    summary["gap_detail"] = args.gap_detail
     print_markdown(summary)
     if args.json:
         with open(args.json, "w") as f:
