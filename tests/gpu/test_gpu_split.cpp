@@ -16,6 +16,7 @@
 #include "readout/prompts.h"
 #include "readout/readout.h"
 #include "capture_runs.h"
+#include "engine_checks.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -39,21 +40,6 @@ std::vector<std::vector<generation::GeneratedToken>> generated(const model::Tran
   std::vector<std::vector<generation::GeneratedToken>> tokens(prompts.size());
   generation::generate(model, prompts, options, &probes, [&](const generation::GeneratedToken& token) {
     tokens[token.row].push_back(token);
-    return true;
-  });
-  return tokens;
-}
-
-// Every token a multi_probe_inference engine generates greedily after `prompts` in one batch, `new_tokens` each
-// (--no-stop), with its scores.
-std::vector<inference::ScoredToken> scored_generation(const inference::Engine& engine,
-                                                      const std::vector<std::string>& prompts, int64_t new_tokens) {
-  generation::GenerationOptions options;
-  options.max_new_tokens = new_tokens;
-  options.suppressed_ids = generation::read_stop_ids(engine.model_dir());
-  std::vector<inference::ScoredToken> tokens;
-  engine.generate(prompts, options, [&](const inference::ScoredToken& token) {
-    tokens.push_back(token);
     return true;
   });
   return tokens;
@@ -178,17 +164,7 @@ TEST_CASE("multi_probe_inference --devices 0,1 --placement layers: the rankings,
     options.devices = {"cuda:0", "cuda:1"};
     options.placement = "layers";
     inference::Engine split = inference::Engine::load(options);
-    std::vector<inference::TextScores> expected = one.score(texts), found = split.score(texts);
-    for (size_t i = 0; i < texts.size(); ++i) CHECK_MESSAGE(found[i].probability == expected[i].probability, "text ", i);
-    CHECK(split.score_tokens(texts[0]).probability == one.score_tokens(texts[0]).probability);
-    if (!generate) continue;
-    std::vector<inference::ScoredToken> expected_tokens = scored_generation(one, texts, 6);
-    std::vector<inference::ScoredToken> found_tokens = scored_generation(split, texts, 6);
-    REQUIRE(found_tokens.size() == expected_tokens.size());
-    for (size_t i = 0; i < found_tokens.size(); ++i) {
-      const inference::ScoredToken &x = found_tokens[i], &y = expected_tokens[i];
-      CHECK_MESSAGE((x.row == y.row && x.index == y.index && x.id == y.id), "token ", i);
-      CHECK_MESSAGE(x.probability == y.probability, "row ", x.row, " token ", x.index);
-    }
+    check_same_scores(split, one, texts);
+    if (generate) check_same_generation(split, one, texts, 6);
   }
 }

@@ -19,6 +19,7 @@
 #include "model/transformer.h"
 #include "probes/probe_files.h"
 #include "readout/prompts.h"
+#include "engine_checks.h"
 #include "tensor_files.h"
 #include "test_paths.h"
 #include "test_util.h"
@@ -377,20 +378,6 @@ std::vector<Json> json_lines(const std::string& output) {
   return lines;
 }
 
-// Every token an engine generates greedily after `prompts` in one batch, `new_tokens` each (--no-stop), with
-// their scores, in the order they came.
-std::vector<inference::ScoredToken> generated_tokens(const inference::Engine& engine, const std::vector<std::string>& prompts,
-                                                     int64_t new_tokens) {
-  generation::GenerationOptions options;
-  options.max_new_tokens = new_tokens;
-  options.suppressed_ids = generation::read_stop_ids(engine.model_dir());
-  std::vector<inference::ScoredToken> tokens;
-  engine.generate(prompts, options, [&](const inference::ScoredToken& token) {
-    tokens.push_back(token);
-    return true;
-  });
-  return tokens;
-}
 
 }  // namespace
 
@@ -519,22 +506,12 @@ TEST_CASE("the model's layers split over two devices: the same rankings, per-tok
   options.placement = "layers";
   inference::Engine split = inference::Engine::load(options);
   const std::vector<std::string> texts = {kReframingText, "I noticed the light change."};
-  std::vector<inference::TextScores> expected = one.score(texts), found = split.score(texts);
-  REQUIRE(found.size() == expected.size());
-  for (size_t i = 0; i < found.size(); ++i) CHECK(found[i].probability == expected[i].probability);
-  CHECK(split.score_tokens(kReframingText).probability == one.score_tokens(kReframingText).probability);
+  check_same_scores(split, one, texts);
 
   // Generation (every layer, the final norm and the LM head loaded): the same tokens with the same scores.
   options.generate = true;
   inference::Engine split_generator = inference::Engine::load(options);
   options.devices.clear();
   inference::Engine one_generator = inference::Engine::load(options);
-  std::vector<inference::ScoredToken> expected_tokens = generated_tokens(one_generator, texts, 6);
-  std::vector<inference::ScoredToken> found_tokens = generated_tokens(split_generator, texts, 6);
-  REQUIRE(found_tokens.size() == expected_tokens.size());
-  for (size_t i = 0; i < found_tokens.size(); ++i) {
-    const inference::ScoredToken &found = found_tokens[i], &expected = expected_tokens[i];
-    CHECK_MESSAGE((found.row == expected.row && found.index == expected.index && found.id == expected.id), "token ", i);
-    CHECK_MESSAGE(found.probability == expected.probability, "row ", found.row, " token ", found.index);
-  }
+  check_same_generation(split_generator, one_generator, texts, 6);
 }

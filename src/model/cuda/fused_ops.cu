@@ -94,6 +94,26 @@ struct alignas(4 * sizeof(T)) Quad {
   T v[4];
 };
 
+// The register kernels' row: this thread's quads of `row` (quads t, t + blockDim.x, ...) into v in fp32; returns
+// the sum of their squares.
+template <typename T, int kQuads>
+__device__ __forceinline__ float load_quads(const T* row, float (&v)[kQuads][4], int quads) {
+  const auto* in = reinterpret_cast<const Quad<T>*>(row);
+  float squares = 0;
+#pragma unroll
+  for (int q = 0; q < kQuads; ++q) {
+    const int i = threadIdx.x + q * blockDim.x;
+    if (i >= quads) continue;
+    const Quad<T> loaded = in[i];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      v[q][j] = static_cast<float>(loaded.v[j]);
+      squares += v[q][j] * v[q][j];
+    }
+  }
+  return squares;
+}
+
 // The end of the register kernels' RMS norm: a row's quads v (this thread's), whose squares it summed, written
 // normalized and scaled by `weight` into out_row. One function for both kernels keeps their arithmetic the same.
 template <typename Out, int kQuads>
@@ -126,20 +146,8 @@ __global__ void residual_add_quads_kernel(const float* residual, const Branch* b
   const int64_t row = blockIdx.x;
   const int quads = static_cast<int>(width / 4);
   const auto* r = reinterpret_cast<const float4*>(residual + row * width);
-  const auto* b = reinterpret_cast<const Quad<Branch>*>(branch + row * width);
   float v[kQuads][4];
-  float squares = 0;
-#pragma unroll
-  for (int q = 0; q < kQuads; ++q) {
-    const int i = threadIdx.x + q * blockDim.x;
-    if (i >= quads) continue;
-    const Quad<Branch> in = b[i];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      v[q][j] = static_cast<float>(in.v[j]);
-      squares += v[q][j] * v[q][j];
-    }
-  }
+  float squares = load_quads(branch + row * width, v, quads);
   const float branch_scale = branch_weight != nullptr ? rsqrtf(block_sum(squares) / static_cast<float>(width) + eps) : 1.0f;
   squares = 0;
   auto* sums = reinterpret_cast<float4*>(sum_out + row * width);
@@ -167,20 +175,8 @@ template <typename In, typename Out, int kQuads>
 __global__ void rms_norm_quads_kernel(const In* x, const float* weight, Out* out, int64_t width, float eps) {
   const int64_t row = blockIdx.x;
   const int quads = static_cast<int>(width / 4);
-  const auto* in = reinterpret_cast<const Quad<In>*>(x + row * width);
   float v[kQuads][4];
-  float squares = 0;
-#pragma unroll
-  for (int q = 0; q < kQuads; ++q) {
-    const int i = threadIdx.x + q * blockDim.x;
-    if (i >= quads) continue;
-    const Quad<In> loaded = in[i];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      v[q][j] = static_cast<float>(loaded.v[j]);
-      squares += v[q][j] * v[q][j];
-    }
-  }
+  const float squares = load_quads(x + row * width, v, quads);
   store_normalized(v, squares, weight, out + row * width, width, eps);
 }
 
