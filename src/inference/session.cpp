@@ -295,22 +295,24 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
   app.add_option("--mode", d.mode, "Several layers: all (every label and layer), by-action or by-layer")
       ->check(CLI::IsMember({"all", "by-action", "by-layer"}))->capture_default_str();
   app.add_option("--aggregate", r.aggregate, "by-action and --compare over layers: max or mean")->capture_default_str();
-  app.add_flag("--best-layer", e.best_layer, "Score each label at its best layer (per_action_layer_analysis.json)");
   app.add_flag("--per-token", r.per_token, "Score every token position of --text");
   app.add_option("--csv", r.csv, "--per-token: write action_name,token_position,token_text,confidence,layer,is_active");
   app.add_option("--html", r.html, "--per-token: write a self-contained token x label heatmap");
   app.add_flag("--overwrite", r.overwrite, "Replace existing --csv / --html files");
-  app.add_flag("--force", e.force, "Run probes recorded for another model than --model (a warning, not an error)");
-  app.add_option("--batch-size", e.batch_size, "Texts per forward pass with --file")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  add_device_options(app, e.device, e.dtype);
+  add_engine_flags(app, e, "Texts per forward pass with --file");
   add_placement_options(app, r.devices, e.placement,
                         "Several GPUs, e.g. 0,1: a model too big for one GPU split over them (--placement)");
   app.add_flag("--json", d.json, "Print JSON on stdout (with --generate: one line per token)");
   app.add_flag("--generate", r.generate,
                "Generate after --text (or each --file text, --batch-size at a time) while the probes score every new token");
   generation::add_generation_flags(app, r.generation);
+}
+
+void add_engine_flags(CLI::App& app, EngineOptions& e, const std::string& batch_help) {
+  app.add_flag("--best-layer", e.best_layer, "Score each label at its best layer (per_action_layer_analysis.json)");
+  app.add_flag("--force", e.force, "Run probes recorded for another model than --model (a warning, not an error)");
+  app.add_option("--batch-size", e.batch_size, batch_help)->capture_default_str()->check(CLI::PositiveNumber);
+  add_device_options(app, e.device, e.dtype);
 }
 
 void run_inference(InferenceRequest& r, std::istream& input, bool input_is_terminal) {

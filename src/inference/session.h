@@ -43,6 +43,10 @@ struct InferenceRequest {
 /// Declares multi_probe_inference's flags on `app`, writing into `request`.
 void add_inference_flags(CLI::App& app, InferenceRequest& request);
 
+/// The engine's flags that multi_probe_inference and probe_server share: --best-layer, --force, --batch-size
+/// (`batch_help` says what a batch is to the tool), --device and --dtype.
+void add_engine_flags(CLI::App& app, EngineOptions& engine, const std::string& batch_help);
+
 /// multi_probe_inference --generate: generates after the request's texts while the probes score each new token,
 /// printing the tokens as they come; writes --csv / --html of the prompt and its generation at the end.
 void show_generation(const Engine& engine, const InferenceRequest& request);

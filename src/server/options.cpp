@@ -2,6 +2,7 @@
 
 #include "common/cli.h"
 #include "common/error.h"
+#include "inference/session.h"
 
 namespace probekit::server {
 
@@ -13,12 +14,7 @@ void add_server_flags(CLI::App& app, ServerOptions& o) {
       ->required();
   add_model_options(app, e.model_dir, "The checkpoint the probes were trained on (default: the one recorded with them)");
   add_layers_option(app, e.layers, "Layers of a multi-layer probes directory to load: 8 17, 8,17, 21-30 or all (default: all)");
-  app.add_flag("--best-layer", e.best_layer, "Score each label at its best layer (per_action_layer_analysis.json)");
-  app.add_flag("--force", e.force, "Run probes recorded for another model than --model (a warning, not an error)");
-  app.add_option("--batch-size", e.batch_size, "Texts per forward pass (queued requests are scored together)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  add_device_options(app, e.device, e.dtype);
+  inference::add_engine_flags(app, e, "Texts per forward pass (queued requests are scored together)");
   app.add_flag_callback("--no-generate", [&e] { e.generate = false; },
                         "Load the model only up to the deepest probed layer, without the LM head: less memory, no "
                         "/v1/generate");
