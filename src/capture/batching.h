@@ -15,7 +15,8 @@ std::vector<std::vector<int64_t>> plan_window_batches(const std::vector<int64_t>
 
 /// `batches` with each of its last `count` batches cut into `parts` batches of consecutive examples (as equal as
 /// the examples allow). Replicas sharing a run take its last batches one each: one full batch more on one of them
-/// left the other idle for that long (a tenth of the run on two GPUs); finer last batches let them end together.
+/// leaves the other idle for up to that long (about a tenth of the benchmark's run on two GPUs); finer last
+/// batches let them end closer together.
 std::vector<std::vector<int64_t>> with_finer_tail(std::vector<std::vector<int64_t>> batches, size_t count, size_t parts);
 
 }  // namespace probekit::capture

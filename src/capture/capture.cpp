@@ -420,9 +420,8 @@ class WindowLoop {
     BackgroundWorker writer(1, targets_.front().is_gpu());
     ProgressBar progress("capture", run_size - start, "examples");
     start_ = Clock::now();
-    // Two windows open at once: one finishing on some workers while the others start the next, and one worker
-    // queues the next window's first batch before it stores the last of the window before (the device does not
-    // wait at window boundaries).
+    // Two windows open at once, whatever the number of workers: a worker takes the next window's first batches
+    // while the last batches of the window before are still being stored.
     WindowQueue queue(start, run_size, batching.window, 2, [&](int64_t begin, int64_t end) {
       auto batches = plan_window_batches(plan_.lengths, begin, end, batching.token_budget, batching.max_examples);
       // The run's last batches in quarters when replicas share it (with_finer_tail); a single model, split or not,

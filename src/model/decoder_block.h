@@ -128,6 +128,6 @@ struct ResidualStream {
 ResidualStream decoder_block(const ResidualStream& stream, const LayerWeights& weights, const Norm& next_norm,
                              const ModelConfig& config, int64_t layer, AttentionContext& context,
                              const TensorHook* hook, uint32_t hook_sites, KvCache* record,
-                             const at::Tensor& output_rows = {});
+                             const at::Tensor& output_rows);
 
 }  // namespace probekit::model

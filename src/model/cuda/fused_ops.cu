@@ -137,8 +137,8 @@ __device__ __forceinline__ void store_normalized(const float (&v)[kQuads][4], fl
 }
 
 // The same as residual_add_kernel with the row held in registers: thread t holds the quads t, t + blockDim.x,
-// ... (kQuads of them), loaded once with vector accesses and never read back from memory. Twice as fast as the
-// kernel above, which rereads the branch and its own sums (4.1 against 2.3 TB/s on an H200 at width 2560).
+// ... (kQuads of them), loaded once with vector accesses and never read back from memory. 1.74x the kernel
+// above, which rereads the branch and its own sums (4.1 against 2.3 TB/s on an H200 at width 2560).
 template <typename Branch, typename Out, int kQuads>
 __global__ void residual_add_quads_kernel(const float* residual, const Branch* branch, const float* branch_weight,
                                           const float* norm_weight, float* sum_out, Out* normed_out, int64_t width,
@@ -373,8 +373,9 @@ void launch_residual_add(const ResidualAddArguments<Branch, Out>& a, int64_t row
 
 // The same for 2-byte values and a rotary embedding over the whole head: kLanes lanes per head (head_dim =
 // 8 kLanes), lane l holding elements [8 l, 8 l + 8) as one 16-byte access; the rotate-half partner of each
-// element is in lane l ^ kLanes / 2. A third of the time of the strided warp kernel above, whose 2-byte accesses
-// used a fraction of each memory transaction.
+// element is in lane l ^ kLanes / 2. The strided warp kernel above uses a fraction of each memory transaction
+// with its 2-byte accesses (its 0.14 s in the capture benchmark's profile; the element-wise total fell 0.04-0.05 s
+// with this one).
 template <typename T, int kLanes>
 __global__ void queries_and_keys_packs_kernel(const T* qkv, T* queries, T* keys, const float* q_weight,
                                               const float* k_weight, const float* cos, const float* sin, int64_t rows,
