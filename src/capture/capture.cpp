@@ -456,25 +456,21 @@ class WindowLoop {
   using Write = std::function<void(std::shared_ptr<WindowRows>)>;
 
   // One worker's loop: batches from the queue until none is left; a failure stops the others too. The worker
-  // queues batch n + 1 before it stores the rows of batch n, whose copy to the host runs behind n's kernels, so
-  // its devices do not wait for the host between batches; it never waits on the queue while it holds rows.
+  // only queues batches: their rows are copied to the host behind each batch's kernels and checked and stored on
+  // a thread of its own. Storing them here kept it from queueing the next batch while the GPU ran out of work
+  // (the launch queue holds a fraction of a batch): up to 90 ms a batch with all 34 layers, 13% of the capture.
   void work(size_t runner, WindowQueue& queue, const Write& write, ProgressBar& progress) {
     device::WorkerStreams streams(runners_[runner].devices());
     device::OutOfMemoryRetry retry = out_of_memory_retry(runners_[runner]);
-    std::optional<std::pair<WindowQueue::Task, device::HostCopy>> previous;
+    BackgroundWorker storer(1, targets_.front().is_gpu());
     try {
-      while (true) {
-        std::optional<WindowQueue::Task> task = queue.next(/*wait=*/!previous);
-        if (!task && previous) {  // nothing ready: store the rows held, then wait on the queue
-          store_batch(previous->first, previous->second.wait(), runners_[runner], queue, write, progress);
-          previous.reset();
-          continue;
-        }
-        if (!task) break;
-        device::HostCopy rows(runners_[runner].run(*task->batch, plan_, retry));
-        if (previous) store_batch(previous->first, previous->second.wait(), runners_[runner], queue, write, progress);
-        previous.emplace(std::move(*task), std::move(rows));
+      while (std::optional<WindowQueue::Task> task = queue.next(/*wait=*/true)) {
+        auto rows = std::make_shared<device::HostCopy>(runners_[runner].run(*task->batch, plan_, retry));
+        storer.submit([this, task = *task, rows, runner, &queue, &write, &progress] {
+          store_batch(task, rows->wait(), runners_[runner], queue, write, progress);
+        });
       }
+      storer.wait();
     } catch (const std::exception&) {
       queue.abort();
       throw;
