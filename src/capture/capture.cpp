@@ -372,11 +372,17 @@ int64_t store_rows(WindowRows& window, const std::vector<int64_t>& batch, const 
 }
 
 // NaN or infinite rows (NaN/Inf weights, a config value such as query_pre_attn_scalar: 0) stop the run at the
-// first batch that shows them, naming the example and the layer, before anything is written.
+// first batch that shows them, naming the example and the layer, before anything is written. A plain loop rather
+// than ATen's: it runs on the storing thread beside the worker's kernel launches, and ATen's OpenMP team would
+// spin on every core.
 void check_finite(const at::Tensor& rows, const std::vector<int64_t>& batch, const CapturePlan& plan, Position position) {
-  if (at::isfinite(rows).all().item<bool>()) return;
-  at::Tensor bad = at::isfinite(rows).logical_not().any(2).nonzero()[0];  // [row, layer slot] of the first one
-  int64_t row = bad[0].item<int64_t>(), slot = bad[1].item<int64_t>(), first_row = 0;
+  const float* data = rows.data_ptr<float>();
+  const float* end = data + rows.numel();
+  const float* bad = std::find_if(data, end, [](float x) { return !std::isfinite(x); });
+  if (bad == end) return;
+  auto layer_count = static_cast<int64_t>(plan.layers.size());
+  int64_t row = (bad - data) / (layer_count * plan.width), slot = (bad - data) / plan.width % layer_count;
+  int64_t first_row = 0;
   for (int64_t p : batch) {
     int64_t count = position == Position::kAll ? plan.lengths[static_cast<size_t>(p)] : 1;
     if (row < first_row + count) {
