@@ -1,7 +1,8 @@
 """Where the GPU time of a Kineto Chrome trace goes (capture_profile_bench --trace): the kernels' busy time by
 kind (matrix products, attention, element-wise, copies), the GPU's idle time between the first matrix product
 (the model's load before it is left out) and the last kernel with its longest gaps (the kernels around each, the longest host call during it), and the
-kernels that take the most time. Prints a Markdown table; --json writes the same figures.
+kernels that take the most time; with several GPUs, each device's first and last kernel, busy time and idle
+gaps over 1 ms (where replicas or pipeline stages wait). Prints Markdown tables; --json writes the same figures.
 
 Usage: python3 summarize_trace.py TRACE.json [--json OUT.json] [--top 15]
 """
@@ -59,6 +60,29 @@ def longest_gaps(gpu, events, first_product, top):
     return {"count": len(gaps), "over_1ms": len(over_ms), "over_1ms_s": sum(g[0] for g in over_ms) / 1e6, "longest": result}
 
 
+def per_device(gpu, first_product):
+    """Each device's share of the span: when it starts and ends, how long it is busy, its gaps over 1 ms."""
+    devices = defaultdict(list)
+    for e in gpu:
+        devices[e.get("args", {}).get("device", 0)].append((e["ts"], e["ts"] + e["dur"]))
+    result = {}
+    for device, intervals in sorted(devices.items()):
+        intervals.sort()
+        gaps, end = [], None
+        for start, stop in intervals:
+            if end is not None and start - end > 1e3:
+                gaps.append((start - end, end))
+            end = stop if end is None else max(end, stop)
+        first, last = intervals[0][0], max(stop for _, stop in intervals)
+        result[str(device)] = {
+            "first_s": (first - first_product) / 1e6, "last_s": (last - first_product) / 1e6,
+            "busy_s": union_length(intervals) / 1e6, "gaps_over_1ms": len(gaps),
+            "gaps_over_1ms_s": sum(g for g, _ in gaps) / 1e6,
+            "longest_gaps": [{"ms": g / 1e3, "at_s": (at - first_product) / 1e6} for g, at in sorted(gaps, reverse=True)[:5]],
+        }
+    return result
+
+
 def summarize(trace_path, top):
     with open(trace_path) as f:
         events = json.load(f)["traceEvents"]
@@ -89,6 +113,7 @@ def summarize(trace_path, top):
         ],
     }
     summary["gaps"] = longest_gaps(gpu, events, first_product, top)
+    summary["devices"] = per_device(gpu, first_product)
     cpu = defaultdict(lambda: [0.0, 0])
     for e in events:
         if e.get("cat") in ("cpu_op", "cuda_runtime", "cuda_driver") and "dur" in e and e["ts"] >= first_product:
@@ -116,6 +141,13 @@ def print_markdown(s):
     print("| gap, ms | at, s | after kernel | before kernel | longest host call during it |\n|---|---|---|---|---|")
     for k in g["longest"]:
         print(f"| {k['ms']:.2f} | {k['at_s']:.3f} | `{k['after']}` | `{k['before']}` | `{k['host']}` |")
+    if len(s["devices"]) > 1:
+        print("\n| device | first kernel, s | last kernel, s | busy, s | gaps over 1 ms | their s | longest (ms at s) |")
+        print("|---|---|---|---|---|---|---|")
+        for device, d in s["devices"].items():
+            longest = ", ".join(f"{g['ms']:.1f} at {g['at_s']:.3f}" for g in d["longest_gaps"])
+            print(f"| {device} | {d['first_s']:.3f} | {d['last_s']:.3f} | {d['busy_s']:.3f} | {d['gaps_over_1ms']} | "
+                  f"{d['gaps_over_1ms_s']:.3f} | {longest} |")
     if s.get("gap_detail"):
         for k in g["longest"][: s["gap_detail"]]:
             print(f"\nhost calls during the {k['ms']:.2f} ms gap at {k['at_s']:.3f} s:")
