@@ -5,7 +5,9 @@
 #include <torch/csrc/api/include/torch/version.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 namespace probekit::device {
 
@@ -30,18 +32,15 @@ namespace {
 void synchronize_event(const c10::Event& event) {
 #if TORCH_VERSION_MAJOR >= 2
   event.synchronize();
-#else
-  c10::impl::VirtualGuardImpl(event.device_type()).getStream(event.device()).synchronize();
+#else  // LibTorch 1.x has no Event::synchronize; the event's own stream may not be this thread's current one
+  while (!event.query()) std::this_thread::sleep_for(std::chrono::microseconds(50));
 #endif
 }
 
 }  // namespace
 
-const at::Tensor& HostCopy::wait() {
-  if (copied_) {
-    synchronize_event(*copied_);
-    copied_.reset();
-  }
+const at::Tensor& HostCopy::wait() const {
+  if (copied_) synchronize_event(*copied_);
   return host_;
 }
 

@@ -20,8 +20,8 @@ class HostCopy {
  public:
   /// Queues the copy of `values` to the host on the current stream (a CPU tensor is used as it is).
   explicit HostCopy(const at::Tensor& values);
-  /// Waits for the copy; the values, contiguous on the host.
-  const at::Tensor& wait();
+  /// Waits for the copy; the values, contiguous on the host. Several threads may wait at once.
+  const at::Tensor& wait() const;
 
  private:
   at::Tensor host_;
