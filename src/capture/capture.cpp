@@ -470,7 +470,7 @@ class WindowLoop {
   void work(size_t runner, WindowQueue& queue, const Write& write, ProgressBar& progress) {
     device::WorkerStreams streams(runners_[runner].devices());
     device::OutOfMemoryRetry retry = out_of_memory_retry(runners_[runner]);
-    BackgroundWorker storer(1, targets_.front().is_gpu());
+    BackgroundWorker storer(1, /*in_background=*/true);  // on the CPU too, where the tests reach it
     try {
       std::shared_ptr<const device::HostCopy> previous;
       while (std::optional<WindowQueue::Task> task = queue.next(/*wait=*/true)) {

@@ -162,6 +162,20 @@ TEST_CASE("non-finite numbers stop the run: activations at capture, probe weight
   CHECK_CONTAINS(r.output, "the activations of layer 2 are not finite");
   CHECK_CONTAINS(r.output, "data.jsonl:");
 
+  // A NaN weight in layer 3 leaves layer 1 finite: the message names the first captured layer that is not.
+  copy_dir(kGemmaModel, tmp.file("nan_layer"));
+  std::string weights = read_file(tmp.file("nan_layer/model.safetensors"));
+  {
+    safetensors::File file(tmp.file("nan_layer/model.safetensors"));
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::memcpy(weights.data() + file.at("model.layers.3.mlp.down_proj.weight").data_begin, &nan, sizeof nan);
+  }
+  write_file_atomic(tmp.file("nan_layer/model.safetensors"), weights);
+  r = run_command(fmt::format("{} --model {} --dataset {} --device cpu --layers 1,4 --output-dir {} -q",
+                              tool("capture_activations"), tmp.file("nan_layer"), dataset, tmp.file("out_nan")));
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "the activations of layer 4 are not finite");
+
   capture_and_train(tmp);
   std::string probe = tmp.file("probes/probe_analyzing.safetensors");
   std::string bytes = read_file(probe);
