@@ -75,6 +75,7 @@ int main(int argc, char** argv) {
     }
     run.activations = {activations_path};
     run.output_dir = work_dir + "/probes";
+    run.overwrite = true;  // each repeat replaces the probes of the one before
     for (int64_t r = 0; r < repeats; ++r) {
       auto start = std::chrono::steady_clock::now();
       probes::run_binary_training(run);

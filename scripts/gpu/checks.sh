@@ -37,6 +37,7 @@ PY
   $build/tools/multi_probe_inference --probes-dir $ref --model tests/fixtures/models/gemma3_text --text "I looked again." \
     --device cpu --json -q > "$out/converted_inference.json" 2>&1; echo "exit $?"; cat "$out/converted_inference.json"
 
-echo "== CPU suites against this LibTorch (the real tokenizers' cache is not carried here)"
-(cd $build && MKL_DYNAMIC=FALSE ctest -j 12 --timeout 600 -E "real" ) > "$out/ctest.txt" 2>&1; echo "exit $?"
+echo "== CPU suites against this LibTorch (the real tokenizers' cache is not carried here, nor Chromium for the page test)"
+(cd $build && MKL_DYNAMIC=FALSE ctest -j 12 --timeout 600 -E "real|browser_page_test" --output-on-failure) > "$out/ctest.txt" 2>&1
+echo "exit $?"
 tail -15 "$out/ctest.txt"
