@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -216,42 +217,46 @@ void ProbeServer::stop() {
 
 namespace {
 
-// SIGINT and SIGTERM blocked in this thread and every thread started after, so one thread can wait for them.
-sigset_t block_stop_signals() {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  return signals;
-}
+volatile std::sig_atomic_t stop_signal = 0;
 
-// The stop signal that arrived within about 100 ms, or 0.
-int wait_stop_signal(const sigset_t& signals) {
-#ifdef __linux__
-  timespec interval{0, 100 * 1000 * 1000};
-  int signal = sigtimedwait(&signals, nullptr, &interval);
-  return signal > 0 ? signal : 0;
-#else
-  // macOS has no sigtimedwait: look at the blocked signals pending, and take one with sigwait, which then returns
-  // at once.
-  sigset_t pending;
-  sigemptyset(&pending);
-  sigpending(&pending);
-  if (sigismember(&pending, SIGINT) == 1 || sigismember(&pending, SIGTERM) == 1) {
-    int signal = 0;
-    if (sigwait(&signals, &signal) == 0) return signal;
+extern "C" void note_stop_signal(int signal) { stop_signal = signal; }
+
+// SIGINT and SIGTERM noted by a handler while the server runs, whichever thread they reach. (Blocking them and
+// waiting for them in one thread missed threads started before the block: CUDA's own, on a GPU, took SIGTERM's
+// default action and the process died without shutting down.)
+class StopSignals {
+ public:
+  StopSignals() {
+    stop_signal = 0;
+    struct sigaction action {};
+    action.sa_handler = note_stop_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &action, &previous_interrupt_);
+    sigaction(SIGTERM, &action, &previous_terminate_);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  return 0;
-#endif
-}
+  ~StopSignals() {
+    sigaction(SIGINT, &previous_interrupt_, nullptr);
+    sigaction(SIGTERM, &previous_terminate_, nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+  /// The stop signal that arrived within about 100 ms, or 0.
+  static int wait() {
+    for (int step = 0; step < 10 && stop_signal == 0; ++step) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return stop_signal;
+  }
+
+ private:
+  struct sigaction previous_interrupt_ {}, previous_terminate_ {};
+};
 
 }  // namespace
 
 void run_probe_server(const ServerOptions& options) {
   check_server_options(options);
-  sigset_t signals = block_stop_signals();
+  StopSignals stop_signals;
   ProbeServer server(options);
   int port = server.bind();
   std::string host = options.host.find(':') != std::string::npos && options.host.front() != '[' ? "[" + options.host + "]"
@@ -262,7 +267,7 @@ void run_probe_server(const ServerOptions& options) {
   std::atomic<bool> served{false};
   std::thread watcher([&] {
     while (!served) {
-      if (int signal = wait_stop_signal(signals); signal > 0) {
+      if (int signal = StopSignals::wait(); signal > 0) {
         spdlog::info("{}: shutting down", strsignal(signal));
         server.stop();
         return;

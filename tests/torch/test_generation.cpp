@@ -351,7 +351,7 @@ TEST_CASE("inspect_model generate writes generation.json's format: transformers'
   const Json reference = read_json_file(dir + "/generation.json");
   const Json& expected = reference["cases"][1];
   testing::CommandResult r = testing::run_command(fmt::format(
-      "{} generate --model {} --text {} --max-new-tokens 16 --no-stop --output {} -q", testing::tool("inspect_model"), dir,
+      "{} generate --model {} --text {} --max-new-tokens 16 --no-stop --device cpu --output {} -q", testing::tool("inspect_model"), dir,
       shell_quoted(expected["prompt"].get<std::string>()), out.file("generation.json")));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
   const Json written = read_json_file(out.file("generation.json"));

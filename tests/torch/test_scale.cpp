@@ -89,7 +89,11 @@ with h5py.File(sys.argv[1], "r") as f:
     print(d.shape[0], f["train/labels"][:].tolist()[:5], float(abs(d[:]).sum()))
 )");
     auto ours = activations::read_activation_file(shards + "/" + activations::layer_file_name(3)).split(Split::kTrain);
-    CommandResult r = run_command("/usr/bin/python3 " + script + " " + shards + "/" + activations::layer_file_name(3));
+    // The first python3 with h5py: on PATH, else Debian's (a venv on PATH may lack it, or hide Debian's).
+    CommandResult r = run_command(fmt::format(
+        "for python in python3 /usr/bin/python3; do if \"$python\" -c 'import h5py' 2>/dev/null; then "
+        "exec \"$python\" {} {}/{}; fi; done; echo 'no python3 with h5py'; exit 1",
+        script, shards, activations::layer_file_name(3)));
     REQUIRE_MESSAGE(r.exit_code == 0, r.output);
     double sum = 0;
     for (float v : ours.activations) sum += std::fabs(static_cast<double>(v));
