@@ -437,7 +437,10 @@ class WindowLoop {
     });
     auto write = [&](std::shared_ptr<WindowRows> window) {
       writer.submit([&outputs, window, &layouts, this] {
+        auto write_start = Clock::now();
         write_window(outputs, *window, plan_.run, layouts, options_.position, plan_.width);
+        spdlog::debug("examples {}-{} written in {:.3f} s, {:.2f} s into the capture", window->begin, window->end,
+                      seconds_since(write_start), seconds_since(start_));
       });
     };
     if (runners_.size() == 1) {
