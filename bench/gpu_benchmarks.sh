@@ -58,6 +58,9 @@ if has model; then
   [ -s /tmp/gemma3_tokenizer.json ] || gunzip -c .gpu/gemma3_tokenizer.json.gz > /tmp/gemma3_tokenizer.json
   [ -s "$model/config.json" ] || "$python" bench/python/make_bench_model.py "$model" /tmp/gemma3_tokenizer.json
   make_dataset
+  # The new 7.8 GB checkpoint is written back to disk 30 s later (vm.dirty_expire_centisecs); a capture running
+  # then waited on its own writes for up to 0.5 s a window and lost a fifth of its speed. Written back first.
+  sync
 fi
 if has capture; then
   for run in $(seq "$runs"); do
