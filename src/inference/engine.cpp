@@ -180,7 +180,7 @@ Engine Engine::load(const EngineOptions& options) {
       device::select_compute(options.devices.empty() ? options.device : options.devices.front(), options.dtype);
   std::future<void> warm_up = device::warm_up(engine.target_);
   spdlog::debug("{:.2f} s: device ready", since_start());
-  engine.load_probes(config, model::Checkpoint::open(model_dir).fingerprint());
+  engine.load_probes(config, read_ahead.checkpoint()->fingerprint());
   engine.index_labels();
   spdlog::debug("{:.2f} s: {} probes of {} layers loaded", since_start(), engine.labels_.size(), engine.layers_.size());
   load.device = engine.target_.device;

@@ -38,7 +38,8 @@ std::unique_ptr<Prefetcher> start_read_ahead(const Checkpoint& checkpoint, const
 }  // namespace
 
 WeightReadAhead::WeightReadAhead(const std::string& dir, const LoadOptions& options)
-    : prefetcher_(start_read_ahead(Checkpoint::open(dir), load_config(dir), options)) {}
+    : checkpoint_(std::make_shared<const Checkpoint>(Checkpoint::open(dir))),
+      prefetcher_(start_read_ahead(*checkpoint_, load_config(dir), options)) {}
 
 WeightReadAhead::~WeightReadAhead() = default;
 
@@ -73,7 +74,8 @@ TransformerModel TransformerModel::load(const std::string& dir, const LoadOption
   LoadPlan plan{last + 1,       options.final_norm, model.options_.embeddings_on_host, options.lm_head, options.device,
                 options.dtype, options.layer_devices};
   c10::InferenceMode inference_mode;
-  auto checkpoint = std::make_shared<const Checkpoint>(Checkpoint::open(dir));
+  std::shared_ptr<const Checkpoint> checkpoint =
+      read_ahead != nullptr ? read_ahead->checkpoint() : std::make_shared<const Checkpoint>(Checkpoint::open(dir));
   std::unique_ptr<Prefetcher> own_read_ahead = read_ahead == nullptr ? start_read_ahead(*checkpoint, c, options) : nullptr;
   find_family(c.model_type)->load(*checkpoint, c, plan, model.weights_);
   checkpoint->finish_uploads();

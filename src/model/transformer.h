@@ -42,7 +42,11 @@ class WeightReadAhead {
   WeightReadAhead(const WeightReadAhead&) = delete;
   WeightReadAhead& operator=(const WeightReadAhead&) = delete;
 
+  /// The checkpoint it reads, opened once: its fingerprint before the load, and the load itself, use it.
+  const std::shared_ptr<const Checkpoint>& checkpoint() const { return checkpoint_; }
+
  private:
+  std::shared_ptr<const Checkpoint> checkpoint_;
   std::unique_ptr<Prefetcher> prefetcher_;
 };
 
