@@ -479,7 +479,12 @@ class WindowLoop {
       while (std::optional<WindowQueue::Task> task = queue.next(/*wait=*/true)) {
         auto rows = std::make_shared<const device::HostCopy>(runners_[runner].run(*task->batch, plan_, retry));
         storer.submit([this, task = *task, rows, runner, &queue, &write, &progress] {
-          store_batch(task, rows->wait(), runners_[runner], queue, write, progress);
+          try {
+            store_batch(task, rows->wait(), runners_[runner], queue, write, progress);
+          } catch (const std::exception&) {
+            queue.abort();  // this batch's window never completes: free a worker waiting for it
+            throw;
+          }
         });
         if (previous) previous->wait();
         previous = rows;
