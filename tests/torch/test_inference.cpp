@@ -378,7 +378,6 @@ std::vector<Json> json_lines(const std::string& output) {
   return lines;
 }
 
-
 }  // namespace
 
 TEST_CASE("--generate: each new token's printed scores equal the probes run on the text so far + the suffix alone") {
