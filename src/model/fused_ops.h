@@ -27,7 +27,7 @@ std::pair<at::Tensor, at::Tensor> residual_add(const at::Tensor& residual, const
 at::Tensor gated_activation(const at::Tensor& gate_up, Activation activation);
 
 /// From the fused projection qkv [B, T, (heads + 2 * kv_heads) * head_dim], the queries and keys as
-/// [B, heads, T, head_dim] and [B, kv_heads, T, head_dim], each head RMS-normalized with q_weight / k_weight
+/// [B, heads, T, head_dim] and [B, kv_heads, T, head_dim] (transposed views of token-major tensors), each head RMS-normalized with q_weight / k_weight
 /// when defined (Qwen 3, Gemma 3) and rotated by cos/sin [B, 1, T, rotary_dim] (fp32) on its first
 /// rotary_dim dimensions.
 std::pair<at::Tensor, at::Tensor> queries_and_keys(const at::Tensor& qkv, int64_t heads, int64_t kv_heads,

@@ -92,6 +92,9 @@ TEST_CASE("fused queries and keys: per-head norm and rotary embedding, full and 
         at::Tensor ek = rotate((norm ? rms(k, k_weight, 1e-6) : k).transpose(1, 2));
         CHECK(max_relative_error(fq, eq) < 1e-5);
         CHECK(max_relative_error(fk, ek) < 1e-5);
+        // Token-major underneath: the attention's output then reshapes to [B, T, heads * head_dim] without a copy.
+        CHECK(fq.transpose(1, 2).is_contiguous());
+        CHECK(fk.transpose(1, 2).is_contiguous());
         // bf16 with the rotary embedding over whole heads of 64, 128 or 256 takes the kernel with 16-byte accesses.
         auto [bq, bk] = fused::queries_and_keys(qkv.to(at::kBFloat16), heads, kv_heads, head_dim,
                                                 norm ? q_weight : at::Tensor(), norm ? k_weight : at::Tensor(), 1e-6,
