@@ -313,6 +313,7 @@ class BatchRunner {
 
   /// The devices the model's layers are on, first to last.
   const std::vector<at::Device>& devices() const { return devices_; }
+  const model::TransformerModel& model() const { return model_; }
 
   /// Positions a forward pass over `batch` computes: its tokens when packed, else the padded rectangle.
   int64_t computed_tokens(const std::vector<int64_t>& batch, const CapturePlan& plan) const {
@@ -340,6 +341,28 @@ class BatchRunner {
         },
         retry);
     return pieces.size() == 1 ? pieces.front() : at::cat(pieces);
+  }
+
+  /// Runs `batch` through the first layer (in halves where it runs out of memory, as run() would), for the
+  /// products' kernels at its size, and its first text through every requested layer, for the rest (a global
+  /// attention layer's kernel is not a sliding one's; a split model's later devices), throws the values away and
+  /// waits for the devices. CUDA loads a kernel at its first launch and cuBLAS picks an algorithm at each new
+  /// product shape: 0.2-0.25 s a run before the first batch (measured), which the timed loop then does not pay
+  /// and in which a replicated run's GPUs stood apart.
+  void warm_up(const std::vector<int64_t>& batch, const CapturePlan& plan, device::OutOfMemoryRetry& retry) const {
+    readout::Request first_layer = request_;
+    first_layer.site = readout::Site::kResidPost;  // every layer has it
+    first_layer.layers = {0};
+    device::run_in_halves(
+        batch,
+        [&](const std::vector<int64_t>& part) {
+          std::vector<readout::Sequence> sequences;
+          for (int64_t p : part) sequences.push_back(plan.ids[static_cast<size_t>(p)]);
+          readout::read_rows(model_, sequences, first_layer);
+        },
+        retry);
+    readout::read_rows(model_, {plan.ids[static_cast<size_t>(batch.front())]}, request_);
+    for (const at::Device& device : devices_) device::synchronize(device);
   }
 
  private:
@@ -424,6 +447,14 @@ class WindowLoop {
            const Batching& batching, int64_t start) {
     auto run_size = static_cast<int64_t>(plan_.run.size());
     BackgroundWorker writer(1, targets_.front().is_gpu());
+    if (targets_.front().is_gpu()) {
+      auto warm_up_start = Clock::now();
+      warm_up(plan_window_batches(plan_.lengths, start, std::min(start + batching.window, run_size),
+                                  batching.token_budget, batching.max_examples)
+                  .front());
+      summary_.warm_up_seconds = seconds_since(warm_up_start);
+      spdlog::debug("devices warmed up on the first batch in {:.2f} s", summary_.warm_up_seconds);
+    }
     ProgressBar progress("capture", run_size - start, "examples");
     start_ = Clock::now();
     // Two windows open at once, whatever the number of workers: a worker takes the next window's first batches
@@ -495,6 +526,21 @@ class WindowLoop {
       throw;
     }
     retries_ += retry.retries;
+  }
+
+  // Warms each model copy up on the run's first batch (BatchRunner::warm_up), the copies at once.
+  void warm_up(const std::vector<int64_t>& first_batch) {
+    std::vector<std::future<void>> warming;
+    std::set<const model::TransformerModel*> warmed;  // the pipeline stages of a split copy share it
+    for (const BatchRunner& runner : runners_) {
+      if (!warmed.insert(&runner.model()).second) continue;
+      warming.push_back(std::async(std::launch::async, [this, &runner, &first_batch] {
+        device::OutOfMemoryRetry retry = out_of_memory_retry(runner);
+        runner.warm_up(first_batch, plan_, retry);
+        retries_ += retry.retries;
+      }));
+    }
+    for (auto& copy : warming) copy.get();
   }
 
   // The retry state of a runner: its devices, whose caches an out-of-memory batch clears before its halves run.

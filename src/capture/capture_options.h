@@ -55,6 +55,7 @@ struct CaptureSummary {
   std::vector<data::SkippedLine> skipped;
   std::array<int64_t, 3> split_sizes{};
   double load_seconds = 0, capture_seconds = 0;
+  double warm_up_seconds = 0;  // between the load and the capture, on GPUs (see capture.cpp: BatchRunner::warm_up)
   std::string device, dtype;
   bool already_complete = false;
 };

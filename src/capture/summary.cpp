@@ -27,6 +27,7 @@ Json summary_json(const CaptureSummary& s) {
           {"skipped_lines", skipped},
           {"out_of_memory_retries", s.out_of_memory_retries},
           {"load_seconds", s.load_seconds},
+          {"warm_up_seconds", s.warm_up_seconds},
           {"capture_seconds", s.capture_seconds},
           {"examples_per_second", per_second(static_cast<double>(s.processed), s.capture_seconds)},
           {"device", s.device},
