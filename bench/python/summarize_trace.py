@@ -87,9 +87,13 @@ def summarize(trace_path, top):
     with open(trace_path) as f:
         events = json.load(f)["traceEvents"]
     gpu = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e]
-    # The trace starts with the model's load (weight copies, no matrix product): the forward passes begin at the
-    # first product kernel, and only what follows it is counted.
-    first_product = min(e["ts"] for e in gpu if e["cat"] == "kernel" and kind_of(e["name"]) == "products")
+    # The trace starts with the model's load (weight copies, no matrix product) and the warm-up: the timed loop
+    # begins at the first product kernel after the host entered the capture's "capture loop" scope (the first
+    # product at all in a trace without it), and only what follows is counted.
+    loop = [e["ts"] for e in events if e.get("name") == "capture loop" and "dur" in e]
+    loop_start = min(loop) if loop else 0
+    first_product = min(e["ts"] for e in gpu if e["cat"] == "kernel" and kind_of(e["name"]) == "products"
+                        and e["ts"] >= loop_start)
     gpu = [e for e in gpu if e["ts"] >= first_product]
     by_kind, by_name, intervals = defaultdict(float), defaultdict(lambda: [0.0, 0]), []
     for e in gpu:

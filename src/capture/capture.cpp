@@ -1,5 +1,6 @@
 #include "capture/capture.h"
 
+#include <ATen/record_function.h>
 #include <c10/core/DeviceGuard.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -456,6 +457,7 @@ class WindowLoop {
       spdlog::debug("devices warmed up on the first batch in {:.2f} s", summary_.warm_up_seconds);
     }
     ProgressBar progress("capture", run_size - start, "examples");
+    RECORD_FUNCTION("capture loop", std::vector<c10::IValue>());  // where a profile's timed part begins
     start_ = Clock::now();
     // Two windows open at once, whatever the number of workers: a worker takes the next window's first batches
     // while the last batches of the window before are still being stored.
