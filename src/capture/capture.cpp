@@ -450,6 +450,7 @@ class WindowLoop {
     BackgroundWorker writer(1, targets_.front().is_gpu());
     if (targets_.front().is_gpu()) {
       auto warm_up_start = Clock::now();
+      reserve_row_buffers(batching);
       warm_up(plan_window_batches(plan_.lengths, start, std::min(start + batching.window, run_size),
                                   batching.token_budget, batching.max_examples)
                   .front());
@@ -510,7 +511,8 @@ class WindowLoop {
     try {
       std::shared_ptr<const device::HostCopy> previous;
       while (std::optional<WindowQueue::Task> task = queue.next(/*wait=*/true)) {
-        auto rows = std::make_shared<const device::HostCopy>(runners_[runner].run(*task->batch, plan_, retry));
+        auto rows =
+            std::make_shared<const device::HostCopy>(runners_[runner].run(*task->batch, plan_, retry), &row_buffers_);
         storer.submit([this, task = *task, rows, runner, &queue, &write, &progress] {
           try {
             store_batch(task, rows->wait(), runners_[runner], queue, write, progress);
@@ -528,6 +530,14 @@ class WindowLoop {
       throw;
     }
     retries_ += retry.retries;
+  }
+
+  // Pinned buffers for the rows of the largest batch, three per worker (two batches on its devices, one being
+  // stored), unless a buffer would exceed 512 MB (per-token rows of long batches: those are made as needed).
+  void reserve_row_buffers(const Batching& batching) {
+    const int64_t rows = options_.position == Position::kAll ? batching.token_budget : batching.max_examples;
+    const int64_t bytes = rows * static_cast<int64_t>(plan_.layers.size()) * plan_.width * int64_t{sizeof(float)};
+    if (bytes <= (int64_t{512} << 20)) row_buffers_.reserve(bytes, 3 * static_cast<int>(runners_.size()));
   }
 
   // Warms each model copy up on the run's first batch (BatchRunner::warm_up), the copies at once.
@@ -582,6 +592,7 @@ class WindowLoop {
   std::mutex progress_mutex_;
   std::atomic<int64_t> retries_{0};
   Clock::time_point start_;
+  device::PinnedPool row_buffers_;  // the batches' rows on their way down from GPUs
 };
 
 }  // namespace

@@ -16,12 +16,59 @@ at::Tensor to_device(const at::Tensor& host, at::Device device) {
   return host.pin_memory().to(device, /*non_blocking=*/true);
 }
 
-HostCopy::HostCopy(const at::Tensor& values) {
+at::Tensor PinnedPool::make(int64_t bytes) {
+  return at::empty({bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(at::hasCUDA()));
+}
+
+void PinnedPool::reserve(int64_t bytes, int count) {
+  std::vector<at::Tensor> made;
+  for (int i = 0; i < count; ++i) made.push_back(make(bytes));
+  std::lock_guard<std::mutex> lock(buffers_->mutex);
+  buffers_->made += made.size();
+  buffers_->free.insert(buffers_->free.end(), made.begin(), made.end());
+}
+
+at::Tensor PinnedPool::take(at::IntArrayRef sizes, at::ScalarType dtype) {
+  int64_t bytes = static_cast<int64_t>(c10::elementSize(dtype));
+  for (int64_t size : sizes) bytes *= size;
+  at::Tensor buffer;
+  {
+    std::lock_guard<std::mutex> lock(buffers_->mutex);
+    auto& free = buffers_->free;
+    auto fits = free.end();
+    for (auto it = free.begin(); it != free.end(); ++it) {
+      if (it->numel() >= bytes && (fits == free.end() || it->numel() < fits->numel())) fits = it;
+    }
+    if (fits != free.end()) {
+      buffer = *fits;
+      free.erase(fits);
+    } else {
+      ++buffers_->made;
+    }
+  }
+  if (!buffer.defined()) buffer = make(std::max<int64_t>(bytes, 1));
+  // The tensor views the buffer; its deleter, run when the tensor and its views are gone, hands it back.
+  return at::from_blob(
+      buffer.data_ptr(), sizes,
+      [buffers = buffers_, buffer](void*) {
+        std::lock_guard<std::mutex> lock(buffers->mutex);
+        buffers->free.push_back(buffer);
+      },
+      at::TensorOptions().dtype(dtype));
+}
+
+size_t PinnedPool::buffers() const {
+  std::lock_guard<std::mutex> lock(buffers_->mutex);
+  return buffers_->made;
+}
+
+HostCopy::HostCopy(const at::Tensor& values, PinnedPool* pool) {
   if (!values.is_cuda()) {
     host_ = values.to(at::kCPU).contiguous();
     return;
   }
-  host_ = at::empty(values.sizes(), values.options().device(at::kCPU).pinned_memory(true));
+  host_ = pool != nullptr ? pool->take(values.sizes(), values.scalar_type())
+                          : at::empty(values.sizes(), values.options().device(at::kCPU).pinned_memory(true));
   host_.copy_(values, /*non_blocking=*/true);
   copied_.emplace(values.device().type());
   copied_->record(c10::impl::VirtualGuardImpl(values.device().type()).getStream(values.device()));
@@ -38,6 +85,10 @@ void synchronize_event(const c10::Event& event) {
 }
 
 }  // namespace
+
+HostCopy::~HostCopy() {
+  if (copied_) synchronize_event(*copied_);
+}
 
 const at::Tensor& HostCopy::wait() const {
   if (copied_) synchronize_event(*copied_);

@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 
 #include "device/gpu_utils.h"
+#include "device/transfers.h"
 #include "fake_device_runtime.h"
 
 using namespace probekit::device;
@@ -54,4 +55,43 @@ TEST_CASE("select_compute on an injected Apple machine: MPS, fp32, its memory fi
   CHECK(mac.cleared.front() == Backend::kMps);
   // The real runtime of this machine has no MPS: asking for it names what there is.
   CHECK_THROWS_WITH(select_compute("mps", "auto"), doctest::Contains("Apple MPS is not available here; available: cpu"));
+}
+
+TEST_CASE("PinnedPool hands a buffer back once its tensor and views are gone, and reuses the smallest that fits") {
+  PinnedPool pool;
+  void* first = nullptr;
+  {
+    at::Tensor rows = pool.take({4, 3, 8}, at::kFloat);
+    CHECK((rows.sizes() == at::IntArrayRef{4, 3, 8}));
+    CHECK((rows.scalar_type() == at::kFloat));
+    rows.fill_(2.0f);
+    CHECK(rows.sum().item<float>() == 192.0f);
+    first = rows.data_ptr();
+    at::Tensor view = rows[1];
+    rows = at::Tensor();
+    // The view still holds the buffer: another request gets a new one.
+    at::Tensor other = pool.take({4, 3, 8}, at::kFloat);
+    CHECK(other.data_ptr() != first);
+    CHECK(pool.buffers() == 2);
+  }
+  // Both are back; a smaller request reuses one of them rather than making a third.
+  at::Tensor smaller = pool.take({2, 8}, at::kFloat);
+  CHECK(pool.buffers() == 2);
+  // A request larger than every buffer makes one of its size.
+  at::Tensor larger = pool.take({1000}, at::kDouble);
+  CHECK(pool.buffers() == 3);
+  larger = at::Tensor();
+  smaller = at::Tensor();
+  // The smallest free buffer that fits is the one taken: 96 floats' worth, not the 8,000-byte one.
+  at::Tensor again = pool.take({96}, at::kFloat);
+  CHECK(pool.buffers() == 3);
+  at::Tensor big = pool.take({8000}, at::kByte);
+  CHECK(pool.buffers() == 3);
+
+  PinnedPool reserved;
+  reserved.reserve(1024, 2);
+  CHECK(reserved.buffers() == 2);
+  at::Tensor a = reserved.take({256}, at::kFloat), b = reserved.take({16, 16}, at::kFloat);
+  CHECK(a.data_ptr() != b.data_ptr());
+  CHECK(reserved.buffers() == 2);
 }
