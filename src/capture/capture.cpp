@@ -348,7 +348,7 @@ class BatchRunner {
   /// products' kernels at its size, and its first text through every requested layer, for the rest (a global
   /// attention layer's kernel is not a sliding one's; a split model's later devices), throws the values away and
   /// waits for the devices. CUDA loads a kernel at its first launch and cuBLAS picks an algorithm at each new
-  /// product shape: 0.2-0.25 s a run before the first batch (measured), which the timed loop then does not pay
+  /// product shape: 0.2-0.35 s a run before the first batch (measured), which the timed loop then does not pay
   /// and in which a replicated run's GPUs stood apart.
   void warm_up(const std::vector<int64_t>& batch, const CapturePlan& plan, device::OutOfMemoryRetry& retry) const {
     readout::Request first_layer = request_;
