@@ -335,10 +335,7 @@ class BatchRunner {
           if (simulate_out_of_memory_above_ > 0 && static_cast<int64_t>(part.size()) > simulate_out_of_memory_above_) {
             throw std::runtime_error("CUDA out of memory (simulated for a test)");
           }
-          std::vector<readout::Sequence> sequences;
-          sequences.reserve(part.size());
-          for (int64_t p : part) sequences.push_back(plan.ids[static_cast<size_t>(p)]);
-          pieces.push_back(readout::read_rows(model_, sequences, request_));
+          pieces.push_back(readout::read_rows(model_, sequences_of(part, plan), request_));
         },
         retry);
     return pieces.size() == 1 ? pieces.front() : at::cat(pieces);
@@ -356,17 +353,21 @@ class BatchRunner {
     first_layer.layers = {0};
     device::run_in_halves(
         batch,
-        [&](const std::vector<int64_t>& part) {
-          std::vector<readout::Sequence> sequences;
-          for (int64_t p : part) sequences.push_back(plan.ids[static_cast<size_t>(p)]);
-          readout::read_rows(model_, sequences, first_layer);
-        },
+        [&](const std::vector<int64_t>& part) { readout::read_rows(model_, sequences_of(part, plan), first_layer); },
         retry);
     readout::read_rows(model_, {plan.ids[static_cast<size_t>(batch.front())]}, request_);
     for (const at::Device& device : devices_) device::synchronize(device);
   }
 
  private:
+  // The token ids of run positions `part`.
+  static std::vector<readout::Sequence> sequences_of(const std::vector<int64_t>& part, const CapturePlan& plan) {
+    std::vector<readout::Sequence> sequences;
+    sequences.reserve(part.size());
+    for (int64_t p : part) sequences.push_back(plan.ids[static_cast<size_t>(p)]);
+    return sequences;
+  }
+
   const model::TransformerModel& model_;
   std::vector<at::Device> devices_;
   readout::Request request_;
