@@ -9,9 +9,10 @@
 namespace probekit::capture {
 
 /// Batches of window [begin, end): positions into `lengths`, longest first (ties keep their order), each
-/// batch with at most `max_examples` examples and at most `token_budget` padded tokens (examples x longest).
+/// batch with at most `max_examples` examples and at most `token_budget` tokens: padded tokens (examples x
+/// longest), or with `packed` (the batch's sequences one after another, nothing padded) the tokens themselves.
 std::vector<std::vector<int64_t>> plan_window_batches(const std::vector<int64_t>& lengths, int64_t begin, int64_t end,
-                                                      int64_t token_budget, int64_t max_examples);
+                                                      int64_t token_budget, int64_t max_examples, bool packed);
 
 /// `batches` with each of its last `count` batches cut into `parts` batches of consecutive examples (as equal as
 /// the examples allow). Replicas sharing a run take its last batches one each: one full batch more on one of them

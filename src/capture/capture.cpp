@@ -291,6 +291,11 @@ Batching choose_batching(const CaptureOptions& options, const model::Transformer
     b.token_budget = std::max<int64_t>(4096, longest);
     b.max_examples = 64;
   }
+  // Packed batches of last or per-token rows compute and hold only their own tokens (mean and max pooling pad
+  // each layer's values to pool them), so those batches fill the budget with real tokens: 14 batches for the
+  // 4,500 benchmark texts where padded accounting cut 18 of ~23,700 tokens (1.4-1.6% more examples/s on an H200).
+  b.packed = (options.position == Position::kLast || options.position == Position::kAll) &&
+             readout::packs_sequences(model, readout::Request{options.site, options.position, plan.layers});
   // Rows are buffered per window; per-token rows are large, so their windows are smaller.
   b.window = options.window;
   if (options.position == Position::kAll) {
@@ -453,7 +458,7 @@ class WindowLoop {
       auto warm_up_start = Clock::now();
       reserve_row_buffers(batching);
       warm_up(plan_window_batches(plan_.lengths, start, std::min(start + batching.window, run_size),
-                                  batching.token_budget, batching.max_examples)
+                                  batching.token_budget, batching.max_examples, batching.packed)
                   .front());
       summary_.warm_up_seconds = seconds_since(warm_up_start);
       spdlog::debug("devices warmed up on the first batch in {:.2f} s", summary_.warm_up_seconds);
@@ -464,7 +469,8 @@ class WindowLoop {
     // Two windows open at once, whatever the number of workers: a worker takes the next window's first batches
     // while the last batches of the window before are still being stored.
     WindowQueue queue(start, run_size, batching.window, 2, [&](int64_t begin, int64_t end) {
-      auto batches = plan_window_batches(plan_.lengths, begin, end, batching.token_budget, batching.max_examples);
+      auto batches = plan_window_batches(plan_.lengths, begin, end, batching.token_budget, batching.max_examples,
+                                         batching.packed);
       // The run's last batches in quarters when replicas share it (with_finer_tail); a single model, split or not,
       // keeps the batches of a one-device run.
       if (replicas_ > 1 && end == run_size) batches = with_finer_tail(std::move(batches), 2 * runners_.size(), 4);
@@ -577,6 +583,7 @@ class WindowLoop {
       std::lock_guard<std::mutex> lock(progress_mutex_);
       summary_.tokens += tokens;
       summary_.computed_tokens += runner.computed_tokens(batch, plan_);
+      ++summary_.batches;
       summary_.processed += static_cast<int64_t>(batch.size());
       progress.update(summary_.processed,
                       fmt::format("{:.0f} tokens/s", static_cast<double>(summary_.tokens) / seconds_since(start_)));
@@ -649,8 +656,8 @@ CaptureSummary run_capture(const CaptureOptions& options) {
     return summary;
   }
   if (start > 0 && start < run_size) spdlog::info("resuming after {} of {} examples", start, run_size);
-  spdlog::debug("batching: windows of {} examples, {} tokens and {} examples per batch at most", batching.window,
-                batching.token_budget, batching.max_examples);
+  spdlog::debug("batching: windows of {} examples, {} {}tokens and {} examples per batch at most", batching.window,
+                batching.token_budget, batching.packed ? "" : "padded ", batching.max_examples);
   readout::Request request{options.site, options.position, plan.layers, plan.leading_specials};
   std::vector<BatchRunner> runners;
   for (size_t r = 0; r < replicas.size(); ++r) {

@@ -47,6 +47,7 @@ struct CaptureSummary {
   int64_t processed = 0;        // examples run by this invocation (fewer when resuming)
   int64_t tokens = 0;           // tokens run by this invocation
   int64_t computed_tokens = 0;  // positions the forward passes computed: the tokens and the batches' padding
+  int64_t batches = 0;          // forward passes run (a batch split after running out of memory counts once)
   int64_t truncated = 0;        // texts cut to --max-length
   int64_t out_of_memory_retries = 0;
   std::vector<int64_t> layers;

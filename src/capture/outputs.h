@@ -24,6 +24,7 @@ struct RunItem {
 /// bit).
 struct Batching {
   int64_t window = 0, token_budget = 0, max_examples = 0;
+  bool packed = false;  // the budget counts the batches' own tokens (packed sequences), not padded ones
 
   std::string encode() const;
   static Batching decode(const std::string& text);

@@ -22,6 +22,7 @@ Json summary_json(const CaptureSummary& s) {
           {"label_names", s.label_names},
           {"tokens", s.tokens},
           {"computed_tokens", s.computed_tokens},
+          {"batches", s.batches},
           {"padding_fraction", s.computed_tokens > 0 ? 1.0 - static_cast<double>(s.tokens) / s.computed_tokens : 0.0},
           {"truncated", s.truncated},
           {"skipped_lines", skipped},

@@ -661,7 +661,7 @@ TEST_CASE("shards of a run, merged, equal the whole run") {
   testing::check_same_rows(joined, whole);
 }
 
-TEST_CASE("the summary counts the padding the batches computed") {
+TEST_CASE("the summary counts the batches and the padding they computed") {
   TempDir tmp;
   std::string dataset = write_dataset(tmp, 24);
   capture::CaptureOptions o = base_options(dataset, tmp.file("one"));
@@ -669,12 +669,15 @@ TEST_CASE("the summary counts the padding the batches computed") {
   capture::CaptureSummary single = capture::run_capture(o);
   CHECK(single.tokens > 0);
   CHECK(single.computed_tokens == single.tokens);
+  CHECK(single.batches == 24);
   o.output_dir = tmp.file("all");
   o.batch_size = 24;  // one batch, every text padded to the longest
   capture::CaptureSummary batched = capture::run_capture(o);
   CHECK(batched.tokens == single.tokens);
   CHECK(batched.computed_tokens > batched.tokens);
+  CHECK(batched.batches == 1);
   Json summary = capture::summary_json(batched);
+  CHECK(summary["batches"].get<int64_t>() == 1);
   CHECK(summary["padding_fraction"].get<double>() ==
         doctest::Approx(1.0 - static_cast<double>(batched.tokens) / batched.computed_tokens));
 }

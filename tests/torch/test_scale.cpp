@@ -12,6 +12,7 @@
 #include "capture/capture.h"
 #include "capture/merge.h"
 #include "capture/batching.h"
+#include "capture/outputs.h"
 #include "capture/window_queue.h"
 #include "common/error.h"
 #include "common/files.h"
@@ -198,6 +199,34 @@ TEST_CASE("the last batches of a run shared by replicas are cut finer, keeping e
   CHECK(finer == expected);
   CHECK(capture::with_finer_tail(batches, 10, 1) == batches);  // one part: as they were
   CHECK(capture::with_finer_tail({}, 4, 4).empty());
+}
+
+TEST_CASE("a window's batches fill the token budget with padded tokens, or packed with their own tokens") {
+  // Window [1, 5) of these lengths, longest first: 9 (position 3), 5 (2), 3 (1), 2 (4).
+  const std::vector<int64_t> lengths = {100, 3, 5, 9, 2, 100};
+  const std::vector<std::vector<int64_t>> padded = {{3, 2}, {1, 4}};  // 2 x 9 <= 20 < 3 x 9
+  CHECK(capture::plan_window_batches(lengths, 1, 5, 20, 64, false) == padded);
+  const std::vector<std::vector<int64_t>> packed = {{3, 2, 1, 4}};  // 9 + 5 + 3 + 2 = 19
+  CHECK(capture::plan_window_batches(lengths, 1, 5, 20, 64, true) == packed);
+  CHECK(capture::plan_window_batches(lengths, 1, 5, 18, 64, true) == std::vector<std::vector<int64_t>>{{3, 2, 1}, {4}});
+  CHECK(capture::plan_window_batches(lengths, 1, 5, 1000, 2, true) == padded);  // two examples a batch at most
+  // A sequence longer than the budget is a batch of its own.
+  CHECK(capture::plan_window_batches(lengths, 0, 2, 50, 64, true) == std::vector<std::vector<int64_t>>{{0}, {1}});
+}
+
+TEST_CASE("the batching recorded in a capture's files reads back, and files from before packed batching too") {
+  capture::Batching packed{1024, 32768, 512, true};
+  CHECK(packed.encode() == "1024,32768,512,packed");
+  capture::Batching read = capture::Batching::decode(packed.encode());
+  CHECK(read.window == 1024);
+  CHECK(read.token_budget == 32768);
+  CHECK(read.max_examples == 512);
+  CHECK(read.packed);
+  CHECK_FALSE(capture::Batching::decode("1024,4096,64").packed);
+  for (const char* bad : {"1024,4096", "1024,4096,64,padded", "1024,0,64", "x,4096,64", ""}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH(capture::Batching::decode(bad), doctest::Contains("no usable batching"));
+  }
 }
 
 TEST_CASE("the window queue hands out batches across window boundaries and finishes windows in run order") {
