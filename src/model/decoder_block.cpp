@@ -145,16 +145,28 @@ at::Tensor norm_to(const at::Tensor& x, const Norm& norm, const ModelConfig& c, 
   return apply_norm(x, norm, c, dtype);
 }
 
-// residual + branch, the branch first normalized by branch_norm when defined; plus the sum normalized by
-// next_norm into `dtype` when defined (the input of the next sub-block).
-std::pair<at::Tensor, at::Tensor> add_branch(const at::Tensor& residual, const at::Tensor& branch, const Norm& branch_norm,
-                                             const Norm& next_norm, const ModelConfig& c, at::ScalarType dtype) {
+// A branch added into the residual stream, normalized by its post-norm first when that is defined.
+struct BranchOutput {
+  at::Tensor values;
+  Norm norm;
+};
+
+// residual + each branch in turn; plus the sum normalized by next_norm into `dtype` when defined (the input of
+// the next sub-block). The fused kernel leaves the sum undefined when not `sum_wanted`.
+std::pair<at::Tensor, at::Tensor> add_branches(const at::Tensor& residual, const std::vector<BranchOutput>& branches,
+                                               const Norm& next_norm, const ModelConfig& c, at::ScalarType dtype,
+                                               bool sum_wanted = true) {
 #ifdef PROBEKIT_WITH_CUDA
   if (fused_path(residual, c)) {
-    return fused::residual_add(residual, branch, branch_norm.weight, next_norm.weight, c.norm_eps, dtype);
+    std::vector<fused::ResidualBranch> fused_branches;
+    for (const BranchOutput& branch : branches) fused_branches.push_back({branch.values, branch.norm.weight});
+    return fused::residual_add(residual, fused_branches, next_norm.weight, c.norm_eps, dtype, sum_wanted);
   }
 #endif
-  at::Tensor sum = residual + (branch_norm.defined() ? apply_norm(branch, branch_norm, c, at::kFloat) : branch.to(at::kFloat));
+  at::Tensor sum = residual;
+  for (const BranchOutput& branch : branches) {
+    sum = sum + (branch.norm.defined() ? apply_norm(branch.values, branch.norm, c, at::kFloat) : branch.values.to(at::kFloat));
+  }
   return {sum, next_norm.defined() ? apply_norm(sum, next_norm, c, dtype) : at::Tensor()};
 }
 
@@ -447,7 +459,11 @@ ResidualStream decoder_block(const ResidualStream& stream, const LayerWeights& w
     if (hook.wants(kHookResidPost)) hook.emit("resid_post", out);
     return {out, {}};
   }
-  auto [middle, mlp_in] = add_branch(x, attention_out, attention_norm, w.mlp_input_norm, c, compute);
+  // Unless something reads the residual between the branches, the fused path leaves it unwritten and the MLP's
+  // add recomputes it from the attention branch: one pass over memory less than writing it and reading it back.
+  const BranchOutput attention{attention_out, attention_norm};
+  auto [middle, mlp_in] = add_branches(x, {attention}, w.mlp_input_norm, c, compute,
+                                       hook.wants(kHookResidMid) || !c.features.input_norms);
   if (hook.wants(kHookResidMid)) hook.emit("resid_mid", middle);
   if (!c.features.input_norms) mlp_in = middle.to(compute);
   at::Tensor mlp_out = feed_forward(mlp_in, w, c, hook);
@@ -457,7 +473,9 @@ ResidualStream decoder_block(const ResidualStream& stream, const LayerWeights& w
     mlp_norm = Norm{};
     hook.emit("mlp_out", mlp_out);
   }
-  auto [out, next_input] = add_branch(middle, mlp_out, mlp_norm, next_norm, c, compute);
+  const BranchOutput mlp{mlp_out, mlp_norm};
+  auto [out, next_input] = middle.defined() ? add_branches(middle, {mlp}, next_norm, c, compute)
+                                            : add_branches(x, {attention, mlp}, next_norm, c, compute);
   if (hook.wants(kHookResidPost)) hook.emit("resid_post", out);
   return {out, next_input};
 }

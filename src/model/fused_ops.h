@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 
 #include <utility>
+#include <vector>
 
 #include "model/activation.h"
 
@@ -16,12 +17,21 @@ namespace probekit::model::fused {
 /// rows of x (fp32 or the compute dtype) -> rms_norm(row) * weight, in `output` dtype.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, at::ScalarType output);
 
-/// residual (fp32) + branch, where the branch is first RMS-normalized with `branch_weight` when that is
-/// defined (Gemma 2/3's post-norms). Returns the new fp32 residual, and, when `norm_weight` is defined, the
-/// new residual RMS-normalized with it in `output` dtype (the next sub-block's input norm).
-std::pair<at::Tensor, at::Tensor> residual_add(const at::Tensor& residual, const at::Tensor& branch,
-                                               const at::Tensor& branch_weight, const at::Tensor& norm_weight,
-                                               double eps, at::ScalarType output);
+/// A branch added into the residual stream, RMS-normalized with `norm_weight` first when that is defined
+/// (Gemma 2/3's post-norms).
+struct ResidualBranch {
+  at::Tensor values;
+  at::Tensor norm_weight;
+};
+
+/// residual (fp32) + the branches in order (one or two). Returns the new fp32 residual (undefined when not
+/// `sum_wanted`, unless the kernel had to write it), and, when `norm_weight` is defined, the new residual
+/// RMS-normalized with it in `output` dtype (the next sub-block's input norm). Two branches give the bits of
+/// two calls with one each, in one pass over memory: a layer's second add recomputes the residual after its
+/// first rather than reading it back.
+std::pair<at::Tensor, at::Tensor> residual_add(const at::Tensor& residual, const std::vector<ResidualBranch>& branches,
+                                               const at::Tensor& norm_weight, double eps, at::ScalarType output,
+                                               bool sum_wanted = true);
 
 /// act(gate) * up for a gated MLP's fused projection [..., 2 * inner] -> [..., inner].
 at::Tensor gated_activation(const at::Tensor& gate_up, Activation activation);

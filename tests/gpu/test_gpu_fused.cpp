@@ -32,20 +32,51 @@ TEST_CASE("fused rms_norm and residual_add equal the ATen arithmetic") {
     at::Tensor branch_weight = at::randn({width}, kCuda), norm_weight = at::randn({width}, kCuda);
     for (at::ScalarType branch_type : {at::kBFloat16, at::kFloat}) {
       at::Tensor branch = at::randn({7, 5, width}, kCuda).to(branch_type);
-      auto [sum, normed] = fused::residual_add(x, branch, branch_weight, norm_weight, 1e-6, at::kFloat);
+      auto [sum, normed] = fused::residual_add(x, {{branch, branch_weight}}, norm_weight, 1e-6, at::kFloat);
       at::Tensor expected = x + rms(branch, branch_weight, 1e-6);
       CHECK(max_relative_error(sum, expected) < 1e-5);
       CHECK(max_relative_error(normed, rms(expected, norm_weight, 1e-6)) < 1e-5);
-      auto [same_sum, normed_bf16] = fused::residual_add(x, branch, branch_weight, norm_weight, 1e-6, at::kBFloat16);
+      auto [same_sum, normed_bf16] = fused::residual_add(x, {{branch, branch_weight}}, norm_weight, 1e-6, at::kBFloat16);
       CHECK(max_relative_error(normed_bf16, rms(expected, norm_weight, 1e-6)) < 1e-2);
       // A model split over devices normalizes the sum in rms_norm at a stage boundary: the same bits.
       CHECK(at::equal(fused::rms_norm(same_sum, norm_weight, 1e-6, at::kBFloat16), normed_bf16));
       CHECK(at::equal(fused::rms_norm(sum, norm_weight, 1e-6, at::kFloat), normed));
     }
     at::Tensor branch = at::randn({7, 5, width}, kCuda).to(at::kBFloat16);
-    auto [plain, none] = fused::residual_add(x, branch, at::Tensor(), at::Tensor(), 1e-6, at::kBFloat16);
+    auto [plain, none] = fused::residual_add(x, {{branch, at::Tensor()}}, at::Tensor(), 1e-6, at::kBFloat16);
     CHECK(max_relative_error(plain, x + branch.to(at::kFloat)) < 1e-6);
     CHECK_FALSE(none.defined());
+  }
+}
+
+TEST_CASE("fused residual_add of two branches gives the bits of two adds of one") {
+  // 2560 and 9000 take the register kernel, which adds both in one pass; 333 (the plain kernel) and branches of
+  // two dtypes write the first sum and add the second to it.
+  for (int64_t width : {333, 2560, 9000}) {
+    for (at::ScalarType second_type : {at::kBFloat16, at::kFloat}) {
+      CAPTURE(width);
+      CAPTURE(second_type);
+      at::Tensor x = at::randn({6, 7, width}, kCuda);
+      at::Tensor first = at::randn({6, 7, width}, kCuda).to(at::kBFloat16);
+      at::Tensor second = at::randn({6, 7, width}, kCuda).to(second_type);
+      at::Tensor first_weight = at::randn({width}, kCuda), second_weight = at::randn({width}, kCuda);
+      at::Tensor norm_weight = at::randn({width}, kCuda);
+      for (bool second_normed : {false, true}) {
+        const at::Tensor weight = second_normed ? second_weight : at::Tensor();
+        auto [middle, unused] = fused::residual_add(x, {{first, first_weight}}, at::Tensor(), 1e-6, at::kBFloat16);
+        auto [sum, normed] = fused::residual_add(middle, {{second, weight}}, norm_weight, 1e-6, at::kBFloat16);
+        auto [both_sum, both_normed] =
+            fused::residual_add(x, {{first, first_weight}, {second, weight}}, norm_weight, 1e-6, at::kBFloat16);
+        CHECK(at::equal(both_sum, sum));
+        CHECK(at::equal(both_normed, normed));
+        CHECK(max_relative_error(sum, x + rms(first, first_weight, 1e-6) +
+                                          (second_normed ? rms(second, second_weight, 1e-6) : second.to(at::kFloat))) < 1e-5);
+      }
+      // The first add of a layer whose residual nobody reads between its branches writes its normalized input only.
+      auto [no_sum, mlp_input] = fused::residual_add(x, {{first, first_weight}}, norm_weight, 1e-6, at::kBFloat16, false);
+      CHECK(no_sum.defined() == (width == 333));
+      CHECK(at::equal(mlp_input, fused::residual_add(x, {{first, first_weight}}, norm_weight, 1e-6, at::kBFloat16).second));
+    }
   }
 }
 

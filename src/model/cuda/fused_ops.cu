@@ -55,36 +55,51 @@ __global__ void rms_norm_kernel(const In* x, const float* weight, Out* out, int6
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x) store(out + row * width, i, load(in, i) * scale * weight[i]);
 }
 
+// residual_add's kernels' arguments: the fp32 residual, one or two branches (second_branch null: one), each
+// RMS-normalized with its weight first when that is not null, the sum's output (null: not written, for the
+// register kernel) and its normalized copy's (null with norm_weight).
+template <typename Branch, typename Out>
+struct ResidualAddArguments {
+  const float* residual;
+  const Branch* branch;
+  const float* branch_weight;
+  const Branch* second_branch;
+  const float* second_weight;
+  const float* norm_weight;
+  float* sum;
+  Out* normed;
+  int64_t width;
+  float eps;
+};
+
 // new = residual + (branch_weight ? rms(branch) * branch_weight : branch); normed = rms(new) * norm_weight.
 template <typename Branch, typename Out>
-__global__ void residual_add_kernel(const float* residual, const Branch* branch, const float* branch_weight,
-                                    const float* norm_weight, float* sum_out, Out* normed_out, int64_t width,
-                                    float eps) {
-  int64_t row = blockIdx.x;
-  const float* r = residual + row * width;
-  const Branch* b = branch + row * width;
+__global__ void residual_add_kernel(ResidualAddArguments<Branch, Out> a) {
+  const int64_t row = blockIdx.x, width = a.width;
+  const float* r = a.residual + row * width;
+  const Branch* b = a.branch + row * width;
   float branch_scale = 1.0f;
-  if (branch_weight != nullptr) {
+  if (a.branch_weight != nullptr) {
     float squares = 0;
     for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
       float v = load(b, i);
       squares += v * v;
     }
-    branch_scale = rsqrtf(block_sum(squares) / static_cast<float>(width) + eps);
+    branch_scale = rsqrtf(block_sum(squares) / static_cast<float>(width) + a.eps);
   }
   float squares = 0;
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
     float v = load(b, i);
-    if (branch_weight != nullptr) v = v * branch_scale * branch_weight[i];
+    if (a.branch_weight != nullptr) v = v * branch_scale * a.branch_weight[i];
     float sum = r[i] + v;
-    sum_out[row * width + i] = sum;
+    a.sum[row * width + i] = sum;
     squares += sum * sum;
   }
-  if (norm_weight == nullptr) return;
-  float scale = rsqrtf(block_sum(squares) / static_cast<float>(width) + eps);
+  if (a.norm_weight == nullptr) return;
+  float scale = rsqrtf(block_sum(squares) / static_cast<float>(width) + a.eps);
   // Each thread reads back only the sums it wrote itself.
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
-    store(normed_out + row * width, i, sum_out[row * width + i] * scale * norm_weight[i]);
+    store(a.normed + row * width, i, a.sum[row * width + i] * scale * a.norm_weight[i]);
   }
 }
 
@@ -136,37 +151,53 @@ __device__ __forceinline__ void store_normalized(const float (&v)[kQuads][4], fl
   }
 }
 
-// The same as residual_add_kernel with the row held in registers: thread t holds the quads t, t + blockDim.x,
-// ... (kQuads of them), loaded once with vector accesses and never read back from memory. 1.74x the kernel
-// above, which rereads the branch and its own sums (4.1 against 2.3 TB/s on an H200 at width 2560).
-template <typename Branch, typename Out, int kQuads>
-__global__ void residual_add_quads_kernel(const float* residual, const Branch* branch, const float* branch_weight,
-                                          const float* norm_weight, float* sum_out, Out* normed_out, int64_t width,
-                                          float eps) {
-  const int64_t row = blockIdx.x;
+// Adds a branch's quads v (this thread's, whose squares it summed) into `sum` (this thread's quads of the
+// running residual), the branch RMS-normalized with `weight` first when that is not null.
+template <int kQuads>
+__device__ __forceinline__ void add_quads(float (&sum)[kQuads][4], const float (&v)[kQuads][4], float squares,
+                                          const float* weight, int64_t width, float eps) {
+  const float scale = weight != nullptr ? rsqrtf(block_sum(squares) / static_cast<float>(width) + eps) : 1.0f;
   const int quads = static_cast<int>(width / 4);
-  const auto* r = reinterpret_cast<const float4*>(residual + row * width);
-  float v[kQuads][4];
-  float squares = load_quads(branch + row * width, v, quads);
-  const float branch_scale = branch_weight != nullptr ? rsqrtf(block_sum(squares) / static_cast<float>(width) + eps) : 1.0f;
-  squares = 0;
-  auto* sums = reinterpret_cast<float4*>(sum_out + row * width);
 #pragma unroll
   for (int q = 0; q < kQuads; ++q) {
     const int i = threadIdx.x + q * blockDim.x;
     if (i >= quads) continue;
-    const float4 rest = r[i];
-    const float4 w = branch_weight != nullptr ? reinterpret_cast<const float4*>(branch_weight)[i] : float4{1, 1, 1, 1};
-    v[q][0] = rest.x + v[q][0] * branch_scale * w.x;
-    v[q][1] = rest.y + v[q][1] * branch_scale * w.y;
-    v[q][2] = rest.z + v[q][2] * branch_scale * w.z;
-    v[q][3] = rest.w + v[q][3] * branch_scale * w.w;
-    sums[i] = float4{v[q][0], v[q][1], v[q][2], v[q][3]};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) squares += v[q][j] * v[q][j];
+    const float4 w = weight != nullptr ? reinterpret_cast<const float4*>(weight)[i] : float4{1, 1, 1, 1};
+    sum[q][0] = sum[q][0] + v[q][0] * scale * w.x;
+    sum[q][1] = sum[q][1] + v[q][1] * scale * w.y;
+    sum[q][2] = sum[q][2] + v[q][2] * scale * w.z;
+    sum[q][3] = sum[q][3] + v[q][3] * scale * w.w;
   }
-  if (norm_weight == nullptr) return;
-  store_normalized(v, squares, norm_weight, normed_out + row * width, width, eps);
+}
+
+// The same as residual_add_kernel with the row held in registers: thread t holds the quads t, t + blockDim.x,
+// ... (kQuads of them), loaded once with vector accesses and never read back from memory. 1.74x the kernel
+// above, which rereads the branch and its own sums (4.1 against 2.3 TB/s on an H200 at width 2560). A second
+// branch is added to the first's sum in registers, as a second call would add it to the sum read back.
+template <typename Branch, typename Out, int kQuads>
+__global__ void residual_add_quads_kernel(ResidualAddArguments<Branch, Out> a) {
+  const int64_t row = blockIdx.x;
+  const int quads = static_cast<int>(a.width / 4);
+  float sum[kQuads][4], v[kQuads][4];
+  const float branch_squares = load_quads(a.branch + row * a.width, v, quads);
+  load_quads(a.residual + row * a.width, sum, quads);
+  add_quads(sum, v, branch_squares, a.branch_weight, a.width, a.eps);
+  if (a.second_branch != nullptr) {
+    const float second_squares = load_quads(a.second_branch + row * a.width, v, quads);
+    add_quads(sum, v, second_squares, a.second_weight, a.width, a.eps);
+  }
+  float squares = 0;
+  auto* sums = reinterpret_cast<float4*>(a.sum + row * a.width);
+#pragma unroll
+  for (int q = 0; q < kQuads; ++q) {
+    const int i = threadIdx.x + q * blockDim.x;
+    if (i >= quads) continue;
+    if (a.sum != nullptr) sums[i] = float4{sum[q][0], sum[q][1], sum[q][2], sum[q][3]};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) squares += sum[q][j] * sum[q][j];
+  }
+  if (a.norm_weight == nullptr) return;
+  store_normalized(sum, squares, a.norm_weight, a.normed + row * a.width, a.width, a.eps);
 }
 
 // rms_norm of a row held in registers as residual_add_quads_kernel holds it: the same squares summed in the
@@ -320,18 +351,6 @@ __global__ void queries_and_keys_warp_kernel(const T* qkv, T* queries, T* keys, 
   }
 }
 
-template <typename Branch, typename Out>
-struct ResidualAddArguments {
-  const float* residual;
-  const Branch* branch;
-  const float* branch_weight;
-  const float* norm_weight;
-  float* sum;
-  Out* normed;
-  int64_t width;
-  float eps;
-};
-
 bool quad_aligned(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Calls launch(std::integral_constant<int, kQuads>, threads) for the register kernels' layout of a row of
@@ -355,20 +374,18 @@ bool launch_by_quads(int64_t width, Launch&& launch) {
   return false;
 }
 
-// The register kernel when every row starts on a 16-byte boundary and the width fits it; else the plain kernel.
+// The register kernel (`in_registers`: see residual_add), else the plain kernel.
 template <typename Branch, typename Out>
-void launch_residual_add(const ResidualAddArguments<Branch, Out>& a, int64_t rows, cudaStream_t stream) {
-  const bool aligned = quad_aligned(a.residual) && quad_aligned(a.branch) && quad_aligned(a.sum) &&
-                       quad_aligned(a.normed) && quad_aligned(a.branch_weight) && quad_aligned(a.norm_weight);
-  if (aligned && launch_by_quads(a.width, [&](auto quads_per_thread, int threads) {
-        constexpr int kQuads = decltype(quads_per_thread)::value;
-        residual_add_quads_kernel<Branch, Out, kQuads><<<rows, threads, 0, stream>>>(
-            a.residual, a.branch, a.branch_weight, a.norm_weight, a.sum, a.normed, a.width, a.eps);
-      })) {
+void launch_residual_add(const ResidualAddArguments<Branch, Out>& a, int64_t rows, bool in_registers,
+                         cudaStream_t stream) {
+  if (in_registers) {
+    launch_by_quads(a.width, [&](auto quads_per_thread, int threads) {
+      constexpr int kQuads = decltype(quads_per_thread)::value;
+      residual_add_quads_kernel<Branch, Out, kQuads><<<rows, threads, 0, stream>>>(a);
+    });
     return;
   }
-  residual_add_kernel<Branch, Out><<<rows, kThreads, 0, stream>>>(a.residual, a.branch, a.branch_weight, a.norm_weight,
-                                                                  a.sum, a.normed, a.width, a.eps);
+  residual_add_kernel<Branch, Out><<<rows, kThreads, 0, stream>>>(a);
 }
 
 // The same for 2-byte values and a rotary embedding over the whole head, with one group of kLanes lanes per
@@ -488,25 +505,47 @@ at::Tensor rms_norm(const at::Tensor& x_in, const at::Tensor& weight, double eps
   return out;
 }
 
-std::pair<at::Tensor, at::Tensor> residual_add(const at::Tensor& residual_in, const at::Tensor& branch_in,
-                                               const at::Tensor& branch_weight, const at::Tensor& norm_weight,
-                                               double eps, at::ScalarType output) {
+std::pair<at::Tensor, at::Tensor> residual_add(const at::Tensor& residual_in, const std::vector<ResidualBranch>& branches,
+                                               const at::Tensor& norm_weight, double eps, at::ScalarType output,
+                                               bool sum_wanted) {
+  TORCH_CHECK(branches.size() == 1 || branches.size() == 2, "residual_add: one or two branches, not ", branches.size());
   c10::cuda::CUDAGuard guard(residual_in.device());
-  at::Tensor residual = residual_in.contiguous(), branch = branch_in.contiguous();
+  at::Tensor residual = residual_in.contiguous(), first = branches[0].values.contiguous();
+  at::Tensor second = branches.size() == 2 ? branches[1].values.contiguous() : at::Tensor();
   TORCH_CHECK(residual.scalar_type() == at::kFloat, "residual_add: the residual stream must be fp32");
-  int64_t width = residual.size(-1), rows = residual.numel() / width;
-  at::Tensor sum = at::empty_like(residual);
+  const int64_t width = residual.size(-1), rows = residual.numel() / width;
+  // The register kernel needs every row on a 16-byte boundary and a width it fits (see launch_by_quads); it
+  // adds two branches in one pass when they share a dtype. Otherwise the first sum is written and read back.
+  const bool in_registers = width % 4 == 0 && width / 4 <= 16 * 512 && quad_aligned(residual.data_ptr()) &&
+                            quad_aligned(first.data_ptr()) && quad_aligned(optional_data(branches[0].norm_weight)) &&
+                            quad_aligned(optional_data(norm_weight)) &&
+                            (!second.defined() || (second.scalar_type() == first.scalar_type() &&
+                                                   quad_aligned(second.data_ptr()) &&
+                                                   quad_aligned(optional_data(branches[1].norm_weight))));
+  if (second.defined() && !in_registers) {
+    const at::Tensor middle = residual_add(residual, {branches[0]}, at::Tensor(), eps, output, true).first;
+    return residual_add(middle, {branches[1]}, norm_weight, eps, output, sum_wanted);
+  }
+  at::Tensor sum = sum_wanted || !in_registers ? at::empty_like(residual) : at::Tensor();
   at::Tensor normed = norm_weight.defined() ? at::empty(residual.sizes(), residual.options().dtype(output)) : at::Tensor();
   if (rows == 0) return {sum, normed};
   auto stream = at::cuda::getCurrentCUDAStream();
-  dispatch_float_type(branch.scalar_type(), [&](auto branch_type) {
+  dispatch_float_type(first.scalar_type(), [&](auto branch_type) {
     using Branch = decltype(branch_type);
     dispatch_float_type(output, [&](auto out_type) {
       using Out = decltype(out_type);
       const ResidualAddArguments<Branch, Out> arguments{
-          residual.data_ptr<float>(), branch.data_ptr<Branch>(), optional_data(branch_weight), optional_data(norm_weight),
-          sum.data_ptr<float>(), normed.defined() ? normed.data_ptr<Out>() : nullptr, width, static_cast<float>(eps)};
-      launch_residual_add(arguments, rows, stream);
+          residual.data_ptr<float>(),
+          first.data_ptr<Branch>(),
+          optional_data(branches[0].norm_weight),
+          second.defined() ? second.data_ptr<Branch>() : nullptr,
+          second.defined() ? optional_data(branches[1].norm_weight) : nullptr,
+          optional_data(norm_weight),
+          sum.defined() ? sum.data_ptr<float>() : nullptr,
+          normed.defined() ? normed.data_ptr<Out>() : nullptr,
+          width,
+          static_cast<float>(eps)};
+      launch_residual_add(arguments, rows, in_registers, stream);
     });
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
