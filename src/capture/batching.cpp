@@ -1,12 +1,33 @@
 #include "capture/batching.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <numeric>
+
+#include "common/error.h"
 
 namespace probekit::capture {
 
+std::string Batching::encode() const {
+  return fmt::format("{},{},{}{}", window, token_budget, max_examples, packed ? ",packed" : "");
+}
+
+Batching Batching::decode(const std::string& text) {
+  Batching b;
+  char packed[8] = {};
+  // Files written before packed batches were planned by their own tokens record three numbers.
+  const int fields = std::sscanf(text.c_str(), "%ld,%ld,%ld,%7s", &b.window, &b.token_budget, &b.max_examples, packed);
+  b.packed = fields == 4 && std::string(packed) == "packed";
+  if ((fields != 3 && !b.packed) || b.window <= 0 || b.token_budget <= 0 || b.max_examples <= 0) {
+    fail("the partial file records no usable batching ('{}'); start again with --overwrite", text);
+  }
+  return b;
+}
+
 std::vector<std::vector<int64_t>> plan_window_batches(const std::vector<int64_t>& lengths, int64_t begin, int64_t end,
-                                                      int64_t token_budget, int64_t max_examples, bool packed) {
+                                                      const Batching& batching) {
   std::vector<int64_t> order(static_cast<size_t>(end - begin));
   std::iota(order.begin(), order.end(), begin);
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
@@ -20,8 +41,9 @@ std::vector<std::vector<int64_t>> plan_window_batches(const std::vector<int64_t>
       auto& current = batches.back();
       // Sorted longest first, so a padded batch's first example sets its padded length.
       const auto count = static_cast<int64_t>(current.size());
-      const int64_t cost = packed ? tokens + length : (count + 1) * lengths[static_cast<size_t>(current.front())];
-      if (count < max_examples && cost <= token_budget) {
+      const int64_t cost =
+          batching.packed ? tokens + length : (count + 1) * lengths[static_cast<size_t>(current.front())];
+      if (count < batching.max_examples && cost <= batching.token_budget) {
         current.push_back(position);
         tokens += length;
         continue;

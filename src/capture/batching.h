@@ -4,15 +4,27 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace probekit::capture {
 
+/// The batching a run used, kept in its files so a resumed run cuts the same batches (same numbers, bit for
+/// bit).
+struct Batching {
+  int64_t window = 0, token_budget = 0, max_examples = 0;
+  bool packed = false;  // the budget counts the batches' own tokens (packed sequences), not padded ones
+
+  std::string encode() const;
+  static Batching decode(const std::string& text);
+};
+
 /// Batches of window [begin, end): positions into `lengths`, longest first (ties keep their order), each
-/// batch with at most `max_examples` examples and at most `token_budget` tokens: padded tokens (examples x
-/// longest), or with `packed` (the batch's sequences one after another, nothing padded) the tokens themselves.
+/// batch with at most `batching.max_examples` examples and at most `batching.token_budget` tokens: padded
+/// tokens (examples x longest), or when `batching.packed` (the batch's sequences one after another, nothing
+/// padded) the tokens themselves.
 std::vector<std::vector<int64_t>> plan_window_batches(const std::vector<int64_t>& lengths, int64_t begin, int64_t end,
-                                                      int64_t token_budget, int64_t max_examples, bool packed);
+                                                      const Batching& batching);
 
 /// `batches` with each of its last `count` batches cut into `parts` batches of consecutive examples (as equal as
 /// the examples allow). Replicas sharing a run take its last batches one each: one full batch more on one of them

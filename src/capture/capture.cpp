@@ -270,11 +270,11 @@ int64_t gpu_bytes_per_token(const model::ModelConfig& c, at::ScalarType dtype, i
          4 * (moe.experts + moe.top_k * c.hidden_size) + 12 * c.hidden_size * (layer_count + 1);
 }
 
-// `first_device_weights`: the bytes of weights on the model's first device (a split model holds part there);
-// `replica_count`: the model copies that share the run.
+// `request`: what the run reads; `first_device_weights`: the bytes of weights on the model's first device (a
+// split model holds part there); `replica_count`: the model copies that share the run.
 Batching choose_batching(const CaptureOptions& options, const model::TransformerModel& model,
-                         const device::ComputeTarget& target, const CapturePlan& plan, int64_t first_device_weights,
-                         size_t replica_count) {
+                         const readout::Request& request, const device::ComputeTarget& target, const CapturePlan& plan,
+                         int64_t first_device_weights, size_t replica_count) {
   const model::ModelConfig& c = model.config();
   const auto layer_count = static_cast<int64_t>(plan.layers.size());
   Batching b;
@@ -298,11 +298,11 @@ Batching choose_batching(const CaptureOptions& options, const model::Transformer
   // 4,500 benchmark texts where padded accounting cut 18 of ~23,700 tokens (1.4-1.6% more examples/s on an H200).
   // Not for replicas, which share the windows' batches: with three larger batches a window two H200s reached
   // 1.86-1.95x one GPU, against 1.94-1.98x with the smaller ones.
-  b.packed = replica_count == 1 && (options.position == Position::kLast || options.position == Position::kAll) &&
-             readout::packs_sequences(model, readout::Request{options.site, options.position, plan.layers});
+  b.packed = replica_count == 1 && (request.position == Position::kLast || request.position == Position::kAll) &&
+             readout::packs_sequences(model, request);
   // Rows are buffered per window; per-token rows are large, so their windows are smaller.
   b.window = options.window;
-  if (options.position == Position::kAll) {
+  if (request.position == Position::kAll) {
     double mean_length = 0;
     for (int64_t length : plan.lengths) mean_length += static_cast<double>(length);
     mean_length /= static_cast<double>(plan.lengths.size());
@@ -461,9 +461,7 @@ class WindowLoop {
     if (targets_.front().is_gpu()) {
       auto warm_up_start = Clock::now();
       reserve_row_buffers(batching);
-      warm_up(plan_window_batches(plan_.lengths, start, std::min(start + batching.window, run_size),
-                                  batching.token_budget, batching.max_examples, batching.packed)
-                  .front());
+      warm_up(plan_window_batches(plan_.lengths, start, std::min(start + batching.window, run_size), batching).front());
       summary_.warm_up_seconds = seconds_since(warm_up_start);
       spdlog::debug("devices warmed up on the first batch in {:.2f} s", summary_.warm_up_seconds);
     }
@@ -473,8 +471,7 @@ class WindowLoop {
     // Two windows open at once, whatever the number of workers: a worker takes the next window's first batches
     // while the last batches of the window before are still being stored.
     WindowQueue queue(start, run_size, batching.window, 2, [&](int64_t begin, int64_t end) {
-      auto batches = plan_window_batches(plan_.lengths, begin, end, batching.token_budget, batching.max_examples,
-                                         batching.packed);
+      auto batches = plan_window_batches(plan_.lengths, begin, end, batching);
       // The run's last batches in quarters when replicas share it (with_finer_tail); a single model, split or not,
       // keeps the batches of a one-device run.
       if (replicas_ > 1 && end == run_size) batches = with_finer_tail(std::move(batches), 2 * runners_.size(), 4);
@@ -644,8 +641,9 @@ CaptureSummary run_capture(const CaptureOptions& options) {
   auto layouts = make_layouts(plan, options.position, options.dataset.keep_fields);
   int64_t first_device_weights =
       placement.weight_bytes.empty() ? replicas.front()->weight_bytes() : placement.weight_bytes.front();
-  Batching batching = choose_batching(options, *replicas.front(), targets.front(), plan, first_device_weights,
-                                       replicas.size());
+  const readout::Request request{options.site, options.position, plan.layers, plan.leading_specials};
+  Batching batching = choose_batching(options, *replicas.front(), request, targets.front(), plan, first_device_weights,
+                                      replicas.size());
   std::vector<LayerOutput> outputs =
       open_outputs(options, dir, plan.layers, file_attributes(options, plan, summary.dtype), layouts, &batching);
   for (const LayerOutput& out : outputs) summary.files.push_back(out.path);
@@ -663,7 +661,6 @@ CaptureSummary run_capture(const CaptureOptions& options) {
   if (start > 0 && start < run_size) spdlog::info("resuming after {} of {} examples", start, run_size);
   spdlog::debug("batching: windows of {} examples, {} {}tokens and {} examples per batch at most", batching.window,
                 batching.token_budget, batching.packed ? "" : "padded ", batching.max_examples);
-  readout::Request request{options.site, options.position, plan.layers, plan.leading_specials};
   std::vector<BatchRunner> runners;
   for (size_t r = 0; r < replicas.size(); ++r) {
     // A replica split into S stages runs S batches at once, each a stage further on: a pipeline.

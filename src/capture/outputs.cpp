@@ -1,7 +1,5 @@
 #include "capture/outputs.h"
 
-#include <fmt/format.h>
-
 #include <cstdio>
 
 #include "common/error.h"
@@ -11,22 +9,6 @@
 namespace probekit::capture {
 
 using activations::Split;
-
-std::string Batching::encode() const {
-  return fmt::format("{},{},{}{}", window, token_budget, max_examples, packed ? ",packed" : "");
-}
-
-Batching Batching::decode(const std::string& text) {
-  Batching b;
-  char packed[8] = {};
-  // Files written before packed batches were planned by their own tokens record three numbers.
-  const int fields = std::sscanf(text.c_str(), "%ld,%ld,%ld,%7s", &b.window, &b.token_budget, &b.max_examples, packed);
-  b.packed = fields == 4 && std::string(packed) == "packed";
-  if ((fields != 3 && !b.packed) || b.window <= 0 || b.token_budget <= 0 || b.max_examples <= 0) {
-    fail("the partial file records no usable batching ('{}'); start again with --overwrite", text);
-  }
-  return b;
-}
 
 namespace {
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "capture/batching.h"
 #include "capture/capture_options.h"
 #include "activations/activation_store.h"
 
@@ -18,16 +19,6 @@ struct RunItem {
   int64_t example = 0;  // index into the dataset's examples
   activations::Split split = activations::Split::kTrain;
   int64_t row = 0;  // the example's row in its split (within this shard)
-};
-
-/// The batching a run used, kept in its files so a resumed run cuts the same batches (same numbers, bit for
-/// bit).
-struct Batching {
-  int64_t window = 0, token_budget = 0, max_examples = 0;
-  bool packed = false;  // the budget counts the batches' own tokens (packed sequences), not padded ones
-
-  std::string encode() const;
-  static Batching decode(const std::string& text);
 };
 
 /// One layer file of the run: its writer, or nothing when a resumed run finds it complete.

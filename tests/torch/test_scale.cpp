@@ -205,13 +205,13 @@ TEST_CASE("a window's batches fill the token budget with padded tokens, or packe
   // Window [1, 5) of these lengths, longest first: 9 (position 3), 5 (2), 3 (1), 2 (4).
   const std::vector<int64_t> lengths = {100, 3, 5, 9, 2, 100};
   const std::vector<std::vector<int64_t>> padded = {{3, 2}, {1, 4}};  // 2 x 9 <= 20 < 3 x 9
-  CHECK(capture::plan_window_batches(lengths, 1, 5, 20, 64, false) == padded);
+  CHECK(capture::plan_window_batches(lengths, 1, 5, {0, 20, 64, false}) == padded);
   const std::vector<std::vector<int64_t>> packed = {{3, 2, 1, 4}};  // 9 + 5 + 3 + 2 = 19
-  CHECK(capture::plan_window_batches(lengths, 1, 5, 20, 64, true) == packed);
-  CHECK(capture::plan_window_batches(lengths, 1, 5, 18, 64, true) == std::vector<std::vector<int64_t>>{{3, 2, 1}, {4}});
-  CHECK(capture::plan_window_batches(lengths, 1, 5, 1000, 2, true) == padded);  // two examples a batch at most
+  CHECK(capture::plan_window_batches(lengths, 1, 5, {0, 20, 64, true}) == packed);
+  CHECK(capture::plan_window_batches(lengths, 1, 5, {0, 18, 64, true}) == std::vector<std::vector<int64_t>>{{3, 2, 1}, {4}});
+  CHECK(capture::plan_window_batches(lengths, 1, 5, {0, 1000, 2, true}) == padded);  // two examples a batch at most
   // A sequence longer than the budget is a batch of its own.
-  CHECK(capture::plan_window_batches(lengths, 0, 2, 50, 64, true) == std::vector<std::vector<int64_t>>{{0}, {1}});
+  CHECK(capture::plan_window_batches(lengths, 0, 2, {0, 50, 64, true}) == std::vector<std::vector<int64_t>>{{0}, {1}});
 }
 
 TEST_CASE("the batching recorded in a capture's files reads back, and files from before packed batching too") {
