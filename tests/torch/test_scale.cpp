@@ -12,7 +12,6 @@
 #include "capture/capture.h"
 #include "capture/merge.h"
 #include "capture/batching.h"
-#include "capture/outputs.h"
 #include "capture/window_queue.h"
 #include "common/error.h"
 #include "common/files.h"

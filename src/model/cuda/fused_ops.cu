@@ -353,6 +353,9 @@ __global__ void queries_and_keys_warp_kernel(const T* qkv, T* queries, T* keys, 
 
 bool quad_aligned(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// Whether the register kernels take rows of `width`: whole quads, at most 16 a thread in blocks of 512 threads.
+bool fits_quads(int64_t width) { return width % 4 == 0 && width / 4 <= 16 * 512; }
+
 // Calls launch(std::integral_constant<int, kQuads>, threads) for the register kernels' layout of a row of
 // `width` (2, 4, 8 or 16 quads a thread, blocks of at most 512 threads: widths up to 32,768); false when the
 // width does not fit it. residual_add and rms_norm share it, so that a norm of the same fp32 row sums its
@@ -366,12 +369,11 @@ bool launch_by_quads(int64_t width, Launch&& launch) {
     launch(quads_per_thread, static_cast<int>((quads + kQuads - 1) / kQuads + 31) / 32 * 32);
     return true;
   };
-  if (width % 4 != 0) return false;
+  if (!fits_quads(width)) return false;
   if (quads <= 2 * 512) return with(std::integral_constant<int, 2>{});
   if (quads <= 4 * 512) return with(std::integral_constant<int, 4>{});
   if (quads <= 8 * 512) return with(std::integral_constant<int, 8>{});
-  if (quads <= 16 * 512) return with(std::integral_constant<int, 16>{});
-  return false;
+  return with(std::integral_constant<int, 16>{});
 }
 
 // The register kernel (`in_registers`: see residual_add), else the plain kernel.
@@ -514,9 +516,9 @@ std::pair<at::Tensor, at::Tensor> residual_add(const at::Tensor& residual_in, co
   at::Tensor second = branches.size() == 2 ? branches[1].values.contiguous() : at::Tensor();
   TORCH_CHECK(residual.scalar_type() == at::kFloat, "residual_add: the residual stream must be fp32");
   const int64_t width = residual.size(-1), rows = residual.numel() / width;
-  // The register kernel needs every row on a 16-byte boundary and a width it fits (see launch_by_quads); it
-  // adds two branches in one pass when they share a dtype. Otherwise the first sum is written and read back.
-  const bool in_registers = width % 4 == 0 && width / 4 <= 16 * 512 && quad_aligned(residual.data_ptr()) &&
+  // The register kernel needs every row on a 16-byte boundary and a width it fits; it adds two branches in one
+  // pass when they share a dtype. Otherwise the first sum is written and read back.
+  const bool in_registers = fits_quads(width) && quad_aligned(residual.data_ptr()) &&
                             quad_aligned(first.data_ptr()) && quad_aligned(optional_data(branches[0].norm_weight)) &&
                             quad_aligned(optional_data(norm_weight)) &&
                             (!second.defined() || (second.scalar_type() == first.scalar_type() &&
