@@ -9,9 +9,9 @@
 #include "capture/capture.h"
 #include "capture/capture_flags.h"
 #include "capture/summary.h"
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "common/error.h"
-#include "device/gpu_utils.h"
+#include "device/torch/gpu_utils.h"
 
 #if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/autograd/profiler_kineto.h>

@@ -7,7 +7,7 @@
 #include <chrono>
 #include <fstream>
 
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json.h"

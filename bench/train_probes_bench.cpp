@@ -14,9 +14,9 @@
 #include <cstdlib>
 
 #include "common/files.h"
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "common/json.h"
-#include "device/gpu_utils.h"
+#include "device/torch/gpu_utils.h"
 #include "probes/binary_run.h"
 #include "probes/probe_files.h"
 #include "probes/synthetic_activations.h"

@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "fuzz_util.h"
-#include "server/requests.h"
+#include "server/api/requests.h"
 
 using namespace probekit;
 

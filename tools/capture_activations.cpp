@@ -5,8 +5,8 @@
 #include "capture/capture.h"
 #include "capture/capture_flags.h"
 #include "capture/summary.h"
-#include "common/cli.h"
-#include "device/gpu_utils.h"
+#include "cli/cli.h"
+#include "device/torch/gpu_utils.h"
 
 using namespace probekit;
 

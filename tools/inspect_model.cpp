@@ -4,12 +4,12 @@
 
 #include <map>
 
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json.h"
 #include "common/outputs.h"
-#include "device/gpu_utils.h"
+#include "device/torch/gpu_utils.h"
 #include "generation/flags.h"
 #include "generation/transcript.h"
 #include "hub/resolve.h"

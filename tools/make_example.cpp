@@ -2,9 +2,9 @@
 // random-weight checkpoint, for trying the tools where no real weights can be downloaded.
 #include <fmt/format.h>
 
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "data/example_generator.h"
-#include "device/gpu_utils.h"
+#include "device/torch/gpu_utils.h"
 #include "model/random_checkpoint.h"
 
 using namespace probekit;

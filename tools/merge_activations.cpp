@@ -2,7 +2,7 @@
 #include <fmt/format.h>
 
 #include "capture/merge.h"
-#include "common/cli.h"
+#include "cli/cli.h"
 
 using namespace probekit;
 

@@ -5,8 +5,8 @@
 
 #include <iostream>
 
-#include "common/cli.h"
-#include "device/gpu_utils.h"
+#include "cli/cli.h"
+#include "device/torch/gpu_utils.h"
 #include "inference/session.h"
 
 using namespace probekit;

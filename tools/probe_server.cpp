@@ -1,7 +1,7 @@
 // probe_server: loads a model and its probes once and serves them over HTTP: a JSON API (rankings, per-token
 // scores, information) and a web page, on loopback unless told otherwise (then with an API key).
-#include "common/cli.h"
-#include "device/gpu_utils.h"
+#include "cli/cli.h"
+#include "device/torch/gpu_utils.h"
 #include "server/probe_server.h"
 
 using namespace probekit;

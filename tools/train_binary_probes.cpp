@@ -2,8 +2,8 @@
 // file trained at once. Flags and defaults are the reference's (train_binary_probes_parallel.py).
 #include <fmt/format.h>
 
-#include "common/cli.h"
-#include "device/gpu_utils.h"
+#include "cli/cli.h"
+#include "device/torch/gpu_utils.h"
 #include "probes/binary_run.h"
 #include "probes/training_flags.h"
 

@@ -2,8 +2,8 @@
 // the reference's (train_probes.py).
 #include <fmt/format.h>
 
-#include "common/cli.h"
-#include "device/gpu_utils.h"
+#include "cli/cli.h"
+#include "device/torch/gpu_utils.h"
 #include "probes/multiclass_trainer.h"
 #include "probes/training_flags.h"
 

@@ -94,7 +94,7 @@ FileAttributes load_attributes(hid_t file, const std::string& path) {
   a.layer = hdf5::get_int_attribute(file, "layer").value_or(layer_from_file_name(path));
   a.label_names = hdf5::get_string_list_attribute(file, "label_names").value_or(std::vector<std::string>{});
   a.hidden_size = hdf5::get_int_attribute(file, "hidden_size").value_or(0);
-  a.site = hdf5::get_string_attribute(file, "site").value_or("resid_post");
+  a.site = hdf5::get_string_attribute(file, "site").value_or(site_name(Site::kResidPost));
   a.position = hdf5::get_string_attribute(file, "position").value_or("last");
   // Reference files predate the attribute and always used the cognitive-action suffix.
   a.prompt_suffix = hdf5::get_string_attribute(file, "prompt_suffix")

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "io/hdf5.h"
+#include "sites/sites.h"
 
 namespace probekit::activations {
 
@@ -34,7 +35,7 @@ struct FileAttributes {
   int64_t layer = -1;           // the layer this file holds
   std::vector<std::string> label_names;
   int64_t hidden_size = 0;  // a row's width: the hidden size; experts for site "router"; k for site "experts"
-  std::string site = "resid_post";
+  std::string site = site_name(Site::kResidPost);
   std::string position = "last";
   std::string prompt_suffix;
   std::string dtype;
@@ -58,7 +59,7 @@ struct FileAttributes {
   /// as "made with X but this run has Y"; empty when they agree.
   std::string identity_difference(const FileAttributes& made) const;
   /// Whether the file holds expert choices (site "experts") rather than activations.
-  bool holds_expert_choices() const { return site == "experts"; }
+  bool holds_expert_choices() const { return site == site_name(Site::kExperts); }
   /// Floats per row as ActivationWriter::write_rows takes rows and read_activation_rows gives them:
   /// hidden_size, or for expert choices the k ids (exact in fp32) followed by the k weights.
   int64_t row_width() const { return holds_expert_choices() ? 2 * hidden_size : hidden_size; }

@@ -22,13 +22,12 @@
 #include "capture/outputs.h"
 #include "capture/window_queue.h"
 #include "common/background_worker.h"
-#include "common/cli.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/progress.h"
 #include "common/sha256.h"
-#include "device/gpu_utils.h"
-#include "device/transfers.h"
+#include "device/torch/gpu_utils.h"
+#include "device/torch/transfers.h"
 #include "hub/resolve.h"
 #include "model/placement.h"
 #include "readout/prompts.h"
@@ -219,8 +218,8 @@ activations::FileAttributes file_attributes(const CaptureOptions& options, const
   attributes.layers = plan.layers;
   attributes.label_names = plan.dataset.label_names;
   // An experts row is k ids then k weights, which the file keeps as two [N, k] datasets.
-  attributes.hidden_size = options.site == readout::Site::kExperts ? plan.width / 2 : plan.width;
-  attributes.site = readout::site_name(options.site);
+  attributes.hidden_size = options.site == Site::kExperts ? plan.width / 2 : plan.width;
+  attributes.site = site_name(options.site);
   attributes.position = readout::position_name(options.position);
   attributes.prompt_suffix = options.prompt_suffix;
   attributes.dtype = dtype;
@@ -358,7 +357,7 @@ class BatchRunner {
   /// and in which a replicated run's GPUs stood apart.
   void warm_up(const std::vector<int64_t>& batch, const CapturePlan& plan, device::OutOfMemoryRetry& retry) const {
     readout::Request first_layer = request_;
-    first_layer.site = readout::Site::kResidPost;  // every layer has it
+    first_layer.site = Site::kResidPost;  // every layer has it
     first_layer.layers = {0};
     device::run_in_halves(
         batch,
@@ -634,7 +633,7 @@ CaptureSummary run_capture(const CaptureOptions& options) {
   summary.load_seconds = seconds_since(load_start);
   spdlog::info("{}: {} ({} layers, hidden {}), capturing layers {} at {} ({}) in {:.1f} s", plan.model_dir,
                plan.config.text_model_type, plan.config.num_layers, plan.config.hidden_size, fmt::join(plan.layers, ", "),
-               readout::site_name(options.site), readout::position_name(options.position), summary.load_seconds);
+               site_name(options.site), readout::position_name(options.position), summary.load_seconds);
 
   std::string dir = options.output_dir;
   if (options.shard_count > 1) dir += fmt::format("/shard_{}_of_{}", options.shard_index, options.shard_count);

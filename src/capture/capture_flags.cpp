@@ -2,10 +2,10 @@
 
 #include <fmt/format.h>
 
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "common/error.h"
 #include "common/units.h"
-#include "device/gpu_utils.h"
+#include "device/torch/gpu_utils.h"
 
 namespace probekit::capture {
 
@@ -54,9 +54,7 @@ void add_output_flags(CLI::App& app, CaptureFlags& f) {
   add_layers_option(app, o.layers, "Layers to capture: 8 17 25, 8,17,25, 21-30 or all (default: n/4, n/2, 3n/4, n-1)");
   app.add_option("--position", f.position, "Rows per example: last token, mean or max over tokens, or all tokens")
       ->capture_default_str();
-  app.add_option("--site", f.site,
-                 "resid_post (layer output), resid_pre, resid_mid, attn_out, mlp_out; on layers with routed experts "
-                 "router (the router's logits) or experts (the chosen expert ids and weights)")
+  app.add_option("--site", f.site, "Where in each layer to read: " + site_names() + " (docs/sites.md says what each holds)")
       ->capture_default_str();
   app.add_option("--compression", f.compression, "gzip|none")->capture_default_str();
   app.add_flag("--resume", o.resume, "Continue an interrupted capture");
@@ -80,7 +78,7 @@ CaptureOptions CaptureFlags::resolve() const {
   CaptureOptions o = options;
   o.dataset.keep_fields = keep_fields;
   o.position = readout::parse_position(position);
-  o.site = readout::parse_site(site);
+  o.site = parse_site(site);
   o.split = data::parse_split_ratios(split);
   if (compression != "gzip" && compression != "none") fail_usage("--compression {}: expected gzip or none", compression);
   o.gzip = compression == "gzip";

@@ -16,7 +16,7 @@ struct CaptureFlags {
   CaptureOptions options;
   std::vector<std::string> keep_fields;
   std::vector<int> devices;
-  std::string position = "last", site = "resid_post", split = "0.7,0.15,0.15", compression = "none";
+  std::string position = "last", site = site_name(Site::kResidPost), split = "0.7,0.15,0.15", compression = "none";
   std::string max_gpu_memory, format = "hdf5", shard;
   bool json = false, legacy_flag = false;
 

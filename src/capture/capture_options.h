@@ -24,7 +24,7 @@ struct CaptureOptions {
   data::SplitRatios split;
   uint64_t seed = 42;
   readout::Position position = readout::Position::kLast;
-  readout::Site site = readout::Site::kResidPost;
+  Site site = Site::kResidPost;
   int64_t max_length = 0;       // tokens; 0: no limit
   int64_t batch_size = 0;       // examples per forward pass; 0: chosen from a token budget
   int64_t max_gpu_memory = 0;   // bytes the capture may use on the GPU; 0: the device's free memory

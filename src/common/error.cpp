@@ -1,8 +1,15 @@
 #include "common/error.h"
 
+#include <cerrno>
+#include <cstring>
 #include <exception>
 
 namespace probekit {
+
+bool is_disk_full_message(const std::string& message) {
+  return message.find(std::strerror(ENOSPC)) != std::string::npos || message.find(std::strerror(EFBIG)) != std::string::npos ||
+         message.find(std::strerror(EDQUOT)) != std::string::npos;
+}
 
 void rethrow_with_context(const std::string& context) {
   try {

@@ -35,6 +35,9 @@ template <typename... Args>
   throw UsageError(fmt::format(format, std::forward<Args>(args)...));
 }
 
+/// True when the message carries the system's reason for a full disk, a file size limit or a quota.
+bool is_disk_full_message(const std::string& message);
+
 /// Re-throws the exception in flight with `context: ` in front of its message, keeping its type.
 [[noreturn]] void rethrow_with_context(const std::string& context);
 

@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <exception>
 
-#include "common/cli.h"
 #include "common/error.h"
 
 namespace probekit::device {
@@ -81,6 +80,18 @@ void run_in_halves(const std::vector<int64_t>& batch, const std::function<void(c
   auto half = static_cast<std::ptrdiff_t>(batch.size() / 2);
   run_in_halves({batch.begin(), batch.begin() + half}, run, retry);
   run_in_halves({batch.begin() + half, batch.end()}, run, retry);
+}
+
+bool is_out_of_memory_message(const std::string& message) {
+  return message.find("out of memory") != std::string::npos || message.find("OutOfMemoryError") != std::string::npos;
+}
+
+std::string failure_advice(const std::string& message) {
+  std::string mps_advice = mps_failure_advice(message);
+  if (!mps_advice.empty()) return mps_advice;
+  if (!is_out_of_memory_message(message)) return "";
+  return "The device ran out of memory: use a smaller --batch-size (or --max-gpu-memory), a lower --dtype, or free "
+         "memory used by other processes; the device and its memory are logged at start.";
 }
 
 std::string mps_failure_advice(const std::string& message) {

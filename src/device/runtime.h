@@ -61,6 +61,13 @@ void run_in_halves(const std::vector<int64_t>& batch, const std::function<void(c
 /// The warning of the first split of a run: the batch size, and what to lower on that backend.
 std::string out_of_memory_retry_warning(Backend backend, size_t batch_size);
 
+/// True when the message is an accelerator's out-of-memory error (CUDA, HIP or MPS).
+bool is_out_of_memory_message(const std::string& message);
+
+/// What to do about a device's failure (an operator without an MPS kernel, a device out of memory), to follow its
+/// message; empty for failures that are not the device's.
+std::string failure_advice(const std::string& message);
+
 /// Advice for a failure of LibTorch's MPS backend (an operator without an MPS kernel, MPS out of memory), to
 /// follow its message; empty for other failures.
 std::string mps_failure_advice(const std::string& message);

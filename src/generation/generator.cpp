@@ -135,7 +135,7 @@ std::vector<Generation> generate(const model::TransformerModel& model, const std
   c10::InferenceMode inference_mode;
   TokenSampler sampler(options.sampling);
   readout::IncrementalReader reader(model, probes != nullptr ? &probes->request : nullptr,
-                                    probes != nullptr ? probes->suffix : readout::Sequence{});
+                                    probes != nullptr ? probes->suffix : readout::Sequence{}, options.writes);
   std::vector<int64_t> prompt_lengths;
   for (const readout::Sequence& prompt : prompts) prompt_lengths.push_back(static_cast<int64_t>(prompt.size()));
   at::Tensor hidden = reader.start(prompts, options.max_new_tokens);

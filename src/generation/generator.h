@@ -29,6 +29,7 @@ struct GenerationOptions {
   // min_new_tokens does, so that every row runs max_new_tokens tokens).
   std::vector<int32_t> suppressed_ids;
   int64_t top_logits = 0;         // how many of each step's largest logits to report
+  const model::StreamWrites* writes = nullptr;  // steering, on every pass of the prompts and the new tokens
 };
 
 /// What probes read at each new token: the request (position last) at the token followed by the suffix.

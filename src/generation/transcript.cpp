@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "device/gpu_utils.h"
+#include "device/torch/gpu_utils.h"
 #include "tokenizer/tokenizer.h"
 
 namespace probekit::generation {

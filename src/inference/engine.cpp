@@ -32,14 +32,14 @@ std::string index_string(const probes::ProbeSet& set, const char* key, const std
 // How the probes of one layer directory were made: they must all agree, since one forward pass serves them.
 struct ProbeRecipe {
   std::string suffix;
-  readout::Site site = readout::Site::kResidPost;
+  Site site = Site::kResidPost;
   readout::Position position = readout::Position::kLast;
   int64_t max_length = 0;
 
   static ProbeRecipe of(const probes::ProbeSet& set) {
     ProbeRecipe r;
     r.suffix = set.index().value("prompt_suffix", std::string(readout::kDefaultPromptSuffix));
-    r.site = readout::parse_site(index_string(set, "site", "resid_post"));
+    r.site = parse_site(index_string(set, "site", site_name(Site::kResidPost)));
     r.position = readout::parse_position(index_string(set, "position", "last"));
     const Json& max_length = set.index().contains("max_length") ? set.index().at("max_length") : Json(0);
     if (!max_length.is_number_integer() || max_length.get<int64_t>() < 0) {
@@ -68,7 +68,7 @@ void check_same_model(const probes::ProbeSet& set, const std::string& dir, const
 }
 
 // Checks that the probes of `dir`, trained on `site`, fit the model and the layer they are run on.
-void check_fits(const probes::ProbeSet& set, const std::string& dir, int64_t layer, readout::Site site,
+void check_fits(const probes::ProbeSet& set, const std::string& dir, int64_t layer, Site site,
                 const EngineOptions& options, const model::ModelConfig& config) {
   if (set.layer() < 0 && options.layer < 0) {
     fail_input("{}: the probes do not record the layer they were trained on; pass --layer", dir);
@@ -80,8 +80,8 @@ void check_fits(const probes::ProbeSet& set, const std::string& dir, int64_t lay
     fail_input("{}: probes of layer {}, but the model in {} has {} layers (0 to {})", dir, layer, options.model_dir,
                config.num_layers, config.num_layers - 1);
   }
-  if (site == readout::Site::kExperts) fail_input("{}: probes of site 'experts' (expert ids) cannot be run", dir);
-  if (site != readout::Site::kRouter) {
+  if (site == Site::kExperts) fail_input("{}: probes of site 'experts' (expert ids) cannot be run", dir);
+  if (site != Site::kRouter) {
     if (set.shape().input_dim != config.hidden_size) {
       fail_input("{}: the probes take {} inputs but the model in {} has hidden size {} (probes of another model?)", dir,
                  set.shape().input_dim, options.model_dir, config.hidden_size);

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "device/gpu_utils.h"
+#include "device/torch/gpu_utils.h"
 #include "generation/generator.h"
 #include "inference/probe_catalog.h"
 #include "model/transformer.h"

@@ -209,13 +209,22 @@ std::pair<at::Tensor, at::Tensor> queries_and_keys(at::Tensor qkv, const LayerWe
 }
 
 // The hook of one layer: which names it wants, and handing them over.
+// What a layer gives its hook, and the writes into its sites.
 struct LayerHook {
   const TensorHook* hook;
   uint32_t sites;
   int64_t layer;
+  const StreamWrites* writes;
 
-  bool wants(uint32_t site) const { return hook != nullptr && (sites & site) != 0; }
-  void emit(std::string_view name, const at::Tensor& t) const { (*hook)(name, layer, t); }
+  bool wants(Site site) const { return hook != nullptr && (sites & site_bit(site)) != 0; }
+  const StreamEdit* edit(Site site) const { return writes != nullptr ? writes->find(site, layer) : nullptr; }
+  void emit(Site site, const at::Tensor& t) const { (*hook)(site, layer, t); }
+  /// The site's values with this layer's writes applied, given to the hook when it asks for them.
+  at::Tensor written(Site site, at::Tensor t) const {
+    if (const StreamEdit* e = edit(site)) t = e->apply(t);
+    if (wants(site)) emit(site, t);
+    return t;
+  }
 };
 
 // Writes a pass's keys and values k, v [B, kv_heads, T, head_dim] into generation's cache at the slots of their
@@ -268,10 +277,10 @@ at::Tensor feed_forward(const at::Tensor& x_in, const LayerWeights& w, const Mod
   const int64_t batch = x_in.size(0), tokens = x_in.size(1);
   at::Tensor rows = x_in.reshape({batch * tokens, x_in.size(2)});
   Routing routing = route_tokens(rows, experts, c.routed_experts);
-  if (hook.wants(kHookRouterLogits)) hook.emit("router_logits", routing.logits.view({batch, tokens, -1}));
-  if (hook.wants(kHookExperts)) {
-    hook.emit("expert_ids", routing.experts.view({batch, tokens, -1}));
-    hook.emit("expert_weights", routing.weights.view({batch, tokens, -1}));
+  if (hook.wants(Site::kRouter)) hook.emit(Site::kRouter, routing.logits.view({batch, tokens, -1}));
+  if (hook.wants(Site::kExperts)) {
+    // The chosen ids are exact in fp32, ahead of their weights.
+    hook.emit(Site::kExperts, at::cat({routing.experts.to(at::kFloat), routing.weights}, -1).view({batch, tokens, -1}));
   }
   return run_routed_experts(rows, routing, experts, c).view({batch, tokens, -1});
 }
@@ -417,26 +426,13 @@ bool packed_attention_is_fast(const ModelConfig& config, at::Device device, at::
 #endif
 }
 
-uint32_t hook_site(std::string_view name) {
-  if (name == "embeddings") return kHookEmbeddings;
-  if (name == "resid_pre") return kHookResidPre;
-  if (name == "attn_out") return kHookAttnOut;
-  if (name == "resid_mid") return kHookResidMid;
-  if (name == "mlp_out") return kHookMlpOut;
-  if (name == "resid_post") return kHookResidPost;
-  if (name == "final_norm") return kHookFinalNorm;
-  if (name == "router_logits") return kHookRouterLogits;
-  if (name == "expert_ids" || name == "expert_weights") return kHookExperts;
-  return 0;
-}
-
 ResidualStream decoder_block(const ResidualStream& stream, const LayerWeights& w, const Norm& next_norm,
                              const ModelConfig& c, int64_t layer, AttentionContext& context,
-                             const TensorHook* hook_function, uint32_t hook_sites, KvCache* record,
-                             const at::Tensor& output_rows) {
+                             const TensorHook* hook_function, uint32_t hook_sites, const StreamWrites* writes,
+                             KvCache* record, const at::Tensor& output_rows) {
   const at::ScalarType compute = w.qkv.weight.scalar_type();
-  const LayerHook hook{hook_function, hook_sites, layer};
-  if (hook.wants(kHookResidPre)) hook.emit("resid_pre", stream.residual);
+  const LayerHook hook{hook_function, hook_sites, layer, writes};
+  if (hook.wants(Site::kResidPre)) hook.emit(Site::kResidPre, stream.residual);
 
   const at::Tensor attention_in = stream.next_input.defined()
                                       ? stream.next_input
@@ -445,39 +441,40 @@ ResidualStream decoder_block(const ResidualStream& stream, const LayerWeights& w
   const at::Tensor x = output_rows.defined() ? stream.residual.index_select(1, output_rows) : stream.residual;
   // A branch's post-norm (Gemma 2/3, OLMo 2) is applied inside the residual add, unless the hook wants the branch.
   Norm attention_norm = w.attention_output_norm;
-  if (hook.wants(kHookAttnOut)) {
+  if (hook.wants(Site::kAttnOut)) {
     if (attention_norm.defined()) attention_out = norm_to(attention_out, attention_norm, c, at::kFloat);
     attention_norm = Norm{};
-    hook.emit("attn_out", attention_out);
+    hook.emit(Site::kAttnOut, attention_out);
   }
 
   if (c.features.parallel_residual) {
     at::Tensor mlp_out = feed_forward(norm_to(x, w.mlp_input_norm, c, compute), w, c, hook);
-    if (hook.wants(kHookMlpOut)) hook.emit("mlp_out", mlp_out);
-    if (hook.wants(kHookResidMid)) hook.emit("resid_mid", x + attention_out);
+    if (hook.wants(Site::kMlpOut)) hook.emit(Site::kMlpOut, mlp_out);
+    if (hook.wants(Site::kResidMid)) hook.emit(Site::kResidMid, x + attention_out);
     at::Tensor out = mlp_out.to(at::kFloat) + attention_out.to(at::kFloat) + x;  // transformers' order of the sum
-    if (hook.wants(kHookResidPost)) hook.emit("resid_post", out);
-    return {out, {}};
+    return {hook.written(Site::kResidPost, out), {}};
   }
   // Unless something reads the residual between the branches, the fused path leaves it unwritten and the MLP's
   // add recomputes it from the attention branch: one pass over memory less than writing it and reading it back.
   const BranchOutput attention{attention_out, attention_norm};
   auto [middle, mlp_in] = add_branches(x, {attention}, w.mlp_input_norm, c, compute,
-                                       hook.wants(kHookResidMid) || !c.features.input_norms);
-  if (hook.wants(kHookResidMid)) hook.emit("resid_mid", middle);
+                                       hook.wants(Site::kResidMid) || !c.features.input_norms);
+  if (hook.wants(Site::kResidMid)) hook.emit(Site::kResidMid, middle);
   if (!c.features.input_norms) mlp_in = middle.to(compute);
   at::Tensor mlp_out = feed_forward(mlp_in, w, c, hook);
   Norm mlp_norm = w.mlp_output_norm;
-  if (hook.wants(kHookMlpOut)) {
+  if (hook.wants(Site::kMlpOut)) {
     if (mlp_norm.defined()) mlp_out = norm_to(mlp_out, mlp_norm, c, at::kFloat);
     mlp_norm = Norm{};
-    hook.emit("mlp_out", mlp_out);
+    hook.emit(Site::kMlpOut, mlp_out);
   }
   const BranchOutput mlp{mlp_out, mlp_norm};
-  auto [out, next_input] = middle.defined() ? add_branches(middle, {mlp}, next_norm, c, compute)
-                                            : add_branches(x, {attention, mlp}, next_norm, c, compute);
-  if (hook.wants(kHookResidPost)) hook.emit("resid_post", out);
-  return {out, next_input};
+  // A write into the layer's output comes before the next layer's input norm, which then normalizes it itself.
+  const Norm no_norm;
+  const Norm& next = hook.edit(Site::kResidPost) != nullptr ? no_norm : next_norm;
+  auto [out, next_input] = middle.defined() ? add_branches(middle, {mlp}, next, c, compute)
+                                            : add_branches(x, {attention, mlp}, next, c, compute);
+  return {hook.written(Site::kResidPost, out), next_input};
 }
 
 }  // namespace probekit::model

@@ -11,34 +11,15 @@
 #include <string_view>
 
 #include "model/config.h"
+#include "model/stream_writes.h"
 #include "model/weights.h"
 
 namespace probekit::model {
 
-/// Called with named intermediate tensors of a forward pass: "embeddings" (layer -1), per layer "resid_pre",
-/// "attn_out", "resid_mid", "mlp_out", "resid_post", and "final_norm" (layer -1), all [B, T, hidden]; and on the
-/// layers with routed experts "router_logits" [B, T, experts] (fp32, before the softmax), "expert_ids" [B, T, k]
-/// (int64, most probable first) and then "expert_weights" [B, T, k] (fp32).
-using TensorHook = std::function<void(std::string_view name, int64_t layer, const at::Tensor& tensor)>;
-
-/// Which of those names a hook is given, as a bit set. The fused GPU path adds the attention and MLP branches
-/// into the residual stream without materializing them, so "attn_out" and "mlp_out" cost extra work only
-/// when asked for.
-enum HookSites : uint32_t {
-  kHookEmbeddings = 1,
-  kHookResidPre = 2,
-  kHookAttnOut = 4,
-  kHookResidMid = 8,
-  kHookMlpOut = 16,
-  kHookResidPost = 32,
-  kHookFinalNorm = 64,
-  kHookRouterLogits = 128,
-  kHookExperts = 256,  // "expert_ids" and "expert_weights"
-  kHookAll = 511,
-};
-
-/// The bit of a hook name ("resid_post" -> kHookResidPost); 0 for an unknown name.
-uint32_t hook_site(std::string_view name);
+/// Called with the values of a forward pass at its sites (sites/sites.h), as the pass reaches them: the embeddings
+/// and the final norm with layer -1, the others with their decoder layer. Values are [B, T, width]: fp32 for the
+/// residual sites, the router's logits and the experts' rows, the compute dtype for the branches.
+using TensorHook = std::function<void(Site site, int64_t layer, const at::Tensor& values)>;
 
 /// Keys and values of every layer of a forward pass (after rotary embedding), [B, kv_heads, T, head_dim] each.
 struct KvCache {
@@ -121,13 +102,13 @@ struct ResidualStream {
   at::Tensor next_input;  // undefined: the next layer normalizes `residual` itself
 };
 
-/// Runs decoder layer `layer` on the stream; gives `hook` the names in `hook_sites`; records keys/values into
-/// `record` when given. With `next_norm` (the next layer's attention input norm) the result carries the next
+/// Runs decoder layer `layer` on the stream; gives `hook` the sites in `hook_sites` (site_bit); applies the
+/// `writes` of this layer; records keys/values into `record` when given. With `next_norm` (the next layer's attention input norm) the result carries the next
 /// layer's input. With `output_rows` (token indices along T) the layer's output holds those tokens only
 /// (ForwardPass::last_layer_rows).
 ResidualStream decoder_block(const ResidualStream& stream, const LayerWeights& weights, const Norm& next_norm,
                              const ModelConfig& config, int64_t layer, AttentionContext& context,
-                             const TensorHook* hook, uint32_t hook_sites, KvCache* record,
-                             const at::Tensor& output_rows);
+                             const TensorHook* hook, uint32_t hook_sites, const StreamWrites* writes,
+                             KvCache* record, const at::Tensor& output_rows);
 
 }  // namespace probekit::model

@@ -132,7 +132,7 @@ at::Tensor TransformerModel::forward(const ForwardPass& pass) const {
   at::Tensor x = embed(pass.input_ids);
   if (c.features.scale_embeddings) x = x * std::sqrt(static_cast<double>(c.hidden_size));
   if (c.features.learned_positions) x = x + at::embedding(weights_.position_embeddings, positions);
-  if (pass.hook != nullptr && (pass.hook_sites & kHookEmbeddings) != 0) (*pass.hook)("embeddings", -1, x);
+  if (pass.hook != nullptr && (pass.hook_sites & site_bit(Site::kEmbeddings)) != 0) (*pass.hook)(Site::kEmbeddings, -1, x);
 
   auto context = std::make_unique<AttentionContext>(c, positions, pass.prefix, pass.prefix_lengths,
                                                     pass.sequence_lengths, pass.packed);
@@ -161,13 +161,13 @@ at::Tensor TransformerModel::forward(const ForwardPass& pass) const {
     const bool next_here = layer < last && layer_device(layer + 1) == layer_device(layer);
     stream = decoder_block(stream, weights_.layers[static_cast<size_t>(layer)],
                            next_here ? weights_.layers[static_cast<size_t>(layer + 1)].attention_input_norm : no_norm, c,
-                           layer, *context, pass.hook, pass.hook_sites, pass.record,
+                           layer, *context, pass.hook, pass.hook_sites, pass.writes, pass.record,
                            layer == last ? last_layer_rows : at::Tensor());
   }
   x = stream.residual;
   if (pass.final_norm) {
     x = apply_norm(x.to(weights_.final_norm.weight.device()), weights_.final_norm, c, at::kFloat);
-    if (pass.hook != nullptr && (pass.hook_sites & kHookFinalNorm) != 0) (*pass.hook)("final_norm", -1, x);
+    if (pass.hook != nullptr && (pass.hook_sites & site_bit(Site::kFinalNorm)) != 0) (*pass.hook)(Site::kFinalNorm, -1, x);
   }
   return x;
 }

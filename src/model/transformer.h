@@ -55,9 +55,10 @@ struct ForwardPass {
   at::Tensor input_ids;  // [B, T] int64 on the model's device
   at::Tensor positions;  // [B, T] int64; undefined: 0..T-1 for every row
   int64_t last_layer = -1;  // stop after this layer; -1: the last loaded one
-  bool final_norm = false;  // also apply the final norm after the last layer (emits "final_norm")
+  bool final_norm = false;  // also apply the final norm after the last layer (emits Site::kFinalNorm)
   const TensorHook* hook = nullptr;
-  uint32_t hook_sites = kHookAll;     // which names the hook is given (HookSites)
+  uint32_t hook_sites = kAllSites;    // which sites the hook is given (site_bit)
+  const StreamWrites* writes = nullptr;  // steering: written into the stream where the pass reaches each site
   KvCache* record = nullptr;          // filled with every layer's keys and values
   const KvCache* prefix = nullptr;    // cached keys/values of positions [0, P) of a shared prefix ([1, ...] each)
   at::Tensor prefix_lengths;          // [B]: how many prefix positions row b may attend to
@@ -75,7 +76,7 @@ struct ForwardPass {
   int64_t cache_visible = 0;
   // When set ([R] int64 token indices of a packed pass [1, N]), the last layer finishes only these tokens: its
   // keys and values come from every token, but its output projection, MLP and residual adds run on R rows, and
-  // its hook names from "attn_out" on hold [1, R, width]. The last token of each text, read at the deepest
+  // its sites from attn_out on hold [1, R, width]. The last token of each text, read at the deepest
   // layer, needs nothing more; that layer's MLP over the other tokens would be thrown away.
   at::Tensor last_layer_rows;
 };

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "device/transfers.h"
+#include "device/torch/transfers.h"
 #include "io/safetensors.h"
 
 namespace probekit::model {

@@ -17,8 +17,9 @@ at::Tensor device_ids(const Sequence& ids, at::Device device) {
 
 }  // namespace
 
-IncrementalReader::IncrementalReader(const model::TransformerModel& model, const Request* request, Sequence suffix)
-    : model_(model), request_(request), suffix_(std::move(suffix)) {
+IncrementalReader::IncrementalReader(const model::TransformerModel& model, const Request* request, Sequence suffix,
+                                     const model::StreamWrites* writes)
+    : model_(model), request_(request), suffix_(std::move(suffix)), writes_(writes) {
   const model::ModelConfig& c = model.config();
   if (model.loaded_layers() != c.num_layers || !model.has_final_norm()) {
     fail_input("generation needs every layer of the model and its final norm loaded");
@@ -75,6 +76,7 @@ at::Tensor IncrementalReader::start(const std::vector<Sequence>& prompts, int64_
   pass.final_norm = true;
   pass.cache = &cache_;
   pass.cache_visible = longest;
+  pass.writes = writes_;
   at::Tensor hidden = model_.forward(pass);  // [B, T, hidden]
   at::Tensor last = (lengths_ - 1).view({batch, 1, 1}).expand({batch, 1, hidden.size(2)});
   return hidden.gather(1, last).squeeze(1).to(at::kFloat);
@@ -96,6 +98,7 @@ IncrementalReader::Step IncrementalReader::step(const at::Tensor& tokens, const 
   pass.sequence_lengths = lengths_ + 1;
   pass.final_norm = true;
   pass.cache = &cache_;
+  pass.writes = writes_;
   // Visible slots grow in steps of 64: attention then sees a few shapes, not a new one per token (cuDNN's
   // attention builds a plan per shape). The slots past every position of the pass are masked, so this changes
   // no number.

@@ -18,8 +18,10 @@ namespace probekit::readout {
 class IncrementalReader {
  public:
   /// `request` (position last; may be null: nothing is read but the final norm) is read after each new token
-  /// followed by `suffix`. The model must hold every layer and the final norm.
-  IncrementalReader(const model::TransformerModel& model, const Request* request, Sequence suffix);
+  /// followed by `suffix`. `writes` (may be null) steer every pass, prompts and new tokens. The model must hold
+  /// every layer and the final norm.
+  IncrementalReader(const model::TransformerModel& model, const Request* request, Sequence suffix,
+                    const model::StreamWrites* writes = nullptr);
 
   /// Runs the prompts (each at its own positions, however long the others) through every layer, caching their
   /// keys and values with room for `new_tokens` more tokens each. Returns the final norm at each prompt's last
@@ -42,6 +44,7 @@ class IncrementalReader {
   const model::TransformerModel& model_;
   const Request* request_;
   Sequence suffix_;
+  const model::StreamWrites* writes_;
   at::Tensor suffix_ids_;  // [S] on the device
   model::KvCache cache_;   // [B, kv_heads, capacity, head_dim] per layer
   at::Tensor lengths_;

@@ -4,7 +4,7 @@
 #include <map>
 
 #include "common/error.h"
-#include "device/transfers.h"
+#include "device/torch/transfers.h"
 #include "readout/pooling.h"
 #include "readout/site_reader.h"
 
@@ -169,6 +169,7 @@ at::Tensor read_prefix_range(const model::TransformerModel& model, const Sequenc
   }
   model::KvCache cache;
   text_pass.record = &cache;
+  text_pass.writes = request.writes;
   text_pass.last_layer = request.layers.back();
   // The keys and values as the longest prompt of the range computes them, the same as in each of its prompts.
   text_pass.sequence_lengths = at::full({1}, end + suffix_length, at::kLong).to(model.device());
@@ -219,22 +220,25 @@ at::Tensor read_prefixes(const model::TransformerModel& model, const Sequence& t
   return at::cat(parts);
 }
 
-HiddenStates read_hidden_states(const model::TransformerModel& model, const Sequence& ids) {
+HiddenStates read_hidden_states(const model::TransformerModel& model, const Sequence& ids,
+                                const model::StreamWrites* writes) {
   model.check_inputs(ids);
   HiddenStates states;
   std::vector<at::Tensor> layers, router_logits;
-  model::TensorHook hook = [&](std::string_view name, int64_t, const at::Tensor& t) {
+  model::TensorHook hook = [&](Site site, int64_t, const at::Tensor& t) {
     at::Tensor row = t[0].to(at::kCPU, at::kFloat).contiguous();
-    if (name == "embeddings") states.embeddings = row;
-    if (name == "resid_post") layers.push_back(row);
-    if (name == "final_norm") states.final_norm = row;
-    if (name == "router_logits") router_logits.push_back(row);
+    if (site == Site::kEmbeddings) states.embeddings = row;
+    if (site == Site::kResidPost) layers.push_back(row);
+    if (site == Site::kFinalNorm) states.final_norm = row;
+    if (site == Site::kRouter) router_logits.push_back(row);
   };
   model::ForwardPass pass;
   pass.input_ids = to_device_ids(ids, model.device()).unsqueeze(0);
   pass.final_norm = true;
   pass.hook = &hook;
-  pass.hook_sites = model::kHookEmbeddings | model::kHookResidPost | model::kHookFinalNorm | model::kHookRouterLogits;
+  pass.hook_sites = site_bit(Site::kEmbeddings) | site_bit(Site::kResidPost) | site_bit(Site::kFinalNorm) |
+                    site_bit(Site::kRouter);
+  pass.writes = writes;
   model.forward(pass);
   states.layers = at::stack(layers).contiguous();
   if (!router_logits.empty()) states.router_logits = at::stack(router_logits).contiguous();

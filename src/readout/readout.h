@@ -28,6 +28,7 @@ struct Request {
   std::vector<int64_t> layers;  // ascending, distinct
   int64_t skip_leading = 0;     // special tokens in front that mean and max pooling leave out (BOS)
   Layout layout = Layout::kAuto;
+  const model::StreamWrites* writes = nullptr;  // steering applied to the passes that read (none: null)
 };
 
 /// Whether read_rows packs the sequences of `request` for `model` (then it computes no padding).
@@ -53,7 +54,8 @@ struct HiddenStates {
   at::Tensor router_logits;  // [layers with a router, T, experts]: their logits before the softmax; MoE models only
 };
 /// Every loaded layer's output for `ids`, with the embeddings, the final norm (which must be loaded) and, for
-/// a model with routed experts, the router logits of its loaded layers that have a router.
-HiddenStates read_hidden_states(const model::TransformerModel& model, const Sequence& ids);
+/// a model with routed experts, the router logits of its loaded layers that have a router; with `writes` applied.
+HiddenStates read_hidden_states(const model::TransformerModel& model, const Sequence& ids,
+                                const model::StreamWrites* writes = nullptr);
 
 }  // namespace probekit::readout

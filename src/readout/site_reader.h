@@ -22,9 +22,11 @@ class SiteReader {
   SiteReader(const SiteReader&) = delete;
   SiteReader& operator=(const SiteReader&) = delete;
 
-  /// Points `pass` at this reader: stop after the deepest layer, give the hook the site only.
+  /// Points `pass` at this reader: stop after the deepest layer, give the hook the site only, steer as the request
+  /// says.
   void attach(model::ForwardPass& pass) const;
-  /// Gives `pass`'s hook the site only, leaving its layers as they are (a pass that goes on to the LM head).
+  /// Gives `pass`'s hook the site only, leaving its layers and writes as they are (a pass that goes on to the LM
+  /// head).
   void attach_hook(model::ForwardPass& pass) const;
   const std::vector<at::Tensor>& rows() const { return rows_; }
   /// [rows, layers, width].
@@ -36,7 +38,6 @@ class SiteReader {
   std::function<at::Tensor(const at::Tensor&)> rows_of_;
   std::map<int64_t, size_t> slot_;
   std::vector<at::Tensor> rows_;
-  at::Tensor expert_ids_;
   model::TensorHook hook_;
 };
 

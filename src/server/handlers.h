@@ -10,7 +10,7 @@
 #include "inference/engine.h"
 #include "inference/ranking.h"
 #include "server/options.h"
-#include "server/requests.h"
+#include "server/api/requests.h"
 #include "server/scheduler.h"
 
 namespace probekit::server {

@@ -1,6 +1,6 @@
 #include "server/options.h"
 
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "common/error.h"
 #include "inference/session.h"
 

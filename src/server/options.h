@@ -8,7 +8,7 @@
 #include <string>
 
 #include "inference/engine.h"
-#include "server/limits.h"
+#include "server/api/limits.h"
 
 namespace probekit::server {
 

@@ -15,7 +15,7 @@
 #include "common/error.h"
 #include "server/generation_stream.h"
 #include "server/handlers.h"
-#include "server/requests.h"
+#include "server/api/requests.h"
 
 namespace probekit::server {
 

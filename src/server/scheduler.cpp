@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "server/requests.h"
+#include "server/api/requests.h"
 
 namespace probekit::server {
 

@@ -4,7 +4,7 @@
 
 #include <stdexcept>
 
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "common/error.h"
 #include "device/runtime.h"
 #include "fake_device_runtime.h"

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/json.h"
-#include "probes/metrics.h"
+#include "metrics/metrics.h"
 #include "test_paths.h"
 
 using namespace probekit;

@@ -3,7 +3,7 @@
 // check the same through a real server).
 #include <doctest/doctest.h>
 
-#include "server/requests.h"
+#include "server/api/requests.h"
 #include "test_util.h"
 
 using namespace probekit;

@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include "common/json.h"
-#include "device/gpu_utils.h"
+#include "device/torch/gpu_utils.h"
 #include "io/safetensors.h"
 #include "model/transformer.h"
 #include "readout/readout.h"
@@ -46,8 +46,8 @@ Agreement compare_with_reference(const std::string& name, at::ScalarType dtype) 
     at::Tensor ids = testing::read_tensor(reference, reference.at(fmt::format("t{}.input_ids", i)));
     at::Tensor expected = testing::read_tensor(reference, reference.at(fmt::format("t{}.layers", i)));  // [L, T, H]
     std::vector<at::Tensor> layers;
-    model::TensorHook hook = [&](std::string_view site, int64_t, const at::Tensor& t) {
-      if (site == "resid_post") layers.push_back(t[0].to(at::kCPU, at::kDouble));
+    model::TensorHook hook = [&](Site site, int64_t, const at::Tensor& t) {
+      if (site == Site::kResidPost) layers.push_back(t[0].to(at::kCPU, at::kDouble));
     };
     model::ForwardPass pass;
     pass.input_ids = ids.unsqueeze(0).to(options.device);

@@ -76,7 +76,7 @@ TEST_CASE("a model split over cuda:0 and cuda:1 reads bitwise the rows of cuda:0
   model::TransformerModel whole = model::TransformerModel::load(kGemmaModel, load);
   load.layer_devices = two_gpu_devices(whole.loaded_layers());
   model::TransformerModel split = model::TransformerModel::load(kGemmaModel, load);
-  readout::Request request{readout::Site::kResidPost, readout::Position::kLast, {1, 4, 5}, 1};
+  readout::Request request{Site::kResidPost, readout::Position::kLast, {1, 4, 5}, 1};
   std::vector<readout::Sequence> texts = {{2, 10, 11, 12, 13}, {2, 14, 15}};
   CHECK(readout::read_rows(split, texts, request).device() == load.device);
   check_split_reads(split, whole, texts, request);
@@ -103,10 +103,10 @@ TEST_CASE("a model split over cuda:0 and cuda:1 generates bitwise the ids, logit
   }
   // Sliding windows with local and global ropes (gemma3_text), a rope that depends on the length
   // (phi3_longrope), learned positions (gpt2) and routers read at their site (mixtral).
-  const std::pair<std::string, readout::Site> cases[] = {{"gemma3_text", readout::Site::kResidPost},
-                                                         {"phi3_longrope", readout::Site::kResidPost},
-                                                         {"gpt2", readout::Site::kResidMid},
-                                                         {"mixtral", readout::Site::kRouter}};
+  const std::pair<std::string, Site> cases[] = {{"gemma3_text", Site::kResidPost},
+                                                         {"phi3_longrope", Site::kResidPost},
+                                                         {"gpt2", Site::kResidMid},
+                                                         {"mixtral", Site::kRouter}};
   for (const auto& [name, site] : cases) {
     model::LoadOptions load;
     load.lm_head = true;

@@ -174,17 +174,17 @@ TEST_CASE("captured rows equal inspect_model hidden for the same texts") {
 TEST_CASE("positions all, mean and max, and the sites of a layer") {
   TempDir tmp;
   std::string dataset = write_dataset(tmp, 16);
-  auto capture_with = [&](readout::Position position, readout::Site site, const std::string& name) {
+  auto capture_with = [&](readout::Position position, Site site, const std::string& name) {
     capture::CaptureOptions o = base_options(dataset, tmp.file(name));
     o.layers = "2,3";
     o.position = position;
     o.site = site;
     return activations::read_activation_file(capture::run_capture(o).files[0]);
   };
-  auto all = capture_with(readout::Position::kAll, readout::Site::kResidPost, "all");
-  auto mean = capture_with(readout::Position::kMean, readout::Site::kResidPost, "mean");
-  auto max = capture_with(readout::Position::kMax, readout::Site::kResidPost, "max");
-  auto last = capture_with(readout::Position::kLast, readout::Site::kResidPost, "last");
+  auto all = capture_with(readout::Position::kAll, Site::kResidPost, "all");
+  auto mean = capture_with(readout::Position::kMean, Site::kResidPost, "mean");
+  auto max = capture_with(readout::Position::kMax, Site::kResidPost, "max");
+  auto last = capture_with(readout::Position::kLast, Site::kResidPost, "last");
   auto tok = tokenizer::Tokenizer::from_file(kGemmaModel);
   data::Dataset d = data::read_dataset(dataset, {});
   const auto& tokens = all.split(Split::kTrain);
@@ -208,7 +208,7 @@ TEST_CASE("positions all, mean and max, and the sites of a layer") {
   auto pre3 = [&] {
     capture::CaptureOptions o = base_options(dataset, tmp.file("pre"));
     o.layers = "3";
-    o.site = readout::Site::kResidPre;
+    o.site = Site::kResidPre;
     return activations::read_activation_file(capture::run_capture(o).files[0]);
   }();
   CHECK(pre3.attributes.site == "resid_pre");
@@ -230,18 +230,18 @@ at::Tensor file_row(const std::vector<float>& values, int64_t row, int64_t width
 TEST_CASE("router and experts sites: rows are the routing of single passes, shards merge, dense layers are refused") {
   TempDir tmp;
   std::string dataset = write_dataset(tmp, 16);
-  auto capture_moe = [&](readout::Site site, readout::Position position, const std::string& layers, const std::string& out) {
+  auto capture_moe = [&](Site site, readout::Position position, const std::string& layers, const std::string& out) {
     capture::CaptureOptions o = base_options(dataset, tmp.file(out));
     o.model_dir = kMoeModel;
     o.site = site;
     o.position = position;
     o.layers = layers;
-    o.gzip = site == readout::Site::kExperts;
+    o.gzip = site == Site::kExperts;
     return capture::run_capture(o).files;
   };
-  auto router_last = capture_moe(readout::Site::kRouter, readout::Position::kLast, "0,2", "router_last");
-  auto router_all = activations::read_activation_file(capture_moe(readout::Site::kRouter, readout::Position::kAll, "2", "all")[0]);
-  auto experts = activations::read_activation_file(capture_moe(readout::Site::kExperts, readout::Position::kLast, "3", "experts")[0]);
+  auto router_last = capture_moe(Site::kRouter, readout::Position::kLast, "0,2", "router_last");
+  auto router_all = activations::read_activation_file(capture_moe(Site::kRouter, readout::Position::kAll, "2", "all")[0]);
+  auto experts = activations::read_activation_file(capture_moe(Site::kExperts, readout::Position::kLast, "3", "experts")[0]);
   std::vector<activations::ActivationFile> routers = {activations::read_activation_file(router_last[0]),
                                                       activations::read_activation_file(router_last[1])};
   CHECK(routers[0].attributes.site == "router");
@@ -282,7 +282,7 @@ TEST_CASE("router and experts sites: rows are the routing of single passes, shar
   // rounding: other batches pad differently).
   capture::CaptureOptions whole = base_options(dataset, tmp.file("whole"));
   whole.model_dir = kMoeModel;
-  whole.site = readout::Site::kExperts;
+  whole.site = Site::kExperts;
   whole.position = readout::Position::kAll;
   whole.layers = "0";
   auto unsharded = activations::read_activation_file(capture::run_capture(whole).files[0]);
@@ -303,7 +303,7 @@ TEST_CASE("router and experts sites: rows are the routing of single passes, shar
   }
 
   // A layer without a router, and pooled expert ids, are the caller's mistakes, named as such.
-  auto usage_error = [&](readout::Site site, readout::Position position, const std::string& layers) -> std::string {
+  auto usage_error = [&](Site site, readout::Position position, const std::string& layers) -> std::string {
     try {
       capture_moe(site, position, layers, "refused");
     } catch (const UsageError& e) {
@@ -311,11 +311,11 @@ TEST_CASE("router and experts sites: rows are the routing of single passes, shar
     }
     return "no error";
   };
-  CHECK_CONTAINS(usage_error(readout::Site::kRouter, readout::Position::kLast, "1,2"),
+  CHECK_CONTAINS(usage_error(Site::kRouter, readout::Position::kLast, "1,2"),
                  "--site router: layer 1 is a dense layer without a router; the layers with a router are 0,2,3");
-  CHECK_CONTAINS(usage_error(readout::Site::kExperts, readout::Position::kMean, "2"),
-                 "--site experts stores expert ids, which cannot be pooled: use --position last or all (not mean)");
-  CHECK_CONTAINS(usage_error(readout::Site::kRouter, readout::Position::kLast, "1"), "the layers with a router are 0,2,3");
+  CHECK_CONTAINS(usage_error(Site::kExperts, readout::Position::kMean, "2"),
+                 "--site experts stores the k experts the router chose (ids, most probable first) and their weights, which cannot be pooled: use --position last or all (not mean)");
+  CHECK_CONTAINS(usage_error(Site::kRouter, readout::Position::kLast, "1"), "the layers with a router are 0,2,3");
 }
 
 TEST_CASE("an out-of-memory batch is retried in halves and the run completes with the same rows") {

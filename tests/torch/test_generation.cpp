@@ -295,25 +295,25 @@ readout::Sequence anchor_suffix(const std::string& name) {
 }  // namespace
 
 TEST_CASE("probes read each new token as --per-token reads that position: the token plus the suffix") {
-  readout::Request residual{readout::Site::kResidPost, readout::Position::kLast, {1, 3}, 0};
+  readout::Request residual{Site::kResidPost, readout::Position::kLast, {1, 3}, 0};
   check_rows_while_generating("llama", residual, anchor_suffix("llama"));
   // Without a suffix the probes read the token itself.
   check_rows_while_generating("llama", residual, {});
   // Sliding windows (gemma2: 8) over the suffix, attention soft-capping; another site.
-  check_rows_while_generating("gemma2", {readout::Site::kResidMid, readout::Position::kLast, {0, 2}, 0},
+  check_rows_while_generating("gemma2", {Site::kResidMid, readout::Position::kLast, {0, 2}, 0},
                               anchor_suffix("gemma2"));
   // The router's logits of a MoE layer.
-  check_rows_while_generating("qwen3_moe", {readout::Site::kRouter, readout::Position::kLast, {0, 2}, 0},
+  check_rows_while_generating("qwen3_moe", {Site::kRouter, readout::Position::kLast, {0, 2}, 0},
                               anchor_suffix("qwen3_moe"));
 }
 
 TEST_CASE("a model split over two devices generates the ids, logits and probe rows of one device, bitwise (fp32)") {
   // Sliding windows with local and global ropes (gemma3_text), a rope that depends on the length
   // (phi3_longrope), learned positions (gpt2) and routers read at their site (mixtral).
-  const std::pair<std::string, readout::Site> cases[] = {{"gemma3_text", readout::Site::kResidPost},
-                                                         {"phi3_longrope", readout::Site::kResidPost},
-                                                         {"gpt2", readout::Site::kResidMid},
-                                                         {"mixtral", readout::Site::kRouter}};
+  const std::pair<std::string, Site> cases[] = {{"gemma3_text", Site::kResidPost},
+                                                         {"phi3_longrope", Site::kResidPost},
+                                                         {"gpt2", Site::kResidMid},
+                                                         {"mixtral", Site::kRouter}};
   for (const auto& [name, site] : cases) {
     model::TransformerModel whole = load_generator(fixture_model(name));
     model::LoadOptions options;
@@ -403,7 +403,7 @@ TEST_CASE("learned positions bound prompt, new tokens and suffix together, with 
   generation::GenerationOptions options;
   options.max_new_tokens = 10;
   readout::Sequence prompt(500, 5);
-  generation::ProbeReadout probes{{readout::Site::kResidPost, readout::Position::kLast, {1}, 0}, readout::Sequence(3, 7), {}};
+  generation::ProbeReadout probes{{Site::kResidPost, readout::Position::kLast, {1}, 0}, readout::Sequence(3, 7), {}};
   CHECK_THROWS_WITH_AS(generation::generate(model, {prompt}, options, &probes, [](const auto&) { return true; }),
                        doctest::Contains("the longest prompt (500 tokens), 10 new tokens and the probes' prompt suffix "
                                          "(3 tokens) need 513 positions, more than the model's 512"),

@@ -3,8 +3,8 @@
 
 #include <ATen/Parallel.h>
 
-#include "device/gpu_utils.h"
-#include "device/transfers.h"
+#include "device/torch/gpu_utils.h"
+#include "device/torch/transfers.h"
 #include "fake_device_runtime.h"
 
 using namespace probekit::device;

@@ -32,7 +32,7 @@ namespace {
 
 // Captures `layers` (2 and 5 by default) of a small labelled dataset into dir/activations.
 void capture_activations(const TempDir& tmp, const std::string& model_dir = kGemmaModel, const std::string& layers = "2,5",
-                         readout::Site site = readout::Site::kResidPost) {
+                         Site site = Site::kResidPost) {
   probekit::testing::write_three_action_dataset(tmp.file("data.jsonl"));
   capture::CaptureOptions o;
   o.model_dir = model_dir;
@@ -47,7 +47,7 @@ void capture_activations(const TempDir& tmp, const std::string& model_dir = kGem
 // Captures `layers` of a small labelled dataset and trains probes on them: dir/probes, with one layer_{L} folder
 // each when there are several layers.
 std::string train_probes(const TempDir& tmp, const std::string& model_dir = kGemmaModel, const std::string& layers = "2,5",
-                         readout::Site site = readout::Site::kResidPost) {
+                         Site site = Site::kResidPost) {
   capture_activations(tmp, model_dir, layers, site);
   CommandResult trained = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 30 --device cpu --quiet",
                                                   tool("train_binary_probes"), tmp.file("activations"), tmp.file("probes")));
@@ -94,8 +94,8 @@ safetensors::File inspect_hidden(const TempDir& tmp, const std::string& model_di
 // layers read for that prompt, by a plain forward pass.
 std::vector<at::Tensor> last_token_rows(const model::TransformerModel& m, const std::vector<int64_t>& ids) {
   std::vector<at::Tensor> last;
-  model::TensorHook hook = [&](std::string_view name, int64_t layer, const at::Tensor& x) {
-    if (name == "resid_post" && (layer == 2 || layer == 5)) last.push_back(x[0][-1].unsqueeze(0));
+  model::TensorHook hook = [&](Site site, int64_t layer, const at::Tensor& x) {
+    if (site == Site::kResidPost && (layer == 2 || layer == 5)) last.push_back(x[0][-1].unsqueeze(0));
   };
   model::ForwardPass pass;
   pass.input_ids = at::tensor(ids).unsqueeze(0);
@@ -127,7 +127,7 @@ TEST_CASE("printed scores equal sigmoid(w.h + b) from the probe files and inspec
 TEST_CASE("probes on router logits: printed scores equal sigmoid(w.r + b) for the router logits of inspect_model") {
   TempDir tmp;
   const std::string moe = fixture_model("qwen3_moe");
-  std::string probes = train_probes(tmp, moe, "2", readout::Site::kRouter);
+  std::string probes = train_probes(tmp, moe, "2", Site::kRouter);
   Json index = read_json_file(probes + "/probes.json");
   CHECK(index["site"] == "router");
   CHECK(index["input_dim"] == 8);

@@ -80,7 +80,7 @@ void check_against_reference(const std::string& dir, const std::string& name) {
     }
     single_last_tokens.push_back(states.layers[layers - 1][-1]);
   }
-  at::Tensor rows = readout::read_rows(m, sequences, {readout::Site::kResidPost, readout::Position::kLast, {layers - 1}, 0});
+  at::Tensor rows = readout::read_rows(m, sequences, {Site::kResidPost, readout::Position::kLast, {layers - 1}, 0});
   for (size_t b = 0; b < sequences.size(); ++b) {
     check_close(rows[static_cast<int64_t>(b)][0], single_last_tokens[b], fmt::format("{} batch row {}", name, b), 1e-5);
   }
@@ -145,7 +145,7 @@ TEST_CASE("every prefix read with longrope equals its prompt run alone, on both 
   REQUIRE(ids.numel() > 45);
   readout::Sequence all(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
   readout::Sequence text(all.begin(), all.begin() + 40), suffix(all.end() - 5, all.end());
-  const readout::Request request{readout::Site::kResidPost, readout::Position::kLast, {1, 3}, 0};
+  const readout::Request request{Site::kResidPost, readout::Position::kLast, {1, 3}, 0};
   for (const readout::Sequence& tail : {suffix, readout::Sequence{}}) {
     at::Tensor rows = readout::read_prefixes(m, text, tail, request);  // [T, layers, hidden]
     for (int64_t t = 0; t < static_cast<int64_t>(text.size()); ++t) {
@@ -208,8 +208,8 @@ TEST_CASE("bf16 compute agrees with the fp32 reference to bf16 precision") {
     double min_layer_cosine = 1.0, min_token_cosine = 1.0;
     for (size_t i = 0; i < reference.input_ids.size(); ++i) {
       std::vector<at::Tensor> layers;
-      model::TensorHook hook = [&](std::string_view site, int64_t, const at::Tensor& t) {
-        if (site == "resid_post") layers.push_back(t[0].to(at::kDouble));
+      model::TensorHook hook = [&](Site site, int64_t, const at::Tensor& t) {
+        if (site == Site::kResidPost) layers.push_back(t[0].to(at::kDouble));
       };
       model::ForwardPass pass;
       pass.input_ids = reference.input_ids[i].unsqueeze(0);

@@ -153,13 +153,13 @@ double largest_difference(const at::Tensor& a, const at::Tensor& b) {
 TEST_CASE("packed sequences read the same rows as a padded batch, for every family, site and position") {
   struct Case {
     const char* model;
-    readout::Site site;
+    Site site;
   };
-  const Case cases[] = {{"gemma2", readout::Site::kResidPost},   {"gemma3_text", readout::Site::kAttnOut},
-                        {"llama", readout::Site::kResidPost},    {"gpt2", readout::Site::kMlpOut},
-                        {"gpt_neox", readout::Site::kResidMid},  {"olmo2", readout::Site::kResidPost},
-                        {"phi3", readout::Site::kResidPre},      {"qwen3_moe", readout::Site::kRouter},
-                        {"qwen2_moe", readout::Site::kResidPost}};
+  const Case cases[] = {{"gemma2", Site::kResidPost},   {"gemma3_text", Site::kAttnOut},
+                        {"llama", Site::kResidPost},    {"gpt2", Site::kMlpOut},
+                        {"gpt_neox", Site::kResidMid},  {"olmo2", Site::kResidPost},
+                        {"phi3", Site::kResidPre},      {"qwen3_moe", Site::kRouter},
+                        {"qwen2_moe", Site::kResidPost}};
   for (const Case& c : cases) {
     auto model = model::TransformerModel::load(fixture_model(c.model), {});
     const int64_t layers = model.config().num_layers;
@@ -171,7 +171,7 @@ TEST_CASE("packed sequences read the same rows as a padded batch, for every fami
       readout::Request request;
       request.site = c.site;
       request.position = position;
-      request.layers = c.site == readout::Site::kRouter ? std::vector<int64_t>{0, layers - 1}
+      request.layers = c.site == Site::kRouter ? std::vector<int64_t>{0, layers - 1}
                                                         : std::vector<int64_t>{0, layers / 2, layers - 1};
       request.skip_leading = 1;
       request.layout = readout::Layout::kPadded;
@@ -195,8 +195,8 @@ TEST_CASE("a packed pass's last layer finishes only last_layer_rows: the same va
     const model::PackedSequences packed{at::tensor(std::vector<int32_t>{0, 5, 8}, at::kInt), {5, 3}};
     const at::Tensor rows = at::tensor(std::vector<int64_t>{4, 7}, at::kLong);
     auto run = [&](const at::Tensor& last_layer_rows, std::map<std::string, at::Tensor>& sites) {
-      model::TensorHook hook = [&](std::string_view site, int64_t layer, const at::Tensor& values) {
-        if (layer == last) sites[std::string(site)] = values.clone();
+      model::TensorHook hook = [&](Site site, int64_t layer, const at::Tensor& values) {
+        if (layer == last) sites[site_name(site)] = values.clone();
       };
       model::ForwardPass pass;
       pass.input_ids = ids;
@@ -212,7 +212,7 @@ TEST_CASE("a packed pass's last layer finishes only last_layer_rows: the same va
     CHECK(largest_difference(finished[0], all[0].index_select(0, rows)) < 1e-5);
     CHECK(row_sites.at("resid_pre").size(1) == 8);  // the layer's input: every token
     for (const auto& [site, values] : row_sites) {
-      if (site == "resid_pre" || site == "expert_ids") continue;
+      if (site == "resid_pre") continue;
       CAPTURE(site);
       REQUIRE(values.size(1) == 2);
       CHECK(largest_difference(values[0], all_sites.at(site)[0].index_select(0, rows)) < 1e-5);

@@ -185,7 +185,7 @@ TEST_CASE("layers split over two devices, batches pipelined through them: bitwis
   load.layer_devices = cpu_split_devices(whole.loaded_layers());
   model::TransformerModel split = model::TransformerModel::load(kGemmaModel, load);
   check_split_reads(split, whole, {{2, 10, 11, 12}, {2, 13, 14}},
-                    readout::Request{readout::Site::kResidPost, readout::Position::kLast, {1, 4}, 1});
+                    readout::Request{Site::kResidPost, readout::Position::kLast, {1, 4}, 1});
   load.layer_devices.pop_back();
   CHECK_THROWS_WITH(model::TransformerModel::load(kGemmaModel, load), doctest::Contains("layer devices for"));
 }

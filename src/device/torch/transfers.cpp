@@ -1,4 +1,4 @@
-#include "device/transfers.h"
+#include "device/torch/transfers.h"
 
 #include <ATen/Parallel.h>
 #include <c10/core/impl/VirtualGuardImpl.h>

@@ -1,4 +1,4 @@
-#include "device/gpu_cuda.h"
+#include "device/torch/cuda/gpu_cuda.h"
 
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>

@@ -11,7 +11,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/outputs.h"
-#include "device/gpu_utils.h"
+#include "device/torch/gpu_utils.h"
 #include "probes/probe_files.h"
 #include "probes/report_html.h"
 #include "probes/training_data.h"

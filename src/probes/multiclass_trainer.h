@@ -10,7 +10,7 @@
 
 #include "common/json.h"
 #include "activations/activation_store.h"
-#include "probes/metrics.h"
+#include "metrics/metrics.h"
 #include "probes/probe_bank.h"
 #include "probes/training_options.h"
 

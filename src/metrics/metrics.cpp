@@ -1,4 +1,4 @@
-#include "probes/metrics.h"
+#include "metrics/metrics.h"
 
 #include <algorithm>
 #include <cmath>

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/json.h"
-#include "server/limits.h"
+#include "server/api/limits.h"
 
 namespace probekit::server {
 

@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include "common/cli.h"
+#include "cli/cli.h"
 
 namespace probekit::probes {
 

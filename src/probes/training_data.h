@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "device/gpu_utils.h"
+#include "device/torch/gpu_utils.h"
 #include "activations/activation_store.h"
 #include "probes/probe_bank.h"
 

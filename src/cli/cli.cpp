@@ -1,4 +1,4 @@
-#include "common/cli.h"
+#include "cli/cli.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -102,15 +102,6 @@ CLI::Option* add_layers_option(CLI::App& app, std::string& layers, const std::st
       ->delimiter(',');
 }
 
-bool is_disk_full_message(const std::string& message) {
-  return message.find(std::strerror(ENOSPC)) != std::string::npos || message.find(std::strerror(EFBIG)) != std::string::npos ||
-         message.find(std::strerror(EDQUOT)) != std::string::npos;
-}
-
-bool is_out_of_memory_message(const std::string& message) {
-  return message.find("out of memory") != std::string::npos || message.find("OutOfMemoryError") != std::string::npos;
-}
-
 std::string explain_failure(const std::exception& error, const std::string& disk_full_advice) {
   std::string message = error.what();
   // c10::Error appends a C++ backtrace that helps nobody running a tool.
@@ -119,13 +110,8 @@ std::string explain_failure(const std::exception& error, const std::string& disk
     if (at != std::string::npos) message.erase(at);
   }
   while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
-  std::string mps_advice = device::mps_failure_advice(message);
-  if (!mps_advice.empty()) {
-    message += "\n" + mps_advice;
-  } else if (is_out_of_memory_message(message)) {
-    message += "\nThe device ran out of memory: use a smaller --batch-size (or --max-gpu-memory), a lower "
-               "--dtype, or free memory used by other processes; the device and its memory are logged at start.";
-  }
+  std::string device_advice = device::failure_advice(message);
+  if (!device_advice.empty()) message += "\n" + device_advice;
   if (is_disk_full_message(message)) {
     message += "\nThe disk is full (or a file size limit was reached): free space and run the command again.";
     if (!disk_full_advice.empty()) message += " " + disk_full_advice;

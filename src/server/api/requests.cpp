@@ -1,4 +1,4 @@
-#include "server/requests.h"
+#include "server/api/requests.h"
 
 #include <fmt/format.h>
 

@@ -71,10 +71,4 @@ int run_tool(CLI::App& app, int argc, char** argv, const CommonOptions& options,
 /// full disk (`disk_full_advice`: what the tool can recover once space is freed).
 std::string explain_failure(const std::exception& error, const std::string& disk_full_advice = "");
 
-/// True when the message carries the system's reason for a full disk, a file size limit or a quota.
-bool is_disk_full_message(const std::string& message);
-
-/// True when the message is an accelerator's out-of-memory error (CUDA, HIP or MPS).
-bool is_out_of_memory_message(const std::string& message);
-
 }  // namespace probekit

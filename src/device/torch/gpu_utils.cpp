@@ -1,4 +1,4 @@
-#include "device/gpu_utils.h"
+#include "device/torch/gpu_utils.h"
 
 #include <ATen/Parallel.h>
 #include <spdlog/spdlog.h>
@@ -16,7 +16,7 @@
 #endif
 
 #ifdef PROBEKIT_WITH_CUDA
-#include "device/gpu_cuda.h"
+#include "device/torch/cuda/gpu_cuda.h"
 #endif
 #if TORCH_VERSION_MAJOR >= 2
 #include <ATen/detail/MPSHooksInterface.h>

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "activations/activation_store.h"
-#include "probes/metrics.h"
+#include "metrics/metrics.h"
 #include "probes/probe_bank.h"
 #include "probes/training_options.h"
 

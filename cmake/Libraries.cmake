@@ -1,0 +1,28 @@
+# probekit_library(<name> [RECURSE] [TORCH] [DEPENDS <libraries>...] [SOURCES <extra files>...]): the static library
+# probekit_<name> made of the .cpp files of the folder whose CMakeLists.txt calls it (with RECURSE, of its subfolders
+# too). A new file in a folder joins that folder's library; a new folder is one CMakeLists.txt and one line in the
+# top-level list. TORCH marks the libraries that run LibTorch: they share one precompiled <ATen/ATen.h>.
+function(probekit_library name)
+  cmake_parse_arguments(arg "RECURSE;TORCH" "" "DEPENDS;SOURCES" ${ARGN})
+  if(arg_RECURSE)
+    file(GLOB_RECURSE sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
+  else()
+    file(GLOB sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
+  endif()
+  set(target probekit_${name})
+  add_library(${target} STATIC ${sources} ${arg_SOURCES})
+  target_link_libraries(${target} PUBLIC ${arg_DEPENDS})
+  if(arg_TORCH)
+    target_link_libraries(${target} PUBLIC probekit::torch)
+    if(name STREQUAL "device_torch")
+      target_precompile_headers(${target} PRIVATE <ATen/ATen.h>)
+    else()
+      target_precompile_headers(${target} REUSE_FROM probekit_device_torch)
+    endif()
+  endif()
+endfunction()
+
+# The precompiled LibTorch header of the libraries, for a tool, test or benchmark executable.
+function(probekit_reuse_torch_header target)
+  target_precompile_headers(${target} REUSE_FROM probekit_device_torch)
+endfunction()
