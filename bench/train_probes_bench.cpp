@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
                     {"device", target.device.str()},
                     {"dtype", probes::dtype_label(target.dtype)},
                     {"threads", threads},
-                    {"model_type", probes::kind_name(t.kind)},
+                    {"model_type", t.kind->name()},
                     {"probes", labels},
                     {"shape", fmt::format("{}/{}/{} x {}", labels * per_label[0], labels * per_label[1], labels * per_label[2], hidden)},
                     {"epochs", t.epochs},

@@ -50,7 +50,7 @@ std::vector<int64_t> layers_of(const std::vector<std::string>& files) {
 
 Json config_json(const BinaryRunOptions& options, const device::ComputeTarget& target, const std::string& model_name) {
   const BinaryTrainingOptions& t = options.training;
-  return {{"model_type", kind_name(t.kind)},
+  return {{"model_type", t.kind->name()},
           {"hidden_dim", t.hidden_dim},
           {"batch_size", t.batch_size},
           {"epochs", t.epochs},

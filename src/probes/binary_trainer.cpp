@@ -329,7 +329,7 @@ BinaryTrainingResult train_binary_probes(const activations::ActivationFile& file
   }
   std::vector<double> rates = epoch_learning_rates(options.lr, options.epochs, options.cosine_schedule, options.eta_min);
   spdlog::info("{}: training {} {} probes on {} examples x {} ({}, {}{}{}), batch {}, up to {} epochs", progress_label, k,
-               kind_name(shape.kind), train_split.examples(), shape.input_dim, device.str(), dtype_label(dtype),
+               shape.kind->name(), train_split.examples(), shape.input_dim, device.str(), dtype_label(dtype),
                group_count > 1 ? fmt::format(", {} groups of probes in parallel", group_count) : "",
                data.train_x.held_on() != device ? ", activations in host memory" : "", options.batch_size, options.epochs);
 

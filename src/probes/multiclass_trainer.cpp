@@ -187,7 +187,7 @@ MulticlassTrainingResult train_multiclass_probe(const activations::ActivationFil
   at::Tensor best_values = bank.values().clone();
   ProbeTraining training{std::move(bank), std::move(optimizer), {}, std::move(best_values)};
   spdlog::info("{}: training a {} probe over {} classes on {} examples x {} ({}, {}{}), batch {}, {} epochs",
-               progress_label, kind_name(shape.kind), shape.outputs, train_split.examples(), shape.input_dim,
+               progress_label, shape.kind->name(), shape.outputs, train_split.examples(), shape.input_dim,
                device.str(), dtype_label(dtype), data.train_x.held_on() != device ? ", activations in host memory" : "",
                options.batch_size, options.epochs);
 

@@ -1,15 +1,8 @@
-// K probes of one architecture held as one batched set of parameters, so that K probes train as one
-// problem: every parameter is stored as [K, <the reference module's shape>], a contiguous block of one flat
-// buffer, which makes the linear probes one [B, H] x [H, K] product, the multi-head probes batched matrix
-// products over K, and AdamW a handful of element-wise operations over the whole buffer.
-//
-// Gradients are written by hand (no autograd). The modules are the reference's (probe_models.py):
-//   linear:    Dropout(p) -> Linear(H, O)
-//   multihead: encoder = Linear(H, h) ReLU Dropout(p) Linear(h, h) ReLU Dropout(p);
-//              MultiheadAttention(h, heads, dropout=p) over the length-1 sequence [encoded]; Linear(h, O).
-// Over a length-1 sequence the attention softmax weight is exactly 1, so attention reduces to
-// out_proj(W_v x + b_v) (W_v = rows [2h, 3h) of in_proj_weight), with dropout on that one weight per example
-// and head in training; the query and key rows get a zero gradient (they are still decayed by AdamW).
+// K probes of one kind held as one batched set of parameters, so that K probes train as one problem: every
+// parameter is stored as [K, <the reference module's shape>], a contiguous block of one flat buffer, which makes
+// the linear probes one [B, H] x [H, K] product, the multi-head probes batched matrix products over K, and AdamW a
+// handful of element-wise operations over the whole buffer. The kind (probe_kind.h) computes the passes;
+// gradients are written by hand (no autograd).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -18,46 +11,19 @@
 #include <string>
 #include <vector>
 
+#include "probes/probe_kind.h"
+
 namespace probekit::probes {
 
-enum class ProbeKind { kLinear, kMultihead };
-
-/// "linear" or "multihead".
-std::string kind_name(ProbeKind kind);
-/// Parses "linear" / "multihead"; throws UsageError otherwise.
-ProbeKind parse_kind(const std::string& name);
-
-/// The architecture of every probe in a bank.
-struct ProbeShape {
-  ProbeKind kind = ProbeKind::kLinear;
-  int64_t input_dim = 0;
-  int64_t hidden_dim = 512;  // multihead only
-  int64_t outputs = 1;       // 1 for a binary probe, the class count for a multiclass one
-  int64_t heads = 8;         // multihead only
-  double dropout = 0.1;
-
-  /// Columns of one example's dropout mask: the input's for linear; both encoder dropouts and the
-  /// attention weight (one per head, repeated over the head's dimensions) for multihead.
-  int64_t mask_width() const;
-};
-
-/// One parameter: its state-dict name in the reference's module and its shape for one probe.
-struct ParameterSpec {
-  std::string name;
-  std::vector<int64_t> shape;
-  int64_t offset = 0;  // where its [K, ...] block starts in the flat buffer
-  int64_t numel() const;
-};
-
-/// The parameters of one probe in the reference's state-dict order.
-std::vector<ParameterSpec> parameter_specs(const ProbeShape& shape);
+/// Columns of one example's dropout mask (the kind's dropout layout).
+int64_t mask_width(const ProbeShape& shape);
 
 /// What a training forward pass keeps for the backward pass.
 struct TrainActivations {
-  at::Tensor input;         // [B, H] after the input dropout (linear) or as given (multihead)
-  at::Tensor masks;         // [B, mask_width], values 0 or 1/(1-p), in the bank's dtype
-  at::Tensor pre_relu1, encoded1, pre_relu2, encoded2, attended, attention_out;  // multihead, [K, B, h]
-  at::Tensor logits;        // [B, K, O]
+  at::Tensor input;   // [B, H]: as given, or after the input dropout (linear)
+  at::Tensor masks;   // [B, mask_width], values 0 or 1/(1-p), in the bank's dtype
+  at::Tensor logits;  // [B, K, O]
+  std::vector<at::Tensor> intermediates;  // what the kind's backward pass needs besides
 };
 
 class ProbeBank {
@@ -78,9 +44,8 @@ class ProbeBank {
   /// Parameter `index` of every probe inside `flat`, a buffer laid out as values().
   at::Tensor parameter_in(const at::Tensor& flat, size_t index) const;
 
-  /// Fills probe `probe` with PyTorch's default initialisation of the reference module, drawn from the
-  /// stream `key`: Linear U(+-1/sqrt(fan_in)) for weight and bias; attention in_proj_weight xavier-uniform,
-  /// in_proj_bias and out_proj.bias zero.
+  /// Fills probe `probe` with PyTorch's default initialisation of the reference module (the kind's bounds), drawn
+  /// from the stream `key`.
   void initialize_probe(int64_t probe, uint64_t key);
 
   /// Spreads a per-probe tensor [K] over the flat layout: element i takes the value of its probe.
@@ -98,11 +63,10 @@ class ProbeBank {
 
  private:
   at::Tensor forward_chunk(const at::Tensor& input) const;
-  /// The forward pass with dropout masks already scaled (0 or 1/(1-p); ones for evaluation).
-  TrainActivations forward_with_masks(const at::Tensor& input, const at::Tensor& masks) const;
 
   ProbeShape shape_;
   int64_t probes_ = 0;
+  const ProbeKind* kind_;
   std::vector<ParameterSpec> specs_;
   at::Tensor values_, gradients_;
 };

@@ -44,6 +44,12 @@ at::ScalarType tensor_dtype(safetensors::DType type, const std::string& name, co
 
 std::string number(double value) { return fmt::format("{}", value); }
 
+std::vector<std::string> parameter_names(const std::vector<ParameterSpec>& specs) {
+  std::vector<std::string> names;
+  for (const ParameterSpec& spec : specs) names.push_back(spec.name);
+  return names;
+}
+
 void write_tensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& named,
                    const std::map<std::string, std::string>& metadata) {
   std::vector<at::Tensor> keep;  // owns the CPU copies while they are written
@@ -74,21 +80,17 @@ std::string dtype_label(at::ScalarType type) {
   }
 }
 
-std::string model_class_name(const ProbeShape& shape, bool binary) {
-  if (shape.kind == ProbeKind::kLinear) return binary ? "BinaryLinearProbe" : "LinearProbe";
-  return binary ? "BinaryMultiHeadProbe" : "MultiHeadProbe";
-}
+std::string model_class_name(const ProbeShape& shape, bool binary) { return shape.kind->reference_class(binary); }
 
 std::map<std::string, std::string> model_config_metadata(const ProbeShape& shape, bool binary) {
   std::map<std::string, std::string> config = {{"model_class", model_class_name(shape, binary)},
-                                               {"model_type", kind_name(shape.kind)},
+                                               {"model_type", shape.kind->name()},
                                                {"input_dim", std::to_string(shape.input_dim)},
                                                {"dropout", number(shape.dropout)},
                                                {"format", "pt"}};
-  if (shape.kind == ProbeKind::kMultihead) {
-    config["hidden_dim"] = std::to_string(shape.hidden_dim);
-    config["num_heads"] = std::to_string(shape.heads);
-  }
+  Json kind_fields = Json::object();
+  shape.kind->describe(shape, kind_fields);
+  for (const auto& [key, value] : kind_fields.items()) config[key] = value.dump();
   if (!binary) config["num_classes"] = std::to_string(shape.outputs);
   return config;
 }
@@ -101,7 +103,7 @@ Json index_fields(const char* format, const ProbeShape& shape, bool binary, at::
                   const activations::FileAttributes& attributes, const std::string& activations_path) {
   Json index = {{"format", format},
                 {"version", 1},
-                {"model_type", kind_name(shape.kind)},
+                {"model_type", shape.kind->name()},
                 {"model_class", model_class_name(shape, binary)},
                 {"input_dim", shape.input_dim},
                 {"dtype", dtype_label(dtype)},
@@ -114,10 +116,7 @@ Json index_fields(const char* format, const ProbeShape& shape, bool binary, at::
                 {"prompt_suffix", attributes.prompt_suffix},
                 {"max_length", attributes.max_length},
                 {"activations", activations_path}};
-  if (shape.kind == ProbeKind::kMultihead) {
-    index["hidden_dim"] = shape.hidden_dim;
-    index["num_heads"] = shape.heads;
-  }
+  shape.kind->describe(shape, index);
   return index;
 }
 
@@ -135,8 +134,8 @@ void check_probe_file(const safetensors::File& file, const ProbeShape& shape) {
   for (const ParameterSpec& spec : specs) {
     const safetensors::TensorInfo* info = file.find(spec.name);
     if (info == nullptr) {
-      fail("{}: missing tensor '{}' (a {} probe needs {})", file.path(), spec.name, kind_name(shape.kind),
-           specs.size() == 2 ? "linear.weight and linear.bias" : "encoder.*, attention.* and classifier.*");
+      fail("{}: missing tensor '{}' (a {} probe needs {})", file.path(), spec.name, shape.kind->name(),
+           fmt::join(parameter_names(specs), ", "));
     }
     if (info->shape != spec.shape) {
       fail("{}: tensor '{}' has shape [{}], expected [{}]", file.path(), spec.name, fmt::join(info->shape, ", "),
@@ -147,7 +146,7 @@ void check_probe_file(const safetensors::File& file, const ProbeShape& shape) {
   for (const safetensors::TensorInfo& info : file.tensors()) {
     bool known = false;
     for (const ParameterSpec& spec : specs) known = known || spec.name == info.name;
-    if (!known) fail("{}: unexpected tensor '{}' for a {} probe", file.path(), info.name, kind_name(shape.kind));
+    if (!known) fail("{}: unexpected tensor '{}' for a {} probe", file.path(), info.name, shape.kind->name());
   }
 }
 
@@ -245,15 +244,13 @@ namespace {
 // The probe shape an index describes, checked before anything is allocated by it.
 ProbeShape index_shape(const Json& index, bool multiclass, const std::string& where) {
   ProbeShape shape;
-  shape.kind = parse_kind(json_at<std::string>(index, "model_type", where));
+  shape.kind = &probe_kind(json_at<std::string>(index, "model_type", where));
   shape.input_dim = json_at<int64_t>(index, "input_dim", where);
-  shape.hidden_dim = json_value<int64_t>(index, "hidden_dim", 512, where);
-  shape.heads = json_value<int64_t>(index, "num_heads", 8, where);
+  shape.kind->read_shape(index, where, shape);
   shape.outputs = multiclass ? json_at<int64_t>(index, "num_classes", where) : 1;
-  if (shape.input_dim <= 0 || (shape.kind == ProbeKind::kMultihead &&
-                               (shape.hidden_dim <= 0 || shape.heads <= 0 || shape.hidden_dim % shape.heads != 0))) {
+  if (shape.input_dim <= 0 || !shape.kind->shape_problem(shape).empty()) {
     fail("input_dim {}, hidden_dim {} and num_heads {} do not describe a {} probe", shape.input_dim, shape.hidden_dim,
-         shape.heads, kind_name(shape.kind));
+         shape.heads, shape.kind->name());
   }
   if (shape.outputs < 2 && multiclass) fail("num_classes {} does not describe a multiclass probe", shape.outputs);
   return shape;

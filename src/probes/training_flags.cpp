@@ -36,10 +36,10 @@ const TrainingFlag kTrainingFlags[] = {
     {kAllTools,
      [](CLI::App& app, const FlagTargets& to) {
        app.add_option_function<std::string>(
-              "--model-type", [&kind = to.training.kind](const std::string& name) { kind = parse_kind(name); },
+              "--model-type", [&kind = to.training.kind](const std::string& name) { kind = &probe_kind(name); },
               "Probe architecture")
            ->check(CLI::IsMember({"linear", "multihead"}))
-           ->default_str(kind_name(to.training.kind));
+           ->default_str(to.training.kind->name());
      }},
     {kTrainers,
      [](CLI::App& app, const FlagTargets& to) {

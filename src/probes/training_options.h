@@ -13,7 +13,7 @@ struct TrainingOptions {
   TrainingOptions(int64_t batch_size, int64_t epochs, double lr, double weight_decay)
       : batch_size(batch_size), epochs(epochs), lr(lr), weight_decay(weight_decay) {}
 
-  ProbeKind kind = ProbeKind::kLinear;
+  const ProbeKind* kind = &probe_kind("linear");
   int64_t hidden_dim = 512;  // of the multihead probe
   int64_t batch_size;
   int64_t epochs;        // the most; binary probes may stop early

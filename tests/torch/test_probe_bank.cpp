@@ -56,7 +56,7 @@ TEST_CASE("linear probe gradients equal finite differences") {
 
 TEST_CASE("multi-head probe gradients equal finite differences, with zero query/key gradients") {
   ProbeShape shape;
-  shape.kind = ProbeKind::kMultihead;
+  shape.kind = &probe_kind("multihead");
   shape.input_dim = 6;
   shape.hidden_dim = 16;  // 8 heads of 2 dimensions
   shape.outputs = 2;
@@ -90,7 +90,7 @@ TEST_CASE("linear logits are x W^T + b for each probe") {
 
 TEST_CASE("initialisation follows PyTorch's default bounds and depends only on the stream key") {
   ProbeShape shape;
-  shape.kind = ProbeKind::kMultihead;
+  shape.kind = &probe_kind("multihead");
   shape.input_dim = 100;
   shape.hidden_dim = 64;
   ProbeBank bank(shape, 2, at::TensorOptions());
@@ -137,7 +137,7 @@ TEST_CASE("cosine annealing gives the reference's logged learning rates") {
 
 TEST_CASE("dropout keep flags: rate p, one draw per attention head, independent of where drawing starts") {
   ProbeShape shape;
-  shape.kind = ProbeKind::kMultihead;
+  shape.kind = &probe_kind("multihead");
   shape.input_dim = 10;
   shape.hidden_dim = 32;  // heads of 4 dimensions
   at::Tensor all = draw_dropout_masks(shape, 99, 0, 2000);

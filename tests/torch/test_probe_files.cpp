@@ -103,7 +103,7 @@ TEST_CASE("linear probe files: the reference's state-dict names and shapes, floa
 TEST_CASE("multi-head probe files: encoder.0/3, attention.in_proj/out_proj, classifier") {
   probekit::testing::TempDir dir;
   BinaryRunOptions run = small_run(write_small_file(dir.path(), 2), dir.path() + "/out");
-  run.training.kind = ProbeKind::kMultihead;
+  run.training.kind = &probe_kind("multihead");
   run_binary_training(run);
   safetensors::File file(run.output_dir + "/probe_label_01.safetensors");
   std::vector<std::pair<std::string, std::vector<int64_t>>> expected = {
@@ -125,8 +125,8 @@ TEST_CASE("multi-head probe files: encoder.0/3, attention.in_proj/out_proj, clas
 
 TEST_CASE("a probes directory loads back and reproduces the logits stored at training time") {
   probekit::testing::TempDir dir;
-  for (ProbeKind kind : {ProbeKind::kLinear, ProbeKind::kMultihead}) {
-    BinaryRunOptions run = small_run(write_small_file(dir.path()), dir.path() + "/out_" + kind_name(kind));
+  for (const ProbeKind* kind : {&probe_kind("linear"), &probe_kind("multihead")}) {
+    BinaryRunOptions run = small_run(write_small_file(dir.path()), dir.path() + "/out_" + kind->name());
     run.training.kind = kind;
     run_binary_training(run);
     ProbeSet set = ProbeSet::load(run.output_dir, at::kCPU, at::kFloat);
@@ -139,7 +139,7 @@ TEST_CASE("a probes directory loads back and reproduces the logits stored at tra
     at::Tensor inputs = at::from_blob(const_cast<uint8_t*>(check.data(inputs_info)), inputs_info.shape, at::kFloat);
     at::Tensor stored = at::from_blob(const_cast<uint8_t*>(check.data(logits_info)), logits_info.shape, at::kFloat);
     at::Tensor logits = set.logits(inputs);
-    INFO(kind_name(kind) << ": stored " << stored[0] << " loaded " << logits[0]);
+    INFO(kind->name() << ": stored " << stored[0] << " loaded " << logits[0]);
     CHECK(at::allclose(logits, stored, 1e-5, 1e-6));
   }
 }

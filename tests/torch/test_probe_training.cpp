@@ -141,7 +141,7 @@ TEST_CASE("a multi-head probe trained among 5 equals the same probe trained alon
   probekit::testing::TempDir dir;
   activations::ActivationFile file = equal_signal_file(dir.path(), 1, 5, {30, 10, 10}, 24, 3.0);
   BinaryTrainingOptions options = small_options();
-  options.kind = ProbeKind::kMultihead;
+  options.kind = &probe_kind("multihead");
   options.hidden_dim = 16;
   options.epochs = 4;
   for (at::Device device : training_devices()) {

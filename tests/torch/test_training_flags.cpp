@@ -79,7 +79,7 @@ TEST_CASE("training flags: parsed values land in the tool's options") {
               "--labels", "a,b", "--device", "cpu", "--dtype", "bf16", "--num-workers", "2",
               "--early-stopping-patience", "0", "--pin-activations-to-gpu", "--no-pin-activations"});
   const BinaryTrainingOptions& t = options.training;
-  CHECK(t.kind == ProbeKind::kMultihead);
+  CHECK(t.kind == &probe_kind("multihead"));
   CHECK(t.hidden_dim == 64);
   CHECK(t.batch_size == 7);
   CHECK(t.epochs == 3);
@@ -99,7 +99,7 @@ TEST_CASE("training flags: parsed values land in the tool's options") {
   BinaryRunOptions defaults;
   add_training_flags(defaults_app, TrainingTool::kBinary, defaults);
   parse(defaults_app, {});
-  CHECK(defaults.training.kind == ProbeKind::kLinear);
+  CHECK(defaults.training.kind == &probe_kind("linear"));
   CHECK(defaults.training.cosine_schedule);
   CHECK(!defaults.training.balance_classes);
   CHECK(defaults.training.pin_activations);

@@ -1,0 +1,36 @@
+// The probe kinds, one row each: a new kind is a file in this folder and a line here.
+#include <memory>
+
+#include "common/error.h"
+#include "probes/kinds/kinds.h"
+
+namespace probekit::probes {
+
+namespace {
+
+const std::vector<std::unique_ptr<ProbeKind>>& registry() {
+  static const auto kinds = [] {
+    std::vector<std::unique_ptr<ProbeKind>> all;
+    all.push_back(make_linear_kind());
+    all.push_back(make_multihead_kind());
+    return all;
+  }();
+  return kinds;
+}
+
+}  // namespace
+
+const ProbeKind& probe_kind(const std::string& name) {
+  for (const auto& kind : registry()) {
+    if (name == kind->name()) return *kind;
+  }
+  fail_usage("unknown probe model type '{}' (expected one of {})", name, probe_kind_names());
+}
+
+std::string probe_kind_names() {
+  std::string names;
+  for (const auto& kind : registry()) names += (names.empty() ? "" : ", ") + std::string(kind->name());
+  return names;
+}
+
+}  // namespace probekit::probes

@@ -1,0 +1,29 @@
+#include "probes/probe_kind.h"
+
+#include <cmath>
+
+
+namespace probekit::probes {
+
+int64_t ParameterSpec::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string ProbeKind::shape_problem(const ProbeShape&) const { return ""; }
+
+double ProbeKind::initial_bound(const std::vector<ParameterSpec>& specs, size_t index) const {
+  const ParameterSpec& spec = specs.at(index);
+  // A Linear's weight: kaiming_uniform(a=sqrt(5)), U(+-1/sqrt(fan_in)); its bias, the spec after it, the same.
+  if (spec.shape.size() == 2) return 1.0 / std::sqrt(static_cast<double>(spec.shape[1]));
+  return 1.0 / std::sqrt(static_cast<double>(specs.at(index - 1).shape.at(1)));
+}
+
+void ProbeKind::describe(const ProbeShape&, Json&) const {}
+
+void ProbeKind::read_shape(const Json&, const std::string&, ProbeShape&) const {}
+
+std::vector<ParameterSpec> parameter_specs(const ProbeShape& shape) { return shape.kind->parameters(shape); }
+
+}  // namespace probekit::probes

@@ -1,0 +1,87 @@
+// What makes one kind of probe, behind one interface: its parameters (named as the reference's module names them),
+// its forward and backward passes over a bank of K probes, the layout of its dropout masks, what its files record of
+// its shape, and whether it reads one row per text or every token of it. Each kind is one file in kinds/ and one row
+// of the registry (kinds/registry.cpp).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/json.h"
+
+namespace probekit::probes {
+
+class ProbeBank;
+class ProbeKind;
+struct TrainActivations;
+
+/// The kind named `name`; a usage error listing the kinds otherwise.
+const ProbeKind& probe_kind(const std::string& name);
+/// "linear, multihead, ...": every kind's name.
+std::string probe_kind_names();
+
+/// The architecture of every probe in a bank.
+struct ProbeShape {
+  const ProbeKind* kind = &probe_kind("linear");
+  int64_t input_dim = 0;
+  int64_t hidden_dim = 512;  // multihead only
+  int64_t outputs = 1;       // 1 for a binary probe, the class count for a multiclass one
+  int64_t heads = 8;         // multihead only
+  double dropout = 0.1;
+};
+
+/// One parameter: its state-dict name in the reference's module and its shape for one probe.
+struct ParameterSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0;  // where its [K, ...] block starts in the flat buffer
+  int64_t numel() const;
+};
+
+/// How a kind's dropout keep flags are laid out per example: `elementwise` columns each drawn on its own, then
+/// `grouped` columns drawn once per group of `group_size` (one draw per attention head, repeated over its dims).
+struct DropoutLayout {
+  int64_t elementwise = 0;
+  int64_t grouped = 0;
+  int64_t group_size = 1;
+  int64_t width() const { return elementwise + grouped; }
+};
+
+class ProbeKind {
+ public:
+  virtual ~ProbeKind() = default;
+
+  /// The --model-type value and the files' model_type ("linear").
+  virtual const char* name() const = 0;
+  /// The reference's class name (BinaryLinearProbe for a binary one, LinearProbe for a multiclass one).
+  virtual std::string reference_class(bool binary) const = 0;
+  /// Why the kind's own shape fields cannot make a probe of this kind (naming the flags that set them); empty
+  /// when they can.
+  virtual std::string shape_problem(const ProbeShape& shape) const;
+  /// The parameters of one probe in the reference's state-dict order.
+  virtual std::vector<ParameterSpec> parameters(const ProbeShape& shape) const = 0;
+  /// The bound b of parameter `index`'s PyTorch default initialisation U(-b, b).
+  virtual double initial_bound(const std::vector<ParameterSpec>& specs, size_t index) const;
+  virtual DropoutLayout dropout_layout(const ProbeShape& shape) const = 0;
+  /// Values per example and probe of an evaluation pass's largest intermediate (to size its row chunks).
+  virtual int64_t evaluation_width(const ProbeShape& shape) const = 0;
+  /// The forward pass of a batch [B, H] with dropout masks already scaled (0 or 1/(1-p); ones to evaluate).
+  virtual TrainActivations forward(const ProbeBank& bank, const at::Tensor& input, const at::Tensor& masks) const = 0;
+  /// Writes into `grads` (the bank's parameters' gradient views) the gradient of sum(grad_logits * logits).
+  virtual void backward(const ProbeBank& bank, const TrainActivations& saved, const at::Tensor& grad_logits,
+                        std::vector<at::Tensor>& grads) const = 0;
+  /// Adds the kind's own shape fields to a probes.json index or a file's model_config (hidden_dim, num_heads).
+  virtual void describe(const ProbeShape& shape, Json& fields) const;
+  /// Reads them back from an index into `shape`.
+  virtual void read_shape(const Json& index, const std::string& where, ProbeShape& shape) const;
+  /// True for a kind that reads every token of a text (its activations captured with --position all).
+  virtual bool reads_every_token() const { return false; }
+};
+
+/// The parameters of one probe of `shape` (its kind's).
+std::vector<ParameterSpec> parameter_specs(const ProbeShape& shape);
+
+}  // namespace probekit::probes
