@@ -14,6 +14,7 @@
 #include "generation/transcript.h"
 #include "hub/resolve.h"
 #include "io/safetensors.h"
+#include "loading/model_loading.h"
 #include "model/transformer.h"
 #include "readout/readout.h"
 #include "tokenizer/tokenizer.h"
@@ -84,12 +85,14 @@ void print_info(const std::string& dir, bool json) {
 
 void write_hidden(const std::string& dir, const std::string& text, const std::string& output,
                   const std::string& device_request, const std::string& dtype_request) {
-  device::ComputeTarget target = device::select_compute(device_request, dtype_request);
+  loading::ModelRequest request;
+  request.model_dir = dir;
+  request.device = device_request;
+  request.dtype = dtype_request;
+  loading::LoadedModel loaded = loading::load_model(request, model::LoadOptions{});
+  const model::TransformerModel& m = *loaded.model;
+  const device::ComputeTarget& target = loaded.targets.front();
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_file(dir);
-  model::LoadOptions options;
-  options.device = target.device;
-  options.dtype = target.dtype;
-  model::TransformerModel m = model::TransformerModel::load(dir, options);
   std::vector<int32_t> ids = tok.encode(text, true);
   readout::HiddenStates states = readout::read_hidden_states(m, ids);
   std::vector<int64_t> ids64(ids.begin(), ids.end());

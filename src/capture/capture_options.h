@@ -9,13 +9,14 @@
 #include "common/launcher.h"
 #include "data/dataset.h"
 #include "data/splits.h"
+#include "loading/model_loading.h"
 #include "readout/prompts.h"
 #include "readout/sites.h"
 
 namespace probekit::capture {
 
-struct CaptureOptions {
-  std::string model_dir;  // a checkpoint folder or a hub name (see hub::resolve_model)
+/// The model and its devices (loading::ModelRequest), and what to capture.
+struct CaptureOptions : loading::ModelRequest {
   std::string dataset_path;
   std::string output_dir = "./data/activations";
   std::string layers;  // "8,17,25,33", "all", or empty for n/4, n/2, 3n/4, n-1
@@ -27,15 +28,10 @@ struct CaptureOptions {
   Site site = Site::kResidPost;
   int64_t max_length = 0;       // tokens; 0: no limit
   int64_t batch_size = 0;       // examples per forward pass; 0: chosen from a token budget
-  int64_t max_gpu_memory = 0;   // bytes the capture may use on the GPU; 0: the device's free memory
   int64_t window = 1024;        // examples per commit: the unit of length sorting and of resumption
   bool gzip = false;
   bool resume = false;
   bool overwrite = false;
-  std::string device = "auto";
-  std::string dtype = "auto";
-  std::vector<std::string> devices;  // several devices ("cuda:0", "cuda:1"), used as `placement` says
-  std::string placement = "auto";    // auto|replicas|layers (see model/placement.h)
   int shard_index = 0, shard_count = 1;
 
   // Fault injection for tests: batches with more examples than this fail as if the GPU ran out of memory.

@@ -1,14 +1,19 @@
 #include "capture/outputs.h"
 
+#include <fmt/format.h>
+
 #include <cstdio>
 
 #include "common/error.h"
 #include "common/files.h"
 #include "common/outputs.h"
+#include "common/sha256.h"
+#include "model/weights.h"
 
 namespace probekit::capture {
 
 using activations::Split;
+using readout::Position;
 
 namespace {
 
@@ -88,6 +93,56 @@ void write_window(std::vector<LayerOutput>& outputs, const WindowRows& window, c
   for (LayerOutput& out : outputs) {
     if (out.writer) out.writer->commit(window.end);
   }
+}
+
+std::array<activations::SplitLayout, 3> make_layouts(const CapturePlan& plan, Position position,
+                                                     const std::vector<std::string>& keep_fields) {
+  std::array<activations::SplitLayout, 3> layouts;
+  for (auto& layout : layouts) {
+    if (position == Position::kAll) layout.offsets.push_back(0);
+    for (const std::string& field : keep_fields) layout.metadata[field];
+  }
+  for (size_t i = 0; i < plan.run.size(); ++i) {
+    const data::Example& example = plan.dataset.examples[static_cast<size_t>(plan.run[i].example)];
+    activations::SplitLayout& layout = layouts[static_cast<size_t>(plan.run[i].split)];
+    layout.labels.push_back(plan.dataset.labels[static_cast<size_t>(plan.run[i].example)]);
+    layout.example_index.push_back(example.line);
+    for (size_t f = 0; f < keep_fields.size(); ++f) layout.metadata[keep_fields[f]].push_back(example.kept[f]);
+    if (position == Position::kAll) {
+      layout.offsets.push_back(layout.offsets.back() + plan.lengths[i]);
+      layout.token_ids.insert(layout.token_ids.end(), plan.ids[i].begin(), plan.ids[i].end());
+    }
+  }
+  return layouts;
+}
+
+activations::FileAttributes file_attributes(const CaptureOptions& options, const CapturePlan& plan,
+                                            const std::string& dtype) {
+  activations::FileAttributes attributes;
+  attributes.model_name = plan.model.resolved.name;
+  attributes.model_revision = plan.model.resolved.revision;
+  attributes.model_fingerprint = model::Checkpoint::open(plan.model_dir()).fingerprint();
+  attributes.layers = plan.layers;
+  attributes.label_names = plan.dataset.label_names;
+  // An experts row is k ids then k weights, which the file keeps as two [N, k] datasets.
+  attributes.hidden_size = options.site == Site::kExperts ? plan.width / 2 : plan.width;
+  attributes.site = site_name(options.site);
+  attributes.position = readout::position_name(options.position);
+  attributes.prompt_suffix = options.prompt_suffix;
+  attributes.dtype = dtype;
+  attributes.dataset = options.dataset_path;
+  attributes.dataset_sha256 = sha256_file(options.dataset_path);
+  attributes.tool_version = PROBEKIT_VERSION;
+  attributes.split_ratios = fmt::format("{},{},{}", options.split.train, options.split.val, options.split.test);
+  attributes.seed = static_cast<int64_t>(options.seed);
+  attributes.max_length = options.max_length;
+  attributes.max_examples = options.dataset.max_examples;
+  attributes.text_field = options.dataset.text_field;
+  attributes.label_field = plan.dataset.label_field;
+  attributes.keep_fields = options.dataset.keep_fields;
+  attributes.skip_invalid = options.dataset.skip_invalid;
+  if (options.shard_count > 1) attributes.shard = fmt::format("{}/{}", options.shard_index, options.shard_count);
+  return attributes;
 }
 
 }  // namespace probekit::capture

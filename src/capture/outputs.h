@@ -10,16 +10,10 @@
 
 #include "capture/batching.h"
 #include "capture/capture_options.h"
+#include "capture/plan.h"
 #include "activations/activation_store.h"
 
 namespace probekit::capture {
-
-// Examples are run in the order train, val, test, each in the order of its split.
-struct RunItem {
-  int64_t example = 0;  // index into the dataset's examples
-  activations::Split split = activations::Split::kTrain;
-  int64_t row = 0;  // the example's row in its split (within this shard)
-};
 
 /// One layer file of the run: its writer, or nothing when a resumed run finds it complete.
 struct LayerOutput {
@@ -45,5 +39,13 @@ struct WindowRows {
 /// Writes a finished window into every open layer file and commits it.
 void write_window(std::vector<LayerOutput>& outputs, const WindowRows& window, const std::vector<RunItem>& run,
                   const std::array<activations::SplitLayout, 3>& layouts, readout::Position position, int64_t width);
+
+/// What each split's file holds besides the rows: labels, example indices, kept fields, per-token offsets.
+std::array<activations::SplitLayout, 3> make_layouts(const CapturePlan& plan, readout::Position position,
+                                                     const std::vector<std::string>& keep_fields);
+
+/// The attributes every layer file of the run records: the model, the dataset, the site, the split, the seed...
+activations::FileAttributes file_attributes(const CaptureOptions& options, const CapturePlan& plan,
+                                            const std::string& dtype);
 
 }  // namespace probekit::capture

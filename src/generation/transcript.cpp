@@ -2,20 +2,23 @@
 
 #include <fmt/format.h>
 
-#include "device/torch/gpu_utils.h"
+#include "loading/model_loading.h"
 #include "tokenizer/tokenizer.h"
 
 namespace probekit::generation {
 
 Json generation_transcript(const std::string& model_dir, const std::vector<std::string>& prompts,
                            const GenerationOptions& options, const std::string& device, const std::string& dtype) {
-  device::ComputeTarget target = device::select_compute(device, dtype);
-  tokenizer::Tokenizer tokenizer = tokenizer::Tokenizer::from_file(model_dir);
+  loading::ModelRequest request;
+  request.model_dir = model_dir;
+  request.device = device;
+  request.dtype = dtype;
   model::LoadOptions load;
   load.lm_head = true;
-  load.device = target.device;
-  load.dtype = target.dtype;
-  model::TransformerModel model = model::TransformerModel::load(model_dir, load);
+  loading::LoadedModel loaded = loading::load_model(request, load);
+  const model::TransformerModel& model = *loaded.model;
+  const device::ComputeTarget& target = loaded.targets.front();
+  tokenizer::Tokenizer tokenizer = tokenizer::Tokenizer::from_file(model_dir);
   std::vector<readout::Sequence> ids;
   for (const std::string& prompt : prompts) ids.push_back(tokenizer.encode(prompt, true));
   GenerationOptions with_top = options;

@@ -103,8 +103,8 @@ void check_fits(const probes::ProbeSet& set, const std::string& dir, int64_t lay
 
 // The model to run: --model, else the one recorded with the probes of the first layer (its hub name pinned to the
 // recorded commit, or its folder), as the reference loads the model its probes name.
-hub::ResolvedModel model_for(const EngineOptions& options, const ProbeCatalog& catalog, int64_t layer) {
-  if (!options.model_dir.empty()) return hub::resolve_model(options.model_dir);
+loading::ModelSource model_for(const EngineOptions& options, const ProbeCatalog& catalog, int64_t layer) {
+  if (!options.model_dir.empty()) return loading::find_model(options.model_dir);
   auto found = catalog.layer_dirs.find(layer);
   std::string index_path = (found != catalog.layer_dirs.end() ? found->second : catalog.layer_dirs.begin()->second) +
                            "/probes.json";
@@ -117,7 +117,7 @@ hub::ResolvedModel model_for(const EngineOptions& options, const ProbeCatalog& c
   if (model.empty()) fail_usage("{} records no model: pass --model", index_path);
   spdlog::info("model {} (recorded in {})", model, index_path);
   try {
-    return hub::resolve_model(model);
+    return loading::find_model(model);
   } catch (const std::exception&) {
     rethrow_with_context(fmt::format("the model recorded in {} (pass --model to use another)", index_path));
   }
@@ -127,27 +127,6 @@ readout::PromptLimit limit_for(int64_t recorded, const model::ModelConfig& confi
   if (recorded > 0) return {recorded, fmt::format("--max-length {} tokens (the cut recorded with the probes)", recorded)};
   if (config.max_positions > 0) return {config.max_positions, fmt::format("the model's {} positions", config.max_positions)};
   return {};
-}
-
-// --devices: the model's layers on those devices as --placement says (one model: inference runs one pass at a
-// time, so replicas would idle). Returns the device of each layer to load, empty for one device.
-std::vector<at::Device> place_layers(const EngineOptions& options, const std::string& model_dir,
-                                     const model::LoadOptions& load) {
-  if (options.devices.size() < 2) return {};
-  std::vector<device::ComputeTarget> targets;
-  std::vector<int64_t> free_bytes;
-  for (const std::string& name : options.devices) {
-    targets.push_back(device::select_compute(name, options.dtype));
-    free_bytes.push_back(static_cast<int64_t>(targets.back().memory().free_bytes));  // 0 on the CPU and on MPS
-  }
-  model::LoadOptions sized = load;
-  sized.dtype = targets.front().dtype;
-  model::DevicePlan plan =
-      model::plan_devices(model::parse_placement(options.placement), free_bytes, model::model_bytes(model_dir, sized));
-  spdlog::info("placement: {}{}", plan.description, plan.replicas.size() > 1 ? " (inference uses the first)" : "");
-  std::vector<at::Device> layer_devices;
-  for (size_t index : plan.replicas.front()) layer_devices.push_back(targets[index].device);
-  return layer_devices;
 }
 
 }  // namespace
@@ -162,9 +141,10 @@ Engine Engine::load(const EngineOptions& options) {
   engine.options_ = options;
   engine.catalog_ = find_probes(options.probes_dir);
   engine.layers_ = select_layers(engine.catalog_, options.layers, options.layer, options.best_layer);
-  engine.options_.model_dir = model_for(options, engine.catalog_, engine.layers_.front()).dir;
+  const loading::ModelSource source = model_for(options, engine.catalog_, engine.layers_.front());
+  engine.options_.model_dir = source.resolved.dir;
   const std::string& model_dir = engine.options_.model_dir;
-  model::ModelConfig config = model::load_config(model_dir);
+  const model::ModelConfig& config = source.config;
   model::LoadOptions load;
   // Ranking reads the layers up to the deepest probe; generation runs the whole model to its LM head.
   load.last_layer = options.generate ? -1 : *std::max_element(engine.layers_.begin(), engine.layers_.end());
@@ -176,17 +156,17 @@ Engine Engine::load(const EngineOptions& options) {
   // beside the model's load.
   model::WeightReadAhead read_ahead(model_dir, load);
   auto tokenizer = std::async(std::launch::async, [&model_dir] { return tokenizer::Tokenizer::from_file(model_dir); });
-  engine.target_ =
-      device::select_compute(options.devices.empty() ? options.device : options.devices.front(), options.dtype);
+  const std::vector<device::ComputeTarget> targets = loading::select_targets(options);
+  engine.target_ = targets.front();
   std::future<void> warm_up = device::warm_up(engine.target_);
   spdlog::debug("{:.2f} s: device ready", since_start());
   engine.load_probes(config, read_ahead.checkpoint()->fingerprint());
   engine.index_labels();
   spdlog::debug("{:.2f} s: {} probes of {} layers loaded", since_start(), engine.labels_.size(), engine.layers_.size());
-  load.device = engine.target_.device;
-  load.dtype = engine.target_.dtype;
-  load.layer_devices = place_layers(options, model_dir, load);
-  engine.model_ = std::make_unique<model::TransformerModel>(model::TransformerModel::load(model_dir, load, &read_ahead));
+  // Several devices hold one model's layers: inference runs one pass at a time, so replicas would idle.
+  const model::DevicePlan placement = loading::place_model(options, source, targets, load);
+  if (placement.replicas.size() > 1) spdlog::info("inference uses the first of {} replicas", placement.replicas.size());
+  engine.model_ = loading::load_replica(model_dir, targets, placement, 0, load, &read_ahead);
   spdlog::debug("{:.2f} s: model loaded ({:.2f} GB of weights)", since_start(),
                 static_cast<double>(engine.model_->weight_bytes()) / 1e9);
 

@@ -14,6 +14,7 @@
 #include "device/torch/gpu_utils.h"
 #include "generation/generator.h"
 #include "inference/probe_catalog.h"
+#include "loading/model_loading.h"
 #include "model/transformer.h"
 #include "probes/probe_files.h"
 #include "readout/prompts.h"
@@ -22,16 +23,13 @@
 
 namespace probekit::inference {
 
-struct EngineOptions {
-  std::string model_dir;   // --model: a folder or a hub name; empty: the model recorded with the probes
+/// The model and its devices (loading::ModelRequest: --model empty means the model recorded with the probes) and
+/// the probes to run.
+struct EngineOptions : loading::ModelRequest {
   std::string probes_dir;
   std::string layers;      // --layers selection ("21-30", "all"); empty: the directory's layers
   int64_t layer = -1;      // --layer: one layer
   bool best_layer = false; // load each label's best layer only
-  std::string device = "auto";
-  std::string dtype = "auto";
-  std::vector<std::string> devices;  // --devices: the model's layers split over them (--placement)
-  std::string placement = "auto";
   int64_t batch_size = 16;
   bool force = false;  // run probes recorded for another model (a warning instead of an error)
   bool generate = false;  // load every layer, the final norm and the LM head too (Engine::generate)

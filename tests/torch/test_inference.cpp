@@ -511,6 +511,7 @@ TEST_CASE("the model's layers split over two devices: the same rankings, per-tok
   options.generate = true;
   inference::Engine split_generator = inference::Engine::load(options);
   options.devices.clear();
+  options.placement = "auto";  // --placement layers needs --devices (one loading path refuses it, as capture did)
   inference::Engine one_generator = inference::Engine::load(options);
   check_same_generation(split_generator, one_generator, texts, 6);
 }

@@ -1,0 +1,129 @@
+#include "capture/plan.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "common/error.h"
+#include "common/files.h"
+#include "readout/prompts.h"
+#include "tokenizer/tokenizer.h"
+
+namespace probekit::capture {
+
+namespace {
+
+using activations::Split;
+using readout::Position;
+
+// The run order and each example's split and row, for the run positions [begin, end) of this shard.
+std::vector<RunItem> order_examples(const std::array<std::vector<int64_t>, 3>& splits, int64_t begin, int64_t end) {
+  std::vector<RunItem> run;
+  int64_t position = 0;
+  std::array<int64_t, 3> rows{};
+  for (Split split : activations::kSplits) {
+    for (int64_t example : splits[static_cast<size_t>(split)]) {
+      if (position >= begin && position < end) run.push_back(RunItem{example, split, rows[static_cast<size_t>(split)]++});
+      ++position;
+    }
+  }
+  return run;
+}
+
+// A split with a share of the examples that comes out empty (too few examples per label) is an error: the
+// trainers need examples in all three.
+void check_splits_not_empty(const std::array<std::vector<int64_t>, 3>& splits, const data::SplitRatios& ratios,
+                            const data::Dataset& dataset) {
+  const double shares[] = {ratios.train, ratios.val, ratios.test};
+  for (Split split : activations::kSplits) {
+    auto index = static_cast<size_t>(split);
+    if (shares[index] == 0 || !splits[index].empty()) continue;
+    std::map<std::string, int64_t> counts;
+    for (const data::Example& example : dataset.examples) ++counts[example.label];
+    std::vector<std::string> described;
+    for (const auto& [label, count] : counts) described.push_back(fmt::format("{} ({})", label, count));
+    fail_input("{}: the {} split comes out empty: with --split {},{},{} each label needs more examples than these "
+               "have: {}; add examples or change --split",
+               dataset.path, activations::split_name(split), ratios.train, ratios.val, ratios.test,
+               fmt::join(described, ", "));
+  }
+}
+
+}  // namespace
+
+void check_options(const CaptureOptions& options) {
+  if (options.shard_count < 1 || options.shard_index < 0 || options.shard_index >= options.shard_count) {
+    fail_usage("--shard {}/{}: expected I/N with 0 <= I < N", options.shard_index, options.shard_count);
+  }
+  if (options.window <= 0) fail_usage("--window must be positive");
+}
+
+void plan_examples(const CaptureOptions& options, CapturePlan& plan, CaptureSummary& summary) {
+  plan.dataset = data::read_dataset(options.dataset_path, options.dataset);
+  summary.skipped = plan.dataset.skipped;
+  summary.label_names = plan.dataset.label_names;
+  std::vector<std::string> label_of_example;
+  for (const data::Example& example : plan.dataset.examples) label_of_example.push_back(example.label);
+  data::check_label_file_names(plan.dataset.label_names, options.dataset_path);
+  std::set<int64_t> present(plan.dataset.labels.begin(), plan.dataset.labels.end());
+  if (present.size() < plan.dataset.label_names.size()) {
+    spdlog::info("{}: {} of the reference's {} cognitive actions occur; the files list all {} (label_names), indexed "
+                 "as the reference indexes them",
+                 options.dataset_path, present.size(), plan.dataset.label_names.size(), plan.dataset.label_names.size());
+  }
+  auto splits = data::stratified_split(label_of_example, options.split, options.seed);
+  check_splits_not_empty(splits, options.split, plan.dataset);
+  auto total = static_cast<int64_t>(plan.dataset.examples.size());
+  int64_t begin = total * options.shard_index / options.shard_count;
+  int64_t end = total * (options.shard_index + 1) / options.shard_count;
+  plan.run = order_examples(splits, begin, end);
+  if (plan.run.empty()) fail_input("shard {}/{} of {} examples is empty", options.shard_index, options.shard_count, total);
+  for (const RunItem& item : plan.run) ++summary.split_sizes[static_cast<size_t>(item.split)];
+  summary.examples = static_cast<int64_t>(plan.run.size());
+}
+
+void plan_prompts(const CaptureOptions& options, CapturePlan& plan, CaptureSummary& summary) {
+  if (!is_regular_file(plan.model_dir() + "/tokenizer.json")) fail("{}: no tokenizer.json", plan.model_dir());
+  tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_file(plan.model_dir());
+  readout::PromptBuilder builder(tok, options.prompt_suffix,
+                                 {options.max_length, fmt::format("--max-length {} tokens", options.max_length)});
+  plan.leading_specials = builder.leading_specials();
+  std::vector<std::string> texts;
+  texts.reserve(plan.run.size());
+  for (const RunItem& item : plan.run) texts.push_back(plan.dataset.examples[static_cast<size_t>(item.example)].text);
+  std::vector<readout::Prompt> prompts = builder.build(texts);
+  builder.warn_if_cut(prompts);
+  for (readout::Prompt& prompt : prompts) {
+    summary.truncated += prompt.cut > 0 ? 1 : 0;
+    plan.lengths.push_back(static_cast<int64_t>(prompt.ids.size()));
+    plan.ids.push_back(std::move(prompt.ids));
+  }
+}
+
+// On the CPU attention holds every head's [T, T] scores in fp32 (scores, their softmax and a masked copy), which
+// for a very long text exceeds the machine's memory: refused before the model loads, naming the text and the
+// --max-length that fits. MPS, which shares the system's memory, is checked the same way. CUDA GPUs take the
+// memory-efficient attention and retry out-of-memory batches in halves.
+void check_cpu_attention_memory(const CapturePlan& plan, const device::ComputeTarget& target) {
+  if (target.is_gpu()) return;
+  auto longest = std::max_element(plan.lengths.begin(), plan.lengths.end());
+  auto tokens = static_cast<double>(*longest);
+  const double per_square_token = 3.0 * 4.0 * static_cast<double>(plan.config().num_heads);
+  double needed = per_square_token * tokens * tokens;
+  double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  if (memory <= 0 || needed < memory / 2) return;
+  auto fits = static_cast<int64_t>(std::sqrt(memory / 4 / per_square_token));
+  const RunItem& item = plan.run[static_cast<size_t>(longest - plan.lengths.begin())];
+  fail_input("{}:{}: this text's prompt is {} tokens; attention over it needs about {:.0f} GB on the {}, more than "
+             "half of its {:.0f} GB of memory: cut long texts with --max-length {} (or less)",
+             plan.dataset.path, plan.dataset.examples[static_cast<size_t>(item.example)].line + 1, *longest,
+             needed / 1e9, target.device.is_mps() ? "Mac (MPS shares the system's memory)" : "CPU", memory / 1e9, fits);
+}
+
+}  // namespace probekit::capture

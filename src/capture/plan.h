@@ -1,0 +1,55 @@
+// The first stage of a capture run: everything decided before a model is loaded. The dataset is read and split,
+// this shard's examples put in run order (train, val, test), their prompts tokenized, and what the run can refuse
+// early refused (an empty split, a text too long for the CPU's memory).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "activations/activation_store.h"
+#include "capture/capture_options.h"
+#include "data/dataset.h"
+#include "device/torch/gpu_utils.h"
+#include "loading/model_loading.h"
+#include "readout/readout.h"
+
+namespace probekit::capture {
+
+// Examples are run in the order train, val, test, each in the order of its split.
+struct RunItem {
+  int64_t example = 0;  // index into the dataset's examples
+  activations::Split split = activations::Split::kTrain;
+  int64_t row = 0;  // the example's row in its split (within this shard)
+};
+
+/// This shard's examples in run order, their prompts, and what is known of the model before it loads.
+struct CapturePlan {
+  loading::ModelSource model;
+  data::Dataset dataset;
+  std::vector<RunItem> run;
+  std::vector<readout::Sequence> ids;  // per run position
+  std::vector<int64_t> lengths;
+  std::vector<int64_t> layers;
+  int64_t width = 0;  // values per row at the site (readout::site_width)
+  int64_t leading_specials = 0;
+
+  const std::string& model_dir() const { return model.resolved.dir; }
+  const model::ModelConfig& config() const { return model.config; }
+};
+
+/// Refuses options that cannot make a run (the shard, the window).
+void check_options(const CaptureOptions& options);
+
+/// Reads the dataset, splits it and picks this shard's examples in run order.
+void plan_examples(const CaptureOptions& options, CapturePlan& plan, CaptureSummary& summary);
+
+/// Tokenizes every prompt of the run (text + suffix, cut to --max-length).
+void plan_prompts(const CaptureOptions& options, CapturePlan& plan, CaptureSummary& summary);
+
+/// Refuses, before the model loads, a text whose attention would not fit the memory of a CPU or of a Mac (MPS),
+/// naming the text and the --max-length that fits.
+void check_cpu_attention_memory(const CapturePlan& plan, const device::ComputeTarget& target);
+
+}  // namespace probekit::capture
