@@ -1,0 +1,114 @@
+#include "activations/file_format.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/error.h"
+
+namespace probekit::activations::format {
+
+namespace {
+
+constexpr int64_t kChunkBytes = 1 << 20;
+
+}  // namespace
+
+std::vector<hsize_t> row_chunk(int64_t rows, int64_t width) {
+  int64_t per_chunk = std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(1, width * 4));
+  auto chunk_rows = static_cast<hsize_t>(std::max<int64_t>(1, std::min(rows, per_chunk)));
+  if (width <= 0) return {chunk_rows};
+  return {chunk_rows, static_cast<hsize_t>(width)};
+}
+
+void write_int_dataset(hid_t group, const std::string& name, const std::vector<int64_t>& values, bool gzip) {
+  hdf5::Handle dataset = hdf5::create_dataset(group, name, H5T_STD_I64LE, {values.size()},
+                                              {row_chunk(static_cast<int64_t>(values.size()), 0), gzip, false});
+  hdf5::write_rows(dataset.get(), H5T_NATIVE_INT64, 0, values.size(), values.data());
+}
+
+std::vector<int64_t> read_int_dataset(hid_t group, const std::string& name, const std::string& where) {
+  auto dataset = hdf5::open_dataset(group, name);
+  if (!dataset) fail("{}: missing dataset '{}'", where, name);
+  std::vector<hsize_t> dims = hdf5::dataset_dims(dataset->get());
+  if (dims.size() != 1) fail("{}/{}: expected a 1-D dataset, found {} dimensions", where, name, dims.size());
+  std::vector<int64_t> values(hdf5::stored_element_count(dataset->get(), where + "/" + name));
+  hdf5::Handle type(H5Dget_type(dataset->get()), H5Tclose);
+  if (H5Tget_class(type.get()) != H5T_INTEGER) {
+    // HDF5 would convert floats to integers silently (1.7 -> 1): an index must be stored as one.
+    std::vector<double> stored(values.size());
+    hdf5::read_rows(dataset->get(), H5T_NATIVE_DOUBLE, 0, dims[0], stored.data());
+    size_t row = 0;
+    while (row + 1 < stored.size() && stored[row] == std::floor(stored[row])) ++row;
+    fail_input("{}/{}: row {} holds {}, stored as a floating-point number; {} must be integers", where, name, row,
+               stored.empty() ? 0.0 : stored[row], name);
+  }
+  hdf5::read_rows(dataset->get(), H5T_NATIVE_INT64, 0, dims[0], values.data());
+  return values;
+}
+
+void write_attributes(hid_t file, const FileAttributes& a) {
+  hdf5::set_attribute(file, "model_name", a.model_name);
+  if (!a.model_revision.empty()) hdf5::set_attribute(file, "model_revision", a.model_revision);
+  hdf5::set_attribute(file, "model_fingerprint", a.model_fingerprint);
+  hdf5::set_attribute(file, "layers", a.layers);
+  hdf5::set_attribute(file, "layer", a.layer);
+  hdf5::set_attribute(file, "label_names", a.label_names);
+  hdf5::set_attribute(file, "hidden_size", a.hidden_size);
+  hdf5::set_attribute(file, "site", a.site);
+  hdf5::set_attribute(file, "position", a.position);
+  hdf5::set_attribute(file, "prompt_suffix", a.prompt_suffix);
+  hdf5::set_attribute(file, "dtype", a.dtype);
+  hdf5::set_attribute(file, "dataset", a.dataset);
+  hdf5::set_attribute(file, "dataset_sha256", a.dataset_sha256);
+  hdf5::set_attribute(file, "tool_version", a.tool_version);
+  hdf5::set_attribute(file, "split", a.split_ratios);
+  hdf5::set_attribute(file, "seed", a.seed);
+  hdf5::set_attribute(file, "max_length", a.max_length);
+  hdf5::set_attribute(file, "max_examples", a.max_examples);
+  hdf5::set_attribute(file, "text_field", a.text_field);
+  hdf5::set_attribute(file, "label_field", a.label_field);
+  if (!a.keep_fields.empty()) hdf5::set_attribute(file, "keep_fields", a.keep_fields);
+  hdf5::set_attribute(file, "skip_invalid", static_cast<int64_t>(a.skip_invalid));
+  hdf5::set_attribute(file, "batching", a.batching);
+  if (!a.shard.empty()) hdf5::set_attribute(file, "shard", a.shard);
+}
+
+FileAttributes load_attributes(hid_t file, const std::string& path) {
+  FileAttributes a;
+  a.model_name = hdf5::get_string_attribute(file, "model_name").value_or("");
+  a.model_revision = hdf5::get_string_attribute(file, "model_revision").value_or("");
+  a.model_fingerprint = hdf5::get_string_attribute(file, "model_fingerprint").value_or("");
+  a.layers = hdf5::get_int_list_attribute(file, "layers").value_or(std::vector<int64_t>{});
+  a.layer = hdf5::get_int_attribute(file, "layer").value_or(layer_from_file_name(path));
+  a.label_names = hdf5::get_string_list_attribute(file, "label_names").value_or(std::vector<std::string>{});
+  a.hidden_size = hdf5::get_int_attribute(file, "hidden_size").value_or(0);
+  a.site = hdf5::get_string_attribute(file, "site").value_or(site_name(Site::kResidPost));
+  a.position = hdf5::get_string_attribute(file, "position").value_or("last");
+  // Reference files predate the attribute and always used the cognitive-action suffix.
+  a.prompt_suffix = hdf5::get_string_attribute(file, "prompt_suffix")
+                        .value_or("\n\nThe cognitive action being demonstrated here is");
+  a.dtype = hdf5::get_string_attribute(file, "dtype").value_or("");
+  a.dataset = hdf5::get_string_attribute(file, "dataset").value_or("");
+  a.dataset_sha256 = hdf5::get_string_attribute(file, "dataset_sha256").value_or("");
+  a.tool_version = hdf5::get_string_attribute(file, "tool_version").value_or("");
+  a.split_ratios = hdf5::get_string_attribute(file, "split").value_or("");
+  a.seed = hdf5::get_int_attribute(file, "seed").value_or(42);
+  a.max_length = hdf5::get_int_attribute(file, "max_length").value_or(0);
+  a.max_examples = hdf5::get_int_attribute(file, "max_examples").value_or(0);
+  a.text_field = hdf5::get_string_attribute(file, "text_field").value_or("");
+  a.label_field = hdf5::get_string_attribute(file, "label_field").value_or("");
+  a.keep_fields = hdf5::get_string_list_attribute(file, "keep_fields").value_or(std::vector<std::string>{});
+  a.skip_invalid = hdf5::get_int_attribute(file, "skip_invalid").value_or(0) != 0;
+  a.batching = hdf5::get_string_attribute(file, "batching").value_or("");
+  a.shard = hdf5::get_string_attribute(file, "shard").value_or("");
+  return a;
+}
+
+void check_complete(hid_t file, const std::string& path) {
+  auto complete = hdf5::get_int_attribute(file, kCompleteAttribute);
+  if (complete && *complete != 1) {
+    fail("{}: the file is incomplete (its capture was interrupted); finish it with capture_activations --resume", path);
+  }
+}
+
+}  // namespace probekit::activations::format

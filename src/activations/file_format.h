@@ -1,0 +1,42 @@
+// The HDF5 layout shared by the activation files' reader, writer and virtual merges (internal to activations/): the
+// root attributes, the integer datasets, the row datasets a group may hold and their chunking.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "activations/activation_store.h"
+#include "io/hdf5.h"
+
+namespace probekit::activations::format {
+
+/// The root attribute a file in progress sets to 0 and a finished one to 1.
+constexpr const char* kCompleteAttribute = "complete";
+
+/// The chunk shape of a dataset of `rows` rows of `width` values (width 0: a 1-D dataset): about 1 MB a chunk.
+std::vector<hsize_t> row_chunk(int64_t rows, int64_t width);
+
+void write_int_dataset(hid_t group, const std::string& name, const std::vector<int64_t>& values, bool gzip);
+/// Reads a 1-D integer dataset; one stored as floating-point numbers is refused, naming the row.
+std::vector<int64_t> read_int_dataset(hid_t group, const std::string& name, const std::string& where);
+
+void write_attributes(hid_t file, const FileAttributes& attributes);
+/// The root attributes, with the defaults of files written before an attribute existed.
+FileAttributes load_attributes(hid_t file, const std::string& path);
+/// Refuses a file whose capture was interrupted.
+void check_complete(hid_t file, const std::string& path);
+
+// The datasets of rows [N, width] a group may hold: float32, or int32 expert ids.
+struct RowDataset {
+  const char* name;
+  bool integer;
+
+  // HDF5's type ids are only valid once the library has started: looked up when used.
+  hid_t file_type() const { return integer ? H5T_STD_I32LE : H5T_IEEE_F32LE; }
+  hid_t memory_type() const { return integer ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT; }
+};
+inline constexpr RowDataset kRowDatasets[] = {{"activations", false}, {"expert_ids", true}, {"expert_weights", false}};
+
+
+}  // namespace probekit::activations::format
