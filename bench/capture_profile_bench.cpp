@@ -9,7 +9,7 @@
 #include "capture/capture.h"
 #include "capture/capture_flags.h"
 #include "capture/summary.h"
-#include "cli/cli.h"
+#include "cli/torch/torch_tool.h"
 #include "common/error.h"
 #include "device/torch/gpu_utils.h"
 
@@ -46,13 +46,12 @@ void profile(const std::function<void()>&, const std::string&) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ToolCommandLine tool(argv, "capture_activations under the Kineto profiler (a Chrome trace of the capture)");
+  TorchTool tool(argv, "capture_activations under the Kineto profiler (a Chrome trace of the capture)");
   capture::CaptureFlags flags;
   capture::add_capture_flags(tool.app, flags);
   std::string trace;
   tool.app.add_option("--trace", trace, "Chrome trace to write")->required();
   return tool.run(argc, argv, [&] {
-    device::configure_threads(tool.common.threads);
     capture::CaptureOptions options = flags.resolve();
     capture::CaptureSummary summary;
     profile([&] { summary = capture::run_capture(options); }, trace);

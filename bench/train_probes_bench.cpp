@@ -14,7 +14,7 @@
 #include <cstdlib>
 
 #include "common/files.h"
-#include "cli/cli.h"
+#include "cli/torch/torch_tool.h"
 #include "common/json.h"
 #include "device/torch/gpu_utils.h"
 #include "probes/binary_run.h"
@@ -34,7 +34,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ToolCommandLine tool(argv, "Benchmark: 45 one-vs-rest probes, PROTOCOL section 2", OpenMpWaiting::kAsConfigured);
+  TorchTool tool(argv, "Benchmark: 45 one-vs-rest probes, PROTOCOL section 2", OpenMpWaiting::kAsConfigured);
   probes::BinaryRunOptions run;
   probes::BinaryTrainingOptions& t = run.training;
   t.epochs = 20;
@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   tool.app.add_option("--work-dir", work_dir, "Where the activations and outputs go and stay (default: a temporary directory)");
 
   return tool.run(argc, argv, [&] {
-    int threads = device::configure_threads(tool.common.threads);
+    const int threads = tool.threads();
     bool temporary = work_dir.empty();
     if (temporary) work_dir = fmt::format("{}/train_probes_bench_{}", temp_directory(), getpid());
     make_directories(work_dir);

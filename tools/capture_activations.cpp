@@ -5,18 +5,16 @@
 #include "capture/capture.h"
 #include "capture/capture_flags.h"
 #include "capture/summary.h"
-#include "cli/cli.h"
-#include "device/torch/gpu_utils.h"
+#include "cli/torch/torch_tool.h"
 
 using namespace probekit;
 
 int main(int argc, char** argv) {
-  ToolCommandLine tool(argv, "Capture a model's activations for labelled texts (JSONL) into one HDF5 file per layer");
+  TorchTool tool(argv, "Capture a model's activations for labelled texts (JSONL) into one HDF5 file per layer");
   tool.common.disk_full_advice = "Files already complete are kept; capture_activations continues from its last commit with --resume.";
   capture::CaptureFlags flags;
   capture::add_capture_flags(tool.app, flags);
   return tool.run(argc, argv, [&] {
-    device::configure_threads(tool.common.threads);
     capture::CaptureOptions options = flags.resolve();
     capture::CaptureSummary summary = capture::run_capture(options);
     if (flags.json) {

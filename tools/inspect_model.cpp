@@ -4,7 +4,7 @@
 
 #include <map>
 
-#include "cli/cli.h"
+#include "cli/torch/torch_tool.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json.h"
@@ -140,7 +140,7 @@ void tokenize(const std::string& path, const std::string& text, const std::strin
 }  // namespace
 
 int main(int argc, char** argv) {
-  ToolCommandLine tool(argv, "Inspect a Hugging Face checkpoint, its tokenizer and the compute device");
+  TorchTool tool(argv, "Inspect a Hugging Face checkpoint, its tokenizer and the compute device");
   tool.app.require_subcommand(1);
 
   std::string model_dir, device_request = "auto", dtype_request = "auto", text, output, input, tokenizer_path;
@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
   add_device_options(*device_cmd, device_request, dtype_request);
 
   return tool.run(argc, argv, [&] {
-    int threads = device::configure_threads(tool.common.threads);
+    const int threads = tool.threads();
     if (info->parsed()) print_info(hub::resolve_model(model_dir).dir, json);
     if (!output.empty()) check_output_file(output, overwrite);
     if (hidden->parsed()) write_hidden(hub::resolve_model(model_dir).dir, text, output, device_request, dtype_request);

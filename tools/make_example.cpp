@@ -2,15 +2,14 @@
 // random-weight checkpoint, for trying the tools where no real weights can be downloaded.
 #include <fmt/format.h>
 
-#include "cli/cli.h"
+#include "cli/torch/torch_tool.h"
 #include "data/example_generator.h"
-#include "device/torch/gpu_utils.h"
 #include "model/random_checkpoint.h"
 
 using namespace probekit;
 
 int main(int argc, char** argv) {
-  ToolCommandLine tool(argv, "Write the built-in example dataset and a small random-weight checkpoint");
+  TorchTool tool(argv, "Write the built-in example dataset and a small random-weight checkpoint");
   tool.app.require_subcommand(1);
 
   data::ExampleSetOptions dataset_options;
@@ -40,7 +39,6 @@ int main(int argc, char** argv) {
   model_cmd->add_flag("--overwrite", model_options.overwrite, "Replace an existing, non-empty directory");
 
   return tool.run(argc, argv, [&] {
-    device::configure_threads(tool.common.threads);
     if (dataset->parsed()) {
       size_t written = data::write_example_dataset(dataset_output, dataset_options, overwrite_dataset);
       fmt::print("wrote {} examples ({} labels x {}) to {}\n", written, dataset_options.labels,

@@ -5,19 +5,16 @@
 
 #include <iostream>
 
-#include "cli/cli.h"
-#include "device/torch/gpu_utils.h"
+#include "cli/torch/torch_tool.h"
 #include "inference/session.h"
 
 using namespace probekit;
 
 int main(int argc, char** argv) {
-  ToolCommandLine tool(argv, "Rank which labels a text shows, with a model and its trained probes");
-  inference::InferenceRequest request;
-  inference::add_inference_flags(tool.app, request);
-  return tool.run(argc, argv, [&] {
-    device::configure_threads(tool.common.threads);
-    request.live_view = isatty(STDOUT_FILENO) != 0;
-    inference::run_inference(request, std::cin, isatty(STDIN_FILENO) != 0);
-  });
+  return run_tool_main<inference::InferenceRequest>(
+      argc, argv, "Rank which labels a text shows, with a model and its trained probes", inference::add_inference_flags,
+      [](inference::InferenceRequest& request) {
+        request.live_view = isatty(STDOUT_FILENO) != 0;
+        inference::run_inference(request, std::cin, isatty(STDIN_FILENO) != 0);
+      });
 }

@@ -1,3 +1,4 @@
+#include "common/html.h"
 #include "inference/reports.h"
 
 #include <fmt/format.h>
@@ -28,20 +29,6 @@ std::string csv_field(const std::string& value) {
     out += c;
   }
   return out + "\"";
-}
-
-std::string html_escape(const std::string& value) {
-  std::string out;
-  for (char c : value) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
 }
 
 // Background of a confidence: white to deep blue.

@@ -272,7 +272,7 @@ void resolve_qwen_windows(const ConfigReader& config_json, ModelConfig& c) {
   apply_sliding_windows(c, sliding, window);
 }
 
-void resolve_llama_dimensions(const ConfigReader& config_json, ModelConfig& c, const DimensionDefaults& d) {
+void resolve_llama_common(const ConfigReader& config_json, ModelConfig& c, const DimensionDefaults& d) {
   auto read = [&](const char* key, int64_t fallback) { return config_json.read<int64_t>(key).value_or(fallback); };
   c.vocab_size = read("vocab_size", d.vocab_size);
   c.hidden_size = read("hidden_size", d.hidden_size);
@@ -296,6 +296,8 @@ void resolve_llama_dimensions(const ConfigReader& config_json, ModelConfig& c, c
     c.head_dim = c.hidden_size / c.num_heads;
   }
   c.attention_scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  c.features.activation = read_activation(config_json, d.activation_key, d.activation);
+  c.tie_word_embeddings = read_tie_word_embeddings(config_json, d.tie_word_embeddings);
 }
 
 void apply_sliding_windows(ModelConfig& c, const std::vector<bool>& sliding, int64_t window) {

@@ -105,10 +105,13 @@ struct DimensionDefaults {
   int64_t head_dim;      // 0: hidden_size / num_heads
   int64_t max_positions;
   double norm_eps;
+  const char* activation = "silu";           // the activation key's default
+  bool tie_word_embeddings = false;          // tie_word_embeddings' default
+  const char* activation_key = "hidden_act";
 };
-/// Reads the dimensions shared by the Llama-style families (hidden, intermediate, layers, heads, head_dim,
-/// positions, rms_norm_eps).
-void resolve_llama_dimensions(const ConfigReader& config_json, ModelConfig& config, const DimensionDefaults& defaults);
+/// Reads what the Llama-style families share: the dimensions (hidden, intermediate, layers, heads, head_dim,
+/// positions, rms_norm_eps), the activation and whether the LM head is tied to the embeddings.
+void resolve_llama_common(const ConfigReader& config_json, ModelConfig& config, const DimensionDefaults& defaults);
 /// Qwen's sliding windows: layer_types, or with use_sliding_window the layers from max_window_layers on.
 void resolve_qwen_windows(const ConfigReader& config_json, ModelConfig& config);
 /// Sets each layer's window: `sliding[i]` selects `window` for layer i (no entry: full attention).

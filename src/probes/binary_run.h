@@ -23,6 +23,7 @@ struct BinaryRunOptions {
   std::string dtype = "auto";  // auto trains in fp32 on every device
   int64_t num_workers = 8;     // the reference's flag, recorded only: all probes train as one batched problem
   bool overwrite = false;      // replace an existing, non-empty output directory
+  bool json = false;           // the tool prints the summary as JSON on stdout
 };
 
 /// Trains and writes everything; returns the summary that --json prints.

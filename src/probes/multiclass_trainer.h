@@ -51,6 +51,7 @@ struct MulticlassRunOptions {
   std::string device = "auto";
   std::string dtype = "auto";  // auto trains in fp32 on every device
   bool overwrite = false;      // replace an existing, non-empty output directory
+  bool json = false;           // the tool prints the summary as JSON on stdout
 };
 
 /// Trains and writes best_probe.safetensors, final_probe.safetensors, test_metrics.json,

@@ -20,8 +20,8 @@ struct TrainActivations;
 
 /// The kind named `name`; a usage error listing the kinds otherwise.
 const ProbeKind& probe_kind(const std::string& name);
-/// "linear, multihead, ...": every kind's name.
-std::string probe_kind_names();
+/// Every kind's name, in the registry's order.
+std::vector<std::string> probe_kind_names();
 
 /// The architecture of every probe in a bank.
 struct ProbeShape {

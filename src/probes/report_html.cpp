@@ -1,3 +1,4 @@
+#include "common/html.h"
 #include "probes/report_html.h"
 
 #include <fmt/format.h>
@@ -317,22 +318,6 @@ std::string config_table(const Json& config) {
 }
 
 }  // namespace
-
-std::string html_escape(const std::string& text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 std::string render_binary_report(const std::vector<LayerOutcome>& layers, const Json& config) {
   std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());

@@ -14,7 +14,4 @@ namespace probekit::probes {
 /// The page for the layers of one run; `config` (flag values, device, dtype...) is shown as a table.
 std::string render_binary_report(const std::vector<LayerOutcome>& layers, const Json& config);
 
-/// Escapes &, <, >, " and ' for HTML text and attribute values.
-std::string html_escape(const std::string& text);
-
 }  // namespace probekit::probes

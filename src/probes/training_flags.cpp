@@ -13,16 +13,20 @@ using ToolSet = unsigned;
 constexpr ToolSet tool_bit(TrainingTool tool) { return 1u << static_cast<unsigned>(tool); }
 
 constexpr ToolSet kBinaryOnly = tool_bit(TrainingTool::kBinary);
-constexpr ToolSet kTrainers = kBinaryOnly | tool_bit(TrainingTool::kMulticlass);
+constexpr ToolSet kMulticlassOnly = tool_bit(TrainingTool::kMulticlass);
+constexpr ToolSet kTrainers = kBinaryOnly | kMulticlassOnly;
 constexpr ToolSet kAllTools = kTrainers | tool_bit(TrainingTool::kBench);
 
-// Where the flags write. `binary` is null for train_probes, which takes none of the binary-only flags.
+// Where the flags write. `binary` is null but for train_binary_probes and the benchmark, `multiclass` but for
+// train_probes.
 struct FlagTargets {
   TrainingOptions& training;
   std::string& device;
   std::string& dtype;
   bool& overwrite;
+  bool& json;
   BinaryRunOptions* binary;
+  MulticlassRunOptions* multiclass;
 };
 
 struct TrainingFlag {
@@ -33,12 +37,26 @@ struct TrainingFlag {
 // Each flag once, in --help order. The callbacks bind to the tool's options, never to `to` itself, which
 // lives only while the flags are added.
 const TrainingFlag kTrainingFlags[] = {
+    {kBinaryOnly,
+     [](CLI::App& app, const FlagTargets& to) {
+       app.add_option("--activations", to.binary->activations,
+                      "layer_{L}_activations.h5 files, or directories holding them (one layer_{L}/ output folder each)")
+           ->required();
+       app.add_option("--output-dir", to.binary->output_dir, "Where probes, metrics and report.html go")
+           ->capture_default_str();
+     }},
+    {kMulticlassOnly,
+     [](CLI::App& app, const FlagTargets& to) {
+       app.add_option("--activations", to.multiclass->activations, "A layer_{L}_activations.h5 file")->required();
+       app.add_option("--output-dir", to.multiclass->output_dir, "Where the probes and metrics go")
+           ->capture_default_str();
+     }},
     {kAllTools,
      [](CLI::App& app, const FlagTargets& to) {
        app.add_option_function<std::string>(
               "--model-type", [&kind = to.training.kind](const std::string& name) { kind = &probe_kind(name); },
               "Probe architecture")
-           ->check(CLI::IsMember({"linear", "multihead"}))
+           ->check(CLI::IsMember(probe_kind_names()))
            ->default_str(to.training.kind->name());
      }},
     {kTrainers,
@@ -100,6 +118,7 @@ const TrainingFlag kTrainingFlags[] = {
     {kTrainers,
      [](CLI::App& app, const FlagTargets& to) {
        app.add_flag("--overwrite", to.overwrite, "Replace an existing, non-empty --output-dir");
+       app.add_flag("--json", to.json, "Print a JSON summary on stdout at the end");
      }},
     {kTrainers,
      [](CLI::App& app, const FlagTargets& to) {
@@ -132,14 +151,24 @@ void add_training_flags(CLI::App& app, TrainingTool tool, BinaryRunOptions& opti
   if (tool == TrainingTool::kMulticlass) {
     throw std::invalid_argument("add_training_flags: train_probes' flags bind to MulticlassRunOptions");
   }
-  add_flags(app, tool, {options.training, options.device, options.dtype, options.overwrite, &options});
+  add_flags(app, tool,
+            {options.training, options.device, options.dtype, options.overwrite, options.json, &options, nullptr});
 }
 
 void add_training_flags(CLI::App& app, TrainingTool tool, MulticlassRunOptions& options) {
   if (tool != TrainingTool::kMulticlass) {
     throw std::invalid_argument("add_training_flags: only train_probes' flags bind to MulticlassRunOptions");
   }
-  add_flags(app, tool, {options.training, options.device, options.dtype, options.overwrite, nullptr});
+  add_flags(app, tool,
+            {options.training, options.device, options.dtype, options.overwrite, options.json, nullptr, &options});
+}
+
+void add_binary_training_flags(CLI::App& app, BinaryRunOptions& options) {
+  add_training_flags(app, TrainingTool::kBinary, options);
+}
+
+void add_multiclass_training_flags(CLI::App& app, MulticlassRunOptions& options) {
+  add_training_flags(app, TrainingTool::kMulticlass, options);
 }
 
 }  // namespace probekit::probes

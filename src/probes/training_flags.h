@@ -24,4 +24,8 @@ void add_training_flags(CLI::App& app, TrainingTool tool, BinaryRunOptions& opti
 /// Adds the flags of `tool` (kMulticlass) bound to `options`; throws std::invalid_argument for the others.
 void add_training_flags(CLI::App& app, TrainingTool tool, MulticlassRunOptions& options);
 
+/// train_binary_probes' flags, and train_probes' (the tools' mains take them as they are).
+void add_binary_training_flags(CLI::App& app, BinaryRunOptions& options);
+void add_multiclass_training_flags(CLI::App& app, MulticlassRunOptions& options);
+
 }  // namespace probekit::probes

@@ -77,8 +77,12 @@ TEST_CASE("training flags: parsed values land in the tool's options") {
   parse(app, {"--model-type", "multihead", "--hidden-dim", "64", "--batch-size", "7", "--epochs", "3", "--lr", "0.01",
               "--weight-decay", "0", "--seed", "5", "--use-scheduler", "--no-scheduler", "--pos-weight", "auto",
               "--labels", "a,b", "--device", "cpu", "--dtype", "bf16", "--num-workers", "2",
-              "--early-stopping-patience", "0", "--pin-activations-to-gpu", "--no-pin-activations"});
+              "--early-stopping-patience", "0", "--pin-activations-to-gpu", "--no-pin-activations",
+              "--activations", "a.h5", "b", "--output-dir", "out", "--json"});
   const BinaryTrainingOptions& t = options.training;
+  CHECK(options.activations == std::vector<std::string>{"a.h5", "b"});
+  CHECK(options.output_dir == "out");
+  CHECK(options.json);
   CHECK(t.kind == &probe_kind("multihead"));
   CHECK(t.hidden_dim == 64);
   CHECK(t.batch_size == 7);
@@ -98,7 +102,8 @@ TEST_CASE("training flags: parsed values land in the tool's options") {
   CLI::App defaults_app;
   BinaryRunOptions defaults;
   add_training_flags(defaults_app, TrainingTool::kBinary, defaults);
-  parse(defaults_app, {});
+  parse(defaults_app, {"--activations", "a.h5"});
+  CHECK(!defaults.json);
   CHECK(defaults.training.kind == &probe_kind("linear"));
   CHECK(defaults.training.cosine_schedule);
   CHECK(!defaults.training.balance_classes);
@@ -107,8 +112,9 @@ TEST_CASE("training flags: parsed values land in the tool's options") {
   CLI::App multiclass_app;
   MulticlassRunOptions multiclass_options;
   add_training_flags(multiclass_app, TrainingTool::kMulticlass, multiclass_options);
-  parse(multiclass_app, {"--no-pin-activations"});
+  parse(multiclass_app, {"--no-pin-activations", "--activations", "c.h5"});
   CHECK(!multiclass_options.training.pin_activations);
+  CHECK(multiclass_options.activations == "c.h5");
 
   CLI::App wrong_app;
   MulticlassRunOptions multiclass;

@@ -10,14 +10,15 @@ namespace probekit::model {
 
 namespace {
 
-void resolve_gemma_common(const ConfigReader& config_json, ModelConfig& c, const DimensionDefaults& defaults) {
-  resolve_llama_dimensions(config_json, c, defaults);
+void resolve_gemma_common(const ConfigReader& config_json, ModelConfig& c, DimensionDefaults defaults) {
+  // Gemma uses hidden_activation; older configs carry hidden_act "gelu" that the reference ignores.
+  defaults.activation_key = "hidden_activation";
+  defaults.activation = "gelu_pytorch_tanh";
+  defaults.tie_word_embeddings = true;
+  resolve_llama_common(config_json, c, defaults);
   c.features.norm_adds_one = true;
   c.features.scale_embeddings = true;
-  // Gemma uses hidden_activation; older configs carry hidden_act "gelu" that the reference ignores.
-  c.features.activation = read_activation(config_json, "hidden_activation", "gelu_pytorch_tanh");
   c.qkv_bias = c.output_bias = config_json.read<bool>("attention_bias").value_or(false);
-  c.tie_word_embeddings = read_tie_word_embeddings(config_json, true);
 }
 
 void resolve_gemma2_common(const ConfigReader& config_json, ModelConfig& c) {

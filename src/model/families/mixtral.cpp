@@ -5,9 +5,7 @@
 namespace probekit::model {
 
 void resolve_mixtral(const ConfigReader& config_json, ModelConfig& c) {
-  resolve_llama_dimensions(config_json, c, {32000, 4096, 14336, 32, 32, 8, 0, 131072, 1e-5});
-  c.features.activation = read_activation(config_json, "hidden_act", "silu");
-  c.tie_word_embeddings = read_tie_word_embeddings(config_json, false);
+  resolve_llama_common(config_json, c, {32000, 4096, 14336, 32, 32, 8, 0, 131072, 1e-5});
   c.routed_experts.experts = read_expert_count(config_json, 8);
   c.routed_experts.top_k = config_json.read<int64_t>("num_experts_per_tok").value_or(2);
   c.routed_experts.intermediate_size = c.intermediate_size;

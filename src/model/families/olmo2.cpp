@@ -6,9 +6,7 @@
 namespace probekit::model {
 
 void resolve_olmo2(const ConfigReader& config_json, ModelConfig& c) {
-  resolve_llama_dimensions(config_json, c, {50304, 4096, 11008, 32, 32, 0, 0, 2048, 1e-5});
-  c.features.activation = read_activation(config_json, "hidden_act", "silu");
-  c.tie_word_embeddings = read_tie_word_embeddings(config_json, false);
+  resolve_llama_common(config_json, c, {50304, 4096, 11008, 32, 32, 0, 0, 2048, 1e-5});
   c.features.input_norms = false;
   c.features.attention_output_norm = c.features.mlp_output_norm = true;
   c.features.qk_norm = QkNorm::kWholeProjection;

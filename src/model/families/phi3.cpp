@@ -6,9 +6,7 @@
 namespace probekit::model {
 
 void resolve_phi3(const ConfigReader& config_json, ModelConfig& c) {
-  resolve_llama_dimensions(config_json, c, {32064, 3072, 8192, 32, 32, 0, 0, 4096, 1e-5});
-  c.features.activation = read_activation(config_json, "hidden_act", "silu");
-  c.tie_word_embeddings = read_tie_word_embeddings(config_json, false);
+  resolve_llama_common(config_json, c, {32064, 3072, 8192, 32, 32, 0, 0, 4096, 1e-5});
   // transformers: int(head_dim * partial_rotary_factor) leading dimensions of each head rotate.
   const double fraction = read_rotary_fraction(config_json, {"partial_rotary_factor"}, 1.0);
   const auto rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * fraction);

@@ -5,9 +5,7 @@
 namespace probekit::model {
 
 void resolve_qwen2_moe(const ConfigReader& config_json, ModelConfig& c) {
-  resolve_llama_dimensions(config_json, c, {151936, 2048, 5632, 24, 16, 16, 0, 32768, 1e-6});
-  c.features.activation = read_activation(config_json, "hidden_act", "silu");
-  c.tie_word_embeddings = read_tie_word_embeddings(config_json, false);
+  resolve_llama_common(config_json, c, {151936, 2048, 5632, 24, 16, 16, 0, 32768, 1e-6});
   c.qkv_bias = config_json.read<bool>("qkv_bias").value_or(true);
   c.routed_experts.experts = read_expert_count(config_json, 60);
   c.routed_experts.top_k = config_json.read<int64_t>("num_experts_per_tok").value_or(4);

@@ -6,9 +6,7 @@
 namespace probekit::model {
 
 void resolve_qwen3_moe(const ConfigReader& config_json, ModelConfig& c) {
-  resolve_llama_dimensions(config_json, c, {151936, 2048, 6144, 24, 32, 4, 0, 32768, 1e-6});
-  c.features.activation = read_activation(config_json, "hidden_act", "silu");
-  c.tie_word_embeddings = read_tie_word_embeddings(config_json, false);
+  resolve_llama_common(config_json, c, {151936, 2048, 6144, 24, 32, 4, 0, 32768, 1e-6});
   c.features.qk_norm = QkNorm::kPerHead;
   c.qkv_bias = c.output_bias = config_json.read<bool>("attention_bias").value_or(false);
   c.routed_experts.experts = read_expert_count(config_json, 128);

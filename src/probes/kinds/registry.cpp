@@ -1,4 +1,6 @@
 // The probe kinds, one row each: a new kind is a file in this folder and a line here.
+#include <fmt/ranges.h>
+
 #include <memory>
 
 #include "common/error.h"
@@ -24,12 +26,12 @@ const ProbeKind& probe_kind(const std::string& name) {
   for (const auto& kind : registry()) {
     if (name == kind->name()) return *kind;
   }
-  fail_usage("unknown probe model type '{}' (expected one of {})", name, probe_kind_names());
+  fail_usage("unknown probe model type '{}' (expected one of {})", name, fmt::join(probe_kind_names(), ", "));
 }
 
-std::string probe_kind_names() {
-  std::string names;
-  for (const auto& kind : registry()) names += (names.empty() ? "" : ", ") + std::string(kind->name());
+std::vector<std::string> probe_kind_names() {
+  std::vector<std::string> names;
+  for (const auto& kind : registry()) names.emplace_back(kind->name());
   return names;
 }
 

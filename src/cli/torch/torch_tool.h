@@ -1,0 +1,34 @@
+// What the main of every tool that computes with LibTorch does: the common flags (cli/cli.h), LibTorch's and
+// OpenMP's threads set from --threads before the work, failures turned into one message and an exit code.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "cli/cli.h"
+
+namespace probekit {
+
+class TorchTool : public ToolCommandLine {
+ public:
+  using ToolCommandLine::ToolCommandLine;
+
+  /// Parses the flags, sets the threads (threads() tells how many) and runs `body`.
+  int run(int argc, char** argv, const std::function<void()>& body);
+  int threads() const { return threads_; }
+
+ private:
+  int threads_ = 0;
+};
+
+/// The whole main of a tool whose flags fill one struct: `add_flags` declares them, `body` runs with their values.
+template <typename Flags>
+int run_tool_main(int argc, char** argv, const std::string& description, void (*add_flags)(CLI::App&, Flags&),
+                  const std::function<void(Flags&)>& body, OpenMpWaiting waiting = OpenMpWaiting::kPassive) {
+  TorchTool tool(argv, description, waiting);
+  Flags flags;
+  add_flags(tool.app, flags);
+  return tool.run(argc, argv, [&] { body(flags); });
+}
+
+}  // namespace probekit
