@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -106,8 +107,26 @@ Example read_example(const Json& object, const DatasetOptions& options, Dataset&
   return example;
 }
 
+// A kept field that no example has gives an empty column: most likely a misspelt name, worth a word.
+void check_kept_fields(const std::vector<bool>& found, const std::string& first_fields, const DatasetOptions& options,
+                       const std::string& source) {
+  for (size_t i = 0; i < found.size(); ++i) {
+    if (found[i]) continue;
+    if (options.strict_fields) {
+      fail_input("{}: no example has the field '{}' that --keep-fields names (fields of the first example: {}); check "
+                 "the name",
+                 source, options.keep_fields[i], first_fields);
+    }
+    spdlog::warn("{}: no example has the field '{}' that --keep-fields names, so its column is empty (fields of the "
+                 "first example: {}); --strict makes this an error",
+                 source, options.keep_fields[i], first_fields);
+  }
+}
+
 // The examples of the JSONL text `bytes`, named `source` in messages.
 void read_examples(const std::string& bytes, const std::string& source, const DatasetOptions& options, Dataset& dataset) {
+  std::vector<bool> kept_found(options.keep_fields.size(), false);
+  std::string first_fields;
   for (int64_t number = 0, start = 0; start < static_cast<int64_t>(bytes.size()); ++number) {
     size_t end = std::min(bytes.find('\n', start), bytes.size());
     std::string line = bytes.substr(start, end - start);
@@ -118,14 +137,18 @@ void read_examples(const std::string& bytes, const std::string& source, const Da
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     std::string where = fmt::format("{}:{}", source, number + 1);
     try {
-      Example example = read_example(parse_line(line, where), options, dataset, where);
+      Json object = parse_line(line, where);
+      Example example = read_example(object, options, dataset, where);
       example.line = number;
       dataset.examples.push_back(std::move(example));
+      if (first_fields.empty()) first_fields = field_list(object);
+      for (size_t i = 0; i < kept_found.size(); ++i) kept_found[i] = kept_found[i] || object.contains(options.keep_fields[i]);
     } catch (const std::invalid_argument& e) {
       if (!options.skip_invalid) throw;
       dataset.skipped.push_back(SkippedLine{number, e.what()});
     }
   }
+  if (!dataset.examples.empty()) check_kept_fields(kept_found, first_fields, options, source);
 }
 
 // Indexes the examples' labels (see Dataset::label_names).

@@ -15,6 +15,7 @@ struct DatasetOptions {
   std::vector<std::string> keep_fields;  // extra fields kept as metadata columns
   int64_t max_examples = 0;              // 0: all
   bool skip_invalid = false;
+  bool strict_fields = false;            // a keep_fields field that no line has: an error, not a warning
 };
 
 struct Example {

@@ -3,10 +3,15 @@
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <memory>
+#include <sstream>
 #include <thread>
 
 #include "common/error.h"
@@ -301,4 +306,73 @@ TEST_CASE("a dataset that is a directory, or - on a terminal, is refused naming 
   }
   ::close(follower);
   ::close(terminal);
+}
+
+namespace {
+
+// Collects what spdlog's default logger writes while it lives.
+class LoggedLines {
+ public:
+  LoggedLines() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(text_)) {
+    spdlog::default_logger()->sinks().push_back(sink_);
+  }
+  ~LoggedLines() {
+    auto& sinks = spdlog::default_logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  LoggedLines(const LoggedLines&) = delete;
+  LoggedLines& operator=(const LoggedLines&) = delete;
+
+  std::string text() const { return text_.str(); }
+
+ private:
+  std::ostringstream text_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+};
+
+}  // namespace
+
+TEST_CASE("--keep-fields naming a field no example has: a warning naming the field and the file, an error when strict") {
+  TempDir tmp;
+  std::string path = tmp.file("kept.jsonl");
+  write_text(path,
+             "{\"text\": \"a\", \"cognitive_action\": \"noticing\", \"domain\": \"work\"}\n"
+             "not json\n"
+             "{\"text\": \"b\", \"cognitive_action\": \"noticing\", \"domian\": \"home\"}\n");
+  data::DatasetOptions options;
+  options.skip_invalid = true;
+  options.keep_fields = {"domain", "emotional_state", "domian"};
+  {
+    LoggedLines log;
+    data::Dataset d = data::read_dataset(path, options);
+    REQUIRE(d.examples.size() == 2);
+    CHECK(d.examples[1].kept == std::vector<std::string>{"", "", "home"});
+    std::string text = log.text();
+    CHECK_CONTAINS(text, path + ": no example has the field 'emotional_state' that --keep-fields names, so its column "
+                                "is empty (fields of the first example: cognitive_action, domain, text)");
+    // Fields that some example has, however few, are not warned about.
+    CHECK(text.find("'domain'") == std::string::npos);
+    CHECK(text.find("'domian'") == std::string::npos);
+  }
+  // A field only on a line that was skipped as invalid is still absent from every example.
+  write_text(path,
+             "{\"text\": \"a\", \"cognitive_action\": \"noticing\"}\n"
+             "{\"text\": \"\", \"cognitive_action\": \"noticing\", \"emotional_state\": \"calm\"}\n");
+  options.keep_fields = {"emotional_state"};
+  {
+    LoggedLines log;
+    data::read_dataset(path, options);
+    CHECK_CONTAINS(log.text(), "no example has the field 'emotional_state'");
+  }
+  options.strict_fields = true;
+  CHECK_THROWS_WITH_AS(data::read_dataset(path, options),
+                       doctest::Contains((path + ": no example has the field 'emotional_state' that --keep-fields names "
+                                                 "(fields of the first example: cognitive_action, text); check the name")
+                                             .c_str()),
+                       std::invalid_argument);
+  // Strict, with every kept field present somewhere: no error, no warning.
+  options.keep_fields = {};
+  LoggedLines log;
+  CHECK(data::read_dataset(path, options).examples.size() == 1);
+  CHECK(log.text().find("--keep-fields") == std::string::npos);
 }
