@@ -93,6 +93,21 @@ void MockHub::set_pause_per_piece_ms(int milliseconds) {
   pause_ms_ = milliseconds;
 }
 
+void MockHub::fail_next(const std::string& method, const std::string& file, int status, int times,
+                        const std::string& retry_after) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  failures_[{method, file}] = Failure{status, times, retry_after};
+}
+
+bool MockHub::answer_failure(const httplib::Request& request, const std::string& file, httplib::Response& response) {
+  auto failure = failures_.find({request.method, file});
+  if (failure == failures_.end() || failure->second.times == 0) return false;
+  --failure->second.times;
+  if (!failure->second.retry_after.empty()) response.set_header("Retry-After", failure->second.retry_after);
+  refuse(response, failure->second.status, "", "the hub is in trouble");
+  return true;
+}
+
 std::vector<MockHub::Request> MockHub::requests() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return requests_;
@@ -118,6 +133,7 @@ void MockHub::serve_resolve(const httplib::Request& request, httplib::Response& 
   std::string id = request.matches[1].str() + "/" + request.matches[2].str();
   std::string revision = request.matches[3].str(), file = request.matches[4].str();
   std::lock_guard<std::mutex> lock(mutex_);
+  if (answer_failure(request, file, response)) return;
   auto repo = repos_.find(id);
   std::string authorization = request.get_header_value("Authorization");
   // As the hub: without a token a missing repository looks like a private one (401), with a token it is a 404.
@@ -152,6 +168,7 @@ void MockHub::serve_lfs(const httplib::Request& request, httplib::Response& resp
   std::lock_guard<std::mutex> lock(mutex_);
   auto blob = lfs_.find(request.matches[1].str());
   if (blob == lfs_.end()) return refuse(response, 404, "", "no such blob");
+  if (answer_failure(request, blob->second.file, response)) return;
   std::string bytes = blob->second.bytes;
   if (corrupt_[blob->second.file]) bytes[bytes.size() / 2] ^= 0x5a;
   bool drop = drops_[blob->second.file] > 0;

@@ -3,7 +3,8 @@
 // small files directly (ETag: git's blob sha1) and *.safetensors files as LFS files do, a 302 to /lfs/{sha256}
 // carrying X-Linked-Etag and X-Linked-Size; every answer carries X-Repo-Commit; refusals carry X-Error-Code
 // (RepoNotFound, GatedRepo, RevisionNotFound, EntryNotFound) as the hub's do. /lfs/ honours Range requests.
-// Faults on demand: a connection dropped halfway through a file, bytes that do not match their etag, a slow link.
+// Faults on demand: a connection dropped halfway through a file, bytes that do not match their etag, a slow link,
+// failures that pass (5xx, 429 with Retry-After).
 #pragma once
 
 #include <httplib.h>
@@ -46,6 +47,10 @@ class MockHub {
   void corrupt(const std::string& file);
   /// LFS bytes are sent in 16 kB pieces with this pause after each (0: at full speed).
   void set_pause_per_piece_ms(int milliseconds);
+  /// The next `times` requests of `method` ("HEAD", "GET") for `file`, at its resolve URL or at the LFS URL that
+  /// redirects to, answer `status` (a hub in trouble), with `Retry-After: <retry_after>` when that is not empty.
+  void fail_next(const std::string& method, const std::string& file, int status, int times,
+                 const std::string& retry_after = "");
 
   struct Request {
     std::string method, path, range, authorization;
@@ -58,7 +63,13 @@ class MockHub {
   struct Blob {
     std::string file, bytes;
   };
+  struct Failure {
+    int status = 0, times = 0;
+    std::string retry_after;
+  };
   void log(const httplib::Request& request);
+  // Answers the request with a failure set by fail_next, if one is due; the mutex is held.
+  bool answer_failure(const httplib::Request& request, const std::string& file, httplib::Response& response);
   void serve_resolve(const httplib::Request& request, httplib::Response& response);
   void serve_lfs(const httplib::Request& request, httplib::Response& response);
 
@@ -70,6 +81,7 @@ class MockHub {
   std::map<std::string, Blob> lfs_;  // sha256 -> the file's name and bytes
   std::map<std::string, int> drops_;
   std::map<std::string, bool> corrupt_;
+  std::map<std::pair<std::string, std::string>, Failure> failures_;  // (method, file) -> what it answers
   int pause_ms_ = 0;
   std::vector<Request> requests_;
 };

@@ -6,16 +6,15 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <thread>
 
 #include "common/error.h"
 #include "common/files.h"
 #include "common/progress.h"
 #include "common/sha256.h"
 #include "hub/git_sha1.h"
+#include "hub/retry.h"
 
 namespace probekit::hub {
 
@@ -151,37 +150,29 @@ void fetch_rest(HttpClient& http, const BlobSource& source, PartialBlob& partial
     partial.restart();
     throw NetworkError(fmt::format("{}: the server cannot continue from byte {}; starting again", source.request.url, offset));
   }
-  if (is_transient_status(response.status)) {
-    throw NetworkError(fmt::format("{}: HTTP {} {}", source.request.url, response.status, header(response.headers, "x-error-message")));
-  }
+  if (is_transient_status(response.status)) throw transient_failure(source.request, response, settings);
   if (response.status < 200 || response.status >= 300) fail("{}", explain_http_failure(source.request, response, settings));
   if (partial.size() < source.size) {
     throw NetworkError(fmt::format("{}: the answer ended after {} of {} bytes", source.request.url, partial.size(), source.size));
   }
 }
 
-// Fetches until the partial file holds `source.size` bytes, retrying network errors with Range requests.
+// Fetches until the partial file holds `source.size` bytes, trying again after network errors (retry.h) with
+// Range requests.
 void receive_all(HttpClient& http, const BlobSource& source, PartialBlob& partial, const HubSettings& settings) {
   ProgressBar bar(source.request.file, source.size, "bytes");
   bar.update(partial.size());
-  double wait = settings.retry_wait_seconds;
-  for (int attempt = 1;; ++attempt) {
-    try {
-      fetch_rest(http, source, partial, bar, settings);
-      bar.finish();
-      return;
-    } catch (const NetworkError& e) {
-      if (attempt >= settings.max_attempts) {
-        fail("{}: {}: {} (gave up after {} attempts; the {} bytes received are kept in {}, and the next run "
-             "continues from there)",
-             source.request.model, source.request.file, e.what(), attempt, partial.size(), partial.path());
-      }
-      spdlog::warn("{}: {}: {} (attempt {} of {}); continuing from byte {} in {:.1f} s", source.request.model,
-                   source.request.file, e.what(), attempt, settings.max_attempts, partial.size(), wait);
-      std::this_thread::sleep_for(std::chrono::duration<double>(wait));
-      wait *= 2;
-    }
+  try {
+    retry_network_errors(
+        settings, fmt::format("{}: {}", source.request.model, source.request.file),
+        [&] { fetch_rest(http, source, partial, bar, settings); },
+        [&] { return fmt::format("continuing from byte {}", partial.size()); });
+  } catch (const NetworkError& e) {
+    fail("{}: {}: {} (gave up after {} attempts; the {} bytes received are kept in {}, and the next run continues "
+         "from there)",
+         source.request.model, source.request.file, e.what(), settings.max_attempts, partial.size(), partial.path());
   }
+  bar.finish();
 }
 
 }  // namespace

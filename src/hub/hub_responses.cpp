@@ -131,6 +131,10 @@ HubError read_hub_error(int status, const Headers& headers) {
   return HubError{status, header(headers, "x-error-code"), header(headers, "x-error-message")};
 }
 
+double retry_after_seconds(const Headers& headers) {
+  return static_cast<double>(parse_count(trim(header(headers, "retry-after"))));
+}
+
 ContentRange parse_content_range(std::string_view value, const std::string& where) {
   auto malformed = [&] { fail("{}: malformed Content-Range '{}'", where, std::string(value)); };
   std::string text = trim(value);

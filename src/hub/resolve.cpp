@@ -15,6 +15,7 @@
 #include "hub/file_lock.h"
 #include "hub/hub_cache.h"
 #include "hub/hub_name.h"
+#include "hub/retry.h"
 
 namespace probekit::hub {
 
@@ -27,7 +28,6 @@ constexpr const char* kWeightIndex = "model.safetensors.index.json";
 // Read by transformers when present; a checkpoint without them is complete.
 const char* const kOptionalFiles[] = {"generation_config.json", "tokenizer_config.json", "special_tokens_map.json"};
 constexpr int kMaxRelativeRedirects = 5;
-constexpr int kMetadataAttempts = 2;
 
 // The commit of a folder inside a hub cache (.../models--org--name/snapshots/<commit>), else "".
 std::string snapshot_commit(const std::string& path) {
@@ -116,19 +116,23 @@ class ModelDownload {
     return {"Authorization: Bearer " + settings_.token};
   }
 
-  HttpResponse head_once(RequestContext& request) {
+  // HEAD of one URL, tried again (retry.h) when no answer comes or the answer is a failure that may pass.
+  HttpResponse head_once(const RequestContext& request) {
     std::vector<std::string> headers = auth_headers(request.url);
     headers.emplace_back("Accept-Encoding: identity");  // the size of the bytes themselves, not of a compression
-    for (int attempt = 1;; ++attempt) {
-      try {
-        return http_.head(request.url, headers);
-      } catch (const NetworkError& e) {
-        if (attempt < kMetadataAttempts) continue;
-        fail("{}: {}: cannot reach the hub: {}. Check the network and HF_ENDPOINT ({}); with HF_HUB_OFFLINE=1 (or "
-             "--offline) only the cache is used",
-             request.model, request.file, e.what(), settings_.endpoint);
-      }
+    HttpResponse response;
+    try {
+      retry_network_errors(settings_, fmt::format("{}: {}", request.model, request.file), [&] {
+        response = http_.head(request.url, headers);
+        if (is_transient_status(response.status)) throw transient_failure(request, response, settings_);
+      });
+    } catch (const NetworkError& e) {
+      if (e.status() != 0) fail("{}: {}: {} (gave up after {} attempts)", request.model, request.file, e.what(), settings_.max_attempts);
+      fail("{}: {}: cannot reach the hub: {} (gave up after {} attempts). Check the network and HF_ENDPOINT ({}); with "
+           "HF_HUB_OFFLINE=1 (or --offline) only the cache is used",
+           request.model, request.file, e.what(), settings_.max_attempts, settings_.endpoint);
     }
+    return response;
   }
 
   // HEAD of a file, following redirects within the hub (a renamed repository) but not to other hosts: a file

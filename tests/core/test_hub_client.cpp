@@ -329,3 +329,87 @@ TEST_CASE_FIXTURE(HubCase, "hub download waits while Python's filelock, as huggi
   CHECK(model.revision == commit);
   check_cache_layout(settings.cache_dir, "models--probekit-test--gemma", commit, kGemmaModel, kGemmaFiles);
 }
+
+TEST_CASE_FIXTURE(HubCase, "hub retries: a metadata request (HEAD) and a download (GET) that fail with 5xx or 429 are tried again") {
+  std::string commit = mock.add_repo("probekit-test/gemma", fixture_repo(kGemmaModel, kGemmaFiles));
+  // Each fails twice, the third try of three succeeds: the metadata of a small and of an LFS file, the bytes of both.
+  mock.fail_next("HEAD", "config.json", 503, 2);
+  mock.fail_next("HEAD", "model.safetensors", 500, 2);
+  mock.fail_next("HEAD", "tokenizer.json", 429, 2);
+  mock.fail_next("GET", "tokenizer.json", 502, 2);
+  mock.fail_next("GET", "model.safetensors", 504, 2);
+  hub::ResolvedModel model = hub::resolve_model("probekit-test/gemma", settings);
+  CHECK(model.revision == commit);
+  check_cache_layout(settings.cache_dir, "models--probekit-test--gemma", commit, kGemmaModel, kGemmaFiles);
+  CHECK(mock.count("HEAD", "/config.json") == 3);
+  CHECK(mock.count("HEAD", "/model.safetensors") == 3);
+  CHECK(mock.count("HEAD", "/tokenizer.json") == 3);
+  CHECK(mock.count("GET", "/tokenizer.json") == 3);
+  // The bytes of an LFS file come from where the metadata's redirect points.
+  CHECK(mock.count("GET", "/lfs/" + testing::sha256_hex(read_file(kGemmaModel + "/model.safetensors"))) == 3);
+}
+
+TEST_CASE_FIXTURE(HubCase, "hub retries: a failure that does not pass gives up after the attempts, naming the status, the URL and the attempts") {
+  mock.add_repo("probekit-test/gemma", fixture_repo(kGemmaModel, kGemmaFiles));
+  std::string url = mock.endpoint() + "/probekit-test/gemma/resolve/main/config.json";
+  SUBCASE("the metadata") {
+    mock.fail_next("HEAD", "config.json", 503, 1000);
+    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings),
+                      contains("probekit-test/gemma: config.json: HTTP 503 from " + url +
+                               ": the hub failed to answer; try again later (the hub says: the hub is in trouble) "
+                               "(gave up after 3 attempts)"));
+    CHECK(mock.count("HEAD", "/config.json") == 3);
+  }
+  SUBCASE("the download of a small file") {
+    mock.fail_next("GET", "tokenizer.json", 502, 1000);
+    std::string commit = testing::git_blob_sha1("commit of probekit-test/gemma");
+    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings),
+                      contains("probekit-test/gemma: tokenizer.json: HTTP 502 from " + mock.endpoint() +
+                               "/probekit-test/gemma/resolve/" + commit + "/tokenizer.json: the hub failed to answer"));
+    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings), contains("(gave up after 3 attempts; the 0 bytes"));
+    CHECK(mock.count("GET", "/tokenizer.json") == 6);
+  }
+  SUBCASE("a rate limit") {
+    mock.fail_next("HEAD", "config.json", 429, 1000);
+    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings),
+                      contains("HTTP 429 from " + url + ": too many requests: wait a minute and run the command again"));
+  }
+  SUBCASE("an unreachable hub") {
+    settings.endpoint = "http://127.0.0.1:1";
+    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings),
+                      contains("probekit-test/gemma: config.json: cannot reach the hub: http://127.0.0.1:1/"));
+    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings), contains("(gave up after 3 attempts)"));
+  }
+  // Refusals that another try would not change are not tried again.
+  SUBCASE("a missing file") {
+    mock.add_repo("probekit-test/no-tokenizer", fixture_repo(kGemmaModel, {"config.json", "model.safetensors"}));
+    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/no-tokenizer", settings), contains("has no file tokenizer.json"));
+    CHECK(mock.count("HEAD", "no-tokenizer/resolve/" + testing::git_blob_sha1("commit of probekit-test/no-tokenizer") +
+                                 "/tokenizer.json") == 1);
+  }
+}
+
+TEST_CASE_FIXTURE(HubCase, "hub retries: Retry-After is waited for, within a bound; the backoff doubles up to its cap") {
+  mock.add_repo("probekit-test/gemma", fixture_repo(kGemmaModel, kGemmaFiles));
+  auto seconds_to_resolve = [&] {
+    auto start = std::chrono::steady_clock::now();
+    hub::resolve_model("probekit-test/gemma", settings);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  SUBCASE("a Retry-After in seconds is honoured over the (short) backoff") {
+    mock.fail_next("HEAD", "config.json", 429, 1, "1");
+    CHECK(seconds_to_resolve() >= 1.0);
+  }
+  SUBCASE("a Retry-After past the bound waits only the bound") {
+    settings.max_retry_after_seconds = 0.2;
+    mock.fail_next("GET", "model.safetensors", 503, 2, "86400");
+    double seconds = seconds_to_resolve();
+    CHECK(seconds >= 0.4);
+    CHECK(seconds < 30);
+  }
+  SUBCASE("a Retry-After as an HTTP date is left to the backoff") {
+    mock.fail_next("HEAD", "config.json", 503, 2, "Wed, 21 Oct 2015 07:28:00 GMT");
+    CHECK(seconds_to_resolve() < 30);
+    CHECK(mock.count("HEAD", "/config.json") == 3);
+  }
+}

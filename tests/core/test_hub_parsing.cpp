@@ -16,6 +16,7 @@
 #include "hub/hub_responses.h"
 #include "hub/hub_settings.h"
 #include "hub/resolve.h"
+#include "hub/retry.h"
 #include "test_paths.h"
 #include "test_util.h"
 
@@ -161,6 +162,22 @@ TEST_CASE("hub responses: Content-Range and the shard names of model.safetensors
   CHECK_THROWS_WITH(hub::shard_names(R"({"weight_map": {}})", "index"), doctest::Contains("no 'weight_map' object"));
   CHECK_THROWS_WITH(hub::shard_names(R"({"weight_map": {"a": 3}})", "index"), doctest::Contains("must be a file name"));
   CHECK_THROWS_WITH(hub::shard_names("[1]", "index"), doctest::Contains("expected a JSON object"));
+}
+
+TEST_CASE("hub retries: Retry-After in seconds, and the wait before each try") {
+  CHECK(hub::retry_after_seconds(hub::parse_header_lines("HTTP/1.1 429 Too Many Requests\r\nRetry-After: 120\r\n")) == 120);
+  CHECK(hub::retry_after_seconds(hub::parse_header_lines("Retry-After:  7 \r\n")) == 7);
+  for (const char* other : {"Retry-After: Wed, 21 Oct 2015 07:28:00 GMT", "Retry-After: -3", "Retry-After: 1.5",
+                            "Retry-After: 99999999999999999999", "Retry-After:", "X-Other: 3"}) {
+    CHECK_MESSAGE(hub::retry_after_seconds(hub::parse_header_lines(other)) == -1, other);
+  }
+  hub::HubSettings settings;  // huggingface_hub's http_backoff: 1 s, doubling, at most 8 s
+  std::vector<double> waits;
+  for (int failed = 1; failed <= 6; ++failed) waits.push_back(hub::retry_wait_seconds(settings, failed, -1));
+  CHECK(waits == std::vector<double>{1, 2, 4, 8, 8, 8});
+  CHECK(hub::retry_wait_seconds(settings, 1, 30) == 30);    // the server's word, over the backoff
+  CHECK(hub::retry_wait_seconds(settings, 4, 0) == 0);
+  CHECK(hub::retry_wait_seconds(settings, 1, 86400) == 60);  // but never past the bound
 }
 
 TEST_CASE("hub etags: git's blob sha1 and sha256 equal what git hash-object and sha256sum print") {
