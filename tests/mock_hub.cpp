@@ -53,6 +53,7 @@ MockHub::MockHub() {
 }
 
 MockHub::~MockHub() {
+  stopping_ = true;
   server_.stop();
   thread_.join();
 }
@@ -81,6 +82,16 @@ std::string MockHub::add_folder(const std::string& id, const std::string& dir, c
 void MockHub::drop_halfway(const std::string& file, int times) {
   std::lock_guard<std::mutex> lock(mutex_);
   drops_[file] = times;
+}
+
+void MockHub::stall_halfway(const std::string& file, int times) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stalls_[file] = times;
+}
+
+void MockHub::oversize(const std::string& file, Oversize how) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  oversize_[file] = how;
 }
 
 void MockHub::corrupt(const std::string& file) {
@@ -160,7 +171,33 @@ void MockHub::serve_resolve(const httplib::Request& request, httplib::Response& 
     return;
   }
   response.set_header("ETag", "\"" + git_blob_sha1(found->second) + "\"");
+  auto lie = oversize_.find(file);
+  if (lie != oversize_.end()) return serve_endless(request, response, found->second, lie->second);
   response.set_content(found->second, "application/octet-stream");
+}
+
+void MockHub::serve_endless(const httplib::Request& request, httplib::Response& response, const std::string& bytes,
+                            Oversize how) {
+  if (request.method == "HEAD" && how != Oversize::kInMetadata) return response.set_content(bytes, "application/octet-stream");
+  auto write_piece = [bytes, this](size_t offset, httplib::DataSink& sink) {
+    std::string piece = offset < bytes.size() ? bytes.substr(offset, kPiece) : std::string(kPiece, ' ');
+    return !stopping_ && sink.write(piece.data(), piece.size());
+  };
+  if (how == Oversize::kUnannounced) {
+    response.set_chunked_content_provider("application/octet-stream", [write_piece](size_t offset, httplib::DataSink& sink) {
+      return write_piece(offset, sink);
+    });
+    return;
+  }
+  response.set_content_provider(static_cast<size_t>(kOversize), "application/octet-stream",
+                                [write_piece](size_t offset, size_t, httplib::DataSink& sink) { return write_piece(offset, sink); });
+}
+
+void MockHub::wait_while_connected(httplib::DataSink& sink) const {
+  auto until = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  while (!stopping_ && sink.is_writable() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 void MockHub::serve_lfs(const httplib::Request& request, httplib::Response& response) {
@@ -171,19 +208,21 @@ void MockHub::serve_lfs(const httplib::Request& request, httplib::Response& resp
   if (answer_failure(request, blob->second.file, response)) return;
   std::string bytes = blob->second.bytes;
   if (corrupt_[blob->second.file]) bytes[bytes.size() / 2] ^= 0x5a;
-  bool drop = drops_[blob->second.file] > 0;
+  bool drop = drops_[blob->second.file] > 0, stall = !drop && stalls_[blob->second.file] > 0;
   if (drop) --drops_[blob->second.file];
+  if (stall) --stalls_[blob->second.file];
   int pause_ms = pause_ms_;
   // httplib cuts the Range out of what the provider serves (and answers 206); a provider returning false
   // drops the connection.
   response.set_content_provider(bytes.size(), "application/octet-stream",
-                                [bytes, drop, pause_ms](size_t offset, size_t length, httplib::DataSink& sink) {
-                                  size_t end = drop ? offset + length / 2 : offset + length;
+                                [this, bytes, drop, stall, pause_ms](size_t offset, size_t length, httplib::DataSink& sink) {
+                                  size_t end = drop || stall ? offset + length / 2 : offset + length;
                                   for (size_t at = offset; at < end; at += kPiece) {
                                     if (!sink.write(bytes.data() + at, std::min(kPiece, end - at))) return false;
                                     if (pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
                                   }
-                                  return !drop;
+                                  if (stall) wait_while_connected(sink);
+                                  return !drop && !stall;
                                 });
 }
 

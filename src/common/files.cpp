@@ -108,7 +108,7 @@ void MappedFile::release() {
   size_ = 0;
 }
 
-std::string read_to_end(int fd, const std::string& name) {
+std::string read_to_end(int fd, const std::string& name, uint64_t max_bytes) {
   std::string contents;
   char buffer[1 << 16];
   while (true) {
@@ -116,13 +116,18 @@ std::string read_to_end(int fd, const std::string& name) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) fail("cannot read {}: {}", name, std::strerror(errno));
     if (n == 0) return contents;
+    if (contents.size() + static_cast<uint64_t>(n) > max_bytes) {
+      fail("{}: larger than the {} bytes such a file may have (a damaged or hostile file?)", name, max_bytes);
+    }
     contents.append(buffer, static_cast<size_t>(n));
   }
 }
 
-std::string read_file(const std::string& path) {
+std::string read_file(const std::string& path) { return read_file(path, UINT64_MAX); }
+
+std::string read_file(const std::string& path, uint64_t max_bytes) {
   ClosedAtExit file{open_input_file(path)};
-  return read_to_end(file.fd, path);
+  return read_to_end(file.fd, path, max_bytes);
 }
 
 InputBytes read_input_once(const std::string& path) {

@@ -43,9 +43,13 @@ void require_input_file(const std::string& path);
 
 /// Reads a whole file into a string; throws naming the file.
 std::string read_file(const std::string& path);
+/// The same for a file that must be small (a JSON or a token file read into memory): one larger than `max_bytes`
+/// is refused naming it and the bound, before more than that is read.
+std::string read_file(const std::string& path, uint64_t max_bytes);
 
-/// Reads an open descriptor (a file, a pipe, standard input) to its end; throws naming `name`.
-std::string read_to_end(int fd, const std::string& name);
+/// Reads an open descriptor (a file, a pipe, standard input) to its end; throws naming `name`, also when it holds
+/// more than `max_bytes`.
+std::string read_to_end(int fd, const std::string& name, uint64_t max_bytes = UINT64_MAX);
 
 /// An input read whole, which may have been one that can be read only once.
 struct InputBytes {

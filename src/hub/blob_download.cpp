@@ -112,16 +112,26 @@ std::string where(const BlobSource& source) {
 }
 
 // Checks how a 2xx answer continues the partial file: a 206 must start at its end; a 200 (the server ignored the
-// Range) starts the file again.
+// Range) starts the file again. Either must announce the size the hub's metadata gave, or nothing is read.
 void continue_from(const HttpResponse& response, PartialBlob& partial, const BlobSource& source) {
   if (response.status == 206) {
     ContentRange range = parse_content_range(header(response.headers, "content-range"), where(source));
     if (range.first != partial.size()) {
       fail("{}: asked for the bytes from {} on, the server sent them from {}", where(source), partial.size(), range.first);
     }
+    if (range.total >= 0 && range.total != source.size) {
+      fail("{}: the download's Content-Range gives the file {} bytes, the hub's metadata {}; nothing was read",
+           where(source), range.total, source.size);
+    }
   } else if (partial.size() > 0) {
     spdlog::debug("{}: the server ignored the Range request; downloading from the start", where(source));
     partial.restart();
+  }
+  int64_t announced = content_length(response.headers, where(source));
+  if (announced >= 0 && announced != source.size - partial.size()) {
+    fail("{}: the download announces {} bytes (Content-Length) from byte {} on, the hub's metadata {} bytes in all; "
+         "nothing was read",
+         where(source), announced, partial.size(), source.size);
   }
 }
 
@@ -138,7 +148,8 @@ void fetch_rest(HttpClient& http, const BlobSource& source, PartialBlob& partial
   };
   auto sink = [&](std::string_view bytes) {
     if (partial.size() + static_cast<int64_t>(bytes.size()) > source.size) {
-      fail("{}: the server sends more than the {} bytes it announced", where(source), source.size);
+      fail("{}: the server sent more than the {} bytes the hub's metadata announced ({} bytes so far); stopped there",
+           where(source), source.size, partial.size() + static_cast<int64_t>(bytes.size()));
     }
     partial.append(bytes);
     bar.update(partial.size());

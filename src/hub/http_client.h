@@ -41,7 +41,7 @@ struct HttpResponse {
 /// Request settings shared by all requests of a client.
 struct HttpOptions {
   double connect_timeout_seconds = 10;
-  double stall_seconds = 60;  // no byte for this long: the transfer is abandoned with a NetworkError
+  double stall_seconds = 10;  // no byte for this long: the request is abandoned with a NetworkError that says so
 };
 
 class HttpClient {

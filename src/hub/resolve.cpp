@@ -28,6 +28,18 @@ constexpr const char* kWeightIndex = "model.safetensors.index.json";
 // Read by transformers when present; a checkpoint without them is complete.
 const char* const kOptionalFiles[] = {"generation_config.json", "tokenizer_config.json", "special_tokens_map.json"};
 constexpr int kMaxRelativeRedirects = 5;
+// Every file but the weights is JSON read into memory: the largest real tokenizer.json is some 35 MB, so a hub
+// announcing more is not to be trusted with the disk or the memory.
+constexpr int64_t kMaxJsonFileBytes = int64_t{256} << 20;
+
+bool is_weights(const std::string& file) {
+  return file.size() > 12 && file.compare(file.size() - 12, 12, ".safetensors") == 0;
+}
+
+// The shards the snapshot's index names, read within the bound of a JSON file.
+std::vector<std::string> indexed_shards(const std::string& index) {
+  return shard_names(read_file(index, kMaxJsonFileBytes), index);
+}
 
 // The commit of a folder inside a hub cache (.../models--org--name/snapshots/<commit>), else "".
 std::string snapshot_commit(const std::string& path) {
@@ -58,8 +70,7 @@ std::vector<std::string> missing_files(const RepoCache& cache, const std::string
     missing.emplace_back("model.safetensors (or model.safetensors.index.json and its shards)");
     return missing;
   }
-  std::string index = cache.snapshot_dir(commit) + "/" + kWeightIndex;
-  for (const std::string& shard : shard_names(read_file(index), index)) {
+  for (const std::string& shard : indexed_shards(cache.snapshot_dir(commit) + "/" + kWeightIndex)) {
     if (!cache.has_file(commit, shard)) missing.push_back(shard);
   }
   return missing;
@@ -99,8 +110,9 @@ class ModelDownload {
     fetch(commit, kTokenizer, false);
     if (!fetch(commit, kSingleWeights, true)) {
       fetch(commit, kWeightIndex, false);
-      std::string index = cache_.snapshot_dir(commit) + "/" + kWeightIndex;
-      for (const std::string& shard : shard_names(read_file(index), index)) fetch(commit, shard, false);
+      for (const std::string& shard : indexed_shards(cache_.snapshot_dir(commit) + "/" + kWeightIndex)) {
+        fetch(commit, shard, false);
+      }
     }
     return commit;
   }
@@ -162,6 +174,11 @@ class ModelDownload {
     if (response.status < 200 || response.status >= 400) fail("{}", explain_http_failure(request, response, settings_));
     FileMetadata metadata = read_file_metadata(response.headers, fmt::format("{}: {}: {}", name_.repo, file, request.url));
     if (metadata.location.empty() || metadata.location[0] == '/') metadata.location = request.url;
+    if (!is_weights(file) && metadata.size > kMaxJsonFileBytes) {
+      fail("{}: {}: {}: the hub announces {} bytes, more than the {} bytes a JSON file may have; nothing was "
+           "downloaded",
+           name_.repo, file, request.url, metadata.size, kMaxJsonFileBytes);
+    }
     return metadata;
   }
 

@@ -1,7 +1,8 @@
 // The hub client against a mock hub on 127.0.0.1 (tests/mock_hub.h): downloads into an empty cache in exactly
 // huggingface_hub's layout, offline use of the cache, resuming after a dropped connection (in the same run and in
 // the next one), corrupt bytes that never become a cache entry, gated, missing and private repositories told
-// apart, and two downloads of one model at once.
+// apart, two downloads of one model at once, and a hostile or troubled hub: failures that pass (tried again with
+// backoff and Retry-After), stalls, sizes past the metadata's or a JSON file's bound, and another commit than pinned.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -411,5 +412,85 @@ TEST_CASE_FIXTURE(HubCase, "hub retries: Retry-After is waited for, within a bou
     mock.fail_next("HEAD", "config.json", 503, 2, "Wed, 21 Oct 2015 07:28:00 GMT");
     CHECK(seconds_to_resolve() < 30);
     CHECK(mock.count("HEAD", "/config.json") == 3);
+  }
+}
+
+TEST_CASE_FIXTURE(HubCase, "hub stalls: a download with no bytes for the stall time is abandoned, saying so, and continued") {
+  mock.add_repo("probekit-test/gemma", fixture_repo(kGemmaModel, kGemmaFiles));
+  std::string weights = read_file(kGemmaModel + "/model.safetensors");
+  std::string lfs_path = "/lfs/" + testing::sha256_hex(weights);
+  std::string port = mock.endpoint().substr(mock.endpoint().rfind(':') + 1);
+  settings.stall_seconds = 0.5;  // HF_HUB_DOWNLOAD_TIMEOUT=0.5
+  auto start = std::chrono::steady_clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  SUBCASE("once: the next try continues from the byte where it stalled") {
+    mock.stall_halfway("model.safetensors", 1);
+    hub::ResolvedModel model = hub::resolve_model("probekit-test/gemma", settings);
+    CHECK(read_file(model.dir + "/model.safetensors") == weights);
+    std::vector<std::string> ranges;
+    for (const auto& r : mock.requests()) {
+      if (r.path == lfs_path) ranges.push_back(r.range);
+    }
+    CHECK(ranges == std::vector<std::string>{"", fmt::format("bytes={}-", weights.size() / 2)});
+  }
+  SUBCASE("every time: the error says it stalled, for how long, at which URL, after how many tries") {
+    mock.stall_halfway("model.safetensors", 1000);
+    settings.max_attempts = 2;
+    size_t half = weights.size() / 2, kept = half + (weights.size() - half) / 2;  // the second try stalls halfway too
+    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings),
+                      contains(fmt::format("probekit-test/gemma: model.safetensors: http://localhost:{}{}: the transfer "
+                                           "stalled: no bytes for 0.5 s (HF_HUB_DOWNLOAD_TIMEOUT) (gave up after 2 "
+                                           "attempts; the {} bytes received are kept in",
+                                           port, lfs_path, kept)));
+  }
+  // Each stall is noticed within about a second of the stall time (libcurl's idle progress calls), not after 60 s.
+  CHECK(seconds() < 10);
+}
+
+TEST_CASE_FIXTURE(HubCase, "hub sizes: a small file announced as 10^12 bytes is refused before a byte is downloaded") {
+  std::string commit = mock.add_repo("probekit-test/qwen3-sharded", fixture_repo(kShardedModel, kShardedFiles));
+  std::string blobs = settings.cache_dir + "/models--probekit-test--qwen3-sharded/blobs";
+  auto check_refused = [&](const std::string& file, const std::string& revision) {
+    mock.oversize(file, MockHub::Oversize::kInMetadata);
+    std::string url = mock.endpoint() + "/probekit-test/qwen3-sharded/resolve/" + revision + "/" + file;
+    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/qwen3-sharded", settings),
+                      contains("probekit-test/qwen3-sharded: " + file + ": " + url +
+                               ": the hub announces 1000000000000 bytes, more than the 268435456 bytes a JSON file may "
+                               "have; nothing was downloaded"));
+    CHECK(mock.count("GET", "/" + file) == 0);
+    if (is_directory(blobs)) {
+      for (const std::string& blob : list_directory(blobs)) CHECK_MESSAGE(blob.find(".incomplete") == std::string::npos, blob);
+    }
+  };
+  SUBCASE("config.json") { check_refused("config.json", "main"); }
+  SUBCASE("tokenizer.json") { check_refused("tokenizer.json", commit); }
+  SUBCASE("the weights' index") { check_refused("model.safetensors.index.json", commit); }
+}
+
+TEST_CASE_FIXTURE(HubCase, "hub sizes: a download that exceeds the metadata's size stops at once, naming the file, the URL and both sizes") {
+  std::string commit = mock.add_repo("probekit-test/gemma", fixture_repo(kGemmaModel, kGemmaFiles));
+  std::string blobs = settings.cache_dir + "/models--probekit-test--gemma/blobs/";
+  SUBCASE("its Content-Length says so: refused before the body") {
+    std::string tokenizer = read_file(kGemmaModel + "/tokenizer.json");
+    mock.oversize("tokenizer.json", MockHub::Oversize::kInDownload);
+    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings),
+                      contains(fmt::format("probekit-test/gemma: tokenizer.json: {}/probekit-test/gemma/resolve/{}/"
+                                           "tokenizer.json: the download announces 1000000000000 bytes (Content-Length) "
+                                           "from byte 0 on, the hub's metadata {} bytes in all; nothing was read",
+                                           mock.endpoint(), commit, tokenizer.size())));
+    CHECK(mock.count("GET", "/tokenizer.json") == 1);  // a lying server is not asked again
+    CHECK(file_size(blobs + testing::git_blob_sha1(tokenizer) + ".incomplete") == 0);
+  }
+  SUBCASE("a chunked answer without a length: stopped at the metadata's size") {
+    std::string config = read_file(kGemmaModel + "/config.json");
+    mock.oversize("config.json", MockHub::Oversize::kUnannounced);
+    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings),
+                      contains(fmt::format("probekit-test/gemma: config.json: {}/probekit-test/gemma/resolve/main/"
+                                           "config.json: the server sent more than the {} bytes the hub's metadata "
+                                           "announced (",
+                                           mock.endpoint(), config.size())));
+    CHECK(mock.count("GET", "/config.json") == 1);
+    CHECK(file_size(blobs + testing::git_blob_sha1(config) + ".incomplete") <= config.size());
+    CHECK_FALSE(path_exists(blobs + testing::git_blob_sha1(config)));
   }
 }

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <map>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "common/error.h"
 #include "common/files.h"
@@ -164,7 +166,13 @@ TEST_CASE("hub responses: Content-Range and the shard names of model.safetensors
   CHECK_THROWS_WITH(hub::shard_names("[1]", "index"), doctest::Contains("expected a JSON object"));
 }
 
-TEST_CASE("hub retries: Retry-After in seconds, and the wait before each try") {
+TEST_CASE("hub responses: Content-Length, Retry-After in seconds, and the wait before each try") {
+  CHECK(hub::content_length(hub::parse_header_lines("Content-Length: 1000000000000\r\n"), "x") == 1000000000000);
+  CHECK(hub::content_length(hub::parse_header_lines("Transfer-Encoding: chunked\r\n"), "x") == -1);
+  for (const char* bad : {"Content-Length: -1", "Content-Length: 12abc", "Content-Length: 99999999999999999999"}) {
+    CHECK_THROWS_WITH_AS(hub::content_length(hub::parse_header_lines(bad), "model: file: url"),
+                         doctest::Contains("model: file: url: malformed Content-Length"), std::runtime_error);
+  }
   CHECK(hub::retry_after_seconds(hub::parse_header_lines("HTTP/1.1 429 Too Many Requests\r\nRetry-After: 120\r\n")) == 120);
   CHECK(hub::retry_after_seconds(hub::parse_header_lines("Retry-After:  7 \r\n")) == 7);
   for (const char* other : {"Retry-After: Wed, 21 Oct 2015 07:28:00 GMT", "Retry-After: -3", "Retry-After: 1.5",
@@ -243,7 +251,8 @@ TEST_CASE("hub settings: the cache, the token and offline mode come from hugging
   ScopedEnvironment env;
   TempDir tmp;
   for (const char* name : {"HF_ENDPOINT", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME", "HF_TOKEN",
-                           "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"}) {
+                           "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
+                           "HF_HUB_DOWNLOAD_TIMEOUT"}) {
     env.set(name, std::nullopt);
   }
   env.set("HOME", tmp.path());
@@ -289,6 +298,34 @@ TEST_CASE("hub settings: the cache, the token and offline mode come from hugging
   CHECK_FALSE(hub::settings_from_environment().offline);
   env.set("HF_HUB_OFFLINE", std::nullopt);
   CHECK(hub::settings_from_environment().offline);
+}
+
+TEST_CASE("hub settings: the stall time from HF_HUB_DOWNLOAD_TIMEOUT; a token file is read within a bound") {
+  ScopedEnvironment env;
+  TempDir tmp;
+  env.set("HF_HUB_DOWNLOAD_TIMEOUT", std::nullopt);
+  CHECK(hub::settings_from_environment().stall_seconds == 10);  // huggingface_hub's DEFAULT_DOWNLOAD_TIMEOUT
+  for (auto [text, seconds] : std::vector<std::pair<const char*, double>>{{"30", 30}, {"2.5", 2.5}, {"0", 10}, {"", 10}}) {
+    env.set("HF_HUB_DOWNLOAD_TIMEOUT", std::string(text));
+    CHECK_MESSAGE(hub::settings_from_environment().stall_seconds == seconds, text);
+  }
+  for (const char* bad : {"ten", "-1", "5s", "inf", "nan"}) {
+    env.set("HF_HUB_DOWNLOAD_TIMEOUT", std::string(bad));
+    CHECK_THROWS_WITH_AS(hub::settings_from_environment(),
+                         doctest::Contains(("HF_HUB_DOWNLOAD_TIMEOUT=" + std::string(bad) + " is not a number of seconds").c_str()),
+                         std::runtime_error);
+  }
+  env.set("HF_HUB_DOWNLOAD_TIMEOUT", std::nullopt);
+
+  // A token file is some 40 characters; a huge one is refused before it is read whole.
+  for (const char* name : {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"}) env.set(name, std::nullopt);
+  env.set("HF_TOKEN_PATH", tmp.file("token"));
+  testing::write_text(tmp.file("token"), std::string(64 << 10, 'x'));
+  CHECK(hub::settings_from_environment().token.size() == (64 << 10));
+  testing::write_text(tmp.file("token"), std::string((64 << 10) + 1, 'x'));
+  CHECK_THROWS_WITH(hub::settings_from_environment(),
+                    doctest::Contains((tmp.file("token") + ": larger than the 65536 bytes such a file may have").c_str()));
+  CHECK(read_file(tmp.file("token"), (64 << 10) + 1).size() == (64 << 10) + 1);
 }
 
 TEST_CASE("hub resolve: a local folder is recorded by its absolute path, a snapshot folder with its commit") {
