@@ -14,6 +14,7 @@
 #include "common/files.h"
 #include "common/sha256.h"
 #include "hub/git_sha1.h"
+#include "hub/hub_cache.h"
 #include "hub/hub_name.h"
 #include "hub/hub_responses.h"
 #include "hub/hub_settings.h"
@@ -326,6 +327,15 @@ TEST_CASE("hub settings: the stall time from HF_HUB_DOWNLOAD_TIMEOUT; a token fi
   CHECK_THROWS_WITH(hub::settings_from_environment(),
                     doctest::Contains((tmp.file("token") + ": larger than the 65536 bytes such a file may have").c_str()));
   CHECK(read_file(tmp.file("token"), (64 << 10) + 1).size() == (64 << 10) + 1);
+}
+
+TEST_CASE("hub cache: a ref that cannot be a commit is not read whole") {
+  TempDir tmp;
+  hub::RepoCache cache(tmp.path(), "org/name");
+  make_directories(cache.folder() + "/refs");
+  testing::write_text(cache.folder() + "/refs/main", std::string(5000, 'a'));
+  CHECK_THROWS_WITH(cache.commit_of("main"),
+                    doctest::Contains((cache.folder() + "/refs/main: larger than the 4096 bytes such a file may have").c_str()));
 }
 
 TEST_CASE("hub resolve: a local folder is recorded by its absolute path, a snapshot folder with its commit") {
