@@ -94,6 +94,11 @@ void MockHub::oversize(const std::string& file, Oversize how) {
   oversize_[file] = how;
 }
 
+void MockHub::misreport_commit(const std::string& file, const std::string& commit) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  misreported_commits_[file] = commit;
+}
+
 void MockHub::corrupt(const std::string& file) {
   std::lock_guard<std::mutex> lock(mutex_);
   corrupt_[file] = true;
@@ -157,7 +162,8 @@ void MockHub::serve_resolve(const httplib::Request& request, httplib::Response& 
   bool known_revision = revision == "main" || revision == r.commit;
   for (const std::string& tag : r.tags) known_revision = known_revision || tag == revision;
   if (!known_revision) return refuse(response, 404, "RevisionNotFound", "Invalid rev id: " + revision);
-  response.set_header("X-Repo-Commit", r.commit);
+  auto misreported = misreported_commits_.find(file);
+  response.set_header("X-Repo-Commit", misreported == misreported_commits_.end() ? r.commit : misreported->second);
   auto found = r.files.find(file);
   if (found == r.files.end()) return refuse(response, 404, "EntryNotFound", "Entry not found");
   if (is_lfs_file(file)) {

@@ -48,6 +48,8 @@ class MockHub {
   /// The next `times` downloads of `file`'s bytes (an LFS file) stall halfway through: no byte more, the
   /// connection kept open until the client leaves.
   void stall_halfway(const std::string& file, int times);
+  /// The answers for `file` name `commit` in X-Repo-Commit, whatever commit was asked for.
+  void misreport_commit(const std::string& file, const std::string& commit);
   /// `file`'s bytes (an LFS file) are served with one byte changed, so they no longer match the etag.
   void corrupt(const std::string& file);
   /// LFS bytes are sent in 16 kB pieces with this pause after each (0: at full speed).
@@ -98,6 +100,7 @@ class MockHub {
   std::map<std::string, Blob> lfs_;  // sha256 -> the file's name and bytes
   std::map<std::string, int> drops_, stalls_;
   std::map<std::string, Oversize> oversize_;
+  std::map<std::string, std::string> misreported_commits_;  // file -> the commit its answers name
   std::map<std::string, bool> corrupt_;
   std::map<std::pair<std::string, std::string>, Failure> failures_;  // (method, file) -> what it answers
   int pause_ms_ = 0;

@@ -159,10 +159,20 @@ class ModelDownload {
     }
   }
 
+  // Asked by a commit (the user's pin, or the commit the first answer named), the hub must answer for that commit:
+  // files of another would be used, and recorded, as the pinned one's.
+  void check_commit(const RequestContext& request, const HttpResponse& response) const {
+    std::string answered = header(response.headers, "x-repo-commit");
+    if (!is_commit_hash(request.revision) || answered.empty() || answered == request.revision) return;
+    fail("{}: {}: {}: asked for commit {}, the hub answered for commit {}; nothing of it is used or recorded",
+         request.model, request.file, request.url, request.revision, answered);
+  }
+
   // A file's commit, etag, size and location; nullopt for an optional file the hub does not have.
   std::optional<FileMetadata> metadata(const std::string& revision, const std::string& file, bool optional) {
     RequestContext request{name_.repo, file, revision, resolve_url(revision, file)};
     HttpResponse response = head(request);
+    check_commit(request, response);
     if (is_missing_entry(response)) {
       std::string commit = header(response.headers, "x-repo-commit");
       if (is_commit_hash(commit)) cache_.mark_missing(commit, file);

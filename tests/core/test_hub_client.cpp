@@ -494,3 +494,38 @@ TEST_CASE_FIXTURE(HubCase, "hub sizes: a download that exceeds the metadata's si
     CHECK_FALSE(path_exists(blobs + testing::git_blob_sha1(config)));
   }
 }
+
+TEST_CASE_FIXTURE(HubCase, "hub commits: an answer for another commit than the one asked for is refused, naming both") {
+  std::string commit = mock.add_repo("probekit-test/gemma", fixture_repo(kGemmaModel, kGemmaFiles));
+  std::string other = testing::git_blob_sha1("another commit");
+  std::string folder = settings.cache_dir + "/models--probekit-test--gemma";
+  auto refused_message = [&](const std::string& file, const std::string& revision) {
+    return fmt::format("probekit-test/gemma: {}: {}/probekit-test/gemma/resolve/{}/{}: asked for commit {}, the hub "
+                       "answered for commit {}; nothing of it is used or recorded",
+                       file, mock.endpoint(), revision, file, commit, other);
+  };
+  SUBCASE("pinned with @<commit>: the first answer already") {
+    mock.misreport_commit("config.json", other);
+    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma@" + commit, settings), contains(refused_message("config.json", commit)));
+    CHECK(mock.count("GET", "/config.json") == 0);
+    CHECK_FALSE(path_exists(folder + "/snapshots/" + commit));
+    CHECK_FALSE(path_exists(folder + "/snapshots/" + other));
+    CHECK_FALSE(path_exists(folder + "/refs"));
+  }
+  SUBCASE("pinned with @<commit>: a later file, an optional file the hub lacks too") {
+    // The optional file first: once the hub said it lacks it, the cache remembers that and no request is made.
+    for (std::string file : {"generation_config.json", "tokenizer.json"}) {
+      CAPTURE(file);
+      mock.misreport_commit(file, other);
+      CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma@" + commit, settings), contains(refused_message(file, commit)));
+      CHECK_FALSE(path_exists(folder + "/snapshots/" + commit + "/" + file));
+      CHECK_FALSE(path_exists(folder + "/.no_exist/" + other));
+      mock.misreport_commit(file, commit);
+    }
+  }
+  SUBCASE("a branch: its files are asked for by the commit of the first answer, and must come from it") {
+    mock.misreport_commit("model.safetensors", other);
+    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings), contains(refused_message("model.safetensors", commit)));
+    CHECK(mock.count("GET", testing::sha256_hex(read_file(kGemmaModel + "/model.safetensors"))) == 0);
+  }
+}
