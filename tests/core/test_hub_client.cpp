@@ -470,28 +470,30 @@ TEST_CASE_FIXTURE(HubCase, "hub sizes: a small file announced as 10^12 bytes is 
 TEST_CASE_FIXTURE(HubCase, "hub sizes: a download that exceeds the metadata's size stops at once, naming the file, the URL and both sizes") {
   std::string commit = mock.add_repo("probekit-test/gemma", fixture_repo(kGemmaModel, kGemmaFiles));
   std::string blobs = settings.cache_dir + "/models--probekit-test--gemma/blobs/";
-  SUBCASE("its Content-Length says so: refused before the body") {
-    std::string tokenizer = read_file(kGemmaModel + "/tokenizer.json");
-    mock.oversize("tokenizer.json", MockHub::Oversize::kInDownload);
+  // Serves `file` as `how` says: one GET fails with `reason`, and no more than the metadata's bytes are kept.
+  auto check_stopped = [&](const std::string& file, MockHub::Oversize how, const std::string& revision,
+                           const std::string& reason) {
+    std::string bytes = read_file(kGemmaModel + "/" + file);
+    mock.oversize(file, how);
     CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings),
-                      contains(fmt::format("probekit-test/gemma: tokenizer.json: {}/probekit-test/gemma/resolve/{}/"
-                                           "tokenizer.json: the download announces 1000000000000 bytes (Content-Length) "
-                                           "from byte 0 on, the hub's metadata {} bytes in all; nothing was read",
-                                           mock.endpoint(), commit, tokenizer.size())));
-    CHECK(mock.count("GET", "/tokenizer.json") == 1);  // a lying server is not asked again
-    CHECK(file_size(blobs + testing::git_blob_sha1(tokenizer) + ".incomplete") == 0);
+                      contains(fmt::format("probekit-test/gemma: {}: {}/probekit-test/gemma/resolve/{}/{}: {}", file,
+                                           mock.endpoint(), revision, file, reason)));
+    CHECK(mock.count("GET", "/" + file) == 1);  // a lying server is not asked again
+    std::string blob = blobs + testing::git_blob_sha1(bytes);
+    CHECK(file_size(blob + ".incomplete") <= bytes.size());
+    CHECK_FALSE(path_exists(blob));
+    return file_size(blob + ".incomplete");
+  };
+  SUBCASE("its Content-Length says so: refused before the body") {
+    std::string size = std::to_string(file_size(kGemmaModel + "/tokenizer.json"));
+    CHECK(check_stopped("tokenizer.json", MockHub::Oversize::kInDownload, commit,
+                        "the download announces 1000000000000 bytes (Content-Length) from byte 0 on, the hub's metadata " +
+                            size + " bytes in all; nothing was read") == 0);
   }
   SUBCASE("a chunked answer without a length: stopped at the metadata's size") {
-    std::string config = read_file(kGemmaModel + "/config.json");
-    mock.oversize("config.json", MockHub::Oversize::kUnannounced);
-    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings),
-                      contains(fmt::format("probekit-test/gemma: config.json: {}/probekit-test/gemma/resolve/main/"
-                                           "config.json: the server sent more than the {} bytes the hub's metadata "
-                                           "announced (",
-                                           mock.endpoint(), config.size())));
-    CHECK(mock.count("GET", "/config.json") == 1);
-    CHECK(file_size(blobs + testing::git_blob_sha1(config) + ".incomplete") <= config.size());
-    CHECK_FALSE(path_exists(blobs + testing::git_blob_sha1(config)));
+    std::string size = std::to_string(file_size(kGemmaModel + "/config.json"));
+    check_stopped("config.json", MockHub::Oversize::kUnannounced, "main",
+                  "the server sent more than the " + size + " bytes the hub's metadata announced (");
   }
 }
 
