@@ -15,7 +15,7 @@ struct LaunchRank {
   int rank = 0;          // 0 <= rank < world_size
   int world_size = 1;
   int local_rank = -1;   // rank among the processes of this machine (picks the GPU); -1: not given
-  std::string source;       // the variables it came from, for the log: "RANK=3 WORLD_SIZE=8 LOCAL_RANK=3"
+  std::string source;    // the variables it came from, for the log: "RANK=3 WORLD_SIZE=8 LOCAL_RANK=3"
 };
 
 /// Reads the rank from `environment` (variable -> value). A launcher whose variables are all present wins in

@@ -127,10 +127,11 @@ void check_kept_fields(const std::vector<bool>& found, const std::string& first_
 void read_examples(const std::string& bytes, const std::string& source, const DatasetOptions& options, Dataset& dataset) {
   std::vector<bool> kept_found(options.keep_fields.size(), false);
   std::string first_fields;
-  for (int64_t number = 0, start = 0; start < static_cast<int64_t>(bytes.size()); ++number) {
+  size_t start = 0;
+  for (int64_t number = 0; start < bytes.size(); ++number) {
     size_t end = std::min(bytes.find('\n', start), bytes.size());
     std::string line = bytes.substr(start, end - start);
-    start = static_cast<int64_t>(end) + 1;
+    start = end + 1;
     if (options.max_examples > 0 && static_cast<int64_t>(dataset.examples.size()) >= options.max_examples) break;
     if (number == 0) skip_byte_order_mark(line, source);
     if (!line.empty() && line.back() == '\r') line.pop_back();
