@@ -1,8 +1,9 @@
-// What a hub (or anything answering at HF_ENDPOINT) sends and the hub client turns into cache paths: response
-// headers (X-Repo-Commit, X-Linked-Etag / ETag, X-Linked-Size, Location, X-Error-Code), a 206's Content-Range,
-// model.safetensors.index.json's shard names, and the hub names users type. The first byte picks the parser; the
-// rest is its input. Accepted values must keep the promises the cache relies on: a commit is 40 hex digits, an
-// etag and a shard name are plain file names (nothing climbs out of blobs/ or the snapshot), ranges are ordered.
+// What a hub (or anything answering at HF_ENDPOINT) sends and the hub client turns into cache paths and bounds:
+// response headers (X-Repo-Commit, X-Linked-Etag / ETag, X-Linked-Size, Location, X-Error-Code, Content-Length,
+// Retry-After), a 206's Content-Range, model.safetensors.index.json's shard names, and the hub names users type.
+// The first byte picks the parser; the rest is its input. Accepted values must keep the promises the cache relies
+// on: a commit is 40 hex digits, an etag and a shard name are plain file names (nothing climbs out of blobs/ or
+// the snapshot), ranges are ordered, sizes and waits are not negative.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -26,6 +27,11 @@ bool is_plain_file_name(const std::string& name) {
 void check_headers(std::string_view text) {
   hub::Headers headers = hub::parse_header_lines(text);
   hub::read_hub_error(401, headers);
+  int64_t length = -1;
+  if (fuzz::completes_or_refuses_cleanly([&] { length = hub::content_length(headers, "fuzz"); }) && length < -1) {
+    fuzz::finding("an accepted Content-Length is negative");
+  }
+  if (hub::retry_after_seconds(headers) < -1) fuzz::finding("a Retry-After wait is negative");
   hub::FileMetadata metadata;
   if (!fuzz::completes_or_refuses_cleanly([&] { metadata = hub::read_file_metadata(headers, "fuzz"); })) return;
   if (!hub::is_commit_hash(metadata.commit)) fuzz::finding("an accepted commit is not 40 hex digits");

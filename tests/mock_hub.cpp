@@ -53,6 +53,7 @@ MockHub::MockHub() {
 }
 
 MockHub::~MockHub() {
+  stopping_ = true;
   server_.stop();
   thread_.join();
 }
@@ -83,6 +84,21 @@ void MockHub::drop_halfway(const std::string& file, int times) {
   drops_[file] = times;
 }
 
+void MockHub::stall_halfway(const std::string& file, int times) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stalls_[file] = times;
+}
+
+void MockHub::oversize(const std::string& file, Oversize how) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  oversize_[file] = how;
+}
+
+void MockHub::misreport_commit(const std::string& file, const std::string& commit) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  misreported_commits_[file] = commit;
+}
+
 void MockHub::corrupt(const std::string& file) {
   std::lock_guard<std::mutex> lock(mutex_);
   corrupt_[file] = true;
@@ -91,6 +107,21 @@ void MockHub::corrupt(const std::string& file) {
 void MockHub::set_pause_per_piece_ms(int milliseconds) {
   std::lock_guard<std::mutex> lock(mutex_);
   pause_ms_ = milliseconds;
+}
+
+void MockHub::fail_next(const std::string& method, const std::string& file, int status, int times,
+                        const std::string& retry_after) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  failures_[{method, file}] = Failure{status, times, retry_after};
+}
+
+bool MockHub::answer_failure(const httplib::Request& request, const std::string& file, httplib::Response& response) {
+  auto failure = failures_.find({request.method, file});
+  if (failure == failures_.end() || failure->second.times == 0) return false;
+  --failure->second.times;
+  if (!failure->second.retry_after.empty()) response.set_header("Retry-After", failure->second.retry_after);
+  refuse(response, failure->second.status, "", "the hub is in trouble");
+  return true;
 }
 
 std::vector<MockHub::Request> MockHub::requests() const {
@@ -118,6 +149,7 @@ void MockHub::serve_resolve(const httplib::Request& request, httplib::Response& 
   std::string id = request.matches[1].str() + "/" + request.matches[2].str();
   std::string revision = request.matches[3].str(), file = request.matches[4].str();
   std::lock_guard<std::mutex> lock(mutex_);
+  if (answer_failure(request, file, response)) return;
   auto repo = repos_.find(id);
   std::string authorization = request.get_header_value("Authorization");
   // As the hub: without a token a missing repository looks like a private one (401), with a token it is a 404.
@@ -130,7 +162,8 @@ void MockHub::serve_resolve(const httplib::Request& request, httplib::Response& 
   bool known_revision = revision == "main" || revision == r.commit;
   for (const std::string& tag : r.tags) known_revision = known_revision || tag == revision;
   if (!known_revision) return refuse(response, 404, "RevisionNotFound", "Invalid rev id: " + revision);
-  response.set_header("X-Repo-Commit", r.commit);
+  auto misreported = misreported_commits_.find(file);
+  response.set_header("X-Repo-Commit", misreported == misreported_commits_.end() ? r.commit : misreported->second);
   auto found = r.files.find(file);
   if (found == r.files.end()) return refuse(response, 404, "EntryNotFound", "Entry not found");
   if (is_lfs_file(file)) {
@@ -144,7 +177,33 @@ void MockHub::serve_resolve(const httplib::Request& request, httplib::Response& 
     return;
   }
   response.set_header("ETag", "\"" + git_blob_sha1(found->second) + "\"");
+  auto lie = oversize_.find(file);
+  if (lie != oversize_.end()) return serve_endless(request, response, found->second, lie->second);
   response.set_content(found->second, "application/octet-stream");
+}
+
+void MockHub::serve_endless(const httplib::Request& request, httplib::Response& response, const std::string& bytes,
+                            Oversize how) {
+  if (request.method == "HEAD" && how != Oversize::kInMetadata) return response.set_content(bytes, "application/octet-stream");
+  auto write_piece = [bytes, this](size_t offset, httplib::DataSink& sink) {
+    std::string piece = offset < bytes.size() ? bytes.substr(offset, kPiece) : std::string(kPiece, ' ');
+    return !stopping_ && sink.write(piece.data(), piece.size());
+  };
+  if (how == Oversize::kUnannounced) {
+    response.set_chunked_content_provider("application/octet-stream", [write_piece](size_t offset, httplib::DataSink& sink) {
+      return write_piece(offset, sink);
+    });
+    return;
+  }
+  response.set_content_provider(static_cast<size_t>(kOversize), "application/octet-stream",
+                                [write_piece](size_t offset, size_t, httplib::DataSink& sink) { return write_piece(offset, sink); });
+}
+
+void MockHub::wait_while_connected(httplib::DataSink& sink) const {
+  auto until = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  while (!stopping_ && sink.is_writable() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 void MockHub::serve_lfs(const httplib::Request& request, httplib::Response& response) {
@@ -152,21 +211,24 @@ void MockHub::serve_lfs(const httplib::Request& request, httplib::Response& resp
   std::lock_guard<std::mutex> lock(mutex_);
   auto blob = lfs_.find(request.matches[1].str());
   if (blob == lfs_.end()) return refuse(response, 404, "", "no such blob");
+  if (answer_failure(request, blob->second.file, response)) return;
   std::string bytes = blob->second.bytes;
   if (corrupt_[blob->second.file]) bytes[bytes.size() / 2] ^= 0x5a;
-  bool drop = drops_[blob->second.file] > 0;
+  bool drop = drops_[blob->second.file] > 0, stall = !drop && stalls_[blob->second.file] > 0;
   if (drop) --drops_[blob->second.file];
+  if (stall) --stalls_[blob->second.file];
   int pause_ms = pause_ms_;
   // httplib cuts the Range out of what the provider serves (and answers 206); a provider returning false
   // drops the connection.
   response.set_content_provider(bytes.size(), "application/octet-stream",
-                                [bytes, drop, pause_ms](size_t offset, size_t length, httplib::DataSink& sink) {
-                                  size_t end = drop ? offset + length / 2 : offset + length;
+                                [this, bytes, drop, stall, pause_ms](size_t offset, size_t length, httplib::DataSink& sink) {
+                                  size_t end = drop || stall ? offset + length / 2 : offset + length;
                                   for (size_t at = offset; at < end; at += kPiece) {
                                     if (!sink.write(bytes.data() + at, std::min(kPiece, end - at))) return false;
                                     if (pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
                                   }
-                                  return !drop;
+                                  if (stall) wait_while_connected(sink);
+                                  return !drop && !stall;
                                 });
 }
 

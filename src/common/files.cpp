@@ -34,6 +34,14 @@ void refuse_unless_regular(const std::string& path, mode_t mode) {
   if (!S_ISREG(mode)) fail("{}: is {}, expected a regular file", path, file_kind(mode));
 }
 
+// Closes a descriptor when its scope ends, also when a read throws.
+struct ClosedAtExit {
+  int fd;
+  ~ClosedAtExit() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
 }  // namespace
 
 int open_input_file(const std::string& path) {
@@ -100,23 +108,36 @@ void MappedFile::release() {
   size_ = 0;
 }
 
-std::string read_file(const std::string& path) {
-  int fd = open_input_file(path);
+std::string read_to_end(int fd, const std::string& name, uint64_t max_bytes) {
   std::string contents;
   char buffer[1 << 16];
   while (true) {
     ssize_t n = ::read(fd, buffer, sizeof(buffer));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      fail("cannot read {}: {}", path, std::strerror(err));
+    if (n < 0) fail("cannot read {}: {}", name, std::strerror(errno));
+    if (n == 0) return contents;
+    if (contents.size() + static_cast<uint64_t>(n) > max_bytes) {
+      fail("{}: larger than the {} bytes such a file may have (a damaged or hostile file?)", name, max_bytes);
     }
-    if (n == 0) break;
     contents.append(buffer, static_cast<size_t>(n));
   }
-  ::close(fd);
-  return contents;
+}
+
+std::string read_file(const std::string& path) { return read_file(path, UINT64_MAX); }
+
+std::string read_file(const std::string& path, uint64_t max_bytes) {
+  ClosedAtExit file{open_input_file(path)};
+  return read_to_end(file.fd, path, max_bytes);
+}
+
+InputBytes read_input_once(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) fail("cannot open {}: {}", path, std::strerror(errno));
+  if (S_ISREG(st.st_mode)) return InputBytes{read_file(path), false};
+  if (!S_ISFIFO(st.st_mode)) fail("{}: is {}, expected a regular file, a pipe or a FIFO", path, file_kind(st.st_mode));
+  ClosedAtExit stream{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};  // a FIFO's open returns once it has a writer
+  if (stream.fd < 0) fail("cannot open {}: {}", path, std::strerror(errno));
+  return InputBytes{read_to_end(stream.fd, path), true};
 }
 
 void write_file_atomic(const std::string& path, std::string_view contents) {

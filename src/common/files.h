@@ -43,6 +43,22 @@ void require_input_file(const std::string& path);
 
 /// Reads a whole file into a string; throws naming the file.
 std::string read_file(const std::string& path);
+/// The same for a file that must be small (a JSON or a token file read into memory): one larger than `max_bytes`
+/// is refused naming it and the bound, before more than that is read.
+std::string read_file(const std::string& path, uint64_t max_bytes);
+
+/// Reads an open descriptor (a file, a pipe, standard input) to its end; throws naming `name`, also when it holds
+/// more than `max_bytes`.
+std::string read_to_end(int fd, const std::string& name, uint64_t max_bytes = UINT64_MAX);
+
+/// An input read whole, which may have been one that can be read only once.
+struct InputBytes {
+  std::string bytes;
+  bool from_stream = false;  // a pipe or FIFO: reading it again gives nothing
+};
+/// Reads a regular file, or a pipe or FIFO to its end (`<(zcat data.jsonl.gz)`, /dev/stdin, a named pipe, whose
+/// writer is waited for as `cat` waits). A directory, a device or a socket is refused naming what it is.
+InputBytes read_input_once(const std::string& path);
 
 /// Writes `contents` to `path` through a temporary file in the same directory and a rename, so readers
 /// see either the old file or the complete new one.

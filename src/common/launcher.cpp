@@ -1,6 +1,8 @@
 #include "common/launcher.h"
 
+#include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -17,15 +19,24 @@ const std::vector<const char*> kVariables = {
     "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_STEP", "SLURM_PROCID",
     "SLURM_NTASKS", "SLURM_LOCALID"};
 
-// A variable's value as a non-negative integer; nullopt when unset. Anything else is an error naming it.
-std::optional<int64_t> read_count(const Environment& environment, const std::string& name) {
+// A variable's value as a non-negative int; nullopt when unset. Anything else (a sign, spaces, a fraction, a value
+// past what an int holds) is an error naming it: stoll and a cast would cut 4294967298 to 2 without a word.
+std::optional<int> read_count(const Environment& environment, const std::string& name) {
   auto found = environment.find(name);
   if (found == environment.end()) return std::nullopt;
   const std::string& text = found->second;
-  if (text.empty() || text.size() > 12 || text.find_first_not_of("0123456789") != std::string::npos) {
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) {
     fail_input("--shard auto: {}={} is not a non-negative integer", name, text);
   }
-  return std::stoll(text);
+  int64_t value = 0;
+  for (char digit : text) {
+    value = value * 10 + (digit - '0');
+    if (value > std::numeric_limits<int>::max()) {
+      fail_input("--shard auto: {}={} is too large: ranks and world sizes go up to {}", name, text,
+                 std::numeric_limits<int>::max());
+    }
+  }
+  return static_cast<int>(value);
 }
 
 std::string assignment(const Environment& environment, const std::string& name) {
@@ -37,7 +48,7 @@ std::string assignment(const Environment& environment, const std::string& name) 
 // an error when only one is or the rank is not below the size.
 std::optional<LaunchRank> read_pair(const Environment& environment, const char* launcher, const std::string& rank_name,
                                     const std::string& size_name, const std::string& local_name) {
-  std::optional<int64_t> rank = read_count(environment, rank_name), size = read_count(environment, size_name);
+  std::optional<int> rank = read_count(environment, rank_name), size = read_count(environment, size_name);
   if (!rank && !size) return std::nullopt;
   if (!rank || !size) {
     fail_input("--shard auto: {} sets {} but not {}", launcher, rank ? rank_name : size_name, rank ? size_name : rank_name);
@@ -54,13 +65,13 @@ std::optional<LaunchRank> read_pair(const Environment& environment, const char* 
 
 // A Slurm job array's element as a rank: ids need not start at 0 (--array=1-4) and may step (--array=0-9:3).
 std::optional<LaunchRank> read_job_array(const Environment& environment) {
-  std::optional<int64_t> id = read_count(environment, "SLURM_ARRAY_TASK_ID");
+  std::optional<int> id = read_count(environment, "SLURM_ARRAY_TASK_ID");
   if (!id) return std::nullopt;
-  std::optional<int64_t> count = read_count(environment, "SLURM_ARRAY_TASK_COUNT");
+  std::optional<int> count = read_count(environment, "SLURM_ARRAY_TASK_COUNT");
   if (!count) fail_input("--shard auto: Slurm sets SLURM_ARRAY_TASK_ID={} but not SLURM_ARRAY_TASK_COUNT", *id);
-  int64_t first = read_count(environment, "SLURM_ARRAY_TASK_MIN").value_or(0);
-  int64_t step = read_count(environment, "SLURM_ARRAY_TASK_STEP").value_or(1);
-  int64_t offset = *id - first;
+  int first = read_count(environment, "SLURM_ARRAY_TASK_MIN").value_or(0);
+  int step = read_count(environment, "SLURM_ARRAY_TASK_STEP").value_or(1);
+  int offset = *id - first;
   if (*count < 1 || step < 1 || offset < 0 || offset % step != 0 || offset / step >= *count) {
     fail_input("--shard auto: Slurm job array task {} (min {}, step {}) is not one of its {} tasks; use a contiguous "
                "array such as --array=0-{}",
@@ -74,6 +85,18 @@ std::optional<LaunchRank> read_job_array(const Environment& environment) {
   return found;
 }
 
+// Each array element runs srun with several tasks: task t of element a is rank a * tasks + t, of elements x tasks.
+LaunchRank combine(const LaunchRank& array, const LaunchRank& tasks) {
+  int64_t world_size = static_cast<int64_t>(array.world_size) * tasks.world_size;
+  if (world_size > std::numeric_limits<int>::max()) {
+    fail_input("--shard auto: {} array tasks of {} srun tasks each ({} and {}) make {} ranks, more than {}",
+               array.world_size, tasks.world_size, array.source, tasks.source, world_size,
+               std::numeric_limits<int>::max());
+  }
+  return LaunchRank{"Slurm job array x srun", array.rank * tasks.world_size + tasks.rank, static_cast<int>(world_size),
+                    tasks.local_rank, array.source + " " + tasks.source};
+}
+
 }  // namespace
 
 LaunchRank launch_rank(const Environment& environment) {
@@ -84,11 +107,7 @@ LaunchRank launch_rank(const Environment& environment) {
   }
   std::optional<LaunchRank> array = read_job_array(environment);
   std::optional<LaunchRank> tasks = read_pair(environment, "Slurm srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID");
-  if (array && tasks && tasks->world_size > 1) {
-    // Each array element runs srun with several tasks: task t of element a is rank a * tasks + t.
-    return LaunchRank{"Slurm job array x srun", array->rank * tasks->world_size + tasks->rank,
-                      array->world_size * tasks->world_size, tasks->local_rank, array->source + " " + tasks->source};
-  }
+  if (array && tasks && tasks->world_size > 1) return combine(*array, *tasks);
   if (array) {
     array->local_rank = tasks ? tasks->local_rank : read_count(environment, "SLURM_LOCALID").value_or(-1);
     return *array;

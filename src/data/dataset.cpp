@@ -2,20 +2,25 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
 #include <map>
 #include <set>
 
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json.h"
+#include "common/sha256.h"
 #include "data/reference_labels.h"
 
 namespace probekit::data {
 
 namespace {
+
+constexpr const char* kStandardInput = "-";
+constexpr const char* kStandardInputName = "<stdin>";  // as Python names it in messages
 
 // A label may be written as a string or as an integer class id.
 bool label_text(const Json& value, std::string* out) {
@@ -57,72 +62,98 @@ void skip_byte_order_mark(std::string& first_line, const std::string& path) {
   }
 }
 
-}  // namespace
+// The object on one line; a line that is not one is an error naming `where`.
+Json parse_line(const std::string& line, const std::string& where) {
+  Json object;
+  try {
+    object = Json::parse(line);
+  } catch (const Json::parse_error& e) {
+    std::string detail = e.what();
+    if (detail.find("UTF-8") != std::string::npos) fail_input("{}: the line is not valid UTF-8 text", where);
+    fail_input("{}: invalid JSON at column {}: {}", where, e.byte, detail.substr(detail.find(':') + 2));
+  } catch (const Json::out_of_range& e) {  // a number beyond a double's range, as 1e400
+    std::string detail = e.what();
+    fail_input("{}: invalid JSON: {}", where, detail.substr(detail.find("] ") + 2));
+  }
+  if (!object.is_object()) fail_input("{}: expected a JSON object, found {}", where, object.type_name());
+  return object;
+}
 
-Dataset read_dataset(const std::string& path, const DatasetOptions& options) {
-  if (!path_exists(path)) fail_input("{}: cannot open the dataset: no such file", path);
-  require_input_file(path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_input("{}: cannot open the dataset", path);
-  Dataset dataset;
-  dataset.path = path;
-  std::string line;
-  for (int64_t number = 0; std::getline(in, line); ++number) {
+// One line's example; `dataset.label_field` is chosen from the first line.
+Example read_example(const Json& object, const DatasetOptions& options, Dataset& dataset, const std::string& where) {
+  if (dataset.label_field.empty()) dataset.label_field = choose_label_field(object, options, where);
+  Example example;
+  auto text = object.find(options.text_field);
+  if (text == object.end()) {
+    fail_input("{}: missing field '{}' (fields: {}; choose another with --text-field)", where, options.text_field,
+               field_list(object));
+  }
+  if (!text->is_string()) fail_input("{}: field '{}' must be a string, found {}", where, options.text_field, text->type_name());
+  example.text = text->get<std::string>();
+  if (example.text.find_first_not_of(" \t\r\n") == std::string::npos) {
+    fail_input("{}: field '{}' is empty", where, options.text_field);
+  }
+  auto label = object.find(dataset.label_field);
+  if (label == object.end()) {
+    fail_input("{}: missing label field '{}' (fields: {})", where, dataset.label_field, field_list(object));
+  }
+  if (!label_text(*label, &example.label) || example.label.empty()) {
+    fail_input("{}: label field '{}' must be a non-empty string, found {}", where, dataset.label_field, label->dump());
+  }
+  for (const std::string& field : options.keep_fields) {
+    auto value = object.find(field);
+    example.kept.push_back(value == object.end() ? "" : value->is_string() ? value->get<std::string>() : value->dump());
+  }
+  return example;
+}
+
+// A kept field that no example has gives an empty column: most likely a misspelt name, worth a word.
+void check_kept_fields(const std::vector<bool>& found, const std::string& first_fields, const DatasetOptions& options,
+                       const std::string& source) {
+  for (size_t i = 0; i < found.size(); ++i) {
+    if (found[i]) continue;
+    if (options.strict_fields) {
+      fail_input("{}: no example has the field '{}' that --keep-fields names (fields of the first example: {}); check "
+                 "the name",
+                 source, options.keep_fields[i], first_fields);
+    }
+    spdlog::warn("{}: no example has the field '{}' that --keep-fields names, so its column is empty (fields of the "
+                 "first example: {}); --strict makes this an error",
+                 source, options.keep_fields[i], first_fields);
+  }
+}
+
+// The examples of the JSONL text `bytes`, named `source` in messages.
+void read_examples(const std::string& bytes, const std::string& source, const DatasetOptions& options, Dataset& dataset) {
+  std::vector<bool> kept_found(options.keep_fields.size(), false);
+  std::string first_fields;
+  size_t start = 0;
+  for (int64_t number = 0; start < bytes.size(); ++number) {
+    size_t end = std::min(bytes.find('\n', start), bytes.size());
+    std::string line = bytes.substr(start, end - start);
+    start = end + 1;
     if (options.max_examples > 0 && static_cast<int64_t>(dataset.examples.size()) >= options.max_examples) break;
-    if (number == 0) skip_byte_order_mark(line, path);
+    if (number == 0) skip_byte_order_mark(line, source);
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    std::string where = fmt::format("{}:{}", path, number + 1);
+    std::string where = fmt::format("{}:{}", source, number + 1);
     try {
-      Json object;
-      try {
-        object = Json::parse(line);
-      } catch (const Json::parse_error& e) {
-        std::string detail = e.what();
-        if (detail.find("UTF-8") != std::string::npos) fail_input("{}: the line is not valid UTF-8 text", where);
-        fail_input("{}: invalid JSON at column {}: {}", where, e.byte, detail.substr(detail.find(':') + 2));
-      } catch (const Json::out_of_range& e) {  // a number beyond a double's range, as 1e400
-        std::string detail = e.what();
-        fail_input("{}: invalid JSON: {}", where, detail.substr(detail.find("] ") + 2));
-      }
-      if (!object.is_object()) fail_input("{}: expected a JSON object, found {}", where, object.type_name());
-      if (dataset.label_field.empty()) dataset.label_field = choose_label_field(object, options, where);
-
-      Example example;
+      Json object = parse_line(line, where);
+      Example example = read_example(object, options, dataset, where);
       example.line = number;
-      auto text = object.find(options.text_field);
-      if (text == object.end()) {
-        fail_input("{}: missing field '{}' (fields: {}; choose another with --text-field)", where, options.text_field,
-                   field_list(object));
-      }
-      if (!text->is_string()) fail_input("{}: field '{}' must be a string, found {}", where, options.text_field, text->type_name());
-      example.text = text->get<std::string>();
-      if (example.text.find_first_not_of(" \t\r\n") == std::string::npos) {
-        fail_input("{}: field '{}' is empty", where, options.text_field);
-      }
-      auto label = object.find(dataset.label_field);
-      if (label == object.end()) {
-        fail_input("{}: missing label field '{}' (fields: {})", where, dataset.label_field, field_list(object));
-      }
-      if (!label_text(*label, &example.label) || example.label.empty()) {
-        fail_input("{}: label field '{}' must be a non-empty string, found {}", where, dataset.label_field, label->dump());
-      }
-      for (const std::string& field : options.keep_fields) {
-        auto value = object.find(field);
-        example.kept.push_back(value == object.end() ? "" : value->is_string() ? value->get<std::string>() : value->dump());
-      }
       dataset.examples.push_back(std::move(example));
+      if (first_fields.empty()) first_fields = field_list(object);
+      for (size_t i = 0; i < kept_found.size(); ++i) kept_found[i] = kept_found[i] || object.contains(options.keep_fields[i]);
     } catch (const std::invalid_argument& e) {
       if (!options.skip_invalid) throw;
       dataset.skipped.push_back(SkippedLine{number, e.what()});
     }
   }
-  if (in.bad()) fail("{}: read error", path);
-  if (dataset.examples.empty()) {
-    fail_input("{}: the dataset has no usable examples{}", path,
-               dataset.skipped.empty() ? "" : fmt::format(" ({} invalid lines skipped)", dataset.skipped.size()));
-  }
+  if (!dataset.examples.empty()) check_kept_fields(kept_found, first_fields, options, source);
+}
 
+// Indexes the examples' labels (see Dataset::label_names).
+void index_labels(Dataset& dataset) {
   std::set<std::string> present;
   for (const Example& example : dataset.examples) present.insert(example.label);
   // The reference's trainer names a cognitive-action file's labels by its fixed list of 45, so such a file
@@ -135,6 +166,37 @@ Dataset read_dataset(const std::string& path, const DatasetOptions& options) {
   std::map<std::string, int64_t> index;
   for (size_t i = 0; i < dataset.label_names.size(); ++i) index.emplace(dataset.label_names[i], static_cast<int64_t>(i));
   for (const Example& example : dataset.examples) dataset.labels.push_back(index.at(example.label));
+}
+
+// The dataset's bytes, read once: standard input for "-", else the file, pipe or FIFO at `path`.
+InputBytes read_dataset_bytes(const std::string& path) {
+  if (path == kStandardInput) {
+    if (::isatty(STDIN_FILENO)) {
+      fail_input("--dataset -: standard input is a terminal; pipe the dataset in (zcat data.jsonl.gz | ... --dataset -)");
+    }
+    return InputBytes{read_to_end(STDIN_FILENO, kStandardInputName), true};
+  }
+  if (!path_exists(path)) fail_input("{}: cannot open the dataset: no such file", path);
+  return read_input_once(path);
+}
+
+}  // namespace
+
+Dataset read_dataset(const std::string& path, const DatasetOptions& options) {
+  InputBytes input = read_dataset_bytes(path);
+  Dataset dataset;
+  dataset.path = path;
+  dataset.from_stream = input.from_stream;
+  Sha256 hash;
+  hash.update(input.bytes);
+  dataset.sha256 = hash.hex_digest();
+  std::string source = path == kStandardInput ? kStandardInputName : path;
+  read_examples(input.bytes, source, options, dataset);
+  if (dataset.examples.empty()) {
+    fail_input("{}: the dataset has no usable examples{}", source,
+               dataset.skipped.empty() ? "" : fmt::format(" ({} invalid lines skipped)", dataset.skipped.size()));
+  }
+  index_labels(dataset);
   return dataset;
 }
 

@@ -15,6 +15,7 @@ struct DatasetOptions {
   std::vector<std::string> keep_fields;  // extra fields kept as metadata columns
   int64_t max_examples = 0;              // 0: all
   bool skip_invalid = false;
+  bool strict_fields = false;            // a keep_fields field that no line has: an error, not a warning
 };
 
 struct Example {
@@ -30,7 +31,9 @@ struct SkippedLine {
 };
 
 struct Dataset {
-  std::string path;
+  std::string path;          // as given: "-" for standard input
+  bool from_stream = false;  // read from standard input, a pipe or a FIFO: it cannot be read again (no --resume)
+  std::string sha256;        // of the bytes read, for the outputs' dataset_sha256: a stream cannot be reopened
   std::string label_field;
   std::vector<Example> examples;
   // The sorted distinct labels; all 45 of the reference's actions for its cognitive-action datasets
@@ -49,7 +52,8 @@ std::string label_file_name_problem(const std::string& label);
 /// training never overwrites one label's probe with another's.
 void check_label_file_names(const std::vector<std::string>& label_names, const std::string& source);
 
-/// Reads a JSONL dataset; throws std::invalid_argument naming file, line and field on bad input (unless
+/// Reads a JSONL dataset from a file, from standard input ("-"), or from a pipe or FIFO (`<(zcat d.jsonl.gz)`),
+/// each read whole, once; throws std::invalid_argument naming file, line and field on bad input (unless
 /// skip_invalid), and when no example remains.
 Dataset read_dataset(const std::string& path, const DatasetOptions& options);
 

@@ -6,16 +6,15 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <thread>
 
 #include "common/error.h"
 #include "common/files.h"
 #include "common/progress.h"
 #include "common/sha256.h"
 #include "hub/git_sha1.h"
+#include "hub/retry.h"
 
 namespace probekit::hub {
 
@@ -113,16 +112,26 @@ std::string where(const BlobSource& source) {
 }
 
 // Checks how a 2xx answer continues the partial file: a 206 must start at its end; a 200 (the server ignored the
-// Range) starts the file again.
+// Range) starts the file again. Either must announce the size the hub's metadata gave, or nothing is read.
 void continue_from(const HttpResponse& response, PartialBlob& partial, const BlobSource& source) {
   if (response.status == 206) {
     ContentRange range = parse_content_range(header(response.headers, "content-range"), where(source));
     if (range.first != partial.size()) {
       fail("{}: asked for the bytes from {} on, the server sent them from {}", where(source), partial.size(), range.first);
     }
+    if (range.total >= 0 && range.total != source.size) {
+      fail("{}: the download's Content-Range gives the file {} bytes, the hub's metadata {}; nothing was read",
+           where(source), range.total, source.size);
+    }
   } else if (partial.size() > 0) {
     spdlog::debug("{}: the server ignored the Range request; downloading from the start", where(source));
     partial.restart();
+  }
+  int64_t announced = content_length(response.headers, where(source));
+  if (announced >= 0 && announced != source.size - partial.size()) {
+    fail("{}: the download announces {} bytes (Content-Length) from byte {} on, the hub's metadata {} bytes in all; "
+         "nothing was read",
+         where(source), announced, partial.size(), source.size);
   }
 }
 
@@ -139,7 +148,8 @@ void fetch_rest(HttpClient& http, const BlobSource& source, PartialBlob& partial
   };
   auto sink = [&](std::string_view bytes) {
     if (partial.size() + static_cast<int64_t>(bytes.size()) > source.size) {
-      fail("{}: the server sends more than the {} bytes it announced", where(source), source.size);
+      fail("{}: the server sent more than the {} bytes the hub's metadata announced ({} bytes so far); stopped there",
+           where(source), source.size, partial.size() + static_cast<int64_t>(bytes.size()));
     }
     partial.append(bytes);
     bar.update(partial.size());
@@ -151,37 +161,29 @@ void fetch_rest(HttpClient& http, const BlobSource& source, PartialBlob& partial
     partial.restart();
     throw NetworkError(fmt::format("{}: the server cannot continue from byte {}; starting again", source.request.url, offset));
   }
-  if (is_transient_status(response.status)) {
-    throw NetworkError(fmt::format("{}: HTTP {} {}", source.request.url, response.status, header(response.headers, "x-error-message")));
-  }
+  if (is_transient_status(response.status)) throw transient_failure(source.request, response, settings);
   if (response.status < 200 || response.status >= 300) fail("{}", explain_http_failure(source.request, response, settings));
   if (partial.size() < source.size) {
     throw NetworkError(fmt::format("{}: the answer ended after {} of {} bytes", source.request.url, partial.size(), source.size));
   }
 }
 
-// Fetches until the partial file holds `source.size` bytes, retrying network errors with Range requests.
+// Fetches until the partial file holds `source.size` bytes, trying again after network errors (retry.h) with
+// Range requests.
 void receive_all(HttpClient& http, const BlobSource& source, PartialBlob& partial, const HubSettings& settings) {
   ProgressBar bar(source.request.file, source.size, "bytes");
   bar.update(partial.size());
-  double wait = settings.retry_wait_seconds;
-  for (int attempt = 1;; ++attempt) {
-    try {
-      fetch_rest(http, source, partial, bar, settings);
-      bar.finish();
-      return;
-    } catch (const NetworkError& e) {
-      if (attempt >= settings.max_attempts) {
-        fail("{}: {}: {} (gave up after {} attempts; the {} bytes received are kept in {}, and the next run "
-             "continues from there)",
-             source.request.model, source.request.file, e.what(), attempt, partial.size(), partial.path());
-      }
-      spdlog::warn("{}: {}: {} (attempt {} of {}); continuing from byte {} in {:.1f} s", source.request.model,
-                   source.request.file, e.what(), attempt, settings.max_attempts, partial.size(), wait);
-      std::this_thread::sleep_for(std::chrono::duration<double>(wait));
-      wait *= 2;
-    }
+  try {
+    retry_network_errors(
+        settings, fmt::format("{}: {}", source.request.model, source.request.file),
+        [&] { fetch_rest(http, source, partial, bar, settings); },
+        [&] { return fmt::format("continuing from byte {}", partial.size()); });
+  } catch (const NetworkError& e) {
+    fail("{}: {}: {} (gave up after {} attempts; the {} bytes received are kept in {}, and the next run continues "
+         "from there)",
+         source.request.model, source.request.file, e.what(), settings.max_attempts, partial.size(), partial.path());
   }
+  bar.finish();
 }
 
 }  // namespace

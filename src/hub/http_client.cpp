@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <chrono>
 #include <exception>
 #include <mutex>
 
@@ -26,6 +27,8 @@ void initialize_curl_once() {
 
 bool is_success(int status) { return status >= 200 && status < 300; }
 
+using Clock = std::chrono::steady_clock;
+
 }  // namespace
 
 // What one request gathers while libcurl runs it.
@@ -34,9 +37,11 @@ struct HttpClient::Transfer {
   HttpResponse response;
   const StartCheck* start = nullptr;
   const BodySink* sink = nullptr;
-  bool started = false, accepted = false, stopped_by_caller = false;
+  bool started = false, accepted = false, stopped_by_caller = false, stalled = false;
   std::exception_ptr failure;  // thrown by a callback: it must not unwind through libcurl's C frames
   CURL* curl = nullptr;
+  double stall_seconds = 0;
+  Clock::time_point last_byte = Clock::now();  // of a header or of the body
 
   // The final answer's status and headers, read once its first body byte (or its end) arrives.
   void begin() {
@@ -53,6 +58,7 @@ struct HttpClient::Transfer {
 
   static size_t on_header(char* data, size_t size, size_t count, void* self) {
     auto* transfer = static_cast<Transfer*>(self);
+    transfer->last_byte = Clock::now();
     std::string_view line(data, size * count);
     if (line.rfind("HTTP/", 0) == 0) transfer->header_block.clear();
     transfer->header_block.append(line);
@@ -76,6 +82,7 @@ struct HttpClient::Transfer {
 
   static size_t on_body(char* data, size_t size, size_t count, void* self) {
     auto* transfer = static_cast<Transfer*>(self);
+    transfer->last_byte = Clock::now();
     try {
       return transfer->receive(std::string_view(data, size * count));
     } catch (...) {
@@ -83,6 +90,14 @@ struct HttpClient::Transfer {
       transfer->stopped_by_caller = true;
       return 0;
     }
+  }
+
+  // libcurl calls this at least once a second while it waits; a non-zero return aborts the transfer. curl's own
+  // low-speed limit counts whole seconds and reports "too slow", where a stall should say that nothing came.
+  static int on_progress(void* self, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+    auto* transfer = static_cast<Transfer*>(self);
+    transfer->stalled = std::chrono::duration<double>(Clock::now() - transfer->last_byte).count() > transfer->stall_seconds;
+    return transfer->stalled ? 1 : 0;
   }
 };
 
@@ -106,8 +121,10 @@ HttpResponse HttpClient::perform(const std::string& url, const std::vector<std::
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);  // no SIGALRM for timeouts: tools run threads
   curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.connect_timeout_seconds * 1000));
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, static_cast<long>(options_.stall_seconds));
+  transfer.stall_seconds = options_.stall_seconds;
+  curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, &Transfer::on_progress);
+  curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &transfer);
   curl_easy_setopt(curl, CURLOPT_MAXREDIRS, kMaxRedirects);
 #if LIBCURL_VERSION_NUM >= 0x075500
   curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -124,6 +141,10 @@ HttpResponse HttpClient::perform(const std::string& url, const std::vector<std::
   curl_slist_free_all(header_list);
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, nullptr);
   if (transfer.failure) std::rethrow_exception(transfer.failure);
+  if (transfer.stalled) {
+    throw NetworkError(fmt::format("{}: the transfer stalled: no bytes for {:g} s (HF_HUB_DOWNLOAD_TIMEOUT)", url,
+                                   options_.stall_seconds));
+  }
   if (code != CURLE_OK && !(code == CURLE_WRITE_ERROR && transfer.stopped_by_caller)) {
     std::string reason = error[0] != '\0' ? std::string(error) : std::string(curl_easy_strerror(code));
     throw NetworkError(fmt::format("{}: {}", url, reason));

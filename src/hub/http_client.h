@@ -1,7 +1,7 @@
 // A small HTTP client over libcurl for the hub's two kinds of request: HEAD for a file's metadata (redirects not
 // followed, so the hub's own headers are read), and GET streaming a file's bytes to a callback (redirects
 // followed, an optional Range). A failure to reach the server or a dropped connection throws NetworkError; an
-// HTTP error status is returned for the caller to explain.
+// HTTP error status is returned for the caller to explain (or to turn into a NetworkError when it may pass).
 #pragma once
 
 #include <cstdint>
@@ -15,10 +15,20 @@
 
 namespace probekit::hub {
 
-/// The server could not be reached, or the transfer broke off: worth another try.
+/// The server could not be reached, the transfer broke off, or the server answered with a failure that may pass
+/// (5xx, 429): worth another try.
 class NetworkError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit NetworkError(const std::string& message, int status = 0, double retry_after_seconds = -1)
+      : std::runtime_error(message), status_(status), retry_after_seconds_(retry_after_seconds) {}
+  /// The HTTP status of the failing answer; 0 when no answer came.
+  int status() const { return status_; }
+  /// How long the answer's Retry-After asks to wait; -1 when it names no number of seconds.
+  double retry_after_seconds() const { return retry_after_seconds_; }
+
+ private:
+  int status_;
+  double retry_after_seconds_;
 };
 
 struct HttpResponse {
@@ -31,7 +41,7 @@ struct HttpResponse {
 /// Request settings shared by all requests of a client.
 struct HttpOptions {
   double connect_timeout_seconds = 10;
-  double stall_seconds = 60;  // no byte for this long: the transfer is abandoned with a NetworkError
+  double stall_seconds = 10;  // no byte for this long: the request is abandoned with a NetworkError that says so
 };
 
 class HttpClient {

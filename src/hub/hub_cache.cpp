@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 
@@ -27,8 +28,11 @@ std::string relative_blob_target(const std::string& file, const std::string& eta
   return up + "blobs/" + etag;
 }
 
+// A ref holds one commit hash; anything much longer is not one, and is not read whole.
+constexpr uint64_t kMaxRefBytes = 4096;
+
 std::string read_trimmed(const std::string& path) {
-  std::string text = read_file(path);
+  std::string text = read_file(path, kMaxRefBytes);
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.pop_back();
   return text;
 }

@@ -46,11 +46,20 @@ std::string explain_code(const RequestContext& request, const HttpResponse& resp
 }  // namespace
 
 std::string explain_http_failure(const RequestContext& request, const HttpResponse& response, const HubSettings& settings) {
+  return fmt::format("{}: {}: {}", request.model, request.file, explain_http_status(request, response, settings));
+}
+
+std::string explain_http_status(const RequestContext& request, const HttpResponse& response, const HubSettings& settings) {
   HubError error = read_hub_error(response.status, response.headers);
-  std::string message = fmt::format("{}: {}: HTTP {} from {}: {}", request.model, request.file, response.status,
-                                    request.url, explain_code(request, response, error.code, settings));
+  std::string message = fmt::format("HTTP {} from {}: {}", response.status, request.url,
+                                    explain_code(request, response, error.code, settings));
   if (!error.message.empty()) message += fmt::format(" (the hub says: {})", error.message);
   return message;
+}
+
+NetworkError transient_failure(const RequestContext& request, const HttpResponse& response, const HubSettings& settings) {
+  return NetworkError(explain_http_status(request, response, settings), response.status,
+                      retry_after_seconds(response.headers));
 }
 
 bool is_missing_entry(const HttpResponse& response) {

@@ -18,8 +18,13 @@ struct RequestContext {
   std::string url;
 };
 
-/// The message for an HTTP error answer to `request`.
+/// The message for an HTTP error answer to `request`: "model: file: " and explain_http_status.
 std::string explain_http_failure(const RequestContext& request, const HttpResponse& response, const HubSettings& settings);
+/// "HTTP <status> from <url>: " what it means, and what the hub says.
+std::string explain_http_status(const RequestContext& request, const HttpResponse& response, const HubSettings& settings);
+
+/// An answer that may pass (is_transient_status) as the NetworkError that has it tried again, with its Retry-After.
+NetworkError transient_failure(const RequestContext& request, const HttpResponse& response, const HubSettings& settings);
 
 /// True when the answer says the file does not exist at that revision (the repository and revision do).
 bool is_missing_entry(const HttpResponse& response);

@@ -131,6 +131,18 @@ HubError read_hub_error(int status, const Headers& headers) {
   return HubError{status, header(headers, "x-error-code"), header(headers, "x-error-message")};
 }
 
+int64_t content_length(const Headers& headers, const std::string& where) {
+  std::string text = header(headers, "content-length");
+  if (text.empty()) return -1;
+  int64_t length = parse_count(text);
+  if (length < 0) fail("{}: malformed Content-Length '{}'", where, text);
+  return length;
+}
+
+double retry_after_seconds(const Headers& headers) {
+  return static_cast<double>(parse_count(trim(header(headers, "retry-after"))));
+}
+
 ContentRange parse_content_range(std::string_view value, const std::string& where) {
   auto malformed = [&] { fail("{}: malformed Content-Range '{}'", where, std::string(value)); };
   std::string text = trim(value);

@@ -51,6 +51,13 @@ struct HubError {
 };
 HubError read_hub_error(int status, const Headers& headers);
 
+/// An answer's Content-Length; -1 when it has none (a chunked answer). Throws naming `where` when it is malformed.
+int64_t content_length(const Headers& headers, const std::string& where);
+
+/// The seconds an answer's Retry-After asks to wait ("120"); -1 when it is absent or an HTTP date, which the
+/// hub does not send and which is left to the backoff.
+double retry_after_seconds(const Headers& headers);
+
 /// A 206 answer's Content-Range ("bytes 100-199/200"; the total may be "*").
 struct ContentRange {
   int64_t first = 0, last = 0;

@@ -1,15 +1,17 @@
 #include "hub/hub_settings.h"
 
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
+#include "common/error.h"
 #include "common/files.h"
 
 namespace probekit::hub {
 
 namespace {
+
+constexpr uint64_t kMaxTokenFileBytes = 64 << 10;  // a token is some 40 characters
 
 std::string environment(const char* name) {
   const char* value = std::getenv(name);
@@ -34,6 +36,18 @@ std::string hf_home() {
   if (!home.empty()) return expand_user(home);
   std::string xdg = environment("XDG_CACHE_HOME");
   return (xdg.empty() ? expand_user("~/.cache") : expand_user(xdg)) + "/huggingface";
+}
+
+// $HF_HUB_DOWNLOAD_TIMEOUT as huggingface_hub reads it (unset, empty or 0: the default), fractions allowed.
+double stall_seconds_from_environment() {
+  std::string text = environment("HF_HUB_DOWNLOAD_TIMEOUT");
+  if (text.empty()) return kDefaultStallSeconds;
+  char* end = nullptr;
+  double seconds = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !std::isfinite(seconds) || seconds < 0) {
+    fail("HF_HUB_DOWNLOAD_TIMEOUT={} is not a number of seconds", text);
+  }
+  return seconds == 0 ? kDefaultStallSeconds : seconds;
 }
 
 }  // namespace
@@ -66,16 +80,14 @@ HubSettings settings_from_environment() {
     }
   }
   if (settings.token.empty() && is_regular_file(settings.token_file)) {
-    std::ifstream in(settings.token_file, std::ios::binary);
-    std::ostringstream text;
-    text << in.rdbuf();
-    settings.token = strip(text.str());
+    settings.token = strip(read_file(settings.token_file, kMaxTokenFileBytes));
     if (!settings.token.empty()) settings.token_source = settings.token_file;
   }
   // huggingface_hub reads TRANSFORMERS_OFFLINE only when HF_HUB_OFFLINE is unset or empty.
   std::string offline = environment("HF_HUB_OFFLINE");
   if (offline.empty()) offline = environment("TRANSFORMERS_OFFLINE");
   settings.offline = is_true_value(offline.c_str());
+  settings.stall_seconds = stall_seconds_from_environment();
   return settings;
 }
 

@@ -15,6 +15,7 @@
 #include "hub/file_lock.h"
 #include "hub/hub_cache.h"
 #include "hub/hub_name.h"
+#include "hub/retry.h"
 
 namespace probekit::hub {
 
@@ -27,7 +28,18 @@ constexpr const char* kWeightIndex = "model.safetensors.index.json";
 // Read by transformers when present; a checkpoint without them is complete.
 const char* const kOptionalFiles[] = {"generation_config.json", "tokenizer_config.json", "special_tokens_map.json"};
 constexpr int kMaxRelativeRedirects = 5;
-constexpr int kMetadataAttempts = 2;
+// Every file but the weights is JSON read into memory: the largest real tokenizer.json is some 35 MB, so a hub
+// announcing more is not to be trusted with the disk or the memory.
+constexpr int64_t kMaxJsonFileBytes = int64_t{256} << 20;
+
+bool is_weights(const std::string& file) {
+  return file.size() > 12 && file.compare(file.size() - 12, 12, ".safetensors") == 0;
+}
+
+// The shards the snapshot's index names, read within the bound of a JSON file.
+std::vector<std::string> indexed_shards(const std::string& index) {
+  return shard_names(read_file(index, kMaxJsonFileBytes), index);
+}
 
 // The commit of a folder inside a hub cache (.../models--org--name/snapshots/<commit>), else "".
 std::string snapshot_commit(const std::string& path) {
@@ -58,8 +70,7 @@ std::vector<std::string> missing_files(const RepoCache& cache, const std::string
     missing.emplace_back("model.safetensors (or model.safetensors.index.json and its shards)");
     return missing;
   }
-  std::string index = cache.snapshot_dir(commit) + "/" + kWeightIndex;
-  for (const std::string& shard : shard_names(read_file(index), index)) {
+  for (const std::string& shard : indexed_shards(cache.snapshot_dir(commit) + "/" + kWeightIndex)) {
     if (!cache.has_file(commit, shard)) missing.push_back(shard);
   }
   return missing;
@@ -99,8 +110,9 @@ class ModelDownload {
     fetch(commit, kTokenizer, false);
     if (!fetch(commit, kSingleWeights, true)) {
       fetch(commit, kWeightIndex, false);
-      std::string index = cache_.snapshot_dir(commit) + "/" + kWeightIndex;
-      for (const std::string& shard : shard_names(read_file(index), index)) fetch(commit, shard, false);
+      for (const std::string& shard : indexed_shards(cache_.snapshot_dir(commit) + "/" + kWeightIndex)) {
+        fetch(commit, shard, false);
+      }
     }
     return commit;
   }
@@ -116,19 +128,23 @@ class ModelDownload {
     return {"Authorization: Bearer " + settings_.token};
   }
 
-  HttpResponse head_once(RequestContext& request) {
+  // HEAD of one URL, tried again (retry.h) when no answer comes or the answer is a failure that may pass.
+  HttpResponse head_once(const RequestContext& request) {
     std::vector<std::string> headers = auth_headers(request.url);
     headers.emplace_back("Accept-Encoding: identity");  // the size of the bytes themselves, not of a compression
-    for (int attempt = 1;; ++attempt) {
-      try {
-        return http_.head(request.url, headers);
-      } catch (const NetworkError& e) {
-        if (attempt < kMetadataAttempts) continue;
-        fail("{}: {}: cannot reach the hub: {}. Check the network and HF_ENDPOINT ({}); with HF_HUB_OFFLINE=1 (or "
-             "--offline) only the cache is used",
-             request.model, request.file, e.what(), settings_.endpoint);
-      }
+    HttpResponse response;
+    try {
+      retry_network_errors(settings_, fmt::format("{}: {}", request.model, request.file), [&] {
+        response = http_.head(request.url, headers);
+        if (is_transient_status(response.status)) throw transient_failure(request, response, settings_);
+      });
+    } catch (const NetworkError& e) {
+      if (e.status() != 0) fail("{}: {}: {} (gave up after {} attempts)", request.model, request.file, e.what(), settings_.max_attempts);
+      fail("{}: {}: cannot reach the hub: {} (gave up after {} attempts). Check the network and HF_ENDPOINT ({}); with "
+           "HF_HUB_OFFLINE=1 (or --offline) only the cache is used",
+           request.model, request.file, e.what(), settings_.max_attempts, settings_.endpoint);
     }
+    return response;
   }
 
   // HEAD of a file, following redirects within the hub (a renamed repository) but not to other hosts: a file
@@ -143,10 +159,20 @@ class ModelDownload {
     }
   }
 
+  // Asked by a commit (the user's pin, or the commit the first answer named), the hub must answer for that commit:
+  // files of another would be used, and recorded, as the pinned one's.
+  void check_commit(const RequestContext& request, const HttpResponse& response) const {
+    std::string answered = header(response.headers, "x-repo-commit");
+    if (!is_commit_hash(request.revision) || answered.empty() || answered == request.revision) return;
+    fail("{}: {}: {}: asked for commit {}, the hub answered for commit {}; nothing of it is used or recorded",
+         request.model, request.file, request.url, request.revision, answered);
+  }
+
   // A file's commit, etag, size and location; nullopt for an optional file the hub does not have.
   std::optional<FileMetadata> metadata(const std::string& revision, const std::string& file, bool optional) {
     RequestContext request{name_.repo, file, revision, resolve_url(revision, file)};
     HttpResponse response = head(request);
+    check_commit(request, response);
     if (is_missing_entry(response)) {
       std::string commit = header(response.headers, "x-repo-commit");
       if (is_commit_hash(commit)) cache_.mark_missing(commit, file);
@@ -158,6 +184,11 @@ class ModelDownload {
     if (response.status < 200 || response.status >= 400) fail("{}", explain_http_failure(request, response, settings_));
     FileMetadata metadata = read_file_metadata(response.headers, fmt::format("{}: {}: {}", name_.repo, file, request.url));
     if (metadata.location.empty() || metadata.location[0] == '/') metadata.location = request.url;
+    if (!is_weights(file) && metadata.size > kMaxJsonFileBytes) {
+      fail("{}: {}: {}: the hub announces {} bytes, more than the {} bytes a JSON file may have; nothing was "
+           "downloaded",
+           name_.repo, file, request.url, metadata.size, kMaxJsonFileBytes);
+    }
     return metadata;
   }
 

@@ -1,8 +1,22 @@
-// Python's random module, the reference's stratified split, and the JSONL dataset reader.
+// Python's random module, the reference's stratified split, and the JSONL dataset reader (files, pipes, FIFOs and
+// standard input).
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <sstream>
+#include <thread>
 
 #include "common/error.h"
 #include "common/json.h"
+#include "common/sha256.h"
 #include "data/dataset.h"
 #include "data/python_random.h"
 #include "data/reference_labels.h"
@@ -159,4 +173,206 @@ TEST_CASE("skip_invalid counts and reports bad lines instead of failing") {
   REQUIRE(d.skipped.size() == 2);
   CHECK(d.skipped[0].line == 1);
   CHECK_CONTAINS(d.skipped[1].reason, "is empty");
+}
+
+namespace {
+
+// `count` lines in the reference's format, more than a pipe's buffer holds when count is large.
+std::string action_lines(int count) {
+  std::string lines;
+  for (int i = 0; i < count; ++i) {
+    lines += fmt::format("{{\"text\": \"text number {}\", \"cognitive_action\": \"{}\"}}\n", i, i % 2 ? "noticing" : "analyzing");
+  }
+  return lines;
+}
+
+std::string sha256_of(const std::string& bytes) {
+  Sha256 hash;
+  hash.update(bytes);
+  return hash.hex_digest();
+}
+
+// Writes `bytes` into a descriptor from another thread (a pipe's reader must run meanwhile), then closes it.
+std::thread write_and_close(int fd, std::string bytes) {
+  return std::thread([fd, bytes = std::move(bytes)] {
+    for (size_t at = 0; at < bytes.size();) {
+      ssize_t n = ::write(fd, bytes.data() + at, bytes.size() - at);
+      if (n <= 0) break;
+      at += static_cast<size_t>(n);
+    }
+    ::close(fd);
+  });
+}
+
+// Puts `fd` in the place of standard input for the scope, then the original back.
+class StandardInputFrom {
+ public:
+  explicit StandardInputFrom(int fd) : saved_(::dup(STDIN_FILENO)) {
+    REQUIRE(saved_ >= 0);
+    REQUIRE(::dup2(fd, STDIN_FILENO) == STDIN_FILENO);
+  }
+  ~StandardInputFrom() {
+    ::dup2(saved_, STDIN_FILENO);
+    ::close(saved_);
+  }
+  StandardInputFrom(const StandardInputFrom&) = delete;
+  StandardInputFrom& operator=(const StandardInputFrom&) = delete;
+
+ private:
+  int saved_;
+};
+
+}  // namespace
+
+TEST_CASE("a dataset from a FIFO, a pipe (<(zcat ...)) or standard input (-) is read whole, once, and hashed as read") {
+  TempDir tmp;
+  const std::string lines = action_lines(3000);  // ~170 kB: several fills of a 64 kB pipe buffer
+  const std::string digest = sha256_of(lines);
+
+  SUBCASE("a regular file: not a stream, its hash that of the file") {
+    write_text(tmp.file("d.jsonl"), lines);
+    data::Dataset d = data::read_dataset(tmp.file("d.jsonl"), {});
+    CHECK_FALSE(d.from_stream);
+    CHECK(d.sha256 == sha256_file(tmp.file("d.jsonl")));
+    CHECK(d.sha256 == digest);
+    CHECK(d.examples.size() == 3000);
+  }
+  SUBCASE("a named FIFO, its writer a thread that opens it after the reader") {
+    REQUIRE(::mkfifo(tmp.file("fifo").c_str(), 0600) == 0);
+    std::thread writer([&] {
+      int fd = ::open(tmp.file("fifo").c_str(), O_WRONLY | O_CLOEXEC);
+      REQUIRE(fd >= 0);
+      write_and_close(fd, lines).join();
+    });
+    data::Dataset d = data::read_dataset(tmp.file("fifo"), {});
+    writer.join();
+    CHECK(d.from_stream);
+    CHECK(d.sha256 == digest);
+    REQUIRE(d.examples.size() == 3000);
+    CHECK(d.examples[2999].text == "text number 2999");
+    CHECK(d.label_field == "cognitive_action");
+  }
+  SUBCASE("/dev/fd/N of a pipe, as bash's process substitution names it") {
+    int ends[2];
+    REQUIRE(::pipe(ends) == 0);
+    std::thread writer = write_and_close(ends[1], lines);
+    data::Dataset d = data::read_dataset(fmt::format("/dev/fd/{}", ends[0]), {});
+    writer.join();
+    ::close(ends[0]);
+    CHECK(d.from_stream);
+    CHECK(d.sha256 == digest);
+    CHECK(d.examples.size() == 3000);
+  }
+  SUBCASE("- reads standard input; its lines are named <stdin>") {
+    int ends[2];
+    REQUIRE(::pipe(ends) == 0);
+    std::thread writer = write_and_close(ends[1], lines + "{\"text\": \"broken\n");
+    data::DatasetOptions options;
+    options.skip_invalid = true;
+    data::Dataset d;
+    {
+      StandardInputFrom input(ends[0]);
+      d = data::read_dataset("-", options);
+    }
+    writer.join();
+    ::close(ends[0]);
+    CHECK(d.path == "-");
+    CHECK(d.from_stream);
+    CHECK(d.sha256 == sha256_of(lines + "{\"text\": \"broken\n"));
+    CHECK(d.examples.size() == 3000);
+    REQUIRE(d.skipped.size() == 1);
+    CHECK_CONTAINS(d.skipped[0].reason, "<stdin>:3001: invalid JSON");
+  }
+}
+
+TEST_CASE("a dataset that is a directory, or - on a terminal, is refused naming it") {
+  TempDir tmp;
+  CHECK_THROWS_WITH_AS(data::read_dataset(tmp.path(), {}),
+                       doctest::Contains("is a directory, expected a regular file, a pipe or a FIFO"), std::runtime_error);
+  CHECK_THROWS_WITH_AS(data::read_dataset(tmp.file("none.jsonl"), {}), doctest::Contains("none.jsonl: cannot open the dataset: no such file"),
+                       std::invalid_argument);
+  // A terminal would wait for typing: a pseudo-terminal stands in for one.
+  int terminal = ::posix_openpt(O_RDWR | O_NOCTTY);
+  if (terminal < 0 || ::grantpt(terminal) != 0 || ::unlockpt(terminal) != 0) {
+    MESSAGE("skipped the terminal case: no pseudo-terminal here");
+    return;
+  }
+  int follower = ::open(::ptsname(terminal), O_RDWR | O_NOCTTY | O_CLOEXEC);
+  REQUIRE(follower >= 0);
+  {
+    StandardInputFrom input(follower);
+    CHECK_THROWS_WITH_AS(data::read_dataset("-", {}), doctest::Contains("--dataset -: standard input is a terminal"),
+                         std::invalid_argument);
+  }
+  ::close(follower);
+  ::close(terminal);
+}
+
+namespace {
+
+// Collects what spdlog's default logger writes while it lives.
+class LoggedLines {
+ public:
+  LoggedLines() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(text_)) {
+    spdlog::default_logger()->sinks().push_back(sink_);
+  }
+  ~LoggedLines() {
+    auto& sinks = spdlog::default_logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  LoggedLines(const LoggedLines&) = delete;
+  LoggedLines& operator=(const LoggedLines&) = delete;
+
+  std::string text() const { return text_.str(); }
+
+ private:
+  std::ostringstream text_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+};
+
+}  // namespace
+
+TEST_CASE("--keep-fields naming a field no example has: a warning naming the field and the file, an error when strict") {
+  TempDir tmp;
+  std::string path = tmp.file("kept.jsonl");
+  write_text(path,
+             "{\"text\": \"a\", \"cognitive_action\": \"noticing\", \"domain\": \"work\"}\n"
+             "not json\n"
+             "{\"text\": \"b\", \"cognitive_action\": \"noticing\", \"domian\": \"home\"}\n");
+  data::DatasetOptions options;
+  options.skip_invalid = true;
+  options.keep_fields = {"domain", "emotional_state", "domian"};
+  {
+    LoggedLines log;
+    data::Dataset d = data::read_dataset(path, options);
+    REQUIRE(d.examples.size() == 2);
+    CHECK(d.examples[1].kept == std::vector<std::string>{"", "", "home"});
+    std::string text = log.text();
+    CHECK_CONTAINS(text, path + ": no example has the field 'emotional_state' that --keep-fields names, so its column "
+                                "is empty (fields of the first example: cognitive_action, domain, text)");
+    // Fields that some example has, however few, are not warned about.
+    CHECK(text.find("'domain'") == std::string::npos);
+    CHECK(text.find("'domian'") == std::string::npos);
+  }
+  // A field only on a line that was skipped as invalid is still absent from every example.
+  write_text(path,
+             "{\"text\": \"a\", \"cognitive_action\": \"noticing\"}\n"
+             "{\"text\": \"\", \"cognitive_action\": \"noticing\", \"emotional_state\": \"calm\"}\n");
+  options.keep_fields = {"emotional_state"};
+  {
+    LoggedLines log;
+    data::read_dataset(path, options);
+    CHECK_CONTAINS(log.text(), "no example has the field 'emotional_state'");
+  }
+  options.strict_fields = true;
+  CHECK_THROWS_WITH_AS(data::read_dataset(path, options),
+                       doctest::Contains((path + ": no example has the field 'emotional_state' that --keep-fields names "
+                                                 "(fields of the first example: cognitive_action, text); check the name")
+                                             .c_str()),
+                       std::invalid_argument);
+  // Strict, with every kept field present somewhere: no error, no warning.
+  options.keep_fields = {};
+  LoggedLines log;
+  CHECK(data::read_dataset(path, options).examples.size() == 1);
+  CHECK(log.text().find("--keep-fields") == std::string::npos);
 }

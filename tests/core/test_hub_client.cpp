@@ -1,7 +1,8 @@
 // The hub client against a mock hub on 127.0.0.1 (tests/mock_hub.h): downloads into an empty cache in exactly
 // huggingface_hub's layout, offline use of the cache, resuming after a dropped connection (in the same run and in
 // the next one), corrupt bytes that never become a cache entry, gated, missing and private repositories told
-// apart, and two downloads of one model at once.
+// apart, two downloads of one model at once, and a hostile or troubled hub: failures that pass (tried again with
+// backoff and Retry-After), stalls, sizes past the metadata's or a JSON file's bound, and another commit than pinned.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -328,4 +329,205 @@ TEST_CASE_FIXTURE(HubCase, "hub download waits while Python's filelock, as huggi
   CHECK_MESSAGE(waited >= 1.0, "the download went on while Python held the lock: ", waited, " s");
   CHECK(model.revision == commit);
   check_cache_layout(settings.cache_dir, "models--probekit-test--gemma", commit, kGemmaModel, kGemmaFiles);
+}
+
+TEST_CASE_FIXTURE(HubCase, "hub retries: a metadata request (HEAD) and a download (GET) that fail with 5xx or 429 are tried again") {
+  std::string commit = mock.add_repo("probekit-test/gemma", fixture_repo(kGemmaModel, kGemmaFiles));
+  // Each fails twice, the third try of three succeeds: the metadata of a small and of an LFS file, the bytes of both.
+  mock.fail_next("HEAD", "config.json", 503, 2);
+  mock.fail_next("HEAD", "model.safetensors", 500, 2);
+  mock.fail_next("HEAD", "tokenizer.json", 429, 2);
+  mock.fail_next("GET", "tokenizer.json", 502, 2);
+  mock.fail_next("GET", "model.safetensors", 504, 2);
+  hub::ResolvedModel model = hub::resolve_model("probekit-test/gemma", settings);
+  CHECK(model.revision == commit);
+  check_cache_layout(settings.cache_dir, "models--probekit-test--gemma", commit, kGemmaModel, kGemmaFiles);
+  CHECK(mock.count("HEAD", "/config.json") == 3);
+  CHECK(mock.count("HEAD", "/model.safetensors") == 3);
+  CHECK(mock.count("HEAD", "/tokenizer.json") == 3);
+  CHECK(mock.count("GET", "/tokenizer.json") == 3);
+  // The bytes of an LFS file come from where the metadata's redirect points.
+  CHECK(mock.count("GET", "/lfs/" + testing::sha256_hex(read_file(kGemmaModel + "/model.safetensors"))) == 3);
+}
+
+TEST_CASE_FIXTURE(HubCase, "hub retries: a failure that does not pass gives up after the attempts, naming the status, the URL and the attempts") {
+  mock.add_repo("probekit-test/gemma", fixture_repo(kGemmaModel, kGemmaFiles));
+  std::string url = mock.endpoint() + "/probekit-test/gemma/resolve/main/config.json";
+  SUBCASE("the metadata") {
+    mock.fail_next("HEAD", "config.json", 503, 1000);
+    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings),
+                      contains("probekit-test/gemma: config.json: HTTP 503 from " + url +
+                               ": the hub failed to answer; try again later (the hub says: the hub is in trouble) "
+                               "(gave up after 3 attempts)"));
+    CHECK(mock.count("HEAD", "/config.json") == 3);
+  }
+  SUBCASE("the download of a small file") {
+    mock.fail_next("GET", "tokenizer.json", 502, 1000);
+    std::string commit = testing::git_blob_sha1("commit of probekit-test/gemma");
+    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings),
+                      contains("probekit-test/gemma: tokenizer.json: HTTP 502 from " + mock.endpoint() +
+                               "/probekit-test/gemma/resolve/" + commit + "/tokenizer.json: the hub failed to answer"));
+    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings), contains("(gave up after 3 attempts; the 0 bytes"));
+    CHECK(mock.count("GET", "/tokenizer.json") == 6);
+  }
+  SUBCASE("a rate limit") {
+    mock.fail_next("HEAD", "config.json", 429, 1000);
+    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings),
+                      contains("HTTP 429 from " + url + ": too many requests: wait a minute and run the command again"));
+  }
+  SUBCASE("an unreachable hub") {
+    settings.endpoint = "http://127.0.0.1:1";
+    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings),
+                      contains("probekit-test/gemma: config.json: cannot reach the hub: http://127.0.0.1:1/"));
+    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings), contains("(gave up after 3 attempts)"));
+  }
+  // Refusals that another try would not change are not tried again.
+  SUBCASE("a missing file") {
+    mock.add_repo("probekit-test/no-tokenizer", fixture_repo(kGemmaModel, {"config.json", "model.safetensors"}));
+    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/no-tokenizer", settings), contains("has no file tokenizer.json"));
+    CHECK(mock.count("HEAD", "no-tokenizer/resolve/" + testing::git_blob_sha1("commit of probekit-test/no-tokenizer") +
+                                 "/tokenizer.json") == 1);
+  }
+}
+
+TEST_CASE_FIXTURE(HubCase, "hub retries: Retry-After is waited for, within a bound; the backoff doubles up to its cap") {
+  mock.add_repo("probekit-test/gemma", fixture_repo(kGemmaModel, kGemmaFiles));
+  auto seconds_to_resolve = [&] {
+    auto start = std::chrono::steady_clock::now();
+    hub::resolve_model("probekit-test/gemma", settings);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  SUBCASE("a Retry-After in seconds is honoured over the (short) backoff") {
+    mock.fail_next("HEAD", "config.json", 429, 1, "1");
+    CHECK(seconds_to_resolve() >= 1.0);
+  }
+  SUBCASE("a Retry-After past the bound waits only the bound") {
+    settings.max_retry_after_seconds = 0.2;
+    mock.fail_next("GET", "model.safetensors", 503, 2, "86400");
+    double seconds = seconds_to_resolve();
+    CHECK(seconds >= 0.4);
+    CHECK(seconds < 30);
+  }
+  SUBCASE("a Retry-After as an HTTP date is left to the backoff") {
+    mock.fail_next("HEAD", "config.json", 503, 2, "Wed, 21 Oct 2015 07:28:00 GMT");
+    CHECK(seconds_to_resolve() < 30);
+    CHECK(mock.count("HEAD", "/config.json") == 3);
+  }
+}
+
+TEST_CASE_FIXTURE(HubCase, "hub stalls: a download with no bytes for the stall time is abandoned, saying so, and continued") {
+  mock.add_repo("probekit-test/gemma", fixture_repo(kGemmaModel, kGemmaFiles));
+  std::string weights = read_file(kGemmaModel + "/model.safetensors");
+  std::string lfs_path = "/lfs/" + testing::sha256_hex(weights);
+  std::string port = mock.endpoint().substr(mock.endpoint().rfind(':') + 1);
+  settings.stall_seconds = 0.5;  // HF_HUB_DOWNLOAD_TIMEOUT=0.5
+  auto start = std::chrono::steady_clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  SUBCASE("once: the next try continues from the byte where it stalled") {
+    mock.stall_halfway("model.safetensors", 1);
+    hub::ResolvedModel model = hub::resolve_model("probekit-test/gemma", settings);
+    CHECK(read_file(model.dir + "/model.safetensors") == weights);
+    std::vector<std::string> ranges;
+    for (const auto& r : mock.requests()) {
+      if (r.path == lfs_path) ranges.push_back(r.range);
+    }
+    CHECK(ranges == std::vector<std::string>{"", fmt::format("bytes={}-", weights.size() / 2)});
+  }
+  SUBCASE("every time: the error says it stalled, for how long, at which URL, after how many tries") {
+    mock.stall_halfway("model.safetensors", 1000);
+    settings.max_attempts = 2;
+    size_t half = weights.size() / 2, kept = half + (weights.size() - half) / 2;  // the second try stalls halfway too
+    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings),
+                      contains(fmt::format("probekit-test/gemma: model.safetensors: http://localhost:{}{}: the transfer "
+                                           "stalled: no bytes for 0.5 s (HF_HUB_DOWNLOAD_TIMEOUT) (gave up after 2 "
+                                           "attempts; the {} bytes received are kept in",
+                                           port, lfs_path, kept)));
+  }
+  // Each stall is noticed within about a second of the stall time (libcurl's idle progress calls), not after 60 s.
+  CHECK(seconds() < 10);
+}
+
+TEST_CASE_FIXTURE(HubCase, "hub sizes: a small file announced as 10^12 bytes is refused before a byte is downloaded") {
+  std::string commit = mock.add_repo("probekit-test/qwen3-sharded", fixture_repo(kShardedModel, kShardedFiles));
+  std::string blobs = settings.cache_dir + "/models--probekit-test--qwen3-sharded/blobs";
+  auto check_refused = [&](const std::string& file, const std::string& revision) {
+    mock.oversize(file, MockHub::Oversize::kInMetadata);
+    std::string url = mock.endpoint() + "/probekit-test/qwen3-sharded/resolve/" + revision + "/" + file;
+    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/qwen3-sharded", settings),
+                      contains("probekit-test/qwen3-sharded: " + file + ": " + url +
+                               ": the hub announces 1000000000000 bytes, more than the 268435456 bytes a JSON file may "
+                               "have; nothing was downloaded"));
+    CHECK(mock.count("GET", "/" + file) == 0);
+    if (is_directory(blobs)) {
+      for (const std::string& blob : list_directory(blobs)) CHECK_MESSAGE(blob.find(".incomplete") == std::string::npos, blob);
+    }
+  };
+  SUBCASE("config.json") { check_refused("config.json", "main"); }
+  SUBCASE("tokenizer.json") { check_refused("tokenizer.json", commit); }
+  SUBCASE("the weights' index") { check_refused("model.safetensors.index.json", commit); }
+}
+
+TEST_CASE_FIXTURE(HubCase, "hub sizes: a download that exceeds the metadata's size stops at once, naming the file, the URL and both sizes") {
+  std::string commit = mock.add_repo("probekit-test/gemma", fixture_repo(kGemmaModel, kGemmaFiles));
+  std::string blobs = settings.cache_dir + "/models--probekit-test--gemma/blobs/";
+  // Serves `file` as `how` says: one GET fails with `reason`, and no more than the metadata's bytes are kept.
+  auto check_stopped = [&](const std::string& file, MockHub::Oversize how, const std::string& revision,
+                           const std::string& reason) {
+    std::string bytes = read_file(kGemmaModel + "/" + file);
+    mock.oversize(file, how);
+    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings),
+                      contains(fmt::format("probekit-test/gemma: {}: {}/probekit-test/gemma/resolve/{}/{}: {}", file,
+                                           mock.endpoint(), revision, file, reason)));
+    CHECK(mock.count("GET", "/" + file) == 1);  // a lying server is not asked again
+    std::string blob = blobs + testing::git_blob_sha1(bytes);
+    CHECK(file_size(blob + ".incomplete") <= bytes.size());
+    CHECK_FALSE(path_exists(blob));
+    return file_size(blob + ".incomplete");
+  };
+  SUBCASE("its Content-Length says so: refused before the body") {
+    std::string size = std::to_string(file_size(kGemmaModel + "/tokenizer.json"));
+    CHECK(check_stopped("tokenizer.json", MockHub::Oversize::kInDownload, commit,
+                        "the download announces 1000000000000 bytes (Content-Length) from byte 0 on, the hub's metadata " +
+                            size + " bytes in all; nothing was read") == 0);
+  }
+  SUBCASE("a chunked answer without a length: stopped at the metadata's size") {
+    std::string size = std::to_string(file_size(kGemmaModel + "/config.json"));
+    check_stopped("config.json", MockHub::Oversize::kUnannounced, "main",
+                  "the server sent more than the " + size + " bytes the hub's metadata announced (");
+  }
+}
+
+TEST_CASE_FIXTURE(HubCase, "hub commits: an answer for another commit than the one asked for is refused, naming both") {
+  std::string commit = mock.add_repo("probekit-test/gemma", fixture_repo(kGemmaModel, kGemmaFiles));
+  std::string other = testing::git_blob_sha1("another commit");
+  std::string folder = settings.cache_dir + "/models--probekit-test--gemma";
+  auto refused_message = [&](const std::string& file, const std::string& revision) {
+    return fmt::format("probekit-test/gemma: {}: {}/probekit-test/gemma/resolve/{}/{}: asked for commit {}, the hub "
+                       "answered for commit {}; nothing of it is used or recorded",
+                       file, mock.endpoint(), revision, file, commit, other);
+  };
+  SUBCASE("pinned with @<commit>: the first answer already") {
+    mock.misreport_commit("config.json", other);
+    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma@" + commit, settings), contains(refused_message("config.json", commit)));
+    CHECK(mock.count("GET", "/config.json") == 0);
+    CHECK_FALSE(path_exists(folder + "/snapshots/" + commit));
+    CHECK_FALSE(path_exists(folder + "/snapshots/" + other));
+    CHECK_FALSE(path_exists(folder + "/refs"));
+  }
+  SUBCASE("pinned with @<commit>: a later file, an optional file the hub lacks too") {
+    // The optional file first: once the hub said it lacks it, the cache remembers that and no request is made.
+    for (std::string file : {"generation_config.json", "tokenizer.json"}) {
+      CAPTURE(file);
+      mock.misreport_commit(file, other);
+      CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma@" + commit, settings), contains(refused_message(file, commit)));
+      CHECK_FALSE(path_exists(folder + "/snapshots/" + commit + "/" + file));
+      CHECK_FALSE(path_exists(folder + "/.no_exist/" + other));
+      mock.misreport_commit(file, commit);
+    }
+  }
+  SUBCASE("a branch: its files are asked for by the commit of the first answer, and must come from it") {
+    mock.misreport_commit("model.safetensors", other);
+    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings), contains(refused_message("model.safetensors", commit)));
+    CHECK(mock.count("GET", testing::sha256_hex(read_file(kGemmaModel + "/model.safetensors"))) == 0);
+  }
 }

@@ -7,15 +7,19 @@
 #include <cstdlib>
 #include <map>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "common/error.h"
 #include "common/files.h"
 #include "common/sha256.h"
 #include "hub/git_sha1.h"
+#include "hub/hub_cache.h"
 #include "hub/hub_name.h"
 #include "hub/hub_responses.h"
 #include "hub/hub_settings.h"
 #include "hub/resolve.h"
+#include "hub/retry.h"
 #include "test_paths.h"
 #include "test_util.h"
 
@@ -163,6 +167,28 @@ TEST_CASE("hub responses: Content-Range and the shard names of model.safetensors
   CHECK_THROWS_WITH(hub::shard_names("[1]", "index"), doctest::Contains("expected a JSON object"));
 }
 
+TEST_CASE("hub responses: Content-Length, Retry-After in seconds, and the wait before each try") {
+  CHECK(hub::content_length(hub::parse_header_lines("Content-Length: 1000000000000\r\n"), "x") == 1000000000000);
+  CHECK(hub::content_length(hub::parse_header_lines("Transfer-Encoding: chunked\r\n"), "x") == -1);
+  for (const char* bad : {"Content-Length: -1", "Content-Length: 12abc", "Content-Length: 99999999999999999999"}) {
+    CHECK_THROWS_WITH_AS(hub::content_length(hub::parse_header_lines(bad), "model: file: url"),
+                         doctest::Contains("model: file: url: malformed Content-Length"), std::runtime_error);
+  }
+  CHECK(hub::retry_after_seconds(hub::parse_header_lines("HTTP/1.1 429 Too Many Requests\r\nRetry-After: 120\r\n")) == 120);
+  CHECK(hub::retry_after_seconds(hub::parse_header_lines("Retry-After:  7 \r\n")) == 7);
+  for (const char* other : {"Retry-After: Wed, 21 Oct 2015 07:28:00 GMT", "Retry-After: -3", "Retry-After: 1.5",
+                            "Retry-After: 99999999999999999999", "Retry-After:", "X-Other: 3"}) {
+    CHECK_MESSAGE(hub::retry_after_seconds(hub::parse_header_lines(other)) == -1, other);
+  }
+  hub::HubSettings settings;  // huggingface_hub's http_backoff: 1 s, doubling, at most 8 s
+  std::vector<double> waits;
+  for (int failed = 1; failed <= 6; ++failed) waits.push_back(hub::retry_wait_seconds(settings, failed, -1));
+  CHECK(waits == std::vector<double>{1, 2, 4, 8, 8, 8});
+  CHECK(hub::retry_wait_seconds(settings, 1, 30) == 30);    // the server's word, over the backoff
+  CHECK(hub::retry_wait_seconds(settings, 4, 0) == 0);
+  CHECK(hub::retry_wait_seconds(settings, 1, 86400) == 60);  // but never past the bound
+}
+
 TEST_CASE("hub etags: git's blob sha1 and sha256 equal what git hash-object and sha256sum print") {
   // FIPS 180 test vectors first, then the fixture files as the hub would name them.
   hub::Sha1 abc;
@@ -226,7 +252,8 @@ TEST_CASE("hub settings: the cache, the token and offline mode come from hugging
   ScopedEnvironment env;
   TempDir tmp;
   for (const char* name : {"HF_ENDPOINT", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME", "HF_TOKEN",
-                           "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"}) {
+                           "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
+                           "HF_HUB_DOWNLOAD_TIMEOUT"}) {
     env.set(name, std::nullopt);
   }
   env.set("HOME", tmp.path());
@@ -272,6 +299,43 @@ TEST_CASE("hub settings: the cache, the token and offline mode come from hugging
   CHECK_FALSE(hub::settings_from_environment().offline);
   env.set("HF_HUB_OFFLINE", std::nullopt);
   CHECK(hub::settings_from_environment().offline);
+}
+
+TEST_CASE("hub settings: the stall time from HF_HUB_DOWNLOAD_TIMEOUT; a token file is read within a bound") {
+  ScopedEnvironment env;
+  TempDir tmp;
+  env.set("HF_HUB_DOWNLOAD_TIMEOUT", std::nullopt);
+  CHECK(hub::settings_from_environment().stall_seconds == 10);  // huggingface_hub's DEFAULT_DOWNLOAD_TIMEOUT
+  for (auto [text, seconds] : std::vector<std::pair<const char*, double>>{{"30", 30}, {"2.5", 2.5}, {"0", 10}, {"", 10}}) {
+    env.set("HF_HUB_DOWNLOAD_TIMEOUT", std::string(text));
+    CHECK_MESSAGE(hub::settings_from_environment().stall_seconds == seconds, text);
+  }
+  for (const char* bad : {"ten", "-1", "5s", "inf", "nan"}) {
+    env.set("HF_HUB_DOWNLOAD_TIMEOUT", std::string(bad));
+    CHECK_THROWS_WITH_AS(hub::settings_from_environment(),
+                         doctest::Contains(("HF_HUB_DOWNLOAD_TIMEOUT=" + std::string(bad) + " is not a number of seconds").c_str()),
+                         std::runtime_error);
+  }
+  env.set("HF_HUB_DOWNLOAD_TIMEOUT", std::nullopt);
+
+  // A token file is some 40 characters; a huge one is refused before it is read whole.
+  for (const char* name : {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"}) env.set(name, std::nullopt);
+  env.set("HF_TOKEN_PATH", tmp.file("token"));
+  testing::write_text(tmp.file("token"), std::string(64 << 10, 'x'));
+  CHECK(hub::settings_from_environment().token.size() == (64 << 10));
+  testing::write_text(tmp.file("token"), std::string((64 << 10) + 1, 'x'));
+  CHECK_THROWS_WITH(hub::settings_from_environment(),
+                    doctest::Contains((tmp.file("token") + ": larger than the 65536 bytes such a file may have").c_str()));
+  CHECK(read_file(tmp.file("token"), (64 << 10) + 1).size() == (64 << 10) + 1);
+}
+
+TEST_CASE("hub cache: a ref that cannot be a commit is not read whole") {
+  TempDir tmp;
+  hub::RepoCache cache(tmp.path(), "org/name");
+  make_directories(cache.folder() + "/refs");
+  testing::write_text(cache.folder() + "/refs/main", std::string(5000, 'a'));
+  CHECK_THROWS_WITH(cache.commit_of("main"),
+                    doctest::Contains((cache.folder() + "/refs/main: larger than the 4096 bytes such a file may have").c_str()));
 }
 
 TEST_CASE("hub resolve: a local folder is recorded by its absolute path, a snapshot folder with its commit") {

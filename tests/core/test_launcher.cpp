@@ -1,8 +1,10 @@
 // --shard auto: the rank and world size of this process from each launcher's environment variables, as pure
 // functions of the environment (the end-to-end runs with the variables set are in tests/torch/test_scale.cpp).
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <stdexcept>
+#include <vector>
 
 #include "common/launcher.h"
 
@@ -65,4 +67,42 @@ TEST_CASE("no launcher, or values that do not fit together, are refused naming t
   // --array=1,5,9 (not contiguous): task 5 of 3, counted from 1, has no rank.
   check_refused({{"SLURM_ARRAY_TASK_ID", "5"}, {"SLURM_ARRAY_TASK_COUNT", "3"}, {"SLURM_ARRAY_TASK_MIN", "1"}},
                 "Slurm job array task 5 (min 1, step 1) is not one of its 3 tasks");
+}
+
+TEST_CASE("every launcher variable is read strictly: digits only, within an int, or refused naming it") {
+  // Each launcher's variables, all set, so that each one is read.
+  const std::vector<std::map<std::string, std::string>> launches = {
+      {{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}},
+      {{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}},
+      {{"SLURM_ARRAY_TASK_ID", "1"}, {"SLURM_ARRAY_TASK_COUNT", "4"}, {"SLURM_ARRAY_TASK_MIN", "0"},
+       {"SLURM_ARRAY_TASK_STEP", "1"}, {"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "1"}}};
+  // 2^32 + 2 became 2 through a cast: shard 1 of 2 while the log said 1 of 4294967298.
+  const char* const too_large[] = {"4294967298", "2147483648", "99999999999999999999999"};
+  const char* const malformed[] = {"", "+3", "-3", " 3", "3 ", "3x", "0x10", "1e3", "3.0"};
+  int variables = 0;
+  for (const auto& launch : launches) {
+    CHECK_NOTHROW(launch_rank(launch));
+    for (const auto& [name, value] : launch) {
+      ++variables;
+      for (const char* bad : too_large) {
+        auto environment = launch;
+        environment[name] = bad;
+        check_refused(environment, fmt::format("{}={} is too large: ranks and world sizes go up to 2147483647", name, bad));
+      }
+      for (const char* bad : malformed) {
+        auto environment = launch;
+        environment[name] = bad;
+        check_refused(environment, fmt::format("{}={} is not a non-negative integer", name, bad));
+      }
+    }
+  }
+  CHECK(variables == 13);  // all that launcher_environment() passes on
+  // The largest values an int holds are taken as they are; leading zeros are still decimal.
+  check_rank({{"RANK", "2147483646"}, {"WORLD_SIZE", "2147483647"}}, "torchrun", 2147483646, 2147483647, -1);
+  check_rank({{"RANK", "007"}, {"WORLD_SIZE", "0000000000000000000008"}}, "torchrun", 7, 8, -1);
+  // Array elements x srun tasks past an int: refused, not wrapped around.
+  check_refused({{"SLURM_ARRAY_TASK_ID", "1"}, {"SLURM_ARRAY_TASK_COUNT", "65536"}, {"SLURM_PROCID", "1"},
+                 {"SLURM_NTASKS", "65536"}},
+                "65536 array tasks of 65536 srun tasks each (SLURM_ARRAY_TASK_ID=1 SLURM_ARRAY_TASK_COUNT=65536 and "
+                "SLURM_PROCID=1 SLURM_NTASKS=65536) make 4294967296 ranks, more than 2147483647");
 }
