@@ -13,7 +13,9 @@ namespace {
 
 void add_data_flags(CLI::App& app, CaptureFlags& f) {
   CaptureOptions& o = f.options;
-  app.add_option("--dataset", o.dataset_path, "JSONL file, one labelled example per line")->required();
+  app.add_option("--dataset", o.dataset_path,
+                 "JSONL file, one labelled example per line; - reads standard input (a pipe is read whole, once)")
+      ->required();
   app.add_option("--max-examples", o.dataset.max_examples, "Use only the first N examples (0: all)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--text-field", o.dataset.text_field, "JSON field holding the text")->capture_default_str();
@@ -26,6 +28,7 @@ void add_data_flags(CLI::App& app, CaptureFlags& f) {
   app.add_option("--seed", o.seed, "Seed of the stratified split (Python's random)")->capture_default_str();
   app.add_option("--max-length", o.max_length, "Cut longer prompts from the start of the text (tokens; 0: no limit)")
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--strict", o.dataset.strict_fields, "A --keep-fields field that no line has is an error, not a warning");
   app.add_flag("--skip-invalid", o.dataset.skip_invalid, "Skip bad dataset lines (reported at the end) instead of stopping");
 }
 

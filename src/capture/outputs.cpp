@@ -131,7 +131,7 @@ activations::FileAttributes file_attributes(const CaptureOptions& options, const
   attributes.prompt_suffix = options.prompt_suffix;
   attributes.dtype = dtype;
   attributes.dataset = options.dataset_path;
-  attributes.dataset_sha256 = sha256_file(options.dataset_path);
+  attributes.dataset_sha256 = plan.dataset.sha256;
   attributes.tool_version = PROBEKIT_VERSION;
   attributes.split_ratios = fmt::format("{},{},{}", options.split.train, options.split.val, options.split.test);
   attributes.seed = static_cast<int64_t>(options.seed);

@@ -66,6 +66,11 @@ void check_options(const CaptureOptions& options) {
 
 void plan_examples(const CaptureOptions& options, CapturePlan& plan, CaptureSummary& summary) {
   plan.dataset = data::read_dataset(options.dataset_path, options.dataset);
+  if (options.resume && plan.dataset.from_stream) {
+    fail_usage("--resume with --dataset {}: a dataset read from standard input or a pipe cannot be read again to check "
+               "that it is the one the files were made from; write it to a file and capture from that",
+               options.dataset_path);
+  }
   summary.skipped = plan.dataset.skipped;
   summary.label_names = plan.dataset.label_names;
   std::vector<std::string> label_of_example;

@@ -28,15 +28,12 @@ std::optional<int> read_count(const Environment& environment, const std::string&
   if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) {
     fail_input("--shard auto: {}={} is not a non-negative integer", name, text);
   }
-  int64_t value = 0;
-  for (char digit : text) {
-    value = value * 10 + (digit - '0');
-    if (value > std::numeric_limits<int>::max()) {
-      fail_input("--shard auto: {}={} is too large: ranks and world sizes go up to {}", name, text,
-                 std::numeric_limits<int>::max());
-    }
+  std::optional<int> value = parse_count(text);
+  if (!value) {
+    fail_input("--shard auto: {}={} is too large: ranks and world sizes go up to {}", name, text,
+               std::numeric_limits<int>::max());
   }
-  return static_cast<int>(value);
+  return value;
 }
 
 std::string assignment(const Environment& environment, const std::string& name) {
@@ -98,6 +95,16 @@ LaunchRank combine(const LaunchRank& array, const LaunchRank& tasks) {
 }
 
 }  // namespace
+
+std::optional<int> parse_count(const std::string& text) {
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  int64_t value = 0;
+  for (char digit : text) {
+    value = value * 10 + (digit - '0');
+    if (value > std::numeric_limits<int>::max()) return std::nullopt;
+  }
+  return static_cast<int>(value);
+}
 
 LaunchRank launch_rank(const Environment& environment) {
   if (auto torchrun = read_pair(environment, "torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK")) return *torchrun;

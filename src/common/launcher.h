@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 
 namespace probekit {
@@ -26,6 +27,10 @@ struct LaunchRank {
 /// Throws std::invalid_argument naming the variables when none is found, their values disagree, or one is not a
 /// plain decimal (digits only) that an int holds.
 LaunchRank launch_rank(const std::map<std::string, std::string>& environment);
+
+/// A plain decimal (digits only) that an int holds; nullopt for anything else (a sign, spaces, a fraction, a value
+/// past what an int holds, which a cast would cut without a word: 4294967298 to 2).
+std::optional<int> parse_count(const std::string& text);
 
 /// The variables launch_rank reads, from this process's environment.
 std::map<std::string, std::string> launcher_environment();

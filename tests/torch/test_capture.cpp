@@ -681,3 +681,18 @@ TEST_CASE("the summary counts the batches and the padding they computed") {
   CHECK(summary["padding_fraction"].get<double>() ==
         doctest::Approx(1.0 - static_cast<double>(batched.tokens) / batched.computed_tokens));
 }
+
+TEST_CASE("--shard I/N takes whole numbers an int holds; anything else is refused, never cut") {
+  capture::CaptureOptions options;
+  capture::parse_shard("3/8", options);
+  CHECK(options.shard_index == 3);
+  CHECK(options.shard_count == 8);
+  capture::parse_shard("2147483646/2147483647", options);
+  CHECK(options.shard_count == 2147483647);
+  // 4294967298 would be 2 cut to 32 bits: shard 1 of 2 while the log said 1 of 4294967298.
+  for (const char* bad : {"1/4294967298", "4294967297/4", "1/-2", "-1/2", "1/2x", "1 /2", "1/", "/2", "12", "1.0/2", ""}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(capture::parse_shard(bad, options),
+                         doctest::Contains("expected I/N, e.g. 0/4 (whole numbers up to 2147483647)"), UsageError);
+  }
+}

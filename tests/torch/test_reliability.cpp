@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 
+#include "activations/activation_store.h"
 #include "capture/capture.h"
 #include "common/files.h"
 #include "common/json.h"
@@ -58,13 +59,36 @@ std::string inference(const std::string& probes, const std::string& model, const
 
 }  // namespace
 
-TEST_CASE("a FIFO where a file is expected is named, never waited on (dataset, model, tokenizer, probes)") {
+TEST_CASE("a dataset on a pipe or standard input is read once, the same as from a file; --resume is refused for it") {
+  TempDir tmp;
+  std::string dataset = write_labelled(tmp, "data.jsonl", {"analyzing", "noticing", "reframing"}, 8);
+  // `timeout` turns a hang into a failure of this test instead of a stuck suite.
+  CommandResult r = run_command("timeout 60 " + capture_command(kGemmaModel, dataset, tmp.file("file")));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  r = run_command(fmt::format("cat {} | timeout 60 {}", dataset, capture_command(kGemmaModel, "-", tmp.file("stdin"))));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  r = run_command(fmt::format("bash -c 'timeout 60 {}'", capture_command(kGemmaModel, "<(cat " + dataset + ")", tmp.file("pipe"))));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  const activations::ActivationFile from_file = activations::read_activation_file(tmp.file("file/layer_2_activations.h5"));
+  for (const char* out : {"stdin", "pipe"}) {
+    CAPTURE(out);
+    const activations::ActivationFile streamed =
+        activations::read_activation_file(tmp.file(std::string(out) + "/layer_2_activations.h5"));
+    CHECK(streamed.attributes.dataset_sha256 == from_file.attributes.dataset_sha256);
+    for (activations::Split split : activations::kSplits) {
+      CHECK(streamed.split(split).activations == from_file.split(split).activations);
+      CHECK(streamed.split(split).labels == from_file.split(split).labels);
+    }
+  }
+  r = run_command(fmt::format("cat {} | timeout 60 {} --resume", dataset, capture_command(kGemmaModel, "-", tmp.file("stdin"))));
+  CHECK(r.exit_code == 2);
+  CHECK_CONTAINS(r.output, "--resume with --dataset -: a dataset read from standard input or a pipe cannot be read again");
+}
+
+TEST_CASE("a FIFO where a file is expected is named, never waited on (model, tokenizer, probes)") {
   TempDir tmp;
   REQUIRE(mkfifo(tmp.file("fifo").c_str(), 0600) == 0);
-  // `timeout` turns a hang into a failure of this test instead of a stuck suite.
-  CommandResult r = run_command("timeout 60 " + capture_command(kGemmaModel, tmp.file("fifo"), tmp.file("out")));
-  CHECK(r.exit_code == 1);
-  CHECK_CONTAINS(r.output, "fifo: is a FIFO (named pipe), expected a regular file");
+  CommandResult r;
 
   copy_dir(kGemmaModel, tmp.file("model"));
   remove_tree(tmp.file("model/model.safetensors"));
