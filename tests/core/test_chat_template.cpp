@@ -3,15 +3,11 @@
 #include <doctest/doctest.h>
 
 #include "chat/chat_template.h"
-#include "chat/template_error.h"
 #include "chat_parity.h"
-#include "test_util.h"
 
 using probekit::chat::ChatTemplate;
 using probekit::chat::ChatTemplateInputs;
 using probekit::chat::OrderedJson;
-using probekit::chat::TemplateError;
-using probekit::chat::TemplateRaised;
 using namespace probekit::testing;
 
 namespace {

@@ -7,7 +7,6 @@
 #include "chat/chat_template.h"
 #include "chat_parity.h"
 #include "test_paths.h"
-#include "test_util.h"
 
 using probekit::chat::ChatTemplate;
 using probekit::chat::ChatTemplateInputs;
