@@ -1,0 +1,106 @@
+#include "chat/chat_template.h"
+
+#include "chat/globals.h"
+#include "chat/parser.h"
+#include "chat/renderer.h"
+#include "common/error.h"
+#include "common/files.h"
+#include "common/json.h"
+
+namespace probekit::chat {
+
+namespace {
+
+// The text of a special token: a string, or an AddedToken object's "content".
+std::string token_text(const OrderedJson& token, const std::string& key, const std::string& path) {
+  if (token.is_string()) return token.get<std::string>();
+  if (token.is_object() && token.contains("content") && token.at("content").is_string()) {
+    return token.at("content").get<std::string>();
+  }
+  fail_input("{}: special token '{}' must be a string or an object with a string \"content\", got {}", path, key, token.dump());
+}
+
+// The template named `name` ("" for "default") in tokenizer_config.json's "chat_template", or "" if none.
+std::string template_in_config(const OrderedJson& config, const std::string& name, const std::string& path) {
+  if (!config.contains("chat_template") || config.at("chat_template").is_null()) return "";
+  const OrderedJson& chat_template = config.at("chat_template");
+  std::string wanted = name.empty() ? "default" : name;
+  if (chat_template.is_string()) return wanted == "default" ? chat_template.get<std::string>() : "";
+  if (!chat_template.is_array()) fail_input("{}: \"chat_template\" must be a string or a list of named templates", path);
+  std::string names;
+  for (const OrderedJson& entry : chat_template) {
+    if (!entry.is_object() || !entry.contains("name") || !entry.contains("template") || !entry.at("template").is_string()) {
+      fail_input("{}: each \"chat_template\" entry must be {{\"name\": ..., \"template\": ...}}", path);
+    }
+    if (entry.at("name") == wanted) return entry.at("template").get<std::string>();
+    names += (names.empty() ? "" : ", ") + entry.at("name").dump();
+  }
+  fail_input("{}: no chat template named \"{}\" (it has {})", path, wanted, names);
+}
+
+}  // namespace
+
+OrderedJson read_special_tokens(const OrderedJson& tokenizer_config, const std::string& path) {
+  OrderedJson tokens = OrderedJson::object();
+  for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}) {
+    if (tokenizer_config.contains(key) && !tokenizer_config.at(key).is_null()) {
+      tokens[key] = token_text(tokenizer_config.at(key), key, path);
+    }
+  }
+  if (tokenizer_config.contains("additional_special_tokens") && tokenizer_config.at("additional_special_tokens").is_array()) {
+    OrderedJson list = OrderedJson::array();
+    for (const OrderedJson& token : tokenizer_config.at("additional_special_tokens")) {
+      list.push_back(token_text(token, "additional_special_tokens", path));
+    }
+    if (!list.empty()) tokens["additional_special_tokens"] = list;
+  }
+  if (tokenizer_config.contains("extra_special_tokens") && tokenizer_config.at("extra_special_tokens").is_object()) {
+    for (const auto& [key, token] : tokenizer_config.at("extra_special_tokens").items()) {
+      if (!token.is_null()) tokens[key] = token_text(token, key, path);
+    }
+  }
+  return tokens;
+}
+
+ChatTemplate::ChatTemplate(const std::string& source, OrderedJson special_tokens)
+    : source_(source),
+      special_tokens_(std::move(special_tokens)),
+      ast_(std::make_shared<const TemplateAst>(parse_template(source))) {}
+
+ChatTemplate ChatTemplate::from_tokenizer_dir(const std::string& dir, const std::string& name) {
+  std::string config_path = dir + "/tokenizer_config.json";
+  std::string jinja_path = dir + "/chat_template.jinja";
+  std::string named_path = dir + "/additional_chat_templates/" + name + ".jinja";
+  OrderedJson config = is_regular_file(config_path) ? OrderedJson(read_json_file(config_path)) : OrderedJson::object();
+  OrderedJson tokens = read_special_tokens(config, config_path);
+  if ((name.empty() || name == "default") && is_regular_file(jinja_path)) return ChatTemplate(read_file(jinja_path), tokens);
+  if (!name.empty() && is_regular_file(named_path)) return ChatTemplate(read_file(named_path), tokens);
+  std::string source = template_in_config(config, name, config_path);
+  if (source.empty()) {
+    fail_input("no chat template{} in {}: looked at {}, {}'chat_template' in {}", name.empty() ? "" : " named '" + name + "'",
+               dir, jinja_path, name.empty() ? "" : named_path + ", ", config_path);
+  }
+  return ChatTemplate(source, tokens);
+}
+
+OrderedJson ChatTemplate::variables(const ChatTemplateInputs& inputs) const {
+  if (!inputs.extra.is_object()) fail_input("chat template inputs: 'extra' must be a JSON object of variables, got {}", inputs.extra.dump());
+  OrderedJson variables = special_tokens_;
+  for (const auto& [key, token] : inputs.special_tokens) variables[key] = token;
+  for (const auto& [key, value] : inputs.extra.items()) variables[key] = value;
+  variables["messages"] = inputs.messages;
+  variables["tools"] = inputs.tools;
+  variables["documents"] = inputs.documents;
+  variables["add_generation_prompt"] = inputs.add_generation_prompt;
+  return variables;
+}
+
+std::string ChatTemplate::render(const ChatTemplateInputs& inputs) const {
+  auto root = std::make_shared<Scope>();
+  add_globals(*root);
+  OrderedJson all = variables(inputs);
+  for (const auto& [key, value] : all.items()) root->set(key, Value::from_json(value));
+  return render_template(*ast_, root);
+}
+
+}  // namespace probekit::chat

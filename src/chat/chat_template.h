@@ -1,0 +1,69 @@
+// A checkpoint's chat template, rendered as transformers' apply_chat_template renders it: jinja2's sandbox
+// with trim_blocks and lstrip_blocks, loop controls, transformers' tojson, raise_exception and strftime_now,
+// and the variables messages, tools, documents, add_generation_prompt, the tokenizer's special tokens
+// (bos_token, eos_token, ...) and any extra ones (enable_thinking, ...).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "chat/value.h"
+
+namespace probekit::chat {
+
+struct TemplateAst;
+
+/// What a template is rendered with. JSON objects keep their key order (a tool schema printed by tojson
+/// lists its keys as given); a probekit::Json converts into these fields.
+struct ChatTemplateInputs {
+  OrderedJson messages = OrderedJson::array();
+  /// Unlike transformers' default (False): probekit renders prompts for the model to answer.
+  bool add_generation_prompt = true;
+  /// null: no tools; the template sees None, as transformers passes it.
+  OrderedJson tools;
+  /// null: no documents (None in the template).
+  OrderedJson documents;
+  /// More variables (enable_thinking, ...); they win over the special tokens, as transformers' kwargs do.
+  OrderedJson extra = OrderedJson::object();
+  /// Special tokens that replace the tokenizer's (or add to them).
+  std::map<std::string, std::string> special_tokens;
+};
+
+class ChatTemplate {
+ public:
+  /// Parses `source`; `special_tokens` (a JSON object of strings and lists of strings) are the variables the
+  /// tokenizer contributes. Syntax errors throw TemplateError naming the line.
+  explicit ChatTemplate(const std::string& source, OrderedJson special_tokens = OrderedJson::object());
+
+  /// The chat template of a tokenizer directory: chat_template.jinja, else tokenizer_config.json's
+  /// "chat_template" (a string, or a list of {"name", "template"} where "default" is used unless `name` picks
+  /// another; a named one may also be additional_chat_templates/<name>.jinja), with its special tokens.
+  /// No template fails naming the files looked at.
+  static ChatTemplate from_tokenizer_dir(const std::string& dir, const std::string& name = "");
+
+  /// The template's text.
+  const std::string& source() const { return source_; }
+  /// The special tokens the template sees unless the inputs replace them.
+  const OrderedJson& special_tokens() const { return special_tokens_; }
+
+  /// Every variable the template is rendered with, as one JSON object: what transformers passes to jinja2.
+  OrderedJson variables(const ChatTemplateInputs& inputs) const;
+
+  /// The rendered conversation. A template error throws TemplateError naming the line; the template's own
+  /// raise_exception(message) throws TemplateRaised with the message unchanged.
+  std::string render(const ChatTemplateInputs& inputs) const;
+
+ private:
+  std::string source_;
+  OrderedJson special_tokens_;
+  std::shared_ptr<const TemplateAst> ast_;
+};
+
+/// The special tokens transformers puts into a chat template's variables from tokenizer_config.json:
+/// bos_token, eos_token, unk_token, sep_token, pad_token, cls_token, mask_token,
+/// additional_special_tokens (a list) and those under extra_special_tokens, each a string or an
+/// {"content": ...} object; null ones are left out. `path` is named in errors.
+OrderedJson read_special_tokens(const OrderedJson& tokenizer_config, const std::string& path);
+
+}  // namespace probekit::chat

@@ -1,0 +1,16 @@
+// The Python methods a template may call on its values: str's (strip, split, startswith, ...), dict's (items,
+// keys, values, get) and list's (index, count). Methods that change a list or a dict are refused as
+// ImmutableSandboxedEnvironment refuses them: the attribute is an Undefined that fails when called.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "chat/value.h"
+
+namespace probekit::chat {
+
+/// `object.name` bound to `object` when it names one of the type's methods; std::nullopt otherwise.
+std::optional<Value> find_method(const Value& object, const std::string& name);
+
+}  // namespace probekit::chat
