@@ -12,6 +12,7 @@
 #include "capture/plan.h"
 #include "capture/window_loop.h"
 #include "loading/model_loading.h"
+#include "sites/layers.h"
 
 namespace probekit::capture {
 

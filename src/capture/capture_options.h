@@ -57,15 +57,11 @@ struct CaptureSummary {
   bool already_complete = false;
 };
 
-/// Default layers of the reference: n // 4, n // 2, 3n // 4, n - 1 (duplicates removed).
-std::vector<int64_t> default_layers(int64_t num_layers);
 /// Parses --shard I/N into the options; anything else is a usage error.
 void parse_shard(const std::string& text, CaptureOptions& options);
 /// --shard auto: this process's shard is its rank in the launch; its local rank picks the GPU (modulo the
 /// `gpu_count` it sees, so that one GPU per task under Slurm's --gpus-per-task is cuda:0) when the device is
 /// auto or cuda and no --devices were given. Logs the launcher found.
 void apply_launch_rank(const LaunchRank& launch, size_t gpu_count, CaptureOptions& options);
-/// Parses --layers ("all", "8,17,25", "8 17", "21-30") against the model's layer count.
-std::vector<int64_t> parse_layers(const std::string& text, int64_t num_layers);
 
 }  // namespace probekit::capture

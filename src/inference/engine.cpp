@@ -103,7 +103,7 @@ void check_fits(const probes::ProbeSet& set, const std::string& dir, int64_t lay
 
 // The model to run: --model, else the one recorded with the probes of the first layer (its hub name pinned to the
 // recorded commit, or its folder), as the reference loads the model its probes name.
-loading::ModelSource model_for(const EngineOptions& options, const ProbeCatalog& catalog, int64_t layer) {
+loading::ModelSource model_for(const EngineOptions& options, const probes::ProbeCatalog& catalog, int64_t layer) {
   if (!options.model_dir.empty()) return loading::find_model(options.model_dir);
   auto found = catalog.layer_dirs.find(layer);
   std::string index_path = (found != catalog.layer_dirs.end() ? found->second : catalog.layer_dirs.begin()->second) +
@@ -139,8 +139,8 @@ Engine Engine::load(const EngineOptions& options) {
   auto since_start = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   Engine engine;
   engine.options_ = options;
-  engine.catalog_ = find_probes(options.probes_dir);
-  engine.layers_ = select_layers(engine.catalog_, options.layers, options.layer, options.best_layer);
+  engine.catalog_ = probes::find_probes(options.probes_dir);
+  engine.layers_ = probes::select_layers(engine.catalog_, options.layers, options.layer, options.best_layer);
   const loading::ModelSource source = model_for(options, engine.catalog_, engine.layers_.front());
   engine.options_.model_dir = source.resolved.dir;
   const std::string& model_dir = engine.options_.model_dir;

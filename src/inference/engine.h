@@ -13,7 +13,7 @@
 
 #include "device/torch/gpu_utils.h"
 #include "generation/generator.h"
-#include "inference/probe_catalog.h"
+#include "probes/probe_catalog.h"
 #include "loading/model_loading.h"
 #include "model/transformer.h"
 #include "probes/probe_files.h"
@@ -89,7 +89,7 @@ class Engine {
   /// The validation-tuned threshold of label k's probe at layer index l (NaN without a probe).
   double calibrated_threshold(size_t l, size_t k) const { return thresholds_[l][k]; }
   double validation_auc(size_t l, size_t k) const { return aucs_[l][k]; }
-  const ProbeCatalog& catalog() const { return catalog_; }
+  const probes::ProbeCatalog& catalog() const { return catalog_; }
   /// True when the probes are a multiclass probe (train_probes): labels() are its classes, and each text's
   /// probabilities at a layer are a softmax that sums to 1.
   bool multiclass() const { return probes_.front().set.multiclass(); }
@@ -131,7 +131,7 @@ class Engine {
   std::vector<std::vector<std::vector<double>>> empty_tables(size_t count) const;
 
   EngineOptions options_;
-  ProbeCatalog catalog_;
+  probes::ProbeCatalog catalog_;
   device::ComputeTarget target_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<model::TransformerModel> model_;

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace probekit::inference {
+namespace probekit::probes {
 
 struct ProbeCatalog {
   std::string dir;
@@ -25,4 +25,4 @@ ProbeCatalog find_probes(const std::string& dir);
 std::vector<int64_t> select_layers(const ProbeCatalog& catalog, const std::string& selection, int64_t single_layer,
                                    bool best_layer_mode);
 
-}  // namespace probekit::inference
+}  // namespace probekit::probes

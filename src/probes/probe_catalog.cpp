@@ -1,4 +1,4 @@
-#include "inference/probe_catalog.h"
+#include "probes/probe_catalog.h"
 
 #include <dirent.h>
 #include <fmt/format.h>
@@ -8,12 +8,12 @@
 #include <regex>
 #include <set>
 
-#include "capture/capture_options.h"
+#include "sites/layers.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json.h"
 
-namespace probekit::inference {
+namespace probekit::probes {
 
 namespace {
 
@@ -91,7 +91,7 @@ std::vector<int64_t> select_layers(const ProbeCatalog& catalog, const std::strin
     layers = available;
   } else {
     int64_t largest = available.back() + 1;
-    layers = capture::parse_layers(selection, std::max<int64_t>(largest, 1));
+    layers = parse_layers(selection, std::max<int64_t>(largest, 1));
   }
   for (int64_t layer : layers) {
     if (!catalog.layer_dirs.count(layer)) {
@@ -103,4 +103,4 @@ std::vector<int64_t> select_layers(const ProbeCatalog& catalog, const std::strin
   return layers;
 }
 
-}  // namespace probekit::inference
+}  // namespace probekit::probes

@@ -1,0 +1,15 @@
+// Which decoder layers a run reads: --layers as the tools take it, and the reference's default choice.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace probekit {
+
+/// Default layers of the reference: n // 4, n // 2, 3n // 4, n - 1 (duplicates removed).
+std::vector<int64_t> default_layers(int64_t num_layers);
+/// Parses --layers ("all", "8,17,25", "8 17", "21-30") against the model's layer count.
+std::vector<int64_t> parse_layers(const std::string& text, int64_t num_layers);
+
+}  // namespace probekit
