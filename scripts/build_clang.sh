@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the library and the tools (not the tests) with clang in build-clang/ (Release): the check that the code
-# is not tied to GCC, as macOS's AppleClang needs (README: macOS). It runs here on Linux, so it says nothing about
+# is not tied to GCC, as macOS's AppleClang needs (docs/macos.md). It runs here on Linux, so it says nothing about
 # macOS's system calls (scripts/check_portability.py covers those) and runs nothing.
 #
 # It uses libstdc++, which Debian's LibTorch is built against, and GCC's OpenMP runtime, libgomp, which LibTorch

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # macOS (Apple Silicon) set-up, run by scripts/setup.sh on macOS: installs with Homebrew what is missing, then
 # configures and builds in build/ (Release) with AppleClang. Idempotent like the Debian path. Written from
-# Homebrew's, PyTorch's and CMake's documentation; it has not run on a Mac yet (README: macOS).
+# Homebrew's, PyTorch's and CMake's documentation; it has not run on a Mac yet (docs/macos.md).
 #
 #   scripts/setup_macos.sh             install what is missing, configure, build
 #   scripts/setup_macos.sh --dry-run   print the packages and the CMake hints, change nothing (any system)

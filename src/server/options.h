@@ -1,5 +1,5 @@
 // probe_server's options: where it listens, who may call it, and every bound on what a request may ask, in one
-// struct (each bound is a flag; the README lists them with their defaults).
+// struct (each bound is a flag; docs/probe_server.md lists them with their defaults).
 #pragma once
 
 #include <CLI/CLI.hpp>

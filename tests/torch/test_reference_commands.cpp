@@ -1,6 +1,6 @@
 // The reference's README and training-script commands, run unchanged as processes but for their paths and layer
 // numbers (the fixture model has 6 layers): capture, binary and multiclass training, inference without --model
-// and over several layers. The README's table "The reference's commands" lists them beside ours.
+// and over several layers. docs/reference_commands.md lists them beside ours.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 

@@ -1,7 +1,7 @@
 // Reliability, as a demanding user and an attacker would try it: inputs that are FIFOs or devices, outputs
 // that already exist, writes that fail, resumed runs with other settings, probes of another model, numbers
-// that are not finite, and the error messages and exit codes of each. Every case is a row of the README's
-// bad-input table.
+// that are not finite, and the error messages and exit codes of each. Every case is a row of the bad-input table,
+// docs/bad_input.md.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 #include <hdf5.h>
