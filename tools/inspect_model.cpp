@@ -17,6 +17,7 @@
 #include "loading/model_loading.h"
 #include "model/transformer.h"
 #include "readout/readout.h"
+#include "steering/steering_flags.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace probekit;
@@ -84,7 +85,8 @@ void print_info(const std::string& dir, bool json) {
 }
 
 void write_hidden(const std::string& dir, const std::string& text, const std::string& output,
-                  const std::string& device_request, const std::string& dtype_request) {
+                  const std::string& device_request, const std::string& dtype_request,
+                  const steering::SteeringSpec& steering) {
   loading::ModelRequest request;
   request.model_dir = dir;
   request.device = device_request;
@@ -94,7 +96,9 @@ void write_hidden(const std::string& dir, const std::string& text, const std::st
   const device::ComputeTarget& target = loaded.targets.front();
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_file(dir);
   std::vector<int32_t> ids = tok.encode(text, true);
-  readout::HiddenStates states = readout::read_hidden_states(m, ids);
+  const steering::SteeringVectors vectors = steering::resolve(steering, m.config());
+  const model::StreamWrites writes = steering::place(vectors, m);
+  readout::HiddenStates states = readout::read_hidden_states(m, ids, &writes);
   std::vector<int64_t> ids64(ids.begin(), ids.end());
   auto tensor = [](const std::string& name, const at::Tensor& t) {
     std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
@@ -104,8 +108,10 @@ void write_hidden(const std::string& dir, const std::string& text, const std::st
       {"input_ids", safetensors::DType::kI64, {static_cast<int64_t>(ids64.size())}, ids64.data(), ids64.size() * sizeof(int64_t)},
       tensor("embeddings", states.embeddings), tensor("layers", states.layers), tensor("final_norm", states.final_norm)};
   if (states.router_logits.defined()) tensors.push_back(tensor("router_logits", states.router_logits));
-  safetensors::write_file(output, tensors,
-                          {{"model", dir}, {"text", text}, {"dtype", device::dtype_name(target.dtype_choice.dtype)}});
+  std::map<std::string, std::string> metadata = {
+      {"model", dir}, {"text", text}, {"dtype", device::dtype_name(target.dtype_choice.dtype)}};
+  if (!vectors.empty()) metadata["steering"] = vectors.record().dump();
+  safetensors::write_file(output, tensors, metadata);
   std::vector<std::string> shapes;
   for (const safetensors::TensorData& t : tensors) shapes.push_back(fmt::format("{} [{}]", t.name, fmt::join(t.shape, ", ")));
   fmt::print("wrote {}: {}\n", output, fmt::join(shapes, ", "));
@@ -158,6 +164,8 @@ int main(int argc, char** argv) {
       ->required();
   hidden->add_flag("--overwrite", overwrite, "Replace an existing --output");
   add_device_options(*hidden, device_request, dtype_request);
+  steering::SteeringSpec steering_spec;
+  steering::add_steering_flags(*hidden, steering_spec, true);
 
   CLI::App* generate_cmd =
       tool.app.add_subcommand("generate", "Generate after a text and write the ids and each step's top-5 logits as JSON");
@@ -169,6 +177,7 @@ int main(int argc, char** argv) {
   generation::GenerationFlags generation_flags;
   generation::add_generation_flags(*generate_cmd, generation_flags);
   add_device_options(*generate_cmd, device_request, dtype_request);
+  steering::add_steering_flags(*generate_cmd, steering_spec, true);
 
   CLI::App* tokenize_cmd = tool.app.add_subcommand("tokenize", "Turn texts into token ids with a tokenizer.json");
   tokenize_cmd->add_option("--tokenizer", tokenizer_path, "tokenizer.json or a checkpoint directory")->required();
@@ -186,11 +195,14 @@ int main(int argc, char** argv) {
     const int threads = tool.threads();
     if (info->parsed()) print_info(hub::resolve_model(model_dir).dir, json);
     if (!output.empty()) check_output_file(output, overwrite);
-    if (hidden->parsed()) write_hidden(hub::resolve_model(model_dir).dir, text, output, device_request, dtype_request);
+    if (hidden->parsed()) {
+      write_hidden(hub::resolve_model(model_dir).dir, text, output, device_request, dtype_request, steering_spec);
+    }
     if (generate_cmd->parsed()) {
       std::string dir = hub::resolve_model(model_dir).dir;
       Json transcript = generation::generation_transcript(
-          dir, {text}, generation::resolve_generation_flags(generation_flags, dir), device_request, dtype_request);
+          dir, {text}, generation::resolve_generation_flags(generation_flags, dir), device_request, dtype_request,
+          steering_spec);
       write_file_atomic(output, dump_json(transcript, 2) + "\n");
       fmt::print("wrote {}: {} new tokens\n", output, transcript["cases"][0]["generated_ids"].size());
     }

@@ -42,7 +42,8 @@ std::vector<std::string> FileAttributes::identity() const {
           "label_field=" + label_field,
           "keep_fields=" + fmt::format("{}", fmt::join(keep_fields, ",")),
           "skip_invalid=" + std::to_string(static_cast<int>(skip_invalid)),
-          "shard=" + shard};
+          "shard=" + shard,
+          "steering=" + steering};
 }
 
 std::string FileAttributes::identity_difference(const FileAttributes& made) const {

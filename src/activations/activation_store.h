@@ -52,6 +52,7 @@ struct FileAttributes {
   bool skip_invalid = false;
   std::string batching;    // how the run cut its batches, reused when it resumes
   std::string shard;       // "I/N" for one of N shards of a run (see capture/merge.h); empty otherwise
+  std::string steering;    // the steering the capture applied (JSON, as the tools record it); empty: none
 
   /// The attributes a resumed run must share with the partial file, as "name=value" lines.
   std::vector<std::string> identity() const;

@@ -71,6 +71,7 @@ void write_attributes(hid_t file, const FileAttributes& a) {
   hdf5::set_attribute(file, "skip_invalid", static_cast<int64_t>(a.skip_invalid));
   hdf5::set_attribute(file, "batching", a.batching);
   if (!a.shard.empty()) hdf5::set_attribute(file, "shard", a.shard);
+  if (!a.steering.empty()) hdf5::set_attribute(file, "steering", a.steering);
 }
 
 FileAttributes load_attributes(hid_t file, const std::string& path) {
@@ -101,6 +102,7 @@ FileAttributes load_attributes(hid_t file, const std::string& path) {
   a.skip_invalid = hdf5::get_int_attribute(file, "skip_invalid").value_or(0) != 0;
   a.batching = hdf5::get_string_attribute(file, "batching").value_or("");
   a.shard = hdf5::get_string_attribute(file, "shard").value_or("");
+  a.steering = hdf5::get_string_attribute(file, "steering").value_or("");
   return a;
 }
 

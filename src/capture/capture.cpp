@@ -27,6 +27,7 @@ struct LoadedReplicas {
   std::vector<device::ComputeTarget> targets;
   model::DevicePlan placement;
   std::vector<std::unique_ptr<model::TransformerModel>> replicas;
+  std::vector<model::StreamWrites> writes;  // each replica's steering, on its devices
 };
 
 LoadedReplicas load_for_capture(const CaptureOptions& options, const CapturePlan& plan, CaptureSummary& summary) {
@@ -43,6 +44,7 @@ LoadedReplicas load_for_capture(const CaptureOptions& options, const CapturePlan
   loaded.placement = loading::place_model(options, plan.model, loaded.targets, load);
   loaded.replicas = loading::load_replicas(plan.model_dir(), loaded.targets, loaded.placement, load);
   for (const auto& ids : plan.ids) loaded.replicas.front()->check_inputs(ids);
+  for (const auto& replica : loaded.replicas) loaded.writes.push_back(steering::place(plan.steering, *replica));
   return loaded;
 }
 
@@ -56,8 +58,10 @@ std::vector<BatchRunner> make_runners(const CaptureOptions& options, const Loade
     for (size_t index : loaded.placement.replicas[r]) {
       if (devices.empty() || devices.back() != loaded.targets[index].device) devices.push_back(loaded.targets[index].device);
     }
+    readout::Request steered = request;
+    if (!loaded.writes[r].empty()) steered.writes = &loaded.writes[r];
     for (size_t stage = 0; stage < loaded.placement.stages(r); ++stage) {
-      runners.emplace_back(*loaded.replicas[r], devices, request, options.simulate_out_of_memory_above);
+      runners.emplace_back(*loaded.replicas[r], devices, steered, options.simulate_out_of_memory_above);
     }
   }
   return runners;
@@ -83,6 +87,7 @@ CaptureSummary run_capture(const CaptureOptions& options) {
   plan.layers = summary.layers = parse_layers(options.layers, plan.config().num_layers);
   readout::check_site(options.site, options.position, plan.layers, plan.config());
   plan.width = readout::site_width(options.site, plan.config());
+  plan.steering = steering::resolve(options.steering, plan.config());
 
   auto load_start = Clock::now();
   plan_prompts(options, plan, summary);

@@ -1,5 +1,7 @@
 #include "capture/capture_flags.h"
 
+#include "steering/steering_flags.h"
+
 #include <fmt/format.h>
 
 #include "cli/cli.h"
@@ -28,6 +30,7 @@ void add_data_flags(CLI::App& app, CaptureFlags& f) {
   app.add_option("--seed", o.seed, "Seed of the stratified split (Python's random)")->capture_default_str();
   app.add_option("--max-length", o.max_length, "Cut longer prompts from the start of the text (tokens; 0: no limit)")
       ->check(CLI::NonNegativeNumber);
+  steering::add_steering_flags(app, o.steering, true);
   app.add_flag("--strict", o.dataset.strict_fields, "A --keep-fields field that no line has is an error, not a warning");
   app.add_flag("--skip-invalid", o.dataset.skip_invalid, "Skip bad dataset lines (reported at the end) instead of stopping");
 }

@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/error.h"
+#include "common/units.h"
 
 namespace probekit::capture {
 

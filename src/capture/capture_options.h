@@ -10,6 +10,7 @@
 #include "data/dataset.h"
 #include "data/splits.h"
 #include "loading/model_loading.h"
+#include "steering/steering.h"
 #include "readout/prompts.h"
 #include "readout/sites.h"
 
@@ -33,6 +34,7 @@ struct CaptureOptions : loading::ModelRequest {
   bool resume = false;
   bool overwrite = false;
   int shard_index = 0, shard_count = 1;
+  steering::SteeringSpec steering;  // written into the stream while capturing (how a steer moves later layers)
 
   // Fault injection for tests: batches with more examples than this fail as if the GPU ran out of memory.
   int64_t simulate_out_of_memory_above = 0;

@@ -141,6 +141,7 @@ activations::FileAttributes file_attributes(const CaptureOptions& options, const
   attributes.label_field = plan.dataset.label_field;
   attributes.keep_fields = options.dataset.keep_fields;
   attributes.skip_invalid = options.dataset.skip_invalid;
+  if (!plan.steering.empty()) attributes.steering = plan.steering.record().dump();
   if (options.shard_count > 1) attributes.shard = fmt::format("{}/{}", options.shard_index, options.shard_count);
   return attributes;
 }

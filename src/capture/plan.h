@@ -14,6 +14,7 @@
 #include "device/torch/gpu_utils.h"
 #include "loading/model_loading.h"
 #include "readout/readout.h"
+#include "steering/steering.h"
 
 namespace probekit::capture {
 
@@ -34,6 +35,7 @@ struct CapturePlan {
   std::vector<int64_t> layers;
   int64_t width = 0;  // values per row at the site (readout::site_width)
   int64_t leading_specials = 0;
+  steering::SteeringVectors steering;  // what the capture writes into the stream
 
   const std::string& model_dir() const { return model.resolved.dir; }
   const model::ModelConfig& config() const { return model.config; }

@@ -187,6 +187,11 @@ int run_tool(CLI::App& app, int argc, char** argv, const CommonOptions& options,
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
     return code == 0 ? 0 : 2;
+  } catch (const UsageError& e) {  // a flag's own parser (a callback) refused its value
+    configure_logging(false, false);
+    spdlog::error("{}", e.what());
+    spdlog::error("Run with --help for the flags.");
+    return 2;
   }
   configure_logging(options.verbose, options.quiet);
   // Past a file size limit (ulimit -f) a write would raise SIGXFSZ, which kills the tool mid-file without a

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/units.h"
 
 namespace probekit {
 
@@ -95,16 +96,6 @@ LaunchRank combine(const LaunchRank& array, const LaunchRank& tasks) {
 }
 
 }  // namespace
-
-std::optional<int> parse_count(const std::string& text) {
-  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
-  int64_t value = 0;
-  for (char digit : text) {
-    value = value * 10 + (digit - '0');
-    if (value > std::numeric_limits<int>::max()) return std::nullopt;
-  }
-  return static_cast<int>(value);
-}
 
 LaunchRank launch_rank(const Environment& environment) {
   if (auto torchrun = read_pair(environment, "torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK")) return *torchrun;

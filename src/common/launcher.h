@@ -28,10 +28,6 @@ struct LaunchRank {
 /// plain decimal (digits only) that an int holds.
 LaunchRank launch_rank(const std::map<std::string, std::string>& environment);
 
-/// A plain decimal (digits only) that an int holds; nullopt for anything else (a sign, spaces, a fraction, a value
-/// past what an int holds, which a cast would cut without a word: 4294967298 to 2).
-std::optional<int> parse_count(const std::string& text);
-
 /// The variables launch_rank reads, from this process's environment.
 std::map<std::string, std::string> launcher_environment();
 

@@ -1,5 +1,7 @@
 #include "common/units.h"
 
+#include <limits>
+
 #include <cctype>
 #include <cmath>
 
@@ -48,6 +50,16 @@ std::string format_byte_size(double bytes) {
   }
   if (unit == 0) return fmt::format("{:.0f} B", bytes);
   return fmt::format("{:.{}f} {}", bytes, bytes < 10 ? 2 : bytes < 100 ? 1 : 0, kUnits[unit]);
+}
+
+std::optional<int> parse_count(const std::string& text) {
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  int64_t value = 0;
+  for (char digit : text) {
+    value = value * 10 + (digit - '0');
+    if (value > std::numeric_limits<int>::max()) return std::nullopt;
+  }
+  return static_cast<int>(value);
 }
 
 }  // namespace probekit

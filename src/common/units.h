@@ -2,12 +2,17 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace probekit {
 
 /// Parses "40GB", "40G", "512MiB", "1.5T" or a plain byte count (powers of 1024); throws UsageError.
 int64_t parse_byte_size(const std::string& text, const std::string& flag);
+
+/// A plain decimal (digits only) that an int holds; nullopt for anything else (a sign, spaces, a fraction, a value
+/// past what an int holds, which a cast would cut without a word: 4294967298 to 2).
+std::optional<int> parse_count(const std::string& text);
 
 /// A byte count for people, in powers of 1000 as download tools show them: "512 B", "3.4 MB", "1.25 GB".
 std::string format_byte_size(double bytes);

@@ -8,7 +8,8 @@
 namespace probekit::generation {
 
 Json generation_transcript(const std::string& model_dir, const std::vector<std::string>& prompts,
-                           const GenerationOptions& options, const std::string& device, const std::string& dtype) {
+                           const GenerationOptions& options, const std::string& device, const std::string& dtype,
+                           const steering::SteeringSpec& steering) {
   loading::ModelRequest request;
   request.model_dir = model_dir;
   request.device = device;
@@ -21,8 +22,11 @@ Json generation_transcript(const std::string& model_dir, const std::vector<std::
   tokenizer::Tokenizer tokenizer = tokenizer::Tokenizer::from_file(model_dir);
   std::vector<readout::Sequence> ids;
   for (const std::string& prompt : prompts) ids.push_back(tokenizer.encode(prompt, true));
+  const steering::SteeringVectors vectors = steering::resolve(steering, model.config());
+  const model::StreamWrites writes = steering::place(vectors, model);
   GenerationOptions with_top = options;
   with_top.top_logits = 5;
+  with_top.writes = &writes;
   std::vector<Json> steps(prompts.size(), Json::array());
   std::vector<Generation> generations = generate(model, ids, with_top, nullptr, [&](const GeneratedToken& token) {
     steps[token.row].push_back({{"ids", token.top_ids}, {"logits", token.top_logits}});
@@ -38,7 +42,9 @@ Json generation_transcript(const std::string& model_dir, const std::vector<std::
                            "soft-capping)",
                            device::dtype_name(target.dtype_choice.dtype),
                            options.stop_ids.empty() ? "no eos stop" : "stops at eos");
-  return {{"model", model_dir}, {"semantics", semantics}, {"cases", cases}};
+  Json transcript = {{"model", model_dir}, {"semantics", semantics}, {"cases", cases}};
+  if (!vectors.empty()) transcript["steering"] = vectors.record();
+  return transcript;
 }
 
 }  // namespace probekit::generation

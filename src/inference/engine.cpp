@@ -174,6 +174,7 @@ Engine Engine::load(const EngineOptions& options) {
   engine.prompts_ = std::make_unique<readout::PromptBuilder>(*engine.tokenizer_, engine.prompt_suffix_,
                                                              limit_for(engine.recorded_max_length_, config));
   engine.request_.skip_leading = engine.prompts_->leading_specials();
+  engine.steer(options.steering);
   warm_up.get();
   spdlog::debug("{:.2f} s: tokenizer loaded, device warmed up", since_start());
   return engine;
@@ -343,6 +344,14 @@ class TextStream {
 
 }  // namespace
 
+void Engine::steer(const steering::SteeringSpec& spec) {
+  steering::SteeringSpec with_probes = spec;
+  if (with_probes.probes_dir.empty()) with_probes.probes_dir = options_.probes_dir;
+  steering_ = steering::resolve(with_probes, model_->config());
+  writes_ = std::make_unique<model::StreamWrites>(steering::place(steering_, *model_));
+  request_.writes = writes_->empty() ? nullptr : writes_.get();
+}
+
 std::vector<GeneratedText> Engine::generate(const std::vector<std::string>& prompts,
                                             const generation::GenerationOptions& options,
                                             const ScoredTokenCallback& on_token) const {
@@ -357,6 +366,8 @@ std::vector<GeneratedText> Engine::generate(const std::vector<std::string>& prom
   }
   generation::ProbeReadout probes{request_, prompts_->suffix_ids(),
                                   [this](const at::Tensor& rows) { return probabilities_of(rows); }};
+  generation::GenerationOptions steered = options;
+  if (steered.writes == nullptr) steered.writes = request_.writes;
   // --batch-size prompts at a time bound the cache's memory; rows keep their index among all prompts.
   auto batch_size = static_cast<size_t>(std::max<int64_t>(1, options_.batch_size));
   for (size_t first = 0; first < prompts.size(); first += batch_size) {
@@ -364,7 +375,7 @@ std::vector<GeneratedText> Engine::generate(const std::vector<std::string>& prom
     std::vector<readout::Sequence> batch(ids.begin() + static_cast<std::ptrdiff_t>(first),
                                          ids.begin() + static_cast<std::ptrdiff_t>(end));
     std::vector<generation::Generation> generated =
-        generation::generate(*model_, batch, options, &probes, [&](const generation::GeneratedToken& token) {
+        generation::generate(*model_, batch, steered, &probes, [&](const generation::GeneratedToken& token) {
           const size_t row = first + token.row;
           ScoredToken scored{row, token.index, token.position, token.id, tokenizer_->tokens({token.id}).front(),
                              streams[row].add(token.id, token.last), token.last, {}};

@@ -19,6 +19,7 @@
 #include "probes/probe_files.h"
 #include "readout/prompts.h"
 #include "readout/readout.h"
+#include "steering/steering.h"
 #include "tokenizer/tokenizer.h"
 
 namespace probekit::inference {
@@ -33,6 +34,7 @@ struct EngineOptions : loading::ModelRequest {
   int64_t batch_size = 16;
   bool force = false;  // run probes recorded for another model (a warning instead of an error)
   bool generate = false;  // load every layer, the final norm and the LM head too (Engine::generate)
+  steering::SteeringSpec steering;  // added to every pass (its probes: probes_dir unless it names its own)
 };
 
 /// Every probe's probability for one text: probability[l][k] for layers()[l] and labels()[k]; NaN where a
@@ -111,6 +113,11 @@ class Engine {
                                       const ScoredTokenCallback& on_token) const;
   /// The directory of the model in use.
   const std::string& model_dir() const { return options_.model_dir; }
+  /// The steering every pass applies (EngineOptions::steering), as resolved; empty without any.
+  const steering::SteeringVectors& steering() const { return steering_; }
+  /// Replaces the steering every pass applies.
+  void steer(const steering::SteeringSpec& spec);
+  const model::TransformerModel& model() const { return *model_; }
 
   Engine(Engine&&) noexcept;
   ~Engine();
@@ -143,6 +150,8 @@ class Engine {
   int64_t recorded_max_length_ = 0;
   readout::Request request_;
   std::unique_ptr<readout::PromptBuilder> prompts_;
+  steering::SteeringVectors steering_;
+  std::unique_ptr<model::StreamWrites> writes_;  // request_.writes points here: an address that moves do not change
 };
 
 }  // namespace probekit::inference

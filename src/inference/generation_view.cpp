@@ -95,8 +95,8 @@ std::string live_frame(const std::vector<LiveRow>& rows, int64_t top_k, size_t w
   return out;
 }
 
-GenerationPrinter::GenerationPrinter(std::vector<std::string> prompts, int64_t top_k, bool json, bool live)
-    : top_k_(top_k), json_(json), live_(live && !json) {
+GenerationPrinter::GenerationPrinter(std::vector<std::string> prompts, int64_t top_k, bool json, bool live, Json steering)
+    : top_k_(top_k), json_(json), live_(live && !json), steering_(std::move(steering)) {
   for (std::string& prompt : prompts) rows_.push_back(LiveRow{std::move(prompt), {}, {}, 0, {}, {}});
 }
 
@@ -130,8 +130,10 @@ void GenerationPrinter::finish(const std::vector<GeneratedText>& texts) {
   for (size_t r = 0; r < texts.size(); ++r) {
     const GeneratedText& t = texts[r];
     if (json_) {
-      fmt::print("{}\n", dump_json(Json{{"row", r}, {"done", true}, {"stop", rows_[r].stop}, {"prompt", rows_[r].prompt},
-                                        {"prompt_ids", t.prompt_ids}, {"generated_ids", t.ids}, {"text", t.text}}));
+      Json done = {{"row", r},           {"done", true},          {"stop", rows_[r].stop}, {"prompt", rows_[r].prompt},
+                   {"prompt_ids", t.prompt_ids}, {"generated_ids", t.ids}, {"text", t.text}};
+      if (!steering_.is_null()) done["steering"] = steering_;
+      fmt::print("{}\n", dump_json(done));
     } else if (!live_) {
       fmt::print("\n{}Generated {} tokens (stop: {}):\n{}{}\n", texts.size() > 1 ? fmt::format("[{}] ", r) : "",
                  t.ids.size(), rows_[r].stop, rows_[r].prompt, t.text);

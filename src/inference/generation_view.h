@@ -38,7 +38,8 @@ std::string live_frame(const std::vector<LiveRow>& rows, int64_t top_k, size_t w
 /// Prints the tokens as they come in the view the display asks for, and each row's text at the end.
 class GenerationPrinter {
  public:
-  GenerationPrinter(std::vector<std::string> prompts, int64_t top_k, bool json, bool live);
+  /// `steering`: what the generation applies (null: none), which the JSON lines of the finished rows record.
+  GenerationPrinter(std::vector<std::string> prompts, int64_t top_k, bool json, bool live, Json steering = Json());
 
   void show(const ScoredToken& token, const ScoreTable& table);
   void finish(const std::vector<GeneratedText>& texts);
@@ -49,6 +50,7 @@ class GenerationPrinter {
   std::vector<LiveRow> rows_;
   int64_t top_k_;
   bool json_, live_;
+  Json steering_;
   size_t frame_lines_ = 0;  // lines of the frame on screen, which the next one replaces
 };
 

@@ -13,6 +13,7 @@
 #include "common/json.h"
 #include "common/outputs.h"
 #include "inference/generation_view.h"
+#include "steering/steering_flags.h"
 #include "inference/reports.h"
 
 namespace probekit::inference {
@@ -65,10 +66,18 @@ Json show_layers(const std::string& text, const ScoreTable& table, const Display
   return {};
 }
 
+// `out` with the steering the engine applies, when it applies any: every JSON output records it.
+Json with_steering(Json out, const Engine& engine) {
+  if (!engine.steering().empty() && out.is_object()) out["steering"] = engine.steering().record();
+  return out;
+}
+
 Json show(const Engine& engine, const std::string& text, const ScoreTable& table, const Display& d, bool best_layer,
           bool interactive) {
-  if (single_layer_view(engine, best_layer)) return show_single_layer(engine, text, table, d, best_layer, interactive);
-  return show_layers(text, table, d);
+  if (single_layer_view(engine, best_layer)) {
+    return with_steering(show_single_layer(engine, text, table, d, best_layer, interactive), engine);
+  }
+  return with_steering(show_layers(text, table, d), engine);
 }
 
 void show_per_token(const Engine& engine, const InferenceRequest& r) {
@@ -80,7 +89,7 @@ void show_per_token(const Engine& engine, const InferenceRequest& r) {
   std::string cut_note = fmt::format("The text is longer than {}: its first {} tokens were cut and are not scored.\n",
                                      engine.prompt_limit().description, scores.cut);
   if (r.display.json) {
-    fmt::print("{}\n", dump_json(per_token_json(r.text, scores, tokens.scores), 2));
+    fmt::print("{}\n", dump_json(with_steering(per_token_json(r.text, scores, tokens.scores), engine), 2));
     return;
   }
   if (scores.cut > 0) fmt::print("{}", cut_note);
@@ -104,7 +113,8 @@ void show_comparison(const Engine& engine, const InferenceRequest& r) {
     rows.push_back({{"label", d.label}, {"text1_confidence", d.first}, {"text2_confidence", d.second},
                     {"difference", d.difference}, {"text1_best_layer", d.first_layer}, {"text2_best_layer", d.second_layer}});
   }
-  fmt::print("{}\n", dump_json(Json{{"text1", r.text}, {"text2", r.compare}, {"biggest_differences", rows}}, 2));
+  Json comparison = {{"text1", r.text}, {"text2", r.compare}, {"biggest_differences", rows}};
+  fmt::print("{}\n", dump_json(with_steering(std::move(comparison), engine), 2));
 }
 
 void show_texts(const Engine& engine, const InferenceRequest& r) {
@@ -189,7 +199,8 @@ void show_generation(const Engine& engine, const InferenceRequest& r) {
     tokens = TokenTable{prompt.tokens, prompt.texts, {}};
     for (const auto& p : prompt.probability) tokens.scores.push_back(table_of(engine, p, r.display));
   }
-  GenerationPrinter printer(prompts, r.display.top_k, r.display.json, r.live_view);
+  GenerationPrinter printer(prompts, r.display.top_k, r.display.json, r.live_view,
+                           engine.steering().empty() ? Json() : engine.steering().record());
   std::vector<GeneratedText> texts = engine.generate(prompts, options, [&](const ScoredToken& token) {
     ScoreTable table = table_of(engine, token.probability, r.display);
     printer.show(token, table);
@@ -306,6 +317,7 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
   app.add_flag("--generate", r.generate,
                "Generate after --text (or each --file text, --batch-size at a time) while the probes score every new token");
   generation::add_generation_flags(app, r.generation);
+  steering::add_steering_flags(app, e.steering, false);
 }
 
 void add_engine_flags(CLI::App& app, EngineOptions& e, const std::string& batch_help) {

@@ -376,6 +376,11 @@ at::Tensor ProbeSet::logits(const at::Tensor& activations) const {
   return bank_.forward(input).reshape({activations.size(0), -1});
 }
 
+at::Tensor ProbeSet::direction(size_t index) const {
+  const auto output = static_cast<int64_t>(index);
+  return multiclass_ ? bank_.shape().kind->direction(bank_, 0, output) : bank_.shape().kind->direction(bank_, output, 0);
+}
+
 at::Tensor ProbeSet::probabilities(const at::Tensor& activations) const {
   at::Tensor logits = this->logits(activations).to(at::kFloat);
   return multiclass_ ? at::softmax(logits, 1) : at::sigmoid(logits);

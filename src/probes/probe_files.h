@@ -98,6 +98,9 @@ class ProbeSet {
   at::Tensor logits(const at::Tensor& activations) const;
   /// Probabilities [N, K] (float32): sigmoid of each binary probe's logit, or the softmax over the classes.
   at::Tensor probabilities(const at::Tensor& activations) const;
+  /// The unit direction [H] (fp32) along which output `index` of probes() grows (the kind's direction; a kind
+  /// without one throws saying why).
+  at::Tensor direction(size_t index) const;
 
  private:
   ProbeSet(ProbeBank bank, std::vector<ProbeInfo> probes, Json index, bool multiclass);

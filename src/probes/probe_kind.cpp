@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "common/error.h"
+
 
 namespace probekit::probes {
 
@@ -21,6 +23,12 @@ double ProbeKind::initial_bound(const std::vector<ParameterSpec>& specs, size_t 
 }
 
 void ProbeKind::describe(const ProbeShape&, Json&) const {}
+
+at::Tensor ProbeKind::direction(const ProbeBank&, int64_t, int64_t) const {
+  fail_input("a {} probe has no single direction in the layer's space (its score is not linear in the activations): "
+             "steer with a linear, logistic or mean-diff probe, or a vector file",
+             name());
+}
 
 void ProbeKind::read_shape(const Json&, const std::string&, ProbeShape&) const {}
 

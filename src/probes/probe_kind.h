@@ -79,6 +79,10 @@ class ProbeKind {
   virtual void read_shape(const Json& index, const std::string& where, ProbeShape& shape) const;
   /// True for a kind that reads every token of a text (its activations captured with --position all).
   virtual bool reads_every_token() const { return false; }
+  /// The unit direction [H] (fp32, on the bank's device) in the layer's space along which output `output` of probe
+  /// `probe` grows: a binary probe's weight; a class's weight row minus the mean of the rows (what the softmax
+  /// compares). Throws, saying why, for a kind that has none (steering reads it).
+  virtual at::Tensor direction(const ProbeBank& bank, int64_t probe, int64_t output) const;
 };
 
 /// The parameters of one probe of `shape` (its kind's).

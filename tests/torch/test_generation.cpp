@@ -16,6 +16,7 @@
 #include "readout/prompts.h"
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
+#include "generation_checks.h"
 #include "split_devices.h"
 #include "test_util.h"
 
@@ -24,23 +25,11 @@ using namespace probekit::testing;
 
 namespace {
 
-// A text as one shell word: in single quotes, each ' written as '\''.
-std::string shell_quoted(const std::string& text) {
-  std::string quoted = "'";
-  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
-
 model::TransformerModel load_generator(const std::string& dir) {
   model::LoadOptions options;
   options.lm_head = true;
   return model::TransformerModel::load(dir, options);
 }
-
-struct Steps {
-  std::vector<std::vector<int32_t>> top_ids;
-  std::vector<std::vector<float>> top_logits;
-};
 
 // Generates greedily after each prompt alone; returns the new ids and each step's top-5.
 std::pair<std::vector<int32_t>, Steps> generate_alone(const model::TransformerModel& model, const readout::Sequence& prompt,
@@ -57,40 +46,6 @@ std::pair<std::vector<int32_t>, Steps> generate_alone(const model::TransformerMo
     return true;
   });
   return {result[0].ids, steps};
-}
-
-// One case of generation.json: the same ids, and the top-5 logits within 1e-4 x the step's largest |logit|; at a
-// step whose two best reference logits are closer than that, either of the two ids is right and the comparison
-// ends there (what follows depends on the choice).
-void check_case(const std::string& name, size_t index, const Json& reference, const std::vector<int32_t>& ids,
-                const Steps& steps) {
-  const Json& expected_ids = reference["generated_ids"];
-  REQUIRE(ids.size() == expected_ids.size());
-  for (size_t s = 0; s < ids.size(); ++s) {
-    const Json& top = reference["top5"][s];
-    double largest = 0;
-    for (const Json& logit : top["logits"]) largest = std::max(largest, std::abs(logit.get<double>()));
-    const double tolerance = 1e-4 * largest;
-    std::string where = fmt::format("{} case {} step {}", name, index, s);
-    for (size_t i = 0; i < 5; ++i) {
-      CHECK_MESSAGE(std::abs(steps.top_logits[s][i] - top["logits"][i].get<double>()) <= tolerance, where, ": logit ",
-                    i, " is ", steps.top_logits[s][i], ", expected ", top["logits"][i].get<double>());
-    }
-    const bool near_tie = top["logits"][0].get<double>() - top["logits"][1].get<double>() < tolerance;
-    if (near_tie) {
-      CHECK_MESSAGE((ids[s] == top["ids"][0].get<int32_t>() || ids[s] == top["ids"][1].get<int32_t>()), where,
-                    ": near tie, got id ", ids[s]);
-      MESSAGE(where, ": the reference's two best logits are within the tolerance; compared up to here");
-      return;
-    }
-    CHECK_MESSAGE(ids[s] == expected_ids[s].get<int32_t>(), where, ": id ", ids[s], ", expected ", expected_ids[s]);
-    for (size_t i = 0; i + 1 < 5; ++i) {
-      // Ids are compared where the reference's logits keep them apart.
-      bool apart = top["logits"][i].get<double>() - top["logits"][i + 1].get<double>() >= tolerance &&
-                   (i == 0 || top["logits"][i - 1].get<double>() - top["logits"][i].get<double>() >= tolerance);
-      if (apart) CHECK_MESSAGE(steps.top_ids[s][i] == top["ids"][i].get<int32_t>(), where, ": top id ", i);
-    }
-  }
 }
 
 void check_generation_parity(const std::string& name) {

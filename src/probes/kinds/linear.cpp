@@ -30,6 +30,12 @@ class LinearKind : public ProbeKind {
     return saved;
   }
 
+  at::Tensor direction(const ProbeBank& bank, int64_t probe, int64_t output) const override {
+    at::Tensor rows = bank.parameter(kWeight)[probe].to(at::kFloat);  // [O, H]
+    at::Tensor direction = rows.size(0) == 1 ? rows[0] : rows[output] - rows.mean(0);
+    return direction / direction.norm();
+  }
+
   void backward(const ProbeBank& bank, const TrainActivations& saved, const at::Tensor& grad_logits,
                 std::vector<at::Tensor>& grads) const override {
     const int64_t batch = saved.input.size(0), k = bank.probes(), o = bank.shape().outputs;

@@ -1,0 +1,35 @@
+#include "steering/steering_flags.h"
+
+namespace probekit::steering {
+
+void add_steering_flags(CLI::App& app, SteeringSpec& spec, bool probes_dir) {
+  app.add_option_function<std::vector<std::string>>(
+         "--steer",
+         [&spec](const std::vector<std::string>& values) {
+           for (const std::string& value : values) spec.probe_additions.push_back(parse_probe_addition(value));
+         },
+         "LABEL@LAYER=COEF: add COEF times the label's probe direction (unit length) to the output of decoder layer "
+         "LAYER at every position; repeatable")
+      ->type_name("LABEL@LAYER=COEF");
+  app.add_option_function<std::vector<std::string>>(
+         "--steer-vector",
+         [&spec](const std::vector<std::string>& values) {
+           for (const std::string& value : values) spec.file_additions.push_back(parse_file_addition(value));
+         },
+         "FILE[=COEF]: add COEF (default 1) times each layer's vector of a .safetensors (layer.{L}) or GGUF control "
+         "vector (direction.{L}) file; repeatable")
+      ->type_name("FILE[=COEF]");
+  app.add_option_function<std::vector<std::string>>(
+         "--ablate",
+         [&spec](const std::vector<std::string>& values) {
+           for (const std::string& value : values) spec.probe_ablations.push_back(parse_probe_ablation(value));
+         },
+         "LABEL@LAYERS: project the label's probe direction out of those layers' outputs (h - (h.u)u); repeatable")
+      ->type_name("LABEL@LAYERS");
+  app.add_option("--ablate-vector", spec.file_ablations,
+                 "FILE: project each layer's vector (normalized) of a vector file out of that layer's output")
+      ->type_name("FILE");
+  if (probes_dir) app.add_option("--probes-dir", spec.probes_dir, "Probes whose directions --steer and --ablate take");
+}
+
+}  // namespace probekit::steering

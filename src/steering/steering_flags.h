@@ -1,0 +1,14 @@
+// The steering flags, declared once for every tool that runs a model (multi_probe_inference, inspect_model generate
+// and hidden, capture_activations, steering_sweep's generations): --steer, --steer-vector, --ablate, --ablate-vector.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "steering/steering.h"
+
+namespace probekit::steering {
+
+/// Adds the steering flags bound to `spec`; with `probes_dir` also --probes-dir (for a tool that has none of its own).
+void add_steering_flags(CLI::App& app, SteeringSpec& spec, bool probes_dir);
+
+}  // namespace probekit::steering
