@@ -6,13 +6,16 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "activations/activation_store.h"
 #include "capture/capture.h"
 #include "capture_runs.h"
 #include "common/files.h"
 #include "common/json.h"
+#include "io/gguf.h"
 #include "generation/transcript.h"
 #include "generation_checks.h"
 #include "inference/engine.h"
@@ -71,6 +74,21 @@ void check_steered_case(const std::string& name, const std::string& vector_path,
                 " case ", index, ": final norm at the prompt's last token");
 }
 
+// Layer-2 activations of the three-action dataset and probes of `kind` trained on them: tmp/probes_{kind}.
+std::string train_three_action_probes(const TempDir& tmp, const std::string& kind = "linear") {
+  if (!path_exists(tmp.file("act"))) {
+    capture::CaptureOptions o = three_action_capture(tmp, 60, "cpu");
+    o.layers = "2";
+    o.output_dir = tmp.file("act");
+    capture::run_capture(o);
+  }
+  const std::string out = tmp.file("probes_" + kind);
+  CommandResult r = run_command(fmt::format("{} --activations {} --output-dir {} --model-type {} --epochs 40 --device cpu -q",
+                                            tool("train_binary_probes"), tmp.file("act"), out, kind));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("steered generation equals transformers' with a forward hook adding the vector (gemma3_text, llama, qwen3_moe, gpt2)") {
@@ -120,4 +138,134 @@ TEST_CASE("inspect_model generate --steer-vector FILE=COEF writes the steered ge
                               kGemmaModel, tmp.file("x.json")));
   CHECK(r.exit_code == 2);
   CHECK_CONTAINS(r.output, "--steer reframing@two=4: expected LABEL@LAYER=COEF");
+}
+
+TEST_CASE("coefficient 0, and a zero vector, change no bit of the rows or the generation") {
+  TempDir tmp;
+  const Json reference = read_json_file(kGemmaModel + "/steering.json");
+  const std::string vector = write_fixture_vector(tmp, "gemma", reference);
+  steering::VectorFile zero;
+  zero.layers[1] = std::vector<float>(64, 0.0f);
+  zero.layers[4] = std::vector<float>(64, 0.0f);
+  steering::write_vector_file(tmp.file("zero.safetensors"), zero);
+  model::TransformerModel model = model::TransformerModel::load(kGemmaModel, {});
+  const std::vector<readout::Sequence> texts = {{2, 651, 432, 26}, {2, 184, 235, 9, 573, 213, 236}};
+  readout::Request request{Site::kResidPost, readout::Position::kAll, {0, 1, 2, 3, 4, 5}, 0};
+  const at::Tensor plain = readout::read_rows(model, texts, request);
+  for (const auto& [path, coefficient] : {std::pair{vector, 0.0}, std::pair{tmp.file("zero.safetensors"), 1.0}}) {
+    steering::SteeringSpec spec;
+    spec.file_additions.push_back({path, coefficient});
+    const model::StreamWrites writes = steering::place(steering::resolve(spec, model.config()), model);
+    request.writes = &writes;
+    CHECK(at::equal(readout::read_rows(model, texts, request), plain));
+    const std::string prompt = reference["cases"][0]["prompt"].get<std::string>();
+    const Json steered = generation::generation_transcript(kGemmaModel, {prompt}, sixteen_tokens_without_stop(kGemmaModel),
+                                                           "cpu", "fp32", spec);
+    const Json unsteered = generation::generation_transcript(kGemmaModel, {prompt},
+                                                             sixteen_tokens_without_stop(kGemmaModel), "cpu", "fp32");
+    CHECK(steered["cases"] == unsteered["cases"]);
+  }
+}
+
+TEST_CASE("ablation leaves the layer's captured rows orthogonal to the direction, and later layers see it") {
+  TempDir tmp;
+  steering::VectorFile direction;
+  direction.layers[2] = std::vector<float>(64);
+  for (size_t i = 0; i < 64; ++i) direction.layers[2][i] = std::sin(0.7f * static_cast<float>(i)) + 0.2f;
+  steering::write_vector_file(tmp.file("u.safetensors"), direction);
+  capture::CaptureOptions o = three_action_capture(tmp, 30, "cpu");
+  o.layers = "2,4";
+  o.position = readout::Position::kAll;
+  o.output_dir = tmp.file("plain");
+  capture::run_capture(o);
+  o.output_dir = tmp.file("ablated");
+  o.steering.file_ablations = {tmp.file("u.safetensors")};
+  capture::run_capture(o);
+  at::Tensor u = at::tensor(direction.layers[2]);
+  u = u / u.norm();
+  for (const char* run : {"plain", "ablated"}) {
+    const activations::ActivationFile file = activations::read_activation_file(tmp.file(std::string(run) + "/layer_2_activations.h5"));
+    const activations::SplitData& train = file.split(activations::Split::kTrain);
+    const at::Tensor rows = at::from_blob(const_cast<float*>(train.activations.data()), {train.rows, train.hidden}, at::kFloat);
+    const double along = at::matmul(rows, u).abs().max().item<double>(), scale = rows.abs().max().item<double>();
+    CAPTURE(run);
+    if (std::string(run) == "ablated") {
+      CHECK(along <= 1e-5 * scale);
+      CHECK(Json::parse(file.attributes.steering)["ablate"][0]["layer"] == 2);
+    } else {
+      CHECK(along > 1e-2 * scale);
+    }
+  }
+  const auto plain4 = activations::read_activation_file(tmp.file("plain/layer_4_activations.h5")).split(activations::Split::kTrain);
+  const auto ablated4 = activations::read_activation_file(tmp.file("ablated/layer_4_activations.h5")).split(activations::Split::kTrain);
+  CHECK(plain4.activations != ablated4.activations);
+}
+
+TEST_CASE("vector files: GGUF control vectors round-trip bit for bit, layer 0 is not written to GGUF, names are checked") {
+  TempDir tmp;
+  steering::VectorFile file;
+  file.model_hint = "gemma3_text";
+  file.layers[1] = {0.25f, -1.5f, 3e-39f, 7.0f};
+  file.layers[5] = {1.0f, 2.0f, 3.0f, -0.0f};
+  for (const char* name : {"v.gguf", "v.safetensors"}) {
+    steering::write_vector_file(tmp.file(name), file);
+    const steering::VectorFile back = steering::read_vector_file(tmp.file(name));
+    CAPTURE(name);
+    CHECK(back.model_hint == "gemma3_text");
+    REQUIRE(back.layers.size() == 2);
+    for (const auto& [layer, values] : file.layers) {
+      CHECK(std::memcmp(back.layers.at(layer).data(), values.data(), 4 * values.size()) == 0);
+    }
+  }
+  const gguf::File raw = gguf::read_file(tmp.file("v.gguf"));
+  CHECK(raw.find("general.architecture")->value == "controlvector");
+  CHECK(raw.find("controlvector.layer_count")->value == 2);
+  CHECK(raw.tensors[0].name == "direction.1");
+  file.layers[0] = {1, 1, 1, 1};
+  CHECK_THROWS_WITH(steering::write_vector_file(tmp.file("zero.gguf"), file),
+                    doctest::Contains("a GGUF control vector cannot hold layer 0 (llama.cpp has no direction.0"));
+  steering::write_vector_file(tmp.file("zero.safetensors"), file);
+  CHECK(steering::read_vector_file(tmp.file("zero.safetensors")).layers.count(0) == 1);
+  gguf::File wrong;
+  wrong.tensors.push_back({"output.weight", {4}, {1, 2, 3, 4}});
+  gguf::write_file(tmp.file("wrong.gguf"), wrong);
+  CHECK_THROWS_WITH(steering::read_vector_file(tmp.file("wrong.gguf")),
+                    doctest::Contains("tensor 'output.weight' is not a steering vector (expected direction.{L}"));
+}
+
+TEST_CASE("steering along a probe's own direction moves its score the way the sign says; multihead probes are refused") {
+  TempDir tmp;
+  const std::string probes = train_three_action_probes(tmp);
+  inference::EngineOptions options;
+  options.model_dir = kGemmaModel;
+  options.probes_dir = probes;
+  options.device = "cpu";
+  options.layer = 2;
+  inference::Engine engine = inference::Engine::load(options);
+  const std::string text = "I started to see the rejection as useful feedback.";
+  const auto score_of = [&](const std::string& label) {
+    const auto& labels = engine.labels();
+    const size_t k = static_cast<size_t>(std::find(labels.begin(), labels.end(), label) - labels.begin());
+    return engine.score({text})[0].probability[0][k];
+  };
+  for (const std::string& label : engine.labels()) {
+    CAPTURE(label);
+    const double unsteered = score_of(label);
+    steering::SteeringSpec up, down;
+    up.probe_additions.push_back({label, 2, 8.0});
+    down.probe_additions.push_back({label, 2, -8.0});
+    engine.steer(up);
+    const double raised = score_of(label);
+    engine.steer(down);
+    const double lowered = score_of(label);
+    engine.steer({});
+    CHECK(raised > unsteered);
+    CHECK(lowered < unsteered);
+    CHECK(score_of(label) == unsteered);
+  }
+  steering::SteeringSpec multihead;
+  multihead.probes_dir = train_three_action_probes(tmp, "multihead");
+  multihead.probe_additions.push_back({engine.labels().front(), 2, 4.0});
+  CHECK_THROWS_WITH(engine.steer(multihead),
+                    doctest::Contains("a multihead probe has no single direction in the layer's space"));
 }
