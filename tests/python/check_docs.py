@@ -38,6 +38,7 @@ TOOL_PAGES = {
     "inspect_model": ("docs/inspect_model.md", [[], ["info"], ["hidden"], ["generate"], ["tokenize"], ["device"]]),
     "make_example": ("docs/inspect_model.md", [[], ["dataset"], ["model"]]),
     "merge_activations": ("docs/inspect_model.md", [[]]),
+    "make_steering_vectors": ("docs/steering.md", [[]]),
 }
 
 

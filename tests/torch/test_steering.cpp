@@ -16,6 +16,7 @@
 #include "common/files.h"
 #include "common/json.h"
 #include "io/gguf.h"
+#include "probes/probe_files.h"
 #include "generation/transcript.h"
 #include "generation_checks.h"
 #include "inference/engine.h"
@@ -268,4 +269,65 @@ TEST_CASE("steering along a probe's own direction moves its score the way the si
   multihead.probe_additions.push_back({engine.labels().front(), 2, 4.0});
   CHECK_THROWS_WITH(engine.steer(multihead),
                     doctest::Contains("a multihead probe has no single direction in the layer's space"));
+}
+
+TEST_CASE("make_steering_vectors: mean-diff is the train split's mean difference, probe the probes' directions, in both formats") {
+  TempDir tmp;
+  const std::string probes = train_three_action_probes(tmp);
+  CommandResult r = run_command(fmt::format("{} --activations {} --label reframing --output {}", tool("make_steering_vectors"),
+                                            tmp.file("act"), tmp.file("mean.safetensors")));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  CHECK_CONTAINS(r.output, "layer 2: norm");
+  const activations::ActivationFile file = activations::read_activation_file(tmp.file("act/layer_2_activations.h5"));
+  const activations::SplitData& train = file.split(activations::Split::kTrain);
+  const at::Tensor rows = at::from_blob(const_cast<float*>(train.activations.data()), {train.rows, train.hidden}, at::kFloat)
+                              .to(at::kDouble);
+  const int64_t label = std::find(file.attributes.label_names.begin(), file.attributes.label_names.end(), "reframing") -
+                        file.attributes.label_names.begin();
+  const at::Tensor is_label = at::tensor(train.labels) == label;
+  const at::Tensor expected = rows.index({is_label}).mean(0) - rows.index({~is_label}).mean(0);
+  const steering::VectorFile mean = steering::read_vector_file(tmp.file("mean.safetensors"));
+  REQUIRE(mean.layers.count(2) == 1);
+  CHECK((at::tensor(mean.layers.at(2)).to(at::kDouble) - expected).abs().max().item<double>() <=
+        1e-6 * expected.abs().max().item<double>());
+  CHECK(mean.metadata.at("method") == "mean-diff");
+
+  r = run_command(fmt::format("{} --method probe --probes-dir {} --label noticing --output {}", tool("make_steering_vectors"),
+                              probes, tmp.file("probe.gguf")));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  const probes::ProbeSet set = probes::ProbeSet::load(probes, at::kCPU, at::kFloat);
+  size_t index = 0;
+  while (set.probes()[index].label != "noticing") ++index;
+  const steering::VectorFile probe = steering::read_vector_file(tmp.file("probe.gguf"));
+  CHECK(at::equal(at::tensor(probe.layers.at(2)), set.direction(index)));
+
+  // The label's mean difference added at the layer the probe reads moves the probe's logit by w . v exactly.
+  inference::EngineOptions options;
+  options.model_dir = kGemmaModel;
+  options.probes_dir = probes;
+  options.device = "cpu";
+  inference::Engine engine = inference::Engine::load(options);
+  const auto reframing = static_cast<size_t>(
+      std::find(engine.labels().begin(), engine.labels().end(), "reframing") - engine.labels().begin());
+  auto logit = [](double p) { return std::log(p / (1 - p)); };
+  const double before = logit(engine.score({"I noticed the light change."})[0].probability[0][reframing]);
+  steering::SteeringSpec spec;
+  spec.file_additions.push_back({tmp.file("mean.safetensors"), 1.0});
+  engine.steer(spec);
+  const double after = logit(engine.score({"I noticed the light change."})[0].probability[0][reframing]);
+  size_t column = 0;
+  while (set.probes()[column].label != "reframing") ++column;
+  const at::Tensor v = at::tensor(mean.layers.at(2)).unsqueeze(0);
+  const double w_dot_v = (set.logits(v) - set.logits(at::zeros_like(v)))[0][static_cast<int64_t>(column)].item<double>();
+  CHECK(after - before == doctest::Approx(w_dot_v).epsilon(1e-3));
+
+  check_failure(run_command(fmt::format("{} --activations {} --label nosuch --output {}", tool("make_steering_vectors"),
+                                        tmp.file("act"), tmp.file("x.safetensors"))),
+                1, {"no label 'nosuch' among its label_names"});
+  check_failure(run_command(fmt::format("{} --method probe --label reframing --output {}", tool("make_steering_vectors"),
+                                        tmp.file("x.safetensors"))),
+                2, {"--method probe needs --probes-dir"});
+  check_failure(run_command(fmt::format("{} --activations {} --label reframing --output {}", tool("make_steering_vectors"),
+                                        tmp.file("act"), tmp.file("x.txt"))),
+                2, {"a steering vector file is .safetensors (ours) or .gguf"});
 }

@@ -1,0 +1,128 @@
+#include "steering/make_vectors.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "activations/activation_store.h"
+#include "common/error.h"
+#include "common/outputs.h"
+#include "probes/probe_catalog.h"
+#include "probes/probe_files.h"
+#include "cli/cli.h"
+#include "sites/layers.h"
+
+namespace probekit::steering {
+
+namespace {
+
+int64_t label_index(const activations::FileAttributes& attributes, const std::string& label, const std::string& path) {
+  auto found = std::find(attributes.label_names.begin(), attributes.label_names.end(), label);
+  if (found == attributes.label_names.end()) fail_input("{}: no label '{}' among its label_names", path, label);
+  return found - attributes.label_names.begin();
+}
+
+// mean(rows of the label) - mean(the other rows) of a file's train split, in doubles; per-token files give each
+// token's row its example's label.
+std::vector<float> mean_difference(const activations::ActivationFile& file, int64_t label) {
+  const activations::SplitData& train = file.split(activations::Split::kTrain);
+  const auto hidden = static_cast<size_t>(train.hidden);
+  std::vector<double> sums[2] = {std::vector<double>(hidden), std::vector<double>(hidden)};
+  int64_t counts[2] = {0, 0};
+  for (size_t example = 0; example < train.labels.size(); ++example) {
+    const int side = train.labels[example] == label ? 1 : 0;
+    const int64_t first = train.offsets.empty() ? static_cast<int64_t>(example) : train.offsets[example];
+    const int64_t end = train.offsets.empty() ? first + 1 : train.offsets[example + 1];
+    for (int64_t row = first; row < end; ++row) {
+      const float* values = train.activations.data() + static_cast<size_t>(row) * hidden;
+      for (size_t j = 0; j < hidden; ++j) sums[side][j] += values[j];
+      ++counts[side];
+    }
+  }
+  if (counts[0] == 0 || counts[1] == 0) {
+    fail_input("{}: the train split has no rows {} the label", file.path, counts[1] == 0 ? "of" : "other than");
+  }
+  std::vector<float> difference(hidden);
+  for (size_t j = 0; j < hidden; ++j) {
+    difference[j] = static_cast<float>(sums[1][j] / static_cast<double>(counts[1]) - sums[0][j] / static_cast<double>(counts[0]));
+  }
+  return difference;
+}
+
+VectorFile from_activations(const MakeVectorsOptions& o) {
+  VectorFile out;
+  std::vector<int64_t> wanted;
+  for (const std::string& path : activations::find_activation_files({o.activations})) {
+    activations::FileAttributes attributes = activations::read_attributes(path);
+    if (attributes.site != site_name(Site::kResidPost)) {
+      fail_input("{}: read at site {}; steering writes a layer's output ({}), so its vector comes from rows of that site",
+                 path, attributes.site, site_name(Site::kResidPost));
+    }
+    if (!o.layers.empty() && wanted.empty()) wanted = parse_layers(o.layers, std::numeric_limits<int>::max());
+    if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), attributes.layer) == wanted.end()) continue;
+    const activations::ActivationFile file = activations::read_activation_file(path);
+    out.layers[attributes.layer] = mean_difference(file, label_index(attributes, o.label, path));
+    out.model_hint = attributes.model_name;
+  }
+  return out;
+}
+
+VectorFile from_probes(const MakeVectorsOptions& o) {
+  if (o.probes_dir.empty()) fail_usage("--method probe needs --probes-dir, the probes whose directions to write");
+  const probes::ProbeCatalog catalog = probes::find_probes(o.probes_dir);
+  const std::vector<int64_t> wanted = o.layers.empty() ? std::vector<int64_t>{}
+                                                       : parse_layers(o.layers, std::numeric_limits<int>::max());
+  VectorFile out;
+  for (const auto& [layer, dir] : catalog.layer_dirs) {
+    if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), layer) == wanted.end()) continue;
+    const probes::ProbeSet set = probes::ProbeSet::load(dir, at::kCPU, at::kFloat);
+    auto found = std::find_if(set.probes().begin(), set.probes().end(),
+                              [&](const probes::ProbeInfo& p) { return p.label == o.label; });
+    if (found == set.probes().end()) fail_input("{}: no probe for the label '{}'", dir, o.label);
+    const at::Tensor direction = set.direction(static_cast<size_t>(found - set.probes().begin())).contiguous();
+    out.layers[layer] = std::vector<float>(direction.data_ptr<float>(), direction.data_ptr<float>() + direction.numel());
+    out.model_hint = set.index().value("model_name", std::string());
+  }
+  return out;
+}
+
+}  // namespace
+
+void add_make_vectors_flags(CLI::App& app, MakeVectorsOptions& o) {
+  app.add_option("--label", o.label, "The label whose vector to make")->required();
+  app.add_option("--method", o.method,
+                 "mean-diff: mean of the label's train rows minus the other rows' (as it is, not normalized); probe: "
+                 "the label's probe directions (unit length)")
+      ->check(CLI::IsMember({"mean-diff", "probe"}))
+      ->capture_default_str();
+  app.add_option("--activations", o.activations, "mean-diff: a capture's output directory or layer_{L}_activations.h5");
+  app.add_option("--probes-dir", o.probes_dir, "probe: the probes directory (probes.json, or layer_{L}/ folders)");
+  add_layers_option(app, o.layers, "A subset of the layers: 8 17, 8,17, 21-30 or all (default: every one there is)");
+  app.add_option("--output", o.output, "FILE.safetensors (layer.{L}) or FILE.gguf (a llama.cpp control vector)")->required();
+  app.add_flag("--overwrite", o.overwrite, "Replace an existing --output");
+}
+
+VectorFile make_vectors(const MakeVectorsOptions& o) {
+  if (o.method == "mean-diff" && o.activations.empty()) fail_usage("--method mean-diff needs --activations");
+  VectorFile out = o.method == "probe" ? from_probes(o) : from_activations(o);
+  if (out.layers.empty()) fail_input("no layer of {} is among --layers {}", o.method == "probe" ? o.probes_dir : o.activations, o.layers);
+  out.metadata = {{"method", o.method}, {"label", o.label}, {"source", o.method == "probe" ? o.probes_dir : o.activations}};
+  return out;
+}
+
+Json make_and_write_vectors(const MakeVectorsOptions& o) {
+  check_output_file(o.output, o.overwrite);
+  const VectorFile vectors = make_vectors(o);
+  write_vector_file(o.output, vectors);
+  Json layers = Json::array();
+  for (const auto& [layer, values] : vectors.layers) {
+    double squares = 0;
+    for (float v : values) squares += static_cast<double>(v) * v;
+    layers.push_back({{"layer", layer}, {"norm", std::sqrt(squares)}});
+  }
+  return {{"output", o.output}, {"method", o.method}, {"label", o.label}, {"layers", layers}};
+}
+
+}  // namespace probekit::steering
