@@ -220,6 +220,27 @@ at::Tensor read_prefixes(const model::TransformerModel& model, const Sequence& t
   return at::cat(parts);
 }
 
+std::vector<at::Tensor> read_next_token_log_probs(const model::TransformerModel& model,
+                                                  const std::vector<Sequence>& sequences,
+                                                  const std::vector<int64_t>& from, const model::StreamWrites* writes) {
+  for (const Sequence& s : sequences) model.check_inputs(s);
+  PaddedBatch batch = pad(sequences, model.device());
+  model::ForwardPass pass;
+  pass.input_ids = batch.ids;
+  pass.sequence_lengths = batch.lengths;
+  pass.final_norm = true;
+  pass.writes = writes;
+  // Right padding follows each sequence, which causal attention never lets its real tokens see.
+  const at::Tensor hidden = model.forward(pass);
+  std::vector<at::Tensor> log_probs;
+  for (size_t b = 0; b < sequences.size(); ++b) {
+    const int64_t first = from.at(b), last = static_cast<int64_t>(sequences[b].size()) - 1;
+    if (first < 0 || first > last) fail_input("next-token positions from {} in a sequence of {} tokens", first, last + 1);
+    log_probs.push_back(at::log_softmax(model.logits(hidden[static_cast<int64_t>(b)].narrow(0, first, last - first)), -1));
+  }
+  return log_probs;
+}
+
 HiddenStates read_hidden_states(const model::TransformerModel& model, const Sequence& ids,
                                 const model::StreamWrites* writes) {
   model.check_inputs(ids);

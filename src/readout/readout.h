@@ -46,6 +46,15 @@ at::Tensor read_rows(const model::TransformerModel& model, const std::vector<Seq
 at::Tensor read_prefixes(const model::TransformerModel& model, const Sequence& text, const Sequence& suffix,
                          const Request& request);
 
+/// The next-token log-probabilities (fp32, on the model's device) of each sequence at its positions
+/// [from[b], length - 1): what the model predicts for tokens from[b] + 1 on, given what comes before, one [n_b, vocab]
+/// tensor per sequence (teacher forcing: the distributions a generation of those tokens sampled from). `writes` steer the
+/// pass (per row: [B, hidden] vectors). Needs the final norm and the LM head.
+std::vector<at::Tensor> read_next_token_log_probs(const model::TransformerModel& model,
+                                                  const std::vector<Sequence>& sequences,
+                                                  const std::vector<int64_t>& from,
+                                                  const model::StreamWrites* writes = nullptr);
+
 /// One sequence's hidden states as transformers' output_hidden_states gives them, in fp32 on the host.
 struct HiddenStates {
   at::Tensor embeddings;  // [T, hidden]: the residual stream's input

@@ -39,6 +39,7 @@ TOOL_PAGES = {
     "make_example": ("docs/inspect_model.md", [[], ["dataset"], ["model"]]),
     "merge_activations": ("docs/inspect_model.md", [[]]),
     "make_steering_vectors": ("docs/steering.md", [[]]),
+    "steering_sweep": ("docs/steering.md", [[]]),
 }
 
 

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <cmath>
 #include <cstring>
 
@@ -17,6 +18,7 @@
 #include "common/json.h"
 #include "io/gguf.h"
 #include "probes/probe_files.h"
+#include "generation/flags.h"
 #include "generation/transcript.h"
 #include "generation_checks.h"
 #include "inference/engine.h"
@@ -330,4 +332,61 @@ TEST_CASE("make_steering_vectors: mean-diff is the train split's mean difference
   check_failure(run_command(fmt::format("{} --activations {} --label reframing --output {}", tool("make_steering_vectors"),
                                         tmp.file("act"), tmp.file("x.txt"))),
                 2, {"a steering vector file is .safetensors (ours) or .gguf"});
+}
+
+TEST_CASE("steering_sweep: every cell of one batched run gives what it gives alone; scores follow the sign; KL and report") {
+  TempDir tmp;
+  const std::string probes = train_three_action_probes(tmp);
+  write_text(tmp.file("prompts.txt"), "I kept asking myself whether it was true\nLet me step back and look again\n");
+  CommandResult r = run_command(fmt::format(
+      "{} --probes-dir {} --model {} --layer 2 --labels reframing,noticing --coefficients=-8,0,8 --file {} "
+      "--max-new-tokens 6 --device cpu --output-dir {} -q",
+      tool("steering_sweep"), probes, kGemmaModel, tmp.file("prompts.txt"), tmp.file("sweep")));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  CHECK_CONTAINS(r.output, "12 cells in");
+  const Json sweep = read_json_file(tmp.file("sweep/sweep.json"));
+  REQUIRE(sweep["cells"].size() == 10);  // 2 unsteered baselines + 2 labels x 2 coefficients x 2 prompts
+  REQUIRE(sweep["summary"].size() == 6);
+
+  inference::EngineOptions options;
+  options.model_dir = kGemmaModel;
+  options.probes_dir = probes;
+  options.device = "cpu";
+  options.layer = 2;
+  options.generate = true;
+  inference::Engine engine = inference::Engine::load(options);
+  generation::GenerationOptions six = generation::GenerationOptions{};
+  six.max_new_tokens = 6;
+  six.stop_ids = generation::read_stop_ids(kGemmaModel);
+  for (const Json& cell : sweep["cells"]) {
+    steering::SteeringSpec spec;
+    if (!cell["label"].is_null()) spec.probe_additions.push_back({cell["label"], 2, cell["coefficient"].get<double>()});
+    engine.steer(spec);
+    const auto alone = engine.generate({sweep["prompts"][cell["prompt"].get<size_t>()]}, six,
+                                       [](const inference::ScoredToken&) { return true; });
+    CAPTURE(cell["label"]);
+    CAPTURE(cell["coefficient"]);
+    CHECK(cell["generated_ids"] == Json(alone[0].ids));
+    CHECK(cell["perplexity"].get<double>() > 0);
+    if (cell["label"].is_null()) {
+      CHECK(cell["kl_mean"] == 0.0);
+    } else {
+      CHECK(cell["kl_mean"].get<double>() > 0);
+    }
+  }
+  for (const char* label : {"reframing", "noticing"}) {
+    std::map<double, double> score;
+    for (const Json& p : sweep["summary"]) {
+      if (p["label"] == label) score[p["coefficient"].get<double>()] = p["score_mean"].get<double>();
+    }
+    CAPTURE(label);
+    CHECK(score[8] > score[0]);
+    CHECK(score[0] > score[-8]);
+  }
+  const std::string html = read_file(tmp.file("sweep/sweep.html"));
+  CHECK(html.find("<svg") != std::string::npos);
+  size_t charts = 0;
+  for (size_t at = html.find("class=\"dose\""); at != std::string::npos; at = html.find("class=\"dose\"", at + 1)) ++charts;
+  CHECK(charts == 2);
+  CHECK(html.find("http") == std::string::npos);  // self-contained
 }

@@ -1,0 +1,273 @@
+#include "sweep/sweep.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <map>
+
+#include "cli/cli.h"
+#include "common/error.h"
+#include "common/files.h"
+#include "common/outputs.h"
+#include "common/progress.h"
+#include "readout/readout.h"
+#include "steering/steering.h"
+#include "sweep/fluency.h"
+#include "sweep/sweep_report.h"
+
+namespace probekit::sweep {
+
+namespace {
+
+// One generation of the sweep: a label steered at a coefficient from a prompt; the unsteered baseline has no label.
+struct Cell {
+  std::string label;
+  double coefficient = 0;
+  size_t prompt = 0;
+};
+
+struct CellResult {
+  std::vector<int32_t> prompt_ids, ids;
+  std::string text, stop;
+  std::vector<std::vector<double>> scores;  // [token][label]: every probe of the layer, the text so far
+  Fluency fluency;
+};
+
+std::vector<std::string> read_prompts(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail("{}: cannot open the prompts file", path);
+  std::vector<std::string> prompts;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty()) prompts.push_back(line);
+  }
+  if (prompts.empty()) fail_input("{}: no prompts (one per line)", path);
+  return prompts;
+}
+
+std::vector<std::string> sweep_labels(const SweepOptions& o, const inference::Engine& engine) {
+  if (o.labels.empty()) return engine.labels();
+  std::vector<std::string> labels;
+  for (size_t start = 0; start <= o.labels.size();) {
+    const size_t comma = std::min(o.labels.find(',', start), o.labels.size());
+    const std::string label = o.labels.substr(start, comma - start);
+    if (std::find(engine.labels().begin(), engine.labels().end(), label) == engine.labels().end()) {
+      fail_usage("--labels: {} has no probe for '{}' at layer {}", o.engine.probes_dir, label, engine.layers().front());
+    }
+    labels.push_back(label);
+    start = comma + 1;
+  }
+  return labels;
+}
+
+// The baseline of every prompt first, then each label's nonzero coefficients over every prompt.
+std::vector<Cell> plan_cells(const std::vector<std::string>& labels, const std::vector<double>& coefficients,
+                             size_t prompts) {
+  std::vector<Cell> cells;
+  for (size_t p = 0; p < prompts; ++p) cells.push_back({"", 0.0, p});
+  for (const std::string& label : labels) {
+    for (double coefficient : coefficients) {
+      if (coefficient == 0) continue;  // the baseline is every label's coefficient 0
+      for (size_t p = 0; p < prompts; ++p) cells.push_back({label, coefficient, p});
+    }
+  }
+  return cells;
+}
+
+// Each label's direction at the layer (coefficient 1), resolved once.
+std::map<std::string, steering::SteeringVectors> label_directions(const std::vector<std::string>& labels,
+                                                                  const inference::Engine& engine,
+                                                                  const std::string& probes_dir) {
+  std::map<std::string, steering::SteeringVectors> directions;
+  for (const std::string& label : labels) {
+    steering::SteeringSpec spec;
+    spec.probes_dir = probes_dir;
+    spec.probe_additions.push_back({label, engine.layers().front(), 1.0});
+    directions[label] = steering::resolve(spec, engine.model().config());
+  }
+  return directions;
+}
+
+
+steering::SteeringVectors steering_of(const Cell& cell, const std::map<std::string, steering::SteeringVectors>& directions) {
+  if (cell.label.empty()) return {};
+  steering::SteeringVectors vectors = directions.at(cell.label);
+  vectors.additions.front().coefficient = cell.coefficient;
+  return vectors;
+}
+
+// Cells [first, end) as one batched generation, each row steered its own way; then their fluency.
+void run_batch(const inference::Engine& engine, const std::vector<std::string>& prompts, const std::vector<Cell>& cells,
+               size_t first, size_t end, const std::map<std::string, steering::SteeringVectors>& directions,
+               const generation::GenerationOptions& generation, std::vector<CellResult>& results) {
+  std::vector<steering::SteeringVectors> rows;
+  std::vector<std::string> texts;
+  for (size_t i = first; i < end; ++i) {
+    rows.push_back(steering_of(cells[i], directions));
+    texts.push_back(prompts[cells[i].prompt]);
+  }
+  std::vector<const steering::SteeringVectors*> row_steering;
+  for (const steering::SteeringVectors& row : rows) row_steering.push_back(row.empty() ? nullptr : &row);
+  const model::StreamWrites writes = steering::place_rows(row_steering, engine.model());
+  generation::GenerationOptions options = generation;
+  options.writes = &writes;
+  const std::vector<inference::GeneratedText> generated =
+      engine.generate(texts, options, [&](const inference::ScoredToken& token) {
+        results[first + token.row].scores.push_back(token.probability.front());
+        return true;
+      });
+  std::vector<readout::Sequence> prompt_ids, ids;
+  for (size_t i = first; i < end; ++i) {
+    CellResult& result = results[i];
+    result.prompt_ids = generated[i - first].prompt_ids;
+    result.ids = generated[i - first].ids;
+    result.text = generated[i - first].text;
+    result.stop = generation::stop_reason_name(generated[i - first].stop);
+    prompt_ids.push_back(result.prompt_ids);
+    ids.push_back(result.ids);
+  }
+  std::vector<Fluency> fluency = measure_fluency(engine.model(), prompt_ids, ids, row_steering, 8);
+  for (size_t i = first; i < end; ++i) results[i].fluency = std::move(fluency[i - first]);
+}
+
+double mean_of(const std::vector<double>& values) {
+  double sum = 0;
+  for (double v : values) sum += v;
+  return values.empty() ? 0.0 : sum / static_cast<double>(values.size());
+}
+
+// Label k's score over a cell's generated tokens, averaged.
+double mean_score(const CellResult& result, size_t k) {
+  std::vector<double> scores;
+  for (const std::vector<double>& token : result.scores) scores.push_back(token[k]);
+  return mean_of(scores);
+}
+
+Json cell_json(const Cell& cell, const CellResult& result, const std::vector<std::string>& labels) {
+  Json mean_scores = Json::object(), target = Json::array();
+  for (size_t k = 0; k < labels.size(); ++k) mean_scores[labels[k]] = mean_score(result, k);
+  const auto column = std::find(labels.begin(), labels.end(), cell.label) - labels.begin();
+  if (!cell.label.empty()) {
+    for (const auto& token : result.scores) target.push_back(token[static_cast<size_t>(column)]);
+  }
+  return {{"label", cell.label.empty() ? Json() : Json(cell.label)}, {"coefficient", cell.coefficient},
+          {"prompt", cell.prompt}, {"prompt_ids", result.prompt_ids}, {"generated_ids", result.ids},
+          {"text", result.text}, {"stop", result.stop}, {"target_scores", target}, {"mean_scores", mean_scores},
+          {"kl", result.fluency.kl}, {"kl_mean", result.fluency.kl_mean}, {"perplexity", result.fluency.perplexity}};
+}
+
+
+// Index of the cell (label, coefficient, prompt); coefficient 0 is the prompt's baseline.
+size_t cell_index(const std::vector<Cell>& cells, const std::string& label, double coefficient, size_t prompt) {
+  for (size_t i = 0; i < cells.size(); ++i) {
+    const Cell& c = cells[i];
+    if (c.prompt == prompt && (coefficient == 0 ? c.label.empty() : c.label == label && c.coefficient == coefficient)) return i;
+  }
+  fail_input("the sweep has no cell {}@{} for prompt {}", label, coefficient, prompt);
+}
+
+// One point of a label's dose-response curve: its score and every other probe's over the prompts, against the
+// baseline; `labels` are the probes' labels, in the order of the cells' scores.
+Json summary_point(const std::string& label, double coefficient, const std::vector<Cell>& cells,
+                   const std::vector<CellResult>& results, const std::vector<std::string>& labels, size_t prompts) {
+  const size_t target = static_cast<size_t>(std::find(labels.begin(), labels.end(), label) - labels.begin());
+  std::vector<double> score, kl, perplexity, shift(labels.size(), 0.0), level(labels.size(), 0.0);
+  for (size_t p = 0; p < prompts; ++p) {
+    const CellResult& steered = results[cell_index(cells, label, coefficient, p)];
+    const CellResult& baseline = results[cell_index(cells, label, 0, p)];
+    score.push_back(mean_score(steered, target));
+    kl.push_back(steered.fluency.kl_mean);
+    perplexity.push_back(steered.fluency.perplexity);
+    for (size_t k = 0; k < labels.size(); ++k) {
+      level[k] += mean_score(steered, k) / static_cast<double>(prompts);
+      shift[k] += (mean_score(steered, k) - mean_score(baseline, k)) / static_cast<double>(prompts);
+    }
+  }
+  double low = 0, high = 0, off_abs = 0, off_low = 1, off_high = 0;
+  for (size_t k = 0; k < labels.size(); ++k) {
+    if (k == target) continue;
+    low = std::min(low, shift[k]), high = std::max(high, shift[k]), off_abs += std::abs(shift[k]);
+    off_low = std::min(off_low, level[k]), off_high = std::max(off_high, level[k]);
+  }
+  const double others = std::max<double>(1, static_cast<double>(labels.size()) - 1);
+  return {{"label", label}, {"coefficient", coefficient}, {"score_mean", mean_of(score)}, {"score_shift", shift[target]},
+          {"off_target_shift_min", low}, {"off_target_shift_max", high}, {"off_target_mean_abs_shift", off_abs / others},
+          {"off_target_score_min", labels.size() > 1 ? off_low : 0.0},
+          {"off_target_score_max", labels.size() > 1 ? off_high : 0.0}, {"kl_mean", mean_of(kl)},
+          {"perplexity_mean", mean_of(perplexity)}};
+}
+
+void check_options(const SweepOptions& o) {
+  if (o.engine.layer < 0) fail_usage("--layer: the layer whose probes give the directions (and score the generations)");
+  if (o.coefficients.empty()) fail_usage("--coefficients: give at least one, e.g. -8,-4,0,4,8");
+  if (o.rows_per_batch < 1) fail_usage("--rows-per-batch must be positive, got {}", o.rows_per_batch);
+}
+
+}  // namespace
+
+void add_sweep_flags(CLI::App& app, SweepOptions& o) {
+  inference::EngineOptions& e = o.engine;
+  app.add_option("--probes-dir", e.probes_dir, "Probes directory (probes.json, or layer_{L}/ folders)")->required();
+  add_model_options(app, e.model_dir, "The checkpoint the probes were trained on (default: the one recorded with them)");
+  app.add_option("--labels", o.labels, "Labels to steer, comma-separated (default: every label with a probe at --layer)");
+  app.add_option("--layer", e.layer, "The layer steered and read: its probes give the directions and the scores")->required();
+  app.add_option("--coefficients", o.coefficients, "Coefficients of the unit directions, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--file", o.prompts_file, "Prompts, one per line")->required();
+  app.add_option("--output-dir", o.output_dir, "Where sweep.json and sweep.html go")->required();
+  app.add_option("--rows-per-batch", o.rows_per_batch, "Generations decoded together (label x coefficient x prompt)")
+      ->capture_default_str();
+  app.add_flag("--overwrite", o.overwrite, "Replace an existing, non-empty --output-dir");
+  add_device_options(app, e.device, e.dtype);
+  generation::add_generation_flags(app, o.generation);
+}
+
+Json run_sweep(SweepOptions o) {
+  check_options(o);
+  StagedDirectory out(o.output_dir, o.overwrite);
+  o.engine.generate = true;
+  o.engine.batch_size = o.rows_per_batch;
+  const inference::Engine engine = inference::Engine::load(o.engine);
+  const std::vector<std::string> labels = sweep_labels(o, engine), prompts = read_prompts(o.prompts_file);
+  const std::vector<Cell> cells = plan_cells(labels, o.coefficients, prompts.size());
+  const auto directions = label_directions(labels, engine, o.engine.probes_dir);
+  const generation::GenerationOptions generation = generation::resolve_generation_flags(o.generation, engine.model_dir());
+  std::vector<CellResult> results(cells.size());
+  ProgressBar progress("sweep", static_cast<int64_t>(cells.size()), "generations");
+  const auto start = std::chrono::steady_clock::now();
+  const auto batch = static_cast<size_t>(o.rows_per_batch);
+  for (size_t first = 0; first < cells.size(); first += batch) {
+    run_batch(engine, prompts, cells, first, std::min(cells.size(), first + batch), directions, generation, results);
+    progress.update(static_cast<int64_t>(std::min(cells.size(), first + batch)));
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  progress.finish();
+  Json summary = Json::array(), all = Json::array();
+  for (const std::string& label : labels) {
+    for (double c : o.coefficients) {
+      summary.push_back(summary_point(label, c, cells, results, engine.labels(), prompts.size()));
+    }
+  }
+  for (size_t i = 0; i < cells.size(); ++i) all.push_back(cell_json(cells[i], results[i], engine.labels()));
+  const auto swept = static_cast<double>(labels.size() * o.coefficients.size() * prompts.size());
+  Json sweep = {{"model", engine.model_dir()},   {"probes", o.engine.probes_dir},
+                {"layer", o.engine.layer},       {"site", site_name(Site::kResidPost)},
+                {"labels", labels},              {"probe_labels", engine.labels()},
+                {"coefficients", o.coefficients}, {"prompts", prompts},
+                {"max_new_tokens", generation.max_new_tokens}, {"seconds", seconds},
+                {"cells_per_s", swept / seconds}, {"summary", summary},
+                {"cells", all}};
+  write_file_atomic(out.path() + "/sweep.json", dump_json(sweep, 1) + "\n");
+  write_file_atomic(out.path() + "/sweep.html", render_sweep_report(sweep));
+  out.commit();
+  return {{"output_dir", o.output_dir}, {"cells", swept}, {"seconds", seconds}, {"cells_per_s", swept / seconds},
+          {"summary", summary}};
+}
+
+}  // namespace probekit::sweep

@@ -1,0 +1,26 @@
+// steering_sweep: causal validation of probes. For each label and coefficient, generations from every prompt with
+// the label's probe direction added at one layer, measured by the label's probe, every other label's, and the
+// fluency cost (KL from the unsteered model, perplexity); OUT/sweep.json and OUT/sweep.html.
+#include <fmt/format.h>
+
+#include "cli/torch/torch_tool.h"
+#include "sweep/sweep.h"
+
+using namespace probekit;
+
+int main(int argc, char** argv) {
+  return run_tool_main<sweep::SweepOptions>(
+      argc, argv, "Steer along probe directions at several coefficients and measure the effect and its cost",
+      sweep::add_sweep_flags, [](sweep::SweepOptions& options) {
+        const Json summary = sweep::run_sweep(options);
+        fmt::print("{:<28} {:>8} {:>8} {:>8} {:>12} {:>8}\n", "label", "coef", "score", "shift", "off-target", "KL");
+        for (const Json& p : summary["summary"]) {
+          fmt::print("{:<28} {:>8g} {:>8.4f} {:>+8.4f} {:>12.4f} {:>8.4f}\n", p["label"].get<std::string>(),
+                     p["coefficient"].get<double>(), p["score_mean"].get<double>(), p["score_shift"].get<double>(),
+                     p["off_target_mean_abs_shift"].get<double>(), p["kl_mean"].get<double>());
+        }
+        fmt::print("{:g} cells in {:.2f} s ({:.1f} cells/s); wrote {}/sweep.json and sweep.html\n",
+                   summary["cells"].get<double>(), summary["seconds"].get<double>(),
+                   summary["cells_per_s"].get<double>(), options.output_dir);
+      });
+}
