@@ -276,15 +276,28 @@ void Engine::store_probabilities(const at::Tensor& rows, std::vector<std::vector
   store_columns(probabilities_of(rows), tables, first);
 }
 
-std::vector<TextScores> Engine::score(const std::vector<std::string>& texts) const {
+std::vector<TextScores> Engine::score(const std::vector<std::string>& texts,
+                                      const std::vector<const steering::SteeringVectors*>& steering) const {
+  if (!steering.empty() && steering.size() != texts.size()) fail_input("{} steering rows for {} texts", steering.size(), texts.size());
   std::vector<readout::Prompt> prompts = prompts_->build(texts);
   prompts_->warn_if_cut(prompts);
   std::vector<std::vector<std::vector<double>>> tables = empty_tables(texts.size());
   auto batch_size = static_cast<size_t>(std::max<int64_t>(1, options_.batch_size));
   for (size_t start = 0; start < prompts.size(); start += batch_size) {
     std::vector<readout::Sequence> batch;
-    for (size_t i = start; i < std::min(prompts.size(), start + batch_size); ++i) batch.push_back(prompts[i].ids);
-    store_probabilities(readout::read_rows(*model_, batch, request_), tables, start);
+    const size_t end = std::min(prompts.size(), start + batch_size);
+    for (size_t i = start; i < end; ++i) batch.push_back(prompts[i].ids);
+    if (steering.empty()) {
+      store_probabilities(readout::read_rows(*model_, batch, request_), tables, start);
+      continue;
+    }
+    // Each text steered its own way: a vector per row of a padded batch (packed rows share one stream).
+    const model::StreamWrites writes = steering::place_rows(
+        {steering.begin() + static_cast<std::ptrdiff_t>(start), steering.begin() + static_cast<std::ptrdiff_t>(end)}, *model_);
+    readout::Request steered = request_;
+    steered.writes = &writes;
+    steered.layout = readout::Layout::kPadded;
+    store_probabilities(readout::read_rows(*model_, batch, steered), tables, start);
   }
   spdlog::debug("{} texts scored", texts.size());
   std::vector<TextScores> scores(texts.size());
@@ -292,7 +305,7 @@ std::vector<TextScores> Engine::score(const std::vector<std::string>& texts) con
   return scores;
 }
 
-TokenScores Engine::score_tokens(const std::string& text) const {
+TokenScores Engine::score_tokens(const std::string& text, const steering::SteeringVectors* steering) const {
   if (request_.position != readout::Position::kLast) {
     fail_input("--per-token needs probes trained on the last token (these used position '{}')",
                readout::position_name(request_.position));
@@ -308,7 +321,10 @@ TokenScores Engine::score_tokens(const std::string& text) const {
   result.tokens = tokenizer_->tokens(result.ids);
   for (int32_t id : result.ids) result.texts.push_back(tokenizer_->decode({id}));
   result.probability = empty_tables(result.ids.size());
-  store_probabilities(readout::read_prefixes(*model_, prompt.ids, prompts_->suffix_ids(), request_), result.probability, 0);
+  readout::Request steered = request_;
+  const model::StreamWrites writes = steering != nullptr ? steering::place(*steering, *model_) : model::StreamWrites();
+  if (steering != nullptr) steered.writes = &writes;
+  store_probabilities(readout::read_prefixes(*model_, prompt.ids, prompts_->suffix_ids(), steered), result.probability, 0);
   return result;
 }
 

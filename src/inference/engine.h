@@ -101,11 +101,13 @@ class Engine {
   const device::ComputeTarget& target() const { return target_; }
   const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
 
-  /// Scores texts in batches.
-  std::vector<TextScores> score(const std::vector<std::string>& texts) const;
+  /// Scores texts in batches, steered as the engine steers, or each text its own way (`steering`: one entry per
+  /// text, null for none).
+  std::vector<TextScores> score(const std::vector<std::string>& texts,
+                                const std::vector<const steering::SteeringVectors*>& steering = {}) const;
   /// Scores every token position of a text: one pass over the text records its keys and values, then one
   /// batched pass runs the suffix after each prefix on top of them (not one forward per prefix).
-  TokenScores score_tokens(const std::string& text) const;
+  TokenScores score_tokens(const std::string& text, const steering::SteeringVectors* steering = nullptr) const;
   /// Generates after each prompt (tokenized with special tokens; --batch-size prompts at a time) while the probes
   /// score every new token as the last token of the text so far followed by the prompt suffix, read from the
   /// generation's own forward passes. Needs EngineOptions::generate.

@@ -74,8 +74,11 @@ void generate_into(const ServerContext& context, const GenerateQuery& query, con
   } else if (context.scheduler.stopping()) {
     stream.push("error", error_body("the server is shutting down", ""), true);
   } else {
-    stream.push("done", {{"reason", generation::stop_reason_name(done.front().stop)}, {"tokens", done.front().ids.size()},
-                         {"text", done.front().text}}, true);
+    Json finished = {{"reason", generation::stop_reason_name(done.front().stop)},
+                     {"tokens", done.front().ids.size()},
+                     {"text", done.front().text}};
+    if (options.writes != nullptr) finished["steered"] = true;
+    stream.push("done", finished, true);
   }
 }
 
@@ -86,11 +89,16 @@ void start_generation(const ServerContext& context, const GenerateQuery& query, 
   check_view(context, query.view);
   check_text_length(context, query.prompt, "prompt");
   generation::GenerationOptions options = options_for(context, query);
+  std::shared_ptr<const steering::SteeringVectors> steering = resolve_steering(context, query.steering);
   context.scheduler.submit_alone(
-      [context, query, options, stream, deadline](std::exception_ptr refused) {
+      [context, query, options, steering, stream, deadline](std::exception_ptr refused) {
         try {
           if (refused) std::rethrow_exception(refused);
-          generate_into(context, query, options, *stream, deadline);
+          const model::StreamWrites writes =
+              steering ? steering::place(*steering, context.engine.model()) : model::StreamWrites();
+          generation::GenerationOptions steered = options;
+          if (steering) steered.writes = &writes;
+          generate_into(context, query, steered, *stream, deadline);
         } catch (const std::exception& e) {
           stream->push("error", error_body(e.what(), ""), true);
         }

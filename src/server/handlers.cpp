@@ -50,7 +50,56 @@ bool single_layer(const ServerContext& context, const ViewQuery& view) {
   return context.options.engine.best_layer || layer_rows(context.engine, view.layers).size() == 1;
 }
 
+// One steering item as a spec (its probes: the server's), checked against the model first so that the error names
+// the item's field.
+steering::SteeringSpec item_spec(const ServerContext& context, const SteerItem& item, const std::string& field,
+                                 bool ablate) {
+  const model::ModelConfig& config = context.engine.model().config();
+  if (item.layer >= config.num_layers) {
+    throw RequestError(400, fmt::format("'{}.layer': layer {} is out of range: the model has layers 0 to {}", field,
+                                        item.layer, config.num_layers - 1),
+                       field + ".layer");
+  }
+  if (item.label.empty() && static_cast<int64_t>(item.vector.size()) != config.hidden_size) {
+    throw RequestError(400, fmt::format("'{}.vector' has {} values, the model's hidden size is {}", field,
+                                        item.vector.size(), config.hidden_size),
+                       field + ".vector");
+  }
+  steering::SteeringSpec spec;
+  spec.probes_dir = context.options.engine.probes_dir;
+  if (!item.label.empty()) {
+    if (ablate) spec.probe_ablations.push_back({item.label, std::to_string(item.layer)});
+    if (!ablate) spec.probe_additions.push_back({item.label, item.layer, item.coefficient});
+  } else {
+    (ablate ? spec.vector_ablations : spec.vector_additions).push_back({item.vector, item.layer, item.coefficient});
+  }
+  return spec;
+}
+
 }  // namespace
+
+std::shared_ptr<const steering::SteeringVectors> resolve_steering(const ServerContext& context,
+                                                                  const SteeringQuery& query) {
+  if (query.empty()) return nullptr;
+  auto vectors = std::make_shared<steering::SteeringVectors>();
+  for (const bool ablate : {false, true}) {
+    const std::vector<SteerItem>& items = ablate ? query.ablate : query.steer;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const std::string field = fmt::format("{}[{}]", ablate ? "ablate" : "steer", i);
+      steering::SteeringVectors item;
+      try {
+        item = steering::resolve(item_spec(context, items[i], field, ablate), context.engine.model().config());
+      } catch (const RequestError&) {
+        throw;
+      } catch (const std::exception& e) {
+        throw RequestError(400, fmt::format("'{}': {}", field, e.what()), field + (items[i].label.empty() ? ".vector" : ".label"));
+      }
+      vectors->additions.insert(vectors->additions.end(), item.additions.begin(), item.additions.end());
+      vectors->ablations.insert(vectors->ablations.end(), item.ablations.begin(), item.ablations.end());
+    }
+  }
+  return vectors;
+}
 
 inference::ScoreTable query_table(const ServerContext& context, const std::vector<std::vector<double>>& probability,
                                   const ViewQuery& view) {
@@ -90,7 +139,8 @@ void check_text_length(const ServerContext& context, const std::string& text, co
 Json rank_response(const ServerContext& context, const RankQuery& query, Clock::time_point deadline) {
   check_view(context, query.view);
   for (size_t i = 0; i < query.texts.size(); ++i) check_text_length(context, query.texts[i], fmt::format("texts[{}]", i));
-  std::vector<inference::TextScores> scores = context.scheduler.score(query.texts, deadline);
+  std::shared_ptr<const steering::SteeringVectors> steering = resolve_steering(context, query.steering);
+  std::vector<inference::TextScores> scores = context.scheduler.score(query.texts, steering, deadline);
   inference::Display display = display_of(query.view);
   bool one_layer = single_layer(context, query.view);
   Json results = Json::array();
@@ -98,7 +148,9 @@ Json rank_response(const ServerContext& context, const RankQuery& query, Clock::
     results.push_back(inference::ranking_json(query_table(context, scores[i].probability, query.view), query.texts[i],
                                               display, one_layer, context.engine.multiclass()));
   }
-  return {{"results", results}};
+  Json response = {{"results", results}};
+  if (steering) response["steering"] = steering->record();
+  return response;
 }
 
 Json per_token_response(const ServerContext& context, const PerTokenQuery& query, Clock::time_point deadline) {
@@ -106,11 +158,14 @@ Json per_token_response(const ServerContext& context, const PerTokenQuery& query
   check_text_length(context, query.text, "text");
   const inference::Engine& engine = context.engine;
   std::string text = query.text;
+  std::shared_ptr<const steering::SteeringVectors> steering = resolve_steering(context, query.steering);
   inference::TokenScores scores = context.scheduler.run_alone<inference::TokenScores>(
-      [&engine, text] { return engine.score_tokens(text); }, deadline);
+      [&engine, text, steering] { return engine.score_tokens(text, steering.get()); }, deadline);
   std::vector<inference::ScoreTable> tables;
   for (const auto& probability : scores.probability) tables.push_back(query_table(context, probability, query.view));
-  return inference::per_token_json(query.text, scores, tables);
+  Json response = inference::per_token_json(query.text, scores, tables);
+  if (steering) response["steering"] = steering->record();
+  return response;
 }
 
 Json info_response(const ServerContext& context, int64_t open_streams, bool generation) {

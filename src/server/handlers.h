@@ -30,6 +30,11 @@ inference::ScoreTable query_table(const ServerContext& context, const std::vecto
 /// Refuses a view the probes cannot give: a layer without probes, calibrated thresholds of a multiclass probe.
 void check_view(const ServerContext& context, const ViewQuery& view);
 
+/// A request's "steer" and "ablate" resolved against the model and the server's probes (null when it has none); a
+/// label without a probe at the layer, a layer out of range, a vector of the wrong width is a 400 naming the item.
+std::shared_ptr<const steering::SteeringVectors> resolve_steering(const ServerContext& context,
+                                                                  const SteeringQuery& query);
+
 /// Refuses a text longer than --max-tokens, naming `field`.
 void check_text_length(const ServerContext& context, const std::string& text, const std::string& field);
 

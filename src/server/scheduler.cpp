@@ -27,10 +27,13 @@ Scheduler::~Scheduler() {
   if (worker_.joinable()) worker_.join();
 }
 
-std::vector<inference::TextScores> Scheduler::score(std::vector<std::string> texts, Clock::time_point deadline) {
+std::vector<inference::TextScores> Scheduler::score(std::vector<std::string> texts,
+                                                    std::shared_ptr<const steering::SteeringVectors> steering,
+                                                    Clock::time_point deadline) {
   auto job = std::make_unique<Job>();
   job->weight = static_cast<int64_t>(texts.size());
   job->texts = std::move(texts);
+  job->steering = std::move(steering);
   job->deadline = deadline;
   std::future<std::vector<inference::TextScores>> future = job->scores.get_future();
   std::shared_ptr<std::atomic<bool>> abandoned = enqueue(std::move(job));
@@ -189,16 +192,20 @@ void Scheduler::drop_expired(std::vector<std::unique_ptr<Job>>& jobs) {
 // Every queued ranking's texts in one engine call, then each request's share of the scores.
 void Scheduler::serve_rankings(std::vector<std::unique_ptr<Job>>& jobs) {
   std::vector<std::string> texts;
+  std::vector<const steering::SteeringVectors*> steering;  // per text: its request's steering (null: none)
   std::vector<Job*> rankings;
+  bool steered = false;
   for (auto& job : jobs) {
     if (!job || job->alone) continue;
     rankings.push_back(job.get());
     texts.insert(texts.end(), job->texts.begin(), job->texts.end());
+    steering.insert(steering.end(), job->texts.size(), job->steering.get());
+    steered = steered || job->steering != nullptr;
   }
   if (rankings.empty()) return;
   std::vector<inference::TextScores> scores;
   try {
-    scores = engine_.score(texts);
+    scores = steered ? engine_.score(texts, steering) : engine_.score(texts);
   } catch (...) {
     for (Job* job : rankings) job->scores.set_exception(std::current_exception());
     return;

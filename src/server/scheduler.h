@@ -38,9 +38,12 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  /// Scores `texts` together with the other rankings queued at the time. Throws RequestError: 429 when the queue
+  /// Scores `texts` together with the other rankings queued at the time, steered as `steering` says (null: not);
+  /// requests that steer differently share the batch, a vector per row. Throws RequestError: 429 when the queue
   /// is full, 408 past `deadline`, 503 once stopping.
-  std::vector<inference::TextScores> score(std::vector<std::string> texts, Clock::time_point deadline);
+  std::vector<inference::TextScores> score(std::vector<std::string> texts,
+                                           std::shared_ptr<const steering::SteeringVectors> steering,
+                                           Clock::time_point deadline);
 
   /// Runs `work` on the worker, alone on the device, and returns its result (errors as above).
   template <typename Result>
@@ -71,6 +74,7 @@ class Scheduler {
  private:
   struct Job {
     std::vector<std::string> texts;  // a ranking's texts, batched with the others
+    std::shared_ptr<const steering::SteeringVectors> steering;  // theirs; null: none
     std::promise<std::vector<inference::TextScores>> scores;
     std::function<void(std::exception_ptr)> alone;  // otherwise: run alone; given an error instead when refused
     Clock::time_point deadline;

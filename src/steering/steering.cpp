@@ -106,7 +106,7 @@ void add_probe_vectors(const SteeringSpec& spec, const model::ModelConfig& confi
   }
 }
 
-void add_file_vectors(const SteeringSpec& spec, const model::ModelConfig& config, SteeringVectors& out) {
+void add_given_vectors(const SteeringSpec& spec, const model::ModelConfig& config, SteeringVectors& out) {
   for (const SteeringSpec::FileAddition& a : spec.file_additions) {
     for (auto& [layer, values] : read_vector_file(a.path).layers) {
       const std::string what = fmt::format("--steer-vector {} (layer {})", a.path, layer);
@@ -126,6 +126,11 @@ void add_file_vectors(const SteeringSpec& spec, const model::ModelConfig& config
     check_layer(a.layer, config, what);
     out.additions.push_back({a.layer, checked_vector(a.vector, config, what), a.coefficient, {{"vector", true}}});
   }
+  for (const SteeringSpec::VectorAddition& a : spec.vector_ablations) {
+    const std::string what = fmt::format("ablate vector at layer {}", a.layer);
+    check_layer(a.layer, config, what);
+    out.ablations.push_back({a.layer, unit(checked_vector(a.vector, config, what), what), {{"vector", true}}});
+  }
 }
 
 at::Device device_of(const model::TransformerModel& model, int64_t layer) {
@@ -136,7 +141,7 @@ at::Device device_of(const model::TransformerModel& model, int64_t layer) {
 
 bool SteeringSpec::empty() const {
   return probe_additions.empty() && file_additions.empty() && vector_additions.empty() && probe_ablations.empty() &&
-         file_ablations.empty();
+         file_ablations.empty() && vector_ablations.empty();
 }
 
 bool SteeringSpec::needs_probes() const { return !probe_additions.empty() || !probe_ablations.empty(); }
@@ -178,7 +183,7 @@ Json SteeringVectors::record() const {
 SteeringVectors resolve(const SteeringSpec& spec, const model::ModelConfig& config) {
   SteeringVectors vectors;
   add_probe_vectors(spec, config, vectors);
-  add_file_vectors(spec, config, vectors);
+  add_given_vectors(spec, config, vectors);
   return vectors;
 }
 

@@ -42,6 +42,7 @@ struct SteeringSpec {
   std::vector<VectorAddition> vector_additions;
   std::vector<ProbeAblation> probe_ablations;
   std::vector<std::string> file_ablations;  // --ablate-vector FILE: each layer's vector (normalized) projected out
+  std::vector<VectorAddition> vector_ablations;  // a request's {"vector", "layer"} to project out (normalized)
   std::string probes_dir;                   // where the labels' probes are
 
   bool empty() const;

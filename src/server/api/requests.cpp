@@ -150,6 +150,77 @@ ViewQuery view_fields(BodyFields& fields, bool with_modes) {
   return view;
 }
 
+// An object's fields, each read once; whatever is left is unknown (`where` names the object in messages).
+void reject_unknown_keys(const Json& object, const std::set<std::string>& known, const std::string& where) {
+  for (const auto& [key, value] : object.items()) {
+    if (known.count(key) == 0) {
+      throw RequestError(kBadRequest, fmt::format("unknown field '{}.{}'", where, key), where + "." + key);
+    }
+  }
+}
+
+std::vector<float> steering_vector(const Json& value, const std::string& field) {
+  if (!value.is_array() || value.empty()) wrong_type(field, "a non-empty list of numbers", value);
+  if (static_cast<int64_t>(value.size()) > kMaxSteeringVector) {
+    throw RequestError(kTooLarge, fmt::format("'{}' holds {} values, more than {}", field, value.size(), kMaxSteeringVector),
+                       field);
+  }
+  std::vector<float> vector;
+  vector.reserve(value.size());
+  for (const Json& x : value) {
+    if (!x.is_number() || !std::isfinite(x.get<double>())) wrong_type(field, "a list of finite numbers", x);
+    vector.push_back(x.get<float>());
+  }
+  return vector;
+}
+
+SteerItem steer_item(const Json& item, const std::string& field, bool with_coefficient) {
+  if (!item.is_object()) wrong_type(field, "an object", item);
+  reject_unknown_keys(item, with_coefficient ? std::set<std::string>{"label", "vector", "layer", "coefficient"}
+                                             : std::set<std::string>{"label", "vector", "layer"},
+                      field);
+  SteerItem steer;
+  const bool label = item.contains("label"), vector = item.contains("vector");
+  if (label == vector) throw RequestError(kBadRequest, fmt::format("'{}' needs a 'label' or a 'vector' (one of them)", field), field);
+  if (label) {
+    if (!item["label"].is_string()) wrong_type(field + ".label", "a label's name", item["label"]);
+    steer.label = item["label"].get<std::string>();
+  } else {
+    steer.vector = steering_vector(item["vector"], field + ".vector");
+  }
+  const Json* layer = item.contains("layer") ? &item["layer"] : nullptr;
+  if (layer == nullptr || !layer->is_number_integer() || layer->get<int64_t>() < 0 || layer->get<int64_t>() > (1 << 20)) {
+    throw RequestError(kBadRequest, fmt::format("'{}.layer' must be a layer number", field), field + ".layer");
+  }
+  steer.layer = layer->get<int64_t>();
+  if (with_coefficient) {
+    const Json* c = item.contains("coefficient") ? &item["coefficient"] : nullptr;
+    if (c == nullptr || !c->is_number() || !std::isfinite(c->get<double>()) || std::abs(c->get<double>()) > 1e6) {
+      throw RequestError(kBadRequest, fmt::format("'{}.coefficient' must be a number from -1e6 to 1e6", field),
+                         field + ".coefficient");
+    }
+    steer.coefficient = c->get<double>();
+  }
+  return steer;
+}
+
+SteeringQuery steering_fields(BodyFields& fields) {
+  SteeringQuery query;
+  for (const char* key : {"steer", "ablate"}) {
+    const Json* list = fields.take(key);
+    if (list == nullptr) continue;
+    if (!list->is_array()) wrong_type(key, "a list of steering items", *list);
+    std::vector<SteerItem>& items = std::string(key) == "steer" ? query.steer : query.ablate;
+    for (size_t i = 0; i < list->size(); ++i) {
+      if (static_cast<int64_t>(query.steer.size() + query.ablate.size()) >= kMaxSteeringItems) {
+        throw RequestError(kTooLarge, fmt::format("'steer' and 'ablate' hold more than {} items", kMaxSteeringItems), key);
+      }
+      items.push_back(steer_item((*list)[i], fmt::format("{}[{}]", key, i), std::string(key) == "steer"));
+    }
+  }
+  return query;
+}
+
 }  // namespace
 
 RankQuery parse_rank_query(std::string_view body, const Limits& limits) {
@@ -166,6 +237,7 @@ RankQuery parse_rank_query(std::string_view body, const Limits& limits) {
   }
   for (size_t i = 0; i < texts.size(); ++i) query.texts.push_back(text_value(texts[i], fmt::format("texts[{}]", i)));
   query.view = view_fields(fields, true);
+  query.steering = steering_fields(fields);
   fields.reject_unknown();
   return query;
 }
@@ -175,6 +247,7 @@ PerTokenQuery parse_per_token_query(std::string_view body, const Limits&) {
   PerTokenQuery query;
   query.text = text_value(fields.required("text"), "text");
   query.view = view_fields(fields, false);
+  query.steering = steering_fields(fields);
   fields.reject_unknown();
   return query;
 }
@@ -198,6 +271,7 @@ GenerateQuery parse_generate_query(std::string_view body, const Limits& limits) 
   query.seed = static_cast<uint64_t>(fields.integer("seed", 0, 0, std::numeric_limits<int64_t>::max()));
   query.stop = fields.boolean("stop", query.stop);
   query.view = view_fields(fields, false);
+  query.steering = steering_fields(fields);
   fields.reject_unknown();
   return query;
 }

@@ -37,16 +37,37 @@ struct ViewQuery {
   std::string aggregate = "max";
 };
 
-/// POST /v1/rank: {"texts": [...], "top_k", "threshold", "calibrated", "layers", "mode", "aggregate"}.
+/// One steering item of a request: a label's probe direction or a vector, added at a layer's output times a
+/// coefficient ("steer"), or projected out of it ("ablate", no coefficient).
+struct SteerItem {
+  std::string label;          // empty: `vector` is the direction
+  std::vector<float> vector;
+  int64_t layer = 0;
+  double coefficient = 1;
+};
+
+/// "steer": [{"label", "layer", "coefficient"} | {"vector": [...], "layer", "coefficient"}] and
+/// "ablate": [{"label", "layer"} | {"vector": [...], "layer"}], at most kMaxSteeringItems items in all.
+struct SteeringQuery {
+  std::vector<SteerItem> steer, ablate;
+  bool empty() const { return steer.empty() && ablate.empty(); }
+};
+constexpr int64_t kMaxSteeringItems = 32;
+constexpr int64_t kMaxSteeringVector = 1 << 16;  // values of one vector
+
+/// POST /v1/rank: {"texts": [...], "top_k", "threshold", "calibrated", "layers", "mode", "aggregate", "steer",
+/// "ablate"}.
 struct RankQuery {
   std::vector<std::string> texts;
   ViewQuery view;
+  SteeringQuery steering;
 };
 
 /// POST /v1/per-token: {"text": "...", "threshold", "calibrated", "layers"}.
 struct PerTokenQuery {
   std::string text;
   ViewQuery view;
+  SteeringQuery steering;
 };
 
 /// POST /v1/generate: {"prompt": "...", "max_new_tokens", "temperature", "sample_top_k", "top_p", "seed",
@@ -60,6 +81,7 @@ struct GenerateQuery {
   uint64_t seed = 0;
   bool stop = true;  // stop at the model's end-of-sequence tokens
   ViewQuery view;
+  SteeringQuery steering;
 };
 
 RankQuery parse_rank_query(std::string_view body, const Limits& limits);
