@@ -4,7 +4,9 @@
 // a mean of its own) and written to a temporary HDF5 file first.
 //
 // Prints, as one JSON line: the training time in memory (train_binary_probes), the whole run as the tool does
-// it (read the file, train, write probes, metrics and report) and the mean test AUROC.
+// it (read the file, train, write probes, metrics and report) and the mean test AUROC. --model-type logistic
+// (or mean-diff) fits instead, to its solver's tolerance, with --C: its train_seconds are the logistic_train_s
+// to set beside bench/python/sklearn_logistic_baseline.py on the same file (--work-dir keeps it).
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -89,7 +91,8 @@ int main(int argc, char** argv) {
                     {"model_type", t.kind->name()},
                     {"probes", labels},
                     {"shape", fmt::format("{}/{}/{} x {}", labels * per_label[0], labels * per_label[1], labels * per_label[2], hidden)},
-                    {"epochs", t.epochs},
+                    {"epochs", t.kind->fits_directly() ? Json(nullptr) : Json(t.epochs)},
+                    {"C", t.C},
                     {"train_seconds", best_train},
                     {"whole_run_seconds", best_run},
                     {"mean_test_auc_roc", mean_auc}};

@@ -36,6 +36,7 @@ packages=(
   python3-filelock                          # the tests check our blob locks exclude huggingface_hub's (filelock)
   python3-h5py                              # the tests read merge_activations --virtual files with h5py
   python3-jinja2                            # the chat template tests render with jinja2 as transformers does
+  python3-sklearn                           # the logistic and mean-diff probes are checked against sklearn's LogisticRegression
   # The export round trip loads our probes into the reference's PyTorch modules (9 MB download, 47 MB installed,
   # plus libtorch-test's 51 MB and NumPy/SymPy; it reuses libtorch-dev's libtorch1.13).
   python3-torch

@@ -12,6 +12,7 @@
 #include "common/files.h"
 #include "common/outputs.h"
 #include "device/torch/gpu_utils.h"
+#include "probes/comparison.h"
 #include "probes/probe_files.h"
 #include "probes/report_html.h"
 #include "probes/training_data.h"
@@ -28,6 +29,10 @@ Json confusion_json(const metrics::ConfusionCounts& c) {
 }
 
 Json balance_json(const ClassBalance& b) { return {{"examples", b.examples}, {"positives", b.positives}}; }
+
+// The weights the test metrics were computed with.
+const char* evaluated_weights(const TrainedLabel& t) { return t.solver ? "fitted" : "best_epoch"; }
+
 
 // The layer of each file, checked before any training: several files need distinct, known layers.
 std::vector<int64_t> layers_of(const std::vector<std::string>& files) {
@@ -56,6 +61,7 @@ Json config_json(const BinaryRunOptions& options, const device::ComputeTarget& t
           {"epochs", t.epochs},
           {"learning_rate", t.lr},
           {"weight_decay", t.weight_decay},
+          {"C", t.C},
           {"early_stopping_patience", t.patience},
           {"use_scheduler", t.cosine_schedule},
           {"eta_min", t.eta_min},
@@ -110,6 +116,31 @@ Json training_summary_json(const std::vector<LayerOutcome>& layers, const Json& 
 
 }  // namespace
 
+std::string fpr_key(double fpr) { return fmt::format("{}", fpr); }
+
+Json interval_json(const metrics::Interval& interval) { return Json::array({interval.low, interval.high}); }
+
+Json recall_at_fpr_json(const std::vector<metrics::RecallAtFpr>& points) {
+  Json out = Json::object();
+  for (const metrics::RecallAtFpr& p : points) {
+    out[fpr_key(p.max_fpr)] = {{"value", p.value},
+                               {"ci95", interval_json(p.ci95)},
+                               {"threshold", metrics::sigmoid(p.threshold)},
+                               {"threshold_logit", p.threshold}};
+  }
+  return out;
+}
+
+Json average_recall_at_fpr(const std::vector<TrainedLabel>& labels) {
+  Json out = Json::object();
+  if (labels.empty()) return out;
+  for (size_t f = 0; f < labels.front().test_figures.recall_at_fpr.size(); ++f) {
+    out[fpr_key(labels.front().test_figures.recall_at_fpr[f].max_fpr)] =
+        mean_over(labels, [f](const TrainedLabel& t) { return t.test_figures.recall_at_fpr.at(f).value; });
+  }
+  return out;
+}
+
 Json label_metrics_json(const TrainedLabel& t, bool with_history) {
   Json j = {{"action", t.label},
             {"label", t.label},
@@ -119,6 +150,8 @@ Json label_metrics_json(const TrainedLabel& t, bool with_history) {
             {"f1", t.test_at_half.f1},
             {"auc_roc", t.test_auc_roc},
             {"auc_pr", t.test_auc_pr},
+            {"auc_roc_ci95", interval_json(t.test_figures.auc_roc_ci95)},
+            {"recall_at_fpr", recall_at_fpr_json(t.test_figures.recall_at_fpr)},
             {"confusion_matrix", confusion_json(t.test_at_half.confusion)},
             {"threshold", 0.5},
             {"tuned_threshold",
@@ -131,8 +164,9 @@ Json label_metrics_json(const TrainedLabel& t, bool with_history) {
               {"precision", t.test_tuned.precision},
               {"recall", t.test_tuned.recall},
               {"f1", t.test_tuned.f1},
+              {"f1_ci95", interval_json(t.test_figures.f1_ci95)},
               {"confusion_matrix", confusion_json(t.test_tuned.confusion)}}},
-            {"evaluated_weights", "best_epoch"},
+            {"evaluated_weights", evaluated_weights(t)},
             {"pos_weight", t.pos_weight},
             {"class_balance", {{"train", balance_json(t.train)}, {"val", balance_json(t.val)}, {"test", balance_json(t.test)}}}};
   if (with_history) {
@@ -142,6 +176,7 @@ Json label_metrics_json(const TrainedLabel& t, bool with_history) {
                     {"learning_rates", h.learning_rates}, {"best_epoch", h.best_epoch},
                     {"best_val_auc", h.best_val_auc},   {"stopped_early", h.stopped_early}};
   }
+  if (t.solver) j["solver"] = solvers::outcome_json(*t.solver);
   return j;
 }
 
@@ -158,11 +193,12 @@ Json aggregate_metrics_json(const LayerOutcome& layer, int64_t num_workers) {
           {"average_precision", mean_over(labels, [](const TrainedLabel& t) { return t.test_at_half.precision; })},
           {"average_recall", mean_over(labels, [](const TrainedLabel& t) { return t.test_at_half.recall; })},
           {"average_f1_tuned", mean_over(labels, [](const TrainedLabel& t) { return t.test_tuned.f1; })},
+          {"average_recall_at_fpr", average_recall_at_fpr(labels)},
           {"total_training_time_seconds", layer.seconds},
           {"num_workers", num_workers},
           {"num_probes", labels.size()},
           {"layer", layer.layer},
-          {"evaluated_weights", "best_epoch"},
+          {"evaluated_weights", labels.empty() ? "best_epoch" : evaluated_weights(labels.front())},
           {"per_action_metrics", per_action},
           {"skipped_labels", skipped},
           {"labels_without_examples", layer.without_examples}};
@@ -290,48 +326,62 @@ void log_labels_without_examples(const std::vector<LayerOutcome>& outcomes) {
 
 }  // namespace
 
-Json run_binary_training(const BinaryRunOptions& options) {
-  auto started = std::chrono::steady_clock::now();
+BinaryRunPlan plan_binary_run(const BinaryRunOptions& options) {
   check_binary_training_options(options.training);
-  std::vector<std::string> files = activations::find_activation_files(options.activations);
-  if (files.empty()) fail_usage("--activations: no activation file given");
-  device::ComputeTarget target = select_training_compute(options.device, options.dtype);
+  BinaryRunPlan plan;
+  plan.files = activations::find_activation_files(options.activations);
+  if (plan.files.empty()) fail_usage("--activations: no activation file given");
+  plan.target = select_training_compute(options.device, options.dtype);
   if (options.num_workers != 8) {
     spdlog::debug("--num-workers {} is accepted for compatibility: all probes train as one batched problem",
                   options.num_workers);
   }
-  std::vector<int64_t> layers = layers_of(files);
+  plan.layers = layers_of(plan.files);
+  return plan;
+}
+
+KindRun train_kind(const BinaryRunOptions& options, const BinaryRunPlan& plan, const std::string& directory,
+                   const std::string& shown_directory) {
+  const std::vector<std::string>& files = plan.files;
   bool several = files.size() > 1;
-  StagedDirectory output(options.output_dir, options.overwrite);
-
-  std::vector<LayerOutcome> outcomes;
+  KindRun run;
   std::string model_name;
-  Json summary_layers = Json::array();
+  run.summary_layers = Json::array();
   for (size_t i = 0; i < files.size(); ++i) {
-    std::string progress_label = several ? fmt::format("layer {} ({}/{})", layers[i], i + 1, files.size())
-                                         : fmt::format("layer {}", layers[i]);
-    outcomes.push_back(train_layer(options, files[i], layers[i], layer_directory(output.path(), layers[i], several),
-                                   target, progress_label, model_name));
-    outcomes.back().directory = layer_directory(options.output_dir, layers[i], several);
-    summary_layers.push_back(layer_summary(outcomes.back(), progress_label, outcomes.back().directory));
+    int64_t layer = plan.layers[i];
+    std::string progress_label = several ? fmt::format("layer {} ({}/{})", layer, i + 1, files.size())
+                                         : fmt::format("layer {}", layer);
+    run.outcomes.push_back(train_layer(options, files[i], layer, layer_directory(directory, layer, several), plan.target,
+                                       progress_label, model_name));
+    run.outcomes.back().directory = layer_directory(shown_directory, layer, several);
+    run.summary_layers.push_back(layer_summary(run.outcomes.back(), progress_label, run.outcomes.back().directory));
   }
-
-  log_labels_without_examples(outcomes);
-  Json config = config_json(options, target, model_name);
+  log_labels_without_examples(run.outcomes);
+  run.config = config_json(options, plan.target, model_name);
   if (several) {
-    write_json_file(output.path() + "/per_action_layer_analysis.json", per_action_layer_analysis_json(outcomes));
-    write_json_file(output.path() + "/training_summary.json", training_summary_json(outcomes, config, options.num_workers));
+    write_json_file(directory + "/per_action_layer_analysis.json", per_action_layer_analysis_json(run.outcomes));
+    write_json_file(directory + "/training_summary.json",
+                    training_summary_json(run.outcomes, run.config, options.num_workers));
   }
-  write_file_atomic(output.path() + "/report.html", render_binary_report(outcomes, config));
+  write_file_atomic(directory + "/report.html", render_binary_report(run.outcomes, run.config));
+  return run;
+}
+
+Json run_binary_training(const BinaryRunOptions& options) {
+  auto started = std::chrono::steady_clock::now();
+  BinaryRunPlan plan = plan_binary_run(options);
+  if (options.kinds.size() > 1) return run_kind_comparison(options, plan);
+  StagedDirectory output(options.output_dir, options.overwrite);
+  KindRun run = train_kind(options, plan, output.path(), options.output_dir);
   output.commit();
   std::string report = options.output_dir + "/report.html";
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   spdlog::info("wrote {} ({:.1f} s in all)", report, seconds);
   return {{"output_dir", options.output_dir},
           {"report", report},
-          {"device", target.device.str()},
-          {"dtype", dtype_label(target.dtype)},
-          {"layers", summary_layers},
+          {"device", plan.target.device.str()},
+          {"dtype", dtype_label(plan.target.dtype)},
+          {"layers", run.summary_layers},
           {"total_seconds", seconds}};
 }
 

@@ -1,7 +1,8 @@
 // One-vs-rest probe training (the reference's train_binary_probes.py), all labels at once: the K probes of
 // one activation file train as one batched problem (probe_bank.h), each with its own AdamW state, best epoch
 // by validation AUROC (ties to the lower validation loss) and early-stopping counter; a stopped probe is
-// frozen while the others go on.
+// frozen while the others go on. A kind that fits directly (logistic, mean-diff) is instead fitted on the whole
+// train split by its own solver, each probe to its own convergence (binary_paths.h).
 //
 // Every random draw is independent of K (random_streams.h): a probe's initialisation comes from the seed and
 // its label's index in label_names, the batch order from the seed and the epoch, and the dropout masks from
@@ -12,10 +13,12 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "activations/activation_store.h"
+#include "metrics/intervals.h"
 #include "metrics/metrics.h"
 #include "probes/probe_bank.h"
 #include "probes/training_options.h"
@@ -69,6 +72,10 @@ struct TrainedLabel {
   metrics::ThresholdMetrics test_tuned;  // test metrics at that threshold
   double test_auc_roc = 0.0;             // NaN when the test split holds one class only
   double test_auc_pr = 0.0;              // NaN when the test split holds no positive
+  // 95% bootstrap intervals of test AUROC and of F1 at the tuned threshold, and the recall at 1% and 5% FPR
+  // (resamples from the seed: the same for every label and kind).
+  metrics::TestFigures test_figures;
+  std::optional<solvers::ProblemOutcome> solver;  // a kind fitted by its own solver: how its fit ended
   std::vector<float> check_logits;       // best-weight logits of the first test rows (see BinaryTrainingResult)
 };
 

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include "common/error.h"
 #include "common/files.h"
@@ -167,6 +168,59 @@ void evaluate_final(MulticlassTrainingResult& result, const SplitTensors& data, 
 
 }  // namespace
 
+namespace {
+
+// The epochs of AdamW steps, each validated.
+void train_by_steps(ProbeTraining& training, const activations::ActivationFile& file, const SplitTensors& data,
+                    const MulticlassTrainingOptions& options, const std::string& progress_label) {
+  const ProbeShape& shape = training.bank.shape();
+  at::Device device = data.train_y.device();
+  const auto& train_split = file.split(activations::Split::kTrain);
+  spdlog::info("{}: training a {} probe over {} classes on {} examples x {} ({}, {}{}), batch {}, {} epochs",
+               progress_label, shape.kind->name(), shape.outputs, train_split.examples(), shape.input_dim,
+               device.str(), dtype_label(training.bank.values().scalar_type()),
+               data.train_x.held_on() != device ? ", activations in host memory" : "", options.batch_size, options.epochs);
+  ThreadCountGuard step_threads(device.is_cpu() ? threads_for_steps(shape, options.batch_size) : at::get_num_threads());
+  ProgressBar bar(progress_label, options.epochs, "epochs");
+  for (int64_t epoch = 0; epoch < options.epochs; ++epoch) {
+    EpochBatches batches(shape, options.seed, epoch, train_split.examples(), options.batch_size, device);
+    at::Tensor train_loss = train_epoch(training, data, batches, options.lr);
+    double val_accuracy = record_epoch(training, data, file.split(activations::Split::kVal).labels, train_loss,
+                                       options.batch_size, epoch);
+    bar.update(epoch + 1, fmt::format("val accuracy {:.4f} (best {:.4f})", val_accuracy, training.history.best_val_accuracy));
+  }
+  bar.finish(fmt::format("best val accuracy {:.4f}", training.history.best_val_accuracy));
+}
+
+// The kind's own solver (ProbeKind::fit) on the whole train split in double precision, recorded as epoch 1.
+solvers::ProblemOutcome fit_by_solver(ProbeTraining& training, const activations::ActivationFile& file,
+                                      const SplitTensors& data, const MulticlassTrainingOptions& options,
+                                      const std::string& progress_label) {
+  const ProbeShape& shape = training.bank.shape();
+  const auto& train_split = file.split(activations::Split::kTrain);
+  at::Device device = data.train_y.device();
+  spdlog::info("{}: fitting a {} probe over {} classes on {} examples x {} ({}, float64, C {})", progress_label,
+               shape.kind->name(), shape.outputs, train_split.examples(), shape.input_dim, device.str(), options.C);
+  FitData fit;
+  fit.inputs = SplitActivations(train_split, at::TensorOptions().device(device).dtype(at::kDouble), true).all();
+  fit.targets = data.train_y;
+  fit.C = options.C;
+  fit.solver = options.solver;
+  solvers::ProblemOutcome outcome = shape.kind->fit(training.bank, fit).at(0);
+  int64_t classes = shape.outputs;
+  at::Tensor train_logits = training.bank.forward(data.train_x.all()).view({-1, classes}).to(at::kFloat);
+  at::Tensor train_loss = cross_entropy(train_logits, data.train_y).first.mean();
+  double val_accuracy = record_epoch(training, data, file.split(activations::Split::kVal).labels, train_loss,
+                                     options.batch_size, 0);
+  spdlog::log(outcome.converged ? spdlog::level::info : spdlog::level::warn,
+      "{}: the fit {} after {} L-BFGS iterations ({}, gradient at {:.1e} of its start); val accuracy {:.4f}",
+      progress_label, outcome.converged ? "converged" : "stopped", outcome.iterations, outcome.stop_reason,
+      outcome.relative_gradient, val_accuracy);
+  return outcome;
+}
+
+}  // namespace
+
 MulticlassTrainingResult train_multiclass_probe(const activations::ActivationFile& file,
                                                 const MulticlassTrainingOptions& options, at::Device device,
                                                 at::ScalarType dtype, const std::string& progress_label) {
@@ -175,7 +229,6 @@ MulticlassTrainingResult train_multiclass_probe(const activations::ActivationFil
   check_per_example(file);
   check_classes(file);
   const auto& names = file.attributes.label_names;
-  const auto& train_split = file.split(activations::Split::kTrain);
   ProbeShape shape = probe_shape(options, file.attributes.hidden_size, static_cast<int64_t>(names.size()));
   at::TensorOptions tensor_options = at::TensorOptions().device(device).dtype(dtype);
   SplitTensors data = split_tensors(file, tensor_options, options.pin_activations);
@@ -186,27 +239,20 @@ MulticlassTrainingResult train_multiclass_probe(const activations::ActivationFil
   AdamW optimizer(bank.values(), AdamW::Options{options.weight_decay});
   at::Tensor best_values = bank.values().clone();
   ProbeTraining training{std::move(bank), std::move(optimizer), {}, std::move(best_values)};
-  spdlog::info("{}: training a {} probe over {} classes on {} examples x {} ({}, {}{}), batch {}, {} epochs",
-               progress_label, shape.kind->name(), shape.outputs, train_split.examples(), shape.input_dim,
-               device.str(), dtype_label(dtype), data.train_x.held_on() != device ? ", activations in host memory" : "",
-               options.batch_size, options.epochs);
-
-  ThreadCountGuard step_threads(device.is_cpu() ? threads_for_steps(shape, options.batch_size) : at::get_num_threads());
-  ProgressBar bar(progress_label, options.epochs, "epochs");
-  for (int64_t epoch = 0; epoch < options.epochs; ++epoch) {
-    EpochBatches batches(shape, options.seed, epoch, train_split.examples(), options.batch_size, device);
-    at::Tensor train_loss = train_epoch(training, data, batches, options.lr);
-    double val_accuracy = record_epoch(training, data, file.split(activations::Split::kVal).labels, train_loss,
-                                       options.batch_size, epoch);
-    bar.update(epoch + 1, fmt::format("val accuracy {:.4f} (best {:.4f})", val_accuracy, training.history.best_val_accuracy));
+  std::optional<solvers::ProblemOutcome> solver;
+  if (shape.kind->fits_directly()) {
+    solver = fit_by_solver(training, file, data, options, progress_label);
+  } else {
+    train_by_steps(training, file, data, options, progress_label);
   }
 
   ProbeBank best(shape, 1, tensor_options);
   best.values().copy_(training.best_values);
-  MulticlassTrainingResult result{std::move(training.bank), std::move(best), names, training.history, {}, 0.0, {}, {}, 0.0};
+  MulticlassTrainingResult result{std::move(training.bank), std::move(best), names, training.history, {}, 0.0, {}, {},
+                                  0.0, solver};
   evaluate_final(result, data, file.split(activations::Split::kTest));
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  bar.finish(fmt::format("test accuracy {:.4f}, macro F1 {:.4f}", result.test.accuracy, result.test.f1_macro));
+  spdlog::debug("{}: test accuracy {:.4f}, macro F1 {:.4f}", progress_label, result.test.accuracy, result.test.f1_macro);
   return result;
 }
 
@@ -262,12 +308,13 @@ Json run_multiclass_training(const MulticlassRunOptions& options) {
   const MulticlassHistory& h = result.history;
   save_multiclass_index(directory, result.best_probe.shape(), result.best_probe.values().scalar_type(), result.class_names,
                         h.best_epoch, file.attributes, options.activations);
-  write_json_file(directory + "/training_history.json",
-                  {{"train_loss", h.train_loss},
-                   {"val_loss", h.val_loss},
-                   {"val_accuracy", h.val_accuracy},
-                   {"best_epoch", h.best_epoch},
-                   {"best_val_accuracy", h.best_val_accuracy}});
+  Json history = {{"train_loss", h.train_loss},
+                  {"val_loss", h.val_loss},
+                  {"val_accuracy", h.val_accuracy},
+                  {"best_epoch", h.best_epoch},
+                  {"best_val_accuracy", h.best_val_accuracy}};
+  if (result.solver) history["solver"] = solvers::outcome_json(*result.solver);
+  write_json_file(directory + "/training_history.json", history);
   output.commit();
   spdlog::info("test accuracy {:.4f}, macro F1 {:.4f}, micro F1 {:.4f}, top-3 accuracy {:.4f} ({:.1f} s) -> {}",
                result.test.accuracy, result.test.f1_macro, result.test.f1_micro, result.test.top_k_accuracy,

@@ -1,10 +1,13 @@
 // Multiclass probe training (the reference's train_probes.py): one softmax probe over all label_names,
 // cross-entropy, AdamW, no scheduler and no early stopping; the best epoch by validation accuracy is saved
 // as best_probe, the last as final_probe, and the test metrics use the final weights as the reference's do.
+// A kind that fits directly (logistic: multinomial, as sklearn's default) is fitted on the whole train split by
+// its own solver instead; its fitted weights are both probes, recorded as epoch 1.
 #pragma once
 
 #include <ATen/ATen.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +40,7 @@ struct MulticlassTrainingResult {
   double test_loss = 0.0;
   at::Tensor check_inputs, check_logits;  // the first test rows and the final probe's logits on them
   double seconds = 0.0;
+  std::optional<solvers::ProblemOutcome> solver;  // a kind fitted by its own solver: how its fit ended
 };
 
 /// Trains one multiclass probe on `file` on `device` in `dtype`, showing progress as `progress_label`.

@@ -1,6 +1,7 @@
 #include "probes/probe_kind.h"
 
 #include <cmath>
+#include <stdexcept>
 
 #include "common/error.h"
 
@@ -31,6 +32,14 @@ at::Tensor ProbeKind::direction(const ProbeBank&, int64_t, int64_t) const {
 }
 
 void ProbeKind::read_shape(const Json&, const std::string&, ProbeShape&) const {}
+
+std::vector<solvers::ProblemOutcome> ProbeKind::fit(ProbeBank&, const FitData&) const {
+  throw std::logic_error(std::string("probe kind '") + name() + "' trains by gradient steps; it has no fit()");
+}
+
+at::Tensor FitData::sample_weights() const {
+  return (pos_weight.unsqueeze(0) - 1.0) * targets + 1.0;
+}
 
 std::vector<ParameterSpec> parameter_specs(const ProbeShape& shape) { return shape.kind->parameters(shape); }
 

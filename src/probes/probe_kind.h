@@ -2,6 +2,10 @@
 // its forward and backward passes over a bank of K probes, the layout of its dropout masks, what its files record of
 // its shape, and whether it reads one row per text or every token of it. Each kind is one file in kinds/ and one row
 // of the registry (kinds/registry.cpp).
+//
+// Most kinds train by the trainers' gradient steps (forward and backward over batches, AdamW, early stopping).
+// A kind that fits_directly() is instead fitted on the whole train split at once by its own solver (fit()):
+// the trainers call that in place of their epoch loop and evaluate the result as any other probe.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -11,6 +15,7 @@
 #include <vector>
 
 #include "common/json.h"
+#include "probes/solvers/lbfgs.h"
 
 namespace probekit::probes {
 
@@ -50,6 +55,18 @@ struct DropoutLayout {
   int64_t width() const { return elementwise + grouped; }
 };
 
+/// The train split as a kind that fits directly sees it.
+struct FitData {
+  at::Tensor inputs;      // [N, H] train activations, float64 on the training device
+  at::Tensor targets;     // a binary bank: [N, K] 0/1 float64, column k probe k's label; multiclass: [N] int64 classes
+  at::Tensor pos_weight;  // [K] float64: the weight of each binary probe's positives in its loss (1: none)
+  double C = 1.0;         // inverse strength of the L2 penalty, as sklearn's C
+  solvers::LbfgsOptions solver;
+
+  /// The weight of each row in each binary problem, [N, K]: pos_weight on its positives, 1 elsewhere.
+  at::Tensor sample_weights() const;
+};
+
 class ProbeKind {
  public:
   virtual ~ProbeKind() = default;
@@ -83,6 +100,11 @@ class ProbeKind {
   /// `probe` grows: a binary probe's weight; a class's weight row minus the mean of the rows (what the softmax
   /// compares). Throws, saying why, for a kind that has none (steering reads it).
   virtual at::Tensor direction(const ProbeBank& bank, int64_t probe, int64_t output) const;
+  /// True for a kind fitted on the whole train split by fit(), not trained by gradient steps.
+  virtual bool fits_directly() const { return false; }
+  /// Fits every probe of `bank` (whose shape it is) to `data`; returns how each probe's solver ended. Only for a
+  /// kind that fits_directly(); the others throw std::logic_error.
+  virtual std::vector<solvers::ProblemOutcome> fit(ProbeBank& bank, const FitData& data) const;
 };
 
 /// The parameters of one probe of `shape` (its kind's).

@@ -36,12 +36,13 @@ tr:hover td{background:#f7f9fc}
 svg text{font:11px system-ui,sans-serif;fill:#1d2330}svg .axis{stroke:#b8bfcc}svg .grid{stroke:#eceef2}
 .legend span{display:inline-block;width:12px;height:12px;border-radius:2px;margin:0 4px -2px 12px}
 section>h2:first-child{margin-top:2px}.warn{color:#9a5b00}.scroll{overflow-x:auto;max-height:640px}
+.ci{color:#5b6475;font-size:11px}
 )";
 
 // Clicking a header sorts its table by that column (numbers numerically, missing values last).
 const char* kScript = R"(
-document.querySelectorAll('table.sortable th').forEach((th, col) => th.addEventListener('click', () => {
-  const body = th.closest('table').tBodies[0], rows = [...body.rows];
+document.querySelectorAll('table.sortable th').forEach(th => th.addEventListener('click', () => {
+  const col = th.cellIndex, body = th.closest('table').tBodies[0], rows = [...body.rows];
   const dir = th.dataset.dir === 'desc' ? 1 : -1; th.dataset.dir = dir === 1 ? 'asc' : 'desc';
   const key = r => { const t = r.cells[col].dataset.v ?? r.cells[col].textContent; const n = parseFloat(t);
     return isNaN(n) ? t : n; };
@@ -259,20 +260,35 @@ std::string cards(const std::vector<std::pair<std::string, std::string>>& items)
   return out + "</div>";
 }
 
+// The recall at 1% and 5% FPR (dashes for a label evaluated without them).
+std::string recall_cells(const std::vector<metrics::RecallAtFpr>& points) {
+  if (points.empty()) return "<td>–</td><td>–</td>";
+  std::string out;
+  for (const metrics::RecallAtFpr& p : points) out += figure_cell(p.value, p.ci95);
+  return out;
+}
+
+double recall_at_first_rate(const TrainedLabel& t) {
+  const auto& points = t.test_figures.recall_at_fpr;
+  return points.empty() ? std::nan("") : points.front().value;
+}
+
 std::string metrics_table(const std::vector<TrainedLabel>& labels) {
   std::string out =
       R"(<div class="scroll"><table class="sortable"><thead><tr><th>label</th><th>test AUROC</th><th>AUPRC</th><th>F1 @0.5</th>)"
       R"(<th>tuned threshold</th><th>F1 @tuned</th><th>precision @tuned</th><th>recall @tuned</th><th>best val AUROC</th>)"
-      R"(<th>best epoch</th><th>epochs run</th><th>positives train/val/test</th></tr></thead><tbody>)";
+      R"(<th>best epoch</th><th>epochs run</th><th>positives train/val/test</th><th>recall @1% FPR</th>)"
+      R"(<th>recall @5% FPR</th></tr></thead><tbody>)";
   for (const TrainedLabel& t : labels) {
     out += fmt::format(
-        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
-        "<td>{}</td><td>{}{}</td><td data-v=\"{}\">{}/{}/{}</td></tr>",
-        html_escape(t.label), number(t.test_auc_roc), number(t.test_auc_pr), number(t.test_at_half.f1),
+        "<tr><td>{}</td>{}<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+        "<td>{}</td><td>{}{}</td><td data-v=\"{}\">{}/{}/{}</td>{}</tr>",
+        html_escape(t.label), figure_cell(t.test_auc_roc, t.test_figures.auc_roc_ci95), number(t.test_auc_pr),
+        number(t.test_at_half.f1),
         number(metrics::sigmoid(t.val_tuned.threshold)), number(t.test_tuned.f1), number(t.test_tuned.precision),
         number(t.test_tuned.recall), number(t.history.best_val_auc), t.history.best_epoch, t.history.val_auc.size(),
         t.history.stopped_early ? " (stopped)" : "", t.train.positives, t.train.positives, t.val.positives,
-        t.test.positives);
+        t.test.positives, recall_cells(t.test_figures.recall_at_fpr));
   }
   return out + "</tbody></table></div>";
 }
@@ -286,6 +302,7 @@ std::string layer_section(const LayerOutcome& layer, bool several, bool open) {
                             {number(mean_over(layer.labels, [](const TrainedLabel& t) { return t.test_at_half.f1; })),
                              "mean test F1 at 0.5"},
                             {number(f1_tuned), "mean test F1 at tuned thresholds"},
+                            {number(mean_over(layer.labels, recall_at_first_rate)), "mean test recall at 1% FPR"},
                             {fmt::format("{:.1f} s", layer.seconds), "training time"}});
   body += fmt::format(R"(<p class="note">Activations: {}. Outputs: {}.</p>)", html_escape(layer.activations_path),
                       html_escape(layer.directory));
@@ -338,11 +355,7 @@ std::string render_binary_report(const std::vector<LayerOutcome>& layers, const 
     }
   }
   bool several = layers.size() > 1;
-  std::string html = "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-                     "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-                     "<title>Probe training report</title><style>";
-  html += kStyle;
-  html += "</style></head><body><main><h1>Probe training report</h1>";
+  std::string html = "<h1>Probe training report</h1>";
   html += fmt::format(R"(<p class="sub">One-vs-rest {} probes, {} · generated {}</p>)",
                       html_escape(config.value("model_type", std::string("linear"))),
                       html_escape(config.value("model_name", std::string("?"))), date);
@@ -353,7 +366,9 @@ std::string render_binary_report(const std::vector<LayerOutcome>& layers, const 
   if (several) summary.emplace_back(std::to_string(layers[best_layer].layer), "layer with the best mean AUROC");
   html += cards(summary);
   html += R"(<p class="note">Test metrics use each probe's best-epoch weights (the saved ones), chosen by validation )"
-          R"(AUROC (between equal ones, by the lower validation loss). "Tuned" thresholds maximise F1 on the validation split; F1 at 0.5 is the reference's figure.</p>)";
+          R"(AUROC (between equal ones, by the lower validation loss), or the fitted weights of a logistic or mean-diff probe. "Tuned" thresholds maximise F1 on the validation split; F1 at 0.5 is the reference's figure. )"
+          R"(Recall at 1% and 5% FPR: at the lowest test threshold that flags at most that share of the negatives. )"
+          R"(Brackets: 95% percentile-bootstrap intervals over 1,000 resamples of the test examples.</p>)";
   if (several) {
     html += "<section><h2>Test AUROC by label and layer</h2>";
     html += R"(<p class="note">Outlined: the layer with the best validation AUROC for that label (the one )"
@@ -366,10 +381,19 @@ std::string render_binary_report(const std::vector<LayerOutcome>& layers, const 
   }
   for (size_t i = 0; i < layers.size(); ++i) html += layer_section(layers[i], several, i == best_layer);
   html += "<details><summary>Configuration</summary>" + config_table(config) + "</details>";
-  html += "</main><script>";
-  html += kScript;
-  html += "</script></body></html>\n";
-  return html;
+  return html_page("Probe training report", html);
+}
+
+std::string figure_cell(double value, const metrics::Interval& ci95) {
+  return fmt::format(R"(<td data-v="{}" title="95% bootstrap interval">{} <span class="ci">[{}, {}]</span></td>)",
+                     number(value), number(value), number(ci95.low, 3), number(ci95.high, 3));
+}
+
+std::string html_page(const std::string& title, const std::string& body) {
+  return "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>" +
+         html_escape(title) + "</title><style>" + kStyle + "</style></head><body><main>" + body + "</main><script>" +
+         kScript + "</script></body></html>\n";
 }
 
 }  // namespace probekit::probes

@@ -14,4 +14,10 @@ namespace probekit::probes {
 /// The page for the layers of one run; `config` (flag values, device, dtype...) is shown as a table.
 std::string render_binary_report(const std::vector<LayerOutcome>& layers, const Json& config);
 
+/// A table cell of `value` with its interval in brackets, sortable by the value.
+std::string figure_cell(double value, const metrics::Interval& ci95);
+
+/// A self-contained page titled `title`: the reports' style and table-sorting script around `body` (HTML).
+std::string html_page(const std::string& title, const std::string& body);
+
 }  // namespace probekit::probes

@@ -51,13 +51,35 @@ const TrainingFlag kTrainingFlags[] = {
        app.add_option("--output-dir", to.multiclass->output_dir, "Where the probes and metrics go")
            ->capture_default_str();
      }},
-    {kAllTools,
+    {kMulticlassOnly | tool_bit(TrainingTool::kBench),
      [](CLI::App& app, const FlagTargets& to) {
        app.add_option_function<std::string>(
               "--model-type", [&kind = to.training.kind](const std::string& name) { kind = &probe_kind(name); },
               "Probe architecture")
            ->check(CLI::IsMember(probe_kind_names()))
            ->default_str(to.training.kind->name());
+     }},
+    {kBinaryOnly,
+     [](CLI::App& app, const FlagTargets& to) {
+       app.add_option_function<std::vector<std::string>>(
+              "--model-type",
+              [&run = *to.binary](const std::vector<std::string>& names) {
+                run.kinds.clear();
+                for (const std::string& name : names) run.kinds.push_back(&probe_kind(name));
+                run.training.kind = run.kinds.front();
+              },
+              "Probe architecture; several, comma-separated, train each into --output-dir/<kind> and compare them "
+              "(comparison.json, report.html)")
+           ->delimiter(',')
+           ->check(CLI::IsMember(probe_kind_names()))
+           ->default_str(to.training.kind->name());
+     }},
+    {kAllTools,
+     [](CLI::App& app, const FlagTargets& to) {
+       app.add_option("--C", to.training.C,
+                      "Inverse strength of the L2 penalty of the logistic fit, as sklearn's C (the mean-diff scale fit "
+                      "takes it too)")
+           ->capture_default_str();
      }},
     {kTrainers,
      [](CLI::App& app, const FlagTargets& to) {

@@ -14,6 +14,7 @@ void check_training_options(const TrainingOptions& options) {
   if (!(std::isfinite(options.weight_decay) && options.weight_decay >= 0.0)) {
     fail_usage("--weight-decay must be finite and not negative, got {}", options.weight_decay);
   }
+  if (!(std::isfinite(options.C) && options.C > 0.0)) fail_usage("--C must be finite and positive, got {}", options.C);
 }
 
 ProbeShape probe_shape(const TrainingOptions& options, int64_t input_dim, int64_t outputs) {
@@ -22,6 +23,8 @@ ProbeShape probe_shape(const TrainingOptions& options, int64_t input_dim, int64_
   shape.input_dim = input_dim;
   shape.hidden_dim = options.hidden_dim;
   shape.outputs = outputs;
+  // A fitted probe never drops inputs; its files say so.
+  if (shape.kind->fits_directly()) shape.dropout = 0.0;
   return shape;
 }
 

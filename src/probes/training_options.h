@@ -19,14 +19,19 @@ struct TrainingOptions {
   int64_t epochs;        // the most; binary probes may stop early
   double lr;             // AdamW
   double weight_decay;   // AdamW
-  uint64_t seed = 0;     // of initialisation, batch order and dropout
+  uint64_t seed = 0;     // of initialisation, batch order and dropout, and of the test metrics' bootstrap
+  // Kinds fitted by their own solver (logistic, mean-diff): sklearn's C, the inverse strength of the L2 penalty,
+  // and the solver's limits.
+  double C = 1.0;
+  solvers::LbfgsOptions solver;
   // The reference's --pin-activations-to-gpu (its default): every split moved to the training device once.
   // Off (--no-pin-activations), they stay in host memory and each batch is copied to the device when used.
   bool pin_activations = true;
 };
 
 /// Throws UsageError naming the flag of the first value no trainer can use: epochs, batch size and hidden
-/// size must be positive, the learning rate finite and positive, the weight decay finite and not negative.
+/// size must be positive, the learning rate finite and positive, the weight decay finite and not negative, C
+/// finite and positive.
 void check_training_options(const TrainingOptions& options);
 
 /// The shape of the probes these options train over `input_dim` activations, with `outputs` logits each.

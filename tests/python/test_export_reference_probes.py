@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Round trip of scripts/export_reference_probes.py: probes trained by our tools (binary linear over two layers,
-binary multihead, bf16, multiclass linear and multihead) are exported to the reference's pickled dicts, loaded
+binary multihead, bf16, multiclass linear and multihead, fitted logistic and mean-diff) are exported to the reference's pickled dicts, loaded
 back with torch.load(weights_only=True) into the reference's modules (load_state_dict strict, as its load_probe
 does) and must give the eval-mode logits our trainers stored in logits_check.safetensors.
 
@@ -103,7 +103,11 @@ def main():
                 "bf16": ["train_binary_probes", "--activations", layer_3, "--dtype", "bf16"],
                 "multiclass": ["train_probes", "--activations", layer_3],
                 "multiclass_multihead": ["train_probes", "--activations", layer_3, "--model-type", "multihead",
-                                         "--hidden-dim", "16"]}
+                                         "--hidden-dim", "16"],
+                # Fitted kinds, stored as linear probes: the reference's BinaryLinearProbe and LinearProbe load them.
+                "logistic": ["train_binary_probes", "--activations", layer_3, "--model-type", "logistic"],
+                "mean_diff": ["train_binary_probes", "--activations", layer_3, "--model-type", "mean-diff"],
+                "multiclass_logistic": ["train_probes", "--activations", layer_3, "--model-type", "logistic"]}
         checked = 0
         for name, (tool, *arguments) in runs.items():
             trained, exported = tmp / name, tmp / f"{name}_exported"

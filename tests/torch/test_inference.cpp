@@ -20,6 +20,7 @@
 #include "probes/probe_files.h"
 #include "readout/prompts.h"
 #include "engine_checks.h"
+#include "inference_runs.h"
 #include "tensor_files.h"
 #include "test_paths.h"
 #include "test_util.h"
@@ -30,31 +31,6 @@ using namespace probekit::testing;
 
 namespace {
 
-// Captures `layers` (2 and 5 by default) of a small labelled dataset into dir/activations.
-void capture_activations(const TempDir& tmp, const std::string& model_dir = kGemmaModel, const std::string& layers = "2,5",
-                         Site site = Site::kResidPost) {
-  probekit::testing::write_three_action_dataset(tmp.file("data.jsonl"));
-  capture::CaptureOptions o;
-  o.model_dir = model_dir;
-  o.dataset_path = tmp.file("data.jsonl");
-  o.output_dir = tmp.file("activations");
-  o.layers = layers;
-  o.site = site;
-  o.device = "cpu";
-  capture::run_capture(o);
-}
-
-// Captures `layers` of a small labelled dataset and trains probes on them: dir/probes, with one layer_{L} folder
-// each when there are several layers.
-std::string train_probes(const TempDir& tmp, const std::string& model_dir = kGemmaModel, const std::string& layers = "2,5",
-                         Site site = Site::kResidPost) {
-  capture_activations(tmp, model_dir, layers, site);
-  CommandResult trained = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 30 --device cpu --quiet",
-                                                  tool("train_binary_probes"), tmp.file("activations"), tmp.file("probes")));
-  REQUIRE_MESSAGE(trained.exit_code == 0, trained.output);
-  return tmp.file("probes");
-}
-
 // An engine's options for kGemmaModel and the probes in `probes_dir`, on the CPU.
 inference::EngineOptions cpu_engine_options(const std::string& probes_dir) {
   inference::EngineOptions options;
@@ -62,32 +38,6 @@ inference::EngineOptions cpu_engine_options(const std::string& probes_dir) {
   options.probes_dir = probes_dir;
   options.device = "cpu";
   return options;
-}
-
-double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-
-// The JSON that multi_probe_inference --json printed, after the log lines.
-Json printed_json(const CommandResult& r) { return Json::parse(r.output.substr(r.output.find('{'))); }
-
-// Every printed confidence equals sigmoid(w.h + b) of the probe files in `probe_dir` for the row h.
-void check_printed_scores(const Json& printed, const std::string& probe_dir, const at::Tensor& h) {
-  REQUIRE(printed["predictions"].size() >= 1);
-  for (const Json& p : printed["predictions"]) {
-    safetensors::File probe(fmt::format("{}/probe_{}.safetensors", probe_dir, p["label"].get<std::string>()));
-    at::Tensor w = testing::read_tensor(probe, probe.at("linear.weight")).to(at::kDouble)[0];
-    double b = testing::read_tensor(probe, probe.at("linear.bias")).to(at::kDouble)[0].item<double>();
-    double expected = sigmoid((w * h.to(at::kDouble)).sum().item<double>() + b);
-    CHECK_MESSAGE(std::fabs(p["confidence"].get<double>() - expected) < 1e-5, p["label"].get<std::string>());
-  }
-}
-
-// Writes the hidden states of kReframingText + the prompt suffix with inspect_model hidden and opens the file.
-safetensors::File inspect_hidden(const TempDir& tmp, const std::string& model_dir) {
-  CommandResult r = run_command(fmt::format("{} hidden --model {} --device cpu --output {} --text \"{}{}\"",
-                                            tool("inspect_model"), model_dir, tmp.file("h.safetensors"), kReframingText,
-                                            readout::kDefaultPromptSuffix));
-  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
-  return safetensors::File(tmp.file("h.safetensors"));
 }
 
 // The residual stream after layers 2 and 5 at the last of `ids` ([1, hidden] each): what probes on those

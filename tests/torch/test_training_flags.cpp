@@ -55,14 +55,14 @@ TEST_CASE("training flags: each tool takes its own set, and --help shows the too
     CHECK_MESSAGE(!has_flag(multiclass_app, flag), flag);
     CHECK_MESSAGE(!has_flag(bench_app, flag), flag);
   }
-  for (const char* flag : {"--model-type", "--epochs", "--device", "--dtype"}) CHECK_MESSAGE(has_flag(bench_app, flag), flag);
+  for (const char* flag : {"--model-type", "--epochs", "--device", "--dtype", "--C"}) CHECK_MESSAGE(has_flag(bench_app, flag), flag);
   for (const char* flag : {"--lr", "--batch-size", "--seed"}) CHECK_MESSAGE(!has_flag(bench_app, flag), flag);
 
   std::string binary_help = binary_app.help(), multiclass_help = multiclass_app.help();
   INFO(binary_help << "\n" << multiclass_help);
   for (const char* shown : {"--batch-size INT=18", "--epochs INT=50", "--lr FLOAT=0.0005", "--weight-decay FLOAT=0.001",
-                            "--early-stopping-patience INT=10", "--model-type TEXT:{linear,multihead}=linear",
-                            "--pos-weight TEXT:{none,auto}=none", "--device TEXT=auto"}) {
+                            "--early-stopping-patience INT=10", "--model-type TEXT:{linear,multihead,logistic,mean-diff}=linear",
+                            "--C FLOAT=1", "--pos-weight TEXT:{none,auto}=none", "--device TEXT=auto"}) {
     CHECK_MESSAGE(binary_help.find(shown) != std::string::npos, shown);
   }
   for (const char* shown : {"--batch-size INT=32", "--epochs INT=20", "--lr FLOAT=0.001", "--weight-decay FLOAT=0.0001"}) {
@@ -151,4 +151,31 @@ TEST_CASE("training options: one validation names the flag of the first unusable
   patience.patience = -2;
   CHECK_THROWS_WITH_AS(check_binary_training_options(patience),
                        "--early-stopping-patience must be at least 0, or -1 to never stop early; got -2", UsageError);
+}
+
+TEST_CASE("training flags: --model-type takes a list for train_binary_probes only, and --C reaches the options") {
+  BinaryRunOptions binary, refused;
+  MulticlassRunOptions multiclass;
+  CLI::App binary_app, refused_app, multiclass_app;
+  add_binary_training_flags(binary_app, binary);
+  add_binary_training_flags(refused_app, refused);
+  add_multiclass_training_flags(multiclass_app, multiclass);
+  parse(binary_app, {"--C", "0.25", "--model-type", "logistic,mean-diff", "--activations", "x"});
+  REQUIRE(binary.kinds.size() == 2);
+  CHECK(binary.kinds[1]->name() == std::string("mean-diff"));
+  CHECK(binary.training.kind->name() == std::string("logistic"));
+  CHECK(binary.training.C == 0.25);
+  CHECK_THROWS(parse(refused_app, {"--model-type", "logistic,svm", "--activations", "x"}));
+  CHECK_THROWS(parse(multiclass_app, {"--model-type", "logistic,linear", "--activations", "x"}));
+  // One kind: the list holds it alone.
+  BinaryRunOptions one;
+  CLI::App one_app;
+  add_binary_training_flags(one_app, one);
+  parse(one_app, {"--model-type", "mean-diff", "--activations", "x"});
+  REQUIRE(one.kinds.size() == 1);
+  CHECK(one.training.kind->name() == std::string("mean-diff"));
+  // C must be finite and positive.
+  TrainingOptions bad = binary.training;
+  bad.C = 0.0;
+  CHECK(usage_error(bad).find("--C must be finite and positive") != std::string::npos);
 }

@@ -9,5 +9,7 @@ namespace probekit::probes {
 
 std::unique_ptr<ProbeKind> make_linear_kind();
 std::unique_ptr<ProbeKind> make_multihead_kind();
+std::unique_ptr<ProbeKind> make_logistic_kind();
+std::unique_ptr<ProbeKind> make_mean_diff_kind();
 
 }  // namespace probekit::probes

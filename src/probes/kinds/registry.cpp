@@ -15,6 +15,8 @@ const std::vector<std::unique_ptr<ProbeKind>>& registry() {
     std::vector<std::unique_ptr<ProbeKind>> all;
     all.push_back(make_linear_kind());
     all.push_back(make_multihead_kind());
+    all.push_back(make_logistic_kind());
+    all.push_back(make_mean_diff_kind());
     return all;
   }();
   return kinds;
