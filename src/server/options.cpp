@@ -20,10 +20,20 @@ void add_server_flags(CLI::App& app, ServerOptions& o) {
                         "/v1/generate");
   app.add_option("--host", o.host, "Address to listen on (another than loopback needs --api-key)")->capture_default_str();
   app.add_option("--port", o.port, "Port to listen on (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
-  app.add_option("--api-key", o.api_key, "Bearer token every /v1/ request must carry (Authorization: Bearer KEY)");
-  app.add_option("--http-threads", o.http_threads, "Connections served at once, open streams included")
+  app.add_option("--api-key", o.api_key, "Bearer token every request but / and /healthz must carry (Authorization: Bearer KEY)");
+  app.add_option("--http-threads", o.http_threads,
+                 "Requests answered at once, open streams included (requests still arriving take none)")
       ->capture_default_str()
       ->check(CLI::Range(2, 1024));
+  app.add_option("--max-connections", o.max_connections,
+                 "Connections open at once; more clients wait to be accepted, none is refused")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{4}, int64_t{1} << 16));
+  app.add_option("--client-timeout", o.client_timeout_s,
+                 "Seconds a client has to send a request's headers and body (from the connection, or from the previous "
+                 "response); slow and idle connections are closed then")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 3600.0));
   app.add_option("--max-body-bytes", l.max_body_bytes, "Largest request body")->capture_default_str()->check(CLI::Range(int64_t{64}, int64_t{1} << 30));
   app.add_option("--max-texts", l.max_texts, "Most texts in one /v1/rank request")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--max-tokens", l.max_tokens, "Most tokens of one text or prompt")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 24));

@@ -19,7 +19,9 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string api_key;   // --api-key: the bearer token /v1/ requests must carry (required off loopback)
-  int http_threads = 16;  // --http-threads: connections served at once, streams included
+  int http_threads = 16;  // --http-threads: requests answered at once, streams included
+  int64_t max_connections = 512;  // --max-connections: open at once; past it new clients wait to be accepted
+  double client_timeout_s = 10;   // --client-timeout: for a request's headers and body, and for an idle connection
   Limits limits;
 };
 
