@@ -242,7 +242,8 @@ class StopSignals {
 
 }  // namespace
 
-void run_probe_server(const ServerOptions& options) {
+void run_probe_server(ServerOptions options) {
+  resolve_api_key(options);
   check_server_options(options);
   StopSignals stop_signals;
   ProbeServer server(options);

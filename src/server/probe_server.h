@@ -60,8 +60,8 @@ class ProbeServer {
 /// The web page served at / (src/server/page.html, embedded at build time).
 const std::string& page_html();
 
-/// probe_server's body: checks the flags, loads, prints the URL on stdout, serves until SIGINT or SIGTERM and
-/// then shuts down cleanly (open streams end, queued requests get 503).
-void run_probe_server(const ServerOptions& options);
+/// probe_server's body: settles the API key, checks the flags, loads, prints the URL on stdout, serves until SIGINT
+/// or SIGTERM and then shuts down cleanly (open streams end, queued requests get 503).
+void run_probe_server(ServerOptions options);
 
 }  // namespace probekit::server

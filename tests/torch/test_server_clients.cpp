@@ -335,3 +335,39 @@ TEST_CASE("probe_server the tool: SIGTERM stops it within seconds whatever its c
   for (int fd : clients) ::close(fd);
   CHECK_CONTAINS(read_text(tmp.file("log")), "Terminated: shutting down");
 }
+
+TEST_CASE("probe_server the tool: the API key from the command line (then blanked there), a file or the environment") {
+  TempDir tmp;
+  std::string probes = train_probes(tmp);
+  write_text(tmp.file("key"), "fr0m-file\n");
+  write_text(tmp.file("empty"), "\n");
+  write_text(tmp.file("spaced"), "two words\n");
+  struct Way {
+    std::vector<std::string> flags;
+    std::vector<std::string> environment;
+    std::string key;
+  };
+  for (const Way& way : {Way{{"--api-key", "fr0m-args"}, {}, "fr0m-args"}, Way{{"--api-key=fr0m-args"}, {}, "fr0m-args"},
+                         Way{{"--api-key-file", tmp.file("key")}, {}, "fr0m-file"},
+                         Way{{}, {"PROBE_SERVER_API_KEY=fr0m-env"}, "fr0m-env"}}) {
+    CAPTURE(way.key);
+    std::vector<std::string> args = {tool("probe_server"), "--probes-dir", probes, "--device", "cpu", "--port", "0"};
+    args.insert(args.end(), way.flags.begin(), way.flags.end());
+    ServerProcess process(args, tmp.file("log"), way.environment);
+    httplib::Client client("127.0.0.1", process.port());
+    client.set_read_timeout(60);
+    CHECK(client.Get("/v1/info")->status == 401);
+    client.set_bearer_token_auth(way.key);
+    CHECK(client.Get("/v1/info")->status == 200);
+    // Regression: a key given with --api-key stayed in /proc/PID/cmdline, which every local user reads (`ps`).
+    const std::string cmdline = read_text(fmt::format("/proc/{}/cmdline", process.pid));
+    CHECK(cmdline.find(way.key) == std::string::npos);
+    CHECK_CONTAINS(cmdline, "--probes-dir");
+    CHECK(process.stop(SIGTERM, 20) == 0);
+  }
+  std::string run = fmt::format("{} --probes-dir {} --device cpu --port 0", tool("probe_server"), probes);
+  check_failure(run_command(run + " --api-key a --api-key-file " + tmp.file("key")), 2, {"excludes"});
+  check_failure(run_command(run + " --api-key-file " + tmp.file("empty")), 2, {"the file's first line is empty"});
+  check_failure(run_command(run + " --api-key-file " + tmp.file("spaced")), 2, {"holds a space or a control character"});
+  check_failure(run_command("PROBE_SERVER_API_KEY= " + run), 2, {"$PROBE_SERVER_API_KEY is set but empty"});
+}
