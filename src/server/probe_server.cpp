@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "model/weights.h"
 #include "server/generation_stream.h"
 #include "server/handlers.h"
 #include "server/http_service.h"
@@ -72,10 +73,20 @@ httplib::Server::Handler json_endpoint(Parse parse, Answer answer, const ServerO
   };
 }
 
+// The engine; a checkpoint without an LM head is refused saying how to serve it anyway.
+inference::Engine load_engine(const ServerOptions& options) {
+  try {
+    return inference::Engine::load(options.engine);
+  } catch (const model::MissingLmHead& e) {
+    fail("{}: probe_server loads the LM head for /v1/generate; pass --no-generate to serve rankings and per-token "
+         "scores without it",
+         e.what());
+  }
+}
+
 }  // namespace
 
-ProbeServer::ProbeServer(const ServerOptions& options)
-    : options_(options), engine_(inference::Engine::load(options.engine)) {
+ProbeServer::ProbeServer(const ServerOptions& options) : options_(options), engine_(load_engine(options)) {
   scheduler_ = std::make_unique<Scheduler>(engine_, options_.limits.max_queued_texts);
   http_ = std::make_unique<HttpService>(service_options(options_));
   add_error_handlers();

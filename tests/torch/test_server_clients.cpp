@@ -371,3 +371,28 @@ TEST_CASE("probe_server the tool: the API key from the command line (then blanke
   check_failure(run_command(run + " --api-key-file " + tmp.file("spaced")), 2, {"holds a space or a control character"});
   check_failure(run_command("PROBE_SERVER_API_KEY= " + run), 2, {"$PROBE_SERVER_API_KEY is set but empty"});
 }
+
+TEST_CASE("probe_server the tool: a checkpoint without an LM head is refused saying --no-generate serves it") {
+  TempDir tmp;
+  std::string probes = train_probes(tmp);
+  copy_dir(kGemmaModel, tmp.file("untied"));
+  Json config = read_json_file(tmp.file("untied/config.json"));
+  config["tie_word_embeddings"] = false;
+  write_json_file(tmp.file("untied/config.json"), config);
+  // Its config differs from the probes' model: --force.
+  std::string run = fmt::format("{} --probes-dir {} --model {} --device cpu --port 0 --force", tool("probe_server"), probes,
+                                tmp.file("untied"));
+  CommandResult r = run_command(run);
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "no LM head lm_head.weight");
+  CHECK_CONTAINS(r.output, "pass --no-generate to serve rankings and per-token scores without it");
+  ServerProcess process({tool("probe_server"), "--probes-dir", probes, "--model", tmp.file("untied"), "--device", "cpu",
+                         "--port", "0", "--no-generate", "--force"},
+                        tmp.file("log"));
+  httplib::Client client("127.0.0.1", process.port());
+  client.set_read_timeout(60);
+  httplib::Result ranked = client.Post("/v1/rank", kRankBody, "application/json");
+  REQUIRE(ranked);
+  CHECK(ranked->status == 200);
+  CHECK(process.stop(SIGTERM, 20) == 0);
+}
