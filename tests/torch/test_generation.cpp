@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include <cmath>
+#include <limits>
 
 #include "common/json.h"
 #include "generation/generator.h"
@@ -415,4 +416,40 @@ TEST_CASE("learned positions bound prompt, new tokens and suffix together, with 
     return true;
   });
   CHECK(tokens == 9);
+}
+
+TEST_CASE("sampling: any positive temperature works, however small, and near 0 it is greedy") {
+  // Regression: logits / 1e-40 overflowed to infinity and the softmax turned to NaN, so tokens were arbitrary.
+  at::Tensor logits = at::randn({16, 1000}, at::TensorOptions().dtype(at::kFloat)) * 10;
+  logits.index_put_({0, 7}, -std::numeric_limits<float>::infinity());  // a suppressed token stays suppressed
+  at::Tensor greedy = logits.argmax(-1);
+  for (double temperature : {1e-6, 1e-30, 1e-40, 1e-300, 5e-324}) {
+    CAPTURE(temperature);
+    at::Tensor scaled = generation::scaled_logits(logits, temperature);
+    CHECK_FALSE(at::isnan(scaled).any().item<bool>());
+    CHECK_FALSE(at::isposinf(scaled).any().item<bool>());
+    CHECK(std::isinf(scaled[0][7].item<float>()));
+    for (uint64_t seed : {1, 2, 3}) {
+      generation::TokenSampler sampler({temperature, 0, 1.0, seed});
+      CHECK(at::equal(sampler.choose(logits), greedy));
+      generation::TokenSampler nucleus({temperature, 40, 0.9, seed});
+      CHECK(at::equal(nucleus.choose(logits), greedy));
+    }
+  }
+  // The shift changes nothing at ordinary temperatures: the softmax of logits / T.
+  at::Tensor expected = at::softmax(logits / 0.7, -1);
+  CHECK(at::allclose(at::softmax(generation::scaled_logits(logits, 0.7), -1), expected, 1e-5, 1e-7));
+  // The CLI: inspect_model generate at 1e-40 writes the greedy tokens.
+  testing::TempDir out;
+  auto generated = [&](const std::string& temperature) {
+    testing::CommandResult r = testing::run_command(fmt::format(
+        "{} generate --model {} --text 'Once upon a time' --max-new-tokens 12 --no-stop --temperature {} --device cpu "
+        "--output {} --overwrite -q",
+        testing::tool("inspect_model"), fixture_model("llama"), temperature, out.file("g.json")));
+    REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+    return read_json_file(out.file("g.json"))["cases"][0]["generated_ids"];
+  };
+  Json greedy_ids = generated("0");
+  CHECK(generated("1e-40") == greedy_ids);
+  CHECK(generated("1e-300") == greedy_ids);
 }

@@ -396,3 +396,31 @@ TEST_CASE("probe_server the tool: a checkpoint without an LM head is refused say
   CHECK(ranked->status == 200);
   CHECK(process.stop(SIGTERM, 20) == 0);
 }
+
+TEST_CASE("probe_server: /v1/generate at any positive temperature, however small, gives the greedy tokens") {
+  TempDir tmp;
+  server::ServerOptions o = options_for(train_probes(tmp));
+  o.limits.max_new_tokens = 8;
+  RunningServer s(o);
+  auto token_ids = [&](double temperature) {
+    Json body = {{"prompt", "Once upon a time"}, {"max_new_tokens", 8}, {"stop", false}, {"temperature", temperature}};
+    httplib::Result r = post(s, "/v1/generate", body.dump());
+    REQUIRE(r);
+    REQUIRE_MESSAGE(r->status == 200, r->body);
+    std::vector<int64_t> ids;
+    for (size_t at = r->body.find("event: token\ndata: "); at != std::string::npos;
+         at = r->body.find("event: token\ndata: ", at + 1)) {
+      size_t start = at + 19;
+      ids.push_back(Json::parse(r->body.substr(start, r->body.find('\n', start) - start))["id"].get<int64_t>());
+    }
+    CHECK_MESSAGE(r->body.find("event: error") == std::string::npos, r->body);
+    return ids;
+  };
+  std::vector<int64_t> greedy = token_ids(0);
+  REQUIRE(greedy.size() == 8);
+  // Regression: logits / 1e-40 overflowed to infinity and the softmax turned to NaN (arbitrary tokens).
+  for (double temperature : {1e-40, 1e-300, 5e-324}) {
+    CAPTURE(temperature);
+    CHECK(token_ids(temperature) == greedy);
+  }
+}
