@@ -286,7 +286,7 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
       "Text to analyze (without --text or --file: texts are read from stdin, one per line)");
   app.add_option("--file", r.file, "Texts to analyze: one per line, or JSONL with a text field");
   app.add_option("--text-field", r.text_field, "JSON field of the texts in --file")->capture_default_str();
-  app.add_option("--top-k", d.top_k, "How many labels to show")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--top-k", d.top_k, "How many labels to show")->capture_default_str()->check(at_least(1));
   app.add_option("--threshold", d.threshold, "Confidence at which a label is marked")
       ->capture_default_str()
       ->check(unit_interval());
@@ -311,7 +311,7 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
 void add_engine_flags(CLI::App& app, EngineOptions& e, const std::string& batch_help) {
   app.add_flag("--best-layer", e.best_layer, "Score each label at its best layer (per_action_layer_analysis.json)");
   app.add_flag("--force", e.force, "Run probes recorded for another model than --model (a warning, not an error)");
-  app.add_option("--batch-size", e.batch_size, batch_help)->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", e.batch_size, batch_help)->capture_default_str()->check(at_least(1));
   add_device_options(app, e.device, e.dtype);
 }
 
