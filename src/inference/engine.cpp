@@ -124,7 +124,8 @@ loading::ModelSource model_for(const EngineOptions& options, const ProbeCatalog&
 }
 
 readout::PromptLimit limit_for(int64_t recorded, const model::ModelConfig& config) {
-  if (recorded > 0) return {recorded, fmt::format("--max-length {} tokens (the cut recorded with the probes)", recorded)};
+  // Described without capture's flag: multi_probe_inference and probe_server, which print it, have no --max-length.
+  if (recorded > 0) return {recorded, fmt::format("the probes' limit of {} tokens (the cut their capture made)", recorded)};
   if (config.max_positions > 0) return {config.max_positions, fmt::format("the model's {} positions", config.max_positions)};
   return {};
 }
@@ -197,8 +198,8 @@ void Engine::load_probes(const model::ModelConfig& config, const std::string& fi
       }
       recipe = here;
     } else if (!(here == *recipe)) {
-      fail_input("{}: these probes were trained with another prompt suffix, site, position or --max-length than "
-                 "those of layer {}",
+      fail_input("{}: these probes were trained with another prompt suffix, site, position or prompt length limit "
+                 "than those of layer {}",
                  dir, layers_.front());
     } else if (set.multiclass() != probes_.front().set.multiclass()) {
       // Independent per-label probabilities and one distribution over classes do not rank together.
