@@ -8,6 +8,8 @@
 #include <cmath>
 #include <future>
 
+#include <unistd.h>
+
 #include "activations/activation_store.h"
 #include "capture/capture.h"
 #include "capture/merge.h"
@@ -289,4 +291,54 @@ TEST_CASE("--shard auto: the launch's rank is the shard, its local rank the GPU 
   capture::apply_launch_rank(launch, 8, o);
   CHECK(o.device == "auto");
   CHECK(o.shard_index == 5);
+}
+
+namespace {
+
+// Two shards of a 30-example capture of layer 2 (seed 42) in tmp/sharded; their directories.
+std::vector<std::string> two_shards(const TempDir& tmp) {
+  capture::CaptureOptions o = three_action_capture(tmp, 30, "cpu");
+  o.layers = "2";
+  o.output_dir = tmp.file("sharded");
+  o.shard_count = 2;
+  for (int i = 0; i < 2; ++i) {
+    o.shard_index = i;
+    capture::run_capture(o);
+  }
+  return capture::find_shard_dirs(tmp.file("sharded"));
+}
+
+}  // namespace
+
+TEST_CASE("merge: an output that is or lies inside a shard directory is refused, --overwrite or not; the shard survives") {
+  TempDir tmp;
+  std::vector<std::string> shards = two_shards(tmp);
+  const std::string shard_file = shards[0] + "/" + activations::layer_file_name(2);
+  const activations::ActivationFile before = activations::read_activation_file(shard_file);
+  REQUIRE(::symlink(shards[0].c_str(), tmp.file("link").c_str()) == 0);
+  for (bool virtual_files : {true, false}) {
+    for (bool overwrite : {true, false}) {
+      CAPTURE(virtual_files);
+      CAPTURE(overwrite);
+      capture::MergeOptions m;
+      m.virtual_files = virtual_files;
+      m.overwrite = overwrite;
+      // Regression: --virtual --overwrite into a shard's own directory replaced it with a file mapping itself.
+      CHECK_THROWS_WITH_AS(capture::merge_shards(shards, shards[0], m), doctest::Contains("is the shard directory"), UsageError);
+      CHECK_THROWS_WITH_AS(capture::merge_shards(shards, tmp.file("link"), m), doctest::Contains("is the shard directory"),
+                           UsageError);
+      CHECK_THROWS_WITH_AS(capture::merge_shards(shards, shards[1] + "/merged", m),
+                           doctest::Contains("lies inside the shard directory"), UsageError);
+    }
+  }
+  check_same_rows(activations::read_activation_file(shard_file), before);
+  CHECK_FALSE(path_exists(shards[1] + "/merged"));
+  CommandResult r = run_command(fmt::format("{} --virtual --overwrite --output-dir {} {} {}", tool("merge_activations"),
+                                            shards[0], shards[0], shards[1]));
+  check_failure(r, 2, {"is the shard directory", "choose an --output-dir outside every shard"});
+  check_same_rows(activations::read_activation_file(shard_file), before);
+  // The default layout, the output holding the shard directories, merges.
+  capture::MergeOptions m;
+  m.virtual_files = true;
+  CHECK(capture::merge_shards(shards, tmp.file("sharded"), m).size() == 1);
 }
