@@ -109,6 +109,7 @@ void check_complete(hid_t file, const std::string& path) {
   if (complete && *complete != 1) {
     fail("{}: the file is incomplete (its capture was interrupted); finish it with capture_activations --resume", path);
   }
+  check_virtual_sources(file, path);
 }
 
 }  // namespace probekit::activations::format

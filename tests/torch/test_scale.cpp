@@ -342,3 +342,38 @@ TEST_CASE("merge: an output that is or lies inside a shard directory is refused,
   m.virtual_files = true;
   CHECK(capture::merge_shards(shards, tmp.file("sharded"), m).size() == 1);
 }
+
+TEST_CASE("a virtual merge records its sources: a shard captured again since is refused by every reader, naming it") {
+  TempDir tmp;
+  std::vector<std::string> shards = two_shards(tmp);
+  capture::MergeOptions m;
+  m.virtual_files = true;
+  const std::string merged = capture::merge_shards(shards, tmp.file("sharded"), m).front();
+  CHECK(activations::read_activation_file(merged).attributes.seed == 42);
+  // Regression: shard 0 captured again with another seed (same shapes) was paired with the merged file's old
+  // labels and indices, and the trainer took it.
+  capture::CaptureOptions o = three_action_capture(tmp, 30, "cpu");
+  o.layers = "2";
+  o.output_dir = tmp.file("sharded");
+  o.shard_count = 2;
+  o.shard_index = 0;
+  o.seed = 7;
+  o.overwrite = true;
+  capture::run_capture(o);
+  const std::string changed = "shard_0_of_2/" + activations::layer_file_name(2);
+  CHECK_THROWS_WITH_AS(activations::read_activation_file(merged), doctest::Contains(changed.c_str()), std::runtime_error);
+  CHECK_THROWS_WITH_AS(activations::read_attributes(merged), doctest::Contains("changed since the merge (seed was 42, is now 7)"),
+                       std::runtime_error);
+  CHECK_THROWS_WITH_AS(activations::read_layouts(merged), doctest::Contains("merge the shards again"), std::runtime_error);
+  CommandResult r = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 2 --device cpu --quiet",
+                                            tool("train_binary_probes"), merged, tmp.file("probes")));
+  check_failure(r, 1, {changed.c_str(), "changed since the merge"});
+  // Shard 1 captured again too and the shards merged again, it reads; a source gone is named too.
+  o.shard_index = 1;
+  capture::run_capture(o);
+  capture::MergeOptions again = m;
+  again.overwrite = true;
+  CHECK(activations::read_activation_file(capture::merge_shards(shards, tmp.file("sharded"), again).front()).attributes.seed == 7);
+  remove_tree(shards[1] + "/" + activations::layer_file_name(2));
+  CHECK_THROWS_WITH_AS(activations::read_attributes(merged), doctest::Contains("layer_2_activations.h5, which is missing; put it back"), std::runtime_error);
+}
