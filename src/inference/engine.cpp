@@ -284,7 +284,9 @@ std::vector<TextScores> Engine::score(const std::vector<std::string>& texts) con
   for (size_t start = 0; start < prompts.size(); start += batch_size) {
     std::vector<readout::Sequence> batch;
     for (size_t i = start; i < std::min(prompts.size(), start + batch_size); ++i) batch.push_back(prompts[i].ids);
-    store_probabilities(readout::read_rows(*model_, batch, request_), tables, start);
+    at::Tensor rows = readout::read_rows(*model_, batch, request_);
+    readout::check_finite_rows(rows, 1, request_.layers);
+    store_probabilities(rows, tables, start);
   }
   spdlog::debug("{} texts scored", texts.size());
   std::vector<TextScores> scores(texts.size());
@@ -308,7 +310,9 @@ TokenScores Engine::score_tokens(const std::string& text) const {
   result.tokens = tokenizer_->tokens(result.ids);
   for (int32_t id : result.ids) result.texts.push_back(tokenizer_->decode({id}));
   result.probability = empty_tables(result.ids.size());
-  store_probabilities(readout::read_prefixes(*model_, prompt.ids, prompts_->suffix_ids(), request_), result.probability, 0);
+  at::Tensor rows = readout::read_prefixes(*model_, prompt.ids, prompts_->suffix_ids(), request_);
+  readout::check_finite_rows(rows, 1, request_.layers);
+  store_probabilities(rows, result.probability, 0);
   return result;
 }
 

@@ -52,6 +52,15 @@ void capture_and_train(const TempDir& tmp) {
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
 }
 
+// The Gemma 3 fixture with query_pre_attn_scalar: 0, which makes the attention scale infinite: tmp/broken.
+std::string broken_gemma(const TempDir& tmp) {
+  copy_dir(kGemmaModel, tmp.file("broken"));
+  Json config = read_json_file(tmp.file("broken/config.json"));
+  config["query_pre_attn_scalar"] = 0;
+  write_json_file(tmp.file("broken/config.json"), config);
+  return tmp.file("broken");
+}
+
 std::string inference(const std::string& probes, const std::string& model, const std::string& extra) {
   return fmt::format("{} --probes-dir {} --model {} --device cpu --text 'I looked again.' {}", tool("multi_probe_inference"),
                      probes, model, extra);
@@ -175,13 +184,8 @@ TEST_CASE("capture checks its data first: labels that cannot name probe files, e
 
 TEST_CASE("non-finite numbers stop the run: activations at capture, probe weights at inference, a diverging training") {
   TempDir tmp;
-  // A zero query_pre_attn_scalar makes the attention scale infinite.
-  copy_dir(kGemmaModel, tmp.file("broken"));
-  Json config = read_json_file(tmp.file("broken/config.json"));
-  config["query_pre_attn_scalar"] = 0;
-  write_json_file(tmp.file("broken/config.json"), config);
   std::string dataset = write_labelled(tmp, "data.jsonl", {"analyzing", "noticing"}, 8);
-  CommandResult r = run_command(capture_command(tmp.file("broken"), dataset, tmp.file("out")));
+  CommandResult r = run_command(capture_command(broken_gemma(tmp), dataset, tmp.file("out")));
   CHECK(r.exit_code == 1);
   CHECK_CONTAINS(r.output, "the activations of layer 2 are not finite");
   CHECK_CONTAINS(r.output, "data.jsonl:");
@@ -335,4 +339,22 @@ TEST_CASE("a probes.json value of the wrong type names the file and the key") {
   r = run_command(inference(tmp.file("probes"), kGemmaModel, ""));
   CHECK(r.exit_code == 1);
   CHECK_CONTAINS(r.output, "probes[0]: 'threshold' must be a number, got \"high\"");
+}
+
+TEST_CASE("a model whose numbers go non-finite is refused by every tool the way capture refuses it") {
+  TempDir tmp;
+  const std::string broken = broken_gemma(tmp);
+  // Regression: inspect_model hidden exited 0 with NaN rows.
+  CommandResult r = run_command(fmt::format("{} hidden --model {} --text 'I looked again.' --device cpu --output {}",
+                                            tool("inspect_model"), broken, tmp.file("hidden.safetensors")));
+  check_failure(r, 1, {"the activations of layer 0 are not finite (NaN or Inf): the checkpoint's weights or its config",
+                       "query_pre_attn_scalar: 0"});
+  CHECK_FALSE(path_exists(tmp.file("hidden.safetensors")));
+  capture_and_train(tmp);
+  for (const char* extra : {"--force", "--force --per-token", "--force --generate --max-new-tokens 2"}) {
+    CAPTURE(extra);
+    r = run_command(inference(tmp.file("probes"), broken, extra));
+    check_failure(r, 1, {"not finite (NaN or Inf)", "query_pre_attn_scalar: 0"});
+    CHECK(r.output.find(" nan") == std::string::npos);
+  }
 }
