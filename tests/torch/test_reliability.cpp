@@ -358,3 +358,44 @@ TEST_CASE("a model whose numbers go non-finite is refused by every tool the way 
     CHECK(r.output.find(" nan") == std::string::npos);
   }
 }
+
+TEST_CASE("two labels of one name are refused, naming the label: an activation file's label_names, probes.json") {
+  TempDir tmp;
+  capture_and_train(tmp);
+  // Regression: an edited label_names with a repeated name trained two probes into one file.
+  const std::string file = tmp.file("act/layer_2_activations.h5");
+  {
+    hid_t h5 = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    REQUIRE(h5 >= 0);
+    H5Adelete(h5, "label_names");
+    H5Fclose(h5);
+  }
+  {
+    std::vector<std::string> names = {"analyzing", "noticing", "analyzing"};
+    hid_t h5 = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    std::vector<const char*> pointers;
+    for (const std::string& n : names) pointers.push_back(n.c_str());
+    hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, H5T_VARIABLE);
+    H5Tset_cset(type, H5T_CSET_UTF8);
+    hsize_t count = names.size();
+    hid_t space = H5Screate_simple(1, &count, nullptr);
+    hid_t attribute = H5Acreate2(h5, "label_names", type, space, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(attribute, type, pointers.data());
+    H5Aclose(attribute);
+    H5Sclose(space);
+    H5Tclose(type);
+    H5Fclose(h5);
+  }
+  CommandResult r = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 2 --device cpu -q",
+                                            tool("train_binary_probes"), tmp.file("act"), tmp.file("again")));
+  check_failure(r, 1, {"label_names holds 'analyzing' twice (labels 0 and 2)"});
+  // Regression: two probes of one label in probes.json dropped one of them from every ranking.
+  Json index = read_json_file(tmp.file("probes/probes.json"));
+  const std::string label = index["probes"][0]["label"].get<std::string>();
+  index["probes"][1]["label"] = label;
+  write_json_file(tmp.file("probes/probes.json"), index);
+  r = run_command(inference(tmp.file("probes"), kGemmaModel, ""));
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, fmt::format("lists label '{}' twice (entries 0 and 1)", label));
+}
