@@ -12,6 +12,7 @@
 #include "common/files.h"
 #include "common/json.h"
 #include "common/outputs.h"
+#include "common/terminal_text.h"
 #include "inference/generation_view.h"
 #include "inference/reports.h"
 
@@ -42,7 +43,7 @@ Json show_single_layer(const Engine& engine, const std::string& text, const Scor
     std::string heading = engine.multiclass() ? fmt::format("Predicted classes (top {} of {}, softmax probabilities)",
                                                             d.top_k, engine.labels().size())
                                               : fmt::format("Detected labels (top {})", d.top_k);
-    fmt::print("\nAnalyzing text: \"{}\"\n\n{}\n\n{}:\n\n", text, std::string(70, '-'), heading);
+    fmt::print("\nAnalyzing text: \"{}\"\n\n{}\n\n{}:\n\n", terminal_text(text, true), std::string(70, '-'), heading);
   }
   fmt::print("{}\n", format_ranking(shown, best_layer));
   return {};

@@ -399,3 +399,30 @@ TEST_CASE("two labels of one name are refused, naming the label: an activation f
   CHECK(r.exit_code == 1);
   CHECK_CONTAINS(r.output, fmt::format("lists label '{}' twice (entries 0 and 1)", label));
 }
+
+TEST_CASE("labels and texts on a terminal show their control characters escaped; JSON escapes them as JSON") {
+  TempDir tmp;
+  // Regression: a label holding ESC[31m coloured the terminal, one holding BEL rang it.
+  std::string dataset = write_labelled(tmp, "data.jsonl", {"\x1b[31mred", "bell\x07", "plain"}, 8);
+  CommandResult r = run_command(capture_command(kGemmaModel, dataset, tmp.file("act")));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  r = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 3 --device cpu", tool("train_binary_probes"),
+                              tmp.file("act"), tmp.file("probes")));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  CHECK(r.output.find('\x1b') == std::string::npos);
+  for (const char* extra : {"--top-k 3 --threshold 0", "--per-token", "--mode by-layer", "--generate --max-new-tokens 2"}) {
+    CAPTURE(extra);
+    r = run_command(fmt::format("{} --probes-dir {} --device cpu --text \"$(printf 'I \\033[2J looked \\007 again.')\" {}",
+                                tool("multi_probe_inference"), tmp.file("probes"), extra));
+    REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+    CHECK(r.output.find('\x1b') == std::string::npos);
+    CHECK(r.output.find('\a') == std::string::npos);
+  }
+  r = run_command(fmt::format("{} --probes-dir {} --device cpu --text 'I looked again.' --top-k 3 --threshold 0",
+                              tool("multi_probe_inference"), tmp.file("probes")));
+  CHECK_CONTAINS(r.output, "\\x1b[31mred");
+  CHECK_CONTAINS(r.output, "bell\\x07");
+  r = run_command(fmt::format("{} --probes-dir {} --device cpu --text 'I looked again.' --top-k 3 --json",
+                              tool("multi_probe_inference"), tmp.file("probes")));
+  CHECK_CONTAINS(r.output, "\\u001b[31mred");
+}
