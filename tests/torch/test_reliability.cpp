@@ -15,6 +15,7 @@
 #include "capture/capture.h"
 #include "common/files.h"
 #include "common/json.h"
+#include "common/run_lock.h"
 #include "io/safetensors.h"
 #include "probes/synthetic_activations.h"
 #include "test_paths.h"
@@ -425,4 +426,26 @@ TEST_CASE("labels and texts on a terminal show their control characters escaped;
   r = run_command(fmt::format("{} --probes-dir {} --device cpu --text 'I looked again.' --top-k 3 --json",
                               tool("multi_probe_inference"), tmp.file("probes")));
   CHECK_CONTAINS(r.output, "\\u001b[31mred");
+}
+
+TEST_CASE("a second capture into a directory another capture writes stops at the start, naming the first process") {
+  TempDir tmp;
+  std::string dataset = write_labelled(tmp, "data.jsonl", {"analyzing", "noticing"}, 8);
+  make_directories(tmp.file("out"));
+  {
+    // Held as a running capture holds it (this process standing in for the first capture).
+    RunLock first(tmp.file("out/.capture.lock"), "busy", "wait");
+    // Regression: the second capture ran to a rename error at the end.
+    CommandResult r = run_command(capture_command(kGemmaModel, dataset, tmp.file("out")));
+    check_failure(r, 1, {fmt::format("another capture_activations is writing into {} (process {} holds", tmp.file("out"), getpid()).c_str(),
+                         "wait for it to finish, or capture into another --output-dir"});
+    CHECK_FALSE(path_exists(tmp.file("out/layer_2_activations.h5.partial")));
+    // Another shard of the same run writes into a directory of its own: not held.
+    r = run_command(capture_command(kGemmaModel, dataset, tmp.file("out")) + " --shard 1/2");
+    CHECK_MESSAGE(r.exit_code == 0, r.output);
+  }
+  // Once the first is gone (however it ended: the system releases the lock), the next one runs.
+  CommandResult r = run_command(capture_command(kGemmaModel, dataset, tmp.file("out")));
+  CHECK_MESSAGE(r.exit_code == 0, r.output);
+  CHECK(path_exists(tmp.file("out/layer_2_activations.h5")));
 }
