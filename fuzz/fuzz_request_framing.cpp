@@ -32,7 +32,10 @@ void check_complete(const RequestFramer& framer, std::string_view stream, const 
     fuzz::finding("a plain form that still names a transfer or content coding");
   }
   if (request.size() - headers_end - 4 > static_cast<size_t>(limits.max_body_bytes)) fuzz::finding("a body past the bound completed");
-  RequestFramer again(limits);
+  // The plain form's header block may be a Content-Length line longer than the one it was read from.
+  server::FramingLimits roomier = limits;
+  roomier.max_header_bytes += 64;
+  RequestFramer again(roomier);
   if (again.advance(request) != RequestFramer::State::kComplete || again.request() != request ||
       again.consumed() != request.size()) {
     fuzz::finding("a plain form that does not read as itself");

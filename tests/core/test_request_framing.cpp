@@ -91,6 +91,9 @@ TEST_CASE("request framing: past a bound is refused as soon as the bound is know
   refused(kHead + " folded: line\r\n\r\n", 1000, 400, "not 'Name: value'");
   refused(kHead + "Bad\rName: x\r\n\r\n", 1000, 400, "not 'Name: value'");
   refused("POST\r\n\r\n", 1000, 400, "the request line");
+  // Fuzz regression (fuzz_request_framing): a request line without an HTTP version was framed and handed on.
+  refused("POST /v1/rank 11\r\nContent-Length: 0\r\n\r\n", 1000, 400, "the request line");
+  refused("GET / HTTP/2.0\r\n\r\n", 1000, 400, "the request line");
   // Headers and trailers past their bound.
   refused("GET / HTTP/1.1\r\nX: " + std::string(300, 'x'), 1000, 431, "headers are larger than", 256);
   refused(kHead + "Transfer-Encoding: chunked\r\n\r\n0\r\nX: " + std::string(300, 'x'), 1000, 431, "trailers", 256);

@@ -95,7 +95,9 @@ RequestFramer::State RequestFramer::read_headers(std::string_view received) {
   size_t line_end = block.find("\r\n");
   std::string_view request_line = block.substr(0, line_end);
   size_t first = request_line.find(' '), last = request_line.rfind(' ');
-  if (first == std::string_view::npos || first == last || !is_token(request_line.substr(0, first))) {
+  const std::string_view version = first == std::string_view::npos ? "" : request_line.substr(last + 1);
+  if (first == std::string_view::npos || first == last || !is_token(request_line.substr(0, first)) ||
+      (version != "HTTP/1.1" && version != "HTTP/1.0")) {
     return refuse(400, "the request line is not METHOD TARGET HTTP/1.1");
   }
   method_ = request_line.substr(0, first);
