@@ -43,14 +43,18 @@ std::string capture_command(const std::string& model, const std::string& dataset
                      model, dataset, out);
 }
 
-// Activations of layer 2 and probes trained on them: tmp/act, tmp/probes.
-void capture_and_train(const TempDir& tmp) {
-  std::string dataset = write_labelled(tmp, "data.jsonl", {"analyzing", "noticing", "reframing"}, 8);
+// Activations of layer 2 and probes trained on them: tmp/act, tmp/probes; the training's run (its log with
+// `train_flags` other than -q).
+CommandResult capture_and_train(const TempDir& tmp,
+                                const std::vector<std::string>& labels = {"analyzing", "noticing", "reframing"},
+                                const std::string& train_flags = "-q") {
+  std::string dataset = write_labelled(tmp, "data.jsonl", labels, 8);
   CommandResult r = run_command(capture_command(kGemmaModel, dataset, tmp.file("act")));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
-  r = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 3 --device cpu -q", tool("train_binary_probes"),
-                              tmp.file("act"), tmp.file("probes")));
+  r = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 3 --device cpu {}", tool("train_binary_probes"),
+                              tmp.file("act"), tmp.file("probes"), train_flags));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  return r;
 }
 
 // The Gemma 3 fixture with query_pre_attn_scalar: 0, which makes the attention scale infinite: tmp/broken.
@@ -404,12 +408,7 @@ TEST_CASE("two labels of one name are refused, naming the label: an activation f
 TEST_CASE("labels and texts on a terminal show their control characters escaped; JSON escapes them as JSON") {
   TempDir tmp;
   // Regression: a label holding ESC[31m coloured the terminal, one holding BEL rang it.
-  std::string dataset = write_labelled(tmp, "data.jsonl", {"\x1b[31mred", "bell\x07", "plain"}, 8);
-  CommandResult r = run_command(capture_command(kGemmaModel, dataset, tmp.file("act")));
-  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
-  r = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 3 --device cpu", tool("train_binary_probes"),
-                              tmp.file("act"), tmp.file("probes")));
-  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  CommandResult r = capture_and_train(tmp, {"\x1b[31mred", "bell\x07", "plain"}, "");
   CHECK(r.output.find('\x1b') == std::string::npos);
   for (const char* extra : {"--top-k 3 --threshold 0", "--per-token", "--mode by-layer", "--generate --max-new-tokens 2"}) {
     CAPTURE(extra);
