@@ -21,13 +21,21 @@ using Clock = Connection::Clock;
 
 // A worker's view of one request: reads come from the plain form the intake made, writes go to the socket and
 // give up when the client takes no bytes for the write timeout, or a second after the server began to stop.
+// httplib's Stream changed over its versions (Debian's 0.11 has is_writable; 0.19 added duration, 0.20 replaced
+// is_writable by wait_readable and wait_writable): those members are declared without `override`, so each
+// version finds the ones it has.
 class RequestStream : public httplib::Stream {
  public:
   RequestStream(const Connection& connection, const std::atomic<bool>& stopping, std::chrono::milliseconds timeout)
-      : connection_(connection), stopping_(stopping), timeout_(timeout) {}
+      : connection_(connection), stopping_(stopping), timeout_(timeout), started_(Clock::now()) {}
 
   bool is_readable() const override { return read_at_ < connection_.request.size(); }
-  bool is_writable() const override { return !stopping_; }
+  bool is_writable() const { return !stopping_; }
+  bool wait_readable() const { return is_readable(); }
+  bool wait_writable() const { return !stopping_; }
+  time_t duration() const {
+    return static_cast<time_t>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_).count());
+  }
   ssize_t read(char* ptr, size_t size) override {
     size_t n = std::min(size, connection_.request.size() - read_at_);
     std::memcpy(ptr, connection_.request.data() + read_at_, n);
@@ -64,6 +72,7 @@ class RequestStream : public httplib::Stream {
   const Connection& connection_;
   const std::atomic<bool>& stopping_;
   std::chrono::milliseconds timeout_;
+  Clock::time_point started_;
   size_t read_at_ = 0;
 };
 
@@ -253,7 +262,7 @@ void HttpService::answer(std::unique_ptr<Connection> connection) {
   bool closed_by_client = false;
   bool written = false;
   try {
-    written = process_request(stream, connection->close_after || stopping_, closed_by_client, nullptr);
+    written = process(*this, stream, *connection, connection->close_after || stopping_, closed_by_client, 0);
   } catch (const std::exception& e) {
     spdlog::error("probe_server: {}", e.what());
   }

@@ -54,6 +54,19 @@ class HttpService : public httplib::Server {
   void work();
   void answer(std::unique_ptr<Connection> connection);
 
+  // httplib's process_request: 0.18 added the connection's addresses to its parameters (Debian's 0.11 lacks them);
+  // the overload that compiles is the one taken.
+  template <typename Self>
+  static auto process(Self& self, httplib::Stream& stream, const Connection& c, bool close, bool& closed, int)
+      -> decltype(self.process_request(stream, c.remote_ip, c.remote_port, c.local_ip, c.local_port, close, closed, nullptr)) {
+    return self.process_request(stream, c.remote_ip, c.remote_port, c.local_ip, c.local_port, close, closed, nullptr);
+  }
+  template <typename Self>
+  static auto process(Self& self, httplib::Stream& stream, const Connection&, bool close, bool& closed, long)
+      -> decltype(self.process_request(stream, close, closed, nullptr)) {
+    return self.process_request(stream, close, closed, nullptr);
+  }
+
   ServiceOptions options_;
   int listener_ = -1;
   std::atomic<bool> stopping_{false};
