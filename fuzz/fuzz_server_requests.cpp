@@ -1,7 +1,9 @@
 // probe_server's request bodies: any bytes as the JSON body of POST /v1/rank, /v1/per-token or /v1/generate (the
-// first byte picks the endpoint and whether the bounds are tight or the defaults). A body is refused with a
-// RequestError carrying a 4xx status and a message (any other exception would reach the client as a 500), or
-// accepted keeping the bounds: no more texts than --max-texts, no empty text, values inside their ranges.
+// first byte picks the endpoint, whether the bounds are tight or the defaults, and whether the body is nested
+// inside up to 102,000 arrays, as the whole body or as a field's value: the second byte says how deep). A body is
+// refused with a RequestError carrying a 4xx status and a message of bounded length (any other exception would
+// reach the client as a 500; a stack overflow on deep nesting is a crash), or accepted keeping the bounds: no
+// more texts than --max-texts, no empty text, values inside their ranges, no nesting past kMaxJsonDepth.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -32,9 +34,17 @@ void parse_or_refuse(Parse&& parse) {
   } catch (const server::RequestError& e) {
     if (e.status() < 400 || e.status() > 499) fuzz::finding("a refusal without a 4xx status");
     if (std::string(e.what()).empty()) fuzz::finding("a refusal without a message");
+    // A message quotes values cut short, however long or deep the body.
+    if (std::string(e.what()).size() > 1000 || e.field().size() > 200) fuzz::finding("a refusal that quotes too much");
   } catch (const std::exception& e) {
     fuzz::finding(std::string("a body refused without a RequestError: ") + e.what());
   }
+}
+
+// `body` inside `levels` arrays, or as the value of 'texts' inside them.
+std::string nested(std::string_view body, size_t levels, bool as_field) {
+  std::string inner = std::string(levels, '[') + std::string(body) + std::string(levels, ']');
+  return as_field ? "{\"texts\": " + inner + "}" : inner;
 }
 
 }  // namespace
@@ -42,6 +52,25 @@ void parse_or_refuse(Parse&& parse) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   std::string_view body(reinterpret_cast<const char*>(data) + 1, size - 1);
+  std::string deep;
+  bool too_deep = false;
+  if ((data[0] & 8) != 0 && size >= 2) {
+    const size_t levels = static_cast<size_t>(data[1]) * 400;
+    const bool as_field = (data[0] & 16) != 0;
+    deep = nested(body.substr(1), levels, as_field);
+    body = deep;
+    // The wrapping's brackets come first, so the body is that deep whatever it holds.
+    too_deep = levels + (as_field ? 1 : 0) > static_cast<size_t>(server::kMaxJsonDepth);
+  }
+  // Whatever the endpoint, a body nested past the bound is refused before anything reads it.
+  try {
+    if (too_deep) {
+      server::parse_rank_query(body, server::Limits());
+      fuzz::finding("a body nested past kMaxJsonDepth was accepted");
+    }
+  } catch (const server::RequestError& e) {
+    if (std::string(e.what()).find("levels deep") == std::string::npos) fuzz::finding("a deep body refused for another reason");
+  }
   server::Limits limits;
   if (data[0] & 4) {
     limits.max_texts = 2;

@@ -182,6 +182,23 @@ def server_requests_seeds(out):
         write(out, "fuzz_server_requests", f"body_{number}", bytes([selector]) + json.dumps(body).encode())
 
 
+def request_framing_seeds(out):
+    """The first byte picks the bounds (1: a 64-byte body, 2: 256 bytes of headers), the second the piece size."""
+    body = json.dumps({"texts": ["Instead of a setback, I saw a chance to learn."]}).encode()
+    head = b"POST /v1/rank HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 7]), body[i:i + 7]) for i in range(0, len(body), 7))
+    streams = [
+        head + b"Content-Length: %d\r\n\r\n" % len(body) + body,
+        head + b"Transfer-Encoding: chunked\r\n\r\n" + chunked + b"0\r\n\r\n",
+        head + b"Transfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n" + chunked + b"0;x=1\r\nTrailer: y\r\n\r\n",
+        head + b"Content-Encoding: gzip\r\nContent-Length: 3\r\n\r\nabc",
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/info HTTP/1.1\r\nAuthorization: Bearer k\r\n\r\n",
+    ]
+    for number, stream in enumerate(streams):
+        for selector in (0, 3):
+            write(out, "fuzz_request_framing", f"stream_{number}_{selector}", bytes([selector, 5 + number]) + stream)
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -194,6 +211,7 @@ def main():
     probe_files_seeds(out)
     hub_responses_seeds(out)
     server_requests_seeds(out)
+    request_framing_seeds(out)
 
 
 if __name__ == "__main__":

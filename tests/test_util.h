@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <initializer_list>
+#include <regex>
 #include <sstream>
 #include <string>
 
@@ -110,6 +111,18 @@ inline CommandResult run_command(const std::string& command) {
 inline void check_failure(const CommandResult& r, int exit_code, std::initializer_list<const char*> parts) {
   CHECK_MESSAGE(r.exit_code == exit_code, r.output);
   for (const char* part : parts) CHECK_CONTAINS(r.output, part);
+}
+
+/// Checks that every flag `output` names (--name) is one `command` takes, as its --help lists them: a message
+/// never advises a flag of another tool. `command` is the tool with its subcommand, if any.
+inline void check_named_flags(const std::string& command, const std::string& output) {
+  const std::string help = run_command(command + " --help").output;
+  const std::regex flag(R"(--[a-z][a-z0-9-]*)");
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), flag); it != std::sregex_iterator(); ++it) {
+    const std::string name = it->str();
+    const std::regex listed("(^|[\\s,])" + name + "($|[\\s,=])");
+    CHECK_MESSAGE(std::regex_search(help, listed), command, " does not take ", name, ", which its output names: ", output);
+  }
 }
 
 }  // namespace probekit::testing

@@ -99,6 +99,13 @@ void write_hidden(const std::string& dir, const std::string& text, const std::st
   const steering::SteeringVectors vectors = steering::resolve(steering, m.config());
   const model::StreamWrites writes = steering::place(vectors, m);
   readout::HiddenStates states = readout::read_hidden_states(m, ids, &writes);
+  // Refused as capture refuses them, rather than written as NaN rows.
+  std::vector<int64_t> layers(static_cast<size_t>(states.layers.size(0)));
+  for (size_t l = 0; l < layers.size(); ++l) layers[l] = static_cast<int64_t>(l);
+  readout::check_finite_rows(states.layers, 0, layers);
+  if (!at::isfinite(states.final_norm).all().item<bool>()) {
+    fail_input("{}", readout::non_finite_message("the final norm's outputs are"));
+  }
   std::vector<int64_t> ids64(ids.begin(), ids.end());
   auto tensor = [](const std::string& name, const at::Tensor& t) {
     std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());

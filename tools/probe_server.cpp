@@ -8,5 +8,8 @@ using namespace probekit;
 int main(int argc, char** argv) {
   return run_tool_main<server::ServerOptions>(
       argc, argv, "Serve a model and its trained probes over HTTP: a JSON API and a web page", server::add_server_flags,
-      [](server::ServerOptions& options) { server::run_probe_server(options); });
+      [argc, argv](server::ServerOptions& options) {
+        server::hide_api_key_argument(argc, argv);
+        server::run_probe_server(options);
+      });
 }

@@ -82,6 +82,15 @@ FileAttributes load_attributes(hid_t file, const std::string& path) {
   a.layers = hdf5::get_int_list_attribute(file, "layers").value_or(std::vector<int64_t>{});
   a.layer = hdf5::get_int_attribute(file, "layer").value_or(layer_from_file_name(path));
   a.label_names = hdf5::get_string_list_attribute(file, "label_names").value_or(std::vector<std::string>{});
+  // Two labels of one name would write one probe file over the other, or drop a probe.
+  for (size_t i = 0; i < a.label_names.size(); ++i) {
+    for (size_t j = i + 1; j < a.label_names.size(); ++j) {
+      if (a.label_names[i] == a.label_names[j]) {
+        fail("{}: label_names holds '{}' twice (labels {} and {}); every label needs a name of its own", path,
+             a.label_names[i], i, j);
+      }
+    }
+  }
   a.hidden_size = hdf5::get_int_attribute(file, "hidden_size").value_or(0);
   a.site = hdf5::get_string_attribute(file, "site").value_or(site_name(Site::kResidPost));
   a.position = hdf5::get_string_attribute(file, "position").value_or("last");
@@ -111,6 +120,7 @@ void check_complete(hid_t file, const std::string& path) {
   if (complete && *complete != 1) {
     fail("{}: the file is incomplete (its capture was interrupted); finish it with capture_activations --resume", path);
   }
+  check_virtual_sources(file, path);
 }
 
 }  // namespace probekit::activations::format

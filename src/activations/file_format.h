@@ -24,8 +24,16 @@ std::vector<int64_t> read_int_dataset(hid_t group, const std::string& name, cons
 void write_attributes(hid_t file, const FileAttributes& attributes);
 /// The root attributes, with the defaults of files written before an attribute existed.
 FileAttributes load_attributes(hid_t file, const std::string& path);
-/// Refuses a file whose capture was interrupted.
+/// The root attribute of a virtual merge recording each source as it was merged (JSON, one per source).
+constexpr const char* kVirtualRecordsAttribute = "virtual_source_records";
+
+/// Refuses a file whose capture was interrupted, and a virtual merge one of whose sources is missing or has changed
+/// since the merge (check_virtual_sources).
 void check_complete(hid_t file, const std::string& path);
+
+/// For a virtual merge that recorded its sources: refuses one that is missing or no longer what was merged (other
+/// rows, labels, example indices, seed, dataset or model), naming it.
+void check_virtual_sources(hid_t file, const std::string& path);
 
 // The datasets of rows [N, width] a group may hold: float32, or int32 expert ids.
 struct RowDataset {

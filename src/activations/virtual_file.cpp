@@ -7,6 +7,8 @@
 #include "activations/file_format.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "common/json.h"
+#include "common/sha256.h"
 
 namespace probekit::activations {
 
@@ -64,7 +66,62 @@ void write_virtual_group(hid_t file, Split split, const FileAttributes& attribut
   }
 }
 
+template <typename T>
+void hash_values(Sha256& hash, const std::vector<T>& values) {
+  hash.update(std::string_view(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T)));
+}
+
+// What a virtual file records of one source, to know it again: its rows and examples per split, its capture's
+// dataset hash, seed and model fingerprint, and a hash of its labels and example indices (a shard captured again
+// with another seed has the same shapes and other rows).
+Json source_record(const std::string& source) {
+  const FileAttributes attributes = read_attributes(source);
+  const std::array<SplitLayout, 3> layouts = read_layouts(source);
+  Sha256 hash;
+  Json rows = Json::array(), examples = Json::array();
+  for (const SplitLayout& layout : layouts) {
+    rows.push_back(layout.rows());
+    examples.push_back(layout.examples());
+    hash_values(hash, layout.labels);
+    hash_values(hash, layout.example_index);
+  }
+  return {{"rows", rows},
+          {"examples", examples},
+          {"dataset_sha256", attributes.dataset_sha256},
+          {"seed", attributes.seed},
+          {"model_fingerprint", attributes.model_fingerprint},
+          {"labels_and_indices_sha256", hash.hex_digest()}};
+}
+
 }  // namespace
+
+namespace format {
+
+void check_virtual_sources(hid_t file, const std::string& path) {
+  auto names = hdf5::get_string_list_attribute(file, "virtual_sources");
+  auto records = hdf5::get_string_list_attribute(file, kVirtualRecordsAttribute);
+  if (!names || !records) return;  // not virtual, or merged before sources were recorded
+  if (names->size() != records->size()) fail("{}: {} virtual sources but {} records of them", path, names->size(), records->size());
+  const std::string directory = parent_directory(path).empty() ? "." : parent_directory(path);
+  for (size_t i = 0; i < names->size(); ++i) {
+    const std::string source = directory + "/" + (*names)[i];
+    if (!is_regular_file(source)) {
+      fail("{}: its rows are read from {}, which is missing; put it back, or merge the shards again", path, source);
+    }
+    const Json was = parse_json((*records)[i], path + ": " + kVirtualRecordsAttribute);
+    const Json now = source_record(source);
+    // The settings first, which say what happened; the hash last, which catches the rest.
+    for (const char* key : {"seed", "dataset_sha256", "model_fingerprint", "rows", "examples", "labels_and_indices_sha256"}) {
+      if (was.contains(key) && now.value(key, Json()) != was.at(key)) {
+        fail("{}: the shard file {} it maps changed since the merge ({} was {}, is now {}): the merged file would pair "
+             "its new rows with the old ones' labels; merge the shards again",
+             path, source, key, was.at(key).dump(), now.value(key, Json()).dump());
+      }
+    }
+  }
+}
+
+}  // namespace format
 
 void write_virtual_file(const std::string& path, const FileAttributes& attributes, const std::vector<ShardRows>& shards,
                         const std::array<SplitLayout, 3>& merged) {
@@ -77,6 +134,9 @@ void write_virtual_file(const std::string& path, const FileAttributes& attribute
     write_attributes(file.get(), attributes);
     hdf5::set_attribute(file.get(), "compression", std::string("none"));
     hdf5::set_attribute(file.get(), "virtual_sources", shard_names);
+    std::vector<std::string> records;
+    for (const ShardRows& shard : shards) records.push_back(dump_json(source_record(shard.path)));
+    hdf5::set_attribute(file.get(), format::kVirtualRecordsAttribute, records);
     for (Split split : kSplits) {
       write_virtual_group(file.get(), split, attributes, shards, shard_names, merged[static_cast<size_t>(split)]);
     }

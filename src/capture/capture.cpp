@@ -11,6 +11,8 @@
 #include "capture/outputs.h"
 #include "capture/plan.h"
 #include "capture/window_loop.h"
+#include "common/files.h"
+#include "common/run_lock.h"
 #include "loading/model_loading.h"
 #include "sites/layers.h"
 
@@ -81,6 +83,13 @@ int64_t first_missing(const std::vector<LayerOutput>& outputs, int64_t run_size)
 CaptureSummary run_capture(const CaptureOptions& options) {
   CaptureSummary summary;
   check_options(options);
+  // Two captures into one directory would both write its files and race to a rename error at the end: the second
+  // stops here, before loading anything, naming the first.
+  std::string dir = options.output_dir;
+  if (options.shard_count > 1) dir += fmt::format("/shard_{}_of_{}", options.shard_index, options.shard_count);
+  make_directories(dir);
+  RunLock lock(dir + "/.capture.lock", fmt::format("another capture_activations is writing into {}", dir),
+               "wait for it to finish, or capture into another --output-dir");
   CapturePlan plan;
   plan_examples(options, plan, summary);
   plan.model = loading::find_model(options.model_dir);
@@ -98,8 +107,6 @@ CaptureSummary run_capture(const CaptureOptions& options) {
                fmt::join(plan.layers, ", "), site_name(options.site), readout::position_name(options.position),
                summary.load_seconds);
 
-  std::string dir = options.output_dir;
-  if (options.shard_count > 1) dir += fmt::format("/shard_{}_of_{}", options.shard_index, options.shard_count);
   auto layouts = make_layouts(plan, options.position, options.dataset.keep_fields);
   int64_t first_device_weights = loaded.placement.weight_bytes.empty() ? loaded.replicas.front()->weight_bytes()
                                                                         : loaded.placement.weight_bytes.front();

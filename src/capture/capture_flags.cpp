@@ -19,7 +19,7 @@ void add_data_flags(CLI::App& app, CaptureFlags& f) {
                  "JSONL file, one labelled example per line; - reads standard input (a pipe is read whole, once)")
       ->required();
   app.add_option("--max-examples", o.dataset.max_examples, "Use only the first N examples (0: all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   app.add_option("--text-field", o.dataset.text_field, "JSON field holding the text")->capture_default_str();
   app.add_option("--label-field", o.dataset.label_field, "JSON field holding the label (default: cognitive_action, or sentiment)");
   app.add_option("--keep-fields", f.keep_fields, "Extra JSON fields stored as metadata columns, e.g. domain,emotional_state")
@@ -29,7 +29,7 @@ void add_data_flags(CLI::App& app, CaptureFlags& f) {
   app.add_option("--split", f.split, "Train,val,test ratios")->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of the stratified split (Python's random)")->capture_default_str();
   app.add_option("--max-length", o.max_length, "Cut longer prompts from the start of the text (tokens; 0: no limit)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   steering::add_steering_flags(app, o.steering, true);
   app.add_flag("--strict", o.dataset.strict_fields, "A --keep-fields field that no line has is an error, not a warning");
   app.add_flag("--skip-invalid", o.dataset.skip_invalid, "Skip bad dataset lines (reported at the end) instead of stopping");
@@ -38,7 +38,7 @@ void add_data_flags(CLI::App& app, CaptureFlags& f) {
 void add_run_flags(CLI::App& app, CaptureFlags& f) {
   CaptureOptions& o = f.options;
   app.add_option("--batch-size", o.batch_size, "Examples per forward pass (default: chosen from device memory)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   app.add_option("--max-gpu-memory", f.max_gpu_memory,
                  "GPU memory the capture may use, weights included, e.g. 40GB (default: what is free; on MPS "
                  "Metal's recommended working set less what the process holds)");
@@ -51,7 +51,7 @@ void add_run_flags(CLI::App& app, CaptureFlags& f) {
                                     "from the launcher (Slurm, torchrun, Open MPI), its local rank picking the GPU");
   app.add_option("--window", o.window, "Examples per commit to disk (the unit of resumption)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
 }
 
 void add_output_flags(CLI::App& app, CaptureFlags& f) {

@@ -1,6 +1,7 @@
 #include "capture/merge.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <regex>
@@ -132,6 +133,46 @@ void write_copy(const std::string& path, const activations::FileAttributes& attr
   writer.finish();
 }
 
+// The absolute, symlink-free form of a path that may not exist yet: its deepest existing ancestor resolved.
+std::string resolved_path(const std::string& path) {
+  if (path_exists(path)) return absolute_path(path);
+  std::string parent = parent_directory(path);
+  std::string name = path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
+  std::string base = resolved_path(parent.empty() ? "." : parent);
+  return name.empty() || name == "." ? base : base + "/" + name;
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  struct stat first {}, second {};
+  return ::stat(a.c_str(), &first) == 0 && ::stat(b.c_str(), &second) == 0 && first.st_dev == second.st_dev &&
+         first.st_ino == second.st_ino;
+}
+
+// Refuses, --overwrite or not, an output directory that is a shard directory or lies inside one, and a merged
+// file that is (through a link) one of the files it reads: writing it would replace a shard's rows with a file
+// mapping or copying itself. An output directory holding the shard directories is the default layout.
+void check_output_apart(const std::vector<std::string>& shard_dirs, const std::string& output_dir) {
+  const std::string output = resolved_path(output_dir);
+  for (const std::string& dir : shard_dirs) {
+    const std::string shard = resolved_path(dir);
+    if (output == shard || output.rfind(shard + "/", 0) == 0) {
+      fail_usage("--output-dir {} {} the shard directory {} it merges: the merged files would replace or sit among "
+                 "that shard's own; choose an --output-dir outside every shard (their parent, by default)",
+                 output_dir, output == shard ? "is" : "lies inside", dir);
+    }
+    if (!is_directory(output_dir)) continue;
+    // Every entry, not only the complete layer files: the shards' own checks come later and name what is wrong.
+    for (const std::string& name : list_directory(dir)) {
+      const std::string file = dir + "/" + name;
+      if (same_file(output_dir + "/" + name, file)) {
+        fail_usage("{}/{} is the shard file {} (a link): merging into it would replace that shard's rows; choose "
+                   "another --output-dir",
+                   output_dir, name, file);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> find_shard_dirs(const std::string& dir) {
@@ -154,6 +195,7 @@ std::vector<std::string> merge_shards(const std::vector<std::string>& shard_dirs
                                       const MergeOptions& options) {
   if (shard_dirs.empty()) fail_input("nothing to merge: no shard directories");
   if (options.virtual_files && options.gzip) fail_usage("--virtual and --compression gzip exclude each other: virtual files copy nothing to compress");
+  check_output_apart(shard_dirs, output_dir);
   make_directories(output_dir);
   std::vector<std::string> written;
   for (const std::string& first_file : activations::find_activation_files({shard_dirs.front()})) {

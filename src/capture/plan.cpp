@@ -93,6 +93,25 @@ void plan_examples(const CaptureOptions& options, CapturePlan& plan, CaptureSumm
   summary.examples = static_cast<int64_t>(plan.run.size());
 }
 
+namespace {
+
+// Learned position embeddings (GPT-2) end at max_position_embeddings: a longer prompt is refused here, where the
+// flag that cuts it is capture's own, naming the text.
+void check_learned_positions(const CapturePlan& plan, const std::vector<readout::Prompt>& prompts) {
+  const model::ModelConfig& config = plan.config();
+  if (!config.features.learned_positions) return;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (static_cast<int64_t>(prompts[i].ids.size()) > config.max_positions) {
+      const data::Example& example = plan.dataset.examples[static_cast<size_t>(plan.run[i].example)];
+      fail_usage("{}:{}: this text's prompt is {} tokens, more than the model's {} positions (learned position "
+                 "embeddings, none past them): cut long texts with --max-length {}",
+                 plan.dataset.path, example.line + 1, prompts[i].ids.size(), config.max_positions, config.max_positions);
+    }
+  }
+}
+
+}  // namespace
+
 void plan_prompts(const CaptureOptions& options, CapturePlan& plan, CaptureSummary& summary) {
   if (!is_regular_file(plan.model_dir() + "/tokenizer.json")) fail("{}: no tokenizer.json", plan.model_dir());
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_file(plan.model_dir());
@@ -104,6 +123,7 @@ void plan_prompts(const CaptureOptions& options, CapturePlan& plan, CaptureSumma
   for (const RunItem& item : plan.run) texts.push_back(plan.dataset.examples[static_cast<size_t>(item.example)].text);
   std::vector<readout::Prompt> prompts = builder.build(texts);
   builder.warn_if_cut(prompts);
+  check_learned_positions(plan, prompts);
   for (readout::Prompt& prompt : prompts) {
     summary.truncated += prompt.cut > 0 ? 1 : 0;
     plan.lengths.push_back(static_cast<int64_t>(prompt.ids.size()));

@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "common/progress.h"
 #include "device/torch/transfers.h"
+#include "readout/readout.h"
 
 namespace probekit::capture {
 
@@ -67,9 +68,9 @@ void check_finite(const at::Tensor& rows, const std::vector<int64_t>& batch, con
     int64_t count = position == Position::kAll ? plan.lengths[static_cast<size_t>(p)] : 1;
     if (row < first_row + count) {
       const data::Example& example = plan.dataset.examples[static_cast<size_t>(plan.run[static_cast<size_t>(p)].example)];
-      fail_input("{}:{}: the activations of layer {} are not finite (NaN or Inf): the checkpoint's weights or its "
-                 "config (a zero scale such as query_pre_attn_scalar: 0) produce them",
-                 plan.dataset.path, example.line + 1, plan.layers[static_cast<size_t>(slot)]);
+      fail_input("{}:{}: {}", plan.dataset.path, example.line + 1,
+                 readout::non_finite_message(
+                     fmt::format("the activations of layer {} are", plan.layers[static_cast<size_t>(slot)])));
     }
     first_row += count;
   }

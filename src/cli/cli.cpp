@@ -86,6 +86,23 @@ int ToolCommandLine::run(int argc, char** argv, const std::function<void()>& bod
   return run_tool(app, argc, argv, common, body);
 }
 
+CLI::Validator at_least(int64_t low) {
+  return CLI::Validator(
+      [low](std::string& input) -> std::string {
+        size_t used = 0;
+        long long value = 0;
+        try {
+          value = std::stoll(input, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != input.size()) return fmt::format("must be a whole number, got {}", input);
+        if (value < low) return fmt::format("must be {} or more, got {}", low, input);
+        return "";
+      },
+      fmt::format(">={}", low));
+}
+
 CLI::Option* add_model_options(CLI::App& app, std::string& model, const std::string& help) {
   // --offline is HF_HUB_OFFLINE=1 for this process and what it starts, so the hub client has one switch to read.
   app.add_flag_callback("--offline", [] { setenv("HF_HUB_OFFLINE", "1", 1); },
@@ -104,8 +121,9 @@ CLI::Option* add_layers_option(CLI::App& app, std::string& layers, const std::st
 
 std::string explain_failure(const std::exception& error, const std::string& disk_full_advice) {
   std::string message = error.what();
-  // c10::Error appends a C++ backtrace that helps nobody running a tool.
-  for (const char* marker : {"\nException raised from", "Exception raised from"}) {
+  // c10::Error appends a C++ backtrace that helps nobody running a tool (after "Exception raised from", or, for
+  // an enforce failure such as an allocation's, straight after the message as "frame #0: ...").
+  for (const char* marker : {"\nException raised from", "Exception raised from", "\nframe #0:"}) {
     auto at = message.find(marker);
     if (at != std::string::npos) message.erase(at);
   }
@@ -185,8 +203,12 @@ int run_tool(CLI::App& app, int argc, char** argv, const CommonOptions& options,
     spdlog::error("Run with --help for the flags.");
     return 2;
   } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+    // --help and --version print through CLI11; every flag error reads as the tools' own usage errors do.
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    configure_logging(false, false);
+    spdlog::error("{}", e.what());
+    spdlog::error("Run with --help for the flags.");
+    return 2;
   } catch (const UsageError& e) {  // a flag's own parser (a callback) refused its value
     configure_logging(false, false);
     spdlog::error("{}", e.what());

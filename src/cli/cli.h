@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <string>
@@ -54,6 +55,10 @@ class ToolCommandLine {
   CLI::App app;
   CommonOptions common;
 };
+
+/// A check that a flag's whole number is at least `low`, failing as "--flag: must be 1 or more, got 0" (CLI11's
+/// PositiveNumber names the largest double, all 309 digits of it, as the top of its range).
+CLI::Validator at_least(int64_t low);
 
 /// Adds --model (a checkpoint folder or a hub name, org/name[@revision]) and --offline to a tool or subcommand that
 /// loads a model; returns --model's option so the caller can make it required.

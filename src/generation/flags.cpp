@@ -1,12 +1,14 @@
 #include "generation/flags.h"
 
+#include "cli/cli.h"
+
 namespace probekit::generation {
 
 void add_generation_flags(CLI::App& app, GenerationFlags& flags) {
   GenerationOptions& o = flags.options;
   app.add_option("--max-new-tokens", o.max_new_tokens, "Tokens to generate after each prompt (at most)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   app.add_option("--temperature", o.sampling.temperature, "Sampling temperature; 0: greedy")->capture_default_str();
   app.add_option("--sample-top-k", o.sampling.top_k, "Sample among the k most probable tokens; 0: all")
       ->capture_default_str();

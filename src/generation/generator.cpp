@@ -9,6 +9,7 @@
 #include "common/files.h"
 #include "common/json.h"
 #include "readout/incremental.h"
+#include "readout/readout.h"
 
 namespace probekit::generation {
 
@@ -143,6 +144,11 @@ std::vector<Generation> generate(const model::TransformerModel& model, const std
   at::Tensor suppressed = at::tensor(std::vector<int64_t>(options.suppressed_ids.begin(), options.suppressed_ids.end()),
                                      at::kLong).to(model.device());
   for (int64_t index = 0; index < options.max_new_tokens && loop.any_going(); ++index) {
+    // One small copy to the host per step, beside the token's: a model whose numbers go non-finite is refused as
+    // everywhere, not sampled from NaN.
+    if (!at::isfinite(hidden).all().item<bool>()) {
+      fail_input("{}", readout::non_finite_message("the model's outputs (after its final norm) are"));
+    }
     at::Tensor logits = model.logits(hidden);
     if (suppressed.numel() > 0) logits.index_fill_(1, suppressed, -std::numeric_limits<float>::infinity());
     at::Tensor tokens = sampler.choose(logits);

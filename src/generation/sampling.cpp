@@ -16,6 +16,15 @@ void check_sampling(const Sampling& s) {
   if (!(s.top_p > 0 && s.top_p <= 1)) fail_usage("--top-p must be in (0, 1], got {}", s.top_p);
 }
 
+at::Tensor scaled_logits(const at::Tensor& logits, double temperature) {
+  // Shifted so that each row's largest logit is 0 before the division: the others become negative numbers or -inf,
+  // never +inf, so the softmax stays finite however small the temperature (logits / 1e-40 overflowed to inf and
+  // the softmax turned to NaN). The largest is left at 0 rather than divided: 0 / T would be NaN where T rounds
+  // to 0 in fp32, as every T below about 1e-45 does; there, as T goes to 0, only the largest logits keep weight.
+  at::Tensor shifted = logits - std::get<0>(logits.max(-1, /*keepdim=*/true));
+  return at::where(shifted < 0, shifted / temperature, at::zeros_like(shifted));
+}
+
 TokenSampler::TokenSampler(const Sampling& sampling) : sampling_(sampling), random_(sampling.seed) {
   check_sampling(sampling);
 }
@@ -24,7 +33,7 @@ at::Tensor TokenSampler::choose(const at::Tensor& logits) {
   if (sampling_.temperature == 0) return logits.argmax(-1);
   const int64_t batch = logits.size(0), vocab = logits.size(1);
   // Most probable first; top-k and top-p then cut the sorted rows from the end.
-  auto [sorted, order] = (logits / sampling_.temperature).sort(-1, /*descending=*/true);
+  auto [sorted, order] = scaled_logits(logits, sampling_.temperature).sort(-1, /*descending=*/true);
   if (sampling_.top_k > 0 && sampling_.top_k < vocab) {
     // transformers keeps every token whose logit equals the k-th largest.
     at::Tensor kth = sorted.narrow(1, sampling_.top_k - 1, 1);

@@ -20,6 +20,10 @@ struct Sampling {
 /// Throws a usage error naming the flag for a temperature below 0, top-k below 0 or top-p outside (0, 1].
 void check_sampling(const Sampling& sampling);
 
+/// logits / temperature shifted by each row's largest logit ([B, vocab], that logit at 0): the same softmax, and a
+/// finite one for every positive temperature, however small; -inf logits stay -inf.
+at::Tensor scaled_logits(const at::Tensor& logits, double temperature);
+
 class TokenSampler {
  public:
   explicit TokenSampler(const Sampling& sampling);

@@ -124,7 +124,8 @@ loading::ModelSource model_for(const EngineOptions& options, const probes::Probe
 }
 
 readout::PromptLimit limit_for(int64_t recorded, const model::ModelConfig& config) {
-  if (recorded > 0) return {recorded, fmt::format("--max-length {} tokens (the cut recorded with the probes)", recorded)};
+  // Described without capture's flag: multi_probe_inference and probe_server, which print it, have no --max-length.
+  if (recorded > 0) return {recorded, fmt::format("the probes' limit of {} tokens (the cut their capture made)", recorded)};
   if (config.max_positions > 0) return {config.max_positions, fmt::format("the model's {} positions", config.max_positions)};
   return {};
 }
@@ -198,8 +199,8 @@ void Engine::load_probes(const model::ModelConfig& config, const std::string& fi
       }
       recipe = here;
     } else if (!(here == *recipe)) {
-      fail_input("{}: these probes were trained with another prompt suffix, site, position or --max-length than "
-                 "those of layer {}",
+      fail_input("{}: these probes were trained with another prompt suffix, site, position or prompt length limit "
+                 "than those of layer {}",
                  dir, layers_.front());
     } else if (set.multiclass() != probes_.front().set.multiclass()) {
       // Independent per-label probabilities and one distribution over classes do not rank together.
@@ -287,17 +288,19 @@ std::vector<TextScores> Engine::score(const std::vector<std::string>& texts,
     std::vector<readout::Sequence> batch;
     const size_t end = std::min(prompts.size(), start + batch_size);
     for (size_t i = start; i < end; ++i) batch.push_back(prompts[i].ids);
-    if (steering.empty()) {
-      store_probabilities(readout::read_rows(*model_, batch, request_), tables, start);
-      continue;
-    }
-    // Each text steered its own way: a vector per row of a padded batch (packed rows share one stream).
-    const model::StreamWrites writes = steering::place_rows(
-        {steering.begin() + static_cast<std::ptrdiff_t>(start), steering.begin() + static_cast<std::ptrdiff_t>(end)}, *model_);
     readout::Request steered = request_;
-    steered.writes = &writes;
-    steered.layout = readout::Layout::kPadded;
-    store_probabilities(readout::read_rows(*model_, batch, steered), tables, start);
+    model::StreamWrites writes;
+    if (!steering.empty()) {
+      // Each text steered its own way: a vector per row of a padded batch (packed rows share one stream).
+      writes = steering::place_rows({steering.begin() + static_cast<std::ptrdiff_t>(start),
+                                     steering.begin() + static_cast<std::ptrdiff_t>(end)},
+                                    *model_);
+      steered.writes = &writes;
+      steered.layout = readout::Layout::kPadded;
+    }
+    at::Tensor rows = readout::read_rows(*model_, batch, steered);
+    readout::check_finite_rows(rows, 1, request_.layers);
+    store_probabilities(rows, tables, start);
   }
   spdlog::debug("{} texts scored", texts.size());
   std::vector<TextScores> scores(texts.size());
@@ -324,7 +327,9 @@ TokenScores Engine::score_tokens(const std::string& text, const steering::Steeri
   readout::Request steered = request_;
   const model::StreamWrites writes = steering != nullptr ? steering::place(*steering, *model_) : model::StreamWrites();
   if (steering != nullptr) steered.writes = &writes;
-  store_probabilities(readout::read_prefixes(*model_, prompt.ids, prompts_->suffix_ids(), steered), result.probability, 0);
+  at::Tensor rows = readout::read_prefixes(*model_, prompt.ids, prompts_->suffix_ids(), steered);
+  readout::check_finite_rows(rows, 1, request_.layers);
+  store_probabilities(rows, result.probability, 0);
   return result;
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/terminal_text.h"
 #include "generation/generator.h"
 #include "inference/reports.h"
 
@@ -57,7 +58,7 @@ std::string generated_token_line(const ScoredToken& token, const ScoreTable& tab
   std::vector<std::string> firing;
   for (const Prediction& p : all_predictions(table)) {
     if (!p.active || static_cast<int64_t>(firing.size()) >= top_k) continue;
-    firing.push_back(fmt::format("✓{}{} {:.3f}", p.label, layer_suffix(table, p), p.confidence));
+    firing.push_back(fmt::format("✓{}{} {:.3f}", terminal_text(p.label), layer_suffix(table, p), p.confidence));
   }
   std::string row = with_row ? fmt::format("[{}] ", token.row) : "";
   std::string quoted = dump_json(token.text);
@@ -87,7 +88,7 @@ std::string live_frame(const std::vector<LiveRow>& rows, int64_t top_k, size_t w
     std::vector<Prediction> ranked = all_predictions(row.latest);
     for (size_t i = 0; i < ranked.size() && static_cast<int64_t>(i) < top_k; ++i) {
       const Prediction& p = ranked[i];
-      std::string name = p.label + layer_suffix(row.latest, p);
+      std::string name = terminal_text(p.label) + layer_suffix(row.latest, p);
       out += fmt::format("  {:<28} {} {:.3f}{}\n", name.substr(0, 28), bar(p.confidence, 30), p.confidence,
                          p.active ? " ✓" : "");
     }
@@ -136,7 +137,7 @@ void GenerationPrinter::finish(const std::vector<GeneratedText>& texts) {
       fmt::print("{}\n", dump_json(done));
     } else if (!live_) {
       fmt::print("\n{}Generated {} tokens (stop: {}):\n{}{}\n", texts.size() > 1 ? fmt::format("[{}] ", r) : "",
-                 t.ids.size(), rows_[r].stop, rows_[r].prompt, t.text);
+                 t.ids.size(), rows_[r].stop, terminal_text(rows_[r].prompt, true), terminal_text(t.text, true));
     }
   }
   std::fflush(stdout);

@@ -1,4 +1,3 @@
-#include "common/html.h"
 #include "inference/reports.h"
 
 #include <fmt/format.h>
@@ -8,6 +7,9 @@
 #include <cmath>
 #include <map>
 
+#include "common/html.h"
+#include "common/terminal_text.h"
+
 namespace probekit::inference {
 
 namespace {
@@ -15,7 +17,9 @@ namespace {
 const char* mark(bool active) { return active ? "✓" : " "; }
 
 // Left-aligns to `width` display columns: label names are ASCII, but a UTF-8 name should not break alignment.
-std::string pad(const std::string& text, size_t width) {
+// A label (or other name) in a column of a terminal table, its control characters escaped.
+std::string pad(const std::string& name, size_t width) {
+  std::string text = terminal_text(name);
   size_t columns = 0;
   for (unsigned char c : text) columns += (c & 0xC0) != 0x80 ? 1 : 0;
   return columns >= width ? text : text + std::string(width - columns, ' ');
@@ -121,7 +125,7 @@ std::string per_token_terminal(const TokenTable& table, int64_t top) {
     std::vector<std::string> parts;
     for (size_t i = 0; i < ranked.size() && static_cast<int64_t>(i) < top; ++i) {
       const Prediction& p = ranked[i];
-      parts.push_back(fmt::format("{}{}{} {:.3f}", p.active ? "✓" : "", p.label,
+      parts.push_back(fmt::format("{}{}{} {:.3f}", p.active ? "✓" : "", terminal_text(p.label),
                                   table.scores[t].layers.size() > 1 ? fmt::format("@L{}", p.layer) : "", p.confidence));
     }
     out += fmt::format("{:>4}  {}  {}\n", t, pad(dump_json(table.tokens[t]), 18), fmt::join(parts, ", "));

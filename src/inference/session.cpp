@@ -12,6 +12,7 @@
 #include "common/files.h"
 #include "common/json.h"
 #include "common/outputs.h"
+#include "common/terminal_text.h"
 #include "inference/generation_view.h"
 #include "steering/steering_flags.h"
 #include "inference/reports.h"
@@ -43,7 +44,7 @@ Json show_single_layer(const Engine& engine, const std::string& text, const Scor
     std::string heading = engine.multiclass() ? fmt::format("Predicted classes (top {} of {}, softmax probabilities)",
                                                             d.top_k, engine.labels().size())
                                               : fmt::format("Detected labels (top {})", d.top_k);
-    fmt::print("\nAnalyzing text: \"{}\"\n\n{}\n\n{}:\n\n", text, std::string(70, '-'), heading);
+    fmt::print("\nAnalyzing text: \"{}\"\n\n{}\n\n{}:\n\n", terminal_text(text, true), std::string(70, '-'), heading);
   }
   fmt::print("{}\n", format_ranking(shown, best_layer));
   return {};
@@ -297,7 +298,7 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
       "Text to analyze (without --text or --file: texts are read from stdin, one per line)");
   app.add_option("--file", r.file, "Texts to analyze: one per line, or JSONL with a text field");
   app.add_option("--text-field", r.text_field, "JSON field of the texts in --file")->capture_default_str();
-  app.add_option("--top-k", d.top_k, "How many labels to show")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--top-k", d.top_k, "How many labels to show")->capture_default_str()->check(at_least(1));
   app.add_option("--threshold", d.threshold, "Confidence at which a label is marked")
       ->capture_default_str()
       ->check(unit_interval());
@@ -323,7 +324,7 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
 void add_engine_flags(CLI::App& app, EngineOptions& e, const std::string& batch_help) {
   app.add_flag("--best-layer", e.best_layer, "Score each label at its best layer (per_action_layer_analysis.json)");
   app.add_flag("--force", e.force, "Run probes recorded for another model than --model (a warning, not an error)");
-  app.add_option("--batch-size", e.batch_size, batch_help)->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", e.batch_size, batch_help)->capture_default_str()->check(at_least(1));
   add_device_options(app, e.device, e.dtype);
 }
 

@@ -437,7 +437,8 @@ void load_lm_head(const Checkpoint& checkpoint, std::initializer_list<const char
     }
     expected += expected.empty() ? name : std::string(" or ") + name;
   }
-  fail("{}: no LM head {} (config.json does not tie it to the token embeddings)", checkpoint.describe_files(), expected);
+  throw MissingLmHead(fmt::format("{}: no LM head {} (config.json does not tie it to the token embeddings)",
+                                  checkpoint.describe_files(), expected));
 }
 
 int64_t read_expert_count(const ConfigReader& config_json, int64_t fallback) {

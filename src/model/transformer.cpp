@@ -104,8 +104,10 @@ void TransformerModel::check_inputs(const std::vector<int32_t>& ids) const {
     }
   }
   if (config_.features.learned_positions && static_cast<int64_t>(ids.size()) > config_.max_positions) {
-    fail_input("{} tokens exceed the model's {} positions; use --max-length to cut long texts", ids.size(),
-               config_.max_positions);
+    // No flag named: the tools that reach this differ in how a text is cut, and say so themselves.
+    fail_input("{} tokens exceed the model's {} positions (learned position embeddings, none past them): use a shorter "
+               "text",
+               ids.size(), config_.max_positions);
   }
 }
 

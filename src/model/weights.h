@@ -12,6 +12,7 @@
 #include <atomic>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,13 @@
 #include "io/safetensors.h"
 
 namespace probekit::model {
+
+/// A checkpoint without the LM head a load asked for (saved without it, and config.json does not tie it to the
+/// token embeddings): callers that can do without the head say how.
+class MissingLmHead : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 /// The ATen dtype of a safetensors dtype.
 at::ScalarType aten_dtype(safetensors::DType dtype);

@@ -326,6 +326,18 @@ void check_listed_file(const safetensors::File& file, const ProbeShape& shape, b
   }
 }
 
+// Two probes of one label would leave one of them out of every ranking, unseen.
+void check_distinct_labels(const std::vector<ProbeInfo>& probes, const std::string& index_path) {
+  for (size_t i = 0; i < probes.size(); ++i) {
+    for (size_t j = i + 1; j < probes.size(); ++j) {
+      if (probes[i].label == probes[j].label) {
+        fail("{}: lists label '{}' twice (entries {} and {}); every probe needs a label of its own", index_path,
+             probes[i].label, i, j);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 ProbeSet::ProbeSet(ProbeBank bank, std::vector<ProbeInfo> probes, Json index, bool multiclass)
@@ -353,6 +365,7 @@ ProbeSet ProbeSet::load(const std::string& directory, at::Device device, at::Sca
     rethrow_with_context(index_path);
   }
   if (probes.empty()) fail("{}: lists no probe", index_path);
+  check_distinct_labels(probes, index_path);
   // Every file is checked against the index before the bank is allocated, so a damaged index cannot make the
   // bank larger than what the files hold.
   std::vector<safetensors::File> files;

@@ -3,8 +3,12 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
+#include <map>
+#include <string>
+#include <utility>
 
 #include "common/error.h"
+#include "device/torch/gpu_utils.h"
 #include "readout/site_reader.h"
 
 namespace probekit::readout {
@@ -35,6 +39,28 @@ IncrementalReader::IncrementalReader(const model::TransformerModel& model, const
   suffix_ids_ = device_ids(suffix_, model.device());
 }
 
+// The cache is allocated whole for every position up front: one that cannot fit the memory of the devices its
+// layers sit on is refused naming the flag, before LibTorch's allocation fails with a C++ backtrace.
+void IncrementalReader::check_cache_memory(int64_t batch, double capacity, int64_t new_tokens) const {
+  const model::ModelConfig& config = model_.config();
+  const double per_layer = 2.0 * static_cast<double>(batch) * static_cast<double>(config.num_kv_heads) * capacity *
+                           static_cast<double>(config.head_dim) * static_cast<double>(c10::elementSize(model_.dtype()));
+  std::map<std::string, std::pair<double, at::Device>> needed;  // by device
+  for (int64_t layer = 0; layer < config.num_layers; ++layer) {
+    at::Device device = model_.layer_device(layer);
+    auto [entry, added] = needed.try_emplace(device.str(), 0.0, device);
+    entry->second.first += per_layer;
+  }
+  for (const auto& [name, need] : needed) {
+    const auto memory = static_cast<double>(device::memory_for_tensors(need.second));
+    if (memory > 0 && need.first > memory) {
+      fail_usage("--max-new-tokens {}: the generation cache (keys and values of every layer for {} prompt{} and {:.0f} "
+                 "positions) needs {:.1f} GB on {}, more than its {:.1f} GB of memory; ask for fewer new tokens",
+                 new_tokens, batch, batch == 1 ? "" : "s", capacity, need.first / 1e9, name, memory / 1e9);
+    }
+  }
+}
+
 at::Tensor IncrementalReader::start(const std::vector<Sequence>& prompts, int64_t new_tokens) {
   if (prompts.empty()) fail_input("no prompts to generate from");
   c10::InferenceMode inference_mode;
@@ -44,16 +70,20 @@ at::Tensor IncrementalReader::start(const std::vector<Sequence>& prompts, int64_
     if (prompt.empty()) fail_input("an empty prompt: generation needs at least one token to start from");
     longest = std::max<int64_t>(longest, static_cast<int64_t>(prompt.size()));
   }
-  // Learned positions (GPT-2) bound every position a step reads, the suffix's included.
   const auto suffix_length = request_ != nullptr ? static_cast<int64_t>(suffix_.size()) : 0;
-  capacity_ = longest + new_tokens + suffix_length + 1;
   for (const Sequence& prompt : prompts) model_.check_inputs(prompt);
+  // In double: --max-new-tokens may be any int64, and the sum must not wrap before it is refused.
+  const double positions = static_cast<double>(longest) + static_cast<double>(new_tokens) + static_cast<double>(suffix_length);
   const model::ModelConfig& config = model_.config();
-  if (config.features.learned_positions && capacity_ - 1 > config.max_positions) {
-    fail_input("the longest prompt ({} tokens), {} new tokens and the probes' prompt suffix ({} tokens) need {} "
-               "positions, more than the model's {}: ask for fewer new tokens",
-               longest, new_tokens, suffix_length, capacity_ - 1, config.max_positions);
+  // Learned positions (GPT-2) bound every position a step reads, the suffix's included; rotary models may run past
+  // max_position_embeddings, as transformers lets them.
+  if (config.features.learned_positions && positions > static_cast<double>(config.max_positions)) {
+    fail_usage("the longest prompt ({} tokens), {} new tokens and the probes' prompt suffix ({} tokens) need {:.0f} "
+               "positions, more than the model's {}: ask for fewer new tokens (--max-new-tokens)",
+               longest, new_tokens, suffix_length, positions, config.max_positions);
   }
+  check_cache_memory(batch, positions + 1, new_tokens);
+  capacity_ = longest + new_tokens + suffix_length + 1;
 
   cache_ = {};
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {

@@ -41,6 +41,8 @@ class IncrementalReader {
   const at::Tensor& lengths() const { return lengths_; }
 
  private:
+  void check_cache_memory(int64_t batch, double capacity, int64_t new_tokens) const;
+
   const model::TransformerModel& model_;
   const Request* request_;
   Sequence suffix_;

@@ -67,4 +67,13 @@ struct HiddenStates {
 HiddenStates read_hidden_states(const model::TransformerModel& model, const Sequence& ids,
                                 const model::StreamWrites* writes = nullptr);
 
+/// "`what` not finite (NaN or Inf): the checkpoint's weights or its config (...) produce them": how every tool refuses
+/// non-finite activations (`what`: "the activations of layer 5 are").
+std::string non_finite_message(const std::string& what);
+
+/// Refuses rows that hold NaN or Inf, naming the first such layer: `layers[i]` for index i along `layer_dim`; the
+/// message starts with `where` when given. A model whose numbers go non-finite is refused, never shown as NaN scores.
+void check_finite_rows(const at::Tensor& rows, int64_t layer_dim, const std::vector<int64_t>& layers,
+                       const std::string& where = "");
+
 }  // namespace probekit::readout

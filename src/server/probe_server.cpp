@@ -13,8 +13,10 @@
 #include <thread>
 
 #include "common/error.h"
+#include "model/weights.h"
 #include "server/generation_stream.h"
 #include "server/handlers.h"
+#include "server/http_service.h"
 #include "server/api/requests.h"
 
 namespace probekit::server {
@@ -38,11 +40,14 @@ void check_json_body(const httplib::Request& req) {
   }
 }
 
-// Compares the whole token whatever the first difference, so the time taken says nothing about the key.
-bool same_secret(const std::string& given, const std::string& key) {
-  unsigned char difference = given.size() == key.size() ? 0 : 1;
-  for (size_t i = 0; i < given.size(); ++i) difference |= static_cast<unsigned char>(given[i] ^ key[i % key.size()]);
-  return difference == 0;
+ServiceOptions service_options(const ServerOptions& options) {
+  ServiceOptions service;
+  service.workers = options.http_threads;
+  service.max_connections = options.max_connections;
+  service.intake.framing.max_body_bytes = options.limits.max_body_bytes;
+  service.intake.client_timeout = std::chrono::milliseconds(static_cast<int64_t>(options.client_timeout_s * 1000));
+  service.intake.api_key = options.api_key;
+  return service;
 }
 
 Clock::time_point deadline_of(const Limits& limits) {
@@ -68,19 +73,22 @@ httplib::Server::Handler json_endpoint(Parse parse, Answer answer, const ServerO
   };
 }
 
+// The engine; a checkpoint without an LM head is refused saying how to serve it anyway.
+inference::Engine load_engine(const ServerOptions& options) {
+  try {
+    return inference::Engine::load(options.engine);
+  } catch (const model::MissingLmHead& e) {
+    fail("{}: probe_server loads the LM head for /v1/generate; pass --no-generate to serve rankings and per-token "
+         "scores without it",
+         e.what());
+  }
+}
+
 }  // namespace
 
-ProbeServer::ProbeServer(const ServerOptions& options)
-    : options_(options), engine_(inference::Engine::load(options.engine)) {
+ProbeServer::ProbeServer(const ServerOptions& options) : options_(options), engine_(load_engine(options)) {
   scheduler_ = std::make_unique<Scheduler>(engine_, options_.limits.max_queued_texts);
-  http_ = std::make_unique<httplib::Server>();
-  size_t threads = static_cast<size_t>(options_.http_threads);
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http_->set_payload_max_length(static_cast<size_t>(options_.limits.max_body_bytes));
-  http_->set_keep_alive_timeout(5);
-  // Answers are small writes: without TCP_NODELAY, Nagle's algorithm meets the client's delayed ACK and adds
-  // about 40 ms to a request on a kept-alive connection.
-  http_->set_tcp_nodelay(true);
+  http_ = std::make_unique<HttpService>(service_options(options_));
   add_error_handlers();
   add_routes();
 }
@@ -161,8 +169,7 @@ void ProbeServer::add_error_handlers() {
   const Limits& limits = options_.limits;
   std::string api_key = options_.api_key;
   http_->set_pre_routing_handler([api_key](const httplib::Request& req, httplib::Response& res) {
-    if (api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
-    if (same_secret(req.get_header_value("Authorization"), "Bearer " + api_key)) {
+    if (api_key.empty() || !needs_api_key(req.path) || bearer_matches(req.get_header_value("Authorization"), api_key)) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
     res.set_header("WWW-Authenticate", "Bearer");
@@ -195,19 +202,11 @@ void ProbeServer::add_error_handlers() {
   });
 }
 
-int ProbeServer::bind() {
-  int port = options_.port;
-  bool bound = port == 0 ? (port = http_->bind_to_any_port(options_.host)) > 0 : http_->bind_to_port(options_.host, port);
-  if (!bound) {
-    fail("cannot listen on {} port {}: the port is taken, or {} is not an address of this machine", options_.host,
-         options_.port, options_.host);
-  }
-  return port;
-}
+int64_t ProbeServer::open_connections() const { return http_->open_connections(); }
 
-void ProbeServer::serve() {
-  if (!http_->listen_after_bind() && !stopping_) fail("the server stopped accepting connections on {}", options_.host);
-}
+int ProbeServer::bind() { return http_->listen_on(options_.host, options_.port); }
+
+void ProbeServer::serve() { http_->serve(); }
 
 void ProbeServer::stop() {
   if (stopping_.exchange(true)) return;
@@ -254,7 +253,8 @@ class StopSignals {
 
 }  // namespace
 
-void run_probe_server(const ServerOptions& options) {
+void run_probe_server(ServerOptions options) {
+  resolve_api_key(options);
   check_server_options(options);
   StopSignals stop_signals;
   ProbeServer server(options);

@@ -14,11 +14,12 @@
 #include "server/scheduler.h"
 
 namespace httplib {
-class Server;
 struct Response;
 }  // namespace httplib
 
 namespace probekit::server {
+
+class HttpService;
 
 class ProbeServer {
  public:
@@ -28,16 +29,20 @@ class ProbeServer {
   ProbeServer(const ProbeServer&) = delete;
   ProbeServer& operator=(const ProbeServer&) = delete;
 
-  /// Binds --host and --port (0: any free port) and returns the port; throws when it cannot.
+  /// Listens on --host and --port (0: any free port) and returns the port; throws naming the port when it cannot
+  /// (one in use included: the port is never shared).
   int bind();
   /// Serves connections until stop(); call after bind().
   void serve();
-  /// Ends open streams, refuses queued work and stops serving; safe from any thread, idempotent.
+  /// Ends open streams, refuses queued work and stops serving within about a second whatever the clients do; safe
+  /// from any thread, idempotent.
   void stop();
 
   const inference::Engine& engine() const { return engine_; }
   Scheduler& scheduler() { return *scheduler_; }
   int64_t open_streams() const { return open_streams_; }
+  /// Connections open now: reading a request, answering one, or kept alive.
+  int64_t open_connections() const;
 
  private:
   void add_routes();
@@ -47,7 +52,7 @@ class ProbeServer {
   ServerOptions options_;
   inference::Engine engine_;
   std::unique_ptr<Scheduler> scheduler_;
-  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<HttpService> http_;
   std::atomic<int64_t> open_streams_{0};
   std::atomic<bool> stopping_{false};
 };
@@ -55,8 +60,8 @@ class ProbeServer {
 /// The web page served at / (src/server/page.html, embedded at build time).
 const std::string& page_html();
 
-/// probe_server's body: checks the flags, loads, prints the URL on stdout, serves until SIGINT or SIGTERM and
-/// then shuts down cleanly (open streams end, queued requests get 503).
-void run_probe_server(const ServerOptions& options);
+/// probe_server's body: settles the API key, checks the flags, loads, prints the URL on stdout, serves until SIGINT
+/// or SIGTERM and then shuts down cleanly (open streams end, queued requests get 503).
+void run_probe_server(ServerOptions options);
 
 }  // namespace probekit::server

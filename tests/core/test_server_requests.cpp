@@ -2,6 +2,7 @@
 // in each refusal, and the bounds with their status and flag (the HTTP tests in tests/torch/test_server.cpp
 // check the same through a real server).
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include "server/api/requests.h"
 #include "test_util.h"
@@ -78,5 +79,47 @@ TEST_CASE("server requests: refusals name the field, bounds name their flag") {
     FAIL("accepted an unknown mode");
   } catch (const RequestError& e) {
     CHECK(std::string(e.what()).size() < 200);
+  }
+}
+
+TEST_CASE("server requests: nesting past the depth bound is refused before parsing; values are shown cut short") {
+  server::Limits limits;
+  auto rank = [&](const std::string& body) { return [&limits, body] { server::parse_rank_query(body, limits); }; };
+  const std::string limit_named = fmt::format("more than {} levels deep", server::kMaxJsonDepth);
+  // Regression: 100,000 levels, as the whole body or inside a field, overflowed the stack when the message printed
+  // the value; every endpoint parses through the same entry point.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  check_refusal(rank(deep), 400, "", limit_named);
+  check_refusal(rank(R"({"texts": )" + deep + "}"), 400, "", limit_named);
+  check_refusal(rank(R"({"texts": ["a"], "layers": )" + std::string(100000, '{')), 400, "", limit_named);
+  check_refusal([&] { server::parse_generate_query(R"({"prompt": )" + deep + "}", limits); }, 400, "", limit_named);
+  check_refusal([&] { server::parse_per_token_query(R"({"text": )" + deep + "}", limits); }, 400, "", limit_named);
+  // At the bound the body parses and is refused for what it holds; brackets inside strings do not count.
+  const int inner = server::kMaxJsonDepth - 2;  // the body's object and 'texts' take two levels
+  std::string at_bound = R"({"texts": [)" + std::string(static_cast<size_t>(inner), '[') +
+                         std::string(static_cast<size_t>(inner), ']') + "]}";
+  check_refusal(rank(at_bound), 400, "texts[0]", "'texts[0]' must be a string, got [[[[");
+  CHECK(server::parse_rank_query(R"({"texts": [")" + std::string(1000, '[') + "\"]}", limits).texts.size() == 1);
+  CHECK(server::parse_rank_query(R"({"texts": ["\"[[[[\\"]})", limits).texts.front() == "\"[[[[\\");
+  // A message shows at most a few dozen characters of any value, wide, deep or long.
+  std::string wide = "[";
+  for (int i = 0; i < 100000; ++i) wide += "1, ";
+  for (int i = 0; i < 1000; ++i) wide += "[\"" + std::string(1000, 'y') + "\"], ";
+  wide += "{\"" + std::string(100000, 'k') + "\": 2}";
+  for (const std::string& value : {wide + "]", std::string(R"(")") + std::string(1000000, 'z') + "\""}) {
+    try {
+      server::parse_rank_query(R"({"texts": ["a"], "mode": )" + value + "}", limits);
+      FAIL("accepted a mode that is not a name");
+    } catch (const RequestError& e) {
+      CHECK(std::string(e.what()).size() < 200);
+    }
+  }
+  // A parser's message quotes the token it stopped at: cut short too.
+  try {
+    server::parse_rank_query(R"({"texts": [")" + std::string(1000000, 'w') + "\x01\"]}", limits);
+    FAIL("accepted a control character in a string");
+  } catch (const RequestError& e) {
+    CHECK(std::string(e.what()).size() <= 300);
+    CHECK_CONTAINS(std::string(e.what()), "invalid JSON");
   }
 }

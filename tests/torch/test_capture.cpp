@@ -613,8 +613,10 @@ TEST_CASE("texts longer than a learned-position model's positions: an error nami
                                    tool("capture_activations"), PROBEKIT_FIXTURES, tmp.file("long.jsonl"), tmp.file("out"), extra));
   };
   CommandResult r = run_with("");
-  CHECK(r.exit_code == 1);
-  CHECK_CONTAINS(r.output, "tokens exceed the model's 512 positions; use --max-length to cut long texts");
+  CHECK(r.exit_code == 2);
+  CHECK_CONTAINS(r.output, "long.jsonl:4: this text's prompt is");
+  CHECK_CONTAINS(r.output, "more than the model's 512 positions (learned position embeddings, none past them): cut long "
+                           "texts with --max-length 512");
   r = run_with("--max-length 512");
   CHECK_MESSAGE(r.exit_code == 0, r.output);
   CHECK_CONTAINS(r.output, "1 of 16 texts were longer than --max-length 512 tokens and were cut from the start");

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include <cmath>
+#include <limits>
 
 #include "common/json.h"
 #include "generation/generator.h"
@@ -370,4 +371,84 @@ TEST_CASE("learned positions bound prompt, new tokens and suffix together, with 
     return true;
   });
   CHECK(tokens == 9);
+}
+
+TEST_CASE("sampling: any positive temperature works, however small, and near 0 it is greedy") {
+  // Regression: logits / 1e-40 overflowed to infinity and the softmax turned to NaN, so tokens were arbitrary.
+  at::Tensor logits = at::randn({16, 1000}, at::TensorOptions().dtype(at::kFloat)) * 10;
+  logits.index_put_({0, 7}, -std::numeric_limits<float>::infinity());  // a suppressed token stays suppressed
+  at::Tensor greedy = logits.argmax(-1);
+  for (double temperature : {1e-6, 1e-30, 1e-40, 1e-300, 5e-324}) {
+    CAPTURE(temperature);
+    at::Tensor scaled = generation::scaled_logits(logits, temperature);
+    CHECK_FALSE(at::isnan(scaled).any().item<bool>());
+    CHECK_FALSE(at::isposinf(scaled).any().item<bool>());
+    CHECK(std::isinf(scaled[0][7].item<float>()));
+    for (uint64_t seed : {1, 2, 3}) {
+      generation::TokenSampler sampler({temperature, 0, 1.0, seed});
+      CHECK(at::equal(sampler.choose(logits), greedy));
+      generation::TokenSampler nucleus({temperature, 40, 0.9, seed});
+      CHECK(at::equal(nucleus.choose(logits), greedy));
+    }
+  }
+  // The shift changes nothing at ordinary temperatures: the softmax of logits / T.
+  at::Tensor expected = at::softmax(logits / 0.7, -1);
+  CHECK(at::allclose(at::softmax(generation::scaled_logits(logits, 0.7), -1), expected, 1e-5, 1e-7));
+  // The CLI: inspect_model generate at 1e-40 writes the greedy tokens.
+  testing::TempDir out;
+  auto generated = [&](const std::string& temperature) {
+    testing::CommandResult r = testing::run_command(fmt::format(
+        "{} generate --model {} --text 'Once upon a time' --max-new-tokens 12 --no-stop --temperature {} --device cpu "
+        "--output {} --overwrite -q",
+        testing::tool("inspect_model"), fixture_model("llama"), temperature, out.file("g.json")));
+    REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+    return read_json_file(out.file("g.json"))["cases"][0]["generated_ids"];
+  };
+  Json greedy_ids = generated("0");
+  CHECK(generated("1e-40") == greedy_ids);
+  CHECK(generated("1e-300") == greedy_ids);
+}
+
+TEST_CASE("--max-new-tokens: a cache past the device's memory is refused naming the flag; 0 reads as other flag errors") {
+  testing::TempDir out;
+  const std::string run = fmt::format("{} generate --model {} --text hi --device cpu --output {}", testing::tool("inspect_model"),
+                                      fixture_model("llama"), out.file("g.json"));
+  // Regression: the cache, sized up front, ended in LibTorch's allocation failure with a C++ backtrace.
+  testing::CommandResult r = testing::run_command(run + " --max-new-tokens 1000000000");
+  testing::check_failure(r, 2, {"--max-new-tokens 1000000000: the generation cache", "GB on cpu, more than its",
+                                "ask for fewer new tokens"});
+  CHECK(r.output.find("frame #") == std::string::npos);
+  CHECK(r.output.find("alloc") == std::string::npos);
+  testing::check_named_flags(testing::tool("inspect_model") + " generate", r.output);
+  // Regression: 0 printed a range up to a 309-digit number, and without the tools' prefix.
+  r = testing::run_command(run + " --max-new-tokens 0");
+  testing::check_failure(r, 2, {"[error] --max-new-tokens: must be 1 or more, got 0", "[error] Run with --help for the flags."});
+  CHECK(r.output.size() < 200);
+  testing::check_failure(testing::run_command(run + " --max-new-tokens many"), 2, {"--max-new-tokens: must be a whole number, got many"});
+  // The other flags checked the same way.
+  testing::check_failure(testing::run_command(fmt::format("{} --probes-dir x --top-k 0", testing::tool("multi_probe_inference"))),
+                         2, {"[error] --top-k: must be 1 or more, got 0"});
+  testing::check_failure(testing::run_command(fmt::format("{} --model x --dataset y --output-dir z --max-length -1",
+                                                          testing::tool("capture_activations"))),
+                         2, {"[error] --max-length: must be 0 or more, got -1"});
+}
+
+TEST_CASE("rotary models generate past max_position_embeddings, as transformers lets them; learned positions are a bound") {
+  // Rotary positions are computed, not looked up: the same tokens whatever the config says.
+  testing::TempDir dir;
+  testing::copy_dir(fixture_model("qwen3"), dir.path());
+  Json config = read_json_file(dir.file("config.json"));
+  config["max_position_embeddings"] = 8;
+  write_json_file(dir.file("config.json"), config);
+  readout::Sequence prompt = reference_prompts("qwen3").front();
+  auto [capped, steps] = generate_alone(load_generator(dir.path()), prompt, 16);
+  CHECK(static_cast<int64_t>(prompt.size()) + 16 > 8);
+  CHECK(capped == generate_alone(load_generator(fixture_model("qwen3")), prompt, 16).first);
+  // Learned positions: the bound, named with the flag.
+  model::TransformerModel gpt2 = load_generator(fixture_model("gpt2"));
+  generation::GenerationOptions options;
+  options.max_new_tokens = 600;
+  CHECK_THROWS_WITH_AS(generation::generate(gpt2, {{1, 2, 3}}, options, nullptr, [](const auto&) { return true; }),
+                       doctest::Contains("more than the model's 512: ask for fewer new tokens (--max-new-tokens)"),
+                       std::invalid_argument);
 }

@@ -93,7 +93,7 @@ TEST_CASE("inference cuts a long text as capture recorded: the scores equal the 
   CommandResult r = run_command(fmt::format("{} --probes-dir {} --model {} --device cpu --top-k 3 --json --text \"{}\"",
                                             tool("multi_probe_inference"), tmp.file("probes"), kGpt2, long_text()));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
-  CHECK_CONTAINS(r.output, "1 of 1 texts were longer than --max-length 24 tokens");
+  CHECK_CONTAINS(r.output, "1 of 1 texts were longer than the probes' limit of 24 tokens (the cut their capture made)");
   at::Tensor row = captured_long_text_row(tmp);
   Json printed = json_of(r);  // kept alive: a range over a member of a temporary would read freed memory
   for (const Json& p : printed["predictions"]) {
@@ -229,4 +229,28 @@ TEST_CASE("packing is refused for a rope that depends on the sequence's length, 
   CHECK_THROWS_WITH_AS(readout::read_rows(longrope, {{1, 2, 3}}, request),
                        doctest::Contains("cannot be packed for a model whose rope depends on the sequence's length"),
                        std::invalid_argument);
+}
+
+// Regression: multi_probe_inference --generate advised --max-length, a flag of capture_activations. Every message of
+// a tool names only flags it takes, whichever library part raised it.
+TEST_CASE("multi_probe_inference's messages name only its own flags: a long prompt to generate from, a huge or zero --max-new-tokens") {
+  TempDir tmp;
+  capture_and_train(tmp, 24);
+  const std::string tool_name = tool("multi_probe_inference");
+  const std::string run = fmt::format("{} --probes-dir {} --model {} --device cpu", tool_name, tmp.file("probes"), kGpt2);
+  CommandResult r = run_command(run + fmt::format(" --generate --max-new-tokens 4 --text \"{}\"", long_text()));
+  CHECK(r.exit_code != 0);
+  CHECK_CONTAINS(r.output, "exceed the model's 512 positions");
+  check_named_flags(tool_name, r.output);
+  r = run_command(run + " --generate --max-new-tokens 1000000000 --text \"A short text.\"");
+  CHECK(r.exit_code == 2);
+  CHECK_CONTAINS(r.output, "need");
+  check_named_flags(tool_name, r.output);
+  r = run_command(run + " --generate --max-new-tokens 0 --text \"A short text.\"");
+  CHECK(r.exit_code == 2);
+  check_named_flags(tool_name, r.output);
+  r = run_command(run + fmt::format(" --per-token --text \"{}\"", long_text()));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  CHECK_CONTAINS(r.output, "the probes' limit of 24 tokens");
+  check_named_flags(tool_name, r.output);
 }

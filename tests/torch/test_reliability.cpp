@@ -15,6 +15,7 @@
 #include "capture/capture.h"
 #include "common/files.h"
 #include "common/json.h"
+#include "common/run_lock.h"
 #include "io/safetensors.h"
 #include "probes/synthetic_activations.h"
 #include "test_paths.h"
@@ -42,14 +43,27 @@ std::string capture_command(const std::string& model, const std::string& dataset
                      model, dataset, out);
 }
 
-// Activations of layer 2 and probes trained on them: tmp/act, tmp/probes.
-void capture_and_train(const TempDir& tmp) {
-  std::string dataset = write_labelled(tmp, "data.jsonl", {"analyzing", "noticing", "reframing"}, 8);
+// Activations of layer 2 and probes trained on them: tmp/act, tmp/probes; the training's run (its log with
+// `train_flags` other than -q).
+CommandResult capture_and_train(const TempDir& tmp,
+                                const std::vector<std::string>& labels = {"analyzing", "noticing", "reframing"},
+                                const std::string& train_flags = "-q") {
+  std::string dataset = write_labelled(tmp, "data.jsonl", labels, 8);
   CommandResult r = run_command(capture_command(kGemmaModel, dataset, tmp.file("act")));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
-  r = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 3 --device cpu -q", tool("train_binary_probes"),
-                              tmp.file("act"), tmp.file("probes")));
+  r = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 3 --device cpu {}", tool("train_binary_probes"),
+                              tmp.file("act"), tmp.file("probes"), train_flags));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  return r;
+}
+
+// The Gemma 3 fixture with query_pre_attn_scalar: 0, which makes the attention scale infinite: tmp/broken.
+std::string broken_gemma(const TempDir& tmp) {
+  copy_dir(kGemmaModel, tmp.file("broken"));
+  Json config = read_json_file(tmp.file("broken/config.json"));
+  config["query_pre_attn_scalar"] = 0;
+  write_json_file(tmp.file("broken/config.json"), config);
+  return tmp.file("broken");
 }
 
 std::string inference(const std::string& probes, const std::string& model, const std::string& extra) {
@@ -175,13 +189,8 @@ TEST_CASE("capture checks its data first: labels that cannot name probe files, e
 
 TEST_CASE("non-finite numbers stop the run: activations at capture, probe weights at inference, a diverging training") {
   TempDir tmp;
-  // A zero query_pre_attn_scalar makes the attention scale infinite.
-  copy_dir(kGemmaModel, tmp.file("broken"));
-  Json config = read_json_file(tmp.file("broken/config.json"));
-  config["query_pre_attn_scalar"] = 0;
-  write_json_file(tmp.file("broken/config.json"), config);
   std::string dataset = write_labelled(tmp, "data.jsonl", {"analyzing", "noticing"}, 8);
-  CommandResult r = run_command(capture_command(tmp.file("broken"), dataset, tmp.file("out")));
+  CommandResult r = run_command(capture_command(broken_gemma(tmp), dataset, tmp.file("out")));
   CHECK(r.exit_code == 1);
   CHECK_CONTAINS(r.output, "the activations of layer 2 are not finite");
   CHECK_CONTAINS(r.output, "data.jsonl:");
@@ -335,4 +344,107 @@ TEST_CASE("a probes.json value of the wrong type names the file and the key") {
   r = run_command(inference(tmp.file("probes"), kGemmaModel, ""));
   CHECK(r.exit_code == 1);
   CHECK_CONTAINS(r.output, "probes[0]: 'threshold' must be a number, got \"high\"");
+}
+
+TEST_CASE("a model whose numbers go non-finite is refused by every tool the way capture refuses it") {
+  TempDir tmp;
+  const std::string broken = broken_gemma(tmp);
+  // Regression: inspect_model hidden exited 0 with NaN rows.
+  CommandResult r = run_command(fmt::format("{} hidden --model {} --text 'I looked again.' --device cpu --output {}",
+                                            tool("inspect_model"), broken, tmp.file("hidden.safetensors")));
+  check_failure(r, 1, {"the activations of layer 0 are not finite (NaN or Inf): the checkpoint's weights or its config",
+                       "query_pre_attn_scalar: 0"});
+  CHECK_FALSE(path_exists(tmp.file("hidden.safetensors")));
+  capture_and_train(tmp);
+  for (const char* extra : {"--force", "--force --per-token", "--force --generate --max-new-tokens 2"}) {
+    CAPTURE(extra);
+    r = run_command(inference(tmp.file("probes"), broken, extra));
+    check_failure(r, 1, {"not finite (NaN or Inf)", "query_pre_attn_scalar: 0"});
+    CHECK(r.output.find(" nan") == std::string::npos);
+  }
+}
+
+TEST_CASE("two labels of one name are refused, naming the label: an activation file's label_names, probes.json") {
+  TempDir tmp;
+  capture_and_train(tmp);
+  // Regression: an edited label_names with a repeated name trained two probes into one file.
+  const std::string file = tmp.file("act/layer_2_activations.h5");
+  {
+    hid_t h5 = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    REQUIRE(h5 >= 0);
+    H5Adelete(h5, "label_names");
+    H5Fclose(h5);
+  }
+  {
+    std::vector<std::string> names = {"analyzing", "noticing", "analyzing"};
+    hid_t h5 = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    std::vector<const char*> pointers;
+    for (const std::string& n : names) pointers.push_back(n.c_str());
+    hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, H5T_VARIABLE);
+    H5Tset_cset(type, H5T_CSET_UTF8);
+    hsize_t count = names.size();
+    hid_t space = H5Screate_simple(1, &count, nullptr);
+    hid_t attribute = H5Acreate2(h5, "label_names", type, space, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(attribute, type, pointers.data());
+    H5Aclose(attribute);
+    H5Sclose(space);
+    H5Tclose(type);
+    H5Fclose(h5);
+  }
+  CommandResult r = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 2 --device cpu -q",
+                                            tool("train_binary_probes"), tmp.file("act"), tmp.file("again")));
+  check_failure(r, 1, {"label_names holds 'analyzing' twice (labels 0 and 2)"});
+  // Regression: two probes of one label in probes.json dropped one of them from every ranking.
+  Json index = read_json_file(tmp.file("probes/probes.json"));
+  const std::string label = index["probes"][0]["label"].get<std::string>();
+  index["probes"][1]["label"] = label;
+  write_json_file(tmp.file("probes/probes.json"), index);
+  r = run_command(inference(tmp.file("probes"), kGemmaModel, ""));
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, fmt::format("lists label '{}' twice (entries 0 and 1)", label));
+}
+
+TEST_CASE("labels and texts on a terminal show their control characters escaped; JSON escapes them as JSON") {
+  TempDir tmp;
+  // Regression: a label holding ESC[31m coloured the terminal, one holding BEL rang it.
+  CommandResult r = capture_and_train(tmp, {"\x1b[31mred", "bell\x07", "plain"}, "");
+  CHECK(r.output.find('\x1b') == std::string::npos);
+  for (const char* extra : {"--top-k 3 --threshold 0", "--per-token", "--mode by-layer", "--generate --max-new-tokens 2"}) {
+    CAPTURE(extra);
+    r = run_command(fmt::format("{} --probes-dir {} --device cpu --text \"$(printf 'I \\033[2J looked \\007 again.')\" {}",
+                                tool("multi_probe_inference"), tmp.file("probes"), extra));
+    REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+    CHECK(r.output.find('\x1b') == std::string::npos);
+    CHECK(r.output.find('\a') == std::string::npos);
+  }
+  r = run_command(fmt::format("{} --probes-dir {} --device cpu --text 'I looked again.' --top-k 3 --threshold 0",
+                              tool("multi_probe_inference"), tmp.file("probes")));
+  CHECK_CONTAINS(r.output, "\\x1b[31mred");
+  CHECK_CONTAINS(r.output, "bell\\x07");
+  r = run_command(fmt::format("{} --probes-dir {} --device cpu --text 'I looked again.' --top-k 3 --json",
+                              tool("multi_probe_inference"), tmp.file("probes")));
+  CHECK_CONTAINS(r.output, "\\u001b[31mred");
+}
+
+TEST_CASE("a second capture into a directory another capture writes stops at the start, naming the first process") {
+  TempDir tmp;
+  std::string dataset = write_labelled(tmp, "data.jsonl", {"analyzing", "noticing"}, 8);
+  make_directories(tmp.file("out"));
+  {
+    // Held as a running capture holds it (this process standing in for the first capture).
+    RunLock first(tmp.file("out/.capture.lock"), "busy", "wait");
+    // Regression: the second capture ran to a rename error at the end.
+    CommandResult r = run_command(capture_command(kGemmaModel, dataset, tmp.file("out")));
+    check_failure(r, 1, {fmt::format("another capture_activations is writing into {} (process {} holds", tmp.file("out"), getpid()).c_str(),
+                         "wait for it to finish, or capture into another --output-dir"});
+    CHECK_FALSE(path_exists(tmp.file("out/layer_2_activations.h5.partial")));
+    // Another shard of the same run writes into a directory of its own: not held.
+    r = run_command(capture_command(kGemmaModel, dataset, tmp.file("out")) + " --shard 1/2");
+    CHECK_MESSAGE(r.exit_code == 0, r.output);
+  }
+  // Once the first is gone (however it ended: the system releases the lock), the next one runs.
+  CommandResult r = run_command(capture_command(kGemmaModel, dataset, tmp.file("out")));
+  CHECK_MESSAGE(r.exit_code == 0, r.output);
+  CHECK(path_exists(tmp.file("out/layer_2_activations.h5")));
 }

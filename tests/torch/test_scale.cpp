@@ -8,6 +8,8 @@
 #include <cmath>
 #include <future>
 
+#include <unistd.h>
+
 #include "activations/activation_store.h"
 #include "capture/capture.h"
 #include "capture/merge.h"
@@ -289,4 +291,89 @@ TEST_CASE("--shard auto: the launch's rank is the shard, its local rank the GPU 
   capture::apply_launch_rank(launch, 8, o);
   CHECK(o.device == "auto");
   CHECK(o.shard_index == 5);
+}
+
+namespace {
+
+// Two shards of a 30-example capture of layer 2 (seed 42) in tmp/sharded; their directories.
+std::vector<std::string> two_shards(const TempDir& tmp) {
+  capture::CaptureOptions o = three_action_capture(tmp, 30, "cpu");
+  o.layers = "2";
+  o.output_dir = tmp.file("sharded");
+  o.shard_count = 2;
+  for (int i = 0; i < 2; ++i) {
+    o.shard_index = i;
+    capture::run_capture(o);
+  }
+  return capture::find_shard_dirs(tmp.file("sharded"));
+}
+
+}  // namespace
+
+TEST_CASE("merge: an output that is or lies inside a shard directory is refused, --overwrite or not; the shard survives") {
+  TempDir tmp;
+  std::vector<std::string> shards = two_shards(tmp);
+  const std::string shard_file = shards[0] + "/" + activations::layer_file_name(2);
+  const activations::ActivationFile before = activations::read_activation_file(shard_file);
+  REQUIRE(::symlink(shards[0].c_str(), tmp.file("link").c_str()) == 0);
+  for (bool virtual_files : {true, false}) {
+    for (bool overwrite : {true, false}) {
+      CAPTURE(virtual_files);
+      CAPTURE(overwrite);
+      capture::MergeOptions m;
+      m.virtual_files = virtual_files;
+      m.overwrite = overwrite;
+      // Regression: --virtual --overwrite into a shard's own directory replaced it with a file mapping itself.
+      CHECK_THROWS_WITH_AS(capture::merge_shards(shards, shards[0], m), doctest::Contains("is the shard directory"), UsageError);
+      CHECK_THROWS_WITH_AS(capture::merge_shards(shards, tmp.file("link"), m), doctest::Contains("is the shard directory"),
+                           UsageError);
+      CHECK_THROWS_WITH_AS(capture::merge_shards(shards, shards[1] + "/merged", m),
+                           doctest::Contains("lies inside the shard directory"), UsageError);
+    }
+  }
+  check_same_rows(activations::read_activation_file(shard_file), before);
+  CHECK_FALSE(path_exists(shards[1] + "/merged"));
+  CommandResult r = run_command(fmt::format("{} --virtual --overwrite --output-dir {} {} {}", tool("merge_activations"),
+                                            shards[0], shards[0], shards[1]));
+  check_failure(r, 2, {"is the shard directory", "choose an --output-dir outside every shard"});
+  check_same_rows(activations::read_activation_file(shard_file), before);
+  // The default layout, the output holding the shard directories, merges.
+  capture::MergeOptions m;
+  m.virtual_files = true;
+  CHECK(capture::merge_shards(shards, tmp.file("sharded"), m).size() == 1);
+}
+
+TEST_CASE("a virtual merge records its sources: a shard captured again since is refused by every reader, naming it") {
+  TempDir tmp;
+  std::vector<std::string> shards = two_shards(tmp);
+  capture::MergeOptions m;
+  m.virtual_files = true;
+  const std::string merged = capture::merge_shards(shards, tmp.file("sharded"), m).front();
+  CHECK(activations::read_activation_file(merged).attributes.seed == 42);
+  // Regression: shard 0 captured again with another seed (same shapes) was paired with the merged file's old
+  // labels and indices, and the trainer took it.
+  capture::CaptureOptions o = three_action_capture(tmp, 30, "cpu");
+  o.layers = "2";
+  o.output_dir = tmp.file("sharded");
+  o.shard_count = 2;
+  o.shard_index = 0;
+  o.seed = 7;
+  o.overwrite = true;
+  capture::run_capture(o);
+  const std::string changed = "shard_0_of_2/" + activations::layer_file_name(2);
+  CHECK_THROWS_WITH_AS(activations::read_activation_file(merged), doctest::Contains(changed.c_str()), std::runtime_error);
+  CHECK_THROWS_WITH_AS(activations::read_attributes(merged), doctest::Contains("changed since the merge (seed was 42, is now 7)"),
+                       std::runtime_error);
+  CHECK_THROWS_WITH_AS(activations::read_layouts(merged), doctest::Contains("merge the shards again"), std::runtime_error);
+  CommandResult r = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 2 --device cpu --quiet",
+                                            tool("train_binary_probes"), merged, tmp.file("probes")));
+  check_failure(r, 1, {changed.c_str(), "changed since the merge"});
+  // Shard 1 captured again too and the shards merged again, it reads; a source gone is named too.
+  o.shard_index = 1;
+  capture::run_capture(o);
+  capture::MergeOptions again = m;
+  again.overwrite = true;
+  CHECK(activations::read_activation_file(capture::merge_shards(shards, tmp.file("sharded"), again).front()).attributes.seed == 7);
+  remove_tree(shards[1] + "/" + activations::layer_file_name(2));
+  CHECK_THROWS_WITH_AS(activations::read_attributes(merged), doctest::Contains("layer_2_activations.h5, which is missing; put it back"), std::runtime_error);
 }

@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <torch/csrc/api/include/torch/version.h>
 
+#include <algorithm>
 #include <thread>
+#include <unistd.h>
 
 // Only compilers that generate OpenMP code define _OPENMP: clang with GCC's runtime (-fopenmp=libgomp) does not.
 #ifdef _OPENMP
@@ -112,6 +114,17 @@ class LibTorchRuntime : public DeviceRuntime {
 };
 
 }  // namespace
+
+uint64_t memory_for_tensors(const at::Device& device) {
+  if (device.is_cuda()) {
+    DeviceChoice choice;
+    choice.backend = Backend::kCuda;
+    choice.index = std::max<int>(0, device.index());
+    return libtorch_runtime().memory(choice).free_bytes;
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page_size > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size) : 0;
+}
 
 const DeviceRuntime& libtorch_runtime() {
   static const LibTorchRuntime runtime;

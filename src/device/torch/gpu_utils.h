@@ -54,6 +54,10 @@ void synchronize(const at::Device& device);
 /// Nothing to do on other devices.
 std::future<void> warm_up(const ComputeTarget& target);
 
+/// The memory new tensors on `device` may take: a GPU's free memory, the machine's physical memory on the CPU and on
+/// MPS (which shares it); 0 when unknown.
+uint64_t memory_for_tensors(const at::Device& device);
+
 /// Returns cached, unused device memory to the driver (no-op on CPU).
 void empty_cache(const at::Device& device);
 

@@ -6,6 +6,10 @@
 
 namespace probekit::server {
 
+/// How deep a request body may nest JSON arrays and objects. Every request nests three levels at most; the bound
+/// keeps a body of 100,000 brackets from reaching code that recurses once per level.
+constexpr int kMaxJsonDepth = 32;
+
 /// What one request may ask; past a bound the request gets a 4xx naming the bound's flag.
 struct Limits {
   int64_t max_body_bytes = 1 << 20;  // --max-body-bytes: a request body

@@ -13,10 +13,72 @@ namespace {
 constexpr int kBadRequest = 400;
 constexpr int kTooLarge = 413;
 
-// A JSON value shown in a message, cut short: a request may hold megabytes.
+constexpr size_t kShownChars = 60;
+
+// Appends `value` to `out` as JSON until `out` holds `budget` characters, going at most `depth` levels deep: a
+// request may hold megabytes, and a full dump before the cut would recurse once per level.
+void append_bounded(const Json& value, std::string& out, size_t budget, int depth) {
+  if (out.size() >= budget) return;
+  if (!value.is_structured()) {
+    const size_t room = budget - out.size();
+    bool long_string = value.is_string() && value.get_ref<const std::string&>().size() > room;
+    out += dump_json(long_string ? Json(value.get_ref<const std::string&>().substr(0, room)) : value).substr(0, room);
+    return;
+  }
+  if (depth == 0) {
+    out += value.is_array() ? "[...]" : "{...}";
+    return;
+  }
+  out += value.is_array() ? '[' : '{';
+  bool first = true;
+  for (auto it = value.begin(); it != value.end() && out.size() < budget; ++it, first = false) {
+    if (!first) out += ", ";
+    if (value.is_object()) out += dump_json(it.key()) + ": ";
+    append_bounded(*it, out, budget, depth - 1);
+  }
+  out += value.is_array() ? ']' : '}';
+}
+
+// A JSON value shown in a message, cut short.
 std::string shown(const Json& value) {
-  std::string text = dump_json(value);
-  return text.size() > 60 ? text.substr(0, 57) + "..." : text;
+  std::string text;
+  append_bounded(value, text, kShownChars + 1, 4);
+  return text.size() > kShownChars ? text.substr(0, kShownChars - 3) + "..." : text;
+}
+
+// Refuses a body that nests arrays and objects deeper than kMaxJsonDepth, before it is parsed: a scan of the
+// brackets outside strings, so that neither the parser nor a message about the value meets the deep nesting.
+void check_nesting(std::string_view body) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < body.size(); ++i) {
+    char c = body[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) {
+        throw RequestError(kBadRequest, fmt::format("the request body nests JSON arrays and objects more than {} levels deep "
+                                                    "(at byte {}), this server's limit",
+                                                    kMaxJsonDepth, i));
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
+// A parser's message quotes the token it stopped at, which may be a string of megabytes.
+std::string cut_message(const std::string& message) {
+  constexpr size_t kLongest = 300;
+  return message.size() > kLongest ? message.substr(0, kLongest - 3) + "..." : message;
 }
 
 [[noreturn]] void wrong_type(const std::string& field, const char* expected, const Json& value) {
@@ -27,10 +89,11 @@ std::string shown(const Json& value) {
 class BodyFields {
  public:
   explicit BodyFields(std::string_view body) {
+    check_nesting(body);
     try {
       object_ = parse_json(body, "the request body");
     } catch (const std::exception& e) {
-      throw RequestError(kBadRequest, e.what());
+      throw RequestError(kBadRequest, cut_message(e.what()));
     }
     if (!object_.is_object()) {
       throw RequestError(kBadRequest, fmt::format("the request body must be a JSON object, got {}", shown(object_)));
@@ -100,7 +163,9 @@ class BodyFields {
       if (taken_.count(key) == 0) {
         std::string known;
         for (const std::string& name : taken_) known += (known.empty() ? "" : ", ") + name;
-        throw RequestError(kBadRequest, fmt::format("unknown field '{}' (this request takes {})", key, known), key);
+        // A key may be as long as the body: named cut short.
+        std::string name = key.size() > kShownChars ? key.substr(0, kShownChars - 3) + "..." : key;
+        throw RequestError(kBadRequest, fmt::format("unknown field '{}' (this request takes {})", name, known), name);
       }
     }
   }

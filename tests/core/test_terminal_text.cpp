@@ -1,0 +1,21 @@
+// Text shown on a terminal: control characters written as visible escapes, everything else as it is.
+#include <doctest/doctest.h>
+
+#include "common/terminal_text.h"
+
+using probekit::terminal_text;
+
+TEST_CASE("terminal text: C0, DEL and C1 controls escaped, line breaks kept on request, UTF-8 left alone") {
+  CHECK(terminal_text("\x1b[31mred\x1b[0m") == "\\x1b[31mred\\x1b[0m");
+  CHECK(terminal_text("bell\a") == "bell\\x07");
+  CHECK(terminal_text("over\rwrite") == "over\\x0dwrite");
+  CHECK(terminal_text("del\x7f") == "del\\x7f");
+  CHECK(terminal_text(std::string("nul\0x", 5)) == "nul\\x00x");
+  // U+009B is CSI, ESC [ in one code on terminals that read C1 controls; U+00A0 and the rest are text.
+  CHECK(terminal_text("\xc2\x9b" "2J") == "\\u009b2J");
+  CHECK(terminal_text("\xc2\x85|\xc2\xa0|") == "\\u0085|\xc2\xa0|");
+  CHECK(terminal_text("café 日本 🙂") == "café 日本 🙂");
+  CHECK(terminal_text("a\nb\tc") == "a\\x0ab\\x09c");
+  CHECK(terminal_text("a\nb\tc\x1b", true) == "a\nb\tc\\x1b");
+  CHECK(terminal_text("") == "");
+}

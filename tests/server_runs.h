@@ -1,0 +1,153 @@
+// probe_server run for real in the tests: probes trained with the tools on a fixture model, a ProbeServer serving
+// on a free loopback port from a thread of the test, or the tool as a process, and the checks of a refusal.
+#pragma once
+
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <httplib.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/json.h"
+#include "server/probe_server.h"
+#include "test_util.h"
+
+extern char** environ;
+
+namespace probekit::testing {
+
+// Captures layers 2 and 5 of a three-label dataset with the tools and trains binary probes on them: dir/probes.
+inline std::string train_probes(const TempDir& tmp) {
+  probekit::testing::write_three_action_dataset(tmp.file("data.jsonl"));
+  CommandResult r = run_command(fmt::format("{} --model {} --dataset {} --output-dir {} --layers 2,5 --device cpu --quiet",
+                                            tool("capture_activations"), kGemmaModel, tmp.file("data.jsonl"), tmp.file("act")));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  r = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 10 --device cpu --quiet",
+                              tool("train_binary_probes"), tmp.file("act"), tmp.file("probes")));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  return tmp.file("probes");
+}
+
+inline server::ServerOptions options_for(const std::string& probes) {
+  server::ServerOptions o;
+  o.engine.probes_dir = probes;
+  o.engine.device = "cpu";
+  o.port = 0;
+  return o;
+}
+
+// A ProbeServer serving on a free loopback port from a thread of this process.
+class RunningServer {
+ public:
+  explicit RunningServer(const server::ServerOptions& options)
+      : server_(options), port_(server_.bind()), thread_([this] { server_.serve(); }) {}
+  ~RunningServer() {
+    server_.stop();
+    thread_.join();
+  }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(120);
+    return c;
+  }
+  server::ProbeServer& server() { return server_; }
+  int port() const { return port_; }
+
+ private:
+  server::ProbeServer server_;
+  int port_;
+  std::thread thread_;
+};
+
+inline httplib::Result post(const RunningServer& s, const std::string& path, const std::string& body) {
+  return s.client().Post(path, body, "application/json");
+}
+
+inline Json post_json(const RunningServer& s, const std::string& path, const Json& body) {
+  httplib::Result r = post(s, path, body.dump());
+  REQUIRE(r);
+  REQUIRE_MESSAGE(r->status == 200, r->body);
+  return Json::parse(r->body);
+}
+
+// A request the server must refuse with `status`, its message holding each of `parts` and naming `field`.
+inline void check_refused(const RunningServer& s, const std::string& path, const std::string& body, int status,
+                   std::initializer_list<const char*> parts, const std::string& field = "") {
+  httplib::Result r = post(s, path, body);
+  REQUIRE(r);
+  CHECK_MESSAGE(r->status == status, body.substr(0, 200), " -> ", r->body);
+  Json error = Json::parse(r->body);
+  for (const char* part : parts) CHECK_CONTAINS(error["error"].get<std::string>(), part);
+  if (!field.empty()) CHECK_MESSAGE(error.value("field", "") == field, r->body);
+}
+
+// The tool as a process, its output in a file: the URL it prints, and how it ends.
+struct ServerProcess {
+  pid_t pid = -1;
+  std::string log;
+
+  // `environment`: NAME=value entries added to this process's environment.
+  ServerProcess(const std::vector<std::string>& args, const std::string& log_path,
+                const std::vector<std::string>& environment = {})
+      : log(log_path) {
+    std::vector<char*> argv;
+    std::vector<std::string> all = args;
+    for (std::string& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<std::string> added = environment;
+    std::vector<char*> env;
+    for (char** e = environ; *e != nullptr; ++e) env.push_back(*e);
+    for (std::string& e : added) env.push_back(e.data());
+    env.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    REQUIRE(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), env.data()) == 0);
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  ~ServerProcess() {
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+  // The port from "on http://127.0.0.1:PORT/", once printed.
+  int port() const {
+    for (int i = 0; i < 1200; ++i) {
+      std::string out = probekit::testing::read_text(log);
+      size_t at = out.find("on http://127.0.0.1:");
+      if (at != std::string::npos && out.find('/', at + 20) != std::string::npos) return std::stoi(out.substr(at + 20));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    FAIL("probe_server printed no URL: " << probekit::testing::read_text(log));
+    return -1;
+  }
+  // Sends `signal` and returns the exit code; one still running after `limit_s` seconds is killed and fails the test.
+  int stop(int signal, double limit_s = 60) {
+    kill(pid, signal);
+    int status = 0;
+    auto start = std::chrono::steady_clock::now();
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > limit_s) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        pid = -1;
+        FAIL("probe_server still ran " << limit_s << " s after signal " << signal);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    pid = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+};
+
+}  // namespace probekit::testing
