@@ -1,0 +1,111 @@
+// Steering through probe_server: "steer" and "ablate" in /v1/rank, /v1/per-token and /v1/generate give what the
+// engine gives with the same steering; requests that steer differently, queued together, share one batch (a vector
+// per row) and each gets what it gets alone; bad items are 400s naming their field.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <cmath>
+#include <optional>
+#include <thread>
+
+#include "common/json.h"
+#include "server_runs.h"
+#include "test_util.h"
+
+using namespace probekit;
+using namespace probekit::testing;
+
+namespace {
+
+// The same numbers within 1e-5 (rows batched with others are padded to another length).
+void check_close(const Json& got, const Json& expected, const std::string& where) {
+  if (expected.is_number_float()) {
+    CHECK_MESSAGE(std::fabs(got.get<double>() - expected.get<double>()) < 1e-5, where, ": ", got, " vs ", expected);
+  } else if (expected.is_structured()) {
+    REQUIRE_MESSAGE(got.size() == expected.size(), where);
+    for (auto it = expected.begin(); it != expected.end(); ++it) {
+      const std::string key = expected.is_object() ? it.key() : std::to_string(std::distance(expected.begin(), it));
+      check_close(expected.is_object() ? got.at(it.key()) : got.at(std::stoul(key)), *it, where + "/" + key);
+    }
+  } else {
+    CHECK_MESSAGE(got == expected, where, ": ", got.dump(), " vs ", expected.dump());
+  }
+}
+
+Json rank(const std::string& text, const Json& steer) {
+  Json body = {{"texts", {text}}, {"top_k", 3}};
+  if (!steer.is_null()) body["steer"] = steer;
+  return body;
+}
+
+}  // namespace
+
+TEST_CASE("probe_server: requests that steer differently, queued together, share a batch and get what they get alone") {
+  TempDir tmp;
+  RunningServer s(options_for(train_probes(tmp)));
+  const std::string text = "I examined each part of the problem step by step.";
+  std::vector<float> vector(64);
+  for (size_t i = 0; i < 64; ++i) vector[i] = std::cos(0.3f * static_cast<float>(i));
+  const std::vector<Json> steers = {Json(), Json::array({{{"label", "reframing"}, {"layer", 2}, {"coefficient", 6}}}),
+                                    Json::array({{{"label", "reframing"}, {"layer", 2}, {"coefficient", -6}}}),
+                                    Json::array({{{"vector", vector}, {"layer", 1}, {"coefficient", 2.5}},
+                                                 {{"label", "noticing"}, {"layer", 5}, {"coefficient", 3}}})};
+  std::vector<Json> alone;
+  for (const Json& steer : steers) alone.push_back(post_json(s, "/v1/rank", rank(text, steer)));
+  CHECK(alone[1]["results"][0] != alone[0]["results"][0]);
+  CHECK(alone[1]["steering"]["add"][0]["source"]["label"] == "reframing");
+  CHECK_FALSE(alone[0].contains("steering"));
+
+  std::vector<std::optional<httplib::Result>> together(steers.size());
+  const server::SchedulerStats before = s.server().scheduler().stats();
+  {
+    std::shared_ptr<void> hold = s.server().scheduler().hold();
+    std::vector<std::thread> clients;
+    for (size_t i = 0; i < steers.size(); ++i) {
+      clients.emplace_back([&, i] { together[i].emplace(post(s, "/v1/rank", rank(text, steers[i]).dump())); });
+    }
+    while (s.server().scheduler().queued_texts() < static_cast<int64_t>(steers.size())) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    hold.reset();
+    for (std::thread& client : clients) client.join();
+  }
+  CHECK(s.server().scheduler().stats().cycles - before.cycles == 1);
+  for (size_t i = 0; i < steers.size(); ++i) {
+    REQUIRE((together[i] && *together[i]));
+    REQUIRE_MESSAGE((*together[i])->status == 200, (*together[i])->body);
+    check_close(Json::parse((*together[i])->body), alone[i], fmt::format("request {}", i));
+  }
+
+  const Json per_token = post_json(s, "/v1/per-token", {{"text", text}, {"steer", steers[1]}});
+  CHECK(per_token["steering"]["add"][0]["coefficient"] == 6);
+  const Json plain_tokens = post_json(s, "/v1/per-token", {{"text", text}});
+  CHECK(per_token["tokens"] != plain_tokens["tokens"]);
+}
+
+TEST_CASE("probe_server: steering items are checked, 400 naming the item's field") {
+  TempDir tmp;
+  RunningServer s(options_for(train_probes(tmp)));
+  const std::string path = "/v1/rank";
+  auto body = [](const Json& steer, const char* key = "steer") { return Json({{"texts", {"Day 3."}}, {key, steer}}).dump(); };
+  check_refused(s, path, body(Json::array({{{"label", "nosuch"}, {"layer", 2}, {"coefficient", 1}}})), 400,
+                {"has no probe for the label 'nosuch'"}, "steer[0].label");
+  check_refused(s, path, body(Json::array({{{"label", "reframing"}, {"layer", 3}, {"coefficient", 1}}})), 400,
+                {"has no probes for layer 3"}, "steer[0].label");
+  check_refused(s, path, body(Json::array({{{"label", "reframing"}, {"layer", 9}, {"coefficient", 1}}})), 400,
+                {"layer 9 is out of range: the model has layers 0 to 5"}, "steer[0].layer");
+  check_refused(s, path, body(Json::array({{{"vector", {1, 2, 3}}, {"layer", 2}, {"coefficient", 1}}})), 400,
+                {"has 3 values, the model's hidden size is 64"}, "steer[0].vector");
+  check_refused(s, path, body(Json::array({{{"label", "reframing"}, {"vector", {1}}, {"layer", 2}, {"coefficient", 1}}})),
+                400, {"needs a 'label' or a 'vector' (one of them)"}, "steer[0]");
+  check_refused(s, path, body(Json::array({{{"label", "reframing"}, {"layer", 2}}})), 400,
+                {"'steer[0].coefficient' must be a number"}, "steer[0].coefficient");
+  check_refused(s, path, body(Json::array({{{"label", "reframing"}, {"layer", 2}, {"coefficient", 1}}}), "ablate"), 400,
+                {"unknown field 'ablate[0].coefficient'"}, "ablate[0].coefficient");
+  Json many = Json::array();
+  for (int i = 0; i < 33; ++i) many.push_back({{"label", "reframing"}, {"layer", 2}, {"coefficient", 1}});
+  check_refused(s, path, body(many), 413, {"hold more than 32 items"}, "steer");
+  const Json ablated = post_json(s, path, Json::parse(body(Json::array({{{"label", "reframing"}, {"layer", 2}}}), "ablate")));
+  CHECK(ablated["steering"]["ablate"][0]["layer"] == 2);
+}
