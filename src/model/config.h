@@ -56,7 +56,7 @@ class ConfigReader {
 };
 
 enum class NormKind { kRmsNorm, kLayerNorm };
-enum class RopeType { kNone, kDefault, kLinear, kLlama3, kLongRope };
+enum class RopeType { kNone, kDefault, kLinear, kLlama3, kLongRope, kYarn };
 /// RMSNorm on queries and keys before the rotary embedding: per head (Qwen 3, Gemma 3), or over the whole
 /// projection of all heads at once (OLMo 2).
 enum class QkNorm { kNone, kPerHead, kWholeProjection };
@@ -77,6 +77,11 @@ struct RopeSpec {
   // attention_factor.
   std::vector<double> short_factors, long_factors;
   double attention_factor = 1.0;
+  // YaRN (gpt-oss, DeepSeek V3, OLMo 3's long-context layers): frequencies of fewer than beta_slow rotations over
+  // original_max_position_embeddings are divided by factor, those of more than beta_fast kept, a linear ramp
+  // between (its ends rounded outwards with truncate); cos and sin are scaled by attention_factor.
+  double beta_fast = 32.0, beta_slow = 1.0;
+  bool truncate = true;
 
   bool operator==(const RopeSpec& other) const;
 };
@@ -114,6 +119,12 @@ struct RoutedExpertsSpec {
 };
 
 /// The validated configuration every other part of the runtime uses.
+/// How the checkpoint's weights are stored (quantization_config); an empty method: as plain floats.
+struct Quantization {
+  std::string method;          // quant_method: "" or "fp8"
+  std::vector<int64_t> block;  // fp8: weight_block_size [out, in], the block each weight_scale_inv entry scales
+};
+
 struct ModelConfig {
   std::string model_type;         // as in config.json ("gemma3" for the multimodal wrapper)
   std::string text_model_type;    // the language model's family
@@ -128,6 +139,7 @@ struct ModelConfig {
   // The LM head (read only for generation): the token embedding table itself when tied, else its own weight.
   bool tie_word_embeddings = false;
   std::optional<double> final_logit_softcap;  // tanh soft-capping of the logits (Gemma 2)
+  Quantization quantization;
 };
 
 /// The layers whose feed-forward is routed experts (the layers with a router), ascending.

@@ -37,9 +37,12 @@ std::unique_ptr<Prefetcher> start_read_ahead(const Checkpoint& checkpoint, const
 
 }  // namespace
 
-WeightReadAhead::WeightReadAhead(const std::string& dir, const LoadOptions& options)
-    : checkpoint_(std::make_shared<const Checkpoint>(Checkpoint::open(dir))),
-      prefetcher_(start_read_ahead(*checkpoint_, load_config(dir), options)) {}
+WeightReadAhead::WeightReadAhead(const std::string& dir, const LoadOptions& options) {
+  // The config first: a checkpoint it refuses (a quantization not read) reads nothing.
+  const ModelConfig config = load_config(dir);
+  checkpoint_ = std::make_shared<const Checkpoint>(Checkpoint::open(dir, config.quantization));
+  prefetcher_ = start_read_ahead(*checkpoint_, config, options);
+}
 
 WeightReadAhead::~WeightReadAhead() = default;
 
@@ -75,7 +78,8 @@ TransformerModel TransformerModel::load(const std::string& dir, const LoadOption
                 options.dtype, options.layer_devices};
   c10::InferenceMode inference_mode;
   std::shared_ptr<const Checkpoint> checkpoint =
-      read_ahead != nullptr ? read_ahead->checkpoint() : std::make_shared<const Checkpoint>(Checkpoint::open(dir));
+      read_ahead != nullptr ? read_ahead->checkpoint()
+                            : std::make_shared<const Checkpoint>(Checkpoint::open(dir, c.quantization));
   std::unique_ptr<Prefetcher> own_read_ahead = read_ahead == nullptr ? start_read_ahead(*checkpoint, c, options) : nullptr;
   find_family(c.model_type)->load(*checkpoint, c, plan, model.weights_);
   checkpoint->finish_uploads();

@@ -114,6 +114,8 @@ REFERENCE_TEST("qwen2_moe")
 REFERENCE_TEST("phi3")
 REFERENCE_TEST("phi3_longrope")
 REFERENCE_TEST("olmo2")
+REFERENCE_TEST("olmo3")
+REFERENCE_TEST("smollm3")
 
 // The tool writes what read_hidden_states gives, under the reference's names: the router logits of every layer
 // with a router included.
