@@ -46,6 +46,13 @@ at::Tensor rotary_inverse_frequencies(const RopeSpec& rope, at::Device device, b
     return 1.0 / (at::tensor(factors, at::kDouble).to(options.dtype(at::kFloat)) * at::pow(rope.theta, exponents));
   }
   if (rope.type == RopeType::kYarn) return yarn_inverse_frequencies(rope, at::pow(rope.theta, exponents));
+  if (rope.type == RopeType::kProportional) {
+    // transformers: the first int(fraction * dim // 2) frequencies 1 / base ** (2i / dim), the rest 0; all / factor.
+    const auto turning = static_cast<int64_t>(rope.rotated_fraction * static_cast<double>(rope.rotary_dim) / 2.0);
+    at::Tensor inverse = at::zeros({rope.rotary_dim / 2}, options.dtype(at::kFloat));
+    inverse.narrow(0, 0, turning).copy_(1.0 / at::pow(rope.theta, exponents.narrow(0, 0, turning)));
+    return inverse / rope.factor;
+  }
   at::Tensor inverse = 1.0 / at::pow(rope.theta, exponents);
   if (rope.type == RopeType::kLinear) return inverse / rope.factor;
   if (rope.type == RopeType::kLlama3) {

@@ -89,7 +89,18 @@ bool RopeSpec::operator==(const RopeSpec& o) const {
          high_freq_factor == o.high_freq_factor &&
          original_max_position_embeddings == o.original_max_position_embeddings && rotary_dim == o.rotary_dim &&
          short_factors == o.short_factors && long_factors == o.long_factors && attention_factor == o.attention_factor &&
-         beta_fast == o.beta_fast && beta_slow == o.beta_slow && truncate == o.truncate;
+         beta_fast == o.beta_fast && beta_slow == o.beta_slow && truncate == o.truncate &&
+         rotated_fraction == o.rotated_fraction;
+}
+
+int64_t layer_head_dim(const ModelConfig& config, int64_t layer) {
+  const int64_t own = config.layers.at(static_cast<size_t>(layer)).head_dim;
+  return own > 0 ? own : config.head_dim;
+}
+
+int64_t layer_kv_heads(const ModelConfig& config, int64_t layer) {
+  const int64_t own = config.layers.at(static_cast<size_t>(layer)).num_kv_heads;
+  return own > 0 ? own : config.num_kv_heads;
 }
 
 std::vector<int64_t> routed_expert_layers(const ModelConfig& config) {

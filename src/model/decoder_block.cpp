@@ -34,6 +34,12 @@ at::Tensor activate(const at::Tensor& x, Activation activation) {
   return x;
 }
 
+// x / rms(x) over the last dimension, in fp32.
+at::Tensor rms_normalized(const at::Tensor& x, double eps) {
+  at::Tensor x32 = x.to(at::kFloat);
+  return x32 * at::rsqrt(x32.pow(2).mean(-1, true) + eps);
+}
+
 at::Tensor rotate_half(const at::Tensor& x) {
   int64_t half = x.size(-1) / 2;
   return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
@@ -170,13 +176,23 @@ std::pair<at::Tensor, at::Tensor> add_branches(const at::Tensor& residual, const
   return {sum, next_norm.defined() ? apply_norm(sum, next_norm, c, dtype) : at::Tensor()};
 }
 
+// The heads of one layer's attention (Gemma 4's full layers have their own head_dim).
+struct HeadShape {
+  int64_t heads, kv_heads, head_dim;
+
+  HeadShape(const ModelConfig& c, int64_t layer)
+      : heads(c.num_heads), kv_heads(layer_kv_heads(c, layer)), head_dim(layer_head_dim(c, layer)) {}
+  int64_t q_out() const { return heads * head_dim; }
+  int64_t kv_out() const { return kv_heads * head_dim; }
+};
+
 // Queries [B, heads, T, head_dim] and keys [B, kv_heads, T, head_dim] from the fused projection: q/k norms
 // (per head: Qwen 3, Gemma 3; over the whole projection: OLMo 2) and rotary embedding applied.
 std::pair<at::Tensor, at::Tensor> queries_and_keys(at::Tensor qkv, const LayerWeights& w, const ModelConfig& c,
-                                                   const LayerSpec& spec, AttentionContext& context,
-                                                   at::ScalarType compute) {
+                                                   const LayerSpec& spec, const HeadShape& shape,
+                                                   AttentionContext& context, at::ScalarType compute) {
   const int64_t batch = qkv.size(0), tokens = qkv.size(1);
-  const int64_t q_out = c.num_heads * c.head_dim, kv_out = c.num_kv_heads * c.head_dim;
+  const int64_t q_out = shape.q_out(), kv_out = shape.kv_out();
   const bool per_head_norm = c.features.qk_norm == QkNorm::kPerHead;
   if (c.features.qk_norm == QkNorm::kWholeProjection) {
     qkv = at::cat({norm_to(qkv.narrow(-1, 0, q_out), w.q_norm, c, compute),
@@ -186,14 +202,14 @@ std::pair<at::Tensor, at::Tensor> queries_and_keys(at::Tensor qkv, const LayerWe
 #ifdef PROBEKIT_WITH_CUDA
   if (fused_path(qkv, c) && spec.rope.type != RopeType::kNone) {
     const auto& [cos, sin] = context.rotary(spec.rope);
-    return fused::queries_and_keys(qkv, c.num_heads, c.num_kv_heads, c.head_dim,
+    return fused::queries_and_keys(qkv, shape.heads, shape.kv_heads, shape.head_dim,
                                    per_head_norm ? w.q_norm.weight : at::Tensor(),
                                    per_head_norm ? w.k_norm.weight : at::Tensor(), c.norm_eps, cos, sin,
                                    spec.rope.rotary_dim);
   }
 #endif
-  at::Tensor q = qkv.narrow(-1, 0, q_out).view({batch, tokens, c.num_heads, c.head_dim});
-  at::Tensor k = qkv.narrow(-1, q_out, kv_out).view({batch, tokens, c.num_kv_heads, c.head_dim});
+  at::Tensor q = qkv.narrow(-1, 0, q_out).view({batch, tokens, shape.heads, shape.head_dim});
+  at::Tensor k = qkv.narrow(-1, q_out, kv_out).view({batch, tokens, shape.kv_heads, shape.head_dim});
   if (per_head_norm) {
     q = apply_norm(q, w.q_norm, c, compute);
     k = apply_norm(k, w.k_norm, c, compute);
@@ -208,7 +224,6 @@ std::pair<at::Tensor, at::Tensor> queries_and_keys(at::Tensor qkv, const LayerWe
   return {q, k};
 }
 
-// The hook of one layer: which names it wants, and handing them over.
 // What a layer gives its hook, and the writes into its sites.
 struct LayerHook {
   const TensorHook* hook;
@@ -244,11 +259,14 @@ std::pair<at::Tensor, at::Tensor> cached_keys_and_values(KvCache& cache, int64_t
 at::Tensor attention_branch(const at::Tensor& x_in, const LayerWeights& w, const ModelConfig& c, int64_t layer,
                             AttentionContext& context, KvCache* record, const at::Tensor& output_rows) {
   const LayerSpec& spec = c.layers[static_cast<size_t>(layer)];
+  const HeadShape shape(c, layer);
   const int64_t batch = x_in.size(0), tokens = x_in.size(1);
-  const int64_t q_out = c.num_heads * c.head_dim, kv_out = c.num_kv_heads * c.head_dim;
+  const int64_t q_out = shape.q_out(), kv_out = shape.kv_out();
   at::Tensor qkv = linear(x_in, w.qkv);
-  auto [q, k] = queries_and_keys(qkv, w, c, spec, context, x_in.scalar_type());  // [B, heads, T, head_dim]
-  at::Tensor v = qkv.narrow(-1, q_out + kv_out, kv_out).view({batch, tokens, c.num_kv_heads, c.head_dim}).transpose(1, 2);
+  auto [q, k] = queries_and_keys(qkv, w, c, spec, shape, context, x_in.scalar_type());  // [B, heads, T, head_dim]
+  at::Tensor v = qkv.narrow(-1, q_out + kv_out, kv_out).view({batch, tokens, shape.kv_heads, shape.head_dim});
+  if (c.features.value_norm) v = rms_normalized(v, c.norm_eps).to(x_in.scalar_type());
+  v = v.transpose(1, 2);
   if (record != nullptr) {
     record->keys.push_back(k);
     record->values.push_back(v);
@@ -285,7 +303,34 @@ at::Tensor feed_forward(const at::Tensor& x_in, const LayerWeights& w, const Mod
   return run_routed_experts(rows, routing, experts, c).view({batch, tokens, -1});
 }
 
+// Gemma 4's last steps of a layer: its own input [B, T, size] gated by the stream (act(gate(h)) * input,
+// projected back and normalized) added to the stream, then the whole stream scaled by layer_scalar.
+at::Tensor add_per_layer_input(at::Tensor out, const LayerWeights& w, const ModelConfig& c, const at::Tensor& inputs,
+                               at::ScalarType compute) {
+  if (w.per_layer_input_gate.weight.defined()) {
+    at::Tensor gated = activate(linear(out.to(compute), w.per_layer_input_gate), c.features.activation) *
+                       inputs.to(out.device(), compute);
+    out = out + apply_norm(linear(gated, w.per_layer_projection), w.post_per_layer_input_norm, c, at::kFloat);
+  }
+  return w.layer_scalar.defined() ? out * w.layer_scalar : out;
+}
+
 }  // namespace
+
+at::Tensor per_layer_inputs(const at::Tensor& input_ids, const at::Tensor& embeddings, const ModelWeights& w,
+                            const ModelConfig& c) {
+  if (c.per_layer_input_size == 0) return {};
+  const int64_t batch = input_ids.size(0), tokens = input_ids.size(1), size = c.per_layer_input_size;
+  const at::Tensor& table = w.embed_tokens_per_layer;
+  // transformers' scales, as Python floats multiplied in: sqrt(size) on the table, 1 / sqrt(hidden) on the
+  // projection, 1 / sqrt(2) on the sum.
+  at::Tensor own = at::embedding(table, input_ids.to(table.device())).to(at::kFloat) * std::sqrt(static_cast<double>(size));
+  const at::Tensor& projection = w.per_layer_model_projection;
+  at::Tensor projected = at::linear(embeddings.to(projection.device(), projection.scalar_type()), projection).to(at::kFloat) *
+                         std::pow(static_cast<double>(c.hidden_size), -0.5);
+  projected = apply_norm(projected.view({batch, tokens, c.num_layers, size}), w.per_layer_projection_norm, c, at::kFloat);
+  return (projected + own.view({batch, tokens, c.num_layers, size})) * std::pow(2.0, -0.5);
+}
 
 at::Tensor dense_mlp(const at::Tensor& x, const DenseMlp& mlp, const ModelConfig& c) {
   at::Tensor h = linear(x, mlp.in);
@@ -302,20 +347,21 @@ at::Tensor gated_activation(const at::Tensor& gate_up, Activation activation) {
 }
 
 at::Tensor apply_norm(const at::Tensor& x, const Norm& norm, const ModelConfig& config, at::ScalarType output) {
-  at::Tensor x32 = x.to(at::kFloat);
   if (config.features.norm == NormKind::kLayerNorm) {
-    return at::layer_norm(x32, {x.size(-1)}, norm.weight, norm.bias, config.norm_eps).to(output);
+    return at::layer_norm(x.to(at::kFloat), {x.size(-1)}, norm.weight, norm.bias, config.norm_eps).to(output);
   }
-  at::Tensor normalized = x32 * at::rsqrt(x32.pow(2).mean(-1, true) + config.norm_eps);
-  return (normalized * norm.weight).to(output);
+  return (rms_normalized(x, config.norm_eps) * norm.weight).to(output);
 }
 
 bool packed_attention_is_fast(const ModelConfig& config, at::Device device, at::ScalarType dtype) {
 #if (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)) && defined(PROBEKIT_WITH_CUDA)
   if (!device.is_cuda() || (dtype != at::kBFloat16 && dtype != at::kHalf)) return false;
-  if (config.features.attn_softcap || config.head_dim > 256 || config.head_dim % 8 != 0) return false;
-  for (const LayerSpec& layer : config.layers) {
-    if (layer.rope.type == RopeType::kLongRope) return false;
+  if (config.features.attn_softcap) return false;
+  for (int64_t i = 0; i < static_cast<int64_t>(config.layers.size()); ++i) {
+    const int64_t head_dim = layer_head_dim(config, i);
+    if (config.layers[static_cast<size_t>(i)].rope.type == RopeType::kLongRope || head_dim > 256 || head_dim % 8 != 0) {
+      return false;
+    }
   }
   return at::cuda::getDeviceProperties(device.index() < 0 ? c10::cuda::current_device() : device.index())->major >= 8;
 #else
@@ -350,7 +396,7 @@ ResidualStream decoder_block(const ResidualStream& stream, const LayerWeights& w
     if (hook.wants(Site::kMlpOut)) hook.emit(Site::kMlpOut, mlp_out);
     if (hook.wants(Site::kResidMid)) hook.emit(Site::kResidMid, x + attention_out);
     at::Tensor out = mlp_out.to(at::kFloat) + attention_out.to(at::kFloat) + x;  // transformers' order of the sum
-    return {hook.written(Site::kResidPost, out), {}};
+    return {hook.written(Site::kResidPost, out), {}, stream.per_layer_inputs};
   }
   // Unless something reads the residual between the branches, the fused path leaves it unwritten and the MLP's
   // add recomputes it from the attention branch: one pass over memory less than writing it and reading it back.
@@ -367,12 +413,22 @@ ResidualStream decoder_block(const ResidualStream& stream, const LayerWeights& w
     hook.emit(Site::kMlpOut, mlp_out);
   }
   const BranchOutput mlp{mlp_out, mlp_norm};
-  // A write into the layer's output comes before the next layer's input norm, which then normalizes it itself.
+  // A write into the layer's output comes before the next layer's input norm, which then normalizes it itself,
+  // as it does after Gemma 4's last steps.
+  const bool ends_later = w.per_layer_input_gate.weight.defined() || w.layer_scalar.defined();
   const Norm no_norm;
-  const Norm& next = hook.edit(Site::kResidPost) != nullptr ? no_norm : next_norm;
+  const Norm& next = hook.edit(Site::kResidPost) != nullptr || ends_later ? no_norm : next_norm;
   auto [out, next_input] = middle.defined() ? add_branches(middle, {mlp}, next, c, compute)
                                             : add_branches(x, {attention, mlp}, next, c, compute);
-  return {hook.written(Site::kResidPost, out), next_input};
+  if (ends_later) {
+    at::Tensor inputs;
+    if (stream.per_layer_inputs.defined()) {
+      inputs = stream.per_layer_inputs.select(2, layer);
+      if (output_rows.defined()) inputs = inputs.index_select(1, output_rows);
+    }
+    out = add_per_layer_input(out, w, c, inputs, compute);
+  }
+  return {hook.written(Site::kResidPost, out), next_input, stream.per_layer_inputs};
 }
 
 }  // namespace probekit::model

@@ -28,6 +28,8 @@ const std::vector<Family>& families() {
       {"olmo2", resolve_olmo2, load_llama_style, llama_style_tensor_layer},
       {"olmo3", resolve_olmo3, load_llama_style, llama_style_tensor_layer},
       {"smollm3", resolve_smollm3, load_llama_style, llama_style_tensor_layer},
+      {"gemma4_text", resolve_gemma4_text, load_gemma4_text, llama_style_tensor_layer},
+      {"gemma4", resolve_gemma4, load_gemma4_multimodal, gemma3_multimodal_tensor_layer},
   };
   return all;
 }
@@ -106,8 +108,9 @@ void validate_config(const ModelConfig& c, const std::string& source) {
     const LayerSpec& layer = c.layers[i];
     if (layer.sliding_window < 0) fail("{}: sliding_window must not be negative", source);
     if (layer.rope.type != RopeType::kNone) {
-      if (layer.rope.rotary_dim <= 0 || layer.rope.rotary_dim > c.head_dim || layer.rope.rotary_dim % 2 != 0) {
-        fail("{}: rotary dimension {} must be even and within head_dim {}", source, layer.rope.rotary_dim, c.head_dim);
+      const int64_t head_dim = layer_head_dim(c, static_cast<int64_t>(i));
+      if (layer.rope.rotary_dim <= 0 || layer.rope.rotary_dim > head_dim || layer.rope.rotary_dim % 2 != 0) {
+        fail("{}: rotary dimension {} must be even and within head_dim {}", source, layer.rope.rotary_dim, head_dim);
       }
       if (!(layer.rope.theta > 0) || !(layer.rope.factor > 0)) fail("{}: rope theta and factor must be positive", source);
     }
@@ -255,8 +258,9 @@ void load_llama_norms(const WeightScope& layer, const ModelConfig& c, LayerWeigh
   }
 }
 
-void load_llama_attention(const WeightScope& attention, const ModelConfig& c, LayerWeights& l) {
-  const int64_t hidden = c.hidden_size, q_out = c.num_heads * c.head_dim, kv_out = c.num_kv_heads * c.head_dim;
+void load_llama_attention(const WeightScope& attention, const ModelConfig& c, int64_t layer, LayerWeights& l) {
+  const int64_t head_dim = layer_head_dim(c, layer);
+  const int64_t hidden = c.hidden_size, q_out = c.num_heads * head_dim, kv_out = layer_kv_heads(c, layer) * head_dim;
   l.qkv.weight = at::cat({attention.get("q_proj.weight", {q_out, hidden}), attention.get("k_proj.weight", {kv_out, hidden}),
                           attention.get("v_proj.weight", {kv_out, hidden})});
   if (c.qkv_bias) {
@@ -266,8 +270,8 @@ void load_llama_attention(const WeightScope& attention, const ModelConfig& c, La
   l.attention_output.weight = attention.get("o_proj.weight", {hidden, q_out});
   if (c.output_bias) l.attention_output.bias = attention.get("o_proj.bias", {hidden});
   if (c.features.qk_norm == QkNorm::kPerHead) {
-    l.q_norm = load_norm(attention, "q_norm", c.head_dim, c);
-    l.k_norm = load_norm(attention, "k_norm", c.head_dim, c);
+    l.q_norm = load_norm(attention, "q_norm", head_dim, c);
+    l.k_norm = load_norm(attention, "k_norm", head_dim, c);
   } else if (c.features.qk_norm == QkNorm::kWholeProjection) {
     l.q_norm = load_norm(attention, "q_norm", q_out, c);
     l.k_norm = load_norm(attention, "k_norm", kv_out, c);
@@ -276,17 +280,22 @@ void load_llama_attention(const WeightScope& attention, const ModelConfig& c, La
 
 }  // namespace
 
+void load_llama_layer(const WeightScope& layer, const ModelConfig& c, int64_t i, LayerWeights& l,
+                      const ExpertLoader& load_experts) {
+  load_llama_norms(layer, c, l);
+  load_llama_attention(layer.sub("self_attn"), c, i, l);
+  if (c.layers[static_cast<size_t>(i)].feed_forward == FeedForward::kRoutedExperts) {
+    l.feed_forward = load_experts(layer);
+  } else {
+    l.feed_forward = load_gated_mlp(layer.sub("mlp"), c.hidden_size, c.intermediate_size, c.mlp_bias);
+  }
+}
+
 void load_llama_layout(const WeightScope& model, const ModelConfig& c, const LoadPlan& plan, ModelWeights& w,
                        const ExpertLoader& load_experts) {
   w.embed_tokens = load_token_embeddings(model, "embed_tokens.weight", c, plan);
   load_layers(model.sub("layers"), plan, w, [&](const WeightScope& layer, int64_t i, LayerWeights& l) {
-    load_llama_norms(layer, c, l);
-    load_llama_attention(layer.sub("self_attn"), c, l);
-    if (c.layers[static_cast<size_t>(i)].feed_forward == FeedForward::kRoutedExperts) {
-      l.feed_forward = load_experts(layer);
-    } else {
-      l.feed_forward = load_gated_mlp(layer.sub("mlp"), c.hidden_size, c.intermediate_size, c.mlp_bias);
-    }
+    load_llama_layer(layer, c, i, l, load_experts);
   });
   if (plan.final_norm) w.final_norm = load_norm(model, "norm", c.hidden_size, c);
 }

@@ -137,6 +137,10 @@ using ExpertLoader = std::function<RoutedExperts(const WeightScope& layer)>;
 /// is routed experts take theirs from `load_experts`, the others a dense mlp.{gate,up,down}_proj.
 void load_llama_layout(const WeightScope& model, const ModelConfig& config, const LoadPlan& plan, ModelWeights& weights,
                        const ExpertLoader& load_experts = {});
+/// One Llama-style decoder layer `i` under its scope `layer`: norms, attention (with the layer's own head_dim),
+/// and a dense MLP or, for routed-expert layers, what `load_experts` reads.
+void load_llama_layer(const WeightScope& layer, const ModelConfig& config, int64_t i, LayerWeights& weights,
+                      const ExpertLoader& load_experts = {});
 /// A gated MLP's {gate,up,down}_proj weights (and biases when `bias`) under `mlp`.
 DenseMlp load_gated_mlp(const WeightScope& mlp, int64_t hidden, int64_t inner, bool bias);
 /// The names of one MoE layout's weights under a layer's feed-forward scope.
@@ -178,6 +182,12 @@ void resolve_phi3(const ConfigReader& config_json, ModelConfig& config);
 void resolve_olmo2(const ConfigReader& config_json, ModelConfig& config);
 void resolve_olmo3(const ConfigReader& config_json, ModelConfig& config);
 void resolve_smollm3(const ConfigReader& config_json, ModelConfig& config);
+void resolve_gemma4_text(const ConfigReader& config_json, ModelConfig& config);
+void resolve_gemma4(const ConfigReader& config_json, ModelConfig& config);
+void load_gemma4_text(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan,
+                      ModelWeights& weights);
+void load_gemma4_multimodal(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan,
+                            ModelWeights& weights);
 int64_t llama_style_tensor_layer(const std::string& name);
 int64_t gemma3_multimodal_tensor_layer(const std::string& name);
 int64_t gpt2_tensor_layer(const std::string& name);

@@ -130,8 +130,16 @@ RopeSpec make_rope(const Field<RawRope>& rope, double theta, int64_t rotary_dim,
     resolve_longrope(r, config_json, key, spec);
   } else if (type == "yarn") {
     resolve_yarn(r, config_json, key, spec);
+  } else if (type == "proportional") {
+    spec.type = RopeType::kProportional;
+    spec.factor = r.factor.value_or(1.0);
+    spec.rotated_fraction = r.partial_rotary_factor.value_or(1.0);
+    if (!(spec.rotated_fraction > 0 && spec.rotated_fraction <= 1)) {
+      fail("{}: partial_rotary_factor {} must be in (0, 1]", config_json.where(key), spec.rotated_fraction);
+    }
   } else {
-    fail("{} has rope_type '{}', which is not supported (supported: default, linear, llama3, longrope, yarn)",
+    fail("{} has rope_type '{}', which is not supported (supported: default, linear, llama3, longrope, yarn, "
+         "proportional)",
          config_json.where(key), type);
   }
   return spec;

@@ -145,7 +145,7 @@ at::Tensor TransformerModel::forward(const ForwardPass& pass) const {
   if (pass.cache != nullptr) context->use_cache(*pass.cache, pass.cache_visible);
   c10::OptionalDeviceGuard stage_guard;  // our fused kernels launch on the current device
   std::optional<PackedSequences> stage_packed;  // the packed layout on the current stage's device
-  ResidualStream stream{x, {}};
+  ResidualStream stream{x, {}, per_layer_inputs(pass.input_ids, x, weights_, c)};
   const Norm no_norm;
   at::Tensor last_layer_rows = pass.last_layer_rows;
   for (int64_t layer = 0; layer <= last; ++layer) {
@@ -154,8 +154,8 @@ at::Tensor TransformerModel::forward(const ForwardPass& pass) const {
       // rotary tables and masks are made again.
       at::Device stage = layer_device(layer);
       stage_guard.reset_device(stage);
-      stream = {stream.residual.to(stage), {}};
       auto on_stage = [&](const at::Tensor& t) { return t.defined() ? t.to(stage) : t; };
+      stream = {stream.residual.to(stage), {}, on_stage(stream.per_layer_inputs)};
       if (pass.packed != nullptr) stage_packed = PackedSequences{on_stage(pass.packed->cumulative_lengths), pass.packed->lengths};
       last_layer_rows = on_stage(last_layer_rows);
       context = std::make_unique<AttentionContext>(c, on_stage(positions), pass.prefix, on_stage(pass.prefix_lengths),

@@ -166,6 +166,11 @@ struct LayerWeights {
   Linear attention_output;
   Norm q_norm, k_norm;
   std::variant<DenseMlp, RoutedExperts> feed_forward;  // the one LayerSpec::feed_forward names
+  // Gemma 4: the per-layer input's gate [size, hidden] and projection [hidden, size], its branch's post-norm, and
+  // the scalar [1] the layer's output is multiplied by; undefined elsewhere.
+  Linear per_layer_input_gate, per_layer_projection;
+  Norm post_per_layer_input_norm;
+  at::Tensor layer_scalar;
 };
 
 struct ModelWeights {
@@ -173,6 +178,10 @@ struct ModelWeights {
   at::Tensor position_embeddings;  // [max_positions, hidden], learned positions only
   std::vector<LayerWeights> layers;
   Norm final_norm;
+  // Gemma 4's per-layer inputs: the table [per_layer_input_vocab, layers * size], the embeddings' projection
+  // [layers * size, hidden] and its norm [size].
+  at::Tensor embed_tokens_per_layer, per_layer_model_projection;
+  Norm per_layer_projection_norm;
   at::Tensor lm_head;  // [vocab, hidden]; generation only (the embedding table itself when tied)
 };
 

@@ -87,6 +87,7 @@ GENERATION_TEST("phi3_longrope")
 GENERATION_TEST("olmo2")
 GENERATION_TEST("olmo3")
 GENERATION_TEST("smollm3")
+GENERATION_TEST("gemma4_text")
 
 namespace {
 
