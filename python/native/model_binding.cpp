@@ -75,11 +75,14 @@ struct GenerateArguments {
 
 // Generates after `prompts`, handing `on_event` each line --generate --json prints (a token, then each row's end);
 // `on_event` returning False stops that row.
-void generate(const ModelHandle& model, const std::vector<std::string>& prompts, const std::string& probes_dir,
+void generate(const ModelHandle& model, const std::vector<std::string>& prompts, const ProbeSelection& probes,
               const GenerateArguments& arguments, const py::list& steer, const py::function& on_event) {
   inference::EngineOptions engine_options;
-  engine_options.probes_dir = probes_dir;
-  engine_options.steering = steering_spec(steer, probes_dir);
+  engine_options.probes_dir = probes.dir;
+  engine_options.layers = probes.layers;
+  engine_options.layer = probes.layer;
+  engine_options.best_layer = probes.best_layer;
+  engine_options.steering = steering_spec(steer, probes.dir);
   generation::GenerationFlags flags;
   flags.options.max_new_tokens = arguments.max_new_tokens;
   flags.options.sampling = arguments.sampling;
@@ -143,13 +146,14 @@ void bind_model(py::module_& module) {
   module.def(
       "generate",
       [](const ModelHandle& model, const std::vector<std::string>& prompts, const std::string& probes_dir,
-         int64_t max_new_tokens, bool stop, double temperature, int64_t sample_top_k, double top_p, uint64_t seed,
+         const std::string& layers, int64_t layer, bool best_layer, int64_t max_new_tokens, bool stop, double temperature, int64_t sample_top_k, double top_p, uint64_t seed,
          int64_t top_k, double threshold, bool calibrated, const py::list& steer, const py::function& on_event) {
         GenerateArguments arguments{max_new_tokens, stop, {temperature, sample_top_k, top_p, seed}, top_k, threshold,
                                     calibrated};
-        generate(model, prompts, probes_dir, arguments, steer, on_event);
+        generate(model, prompts, {probes_dir, layers, layer, best_layer}, arguments, steer, on_event);
       },
-      py::arg("model"), py::arg("prompts"), py::arg("probes_dir"), py::arg("max_new_tokens"), py::arg("stop"),
+      py::arg("model"), py::arg("prompts"), py::arg("probes_dir"), py::arg("layers"), py::arg("layer"),
+      py::arg("best_layer"), py::arg("max_new_tokens"), py::arg("stop"),
       py::arg("temperature"), py::arg("sample_top_k"), py::arg("top_p"), py::arg("seed"), py::arg("top_k"),
       py::arg("threshold"), py::arg("calibrated"), py::arg("steer"), py::arg("on_event"));
 }

@@ -4,6 +4,7 @@
 #include <ATen/DLConvertor.h>
 
 #include "cli/cli.h"
+#include "common/error.h"
 #include "common/interrupt.h"
 #include "native.h"
 

@@ -24,6 +24,14 @@ namespace py = pybind11;
 /// A model loaded once, shared by every call that runs it (capture, ranking, per-token, generation).
 using ModelHandle = std::shared_ptr<loading::SharedModel>;
 
+/// Which probes of a directory run, as multi_probe_inference's --layers, --layer and --best-layer pick them (an
+/// empty directory: none).
+struct ProbeSelection {
+  std::string dir, layers;
+  int64_t layer = -1;
+  bool best_layer = false;
+};
+
 /// A tensor handed to Python without a copy: a DLPack capsule that torch.utils.dlpack.from_dlpack takes over.
 py::capsule to_dlpack(const at::Tensor& tensor);
 

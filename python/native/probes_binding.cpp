@@ -10,13 +10,6 @@ namespace probekit::python {
 
 namespace {
 
-/// Which probes of a directory run, as multi_probe_inference's --layers, --layer and --best-layer pick them.
-struct ProbeSelection {
-  std::string dir, layers;
-  int64_t layer = -1;
-  bool best_layer = false;
-};
-
 /// How results are shown: multi_probe_inference's --top-k, --threshold, --calibrated, --mode and --aggregate.
 struct DisplayArguments {
   int64_t top_k = 5;

@@ -83,7 +83,7 @@ class Model:
         prompts = text_list(prompt, "prompt")
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens {max_new_tokens!r}: must be a whole number, 1 or more")
-        arguments = (self._native, prompts, _probes_dir(probes), max_new_tokens, bool(stop), float(temperature),
+        arguments = (self._native, prompts, _probes_dir(probes), *_probe_selection(probes), max_new_tokens, bool(stop), float(temperature),
                      int(sample_top_k), float(top_p), int(seed), int(top_k), float(threshold), bool(calibrated),
                      steer_items(steer))
         return _generation_events(arguments)
@@ -96,6 +96,11 @@ def _probes_dir(probes):
     if not isinstance(directory, str):
         raise ValueError(f"probes: expected probekit.load_probes(...)'s Probes, got {type(probes).__name__}")
     return directory
+
+
+def _probe_selection(probes):
+    """The layers of the probes that run, as load_probes selected them: (layers, layer, best_layer)."""
+    return ("", -1, False) if probes is None else probes._selection
 
 
 _DONE = object()
