@@ -3,6 +3,7 @@ progress as tqdm bars, and keyword arguments spelled as the tools' flags."""
 
 import sys
 import threading
+import warnings
 
 from . import _native
 
@@ -65,7 +66,9 @@ def progress_callback(progress):
     if not progress or not _shows_progress():
         return None
     try:
-        from tqdm.auto import tqdm
+        with warnings.catch_warnings():  # without ipywidgets, tqdm.auto falls back to text bars, warning about it
+            warnings.simplefilter("ignore")
+            from tqdm.auto import tqdm
     except ImportError:
         return None
     return TqdmBars(tqdm)

@@ -41,7 +41,9 @@ std::string format_duration(double seconds) {
 ProgressBar::ProgressBar(std::string label, int64_t total, std::string unit)
     : listener_(listener_now()), label_(std::move(label)), unit_(std::move(unit)), total_(total),
       terminal_(stderr_is_terminal()), enabled_(spdlog::should_log(spdlog::level::info)),
-      start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
+      start_(std::chrono::steady_clock::now()), last_draw_(start_) {
+  if (listener_) report(false);  // a listener's bar starts with the work, so its rate counts from here
+}
 
 ProgressBar::~ProgressBar() {
   // A bar abandoned by an exception leaves the cursor at the start of a fresh line for the error message.
