@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import probekit
-from probekit import _native, model as model_module
+from probekit import _native, model as model_module, tools as tools_module
 
 from conftest import LAYERS, run_tool
 
@@ -155,6 +155,19 @@ def test_ctrl_c_interrupts_a_capture(model, texts, monkeypatch):
         model.capture(texts, layers=2, batch_size=1)
     monkeypatch.undo()
     assert model.capture(texts[:2], layers=2)[2].shape[0] == 2  # the next call runs
+
+
+def test_ctrl_c_interrupts_capture_activations_which_then_resumes(model, dataset, workdir, monkeypatch):
+    def interrupt_at_first_report(*_):
+        _native.request_interrupt()
+
+    output = workdir / "interrupted"
+    monkeypatch.setattr(tools_module, "progress_callback", lambda progress: interrupt_at_first_report)
+    with pytest.raises(KeyboardInterrupt):
+        probekit.capture_activations(model, dataset, str(output), layers=[2], batch_size=1, window=8)
+    monkeypatch.undo()
+    summary = probekit.capture_activations(model, dataset, str(output), layers=[2], batch_size=1, window=8, resume=True)
+    assert summary["layers"] == [2] and (output / "layer_2_activations.h5").exists()
 
 
 @pytest.mark.parametrize("call, error, message", [
