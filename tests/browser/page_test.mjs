@@ -93,6 +93,31 @@ async function checkGeneration(page, info) {
   console.log(`generation: ${status}`);
 }
 
+// The steering panel: the same prompt unsteered and steered along a label's direction at a probe layer, side by
+// side; a positive coefficient raises the label's mean score, and the page's request carried the steering.
+async function checkSteering(page, info) {
+  if (!info.generation) return;
+  const sent = [];
+  page.on("request", (request) => { if (request.url().endsWith("/v1/generate")) sent.push(JSON.parse(request.postData())); });
+  await page.select("#steer-label", "reframing");
+  await page.select("#steer-layer", String(info.layers[0]));
+  await page.$eval("#steer-coefficient", (slider) => { slider.value = "16"; slider.dispatchEvent(new Event("input")); });
+  assert.equal(await page.$eval("#steer-coefficient-value", (o) => o.textContent), "16.0");
+  await page.type("#steer-prompt", "Once upon a time");
+  await page.$eval("#max-new-tokens", (input) => { input.value = "8"; });
+  await page.click("#steer-run");
+  await page.waitForFunction(() => /→/.test(document.querySelector("#steer-status").textContent), { timeout: 120000 });
+  const status = await page.$eval("#steer-status", (s) => s.textContent);
+  const [plain, steered] = status.match(/mean score ([\d.]+) → ([\d.]+)/).slice(1).map(Number);
+  assert.ok(steered > plain, `steering reframing up raised its score: ${status}`);
+  assert.ok((await page.$$eval("#steer-plain span", (l) => l.length)) >= 1, "the unsteered tokens are shown");
+  assert.ok((await page.$$eval("#steer-steered span", (l) => l.length)) >= 1, "the steered tokens are shown");
+  const steeredBody = sent.find((body) => body.steer);
+  assert.deepEqual(steeredBody.steer, [{ label: "reframing", layer: info.layers[0], coefficient: 16 }]);
+  assert.ok(sent.some((body) => !body.steer), "the unsteered generation carried no steering");
+  console.log(`steering: ${status}`);
+}
+
 const { server, url, output } = startServer();
 let browser;
 try {
@@ -111,6 +136,7 @@ try {
   assert.deepEqual(await page.$$eval("#layers input", (boxes) => boxes.map((b) => Number(b.value))), info.layers);
   await checkRanking(page, base);
   await checkGeneration(page, info);
+  await checkSteering(page, info);
   assert.deepEqual(elsewhere, [], "the page fetched nothing from elsewhere");
   assert.deepEqual(errors, [], "no script errors");
   await page.screenshot({ path: screenshot, fullPage: true });
