@@ -24,9 +24,9 @@ using namespace probekit;
 
 namespace {
 
-std::string rope_summary(const model::RopeSpec& rope) {
+std::string rope_summary(const model::RopeSpec& rope, bool learned_positions) {
   switch (rope.type) {
-    case model::RopeType::kNone: return "learned positions";
+    case model::RopeType::kNone: return learned_positions ? "learned positions" : "no position embedding (NoPE)";
     case model::RopeType::kDefault: return fmt::format("rope theta {:g} on {} dims", rope.theta, rope.rotary_dim);
     case model::RopeType::kLinear:
       return fmt::format("rope theta {:g} on {} dims, linear scaling x{:g}", rope.theta, rope.rotary_dim, rope.factor);
@@ -35,20 +35,34 @@ std::string rope_summary(const model::RopeSpec& rope) {
     case model::RopeType::kLongRope:
       return fmt::format("rope theta {:g} on {} dims, longrope (long factors beyond {} tokens, attention factor {:g})",
                          rope.theta, rope.rotary_dim, rope.original_max_position_embeddings, rope.attention_factor);
+    case model::RopeType::kYarn:
+      return fmt::format("rope theta {:g} on {} dims, yarn x{:g} (from {} tokens, attention factor {:g})", rope.theta,
+                         rope.rotary_dim, rope.factor, rope.original_max_position_embeddings, rope.attention_factor);
+    case model::RopeType::kProportional:
+      return fmt::format("rope theta {:g} on {} dims, proportional ({:g} of the frequencies turn)", rope.theta,
+                         rope.rotary_dim, rope.rotated_fraction);
   }
   return "?";
 }
 
 void print_info(const std::string& dir, bool json) {
   model::ModelConfig c = model::load_config(dir);
-  model::Checkpoint checkpoint = model::Checkpoint::open(dir);
+  model::Checkpoint checkpoint = model::Checkpoint::open(dir, c.quantization);
+  const std::string quantization =
+      c.quantization.method.empty() ? "none"
+                                    : fmt::format("{} ({} blocks, dequantized on load)", c.quantization.method,
+                                                  fmt::join(c.quantization.block, "x"));
   // Layers that share attention settings are listed together: "0-4, 6-10: sliding window 1024, rope ...".
   std::map<std::string, std::vector<int64_t>> layer_kinds;
   const model::RoutedExpertsSpec& moe = c.routed_experts;
   for (size_t i = 0; i < c.layers.size(); ++i) {
     const auto& layer = c.layers[i];
     std::string kind = (layer.sliding_window > 0 ? fmt::format("sliding window {}", layer.sliding_window) : "full attention") +
-                       ", " + rope_summary(layer.rope);
+                       ", " + rope_summary(layer.rope, c.features.learned_positions);
+    if (layer.head_dim > 0 || layer.num_kv_heads > 0) {
+      kind += fmt::format(", head dim {}, key/value heads {}", model::layer_head_dim(c, static_cast<int64_t>(i)),
+                          model::layer_kv_heads(c, static_cast<int64_t>(i)));
+    }
     if (layer.feed_forward == model::FeedForward::kRoutedExperts) {
       kind += fmt::format(", routed experts (top {} of {}{}{})", moe.top_k, moe.experts,
                           moe.normalize_top_k ? ", renormalised" : "",
@@ -64,7 +78,7 @@ void print_info(const std::string& dir, bool json) {
                 {"attention_heads", c.num_heads}, {"key_value_heads", c.num_kv_heads}, {"head_dim", c.head_dim},
                 {"vocab_size", c.vocab_size}, {"parameters", checkpoint.parameter_count()},
                 {"weights_dtype", checkpoint.dominant_dtype()}, {"activation", model::activation_name(c.features.activation)},
-                {"attention", kinds}};
+                {"attention", kinds}, {"quantization", quantization}};
     if (moe.experts > 0) {
       out["routed_experts"] = {{"experts", moe.experts}, {"top_k", moe.top_k},
                                {"intermediate_size", moe.intermediate_size}, {"layers", model::routed_expert_layers(c)}};
@@ -81,6 +95,8 @@ void print_info(const std::string& dir, bool json) {
   fmt::print("parameters: {} ({})\nweights dtype: {}\n", checkpoint.parameter_count(),
              parameters >= 1e9 ? fmt::format("{:.2f} B", parameters / 1e9) : fmt::format("{:.1f} M", parameters / 1e6),
              checkpoint.dominant_dtype());
+  fmt::print("quantization: {}\n", quantization);
+  if (c.per_layer_input_size > 0) fmt::print("per-layer inputs: {} per layer\n", c.per_layer_input_size);
   for (const auto& [kind, layers] : layer_kinds) fmt::print("layers {}: {}\n", fmt::join(layers, ","), kind);
 }
 

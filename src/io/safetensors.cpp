@@ -23,6 +23,7 @@ struct DTypeName {
 };
 constexpr DTypeName kDTypes[] = {
     {DType::kF64, "F64", 8}, {DType::kF32, "F32", 4}, {DType::kF16, "F16", 2},  {DType::kBF16, "BF16", 2},
+    {DType::kF8E4M3, "F8_E4M3", 1},
     {DType::kI64, "I64", 8}, {DType::kI32, "I32", 4}, {DType::kI16, "I16", 2},  {DType::kI8, "I8", 1},
     {DType::kU8, "U8", 1},   {DType::kBool, "BOOL", 1},
 };
@@ -31,7 +32,7 @@ DType parse_dtype(const std::string& name, const std::string& tensor, const std:
   for (const auto& entry : kDTypes) {
     if (name == entry.name) return entry.dtype;
   }
-  fail("{}: tensor '{}' has unsupported dtype '{}' (supported: F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL)",
+  fail("{}: tensor '{}' has unsupported dtype '{}' (supported: F64, F32, F16, BF16, F8_E4M3, I64, I32, I16, I8, U8, BOOL)",
        source, tensor, name);
 }
 

@@ -14,7 +14,8 @@
 
 namespace probekit::safetensors {
 
-enum class DType { kF64, kF32, kF16, kBF16, kI64, kI32, kI16, kI8, kU8, kBool };
+// kF8E4M3: float8_e4m3fn (fine-grained FP8 checkpoints), read as raw bytes and decoded by the weight loader.
+enum class DType { kF64, kF32, kF16, kBF16, kF8E4M3, kI64, kI32, kI16, kI8, kU8, kBool };
 
 /// Bytes per element of a dtype.
 size_t dtype_size(DType dtype);

@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "model/families.h"
+#include "model/quantization.h"
 
 namespace probekit::model {
 
@@ -87,7 +88,19 @@ bool RopeSpec::operator==(const RopeSpec& o) const {
   return type == o.type && theta == o.theta && factor == o.factor && low_freq_factor == o.low_freq_factor &&
          high_freq_factor == o.high_freq_factor &&
          original_max_position_embeddings == o.original_max_position_embeddings && rotary_dim == o.rotary_dim &&
-         short_factors == o.short_factors && long_factors == o.long_factors && attention_factor == o.attention_factor;
+         short_factors == o.short_factors && long_factors == o.long_factors && attention_factor == o.attention_factor &&
+         beta_fast == o.beta_fast && beta_slow == o.beta_slow && truncate == o.truncate &&
+         rotated_fraction == o.rotated_fraction;
+}
+
+int64_t layer_head_dim(const ModelConfig& config, int64_t layer) {
+  const int64_t own = config.layers.at(static_cast<size_t>(layer)).head_dim;
+  return own > 0 ? own : config.head_dim;
+}
+
+int64_t layer_kv_heads(const ModelConfig& config, int64_t layer) {
+  const int64_t own = config.layers.at(static_cast<size_t>(layer)).num_kv_heads;
+  return own > 0 ? own : config.num_kv_heads;
 }
 
 std::vector<int64_t> routed_expert_layers(const ModelConfig& config) {
@@ -133,6 +146,7 @@ ModelConfig resolve_config(const Json& json, const std::string& source) {
   ModelConfig config;
   config.model_type = model_type;
   config.text_model_type = model_type;
+  config.quantization = resolve_quantization(json, source);
   family->resolve(reader, config);
   validate_config(config, source);
   return config;

@@ -56,7 +56,7 @@ class ConfigReader {
 };
 
 enum class NormKind { kRmsNorm, kLayerNorm };
-enum class RopeType { kNone, kDefault, kLinear, kLlama3, kLongRope };
+enum class RopeType { kNone, kDefault, kLinear, kLlama3, kLongRope, kYarn, kProportional };
 /// RMSNorm on queries and keys before the rotary embedding: per head (Qwen 3, Gemma 3), or over the whole
 /// projection of all heads at once (OLMo 2).
 enum class QkNorm { kNone, kPerHead, kWholeProjection };
@@ -77,6 +77,14 @@ struct RopeSpec {
   // attention_factor.
   std::vector<double> short_factors, long_factors;
   double attention_factor = 1.0;
+  // YaRN (gpt-oss, DeepSeek V3, OLMo 3's long-context layers): frequencies of fewer than beta_slow rotations over
+  // original_max_position_embeddings are divided by factor, those of more than beta_fast kept, a linear ramp
+  // between (its ends rounded outwards with truncate); cos and sin are scaled by attention_factor.
+  double beta_fast = 32.0, beta_slow = 1.0;
+  bool truncate = true;
+  // proportional (Gemma 4's full layers): the whole head rotates, but only the first rotated_fraction of its
+  // frequencies (base ** (2i / head_dim)) turn; the others are 0, leaving their dimensions as they are.
+  double rotated_fraction = 1.0;
 
   bool operator==(const RopeSpec& other) const;
 };
@@ -95,6 +103,7 @@ struct ArchFeatures {
   bool learned_positions = false;     // absolute position embeddings added to the input (GPT-2)
   bool scale_embeddings = false;      // embeddings * sqrt(hidden) (Gemma)
   std::optional<double> attn_softcap; // tanh soft-capping of attention scores (Gemma 2)
+  bool value_norm = false;            // values RMS-normalized per head, without a weight (Gemma 4)
 };
 
 /// Per-layer settings.
@@ -102,6 +111,7 @@ struct LayerSpec {
   int64_t sliding_window = 0;  // 0: full causal attention
   RopeSpec rope;
   FeedForward feed_forward = FeedForward::kDenseMlp;
+  int64_t head_dim = 0, num_kv_heads = 0;  // 0: the model's (Gemma 4's full layers have their own)
 };
 
 /// The routed experts of the layers whose feed-forward is FeedForward::kRoutedExperts: a router's softmax over
@@ -111,6 +121,12 @@ struct RoutedExpertsSpec {
   int64_t intermediate_size = 0;  // of each expert
   bool normalize_top_k = false;   // the chosen probabilities rescaled to sum to 1 (Mixtral; Qwen's norm_topk_prob)
   int64_t shared_expert_intermediate_size = 0;  // Qwen 2 MoE: a dense expert every token takes, gated; 0: none
+};
+
+/// How the checkpoint's weights are stored (quantization_config); an empty method: as plain floats.
+struct Quantization {
+  std::string method;          // quant_method: "" or "fp8"
+  std::vector<int64_t> block;  // fp8: weight_block_size [out, in], the block each weight_scale_inv entry scales
 };
 
 /// The validated configuration every other part of the runtime uses.
@@ -128,7 +144,15 @@ struct ModelConfig {
   // The LM head (read only for generation): the token embedding table itself when tied, else its own weight.
   bool tie_word_embeddings = false;
   std::optional<double> final_logit_softcap;  // tanh soft-capping of the logits (Gemma 2)
+  // Gemma 4: a [per_layer_input_size] input of each layer from its own embedding table (of per_layer_input_vocab
+  // rows) and a projection of the embeddings, gated into the stream after the layer's MLP; 0: none.
+  int64_t per_layer_input_size = 0, per_layer_input_vocab = 0;
+  Quantization quantization;
 };
+
+/// The head dimension and key/value heads of a layer (its own, or the model's).
+int64_t layer_head_dim(const ModelConfig& config, int64_t layer);
+int64_t layer_kv_heads(const ModelConfig& config, int64_t layer);
 
 /// The layers whose feed-forward is routed experts (the layers with a router), ascending.
 std::vector<int64_t> routed_expert_layers(const ModelConfig& config);

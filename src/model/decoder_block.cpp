@@ -34,6 +34,12 @@ at::Tensor activate(const at::Tensor& x, Activation activation) {
   return x;
 }
 
+// x / rms(x) over the last dimension, in fp32.
+at::Tensor rms_normalized(const at::Tensor& x, double eps) {
+  at::Tensor x32 = x.to(at::kFloat);
+  return x32 * at::rsqrt(x32.pow(2).mean(-1, true) + eps);
+}
+
 at::Tensor rotate_half(const at::Tensor& x) {
   int64_t half = x.size(-1) / 2;
   return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
@@ -170,13 +176,23 @@ std::pair<at::Tensor, at::Tensor> add_branches(const at::Tensor& residual, const
   return {sum, next_norm.defined() ? apply_norm(sum, next_norm, c, dtype) : at::Tensor()};
 }
 
+// The heads of one layer's attention (Gemma 4's full layers have their own head_dim).
+struct HeadShape {
+  int64_t heads, kv_heads, head_dim;
+
+  HeadShape(const ModelConfig& c, int64_t layer)
+      : heads(c.num_heads), kv_heads(layer_kv_heads(c, layer)), head_dim(layer_head_dim(c, layer)) {}
+  int64_t q_out() const { return heads * head_dim; }
+  int64_t kv_out() const { return kv_heads * head_dim; }
+};
+
 // Queries [B, heads, T, head_dim] and keys [B, kv_heads, T, head_dim] from the fused projection: q/k norms
 // (per head: Qwen 3, Gemma 3; over the whole projection: OLMo 2) and rotary embedding applied.
 std::pair<at::Tensor, at::Tensor> queries_and_keys(at::Tensor qkv, const LayerWeights& w, const ModelConfig& c,
-                                                   const LayerSpec& spec, AttentionContext& context,
-                                                   at::ScalarType compute) {
+                                                   const LayerSpec& spec, const HeadShape& shape,
+                                                   AttentionContext& context, at::ScalarType compute) {
   const int64_t batch = qkv.size(0), tokens = qkv.size(1);
-  const int64_t q_out = c.num_heads * c.head_dim, kv_out = c.num_kv_heads * c.head_dim;
+  const int64_t q_out = shape.q_out(), kv_out = shape.kv_out();
   const bool per_head_norm = c.features.qk_norm == QkNorm::kPerHead;
   if (c.features.qk_norm == QkNorm::kWholeProjection) {
     qkv = at::cat({norm_to(qkv.narrow(-1, 0, q_out), w.q_norm, c, compute),
@@ -186,14 +202,14 @@ std::pair<at::Tensor, at::Tensor> queries_and_keys(at::Tensor qkv, const LayerWe
 #ifdef PROBEKIT_WITH_CUDA
   if (fused_path(qkv, c) && spec.rope.type != RopeType::kNone) {
     const auto& [cos, sin] = context.rotary(spec.rope);
-    return fused::queries_and_keys(qkv, c.num_heads, c.num_kv_heads, c.head_dim,
+    return fused::queries_and_keys(qkv, shape.heads, shape.kv_heads, shape.head_dim,
                                    per_head_norm ? w.q_norm.weight : at::Tensor(),
                                    per_head_norm ? w.k_norm.weight : at::Tensor(), c.norm_eps, cos, sin,
                                    spec.rope.rotary_dim);
   }
 #endif
-  at::Tensor q = qkv.narrow(-1, 0, q_out).view({batch, tokens, c.num_heads, c.head_dim});
-  at::Tensor k = qkv.narrow(-1, q_out, kv_out).view({batch, tokens, c.num_kv_heads, c.head_dim});
+  at::Tensor q = qkv.narrow(-1, 0, q_out).view({batch, tokens, shape.heads, shape.head_dim});
+  at::Tensor k = qkv.narrow(-1, q_out, kv_out).view({batch, tokens, shape.kv_heads, shape.head_dim});
   if (per_head_norm) {
     q = apply_norm(q, w.q_norm, c, compute);
     k = apply_norm(k, w.k_norm, c, compute);
@@ -208,7 +224,6 @@ std::pair<at::Tensor, at::Tensor> queries_and_keys(at::Tensor qkv, const LayerWe
   return {q, k};
 }
 
-// The hook of one layer: which names it wants, and handing them over.
 // What a layer gives its hook, and the writes into its sites.
 struct LayerHook {
   const TensorHook* hook;
@@ -244,11 +259,14 @@ std::pair<at::Tensor, at::Tensor> cached_keys_and_values(KvCache& cache, int64_t
 at::Tensor attention_branch(const at::Tensor& x_in, const LayerWeights& w, const ModelConfig& c, int64_t layer,
                             AttentionContext& context, KvCache* record, const at::Tensor& output_rows) {
   const LayerSpec& spec = c.layers[static_cast<size_t>(layer)];
+  const HeadShape shape(c, layer);
   const int64_t batch = x_in.size(0), tokens = x_in.size(1);
-  const int64_t q_out = c.num_heads * c.head_dim, kv_out = c.num_kv_heads * c.head_dim;
+  const int64_t q_out = shape.q_out(), kv_out = shape.kv_out();
   at::Tensor qkv = linear(x_in, w.qkv);
-  auto [q, k] = queries_and_keys(qkv, w, c, spec, context, x_in.scalar_type());  // [B, heads, T, head_dim]
-  at::Tensor v = qkv.narrow(-1, q_out + kv_out, kv_out).view({batch, tokens, c.num_kv_heads, c.head_dim}).transpose(1, 2);
+  auto [q, k] = queries_and_keys(qkv, w, c, spec, shape, context, x_in.scalar_type());  // [B, heads, T, head_dim]
+  at::Tensor v = qkv.narrow(-1, q_out + kv_out, kv_out).view({batch, tokens, shape.kv_heads, shape.head_dim});
+  if (c.features.value_norm) v = rms_normalized(v, c.norm_eps).to(x_in.scalar_type());
+  v = v.transpose(1, 2);
   if (record != nullptr) {
     record->keys.push_back(k);
     record->values.push_back(v);
@@ -285,7 +303,34 @@ at::Tensor feed_forward(const at::Tensor& x_in, const LayerWeights& w, const Mod
   return run_routed_experts(rows, routing, experts, c).view({batch, tokens, -1});
 }
 
+// Gemma 4's last steps of a layer: its own input [B, T, size] gated by the stream (act(gate(h)) * input,
+// projected back and normalized) added to the stream, then the whole stream scaled by layer_scalar.
+at::Tensor add_per_layer_input(at::Tensor out, const LayerWeights& w, const ModelConfig& c, const at::Tensor& inputs,
+                               at::ScalarType compute) {
+  if (w.per_layer_input_gate.weight.defined()) {
+    at::Tensor gated = activate(linear(out.to(compute), w.per_layer_input_gate), c.features.activation) *
+                       inputs.to(out.device(), compute);
+    out = out + apply_norm(linear(gated, w.per_layer_projection), w.post_per_layer_input_norm, c, at::kFloat);
+  }
+  return w.layer_scalar.defined() ? out * w.layer_scalar : out;
+}
+
 }  // namespace
+
+at::Tensor per_layer_inputs(const at::Tensor& input_ids, const at::Tensor& embeddings, const ModelWeights& w,
+                            const ModelConfig& c) {
+  if (c.per_layer_input_size == 0) return {};
+  const int64_t batch = input_ids.size(0), tokens = input_ids.size(1), size = c.per_layer_input_size;
+  const at::Tensor& table = w.embed_tokens_per_layer;
+  // transformers' scales, as Python floats multiplied in: sqrt(size) on the table, 1 / sqrt(hidden) on the
+  // projection, 1 / sqrt(2) on the sum.
+  at::Tensor own = at::embedding(table, input_ids.to(table.device())).to(at::kFloat) * std::sqrt(static_cast<double>(size));
+  const at::Tensor& projection = w.per_layer_model_projection;
+  at::Tensor projected = at::linear(embeddings.to(projection.device(), projection.scalar_type()), projection).to(at::kFloat) *
+                         std::pow(static_cast<double>(c.hidden_size), -0.5);
+  projected = apply_norm(projected.view({batch, tokens, c.num_layers, size}), w.per_layer_projection_norm, c, at::kFloat);
+  return (projected + own.view({batch, tokens, c.num_layers, size})) * std::pow(2.0, -0.5);
+}
 
 at::Tensor dense_mlp(const at::Tensor& x, const DenseMlp& mlp, const ModelConfig& c) {
   at::Tensor h = linear(x, mlp.in);
@@ -301,123 +346,22 @@ at::Tensor gated_activation(const at::Tensor& gate_up, Activation activation) {
   return activate(halves[0], activation) * halves[1];
 }
 
-at::Tensor rotary_inverse_frequencies(const RopeSpec& rope, at::Device device, bool long_sequence) {
-  auto options = at::TensorOptions().device(device);
-  // transformers: 1 / base ** (arange(0, dim, 2) / dim), in fp32.
-  at::Tensor exponents = at::arange(0, rope.rotary_dim, 2, options.dtype(at::kLong)).to(at::kFloat) /
-                         static_cast<double>(rope.rotary_dim);
-  if (rope.type == RopeType::kLongRope) {
-    // transformers: 1 / (factors * base ** (arange(0, dim, 2) / dim)), the factors rounded to fp32 first.
-    const std::vector<double>& factors = long_sequence ? rope.long_factors : rope.short_factors;
-    return 1.0 / (at::tensor(factors, at::kDouble).to(options.dtype(at::kFloat)) * at::pow(rope.theta, exponents));
-  }
-  at::Tensor inverse = 1.0 / at::pow(rope.theta, exponents);
-  if (rope.type == RopeType::kLinear) return inverse / rope.factor;
-  if (rope.type == RopeType::kLlama3) {
-    const double old_context = static_cast<double>(rope.original_max_position_embeddings);
-    const double low_wavelength = old_context / rope.low_freq_factor;
-    const double high_wavelength = old_context / rope.high_freq_factor;
-    at::Tensor wavelength = (2.0 * M_PI) / inverse;
-    at::Tensor scaled = at::where(wavelength > low_wavelength, inverse / rope.factor, inverse);
-    at::Tensor smooth = (old_context / wavelength - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor);
-    at::Tensor smoothed = (1 - smooth) * scaled / rope.factor + smooth * scaled;
-    at::Tensor medium = (wavelength < high_wavelength).logical_not() * (wavelength > low_wavelength).logical_not();
-    return at::where(medium, smoothed, scaled);
-  }
-  return inverse;
-}
-
-AttentionContext::AttentionContext(const ModelConfig& config, const at::Tensor& positions, const KvCache* prefix,
-                                   const at::Tensor& prefix_lengths, const at::Tensor& sequence_lengths,
-                                   const PackedSequences* packed)
-    : config_(config), positions_(positions), prefix_lengths_(prefix_lengths), sequence_lengths_(sequence_lengths),
-      prefix_(prefix), packed_(packed) {
-  if (packed != nullptr && prefix != nullptr) fail_input("packed sequences cannot attend to a cached prefix");
-}
-
-void AttentionContext::use_cache(KvCache& cache, int64_t visible) {
-  if (prefix_ != nullptr || packed_ != nullptr) {
-    fail_input("a forward pass takes a generation cache alone, without a shared prefix or packed sequences");
-  }
-  cache_ = &cache;
-  cache_visible_ = visible;
-}
-
-at::Tensor AttentionContext::inverse_frequencies(const RopeSpec& rope) const {
-  if (rope.type != RopeType::kLongRope) return rotary_inverse_frequencies(rope, positions_.device());
-  // transformers picks the short or the long factors for a whole forward pass by its length; each row here
-  // chooses by its own, as it would run alone, so that batching never changes a row.
-  at::Tensor lengths = sequence_lengths_.defined() ? sequence_lengths_ : positions_.select(1, -1) + 1;
-  at::Tensor is_long = (lengths > rope.original_max_position_embeddings).view({-1, 1, 1});
-  return at::where(is_long, rotary_inverse_frequencies(rope, positions_.device(), true),
-                   rotary_inverse_frequencies(rope, positions_.device(), false));
-}
-
-const std::pair<at::Tensor, at::Tensor>& AttentionContext::rotary(const RopeSpec& rope) {
-  for (const auto& entry : rotary_) {
-    if (entry.first == rope) return entry.second;
-  }
-  at::Tensor frequencies = positions_.to(at::kFloat).unsqueeze(-1) * inverse_frequencies(rope);  // [B, T, rotary_dim / 2]
-  at::Tensor angles = at::cat({frequencies, frequencies}, -1).unsqueeze(1);  // [B, 1, T, rotary_dim]
-  at::Tensor cos = angles.cos(), sin = angles.sin();
-  if (rope.attention_factor != 1.0) {
-    cos = cos * rope.attention_factor;
-    sin = sin * rope.attention_factor;
-  }
-  rotary_.emplace_back(rope, std::make_pair(cos, sin));
-  return rotary_.back().second;
-}
-
-const at::Tensor& AttentionContext::mask(int64_t sliding_window) {
-  auto cached = masks_.find(sliding_window);
-  if (cached != masks_.end()) return cached->second;
-  const int64_t tokens = positions_.size(1);
-  at::Tensor& mask = masks_[sliding_window];
-  auto options = at::TensorOptions().device(positions_.device());
-  if (cache_ != nullptr) {
-    // Slot j holds position j: each token sees the slots up to its own position (within the window).
-    at::Tensor slots = at::arange(cache_visible_, options.dtype(at::kLong)).view({1, 1, cache_visible_});
-    at::Tensor query_positions = positions_.unsqueeze(-1);  // [B, T, 1]
-    at::Tensor seen = slots <= query_positions;
-    if (sliding_window > 0) seen = seen & ((query_positions - slots) < sliding_window);
-    mask = seen.unsqueeze(1);  // [B, 1, T, visible]
-    return mask;
-  }
-  // Without a prefix, positions are 0..T-1 and right padding never precedes a real token, so plain causal
-  // attention is exact whenever the window cannot cut anything off. Packed sequences take no mask.
-  if (packed_ != nullptr || (prefix_ == nullptr && (sliding_window == 0 || tokens <= sliding_window))) return mask;
-
-  at::Tensor query_positions = positions_.unsqueeze(-1);  // [B, T, 1]
-  at::Tensor own_index = at::arange(tokens, options.dtype(at::kLong));
-  at::Tensor own = (own_index.unsqueeze(0) <= own_index.unsqueeze(1)).unsqueeze(0);  // [1, T, T]
-  if (sliding_window > 0) own = own & ((query_positions - positions_.unsqueeze(1)) < sliding_window);
-  if (prefix_ != nullptr) {
-    int64_t prefix_tokens = prefix_->keys.at(0).size(2);
-    at::Tensor prefix_positions = at::arange(prefix_tokens, options.dtype(at::kLong)).view({1, 1, prefix_tokens});
-    at::Tensor seen = prefix_positions < prefix_lengths_.view({-1, 1, 1});  // [B, 1, P]
-    if (sliding_window > 0) seen = seen & ((query_positions - prefix_positions) < sliding_window);
-    seen = seen.expand({positions_.size(0), tokens, prefix_tokens});
-    own = at::cat({seen, own.expand({positions_.size(0), tokens, tokens})}, -1);
-  }
-  mask = own.expand({positions_.size(0), tokens, own.size(-1)}).unsqueeze(1).contiguous();
-  return mask;
-}
-
 at::Tensor apply_norm(const at::Tensor& x, const Norm& norm, const ModelConfig& config, at::ScalarType output) {
-  at::Tensor x32 = x.to(at::kFloat);
   if (config.features.norm == NormKind::kLayerNorm) {
-    return at::layer_norm(x32, {x.size(-1)}, norm.weight, norm.bias, config.norm_eps).to(output);
+    return at::layer_norm(x.to(at::kFloat), {x.size(-1)}, norm.weight, norm.bias, config.norm_eps).to(output);
   }
-  at::Tensor normalized = x32 * at::rsqrt(x32.pow(2).mean(-1, true) + config.norm_eps);
-  return (normalized * norm.weight).to(output);
+  return (rms_normalized(x, config.norm_eps) * norm.weight).to(output);
 }
 
 bool packed_attention_is_fast(const ModelConfig& config, at::Device device, at::ScalarType dtype) {
 #if (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)) && defined(PROBEKIT_WITH_CUDA)
   if (!device.is_cuda() || (dtype != at::kBFloat16 && dtype != at::kHalf)) return false;
-  if (config.features.attn_softcap || config.head_dim > 256 || config.head_dim % 8 != 0) return false;
-  for (const LayerSpec& layer : config.layers) {
-    if (layer.rope.type == RopeType::kLongRope) return false;
+  if (config.features.attn_softcap) return false;
+  for (int64_t i = 0; i < static_cast<int64_t>(config.layers.size()); ++i) {
+    const int64_t head_dim = layer_head_dim(config, i);
+    if (config.layers[static_cast<size_t>(i)].rope.type == RopeType::kLongRope || head_dim > 256 || head_dim % 8 != 0) {
+      return false;
+    }
   }
   return at::cuda::getDeviceProperties(device.index() < 0 ? c10::cuda::current_device() : device.index())->major >= 8;
 #else
@@ -452,7 +396,7 @@ ResidualStream decoder_block(const ResidualStream& stream, const LayerWeights& w
     if (hook.wants(Site::kMlpOut)) hook.emit(Site::kMlpOut, mlp_out);
     if (hook.wants(Site::kResidMid)) hook.emit(Site::kResidMid, x + attention_out);
     at::Tensor out = mlp_out.to(at::kFloat) + attention_out.to(at::kFloat) + x;  // transformers' order of the sum
-    return {hook.written(Site::kResidPost, out), {}};
+    return {hook.written(Site::kResidPost, out), {}, stream.per_layer_inputs};
   }
   // Unless something reads the residual between the branches, the fused path leaves it unwritten and the MLP's
   // add recomputes it from the attention branch: one pass over memory less than writing it and reading it back.
@@ -469,12 +413,22 @@ ResidualStream decoder_block(const ResidualStream& stream, const LayerWeights& w
     hook.emit(Site::kMlpOut, mlp_out);
   }
   const BranchOutput mlp{mlp_out, mlp_norm};
-  // A write into the layer's output comes before the next layer's input norm, which then normalizes it itself.
+  // A write into the layer's output comes before the next layer's input norm, which then normalizes it itself,
+  // as it does after Gemma 4's last steps.
+  const bool ends_later = w.per_layer_input_gate.weight.defined() || w.layer_scalar.defined();
   const Norm no_norm;
-  const Norm& next = hook.edit(Site::kResidPost) != nullptr ? no_norm : next_norm;
+  const Norm& next = hook.edit(Site::kResidPost) != nullptr || ends_later ? no_norm : next_norm;
   auto [out, next_input] = middle.defined() ? add_branches(middle, {mlp}, next, c, compute)
                                             : add_branches(x, {attention, mlp}, next, c, compute);
-  return {hook.written(Site::kResidPost, out), next_input};
+  if (ends_later) {
+    at::Tensor inputs;
+    if (stream.per_layer_inputs.defined()) {
+      inputs = stream.per_layer_inputs.select(2, layer);
+      if (output_rows.defined()) inputs = inputs.index_select(1, output_rows);
+    }
+    out = add_per_layer_input(out, w, c, inputs, compute);
+  }
+  return {hook.written(Site::kResidPost, out), next_input, stream.per_layer_inputs};
 }
 
 }  // namespace probekit::model

@@ -89,6 +89,11 @@ at::Tensor rotary_inverse_frequencies(const RopeSpec& rope, at::Device device, b
 /// `output` dtype.
 at::Tensor apply_norm(const at::Tensor& x, const Norm& norm, const ModelConfig& config, at::ScalarType output);
 
+/// Gemma 4's per-layer inputs [B, T, layers, per_layer_input_size] in fp32 for `input_ids` [B, T] and their
+/// (scaled) embeddings [B, T, hidden]; undefined for a model without them.
+at::Tensor per_layer_inputs(const at::Tensor& input_ids, const at::Tensor& embeddings, const ModelWeights& weights,
+                            const ModelConfig& config);
+
 /// A dense MLP on x [..., hidden] in the compute dtype.
 at::Tensor dense_mlp(const at::Tensor& x, const DenseMlp& mlp, const ModelConfig& config);
 /// act(gate) * up of a gated MLP's fused projection [..., 2 * inner] -> [..., inner].
@@ -100,6 +105,7 @@ at::Tensor gated_activation(const at::Tensor& gate_up, Activation activation);
 struct ResidualStream {
   at::Tensor residual;
   at::Tensor next_input;  // undefined: the next layer normalizes `residual` itself
+  at::Tensor per_layer_inputs;  // Gemma 4: [B, T, layers, per_layer_input_size], each layer's own input
 };
 
 /// Runs decoder layer `layer` on the stream; gives `hook` the sites in `hook_sites` (site_bit); applies the

@@ -26,6 +26,10 @@ const std::vector<Family>& families() {
       {"qwen3_moe", resolve_qwen3_moe, load_qwen3_moe, llama_style_tensor_layer},
       {"phi3", resolve_phi3, load_phi3, llama_style_tensor_layer},
       {"olmo2", resolve_olmo2, load_llama_style, llama_style_tensor_layer},
+      {"olmo3", resolve_olmo3, load_llama_style, llama_style_tensor_layer},
+      {"smollm3", resolve_smollm3, load_llama_style, llama_style_tensor_layer},
+      {"gemma4_text", resolve_gemma4_text, load_gemma4_text, llama_style_tensor_layer},
+      {"gemma4", resolve_gemma4, load_gemma4_multimodal, gemma3_multimodal_tensor_layer},
   };
   return all;
 }
@@ -104,8 +108,9 @@ void validate_config(const ModelConfig& c, const std::string& source) {
     const LayerSpec& layer = c.layers[i];
     if (layer.sliding_window < 0) fail("{}: sliding_window must not be negative", source);
     if (layer.rope.type != RopeType::kNone) {
-      if (layer.rope.rotary_dim <= 0 || layer.rope.rotary_dim > c.head_dim || layer.rope.rotary_dim % 2 != 0) {
-        fail("{}: rotary dimension {} must be even and within head_dim {}", source, layer.rope.rotary_dim, c.head_dim);
+      const int64_t head_dim = layer_head_dim(c, static_cast<int64_t>(i));
+      if (layer.rope.rotary_dim <= 0 || layer.rope.rotary_dim > head_dim || layer.rope.rotary_dim % 2 != 0) {
+        fail("{}: rotary dimension {} must be even and within head_dim {}", source, layer.rope.rotary_dim, head_dim);
       }
       if (!(layer.rope.theta > 0) || !(layer.rope.factor > 0)) fail("{}: rope theta and factor must be positive", source);
     }
@@ -121,127 +126,6 @@ Activation read_activation(const ConfigReader& config_json, const char* key, con
   if (name == "gelu" || name == "gelu_python") return Activation::kGeluExact;
   fail("{} is '{}', an unsupported activation (supported: silu, gelu, gelu_pytorch_tanh, gelu_new)",
        config_json.where(key), name);
-}
-
-Field<RawRope> read_rope(const ConfigReader& config_json, const char* key) {
-  Field<ConfigReader> object = config_json.read<ConfigReader>(key);
-  Field<RawRope> rope;
-  rope.present = object.present;
-  if (!object.value) return rope;
-  const ConfigReader& keys = *object.value;
-  RawRope& raw = rope.value.emplace();
-  raw.rope_type = keys.read<std::string>("rope_type");
-  if (!raw.rope_type.value) raw.rope_type = keys.read<std::string>("type");
-  raw.rope_theta = keys.read<double>("rope_theta");
-  raw.factor = keys.read<double>("factor");
-  raw.low_freq_factor = keys.read<double>("low_freq_factor");
-  raw.high_freq_factor = keys.read<double>("high_freq_factor");
-  raw.original_max_position_embeddings = keys.read<int64_t>("original_max_position_embeddings");
-  raw.partial_rotary_factor = keys.read<double>("partial_rotary_factor");
-  raw.short_factor = keys.read<std::vector<double>>("short_factor");
-  raw.long_factor = keys.read<std::vector<double>>("long_factor");
-  raw.attention_factor = keys.read<double>("attention_factor");
-  return rope;
-}
-
-bool rope_parameters_per_layer_type(const ConfigReader& config_json) {
-  Field<ConfigReader> parameters = config_json.read<ConfigReader>("rope_parameters");
-  return parameters.value && (parameters.value->has("full_attention") || parameters.value->has("sliding_attention"));
-}
-
-Field<RawRope> read_single_rope_parameters(const ConfigReader& config_json) {
-  if (rope_parameters_per_layer_type(config_json)) return {};
-  return read_rope(config_json, "rope_parameters");
-}
-
-namespace {
-
-// longrope as transformers 5 computes it: the pretrained context is the rope's original_max_position_embeddings,
-// or the config's (Phi-3 keeps it beside max_position_embeddings); without an explicit factor, the context's
-// growth max_position_embeddings / original sets the default attention factor.
-void resolve_longrope(const RawRope& r, const ConfigReader& config_json, const char* key, RopeSpec& spec) {
-  spec.type = RopeType::kLongRope;
-  if (!r.short_factor.value || !r.long_factor.value) {
-    fail("{} of rope_type 'longrope' needs 'short_factor' and 'long_factor'", config_json.where(key));
-  }
-  spec.short_factors = *r.short_factor.value;
-  spec.long_factors = *r.long_factor.value;
-  const auto frequencies = static_cast<size_t>(spec.rotary_dim / 2);
-  if (spec.short_factors.size() != frequencies || spec.long_factors.size() != frequencies) {
-    fail("{}: 'short_factor' has {} entries and 'long_factor' {}, but the rotary dimension {} has {} frequencies",
-         config_json.where(key), spec.short_factors.size(), spec.long_factors.size(), spec.rotary_dim, frequencies);
-  }
-  const Field<int64_t> max_positions = config_json.read<int64_t>("max_position_embeddings");
-  int64_t original = r.original_max_position_embeddings.value_or(
-      config_json.read<int64_t>("original_max_position_embeddings").value_or(max_positions.value_or(0)));
-  if (original <= 0) {
-    fail("{} of rope_type 'longrope' needs a positive 'original_max_position_embeddings'", config_json.where(key));
-  }
-  spec.original_max_position_embeddings = original;
-  spec.factor = r.factor.value_or(static_cast<double>(max_positions.value_or(original)) / static_cast<double>(original));
-  spec.attention_factor = r.attention_factor.value_or(
-      spec.factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(spec.factor) / std::log(static_cast<double>(original))));
-}
-
-}  // namespace
-
-RopeSpec make_rope(const Field<RawRope>& rope, double theta, int64_t rotary_dim, const ConfigReader& config_json,
-                   const char* key) {
-  RopeSpec spec;
-  spec.type = RopeType::kDefault;
-  spec.theta = theta;
-  spec.rotary_dim = rotary_dim;
-  if (!rope.value) return spec;
-  const RawRope& r = *rope.value;
-  if (r.rope_theta.value) spec.theta = *r.rope_theta.value;
-  std::string type = r.rope_type.value_or("default");
-  if (type == "default") return spec;
-  auto factor = [&] {
-    if (!r.factor.value) fail("{} of rope_type '{}' needs a 'factor'", config_json.where(key), type);
-    return *r.factor.value;
-  };
-  if (type == "linear") {
-    spec.type = RopeType::kLinear;
-    spec.factor = factor();
-  } else if (type == "llama3") {
-    spec.type = RopeType::kLlama3;
-    spec.factor = factor();
-    spec.low_freq_factor = r.low_freq_factor.value_or(1.0);
-    spec.high_freq_factor = r.high_freq_factor.value_or(4.0);
-    spec.original_max_position_embeddings = r.original_max_position_embeddings.value_or(8192);
-    if (spec.high_freq_factor == spec.low_freq_factor) {
-      fail("{} has equal low_freq_factor and high_freq_factor", config_json.where(key));
-    }
-  } else if (type == "longrope") {
-    resolve_longrope(r, config_json, key, spec);
-  } else {
-    fail("{} has rope_type '{}', which is not supported (supported: default, linear, llama3, longrope)",
-         config_json.where(key), type);
-  }
-  return spec;
-}
-
-RopeSpec resolve_single_rope(const ConfigReader& config_json, double default_theta, int64_t rotary_dim) {
-  // rope_parameters' own rope_theta, when it has one, overrides this (make_rope).
-  const double theta = config_json.read<double>("rope_theta").value_or(default_theta);
-  Field<RawRope> parameters = read_single_rope_parameters(config_json);
-  if (parameters.value) return make_rope(parameters, theta, rotary_dim, config_json, "rope_parameters");
-  return make_rope(read_rope(config_json, "rope_scaling"), theta, rotary_dim, config_json, "rope_scaling");
-}
-
-double read_rotary_fraction(const ConfigReader& config_json, std::initializer_list<const char*> keys, double fallback) {
-  double fraction = fallback;
-  for (auto key = std::rbegin(keys); key != std::rend(keys); ++key) {
-    fraction = config_json.read<double>(*key).value_or(fraction);
-  }
-  Field<RawRope> parameters = read_single_rope_parameters(config_json);
-  if (parameters.value && parameters.value->partial_rotary_factor.value) {
-    fraction = *parameters.value->partial_rotary_factor.value;
-  }
-  if (!(fraction > 0 && fraction <= 1)) {
-    fail("{}: the rotary fraction {} must be in (0, 1]", config_json.source(), fraction);
-  }
-  return fraction;
 }
 
 std::vector<bool> sliding_from_layer_types(const ConfigReader& config_json, int64_t num_layers) {
@@ -374,8 +258,9 @@ void load_llama_norms(const WeightScope& layer, const ModelConfig& c, LayerWeigh
   }
 }
 
-void load_llama_attention(const WeightScope& attention, const ModelConfig& c, LayerWeights& l) {
-  const int64_t hidden = c.hidden_size, q_out = c.num_heads * c.head_dim, kv_out = c.num_kv_heads * c.head_dim;
+void load_llama_attention(const WeightScope& attention, const ModelConfig& c, int64_t layer, LayerWeights& l) {
+  const int64_t head_dim = layer_head_dim(c, layer);
+  const int64_t hidden = c.hidden_size, q_out = c.num_heads * head_dim, kv_out = layer_kv_heads(c, layer) * head_dim;
   l.qkv.weight = at::cat({attention.get("q_proj.weight", {q_out, hidden}), attention.get("k_proj.weight", {kv_out, hidden}),
                           attention.get("v_proj.weight", {kv_out, hidden})});
   if (c.qkv_bias) {
@@ -385,8 +270,8 @@ void load_llama_attention(const WeightScope& attention, const ModelConfig& c, La
   l.attention_output.weight = attention.get("o_proj.weight", {hidden, q_out});
   if (c.output_bias) l.attention_output.bias = attention.get("o_proj.bias", {hidden});
   if (c.features.qk_norm == QkNorm::kPerHead) {
-    l.q_norm = load_norm(attention, "q_norm", c.head_dim, c);
-    l.k_norm = load_norm(attention, "k_norm", c.head_dim, c);
+    l.q_norm = load_norm(attention, "q_norm", head_dim, c);
+    l.k_norm = load_norm(attention, "k_norm", head_dim, c);
   } else if (c.features.qk_norm == QkNorm::kWholeProjection) {
     l.q_norm = load_norm(attention, "q_norm", q_out, c);
     l.k_norm = load_norm(attention, "k_norm", kv_out, c);
@@ -395,17 +280,22 @@ void load_llama_attention(const WeightScope& attention, const ModelConfig& c, La
 
 }  // namespace
 
+void load_llama_layer(const WeightScope& layer, const ModelConfig& c, int64_t i, LayerWeights& l,
+                      const ExpertLoader& load_experts) {
+  load_llama_norms(layer, c, l);
+  load_llama_attention(layer.sub("self_attn"), c, i, l);
+  if (c.layers[static_cast<size_t>(i)].feed_forward == FeedForward::kRoutedExperts) {
+    l.feed_forward = load_experts(layer);
+  } else {
+    l.feed_forward = load_gated_mlp(layer.sub("mlp"), c.hidden_size, c.intermediate_size, c.mlp_bias);
+  }
+}
+
 void load_llama_layout(const WeightScope& model, const ModelConfig& c, const LoadPlan& plan, ModelWeights& w,
                        const ExpertLoader& load_experts) {
   w.embed_tokens = load_token_embeddings(model, "embed_tokens.weight", c, plan);
   load_layers(model.sub("layers"), plan, w, [&](const WeightScope& layer, int64_t i, LayerWeights& l) {
-    load_llama_norms(layer, c, l);
-    load_llama_attention(layer.sub("self_attn"), c, l);
-    if (c.layers[static_cast<size_t>(i)].feed_forward == FeedForward::kRoutedExperts) {
-      l.feed_forward = load_experts(layer);
-    } else {
-      l.feed_forward = load_gated_mlp(layer.sub("mlp"), c.hidden_size, c.intermediate_size, c.mlp_bias);
-    }
+    load_llama_layer(layer, c, i, l, load_experts);
   });
   if (plan.final_norm) w.final_norm = load_norm(model, "norm", c.hidden_size, c);
 }

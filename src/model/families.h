@@ -78,7 +78,9 @@ struct RawRope {
   Field<int64_t> original_max_position_embeddings;
   Field<double> partial_rotary_factor;
   Field<std::vector<double>> short_factor, long_factor;  // longrope
-  Field<double> attention_factor;                        // longrope
+  Field<double> attention_factor;                        // longrope, yarn
+  Field<double> beta_fast, beta_slow, mscale, mscale_all_dim;  // yarn
+  Field<bool> truncate;                                  // yarn
 };
 /// Reads the rope object under `key`.
 Field<RawRope> read_rope(const ConfigReader& config_json, const char* key);
@@ -91,6 +93,15 @@ RopeSpec make_rope(const Field<RawRope>& rope, double theta, int64_t rotary_dim,
                    const char* key);
 /// The rope of a single-rope family: rope_parameters (transformers 5) or rope_theta + rope_scaling.
 RopeSpec resolve_single_rope(const ConfigReader& config_json, double default_theta, int64_t rotary_dim);
+/// The ropes of a family whose full-attention and sliding-window layers have their own (Gemma 3, OLMo 3).
+struct LayerTypeRopes {
+  RopeSpec full, sliding;
+};
+/// rope_parameters per layer type (transformers 5: full_attention, sliding_attention), each `*_theta` where it
+/// sets none; else the older layout: rope_theta + rope_scaling for the full layers, `sliding_theta` unscaled for
+/// the sliding ones.
+LayerTypeRopes resolve_layer_type_ropes(const ConfigReader& config_json, int64_t rotary_dim, double full_theta,
+                                        double sliding_theta);
 /// The fraction of each head's dimensions that rotate: rope_parameters' partial_rotary_factor (transformers 5),
 /// else the first of `keys` the config sets (partial_rotary_factor, GPT-NeoX's rotary_pct), else `fallback`;
 /// it must lie in (0, 1].
@@ -126,6 +137,10 @@ using ExpertLoader = std::function<RoutedExperts(const WeightScope& layer)>;
 /// is routed experts take theirs from `load_experts`, the others a dense mlp.{gate,up,down}_proj.
 void load_llama_layout(const WeightScope& model, const ModelConfig& config, const LoadPlan& plan, ModelWeights& weights,
                        const ExpertLoader& load_experts = {});
+/// One Llama-style decoder layer `i` under its scope `layer`: norms, attention (with the layer's own head_dim),
+/// and a dense MLP or, for routed-expert layers, what `load_experts` reads.
+void load_llama_layer(const WeightScope& layer, const ModelConfig& config, int64_t i, LayerWeights& weights,
+                      const ExpertLoader& load_experts = {});
 /// A gated MLP's {gate,up,down}_proj weights (and biases when `bias`) under `mlp`.
 DenseMlp load_gated_mlp(const WeightScope& mlp, int64_t hidden, int64_t inner, bool bias);
 /// The names of one MoE layout's weights under a layer's feed-forward scope.
@@ -165,6 +180,14 @@ void resolve_qwen2_moe(const ConfigReader& config_json, ModelConfig& config);
 void resolve_qwen3_moe(const ConfigReader& config_json, ModelConfig& config);
 void resolve_phi3(const ConfigReader& config_json, ModelConfig& config);
 void resolve_olmo2(const ConfigReader& config_json, ModelConfig& config);
+void resolve_olmo3(const ConfigReader& config_json, ModelConfig& config);
+void resolve_smollm3(const ConfigReader& config_json, ModelConfig& config);
+void resolve_gemma4_text(const ConfigReader& config_json, ModelConfig& config);
+void resolve_gemma4(const ConfigReader& config_json, ModelConfig& config);
+void load_gemma4_text(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan,
+                      ModelWeights& weights);
+void load_gemma4_multimodal(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan,
+                            ModelWeights& weights);
 int64_t llama_style_tensor_layer(const std::string& name);
 int64_t gemma3_multimodal_tensor_layer(const std::string& name);
 int64_t gpt2_tensor_layer(const std::string& name);

@@ -37,9 +37,12 @@ std::unique_ptr<Prefetcher> start_read_ahead(const Checkpoint& checkpoint, const
 
 }  // namespace
 
-WeightReadAhead::WeightReadAhead(const std::string& dir, const LoadOptions& options)
-    : checkpoint_(std::make_shared<const Checkpoint>(Checkpoint::open(dir))),
-      prefetcher_(start_read_ahead(*checkpoint_, load_config(dir), options)) {}
+WeightReadAhead::WeightReadAhead(const std::string& dir, const LoadOptions& options) {
+  // The config first: a checkpoint it refuses (a quantization not read) reads nothing.
+  const ModelConfig config = load_config(dir);
+  checkpoint_ = std::make_shared<const Checkpoint>(Checkpoint::open(dir, config.quantization));
+  prefetcher_ = start_read_ahead(*checkpoint_, config, options);
+}
 
 WeightReadAhead::~WeightReadAhead() = default;
 
@@ -75,7 +78,8 @@ TransformerModel TransformerModel::load(const std::string& dir, const LoadOption
                 options.dtype, options.layer_devices};
   c10::InferenceMode inference_mode;
   std::shared_ptr<const Checkpoint> checkpoint =
-      read_ahead != nullptr ? read_ahead->checkpoint() : std::make_shared<const Checkpoint>(Checkpoint::open(dir));
+      read_ahead != nullptr ? read_ahead->checkpoint()
+                            : std::make_shared<const Checkpoint>(Checkpoint::open(dir, c.quantization));
   std::unique_ptr<Prefetcher> own_read_ahead = read_ahead == nullptr ? start_read_ahead(*checkpoint, c, options) : nullptr;
   find_family(c.model_type)->load(*checkpoint, c, plan, model.weights_);
   checkpoint->finish_uploads();
@@ -141,7 +145,7 @@ at::Tensor TransformerModel::forward(const ForwardPass& pass) const {
   if (pass.cache != nullptr) context->use_cache(*pass.cache, pass.cache_visible);
   c10::OptionalDeviceGuard stage_guard;  // our fused kernels launch on the current device
   std::optional<PackedSequences> stage_packed;  // the packed layout on the current stage's device
-  ResidualStream stream{x, {}};
+  ResidualStream stream{x, {}, per_layer_inputs(pass.input_ids, x, weights_, c)};
   const Norm no_norm;
   at::Tensor last_layer_rows = pass.last_layer_rows;
   for (int64_t layer = 0; layer <= last; ++layer) {
@@ -150,8 +154,8 @@ at::Tensor TransformerModel::forward(const ForwardPass& pass) const {
       // rotary tables and masks are made again.
       at::Device stage = layer_device(layer);
       stage_guard.reset_device(stage);
-      stream = {stream.residual.to(stage), {}};
       auto on_stage = [&](const at::Tensor& t) { return t.defined() ? t.to(stage) : t; };
+      stream = {stream.residual.to(stage), {}, on_stage(stream.per_layer_inputs)};
       if (pass.packed != nullptr) stage_packed = PackedSequences{on_stage(pass.packed->cumulative_lengths), pass.packed->lengths};
       last_layer_rows = on_stage(last_layer_rows);
       context = std::make_unique<AttentionContext>(c, on_stage(positions), pass.prefix, on_stage(pass.prefix_lengths),

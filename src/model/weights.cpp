@@ -13,6 +13,7 @@
 #include "common/files.h"
 #include "common/json.h"
 #include "common/sha256.h"
+#include "model/quantization.h"
 
 namespace probekit::model {
 
@@ -23,6 +24,7 @@ at::ScalarType aten_dtype(safetensors::DType dtype) {
     case DType::kF32: return at::kFloat;
     case DType::kF16: return at::kHalf;
     case DType::kBF16: return at::kBFloat16;
+    case DType::kF8E4M3: return at::kByte;  // LibTorch 1.13 has no float8: the raw bytes, decoded on load
     case DType::kI64: return at::kLong;
     case DType::kI32: return at::kInt;
     case DType::kI16: return at::kShort;
@@ -43,9 +45,10 @@ at::Tensor view_tensor(const safetensors::File& file, const safetensors::TensorI
 
 }  // namespace
 
-Checkpoint Checkpoint::open(const std::string& dir) {
+Checkpoint Checkpoint::open(const std::string& dir, Quantization quantization) {
   Checkpoint checkpoint;
   checkpoint.dir_ = dir;
+  checkpoint.quantization_ = std::move(quantization);
   std::string single = dir + "/model.safetensors";
   std::string index_path = dir + "/model.safetensors.index.json";
   // Anything at the name is opened, so a directory or a FIFO there is named as such rather than missing.
@@ -230,6 +233,10 @@ Checkpoint::Entry WeightScope::checked_entry(const std::string& name, const std:
     case safetensors::DType::kF16:
     case safetensors::DType::kBF16:
     case safetensors::DType::kF64: break;
+    case safetensors::DType::kF8E4M3:
+      if (checkpoint_->quantization_.method == "fp8") break;
+      fail("weight '{}' in {} is F8_E4M3 but config.json's quantization_config does not say quant_method 'fp8' "
+           "with its weight_block_size", full, entry->file->path());
     default:
       fail("weight '{}' in {} has dtype {}, expected a floating-point dtype", full, entry->file->path(),
            safetensors::dtype_name(info.dtype));
@@ -237,14 +244,33 @@ Checkpoint::Entry WeightScope::checked_entry(const std::string& name, const std:
   return *entry;
 }
 
+at::Tensor WeightScope::dequantized_fp8(const std::string& name, const Checkpoint::Entry& entry) const {
+  const std::string full = full_name(name);
+  const std::vector<int64_t>& shape = entry.info->shape;
+  const std::vector<int64_t>& block = checkpoint_->quantization_.block;
+  if (shape.size() != 2) fail("FP8 weight '{}' in {} must be a matrix", full, entry.file->path());
+  const std::string suffix = "weight";
+  if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    fail("FP8 tensor '{}' in {} is not a weight that has a weight_scale_inv", full, entry.file->path());
+  }
+  const std::string scale_name = name + "_scale_inv";
+  const std::vector<int64_t> blocks = {(shape[0] + block[0] - 1) / block[0], (shape[1] + block[1] - 1) / block[1]};
+  return dequantize_fp8_blocks(view_tensor(*entry.file, *entry.info), view(scale_name, blocks), block);
+}
+
 at::Tensor WeightScope::get(const std::string& name, const std::vector<int64_t>& shape, at::ScalarType dtype) const {
   Checkpoint::Entry entry = checked_entry(name, shape);
+  at::Tensor stored = entry.info->dtype == safetensors::DType::kF8E4M3 ? dequantized_fp8(name, entry)
+                                                                       : view_tensor(*entry.file, *entry.info);
   checkpoint_->loaded_bytes_ += static_cast<int64_t>(entry.info->numel()) * static_cast<int64_t>(c10::elementSize(dtype));
-  return checkpoint_->load(view_tensor(*entry.file, *entry.info), device_, dtype);
+  return checkpoint_->load(stored, device_, dtype);
 }
 
 at::Tensor WeightScope::view(const std::string& name, const std::vector<int64_t>& shape) const {
   Checkpoint::Entry entry = checked_entry(name, shape);
+  if (entry.info->dtype == safetensors::DType::kF8E4M3) {
+    fail("weight '{}' in {} is FP8, which is decoded on load, not viewed in place", full_name(name), entry.file->path());
+  }
   return view_tensor(*entry.file, *entry.info);
 }
 

@@ -18,6 +18,7 @@
 
 #include "device/torch/transfers.h"
 #include "io/safetensors.h"
+#include "model/config.h"
 
 namespace probekit::model {
 
@@ -35,8 +36,9 @@ at::ScalarType aten_dtype(safetensors::DType dtype);
 class Checkpoint {
  public:
   /// Opens DIR/model.safetensors, or the shards listed by DIR/model.safetensors.index.json; a missing shard
-  /// or a name the index places in a shard that lacks it is an error naming both files.
-  static Checkpoint open(const std::string& dir);
+  /// or a name the index places in a shard that lacks it is an error naming both files. Weights stored as
+  /// `quantization` says (the model's config) are decoded on load.
+  static Checkpoint open(const std::string& dir, Quantization quantization = {});
 
   struct Entry {
     const safetensors::File* file = nullptr;
@@ -69,6 +71,7 @@ class Checkpoint {
   at::Tensor load(const at::Tensor& host, at::Device device, at::ScalarType dtype) const;
 
   std::string dir_;
+  Quantization quantization_;
   mutable int64_t loaded_bytes_ = 0;
   mutable std::unique_ptr<device::StagedUpload> uploads_;
   std::vector<std::unique_ptr<safetensors::File>> files_;
@@ -118,6 +121,8 @@ class WeightScope {
  private:
   /// The entry of a floating-point tensor of this shape; throws naming the tensor and its file otherwise.
   Checkpoint::Entry checked_entry(const std::string& name, const std::vector<int64_t>& shape) const;
+  /// A float8_e4m3fn weight times its weight_scale_inv blocks, in float32 on the host.
+  at::Tensor dequantized_fp8(const std::string& name, const Checkpoint::Entry& entry) const;
 
   const Checkpoint* checkpoint_;
   std::string prefix_;
@@ -161,6 +166,11 @@ struct LayerWeights {
   Linear attention_output;
   Norm q_norm, k_norm;
   std::variant<DenseMlp, RoutedExperts> feed_forward;  // the one LayerSpec::feed_forward names
+  // Gemma 4: the per-layer input's gate [size, hidden] and projection [hidden, size], its branch's post-norm, and
+  // the scalar [1] the layer's output is multiplied by; undefined elsewhere.
+  Linear per_layer_input_gate, per_layer_projection;
+  Norm post_per_layer_input_norm;
+  at::Tensor layer_scalar;
 };
 
 struct ModelWeights {
@@ -168,6 +178,10 @@ struct ModelWeights {
   at::Tensor position_embeddings;  // [max_positions, hidden], learned positions only
   std::vector<LayerWeights> layers;
   Norm final_norm;
+  // Gemma 4's per-layer inputs: the table [per_layer_input_vocab, layers * size], the embeddings' projection
+  // [layers * size, hidden] and its norm [size].
+  at::Tensor embed_tokens_per_layer, per_layer_model_projection;
+  Norm per_layer_projection_norm;
   at::Tensor lm_head;  // [vocab, hidden]; generation only (the embedding table itself when tied)
 };
 

@@ -43,10 +43,11 @@ IncrementalReader::IncrementalReader(const model::TransformerModel& model, const
 // layers sit on is refused naming the flag, before LibTorch's allocation fails with a C++ backtrace.
 void IncrementalReader::check_cache_memory(int64_t batch, double capacity, int64_t new_tokens) const {
   const model::ModelConfig& config = model_.config();
-  const double per_layer = 2.0 * static_cast<double>(batch) * static_cast<double>(config.num_kv_heads) * capacity *
-                           static_cast<double>(config.head_dim) * static_cast<double>(c10::elementSize(model_.dtype()));
   std::map<std::string, std::pair<double, at::Device>> needed;  // by device
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
+    const double per_layer = 2.0 * static_cast<double>(batch) * static_cast<double>(model::layer_kv_heads(config, layer)) *
+                             capacity * static_cast<double>(model::layer_head_dim(config, layer)) *
+                             static_cast<double>(c10::elementSize(model_.dtype()));
     at::Device device = model_.layer_device(layer);
     auto [entry, added] = needed.try_emplace(device.str(), 0.0, device);
     entry->second.first += per_layer;
@@ -88,7 +89,8 @@ at::Tensor IncrementalReader::start(const std::vector<Sequence>& prompts, int64_
   cache_ = {};
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
     auto options = at::TensorOptions().device(model_.layer_device(layer)).dtype(model_.dtype());
-    cache_.keys.push_back(at::zeros({batch, config.num_kv_heads, capacity_, config.head_dim}, options));
+    cache_.keys.push_back(at::zeros(
+        {batch, model::layer_kv_heads(config, layer), capacity_, model::layer_head_dim(config, layer)}, options));
     cache_.values.push_back(at::zeros_like(cache_.keys.back()));
   }
   // Right-padded: padding sits after each prompt, in slots its generated tokens overwrite before reading them.

@@ -85,6 +85,9 @@ GENERATION_TEST("qwen2_moe")
 GENERATION_TEST("phi3")
 GENERATION_TEST("phi3_longrope")
 GENERATION_TEST("olmo2")
+GENERATION_TEST("olmo3")
+GENERATION_TEST("smollm3")
+GENERATION_TEST("gemma4_text")
 
 namespace {
 

@@ -56,8 +56,8 @@ TEST_CASE("inconsistent configs name the file and the key") {
   CHECK_CONTAINS(load_error(with_config(tmp, "qwen3", {{"layer_types", {"full_attention"}}})),
                  "'layer_types' has 1 entries for 4 layers");
   TempDir tmp2;
-  CHECK_CONTAINS(load_error(with_config(tmp2, "llama", {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 2.0}}}})),
-                 "rope_type 'yarn', which is not supported");
+  CHECK_CONTAINS(load_error(with_config(tmp2, "llama", {{"rope_scaling", {{"rope_type", "dynamic"}, {"factor", 2.0}}}})),
+                 "rope_type 'dynamic', which is not supported");
   TempDir tmp3;
   CHECK_CONTAINS(load_error(with_config(tmp3, "llama", {{"num_key_value_heads", 3}})),
                  "must be a multiple of num_key_value_heads");
@@ -114,6 +114,35 @@ TEST_CASE("fuzz regression (fuzz_config): layer counts, widths and the rotary fr
                  "config.json: implausible model dimensions (layers 2, hidden 4611686018427387904, heads 1)");
   CHECK(resolve_error(R"({"model_type": "gpt_neox", "hidden_size": 64, "num_attention_heads": 4, "rotary_pct": 1e300})") ==
         "config.json: the rotary fraction 1e+300 must be in (0, 1]");
+}
+
+TEST_CASE("quantized files not read are refused naming quant_method, before any weight is read") {
+  for (const char* method : {"bitsandbytes", "gptq", "awq", "compressed-tensors"}) {
+    TempDir tmp;
+    const std::string dir = with_config(tmp, "qwen3", {{"quantization_config", {{"quant_method", method}}}});
+    // A weights file that cannot be parsed: the refusal must come before it is opened.
+    write_file_atomic(dir + "/model.safetensors", "not a safetensors file");
+    const std::string message = load_error(dir);
+    CHECK_CONTAINS(message, fmt::format("'quantization_config.quant_method' is '{}'", method));
+    CHECK_CONTAINS(message, "quant_method fp8");
+  }
+  TempDir tmp;
+  CHECK_CONTAINS(load_error(with_config(tmp, "qwen3_fp8", {{"quantization_config", {{"quant_method", "fp8"}}}})),
+                 "'quantization_config.weight_block_size' is missing");
+  TempDir tmp2;
+  CHECK_CONTAINS(load_error(with_config(tmp2, "qwen3_fp8", {{"quantization_config", nullptr}})),
+                 "is F8_E4M3 but config.json's quantization_config does not say quant_method 'fp8'");
+}
+
+TEST_CASE("Gemma 4 options the runtime does not implement are refused by name") {
+  const std::pair<const char*, Json> options[] = {
+      {"num_kv_shared_layers", 2},     {"attention_k_eq_v", true},         {"enable_moe_block", true},
+      {"use_double_wide_mlp", true}, {"use_bidirectional_attention", "all"},
+  };
+  for (const auto& [key, value] : options) {
+    TempDir tmp;
+    CHECK_CONTAINS(load_error(with_config(tmp, "gemma4_text", {{key, value}})), fmt::format("'{}' is", key));
+  }
 }
 
 TEST_CASE("missing config, weights, shard and tensors") {

@@ -6,6 +6,7 @@
 
 #include <map>
 
+#include "common/files.h"
 #include "common/json.h"
 #include "io/safetensors.h"
 #include "model/transformer.h"
@@ -114,6 +115,28 @@ REFERENCE_TEST("qwen2_moe")
 REFERENCE_TEST("phi3")
 REFERENCE_TEST("phi3_longrope")
 REFERENCE_TEST("olmo2")
+REFERENCE_TEST("olmo3")
+REFERENCE_TEST("smollm3")
+REFERENCE_TEST("gemma4_text")
+// Fine-grained FP8 (32x32 blocks) against the dequantized model's activations.
+REFERENCE_TEST("qwen3_fp8")
+
+// Gemma 4's multimodal wrapper (model_type gemma4, the text tower under model.language_model.), made from the text
+// fixture here: the text fixture's references hold for it.
+TEST_CASE("model matches transformers: gemma4 under its multimodal wrapper") {
+  TempDir tmp;
+  const std::string dir = tmp.file("gemma4");
+  copy_dir(fixture_model("gemma4_text"), dir);
+  write_json_file(dir + "/config.json", Json{{"model_type", "gemma4"}, {"text_config", read_json_file(dir + "/config.json")}});
+  safetensors::File text(fixture_model("gemma4_text") + "/model.safetensors");
+  std::vector<safetensors::TensorData> tensors;
+  for (const safetensors::TensorInfo& info : text.tensors()) {
+    tensors.push_back({"model.language_model." + info.name.substr(std::string("model.").size()), info.dtype, info.shape,
+                       text.data(info), info.nbytes()});
+  }
+  safetensors::write_file(dir + "/model.safetensors", tensors);
+  check_against_reference(dir, "gemma4 (multimodal layout)");
+}
 
 // The tool writes what read_hidden_states gives, under the reference's names: the router logits of every layer
 // with a router included.

@@ -27,23 +27,6 @@ void resolve_gemma2_common(const ConfigReader& config_json, ModelConfig& c) {
   c.attention_scale = 1.0 / std::sqrt(config_json.read<double>("query_pre_attn_scalar").value_or(256.0));
 }
 
-// Gemma 3's ropes for its global and its sliding-window layers.
-struct GlobalAndLocalRopes {
-  RopeSpec global, local;
-};
-
-GlobalAndLocalRopes resolve_gemma3_ropes(const ConfigReader& config_json, int64_t head_dim) {
-  if (rope_parameters_per_layer_type(config_json)) {
-    const ConfigReader per_type = *config_json.read<ConfigReader>("rope_parameters").value;
-    return {make_rope(read_rope(per_type, "full_attention"), 1e6, head_dim, per_type, "full_attention"),
-            make_rope(read_rope(per_type, "sliding_attention"), 1e4, head_dim, per_type, "sliding_attention")};
-  }
-  // The older layout: rope_scaling applies to the global layers only; local layers use rope_local_base_freq.
-  double local_theta = config_json.read<double>("rope_local_base_freq").value_or(1e4);
-  return {resolve_single_rope(config_json, 1e6, head_dim),
-          make_rope({}, local_theta, head_dim, config_json, "rope_local_base_freq")};
-}
-
 // Without layer_types, every sliding_window_pattern-th layer is global, the others slide.
 std::vector<bool> gemma3_sliding_layers(const ConfigReader& config_json, int64_t num_layers) {
   std::vector<bool> sliding = sliding_from_layer_types(config_json, num_layers);
@@ -96,10 +79,12 @@ void resolve_gemma3_text(const ConfigReader& config_json, ModelConfig& c) {
   if (softcap.value) c.features.attn_softcap = *softcap.value;
   Field<double> logit_softcap = config_json.read<double>("final_logit_softcapping");
   if (logit_softcap.value) c.final_logit_softcap = *logit_softcap.value;
-  const GlobalAndLocalRopes ropes = resolve_gemma3_ropes(config_json, c.head_dim);
+  // The older layout gives the local layers rope_local_base_freq.
+  const LayerTypeRopes ropes = resolve_layer_type_ropes(config_json, c.head_dim, 1e6,
+                                                        config_json.read<double>("rope_local_base_freq").value_or(1e4));
   std::vector<bool> sliding = gemma3_sliding_layers(config_json, c.num_layers);
   c.layers.resize(static_cast<size_t>(c.num_layers));
-  for (size_t i = 0; i < c.layers.size(); ++i) c.layers[i].rope = sliding[i] ? ropes.local : ropes.global;
+  for (size_t i = 0; i < c.layers.size(); ++i) c.layers[i].rope = sliding[i] ? ropes.sliding : ropes.full;
   apply_sliding_windows(c, sliding, config_json.read<int64_t>("sliding_window").value_or(4096));
 }
 
