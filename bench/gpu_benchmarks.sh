@@ -21,19 +21,27 @@
 #      token) beside transformers' generate (bench/python/generate_baseline.py), decode tokens/s;
 #   6. server: probe_server with the model and the 45 probes, bench/server_bench: a warm /v1/rank of one
 #      100-word text (p50, p99) and 32 clients at once;
+#   7. steer: multi_probe_inference --generate with one steering vector at layer 17 (a mean difference of the captured
+#      activations, make_steering_vectors) beside the same generation unsteered, alternating, and transformers'
+#      generate with the vector added by a forward hook (bench/python/steered_generate_baseline.py);
+#   8. sweep: steering_sweep over the 45 labels x 5 coefficients x 8 prompts x 48 tokens at layer 33, beside cells run
+#      one by one in transformers (a sample of SWEEP_SAMPLE cells, 40 by default, timed as cells/s);
+#   9. previous: the 4-layer capture by the tree in .gpu/old_src.tar.gz (an earlier commit, built into /tmp/build_old)
+#      alternating with this tree's, to compare two commits in one sitting;
 #   4. MoE capture: a Qwen3-30B-A3B-shaped random checkpoint (bench/python/make_moe_bench_model.py, MOE_LAYERS
 #      layers, 24 by default: one 80 GB GPU) with the real Qwen 3 tokenizer, captured at layers n/4, n/2, 3n/4,
 #      n-1 (6,12,18,23) by capture_activations vs transformers' batched forward (bench/python/moe_baseline.py),
 #      alternating, on the same dataset, then a profile of the capture as in 1c.
 # Usage: bash bench/gpu_benchmarks.sh OUT_DIR [STEP...]
-#   steps: build model capture profile alllayers spread multigpu split train generate server coldstart moe (default: all)
+#   steps: build model capture profile alllayers spread multigpu split train generate server coldstart moe steer sweep
+#          previous (default: all but previous)
 # RUNS (default 2) sets the runs of each side; PYTHON_RUNS (default RUNS) those of the Python side, whose
 # capture and training take minutes a run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?output directory}
 shift
-steps=${*:-build model capture profile alllayers spread multigpu split train generate server coldstart moe}
+steps=${*:-build model capture profile alllayers spread multigpu split train generate server coldstart moe steer sweep}
 mkdir -p "$out"
 python=$(command -v python3)
 [ -x /opt/torch/.venv/bin/python3 ] && python=/opt/torch/.venv/bin/python3
@@ -49,7 +57,7 @@ seconds() { date +%s.%N; }
 
 if has build; then
   bash scripts/gpu/build.sh capture_activations train_binary_probes multi_probe_inference make_example train_probes_bench \
-    capture_profile_bench probe_server server_bench
+    capture_profile_bench probe_server server_bench make_steering_vectors steering_sweep
 fi
 make_dataset() {
   "$tools/make_example" -q dataset --overwrite --output "$dataset" --labels 45 --per-label 100 --min-chars 250 --max-chars 520 --seed 7
@@ -192,4 +200,51 @@ if has moe; then
   /tmp/build/bench/capture_profile_bench --model "$moe_model" --dataset "$dataset" --output-dir /tmp/moe_capture_profile \
     --layers "${moe_layers// /,}" --overwrite -q --trace /tmp/moe_trace.json > /dev/null
   "$python" bench/python/summarize_trace.py /tmp/moe_trace.json | tee "$out/profile_moe.md"
+fi
+if has previous; then
+  if [ ! -x /tmp/build_old/tools/capture_activations ]; then
+    rm -rf /tmp/old_src && mkdir -p /tmp/old_src && tar -xzf .gpu/old_src.tar.gz -C /tmp/old_src
+    PROBEKIT_SOURCE=/tmp/old_src PROBEKIT_BUILD=/tmp/build_old bash scripts/gpu/build.sh capture_activations
+  fi
+  for run in $(seq "$runs"); do
+    for side in old new; do
+      bin=$tools/capture_activations
+      [ "$side" = old ] && bin=/tmp/build_old/tools/capture_activations
+      "$bin" --model "$model" --dataset "$dataset" --output-dir "/tmp/capture_$side" --layers $layers --overwrite --json -q \
+        > "$out/capture_${side}_$run.json"
+      echo "$side $run $(grep -h examples_per_second "$out/capture_${side}_$run.json")"
+    done
+  done
+fi
+if has steer; then
+  [ -s /tmp/capture_1/layer_17_activations.h5 ] || "$tools/capture_activations" --model "$model" --dataset "$dataset" \
+    --output-dir /tmp/capture_1 --layers $layers --overwrite -q
+  "$tools/make_steering_vectors" --activations /tmp/capture_1 --label reframing --layers 17 --output /tmp/steer17.safetensors \
+    --overwrite -q | tee "$out/steer_vector.txt"
+  for run in $(seq "$runs"); do
+    for side in plain steered; do
+      extra=""
+      [ "$side" = steered ] && extra="--steer-vector /tmp/steer17.safetensors=4"
+      start=$(seconds)
+      "$tools/multi_probe_inference" --probes-dir /tmp/probes_1 --model "$model" --generate --text "$prompt" \
+        --max-new-tokens 128 --no-stop --json -q $extra | "$python" bench/python/timestamp_lines.py "$start" > "$out/steer_${side}_$run.txt"
+      "$python" bench/python/generation_rate.py "$out/steer_${side}_$run.txt" | tee "$out/steer_${side}_$run.json"
+    done
+  done
+  "$python" bench/python/steered_generate_baseline.py "$model" /tmp/steer17.safetensors "$prompt" --coefficient 4 \
+    --new-tokens 128 | tee "$out/steer_python.json"
+fi
+if has sweep; then
+  prompts=/tmp/sweep_prompts.txt
+  printf '%s\n' "I kept asking myself whether the data really supported the conclusion" \
+    "Let me step back and look at the bigger picture" "When the plan failed I wrote down what I could change" \
+    "She noticed the small crack in the window before anyone else" "We compared the two options side by side" \
+    "Instead of seeing the rejection as a failure" "I wondered what would happen if we tried the opposite" \
+    "The meeting ran long, and by the end" > "$prompts"
+  "$tools/steering_sweep" --probes-dir /tmp/probes_1 --model "$model" --layer 33 --coefficients=-8,-4,0,4,8 \
+    --file "$prompts" --max-new-tokens 48 --no-stop --rows-per-batch ${SWEEP_ROWS:-128} --output-dir /tmp/sweep --overwrite -q \
+    | tail -1 | tee "$out/sweep_probekit.txt"
+  cp /tmp/sweep/sweep.json "$out/sweep.json"
+  "$python" bench/python/steered_generate_baseline.py "$model" /tmp/steer17.safetensors --sweep-cells "${SWEEP_SAMPLE:-40}" \
+    --prompts "$prompts" --new-tokens 48 | tee "$out/sweep_python.json"
 fi

@@ -1,0 +1,97 @@
+"""transformers' generate with a steering vector added by a forward hook to one decoder layer's output at every
+position (as repeng and the fixtures' steering.json do it), the baseline of probekit's steered generation (issue
+31's hf_steered_generate_tokens_per_s); and, with --sweep-cells, the steering sweep's cells run one by one the same
+way (each a generate with the hook set to that cell's label direction and coefficient), for
+steering_sweep_cells_per_s's baseline. Prints one JSON line.
+
+Usage: python3 steered_generate_baseline.py MODEL_DIR VECTOR.safetensors PROMPT [--coefficient 4] [--new-tokens 128]
+       python3 steered_generate_baseline.py MODEL_DIR VECTOR.safetensors --sweep-cells N --prompts FILE
+                                            [--new-tokens 48] [--coefficients -8,-4,4,8]
+"""
+import argparse
+import json
+import time
+
+import torch
+import transformers
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+
+def layers_of(model):
+    for path in ["model.language_model.layers", "model.layers"]:
+        module = model
+        try:
+            for part in path.split("."):
+                module = getattr(module, part)
+            return module
+        except AttributeError:
+            continue
+    raise RuntimeError("no decoder layers found")
+
+
+def steer(model, layer, vector):
+    """Adds state["coefficient"] * vector to the layer's output at every position; returns the state dict."""
+    state = {"coefficient": 0.0}
+
+    def hook(module, inputs, output):
+        if isinstance(output, tuple):
+            return (output[0] + state["coefficient"] * vector,) + tuple(output[1:])
+        return output + state["coefficient"] * vector
+
+    layers_of(model)[layer].register_forward_hook(hook)
+    return state
+
+
+def timed_generate(model, inputs, new_tokens):
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    model.generate(**inputs, do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens)
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("model")
+    parser.add_argument("vector")
+    parser.add_argument("prompt", nargs="?")
+    parser.add_argument("--coefficient", type=float, default=4.0)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--sweep-cells", type=int, default=0)
+    parser.add_argument("--prompts")
+    parser.add_argument("--coefficients", default="-8,-4,4,8")
+    args = parser.parse_args()
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16).to("cuda")
+    tensors = load_file(args.vector)
+    layer = int(next(iter(tensors)).split(".")[1])
+    vector = tensors[f"layer.{layer}"].to("cuda", torch.bfloat16)
+    state = steer(model, layer, vector)
+    if args.sweep_cells:
+        prompts = [line.strip() for line in open(args.prompts) if line.strip()]
+        coefficients = [float(c) for c in args.coefficients.split(",")]
+        timed_generate(model, tokenizer(prompts[0], return_tensors="pt").to("cuda"), 4)
+        start = time.perf_counter()
+        for cell in range(args.sweep_cells):
+            state["coefficient"] = coefficients[cell % len(coefficients)]
+            inputs = tokenizer(prompts[cell % len(prompts)], return_tensors="pt").to("cuda")
+            timed_generate(model, inputs, args.new_tokens)
+        seconds = time.perf_counter() - start
+        print(json.dumps({"cells": args.sweep_cells, "seconds": seconds, "cells_per_s": args.sweep_cells / seconds,
+                          "new_tokens": args.new_tokens, "transformers": transformers.__version__}))
+        return
+    state["coefficient"] = args.coefficient
+    inputs = tokenizer(args.prompt, return_tensors="pt").to("cuda")
+    timed_generate(model, inputs, 8)
+    first = min(timed_generate(model, inputs, 1) for _ in range(args.runs))
+    whole = min(timed_generate(model, inputs, args.new_tokens + 1) for _ in range(args.runs))
+    print(json.dumps({"new_tokens": args.new_tokens, "layer": layer, "coefficient": args.coefficient,
+                      "decode_tokens_per_s": args.new_tokens / (whole - first),
+                      "attention_implementation": model.config._attn_implementation,
+                      "transformers": transformers.__version__, "torch": torch.__version__}))
+
+
+if __name__ == "__main__":
+    main()
