@@ -151,6 +151,18 @@ void tokenize(const std::string& path, const std::string& text, const std::strin
   for (size_t i = 0; i < ids.size(); ++i) fmt::print("{:5}  {:8}  {}\n", i, ids[i], Json(tokens[i]).dump());
 }
 
+CLI::App* add_chat_template_command(CLI::App& app, std::string& model_dir, std::string& messages, bool& no_generation_prompt) {
+  CLI::App* command = app.add_subcommand(
+      "chat-template", "Print a conversation rendered with a checkpoint's chat template: the prompt, nothing else");
+  command->add_option("--model", model_dir, "Checkpoint or tokenizer folder (its chat_template.jinja or tokenizer_config.json)")
+      ->required();
+  command->add_option("--messages", messages, "JSON list of {\"role\", \"content\"} messages, or an object with \"messages\"")
+      ->required();
+  command->add_flag("--no-generation-prompt", no_generation_prompt,
+                    "Leave out the prompt of the model's reply (transformers' add_generation_prompt=False)");
+  return command;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -196,14 +208,7 @@ int main(int argc, char** argv) {
   tokenize_cmd->add_flag("--overwrite", overwrite, "Replace an existing --output");
   tokenize_cmd->add_flag("--no-special-tokens", no_special, "Do not add BOS and other template tokens");
 
-  CLI::App* chat_cmd = tool.app.add_subcommand(
-      "chat-template", "Print a conversation rendered with a checkpoint's chat template: the prompt, nothing else");
-  chat_cmd->add_option("--model", model_dir, "Checkpoint or tokenizer folder (its chat_template.jinja or tokenizer_config.json)")
-      ->required();
-  chat_cmd->add_option("--messages", input, "JSON list of {\"role\", \"content\"} messages, or an object with \"messages\"")
-      ->required();
-  chat_cmd->add_flag("--no-generation-prompt", no_generation_prompt,
-                     "Leave out the prompt of the model's reply (transformers' add_generation_prompt=False)");
+  CLI::App* chat_cmd = add_chat_template_command(tool.app, model_dir, input, no_generation_prompt);
 
   CLI::App* device_cmd = tool.app.add_subcommand("device", "Show the device and dtype that --device/--dtype resolve to");
   add_device_options(*device_cmd, device_request, dtype_request);

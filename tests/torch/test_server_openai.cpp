@@ -83,7 +83,7 @@ TEST_CASE("probe_server /v1/chat/completions: a completion and a stream agree at
   REQUIRE(models["data"].size() == 1);
   const std::string name = models["data"][0]["id"];
   CHECK(models["object"] == "list");
-  CHECK(name == Json::parse(s.client().Get("/v1/info")->body)["model"]);
+  CHECK(Json(name) == Json::parse(s.client().Get("/v1/info")->body)["model"]);
 
   Json request = {{"model", "whatever"}, {"messages", kMessages}, {"max_tokens", 6}, {"temperature", 0}};
   Json completion = post_json(s, "/v1/chat/completions", request);
