@@ -198,16 +198,19 @@ void Scheduler::join_streams(std::vector<std::unique_ptr<Job>>& jobs, std::uniqu
 void Scheduler::decode_step(inference::StreamBatch& batch) {
   if (batch.empty()) return;
   const auto streams = static_cast<int64_t>(batch.size());
+  // Counted first, so that a client holding a token of the step sees the step counted.
+  metrics_.observe_step(streams);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.decode_steps;
+    stats_.largest_batch = std::max(stats_.largest_batch, streams);
+  }
   try {
     batch.step();
   } catch (...) {
     spdlog::error("a decode step failed; its {} streams end", streams);
     batch.end_all(std::current_exception());
   }
-  metrics_.observe_step(streams);
-  std::lock_guard<std::mutex> lock(mutex_);
-  ++stats_.decode_steps;
-  stats_.largest_batch = std::max(stats_.largest_batch, streams);
 }
 
 // A request that stopped waiting leaves the queue at once, so that its texts stop counting against

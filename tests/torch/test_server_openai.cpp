@@ -24,8 +24,8 @@ namespace {
 const Json kMessages = Json::parse(R"([{"role": "system", "content": "Answer briefly."},
   {"role": "user", "content": "Instead of a setback, I saw a chance to learn. What do you see?"}])");
 
-// A POST whose body arrives piece by piece (a stream), all of it returned.
-std::string post_stream(const RunningServer& s, const std::string& path, const Json& body) {
+// A POST whose body arrives piece by piece (a stream): its status and all of its body.
+std::pair<int, std::string> post_streamed(const RunningServer& s, const std::string& path, const Json& body) {
   std::string received;
   httplib::Request req;
   req.method = "POST";
@@ -37,8 +37,12 @@ std::string post_stream(const RunningServer& s, const std::string& path, const J
     return true;
   };
   httplib::Result r = s.client().send(req);
-  REQUIRE(r);
-  REQUIRE_MESSAGE(r->status == 200, received);
+  return {r ? r->status : -1, received};
+}
+
+std::string post_stream(const RunningServer& s, const std::string& path, const Json& body) {
+  auto [status, received] = post_streamed(s, path, body);
+  REQUIRE_MESSAGE(status == 200, received);
   return received;
 }
 
@@ -56,9 +60,8 @@ std::vector<std::string> data_lines(const std::string& stream) {
   return data;
 }
 
-// The tokens of a /v1/generate stream: each "token" event's data, then the "done" event's.
-std::vector<Json> generate_events(const RunningServer& s, const Json& body) {
-  std::string stream = post_stream(s, "/v1/generate", body);
+// The events of a /v1/generate stream: each "token" event's data, then the "done" event's.
+std::vector<Json> parse_generate_events(const std::string& stream) {
   std::vector<Json> events;
   size_t start = 0, end;
   while ((end = stream.find("\n\n", start)) != std::string::npos) {
@@ -72,6 +75,34 @@ std::vector<Json> generate_events(const RunningServer& s, const Json& body) {
     events.push_back(event);
   }
   return events;
+}
+
+std::vector<Json> generate_events(const RunningServer& s, const Json& body) {
+  return parse_generate_events(post_stream(s, "/v1/generate", body));
+}
+
+// Two events of a stream: the same tokens and text exactly, the probes' scores within 1e-6 (the batch's matrix
+// products round the last bits of fp32 differently from a batch of one).
+void check_same_event(Json got, Json expected) {
+  CAPTURE(got.dump());
+  CAPTURE(expected.dump());
+  if (got.contains("predictions")) {
+    REQUIRE(got["predictions"].size() == expected["predictions"].size());
+    for (size_t k = 0; k < got["predictions"].size(); ++k) {
+      Json& a = got["predictions"][k];
+      Json& b = expected["predictions"][k];
+      CHECK(std::abs(a["confidence"].get<double>() - b["confidence"].get<double>()) <= 1e-6);
+      a.erase("confidence");
+      b.erase("confidence");
+    }
+  }
+  CHECK(got == expected);
+}
+
+// Waits until the server has closed every stream (a client has its last event before the server frees its slot).
+void wait_for_streams_closed(RunningServer& s) {
+  for (int i = 0; i < 1000 && s.server().open_streams() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  REQUIRE(s.server().open_streams() == 0);
 }
 
 }  // namespace
@@ -177,7 +208,7 @@ TEST_CASE("probe_server /v1/chat/completions: errors in OpenAI's shape, naming t
   CHECK_CONTAINS(r->body, "chat_template.jinja");
 }
 
-TEST_CASE("probe_server: four streams started together decode in one batch, each exactly as it decodes alone (fp32 CPU)") {
+TEST_CASE("probe_server: four streams started together decode in one batch, each giving the tokens it gives alone") {
   TempDir tmp;
   RunningServer s(options_for(train_probes(tmp)));
   // Different prompts and lengths (one leaves early), sampling with a seed, steering: each its own row.
@@ -190,12 +221,15 @@ TEST_CASE("probe_server: four streams started together decode in one batch, each
   };
   std::vector<std::vector<Json>> alone;
   for (const Json& body : bodies) alone.push_back(generate_events(s, body));
+  wait_for_streams_closed(s);
   const server::SchedulerStats before = s.server().scheduler().stats();
-  std::vector<std::vector<Json>> together(bodies.size());
+  std::vector<std::pair<int, std::string>> together(bodies.size());
   {
     std::shared_ptr<void> hold = s.server().scheduler().hold();
     std::vector<std::thread> clients;
-    for (size_t i = 0; i < bodies.size(); ++i) clients.emplace_back([&, i] { together[i] = generate_events(s, bodies[i]); });
+    for (size_t i = 0; i < bodies.size(); ++i) {
+      clients.emplace_back([&, i] { together[i] = post_streamed(s, "/v1/generate", bodies[i]); });
+    }
     while (s.server().scheduler().queue_depth() < static_cast<int64_t>(bodies.size())) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
@@ -208,8 +242,10 @@ TEST_CASE("probe_server: four streams started together decode in one batch, each
   CHECK(after.decode_steps - before.decode_steps == 8);  // the longest stream's tokens: the others rode along
   for (size_t i = 0; i < bodies.size(); ++i) {
     CAPTURE(i);
-    REQUIRE(together[i].size() == alone[i].size());
-    for (size_t t = 0; t < alone[i].size(); ++t) CHECK_MESSAGE(together[i][t] == alone[i][t], together[i][t].dump(), " vs ", alone[i][t].dump());
+    REQUIRE_MESSAGE(together[i].first == 200, together[i].second);
+    std::vector<Json> events = parse_generate_events(together[i].second);
+    REQUIRE(events.size() == alone[i].size());
+    for (size_t t = 0; t < events.size(); ++t) check_same_event(events[t], alone[i][t]);
   }
   CHECK(alone[1].back()["tokens"] == 3);
   CHECK(alone[3].back()["steered"] == true);
@@ -243,11 +279,18 @@ TEST_CASE("probe_server GET /metrics: requests by endpoint and status, streams, 
   post(s, "/v1/rank", "{}");
   post_json(s, "/v1/chat/completions", {{"messages", kMessages}, {"max_tokens", 4}, {"temperature", 0}});
   generate_events(s, {{"prompt", "Once upon a time"}, {"max_new_tokens", 3}, {"stop", false}});
-  httplib::Result r = s.client().Get("/metrics");
-  REQUIRE(r);
-  CHECK(r->status == 200);
-  CHECK_CONTAINS(r->get_header_value("Content-Type"), "text/plain; version=0.0.4");
-  std::map<std::string, double> m = parse_exposition(r->body);
+  wait_for_streams_closed(s);
+  // The server counts a stream's answer once it has written it, after the client has read it all.
+  const std::string generated = R"(probekit_requests_total{endpoint="/v1/generate",status="200"})";
+  std::map<std::string, double> m;
+  for (int i = 0; i < 500 && m[generated] == 0; ++i) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    httplib::Result r = s.client().Get("/metrics");
+    REQUIRE(r);
+    CHECK(r->status == 200);
+    CHECK_CONTAINS(r->get_header_value("Content-Type"), "text/plain; version=0.0.4");
+    m = parse_exposition(r->body);
+  }
   CHECK(m[R"(probekit_requests_total{endpoint="/v1/rank",status="200"})"] == 1);
   CHECK(m[R"(probekit_requests_total{endpoint="/v1/rank",status="400"})"] == 1);
   CHECK(m[R"(probekit_requests_total{endpoint="/v1/chat/completions",status="200"})"] == 1);
