@@ -54,7 +54,8 @@ TEST_CASE("inspect_model chat-template prints jinja2's render, nothing else, wit
     std::string got = rendered_by_tool(tmp, kGemmaModel, tmp.file("messages.json"), prompt ? "" : "--no-generation-prompt");
     CHECK_MESSAGE(got == expected, describe_text_difference(expected, got));
     CHECK(got.rfind("<bos><start_of_turn>user\nBe brief.\n\nHi there<end_of_turn>\n", 0) == 0);
-    CHECK((got.size() > 20 && got.substr(got.size() - 20) == "<start_of_turn>model\n") == prompt);
+    const std::string reply_prompt = "<start_of_turn>model\n";
+    CHECK((got.size() > reply_prompt.size() && got.substr(got.size() - reply_prompt.size()) == reply_prompt) == prompt);
   }
   // An OpenAI request body works too (its "messages").
   write_text(tmp.file("body.json"), fmt::format(R"({{"model": "any", "messages": {}}})", kConversation));

@@ -158,15 +158,21 @@ TEST_CASE("probe_server /v1/chat/completions: a completion and a stream agree at
   CHECK(Json::parse(data[8])["choices"].empty());
   CHECK(Json::parse(data[8])["usage"] == completion["usage"]);
 
-  // A stop string taken from the reply: the reply ends before it.
+  // A stop string taken from the reply (its second character): the reply ends before it.
   const std::string content = choice["message"]["content"];
-  if (content.size() >= 4) {
-    Json stopped = request;
-    stopped["stop"] = content.substr(2, 2);
-    Json reply = post_json(s, "/v1/chat/completions", stopped);
-    CHECK(reply["choices"][0]["message"]["content"] == content.substr(0, content.find(content.substr(2, 2))));
-    CHECK(reply["choices"][0]["finish_reason"] == "stop");
-  }
+  auto next_character = [&](size_t at) {
+    do ++at;
+    while (at < content.size() && (static_cast<unsigned char>(content[at]) & 0xC0) == 0x80);
+    return at;
+  };
+  const size_t second = next_character(0);
+  REQUIRE_MESSAGE(second < content.size(), "the reply has one character: ", content);
+  const std::string stop = content.substr(second, next_character(second) - second);
+  Json stopped = request;
+  stopped["stop"] = stop;
+  Json reply = post_json(s, "/v1/chat/completions", stopped);
+  CHECK(reply["choices"][0]["message"]["content"] == content.substr(0, content.find(stop)));
+  CHECK(reply["choices"][0]["finish_reason"] == "stop");
 }
 
 TEST_CASE("probe_server /v1/chat/completions: errors in OpenAI's shape, naming the parameter") {
