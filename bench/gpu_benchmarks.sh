@@ -203,7 +203,9 @@ if has moe; then
 fi
 if has previous; then
   if [ ! -x /tmp/build_old/tools/capture_activations ]; then
-    rm -rf /tmp/old_src && mkdir -p /tmp/old_src && tar -xzf .gpu/old_src.tar.gz -C /tmp/old_src
+    rm -rf /tmp/old_src /tmp/build_old && mkdir -p /tmp/old_src && tar -xzf .gpu/old_src.tar.gz -C /tmp/old_src
+    # The archive holds the sources, not the tests, which its CMakeLists.txt adds: an empty folder stands in.
+    mkdir -p /tmp/old_src/tests && touch /tmp/old_src/tests/CMakeLists.txt
     PROBEKIT_SOURCE=/tmp/old_src PROBEKIT_BUILD=/tmp/build_old bash scripts/gpu/build.sh capture_activations
   fi
   for run in $(seq "$runs"); do

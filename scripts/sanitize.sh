@@ -21,7 +21,10 @@ export ASAN_OPTIONS="exitcode=86:abort_on_error=0:detect_leaks=1:strict_string_c
 export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 export UBSAN_OPTIONS="exitcode=87:print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPROBEKIT_SANITIZE=ON ${PROBEKIT_CMAKE_ARGS:-}
+# -O1 -g1 (line tables): what a symbolized stack needs, and under half the compile time and object size of
+# RelWithDebInfo's -O2 -g (a LibTorch file: 13 s against 29 s of CPU, 6 MB against 14 MB).
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPROBEKIT_SANITIZE=ON \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" ${PROBEKIT_CMAKE_ARGS:-}
 cd build-asan
 if [ "$scope" = core ]; then
   cmake --build . --target test_core

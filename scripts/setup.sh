@@ -42,6 +42,11 @@ packages=(
   python3-torch
   clang  # CI builds the library and the tools with clang too (scripts/build_clang.sh), as macOS builds with AppleClang
   chromium   # the web page's browser test drives headless Chromium through the DevTools protocol (puppeteer-core)
+  # The Python package (python/, `pip install --no-build-isolation .`): its extension module is built with Debian's
+  # pybind11 against python3-torch; scripts/test.sh installs it into a venv and runs its pytest tests and the
+  # quickstart notebook (jupyter-nbconvert with python3-ipykernel; the notebook plots with matplotlib).
+  python3-dev pybind11-dev python3-pybind11 python3-venv python3-pip python3-setuptools python3-wheel python3-pytest
+  python3-tqdm jupyter-nbconvert python3-ipykernel python3-matplotlib
 )
 if [ -n "$dry_run" ]; then
   echo "platform: debian"
@@ -60,5 +65,10 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${PROBEKIT_CMAKE_ARGS:-}
+# The Python extension module is built beside the tools (so `pip install .` reuses build/) for the python3 that has
+# torch: the first on PATH, else Debian's own, which a pyenv or venv on PATH may hide.
+python=/usr/bin/python3
+if command -v python3 >/dev/null && python3 -c 'import torch' 2>/dev/null; then python=$(command -v python3); fi
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DPROBEKIT_BUILD_PYTHON=ON -DPython3_EXECUTABLE="$python" \
+  ${PROBEKIT_CMAKE_ARGS:-}
 cmake --build build

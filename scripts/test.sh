@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds, fetches the real tokenizers and the browser test's
-# puppeteer-core, and runs the whole suite.
+# puppeteer-core, installs the Python package into build/venv (a virtual environment with the system's site
+# packages: Debian's torch, pytest, jupyter), and runs the whole suite, the package's pytest tests and the
+# quickstart notebook included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/fetch_tokenizers.sh
 bash scripts/setup_browser_test.sh   # puppeteer-core for the browser test of probe_server's page
 bash scripts/setup_openai_client_test.sh   # the openai npm client for the test of the OpenAI endpoints
+python=$(sed -n 's/^Python3_EXECUTABLE:[A-Z]*=//p' build/CMakeCache.txt)
+"$python" -m venv --system-site-packages --clear build/venv
+# pip reuses build/ (setup.py builds only the extension module there, already built by setup.sh); the kernel spec
+# makes the notebook's kernel the venv's Python.
+build/venv/bin/python -m pip install --quiet --no-build-isolation --no-index .
+build/venv/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 cd build
 ctest --output-on-failure --timeout 900 -j "$(getconf _NPROCESSORS_ONLN)"

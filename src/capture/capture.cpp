@@ -28,23 +28,30 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 struct LoadedReplicas {
   std::vector<device::ComputeTarget> targets;
   model::DevicePlan placement;
-  std::vector<std::unique_ptr<model::TransformerModel>> replicas;
+  std::vector<std::shared_ptr<const model::TransformerModel>> replicas;
   std::vector<model::StreamWrites> writes;  // each replica's steering, on its devices
 };
 
 LoadedReplicas load_for_capture(const CaptureOptions& options, const CapturePlan& plan, CaptureSummary& summary) {
   LoadedReplicas loaded;
-  loaded.targets = loading::select_targets(options);
+  loaded.targets = options.loaded != nullptr ? options.loaded->targets : loading::select_targets(options);
   for (const device::ComputeTarget& target : loaded.targets) {
     summary.device += (summary.device.empty() ? "" : ",") + target.device.str();
   }
   summary.dtype = device::dtype_name(loaded.targets.front().dtype_choice.dtype);
   check_cpu_attention_memory(plan, loaded.targets.front());
-  model::LoadOptions load;
-  load.last_layer = plan.layers.back();
-  load.final_norm = false;
-  loaded.placement = loading::place_model(options, plan.model, loaded.targets, load);
-  loaded.replicas = loading::load_replicas(plan.model_dir(), loaded.targets, loaded.placement, load);
+  if (options.loaded != nullptr) {
+    loaded.placement = options.loaded->placement;
+    loaded.replicas.push_back(options.loaded->model);
+  } else {
+    model::LoadOptions load;
+    load.last_layer = plan.layers.back();
+    load.final_norm = false;
+    loaded.placement = loading::place_model(options, plan.model, loaded.targets, load);
+    for (auto& replica : loading::load_replicas(plan.model_dir(), loaded.targets, loaded.placement, load)) {
+      loaded.replicas.push_back(std::move(replica));
+    }
+  }
   for (const auto& ids : plan.ids) loaded.replicas.front()->check_inputs(ids);
   for (const auto& replica : loaded.replicas) loaded.writes.push_back(steering::place(plan.steering, *replica));
   return loaded;
@@ -92,7 +99,7 @@ CaptureSummary run_capture(const CaptureOptions& options) {
                "wait for it to finish, or capture into another --output-dir");
   CapturePlan plan;
   plan_examples(options, plan, summary);
-  plan.model = loading::find_model(options.model_dir);
+  plan.model = options.loaded != nullptr ? options.loaded->source : loading::find_model(options.model_dir);
   plan.layers = summary.layers = parse_layers(options.layers, plan.config().num_layers);
   readout::check_site(options.site, options.position, plan.layers, plan.config());
   plan.width = readout::site_width(options.site, plan.config());

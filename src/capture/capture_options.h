@@ -35,6 +35,9 @@ struct CaptureOptions : loading::ModelRequest {
   bool overwrite = false;
   int shard_index = 0, shard_count = 1;
   steering::SteeringSpec steering;  // written into the stream while capturing (how a steer moves later layers)
+  // A model loaded already (the Python package's) to capture with instead of loading `model_dir`: its one copy on its
+  // devices; the request's model, devices and dtype are then not read.
+  const loading::SharedModel* loaded = nullptr;
 
   // Fault injection for tests: batches with more examples than this fail as if the GPU ran out of memory.
   int64_t simulate_out_of_memory_above = 0;

@@ -57,6 +57,11 @@ void check_splits_not_empty(const std::array<std::vector<int64_t>, 3>& splits, c
 
 }  // namespace
 
+std::string CapturePlan::where(size_t position) const {
+  if (run.empty()) return fmt::format("text {}", position);
+  return fmt::format("{}:{}", dataset.path, dataset.examples[static_cast<size_t>(run[position].example)].line + 1);
+}
+
 void check_options(const CaptureOptions& options) {
   if (options.shard_count < 1 || options.shard_index < 0 || options.shard_index >= options.shard_count) {
     fail_usage("--shard {}/{}: expected I/N with 0 <= I < N", options.shard_index, options.shard_count);
@@ -144,11 +149,10 @@ void check_cpu_attention_memory(const CapturePlan& plan, const device::ComputeTa
   double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
   if (memory <= 0 || needed < memory / 2) return;
   auto fits = static_cast<int64_t>(std::sqrt(memory / 4 / per_square_token));
-  const RunItem& item = plan.run[static_cast<size_t>(longest - plan.lengths.begin())];
-  fail_input("{}:{}: this text's prompt is {} tokens; attention over it needs about {:.0f} GB on the {}, more than "
+  fail_input("{}: this text's prompt is {} tokens; attention over it needs about {:.0f} GB on the {}, more than "
              "half of its {:.0f} GB of memory: cut long texts with --max-length {} (or less)",
-             plan.dataset.path, plan.dataset.examples[static_cast<size_t>(item.example)].line + 1, *longest,
-             needed / 1e9, target.device.is_mps() ? "Mac (MPS shares the system's memory)" : "CPU", memory / 1e9, fits);
+             plan.where(static_cast<size_t>(longest - plan.lengths.begin())), *longest, needed / 1e9,
+             target.device.is_mps() ? "Mac (MPS shares the system's memory)" : "CPU", memory / 1e9, fits);
 }
 
 }  // namespace probekit::capture

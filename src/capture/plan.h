@@ -37,6 +37,9 @@ struct CapturePlan {
   int64_t leading_specials = 0;
   steering::SteeringVectors steering;  // what the capture writes into the stream
 
+  /// Where run position `position`'s text comes from, for messages: "DATASET:LINE", or "text N" for texts given in
+  /// memory (no dataset).
+  std::string where(size_t position) const;
   const std::string& model_dir() const { return model.resolved.dir; }
   const model::ModelConfig& config() const { return model.config; }
 };

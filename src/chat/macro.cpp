@@ -56,7 +56,9 @@ struct Macro {
     if (args.positional.size() > parameters.size() && !catch_varargs) {
       fail_render("macro '{}' takes not more than {} argument(s)", definition.name, parameters.size());
     }
-    auto scope = std::make_shared<Scope>(definition.scope);
+    ScopePtr defined_in = definition.scope.lock();
+    if (defined_in == nullptr) fail_render("macro '{}' was called after the render that defined it ended", definition.name);
+    auto scope = std::make_shared<Scope>(defined_in);
     std::vector<bool> bound(parameters.size(), false);
     for (size_t i = 0; i < parameters.size() && i < args.positional.size(); i++) {
       scope->set(parameters[i].name, args.positional[i]);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,9 @@ struct MacroDefinition {
   std::string name;
   const std::vector<MacroParameter>* parameters;
   const Body* body;
-  ScopePtr scope;  // where the macro was defined: its body sees that scope's variables
+  // Where the macro was defined: its body sees that scope's variables. Weak, because the macro is itself a
+  // variable of that scope; the renderer keeps the scope alive until the render ends.
+  std::weak_ptr<Scope> scope;
 };
 
 /// The callable value of a macro (or of a call block's `caller`).

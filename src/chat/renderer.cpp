@@ -62,6 +62,10 @@ class Renderer {
   }
 
  private:
+  // Scopes that define macros, kept until the render ends: a macro holds its scope weakly (it is a variable
+  // of that scope, and a strong pointer would be a cycle that is never freed).
+  std::vector<ScopePtr> macro_scopes_;
+
   Flow execute(const Body& body, const ScopePtr& scope, std::string& out) {
     for (const StmtPtr& stmt : body) {
       Flow flow = Flow::normal;
@@ -147,6 +151,7 @@ class Renderer {
   }
 
   Value macro(const std::string& name, const Stmt& stmt, const ScopePtr& scope) {
+    if (macro_scopes_.empty() || macro_scopes_.back() != scope) macro_scopes_.push_back(scope);
     MacroDefinition definition{name, &stmt.parameters, &stmt.bodies[0], scope};
     return make_macro(std::move(definition), [this](const Body& body, const ScopePtr& s) { return render_body(body, s); });
   }

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <exception>
 
+#include "common/interrupt.h"
+
 namespace probekit {
 
 bool is_disk_full_message(const std::string& message) {
@@ -14,6 +16,8 @@ bool is_disk_full_message(const std::string& message) {
 void rethrow_with_context(const std::string& context) {
   try {
     throw;
+  } catch (const Interrupted&) {
+    throw;  // not an error of the work in progress: it stops as asked
   } catch (const UsageError& e) {
     throw UsageError(context + ": " + e.what());
   } catch (const std::invalid_argument& e) {

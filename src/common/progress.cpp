@@ -4,7 +4,9 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <mutex>
 
+#include "common/interrupt.h"
 #include "common/logging.h"
 #include "common/units.h"
 
@@ -14,7 +16,20 @@ namespace {
 constexpr double kTerminalRedrawSeconds = 0.1;
 constexpr double kLogLineSeconds = 10.0;
 constexpr int kBarWidth = 30;
+
+std::mutex listener_mutex;
+std::shared_ptr<const ProgressListener> current_listener;
+
+std::shared_ptr<const ProgressListener> listener_now() {
+  std::lock_guard<std::mutex> lock(listener_mutex);
+  return current_listener;
+}
 }  // namespace
+
+void set_progress_listener(ProgressListener listener) {
+  std::lock_guard<std::mutex> lock(listener_mutex);
+  current_listener = listener ? std::make_shared<const ProgressListener>(std::move(listener)) : nullptr;
+}
 
 std::string format_duration(double seconds) {
   if (seconds < 0 || seconds > 1e7) return "?";
@@ -24,13 +39,15 @@ std::string format_duration(double seconds) {
 }
 
 ProgressBar::ProgressBar(std::string label, int64_t total, std::string unit)
-    : label_(std::move(label)), unit_(std::move(unit)), total_(total),
+    : listener_(listener_now()), label_(std::move(label)), unit_(std::move(unit)), total_(total),
       terminal_(stderr_is_terminal()), enabled_(spdlog::should_log(spdlog::level::info)),
-      start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
+      start_(std::chrono::steady_clock::now()), last_draw_(start_) {
+  if (listener_) report(false);  // a listener's bar starts with the work, so its rate counts from here
+}
 
 ProgressBar::~ProgressBar() {
   // A bar abandoned by an exception leaves the cursor at the start of a fresh line for the error message.
-  if (enabled_ && terminal_ && !finished_) std::fputc('\n', stderr);
+  if (enabled_ && terminal_ && !finished_ && !listener_) std::fputc('\n', stderr);
 }
 
 double ProgressBar::elapsed_seconds() const {
@@ -38,8 +55,10 @@ double ProgressBar::elapsed_seconds() const {
 }
 
 void ProgressBar::update(int64_t done, const std::string& extra) {
+  throw_if_interrupted();
   done_ = done;
   extra_ = extra;
+  if (listener_) return report(false);
   auto now = std::chrono::steady_clock::now();
   double since = std::chrono::duration<double>(now - last_draw_).count();
   if (since >= (terminal_ ? kTerminalRedrawSeconds : kLogLineSeconds)) {
@@ -51,9 +70,12 @@ void ProgressBar::update(int64_t done, const std::string& extra) {
 void ProgressBar::finish(const std::string& extra) {
   if (finished_) return;
   if (!extra.empty()) extra_ = extra;
-  draw(true);
   finished_ = true;
+  if (listener_) return report(true);
+  draw(true);
 }
+
+void ProgressBar::report(bool finished) const { (*listener_)(ProgressReport{label_, unit_, done_, total_, finished}); }
 
 void ProgressBar::draw(bool final_draw) {
   if (!enabled_) return;

@@ -1,12 +1,28 @@
 // Progress for long work: a bar redrawn in place on a terminal, a plain log line every few seconds otherwise
-// (so logs from batch jobs stay readable), nothing with --quiet.
+// (so logs from batch jobs stay readable), nothing with --quiet; or, while a listener is set (the Python package's
+// bars), every update handed to it instead. Each update is also where long work stops when an interruption was
+// requested (common/interrupt.h).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 
 namespace probekit {
+
+/// A bar's state as a listener receives it.
+struct ProgressReport {
+  std::string label, unit;
+  int64_t done = 0, total = 0;  // total 0: unknown
+  bool finished = false;
+};
+/// Called with every update of every bar, on the thread that updates it.
+using ProgressListener = std::function<void(const ProgressReport&)>;
+
+/// Hands the updates of bars started from now on to `listener` instead of drawing them; an empty one draws again.
+void set_progress_listener(ProgressListener listener);
 
 class ProgressBar {
  public:
@@ -17,7 +33,8 @@ class ProgressBar {
   ProgressBar(const ProgressBar&) = delete;
   ProgressBar& operator=(const ProgressBar&) = delete;
 
-  /// Sets the count done so far and an optional extra text (rates, metrics) shown after the bar.
+  /// Sets the count done so far and an optional extra text (rates, metrics) shown after the bar; throws Interrupted
+  /// when an interruption was requested.
   void update(int64_t done, const std::string& extra = "");
   /// Draws the final state and ends the line.
   void finish(const std::string& extra = "");
@@ -25,7 +42,9 @@ class ProgressBar {
 
  private:
   void draw(bool final_draw);
+  void report(bool finished) const;
 
+  std::shared_ptr<const ProgressListener> listener_;
   std::string label_, unit_, extra_;
   int64_t total_ = 0, done_ = 0;
   bool terminal_ = false, enabled_ = true, finished_ = false;

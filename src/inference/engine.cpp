@@ -172,14 +172,41 @@ Engine Engine::load(const EngineOptions& options) {
   spdlog::debug("{:.2f} s: model loaded ({:.2f} GB of weights)", since_start(),
                 static_cast<double>(engine.model_->weight_bytes()) / 1e9);
 
-  engine.tokenizer_ = std::make_unique<tokenizer::Tokenizer>(tokenizer.get());
-  engine.prompts_ = std::make_unique<readout::PromptBuilder>(*engine.tokenizer_, engine.prompt_suffix_,
-                                                             limit_for(engine.recorded_max_length_, config));
-  engine.request_.skip_leading = engine.prompts_->leading_specials();
-  engine.steer(options.steering);
+  engine.tokenizer_ = std::make_shared<const tokenizer::Tokenizer>(tokenizer.get());
+  engine.prepare(config);
   warm_up.get();
   spdlog::debug("{:.2f} s: tokenizer loaded, device warmed up", since_start());
   return engine;
+}
+
+Engine Engine::attach(const EngineOptions& options, const loading::SharedModel& model) {
+  Engine engine;
+  engine.options_ = options;
+  engine.options_.model_dir = model.source.resolved.dir;
+  engine.options_.generate = model.model->has_lm_head() && model.model->has_final_norm();
+  engine.target_ = model.targets.front();
+  engine.model_ = model.model;
+  engine.tokenizer_ = model.tokenizer;
+  const model::ModelConfig& config = model.model->config();
+  if (!options.probes_dir.empty()) {
+    engine.catalog_ = probes::find_probes(options.probes_dir);
+    engine.layers_ = probes::select_layers(engine.catalog_, options.layers, options.layer, options.best_layer);
+    engine.load_probes(config, model.fingerprint);
+    engine.index_labels();
+  }
+  engine.prepare(config);
+  return engine;
+}
+
+void Engine::prepare(const model::ModelConfig& config) {
+  if (probes_.empty()) prompt_suffix_ = readout::kDefaultPromptSuffix;
+  prompts_ = std::make_unique<readout::PromptBuilder>(*tokenizer_, prompt_suffix_, limit_for(recorded_max_length_, config));
+  request_.skip_leading = prompts_->leading_specials();
+  steer(options_.steering);
+}
+
+void Engine::require_probes() const {
+  if (probes_.empty()) fail_input("no probes loaded: scoring needs a probes directory");
 }
 
 // The probes of every selected layer; all layers must agree on how their activations were made.
@@ -280,6 +307,7 @@ void Engine::store_probabilities(const at::Tensor& rows, std::vector<std::vector
 
 std::vector<TextScores> Engine::score(const std::vector<std::string>& texts,
                                       const std::vector<const steering::SteeringVectors*>& steering) const {
+  require_probes();
   if (!steering.empty() && steering.size() != texts.size()) fail_input("{} steering rows for {} texts", steering.size(), texts.size());
   std::vector<readout::Prompt> prompts = prompts_->build(texts);
   prompts_->warn_if_cut(prompts);
@@ -310,6 +338,7 @@ std::vector<TextScores> Engine::score(const std::vector<std::string>& texts,
 }
 
 TokenScores Engine::score_tokens(const std::string& text, const steering::SteeringVectors* steering) const {
+  require_probes();
   if (request_.position != readout::Position::kLast) {
     fail_input("--per-token needs probes trained on the last token (these used position '{}')",
                readout::position_name(request_.position));
@@ -356,6 +385,7 @@ std::vector<GeneratedText> Engine::generate(const std::vector<std::string>& prom
   }
   generation::ProbeReadout probes{request_, prompts_->suffix_ids(),
                                   [this](const at::Tensor& rows) { return probabilities_of(rows); }};
+  const generation::ProbeReadout* readout = probes_.empty() ? nullptr : &probes;  // generation alone
   generation::GenerationOptions steered = options;
   if (steered.writes == nullptr) steered.writes = request_.writes;
   // --batch-size prompts at a time bound the cache's memory; rows keep their index among all prompts.
@@ -365,12 +395,12 @@ std::vector<GeneratedText> Engine::generate(const std::vector<std::string>& prom
     std::vector<readout::Sequence> batch(ids.begin() + static_cast<std::ptrdiff_t>(first),
                                          ids.begin() + static_cast<std::ptrdiff_t>(end));
     std::vector<generation::Generation> generated =
-        generation::generate(*model_, batch, steered, &probes, [&](const generation::GeneratedToken& token) {
+        generation::generate(*model_, batch, steered, readout, [&](const generation::GeneratedToken& token) {
           const size_t row = first + token.row;
           ScoredToken scored{row, token.index, token.position, token.id, tokenizer_->tokens({token.id}).front(),
                              streams[row].add(token.id, token.last), token.last, {}};
           std::vector<std::vector<std::vector<double>>> table = empty_tables(1);
-          store_columns(token.rows.unsqueeze(0), table, 0);
+          if (readout != nullptr) store_columns(token.rows.unsqueeze(0), table, 0);
           scored.probability = std::move(table.front());
           texts[row].text += scored.text;
           return on_token(scored);

@@ -85,6 +85,10 @@ struct LayerProbes {
 class Engine {
  public:
   static Engine load(const EngineOptions& options);
+  /// An engine over a model loaded already (the Python package's), sharing its weights and tokenizer: the probes of
+  /// `options.probes_dir` (none when empty: generation only) at the layers they select; `options`' model, devices and
+  /// dtype are the model's own. Generation needs the model's LM head.
+  static Engine attach(const EngineOptions& options, const loading::SharedModel& model);
 
   const std::vector<int64_t>& layers() const { return layers_; }
   const std::vector<std::string>& labels() const { return labels_; }
@@ -94,7 +98,7 @@ class Engine {
   const probes::ProbeCatalog& catalog() const { return catalog_; }
   /// True when the probes are a multiclass probe (train_probes): labels() are its classes, and each text's
   /// probabilities at a layer are a softmax that sums to 1.
-  bool multiclass() const { return probes_.front().set.multiclass(); }
+  bool multiclass() const { return !probes_.empty() && probes_.front().set.multiclass(); }
   const std::string& prompt_suffix() const { return prompt_suffix_; }
   /// The longest prompt the probes are run on: the capture's --max-length, else the model's positions.
   const readout::PromptLimit& prompt_limit() const { return prompts_->limit(); }
@@ -128,6 +132,10 @@ class Engine {
  private:
   friend class StreamBatch;  // decodes with the engine's model, readout and probes
   Engine() = default;
+  /// The prompt builder, the readout's request and the steering, once the model, tokenizer and probes are there.
+  void prepare(const model::ModelConfig& config);
+  /// Refuses scoring with an engine that has no probes.
+  void require_probes() const;
   void load_probes(const model::ModelConfig& config, const std::string& fingerprint);
   void index_labels();
   /// Probabilities of rows [N, layers, hidden] into tables[first + n][l][k], for every label with a probe at
@@ -144,8 +152,8 @@ class Engine {
   EngineOptions options_;
   probes::ProbeCatalog catalog_;
   device::ComputeTarget target_;
-  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
-  std::unique_ptr<model::TransformerModel> model_;
+  std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
+  std::shared_ptr<const model::TransformerModel> model_;
   std::vector<int64_t> layers_;
   std::vector<std::string> labels_;
   std::vector<LayerProbes> probes_;

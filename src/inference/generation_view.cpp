@@ -66,6 +66,18 @@ std::string generated_token_line(const ScoredToken& token, const ScoreTable& tab
                      firing.empty() ? std::string("-") : fmt::format("{}", fmt::join(firing, ", ")));
 }
 
+Json generated_row_json(size_t row, const std::string& prompt, const GeneratedText& text, const Json& steering) {
+  Json done = {{"row", row},
+               {"done", true},
+               {"stop", generation::stop_reason_name(text.stop)},
+               {"prompt", prompt},
+               {"prompt_ids", text.prompt_ids},
+               {"generated_ids", text.ids},
+               {"text", text.text}};
+  if (!steering.is_null()) done["steering"] = steering;
+  return done;
+}
+
 Json generated_token_json(const ScoredToken& token, const ScoreTable& table) {
   return {{"row", token.row},   {"index", token.index}, {"position", token.position},
           {"id", token.id},     {"token", token.token}, {"text", token.text},
@@ -131,10 +143,7 @@ void GenerationPrinter::finish(const std::vector<GeneratedText>& texts) {
   for (size_t r = 0; r < texts.size(); ++r) {
     const GeneratedText& t = texts[r];
     if (json_) {
-      Json done = {{"row", r},           {"done", true},          {"stop", rows_[r].stop}, {"prompt", rows_[r].prompt},
-                   {"prompt_ids", t.prompt_ids}, {"generated_ids", t.ids}, {"text", t.text}};
-      if (!steering_.is_null()) done["steering"] = steering_;
-      fmt::print("{}\n", dump_json(done));
+      fmt::print("{}\n", dump_json(generated_row_json(r, rows_[r].prompt, t, steering_)));
     } else if (!live_) {
       fmt::print("\n{}Generated {} tokens (stop: {}):\n{}{}\n", texts.size() > 1 ? fmt::format("[{}] ", r) : "",
                  t.ids.size(), rows_[r].stop, terminal_text(rows_[r].prompt, true), terminal_text(t.text, true));

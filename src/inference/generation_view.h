@@ -22,6 +22,10 @@ std::string generated_token_line(const ScoredToken& token, const ScoreTable& tab
 /// layer) prediction, most confident first.
 Json generated_token_json(const ScoredToken& token, const ScoreTable& table);
 
+/// The JSON line of a finished row: row, done, stop, prompt, prompt_ids, generated_ids, text, and the steering the
+/// generation applied (`steering`: its record, null for none).
+Json generated_row_json(size_t row, const std::string& prompt, const GeneratedText& text, const Json& steering);
+
 /// One row of the live view: the prompt, the text generated so far and the latest token's table.
 struct LiveRow {
   std::string prompt, text;

@@ -34,10 +34,9 @@ std::vector<Prediction> single_layer_shown(const ScoreTable& table, const Displa
   return shown;
 }
 
-// The ranked view of one text in the single-layer (or best-layer) layout, or its JSON.
-Json show_single_layer(const Engine& engine, const std::string& text, const ScoreTable& table, const Display& d,
+// The ranked view of one text in the single-layer (or best-layer) layout.
+void show_single_layer(const Engine& engine, const std::string& text, const ScoreTable& table, const Display& d,
                        bool best_layer, bool interactive) {
-  if (d.json) return ranking_json(table, text, d, true, engine.multiclass());
   std::vector<Prediction> shown = single_layer_shown(table, d, engine.multiclass());
   if (interactive) {
     fmt::print("\nTop {} predictions:\n", d.top_k);
@@ -48,12 +47,10 @@ Json show_single_layer(const Engine& engine, const std::string& text, const Scor
     fmt::print("\nAnalyzing text: \"{}\"\n\n{}\n\n{}:\n\n", terminal_text(text, true), std::string(70, '-'), heading);
   }
   fmt::print("{}\n", format_ranking(shown, best_layer));
-  return {};
 }
 
-// The ranked view of one text over several layers, in the display's mode (or as JSON).
-Json show_layers(const std::string& text, const ScoreTable& table, const Display& d) {
-  if (d.json) return ranking_json(table, text, d, false, false);
+// The ranked view of one text over several layers, in the display's mode.
+void show_layers(const ScoreTable& table, const Display& d) {
   if (d.mode == "by-action") {
     fmt::print("\nTop {} actions ({} confidence across layers):\n\n{}\n", d.top_k,
                d.aggregate == Aggregate::kMax ? "max" : "mean",
@@ -65,21 +62,18 @@ Json show_layers(const std::string& text, const ScoreTable& table, const Display
     ranked.resize(std::min<size_t>(ranked.size(), static_cast<size_t>(d.top_k)));
     fmt::print("\nTop {} predictions across all layers:\n\n{}\n", ranked.size(), format_all_layers(ranked));
   }
-  return {};
 }
 
-// `out` with the steering the engine applies, when it applies any: every JSON output records it.
-Json with_steering(Json out, const Engine& engine) {
-  if (!engine.steering().empty() && out.is_object()) out["steering"] = engine.steering().record();
-  return out;
-}
-
+// The ranked view of one text, or its JSON.
 Json show(const Engine& engine, const std::string& text, const ScoreTable& table, const Display& d, bool best_layer,
           bool interactive) {
+  if (d.json) return text_json(engine, text, table, d, best_layer);
   if (single_layer_view(engine, best_layer)) {
-    return with_steering(show_single_layer(engine, text, table, d, best_layer, interactive), engine);
+    show_single_layer(engine, text, table, d, best_layer, interactive);
+  } else {
+    show_layers(table, d);
   }
-  return with_steering(show_layers(text, table, d), engine);
+  return {};
 }
 
 void show_per_token(const Engine& engine, const InferenceRequest& r) {
@@ -209,6 +203,17 @@ std::vector<std::string> generation_prompts(const Engine& engine, const Inferenc
 }
 
 }  // namespace
+
+Json with_steering(Json out, const Engine& engine) {
+  if (!engine.steering().empty() && out.is_object()) out["steering"] = engine.steering().record();
+  return out;
+}
+
+Json text_json(const Engine& engine, const std::string& text, const ScoreTable& table, const Display& display,
+               bool best_layer) {
+  return with_steering(ranking_json(table, text, display, single_layer_view(engine, best_layer), engine.multiclass()),
+                       engine);
+}
 
 void show_generation(const Engine& engine, const InferenceRequest& r) {
   std::vector<std::string> prompts = generation_prompts(engine, r);

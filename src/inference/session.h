@@ -65,6 +65,14 @@ ScoreTable table_of(const Engine& engine, const std::vector<std::vector<double>>
 Json ranking_json(const ScoreTable& table, const std::string& text, const Display& display, bool single_layer,
                   bool multiclass);
 
+/// What --json shows for one text in the engine's layout (its one layer, or --best-layer: the ranking; several layers:
+/// the display's mode), with the steering the engine applies.
+Json text_json(const Engine& engine, const std::string& text, const ScoreTable& table, const Display& display,
+               bool best_layer);
+
+/// `out` with the steering the engine applies, when it applies any: every JSON output records it.
+Json with_steering(Json out, const Engine& engine);
+
 /// What --per-token --json shows: each token (as the vocabulary spells it, and decoded) with every (label, layer)
 /// prediction of its table, most confident first.
 Json per_token_json(const std::string& text, const TokenScores& scores, const std::vector<ScoreTable>& tables);

@@ -80,4 +80,22 @@ LoadedModel load_model(const ModelRequest& request, const model::LoadOptions& lo
   return loaded;
 }
 
+SharedModel load_shared_model(const ModelRequest& request) {
+  SharedModel shared;
+  shared.source = find_model(request.model_dir);
+  const std::string& dir = shared.source.resolved.dir;
+  // The tokenizer and the disk work while the devices are chosen, as Engine::load has them.
+  auto tokenizer = std::async(std::launch::async, [&dir] { return tokenizer::Tokenizer::from_file(dir); });
+  model::LoadOptions load;
+  load.lm_head = true;
+  model::WeightReadAhead read_ahead(dir, load);
+  shared.fingerprint = read_ahead.checkpoint()->fingerprint();
+  shared.targets = select_targets(request);
+  shared.placement = place_model(request, shared.source, shared.targets, load);
+  shared.placement.replicas.resize(1);
+  shared.model = load_replica(dir, shared.targets, shared.placement, 0, load, &read_ahead);
+  shared.tokenizer = std::make_shared<const tokenizer::Tokenizer>(tokenizer.get());
+  return shared;
+}
+
 }  // namespace probekit::loading

@@ -14,6 +14,7 @@
 #include "model/config.h"
 #include "model/placement.h"
 #include "model/transformer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace probekit::loading {
 
@@ -67,5 +68,18 @@ struct LoadedModel {
   std::unique_ptr<model::TransformerModel> model;
 };
 LoadedModel load_model(const ModelRequest& request, const model::LoadOptions& load);
+
+/// A model loaded once and run by several callers on the same weights (the Python package's models: capture,
+/// ranking, per-token scores and generation): every layer, the final norm and the LM head, on the placement's first
+/// replica, with its tokenizer and the checkpoint's fingerprint (which probes record).
+struct SharedModel {
+  ModelSource source;
+  std::vector<device::ComputeTarget> targets;
+  model::DevicePlan placement;  // its replicas cut to the one loaded
+  std::shared_ptr<const model::TransformerModel> model;
+  std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
+  std::string fingerprint;
+};
+SharedModel load_shared_model(const ModelRequest& request);
 
 }  // namespace probekit::loading

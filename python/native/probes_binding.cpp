@@ -1,0 +1,114 @@
+// The package's Probes: a probes directory (any kind, binary or multiclass) run on a Model through an
+// inference::Engine that shares the model's weights; each call returns what multi_probe_inference --json prints.
+#include "common/json.h"
+#include "inference/ranking.h"
+#include "inference/session.h"
+#include "native.h"
+#include "probes/probe_catalog.h"
+
+namespace probekit::python {
+
+namespace {
+
+/// How results are shown: multi_probe_inference's --top-k, --threshold, --calibrated, --mode and --aggregate.
+struct DisplayArguments {
+  int64_t top_k = 5;
+  double threshold = 0.1;
+  bool calibrated = false;
+  std::string mode = "all", aggregate = "max";
+};
+
+inference::Display display_of(const DisplayArguments& arguments) {
+  if (arguments.top_k < 1) throw std::invalid_argument("top_k " + std::to_string(arguments.top_k) + ": must be 1 or more");
+  if (!(arguments.threshold >= 0 && arguments.threshold <= 1)) {
+    throw std::invalid_argument("threshold " + std::to_string(arguments.threshold) + ": must be a number from 0 to 1");
+  }
+  if (arguments.mode != "all" && arguments.mode != "by-action" && arguments.mode != "by-layer") {
+    throw std::invalid_argument("mode '" + arguments.mode + "': expected all, by-action or by-layer");
+  }
+  inference::Display display;
+  display.top_k = arguments.top_k;
+  display.threshold = arguments.threshold;
+  display.calibrated = arguments.calibrated;
+  display.mode = arguments.mode;
+  display.aggregate = inference::parse_aggregate(arguments.aggregate);
+  display.json = true;
+  return display;
+}
+
+// An engine over `model` with the selected probes, steering as `steer` says (without the GIL: it loads the probes).
+inference::Engine engine_for(const ModelHandle& model, const ProbeSelection& selection, const py::list& steer) {
+  inference::EngineOptions options;
+  options.probes_dir = selection.dir;
+  options.layers = selection.layers;
+  options.layer = selection.layer;
+  options.best_layer = selection.best_layer;
+  options.steering = steering_spec(steer, selection.dir);
+  py::gil_scoped_release release;
+  return inference::Engine::attach(options, *model);
+}
+
+// What --json prints for each text, as one JSON array.
+std::string rank(const ModelHandle& model, const ProbeSelection& selection, const std::vector<std::string>& texts,
+                 const DisplayArguments& arguments, const py::list& steer) {
+  const inference::Display display = display_of(arguments);
+  inference::Engine engine = engine_for(model, selection, steer);
+  py::gil_scoped_release release;
+  std::vector<inference::TextScores> scores = engine.score(texts);
+  Json all = Json::array();
+  for (size_t i = 0; i < texts.size(); ++i) {
+    all.push_back(inference::text_json(engine, texts[i], inference::table_of(engine, scores[i].probability, display),
+                                       display, selection.best_layer));
+  }
+  return dump_json(all);
+}
+
+// What --per-token --json prints for one text.
+std::string per_token(const ModelHandle& model, const ProbeSelection& selection, const std::string& text,
+                      const DisplayArguments& arguments, const py::list& steer) {
+  const inference::Display display = display_of(arguments);
+  inference::Engine engine = engine_for(model, selection, steer);
+  py::gil_scoped_release release;
+  inference::TokenScores scores = engine.score_tokens(text);
+  std::vector<inference::ScoreTable> tables;
+  for (const auto& probability : scores.probability) tables.push_back(inference::table_of(engine, probability, display));
+  return dump_json(inference::with_steering(inference::per_token_json(text, scores, tables), engine));
+}
+
+// The directory's layers and each label's best layer, checking that it holds probes.
+py::dict describe(const std::string& dir) {
+  probes::ProbeCatalog catalog = probes::find_probes(dir);
+  std::vector<int64_t> layers;
+  for (const auto& entry : catalog.layer_dirs) layers.push_back(entry.first);
+  py::dict out;
+  out["dir"] = catalog.dir;
+  out["layers"] = layers;
+  out["best_layer"] = catalog.best_layer;
+  return out;
+}
+
+}  // namespace
+
+void bind_probes(py::module_& module) {
+  module.def("describe_probes", &describe, py::arg("dir"));
+  module.def(
+      "rank",
+      [](const ModelHandle& model, const std::string& dir, const std::string& layers, int64_t layer, bool best_layer,
+         const std::vector<std::string>& texts, int64_t top_k, double threshold, bool calibrated, const std::string& mode,
+         const std::string& aggregate, const py::list& steer) {
+        return rank(model, {dir, layers, layer, best_layer}, texts, {top_k, threshold, calibrated, mode, aggregate}, steer);
+      },
+      py::arg("model"), py::arg("dir"), py::arg("layers"), py::arg("layer"), py::arg("best_layer"), py::arg("texts"),
+      py::arg("top_k"), py::arg("threshold"), py::arg("calibrated"), py::arg("mode"), py::arg("aggregate"),
+      py::arg("steer"));
+  module.def(
+      "per_token",
+      [](const ModelHandle& model, const std::string& dir, const std::string& layers, int64_t layer, bool best_layer,
+         const std::string& text, int64_t top_k, double threshold, bool calibrated, const py::list& steer) {
+        return per_token(model, {dir, layers, layer, best_layer}, text, {top_k, threshold, calibrated}, steer);
+      },
+      py::arg("model"), py::arg("dir"), py::arg("layers"), py::arg("layer"), py::arg("best_layer"), py::arg("text"),
+      py::arg("top_k"), py::arg("threshold"), py::arg("calibrated"), py::arg("steer"));
+}
+
+}  // namespace probekit::python

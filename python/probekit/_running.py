@@ -1,0 +1,131 @@
+"""How the package runs the library: work on a thread of its own (so Ctrl-C reaches Python and stops it cleanly),
+progress as tqdm bars, and keyword arguments spelled as the tools' flags."""
+
+import sys
+import threading
+import warnings
+
+from . import _native
+
+
+def run_interruptibly(function, *args):
+    """Runs function(*args) on a worker thread and returns its result. The native call releases the GIL, so the main
+    thread keeps receiving Ctrl-C: then the library is asked to stop at its next step, the worker is waited for, and
+    KeyboardInterrupt is raised. The worker's own exception is raised here as it is."""
+    outcome = {}
+
+    def work():
+        try:
+            outcome["value"] = function(*args)
+        except BaseException as error:  # handed to the caller's thread
+            outcome["error"] = error
+
+    worker = threading.Thread(target=work, name="probekit", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.1)
+    except KeyboardInterrupt:
+        _native.request_interrupt()
+        worker.join()
+        raise
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
+def _shows_progress():
+    """Whether a bar can be seen: in a notebook (an IPython kernel) or with stderr on a terminal."""
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    if shell is not None and type(shell).__name__ == "ZMQInteractiveShell":
+        return True
+    return hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+
+
+class TqdmBars:
+    """The library's progress bars as tqdm bars, one per bar label."""
+
+    def __init__(self, tqdm):
+        self._tqdm = tqdm
+        self._bars = {}
+
+    def __call__(self, label, unit, done, total, finished):
+        bar = self._bars.get(label)
+        if bar is None:
+            bar = self._tqdm(total=total or None, desc=label, unit=unit, unit_scale=unit == "bytes", leave=True)
+            self._bars[label] = bar
+        bar.update(done - bar.n)
+        if finished:
+            bar.close()
+            del self._bars[label]
+
+
+def progress_callback(progress):
+    """The callback the native calls report progress to: tqdm bars when asked for, tqdm is installed and someone can
+    see them; else None (no bars at all)."""
+    if not progress or not _shows_progress():
+        return None
+    try:
+        with warnings.catch_warnings():  # without ipywidgets, tqdm.auto falls back to text bars, warning about it
+            warnings.simplefilter("ignore")
+            from tqdm.auto import tqdm
+    except ImportError:
+        return None
+    return TqdmBars(tqdm)
+
+
+def flag_arguments(flags):
+    """Keyword arguments as a tool's command line: foo_bar=1 -> --foo-bar 1, True -> --foo-bar, False or None -> left
+    out, a list or tuple -> --foo-bar each value."""
+    arguments = []
+    for name, value in flags.items():
+        flag = "--" + name.replace("_", "-")
+        if value is None or value is False:
+            continue
+        if value is True:
+            arguments.append(flag)
+        elif isinstance(value, (list, tuple)):
+            arguments += [flag] + [str(item) for item in value]
+        else:
+            arguments += [flag, str(value)]
+    return arguments
+
+
+def steer_items(steer):
+    """steer=[(label or vector, layer, coefficient), ...] as the native calls take it: vectors (a torch tensor or any
+    sequence of numbers) as lists of floats."""
+    if steer is None:
+        return []
+    if isinstance(steer, tuple) and len(steer) == 3 and not isinstance(steer[0], tuple):
+        steer = [steer]
+    items = []
+    for item in steer:
+        if not isinstance(item, (tuple, list)) or len(item) != 3:
+            raise ValueError(f"steer: each item is (label or vector, layer, coefficient), got {item!r}")
+        what, layer, coefficient = item
+        if not isinstance(what, str):
+            what = [float(x) for x in (what.detach().float().cpu().reshape(-1).tolist() if hasattr(what, "detach") else what)]
+        items.append((what, int(layer), float(coefficient)))
+    return items
+
+
+def text_list(texts, name="texts"):
+    """A list of strings from one string or an iterable of them."""
+    if isinstance(texts, str):
+        return [texts]
+    texts = list(texts)
+    for index, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ValueError(f"{name}[{index}]: expected a string, got {type(text).__name__}")
+    return texts
+
+
+def layer_selection(layers):
+    """layers as the tools take them: None -> the default, 8 -> "8", [8, 17] -> "8,17", "21-30" or "all" as is."""
+    if layers is None:
+        return ""
+    if isinstance(layers, str):
+        return layers
+    if isinstance(layers, int):
+        return str(layers)
+    return ",".join(str(int(layer)) for layer in layers)

@@ -1,0 +1,134 @@
+"""Model: one copy of a model's weights, loaded once and run by capture, ranking, per-token scores and generation."""
+
+import json
+import queue
+import threading
+
+import torch.utils.dlpack
+
+from . import _native
+from ._running import layer_selection, progress_callback, run_interruptibly, steer_items, text_list
+
+
+def load_model(model, device="auto", dtype="auto", devices=None, max_gpu_memory=0):
+    """Loads a model once for every later call.
+
+    model: a checkpoint folder (config.json, *.safetensors, tokenizer.json) or a hub name "org/name[@revision]".
+    device: auto|cpu|cuda|cuda:N|rocm|mps; dtype: auto|fp32|bf16|fp16 (as the tools' --device and --dtype).
+    devices: several devices (["cuda:0", "cuda:1"]) the layers are split over; max_gpu_memory: bytes a run may use
+    on each GPU (0: the free memory).
+    Raises ValueError for a bad argument, RuntimeError for a missing or broken checkpoint or an unusable device."""
+    if not isinstance(model, str) or not model:
+        raise ValueError(f"model: expected a checkpoint folder or a hub name, got {model!r}")
+    native = run_interruptibly(_native.load_model, str(model), device, dtype, list(devices or []), int(max_gpu_memory))
+    return Model(native)
+
+
+class Model:
+    """A loaded model (probekit.load_model). Its weights stay loaded while the object lives."""
+
+    def __init__(self, native):
+        self._native = native
+        self._info = _native.describe(native)
+
+    name = property(lambda self: self._info["name"], doc="The hub name given, or the checkpoint folder's path.")
+    dir = property(lambda self: self._info["dir"], doc="The checkpoint folder.")
+    num_layers = property(lambda self: self._info["num_layers"], doc="Decoder layers.")
+    hidden_size = property(lambda self: self._info["hidden_size"], doc="The residual stream's width.")
+    device = property(lambda self: self._info["device"], doc="The device it runs on.")
+    dtype = property(lambda self: self._info["dtype"], doc="The dtype of its weights.")
+
+    def __repr__(self):
+        info = self._info
+        return (f"probekit.Model({info['name']!r}, {info['model_type']}, {info['num_layers']} layers, "
+                f"hidden {info['hidden_size']}, {info['device']}, {info['dtype']})")
+
+    def capture(self, texts, layers=None, site="resid_post", position="last", prompt_suffix=None, batch_size=None,
+                steer=None, probes=None, max_length=0, progress=True):
+        """The activations of texts at layers, as capture_activations computes them, kept in memory.
+
+        texts: a string or a list of strings. layers: [8, 17], 8, "21-30", "all" or None (capture's default:
+        n/4, n/2, 3n/4, n-1). site: resid_post, resid_mid, attn_out, mlp_out, ... (capture_activations --site).
+        position: last, mean, first or all. prompt_suffix: None for capture's default, "" for none.
+        batch_size: texts per forward pass (None: chosen from the memory). steer: [(label or vector, layer,
+        coefficient), ...] added to the stream while capturing (labels take their direction from probes).
+        max_length: cut prompts to this many tokens (0: no limit). progress: a tqdm bar (when tqdm is installed).
+
+        Returns {layer: torch.Tensor [len(texts), H]} in the texts' order, fp32 on the CPU; with position "all",
+        {layer: [torch.Tensor [T_i, H], ...]}. Ctrl-C stops it (KeyboardInterrupt)."""
+        texts = text_list(texts)
+        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+            raise ValueError(f"batch_size {batch_size!r}: must be a whole number, 1 or more")
+        layers_found, tensors, offsets, _ = run_interruptibly(
+            _native.capture, self._native, texts, layer_selection(layers), site, position, prompt_suffix,
+            batch_size or 0, int(max_length), steer_items(steer), _probes_dir(probes), progress_callback(progress))
+        rows = [torch.utils.dlpack.from_dlpack(tensor) for tensor in tensors]
+        if offsets:
+            sizes = [end - begin for begin, end in zip(offsets, offsets[1:])]
+            rows = [list(torch.split(layer_rows, sizes)) for layer_rows in rows]
+        return dict(zip(layers_found, rows))
+
+    def generate(self, prompt, max_new_tokens=64, stop=True, temperature=0.0, probes=None, steer=None, top_k=5,
+                 threshold=0.1, calibrated=False, sample_top_k=0, top_p=1.0, seed=0):
+        """Generates after prompt, yielding what multi_probe_inference --generate --json prints: a dict per new token
+        ({"row", "index", "position", "id", "token", "text", "predictions", ...}, with the probes' scores when probes
+        are given), then one per prompt when it ends ({"row", "done": True, "stop", "prompt_ids", "generated_ids",
+        "text"}).
+
+        prompt: a string or a list of strings (rows). stop: stop at the model's end-of-sequence tokens (False: run
+        max_new_tokens). temperature: 0 is greedy; sample_top_k, top_p, seed: sampling. probes: Probes scoring every
+        new token. steer: [(label or vector, layer, coefficient), ...] (labels take their direction from probes).
+        top_k, threshold, calibrated: what each token's predictions show. Leaving the loop early stops the
+        generation."""
+        prompts = text_list(prompt, "prompt")
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens {max_new_tokens!r}: must be a whole number, 1 or more")
+        arguments = (self._native, prompts, _probes_dir(probes), *_probe_selection(probes), max_new_tokens, bool(stop), float(temperature),
+                     int(sample_top_k), float(top_p), int(seed), int(top_k), float(threshold), bool(calibrated),
+                     steer_items(steer))
+        return _generation_events(arguments)
+
+
+def _probes_dir(probes):
+    if probes is None:
+        return ""
+    directory = getattr(probes, "dir", None)
+    if not isinstance(directory, str):
+        raise ValueError(f"probes: expected probekit.load_probes(...)'s Probes, got {type(probes).__name__}")
+    return directory
+
+
+def _probe_selection(probes):
+    """The layers of the probes that run, as load_probes selected them: (layers, layer, best_layer)."""
+    return ("", -1, False) if probes is None else probes._selection
+
+
+_DONE = object()
+
+
+def _generation_events(arguments):
+    """The events of a generation running on a worker thread, as they come."""
+    events = queue.Queue()
+    stopped = threading.Event()
+
+    def on_event(line):
+        events.put(line)
+        return not stopped.is_set()
+
+    def work():
+        try:
+            _native.generate(*arguments, on_event)
+        except BaseException as error:  # raised in the consumer's thread
+            events.put(error)
+        events.put(_DONE)
+
+    worker = threading.Thread(target=work, name="probekit-generate", daemon=True)
+    worker.start()
+    try:
+        while (event := events.get()) is not _DONE:
+            if isinstance(event, BaseException):
+                raise event
+            yield json.loads(event)
+    finally:
+        stopped.set()
+        worker.join()

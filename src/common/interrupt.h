@@ -1,0 +1,23 @@
+// Stopping long work from outside: a caller (the Python package, on Ctrl-C) requests an interruption, and the work
+// stops at its next progress report as it stops on an error, leaving what it wrote resumable (a capture's files go on
+// with --resume). Tools never request one: a signal ends their process.
+#pragma once
+
+#include <stdexcept>
+
+namespace probekit {
+
+/// Thrown at the first progress report after request_interrupt().
+class Interrupted : public std::runtime_error {
+ public:
+  Interrupted() : std::runtime_error("interrupted") {}
+};
+
+/// Asks running work to stop; safe from any thread and from a signal handler.
+void request_interrupt();
+/// Forgets a request (before new work starts).
+void clear_interrupt();
+/// Throws Interrupted when an interruption was requested.
+void throw_if_interrupted();
+
+}  // namespace probekit

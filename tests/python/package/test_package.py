@@ -1,0 +1,206 @@
+"""The package held to the command-line tools on the built-in example model: the same rows, numbers and ids."""
+
+import json
+import math
+
+import pytest
+import torch
+
+import probekit
+from probekit import _native, model as model_module, tools as tools_module
+
+from conftest import LAYERS, run_tool
+
+try:
+    import h5py
+except ImportError:  # our reader stands in
+    h5py = None
+
+
+def assert_json_close(expected, got, where="", tolerance=1e-6):
+    """Equal JSON values, numbers within `tolerance`; a failure names the path of the first difference."""
+    if isinstance(expected, dict):
+        assert isinstance(got, dict) and sorted(expected) == sorted(got), f"{where}: keys {sorted(expected)} vs {got}"
+        for key in expected:
+            assert_json_close(expected[key], got[key], f"{where}.{key}", tolerance)
+    elif isinstance(expected, list):
+        assert isinstance(got, list) and len(expected) == len(got), f"{where}: {expected} vs {got}"
+        for index, (a, b) in enumerate(zip(expected, got)):
+            assert_json_close(a, b, f"{where}[{index}]", tolerance)
+    elif isinstance(expected, float) and not isinstance(got, bool) and isinstance(got, (int, float)):
+        assert math.isclose(expected, got, rel_tol=tolerance, abs_tol=tolerance), f"{where}: {expected} vs {got}"
+    else:
+        assert expected == got, f"{where}: expected {expected!r}, got {got!r}"
+
+
+def file_arrays(path):
+    """Each split's arrays of an activation file, read with h5py when it is installed."""
+    if h5py is None:
+        return {split: {name: value.numpy() for name, value in arrays.items() if torch.is_tensor(value)}
+                for split, arrays in probekit.read_activations(path).items()}
+    with h5py.File(path, "r") as file:
+        return {split: {name: file[split][name][()] for name in file[split]} for split in ("train", "val", "test")}
+
+
+def rows_by_example(path):
+    """{dataset line: row} of an activation file of position "last"."""
+    rows = {}
+    for arrays in file_arrays(path).values():
+        for index, row in zip(arrays["example_index"], arrays["activations"]):
+            rows[int(index)] = torch.from_numpy(row)
+    return rows
+
+
+def test_capture_gives_the_rows_capture_activations_writes(model, texts, tool_activations):
+    captured = model.capture(texts, layers=LAYERS)
+    assert sorted(captured) == LAYERS
+    for layer in LAYERS:
+        expected = rows_by_example(tool_activations / f"layer_{layer}_activations.h5")
+        assert captured[layer].shape == (len(texts), model.hidden_size) and captured[layer].dtype == torch.float32
+        for index, text in enumerate(texts):
+            assert torch.allclose(captured[layer][index], expected[index], atol=1e-5, rtol=1e-5), \
+                f"layer {layer}, text {index}: max difference {(captured[layer][index] - expected[index]).abs().max()}"
+
+
+def test_capture_all_positions_gives_one_tensor_per_text(model, texts, workdir, dataset):
+    captured = model.capture(texts[:4], layers=3, position="all", prompt_suffix="")
+    output = workdir / "all_positions"
+    summary = probekit.capture_activations(model, dataset, str(output), layers=[3], position="all", prompt_suffix="",
+                                           max_examples=4, split="1,0,0")
+    assert summary["layers"] == [3]
+    arrays = file_arrays(output / "layer_3_activations.h5")["train"]
+    offsets, rows = arrays["offsets"], torch.from_numpy(arrays["activations"])
+    for position, index in enumerate(arrays["example_index"]):
+        expected = rows[int(offsets[position]):int(offsets[position + 1])]
+        assert torch.allclose(captured[3][int(index)], expected, atol=1e-5, rtol=1e-5)
+
+
+def test_capture_activations_writes_what_the_tool_writes(model, workdir, dataset, tool_activations):
+    output = workdir / "package_activations"
+    probekit.capture_activations(model, dataset, str(output), layers=LAYERS)
+    for layer in LAYERS:
+        name = f"layer_{layer}_activations.h5"
+        expected, got = file_arrays(tool_activations / name), file_arrays(output / name)
+        for split in expected:
+            assert (expected[split]["example_index"] == got[split]["example_index"]).all()
+            assert torch.allclose(torch.from_numpy(got[split]["activations"]),
+                                  torch.from_numpy(expected[split]["activations"]), atol=1e-5, rtol=1e-5)
+
+
+def test_read_activations_gives_the_files_arrays(tool_activations):
+    path = tool_activations / f"layer_{LAYERS[0]}_activations.h5"
+    read = probekit.read_activations(str(path))
+    assert read.attributes["layer"] == LAYERS[0] and "reframing" in read.attributes["label_names"]
+    for split, arrays in file_arrays(path).items():
+        for name in ("activations", "labels", "example_index"):
+            assert torch.equal(read[split][name], torch.from_numpy(arrays[name])), f"{split}/{name}"
+
+
+def test_rank_gives_multi_probe_inferences_numbers(model, texts, probes_dir, workdir):
+    file = workdir / "rank_texts.txt"
+    file.write_text("\n".join(texts[:5]) + "\n")
+    expected = json.loads(run_tool("multi_probe_inference", "--probes-dir", probes_dir, "--model", model.dir,
+                                   "--file", file, "--json", "--top-k", 3, "--threshold", 0.2))
+    got = probekit.load_probes(probes_dir).rank(model, texts[:5], top_k=3, threshold=0.2)
+    assert_json_close(expected, got)
+    best = json.loads(run_tool("multi_probe_inference", "--probes-dir", probes_dir, "--model", model.dir,
+                               "--text", texts[0], "--json", "--best-layer"))
+    assert_json_close(best, probekit.load_probes(probes_dir, best_layer=True).rank(model, texts[0]))
+
+
+def test_per_token_gives_multi_probe_inferences_numbers(model, texts, probes_dir):
+    text = texts[1][:80]
+    expected = json.loads(run_tool("multi_probe_inference", "--probes-dir", probes_dir, "--model", model.dir,
+                                   "--layer", LAYERS[1], "--text", text, "--per-token", "--json"))
+    assert_json_close(expected, probekit.load_probes(probes_dir, layer=LAYERS[1]).per_token(model, text))
+
+
+def test_generate_gives_inspect_models_ids(model, workdir):
+    output = workdir / "generation.json"
+    run_tool("inspect_model", "generate", "--model", model.dir, "--text", "The garage was", "--max-new-tokens", 8,
+             "--output", output)
+    expected = json.loads(output.read_text())["cases"][0]["generated_ids"]
+    events = list(model.generate("The garage was", max_new_tokens=8))
+    assert [event["id"] for event in events if "id" in event] == expected
+    assert events[-1]["done"] and events[-1]["generated_ids"] == expected
+
+
+def test_steered_generation_gives_multi_probe_inferences_events(model, probes_dir):
+    probes = probekit.load_probes(probes_dir, layer=LAYERS[1])
+    steer = [("reframing", LAYERS[0], 8.0)]
+    lines = run_tool("multi_probe_inference", "--probes-dir", probes_dir, "--model", model.dir, "--layer", LAYERS[1],
+                     "--text", "I looked again", "--generate", "--max-new-tokens", 6, "--json",
+                     "--steer", f"reframing@{LAYERS[0]}=8").splitlines()
+    expected = [json.loads(line) for line in lines if line.startswith("{")]
+    got = list(model.generate("I looked again", max_new_tokens=6, probes=probes, steer=steer))
+    assert_json_close(expected, got)
+    # The random example model generates the same ids either way; the probes read the steered stream.
+    unsteered = list(model.generate("I looked again", max_new_tokens=6, probes=probes))
+    assert "steering" in got[-1] and "steering" not in unsteered[-1]
+    assert got[0]["predictions"] != unsteered[0]["predictions"]
+
+
+def test_leaving_a_generation_early_stops_it(model):
+    for event in model.generate("The garage was", max_new_tokens=64, stop=False):
+        assert event["index"] == 0
+        break
+
+
+def test_ctrl_c_interrupts_a_capture(model, texts, monkeypatch):
+    def interrupt_at_first_report(*_):
+        _native.request_interrupt()
+
+    monkeypatch.setattr(model_module, "progress_callback", lambda progress: interrupt_at_first_report)
+    with pytest.raises(KeyboardInterrupt):
+        model.capture(texts, layers=2, batch_size=1)
+    monkeypatch.undo()
+    assert model.capture(texts[:2], layers=2)[2].shape[0] == 2  # the next call runs
+
+
+def test_ctrl_c_interrupts_capture_activations_which_then_resumes(model, dataset, workdir, monkeypatch):
+    def interrupt_at_first_report(*_):
+        _native.request_interrupt()
+
+    output = workdir / "interrupted"
+    monkeypatch.setattr(tools_module, "progress_callback", lambda progress: interrupt_at_first_report)
+    with pytest.raises(KeyboardInterrupt):
+        probekit.capture_activations(model, dataset, str(output), layers=[2], batch_size=1, window=8)
+    monkeypatch.undo()
+    summary = probekit.capture_activations(model, dataset, str(output), layers=[2], batch_size=1, window=8, resume=True)
+    assert summary["layers"] == [2] and (output / "layer_2_activations.h5").exists()
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda m: m.capture(["a"], layers=[2], position="middle"), ValueError, "middle"),
+    (lambda m: m.capture(["a"], layers=[99]), ValueError, "99"),
+    (lambda m: m.capture(["a"], site="nowhere"), ValueError, "nowhere"),
+    (lambda m: m.capture(["a"], batch_size=0), ValueError, "batch_size"),
+    (lambda m: m.capture([1]), ValueError, "texts[0]"),
+    (lambda m: m.capture(["a"], steer=[("reframing", 2, 1.0)]), ValueError, "needs probes"),
+    (lambda m: m.capture(["a"], steer=[([1.0, 2.0], 2, 1.0)]), ValueError, "2"),
+    (lambda m: list(m.generate("a", max_new_tokens=0)), ValueError, "max_new_tokens"),
+    (lambda m: list(m.generate("a", temperature=-1)), ValueError, "temperature"),
+    (lambda m: probekit.capture_activations(m, "d.jsonl", "out", no_such_flag=1), ValueError, "--no-such-flag"),
+    (lambda m: probekit.capture_activations(m, "/nonexistent.jsonl", "out"), ValueError, "/nonexistent.jsonl"),
+    (lambda m: probekit.load_model("/nonexistent/model"), ValueError, "/nonexistent/model"),
+    (lambda m: probekit.load_probes("/nonexistent/probes"), ValueError, "/nonexistent/probes"),
+    (lambda m: probekit.train_binary_probes("/nonexistent", "out"), ValueError, "/nonexistent"),
+])
+def test_bad_arguments_raise_with_the_message(model, call, error, message):
+    with pytest.raises(error) as raised:
+        call(model)
+    assert message in str(raised.value)
+
+
+def test_broken_files_raise_runtime_error_with_the_message(tmp_path):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{")
+    (tmp_path / "probes").mkdir()
+    (tmp_path / "probes" / "probes.json").write_text("{")
+    (tmp_path / "layer_1_activations.h5").write_text("not HDF5")
+    for call, message in [(lambda: probekit.load_model(str(tmp_path / "model")), "config.json: invalid JSON"),
+                          (lambda: probekit.load_probes(str(tmp_path / "probes")), "probes.json: invalid JSON"),
+                          (lambda: probekit.read_activations(str(tmp_path / "layer_1_activations.h5")), "HDF5")]:
+        with pytest.raises(RuntimeError) as raised:
+            call()
+        assert message in str(raised.value)
