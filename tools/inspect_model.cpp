@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "chat/conversation.h"
 #include "cli/torch/torch_tool.h"
 #include "common/error.h"
 #include "common/files.h"
@@ -166,6 +167,18 @@ void tokenize(const std::string& path, const std::string& text, const std::strin
   for (size_t i = 0; i < ids.size(); ++i) fmt::print("{:5}  {:8}  {}\n", i, ids[i], Json(tokens[i]).dump());
 }
 
+CLI::App* add_chat_template_command(CLI::App& app, std::string& model_dir, std::string& messages, bool& no_generation_prompt) {
+  CLI::App* command = app.add_subcommand(
+      "chat-template", "Print a conversation rendered with a checkpoint's chat template: the prompt, nothing else");
+  command->add_option("--model", model_dir, "Checkpoint or tokenizer folder (its chat_template.jinja or tokenizer_config.json)")
+      ->required();
+  command->add_option("--messages", messages, "JSON list of {\"role\", \"content\"} messages, or an object with \"messages\"")
+      ->required();
+  command->add_flag("--no-generation-prompt", no_generation_prompt,
+                    "Leave out the prompt of the model's reply (transformers' add_generation_prompt=False)");
+  return command;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -173,7 +186,7 @@ int main(int argc, char** argv) {
   tool.app.require_subcommand(1);
 
   std::string model_dir, device_request = "auto", dtype_request = "auto", text, output, input, tokenizer_path;
-  bool json = false, no_special = false, overwrite = false;
+  bool json = false, no_special = false, overwrite = false, no_generation_prompt = false;
 
   CLI::App* info = tool.app.add_subcommand("info", "Family, layers, hidden size, heads, parameter count, weight dtype");
   add_model_options(*info, model_dir, "Checkpoint")->required();
@@ -211,6 +224,8 @@ int main(int argc, char** argv) {
   tokenize_cmd->add_flag("--overwrite", overwrite, "Replace an existing --output");
   tokenize_cmd->add_flag("--no-special-tokens", no_special, "Do not add BOS and other template tokens");
 
+  CLI::App* chat_cmd = add_chat_template_command(tool.app, model_dir, input, no_generation_prompt);
+
   CLI::App* device_cmd = tool.app.add_subcommand("device", "Show the device and dtype that --device/--dtype resolve to");
   add_device_options(*device_cmd, device_request, dtype_request);
 
@@ -232,6 +247,9 @@ int main(int argc, char** argv) {
     if (tokenize_cmd->parsed()) {
       if (text_option->count() == 0 && input_option->count() == 0) fail_usage("tokenize needs --text or --input");
       tokenize(tokenizer_path, text, input, output, !no_special);
+    }
+    if (chat_cmd->parsed()) {
+      fmt::print("{}", chat::render_conversation(model_dir, chat::read_messages(input), !no_generation_prompt));
     }
     if (device_cmd->parsed()) {
       device::ComputeTarget target = device::select_compute(device_request, dtype_request);

@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "hub/resolve.h"
+#include "inference/text_stream.h"
 #include "model/placement.h"
 
 namespace probekit::inference {
@@ -362,38 +363,6 @@ TokenScores Engine::score_tokens(const std::string& text, const steering::Steeri
   return result;
 }
 
-namespace {
-
-// A row's text as its tokens come: each token's piece is what decoding the whole row adds to what was shown,
-// so that spaces and characters split over several tokens come out right; a piece that ends inside a
-// character (U+FFFD so far) waits for the next token.
-class TextStream {
- public:
-  TextStream(const tokenizer::Tokenizer& tokenizer, std::vector<int32_t> prompt_ids)
-      : tokenizer_(&tokenizer), ids_(std::move(prompt_ids)), shown_(tokenizer.decode(ids_, true)) {}
-
-  std::string add(int32_t id, bool last) {
-    ids_.push_back(id);
-    std::string decoded = tokenizer_->decode(ids_, true);
-    static const std::string kReplacement = "\xEF\xBF\xBD";
-    bool unfinished = decoded.size() >= kReplacement.size() &&
-                      decoded.compare(decoded.size() - kReplacement.size(), kReplacement.size(), kReplacement) == 0;
-    if (unfinished && !last) return {};
-    size_t common = 0;
-    while (common < shown_.size() && common < decoded.size() && shown_[common] == decoded[common]) ++common;
-    std::string piece = decoded.substr(common);
-    shown_ = std::move(decoded);
-    return piece;
-  }
-
- private:
-  const tokenizer::Tokenizer* tokenizer_;
-  std::vector<int32_t> ids_;
-  std::string shown_;
-};
-
-}  // namespace
-
 void Engine::steer(const steering::SteeringSpec& spec) {
   steering::SteeringSpec with_probes = spec;
   if (with_probes.probes_dir.empty()) with_probes.probes_dir = options_.probes_dir;
@@ -404,13 +373,13 @@ void Engine::steer(const steering::SteeringSpec& spec) {
 
 std::vector<GeneratedText> Engine::generate(const std::vector<std::string>& prompts,
                                             const generation::GenerationOptions& options,
-                                            const ScoredTokenCallback& on_token) const {
+                                            const ScoredTokenCallback& on_token, bool add_special_tokens) const {
   if (!options_.generate) fail_input("the engine was loaded for ranking, without the LM head");
   std::vector<GeneratedText> texts(prompts.size());
   std::vector<readout::Sequence> ids;
   std::vector<TextStream> streams;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    texts[i].prompt_ids = tokenizer_->encode(prompts[i], true);
+    texts[i].prompt_ids = tokenizer_->encode(prompts[i], add_special_tokens);
     ids.push_back(texts[i].prompt_ids);
     streams.emplace_back(*tokenizer_, texts[i].prompt_ids);
   }

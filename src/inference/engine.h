@@ -112,11 +112,12 @@ class Engine {
   /// Scores every token position of a text: one pass over the text records its keys and values, then one
   /// batched pass runs the suffix after each prefix on top of them (not one forward per prefix).
   TokenScores score_tokens(const std::string& text, const steering::SteeringVectors* steering = nullptr) const;
-  /// Generates after each prompt (tokenized with special tokens; --batch-size prompts at a time) while the probes
-  /// score every new token as the last token of the text so far followed by the prompt suffix, read from the
-  /// generation's own forward passes. Needs EngineOptions::generate.
+  /// Generates after each prompt (tokenized with special tokens unless `add_special_tokens` is false, as for a
+  /// rendered chat template, which writes its own; --batch-size prompts at a time) while the probes score every new
+  /// token as the last token of the text so far followed by the prompt suffix, read from the generation's own
+  /// forward passes. Needs EngineOptions::generate.
   std::vector<GeneratedText> generate(const std::vector<std::string>& prompts, const generation::GenerationOptions& options,
-                                      const ScoredTokenCallback& on_token) const;
+                                      const ScoredTokenCallback& on_token, bool add_special_tokens = true) const;
   /// The directory of the model in use.
   const std::string& model_dir() const { return options_.model_dir; }
   /// The steering every pass applies (EngineOptions::steering), as resolved; empty without any.
@@ -129,6 +130,7 @@ class Engine {
   ~Engine();
 
  private:
+  friend class StreamBatch;  // decodes with the engine's model, readout and probes
   Engine() = default;
   /// The prompt builder, the readout's request and the steering, once the model, tokenizer and probes are there.
   void prepare(const model::ModelConfig& config);

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "chat/conversation.h"
 #include "cli/cli.h"
 #include "common/error.h"
 #include "common/files.h"
@@ -156,7 +157,16 @@ void check_request(InferenceRequest& r) {
   if (!r.text.empty() && !r.file.empty()) fail_usage("--text and --file exclude each other");
   if (!r.compare.empty() && r.text.empty()) fail_usage("--compare needs --text");
   if (r.per_token && r.text.empty()) fail_usage("--per-token needs --text");
-  if (r.generate && r.text.empty() && r.file.empty()) fail_usage("--generate needs --text or --file");
+  if ((r.chat || !r.messages.empty()) && !r.generate) fail_usage("--chat and --messages go with --generate");
+  if (!r.messages.empty() && (!r.text.empty() || !r.file.empty())) {
+    fail_usage("--messages is the whole prompt: it excludes --text and --file");
+  }
+  if (r.generate && r.text.empty() && r.file.empty() && r.messages.empty()) {
+    fail_usage("--generate needs --text, --file or --messages");
+  }
+  if ((!r.csv.empty() || !r.html.empty()) && (r.chat || !r.messages.empty())) {
+    fail_usage("--csv and --html report a plain prompt: leave out --chat and --messages");
+  }
   if (r.generate && (r.per_token || !r.compare.empty())) fail_usage("--generate excludes --per-token and --compare");
   if ((!r.csv.empty() || !r.html.empty()) && !r.per_token && !r.generate) {
     fail_usage("--csv and --html go with --per-token or --generate");
@@ -181,6 +191,17 @@ CLI::Validator unit_interval() {
       "[0, 1]");
 }
 
+// The prompts to generate after: the texts as given, or rendered with the model's chat template (--chat: each text
+// a user message; --messages: the file's conversation).
+std::vector<std::string> generation_prompts(const Engine& engine, const InferenceRequest& r) {
+  if (!r.messages.empty()) return {chat::render_conversation(engine.model_dir(), chat::read_messages(r.messages))};
+  std::vector<std::string> prompts = r.text.empty() ? read_texts(r.file, r.text_field) : std::vector<std::string>{r.text};
+  if (r.chat) {
+    for (std::string& prompt : prompts) prompt = chat::render_conversation(engine.model_dir(), chat::user_message(prompt));
+  }
+  return prompts;
+}
+
 }  // namespace
 
 Json with_steering(Json out, const Engine& engine) {
@@ -195,7 +216,8 @@ Json text_json(const Engine& engine, const std::string& text, const ScoreTable& 
 }
 
 void show_generation(const Engine& engine, const InferenceRequest& r) {
-  std::vector<std::string> prompts = r.text.empty() ? read_texts(r.file, r.text_field) : std::vector<std::string>{r.text};
+  std::vector<std::string> prompts = generation_prompts(engine, r);
+  const bool chat = r.chat || !r.messages.empty();
   generation::GenerationOptions options = generation::resolve_generation_flags(r.generation, engine.model_dir());
   const bool report = !r.csv.empty() || !r.html.empty();
   // The report covers the prompt's tokens (scored as --per-token scores them) and then the new ones.
@@ -216,7 +238,7 @@ void show_generation(const Engine& engine, const InferenceRequest& r) {
       tokens.scores.push_back(std::move(table));
     }
     return true;
-  });
+  }, !chat);
   printer.finish(texts);
   if (!r.csv.empty()) write_file_atomic(r.csv, per_token_csv(tokens));
   if (!r.html.empty()) write_file_atomic(r.html, per_token_html(tokens, "Probe scores of a generation"));
@@ -322,6 +344,11 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
   app.add_flag("--json", d.json, "Print JSON on stdout (with --generate: one line per token)");
   app.add_flag("--generate", r.generate,
                "Generate after --text (or each --file text, --batch-size at a time) while the probes score every new token");
+  app.add_flag("--chat", r.chat,
+               "With --generate: each text is a user message, rendered with the model's chat template (and its reply prompt)");
+  app.add_option("--messages", r.messages,
+                 "With --generate: a conversation (a JSON list of {\"role\", \"content\"} messages) rendered with the "
+                 "model's chat template as the prompt");
   generation::add_generation_flags(app, r.generation);
   steering::add_steering_flags(app, e.steering, false);
 }

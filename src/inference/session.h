@@ -36,6 +36,8 @@ struct InferenceRequest {
   bool text_given = false;  // --text was on the command line (possibly empty)
   bool overwrite = false;   // replace existing --csv / --html files
   bool generate = false;    // --generate: generate after --text (or each --file text) while the probes score
+  bool chat = false;        // --chat: each text is a user message, rendered with the model's chat template
+  std::string messages;     // --messages FILE: a conversation (JSON list of messages) rendered as the one prompt
   generation::GenerationFlags generation;
   bool live_view = false;   // --generate redraws a live view in place (the tool sets it when stdout is a terminal)
 };

@@ -151,4 +151,62 @@ IncrementalReader::Step IncrementalReader::step(const at::Tensor& tokens, const 
   return step;
 }
 
+namespace {
+
+// `cache` [B, kv_heads, slots, head_dim] with zeros after its slots up to `capacity`.
+at::Tensor grown(const at::Tensor& cache, int64_t capacity) {
+  if (cache.size(2) == capacity) return cache;
+  return at::cat({cache, at::zeros({cache.size(0), cache.size(1), capacity - cache.size(2), cache.size(3)}, cache.options())}, 2);
+}
+
+}  // namespace
+
+at::Tensor IncrementalReader::join(const Sequence& prompt, int64_t new_tokens, const model::StreamWrites* writes) {
+  c10::InferenceMode inference_mode;
+  IncrementalReader alone(model_, request_, suffix_, writes);
+  at::Tensor hidden = alone.start({prompt}, new_tokens);
+  constexpr int64_t kSlots = 64;
+  const int64_t capacity = (std::max(capacity_, alone.capacity_) + kSlots - 1) / kSlots * kSlots;
+  append_rows(alone, capacity);
+  return hidden;
+}
+
+void IncrementalReader::append_rows(const IncrementalReader& other, int64_t capacity) {
+  if (rows() == 0) {
+    cache_ = {};
+    lengths_ = other.lengths_;
+    longest_ = other.longest_;
+  } else {
+    lengths_ = at::cat({lengths_, other.lengths_});
+    longest_ = std::max(longest_, other.longest_);
+  }
+  for (size_t layer = 0; layer < other.cache_.keys.size(); ++layer) {
+    for (auto [mine, theirs] : {std::make_pair(&cache_.keys, &other.cache_.keys), std::make_pair(&cache_.values, &other.cache_.values)}) {
+      at::Tensor added = grown((*theirs)[layer], capacity);
+      if (mine->size() <= layer) {
+        mine->push_back(added);
+      } else {
+        (*mine)[layer] = at::cat({grown((*mine)[layer], capacity), added}, 0);
+      }
+    }
+  }
+  capacity_ = capacity;
+}
+
+void IncrementalReader::keep_rows(const std::vector<int64_t>& rows) {
+  c10::InferenceMode inference_mode;
+  if (rows.empty()) {
+    cache_ = {};
+    lengths_ = at::Tensor();
+    longest_ = capacity_ = 0;
+    return;
+  }
+  at::Tensor kept = at::tensor(rows, at::kLong);
+  for (std::vector<at::Tensor>* caches : {&cache_.keys, &cache_.values}) {
+    for (at::Tensor& cache : *caches) cache = cache.index_select(0, kept.to(cache.device()));
+  }
+  lengths_ = lengths_.index_select(0, kept.to(lengths_.device()));
+  longest_ = lengths_.max().item<int64_t>();
+}
+
 }  // namespace probekit::readout

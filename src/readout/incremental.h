@@ -40,8 +40,23 @@ class IncrementalReader {
   /// Each row's cached tokens [B] (int64, on the device).
   const at::Tensor& lengths() const { return lengths_; }
 
+  // Continuous batching: rows join and leave between steps.
+
+  /// Adds `prompt` as a new last row: run alone (a batch of one, steered by `writes`, may be null) exactly as
+  /// start() runs it, then its keys and values join the others'. The cache's capacity is a multiple of 64 large
+  /// enough for every row, so that a row's steps see the same slots however many rows share them. Returns the
+  /// final norm at the prompt's last token [1, hidden] in fp32.
+  at::Tensor join(const Sequence& prompt, int64_t new_tokens, const model::StreamWrites* writes);
+  /// Keeps only `rows` (ascending row indices), in that order; the others leave.
+  void keep_rows(const std::vector<int64_t>& rows);
+  /// The writes of the next steps (their additions and ablations [B, hidden], a row each), may be null.
+  void set_writes(const model::StreamWrites* writes) { writes_ = writes; }
+  int64_t rows() const { return lengths_.defined() ? lengths_.size(0) : 0; }
+
  private:
   void check_cache_memory(int64_t batch, double capacity, int64_t new_tokens) const;
+  /// Appends the rows of `other` (after start), both caches grown to `capacity` slots.
+  void append_rows(const IncrementalReader& other, int64_t capacity);
 
   const model::TransformerModel& model_;
   const Request* request_;

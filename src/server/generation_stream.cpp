@@ -15,6 +15,14 @@ void EventStream::push(const std::string& name, const Json& data, bool last) {
   ready_.notify_all();
 }
 
+void EventStream::push_data(const std::string& text, bool last) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    events_.emplace_back(fmt::format("data: {}\n\n", text), last);
+  }
+  ready_.notify_all();
+}
+
 std::optional<std::string> EventStream::next(std::chrono::milliseconds wait, bool& last) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (!ready_.wait_for(lock, wait, [this] { return !events_.empty(); })) return std::nullopt;
@@ -49,61 +57,58 @@ generation::GenerationOptions options_for(const ServerContext& context, const Ge
   }
 }
 
-// Runs on the worker: the generation, an event per token, and between tokens the rankings queued meanwhile.
-void generate_into(const ServerContext& context, const GenerateQuery& query, const generation::GenerationOptions& options,
-                   EventStream& stream, Clock::time_point deadline) {
-  std::string text;
-  bool timed_out = false;
-  auto on_token = [&](const inference::ScoredToken& token) {
-    if (stream.cancelled() || context.scheduler.stopping()) return false;
-    text += token.text;
-    std::vector<inference::Prediction> ranked = inference::all_predictions(query_table(context, token.probability, query.view));
-    ranked.resize(std::min<size_t>(ranked.size(), static_cast<size_t>(query.view.top_k)));
-    stream.push("token", {{"index", token.index}, {"id", token.id}, {"token", token.token}, {"token_text", token.text},
-                          {"text", text}, {"predictions", inference::predictions_json(ranked)}});
-    if (Clock::now() >= deadline) {
-      timed_out = true;
-      return false;
-    }
-    context.scheduler.serve_queued_rankings();
-    return true;
-  };
-  std::vector<inference::GeneratedText> done = context.engine.generate({query.prompt}, options, on_token);
+// The generation's end as the stream's last event: "done", or "error" (its time was up, the server is stopping,
+// the model failed).
+void push_end(EventStream& stream, const inference::GeneratedText& done, std::exception_ptr error, bool timed_out,
+              bool steered, bool stopping) {
+  if (error) return stream.push("error", error_body(message_of(error), ""), true);
   if (timed_out) {
-    stream.push("error", error_body("the stream took longer than this server's time limit per request (--request-timeout)", ""), true);
-  } else if (context.scheduler.stopping()) {
-    stream.push("error", error_body("the server is shutting down", ""), true);
-  } else {
-    Json finished = {{"reason", generation::stop_reason_name(done.front().stop)},
-                     {"tokens", done.front().ids.size()},
-                     {"text", done.front().text}};
-    if (options.writes != nullptr) finished["steered"] = true;
-    stream.push("done", finished, true);
+    return stream.push("error", error_body("the stream took longer than this server's time limit per request (--request-timeout)", ""), true);
   }
+  if (stopping) return stream.push("error", error_body("the server is shutting down", ""), true);
+  Json finished = {{"reason", generation::stop_reason_name(done.stop)}, {"tokens", done.ids.size()}, {"text", done.text}};
+  if (steered) finished["steered"] = true;
+  stream.push("done", finished, true);
 }
 
 }  // namespace
+
+std::string message_of(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
 
 void start_generation(const ServerContext& context, const GenerateQuery& query, std::shared_ptr<EventStream> stream,
                       Clock::time_point deadline) {
   check_view(context, query.view);
   check_text_length(context, query.prompt, "prompt");
-  generation::GenerationOptions options = options_for(context, query);
-  std::shared_ptr<const steering::SteeringVectors> steering = resolve_steering(context, query.steering);
-  context.scheduler.submit_alone(
-      [context, query, options, steering, stream, deadline](std::exception_ptr refused) {
-        try {
-          if (refused) std::rethrow_exception(refused);
-          const model::StreamWrites writes =
-              steering ? steering::place(*steering, context.engine.model()) : model::StreamWrites();
-          generation::GenerationOptions steered = options;
-          if (steering) steered.writes = &writes;
-          generate_into(context, query, steered, *stream, deadline);
-        } catch (const std::exception& e) {
-          stream->push("error", error_body(e.what(), ""), true);
-        }
-      },
-      deadline);
+  inference::StreamRequest request;
+  request.options = options_for(context, query);
+  request.steering = resolve_steering(context, query.steering);
+  request.prompt_ids = context.engine.tokenizer().encode(query.prompt, true);
+  auto text = std::make_shared<std::string>();
+  auto timed_out = std::make_shared<bool>(false);
+  const ViewQuery view = query.view;
+  request.on_token = [context, view, stream, deadline, text, timed_out](const inference::ScoredToken& token) {
+    if (stream->cancelled() || context.scheduler.stopping()) return false;
+    *text += token.text;
+    std::vector<inference::Prediction> ranked = inference::all_predictions(query_table(context, token.probability, view));
+    ranked.resize(std::min<size_t>(ranked.size(), static_cast<size_t>(view.top_k)));
+    stream->push("token", {{"index", token.index}, {"id", token.id}, {"token", token.token}, {"token_text", token.text},
+                           {"text", *text}, {"predictions", inference::predictions_json(ranked)}});
+    *timed_out = Clock::now() >= deadline;
+    return !*timed_out;
+  };
+  request.on_end = [context, stream, timed_out, steered = request.steering != nullptr](
+                       const inference::GeneratedText& done, std::exception_ptr error) {
+    push_end(*stream, done, error, *timed_out, steered, context.scheduler.stopping());
+  };
+  context.scheduler.submit_generation(std::move(request), deadline);
 }
 
 }  // namespace probekit::server

@@ -1,7 +1,7 @@
-// POST /v1/generate as a server-sent event stream. The generation runs on the device worker (Engine::generate);
-// its token callback turns each new token and its probe scores into an event and queues it on the stream, which
-// the connection's thread writes out. A client that goes away cancels the stream: the callback then stops the
-// generation and the stream's slot (--max-streams) is freed.
+// POST /v1/generate as a server-sent event stream. The generation joins the worker's decode batch
+// (Scheduler::submit_generation); its token callback turns each new token and its probe scores into an event and
+// queues it on the stream, which the connection's thread writes out. A client that goes away cancels the stream:
+// the callback then ends it at its next token and the stream's slot (--max-streams) is freed.
 #pragma once
 
 #include <chrono>
@@ -21,6 +21,8 @@ class EventStream {
  public:
   /// Queues an event ("event: NAME\ndata: JSON\n\n"); `last` ends the stream.
   void push(const std::string& name, const Json& data, bool last = false);
+  /// Queues a nameless event ("data: TEXT\n\n", as OpenAI's streams send them).
+  void push_data(const std::string& text, bool last = false);
   /// The next event, waiting at most `wait`; nullopt when none came. `last` tells whether it ends the stream.
   std::optional<std::string> next(std::chrono::milliseconds wait, bool& last);
   /// The client went away, or the connection ended: the generation stops at its next token.
@@ -37,6 +39,9 @@ class EventStream {
 /// Checks a generation request (the prompt's length, the view) and queues its generation on the worker, which
 /// pushes a "token" event per new token ({index, id, token, token_text, text, predictions}) and then "done"
 /// ({reason, tokens, text}) or "error" ({error}) onto `stream`. Throws RequestError before anything is queued.
+/// The message of the error `error` holds.
+std::string message_of(std::exception_ptr error);
+
 void start_generation(const ServerContext& context, const GenerateQuery& query, std::shared_ptr<EventStream> stream,
                       Clock::time_point deadline);
 

@@ -23,15 +23,31 @@ namespace probekit::server {
 
 namespace {
 
-const char* const kEndpoints = "GET /, GET /healthz, GET /v1/info, POST /v1/rank, POST /v1/per-token, POST /v1/generate";
+const char* const kEndpoints = "GET /, GET /healthz, GET /metrics, GET /v1/info, GET /v1/models, POST /v1/rank, "
+                               "POST /v1/per-token, POST /v1/generate, POST /v1/chat/completions";
+
+// The routes, as /metrics counts requests by endpoint (any other path counts as "other").
+const char* const kRoutes[] = {"/", "/healthz", "/metrics", "/v1/info", "/v1/models", "/v1/rank", "/v1/per-token",
+                               "/v1/generate", "/v1/chat/completions"};
 
 void send_json(httplib::Response& res, int status, const Json& body) {
   res.status = status;
   res.set_content(dump_json(body), "application/json");
 }
 
-void send_error(httplib::Response& res, int status, const std::string& message, const std::string& field = "") {
-  send_json(res, status, error_body(message, field));
+// The OpenAI API's paths answer errors in its shape, the others in ours.
+bool openai_path(const std::string& path) { return path.rfind("/v1/chat/", 0) == 0 || path.rfind("/v1/models", 0) == 0; }
+
+void send_error(httplib::Response& res, int status, const std::string& message, const std::string& field = "",
+                bool openai = false) {
+  send_json(res, status, openai ? openai_error_body(status, message, field) : error_body(message, field));
+}
+
+std::string endpoint_of(const std::string& path) {
+  for (const char* route : kRoutes) {
+    if (path == route) return route;
+  }
+  return "other";
 }
 
 void check_json_body(const httplib::Request& req) {
@@ -86,7 +102,11 @@ inference::Engine load_engine(const ServerOptions& options) {
 
 }  // namespace
 
-ProbeServer::ProbeServer(const ServerOptions& options) : options_(options), engine_(load_engine(options)) {
+ProbeServer::ProbeServer(const ServerOptions& options)
+    : options_(options),
+      engine_(load_engine(options)),
+      chat_model_(ChatModel::load(options.engine.model_dir.empty() ? engine_.model_dir() : options.engine.model_dir,
+                                  engine_.model_dir())) {
   scheduler_ = std::make_unique<Scheduler>(engine_, options_.limits.max_queued_texts);
   http_ = std::make_unique<HttpService>(service_options(options_));
   add_error_handlers();
@@ -113,10 +133,18 @@ void ProbeServer::add_routes() {
                                           return rank_response(context, q, deadline);
                                         },
                                         options_));
+  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(scheduler_->metrics().exposition(scheduler_->queue_depth(), open_streams_),
+                    "text/plain; version=0.0.4; charset=utf-8");
+  });
   http_->Post("/v1/generate", [this, context](const httplib::Request& req, httplib::Response& res) {
     try {
       check_json_body(req);
-      stream_generation(context, parse_generate_query(req.body, options_.limits), res);
+      GenerateQuery query = parse_generate_query(req.body, options_.limits);
+      if (!options_.engine.generate) throw RequestError(404, "this server was started with --no-generate");
+      serve_stream(res, [&](std::shared_ptr<EventStream> stream) {
+        start_generation(context, query, std::move(stream), deadline_of(options_.limits));
+      });
     } catch (const RequestError& e) {
       send_error(res, e.status(), e.what(), e.field());
     } catch (const std::invalid_argument& e) {
@@ -128,21 +156,25 @@ void ProbeServer::add_routes() {
                                                return per_token_response(context, q, deadline);
                                              },
                                              options_));
+  add_openai_routes(context);
 }
 
-// A generation as server-sent events. The slot taken here (--max-streams) is given back when the connection ends,
-// however it ends; a client that goes away cancels the generation at its next token.
-void ProbeServer::stream_generation(const ServerContext& context, const GenerateQuery& query, httplib::Response& res) {
-  if (!options_.engine.generate) throw RequestError(404, "this server was started with --no-generate");
+void ProbeServer::take_stream_slot() {
   if (open_streams_.fetch_add(1) >= options_.limits.max_streams) {
     --open_streams_;
     throw RequestError(429, fmt::format("{} generation streams are open, this server's limit (--max-streams); try again "
                                         "when one ends",
                                         options_.limits.max_streams));
   }
+}
+
+// A generation as server-sent events. The slot taken here (--max-streams) is given back when the connection ends,
+// however it ends; a client that goes away cancels the generation at its next token.
+void ProbeServer::serve_stream(httplib::Response& res, const std::function<void(std::shared_ptr<EventStream>)>& start) {
+  take_stream_slot();
   auto stream = std::make_shared<EventStream>();
   try {
-    start_generation(context, query, stream, deadline_of(options_.limits));
+    start(stream);
   } catch (...) {
     --open_streams_;
     throw;
@@ -165,6 +197,36 @@ void ProbeServer::stream_generation(const ServerContext& context, const Generate
       });
 }
 
+// POST /v1/chat/completions and GET /v1/models, errors in OpenAI's shape.
+void ProbeServer::add_openai_routes(const ServerContext& context) {
+  http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    send_json(res, 200, models_response(chat_model_));
+  });
+  http_->Post("/v1/chat/completions", [this, context](const httplib::Request& req, httplib::Response& res) {
+    try {
+      check_json_body(req);
+      ChatQuery query = parse_chat_query(req.body, options_.limits);
+      if (!options_.engine.generate) throw RequestError(404, "this server was started with --no-generate");
+      Clock::time_point deadline = deadline_of(options_.limits);
+      if (query.stream) {
+        return serve_stream(res, [&](std::shared_ptr<EventStream> stream) {
+          start_chat_stream(context, chat_model_, query, std::move(stream), deadline);
+        });
+      }
+      take_stream_slot();
+      std::shared_ptr<void> slot(nullptr, [this](void*) { --open_streams_; });
+      send_json(res, 200, chat_completion_response(context, chat_model_, query, deadline));
+    } catch (const RequestError& e) {
+      send_error(res, e.status(), e.what(), e.field(), true);
+    } catch (const std::invalid_argument& e) {
+      send_error(res, 400, e.what(), "", true);
+    } catch (const std::exception& e) {
+      spdlog::error("{} {}: {}", req.method, req.path, e.what());
+      send_error(res, 500, fmt::format("internal error: {}", e.what()), "", true);
+    }
+  });
+}
+
 void ProbeServer::add_error_handlers() {
   const Limits& limits = options_.limits;
   std::string api_key = options_.api_key;
@@ -173,17 +235,19 @@ void ProbeServer::add_error_handlers() {
       return httplib::Server::HandlerResponse::Unhandled;
     }
     res.set_header("WWW-Authenticate", "Bearer");
-    send_error(res, 401, "this server needs its API key: send the header Authorization: Bearer KEY (--api-key)");
+    send_error(res, 401, "this server needs its API key: send the header Authorization: Bearer KEY (--api-key)", "",
+               openai_path(req.path));
     return httplib::Server::HandlerResponse::Handled;
   });
   // httplib's own refusals (no such route, a body past the limit, a malformed request) come without a body.
   http_->set_error_handler(httplib::Server::HandlerWithResponse([&limits](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     if (res.status == 404) {
-      send_error(res, 404, fmt::format("no endpoint {} {} (the endpoints: {})", req.method, req.path, kEndpoints));
+      send_error(res, 404, fmt::format("no endpoint {} {} (the endpoints: {})", req.method, req.path, kEndpoints), "",
+                 openai_path(req.path));
     } else if (res.status == 413) {
       send_error(res, 413, fmt::format("the request body is larger than this server's limit of {} bytes (--max-body-bytes)",
-                                       limits.max_body_bytes));
+                                       limits.max_body_bytes), "", openai_path(req.path));
     } else {
       send_error(res, res.status, fmt::format("the server could not read the request (HTTP {})", res.status));
     }
@@ -198,7 +262,11 @@ void ProbeServer::add_error_handlers() {
     } catch (...) {
     }
     spdlog::error("{} {}: {}", req.method, req.path, what);
-    send_error(res, 500, fmt::format("internal error: {}", what));
+    send_error(res, 500, fmt::format("internal error: {}", what), "", openai_path(req.path));
+  });
+  // Every answer counted by endpoint and status (a stream once it has ended).
+  http_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    scheduler_->metrics().count_request(endpoint_of(req.path), res.status);
   });
 }
 

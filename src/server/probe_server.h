@@ -5,10 +5,12 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "inference/engine.h"
+#include "server/chat_completions.h"
 #include "server/handlers.h"
 #include "server/options.h"
 #include "server/scheduler.h"
@@ -46,11 +48,16 @@ class ProbeServer {
 
  private:
   void add_routes();
+  void add_openai_routes(const ServerContext& context);
   void add_error_handlers();
-  void stream_generation(const ServerContext& context, const GenerateQuery& query, httplib::Response& res);
+  /// Takes a stream slot (--max-streams) for the connection's life, or throws 429.
+  void take_stream_slot();
+  /// Answers with the events `start` queues on a new stream (server-sent events), the slot freed at the end.
+  void serve_stream(httplib::Response& res, const std::function<void(std::shared_ptr<EventStream>)>& start);
 
   ServerOptions options_;
   inference::Engine engine_;
+  ChatModel chat_model_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<HttpService> http_;
   std::atomic<int64_t> open_streams_{0};

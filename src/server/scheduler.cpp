@@ -70,24 +70,11 @@ void Scheduler::submit_alone(std::function<void(std::exception_ptr)> job, Clock:
   enqueue_alone(std::move(job), deadline);
 }
 
-void Scheduler::serve_queued_rankings() {
-  std::vector<std::unique_ptr<Job>> rankings;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (holds_ > 0) return;
-    for (auto it = queue_.begin(); it != queue_.end();) {
-      if ((*it)->alone) {
-        ++it;
-        continue;
-      }
-      queued_texts_ -= (*it)->weight;
-      rankings.push_back(std::move(*it));
-      it = queue_.erase(it);
-    }
-  }
-  if (rankings.empty()) return;
-  drop_expired(rankings);
-  serve_rankings(rankings);
+void Scheduler::submit_generation(inference::StreamRequest request, Clock::time_point deadline) {
+  auto job = std::make_unique<Job>();
+  job->generation = std::make_unique<inference::StreamRequest>(std::move(request));
+  job->deadline = deadline;
+  enqueue(std::move(job));
 }
 
 bool Scheduler::stopping() const {
@@ -107,6 +94,11 @@ std::shared_ptr<void> Scheduler::hold() {
     }
     wake_.notify_all();
   });
+}
+
+int64_t Scheduler::queue_depth() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int64_t>(queue_.size());
 }
 
 int64_t Scheduler::queued_texts() const {
@@ -134,21 +126,29 @@ void Scheduler::stop() {
 
 void Scheduler::refuse(Job& job, std::exception_ptr error) {
   if (job.alone) return job.alone(error);
+  if (job.generation) return job.generation->on_end(inference::GeneratedText{job.generation->prompt_ids, {}, {}, generation::StopReason::kCancelled}, error);
   job.scores.set_exception(error);
 }
 
+// Waits for work (while no stream decodes) and takes what is queued unless a hold keeps it there; false once
+// stopping.
+bool Scheduler::take_queued(std::vector<std::unique_ptr<Job>>& jobs, bool streaming) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  wake_.wait(lock, [&] { return stopping_ || streaming || (!queue_.empty() && holds_ == 0); });
+  if (stopping_) return false;
+  if (queue_.empty() || holds_ > 0) return true;
+  for (auto& job : queue_) jobs.push_back(std::move(job));
+  queue_.clear();
+  queued_texts_ = 0;
+  ++stats_.cycles;
+  return true;
+}
+
 void Scheduler::work() {
+  std::unique_ptr<inference::StreamBatch> batch;
   while (true) {
     std::vector<std::unique_ptr<Job>> jobs;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [this] { return stopping_ || (!queue_.empty() && holds_ == 0); });
-      if (stopping_) return;
-      for (auto& job : queue_) jobs.push_back(std::move(job));
-      queue_.clear();
-      queued_texts_ = 0;
-      ++stats_.cycles;
-    }
+    if (!take_queued(jobs, batch && !batch->empty())) break;
     drop_expired(jobs);
     serve_rankings(jobs);
     for (auto& job : jobs) {
@@ -159,6 +159,57 @@ void Scheduler::work() {
       }
       job->alone(nullptr);
     }
+    join_streams(jobs, batch);
+    if (batch) decode_step(*batch);
+  }
+  if (batch) batch->end_all(std::make_exception_ptr(RequestError(503, "the server is shutting down")));
+}
+
+// Each new stream's prompt is run and it joins the batch; the time from its arrival to each token is measured here.
+void Scheduler::join_streams(std::vector<std::unique_ptr<Job>>& jobs, std::unique_ptr<inference::StreamBatch>& batch) {
+  for (auto& job : jobs) {
+    if (!job || !job->generation) continue;
+    try {
+      if (!batch) batch = std::make_unique<inference::StreamBatch>(engine_);
+    } catch (...) {
+      refuse(*job, std::current_exception());
+      continue;
+    }
+    inference::StreamRequest request = std::move(*job->generation);
+    auto previous = std::make_shared<Clock::time_point>(job->queued_at);
+    request.on_token = [this, previous, inner = std::move(request.on_token)](const inference::ScoredToken& token) {
+      const Clock::time_point now = Clock::now();
+      metrics_.observe_token(token.index == 0, std::chrono::duration<double>(now - *previous).count());
+      *previous = now;
+      return inner(token);
+    };
+    auto on_end = request.on_end;
+    try {
+      batch->join(std::move(request));
+    } catch (...) {
+      on_end(inference::GeneratedText{}, std::current_exception());
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.streams_joined;
+  }
+}
+
+void Scheduler::decode_step(inference::StreamBatch& batch) {
+  if (batch.empty()) return;
+  const auto streams = static_cast<int64_t>(batch.size());
+  // Counted first, so that a client holding a token of the step sees the step counted.
+  metrics_.observe_step(streams);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.decode_steps;
+    stats_.largest_batch = std::max(stats_.largest_batch, streams);
+  }
+  try {
+    batch.step();
+  } catch (...) {
+    spdlog::error("a decode step failed; its {} streams end", streams);
+    batch.end_all(std::current_exception());
   }
 }
 
@@ -196,7 +247,7 @@ void Scheduler::serve_rankings(std::vector<std::unique_ptr<Job>>& jobs) {
   std::vector<Job*> rankings;
   bool steered = false;
   for (auto& job : jobs) {
-    if (!job || job->alone) continue;
+    if (!job || job->alone || job->generation) continue;
     rankings.push_back(job.get());
     texts.insert(texts.end(), job->texts.begin(), job->texts.end());
     steering.insert(steering.end(), job->texts.size(), job->steering.get());

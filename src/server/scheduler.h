@@ -1,7 +1,8 @@
 // The one worker that uses the device: request threads queue work and wait; the worker takes everything queued,
-// scores the texts of all queued rankings in one engine call (batched forwards), then runs the work that cannot be
-// batched (per-token scoring, a generation step) one job after another. So concurrent requests share forwards, and
-// two forwards never run at once on the device.
+// scores the texts of all queued rankings in one engine call (batched forwards), runs per-token scoring one job
+// after another, lets new generation streams join the decode batch, and then runs one decode step for every open
+// stream (continuous batching). It takes what was queued again before each step, so rankings wait one token at
+// most, streams join at the next step and leave when they end; two forwards never run at once on the device.
 #pragma once
 
 #include <atomic>
@@ -18,6 +19,8 @@
 #include <vector>
 
 #include "inference/engine.h"
+#include "inference/stream_batch.h"
+#include "server/metrics.h"
 
 namespace probekit::server {
 
@@ -28,7 +31,10 @@ struct SchedulerStats {
   int64_t cycles = 0;           // times the worker took what was queued
   int64_t texts_scored = 0;     // texts of rankings scored
   int64_t batched_requests = 0;  // ranking requests served
-  int64_t exclusive_jobs = 0;   // per-token and generation jobs run
+  int64_t exclusive_jobs = 0;   // per-token jobs run
+  int64_t streams_joined = 0;   // generation streams that joined the decode batch
+  int64_t decode_steps = 0;     // decode steps (one forward for every open stream)
+  int64_t largest_batch = 0;    // the most streams one step decoded
 };
 
 class Scheduler {
@@ -54,9 +60,10 @@ class Scheduler {
   /// queue's errors (429, 503) at once.
   void submit_alone(std::function<void(std::exception_ptr refused)> job, Clock::time_point deadline);
 
-  /// From a job running alone (a generation, between two tokens): scores the rankings queued meanwhile, so that
-  /// they need not wait for the end of a long job. Only the worker may call it.
-  void serve_queued_rankings();
+  /// Queues a generation stream: it joins the streams decoding together at the worker's next step. Its on_end is
+  /// called once in every case: with the error that refused it (deadline, shutting down), that ended it, or none.
+  /// Throws the queue's errors (429, 503) at once.
+  void submit_generation(inference::StreamRequest request, Clock::time_point deadline);
 
   /// True once stop() was called: long jobs end early.
   bool stopping() const;
@@ -66,7 +73,10 @@ class Scheduler {
   std::shared_ptr<void> hold();
 
   int64_t queued_texts() const;
+  /// Requests waiting for the worker (rankings, per-token jobs, streams not yet joined).
+  int64_t queue_depth() const;
   SchedulerStats stats() const;
+  ServerMetrics& metrics() { return metrics_; }
 
   /// Refuses queued and new work with 503 and ends the worker; idempotent.
   void stop();
@@ -76,7 +86,9 @@ class Scheduler {
     std::vector<std::string> texts;  // a ranking's texts, batched with the others
     std::shared_ptr<const steering::SteeringVectors> steering;  // theirs; null: none
     std::promise<std::vector<inference::TextScores>> scores;
-    std::function<void(std::exception_ptr)> alone;  // otherwise: run alone; given an error instead when refused
+    std::function<void(std::exception_ptr)> alone;  // or: run alone; given an error instead when refused
+    std::unique_ptr<inference::StreamRequest> generation;  // or: a stream to join the decode batch
+    Clock::time_point queued_at = Clock::now();
     Clock::time_point deadline;
     std::shared_ptr<std::atomic<bool>> abandoned;  // its request has stopped waiting
     int64_t weight = 1;  // texts it counts against --max-queued-texts
@@ -85,7 +97,10 @@ class Scheduler {
   std::shared_ptr<std::atomic<bool>> enqueue(std::unique_ptr<Job> job);
   std::shared_ptr<std::atomic<bool>> enqueue_alone(std::function<void(std::exception_ptr)> job, Clock::time_point deadline);
   void work();
+  bool take_queued(std::vector<std::unique_ptr<Job>>& jobs, bool streaming);
   void serve_rankings(std::vector<std::unique_ptr<Job>>& jobs);
+  void join_streams(std::vector<std::unique_ptr<Job>>& jobs, std::unique_ptr<inference::StreamBatch>& batch);
+  void decode_step(inference::StreamBatch& batch);
   static void drop_expired(std::vector<std::unique_ptr<Job>>& jobs);
   static void refuse(Job& job, std::exception_ptr error);
   template <typename T>
@@ -101,6 +116,7 @@ class Scheduler {
   int64_t holds_ = 0;
   bool stopping_ = false;
   SchedulerStats stats_;
+  ServerMetrics metrics_;
   std::thread worker_;
 };
 

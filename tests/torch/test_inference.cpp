@@ -410,7 +410,7 @@ TEST_CASE("--generate --file: several prompts in one batch, each generating as i
     CHECK((*done)["text"] == alone.back()["text"]);
   }
   std::string base = fmt::format("{} --probes-dir {} --model {} --device cpu", tool("multi_probe_inference"), probes, kGemmaModel);
-  probekit::testing::check_failure(run_command(base + " --generate"), 2, {"--generate needs --text or --file"});
+  probekit::testing::check_failure(run_command(base + " --generate"), 2, {"--generate needs --text, --file or --messages"});
   probekit::testing::check_failure(run_command(base + " --generate --per-token --text hi"), 2,
                                    {"--generate excludes --per-token and --compare"});
   probekit::testing::check_failure(run_command(fmt::format("{} --generate --file {} --csv {}", base, tmp.file("prompts.txt"),

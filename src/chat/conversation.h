@@ -1,0 +1,36 @@
+// A conversation as the tools and the server take it: a JSON list of messages ({"role", "content", ...}), checked
+// before a template sees it, and rendered into the prompt a model answers with the checkpoint's chat template.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "chat/chat_template.h"
+
+namespace probekit::chat {
+
+/// What is wrong with a list of messages: the field ("messages[2].role") and a message naming it.
+struct MessageProblem {
+  std::string field;
+  std::string message;
+};
+
+/// The first problem of `messages`, or nothing when it is a non-empty list of objects, each with a string "role"
+/// and a "content" that is a string, a list of parts ({"type": "text", "text": ...}, ...) or null (an assistant's
+/// turn that only calls tools). Other keys (name, tool_calls, reasoning_content) are the template's to read.
+std::optional<MessageProblem> find_message_problem(const OrderedJson& messages);
+
+/// The messages of a file: a JSON list of messages, or an object with a "messages" list (an OpenAI request body).
+/// A problem is an error naming the file and the message.
+OrderedJson read_messages(const std::string& path);
+
+/// One user message holding `text`.
+OrderedJson user_message(const std::string& text);
+
+/// The prompt of `messages` for the model whose tokenizer files are in `dir` (chat_template.jinja, or
+/// tokenizer_config.json's chat_template): rendered as transformers' apply_chat_template renders it, with the
+/// generation prompt unless `add_generation_prompt` is false. The text holds the template's special tokens (BOS
+/// included): tokenize it without adding them again.
+std::string render_conversation(const std::string& dir, const OrderedJson& messages, bool add_generation_prompt = true);
+
+}  // namespace probekit::chat

@@ -1,0 +1,225 @@
+#include "server/chat_completions.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <future>
+#include <random>
+
+#include "chat/template_error.h"
+#include "generation/flags.h"
+#include "inference/reports.h"
+#include "inference/stream_batch.h"
+#include "server/api/stop_text.h"
+
+namespace probekit::server {
+
+namespace {
+
+// The fields every completion and chunk of one request share.
+struct ReplyHeader {
+  std::string id;
+  int64_t created = 0;
+  std::string model;
+};
+
+Json header_json(const ReplyHeader& header, const char* object) {
+  return {{"id", header.id}, {"object", object}, {"created", header.created}, {"model", header.model},
+          {"system_fingerprint", nullptr}};
+}
+
+std::string completion_id() {
+  std::random_device device;
+  std::mt19937_64 random((static_cast<uint64_t>(device()) << 32) ^ device());
+  return fmt::format("chatcmpl-{:016x}{:08x}", random(), static_cast<uint32_t>(random()));
+}
+
+std::string render_prompt(const ChatModel& model, const ChatQuery& query) {
+  if (!model.chat_template) throw RequestError(400, model.problem, "messages");
+  chat::ChatTemplateInputs inputs;
+  inputs.messages = chat::OrderedJson::parse(query.messages.dump());
+  inputs.add_generation_prompt = true;
+  try {
+    return model.chat_template->render(inputs);
+  } catch (const chat::TemplateRaised& e) {
+    throw RequestError(400, fmt::format("the model's chat template refuses these messages: {}", e.what()), "messages");
+  } catch (const chat::TemplateError& e) {
+    throw RequestError(400, fmt::format("the model's chat template failed on these messages: {}", e.what()), "messages");
+  }
+}
+
+// The request's generation, checked and resolved in the request's thread: the prompt's ids (the rendered text
+// holds its special tokens: none are added), the sampling, the model's eos ids, the steering.
+inference::StreamRequest prepare(const ServerContext& context, const ChatModel& model, const ChatQuery& query) {
+  check_view(context, query.probes);
+  inference::StreamRequest request;
+  request.prompt_ids = context.engine.tokenizer().encode(render_prompt(model, query), false);
+  const int64_t limit = context.options.limits.max_tokens;
+  if (static_cast<int64_t>(request.prompt_ids.size()) > limit) {
+    throw RequestError(413, fmt::format("the rendered 'messages' are {} tokens long, more than this server's limit of {} "
+                                        "tokens per prompt (--max-tokens)", request.prompt_ids.size(), limit),
+                       "messages");
+  }
+  generation::GenerationFlags flags;
+  flags.options.max_new_tokens = query.max_tokens;
+  flags.options.sampling = {query.temperature, 0, query.top_p, query.seed ? *query.seed : std::random_device()()};
+  try {
+    request.options = generation::resolve_generation_flags(flags, context.engine.model_dir());
+  } catch (const std::invalid_argument& e) {
+    throw RequestError(400, e.what());
+  }
+  request.steering = resolve_steering(context, query.steering);
+  return request;
+}
+
+Json token_predictions(const ServerContext& context, const ViewQuery& view, const inference::ScoredToken& token) {
+  std::vector<inference::Prediction> ranked = inference::all_predictions(query_table(context, token.probability, view));
+  ranked.resize(std::min<size_t>(ranked.size(), static_cast<size_t>(view.top_k)));
+  return inference::predictions_json(ranked);
+}
+
+const char* finish_reason(const inference::GeneratedText& done, const StopText& stop) {
+  return stop.stopped() || done.stop == generation::StopReason::kEos ? "stop" : "length";
+}
+
+Json usage_json(const inference::GeneratedText& done) {
+  return {{"prompt_tokens", done.prompt_ids.size()}, {"completion_tokens", done.ids.size()},
+          {"total_tokens", done.prompt_ids.size() + done.ids.size()}};
+}
+
+RequestError timeout() {
+  return RequestError(408, "the reply took longer than this server's time limit per request (--request-timeout)");
+}
+
+// What a reply's callbacks share: they run on the worker, one after another.
+struct ReplyState {
+  explicit ReplyState(std::vector<std::string> stops) : stop(std::move(stops)) {}
+  StopText stop;
+  bool timed_out = false;
+  std::atomic<bool> abandoned{false};
+  Json probes = Json::array();
+  std::promise<Json> completion;
+};
+
+}  // namespace
+
+ChatModel ChatModel::load(const std::string& name, const std::string& dir) {
+  ChatModel model;
+  model.name = name;
+  model.created = static_cast<int64_t>(std::time(nullptr));
+  try {
+    model.chat_template = std::make_shared<const chat::ChatTemplate>(chat::ChatTemplate::from_tokenizer_dir(dir));
+  } catch (const std::exception& e) {
+    model.problem = fmt::format("this model cannot chat: {}", e.what());
+  }
+  return model;
+}
+
+Json models_response(const ChatModel& model) {
+  return {{"object", "list"},
+          {"data", Json::array({{{"id", model.name}, {"object", "model"}, {"created", model.created}, {"owned_by", "probekit"}}})}};
+}
+
+Json chat_completion_response(const ServerContext& context, const ChatModel& model, const ChatQuery& query,
+                              Clock::time_point deadline) {
+  inference::StreamRequest request = prepare(context, model, query);
+  const ReplyHeader header{completion_id(), static_cast<int64_t>(std::time(nullptr)), model.name};
+  auto state = std::make_shared<ReplyState>(query.stop);
+  const ViewQuery view = query.probes;
+  request.on_token = [context, view, state, deadline](const inference::ScoredToken& token) {
+    if (state->abandoned || context.scheduler.stopping()) return false;
+    state->stop.add(token.text);
+    state->probes.push_back({{"index", token.index}, {"token", token.token}, {"text", token.text},
+                             {"predictions", token_predictions(context, view, token)}});
+    state->timed_out = Clock::now() >= deadline;
+    return !state->stop.stopped() && !state->timed_out;
+  };
+  Json steering = request.steering ? request.steering->record() : Json();
+  request.on_end = [state, header, steering](const inference::GeneratedText& done, std::exception_ptr error) {
+    if (error) return state->completion.set_exception(error);
+    if (state->timed_out) return state->completion.set_exception(std::make_exception_ptr(timeout()));
+    const std::string text = state->stop.sent() + state->stop.flush();
+    Json reply = header_json(header, "chat.completion");
+    reply["choices"] = Json::array({{{"index", 0}, {"message", {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}}},
+                                     {"logprobs", nullptr}, {"finish_reason", finish_reason(done, state->stop)}}});
+    reply["usage"] = usage_json(done);
+    reply["probes"] = std::move(state->probes);
+    if (!steering.is_null()) reply["steering"] = steering;
+    state->completion.set_value(std::move(reply));
+  };
+  std::future<Json> completion = state->completion.get_future();
+  context.scheduler.submit_generation(std::move(request), deadline);
+  // The callbacks end the reply at the deadline; a worker busy past it gets a second more.
+  if (completion.wait_until(deadline + std::chrono::seconds(1)) != std::future_status::ready) {
+    state->abandoned = true;
+    throw timeout();
+  }
+  return completion.get();
+}
+
+namespace {
+
+// A RequestError's status (the deadline, the server stopping), else 500.
+int status_of(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const RequestError& e) {
+    return e.status();
+  } catch (...) {
+    return 500;
+  }
+}
+
+Json chunk_json(const ReplyHeader& header, Json delta, const char* reason, bool with_usage) {
+  Json chunk = header_json(header, "chat.completion.chunk");
+  chunk["choices"] = Json::array({{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr},
+                                   {"finish_reason", reason == nullptr ? Json() : Json(reason)}}});
+  if (with_usage) chunk["usage"] = nullptr;
+  return chunk;
+}
+
+// The stream's end: the text held back, the chunk with the finish reason, the usage, [DONE]; or the error.
+void end_stream(EventStream& stream, const ReplyHeader& header, ReplyState& state, bool include_usage,
+                const inference::GeneratedText& done, std::exception_ptr error) {
+  if (!error && state.timed_out) error = std::make_exception_ptr(timeout());
+  if (error) {
+    stream.push_data(dump_json(openai_error_body(status_of(error), message_of(error), "")));
+    return stream.push_data("[DONE]", true);
+  }
+  const std::string rest = state.stop.flush();
+  if (!rest.empty()) stream.push_data(dump_json(chunk_json(header, {{"content", rest}}, nullptr, include_usage)));
+  stream.push_data(dump_json(chunk_json(header, Json::object(), finish_reason(done, state.stop), include_usage)));
+  if (include_usage) {
+    Json usage = header_json(header, "chat.completion.chunk");
+    usage["choices"] = Json::array();
+    usage["usage"] = usage_json(done);
+    stream.push_data(dump_json(usage));
+  }
+  stream.push_data("[DONE]", true);
+}
+
+}  // namespace
+
+void start_chat_stream(const ServerContext& context, const ChatModel& model, const ChatQuery& query,
+                       std::shared_ptr<EventStream> stream, Clock::time_point deadline) {
+  inference::StreamRequest request = prepare(context, model, query);
+  const ReplyHeader header{completion_id(), static_cast<int64_t>(std::time(nullptr)), model.name};
+  auto state = std::make_shared<ReplyState>(query.stop);
+  const ViewQuery view = query.probes;
+  const bool usage = query.include_usage;
+  request.on_token = [context, view, state, stream, header, usage, deadline](const inference::ScoredToken& token) {
+    if (stream->cancelled() || context.scheduler.stopping()) return false;
+    Json chunk = chunk_json(header, {{"content", state->stop.add(token.text)}}, nullptr, usage);
+    chunk["probes"] = token_predictions(context, view, token);
+    stream->push_data(dump_json(chunk));
+    state->timed_out = Clock::now() >= deadline;
+    return !state->stop.stopped() && !state->timed_out;
+  };
+  request.on_end = [stream, header, state, usage](const inference::GeneratedText& done, std::exception_ptr error) {
+    end_stream(*stream, header, *state, usage, done, error);
+  };
+  stream->push_data(dump_json(chunk_json(header, {{"role", "assistant"}, {"content", ""}}, nullptr, usage)));
+  context.scheduler.submit_generation(std::move(request), deadline);
+}
+
+}  // namespace probekit::server

@@ -1,0 +1,129 @@
+// Chat templates in the tools: inspect_model chat-template prints the prompt exactly as jinja2 (set up as
+// transformers sets it up) renders it, from a checkpoint or a folder of tokenizer files alone; multi_probe_inference
+// --generate --chat and --messages generate after that prompt, tokenized without adding special tokens again; a
+// model without a template is an error naming the files looked at.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include "chat/conversation.h"
+#include "common/json.h"
+#include "core/chat_parity.h"
+#include "inference_runs.h"
+#include "test_paths.h"
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace probekit;
+using namespace probekit::testing;
+
+namespace {
+
+const char* const kConversation = R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"},
+  {"role": "assistant", "content": "Hello! How can I help?"}, {"role": "user", "content": "Café, 日本語 🤖"}])";
+
+// What inspect_model chat-template printed on stdout alone (its logs go elsewhere).
+std::string rendered_by_tool(const TempDir& tmp, const std::string& dir, const std::string& messages, const std::string& flags = "") {
+  CommandResult r = run_command(fmt::format("{{ {} chat-template --model {} --messages {} {} > {}; }}", tool("inspect_model"),
+                                            dir, messages, flags, tmp.file("stdout.txt")));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  return read_text(tmp.file("stdout.txt"));
+}
+
+// jinja2's render of the template in `source` with the special tokens of `dir`.
+std::string rendered_by_jinja2(const std::string& source, const std::string& dir, const OrderedJson& messages, bool prompt) {
+  chat::ChatTemplate chat_template(source, chat::ChatTemplate::from_tokenizer_dir(dir).special_tokens());
+  chat::ChatTemplateInputs inputs;
+  inputs.messages = messages;
+  inputs.add_generation_prompt = prompt;
+  std::vector<JinjaResult> results = render_with_jinja2(
+      OrderedJson::array({OrderedJson{{"template", source}, {"variables", chat_template.variables(inputs)}}}));
+  REQUIRE_MESSAGE(results[0].rendered, results[0].error);
+  return results[0].output;
+}
+
+}  // namespace
+
+TEST_CASE("inspect_model chat-template prints jinja2's render, nothing else, with or without the reply prompt") {
+  TempDir tmp;
+  write_text(tmp.file("messages.json"), kConversation);
+  const std::string source = read_text(kGemmaModel + "/chat_template.jinja");
+  const OrderedJson messages = OrderedJson::parse(kConversation);
+  for (const bool prompt : {true, false}) {
+    CAPTURE(prompt);
+    std::string expected = rendered_by_jinja2(source, kGemmaModel, messages, prompt);
+    std::string got = rendered_by_tool(tmp, kGemmaModel, tmp.file("messages.json"), prompt ? "" : "--no-generation-prompt");
+    CHECK_MESSAGE(got == expected, describe_text_difference(expected, got));
+    CHECK(got.rfind("<bos><start_of_turn>user\nBe brief.\n\nHi there<end_of_turn>\n", 0) == 0);
+    const std::string reply_prompt = "<start_of_turn>model\n";
+    CHECK((got.size() > reply_prompt.size() && got.substr(got.size() - reply_prompt.size()) == reply_prompt) == prompt);
+  }
+  // An OpenAI request body works too (its "messages").
+  write_text(tmp.file("body.json"), fmt::format(R"({{"model": "any", "messages": {}}})", kConversation));
+  CHECK(rendered_by_tool(tmp, kGemmaModel, tmp.file("body.json")) == rendered_by_jinja2(source, kGemmaModel, messages, true));
+}
+
+TEST_CASE("inspect_model chat-template reads a folder holding only tokenizer_config.json (the real Gemma 3 and Qwen 3)") {
+  TempDir tmp;
+  write_text(tmp.file("messages.json"), kConversation);
+  const OrderedJson messages = OrderedJson::parse(kConversation);
+  for (const char* name : {"gemma3", "qwen3"}) {
+    CAPTURE(name);
+    const std::string config = fmt::format("{}/{}/tokenizer_config.json", PROBEKIT_TOKENIZER_CACHE, name);
+    REQUIRE_MESSAGE(is_regular_file(config), config, " is missing: run bash scripts/fetch_tokenizers.sh");
+    const std::string dir = tmp.file(name);
+    make_directories(dir);
+    write_text(dir + "/tokenizer_config.json", read_text(config));
+    const std::string source = Json::parse(read_text(config))["chat_template"].get<std::string>();
+    std::string expected = rendered_by_jinja2(source, dir, messages, true);
+    std::string got = rendered_by_tool(tmp, dir, tmp.file("messages.json"));
+    CHECK_MESSAGE(got == expected, describe_text_difference(expected, got));
+  }
+}
+
+TEST_CASE("a model without a chat template, and bad messages, are errors naming the file") {
+  TempDir tmp;
+  write_text(tmp.file("messages.json"), kConversation);
+  make_directories(tmp.file("bare"));
+  write_text(tmp.file("bare/tokenizer_config.json"), R"({"bos_token": "<s>"})");
+  CommandResult r = run_command(fmt::format("{} chat-template --model {} --messages {}", tool("inspect_model"), tmp.file("bare"),
+                                            tmp.file("messages.json")));
+  check_failure(r, 1, {"no chat template in", "chat_template.jinja", "'chat_template' in", "tokenizer_config.json"});
+  write_text(tmp.file("bad.json"), R"([{"role": "user", "content": "a"}, {"content": "b"}])");
+  r = run_command(fmt::format("{} chat-template --model {} --messages {}", tool("inspect_model"), kGemmaModel, tmp.file("bad.json")));
+  check_failure(r, 1, {"bad.json", "'messages[1].role' must be a role's name"});
+  // The template's own refusal (roles that do not alternate) comes with its message.
+  write_text(tmp.file("twice.json"), R"([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])");
+  r = run_command(fmt::format("{} chat-template --model {} --messages {}", tool("inspect_model"), kGemmaModel, tmp.file("twice.json")));
+  check_failure(r, 1, {"Conversation roles must alternate user/assistant/user/assistant/..."});
+}
+
+TEST_CASE("multi_probe_inference --generate --chat and --messages: the rendered prompt, without a second BOS") {
+  TempDir tmp;
+  std::string probes = train_probes(tmp);
+  write_text(tmp.file("one.json"), R"([{"role": "user", "content": "Reframe this for me."}])");
+  const std::string base = fmt::format("{} --probes-dir {} --device cpu --generate --max-new-tokens 3 --json",
+                                       tool("multi_probe_inference"), probes);
+  CommandResult chat = run_command(base + " --chat --text 'Reframe this for me.'");
+  REQUIRE_MESSAGE(chat.exit_code == 0, chat.output);
+  CommandResult messages = run_command(base + " --messages " + tmp.file("one.json"));
+  REQUIRE_MESSAGE(messages.exit_code == 0, messages.output);
+  auto done_line = [](const std::string& output) {
+    size_t at = output.find("{\"done\":true");
+    REQUIRE_MESSAGE(at != std::string::npos, output);
+    return Json::parse(output.substr(at, output.find('\n', at) - at));
+  };
+  Json from_chat = done_line(chat.output), from_messages = done_line(messages.output);
+  const std::string prompt = chat::render_conversation(kGemmaModel, chat::user_message("Reframe this for me."));
+  CHECK(from_chat["prompt"] == prompt);
+  std::vector<int32_t> ids = tokenizer::Tokenizer::from_file(kGemmaModel).encode(prompt, false);
+  CHECK(from_chat["prompt_ids"] == Json(ids));
+  CHECK(ids[0] == 2);  // <bos>, written by the template once
+  CHECK(ids[1] != 2);
+  CHECK(from_messages["prompt_ids"] == from_chat["prompt_ids"]);
+  CHECK(from_messages["generated_ids"] == from_chat["generated_ids"]);
+  // --chat without --generate, --messages beside --text: usage errors (exit 2).
+  check_failure(run_command(fmt::format("{} --probes-dir {} --chat --text a", tool("multi_probe_inference"), probes)), 2,
+                {"--chat and --messages go with --generate"});
+  check_failure(run_command(base + " --messages " + tmp.file("one.json") + " --text a"), 2,
+                {"--messages is the whole prompt: it excludes --text and --file"});
+}

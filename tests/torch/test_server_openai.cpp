@@ -1,0 +1,320 @@
+// probe_server as an OpenAI-compatible server, on loopback: /v1/chat/completions (a completion and a stream of the
+// same request agree at temperature 0, the probes ride along, the usage is counted, stop strings, errors in
+// OpenAI's shape), /v1/models; concurrent streams decoded in one batch, each giving what it gives alone; /metrics.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <map>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "chat/conversation.h"
+#include "server_runs.h"
+#include "test_paths.h"
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace probekit;
+using namespace probekit::testing;
+
+namespace {
+
+const Json kMessages = Json::parse(R"([{"role": "system", "content": "Answer briefly."},
+  {"role": "user", "content": "Instead of a setback, I saw a chance to learn. What do you see?"}])");
+
+// A POST whose body arrives piece by piece (a stream): its status and all of its body.
+std::pair<int, std::string> post_streamed(const RunningServer& s, const std::string& path, const Json& body) {
+  std::string received;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {
+    received.append(data, size);
+    return true;
+  };
+  httplib::Result r = s.client().send(req);
+  return {r ? r->status : -1, received};
+}
+
+std::string post_stream(const RunningServer& s, const std::string& path, const Json& body) {
+  auto [status, received] = post_streamed(s, path, body);
+  REQUIRE_MESSAGE(status == 200, received);
+  return received;
+}
+
+// The "data: ..." payloads of an OpenAI stream, in order (comment lines left out).
+std::vector<std::string> data_lines(const std::string& stream) {
+  std::vector<std::string> data;
+  size_t start = 0, end;
+  while ((end = stream.find("\n\n", start)) != std::string::npos) {
+    std::string block = stream.substr(start, end - start);
+    start = end + 2;
+    if (block.rfind(':', 0) == 0) continue;
+    REQUIRE_MESSAGE(block.rfind("data: ", 0) == 0, block);
+    data.push_back(block.substr(6));
+  }
+  return data;
+}
+
+// The events of a /v1/generate stream: each "token" event's data, then the "done" event's.
+std::vector<Json> parse_generate_events(const std::string& stream) {
+  std::vector<Json> events;
+  size_t start = 0, end;
+  while ((end = stream.find("\n\n", start)) != std::string::npos) {
+    std::string block = stream.substr(start, end - start);
+    start = end + 2;
+    if (block.rfind(':', 0) == 0) continue;
+    size_t data = block.find("\ndata: ");
+    REQUIRE_MESSAGE(data != std::string::npos, block);
+    Json event = Json::parse(block.substr(data + 7));
+    event["event"] = block.substr(7, data - 7);
+    events.push_back(event);
+  }
+  return events;
+}
+
+std::vector<Json> generate_events(const RunningServer& s, const Json& body) {
+  return parse_generate_events(post_stream(s, "/v1/generate", body));
+}
+
+// Two events of a stream: the same tokens and text exactly, the probes' scores within 1e-6 (the batch's matrix
+// products round the last bits of fp32 differently from a batch of one).
+void check_same_event(Json got, Json expected) {
+  CAPTURE(got.dump());
+  CAPTURE(expected.dump());
+  if (got.contains("predictions")) {
+    REQUIRE(got["predictions"].size() == expected["predictions"].size());
+    for (size_t k = 0; k < got["predictions"].size(); ++k) {
+      Json& a = got["predictions"][k];
+      Json& b = expected["predictions"][k];
+      CHECK(std::abs(a["confidence"].get<double>() - b["confidence"].get<double>()) <= 1e-6);
+      a.erase("confidence");
+      b.erase("confidence");
+    }
+  }
+  CHECK(got == expected);
+}
+
+// Waits until the server has closed every stream (a client has its last event before the server frees its slot).
+void wait_for_streams_closed(RunningServer& s) {
+  for (int i = 0; i < 1000 && s.server().open_streams() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  REQUIRE(s.server().open_streams() == 0);
+}
+
+}  // namespace
+
+TEST_CASE("probe_server /v1/chat/completions: a completion and a stream agree at temperature 0, with probes and usage") {
+  TempDir tmp;
+  RunningServer s(options_for(train_probes(tmp)));
+  Json models = Json::parse(s.client().Get("/v1/models")->body);
+  REQUIRE(models["data"].size() == 1);
+  const std::string name = models["data"][0]["id"];
+  CHECK(models["object"] == "list");
+  CHECK(Json(name) == Json::parse(s.client().Get("/v1/info")->body)["model"]);
+
+  Json request = {{"model", "whatever"}, {"messages", kMessages}, {"max_tokens", 6}, {"temperature", 0}};
+  Json completion = post_json(s, "/v1/chat/completions", request);
+  CHECK(completion["object"] == "chat.completion");
+  CHECK(completion["model"] == name);
+  const Json& choice = completion["choices"][0];
+  CHECK(choice["message"]["role"] == "assistant");
+  CHECK(choice["finish_reason"] == "length");
+  const std::string prompt = chat::render_conversation(kGemmaModel, chat::OrderedJson::parse(kMessages.dump()));
+  const auto prompt_tokens = tokenizer::Tokenizer::from_file(kGemmaModel).encode(prompt, false).size();
+  CHECK(completion["usage"] == Json({{"prompt_tokens", prompt_tokens}, {"completion_tokens", 6}, {"total_tokens", prompt_tokens + 6}}));
+  REQUIRE(completion["probes"].size() == 6);
+  std::string joined;
+  for (const Json& token : completion["probes"]) {
+    joined += token["text"].get<std::string>();
+    CHECK(token["predictions"].size() == 5);
+  }
+  CHECK(joined == choice["message"]["content"]);
+
+  // The same request streamed: the same text, a chunk per token carrying the probes, the usage at the end.
+  Json streamed = request;
+  streamed["stream"] = true;
+  streamed["stream_options"] = {{"include_usage", true}};
+  std::vector<std::string> data = data_lines(post_stream(s, "/v1/chat/completions", streamed));
+  REQUIRE(data.size() == 1 + 6 + 1 + 1 + 1);  // role, tokens, finish, usage, [DONE]
+  CHECK(data.back() == "[DONE]");
+  std::string text;
+  for (size_t i = 0; i + 1 < data.size(); ++i) {
+    Json chunk = Json::parse(data[i]);
+    CHECK(chunk["object"] == "chat.completion.chunk");
+    CHECK(chunk["model"] == name);
+    CHECK(chunk["id"] == Json::parse(data[0])["id"]);
+    if (i >= 1 && i <= 6) {
+      CHECK(chunk["probes"] == completion["probes"][i - 1]["predictions"]);
+      text += chunk["choices"][0]["delta"]["content"].get<std::string>();
+    }
+  }
+  CHECK(Json::parse(data[0])["choices"][0]["delta"] == Json({{"role", "assistant"}, {"content", ""}}));
+  CHECK(text == choice["message"]["content"]);
+  CHECK(Json::parse(data[7])["choices"][0]["finish_reason"] == "length");
+  CHECK(Json::parse(data[8])["choices"].empty());
+  CHECK(Json::parse(data[8])["usage"] == completion["usage"]);
+
+  // A stop string taken from the reply (its second character): the reply ends before it.
+  const std::string content = choice["message"]["content"];
+  auto next_character = [&](size_t at) {
+    do ++at;
+    while (at < content.size() && (static_cast<unsigned char>(content[at]) & 0xC0) == 0x80);
+    return at;
+  };
+  const size_t second = next_character(0);
+  REQUIRE_MESSAGE(second < content.size(), "the reply has one character: ", content);
+  const std::string stop = content.substr(second, next_character(second) - second);
+  Json stopped = request;
+  stopped["stop"] = stop;
+  Json reply = post_json(s, "/v1/chat/completions", stopped);
+  CHECK(reply["choices"][0]["message"]["content"] == content.substr(0, content.find(stop)));
+  CHECK(reply["choices"][0]["finish_reason"] == "stop");
+}
+
+TEST_CASE("probe_server /v1/chat/completions: errors in OpenAI's shape, naming the parameter") {
+  TempDir tmp;
+  RunningServer s(options_for(train_probes(tmp)));
+  auto refused = [&](const Json& body, int status, const std::string& param, const std::string& part) {
+    httplib::Result r = post(s, "/v1/chat/completions", body.dump());
+    REQUIRE(r);
+    CHECK_MESSAGE(r->status == status, r->body);
+    Json error = Json::parse(r->body)["error"];
+    CHECK_CONTAINS(error["message"].get<std::string>(), part);
+    CHECK(error["type"] == "invalid_request_error");
+    CHECK(error["param"] == (param.empty() ? Json() : Json(param)));
+  };
+  refused({{"messages", Json::array()}}, 400, "messages", "'messages' is empty");
+  refused({{"messages", kMessages}, {"n", 2}}, 400, "n", "'n' must be 1");
+  refused({{"messages", kMessages}, {"max_tokens", 100000}}, 413, "max_tokens", "--max-new-tokens");
+  refused({{"messages", Json::parse(R"([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])")}}, 400,
+          "messages", "Conversation roles must alternate");
+  refused({{"messages", kMessages}, {"probes", {{"layers", {3}}}}}, 400, "layers[0]", "layer 3 has no probes loaded");
+  httplib::Result missing = s.client().Get("/v1/models/none");
+  REQUIRE(missing);
+  CHECK(missing->status == 404);
+  CHECK(Json::parse(missing->body)["error"]["code"] == "not_found");
+
+  // A model without a chat template: the error names the files looked at.
+  TempDir bare;
+  for (const char* file : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
+    write_text(bare.file(file), read_text(kGemmaModel + "/" + file));
+  }
+  server::ServerOptions o = options_for(tmp.file("probes"));
+  o.engine.model_dir = bare.path();
+  o.engine.force = true;
+  RunningServer plain(o);
+  httplib::Result r = post(plain, "/v1/chat/completions", Json({{"messages", kMessages}}).dump());
+  REQUIRE(r);
+  CHECK(r->status == 400);
+  CHECK_CONTAINS(r->body, "this model cannot chat");
+  CHECK_CONTAINS(r->body, "chat_template.jinja");
+}
+
+TEST_CASE("probe_server: four streams started together decode in one batch, each giving the tokens it gives alone") {
+  TempDir tmp;
+  RunningServer s(options_for(train_probes(tmp)));
+  // Different prompts and lengths (one leaves early), sampling with a seed, steering: each its own row.
+  const std::vector<Json> bodies = {
+      {{"prompt", "Once upon a time"}, {"max_new_tokens", 8}, {"stop", false}},
+      {{"prompt", kReframingText}, {"max_new_tokens", 3}, {"stop", false}},
+      {{"prompt", "The weather today"}, {"max_new_tokens", 8}, {"temperature", 0.9}, {"seed", 7}, {"stop", false}},
+      {{"prompt", "Suddenly I noticed"}, {"max_new_tokens", 6}, {"stop", false},
+       {"steer", {{{"label", "reframing"}, {"layer", 2}, {"coefficient", 6}}}}},
+  };
+  std::vector<std::vector<Json>> alone;
+  for (const Json& body : bodies) alone.push_back(generate_events(s, body));
+  wait_for_streams_closed(s);
+  const server::SchedulerStats before = s.server().scheduler().stats();
+  std::vector<std::pair<int, std::string>> together(bodies.size());
+  {
+    std::shared_ptr<void> hold = s.server().scheduler().hold();
+    std::vector<std::thread> clients;
+    for (size_t i = 0; i < bodies.size(); ++i) {
+      clients.emplace_back([&, i] { together[i] = post_streamed(s, "/v1/generate", bodies[i]); });
+    }
+    while (s.server().scheduler().queue_depth() < static_cast<int64_t>(bodies.size())) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    hold.reset();
+    for (std::thread& client : clients) client.join();
+  }
+  const server::SchedulerStats after = s.server().scheduler().stats();
+  CHECK(after.largest_batch == 4);
+  CHECK(after.streams_joined - before.streams_joined == 4);
+  CHECK(after.decode_steps - before.decode_steps == 8);  // the longest stream's tokens: the others rode along
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE_MESSAGE(together[i].first == 200, together[i].second);
+    std::vector<Json> events = parse_generate_events(together[i].second);
+    REQUIRE(events.size() == alone[i].size());
+    for (size_t t = 0; t < events.size(); ++t) check_same_event(events[t], alone[i][t]);
+  }
+  CHECK(alone[1].back()["tokens"] == 3);
+  CHECK(alone[3].back()["steered"] == true);
+}
+
+namespace {
+
+// The samples of a Prometheus text exposition: "name{labels}" -> value; every line checked against the format.
+std::map<std::string, double> parse_exposition(const std::string& text) {
+  static const std::regex sample(R"(([a-zA-Z_:][a-zA-Z0-9_:]*(\{[a-zA-Z_]+="[^"]*"(,[a-zA-Z_]+="[^"]*")*\})?) (\S+))");
+  static const std::regex comment(R"(# (HELP|TYPE) probekit_[a-z_]+ .+)");
+  std::map<std::string, double> samples;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::smatch m;
+    if (std::regex_match(line, comment)) continue;
+    REQUIRE_MESSAGE(std::regex_match(line, m, sample), "not a sample: ", line);
+    CHECK(m[1].str().rfind("probekit_", 0) == 0);
+    samples[m[1]] = std::stod(m[4]);
+  }
+  return samples;
+}
+
+}  // namespace
+
+TEST_CASE("probe_server GET /metrics: requests by endpoint and status, streams, batch sizes, tokens, latencies") {
+  TempDir tmp;
+  RunningServer s(options_for(train_probes(tmp)));
+  post_json(s, "/v1/rank", {{"texts", {kReframingText}}});
+  post(s, "/v1/rank", "{}");
+  post_json(s, "/v1/chat/completions", {{"messages", kMessages}, {"max_tokens", 4}, {"temperature", 0}});
+  generate_events(s, {{"prompt", "Once upon a time"}, {"max_new_tokens", 3}, {"stop", false}});
+  wait_for_streams_closed(s);
+  // The server counts a stream's answer once it has written it, after the client has read it all.
+  const std::string generated = R"(probekit_requests_total{endpoint="/v1/generate",status="200"})";
+  std::map<std::string, double> m;
+  for (int i = 0; i < 500 && m[generated] == 0; ++i) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    httplib::Result r = s.client().Get("/metrics");
+    REQUIRE(r);
+    CHECK(r->status == 200);
+    CHECK_CONTAINS(r->get_header_value("Content-Type"), "text/plain; version=0.0.4");
+    m = parse_exposition(r->body);
+  }
+  CHECK(m[R"(probekit_requests_total{endpoint="/v1/rank",status="200"})"] == 1);
+  CHECK(m[R"(probekit_requests_total{endpoint="/v1/rank",status="400"})"] == 1);
+  CHECK(m[R"(probekit_requests_total{endpoint="/v1/chat/completions",status="200"})"] == 1);
+  CHECK(m[R"(probekit_requests_total{endpoint="/v1/generate",status="200"})"] == 1);
+  CHECK(m["probekit_tokens_generated_total"] == 7);
+  CHECK(m["probekit_open_streams"] == 0);
+  CHECK(m["probekit_queue_depth"] == 0);
+  CHECK(m["probekit_decode_steps_total"] == 7);
+  CHECK(m[R"(probekit_batch_size_bucket{le="1"})"] == 7);
+  CHECK(m[R"(probekit_batch_size_bucket{le="+Inf"})"] == m["probekit_batch_size_count"]);
+  CHECK(m["probekit_time_to_first_token_seconds_count"] == 2);
+  CHECK(m["probekit_time_per_token_seconds_count"] == 5);
+  CHECK(m["probekit_time_to_first_token_seconds_sum"] > 0);
+  double previous = 0;
+  for (const char* le : {"0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "+Inf"}) {
+    double count = m[fmt::format("probekit_time_to_first_token_seconds_bucket{{le=\"{}\"}}", le)];
+    CHECK(count >= previous);  // cumulative
+    previous = count;
+  }
+  CHECK(previous == 2);
+}
