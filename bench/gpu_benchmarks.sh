@@ -28,13 +28,16 @@
 #      one by one in transformers (a sample of SWEEP_SAMPLE cells, 40 by default, timed as cells/s);
 #   9. previous: the 4-layer capture by the tree in .gpu/old_src.tar.gz (an earlier commit, built into /tmp/build_old)
 #      alternating with this tree's, to compare two commits in one sitting;
+#   10. python_api: the Python package's model.capture (bench/python/python_api_capture.py, the extension module
+#      built into /tmp/build) alternating with capture_activations on the same texts and layers, with the host memory
+#      the call's rows take;
 #   4. MoE capture: a Qwen3-30B-A3B-shaped random checkpoint (bench/python/make_moe_bench_model.py, MOE_LAYERS
 #      layers, 24 by default: one 80 GB GPU) with the real Qwen 3 tokenizer, captured at layers n/4, n/2, 3n/4,
 #      n-1 (6,12,18,23) by capture_activations vs transformers' batched forward (bench/python/moe_baseline.py),
 #      alternating, on the same dataset, then a profile of the capture as in 1c.
 # Usage: bash bench/gpu_benchmarks.sh OUT_DIR [STEP...]
 #   steps: build model capture profile alllayers spread multigpu split train generate server coldstart moe steer sweep
-#          previous (default: all but previous)
+#          previous python_api (default: all but previous and python_api)
 # RUNS (default 2) sets the runs of each side; PYTHON_RUNS (default RUNS) those of the Python side, whose
 # capture and training take minutes a run.
 set -euo pipefail
@@ -216,6 +219,17 @@ if has previous; then
         > "$out/capture_${side}_$run.json"
       echo "$side $run $(grep -h examples_per_second "$out/capture_${side}_$run.json")"
     done
+  done
+fi
+if has python_api; then
+  PROBEKIT_CMAKE_ARGS="-DPROBEKIT_BUILD_PYTHON=ON -DPython3_EXECUTABLE=$python" bash scripts/gpu/build.sh _native capture_activations
+  cp python/probekit/*.py /tmp/build/python/probekit/
+  for run in $(seq "$runs"); do
+    "$tools/capture_activations" --model "$model" --dataset "$dataset" --output-dir "/tmp/capture_api_$run" --layers $layers \
+      --overwrite --json -q > "$out/capture_cli_$run.json"
+    grep -h examples_per_second "$out/capture_cli_$run.json"
+    PYTHONPATH=/tmp/build/python "$python" bench/python/python_api_capture.py "$model" "$dataset" --layers $layers --runs 1 \
+      | tee "$out/capture_python_api_$run.json"
   done
 fi
 if has steer; then

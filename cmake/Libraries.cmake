@@ -25,4 +25,10 @@ endfunction()
 # The precompiled LibTorch header of the libraries, for a tool, test or benchmark executable.
 function(probekit_reuse_torch_header target)
   target_precompile_headers(${target} REUSE_FROM probekit_device_torch)
+  # With the Python module the libraries (and their header) are compiled -fPIC; an executable would be -fPIE, which
+  # makes GCC refuse the header: compiled -fPIC too (PIC code links into a PIE executable).
+  if(CMAKE_POSITION_INDEPENDENT_CODE)
+    set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE OFF)
+    target_compile_options(${target} PRIVATE -fPIC)
+  endif()
 endfunction()

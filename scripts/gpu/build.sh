@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 deps=/tmp/deps
-if [ ! -e "$deps/usr/include/brotli/decode.h" ]; then  # the last package added: a tree unpacked earlier lacks it
+if [ ! -e "$deps/usr/include/pybind11/pybind11.h" ]; then  # the last package added: a tree unpacked earlier lacks it
   mkdir -p "$deps"
   for f in .gpu/debs/*.deb; do dpkg -x "$f" "$deps"; done
   # Debian's HDF5 include directory is an absolute symlink into /usr; point it inside the unpacked tree.
@@ -22,7 +22,7 @@ build=${PROBEKIT_BUILD:-/tmp/build}
 cmake -S "$source" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr" \
   -DHDF5_ROOT="$deps/usr/lib/x86_64-linux-gnu/hdf5/serial" \
-  -DCMAKE_CUDA_ARCHITECTURES=90 -DFMT_FIRST="$deps/usr/include" >/tmp/cmake.log 2>&1 || { tail -40 /tmp/cmake.log; exit 1; }
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DFMT_FIRST="$deps/usr/include" ${PROBEKIT_CMAKE_ARGS:-} >/tmp/cmake.log 2>&1 || { tail -40 /tmp/cmake.log; exit 1; }
 cmake --build "$build" ${1:+--target "$@"} > /tmp/build.log 2>&1 || { grep -B2 -A12 -m3 "error" /tmp/build.log; exit 1; }
 tail -2 /tmp/build.log
 echo "export LD_LIBRARY_PATH=$LD_LIBRARY_PATH"

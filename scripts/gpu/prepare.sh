@@ -13,7 +13,9 @@ packages=(libhdf5-dev libhdf5-103-1 libhdf5-cpp-103-1 libhdf5-hl-100 libhdf5-hl-
           # and cpp-httplib for probe_server and the tests (its runtime dependencies are all on Ubuntu; the headers of
           # OpenSSL, zlib and Brotli, which its feature macros include, are carried).
           libcurl4-openssl-dev libcurl4 libldap-2.5-0 libssh2-1 libcpp-httplib-dev libcpp-httplib0.11
-          libssl-dev zlib1g-dev libbrotli-dev)
+          libssl-dev zlib1g-dev libbrotli-dev
+          # pybind11's headers and CMake files, for the Python package's extension module (the python_api benchmark)
+          pybind11-dev)
 if [ "$(ls .gpu/debs/*.deb 2>/dev/null | wc -l)" -lt "${#packages[@]}" ]; then
   (cd .gpu/debs && apt-get download "${packages[@]}")
 fi
