@@ -28,7 +28,7 @@ esac
 
 # Homebrew's formulae for what Debian's packages give (scripts/setup.sh): the build tools, the libraries, and for
 # probe_server and the tests cpp-httplib (header-only here), and for the tests node (npm, for
-# scripts/fetch_tokenizers.sh and scripts/setup_browser_test.sh).
+# scripts/fetch_tokenizers.sh and scripts/setup_npm_tests.sh).
 packages=(cmake ninja hdf5 cli11 spdlog fmt doctest nlohmann-json pcre2 utf8proc simdjson libomp cpp-httplib node)
 [ "$libtorch" = homebrew ] && packages+=(pytorch)
 

@@ -7,8 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/fetch_tokenizers.sh
-bash scripts/setup_browser_test.sh   # puppeteer-core for the browser test of probe_server's page
-bash scripts/setup_openai_client_test.sh   # the openai npm client for the test of the OpenAI endpoints
+bash scripts/setup_npm_tests.sh   # puppeteer-core (the page's browser test) and the openai client, from npm
 python=$(sed -n 's/^Python3_EXECUTABLE:[A-Z]*=//p' build/CMakeCache.txt)
 "$python" -m venv --system-site-packages --clear build/venv
 # pip reuses build/ (setup.py builds only the extension module there, already built by setup.sh); the kernel spec
