@@ -5,8 +5,8 @@
 // stops the server with SIGTERM, which must end it cleanly.
 //
 //   node page_test.mjs PROBE_SERVER PROBES_DIR SCREENSHOT.png
-import { spawn } from "node:child_process";
 import assert from "node:assert/strict";
+import { startServer, stopServer } from "../probe_server_process.mjs";
 import puppeteer from "puppeteer-core";
 
 const [serverPath, probesDir, screenshot] = process.argv.slice(2);
@@ -16,35 +16,6 @@ if (!screenshot) {
 }
 const chromium = process.env.CHROMIUM || "/usr/bin/chromium";
 const text = "Instead of seeing it as a setback, I saw a chance to learn from it.";
-
-// Starts probe_server and resolves with its URL once it prints it.
-function startServer() {
-  const server = spawn(serverPath, ["--probes-dir", probesDir, "--device", "cpu", "--port", "0"],
-                       { stdio: ["ignore", "pipe", "pipe"] });
-  let output = "";
-  const url = new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error("probe_server printed no URL:\n" + output)), 120000);
-    const read = (chunk) => {
-      output += chunk;
-      const found = output.match(/on (http:\/\/127\.0\.0\.1:\d+\/)/);
-      if (found) {
-        clearTimeout(timer);
-        resolve(found[1]);
-      }
-    };
-    server.stdout.on("data", read);
-    server.stderr.on("data", read);
-    server.on("exit", (code) => reject(new Error(`probe_server exited with ${code}:\n${output}`)));
-  });
-  return { server, url, output: () => output };
-}
-
-async function stopServer(server) {
-  const exited = new Promise((resolve) => server.on("exit", (code, signal) => resolve({ code, signal })));
-  server.kill("SIGTERM");
-  const { code, signal } = await exited;
-  assert.equal(code, 0, `probe_server ended with code ${code}, signal ${signal} after SIGTERM`);
-}
 
 async function checkRanking(page, base) {
   await page.type("#text", text);
@@ -118,7 +89,7 @@ async function checkSteering(page, info) {
   console.log(`steering: ${status}`);
 }
 
-const { server, url, output } = startServer();
+const { server, url, output } = startServer(serverPath, probesDir);
 let browser;
 try {
   const base = await url;

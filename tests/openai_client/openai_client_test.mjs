@@ -4,8 +4,8 @@
 // OpenAI's shape; then SIGTERM, which must end the server cleanly.
 //
 //   node openai_client_test.mjs PROBE_SERVER PROBES_DIR
-import { spawn } from "node:child_process";
 import assert from "node:assert/strict";
+import { startServer, stopServer } from "../probe_server_process.mjs";
 import OpenAI from "openai";
 
 const [serverPath, probesDir] = process.argv.slice(2);
@@ -14,41 +14,13 @@ if (!probesDir) {
   process.exit(2);
 }
 
-function startServer() {
-  const server = spawn(serverPath, ["--probes-dir", probesDir, "--device", "cpu", "--port", "0"],
-                       { stdio: ["ignore", "pipe", "pipe"] });
-  let output = "";
-  const url = new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error("probe_server printed no URL:\n" + output)), 120000);
-    const read = (chunk) => {
-      output += chunk;
-      const found = output.match(/on (http:\/\/127\.0\.0\.1:\d+\/)/);
-      if (found) {
-        clearTimeout(timer);
-        resolve(found[1]);
-      }
-    };
-    server.stdout.on("data", read);
-    server.stderr.on("data", read);
-    server.on("exit", (code) => reject(new Error(`probe_server exited with ${code}:\n${output}`)));
-  });
-  return { server, url };
-}
-
-async function stopServer(server) {
-  const exited = new Promise((resolve) => server.on("exit", (code, signal) => resolve({ code, signal })));
-  server.kill("SIGTERM");
-  const { code, signal } = await exited;
-  assert.equal(code, 0, `probe_server ended with code ${code}, signal ${signal} after SIGTERM`);
-}
-
 const messages = [
   { role: "system", content: "Answer briefly." },
   { role: "user", content: "Instead of a setback, I saw a chance to learn. What do you see?" },
 ];
 
 async function main() {
-  const { server, url } = startServer();
+  const { server, url } = startServer(serverPath, probesDir);
   try {
     const client = new OpenAI({ baseURL: (await url) + "v1", apiKey: "not-needed", maxRetries: 0 });
     const models = await client.models.list();
