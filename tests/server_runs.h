@@ -150,4 +150,25 @@ struct ServerProcess {
   }
 };
 
+/// One event of a server-sent event stream.
+struct ServerEvent {
+  std::string name;
+  Json data;
+};
+
+/// The events of a server-sent event stream (comment lines, the server's keep-alives, left out).
+inline std::vector<ServerEvent> parse_events(const std::string& stream) {
+  std::vector<ServerEvent> events;
+  size_t start = 0, end;
+  while ((end = stream.find("\n\n", start)) != std::string::npos) {
+    std::string block = stream.substr(start, end - start);
+    start = end + 2;
+    if (block.rfind(':', 0) == 0) continue;
+    size_t data = block.find("\ndata: ");
+    REQUIRE_MESSAGE((block.rfind("event: ", 0) == 0 && data != std::string::npos), block);
+    events.push_back({block.substr(7, data - 7), Json::parse(block.substr(data + 7))});
+  }
+  return events;
+}
+
 }  // namespace probekit::testing

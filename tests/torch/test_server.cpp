@@ -276,26 +276,6 @@ TEST_CASE("probe_server the tool: a public host needs --api-key; it serves, and 
 
 namespace {
 
-struct Event {
-  std::string name;
-  Json data;
-};
-
-// The events of a server-sent event stream (comment lines, the server's keep-alives, left out).
-std::vector<Event> parse_events(const std::string& stream) {
-  std::vector<Event> events;
-  size_t start = 0, end;
-  while ((end = stream.find("\n\n", start)) != std::string::npos) {
-    std::string block = stream.substr(start, end - start);
-    start = end + 2;
-    if (block.rfind(':', 0) == 0) continue;
-    size_t data = block.find("\ndata: ");
-    REQUIRE_MESSAGE((block.rfind("event: ", 0) == 0 && data != std::string::npos), block);
-    events.push_back({block.substr(7, data - 7), Json::parse(block.substr(data + 7))});
-  }
-  return events;
-}
-
 // POST /v1/generate, its body handed to `receive` as it arrives (returning false hangs up).
 httplib::Result generate(const RunningServer& s, const Json& body, const httplib::ContentReceiverWithProgress& receive) {
   httplib::Request req;
@@ -333,7 +313,7 @@ TEST_CASE("probe_server: /v1/generate streams tokens with their probe scores; it
   REQUIRE(r);
   REQUIRE_MESSAGE(r->status == 200, received);
   CHECK(r->get_header_value("Content-Type") == "text/event-stream");
-  std::vector<Event> events = parse_events(received);
+  std::vector<ServerEvent> events = parse_events(received);
   REQUIRE(events.size() == 7);
   // The same tokens and scores as the engine's own generation, token by token.
   generation::GenerationFlags flags;

@@ -63,16 +63,9 @@ std::vector<std::string> data_lines(const std::string& stream) {
 // The events of a /v1/generate stream: each "token" event's data, then the "done" event's.
 std::vector<Json> parse_generate_events(const std::string& stream) {
   std::vector<Json> events;
-  size_t start = 0, end;
-  while ((end = stream.find("\n\n", start)) != std::string::npos) {
-    std::string block = stream.substr(start, end - start);
-    start = end + 2;
-    if (block.rfind(':', 0) == 0) continue;
-    size_t data = block.find("\ndata: ");
-    REQUIRE_MESSAGE(data != std::string::npos, block);
-    Json event = Json::parse(block.substr(data + 7));
-    event["event"] = block.substr(7, data - 7);
-    events.push_back(event);
+  for (ServerEvent& event : parse_events(stream)) {
+    event.data["event"] = event.name;
+    events.push_back(std::move(event.data));
   }
   return events;
 }
