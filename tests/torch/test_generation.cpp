@@ -88,6 +88,8 @@ GENERATION_TEST("olmo2")
 GENERATION_TEST("olmo3")
 GENERATION_TEST("smollm3")
 GENERATION_TEST("gemma4_text")
+GENERATION_TEST("qwen3_5_text")
+GENERATION_TEST("qwen3_next")
 
 namespace {
 
@@ -121,8 +123,9 @@ Collected generate_batch(const model::TransformerModel& model, const std::vector
 }  // namespace
 
 TEST_CASE("prompts of different lengths generated in one batch give each prompt's own generation") {
-  // A sliding window (gemma3_text: 8), routed experts (mixtral) and longrope crossing its limit (phi3_longrope).
-  for (const char* name : {"gemma3_text", "mixtral", "phi3_longrope", "gpt2"}) {
+  // A sliding window (gemma3_text: 8), routed experts (mixtral), longrope crossing its limit (phi3_longrope) and
+  // recurrent states that must stop at each prompt's end, not at the batch's (qwen3_5_text).
+  for (const char* name : {"gemma3_text", "mixtral", "phi3_longrope", "gpt2", "qwen3_5_text"}) {
     model::TransformerModel model = load_generator(fixture_model(name));
     std::vector<readout::Sequence> prompts = reference_prompts(name);
     generation::GenerationOptions options;
@@ -264,6 +267,8 @@ TEST_CASE("probes read each new token as --per-token reads that position: the to
   // The router's logits of a MoE layer.
   check_rows_while_generating("qwen3_moe", {Site::kRouter, readout::Position::kLast, {0, 2}, 0},
                               anchor_suffix("qwen3_moe"));
+  // Gated DeltaNet layers: the suffix of each step must leave their states as the new token left them.
+  check_rows_while_generating("qwen3_next", residual, anchor_suffix("qwen3_next"));
 }
 
 TEST_CASE("a model split over two devices generates the ids, logits and probe rows of one device, bitwise (fp32)") {

@@ -9,6 +9,7 @@
 #include "common/files.h"
 #include "common/json.h"
 #include "io/safetensors.h"
+#include "model/families.h"
 #include "model/transformer.h"
 #include "readout/readout.h"
 #include "tensor_files.h"
@@ -118,6 +119,9 @@ REFERENCE_TEST("olmo2")
 REFERENCE_TEST("olmo3")
 REFERENCE_TEST("smollm3")
 REFERENCE_TEST("gemma4_text")
+// Gated DeltaNet hybrids: linear-attention layers with a gated full-attention layer (dense MLP; MoE).
+REFERENCE_TEST("qwen3_5_text")
+REFERENCE_TEST("qwen3_next")
 // Fine-grained FP8 (32x32 blocks) against the dequantized model's activations.
 REFERENCE_TEST("qwen3_fp8")
 
@@ -267,5 +271,31 @@ TEST_CASE("token embeddings kept on the host give the same hidden states as a co
       pass.input_ids = reference.input_ids[0].unsqueeze(0);
       CHECK_MESSAGE(at::equal(mapped.forward(pass), copied.forward(pass)), name, " ", dtype);
     }
+  }
+}
+
+// Qwen3.5's multimodal wrapper (model_type qwen3_5, the text model under model.language_model.), made from the text
+// fixture here, with a vision tower and a multi-token-prediction head that are never read.
+TEST_CASE("model matches transformers: qwen3_5 under its multimodal wrapper") {
+  TempDir tmp;
+  const std::string dir = tmp.file("qwen3_5");
+  copy_dir(fixture_model("qwen3_5_text"), dir);
+  write_json_file(dir + "/config.json", Json{{"model_type", "qwen3_5"},
+                                             {"tie_word_embeddings", true},
+                                             {"text_config", read_json_file(dir + "/config.json")}});
+  safetensors::File text(fixture_model("qwen3_5_text") + "/model.safetensors");
+  std::vector<safetensors::TensorData> tensors;
+  const std::vector<uint8_t> unread(4 * 4, 0);
+  for (const char* name : {"model.visual.patch_embed.proj.weight", "mtp.fc.weight"}) {
+    tensors.push_back({name, safetensors::DType::kF32, {2, 2}, unread.data(), unread.size()});
+  }
+  for (const safetensors::TensorInfo& info : text.tensors()) {
+    tensors.push_back({"model.language_model." + info.name.substr(std::string("model.").size()), info.dtype, info.shape,
+                       text.data(info), info.nbytes()});
+  }
+  safetensors::write_file(dir + "/model.safetensors", tensors);
+  check_against_reference(dir, "qwen3_5 (multimodal layout)");
+  for (const char* name : {"model.visual.patch_embed.proj.weight", "mtp.fc.weight"}) {
+    CHECK(model::find_family("qwen3_5")->tensor_layer(name) == model::kUnusedTensor);
   }
 }
