@@ -299,3 +299,11 @@ TEST_CASE("model matches transformers: qwen3_5 under its multimodal wrapper") {
     CHECK(model::find_family("qwen3_5")->tensor_layer(name) == model::kUnusedTensor);
   }
 }
+
+TEST_CASE("inspect_model info names each layer's token mixer in a Gated DeltaNet hybrid") {
+  CommandResult r = run_command(fmt::format("{} info --model {}", tool("inspect_model"), fixture_model("qwen3_next")));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  CHECK_CONTAINS(r.output, "layers 0,1,2: Gated DeltaNet (2 key heads of 16, 4 value heads of 16, convolution over 4 "
+                           "tokens), routed experts (top 2 of 8, renormalised, plus a shared expert)");
+  CHECK_CONTAINS(r.output, "layers 3: full attention, rope theta 1e+07 on 4 dims, gated output, routed experts");
+}
