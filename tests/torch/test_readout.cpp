@@ -159,7 +159,7 @@ TEST_CASE("packed sequences read the same rows as a padded batch, for every fami
                         {"llama", Site::kResidPost},    {"gpt2", Site::kMlpOut},
                         {"gpt_neox", Site::kResidMid},  {"olmo2", Site::kResidPost},
                         {"phi3", Site::kResidPre},      {"qwen3_moe", Site::kRouter},
-                        {"qwen2_moe", Site::kResidPost}};
+                        {"qwen2_moe", Site::kResidPost}, {"qwen3_next", Site::kAttnOut}};
   for (const Case& c : cases) {
     auto model = model::TransformerModel::load(fixture_model(c.model), {});
     const int64_t layers = model.config().num_layers;
