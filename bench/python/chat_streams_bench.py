@@ -123,7 +123,9 @@ def main():
         return print(json.dumps(chat_body(0, args.tokens)["messages"]))
     prompt = open(args.prompt_file, encoding="utf-8").read()
     prompt = prompt[len(args.bos):] if prompt.startswith(args.bos) else prompt
-    concurrent(args.port, 2, 8, 1000)  # warm-up
+    # Warm-up: the first batch of 16 and the first long stream allocate what later steps reuse.
+    concurrent(args.port, args.streams, 32, 1000)
+    concurrent(args.port, 1, 32, 2000)
     runs = []
     for run in range(args.runs):
         # Alternating, so drift on the machine touches all three alike.
