@@ -157,7 +157,8 @@ at::Tensor mix_tokens(const at::Tensor& x, const DeltaNetWeights& w, const Model
   DeltaRuleResult result =
       gated_delta_rule_chunked(in[0], in[1], in[2], in[3], in[4], initial, cache != nullptr ? commit : at::Tensor());
   if (cache != nullptr) {
-    // The convolution's inputs before token `commit` of each row: columns [commit, commit + K - 1) of `inputs`.
+    // The convolution's last K - 1 inputs up to each row's last committed token: columns [commit, commit + K - 1)
+    // of `inputs`, which begin with the K - 1 from before the pass.
     at::Tensor ends = commit.defined()
                           ? commit.view({batch, 1, 1})
                           : at::full({batch, 1, 1}, tokens, at::TensorOptions().dtype(at::kLong).device(x.device()));
@@ -166,8 +167,8 @@ at::Tensor mix_tokens(const at::Tensor& x, const DeltaNetWeights& w, const Model
     cache->recurrent_states[layer] = result.state;
   }
   at::Tensor o = result.outputs.transpose(1, 2);  // [B, T, value_heads, dv]
-  at::Tensor o32 = o * at::rsqrt(o.pow(2).mean(-1, true) + c.norm_eps) * w.norm;
-  at::Tensor gated = o32 * at::silu(heads_of(projected, z_at, s.value_heads, s.value_head_dim).to(at::kFloat));
+  at::Tensor normalized = o * at::rsqrt(o.pow(2).mean(-1, true) + c.norm_eps) * w.norm;
+  at::Tensor gated = normalized * at::silu(heads_of(projected, z_at, s.value_heads, s.value_head_dim).to(at::kFloat));
   return gated.reshape({batch, tokens, s.value_dim()}).to(x.scalar_type());
 }
 
