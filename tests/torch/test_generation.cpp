@@ -229,8 +229,10 @@ TEST_CASE("sampled generation: a seed repeats its tokens, top-k 1 is greedy") {
 namespace {
 
 // The probes' rows read while generating equal what read_prefixes (--per-token) reads afterwards for the same
-// text (prompt + new tokens) at each new token's position, row for row of a batch.
-void check_rows_while_generating(const std::string& name, const readout::Request& request, const readout::Sequence& suffix) {
+// text (prompt + new tokens) at each new token's position, row for row of a batch, within `tolerance` x the row's
+// largest value.
+void check_rows_while_generating(const std::string& name, const readout::Request& request, const readout::Sequence& suffix,
+                                 double tolerance = 1e-5) {
   model::TransformerModel model = load_generator(fixture_model(name));
   std::vector<readout::Sequence> prompts = reference_prompts(name);
   generation::GenerationOptions options;
@@ -245,7 +247,7 @@ void check_rows_while_generating(const std::string& name, const readout::Request
       REQUIRE(token.rows.defined());
       at::Tensor expected = afterwards[token.position];
       double error = (token.rows - expected).abs().max().item<double>() / expected.abs().max().item<double>();
-      CHECK_MESSAGE(error <= 1e-5, name, " row ", b, " token ", token.index, ": relative error ", error);
+      CHECK_MESSAGE(error <= tolerance, name, " row ", b, " token ", token.index, ": relative error ", error);
     }
   }
 }
@@ -267,8 +269,10 @@ TEST_CASE("probes read each new token as --per-token reads that position: the to
   // The router's logits of a MoE layer.
   check_rows_while_generating("qwen3_moe", {Site::kRouter, readout::Position::kLast, {0, 2}, 0},
                               anchor_suffix("qwen3_moe"));
-  // Gated DeltaNet layers: the suffix of each step must leave their states as the new token left them.
-  check_rows_while_generating("qwen3_next", residual, anchor_suffix("qwen3_next"));
+  // Gated DeltaNet layers: the suffix of each step must leave their states as the new token left them. Their
+  // states sum the tokens in another order here (the prompt in chunks, then a token at a time) than when each
+  // prefix runs in one pass: fp32 rounding, up to 2e-5 through the experts (with the suffix left in the states: 0.2 to 0.7).
+  check_rows_while_generating("qwen3_next", residual, anchor_suffix("qwen3_next"), 1e-4);
 }
 
 TEST_CASE("a model split over two devices generates the ids, logits and probe rows of one device, bitwise (fp32)") {
