@@ -144,10 +144,10 @@ at::Tensor mix_tokens(const at::Tensor& x, const DeltaNetWeights& w, const Model
   at::Tensor before =
       cache != nullptr ? cache->conv_states.at(layer) : at::zeros({batch, channels, history}, x.options());
   at::Tensor inputs = at::cat({before, projected.narrow(-1, 0, channels).transpose(1, 2)}, 2);  // [B, C, K - 1 + T]
-  at::Tensor y = at::silu(at::conv1d(inputs, w.conv.unsqueeze(1), at::Tensor(), at::IntArrayRef{1}, at::IntArrayRef{0},
+  // The convolution runs in fp32 (its weight is kept so), as the delta rule after it.
+  at::Tensor y = at::silu(at::conv1d(inputs.to(at::kFloat), w.conv.unsqueeze(1), at::Tensor(), at::IntArrayRef{1}, at::IntArrayRef{0},
                                      at::IntArrayRef{1}, channels))
-                     .transpose(1, 2)
-                     .to(at::kFloat);
+                     .transpose(1, 2);
   const int64_t z_at = channels, b_at = z_at + s.value_dim(), a_at = b_at + s.value_heads;
   std::vector<at::Tensor> in =
       delta_rule_inputs(y, projected.narrow(-1, b_at, s.value_heads), projected.narrow(-1, a_at, s.value_heads), w, s);

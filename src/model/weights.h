@@ -165,7 +165,7 @@ struct DeltaNetWeights {
   /// [2 * key_dim + 2 * value_dim + 2 * value_heads, hidden]: the rows of q, k, v (the convolution's channels),
   /// then z (the output gate), b (beta's) and a (the decay's), whatever order the checkpoint stores them in.
   Linear in_proj;
-  at::Tensor conv;             // [conv_channels, kernel]: conv1d.weight, one filter per channel
+  at::Tensor conv;             // [conv_channels, kernel] in fp32: conv1d.weight, one filter per channel
   at::Tensor A_log, dt_bias;   // [value_heads] in fp32
   at::Tensor norm;             // [value_head_dim] in fp32: the output's RMSNorm weight, w itself (not 1 + w)
 };

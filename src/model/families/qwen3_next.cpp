@@ -92,7 +92,8 @@ void load_delta_net(const WeightScope& linear, const ModelConfig& c, LayerWeight
   const LinearAttentionSpec& s = c.linear_attention;
   DeltaNetWeights& d = l.delta_net;
   d.in_proj.weight = load_in_proj(linear, s, c.hidden_size);
-  d.conv = linear.get("conv1d.weight", {s.conv_channels(), 1, s.conv_kernel}).view({s.conv_channels(), s.conv_kernel});
+  d.conv = linear.get("conv1d.weight", {s.conv_channels(), 1, s.conv_kernel}, at::kFloat)
+               .view({s.conv_channels(), s.conv_kernel});
   d.A_log = linear.get("A_log", {s.value_heads}, at::kFloat);
   d.dt_bias = linear.get("dt_bias", {s.value_heads}, at::kFloat);
   // Qwen3NextRMSNormGated multiplies by w itself, unlike the model's other norms.
