@@ -14,6 +14,7 @@
 #include "generation/sampling.h"
 #include "model/transformer.h"
 #include "readout/readout.h"
+#include "readout/incremental.h"
 #include "readout/prompts.h"
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
@@ -463,4 +464,33 @@ TEST_CASE("rotary models generate past max_position_embeddings, as transformers 
   CHECK_THROWS_WITH_AS(generation::generate(gpt2, {{1, 2, 3}}, options, nullptr, [](const auto&) { return true; }),
                        doctest::Contains("more than the model's 512: ask for fewer new tokens (--max-new-tokens)"),
                        std::invalid_argument);
+}
+
+TEST_CASE("rows that join and leave between steps generate as alone, Gated DeltaNet states included") {
+  for (const char* name : {"qwen3_5_text", "qwen3_next"}) {
+    CAPTURE(name);
+    model::TransformerModel model = load_generator(fixture_model(name));
+    const Json reference = read_json_file(fixture_model(name) + "/generation.json");
+    std::vector<readout::Sequence> prompts = reference_prompts(name);
+    auto greedy = [&](const at::Tensor& final_norm) { return model.logits(final_norm).argmax(-1); };
+    std::vector<std::vector<int64_t>> ids(2);
+    readout::IncrementalReader reader(model, nullptr, {});
+    auto run = [&](at::Tensor next, const std::vector<size_t>& rows, int steps) {
+      for (int s = 0; s < steps; ++s) {
+        for (size_t r = 0; r < rows.size(); ++r) ids[rows[r]].push_back(next[static_cast<int64_t>(r)].item<int64_t>());
+        next = greedy(reader.step(next, at::ones({next.size(0)}, at::kLong)).final_norm);
+      }
+      return next;
+    };
+    // Prompt 0 alone for 3 tokens; prompt 1 joins for 4 tokens of both; prompt 0 leaves, prompt 1 goes on for 4.
+    at::Tensor next = run(greedy(reader.start({prompts[0]}, 12)), {0}, 3);
+    next = run(at::cat({next, greedy(reader.join(prompts[1], 12, nullptr))}), {0, 1}, 4);
+    reader.keep_rows({1});
+    run(next.narrow(0, 1, 1), {1}, 4);
+    for (size_t b = 0; b < 2; ++b) {
+      std::vector<int64_t> expected = reference["cases"][b]["generated_ids"].get<std::vector<int64_t>>();
+      expected.resize(ids[b].size());
+      CHECK_MESSAGE(ids[b] == expected, "row ", b, ": ", fmt::format("{}", ids[b]), " vs ", fmt::format("{}", expected));
+    }
+  }
 }
