@@ -35,13 +35,16 @@
 #      /v1/chat/completions streams of 128 tokens, one alone and 16 started together, and /v1/generate on the same
 #      rendered prompt, alternating (bench/python/chat_streams_bench.py), beside the GPU's copy bandwidth and the
 #      decode rate it bounds (bench/python/hbm_bandwidth.py);
+#   12. hybrid: a Qwen3.5-shaped hybrid (Gated DeltaNet and full attention, about 4 B; bench/python/
+#      make_hybrid_bench_model.py) with the real Qwen 3 tokenizer, captured at layers 8/16/24/31 by capture_activations
+#      vs transformers' batched forward (bench/python/moe_baseline.py), alternating, on the same dataset;
 #   4. MoE capture: a Qwen3-30B-A3B-shaped random checkpoint (bench/python/make_moe_bench_model.py, MOE_LAYERS
 #      layers, 24 by default: one 80 GB GPU) with the real Qwen 3 tokenizer, captured at layers n/4, n/2, 3n/4,
 #      n-1 (6,12,18,23) by capture_activations vs transformers' batched forward (bench/python/moe_baseline.py),
 #      alternating, on the same dataset, then a profile of the capture as in 1c.
 # Usage: bash bench/gpu_benchmarks.sh OUT_DIR [STEP...]
 #   steps: build model capture profile alllayers spread multigpu split train generate server coldstart moe steer sweep
-#          previous python_api chat (default: all but previous, python_api and chat)
+#          previous python_api chat hybrid (default: all but previous, python_api, chat and hybrid)
 # RUNS (default 2) sets the runs of each side; PYTHON_RUNS (default RUNS) those of the Python side, whose
 # capture and training take minutes a run.
 set -euo pipefail
@@ -228,6 +231,19 @@ if has moe; then
   /tmp/build/bench/capture_profile_bench --model "$moe_model" --dataset "$dataset" --output-dir /tmp/moe_capture_profile \
     --layers "${moe_layers// /,}" --overwrite -q --trace /tmp/moe_trace.json > /dev/null
   "$python" bench/python/summarize_trace.py /tmp/moe_trace.json | tee "$out/profile_moe.md"
+fi
+if has hybrid; then
+  hybrid_model=/tmp/hybrid_bench_model
+  [ -s /tmp/qwen3_tokenizer.json ] || gunzip -c .gpu/qwen3_tokenizer.json.gz > /tmp/qwen3_tokenizer.json
+  [ -s "$hybrid_model/config.json" ] || "$python" bench/python/make_hybrid_bench_model.py "$hybrid_model" /tmp/qwen3_tokenizer.json
+  [ -s "$dataset" ] || make_dataset
+  for run in $(seq "$runs"); do
+    "$tools/capture_activations" --model "$hybrid_model" --dataset "$dataset" --output-dir "/tmp/hybrid_capture_$run" \
+      --layers 8,16,24,31 --overwrite --json -q > "$out/hybrid_capture_probekit_$run.json"
+    [ "$run" -gt "$python_runs" ] || PYTHONUNBUFFERED=1 "$python" bench/python/moe_baseline.py "$hybrid_model" "$dataset" \
+      --layers 8 16 24 31 > "$out/hybrid_capture_python_$run.json"
+  done
+  grep -h -E "examples_per_s" "$out"/hybrid_capture_*.json
 fi
 if has previous; then
   if [ ! -x /tmp/build_old/tools/capture_activations ]; then
