@@ -134,15 +134,22 @@ std::string per_token_terminal(const TokenTable& table, int64_t top) {
 }
 
 std::string per_token_csv(const TokenTable& table) {
-  std::string out = "action_name,token_position,token_text,confidence,layer,is_active\n";
+  const bool attention = !table.attention.empty();
+  std::string out = attention ? "action_name,token_position,token_text,confidence,layer,is_active,attention\n"
+                              : "action_name,token_position,token_text,confidence,layer,is_active\n";
   for (size_t t = 0; t < table.tokens.size(); ++t) {
     const ScoreTable& s = table.scores[t];
     for (size_t l = 0; l < s.layers.size(); ++l) {
       for (size_t k = 0; k < s.labels.size(); ++k) {
         double p = s.probability[l][k];
         if (std::isnan(p)) continue;
-        out += fmt::format("{},{},{},{:.6f},{},{}\n", csv_field(s.labels[k]), t, csv_field(table.tokens[t]), p, s.layers[l],
+        out += fmt::format("{},{},{},{:.6f},{},{}", csv_field(s.labels[k]), t, csv_field(table.tokens[t]), p, s.layers[l],
                            p >= s.threshold[l][k] ? "True" : "False");
+        if (attention) {
+          const double w = table.attention[t][l][k];
+          out += std::isnan(w) ? "," : fmt::format(",{:.6f}", w);
+        }
+        out += "\n";
       }
     }
   }

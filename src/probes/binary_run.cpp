@@ -57,6 +57,8 @@ Json config_json(const BinaryRunOptions& options, const device::ComputeTarget& t
   const BinaryTrainingOptions& t = options.training;
   return {{"model_type", t.kind->name()},
           {"hidden_dim", t.hidden_dim},
+          {"num_heads", t.heads.value_or(t.kind->default_heads())},
+          {"max_tokens", t.max_tokens},
           {"batch_size", t.batch_size},
           {"epochs", t.epochs},
           {"learning_rate", t.lr},
