@@ -1,5 +1,6 @@
 """The reference's probe modules (brije src/probes/probe_models.py): the same parameters and state-dict names,
 for the checks that load our probe files into them. Needs torch only."""
+import torch
 import torch.nn as nn
 
 
