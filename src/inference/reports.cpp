@@ -118,6 +118,21 @@ Json label_summaries_json(const std::vector<LabelSummary>& summaries) {
   return out;
 }
 
+namespace {
+
+// Attention probes: the weight the whole text's pool puts on token t for the prediction `p`; empty otherwise.
+std::string attention_note(const TokenTable& table, size_t t, const Prediction& p) {
+  if (table.attention.empty()) return "";
+  const ScoreTable& s = table.scores[t];
+  const auto l = static_cast<size_t>(std::find(s.layers.begin(), s.layers.end(), p.layer) - s.layers.begin());
+  const auto k = static_cast<size_t>(std::find(s.labels.begin(), s.labels.end(), p.label) - s.labels.begin());
+  if (l >= s.layers.size() || k >= s.labels.size()) return "";
+  const double w = table.attention[t][l][k];
+  return std::isnan(w) ? "  (not read)" : fmt::format("  (attention {:.3f})", w);
+}
+
+}  // namespace
+
 std::string per_token_terminal(const TokenTable& table, int64_t top) {
   std::string out = fmt::format("{:>4}  {:<18}  top labels\n", "pos", "token");
   for (size_t t = 0; t < table.tokens.size(); ++t) {
@@ -128,7 +143,8 @@ std::string per_token_terminal(const TokenTable& table, int64_t top) {
       parts.push_back(fmt::format("{}{}{} {:.3f}", p.active ? "✓" : "", terminal_text(p.label),
                                   table.scores[t].layers.size() > 1 ? fmt::format("@L{}", p.layer) : "", p.confidence));
     }
-    out += fmt::format("{:>4}  {}  {}\n", t, pad(dump_json(table.tokens[t]), 18), fmt::join(parts, ", "));
+    out += fmt::format("{:>4}  {}  {}{}\n", t, pad(dump_json(table.tokens[t]), 18), fmt::join(parts, ", "),
+                       ranked.empty() ? "" : attention_note(table, t, ranked.front()));
   }
   return out;
 }

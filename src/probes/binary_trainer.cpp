@@ -158,13 +158,8 @@ void evaluate_best(BinaryTrainingResult& result, std::vector<TrainedLabel>& trai
 }
 
 // The leading special tokens (a BOS) an every-token probe leaves out of each text of a --position all file.
-int64_t leading_specials(const activations::ActivationFile& file, const std::string& progress_label) {
-  std::vector<const std::vector<int64_t>*> ids, offsets;
-  for (activations::Split split : activations::kSplits) {
-    ids.push_back(&file.split(split).token_ids);
-    offsets.push_back(&file.split(split).offsets);
-  }
-  int64_t skip = leading_specials_of(ids, offsets);
+int64_t logged_leading_specials(const activations::ActivationFile& file, const std::string& progress_label) {
+  int64_t skip = leading_specials(file);
   spdlog::info("{}: every text starts with {}: the probes read {}", progress_label,
                skip > 0 ? "the same token (a BOS)" : "no common token", skip > 0 ? "the tokens after it" : "every token");
   return skip;
@@ -181,7 +176,7 @@ BinaryTrainingResult train_binary_probes(const activations::ActivationFile& file
   std::vector<std::string> without_examples;
   std::vector<TrainedLabel> trained = plan_labels(file, options, skipped, without_examples);
   ProbeShape shape = probe_shape(options, file.attributes.hidden_size, 1);
-  if (shape.kind->reads_every_token()) shape.skip_leading = leading_specials(file, progress_label);
+  if (shape.kind->reads_every_token()) shape.skip_leading = logged_leading_specials(file, progress_label);
   at::TensorOptions tensor_options = at::TensorOptions().device(device).dtype(dtype);
   TrainingSplit val_x(file.split(activations::Split::kVal), shape, tensor_options, options.pin_activations);
   BinaryInputs in{file, options, shape, tensor_options, val_x, progress_label};

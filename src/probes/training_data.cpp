@@ -44,7 +44,8 @@ void check_rows(const activations::ActivationFile& file, const ProbeKind& kind) 
     const bool per_token = !file.split(split).offsets.empty();
     if (per_token && !kind.reads_every_token()) {
       fail_input("{}: group '{}' holds per-token activations (position \"{}\"); {} probes train on one row per "
-                 "example, captured with position \"last\" (or train --model-type attention on it)",
+                 "example, captured with position \"last\" (pool this file's tokens with --pool last|mean, or train "
+                 "--model-type attention on it)",
                  file.path, activations::split_name(split), file.attributes.position, kind.name());
     }
     if (!per_token && kind.reads_every_token()) {
@@ -53,6 +54,48 @@ void check_rows(const activations::ActivationFile& file, const ProbeKind& kind) 
                  file.path, activations::split_name(split), file.attributes.position, kind.name());
     }
   }
+}
+
+int64_t leading_specials(const activations::ActivationFile& file) {
+  std::vector<const std::vector<int64_t>*> ids, offsets;
+  for (activations::Split split : activations::kSplits) {
+    ids.push_back(&file.split(split).token_ids);
+    offsets.push_back(&file.split(split).offsets);
+  }
+  return leading_specials_of(ids, offsets);
+}
+
+namespace {
+
+// One split's texts as one row each: the last token, or the mean of the tokens after `skip` (at least the last).
+void pool_split(activations::SplitData& split, bool mean, int64_t skip) {
+  std::vector<float> pooled(static_cast<size_t>(split.examples() * split.hidden), 0.0f);
+  for (int64_t e = 0; e < split.examples(); ++e) {
+    const int64_t end = split.offsets[e + 1];
+    const int64_t first = mean ? std::min(split.offsets[e] + skip, end - 1) : end - 1;
+    float* out = pooled.data() + e * split.hidden;
+    for (int64_t r = first; r < end; ++r) {
+      const float* row = split.activations.data() + r * split.hidden;
+      for (int64_t j = 0; j < split.hidden; ++j) out[j] += row[j];
+    }
+    for (int64_t j = 0; j < split.hidden; ++j) out[j] /= static_cast<float>(end - first);
+  }
+  split.activations = std::move(pooled);
+  split.rows = split.examples();
+  split.offsets.clear();
+  split.token_ids.clear();
+}
+
+}  // namespace
+
+activations::ActivationFile rows_for_kind(activations::ActivationFile file, const TrainingOptions& training) {
+  if (training.pool.empty() || training.kind->reads_every_token() || file.split(activations::Split::kTrain).offsets.empty()) {
+    return file;
+  }
+  const int64_t skip = leading_specials(file);
+  for (activations::SplitData& split : file.splits) pool_split(split, training.pool == "mean", skip);
+  file.attributes.position = training.pool;
+  return file;
 }
 
 std::vector<int64_t> select_labels(const std::vector<std::string>& names, const std::vector<std::string>& subset) {

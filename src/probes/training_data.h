@@ -13,6 +13,7 @@
 #include "activations/activation_store.h"
 #include "probes/probe_bank.h"
 #include "probes/token_rows.h"
+#include "probes/training_options.h"
 
 namespace probekit::probes {
 
@@ -41,6 +42,15 @@ int threads_for_steps(const ProbeShape& shape, int64_t batch_size);
 /// Throws unless the file holds activations (not expert choices) laid out as `kind` reads them: one row per
 /// example (position "last" or "mean"), or every token with offsets (position "all") for an every-token kind.
 void check_rows(const activations::ActivationFile& file, const ProbeKind& kind);
+
+/// How many leading special tokens a --position all file's texts start with (token_rows.h's leading_specials_of
+/// over its splits).
+int64_t leading_specials(const activations::ActivationFile& file);
+
+/// `file` as a per-row kind trains on it: a --position all file pooled per `training.pool` (one row per text: its
+/// last token, or the mean of its tokens after the leading specials, with position "last" or "mean" as a capture
+/// at that position records it) when the kind reads one row per text; otherwise `file` itself.
+activations::ActivationFile rows_for_kind(activations::ActivationFile file, const TrainingOptions& training);
 
 /// Indices in `names` of the labels in `subset`, in label_names order; every label when `subset` is empty.
 /// Throws UsageError naming an unknown label and the known ones.

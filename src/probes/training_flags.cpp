@@ -85,6 +85,13 @@ const TrainingFlag kTrainingFlags[] = {
      [](CLI::App& app, const FlagTargets& to) {
        app.add_option("--hidden-dim", to.training.hidden_dim, "Hidden size of the multihead probe")->capture_default_str();
      }},
+    {kBinaryOnly,
+     [](CLI::App& app, const FlagTargets& to) {
+       app.add_option("--pool", to.training.pool,
+                      "Per-row kinds on a --position all capture: each text's last token, or the mean of its tokens "
+                      "after the BOS (attention probes read every token regardless)")
+           ->check(CLI::IsMember({"last", "mean"}));
+     }},
     {kAllTools,
      [](CLI::App& app, const FlagTargets& to) {
        app.add_option_function<int64_t>(

@@ -145,6 +145,11 @@ TEST_CASE("multi_probe_inference with attention probes: --per-token --json carri
   CHECK(weights[0]["layer"] == 2);
   CHECK(weights[0]["weight"].get<double>() > 0.0);
   CHECK(printed.contains("suffix_attention"));
+  CommandResult plain = run_command(fmt::format("{} --probes-dir {} --model {} --device cpu --per-token --text \"{}\"",
+                                                tool("multi_probe_inference"), probes, kGemmaModel, kReframingText));
+  REQUIRE_MESSAGE(plain.exit_code == 0, plain.output);
+  CHECK_CONTAINS(plain.output, "(not read)");  // the BOS
+  CHECK_CONTAINS(plain.output, "(attention 0.");
   CommandResult ranked = run_command(fmt::format("{} --probes-dir {} --model {} --device cpu --json --text \"{}\"",
                                                  tool("multi_probe_inference"), probes, kGemmaModel, kReframingText));
   REQUIRE_MESSAGE(ranked.exit_code == 0, ranked.output);

@@ -17,6 +17,7 @@
 #include "probes/solvers/logistic.h"
 #include "probes/synthetic_activations.h"
 #include "probes/token_rows.h"
+#include "probes/training_data.h"
 #include "test_paths.h"
 #include "test_util.h"
 
@@ -208,25 +209,11 @@ activations::ActivationFile marker_file(const TempDir& tmp) {
   return activations::read_activation_file(path);
 }
 
-// The same texts with one row each, as a --position last or mean capture gives them: the last token, or the mean
-// of the tokens after the first (the BOS).
+// The same texts with one row each, as a --position last or mean capture gives them (train_binary_probes --pool).
 activations::ActivationFile pooled(const activations::ActivationFile& file, bool mean) {
-  activations::ActivationFile out = file;
-  out.attributes.position = mean ? "mean" : "last";
-  for (activations::SplitData& split : out.splits) {
-    at::Tensor rows = at::from_blob(split.activations.data(), {split.rows, split.hidden}, at::kFloat);
-    std::vector<at::Tensor> pooled_rows;
-    for (int64_t e = 0; e < split.examples(); ++e) {
-      const int64_t begin = split.offsets[e], end = split.offsets[e + 1];
-      pooled_rows.push_back(mean ? rows.narrow(0, begin + 1, end - begin - 1).mean(0) : rows[end - 1]);
-    }
-    at::Tensor stacked = at::stack(pooled_rows).contiguous();
-    split.activations.assign(stacked.data_ptr<float>(), stacked.data_ptr<float>() + stacked.numel());
-    split.rows = split.examples();
-    split.offsets.clear();
-    split.token_ids.clear();
-  }
-  return out;
+  BinaryTrainingOptions options;
+  options.pool = mean ? "mean" : "last";
+  return rows_for_kind(file, options);
 }
 
 BinaryTrainingResult train_kind(const activations::ActivationFile& file, const char* kind) {
