@@ -172,6 +172,36 @@ std::string per_token_csv(const TokenTable& table) {
   return out;
 }
 
+namespace {
+
+std::string legend_html() {
+  std::string legend;
+  for (double v : {0.0, 0.25, 0.5, 0.75, 1.0}) {
+    legend += fmt::format("<span style=\"background:{}\">{:.2f}</span>", heat(v), v);
+  }
+  return legend;
+}
+
+// Attention probes: the text coloured by the weight the whole text's pool of (layer l, label k) puts on each token,
+// relative to its largest; empty for other probes.
+std::string attention_section(const TokenTable& table, size_t l, size_t k) {
+  if (table.attention.empty()) return "";
+  double largest = 0.0;
+  for (const auto& weights : table.attention) largest = std::max(largest, std::isnan(weights[l][k]) ? 0.0 : weights[l][k]);
+  std::string reading;
+  for (size_t t = 0; t < table.tokens.size(); ++t) {
+    const double w = table.attention[t][l][k];
+    const double shade = std::isnan(w) || largest <= 0.0 ? 0.0 : w / largest;
+    reading += fmt::format("<span class=\"tok\" style=\"background:{}\" title=\"attention {:.4f}\">{}</span>", heat(shade),
+                           std::isnan(w) ? 0.0 : w, html_escape(table.texts[t]));
+  }
+  const ScoreTable& s = table.scores.front();
+  return fmt::format("<h2>Attention of {} (layer {}) over the whole text</h2><div class=\"reading\">{}</div>\n",
+                     html_escape(s.labels[k]), s.layers[l], reading);
+}
+
+}  // namespace
+
 std::string per_token_html(const TokenTable& table, const std::string& title) {
   if (table.tokens.empty()) return "<!doctype html><title>empty</title>";
   // Columns: (label, layer) pairs, the 30 with the highest peak over the text.
@@ -237,20 +267,13 @@ td.pos {{ color: #888; }} td.on {{ font-weight: bold; outline: 1px solid #1d4ed8
 (followed by the prompt suffix). Hover for values. Bold cells are at or above the probe's threshold.</p>
 <div class="legend">{2}</div>
 <h2>Text</h2><div class="reading">{1}</div>
-<h2>Token x label</h2>
+{5}<h2>Token x label</h2>
 <table><thead><tr><th>pos</th><th>token</th>{3}</tr></thead><tbody>
 {4}</tbody></table>
 </body></html>
 )",
-                     html_escape(title), reading,
-                     [&] {
-                       std::string legend;
-                       for (double v : {0.0, 0.25, 0.5, 0.75, 1.0}) {
-                         legend += fmt::format("<span style=\"background:{}\">{:.2f}</span>", heat(v), v);
-                       }
-                       return legend;
-                     }(),
-                     header, rows);
+                     html_escape(title), reading, legend_html(), header, rows,
+                     columns.empty() ? "" : attention_section(table, columns.front().l, columns.front().k));
 }
 
 }  // namespace probekit::inference

@@ -40,7 +40,8 @@ std::string per_token_terminal(const TokenTable& table, int64_t top);
 /// CSV: action_name, token_position, token_text, confidence, layer, is_active (one row per token and probe), and
 /// for attention probes a last column `attention` (the token's weight; empty where the probe leaves it out).
 std::string per_token_csv(const TokenTable& table);
-/// A self-contained HTML page: the text coloured by each token's strongest label, and a token x label heatmap.
+/// A self-contained HTML page: the text coloured by each token's strongest label, and a token x label heatmap;
+/// with attention probes also the text coloured by the attention of the label with the highest peak.
 std::string per_token_html(const TokenTable& table, const std::string& title);
 
 }  // namespace probekit::inference

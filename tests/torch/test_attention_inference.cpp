@@ -131,10 +131,11 @@ TEST_CASE("attention probes: ranking, per-token prefixes and attention, and gene
 TEST_CASE("multi_probe_inference with attention probes: --per-token --json carries each token's attention") {
   TempDir tmp;
   std::string probes = train_attention_probes(tmp);
-  CommandResult r = run_command(fmt::format("{} --probes-dir {} --model {} --device cpu --per-token --json --text \"{}\" --csv {}",
-                                            tool("multi_probe_inference"), probes, kGemmaModel, kReframingText,
-                                            tmp.file("t.csv")));
+  CommandResult r = run_command(fmt::format(
+      "{} --probes-dir {} --model {} --device cpu --per-token --json --text \"{}\" --csv {} --html {}",
+      tool("multi_probe_inference"), probes, kGemmaModel, kReframingText, tmp.file("t.csv"), tmp.file("t.html")));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  CHECK_CONTAINS(read_text(tmp.file("t.html")), "over the whole text</h2>");
   std::string csv = read_text(tmp.file("t.csv"));
   CHECK(csv.rfind("action_name,token_position,token_text,confidence,layer,is_active,attention\n", 0) == 0);
   Json printed = printed_json(r);
