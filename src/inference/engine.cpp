@@ -344,6 +344,21 @@ void Engine::store_probabilities(const at::Tensor& rows, std::vector<std::vector
   store_columns(probabilities_of(rows), tables, first);
 }
 
+size_t Engine::batch_end(const std::vector<readout::Prompt>& prompts, size_t start) const {
+  auto batch_size = static_cast<size_t>(std::max<int64_t>(1, options_.batch_size));
+  const size_t end = std::min(prompts.size(), start + batch_size);
+  if (request_.position != readout::Position::kAll) return end;
+  // Every token's rows at every layer are read: at most kTokenRowBytes of them per batch (at least one text).
+  constexpr double kTokenRowBytes = 1024.0 * 1024.0 * 1024.0;
+  const double bytes_per_token = 4.0 * static_cast<double>(layers_.size() * model_->config().hidden_size);
+  double bytes = 0.0;
+  for (size_t i = start; i < end; ++i) {
+    bytes += bytes_per_token * static_cast<double>(prompts[i].ids.size());
+    if (i > start && bytes > kTokenRowBytes) return i;
+  }
+  return end;
+}
+
 std::vector<TextScores> Engine::score(const std::vector<std::string>& texts,
                                       const std::vector<const steering::SteeringVectors*>& steering) const {
   require_probes();
@@ -351,10 +366,9 @@ std::vector<TextScores> Engine::score(const std::vector<std::string>& texts,
   std::vector<readout::Prompt> prompts = prompts_->build(texts);
   prompts_->warn_if_cut(prompts);
   std::vector<std::vector<std::vector<double>>> tables = empty_tables(texts.size());
-  auto batch_size = static_cast<size_t>(std::max<int64_t>(1, options_.batch_size));
-  for (size_t start = 0; start < prompts.size(); start += batch_size) {
+  for (size_t start = 0, end = 0; start < prompts.size(); start = end) {
+    end = batch_end(prompts, start);
     std::vector<readout::Sequence> batch;
-    const size_t end = std::min(prompts.size(), start + batch_size);
     for (size_t i = start; i < end; ++i) batch.push_back(prompts[i].ids);
     readout::Request steered = request_;
     model::StreamWrites writes;
