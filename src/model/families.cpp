@@ -30,6 +30,7 @@ const std::vector<Family>& families() {
       {"smollm3", resolve_smollm3, load_llama_style, llama_style_tensor_layer},
       {"gemma4_text", resolve_gemma4_text, load_gemma4_text, llama_style_tensor_layer},
       {"gemma4", resolve_gemma4, load_gemma4_multimodal, gemma3_multimodal_tensor_layer},
+      {"gpt_oss", resolve_gpt_oss, load_gpt_oss, llama_style_tensor_layer},
   };
   return all;
 }

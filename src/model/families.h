@@ -184,6 +184,8 @@ void resolve_olmo3(const ConfigReader& config_json, ModelConfig& config);
 void resolve_smollm3(const ConfigReader& config_json, ModelConfig& config);
 void resolve_gemma4_text(const ConfigReader& config_json, ModelConfig& config);
 void resolve_gemma4(const ConfigReader& config_json, ModelConfig& config);
+void resolve_gpt_oss(const ConfigReader& config_json, ModelConfig& config);
+void load_gpt_oss(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan, ModelWeights& weights);
 void load_gemma4_text(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan,
                       ModelWeights& weights);
 void load_gemma4_multimodal(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan,

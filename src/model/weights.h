@@ -112,6 +112,9 @@ class WeightScope {
   /// The tensor as stored, checking its shape: a CPU tensor viewing the checkpoint's memory map, valid while
   /// the checkpoint is open. Nothing is read until its elements are.
   at::Tensor view(const std::string& name, const std::vector<int64_t>& shape) const;
+  /// An MXFP4 weight of `shape` [..., out, in] (quant_method mxfp4): NAME_blocks [..., out, in / 32, 16] and
+  /// NAME_scales [..., out, in / 32], uint8, decoded and loaded in the scope's dtype.
+  at::Tensor get_mxfp4(const std::string& name, const std::vector<int64_t>& shape) const;
   /// Loads a tensor if present (its presence selects a feature), checking its shape.
   std::optional<at::Tensor> get_optional(const std::string& name, const std::vector<int64_t>& shape) const;
 
@@ -121,6 +124,8 @@ class WeightScope {
  private:
   /// The entry of a floating-point tensor of this shape; throws naming the tensor and its file otherwise.
   Checkpoint::Entry checked_entry(const std::string& name, const std::vector<int64_t>& shape) const;
+  /// A uint8 part of an MXFP4 weight (its blocks or scales) of this shape, viewed in the memory map.
+  at::Tensor mxfp4_part(const std::string& name, const std::vector<int64_t>& shape) const;
   /// A float8_e4m3fn weight times its weight_scale_inv blocks, in float32 on the host.
   at::Tensor dequantized_fp8(const std::string& name, const Checkpoint::Entry& entry) const;
 
@@ -150,12 +155,14 @@ struct DenseMlp {
   Linear out;
 };
 
-/// Routed experts (Mixtral, Qwen MoE), each a gated MLP without biases, stacked so that one grouped product
-/// serves all of them.
+/// Routed experts (Mixtral, Qwen MoE, gpt-oss), each a gated MLP, stacked so that one grouped product serves all
+/// of them.
 struct RoutedExperts {
   at::Tensor router;   // [experts, hidden]
+  at::Tensor router_bias;  // [experts] (gpt-oss); undefined elsewhere
   at::Tensor gate_up;  // [experts, 2 * intermediate, hidden]: each expert's gate and up projections
   at::Tensor down;     // [experts, hidden, intermediate]
+  at::Tensor gate_up_bias, down_bias;  // [experts, 2 * intermediate] and [experts, hidden] (gpt-oss); or undefined
   DenseMlp shared_expert;         // Qwen 2 MoE: taken by every token; empty otherwise
   at::Tensor shared_expert_gate;  // [1, hidden]: the shared expert's output is scaled by sigmoid(gate x)
 };
@@ -165,6 +172,7 @@ struct LayerWeights {
   Linear qkv;  // q, k and v projections fused along the output dimension: [q_out + 2 * kv_out, hidden]
   Linear attention_output;
   Norm q_norm, k_norm;
+  at::Tensor attention_sinks;  // [heads] fp32: each head's logit in the softmax's denominator (gpt-oss)
   std::variant<DenseMlp, RoutedExperts> feed_forward;  // the one LayerSpec::feed_forward names
   // Gemma 4: the per-layer input's gate [size, hidden] and projection [hidden, size], its branch's post-norm, and
   // the scalar [1] the layer's output is multiplied by; undefined elsewhere.

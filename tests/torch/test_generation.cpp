@@ -88,6 +88,8 @@ GENERATION_TEST("olmo2")
 GENERATION_TEST("olmo3")
 GENERATION_TEST("smollm3")
 GENERATION_TEST("gemma4_text")
+// Attention sinks and sliding windows (8) through the generation cache, past the window.
+GENERATION_TEST("gpt_oss")
 
 namespace {
 

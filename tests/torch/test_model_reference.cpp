@@ -118,8 +118,11 @@ REFERENCE_TEST("olmo2")
 REFERENCE_TEST("olmo3")
 REFERENCE_TEST("smollm3")
 REFERENCE_TEST("gemma4_text")
+REFERENCE_TEST("gpt_oss")
 // Fine-grained FP8 (32x32 blocks) against the dequantized model's activations.
 REFERENCE_TEST("qwen3_fp8")
+// MXFP4 experts (gpt-oss as published) against the dequantized model's activations.
+REFERENCE_TEST("gpt_oss_mxfp4")
 
 // Gemma 4's multimodal wrapper (model_type gemma4, the text tower under model.language_model.), made from the text
 // fixture here: the text fixture's references hold for it.
@@ -141,7 +144,7 @@ TEST_CASE("model matches transformers: gemma4 under its multimodal wrapper") {
 // The tool writes what read_hidden_states gives, under the reference's names: the router logits of every layer
 // with a router included.
 TEST_CASE("inspect_model hidden writes router_logits equal to transformers' for the MoE fixtures") {
-  for (const char* name : {"mixtral", "qwen3_moe", "qwen2_moe"}) {
+  for (const char* name : {"mixtral", "qwen3_moe", "qwen2_moe", "gpt_oss"}) {
     const std::string dir = fixture_model(name);
     Reference reference = read_reference(dir);
     std::string text = read_json_file(dir + "/reference.json")["texts"][0]["text"];
@@ -154,6 +157,20 @@ TEST_CASE("inspect_model hidden writes router_logits equal to transformers' for 
     REQUIRE(at::equal(testing::read_tensor(hidden, hidden.at("input_ids")), reference.input_ids[0]));
     check_close(testing::read_tensor(hidden, hidden.at("router_logits")), reference.router_logits[0],
                 std::string(name) + " router_logits", 1e-4);
+  }
+}
+
+TEST_CASE("inspect_model info describes gpt_oss: sinks, windows, its routing and activation, MXFP4") {
+  for (const char* name : {"gpt_oss", "gpt_oss_mxfp4"}) {
+    testing::CommandResult r = testing::run_command(
+        fmt::format("{} info --model {}", testing::tool("inspect_model"), fixture_model(name)));
+    REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+    CHECK_CONTAINS(r.output, "family: gpt_oss");
+    CHECK_CONTAINS(r.output, "activation: clamped swiglu");
+    CHECK_CONTAINS(r.output, "layers 0,2: sliding window 8 with sinks, rope theta 150000 on 16 dims, yarn x8");
+    CHECK_CONTAINS(r.output, "layers 1,3: full attention with sinks");
+    CHECK_CONTAINS(r.output, "routed experts (top 2 of 4, softmax over the top logits)");
+    CHECK_CONTAINS(r.output, std::string("quantization: ") + (name == std::string("gpt_oss") ? "none" : "mxfp4 (dequantized on load)"));
   }
 }
 
