@@ -50,6 +50,7 @@ void print_info(const std::string& dir, bool json) {
   model::ModelConfig c = model::load_config(dir);
   model::Checkpoint checkpoint = model::Checkpoint::open(dir, c.quantization);
   std::string quantization = c.quantization.method.empty() ? "none" : c.quantization.method + " (dequantized on load)";
+  if (c.quantization.method == "mxfp4") quantization = "mxfp4 (experts kept packed on CUDA devices, dequantized on load elsewhere)";
   if (!c.quantization.block.empty()) {
     quantization = fmt::format("{} ({} blocks, dequantized on load)", c.quantization.method, fmt::join(c.quantization.block, "x"));
   }

@@ -24,6 +24,7 @@ struct LoadPlan {
   at::Device device = at::kCPU;
   at::ScalarType dtype = at::kFloat;
   std::vector<at::Device> layer_devices;  // see LoadOptions
+  std::optional<bool> keep_mxfp4_packed;  // see LoadOptions
 };
 
 /// Family::tensor_layer's answer for tensors outside the decoder layers that a load reads (embeddings, final

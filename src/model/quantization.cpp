@@ -124,7 +124,7 @@ const at::Tensor& e8m0_values() {
 
 }  // namespace
 
-at::Tensor dequantize_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, const std::string& what) {
+void check_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, const std::string& what) {
   std::vector<int64_t> block_shape = scales.sizes().vec();
   block_shape.push_back(16);
   if (blocks.sizes().vec() != block_shape) {
@@ -137,15 +137,24 @@ at::Tensor dequantize_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, 
     fail("{}: MXFP4 scale byte 255 at [{}] is NaN in the e8m0 format; the checkpoint is damaged", what,
          fmt::join(index, ", "));
   }
+}
+
+at::Tensor decode_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, at::ScalarType dtype) {
+  const at::Device device = blocks.device();
   std::vector<int64_t> shape = scales.sizes().vec();
-  at::Tensor values = mxfp4_byte_values().index_select(0, blocks.flatten().to(at::kLong));  // [bytes, 2]
+  at::Tensor values = mxfp4_byte_values().to(device).index_select(0, blocks.flatten().to(at::kLong));  // [bytes, 2]
   shape.push_back(32);
-  values = values.view(shape);                                                              // [..., G, 32]
-  at::Tensor factors = e8m0_values().index_select(0, scales.flatten().to(at::kLong)).view(scales.sizes());
+  values = values.view(shape);  // [..., G, 32]
+  at::Tensor factors = e8m0_values().to(device).index_select(0, scales.flatten().to(at::kLong)).view(scales.sizes());
   values = values * factors.unsqueeze(-1);
   shape.pop_back();
   shape.back() *= 32;
-  return values.view(shape);
+  return values.view(shape).to(dtype);
+}
+
+at::Tensor dequantize_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, const std::string& what) {
+  check_mxfp4(blocks, scales, what);
+  return decode_mxfp4(blocks, scales, at::kFloat);
 }
 
 }  // namespace probekit::model

@@ -7,6 +7,7 @@
 #endif
 
 #include "model/decoder_block.h"
+#include "model/quantization.h"
 
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
 #define PROBEKIT_HAS_GROUPED_MM 1
@@ -21,7 +22,7 @@ namespace {
 // syncs of its own), and rows whose byte strides are multiples of 16, as the kernel needs.
 bool grouped_gemm_fits(const at::Tensor& rows, const RoutedExperts& w) {
 #if defined(PROBEKIT_HAS_GROUPED_MM) && defined(PROBEKIT_WITH_CUDA)
-  if (!rows.is_cuda() || rows.scalar_type() != at::kBFloat16 || w.gate_up.scalar_type() != at::kBFloat16) return false;
+  if (!w.gate_up.defined() || !rows.is_cuda() || rows.scalar_type() != at::kBFloat16 || w.gate_up.scalar_type() != at::kBFloat16) return false;
   if (rows.size(1) % 8 != 0 || w.down.size(2) % 8 != 0) return false;
   int major = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, rows.device().index()) != cudaSuccess) {
@@ -50,12 +51,19 @@ at::Tensor plus_bias(const at::Tensor& product, const at::Tensor& bias, const at
   return bias.defined() ? product + bias.index_select(0, row_experts) : product;
 }
 
+// Expert e's weight [out, in] in `dtype`: a view of the stacked weights, or decoded from MXFP4 (a scratch of one
+// expert's weight, freed after its product).
+at::Tensor expert_weight(const at::Tensor& stacked, const Mxfp4Weight& packed, int64_t e, at::ScalarType dtype) {
+  return stacked.defined() ? stacked[e] : decode_mxfp4(packed.blocks[e], packed.scales[e], dtype);
+}
+
 // Every expert's MLP over its slice of `sorted` [M, hidden] (token rows sorted by expert, whose ids are
 // `sorted_experts` [M]; expert e's slice ends at row ends[e], int32 on the device), in the compute dtype.
 at::Tensor expert_products(const at::Tensor& sorted, const at::Tensor& sorted_experts, const at::Tensor& ends,
                            const RoutedExperts& w, const ModelConfig& c) {
   const Activation activation = c.features.activation;
   const double limit = c.routed_experts.swiglu_limit;
+  const at::ScalarType dtype = sorted.scalar_type();
 #ifdef PROBEKIT_HAS_GROUPED_MM
   if (grouped_gemm_fits(sorted, w)) {
     // The second operands are [experts, in, out] views of the [experts, out, in] weights.
@@ -67,14 +75,18 @@ at::Tensor expert_products(const at::Tensor& sorted, const at::Tensor& sorted_ex
   // The portable way: the slice sizes read once on the host, then one pair of products per expert with tokens.
   at::Tensor host_ends = ends.to(at::kCPU);
   const int32_t* end = host_ends.data_ptr<int32_t>();
-  at::Tensor out = at::empty({sorted.size(0), w.down.size(1)}, sorted.options());
+  const int64_t hidden = sorted.size(1);
+  at::Tensor out = at::empty({sorted.size(0), hidden}, sorted.options());
   auto bias = [](const at::Tensor& b, int64_t e) { return b.defined() ? c10::optional<at::Tensor>(b[e]) : c10::nullopt; };
   int64_t start = 0;
   for (int64_t e = 0; e < host_ends.size(0); ++e) {
     const int64_t count = end[e] - start;
     if (count == 0) continue;
-    at::Tensor gate_up = at::linear(sorted.narrow(0, start, count), w.gate_up[e], bias(w.gate_up_bias, e));
-    out.narrow(0, start, count).copy_(at::linear(expert_activation(gate_up, activation, limit), w.down[e], bias(w.down_bias, e)));
+    at::Tensor gate_up = at::linear(sorted.narrow(0, start, count), expert_weight(w.gate_up, w.gate_up_mxfp4, e, dtype),
+                                    bias(w.gate_up_bias, e));
+    out.narrow(0, start, count)
+        .copy_(at::linear(expert_activation(gate_up, activation, limit), expert_weight(w.down, w.down_mxfp4, e, dtype),
+                          bias(w.down_bias, e)));
     start = end[e];
   }
   return out;

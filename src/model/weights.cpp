@@ -285,7 +285,7 @@ at::Tensor WeightScope::mxfp4_part(const std::string& name, const std::vector<in
   return view_tensor(*entry->file, info);
 }
 
-at::Tensor WeightScope::get_mxfp4(const std::string& name, const std::vector<int64_t>& shape) const {
+Mxfp4Weight WeightScope::mxfp4_parts(const std::string& name, const std::vector<int64_t>& shape) const {
   if (shape.size() < 2 || shape.back() % 32 != 0) {
     fail("MXFP4 weight '{}': its input size {} is not a multiple of 32", full_name(name), shape.empty() ? 0 : shape.back());
   }
@@ -293,10 +293,22 @@ at::Tensor WeightScope::get_mxfp4(const std::string& name, const std::vector<int
   scales_shape.push_back(shape.back() / 32);
   std::vector<int64_t> blocks_shape = scales_shape;
   blocks_shape.push_back(16);
-  at::Tensor values = dequantize_mxfp4(mxfp4_part(name + "_blocks", blocks_shape), mxfp4_part(name + "_scales", scales_shape),
-                                       fmt::format("weight '{}' in {}", full_name(name), checkpoint_->describe_files()));
+  Mxfp4Weight parts{mxfp4_part(name + "_blocks", blocks_shape), mxfp4_part(name + "_scales", scales_shape)};
+  check_mxfp4(parts.blocks, parts.scales, fmt::format("weight '{}' in {}", full_name(name), checkpoint_->describe_files()));
+  return parts;
+}
+
+at::Tensor WeightScope::get_mxfp4(const std::string& name, const std::vector<int64_t>& shape) const {
+  const Mxfp4Weight parts = mxfp4_parts(name, shape);
+  at::Tensor values = decode_mxfp4(parts.blocks, parts.scales, at::kFloat);
   checkpoint_->loaded_bytes_ += values.numel() * static_cast<int64_t>(c10::elementSize(dtype_));
   return checkpoint_->load(values, device_, dtype_);
+}
+
+Mxfp4Weight WeightScope::get_mxfp4_packed(const std::string& name, const std::vector<int64_t>& shape) const {
+  const Mxfp4Weight parts = mxfp4_parts(name, shape);
+  checkpoint_->loaded_bytes_ += static_cast<int64_t>(parts.blocks.nbytes() + parts.scales.nbytes());
+  return {checkpoint_->load(parts.blocks, device_, at::kByte), checkpoint_->load(parts.scales, device_, at::kByte)};
 }
 
 at::Tensor WeightScope::view(const std::string& name, const std::vector<int64_t>& shape) const {

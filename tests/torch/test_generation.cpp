@@ -266,6 +266,8 @@ TEST_CASE("probes read each new token as --per-token reads that position: the to
   // The router's logits of a MoE layer.
   check_rows_while_generating("qwen3_moe", {Site::kRouter, readout::Position::kLast, {0, 2}, 0},
                               anchor_suffix("qwen3_moe"));
+  // Attention sinks over the cached prefix and within the window (gpt_oss: 8).
+  check_rows_while_generating("gpt_oss", residual, anchor_suffix("gpt_oss"));
 }
 
 TEST_CASE("a model split over two devices generates the ids, logits and probe rows of one device, bitwise (fp32)") {

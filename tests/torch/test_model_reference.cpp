@@ -160,6 +160,29 @@ TEST_CASE("inspect_model hidden writes router_logits equal to transformers' for 
   }
 }
 
+// On a GPU MXFP4 experts stay packed and each batch decodes the experts it routes to; the CPU takes the same path
+// when asked, and must give the bits of the experts dequantized on load, in both dtypes.
+TEST_CASE("MXFP4 experts kept packed give the bits of experts dequantized on load, in a fraction of the memory") {
+  const std::string dir = fixture_model("gpt_oss_mxfp4");
+  Reference reference = read_reference(dir);
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    model::LoadOptions options;
+    options.dtype = dtype;
+    options.keep_mxfp4_packed = false;
+    model::TransformerModel dequantized = model::TransformerModel::load(dir, options);
+    options.keep_mxfp4_packed = true;
+    model::TransformerModel packed = model::TransformerModel::load(dir, options);
+    CHECK(packed.weight_bytes() < dequantized.weight_bytes());
+    for (size_t i = 0; i < 2; ++i) {
+      at::Tensor ids = reference.input_ids[i];
+      readout::Sequence sequence(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+      readout::HiddenStates a = readout::read_hidden_states(packed, sequence), b = readout::read_hidden_states(dequantized, sequence);
+      CHECK_MESSAGE(at::equal(a.layers, b.layers), "text ", i, " in ", dtype);
+      CHECK_MESSAGE(at::equal(a.router_logits, b.router_logits), "text ", i, " in ", dtype);
+    }
+  }
+}
+
 TEST_CASE("inspect_model info describes gpt_oss: sinks, windows, its routing and activation, MXFP4") {
   for (const char* name : {"gpt_oss", "gpt_oss_mxfp4"}) {
     testing::CommandResult r = testing::run_command(
@@ -170,7 +193,7 @@ TEST_CASE("inspect_model info describes gpt_oss: sinks, windows, its routing and
     CHECK_CONTAINS(r.output, "layers 0,2: sliding window 8 with sinks, rope theta 150000 on 16 dims, yarn x8");
     CHECK_CONTAINS(r.output, "layers 1,3: full attention with sinks");
     CHECK_CONTAINS(r.output, "routed experts (top 2 of 4, softmax over the top logits)");
-    CHECK_CONTAINS(r.output, std::string("quantization: ") + (name == std::string("gpt_oss") ? "none" : "mxfp4 (dequantized on load)"));
+    CHECK_CONTAINS(r.output, std::string("quantization: ") + (name == std::string("gpt_oss") ? "none" : "mxfp4 (experts kept packed on CUDA devices"));
   }
 }
 

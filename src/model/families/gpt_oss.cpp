@@ -36,33 +36,34 @@ at::Tensor deinterleaved_rows(int64_t inner, at::Device device) {
   return at::cat({even, even + 1});
 }
 
-// The experts' weights as RoutedExperts holds them, from [experts, 2 * inner, hidden] (interleaved rows) and
-// [experts, hidden, inner] in the stored dtype, with their biases.
-void set_expert_weights(RoutedExperts& routed, const at::Tensor& gate_up, const at::Tensor& down,
-                        const WeightScope& experts, const ModelConfig& c) {
-  const int64_t count = c.routed_experts.experts, inner = c.routed_experts.intermediate_size;
-  const at::Tensor rows = deinterleaved_rows(inner, gate_up.device());
-  routed.gate_up = gate_up.index_select(1, rows).contiguous();
-  routed.down = down.contiguous();
+// The experts' weights as RoutedExperts holds them, [experts, out, in] with gate and up as two halves: MXFP4
+// dequantized or kept packed (whose blocks and scales are rows of the weight, so they permute alike), or the
+// plain [experts, in, out] tensors transposed.
+void load_expert_weights(RoutedExperts& routed, const WeightScope& experts, const ModelConfig& c, bool keep_packed) {
+  const int64_t hidden = c.hidden_size, count = c.routed_experts.experts, inner = c.routed_experts.intermediate_size;
+  const at::Tensor rows = deinterleaved_rows(inner, experts.device());
   routed.gate_up_bias = experts.get("gate_up_proj_bias", {count, 2 * inner}).index_select(1, rows).contiguous();
-  routed.down_bias = experts.get("down_proj_bias", {count, c.hidden_size});
+  routed.down_bias = experts.get("down_proj_bias", {count, hidden});
+  if (!experts.contains("gate_up_proj_blocks")) {
+    routed.gate_up = experts.get("gate_up_proj", {count, hidden, 2 * inner}).transpose(1, 2).index_select(1, rows).contiguous();
+    routed.down = experts.get("down_proj", {count, inner, hidden}).transpose(1, 2).contiguous();
+  } else if (keep_packed) {
+    const Mxfp4Weight gate_up = experts.get_mxfp4_packed("gate_up_proj", {count, 2 * inner, hidden});
+    routed.gate_up_mxfp4 = {gate_up.blocks.index_select(1, rows).contiguous(), gate_up.scales.index_select(1, rows).contiguous()};
+    routed.down_mxfp4 = experts.get_mxfp4_packed("down_proj", {count, hidden, inner});
+  } else {
+    routed.gate_up = experts.get_mxfp4("gate_up_proj", {count, 2 * inner, hidden}).index_select(1, rows).contiguous();
+    routed.down = experts.get_mxfp4("down_proj", {count, hidden, inner});
+  }
 }
 
-RoutedExperts load_gpt_oss_experts(const WeightScope& layer, const ModelConfig& c) {
-  const int64_t hidden = c.hidden_size, count = c.routed_experts.experts, inner = c.routed_experts.intermediate_size;
+RoutedExperts load_gpt_oss_experts(const WeightScope& layer, const ModelConfig& c, const LoadPlan& plan) {
+  const int64_t count = c.routed_experts.experts;
   const WeightScope mlp = layer.sub("mlp");
   RoutedExperts routed;
-  routed.router = mlp.get("router.weight", {count, hidden});
+  routed.router = mlp.get("router.weight", {count, c.hidden_size});
   routed.router_bias = mlp.get("router.bias", {count});
-  const WeightScope experts = mlp.sub("experts");
-  if (experts.contains("gate_up_proj_blocks")) {
-    set_expert_weights(routed, experts.get_mxfp4("gate_up_proj", {count, 2 * inner, hidden}),
-                       experts.get_mxfp4("down_proj", {count, hidden, inner}), experts, c);
-  } else {
-    // Stored [experts, in, out]: transposed into [experts, out, in].
-    set_expert_weights(routed, experts.get("gate_up_proj", {count, hidden, 2 * inner}).transpose(1, 2),
-                       experts.get("down_proj", {count, inner, hidden}).transpose(1, 2), experts, c);
-  }
+  load_expert_weights(routed, mlp.sub("experts"), c, plan.keep_mxfp4_packed.value_or(layer.device().is_cuda()));
   return routed;
 }
 
@@ -96,7 +97,7 @@ void load_gpt_oss(const Checkpoint& checkpoint, const ModelConfig& config, const
   const WeightScope model(checkpoint, "model.", plan.device, plan.dtype);
   weights.embed_tokens = load_token_embeddings(model, "embed_tokens.weight", config, plan);
   load_layers(model.sub("layers"), plan, weights, [&](const WeightScope& layer, int64_t i, LayerWeights& l) {
-    load_llama_layer(layer, config, i, l, [&](const WeightScope& scope) { return load_gpt_oss_experts(scope, config); });
+    load_llama_layer(layer, config, i, l, [&](const WeightScope& scope) { return load_gpt_oss_experts(scope, config, plan); });
     // Softmax logits: fp32 whatever the compute dtype.
     l.attention_sinks = layer.get("self_attn.sinks", {config.num_heads}, at::kFloat);
   });
