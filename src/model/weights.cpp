@@ -300,7 +300,9 @@ Mxfp4Weight WeightScope::mxfp4_parts(const std::string& name, const std::vector<
 
 at::Tensor WeightScope::get_mxfp4(const std::string& name, const std::vector<int64_t>& shape) const {
   const Mxfp4Weight parts = mxfp4_parts(name, shape);
-  at::Tensor values = decode_mxfp4(parts.blocks, parts.scales, at::kFloat);
+  // Decoded one slice of the leading dimension (one expert) at a time: the decoder's temporaries stay that small.
+  at::Tensor values = at::empty(shape, at::kFloat);
+  for (int64_t i = 0; i < shape[0]; ++i) values[i].copy_(decode_mxfp4(parts.blocks[i], parts.scales[i], at::kFloat));
   checkpoint_->loaded_bytes_ += values.numel() * static_cast<int64_t>(c10::elementSize(dtype_));
   return checkpoint_->load(values, device_, dtype_);
 }

@@ -5,10 +5,12 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <numeric>
 
 #include "common/files.h"
 #include "common/json.h"
 #include "io/safetensors.h"
+#include "model/placement.h"
 #include "model/transformer.h"
 #include "readout/readout.h"
 #include "tensor_files.h"
@@ -173,6 +175,13 @@ TEST_CASE("MXFP4 experts kept packed give the bits of experts dequantized on loa
     options.keep_mxfp4_packed = true;
     model::TransformerModel packed = model::TransformerModel::load(dir, options);
     CHECK(packed.weight_bytes() < dequantized.weight_bytes());
+    // Placement's estimate from the file (fp32: norms and sinks in the dtype too) is what each load takes.
+    for (bool keep : {false, true}) {
+      options.keep_mxfp4_packed = keep;
+      const model::ModelBytes estimate = model::model_bytes(dir, options);
+      const int64_t total = std::accumulate(estimate.layers.begin(), estimate.layers.end(), estimate.embeddings);
+      if (dtype == at::kFloat) CHECK(total == (keep ? packed : dequantized).weight_bytes());
+    }
     for (size_t i = 0; i < 2; ++i) {
       at::Tensor ids = reference.input_ids[i];
       readout::Sequence sequence(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
