@@ -31,13 +31,20 @@
 #   10. python_api: the Python package's model.capture (bench/python/python_api_capture.py, the extension module
 #      built into /tmp/build) alternating with capture_activations on the same texts and layers, with the host memory
 #      the call's rows take;
+#   11. chat: probe_server with the 45 probes of step 2 (trained here if absent) and the Gemma 3 chat template:
+#      /v1/chat/completions streams of 128 tokens, one alone and 16 started together, and /v1/generate on the same
+#      rendered prompt, alternating (bench/python/chat_streams_bench.py), beside the GPU's copy bandwidth and the
+#      decode rate it bounds (bench/python/hbm_bandwidth.py);
+#   12. hybrid: a Qwen3.5-shaped hybrid (Gated DeltaNet and full attention, about 4 B; bench/python/
+#      make_hybrid_bench_model.py) with the real Qwen 3 tokenizer, captured at layers 8/16/24/31 by capture_activations
+#      vs transformers' batched forward (bench/python/moe_baseline.py), alternating, on the same dataset;
 #   4. MoE capture: a Qwen3-30B-A3B-shaped random checkpoint (bench/python/make_moe_bench_model.py, MOE_LAYERS
 #      layers, 24 by default: one 80 GB GPU) with the real Qwen 3 tokenizer, captured at layers n/4, n/2, 3n/4,
 #      n-1 (6,12,18,23) by capture_activations vs transformers' batched forward (bench/python/moe_baseline.py),
 #      alternating, on the same dataset, then a profile of the capture as in 1c.
 # Usage: bash bench/gpu_benchmarks.sh OUT_DIR [STEP...]
 #   steps: build model capture profile alllayers spread multigpu split train generate server coldstart moe steer sweep
-#          previous python_api (default: all but previous and python_api)
+#          previous python_api chat hybrid (default: all but previous, python_api, chat and hybrid)
 # RUNS (default 2) sets the runs of each side; PYTHON_RUNS (default RUNS) those of the Python side, whose
 # capture and training take minutes a run.
 set -euo pipefail
@@ -60,7 +67,7 @@ seconds() { date +%s.%N; }
 
 if has build; then
   bash scripts/gpu/build.sh capture_activations train_binary_probes multi_probe_inference make_example train_probes_bench \
-    capture_profile_bench probe_server server_bench make_steering_vectors steering_sweep
+    capture_profile_bench probe_server server_bench make_steering_vectors steering_sweep inspect_model
 fi
 make_dataset() {
   "$tools/make_example" -q dataset --overwrite --output "$dataset" --labels 45 --per-label 100 --min-chars 250 --max-chars 520 --seed 7
@@ -161,6 +168,27 @@ if has server; then
   /tmp/build/bench/server_bench --port 8093 | tee "$out/server_bench.json"
   kill "$server"; wait "$server" || true
 fi
+if has chat; then
+  if [ ! -s /tmp/probes_1/aggregate_metrics.json ]; then
+    [ -s /tmp/capture_1/layer_33_activations.h5 ] || "$tools/capture_activations" --model "$model" --dataset "$dataset" \
+      --output-dir /tmp/capture_1 --layers $layers --overwrite -q
+    "$tools/train_binary_probes" --activations /tmp/capture_1/layer_33_activations.h5 --output-dir /tmp/probes_1 \
+      --overwrite --epochs 20 --early-stopping-patience -1 --device cuda -q
+  fi
+  cp tests/fixtures/models/gemma3_text/chat_template.jinja "$model/"
+  "$python" bench/python/hbm_bandwidth.py "$model" | tee "$out/hbm_bandwidth.json"
+  "$python" bench/python/chat_streams_bench.py --print-messages > /tmp/chat_messages.json
+  "$tools/inspect_model" chat-template --model "$model" --messages /tmp/chat_messages.json > /tmp/chat_prompt.txt
+  "$tools/probe_server" --probes-dir /tmp/probes_1 --model "$model" --port 8094 --max-streams 32 --http-threads 40 -q &
+  server=$!
+  for _ in $(seq 120); do
+    "$python" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8094/healthz')" 2>/dev/null && break
+    sleep 0.5
+  done
+  "$python" bench/python/chat_streams_bench.py --port 8094 --prompt-file /tmp/chat_prompt.txt --streams 16 --tokens 128 \
+    --runs "$runs" | tee "$out/chat_streams.json"
+  kill "$server"; wait "$server" || true
+fi
 if has coldstart; then
   text="I kept asking myself whether the data really supported the conclusion everyone repeated."
   sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null && echo "page cache dropped" || echo "page cache could not be dropped"
@@ -203,6 +231,19 @@ if has moe; then
   /tmp/build/bench/capture_profile_bench --model "$moe_model" --dataset "$dataset" --output-dir /tmp/moe_capture_profile \
     --layers "${moe_layers// /,}" --overwrite -q --trace /tmp/moe_trace.json > /dev/null
   "$python" bench/python/summarize_trace.py /tmp/moe_trace.json | tee "$out/profile_moe.md"
+fi
+if has hybrid; then
+  hybrid_model=/tmp/hybrid_bench_model
+  [ -s /tmp/qwen3_tokenizer.json ] || gunzip -c .gpu/qwen3_tokenizer.json.gz > /tmp/qwen3_tokenizer.json
+  [ -s "$hybrid_model/config.json" ] || "$python" bench/python/make_hybrid_bench_model.py "$hybrid_model" /tmp/qwen3_tokenizer.json
+  [ -s "$dataset" ] || make_dataset
+  for run in $(seq "$runs"); do
+    "$tools/capture_activations" --model "$hybrid_model" --dataset "$dataset" --output-dir "/tmp/hybrid_capture_$run" \
+      --layers 8,16,24,31 --overwrite --json -q > "$out/hybrid_capture_probekit_$run.json"
+    [ "$run" -gt "$python_runs" ] || PYTHONUNBUFFERED=1 "$python" bench/python/moe_baseline.py "$hybrid_model" "$dataset" \
+      --layers 8 16 24 31 > "$out/hybrid_capture_python_$run.json"
+  done
+  grep -h -E "examples_per_s" "$out"/hybrid_capture_*.json
 fi
 if has previous; then
   if [ ! -x /tmp/build_old/tools/capture_activations ]; then

@@ -1,4 +1,4 @@
-"""transformers' batched capture on a MoE checkpoint as a user runs it, beside capture_activations in the same
+"""transformers' batched capture on a MoE or hybrid checkpoint as a user runs it, beside capture_activations in the same
 sitting: from_pretrained with its defaults (bf16, on the GPU), batches of 32 with right padding, forward hooks
 on the captured layers, the last real token of each text.
   python3 moe_baseline.py MODEL_DIR DATASET_JSONL [--layers 6 12 18 23] [--batch 32]
@@ -23,7 +23,7 @@ tok = AutoTokenizer.from_pretrained(a.model)
 tok.padding_side = "right"
 model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16, device_map="cuda").eval()
 layers = model.model.layers
-sparse = next(layer.mlp for layer in layers if hasattr(layer.mlp, "experts"))
+sparse = next((layer.mlp for layer in layers if hasattr(layer.mlp, "experts")), None)  # None: a dense model
 
 
 def capture(ts):
@@ -48,6 +48,7 @@ print(json.dumps({
     "batched_examples_per_s": len(texts) / (time.time() - t0),
     "experts_implementation": getattr(model.config, "_experts_implementation", None)
                               or "not a setting of this version (its experts module's own loop)",
-    "experts_module": type(getattr(sparse, "experts")).__module__ + "." + type(getattr(sparse, "experts")).__name__,
+    "experts_module": type(sparse.experts).__module__ + "." + type(sparse.experts).__name__ if sparse else None,
+    "linear_attention": type(layers[0].linear_attn).__module__ if hasattr(layers[0], "linear_attn") else None,
     "attention_implementation": getattr(model.config, "_attn_implementation", None),
     "transformers": transformers.__version__, "torch": torch.__version__}))

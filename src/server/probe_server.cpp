@@ -126,7 +126,10 @@ void ProbeServer::add_routes() {
   });
   http_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) { send_json(res, 200, {{"status", "ok"}}); });
   http_->Get("/v1/info", [this, context](const httplib::Request&, httplib::Response& res) {
-    send_json(res, 200, info_response(context, open_streams_, options_.engine.generate));
+    Json info = info_response(context, open_streams_, options_.engine.generate);
+    info["chat"] = chat_model_.chat_template != nullptr;  // the page's chat view needs the model's template
+    if (!chat_model_.problem.empty()) info["chat_problem"] = chat_model_.problem;
+    send_json(res, 200, info);
   });
   http_->Post("/v1/rank", json_endpoint(parse_rank_query,
                                         [context](const RankQuery& q, Clock::time_point deadline) {

@@ -1,8 +1,9 @@
 // The web page of probe_server in a real browser: Debian's Chromium, headless, driven through the DevTools
 // protocol (puppeteer-core). Starts probe_server on a free loopback port, loads the page, types a text, checks
 // the rendered ranking against /v1/rank and the per-token heatmap, starts a generation and watches its tokens
-// arrive (when the server generates), checks that nothing was fetched from elsewhere, writes a screenshot, and
-// stops the server with SIGTERM, which must end it cleanly.
+// arrive (when the server generates), compares steered and unsteered generations, holds a two-turn chat, checks
+// that nothing was fetched from elsewhere, writes a screenshot, and stops the server with SIGTERM, which must end
+// it cleanly.
 //
 //   node page_test.mjs PROBE_SERVER PROBES_DIR SCREENSHOT.png
 import assert from "node:assert/strict";
@@ -89,6 +90,47 @@ async function checkSteering(page, info) {
   console.log(`steering: ${status}`);
 }
 
+// The chat view: two turns through /v1/chat/completions. The streamed reply must be what the endpoint answers
+// unstreamed for the same messages (temperature 0), the bars the last token's probes, and the second request must
+// carry the whole conversation.
+async function checkChat(page, base, info) {
+  if (!info.generation || !info.chat) {
+    assert.equal(await page.$eval("#chat-send", (b) => b.disabled), true, "no chat: its button is disabled");
+    console.log("chat: not in this server (its button is disabled)");
+    return;
+  }
+  const sent = [];
+  page.on("request", (request) => {
+    if (request.url().endsWith("/v1/chat/completions")) sent.push(JSON.parse(request.postData()));
+  });
+  await page.$eval("#max-new-tokens", (input) => { input.value = "6"; });
+  const turn = async (message, replies) => {
+    await page.type("#chat-input", message);
+    await page.click("#chat-send");
+    await page.waitForFunction((n) => document.querySelectorAll("#chat-log .message.assistant").length === n &&
+                                      /tokens \(/.test(document.querySelector("#chat-status").textContent),
+                               { timeout: 120000 }, replies);
+  };
+  await turn("Hello! How are you today?", 1);
+  assert.equal(sent.length, 1);
+  assert.equal(sent[0].stream, true);
+  assert.deepEqual(sent[0].messages, [{ role: "user", content: "Hello! How are you today?" }]);
+  const reply = await page.$eval("#chat-log .message.assistant .tokens", (box) => box.textContent);
+  const expected = await (await fetch(base + "v1/chat/completions", {
+    method: "POST", headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ messages: sent[0].messages, max_tokens: 6, temperature: 0, probes: sent[0].probes }),
+  })).json();
+  assert.equal(reply, expected.choices[0].message.content, "the streamed reply is the completion");
+  const bars = await page.$$eval("#chat-labels .row", (rows) => rows.map((row) => row.dataset.label));
+  const last = expected.probes[expected.probes.length - 1].predictions;
+  assert.deepEqual(bars, last.map((p) => p.label), "the bars are the last token's probes");
+  await turn("And tomorrow?", 2);
+  assert.deepEqual(sent[1].messages, [sent[0].messages[0], { role: "assistant", content: reply },
+                                      { role: "user", content: "And tomorrow?" }]);
+  const status = await page.$eval("#chat-status", (s) => s.textContent);
+  console.log(`chat: two turns, the second ${status}`);
+}
+
 const { server, url, output } = startServer(serverPath, probesDir);
 let browser;
 try {
@@ -108,6 +150,7 @@ try {
   await checkRanking(page, base);
   await checkGeneration(page, info);
   await checkSteering(page, info);
+  await checkChat(page, base, info);
   assert.deepEqual(elsewhere, [], "the page fetched nothing from elsewhere");
   assert.deepEqual(errors, [], "no script errors");
   await page.screenshot({ path: screenshot, fullPage: true });

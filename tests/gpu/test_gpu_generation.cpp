@@ -22,7 +22,8 @@ const char* const kFixtures[] = {"llama",       "llama_bf16",        "mistral",
                                  "gemma3_multimodal", "gemma3_multimodal_hub_layout", "gpt2",
                                  "gpt_neox",    "mixtral",           "qwen3_moe",
                                  "qwen2_moe",   "phi3",              "phi3_longrope",
-                                 "olmo2"};
+                                 "olmo2",       "olmo3",             "smollm3",
+                                 "gemma4_text"};
 
 std::string fixture(const std::string& name) { return std::string(PROBEKIT_FIXTURES) + "/models/" + name; }
 
