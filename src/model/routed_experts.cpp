@@ -22,7 +22,8 @@ namespace {
 // syncs of its own), and rows whose byte strides are multiples of 16, as the kernel needs.
 bool grouped_gemm_fits(const at::Tensor& rows, const RoutedExperts& w) {
 #if defined(PROBEKIT_HAS_GROUPED_MM) && defined(PROBEKIT_WITH_CUDA)
-  if (!w.gate_up.defined() || !rows.is_cuda() || rows.scalar_type() != at::kBFloat16 || w.gate_up.scalar_type() != at::kBFloat16) return false;
+  if (!w.gate_up.defined()) return false;  // MXFP4 kept packed: decoded expert by expert
+  if (!rows.is_cuda() || rows.scalar_type() != at::kBFloat16 || w.gate_up.scalar_type() != at::kBFloat16) return false;
   if (rows.size(1) % 8 != 0 || w.down.size(2) % 8 != 0) return false;
   int major = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, rows.device().index()) != cudaSuccess) {
@@ -37,13 +38,16 @@ bool grouped_gemm_fits(const at::Tensor& rows, const RoutedExperts& w) {
 #endif
 }
 
+// The sigmoid's gain in gpt-oss's clamped SwiGLU (GptOssConfig's swiglu_alpha; the family refuses other values).
+constexpr double kSwigluAlpha = 1.702;
+
 // act(gate) * up of the experts' fused projection [M, 2 * inner]; gpt-oss's clamped SwiGLU in ATen ops (the
 // fused CUDA kernel knows the plain activations only).
 at::Tensor expert_activation(const at::Tensor& gate_up, Activation activation, double limit) {
   if (activation != Activation::kClampedSwiglu) return gated_activation(gate_up, activation);
   std::vector<at::Tensor> halves = gate_up.chunk(2, -1);
   at::Tensor gate = halves[0].clamp_max(limit), up = halves[1].clamp(-limit, limit);
-  return (up + 1) * (gate * at::sigmoid(gate * 1.702));
+  return (up + 1) * (gate * at::sigmoid(gate * kSwigluAlpha));
 }
 
 // x W^T + b of each row's expert: b [experts, out] undefined for none; `row_experts` [M] the expert of each row.
