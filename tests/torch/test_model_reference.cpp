@@ -265,12 +265,14 @@ TEST_CASE("a GPT-2 checkpoint named without 'transformer.' matches transformers 
 // the scores) sharpens attention and amplifies the rounding (0.9984 seen); and in the MoE fixtures a token whose
 // k-th expert is nearly tied with the next can take the other one in bf16, a discrete change of that token's
 // output (0.985 seen with Debian's LibTorch; 0.945 for mixtral with LibTorch 2.11's CPU kernels, whose bf16
-// products round differently and flip one more token's expert).
+// products round differently and flip one more token's expert). gpt_oss (top 2 of 4 by the raw logits) flips more:
+// most texts keep 0.9999 on layer 0, the longest lose a few tokens' experts there (0.977 seen on the last layer).
 TEST_CASE("bf16 compute agrees with the fp32 reference to bf16 precision") {
   const std::pair<const char*, double> fixtures[] = {
       {"llama", 0.999},   {"mistral", 0.999},       {"qwen2", 0.999},   {"qwen3", 0.999},     {"gemma", 0.999},
       {"gemma2", 0.999},  {"gemma3_text", 0.999},   {"gpt2", 0.999},    {"gpt_neox", 0.999},  {"phi3", 0.999},
-      {"olmo2", 0.999},   {"phi3_longrope", 0.998}, {"mixtral", 0.93},  {"qwen3_moe", 0.98},  {"qwen2_moe", 0.98}};
+      {"olmo2", 0.999},   {"phi3_longrope", 0.998}, {"mixtral", 0.93},  {"qwen3_moe", 0.98},  {"qwen2_moe", 0.98},
+      {"gpt_oss", 0.97},  {"gpt_oss_mxfp4", 0.97}};
   for (const auto& [name, bound] : fixtures) {
     std::string dir = fixture_model(name);
     Reference reference = read_reference(dir);
