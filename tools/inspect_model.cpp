@@ -46,6 +46,20 @@ std::string rope_summary(const model::RopeSpec& rope, bool learned_positions) {
   return "?";
 }
 
+// A layer's token mixer: attention with its window and rope, or a Gated DeltaNet with its heads.
+std::string mixer_summary(const model::ModelConfig& c, size_t i) {
+  const model::LayerSpec& layer = c.layers[i];
+  if (layer.mixer == model::Mixer::kGatedDeltaNet) {
+    const model::LinearAttentionSpec& s = c.linear_attention;
+    return fmt::format("Gated DeltaNet ({} key heads of {}, {} value heads of {}, convolution over {} tokens)",
+                       s.key_heads, s.key_head_dim, s.value_heads, s.value_head_dim, s.conv_kernel);
+  }
+  std::string kind = (layer.sliding_window > 0 ? fmt::format("sliding window {}", layer.sliding_window) : "full attention") +
+                     (c.features.attention_sinks ? " with sinks" : "") + ", " +
+                     rope_summary(layer.rope, c.features.learned_positions);
+  return c.features.attention_output_gate ? kind + ", gated output" : kind;
+}
+
 void print_info(const std::string& dir, bool json) {
   model::ModelConfig c = model::load_config(dir);
   model::Checkpoint checkpoint = model::Checkpoint::open(dir, c.quantization);
@@ -59,9 +73,7 @@ void print_info(const std::string& dir, bool json) {
   const model::RoutedExpertsSpec& moe = c.routed_experts;
   for (size_t i = 0; i < c.layers.size(); ++i) {
     const auto& layer = c.layers[i];
-    std::string kind = (layer.sliding_window > 0 ? fmt::format("sliding window {}", layer.sliding_window) : "full attention") +
-                       (c.features.attention_sinks ? " with sinks" : "") + ", " +
-                       rope_summary(layer.rope, c.features.learned_positions);
+    std::string kind = mixer_summary(c, i);
     if (layer.head_dim > 0 || layer.num_kv_heads > 0) {
       kind += fmt::format(", head dim {}, key/value heads {}", model::layer_head_dim(c, static_cast<int64_t>(i)),
                           model::layer_kv_heads(c, static_cast<int64_t>(i)));

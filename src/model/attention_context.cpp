@@ -75,14 +75,23 @@ AttentionContext::AttentionContext(const ModelConfig& config, const at::Tensor& 
     : config_(config), positions_(positions), prefix_lengths_(prefix_lengths), sequence_lengths_(sequence_lengths),
       prefix_(prefix), packed_(packed) {
   if (packed != nullptr && prefix != nullptr) fail_input("packed sequences cannot attend to a cached prefix");
+  if (prefix != nullptr) {
+    for (const at::Tensor& keys : prefix->keys) {
+      if (keys.defined()) {
+        prefix_tokens_ = keys.size(2);
+        break;
+      }
+    }
+  }
 }
 
-void AttentionContext::use_cache(KvCache& cache, int64_t visible) {
+void AttentionContext::use_cache(KvCache& cache, int64_t visible, const at::Tensor& commit_tokens) {
   if (prefix_ != nullptr || packed_ != nullptr) {
     fail_input("a forward pass takes a generation cache alone, without a shared prefix or packed sequences");
   }
   cache_ = &cache;
   cache_visible_ = visible;
+  commit_tokens_ = commit_tokens;
 }
 
 at::Tensor AttentionContext::inverse_frequencies(const RopeSpec& rope) const {
@@ -134,7 +143,7 @@ const at::Tensor& AttentionContext::mask(int64_t sliding_window) {
   at::Tensor own = (own_index.unsqueeze(0) <= own_index.unsqueeze(1)).unsqueeze(0);  // [1, T, T]
   if (sliding_window > 0) own = own & ((query_positions - positions_.unsqueeze(1)) < sliding_window);
   if (prefix_ != nullptr) {
-    int64_t prefix_tokens = prefix_->keys.at(0).size(2);
+    const int64_t prefix_tokens = prefix_tokens_;
     at::Tensor prefix_positions = at::arange(prefix_tokens, options.dtype(at::kLong)).view({1, 1, prefix_tokens});
     at::Tensor seen = prefix_positions < prefix_lengths_.view({-1, 1, 1});  // [B, 1, P]
     if (sliding_window > 0) seen = seen & ((query_positions - prefix_positions) < sliding_window);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/error.h"
@@ -109,6 +110,11 @@ std::vector<int64_t> routed_expert_layers(const ModelConfig& config) {
     if (config.layers[i].feed_forward == FeedForward::kRoutedExperts) layers.push_back(static_cast<int64_t>(i));
   }
   return layers;
+}
+
+bool has_recurrent_layers(const ModelConfig& config) {
+  return std::any_of(config.layers.begin(), config.layers.end(),
+                     [](const LayerSpec& layer) { return layer.mixer == Mixer::kGatedDeltaNet; });
 }
 
 int64_t longest_short_rope_sequence(const ModelConfig& config) {

@@ -62,6 +62,9 @@ enum class RopeType { kNone, kDefault, kLinear, kLlama3, kLongRope, kYarn, kProp
 enum class QkNorm { kNone, kPerHead, kWholeProjection };
 /// A layer's feed-forward: one dense MLP, or experts a router picks from for each token.
 enum class FeedForward { kDenseMlp, kRoutedExperts };
+/// A layer's token mixer: softmax attention over the cached keys and values, or a Gated DeltaNet (linear attention
+/// whose past is a fixed-size state: Qwen3-Next's and Qwen3.5's linear_attention layers).
+enum class Mixer { kAttention, kGatedDeltaNet };
 
 /// How rotary position embeddings are computed for one layer.
 struct RopeSpec {
@@ -105,6 +108,7 @@ struct ArchFeatures {
   std::optional<double> attn_softcap; // tanh soft-capping of attention scores (Gemma 2)
   bool value_norm = false;            // values RMS-normalized per head, without a weight (Gemma 4)
   bool attention_sinks = false;       // a learned logit per head joins each softmax's denominator (gpt-oss)
+  bool attention_output_gate = false; // heads * sigmoid(gate(x)) before o_proj, the gate from q_proj (Qwen3-Next)
 };
 
 /// Per-layer settings.
@@ -113,6 +117,16 @@ struct LayerSpec {
   RopeSpec rope;
   FeedForward feed_forward = FeedForward::kDenseMlp;
   int64_t head_dim = 0, num_kv_heads = 0;  // 0: the model's (Gemma 4's full layers have their own)
+  Mixer mixer = Mixer::kAttention;
+};
+
+/// The shape of the Gated DeltaNet layers (linear_* keys): value head h reads key head h / (value_heads / key_heads).
+struct LinearAttentionSpec {
+  int64_t key_heads = 0, value_heads = 0, key_head_dim = 0, value_head_dim = 0;
+  int64_t conv_kernel = 0;  // the causal depthwise convolution's width over q, k and v
+  int64_t key_dim() const { return key_heads * key_head_dim; }
+  int64_t value_dim() const { return value_heads * value_head_dim; }
+  int64_t conv_channels() const { return 2 * key_dim() + value_dim(); }
 };
 
 /// How a router turns its logits into the top_k experts of a token and their weights.
@@ -149,6 +163,7 @@ struct ModelConfig {
   bool qkv_bias = false, output_bias = false, mlp_bias = false;
   ArchFeatures features;
   RoutedExpertsSpec routed_experts;
+  LinearAttentionSpec linear_attention;  // of the layers whose mixer is Mixer::kGatedDeltaNet
   std::vector<LayerSpec> layers;
   // The LM head (read only for generation): the token embedding table itself when tied, else its own weight.
   bool tie_word_embeddings = false;
@@ -165,6 +180,9 @@ int64_t layer_kv_heads(const ModelConfig& config, int64_t layer);
 
 /// The layers whose feed-forward is routed experts (the layers with a router), ascending.
 std::vector<int64_t> routed_expert_layers(const ModelConfig& config);
+
+/// Whether some layer is a Gated DeltaNet (a recurrent state in place of cached keys and values).
+bool has_recurrent_layers(const ModelConfig& config);
 
 /// The longest sequence that a rope choosing its factors by the sequence's length (longrope) still computes
 /// with its short factors; 0 when no layer's rope depends on the length.

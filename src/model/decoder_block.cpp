@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "common/error.h"
+#include "model/gated_delta_net.h"
 #include "model/routed_experts.h"
 
 #ifdef PROBEKIT_WITH_CUDA
@@ -297,7 +298,27 @@ at::Tensor attention_branch(const at::Tensor& x_in, const LayerWeights& w, const
                             : attention(q, k, v, context.mask(spec.sliding_window), c.attention_scale,
                                         c.features.attn_softcap, w.attention_sinks);
   at::Tensor heads = attended.transpose(1, 2).reshape({batch, tokens, q_out});
-  return linear(output_rows.defined() ? heads.index_select(1, output_rows) : heads, w.attention_output);
+  at::Tensor x = x_in;
+  if (output_rows.defined()) {
+    heads = heads.index_select(1, output_rows);
+    x = x.index_select(1, output_rows);
+  }
+  if (w.attention_gate.weight.defined()) heads = heads * at::sigmoid(linear(x, w.attention_gate));
+  return linear(heads, w.attention_output);
+}
+
+// The token mixer's branch: attention, or a Gated DeltaNet (whose attn_out site is its out_proj's output).
+at::Tensor mixer_branch(const at::Tensor& x_in, const LayerWeights& w, const ModelConfig& c, int64_t layer,
+                        AttentionContext& context, KvCache* record, const at::Tensor& output_rows) {
+  if (c.layers[static_cast<size_t>(layer)].mixer == Mixer::kAttention) {
+    return attention_branch(x_in, w, c, layer, context, record, output_rows);
+  }
+  if (record != nullptr) {
+    // No keys and values: the layer keeps its place in the record (a prefix read from it is refused).
+    record->keys.emplace_back();
+    record->values.emplace_back();
+  }
+  return delta_net_branch(x_in, w, c, layer, context, output_rows);
 }
 
 // The feed-forward sub-block's output [B, T, hidden] for its input x_in (compute dtype): the dense MLP, or the
@@ -369,7 +390,7 @@ at::Tensor apply_norm(const at::Tensor& x, const Norm& norm, const ModelConfig& 
 bool packed_attention_is_fast(const ModelConfig& config, at::Device device, at::ScalarType dtype) {
 #if (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)) && defined(PROBEKIT_WITH_CUDA)
   if (!device.is_cuda() || (dtype != at::kBFloat16 && dtype != at::kHalf)) return false;
-  if (config.features.attn_softcap || config.features.attention_sinks) return false;
+  if (config.features.attn_softcap || config.features.attention_sinks || has_recurrent_layers(config)) return false;
   for (int64_t i = 0; i < static_cast<int64_t>(config.layers.size()); ++i) {
     const int64_t head_dim = layer_head_dim(config, i);
     if (config.layers[static_cast<size_t>(i)].rope.type == RopeType::kLongRope || head_dim > 256 || head_dim % 8 != 0) {
@@ -387,6 +408,7 @@ ResidualStream decoder_block(const ResidualStream& stream, const LayerWeights& w
                              const ModelConfig& c, int64_t layer, AttentionContext& context,
                              const TensorHook* hook_function, uint32_t hook_sites, const StreamWrites* writes,
                              KvCache* record, const at::Tensor& output_rows) {
+  // o_proj (out_proj) is there whatever the layer's mixer.
   const at::ScalarType compute = w.attention_output.weight.scalar_type();
   const LayerHook hook{hook_function, hook_sites, layer, writes};
   if (hook.wants(Site::kResidPre)) hook.emit(Site::kResidPre, stream.residual);
@@ -394,7 +416,7 @@ ResidualStream decoder_block(const ResidualStream& stream, const LayerWeights& w
   const at::Tensor attention_in = stream.next_input.defined()
                                       ? stream.next_input
                                       : norm_to(stream.residual, w.attention_input_norm, c, compute);
-  at::Tensor attention_out = attention_branch(attention_in, w, c, layer, context, record, output_rows);
+  at::Tensor attention_out = mixer_branch(attention_in, w, c, layer, context, record, output_rows);
   const at::Tensor x = output_rows.defined() ? stream.residual.index_select(1, output_rows) : stream.residual;
   // A branch's post-norm (Gemma 2/3, OLMo 2) is applied inside the residual add, unless the hook wants the branch.
   Norm attention_norm = w.attention_output_norm;

@@ -21,9 +21,13 @@ namespace probekit::model {
 /// residual sites, the router's logits and the experts' rows, the compute dtype for the branches.
 using TensorHook = std::function<void(Site site, int64_t layer, const at::Tensor& values)>;
 
-/// Keys and values of every layer of a forward pass (after rotary embedding), [B, kv_heads, T, head_dim] each.
+/// Keys and values of every layer of a forward pass (after rotary embedding), [B, kv_heads, T, head_dim] each;
+/// undefined for a Gated DeltaNet layer, which keeps (in generation's cache) its state instead: the last
+/// kernel - 1 inputs of its convolution [B, conv_channels, kernel - 1] and its recurrent state
+/// [B, value_heads, key_head_dim, value_head_dim] in fp32 (undefined for attention layers).
 struct KvCache {
   std::vector<at::Tensor> keys, values;
+  std::vector<at::Tensor> conv_states, recurrent_states;
 };
 
 /// Sequences packed one after another into a pass of one row [1, N], with no padding: sequence b holds
@@ -58,13 +62,15 @@ class AttentionContext {
   const at::Tensor& mask(int64_t sliding_window);
 
   /// Generation's cache (ForwardPass::cache): the layers write their keys and values into `cache` at the
-  /// slots of their positions and attend over its slots [0, visible).
-  void use_cache(KvCache& cache, int64_t visible);
+  /// slots of their positions and attend over its slots [0, visible); recurrent layers advance their states over
+  /// the first `commit_tokens` [B] tokens of each row (ForwardPass::commit_tokens; undefined: all).
+  void use_cache(KvCache& cache, int64_t visible, const at::Tensor& commit_tokens = {});
 
   const KvCache* prefix() const { return prefix_; }
   const PackedSequences* packed() const { return packed_; }
   KvCache* cache() const { return cache_; }
   int64_t cache_visible() const { return cache_visible_; }
+  const at::Tensor& commit_tokens() const { return commit_tokens_; }
   const at::Tensor& positions() const { return positions_; }
 
  private:
@@ -72,8 +78,9 @@ class AttentionContext {
   at::Tensor inverse_frequencies(const RopeSpec& rope) const;
 
   const ModelConfig& config_;
-  at::Tensor positions_, prefix_lengths_, sequence_lengths_;
+  at::Tensor positions_, prefix_lengths_, sequence_lengths_, commit_tokens_;
   const KvCache* prefix_;
+  int64_t prefix_tokens_ = 0;  // P: the prefix's positions (its first attention layer's keys)
   const PackedSequences* packed_;
   KvCache* cache_ = nullptr;
   int64_t cache_visible_ = 0;

@@ -152,6 +152,24 @@ struct ExpertNames {
 /// The router and every expert's projections under `block` ("model.layers.3.mlp."), stacked.
 RoutedExperts load_routed_experts(const WeightScope& block, const ModelConfig& config, const ExpertNames& names);
 
+/// Qwen 2 MoE's experts of one decoder layer (its scope): mlp.gate, mlp.experts.{e}.{gate,up,down}_proj and the
+/// shared expert with its sigmoid gate (mlp.shared_expert.*, mlp.shared_expert_gate).
+RoutedExperts load_qwen2_moe_experts(const WeightScope& layer, const ModelConfig& config);
+
+/// What Qwen3-Next and Qwen3.5 share (families/qwen3_next.cpp): the Llama-style dimensions with `defaults`, (1 + w)
+/// norms, per-head q/k norms, the attention output gate, partial rotary (0.25 by default), each layer's mixer
+/// (layer_types or full_attention_interval) and the Gated DeltaNet's linear_* keys.
+void resolve_gated_delta_net_hybrid(const ConfigReader& config_json, ModelConfig& config, const DimensionDefaults& defaults);
+/// A Gated DeltaNet layer's in_proj in our order (DeltaNetWeights::in_proj) from its linear_attn scope.
+using DeltaNetProjectionLoader =
+    std::function<at::Tensor(const WeightScope& linear_attn, const LinearAttentionSpec& spec, int64_t hidden)>;
+/// The hybrid layout under `model`: per layer input_layernorm, post_attention_layernorm, linear_attn (in_proj from
+/// `load_in_proj`, conv1d, A_log, dt_bias, norm, out_proj) or self_attn (q_proj with the gate), and the routed
+/// experts from `load_experts` or a dense mlp.
+void load_gated_delta_net_layout(const WeightScope& model, const ModelConfig& config, const LoadPlan& plan,
+                                 ModelWeights& weights, const DeltaNetProjectionLoader& load_in_proj,
+                                 const ExpertLoader& load_experts = {});
+
 /// The number of routed experts: num_experts (published Qwen MoE configs) or num_local_experts (Mixtral, and
 /// what transformers 5 writes for Qwen 3 MoE), `fallback` when neither is set; different values are an error.
 int64_t read_expert_count(const ConfigReader& config_json, int64_t fallback);
@@ -184,6 +202,15 @@ void resolve_olmo2(const ConfigReader& config_json, ModelConfig& config);
 void resolve_olmo3(const ConfigReader& config_json, ModelConfig& config);
 void resolve_smollm3(const ConfigReader& config_json, ModelConfig& config);
 void resolve_gemma4_text(const ConfigReader& config_json, ModelConfig& config);
+void resolve_qwen3_next(const ConfigReader& config_json, ModelConfig& config);
+void resolve_qwen3_5_text(const ConfigReader& config_json, ModelConfig& config);
+void resolve_qwen3_5(const ConfigReader& config_json, ModelConfig& config);
+void load_qwen3_next(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan, ModelWeights& weights);
+void load_qwen3_5_text(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan,
+                       ModelWeights& weights);
+void load_qwen3_5_multimodal(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan,
+                             ModelWeights& weights);
+int64_t qwen3_next_tensor_layer(const std::string& name);
 void resolve_gemma4(const ConfigReader& config_json, ModelConfig& config);
 void resolve_gpt_oss(const ConfigReader& config_json, ModelConfig& config);
 void load_gpt_oss(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan, ModelWeights& weights);

@@ -100,6 +100,38 @@ at::Tensor TransformerModel::logits(const at::Tensor& final_norm) const {
   return logits;
 }
 
+KvCache TransformerModel::empty_cache(int64_t batch, int64_t capacity) const {
+  const ModelConfig& c = config_;
+  const LinearAttentionSpec& s = c.linear_attention;
+  KvCache cache;
+  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
+    auto options = at::TensorOptions().device(layer_device(layer)).dtype(options_.dtype);
+    at::Tensor keys, conv_state, recurrent_state;
+    if (c.layers[static_cast<size_t>(layer)].mixer == Mixer::kGatedDeltaNet) {
+      conv_state = at::zeros({batch, s.conv_channels(), s.conv_kernel - 1}, options);
+      recurrent_state = at::zeros({batch, s.value_heads, s.key_head_dim, s.value_head_dim}, options.dtype(at::kFloat));
+    } else {
+      keys = at::zeros({batch, layer_kv_heads(c, layer), capacity, layer_head_dim(c, layer)}, options);
+    }
+    cache.keys.push_back(keys);
+    cache.values.push_back(keys.defined() ? at::zeros_like(keys) : at::Tensor());
+    cache.conv_states.push_back(conv_state);
+    cache.recurrent_states.push_back(recurrent_state);
+  }
+  return cache;
+}
+
+double layer_cache_bytes(const ModelConfig& c, int64_t layer, double batch, double capacity, double element_size) {
+  if (c.layers.at(static_cast<size_t>(layer)).mixer == Mixer::kGatedDeltaNet) {
+    const LinearAttentionSpec& s = c.linear_attention;
+    const auto conv = static_cast<double>(s.conv_channels() * (s.conv_kernel - 1)) * element_size;
+    const auto recurrent = static_cast<double>(s.value_heads * s.key_head_dim * s.value_head_dim) * 4.0;
+    return batch * (conv + recurrent);
+  }
+  return 2.0 * batch * static_cast<double>(layer_kv_heads(c, layer)) * capacity *
+         static_cast<double>(layer_head_dim(c, layer)) * element_size;
+}
+
 void TransformerModel::check_inputs(const std::vector<int32_t>& ids) const {
   for (int32_t id : ids) {
     if (id < 0 || id >= config_.vocab_size) {
@@ -142,7 +174,7 @@ at::Tensor TransformerModel::forward(const ForwardPass& pass) const {
 
   auto context = std::make_unique<AttentionContext>(c, positions, pass.prefix, pass.prefix_lengths,
                                                     pass.sequence_lengths, pass.packed);
-  if (pass.cache != nullptr) context->use_cache(*pass.cache, pass.cache_visible);
+  if (pass.cache != nullptr) context->use_cache(*pass.cache, pass.cache_visible, pass.commit_tokens);
   c10::OptionalDeviceGuard stage_guard;  // our fused kernels launch on the current device
   std::optional<PackedSequences> stage_packed;  // the packed layout on the current stage's device
   ResidualStream stream{x, {}, per_layer_inputs(pass.input_ids, x, weights_, c)};
@@ -161,7 +193,7 @@ at::Tensor TransformerModel::forward(const ForwardPass& pass) const {
       context = std::make_unique<AttentionContext>(c, on_stage(positions), pass.prefix, on_stage(pass.prefix_lengths),
                                                    on_stage(pass.sequence_lengths),
                                                    stage_packed ? &*stage_packed : nullptr);
-      if (pass.cache != nullptr) context->use_cache(*pass.cache, pass.cache_visible);
+      if (pass.cache != nullptr) context->use_cache(*pass.cache, pass.cache_visible, on_stage(pass.commit_tokens));
     }
     // The next layer's input norm joins this layer's last residual add when both layers share a device.
     const bool next_here = layer < last && layer_device(layer + 1) == layer_device(layer);

@@ -78,6 +78,11 @@ struct ForwardPass {
   // `cache_visible` on, which must exceed every position of the pass, are not read.
   KvCache* cache = nullptr;
   int64_t cache_visible = 0;
+  // With a cache, the Gated DeltaNet layers' states there advance over the first commit_tokens[b] tokens of row b
+  // only ([B] int64 on the model's device): a prompt without its padding, a step's new token without the probes'
+  // suffix after it, nothing for a row that has stopped. The other tokens see the states but leave them as they
+  // were. Undefined: every token commits.
+  at::Tensor commit_tokens;
   // When set ([R] int64 token indices of a packed pass [1, N]), the last layer finishes only these tokens: its
   // keys and values come from every token, but its output projection, MLP and residual adds run on R rows, and
   // its sites from attn_out on hold [1, R, width]. The last token of each text, read at the deepest
@@ -113,6 +118,11 @@ class TransformerModel {
   /// model caps them); needs the LM head loaded.
   at::Tensor logits(const at::Tensor& final_norm) const;
 
+  /// A generation cache of `batch` rows, zeros on each layer's device: keys and values [batch, kv_heads,
+  /// capacity, head_dim] of the attention layers in the model's dtype, and the states of the Gated DeltaNet layers
+  /// (empty ones: the state before any token).
+  KvCache empty_cache(int64_t batch, int64_t capacity) const;
+
   /// Throws if a token id is outside the vocabulary or a position past a learned-position table.
   void check_inputs(const std::vector<int32_t>& ids) const;
 
@@ -127,6 +137,10 @@ class TransformerModel {
   ModelWeights weights_;
   int64_t weight_bytes_ = 0;
 };
+
+/// The bytes of layer `layer`'s part of a generation cache of `batch` rows and `capacity` positions whose keys
+/// and values take `element_size` bytes each (the states of a Gated DeltaNet layer, whatever the capacity).
+double layer_cache_bytes(const ModelConfig& config, int64_t layer, double batch, double capacity, double element_size);
 
 /// The checkpoint tensors a load with `options` reads from disk (what WeightReadAhead fetches), by name.
 std::vector<std::string> tensors_to_read(const std::string& dir, const LoadOptions& options);

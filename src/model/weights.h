@@ -182,12 +182,24 @@ struct RoutedExperts {
   at::Tensor shared_expert_gate;  // [1, hidden]: the shared expert's output is scaled by sigmoid(gate x)
 };
 
+/// A Gated DeltaNet layer's weights (Qwen3-Next, Qwen3.5); its out_proj is the layer's attention_output.
+struct DeltaNetWeights {
+  /// [2 * key_dim + 2 * value_dim + 2 * value_heads, hidden]: the rows of q, k, v (the convolution's channels),
+  /// then z (the output gate), b (beta's) and a (the decay's), whatever order the checkpoint stores them in.
+  Linear in_proj;
+  at::Tensor conv;             // [conv_channels, kernel] in fp32: conv1d.weight, one filter per channel
+  at::Tensor A_log, dt_bias;   // [value_heads] in fp32
+  at::Tensor norm;             // [value_head_dim] in fp32: the output's RMSNorm weight, w itself (not 1 + w)
+};
+
 struct LayerWeights {
   Norm attention_input_norm, attention_output_norm, mlp_input_norm, mlp_output_norm;
   Linear qkv;  // q, k and v projections fused along the output dimension: [q_out + 2 * kv_out, hidden]
   Linear attention_output;
+  Linear attention_gate;  // [heads * head_dim, hidden]: heads * sigmoid(gate x) before o_proj (Qwen3-Next); or none
   Norm q_norm, k_norm;
   at::Tensor attention_sinks;  // [heads] fp32: each head's logit in the softmax's denominator (gpt-oss)
+  DeltaNetWeights delta_net;  // Mixer::kGatedDeltaNet layers (which have no qkv)
   std::variant<DenseMlp, RoutedExperts> feed_forward;  // the one LayerSpec::feed_forward names
   // Gemma 4: the per-layer input's gate [size, hidden] and projection [hidden, size], its branch's post-norm, and
   // the scalar [1] the layer's output is multiplied by; undefined elsewhere.

@@ -45,9 +45,8 @@ void IncrementalReader::check_cache_memory(int64_t batch, double capacity, int64
   const model::ModelConfig& config = model_.config();
   std::map<std::string, std::pair<double, at::Device>> needed;  // by device
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
-    const double per_layer = 2.0 * static_cast<double>(batch) * static_cast<double>(model::layer_kv_heads(config, layer)) *
-                             capacity * static_cast<double>(model::layer_head_dim(config, layer)) *
-                             static_cast<double>(c10::elementSize(model_.dtype()));
+    const double per_layer = model::layer_cache_bytes(config, layer, static_cast<double>(batch), capacity,
+                                                      static_cast<double>(c10::elementSize(model_.dtype())));
     at::Device device = model_.layer_device(layer);
     auto [entry, added] = needed.try_emplace(device.str(), 0.0, device);
     entry->second.first += per_layer;
@@ -86,13 +85,7 @@ at::Tensor IncrementalReader::start(const std::vector<Sequence>& prompts, int64_
   check_cache_memory(batch, positions + 1, new_tokens);
   capacity_ = longest + new_tokens + suffix_length + 1;
 
-  cache_ = {};
-  for (int64_t layer = 0; layer < config.num_layers; ++layer) {
-    auto options = at::TensorOptions().device(model_.layer_device(layer)).dtype(model_.dtype());
-    cache_.keys.push_back(at::zeros(
-        {batch, model::layer_kv_heads(config, layer), capacity_, model::layer_head_dim(config, layer)}, options));
-    cache_.values.push_back(at::zeros_like(cache_.keys.back()));
-  }
+  cache_ = model_.empty_cache(batch, capacity_);
   // Right-padded: padding sits after each prompt, in slots its generated tokens overwrite before reading them.
   at::Tensor ids = at::zeros({batch, longest}, at::kLong), lengths = at::empty({batch}, at::kLong);
   for (int64_t b = 0; b < batch; ++b) {
@@ -108,6 +101,7 @@ at::Tensor IncrementalReader::start(const std::vector<Sequence>& prompts, int64_
   pass.final_norm = true;
   pass.cache = &cache_;
   pass.cache_visible = longest;
+  pass.commit_tokens = lengths_;  // not the padding after a prompt
   pass.writes = writes_;
   at::Tensor hidden = model_.forward(pass);  // [B, T, hidden]
   at::Tensor last = (lengths_ - 1).view({batch, 1, 1}).expand({batch, 1, hidden.size(2)});
@@ -130,6 +124,7 @@ IncrementalReader::Step IncrementalReader::step(const at::Tensor& tokens, const 
   pass.sequence_lengths = lengths_ + 1;
   pass.final_norm = true;
   pass.cache = &cache_;
+  pass.commit_tokens = advance.to(at::kLong);  // the new token of a row that goes on, never the suffix
   pass.writes = writes_;
   // Visible slots grow in steps of 64: attention then sees a few shapes, not a new one per token (cuDNN's
   // attention builds a plan per shape). The slots past every position of the pass are masked, so this changes
@@ -153,9 +148,9 @@ IncrementalReader::Step IncrementalReader::step(const at::Tensor& tokens, const 
 
 namespace {
 
-// `cache` [B, kv_heads, slots, head_dim] with zeros after its slots up to `capacity`.
+// `cache` [B, kv_heads, slots, head_dim] with zeros after its slots up to `capacity` (undefined stays so).
 at::Tensor grown(const at::Tensor& cache, int64_t capacity) {
-  if (cache.size(2) == capacity) return cache;
+  if (!cache.defined() || cache.size(2) == capacity) return cache;
   return at::cat({cache, at::zeros({cache.size(0), cache.size(1), capacity - cache.size(2), cache.size(3)}, cache.options())}, 2);
 }
 
@@ -180,16 +175,21 @@ void IncrementalReader::append_rows(const IncrementalReader& other, int64_t capa
     lengths_ = at::cat({lengths_, other.lengths_});
     longest_ = std::max(longest_, other.longest_);
   }
-  for (size_t layer = 0; layer < other.cache_.keys.size(); ++layer) {
-    for (auto [mine, theirs] : {std::make_pair(&cache_.keys, &other.cache_.keys), std::make_pair(&cache_.values, &other.cache_.values)}) {
-      at::Tensor added = grown((*theirs)[layer], capacity);
-      if (mine->size() <= layer) {
-        mine->push_back(added);
-      } else {
-        (*mine)[layer] = at::cat({grown((*mine)[layer], capacity), added}, 0);
+  // Keys and values grow to the capacity; the states of recurrent layers have no slots.
+  auto join = [&](std::vector<at::Tensor>& mine, const std::vector<at::Tensor>& theirs, bool slots) {
+    for (size_t layer = 0; layer < theirs.size(); ++layer) {
+      at::Tensor added = slots ? grown(theirs[layer], capacity) : theirs[layer];
+      if (mine.size() <= layer) {
+        mine.push_back(added);
+      } else if (added.defined()) {
+        mine[layer] = at::cat({slots ? grown(mine[layer], capacity) : mine[layer], added}, 0);
       }
     }
-  }
+  };
+  join(cache_.keys, other.cache_.keys, true);
+  join(cache_.values, other.cache_.values, true);
+  join(cache_.conv_states, other.cache_.conv_states, false);
+  join(cache_.recurrent_states, other.cache_.recurrent_states, false);
   capacity_ = capacity;
 }
 
@@ -202,8 +202,10 @@ void IncrementalReader::keep_rows(const std::vector<int64_t>& rows) {
     return;
   }
   at::Tensor kept = at::tensor(rows, at::kLong);
-  for (std::vector<at::Tensor>* caches : {&cache_.keys, &cache_.values}) {
-    for (at::Tensor& cache : *caches) cache = cache.index_select(0, kept.to(cache.device()));
+  for (std::vector<at::Tensor>* caches : {&cache_.keys, &cache_.values, &cache_.conv_states, &cache_.recurrent_states}) {
+    for (at::Tensor& cache : *caches) {
+      if (cache.defined()) cache = cache.index_select(0, kept.to(cache.device()));
+    }
   }
   lengths_ = lengths_.index_select(0, kept.to(lengths_.device()));
   longest_ = lengths_.max().item<int64_t>();

@@ -63,7 +63,7 @@ class IncrementalReader {
   Sequence suffix_;
   const model::StreamWrites* writes_;
   at::Tensor suffix_ids_;  // [S] on the device
-  model::KvCache cache_;   // [B, kv_heads, capacity, head_dim] per layer
+  model::KvCache cache_;   // [B, kv_heads, capacity, head_dim] per layer (Gated DeltaNet layers: their states)
   at::Tensor lengths_;
   int64_t longest_ = 0;    // an upper bound of lengths_, known on the host
   int64_t capacity_ = 0;

@@ -152,6 +152,23 @@ at::Tensor read_rows(const model::TransformerModel& model, const std::vector<Seq
 
 namespace {
 
+// Rows [first, end) of read_prefixes read as prompts of their own (text[0..t] + suffix), kPrefixesPerPass at a
+// time: a recurrent layer (Gated DeltaNet) has no keys and values for the suffix to continue from.
+at::Tensor read_prefixes_as_rows(const model::TransformerModel& model, const Sequence& text, const Sequence& suffix,
+                                 const Request& request, int64_t first, int64_t end) {
+  std::vector<at::Tensor> parts;
+  for (int64_t start = first; start < end; start += kPrefixesPerPass) {
+    std::vector<Sequence> prompts;
+    for (int64_t t = start; t < std::min(end, start + kPrefixesPerPass); ++t) {
+      Sequence prompt(text.begin(), text.begin() + t + 1);
+      prompt.insert(prompt.end(), suffix.begin(), suffix.end());
+      prompts.push_back(std::move(prompt));
+    }
+    parts.push_back(read_rows(model, prompts, request));
+  }
+  return at::cat(parts);
+}
+
 // Rows [first, end) of read_prefixes: prefixes text[0..t] for t in [first, end), all of whose prompts a rope
 // that depends on the length treats alike.
 at::Tensor read_prefix_range(const model::TransformerModel& model, const Sequence& text, const Sequence& suffix,
@@ -167,6 +184,7 @@ at::Tensor read_prefix_range(const model::TransformerModel& model, const Sequenc
     model.forward(text_pass);
     return reader.stacked();
   }
+  if (model::has_recurrent_layers(model.config())) return read_prefixes_as_rows(model, text, suffix, request, first, end);
   model::KvCache cache;
   text_pass.record = &cache;
   text_pass.writes = request.writes;

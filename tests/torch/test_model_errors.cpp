@@ -208,3 +208,22 @@ TEST_CASE("only the layers a run needs are loaded, and deeper ones are refused")
   CHECK_CONTAINS(load_error(fixture_model("qwen2"), options), "layer 4 is out of range: the model has 4 layers");
   CHECK_THROWS_WITH(m.check_inputs({1, 2, 100000}), doctest::Contains("outside the model's vocabulary"));
 }
+
+TEST_CASE("Gated DeltaNet hybrids: mixers from layer_types or full_attention_interval, linear_* keys checked") {
+  // Without layer_types, every full_attention_interval-th layer is full attention (qwen3_next's layer 3 of 4).
+  TempDir tmp;
+  const model::ModelConfig interval = model::load_config(with_config(tmp, "qwen3_next", {{"layer_types", nullptr}}));
+  const model::ModelConfig listed = model::load_config(fixture_model("qwen3_next"));
+  for (size_t i = 0; i < listed.layers.size(); ++i) CHECK(interval.layers[i].mixer == listed.layers[i].mixer);
+  CHECK(listed.layers[3].mixer == model::Mixer::kAttention);
+  TempDir tmp2;
+  CHECK_CONTAINS(load_error(with_config(tmp2, "qwen3_next", {{"layer_types", {"linear_attention", "sliding_attention",
+                                                                               "full_attention", "full_attention"}}})),
+                 "'layer_types' entry 'sliding_attention' is not supported");
+  TempDir tmp3;
+  CHECK_CONTAINS(load_error(with_config(tmp3, "qwen3_5_text", {{"linear_num_value_heads", 3}})),
+                 "linear_num_value_heads (3) must be a multiple of linear_num_key_heads (2)");
+  TempDir tmp4;
+  CHECK_CONTAINS(load_error(with_config(tmp4, "qwen3_5_text", {{"linear_conv_kernel_dim", 0}})),
+                 "'linear_conv_kernel_dim' must be positive");
+}

@@ -10,6 +10,7 @@
 #include "common/files.h"
 #include "common/json.h"
 #include "io/safetensors.h"
+#include "model/families.h"
 #include "model/placement.h"
 #include "model/transformer.h"
 #include "readout/readout.h"
@@ -120,6 +121,9 @@ REFERENCE_TEST("olmo2")
 REFERENCE_TEST("olmo3")
 REFERENCE_TEST("smollm3")
 REFERENCE_TEST("gemma4_text")
+// Gated DeltaNet hybrids: linear-attention layers with a gated full-attention layer (dense MLP; MoE).
+REFERENCE_TEST("qwen3_5_text")
+REFERENCE_TEST("qwen3_next")
 REFERENCE_TEST("gpt_oss")
 // Fine-grained FP8 (32x32 blocks) against the dequantized model's activations.
 REFERENCE_TEST("qwen3_fp8")
@@ -265,13 +269,16 @@ TEST_CASE("a GPT-2 checkpoint named without 'transformer.' matches transformers 
 // the scores) sharpens attention and amplifies the rounding (0.9984 seen); and in the MoE fixtures a token whose
 // k-th expert is nearly tied with the next can take the other one in bf16, a discrete change of that token's
 // output (0.985 seen with Debian's LibTorch; 0.945 for mixtral with LibTorch 2.11's CPU kernels, whose bf16
-// products round differently and flip one more token's expert). gpt_oss (top 2 of 4 by the raw logits) flips more:
-// most texts keep 0.9999 on layer 0, the longest lose a few tokens' experts there (0.977 seen on the last layer).
+// products round differently and flip one more token's expert). The Gated DeltaNet hybrids' states carry every
+// earlier token's bf16-rounded projections (0.997 seen for qwen3_5_text), and qwen3_next's experts flip as in the
+// MoE fixtures (0.944 seen). gpt_oss (top 2 of 4 by the raw logits) flips more: most texts keep 0.9999 on
+// layer 0, the longest lose a few tokens' experts there (0.977 seen on the last layer).
 TEST_CASE("bf16 compute agrees with the fp32 reference to bf16 precision") {
   const std::pair<const char*, double> fixtures[] = {
       {"llama", 0.999},   {"mistral", 0.999},       {"qwen2", 0.999},   {"qwen3", 0.999},     {"gemma", 0.999},
       {"gemma2", 0.999},  {"gemma3_text", 0.999},   {"gpt2", 0.999},    {"gpt_neox", 0.999},  {"phi3", 0.999},
       {"olmo2", 0.999},   {"phi3_longrope", 0.998}, {"mixtral", 0.93},  {"qwen3_moe", 0.98},  {"qwen2_moe", 0.98},
+      {"qwen3_5_text", 0.996}, {"qwen3_next", 0.93},
       {"gpt_oss", 0.97},  {"gpt_oss_mxfp4", 0.97}};
   for (const auto& [name, bound] : fixtures) {
     std::string dir = fixture_model(name);
@@ -319,4 +326,38 @@ TEST_CASE("token embeddings kept on the host give the same hidden states as a co
       CHECK_MESSAGE(at::equal(mapped.forward(pass), copied.forward(pass)), name, " ", dtype);
     }
   }
+}
+
+// Qwen3.5's multimodal wrapper (model_type qwen3_5, the text model under model.language_model.), made from the text
+// fixture here, with a vision tower and a multi-token-prediction head that are never read.
+TEST_CASE("model matches transformers: qwen3_5 under its multimodal wrapper") {
+  TempDir tmp;
+  const std::string dir = tmp.file("qwen3_5");
+  copy_dir(fixture_model("qwen3_5_text"), dir);
+  write_json_file(dir + "/config.json", Json{{"model_type", "qwen3_5"},
+                                             {"tie_word_embeddings", true},
+                                             {"text_config", read_json_file(dir + "/config.json")}});
+  safetensors::File text(fixture_model("qwen3_5_text") + "/model.safetensors");
+  std::vector<safetensors::TensorData> tensors;
+  const std::vector<uint8_t> unread(4 * 4, 0);
+  for (const char* name : {"model.visual.patch_embed.proj.weight", "mtp.fc.weight"}) {
+    tensors.push_back({name, safetensors::DType::kF32, {2, 2}, unread.data(), unread.size()});
+  }
+  for (const safetensors::TensorInfo& info : text.tensors()) {
+    tensors.push_back({"model.language_model." + info.name.substr(std::string("model.").size()), info.dtype, info.shape,
+                       text.data(info), info.nbytes()});
+  }
+  safetensors::write_file(dir + "/model.safetensors", tensors);
+  check_against_reference(dir, "qwen3_5 (multimodal layout)");
+  for (const char* name : {"model.visual.patch_embed.proj.weight", "mtp.fc.weight"}) {
+    CHECK(model::find_family("qwen3_5")->tensor_layer(name) == model::kUnusedTensor);
+  }
+}
+
+TEST_CASE("inspect_model info names each layer's token mixer in a Gated DeltaNet hybrid") {
+  CommandResult r = run_command(fmt::format("{} info --model {}", tool("inspect_model"), fixture_model("qwen3_next")));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  CHECK_CONTAINS(r.output, "layers 0,1,2: Gated DeltaNet (2 key heads of 16, 4 value heads of 16, convolution over 4 "
+                           "tokens), routed experts (top 2 of 8, renormalised, plus a shared expert)");
+  CHECK_CONTAINS(r.output, "layers 3: full attention, rope theta 1e+07 on 4 dims, gated output, routed experts");
 }

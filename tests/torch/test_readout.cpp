@@ -159,7 +159,7 @@ TEST_CASE("packed sequences read the same rows as a padded batch, for every fami
                         {"llama", Site::kResidPost},    {"gpt2", Site::kMlpOut},
                         {"gpt_neox", Site::kResidMid},  {"olmo2", Site::kResidPost},
                         {"phi3", Site::kResidPre},      {"qwen3_moe", Site::kRouter},
-                        {"qwen2_moe", Site::kResidPost}};
+                        {"qwen2_moe", Site::kResidPost}, {"qwen3_next", Site::kAttnOut}};
   for (const Case& c : cases) {
     auto model = model::TransformerModel::load(fixture_model(c.model), {});
     const int64_t layers = model.config().num_layers;
@@ -185,7 +185,8 @@ TEST_CASE("packed sequences read the same rows as a padded batch, for every fami
 }
 
 TEST_CASE("a packed pass's last layer finishes only last_layer_rows: the same values, the other tokens not computed") {
-  for (const char* name : {"gemma3_text", "gpt_neox", "qwen3_moe"}) {  // post-norms, parallel residual, experts
+  // Post-norms, parallel residual, experts, a Gated DeltaNet last layer.
+  for (const char* name : {"gemma3_text", "gpt_neox", "qwen3_moe", "qwen3_5_text"}) {
     CAPTURE(name);
     auto model = model::TransformerModel::load(fixture_model(name), {});
     const int64_t last = model.config().num_layers - 1;

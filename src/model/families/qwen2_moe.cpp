@@ -18,18 +18,19 @@ void resolve_qwen2_moe(const ConfigReader& config_json, ModelConfig& c) {
   resolve_qwen_windows(config_json, c);
 }
 
+RoutedExperts load_qwen2_moe_experts(const WeightScope& layer, const ModelConfig& config) {
+  const int64_t hidden = config.hidden_size, shared_inner = config.routed_experts.shared_expert_intermediate_size;
+  const WeightScope mlp = layer.sub("mlp");
+  RoutedExperts experts = load_routed_experts(mlp, config, {"gate", "gate_proj", "up_proj", "down_proj"});
+  experts.shared_expert = load_gated_mlp(mlp.sub("shared_expert"), hidden, shared_inner, false);
+  experts.shared_expert_gate = mlp.get("shared_expert_gate.weight", {1, hidden});
+  return experts;
+}
+
 void load_qwen2_moe(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan,
                     ModelWeights& weights) {
-  const int64_t hidden = config.hidden_size, shared_inner = config.routed_experts.shared_expert_intermediate_size;
   load_llama_layout(WeightScope(checkpoint, "model.", plan.device, plan.dtype), config, plan, weights,
-                    [&](const WeightScope& layer) {
-                      const WeightScope mlp = layer.sub("mlp");
-                      RoutedExperts experts =
-                          load_routed_experts(mlp, config, {"gate", "gate_proj", "up_proj", "down_proj"});
-                      experts.shared_expert = load_gated_mlp(mlp.sub("shared_expert"), hidden, shared_inner, false);
-                      experts.shared_expert_gate = mlp.get("shared_expert_gate.weight", {1, hidden});
-                      return experts;
-                    });
+                    [&](const WeightScope& layer) { return load_qwen2_moe_experts(layer, config); });
   load_lm_head(checkpoint, {"lm_head.weight"}, config, plan, weights);
 }
 
