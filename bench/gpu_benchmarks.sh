@@ -38,13 +38,18 @@
 #   12. hybrid: a Qwen3.5-shaped hybrid (Gated DeltaNet and full attention, about 4 B; bench/python/
 #      make_hybrid_bench_model.py) with the real Qwen 3 tokenizer, captured at layers 8/16/24/31 by capture_activations
 #      vs transformers' batched forward (bench/python/moe_baseline.py), alternating, on the same dataset;
+#   13. attention: the 4,500 texts captured at every token (--position all) at layer 33, then
+#      train_binary_probes --model-type attention (45 labels, 20 epochs, no early stop) timed as a whole process
+#      (attention_probe_train_s) beside bench/python/torch_attention_probe.py training the same architecture one label
+#      at a time in PyTorch (torch_attention_probe_train_s: its training alone; its whole process beside), with both
+#      mean test AUROCs;
 #   4. MoE capture: a Qwen3-30B-A3B-shaped random checkpoint (bench/python/make_moe_bench_model.py, MOE_LAYERS
 #      layers, 24 by default: one 80 GB GPU) with the real Qwen 3 tokenizer, captured at layers n/4, n/2, 3n/4,
 #      n-1 (6,12,18,23) by capture_activations vs transformers' batched forward (bench/python/moe_baseline.py),
 #      alternating, on the same dataset, then a profile of the capture as in 1c.
 # Usage: bash bench/gpu_benchmarks.sh OUT_DIR [STEP...]
 #   steps: build model capture profile alllayers spread multigpu split train generate server coldstart moe steer sweep
-#          previous python_api chat hybrid (default: all but previous, python_api, chat and hybrid)
+#          previous python_api chat hybrid attention (default: all but previous, python_api, chat, hybrid and attention)
 # RUNS (default 2) sets the runs of each side; PYTHON_RUNS (default RUNS) those of the Python side, whose
 # capture and training take minutes a run.
 set -euo pipefail
@@ -304,4 +309,25 @@ if has sweep; then
   cp /tmp/sweep/sweep.json "$out/sweep.json"
   "$python" bench/python/steered_generate_baseline.py "$model" /tmp/steer17.safetensors --sweep-cells "${SWEEP_SAMPLE:-40}" \
     --prompts "$prompts" --new-tokens 48 | tee "$out/sweep_python.json"
+fi
+if has attention; then
+  every_token=/tmp/capture_every_token/layer_33_activations.h5
+  [ -s "$every_token" ] || "$tools/capture_activations" --model "$model" --dataset "$dataset" \
+    --output-dir /tmp/capture_every_token --layers 33 --position all --overwrite -q
+  for run in $(seq "$runs"); do
+    start=$(seconds)
+    "$tools/train_binary_probes" --activations "$every_token" --output-dir "/tmp/attention_probes_$run" --overwrite \
+      --model-type attention --epochs 20 --early-stopping-patience -1 --device cuda --json -q \
+      > "$out/attention_probekit_$run.json"
+    echo "{\"run\": $run, \"attention_probe_train_s\": $(awk "BEGIN{print $(seconds) - $start}")}" |
+      tee -a "$out/attention_process.jsonl"
+    "$python" -c "import json, sys; a = json.load(open(sys.argv[1])); print({k: a[k] for k in a if k.startswith('average')})" \
+      "/tmp/attention_probes_$run/aggregate_metrics.json" | tee "$out/attention_probekit_metrics_$run.txt"
+    [ "$run" -gt "$python_runs" ] && continue
+    start=$(seconds)
+    "$python" bench/python/torch_attention_probe.py "$every_token" --epochs 20 | tee "$out/attention_torch_$run.json"
+    # Its "seconds" (torch_attention_probe_train_s) is the training alone; this is its whole process, as ours.
+    echo "{\"run\": $run, \"torch_attention_probe_process_s\": $(awk "BEGIN{print $(seconds) - $start}")}" |
+      tee -a "$out/attention_process.jsonl"
+  done
 fi

@@ -6,7 +6,9 @@
 // Prints, as one JSON line: the training time in memory (train_binary_probes), the whole run as the tool does
 // it (read the file, train, write probes, metrics and report) and the mean test AUROC. --model-type logistic
 // (or mean-diff) fits instead, to its solver's tolerance, with --C: its train_seconds are the logistic_train_s
-// to set beside bench/python/sklearn_logistic_baseline.py on the same file (--work-dir keeps it).
+// to set beside bench/python/sklearn_logistic_baseline.py on the same file (--work-dir keeps it). --tokens 60-130
+// writes a --position all file instead (that many tokens per text, each label's mean on one marker token), for
+// --model-type attention.
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -15,6 +17,7 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "common/error.h"
 #include "common/files.h"
 #include "cli/torch/torch_tool.h"
 #include "common/json.h"
@@ -44,8 +47,9 @@ int main(int argc, char** argv) {
   int64_t labels = 45, hidden = 2560, repeats = 2, layer = 0;
   std::array<int64_t, 3> per_label = {70, 15, 15};
   double signal = 8.0;
-  std::string work_dir;
+  std::string work_dir, tokens;
   probes::add_training_flags(tool.app, probes::TrainingTool::kBench, run);
+  tool.app.add_option("--tokens", tokens, "MIN-MAX tokens per text: a --position all file (for --model-type attention)");
   tool.app.add_option("--labels", labels, "Labels (one probe each)")->capture_default_str();
   tool.app.add_option("--hidden", hidden, "Activation width")->capture_default_str();
   tool.app.add_option("--signal", signal, "Norm of each label's mean (noise is N(0, I))")->capture_default_str();
@@ -62,6 +66,12 @@ int main(int argc, char** argv) {
     probes::SyntheticActivations spec = probes::uniform_synthetic(labels, per_label, hidden);
     spec.layer = layer;
     spec.signal.assign(static_cast<size_t>(labels), signal);
+    if (!tokens.empty()) {
+      const size_t dash = tokens.find('-');
+      if (dash == std::string::npos) fail_usage("--tokens: expected MIN-MAX, got '{}'", tokens);
+      spec.min_tokens = std::stoll(tokens.substr(0, dash));
+      spec.max_tokens = std::stoll(tokens.substr(dash + 1));
+    }
     probes::write_synthetic_activation_file(activations_path, spec);
 
     device::ComputeTarget target = probes::select_training_compute(run.device, run.dtype);
@@ -92,6 +102,7 @@ int main(int argc, char** argv) {
                     {"probes", labels},
                     {"shape", fmt::format("{}/{}/{} x {}", labels * per_label[0], labels * per_label[1], labels * per_label[2], hidden)},
                     {"epochs", t.kind->fits_directly() ? Json(nullptr) : Json(t.epochs)},
+                    {"tokens_per_text", tokens.empty() ? Json(nullptr) : Json(tokens)},
                     {"C", t.C},
                     {"train_seconds", best_train},
                     {"whole_run_seconds", best_run},

@@ -9,7 +9,9 @@ torch 1.13 included. The opposite direction is convert_reference_probes.py.
   python3 export_reference_probes.py PROBES_DIR [--output-dir DIR]
 
 PROBES_DIR holds probes.json (one layer) or layer_{L}/ folders of them (exported each, in place or under
---output-dir). Needs torch only: Debian packages no safetensors for Python, so the .safetensors files are read
+--output-dir). Attention probes (--model-type attention) have no class in the reference: their directories are
+skipped with a message (their safetensors files load strictly into EleutherAI's attention-probes
+AttentionProbe(d_in, n_heads, output_dim=1), called as probe(x, mask, position)). Needs torch only: Debian packages no safetensors for Python, so the .safetensors files are read
 here by hand."""
 import argparse
 import json
@@ -93,6 +95,13 @@ def save_reference_probe(source, target, extra_metadata):
                 "metadata": info}, target)
 
 
+# Probe kinds the reference has no class for, and what loads them instead.
+NO_REFERENCE_CLASS = {
+    "attention": "attention probes have no equivalent class in the reference (probe_models.py); their safetensors "
+                 "files load with load_state_dict(strict=True) into EleutherAI's attention-probes AttentionProbe(d_in, "
+                 "n_heads, output_dim=1), called as probe(x, mask, position)"}
+
+
 def export_layer(source, target):
     """Exports the probes of one directory (a probes.json); returns how many files were written."""
     index_path = os.path.join(source, "probes.json")
@@ -100,6 +109,9 @@ def export_layer(source, target):
         return 0
     with open(index_path) as f:
         index = json.load(f)
+    if index.get("model_type") in NO_REFERENCE_CLASS:
+        print(f"{source}: skipped: {NO_REFERENCE_CLASS[index['model_type']]}")
+        return 0
     os.makedirs(target, exist_ok=True)
     recorded = {key: index[key] for key in ("model_name", "model_revision", "site", "position", "prompt_suffix")
                 if index.get(key) is not None}
@@ -118,6 +130,19 @@ def export_layer(source, target):
     return len(names)
 
 
+def skipped_only(probes_dir):
+    """Whether probes_dir holds probes, all of kinds without a reference class (skipped, not an error)."""
+    indexes = [os.path.join(probes_dir, "probes.json")] + [
+        os.path.join(probes_dir, name, "probes.json") for name in sorted(os.listdir(probes_dir))
+        if re.fullmatch(r"layer_\d+", name)]
+    kinds = []
+    for path in indexes:
+        if os.path.isfile(path):
+            with open(path) as f:
+                kinds.append(json.load(f).get("model_type"))
+    return bool(kinds) and all(kind in NO_REFERENCE_CLASS for kind in kinds)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("probes_dir")
@@ -130,7 +155,7 @@ def main():
     for name in sorted(os.listdir(args.probes_dir)):
         if re.fullmatch(r"layer_\d+", name) and os.path.isdir(os.path.join(args.probes_dir, name)):
             exported += export_layer(os.path.join(args.probes_dir, name), os.path.join(out, name))
-    if not exported:
+    if not exported and not skipped_only(args.probes_dir):
         sys.exit(f"{args.probes_dir}: no probes.json and no layer_{{L}}/probes.json (train probes with "
                  "train_binary_probes or train_probes)")
 

@@ -48,7 +48,9 @@ class Probes:
 
     def per_token(self, model, text, top_k=5, threshold=0.1, calibrated=False, steer=None):
         """What multi_probe_inference --per-token --json prints for text: each token with every (label, layer)
-        prediction for the text up to that token."""
+        prediction for the text up to that token. Attention probes add each token's "attention" ([{label, layer,
+        weight}]: the weight the whole text's pool puts on it, the mean over heads) and a top-level
+        "suffix_attention" for the prompt suffix's tokens."""
         if not isinstance(text, str):
             raise ValueError(f"text: expected a string, got {type(text).__name__}")
         return json.loads(run_interruptibly(

@@ -29,8 +29,10 @@ def capture_activations(model, dataset, output_dir, progress=True, **flags):
 
 def train_binary_probes(activations_dir, output_dir, progress=True, **flags):
     """train_binary_probes --activations ACTIVATIONS_DIR --output-dir OUTPUT_DIR with the tool's other flags as
-    keyword arguments (probe_kind="logistic", epochs=20, overwrite=True, ...). activations_dir: a directory of
-    layer_{L}_activations.h5 files, one file, or a list of them. Returns the summary its --json prints."""
+    keyword arguments (model_type="logistic", epochs=20, overwrite=True, ...; model_type="attention", heads=2,
+    max_tokens=256 for attention probes, which train on a capture_activations(..., position="all")). activations_dir:
+    a directory of layer_{L}_activations.h5 files, one file, or a list of them. Returns the summary its --json
+    prints."""
     inputs = activations_dir if isinstance(activations_dir, (list, tuple)) else [activations_dir]
     arguments = ["--activations", *map(str, inputs), "--output-dir", str(output_dir)]
     summary = run_interruptibly(_native.train_binary_probes, arguments + flag_arguments(flags),

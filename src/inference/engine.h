@@ -52,6 +52,11 @@ struct TokenScores {
   std::vector<std::string> tokens;  // each token as the vocabulary spells it ("▁the", "Ġthe")
   std::vector<std::string> texts;   // each token decoded for people to read (" the")
   std::vector<std::vector<std::vector<double>>> probability;
+  // Every-token (attention) probes only, else empty: the attention weight (the mean over heads) that the pool of
+  // the whole prompt (the text and the suffix, what the ranking scores) puts on each text token, attention[t][l][k],
+  // and on each suffix token, suffix_attention[s][l][k]; NaN on tokens the probes leave out (the BOS, those before
+  // --max-tokens) and where a label has no probe. A probe's weights over the text and the suffix sum to 1.
+  std::vector<std::vector<std::vector<double>>> attention, suffix_attention;
 };
 
 /// One new token of a generation with what the probes give for it.
@@ -144,6 +149,23 @@ class Engine {
                            size_t first) const;
   /// Every probe's probability for rows [N, layers, width]: [N, probes], layer after layer, on the device.
   at::Tensor probabilities_of(const at::Tensor& rows) const;
+  /// Every-token probes: every probe's probability for texts whose token rows [R, layers, width] (all of them, as
+  /// read with position all) start at `offsets` [texts + 1]: [texts, probes], layer after layer, on the device.
+  at::Tensor text_probabilities(const at::Tensor& rows, const std::vector<int64_t>& offsets) const;
+  /// Where the batch of prompts starting at `start` ends: --batch-size texts, and for every-token probes at most
+  /// 1 GiB of token rows (every layer's).
+  size_t batch_end(const std::vector<readout::Prompt>& prompts, size_t start) const;
+  /// True when the probes read every token of a text (attention).
+  bool reads_every_token() const;
+  /// Every-token probes: each text's probabilities [texts, probes] as the prompt text + suffix, read whole, steered
+  /// by `writes` (the engine's own when null; `per_row`: one vector per text, [texts, hidden] each).
+  at::Tensor prompt_probabilities(const std::vector<readout::Sequence>& texts, const model::StreamWrites* writes,
+                                  bool per_row) const;
+  /// score_tokens for every-token probes: each prefix's whole prompt read and pooled, then the attention of the
+  /// whole prompt's pool.
+  void score_prefix_prompts(const readout::Sequence& ids, const readout::Request& request, TokenScores& result) const;
+  /// The attention of the whole prompt `ids` + suffix into result.attention and result.suffix_attention.
+  void store_attention(const readout::Sequence& ids, const readout::Request& request, TokenScores& result) const;
   /// Stores probabilities_of's columns (on the host) into tables[first + n][l][k].
   void store_columns(const at::Tensor& columns, std::vector<std::vector<std::vector<double>>>& tables,
                      size_t first) const;

@@ -118,6 +118,21 @@ Json label_summaries_json(const std::vector<LabelSummary>& summaries) {
   return out;
 }
 
+namespace {
+
+// Attention probes: the weight the whole text's pool puts on token t for the prediction `p`; empty otherwise.
+std::string attention_note(const TokenTable& table, size_t t, const Prediction& p) {
+  if (table.attention.empty()) return "";
+  const ScoreTable& s = table.scores[t];
+  const auto l = static_cast<size_t>(std::find(s.layers.begin(), s.layers.end(), p.layer) - s.layers.begin());
+  const auto k = static_cast<size_t>(std::find(s.labels.begin(), s.labels.end(), p.label) - s.labels.begin());
+  if (l >= s.layers.size() || k >= s.labels.size()) return "";
+  const double w = table.attention[t][l][k];
+  return std::isnan(w) ? "  (not read)" : fmt::format("  (attention {:.3f})", w);
+}
+
+}  // namespace
+
 std::string per_token_terminal(const TokenTable& table, int64_t top) {
   std::string out = fmt::format("{:>4}  {:<18}  top labels\n", "pos", "token");
   for (size_t t = 0; t < table.tokens.size(); ++t) {
@@ -128,26 +143,64 @@ std::string per_token_terminal(const TokenTable& table, int64_t top) {
       parts.push_back(fmt::format("{}{}{} {:.3f}", p.active ? "✓" : "", terminal_text(p.label),
                                   table.scores[t].layers.size() > 1 ? fmt::format("@L{}", p.layer) : "", p.confidence));
     }
-    out += fmt::format("{:>4}  {}  {}\n", t, pad(dump_json(table.tokens[t]), 18), fmt::join(parts, ", "));
+    out += fmt::format("{:>4}  {}  {}{}\n", t, pad(dump_json(table.tokens[t]), 18), fmt::join(parts, ", "),
+                       ranked.empty() ? "" : attention_note(table, t, ranked.front()));
   }
   return out;
 }
 
 std::string per_token_csv(const TokenTable& table) {
-  std::string out = "action_name,token_position,token_text,confidence,layer,is_active\n";
+  const bool attention = !table.attention.empty();
+  std::string out = attention ? "action_name,token_position,token_text,confidence,layer,is_active,attention\n"
+                              : "action_name,token_position,token_text,confidence,layer,is_active\n";
   for (size_t t = 0; t < table.tokens.size(); ++t) {
     const ScoreTable& s = table.scores[t];
     for (size_t l = 0; l < s.layers.size(); ++l) {
       for (size_t k = 0; k < s.labels.size(); ++k) {
         double p = s.probability[l][k];
         if (std::isnan(p)) continue;
-        out += fmt::format("{},{},{},{:.6f},{},{}\n", csv_field(s.labels[k]), t, csv_field(table.tokens[t]), p, s.layers[l],
+        out += fmt::format("{},{},{},{:.6f},{},{}", csv_field(s.labels[k]), t, csv_field(table.tokens[t]), p, s.layers[l],
                            p >= s.threshold[l][k] ? "True" : "False");
+        if (attention) {
+          const double w = table.attention[t][l][k];
+          out += std::isnan(w) ? "," : fmt::format(",{:.6f}", w);
+        }
+        out += "\n";
       }
     }
   }
   return out;
 }
+
+namespace {
+
+std::string legend_html() {
+  std::string legend;
+  for (double v : {0.0, 0.25, 0.5, 0.75, 1.0}) {
+    legend += fmt::format("<span style=\"background:{}\">{:.2f}</span>", heat(v), v);
+  }
+  return legend;
+}
+
+// Attention probes: the text coloured by the weight the whole text's pool of (layer l, label k) puts on each token,
+// relative to its largest; empty for other probes.
+std::string attention_section(const TokenTable& table, size_t l, size_t k) {
+  if (table.attention.empty()) return "";
+  double largest = 0.0;
+  for (const auto& weights : table.attention) largest = std::max(largest, std::isnan(weights[l][k]) ? 0.0 : weights[l][k]);
+  std::string reading;
+  for (size_t t = 0; t < table.tokens.size(); ++t) {
+    const double w = table.attention[t][l][k];
+    const double shade = std::isnan(w) || largest <= 0.0 ? 0.0 : w / largest;
+    reading += fmt::format("<span class=\"tok\" style=\"background:{}\" title=\"attention {:.4f}\">{}</span>", heat(shade),
+                           std::isnan(w) ? 0.0 : w, html_escape(table.texts[t]));
+  }
+  const ScoreTable& s = table.scores.front();
+  return fmt::format("<h2>Attention of {} (layer {}) over the whole text</h2><div class=\"reading\">{}</div>\n",
+                     html_escape(s.labels[k]), s.layers[l], reading);
+}
+
+}  // namespace
 
 std::string per_token_html(const TokenTable& table, const std::string& title) {
   if (table.tokens.empty()) return "<!doctype html><title>empty</title>";
@@ -214,20 +267,13 @@ td.pos {{ color: #888; }} td.on {{ font-weight: bold; outline: 1px solid #1d4ed8
 (followed by the prompt suffix). Hover for values. Bold cells are at or above the probe's threshold.</p>
 <div class="legend">{2}</div>
 <h2>Text</h2><div class="reading">{1}</div>
-<h2>Token x label</h2>
+{5}<h2>Token x label</h2>
 <table><thead><tr><th>pos</th><th>token</th>{3}</tr></thead><tbody>
 {4}</tbody></table>
 </body></html>
 )",
-                     html_escape(title), reading,
-                     [&] {
-                       std::string legend;
-                       for (double v : {0.0, 0.25, 0.5, 0.75, 1.0}) {
-                         legend += fmt::format("<span style=\"background:{}\">{:.2f}</span>", heat(v), v);
-                       }
-                       return legend;
-                     }(),
-                     header, rows);
+                     html_escape(title), reading, legend_html(), header, rows,
+                     columns.empty() ? "" : attention_section(table, columns.front().l, columns.front().k));
 }
 
 }  // namespace probekit::inference

@@ -30,13 +30,18 @@ struct TokenTable {
   std::vector<std::string> tokens;  // as the vocabulary spells them (the CSV's token_text, as the reference's)
   std::vector<std::string> texts;   // decoded, for the HTML reading view
   std::vector<ScoreTable> scores;   // one per token position
+  // Attention probes: the weight the whole text's pool puts on each token, [t][l][k] (TokenScores::attention);
+  // empty for other probes.
+  std::vector<std::vector<std::vector<double>>> attention;
 };
 
 /// Terminal view: each token with its `top` most confident (label, layer) pairs.
 std::string per_token_terminal(const TokenTable& table, int64_t top);
-/// CSV: action_name, token_position, token_text, confidence, layer, is_active (one row per token and probe).
+/// CSV: action_name, token_position, token_text, confidence, layer, is_active (one row per token and probe), and
+/// for attention probes a last column `attention` (the token's weight; empty where the probe leaves it out).
 std::string per_token_csv(const TokenTable& table);
-/// A self-contained HTML page: the text coloured by each token's strongest label, and a token x label heatmap.
+/// A self-contained HTML page: the text coloured by each token's strongest label, and a token x label heatmap;
+/// with attention probes also the text coloured by the attention of the label with the highest peak.
 std::string per_token_html(const TokenTable& table, const std::string& title);
 
 }  // namespace probekit::inference

@@ -78,7 +78,7 @@ Json show(const Engine& engine, const std::string& text, const ScoreTable& table
 
 void show_per_token(const Engine& engine, const InferenceRequest& r) {
   TokenScores scores = engine.score_tokens(r.text);
-  TokenTable tokens{scores.tokens, scores.texts, {}};
+  TokenTable tokens{scores.tokens, scores.texts, {}, scores.attention};
   for (const auto& p : scores.probability) tokens.scores.push_back(table_of(engine, p, r.display));
   if (!r.csv.empty()) write_file_atomic(r.csv, per_token_csv(tokens));
   if (!r.html.empty()) write_file_atomic(r.html, per_token_html(tokens, "Per-token probe scores"));
@@ -280,13 +280,37 @@ Json ranking_json(const ScoreTable& table, const std::string& text, const Displa
   return {{"text", text}, {"predictions", predictions_json(ranked)}};
 }
 
+namespace {
+
+// An every-token probe's attention weights on one token: {label, layer, weight} where defined.
+Json attention_json(const std::vector<std::vector<double>>& weights, const ScoreTable& table) {
+  Json out = Json::array();
+  for (size_t l = 0; l < weights.size(); ++l) {
+    for (size_t k = 0; k < weights[l].size(); ++k) {
+      if (!std::isnan(weights[l][k])) {
+        out.push_back({{"label", table.labels[k]}, {"layer", table.layers[l]}, {"weight", weights[l][k]}});
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 Json per_token_json(const std::string& text, const TokenScores& scores, const std::vector<ScoreTable>& tables) {
   Json rows = Json::array();
   for (size_t t = 0; t < tables.size(); ++t) {
     rows.push_back({{"position", t}, {"token", scores.tokens[t]}, {"text", scores.texts[t]},
                     {"predictions", predictions_json(all_predictions(tables[t]))}});
+    if (!scores.attention.empty()) rows.back()["attention"] = attention_json(scores.attention[t], tables[t]);
   }
-  return {{"text", text}, {"cut_tokens", scores.cut}, {"tokens", rows}};
+  Json out = {{"text", text}, {"cut_tokens", scores.cut}, {"tokens", rows}};
+  if (!scores.suffix_attention.empty() && !tables.empty()) {
+    Json suffix = Json::array();
+    for (const auto& weights : scores.suffix_attention) suffix.push_back(attention_json(weights, tables.front()));
+    out["suffix_attention"] = suffix;
+  }
+  return out;
 }
 
 std::vector<std::string> read_texts(const std::string& path, const std::string& field) {

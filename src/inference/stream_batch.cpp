@@ -31,7 +31,10 @@ struct StreamBatch::Stream {
 };
 
 StreamBatch::StreamBatch(const Engine& engine)
-    : engine_(engine), reader_(engine.model(), &engine.request_, engine.prompts_->suffix_ids(), nullptr) {}
+    : engine_(engine),
+      // Every-token probes read each stream's whole text so far (step()), not the generation's passes.
+      reader_(engine.model(), engine.reads_every_token() ? nullptr : &engine.request_, engine.prompts_->suffix_ids(),
+              nullptr) {}
 
 StreamBatch::~StreamBatch() = default;
 
@@ -78,8 +81,10 @@ void StreamBatch::step() {
   at::Tensor tokens = choose_tokens(engine_.model().logits(hidden_));
   readout::IncrementalReader::Step step = reader_.step(tokens, at::ones_like(tokens));
   hidden_ = step.final_norm;
-  at::Tensor scores = engine_.probabilities_of(step.rows).to(at::kCPU).contiguous();
   at::Tensor ids = tokens.to(at::kCPU).contiguous();
+  at::Tensor scores = (engine_.reads_every_token() ? whole_text_scores(ids) : engine_.probabilities_of(step.rows))
+                          .to(at::kCPU)
+                          .contiguous();
   for (size_t b = 0; b < batch; ++b) {
     Stream& s = *streams_[b];
     const generation::GenerationOptions& o = s.request.options;
@@ -105,6 +110,18 @@ void StreamBatch::step() {
     ended[b] = !keep || last;
   }
   leave(ended, errors);
+}
+
+at::Tensor StreamBatch::whole_text_scores(const at::Tensor& ids) const {
+  std::vector<readout::Sequence> texts;
+  for (size_t b = 0; b < streams_.size(); ++b) {
+    const GeneratedText& g = streams_[b]->generated;
+    texts.push_back(g.prompt_ids);
+    texts.back().insert(texts.back().end(), g.ids.begin(), g.ids.end());
+    texts.back().push_back(static_cast<int32_t>(ids.data_ptr<int64_t>()[b]));
+  }
+  const bool steered = !writes_.empty();
+  return engine_.prompt_probabilities(texts, steered ? &writes_ : nullptr, steered);
 }
 
 void StreamBatch::leave(const std::vector<bool>& ended, const std::vector<std::exception_ptr>& errors) {

@@ -48,6 +48,8 @@ class StreamBatch {
   at::Tensor choose_tokens(const at::Tensor& logits);
   void leave(const std::vector<bool>& ended, const std::vector<std::exception_ptr>& errors);
   void place_writes();
+  /// Every-token probes: each stream's scores [B, probes] of its prompt, its tokens and `ids` [B] (the new ones).
+  at::Tensor whole_text_scores(const at::Tensor& ids) const;
 
   const Engine& engine_;
   readout::IncrementalReader reader_;

@@ -27,7 +27,7 @@ void record_fit(const ProbeBank& bank, const BinaryInputs& in, const FitData& da
   at::Tensor pos_weight = data.pos_weight.to(at::kFloat);
   at::Tensor train_logits = bank.forward(data.inputs.to(bank.values().scalar_type())).view({-1, k}).to(at::kFloat);
   at::Tensor train_loss = bce_with_logits(train_logits, data.targets.to(at::kFloat), pos_weight).first.mean(0);
-  at::Tensor val_logits = bank.forward(in.val_x.all()).view({-1, k}).to(at::kFloat);
+  at::Tensor val_logits = in.val_x.logits(bank).view({-1, k}).to(at::kFloat);
   at::Tensor val_loss = batch_mean(bce_with_logits(val_logits, binary_targets(val_split, label_indices), pos_weight).first,
                                    in.options.batch_size);
   at::Tensor losses = at::stack({train_loss, val_loss}).to(at::kCPU).to(at::kDouble);

@@ -20,7 +20,7 @@ struct BinaryInputs {
   const BinaryTrainingOptions& options;
   const ProbeShape& shape;
   at::TensorOptions tensor_options;  // the training device and dtype
-  const SplitActivations& val_x;     // in the training dtype
+  const TrainingSplit& val_x;        // in the training dtype
   std::string progress_label;
 };
 

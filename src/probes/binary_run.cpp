@@ -57,6 +57,9 @@ Json config_json(const BinaryRunOptions& options, const device::ComputeTarget& t
   const BinaryTrainingOptions& t = options.training;
   return {{"model_type", t.kind->name()},
           {"hidden_dim", t.hidden_dim},
+          {"num_heads", t.heads.value_or(t.kind->default_heads())},
+          {"max_tokens", t.max_tokens},
+          {"pool", t.pool},
           {"batch_size", t.batch_size},
           {"epochs", t.epochs},
           {"learning_rate", t.lr},
@@ -274,7 +277,7 @@ LayerOutcome train_layer(const BinaryRunOptions& options, const std::string& fil
                          const std::string& directory, const device::ComputeTarget& target,
                          const std::string& progress_label, std::string& model_name) {
   make_directories(directory);
-  activations::ActivationFile activations = activations::read_activation_file(file);
+  activations::ActivationFile activations = rows_for_kind(activations::read_activation_file(file), options.training);
   model_name = activations.attributes.model_name;
   BinaryTrainingResult result =
       train_binary_probes(activations, options.training, target.device, target.dtype, progress_label);

@@ -19,8 +19,8 @@ namespace {
 
 // The activations every group reads.
 struct TrainingData {
-  SplitActivations train_x;  // [N, H]
-  const SplitActivations& val_x;
+  TrainingSplit train_x;
+  const TrainingSplit& val_x;
   int64_t batch_size = 0;
 };
 
@@ -74,20 +74,21 @@ ProbeGroup make_group(const ProbeShape& shape, const BinaryTrainingOptions& opti
 }
 
 // One epoch of one group: its training steps, then one batched validation pass and one copy to the host.
-void train_epoch(ProbeGroup& group, const TrainingData& data, const EpochBatches& batches, double lr) {
+void train_epoch(ProbeGroup& group, const TrainingData& data, const EpochBatches& batches,
+                 const std::optional<TokenEpoch>& tokens, double lr) {
   int64_t count = group.bank.probes();
   at::ScalarType dtype = group.bank.values().scalar_type();
   at::Tensor train_loss_sum = at::zeros({count}, group.pos_weight.options());
   for (int64_t step = 0; step < batches.steps(); ++step) {
     at::Tensor rows = batches.rows(step);
     int64_t batch = rows.size(0);
-    TrainActivations saved = group.bank.forward_train(data.train_x.rows(rows), batches.keep(step));
+    TrainActivations saved = data.train_x.forward_train(group.bank, batches, tokens, step);
     at::Tensor grad = batch_loss_gradient(saved.logits.view({batch, count}).to(at::kFloat), group.train_y, rows,
                                           group.pos_weight, train_loss_sum);
     group.bank.backward(saved, grad.to(dtype).view({batch, count, 1}));
     group.optimizer.step(group.bank.values(), group.bank.gradients(), lr, group.active_elements);
   }
-  at::Tensor val_logits = group.bank.forward(data.val_x.all()).view({-1, count}).to(at::kFloat);
+  at::Tensor val_logits = data.val_x.logits(group.bank).view({-1, count}).to(at::kFloat);
   at::Tensor val_loss = batch_mean(bce_with_logits(val_logits, group.val_y, group.pos_weight).first, data.batch_size);
   group.epoch_results = at::cat({val_logits.flatten(), val_loss, train_loss_sum / static_cast<double>(batches.steps())})
                             .to(at::kCPU)
@@ -201,7 +202,8 @@ TrainedWeights train_by_steps(const BinaryInputs& in, std::vector<TrainedLabel>&
   for (const TrainedLabel& t : trained) val_truth.push_back(column_labels(in.file.split(activations::Split::kVal), t.label_index));
   auto k = static_cast<int64_t>(trained.size());
   at::Device device = in.tensor_options.device();
-  TrainingData data{SplitActivations(train_split, in.tensor_options, options.pin_activations), in.val_x, options.batch_size};
+  TrainingData data{TrainingSplit(train_split, in.shape, in.tensor_options, options.pin_activations), in.val_x,
+                    options.batch_size};
   std::vector<ProbeGroup> groups = make_groups(in, trained);
   auto group_count = static_cast<int64_t>(groups.size());
   std::vector<double> rates = epoch_learning_rates(options.lr, options.epochs, options.cosine_schedule, options.eta_min);
@@ -209,16 +211,17 @@ TrainedWeights train_by_steps(const BinaryInputs& in, std::vector<TrainedLabel>&
                k, in.shape.kind->name(), train_split.examples(), in.shape.input_dim, device.str(),
                dtype_label(in.tensor_options.dtype().toScalarType()),
                group_count > 1 ? fmt::format(", {} groups of probes in parallel", group_count) : "",
-               data.train_x.held_on() != device ? ", activations in host memory" : "", options.batch_size, options.epochs);
+               data.train_x.activations().held_on() != device ? ", activations in host memory" : "", options.batch_size, options.epochs);
 
   int64_t active_count = k, epochs_run = 0;
   ProgressBar bar(in.progress_label, options.epochs, "epochs");
   for (int64_t epoch = 0; epoch < options.epochs && active_count > 0; ++epoch) {
     EpochBatches batches(in.shape, options.seed, epoch, train_split.examples(), options.batch_size, device);
+    const std::optional<TokenEpoch> tokens = data.train_x.token_epoch(batches);
     // One parallel region per epoch: groups share nothing but the read-only data and batches.
     at::parallel_for(0, group_count, 1, [&](int64_t begin, int64_t end) {
       for (int64_t g = begin; g < end; ++g) {
-        if (groups[g].active_count > 0) train_epoch(groups[g], data, batches, rates[epoch]);
+        if (groups[g].active_count > 0) train_epoch(groups[g], data, batches, tokens, rates[epoch]);
       }
     });
     std::vector<double> aucs;

@@ -118,13 +118,13 @@ std::vector<TrainedLabel> plan_labels(const activations::ActivationFile& file, c
 
 // Test metrics with their bootstrap intervals, the tuned thresholds and the check logits of every probe, from the
 // weights to save.
-void evaluate_best(BinaryTrainingResult& result, std::vector<TrainedLabel>& trained, const at::Tensor& val_x,
-                   const at::Tensor& test_x, const activations::ActivationFile& file, uint64_t seed) {
+void evaluate_best(BinaryTrainingResult& result, std::vector<TrainedLabel>& trained, const TrainingSplit& val_x,
+                   const TrainingSplit& test_x, const activations::ActivationFile& file, uint64_t seed) {
   auto k = static_cast<int64_t>(trained.size());
-  at::Tensor val_logits = result.best.forward(val_x).view({-1, k}).to(at::kFloat).to(at::kCPU);
-  at::Tensor test_logits = result.best.forward(test_x).view({-1, k}).to(at::kFloat).to(at::kCPU);
-  int64_t check_rows = std::min<int64_t>(kCheckRows, test_x.size(0));
-  result.check_inputs = test_x.narrow(0, 0, check_rows).to(at::kFloat).to(at::kCPU);
+  at::Tensor val_logits = val_x.logits(result.best).view({-1, k}).to(at::kFloat).to(at::kCPU);
+  at::Tensor test_logits = test_x.logits(result.best).view({-1, k}).to(at::kFloat).to(at::kCPU);
+  int64_t check_rows = std::min<int64_t>(kCheckRows, test_x.examples());
+  result.check_inputs = test_x.first_inputs(check_rows, result.check_offsets);
   auto check = test_logits.accessor<float, 2>();
   std::vector<std::vector<int>> truths;
   std::vector<std::vector<double>> scores;
@@ -157,26 +157,35 @@ void evaluate_best(BinaryTrainingResult& result, std::vector<TrainedLabel>& trai
   for (int64_t p = 0; p < k; ++p) trained[p].test_figures = std::move(figures[p]);
 }
 
+// The leading special tokens (a BOS) an every-token probe leaves out of each text of a --position all file.
+int64_t logged_leading_specials(const activations::ActivationFile& file, const std::string& progress_label) {
+  int64_t skip = leading_specials(file);
+  spdlog::info("{}: every text starts with {}: the probes read {}", progress_label,
+               skip > 0 ? "the same token (a BOS)" : "no common token", skip > 0 ? "the tokens after it" : "every token");
+  return skip;
+}
+
 }  // namespace
 
 BinaryTrainingResult train_binary_probes(const activations::ActivationFile& file, const BinaryTrainingOptions& options,
                                          at::Device device, at::ScalarType dtype, const std::string& progress_label) {
   auto started = std::chrono::steady_clock::now();
   check_binary_training_options(options);
-  check_per_example(file);
+  check_rows(file, *options.kind);
   std::vector<SkippedLabel> skipped;
   std::vector<std::string> without_examples;
   std::vector<TrainedLabel> trained = plan_labels(file, options, skipped, without_examples);
   ProbeShape shape = probe_shape(options, file.attributes.hidden_size, 1);
+  if (shape.kind->reads_every_token()) shape.skip_leading = logged_leading_specials(file, progress_label);
   at::TensorOptions tensor_options = at::TensorOptions().device(device).dtype(dtype);
-  SplitActivations val_x(file.split(activations::Split::kVal), tensor_options, options.pin_activations);
+  TrainingSplit val_x(file.split(activations::Split::kVal), shape, tensor_options, options.pin_activations);
   BinaryInputs in{file, options, shape, tensor_options, val_x, progress_label};
   TrainedWeights weights = shape.kind->fits_directly() ? fit_by_solver(in, trained) : train_by_steps(in, trained);
 
   BinaryTrainingResult result{shape, {}, std::move(skipped), std::move(without_examples), std::move(weights.best),
-                              std::move(weights.final_values), {}, weights.epochs_run, 0.0};
-  SplitActivations test_x(file.split(activations::Split::kTest), tensor_options, options.pin_activations);
-  evaluate_best(result, trained, val_x.all(), test_x.all(), file, options.seed);
+                              std::move(weights.final_values), {}, {}, weights.epochs_run, 0.0};
+  TrainingSplit test_x(file.split(activations::Split::kTest), shape, tensor_options, options.pin_activations);
+  evaluate_best(result, trained, val_x, test_x, file, options.seed);
   result.labels = std::move(trained);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   spdlog::debug("{}: mean test AUROC {:.4f}", progress_label,

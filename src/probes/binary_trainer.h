@@ -103,6 +103,7 @@ struct BinaryTrainingResult {
   ProbeBank best;                    // the best-epoch weights of every probe (the ones saved)
   at::Tensor final_values;           // the weights after the last epoch each probe ran, laid out as best.values()
   at::Tensor check_inputs;           // [n, H] float32 CPU: the first test rows, for checking saved files
+  std::vector<int64_t> check_offsets;  // an every-token kind: the row offsets of check_inputs' texts; else empty
   int64_t epochs_run = 0;            // epochs until the last probe stopped
   double seconds = 0.0;
 };

@@ -226,7 +226,11 @@ MulticlassTrainingResult train_multiclass_probe(const activations::ActivationFil
                                                 at::ScalarType dtype, const std::string& progress_label) {
   auto started = std::chrono::steady_clock::now();
   check_training_options(options);
-  check_per_example(file);
+  if (options.kind->reads_every_token()) {
+    fail_usage("{} probes train one-vs-rest: use train_binary_probes --model-type {}", options.kind->name(),
+               options.kind->name());
+  }
+  check_rows(file, *options.kind);
   check_classes(file);
   const auto& names = file.attributes.label_names;
   ProbeShape shape = probe_shape(options, file.attributes.hidden_size, static_cast<int64_t>(names.size()));

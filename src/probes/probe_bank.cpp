@@ -132,7 +132,8 @@ EpochBatches::EpochBatches(const ProbeShape& shape, uint64_t seed, int64_t epoch
                            at::Device device)
     : rows_(rows), batch_size_(batch_size) {
   auto e = static_cast<uint64_t>(epoch);
-  order_ = at::tensor(shuffled_order(stream_key(seed, Stream::kBatchOrder, e), rows), at::kLong).to(device);
+  host_order_ = shuffled_order(stream_key(seed, Stream::kBatchOrder, e), rows);
+  order_ = at::tensor(host_order_, at::kLong).to(device);
   keep_ = draw_dropout_masks(shape, stream_key(seed, Stream::kDropout, e), 0, rows).to(device);
 }
 

@@ -85,6 +85,9 @@ class EpochBatches {
                at::Device device);
 
   int64_t steps() const { return (rows_ + batch_size_ - 1) / batch_size_; }
+  int64_t batch_size() const { return batch_size_; }
+  /// The shuffled order of the rows, on the host.
+  const std::vector<int64_t>& order() const { return host_order_; }
   /// The row indices of batch `step` ([B], int64, on the device).
   at::Tensor rows(int64_t step) const;
   /// The dropout keep flags of batch `step` ([B, mask_width], uint8, on the device).
@@ -92,6 +95,7 @@ class EpochBatches {
 
  private:
   int64_t rows_, batch_size_;
+  std::vector<int64_t> host_order_;
   at::Tensor order_, keep_;
 };
 

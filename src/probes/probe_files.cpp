@@ -165,9 +165,15 @@ void load_probe(const safetensors::File& file, ProbeBank& bank, int64_t probe) {
 }
 
 void write_logits_check(const std::string& path, const at::Tensor& inputs, const at::Tensor& logits,
-                        const std::vector<std::string>& labels) {
-  write_tensors(path, {{"inputs", inputs.to(at::kFloat)}, {"logits", logits.to(at::kFloat)}},
-                {{"labels", dump_json(labels)}, {"note", "eval-mode logits [rows, outputs] of the saved probes"}});
+                        const std::vector<std::string>& labels, const std::vector<int64_t>& offsets) {
+  std::map<std::string, std::string> metadata = {{"labels", dump_json(labels)},
+                                                 {"note", "eval-mode logits [rows, outputs] of the saved probes"}};
+  if (!offsets.empty()) {
+    metadata["offsets"] = dump_json(offsets);
+    metadata["note"] = "eval-mode logits [texts, outputs] of the saved probes; inputs are the token rows they read "
+                       "of each text, at row offsets `offsets`";
+  }
+  write_tensors(path, {{"inputs", inputs.to(at::kFloat)}, {"logits", logits.to(at::kFloat)}}, metadata);
 }
 
 std::string binary_probe_file_name(const std::string& label) {
@@ -209,13 +215,15 @@ Json save_binary_probes(const std::string& directory, const BinaryTrainingResult
                       {"best_epoch", t.history.best_epoch}});
   }
 
-  int64_t rows = result.check_inputs.size(0), columns = static_cast<int64_t>(result.labels.size());
+  int64_t rows = result.check_offsets.empty() ? result.check_inputs.size(0)
+                                              : static_cast<int64_t>(result.check_offsets.size()) - 1;
+  int64_t columns = static_cast<int64_t>(result.labels.size());
   std::vector<float> logits(static_cast<size_t>(rows * columns));
   for (int64_t k = 0; k < columns; ++k) {
     for (int64_t row = 0; row < rows; ++row) logits[row * columns + k] = result.labels[k].check_logits.at(row);
   }
   write_logits_check(directory + "/logits_check.safetensors", result.check_inputs,
-                     at::from_blob(logits.data(), {rows, columns}, at::kFloat), labels);
+                     at::from_blob(logits.data(), {rows, columns}, at::kFloat), labels, result.check_offsets);
 
   Json skipped = Json::array();
   for (const SkippedLabel& s : result.skipped) skipped.push_back({{"label", s.label}, {"reason", s.reason}});
@@ -384,9 +392,34 @@ at::Tensor ProbeSet::logits(const at::Tensor& activations) const {
   if (activations.dim() != 2 || activations.size(1) != bank_.shape().input_dim) {
     fail_input("probe input must be [N, {}], got [{}]", bank_.shape().input_dim, fmt::join(activations.sizes(), ", "));
   }
+  if (bank_.shape().kind->reads_every_token()) {
+    fail_input("{} probes read every token of a text: score them with token_logits", bank_.shape().kind->name());
+  }
   at::Tensor input = activations.to(bank_.values().device(), bank_.values().scalar_type());
   // [N, probes, outputs]: K binary probes of one output, or one probe of C classes.
   return bank_.forward(input).reshape({activations.size(0), -1});
+}
+
+TokenLayout ProbeSet::token_layout(const std::vector<int64_t>& offsets) const {
+  return probes::token_layout(offsets, bank_.shape());
+}
+
+at::Tensor ProbeSet::token_logits(const at::Tensor& rows, const std::vector<int64_t>& offsets,
+                                  at::Tensor* weights) const {
+  const ProbeKind& kind = *bank_.shape().kind;
+  if (!kind.reads_every_token()) fail_input("{} probes read one row per text, not every token", kind.name());
+  if (rows.dim() != 2 || rows.size(1) != bank_.shape().input_dim || offsets.empty() || offsets.back() != rows.size(0)) {
+    fail_input("probe input must be [rows, {}] with offsets ending at its rows, got [{}] and {} offsets",
+               bank_.shape().input_dim, fmt::join(rows.sizes(), ", "), offsets.size());
+  }
+  at::Tensor input = rows.to(bank_.values().device(), bank_.values().scalar_type());
+  TokenLayout layout = token_layout(offsets);
+  if (weights == nullptr) return probes::token_logits(bank_, input, layout).reshape({layout.texts(), -1});
+  std::vector<int64_t> texts(static_cast<size_t>(layout.texts()));
+  for (int64_t e = 0; e < layout.texts(); ++e) texts[e] = e;
+  TrainActivations saved = kind.forward_tokens(bank_, token_batch(input, token_index(layout, texts.data(), layout.texts())));
+  *weights = kind.token_weights(bank_, saved);
+  return saved.logits.reshape({layout.texts(), -1});
 }
 
 at::Tensor ProbeSet::direction(size_t index) const {

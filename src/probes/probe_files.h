@@ -16,6 +16,7 @@
 #include "activations/activation_store.h"
 #include "io/safetensors.h"
 #include "probes/probe_bank.h"
+#include "probes/token_rows.h"
 
 namespace probekit::probes {
 
@@ -44,9 +45,10 @@ void check_probe_file(const safetensors::File& file, const ProbeShape& shape);
 void load_probe(const safetensors::File& file, ProbeBank& bank, int64_t probe);
 
 /// Writes logits_check.safetensors: `inputs` [n, H] and the saved probes' eval-mode `logits` [n, outputs], so
-/// that a reader can check it loads the probes right; `labels` names the logits' columns.
+/// that a reader can check it loads the probes right; `labels` names the logits' columns. For every-token probes
+/// `inputs` holds the token rows of n texts and the metadata `offsets` their row offsets ([n + 1], JSON).
 void write_logits_check(const std::string& path, const at::Tensor& inputs, const at::Tensor& logits,
-                        const std::vector<std::string>& labels);
+                        const std::vector<std::string>& labels, const std::vector<int64_t>& offsets = {});
 
 /// The file name of a label's probe, probe_{label}.safetensors; throws for labels unusable in a file name.
 std::string binary_probe_file_name(const std::string& label);
@@ -94,8 +96,15 @@ class ProbeSet {
   /// True for a multiclass probe: its outputs are exclusive classes.
   bool multiclass() const { return multiclass_; }
 
-  /// Logits [N, K] of activations [N, H], in the order of probes().
+  /// Logits [N, K] of activations [N, H], in the order of probes(). Not for every-token probes (token_logits).
   at::Tensor logits(const at::Tensor& activations) const;
+  /// Every-token probes: logits [B, K] of B texts whose token rows (every token, as captured with --position
+  /// all) are `rows` [R, H] at row offsets `offsets` [B + 1]; the recorded skip_leading and max_tokens apply.
+  /// With `weights`, also each read row's attention weights [R', K, heads] (R' the rows read, text after text).
+  at::Tensor token_logits(const at::Tensor& rows, const std::vector<int64_t>& offsets,
+                          at::Tensor* weights = nullptr) const;
+  /// The rows of each text token_logits reads.
+  TokenLayout token_layout(const std::vector<int64_t>& offsets) const;
   /// Probabilities [N, K] (float32): sigmoid of each binary probe's logit, or the softmax over the classes.
   at::Tensor probabilities(const at::Tensor& activations) const;
   /// The unit direction [H] (fp32) along which output `index` of probes() grows (the kind's direction; a kind

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "common/error.h"
+#include "probes/probe_bank.h"
 
 
 namespace probekit::probes {
@@ -32,6 +33,14 @@ at::Tensor ProbeKind::direction(const ProbeBank&, int64_t, int64_t) const {
 }
 
 void ProbeKind::read_shape(const Json&, const std::string&, ProbeShape&) const {}
+
+TrainActivations ProbeKind::forward_tokens(const ProbeBank&, const TokenBatch&) const {
+  throw std::logic_error(std::string("probe kind '") + name() + "' reads one row per text, not every token");
+}
+
+at::Tensor ProbeKind::token_weights(const ProbeBank&, const TrainActivations&) const {
+  throw std::logic_error(std::string("probe kind '") + name() + "' has no attention over tokens");
+}
 
 std::vector<solvers::ProblemOutcome> ProbeKind::fit(ProbeBank&, const FitData&) const {
   throw std::logic_error(std::string("probe kind '") + name() + "' trains by gradient steps; it has no fit()");

@@ -34,8 +34,22 @@ struct ProbeShape {
   int64_t input_dim = 0;
   int64_t hidden_dim = 512;  // multihead only
   int64_t outputs = 1;       // 1 for a binary probe, the class count for a multiclass one
-  int64_t heads = 8;         // multihead only
+  int64_t heads = 8;         // multihead and attention
   double dropout = 0.1;
+  // Every-token kinds (attention): the most rows of a text read, its last ones (0: all), and how many leading
+  // special tokens (BOS) of each text are left out.
+  int64_t max_tokens = 0;
+  int64_t skip_leading = 0;
+};
+
+/// The token rows of B texts as an every-token kind reads them: packed, text after text.
+struct TokenBatch {
+  at::Tensor rows;      // [R, H]
+  at::Tensor position;  // [R], the bank's dtype: each row's index in its text as captured (0: the first token)
+  at::Tensor text;      // [R] int64: the row's text in the batch, 0..B-1
+  at::Tensor row_slot;  // [R] int64: text * longest + the row's index among its text's rows in the batch
+  int64_t texts = 0;
+  int64_t longest = 0;  // the most rows of one text
 };
 
 /// One parameter: its state-dict name in the reference's module and its shape for one probe.
@@ -96,6 +110,13 @@ class ProbeKind {
   virtual void read_shape(const Json& index, const std::string& where, ProbeShape& shape) const;
   /// True for a kind that reads every token of a text (its activations captured with --position all).
   virtual bool reads_every_token() const { return false; }
+  /// An every-token kind's forward pass over the rows of a batch of texts: logits [B, K, O] (eval and training
+  /// alike: such a kind has no dropout). The others throw std::logic_error.
+  virtual TrainActivations forward_tokens(const ProbeBank& bank, const TokenBatch& batch) const;
+  /// Where an every-token kind's attention is in the intermediates of forward_tokens(): [R, K, heads] weights.
+  virtual at::Tensor token_weights(const ProbeBank& bank, const TrainActivations& saved) const;
+  /// --heads when not given: the kind's own default.
+  virtual int64_t default_heads() const { return 8; }
   /// The unit direction [H] (fp32, on the bank's device) in the layer's space along which output `output` of probe
   /// `probe` grows: a binary probe's weight; a class's weight row minus the mean of the rows (what the softmax
   /// compares). Throws, saying why, for a kind that has none (steering reads it).

@@ -34,19 +34,68 @@ int threads_for_steps(const ProbeShape& shape, int64_t batch_size) {
   return 3.0 * parameters * static_cast<double>(batch_size) < kParallelStepWork ? 1 : at::get_num_threads();
 }
 
-void check_per_example(const activations::ActivationFile& file) {
+void check_rows(const activations::ActivationFile& file, const ProbeKind& kind) {
   if (file.attributes.holds_expert_choices()) {
     fail_input("{}: the file holds the experts a router chose (site \"experts\"), not activations; probes train on "
                "the router's logits (capture with --site router)",
                file.path);
   }
   for (activations::Split split : activations::kSplits) {
-    if (!file.split(split).offsets.empty()) {
-      fail_input("{}: group '{}' holds per-token activations (position \"{}\"); probes train on one row per example, "
-                 "captured with position \"last\"",
-                 file.path, activations::split_name(split), file.attributes.position);
+    const bool per_token = !file.split(split).offsets.empty();
+    if (per_token && !kind.reads_every_token()) {
+      fail_input("{}: group '{}' holds per-token activations (position \"{}\"); {} probes train on one row per "
+                 "example, captured with position \"last\" (pool this file's tokens with --pool last|mean, or train "
+                 "--model-type attention on it)",
+                 file.path, activations::split_name(split), file.attributes.position, kind.name());
+    }
+    if (!per_token && kind.reads_every_token()) {
+      fail_input("{}: group '{}' holds one row per example (position \"{}\"); {} probes read every token of a "
+                 "text: capture with --position all",
+                 file.path, activations::split_name(split), file.attributes.position, kind.name());
     }
   }
+}
+
+int64_t leading_specials(const activations::ActivationFile& file) {
+  std::vector<const std::vector<int64_t>*> ids, offsets;
+  for (activations::Split split : activations::kSplits) {
+    ids.push_back(&file.split(split).token_ids);
+    offsets.push_back(&file.split(split).offsets);
+  }
+  return leading_specials_of(ids, offsets);
+}
+
+namespace {
+
+// One split's texts as one row each: the last token, or the mean of the tokens after `skip` (at least the last).
+void pool_split(activations::SplitData& split, bool mean, int64_t skip) {
+  std::vector<float> pooled(static_cast<size_t>(split.examples() * split.hidden), 0.0f);
+  for (int64_t e = 0; e < split.examples(); ++e) {
+    const int64_t end = split.offsets[e + 1];
+    const int64_t first = mean ? std::min(split.offsets[e] + skip, end - 1) : end - 1;
+    float* out = pooled.data() + e * split.hidden;
+    for (int64_t r = first; r < end; ++r) {
+      const float* row = split.activations.data() + r * split.hidden;
+      for (int64_t j = 0; j < split.hidden; ++j) out[j] += row[j];
+    }
+    for (int64_t j = 0; j < split.hidden; ++j) out[j] /= static_cast<float>(end - first);
+  }
+  split.activations = std::move(pooled);
+  split.rows = split.examples();
+  split.offsets.clear();
+  split.token_ids.clear();
+}
+
+}  // namespace
+
+activations::ActivationFile rows_for_kind(activations::ActivationFile file, const TrainingOptions& training) {
+  if (training.pool.empty() || training.kind->reads_every_token() || file.split(activations::Split::kTrain).offsets.empty()) {
+    return file;
+  }
+  const int64_t skip = leading_specials(file);
+  for (activations::SplitData& split : file.splits) pool_split(split, training.pool == "mean", skip);
+  file.attributes.position = training.pool;
+  return file;
 }
 
 std::vector<int64_t> select_labels(const std::vector<std::string>& names, const std::vector<std::string>& subset) {
@@ -83,6 +132,44 @@ at::Tensor SplitActivations::rows(const at::Tensor& rows) const {
 }
 
 at::Tensor SplitActivations::all() const { return values_.to(device_); }
+
+TrainingSplit::TrainingSplit(const activations::SplitData& split, const ProbeShape& shape, at::TensorOptions options,
+                             bool pinned)
+    : x_(split, options, pinned), examples_(split.examples()), dtype_(options.dtype().toScalarType()) {
+  if (shape.kind->reads_every_token()) layout_ = token_layout(split.offsets, shape);
+}
+
+at::Tensor TrainingSplit::logits(const ProbeBank& bank) const {
+  if (!layout_) return bank.forward(x_.all());
+  return token_logits(bank, x_.all(), *layout_);
+}
+
+std::optional<TokenEpoch> TrainingSplit::token_epoch(const EpochBatches& batches) const {
+  if (!layout_) return std::nullopt;
+  return TokenEpoch(*layout_, batches.order(), batches.batch_size(), x_.device(), dtype_);
+}
+
+TrainActivations TrainingSplit::forward_train(const ProbeBank& bank, const EpochBatches& batches,
+                                              const std::optional<TokenEpoch>& tokens, int64_t step) const {
+  if (!tokens) return bank.forward_train(x_.rows(batches.rows(step)), batches.keep(step));
+  return bank.shape().kind->forward_tokens(bank, tokens->batch(step, [this](const at::Tensor& rows) {
+    return x_.rows(rows);
+  }));
+}
+
+at::Tensor TrainingSplit::first_inputs(int64_t n, std::vector<int64_t>& offsets) const {
+  n = std::min(n, examples_);
+  offsets.clear();
+  at::Tensor all = x_.all();
+  if (!layout_) return all.narrow(0, 0, n).to(at::kFloat).to(at::kCPU);
+  std::vector<at::Tensor> rows;
+  offsets.push_back(0);
+  for (int64_t e = 0; e < n; ++e) {
+    rows.push_back(all.narrow(0, layout_->first[e], layout_->length[e]));
+    offsets.push_back(offsets.back() + layout_->length[e]);
+  }
+  return at::cat(rows).to(at::kFloat).to(at::kCPU);
+}
 
 at::Tensor label_tensor(const activations::SplitData& split, at::Device device) {
   at::Tensor host = at::from_blob(const_cast<int64_t*>(split.labels.data()), {split.examples()}, at::kLong);

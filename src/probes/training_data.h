@@ -5,12 +5,15 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "device/torch/gpu_utils.h"
 #include "activations/activation_store.h"
 #include "probes/probe_bank.h"
+#include "probes/token_rows.h"
+#include "probes/training_options.h"
 
 namespace probekit::probes {
 
@@ -36,9 +39,18 @@ class ThreadCountGuard {
 /// more when other processes share the cores), else the current count.
 int threads_for_steps(const ProbeShape& shape, int64_t batch_size);
 
-/// Throws unless every split holds one activation row per example (position "last", not "all"), and the file
-/// holds activations (not expert choices).
-void check_per_example(const activations::ActivationFile& file);
+/// Throws unless the file holds activations (not expert choices) laid out as `kind` reads them: one row per
+/// example (position "last" or "mean"), or every token with offsets (position "all") for an every-token kind.
+void check_rows(const activations::ActivationFile& file, const ProbeKind& kind);
+
+/// How many leading special tokens a --position all file's texts start with (token_rows.h's leading_specials_of
+/// over its splits).
+int64_t leading_specials(const activations::ActivationFile& file);
+
+/// `file` as a per-row kind trains on it: a --position all file pooled per `training.pool` (one row per text: its
+/// last token, or the mean of its tokens after the leading specials, with position "last" or "mean" as a capture
+/// at that position records it) when the kind reads one row per text; otherwise `file` itself.
+activations::ActivationFile rows_for_kind(activations::ActivationFile file, const TrainingOptions& training);
 
 /// Indices in `names` of the labels in `subset`, in label_names order; every label when `subset` is empty.
 /// Throws UsageError naming an unknown label and the known ones.
@@ -57,10 +69,38 @@ class SplitActivations {
   at::Tensor all() const;
   /// Where the rows are held: the training device, or the host when not pinned.
   at::Device held_on() const { return values_.device(); }
+  /// The training device.
+  at::Device device() const { return device_; }
 
  private:
   at::Tensor values_;
   at::Device device_;
+};
+
+/// A split as a trainer reads it: its activations (SplitActivations) and, for an every-token kind, the token
+/// rows each text's probe reads (token_rows.h).
+class TrainingSplit {
+ public:
+  TrainingSplit(const activations::SplitData& split, const ProbeShape& shape, at::TensorOptions options, bool pinned);
+
+  int64_t examples() const { return examples_; }
+  /// Eval-mode logits [N, K, O] of every example.
+  at::Tensor logits(const ProbeBank& bank) const;
+  /// An every-token kind's batches of texts for one epoch; none for a per-row kind.
+  std::optional<TokenEpoch> token_epoch(const EpochBatches& batches) const;
+  /// The training forward pass of batch `step` of `batches` (`tokens`: its token_epoch()).
+  TrainActivations forward_train(const ProbeBank& bank, const EpochBatches& batches,
+                                 const std::optional<TokenEpoch>& tokens, int64_t step) const;
+  /// The inputs of the first `n` examples, [rows, H] float32 on the CPU; for an every-token kind the rows its
+  /// probes read of those texts, whose row offsets go to `offsets` ([n + 1]).
+  at::Tensor first_inputs(int64_t n, std::vector<int64_t>& offsets) const;
+  const SplitActivations& activations() const { return x_; }
+
+ private:
+  SplitActivations x_;
+  int64_t examples_ = 0;
+  std::optional<TokenLayout> layout_;
+  at::ScalarType dtype_;
 };
 
 /// A split's labels [N] (int64) on `device`.

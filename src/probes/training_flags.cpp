@@ -85,6 +85,22 @@ const TrainingFlag kTrainingFlags[] = {
      [](CLI::App& app, const FlagTargets& to) {
        app.add_option("--hidden-dim", to.training.hidden_dim, "Hidden size of the multihead probe")->capture_default_str();
      }},
+    {kBinaryOnly,
+     [](CLI::App& app, const FlagTargets& to) {
+       app.add_option("--pool", to.training.pool,
+                      "Per-row kinds on a --position all capture: each text's last token, or the mean of its tokens "
+                      "after the BOS (attention probes read every token regardless)")
+           ->check(CLI::IsMember({"last", "mean"}));
+     }},
+    {kAllTools,
+     [](CLI::App& app, const FlagTargets& to) {
+       app.add_option_function<int64_t>(
+           "--heads", [&heads = to.training.heads](int64_t value) { heads = value; },
+           "Attention heads of the multihead probe (default 8) or queries of the attention probe (default 1)");
+       app.add_option("--max-tokens", to.training.max_tokens,
+                      "Attention probe: read only the last N tokens of each text (0: every token)")
+           ->capture_default_str();
+     }},
     {kTrainers,
      [](CLI::App& app, const FlagTargets& to) {
        app.add_option("--batch-size", to.training.batch_size, "Training batch size")->capture_default_str();

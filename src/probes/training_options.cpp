@@ -14,6 +14,8 @@ void check_training_options(const TrainingOptions& options) {
   if (!(std::isfinite(options.weight_decay) && options.weight_decay >= 0.0)) {
     fail_usage("--weight-decay must be finite and not negative, got {}", options.weight_decay);
   }
+  if (options.heads && *options.heads <= 0) fail_usage("--heads must be positive, got {}", *options.heads);
+  if (options.max_tokens < 0) fail_usage("--max-tokens must be 0 (every token) or positive, got {}", options.max_tokens);
   if (!(std::isfinite(options.C) && options.C > 0.0)) fail_usage("--C must be finite and positive, got {}", options.C);
 }
 
@@ -23,8 +25,10 @@ ProbeShape probe_shape(const TrainingOptions& options, int64_t input_dim, int64_
   shape.input_dim = input_dim;
   shape.hidden_dim = options.hidden_dim;
   shape.outputs = outputs;
-  // A fitted probe never drops inputs; its files say so.
-  if (shape.kind->fits_directly()) shape.dropout = 0.0;
+  shape.heads = options.heads.value_or(shape.kind->default_heads());
+  shape.max_tokens = options.max_tokens;
+  // A fitted probe, or a kind without dropout (attention), never drops inputs; its files say so.
+  if (shape.kind->fits_directly() || mask_width(shape) == 0) shape.dropout = 0.0;
   return shape;
 }
 

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 
 #include "probes/probe_bank.h"
 
@@ -15,6 +17,11 @@ struct TrainingOptions {
 
   const ProbeKind* kind = &probe_kind("linear");
   int64_t hidden_dim = 512;  // of the multihead probe
+  std::optional<int64_t> heads;  // of the multihead and attention probes; unset: the kind's default
+  int64_t max_tokens = 0;        // of the attention probe: the last rows of a text it reads (0: all)
+  // Per-row kinds given a --position all file (train_binary_probes --pool): each text's row is its last token
+  // ("last") or the mean of its tokens after the leading specials ("mean"), as capture pools them; empty: refused.
+  std::string pool;
   int64_t batch_size;
   int64_t epochs;        // the most; binary probes may stop early
   double lr;             // AdamW

@@ -25,7 +25,8 @@ const std::pair<const char*, double> kModels[] = {
     {"gemma3_text", 0.999},  {"gemma3_multimodal", 0.999}, {"gemma3_multimodal_hub_layout", 0.999},
     {"gpt2", 0.999},         {"gpt_neox", 0.999},     {"phi3", 0.999},        {"olmo2", 0.999},
     {"phi3_longrope", 0.998}, {"mixtral", 0.98},      {"qwen3_moe", 0.98},    {"qwen2_moe", 0.98},
-    {"olmo3", 0.999},        {"smollm3", 0.999},      {"gemma4_text", 0.999}, {"qwen3_fp8", 0.999}};
+    {"olmo3", 0.999},        {"smollm3", 0.999},      {"gemma4_text", 0.999}, {"qwen3_fp8", 0.999},
+    {"qwen3_5_text", 0.996}, {"qwen3_next", 0.93}};
 
 struct Agreement {
   double min_layer_cosine = 1.0;  // each layer's hidden states of a text, flattened

@@ -1,9 +1,11 @@
-// The fused CUDA kernels of probe training against the ATen path the CPU runs.
+// The fused CUDA kernels of probe training against the ATen path the CPU runs; the attention probe's passes on the
+// GPU against the CPU's.
 #include <doctest/doctest.h>
 
 #include "gpu/gpu_test_util.h"
 #include "probes/binary_trainer.h"
 #include "probes/probe_bank.h"
+#include "probes/token_rows.h"
 
 using namespace probekit::probes;
 using probekit::testing::max_relative_error;
@@ -56,4 +58,37 @@ TEST_CASE("fused AdamW steps equal the ATen path, with and without frozen elemen
   // Frozen elements kept, exactly, the values they had before the masked steps.
   at::Tensor frozen = active.logical_not().to(kCuda);
   CHECK(at::equal(gpu_values.masked_select(frozen), gpu_before_masking.masked_select(frozen)));
+}
+
+TEST_CASE("attention probe passes on the GPU equal the CPU's and repeat bit for bit") {
+  at::manual_seed(5);
+  ProbeShape shape;
+  shape.kind = &probe_kind("attention");
+  shape.input_dim = 64;
+  shape.heads = 2;
+  shape.dropout = 0.0;
+  shape.skip_leading = 1;
+  const std::vector<int64_t> offsets = {0, 3, 40, 41, 100};
+  const std::vector<int64_t> texts = {2, 0, 3, 1};
+  TokenIndex index = token_index(token_layout(offsets, shape), texts.data(), 4);
+  at::Tensor rows = at::randn({100, 64});
+  ProbeBank cpu(shape, 5, at::TensorOptions().dtype(at::kFloat));
+  for (int64_t p = 0; p < 5; ++p) cpu.initialize_probe(p, static_cast<uint64_t>(p));
+  cpu.values().add_(at::randn_like(cpu.values()) * 0.2);
+  ProbeBank gpu(shape, 5, at::TensorOptions().dtype(at::kFloat).device(kCuda));
+  gpu.values().copy_(cpu.values());
+  at::Tensor grad = at::randn({4, 5, 1});
+  TrainActivations on_cpu = shape.kind->forward_tokens(cpu, token_batch(rows, index));
+  cpu.backward(on_cpu, grad);
+  auto run_gpu = [&] {
+    TrainActivations saved = shape.kind->forward_tokens(gpu, token_batch(rows.to(kCuda), index));
+    gpu.backward(saved, grad.to(kCuda));
+    return std::make_pair(saved.logits.clone(), gpu.gradients().clone());
+  };
+  auto [logits, gradients] = run_gpu();
+  auto [logits_again, gradients_again] = run_gpu();
+  CHECK(max_relative_error(logits, on_cpu.logits) < 1e-5);
+  CHECK(max_relative_error(gradients, cpu.gradients()) < 1e-4);
+  CHECK(at::equal(logits, logits_again));
+  CHECK(at::equal(gradients, gradients_again));
 }

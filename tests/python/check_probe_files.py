@@ -16,13 +16,20 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from reference_probe_modules import reference_probe
+from reference_probe_modules import AttentionProbe, reference_probe
 
 
 def build_probe(path):
-    """The reference's load_probe, from our safetensors metadata instead of a pickled model_config."""
+    """The reference's load_probe, from our safetensors metadata instead of a pickled model_config; an attention
+    probe (no reference class) as EleutherAI's AttentionProbe."""
     with safe_open(str(path), framework="pt") as f:
         meta = f.metadata()
+    if meta["model_class"] == "AttentionProbe":
+        probe = AttentionProbe(int(meta["input_dim"]), int(meta["num_heads"]))
+        state = load_file(str(path))
+        probe = probe.to(next(iter(state.values())).dtype)
+        probe.load_state_dict(state, strict=True)
+        return probe.eval(), meta
     config = {"input_dim": int(meta["input_dim"])}
     if "num_classes" in meta:
         config["num_classes"] = int(meta["num_classes"])
@@ -35,14 +42,37 @@ def build_probe(path):
     return probe.eval(), meta
 
 
+def padded_texts(rows, offsets, skip_leading):
+    """The token rows of each text (as logits_check stores them: the rows the probes read) padded, with the mask
+    and each row's position in its text (the rows start after the skip_leading leading specials)."""
+    lengths = [end - begin for begin, end in zip(offsets[:-1], offsets[1:])]
+    x = torch.zeros(len(lengths), max(lengths), rows.shape[1])
+    mask, position = torch.zeros(len(lengths), max(lengths)), torch.zeros(len(lengths), max(lengths))
+    for i, (begin, n) in enumerate(zip(offsets[:-1], lengths)):
+        x[i, :n], mask[i, :n] = rows[begin:begin + n], 1
+        position[i, :n] = torch.arange(skip_leading, skip_leading + n)
+    return x, mask, position
+
+
+def run_probe(probe, meta, inputs, check_meta):
+    dtype = next(probe.parameters()).dtype
+    if meta["model_class"] != "AttentionProbe":
+        return probe(inputs.to(dtype)).float()
+    # Positions hold only where --max-tokens cut nothing (max_tokens 0), the case checked here.
+    x, mask, position = padded_texts(inputs, json.loads(check_meta["offsets"]), int(meta["skip_leading"]))
+    return probe(x.to(dtype), mask, position.to(dtype)).float()
+
+
 def compare(directory, files):
     check = load_file(str(directory / "logits_check.safetensors"))
+    with safe_open(str(directory / "logits_check.safetensors"), framework="pt") as f:
+        check_meta = f.metadata()
     inputs, expected = check["inputs"], check["logits"]
     worst = 0.0
     for column, path in enumerate(files):
         probe, meta = build_probe(path)
         with torch.no_grad():
-            got = probe(inputs.to(next(probe.parameters()).dtype)).float()
+            got = run_probe(probe, meta, inputs, check_meta)
         want = expected[:, column:column + 1] if got.shape[1] == 1 else expected
         tolerance = 2e-2 if next(probe.parameters()).dtype == torch.bfloat16 else 1e-4
         error = ((got - want).abs() / (1.0 + want.abs())).max().item()

@@ -1,5 +1,6 @@
 """The reference's probe modules (brije src/probes/probe_models.py): the same parameters and state-dict names,
 for the checks that load our probe files into them. Needs torch only."""
+import torch
 import torch.nn as nn
 
 
@@ -59,6 +60,25 @@ class MultiHeadProbe(_MultiHeadAttentionHead):
 
 
 CLASSES = {c.__name__: c for c in (BinaryLinearProbe, BinaryMultiHeadProbe, LinearProbe, MultiHeadProbe)}
+
+
+class AttentionProbe(torch.nn.Module):
+    """Not the reference's (it has none): EleutherAI's attention-probes AttentionProbe(d_in, n_heads, output_dim=1)
+    without the MLP, which --model-type attention files load into strictly: forward(x [B, T, H], mask [B, T],
+    position [B, T]) -> logits [B, output_dim]."""
+
+    def __init__(self, input_dim, num_heads=1, output_dim=1):
+        super().__init__()
+        self.heads, self.outputs = num_heads, output_dim
+        self.q = torch.nn.Linear(input_dim, num_heads, bias=False)
+        self.v = torch.nn.Linear(input_dim, num_heads * output_dim)
+        self.position_weight = torch.nn.Parameter(torch.zeros(num_heads))
+
+    def forward(self, x, mask, position):
+        k = self.q(x) - (1 - mask.unsqueeze(-1).to(x.dtype)) * 1e9 + position.unsqueeze(-1) * self.position_weight
+        p = torch.softmax(k, dim=1)
+        v = self.v(x).unflatten(-1, (self.heads, self.outputs))
+        return (p.unsqueeze(-1) * v).sum((1, 2))
 
 
 def reference_probe(model_class, model_config):

@@ -118,7 +118,22 @@ def main():
                 checked += check_directory(layer, exported / layer.relative_to(trained))
         print(f"ok   {checked} exported probe files load with torch.load(weights_only=True) into the reference's "
               "modules and give the trainers' logits")
+        check_attention_skipped(tools, model, tmp, quiet)
     return 0
+
+
+def check_attention_skipped(tools, model, tmp, quiet):
+    """Attention probes have no reference class: their directory is skipped with a message, nothing written."""
+    run([tools / "capture_activations", "--model", model, "--dataset", tmp / "data.jsonl", "--output-dir",
+         tmp / "acts_all", "--layers", "3", "--position", "all", *quiet])
+    run([tools / "train_binary_probes", "--activations", tmp / "acts_all", "--model-type", "attention", "--epochs", "2",
+         "--output-dir", tmp / "attention", *quiet])
+    result = subprocess.run([sys.executable, SCRIPT, tmp / "attention", "--output-dir", tmp / "attention_exported"],
+                            capture_output=True, text=True)
+    if result.returncode != 0 or "skipped: attention probes have no equivalent class" not in result.stdout or \
+            list((tmp / "attention_exported").glob("**/*.pth")):
+        fail(f"an attention directory was not skipped cleanly: {result.returncode} {result.stdout} {result.stderr}")
+    print("ok   attention probes are skipped: the reference has no equivalent class")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@
 
 #include "probes/probe_bank.h"
 #include "probes/random_streams.h"
+#include "probes/token_rows.h"
 
 using namespace probekit::probes;
 
@@ -154,4 +155,102 @@ TEST_CASE("the batch order is a permutation fixed by its key") {
   CHECK(std::set<int64_t>(order.begin(), order.end()).size() == 1000);
   CHECK(order == shuffled_order(stream_key(3, Stream::kBatchOrder, 5), 1000));
   CHECK(order != shuffled_order(stream_key(3, Stream::kBatchOrder, 6), 1000));
+}
+
+namespace {
+
+// Texts of 1, 4 and 7 tokens, packed, and the batch of all three (read from their first token).
+struct AttentionCase {
+  ProbeShape shape;
+  std::vector<int64_t> offsets = {0, 1, 5, 12};
+  at::Tensor rows = at::randn({12, 6}, at::kDouble);
+  TokenBatch batch() const {
+    TokenLayout layout = token_layout(offsets, shape);
+    std::vector<int64_t> texts = {0, 1, 2};
+    return token_batch(rows, token_index(layout, texts.data(), 3));
+  }
+};
+
+AttentionCase attention_case(int64_t outputs) {
+  AttentionCase c;
+  c.shape.kind = &probe_kind("attention");
+  c.shape.input_dim = 6;
+  c.shape.heads = 2;
+  c.shape.outputs = outputs;
+  c.shape.dropout = 0.0;
+  return c;
+}
+
+// EleutherAI's AttentionProbe.forward on padded x [B, T, H] with mask and position [B, T], for one probe's
+// parameters: [B, O].
+at::Tensor eleuther_logits(const at::Tensor& x, const at::Tensor& mask, const at::Tensor& position,
+                           const std::vector<at::Tensor>& p, int64_t heads, int64_t outputs) {
+  at::Tensor k = at::matmul(x, p[1].t()) - (1.0 - mask).unsqueeze(-1) * 1e9 + position.unsqueeze(-1) * p[0];
+  at::Tensor weights = at::softmax(k, 1);
+  at::Tensor values = (at::matmul(x, p[2].t()) + p[3]).unflatten(-1, {heads, outputs});
+  return (weights.unsqueeze(-1) * values).sum(at::IntArrayRef{1, 2});
+}
+
+// The packed texts of `c` padded to [3, 7, H] with mask and position, as EleutherAI's trainer feeds them.
+std::vector<at::Tensor> padded_texts(const AttentionCase& c) {
+  at::Tensor x = at::zeros({3, 7, 6}, at::kDouble), mask = at::zeros({3, 7}, at::kDouble);
+  at::Tensor position = at::zeros({3, 7}, at::kDouble);
+  for (int64_t b = 0; b < 3; ++b) {
+    int64_t n = c.offsets[b + 1] - c.offsets[b];
+    x[b].narrow(0, 0, n).copy_(c.rows.narrow(0, c.offsets[b], n));
+    mask[b].narrow(0, 0, n).fill_(1.0);
+    position[b].narrow(0, 0, n).copy_(at::arange(n, at::kDouble));
+  }
+  return {x, mask, position};
+}
+
+}  // namespace
+
+TEST_CASE("attention probe logits and gradients equal autograd through EleutherAI's padded AttentionProbe") {
+  for (int64_t outputs : {1, 2}) {
+    AttentionCase c = attention_case(outputs);
+    ProbeBank bank(c.shape, 3, at::TensorOptions().dtype(at::kDouble));
+    for (int64_t p = 0; p < 3; ++p) bank.initialize_probe(p, 40 + p);
+    bank.values().add_(at::randn_like(bank.values()) * 0.3);  // queries and position weights away from zero
+    TokenBatch batch = c.batch();
+    TrainActivations saved = c.shape.kind->forward_tokens(bank, batch);
+    at::Tensor g = at::randn({3, 3, outputs}, at::kDouble);
+    bank.backward(saved, g);
+
+    std::vector<at::Tensor> leaves;
+    for (size_t i = 0; i < bank.specs().size(); ++i) leaves.push_back(bank.parameter(i).clone().set_requires_grad(true));
+    std::vector<at::Tensor> padded = padded_texts(c);
+    at::Tensor objective = at::zeros({}, at::kDouble);
+    for (int64_t p = 0; p < 3; ++p) {
+      std::vector<at::Tensor> own = {leaves[0][p], leaves[1][p], leaves[2][p], leaves[3][p]};
+      at::Tensor expected = eleuther_logits(padded[0], padded[1], padded[2], own, 2, outputs);
+      CHECK(at::allclose(saved.logits.select(1, p), expected.detach(), 1e-10, 1e-12));
+      objective = objective + (expected * g.select(1, p)).sum();
+    }
+    objective.backward();
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      INFO(bank.specs()[i].name << ", outputs " << outputs);
+      CHECK(at::allclose(bank.parameter_in(bank.gradients(), i), leaves[i].grad(), 1e-9, 1e-12));
+    }
+  }
+}
+
+TEST_CASE("attention probe: a new probe is mean pooling of its values; a one-token text gets weight 1") {
+  AttentionCase c = attention_case(1);
+  ProbeBank bank(c.shape, 2, at::TensorOptions().dtype(at::kDouble));
+  for (int64_t p = 0; p < 2; ++p) bank.initialize_probe(p, p);
+  CHECK(bank.parameter(0).abs().max().item<double>() == 0.0);  // position_weight
+  CHECK(bank.parameter(1).abs().max().item<double>() == 0.0);  // q.weight
+  TrainActivations saved = c.shape.kind->forward_tokens(bank, c.batch());
+  for (int64_t b = 0; b < 3; ++b) {
+    at::Tensor mean = c.rows.narrow(0, c.offsets[b], c.offsets[b + 1] - c.offsets[b]).mean(0);
+    for (int64_t p = 0; p < 2; ++p) {
+      at::Tensor heads = at::matmul(bank.parameter(2)[p], mean) + bank.parameter(3)[p];  // [h]
+      CHECK(saved.logits[b][p][0].item<double>() == doctest::Approx(heads.sum().item<double>()).epsilon(1e-12));
+    }
+  }
+  bank.values().add_(at::randn_like(bank.values()));
+  at::Tensor weights = c.shape.kind->token_weights(bank, c.shape.kind->forward_tokens(bank, c.batch()));  // [R, K, h]
+  CHECK(at::allclose(weights[0], at::ones({2, 2}, at::kDouble)));
+  CHECK(at::allclose(weights.narrow(0, 1, 4).sum(0), at::ones({2, 2}, at::kDouble)));
 }

@@ -371,3 +371,51 @@ TEST_CASE("labels without any example: no probe and one log line for all layer f
   safetensors::File best(dir.path() + "/c/best_probe.safetensors");
   CHECK(best.metadata().at("num_classes") == "5");
 }
+
+TEST_CASE("attention probe files: position_weight, q, v; the directory loads back and reproduces the stored logits") {
+  probekit::testing::TempDir dir;
+  SyntheticActivations spec = uniform_synthetic(3, {12, 6, 6}, 12);
+  spec.layer = 7;
+  spec.signal.assign(3, 4.0);
+  spec.min_tokens = 4;
+  spec.max_tokens = 9;
+  const std::string path = dir.path() + "/layer_7_activations.h5";
+  write_synthetic_activation_file(path, spec);
+  BinaryRunOptions run = small_run(path, dir.path() + "/out");
+  run.training.kind = &probe_kind("attention");
+  run.training.heads = 2;
+  run.training.max_tokens = 6;
+  run_binary_training(run);
+
+  safetensors::File file(run.output_dir + "/probe_label_01.safetensors");
+  std::vector<std::pair<std::string, std::vector<int64_t>>> expected = {
+      {"position_weight", {2}}, {"q.weight", {2, 12}}, {"v.weight", {2, 12}}, {"v.bias", {2}}};
+  REQUIRE(file.tensors().size() == expected.size());
+  for (const auto& [name, shape] : expected) CHECK(file.at(name).shape == shape);
+  CHECK(file.metadata().at("model_class") == "AttentionProbe");
+  CHECK(file.metadata().at("num_heads") == "2");
+  CHECK(file.metadata().at("max_tokens") == "6");
+  CHECK(file.metadata().at("skip_leading") == "1");
+  CHECK(file.metadata().at("dropout") == "0");
+  Json index = read_json_file(run.output_dir + "/probes.json");
+  CHECK(index.at("position") == "all");
+  CHECK(index.at("num_heads") == 2);
+
+  ProbeSet set = ProbeSet::load(run.output_dir, at::kCPU, at::kFloat);
+  safetensors::File check(run.output_dir + "/logits_check.safetensors");
+  auto offsets = parse_json(check.metadata().at("offsets"), "offsets").get<std::vector<int64_t>>();
+  const auto& inputs_info = check.at("inputs");
+  const auto& logits_info = check.at("logits");
+  at::Tensor inputs = at::from_blob(const_cast<uint8_t*>(check.data(inputs_info)), inputs_info.shape, at::kFloat);
+  at::Tensor stored = at::from_blob(const_cast<uint8_t*>(check.data(logits_info)), logits_info.shape, at::kFloat);
+  // The stored inputs are the rows the probes read (after the BOS, at most 6): read as they are, they score the
+  // same only where nothing more is cut, so score the test texts' full rows from the file instead.
+  const activations::ActivationFile activation_file = activations::read_activation_file(path);
+  const activations::SplitData& test = activation_file.split(activations::Split::kTest);
+  const int64_t texts = static_cast<int64_t>(offsets.size()) - 1;
+  std::vector<int64_t> full(test.offsets.begin(), test.offsets.begin() + texts + 1);
+  at::Tensor rows = at::from_blob(const_cast<float*>(test.activations.data()), {full.back(), 12}, at::kFloat);
+  CHECK(at::allclose(set.token_logits(rows, full), stored, 1e-5, 1e-6));
+  CHECK(inputs.size(0) == offsets.back());
+  CHECK_THROWS_WITH(set.logits(rows), doctest::Contains("score them with token_logits"));
+}

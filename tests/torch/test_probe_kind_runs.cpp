@@ -172,3 +172,23 @@ TEST_CASE("multi_probe_inference ranks with logistic probes: printed scores equa
     CHECK(predictions[i - 1]["confidence"].get<double>() >= predictions[i]["confidence"].get<double>());
   }
 }
+
+TEST_CASE("--model-type attention,linear,mean-diff --pool mean on one --position all capture: attention reads every "
+          "token, the others the pooled rows, compared side by side") {
+  TempDir tmp;
+  SyntheticActivations spec = uniform_synthetic(2, {30, 15, 15}, 16);
+  spec.signal = {5.0, 0.0};
+  spec.min_tokens = 5;
+  spec.max_tokens = 12;
+  std::string activations = tmp.file("layer_0_activations.h5");
+  write_synthetic_activation_file(activations, spec);
+  BinaryRunOptions o = run_options(activations, tmp.file("out"), {"attention", "linear", "mean-diff"});
+  o.training.pool = "mean";
+  run_binary_training(o);
+  Json comparison = read_json_file(tmp.file("out/comparison.json"));
+  CHECK(comparison["kinds"] == Json({"attention", "linear", "mean-diff"}));
+  CHECK(read_json_file(tmp.file("out/attention/probes.json"))["position"] == "all");
+  CHECK(read_json_file(tmp.file("out/linear/probes.json"))["position"] == "mean");
+  CHECK(read_json_file(tmp.file("out/mean-diff/probes.json"))["position"] == "mean");
+  for (const Json& row : comparison["layers"][0]["labels"]) CHECK(row["attention"]["auc_roc"].is_number());
+}

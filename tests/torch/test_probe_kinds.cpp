@@ -16,6 +16,8 @@
 #include "probes/probe_files.h"
 #include "probes/solvers/logistic.h"
 #include "probes/synthetic_activations.h"
+#include "probes/token_rows.h"
+#include "probes/training_data.h"
 #include "test_paths.h"
 #include "test_util.h"
 
@@ -190,4 +192,91 @@ TEST_CASE("train_probes refuses mean-diff, naming why") {
   o.kind = &probe_kind("mean-diff");
   CHECK_THROWS_WITH_AS(train_multiclass_probe(file, o, at::kCPU, at::kFloat, "test"),
                        doctest::Contains("one-vs-rest"), UsageError);
+}
+
+namespace {
+
+// A --position all file of 32-wide tokens, 20 to 60 per text: a "marker" text holds one token of noise + 6 d at a
+// uniformly drawn place; a "plain" text is noise only.
+activations::ActivationFile marker_file(const TempDir& tmp) {
+  SyntheticActivations spec = uniform_synthetic(2, {200, 50, 50}, 32);
+  spec.label_names = {"marker", "plain"};
+  spec.signal = {6.0, 0.0};
+  spec.min_tokens = 20;
+  spec.max_tokens = 60;
+  std::string path = tmp.file("layer_0_activations.h5");
+  write_synthetic_activation_file(path, spec);
+  return activations::read_activation_file(path);
+}
+
+// The same texts with one row each, as a --position last or mean capture gives them (train_binary_probes --pool).
+activations::ActivationFile pooled(const activations::ActivationFile& file, bool mean) {
+  BinaryTrainingOptions options;
+  options.pool = mean ? "mean" : "last";
+  return rows_for_kind(file, options);
+}
+
+BinaryTrainingResult train_kind(const activations::ActivationFile& file, const char* kind) {
+  BinaryTrainingOptions options;
+  options.kind = &probe_kind(kind);
+  options.epochs = 15;
+  options.lr = 5e-3;
+  options.labels = {"marker"};
+  return train_binary_probes(file, options, at::kCPU, at::kFloat, kind);
+}
+
+}  // namespace
+
+TEST_CASE("an attention probe finds a marker token anywhere in a text, where last-token and mean pooling cannot") {
+  TempDir tmp;
+  activations::ActivationFile file = marker_file(tmp);
+  BinaryTrainingResult attention = train_kind(file, "attention");
+  BinaryTrainingResult last = train_kind(pooled(file, false), "linear");
+  BinaryTrainingResult mean = train_kind(pooled(file, true), "linear");
+  const double a = attention.labels[0].test_auc_roc, l = last.labels[0].test_auc_roc, m = mean.labels[0].test_auc_roc;
+  INFO("test AUROC: attention " << a << ", last token " << l << ", mean pooling " << m);
+  CHECK(attention.shape.skip_leading == 1);
+  CHECK(a >= 0.95);
+  CHECK(l <= 0.65);
+  CHECK(m <= a - 0.15);
+
+  // On marker texts the probe's attention sits on one token: its largest weight holds most of the mass.
+  const activations::SplitData& test = file.split(activations::Split::kTest);
+  at::Tensor rows = at::from_blob(const_cast<float*>(test.activations.data()), {test.rows, test.hidden}, at::kFloat);
+  TokenLayout layout = token_layout(test.offsets, attention.shape);
+  std::vector<int64_t> texts;
+  for (int64_t e = 0; e < test.examples(); ++e) {
+    if (test.labels[e] == 0) texts.push_back(e);
+  }
+  TokenBatch batch = token_batch(rows, token_index(layout, texts.data(), static_cast<int64_t>(texts.size())));
+  const ProbeKind& kind = *attention.shape.kind;
+  at::Tensor weights = kind.token_weights(attention.best, kind.forward_tokens(attention.best, batch)).view({-1});
+  std::vector<double> largest(static_cast<size_t>(batch.texts), 0.0);
+  for (int64_t r = 0; r < weights.size(0); ++r) {
+    auto& text_largest = largest[static_cast<size_t>(batch.text[r].item<int64_t>())];
+    text_largest = std::max(text_largest, weights[r].item<double>());
+  }
+  double mean_largest = 0.0;
+  for (double w : largest) mean_largest += w / static_cast<double>(largest.size());
+  INFO("mean largest weight on marker texts " << mean_largest);
+  CHECK(mean_largest >= 0.5);
+}
+
+TEST_CASE("attention probes: wrong captures and flags are refused, naming what to do") {
+  TempDir tmp;
+  activations::ActivationFile file = marker_file(tmp);
+  CHECK_THROWS_WITH(train_kind(pooled(file, false), "attention"), doctest::Contains("capture with --position all"));
+  CHECK_THROWS_WITH(train_kind(file, "linear"), doctest::Contains("or train --model-type attention on it"));
+  MulticlassTrainingOptions multiclass;
+  multiclass.kind = &probe_kind("attention");
+  CHECK_THROWS_WITH(train_multiclass_probe(file, multiclass, at::kCPU, at::kFloat, "t"),
+                    doctest::Contains("attention probes train one-vs-rest: use train_binary_probes"));
+  BinaryTrainingOptions options;
+  options.kind = &probe_kind("attention");
+  options.heads = 0;
+  CHECK_THROWS_WITH(train_binary_probes(file, options, at::kCPU, at::kFloat, "t"), "--heads must be positive, got 0");
+  options.heads = 2;
+  options.max_tokens = -1;
+  CHECK_THROWS_WITH(train_binary_probes(file, options, at::kCPU, at::kFloat, "t"),
+                    "--max-tokens must be 0 (every token) or positive, got -1");
 }

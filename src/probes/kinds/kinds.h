@@ -11,5 +11,6 @@ std::unique_ptr<ProbeKind> make_linear_kind();
 std::unique_ptr<ProbeKind> make_multihead_kind();
 std::unique_ptr<ProbeKind> make_logistic_kind();
 std::unique_ptr<ProbeKind> make_mean_diff_kind();
+std::unique_ptr<ProbeKind> make_attention_kind();
 
 }  // namespace probekit::probes

@@ -17,6 +17,7 @@ const std::vector<std::unique_ptr<ProbeKind>>& registry() {
     all.push_back(make_multihead_kind());
     all.push_back(make_logistic_kind());
     all.push_back(make_mean_diff_kind());
+    all.push_back(make_attention_kind());
     return all;
   }();
   return kinds;

@@ -72,3 +72,13 @@ def probes_dir(workdir, tool_activations):
     output = workdir / "probes"
     run_tool("train_binary_probes", "--activations", tool_activations, "--output-dir", output)
     return str(output)
+
+
+@pytest.fixture(scope="session")
+def attention_probes_dir(workdir, model, dataset):
+    """Attention probes (train_binary_probes --model-type attention, through the package) on every token of LAYERS[1]."""
+    activations = workdir / "every_token"
+    probekit.capture_activations(model, dataset, activations, progress=False, layers=[LAYERS[1]], position="all")
+    output = workdir / "attention_probes"
+    probekit.train_binary_probes(activations, output, progress=False, model_type="attention", heads=2, epochs=3)
+    return str(output)

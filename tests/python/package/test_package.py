@@ -115,6 +115,19 @@ def test_per_token_gives_multi_probe_inferences_numbers(model, texts, probes_dir
     assert_json_close(expected, probekit.load_probes(probes_dir, layer=LAYERS[1]).per_token(model, text))
 
 
+def test_attention_probes_rank_and_per_token_as_multi_probe_inference(model, texts, attention_probes_dir):
+    probes = probekit.load_probes(attention_probes_dir)
+    expected = json.loads(run_tool("multi_probe_inference", "--probes-dir", attention_probes_dir, "--model", model.dir,
+                                   "--text", texts[0], "--json"))
+    assert_json_close(expected, probes.rank(model, texts[0]))
+    text = texts[1][:60]
+    expected = json.loads(run_tool("multi_probe_inference", "--probes-dir", attention_probes_dir, "--model", model.dir,
+                                   "--text", text, "--per-token", "--json"))
+    got = probes.per_token(model, text)
+    assert_json_close(expected, got)
+    assert got["tokens"][-1]["attention"] and "suffix_attention" in got
+
+
 def test_generate_gives_inspect_models_ids(model, workdir):
     output = workdir / "generation.json"
     run_tool("inspect_model", "generate", "--model", model.dir, "--text", "The garage was", "--max-new-tokens", 8,
