@@ -55,17 +55,19 @@ std::string mixer_summary(const model::ModelConfig& c, size_t i) {
                        s.key_heads, s.key_head_dim, s.value_heads, s.value_head_dim, s.conv_kernel);
   }
   std::string kind = (layer.sliding_window > 0 ? fmt::format("sliding window {}", layer.sliding_window) : "full attention") +
-                     ", " + rope_summary(layer.rope, c.features.learned_positions);
+                     (c.features.attention_sinks ? " with sinks" : "") + ", " +
+                     rope_summary(layer.rope, c.features.learned_positions);
   return c.features.attention_output_gate ? kind + ", gated output" : kind;
 }
 
 void print_info(const std::string& dir, bool json) {
   model::ModelConfig c = model::load_config(dir);
   model::Checkpoint checkpoint = model::Checkpoint::open(dir, c.quantization);
-  const std::string quantization =
-      c.quantization.method.empty() ? "none"
-                                    : fmt::format("{} ({} blocks, dequantized on load)", c.quantization.method,
-                                                  fmt::join(c.quantization.block, "x"));
+  std::string quantization = c.quantization.method.empty() ? "none" : c.quantization.method + " (dequantized on load)";
+  if (c.quantization.method == "mxfp4") quantization = "mxfp4 (experts kept packed on CUDA devices, dequantized on load elsewhere)";
+  if (!c.quantization.block.empty()) {
+    quantization = fmt::format("{} ({} blocks, dequantized on load)", c.quantization.method, fmt::join(c.quantization.block, "x"));
+  }
   // Layers that share attention settings are listed together: "0-4, 6-10: sliding window 1024, rope ...".
   std::map<std::string, std::vector<int64_t>> layer_kinds;
   const model::RoutedExpertsSpec& moe = c.routed_experts;
@@ -77,7 +79,8 @@ void print_info(const std::string& dir, bool json) {
                           model::layer_kv_heads(c, static_cast<int64_t>(i)));
     }
     if (layer.feed_forward == model::FeedForward::kRoutedExperts) {
-      kind += fmt::format(", routed experts (top {} of {}{}{})", moe.top_k, moe.experts,
+      kind += fmt::format(", routed experts (top {} of {}{}{}{})", moe.top_k, moe.experts,
+                          moe.scoring == model::RouterScoring::kTopKSoftmax ? ", softmax over the top logits" : "",
                           moe.normalize_top_k ? ", renormalised" : "",
                           moe.shared_expert_intermediate_size > 0 ? ", plus a shared expert" : "");
     }

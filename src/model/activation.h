@@ -5,7 +5,9 @@
 
 namespace probekit::model {
 
-enum class Activation { kSilu, kGeluTanh, kGeluExact };
+/// kClampedSwiglu (gpt-oss's experts): with gate g and up u clamped by the limit L (g <= L, -L <= u <= L),
+/// (u + 1) * g * sigmoid(1.702 g); its limit is RoutedExpertsSpec::swiglu_limit.
+enum class Activation { kSilu, kGeluTanh, kGeluExact, kClampedSwiglu };
 
 /// The Hugging Face name of an activation ("silu", "gelu_pytorch_tanh", "gelu").
 std::string activation_name(Activation activation);

@@ -129,6 +129,7 @@ std::string activation_name(Activation activation) {
     case Activation::kSilu: return "silu";
     case Activation::kGeluTanh: return "gelu_pytorch_tanh";
     case Activation::kGeluExact: return "gelu";
+    case Activation::kClampedSwiglu: return "clamped swiglu";
   }
   return "?";
 }

@@ -107,6 +107,7 @@ struct ArchFeatures {
   bool scale_embeddings = false;      // embeddings * sqrt(hidden) (Gemma)
   std::optional<double> attn_softcap; // tanh soft-capping of attention scores (Gemma 2)
   bool value_norm = false;            // values RMS-normalized per head, without a weight (Gemma 4)
+  bool attention_sinks = false;       // a learned logit per head joins each softmax's denominator (gpt-oss)
   bool attention_output_gate = false; // heads * sigmoid(gate(x)) before o_proj, the gate from q_proj (Qwen3-Next)
 };
 
@@ -128,18 +129,26 @@ struct LinearAttentionSpec {
   int64_t conv_channels() const { return 2 * key_dim() + value_dim(); }
 };
 
-/// The routed experts of the layers whose feed-forward is FeedForward::kRoutedExperts: a router's softmax over
-/// the experts picks the top_k of each token, whose outputs are summed with those probabilities as weights.
+/// How a router turns its logits into the top_k experts of a token and their weights.
+enum class RouterScoring {
+  kSoftmaxTopK,  // softmax over all experts, then the top k probabilities (Mixtral, Qwen MoE)
+  kTopKSoftmax,  // the top k logits, then a softmax over those k (gpt-oss)
+};
+
+/// The routed experts of the layers whose feed-forward is FeedForward::kRoutedExperts: the router picks the
+/// top_k experts of each token, whose outputs are summed with the router's weights.
 struct RoutedExpertsSpec {
   int64_t experts = 0, top_k = 0;
   int64_t intermediate_size = 0;  // of each expert
   bool normalize_top_k = false;   // the chosen probabilities rescaled to sum to 1 (Mixtral; Qwen's norm_topk_prob)
   int64_t shared_expert_intermediate_size = 0;  // Qwen 2 MoE: a dense expert every token takes, gated; 0: none
+  RouterScoring scoring = RouterScoring::kSoftmaxTopK;
+  double swiglu_limit = 7.0;  // Activation::kClampedSwiglu's clamp
 };
 
 /// How the checkpoint's weights are stored (quantization_config); an empty method: as plain floats.
 struct Quantization {
-  std::string method;          // quant_method: "" or "fp8"
+  std::string method;          // quant_method: "", "fp8" or "mxfp4"
   std::vector<int64_t> block;  // fp8: weight_block_size [out, in], the block each weight_scale_inv entry scales
 };
 

@@ -31,6 +31,7 @@ at::Tensor activate(const at::Tensor& x, Activation activation) {
     case Activation::kSilu: return at::silu(x);
     case Activation::kGeluTanh: return at::gelu(x, "tanh");
     case Activation::kGeluExact: return at::gelu(x);
+    case Activation::kClampedSwiglu: fail("the clamped SwiGLU activates an expert's gate and up projections together");
   }
   return x;
 }
@@ -54,14 +55,24 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
   return at::cat({rotating * cos + rotate_half(rotating) * sin, passing}, -1);
 }
 
+// Softmax probabilities [B, heads, T, S] of scores [B, heads, T, S] in fp32; with `sinks` [heads] (gpt-oss) each
+// head's sink logit joins the denominator as one more column, which has no value and is dropped.
+at::Tensor attention_probabilities(const at::Tensor& scores, const at::Tensor& sinks) {
+  if (!sinks.defined()) return at::softmax(scores, -1, at::kFloat);
+  at::Tensor sink_column = sinks.view({1, -1, 1, 1}).expand({scores.size(0), -1, scores.size(2), 1});
+  at::Tensor combined = at::cat({scores.to(at::kFloat), sink_column.to(at::kFloat)}, -1);
+  return at::softmax(combined, -1).narrow(-1, 0, scores.size(-1));
+}
+
 // q [B, heads, T, d]; k, v [B, kv_heads, S, d]; mask [B, 1, T, S] (true = attend) or undefined for causal.
+// Attention sinks take the explicit path: the SDPA kernels have no sink column.
 at::Tensor attention(const at::Tensor& q, at::Tensor k, at::Tensor v, const at::Tensor& mask, double scale,
-                     const std::optional<double>& softcap) {
+                     const std::optional<double>& softcap, const at::Tensor& sinks) {
   const int64_t repeats = q.size(1) / k.size(1);
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
   // The flash kernel reads key/value head h / repeats itself (enable_gqa, LibTorch 2.5 on): no repeated copy
   // of the keys and values. It serves causal attention without a mask only.
-  if (!softcap && !mask.defined() && q.is_cuda()) {
+  if (!softcap && !sinks.defined() && !mask.defined() && q.is_cuda()) {
     return at::scaled_dot_product_attention(q, k, v, c10::nullopt, 0.0, true, scale, repeats > 1);
   }
 #endif
@@ -73,7 +84,7 @@ at::Tensor attention(const at::Tensor& q, at::Tensor k, at::Tensor v, const at::
   // scaled_dot_product_attention (flash / memory-efficient kernels) with an explicit scale exists from
   // LibTorch 2.1 on; soft-capping needs the scores, so it always takes the explicit path.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
-  if (!softcap) {
+  if (!softcap && !sinks.defined()) {
     return at::scaled_dot_product_attention(q, k, v, mask.defined() ? c10::optional<at::Tensor>(mask) : c10::nullopt,
                                             0.0, !mask.defined(), scale);
   }
@@ -85,13 +96,13 @@ at::Tensor attention(const at::Tensor& q, at::Tensor k, at::Tensor v, const at::
     allowed = at::ones({q.size(2), k.size(2)}, at::TensorOptions().dtype(at::kBool).device(q.device())).tril();
   }
   scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
-  at::Tensor probabilities = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+  at::Tensor probabilities = attention_probabilities(scores, sinks).to(q.scalar_type());
   return at::matmul(probabilities, v);
 }
 
 // Causal attention of one sequence alone, q [1, heads, T, d], within a sliding window (0: none).
 at::Tensor attention_alone(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t sliding_window,
-                           double scale, const std::optional<double>& softcap) {
+                           double scale, const std::optional<double>& softcap, const at::Tensor& sinks) {
   const int64_t tokens = q.size(2);
   at::Tensor mask;
   if (sliding_window > 0 && tokens > sliding_window) {
@@ -99,16 +110,17 @@ at::Tensor attention_alone(const at::Tensor& q, const at::Tensor& k, const at::T
     at::Tensor distance = index.unsqueeze(1) - index.unsqueeze(0);  // query - key
     mask = ((distance >= 0) & (distance < sliding_window)).view({1, 1, tokens, tokens});
   }
-  return attention(q, k, v, mask, scale, softcap);
+  return attention(q, k, v, mask, scale, softcap, sinks);
 }
 
 // Attention over packed sequences, q [1, heads, N, d] and k, v [1, kv_heads, N, d]: each sequence attends to
 // itself only, within the window. One variable-length flash kernel where it serves (packed_attention_is_fast),
 // else one sequence at a time.
 at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const PackedSequences& packed,
-                            int64_t sliding_window, double scale, const std::optional<double>& softcap) {
+                            int64_t sliding_window, double scale, const std::optional<double>& softcap,
+                            const at::Tensor& sinks) {
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
-  if (q.is_cuda() && !softcap && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf)) {
+  if (q.is_cuda() && !softcap && !sinks.defined() && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf)) {
     const int64_t longest = *std::max_element(packed.lengths.begin(), packed.lengths.end());
     // The kernel's window: key j is seen from query i when i - window_left <= j <= i.
     std::optional<int64_t> left, right;
@@ -126,7 +138,7 @@ at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::
   int64_t start = 0;
   for (int64_t length : packed.lengths) {
     parts.push_back(attention_alone(q.narrow(2, start, length), k.narrow(2, start, length), v.narrow(2, start, length),
-                                    sliding_window, scale, softcap));
+                                    sliding_window, scale, softcap, sinks));
     start += length;
   }
   return at::cat(parts, 2);
@@ -280,10 +292,11 @@ at::Tensor attention_branch(const at::Tensor& x_in, const LayerWeights& w, const
     k = at::cat({prefix_keys.expand({batch, -1, -1, -1}), k}, 2);
     v = at::cat({prefix_values.expand({batch, -1, -1, -1}), v}, 2);
   }
-  at::Tensor attended =
-      context.packed() != nullptr
-          ? packed_attention(q, k, v, *context.packed(), spec.sliding_window, c.attention_scale, c.features.attn_softcap)
-          : attention(q, k, v, context.mask(spec.sliding_window), c.attention_scale, c.features.attn_softcap);
+  at::Tensor attended = context.packed() != nullptr
+                            ? packed_attention(q, k, v, *context.packed(), spec.sliding_window, c.attention_scale,
+                                               c.features.attn_softcap, w.attention_sinks)
+                            : attention(q, k, v, context.mask(spec.sliding_window), c.attention_scale,
+                                        c.features.attn_softcap, w.attention_sinks);
   at::Tensor heads = attended.transpose(1, 2).reshape({batch, tokens, q_out});
   at::Tensor x = x_in;
   if (output_rows.defined()) {
@@ -377,7 +390,7 @@ at::Tensor apply_norm(const at::Tensor& x, const Norm& norm, const ModelConfig& 
 bool packed_attention_is_fast(const ModelConfig& config, at::Device device, at::ScalarType dtype) {
 #if (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)) && defined(PROBEKIT_WITH_CUDA)
   if (!device.is_cuda() || (dtype != at::kBFloat16 && dtype != at::kHalf)) return false;
-  if (config.features.attn_softcap || has_recurrent_layers(config)) return false;
+  if (config.features.attn_softcap || config.features.attention_sinks || has_recurrent_layers(config)) return false;
   for (int64_t i = 0; i < static_cast<int64_t>(config.layers.size()); ++i) {
     const int64_t head_dim = layer_head_dim(config, i);
     if (config.layers[static_cast<size_t>(i)].rope.type == RopeType::kLongRope || head_dim > 256 || head_dim % 8 != 0) {

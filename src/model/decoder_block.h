@@ -39,7 +39,7 @@ struct PackedSequences {
 
 /// Whether attention over packed sequences runs as one kernel for this model on `device` in `dtype`: LibTorch's
 /// variable-length flash kernel (LibTorch 2.5 on, CUDA compute capability 8.0 on, bf16/fp16, no attention
-/// soft-capping, a rope that does not depend on the sequence's length). Elsewhere packed sequences are
+/// soft-capping or sinks, a rope that does not depend on the sequence's length). Elsewhere packed sequences are
 /// attended one at a time, which is exact but slower than a padded batch.
 bool packed_attention_is_fast(const ModelConfig& config, at::Device device, at::ScalarType dtype);
 

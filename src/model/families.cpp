@@ -30,6 +30,7 @@ const std::vector<Family>& families() {
       {"smollm3", resolve_smollm3, load_llama_style, llama_style_tensor_layer},
       {"gemma4_text", resolve_gemma4_text, load_gemma4_text, llama_style_tensor_layer},
       {"gemma4", resolve_gemma4, load_gemma4_multimodal, gemma3_multimodal_tensor_layer},
+      {"gpt_oss", resolve_gpt_oss, load_gpt_oss, llama_style_tensor_layer},
       {"qwen3_next", resolve_qwen3_next, load_qwen3_next, qwen3_next_tensor_layer},
       {"qwen3_5_text", resolve_qwen3_5_text, load_qwen3_5_text, qwen3_next_tensor_layer},
       {"qwen3_5", resolve_qwen3_5, load_qwen3_5_multimodal, gemma3_multimodal_tensor_layer},

@@ -24,6 +24,7 @@ struct LoadPlan {
   at::Device device = at::kCPU;
   at::ScalarType dtype = at::kFloat;
   std::vector<at::Device> layer_devices;  // see LoadOptions
+  std::optional<bool> keep_mxfp4_packed;  // see LoadOptions
 };
 
 /// Family::tensor_layer's answer for tensors outside the decoder layers that a load reads (embeddings, final
@@ -211,6 +212,8 @@ void load_qwen3_5_multimodal(const Checkpoint& checkpoint, const ModelConfig& co
                              ModelWeights& weights);
 int64_t qwen3_next_tensor_layer(const std::string& name);
 void resolve_gemma4(const ConfigReader& config_json, ModelConfig& config);
+void resolve_gpt_oss(const ConfigReader& config_json, ModelConfig& config);
+void load_gpt_oss(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan, ModelWeights& weights);
 void load_gemma4_text(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan,
                       ModelWeights& weights);
 void load_gemma4_multimodal(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan,

@@ -93,15 +93,29 @@ size_t DevicePlan::stages(size_t replica) const {
   return devices.empty() ? 1 : devices.back() - devices.front() + 1;
 }
 
+namespace {
+
+// A tensor's bytes once loaded. MXFP4 parts (uint8 blocks and scales) take their stored bytes when kept packed, as
+// on the CUDA devices placement plans for; dequantized, each block byte becomes two values and the scales nothing.
+int64_t loaded_tensor_bytes(const std::string& name, const safetensors::TensorInfo& info, const LoadOptions& options) {
+  const auto element = static_cast<int64_t>(c10::elementSize(options.dtype));
+  if (info.dtype != safetensors::DType::kU8) return static_cast<int64_t>(info.numel()) * element;
+  if (options.keep_mxfp4_packed.value_or(true)) return static_cast<int64_t>(info.numel());
+  const std::string blocks = "_blocks";
+  const bool is_blocks = name.size() > blocks.size() && name.compare(name.size() - blocks.size(), blocks.size(), blocks) == 0;
+  return is_blocks ? static_cast<int64_t>(info.numel()) * 2 * element : 0;
+}
+
+}  // namespace
+
 ModelBytes model_bytes(const std::string& dir, const LoadOptions& options) {
   Checkpoint checkpoint = Checkpoint::open(dir);
   ModelConfig config = load_config(dir);
   const Family& family = *find_family(config.model_type);
   ModelBytes bytes;
   bytes.layers.assign(static_cast<size_t>(options.last_layer < 0 ? config.num_layers : options.last_layer + 1), 0);
-  const auto element = static_cast<int64_t>(c10::elementSize(options.dtype));
   for (const std::string& name : tensors_to_read(dir, options)) {
-    int64_t size = checkpoint.find(name)->info->numel() * element;
+    int64_t size = loaded_tensor_bytes(name, *checkpoint.find(name)->info, options);
     int64_t layer = family.tensor_layer(name);
     if (layer >= 0 && layer < static_cast<int64_t>(bytes.layers.size())) {
       bytes.layers[static_cast<size_t>(layer)] += size;

@@ -22,7 +22,8 @@ struct ModelBytes {
   std::vector<int64_t> layers;
 };
 
-/// The bytes of a load with `options`, from the checkpoint's tensor sizes converted to `options.dtype`.
+/// The bytes of a load with `options`, from the checkpoint's tensor sizes converted to `options.dtype` (MXFP4
+/// parts as stored when kept packed, else decoded).
 ModelBytes model_bytes(const std::string& dir, const LoadOptions& options);
 
 /// The devices of a run's model copies: for each replica, the index (into the run's devices) of each layer's

@@ -28,6 +28,10 @@ void resolve_fine_grained_fp8(const ConfigReader& keys, Quantization& q) {
   q.block = *block.value;
 }
 
+// MXFP4 (gpt-oss): the experts' weights in e2m1 with an e8m0 scale per 32 values; everything the config's
+// modules_to_not_convert lists is stored unquantized, so nothing here needs reading.
+void resolve_mxfp4(const ConfigReader&, Quantization&) {}
+
 struct QuantizationMethod {
   const char* quant_method;
   void (*resolve)(const ConfigReader& keys, Quantization& quantization);
@@ -36,6 +40,7 @@ struct QuantizationMethod {
 // The methods whose weights the loader reads; any other quant_method is refused.
 constexpr QuantizationMethod kReadMethods[] = {
     {"fp8", resolve_fine_grained_fp8},
+    {"mxfp4", resolve_mxfp4},
 };
 
 }  // namespace
@@ -84,6 +89,72 @@ at::Tensor dequantize_fp8_blocks(const at::Tensor& bytes, const at::Tensor& scal
                           .narrow(0, 0, out)
                           .narrow(1, 0, in);
   return values * scales;
+}
+
+const at::Tensor& fp4_e2m1_values() {
+  static const at::Tensor values =
+      at::tensor({0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f});
+  return values;
+}
+
+namespace {
+
+// The two values of each of the 256 bytes [256, 2]: the low nibble's first.
+const at::Tensor& mxfp4_byte_values() {
+  static const at::Tensor pairs = [] {
+    at::Tensor bytes = at::arange(256, at::kLong);
+    at::Tensor codes = at::stack({bytes.bitwise_and(15), bytes.div(16, "floor")}, -1).flatten();
+    return fp4_e2m1_values().index_select(0, codes).view({256, 2});
+  }();
+  return pairs;
+}
+
+// 2^(s - 127) for each e8m0 byte s, exact in float32 (2^-127 is a denormal); 255 is NaN.
+const at::Tensor& e8m0_values() {
+  static const at::Tensor values = [] {
+    at::Tensor table = at::empty({256}, at::kFloat);
+    float* out = table.data_ptr<float>();
+    for (int byte = 0; byte < 256; ++byte) {
+      out[byte] = byte == 255 ? std::numeric_limits<float>::quiet_NaN() : std::ldexp(1.0f, byte - 127);
+    }
+    return table;
+  }();
+  return values;
+}
+
+}  // namespace
+
+void check_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, const std::string& what) {
+  std::vector<int64_t> block_shape = scales.sizes().vec();
+  block_shape.push_back(16);
+  if (blocks.sizes().vec() != block_shape) {
+    fail("{}: MXFP4 blocks of shape [{}] do not match scales of shape [{}] (expected blocks [{}])", what,
+         fmt::join(blocks.sizes(), ", "), fmt::join(scales.sizes(), ", "), fmt::join(block_shape, ", "));
+  }
+  at::Tensor nan_scales = scales.eq(255).nonzero();
+  if (nan_scales.size(0) > 0) {
+    std::vector<int64_t> index(nan_scales[0].data_ptr<int64_t>(), nan_scales[0].data_ptr<int64_t>() + nan_scales.size(1));
+    fail("{}: MXFP4 scale byte 255 at [{}] is NaN in the e8m0 format; the checkpoint is damaged", what,
+         fmt::join(index, ", "));
+  }
+}
+
+at::Tensor decode_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, at::ScalarType dtype) {
+  const at::Device device = blocks.device();
+  std::vector<int64_t> shape = scales.sizes().vec();
+  at::Tensor values = mxfp4_byte_values().to(device).index_select(0, blocks.flatten().to(at::kLong));  // [bytes, 2]
+  shape.push_back(32);
+  values = values.view(shape);  // [..., G, 32]
+  at::Tensor factors = e8m0_values().to(device).index_select(0, scales.flatten().to(at::kLong)).view(scales.sizes());
+  values = values * factors.unsqueeze(-1);
+  shape.pop_back();
+  shape.back() *= 32;
+  return values.view(shape).to(dtype);
+}
+
+at::Tensor dequantize_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, const std::string& what) {
+  check_mxfp4(blocks, scales, what);
+  return decode_mxfp4(blocks, scales, at::kFloat);
 }
 
 }  // namespace probekit::model

@@ -21,4 +21,20 @@ const at::Tensor& float8_e4m3fn_values();
 /// ceil(in / B1)] block by block (the last blocks of a side partial), in float32 on the CPU.
 at::Tensor dequantize_fp8_blocks(const at::Tensor& bytes, const at::Tensor& scale_inv, const std::vector<int64_t>& block);
 
+/// The 16 values of the FP4 e2m1 codes (1 sign bit, 2 exponent bits biased by 1, 1 mantissa bit):
+/// 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives (code 8 is -0).
+const at::Tensor& fp4_e2m1_values();
+
+/// Checks an MXFP4 weight's `blocks` [..., G, 16] against its `scales` [..., G] and refuses a scale byte 255 (NaN
+/// in the OCP e8m0 format), naming `what` and where.
+void check_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, const std::string& what);
+
+/// MXFP4 decoded, unchecked: `blocks` [..., G, 16] uint8, each byte two e2m1 values (the low nibble first), and
+/// `scales` [..., G] uint8, e8m0 exponents (2^(s - 127)) each scaling a group of 32 values, into [..., G * 32] in
+/// `dtype` on their device. The values are exact in float32 and rounded once into `dtype`.
+at::Tensor decode_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, at::ScalarType dtype);
+
+/// check_mxfp4, then decode_mxfp4 into float32.
+at::Tensor dequantize_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, const std::string& what);
+
 }  // namespace probekit::model

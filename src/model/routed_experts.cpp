@@ -7,6 +7,7 @@
 #endif
 
 #include "model/decoder_block.h"
+#include "model/quantization.h"
 
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
 #define PROBEKIT_HAS_GROUPED_MM 1
@@ -21,6 +22,7 @@ namespace {
 // syncs of its own), and rows whose byte strides are multiples of 16, as the kernel needs.
 bool grouped_gemm_fits(const at::Tensor& rows, const RoutedExperts& w) {
 #if defined(PROBEKIT_HAS_GROUPED_MM) && defined(PROBEKIT_WITH_CUDA)
+  if (!w.gate_up.defined()) return false;  // MXFP4 kept packed: decoded expert by expert
   if (!rows.is_cuda() || rows.scalar_type() != at::kBFloat16 || w.gate_up.scalar_type() != at::kBFloat16) return false;
   if (rows.size(1) % 8 != 0 || w.down.size(2) % 8 != 0) return false;
   int major = 0;
@@ -36,27 +38,59 @@ bool grouped_gemm_fits(const at::Tensor& rows, const RoutedExperts& w) {
 #endif
 }
 
-// Every expert's MLP over its slice of `sorted` [M, hidden] (token rows sorted by expert; expert e's slice ends
-// at row ends[e], int32 on the device), in the compute dtype.
-at::Tensor expert_products(const at::Tensor& sorted, const at::Tensor& ends, const RoutedExperts& w,
-                           Activation activation) {
+// The sigmoid's gain in gpt-oss's clamped SwiGLU (GptOssConfig's swiglu_alpha; the family refuses other values).
+constexpr double kSwigluAlpha = 1.702;
+
+// act(gate) * up of the experts' fused projection [M, 2 * inner]; gpt-oss's clamped SwiGLU in ATen ops (the
+// fused CUDA kernel knows the plain activations only).
+at::Tensor expert_activation(const at::Tensor& gate_up, Activation activation, double limit) {
+  if (activation != Activation::kClampedSwiglu) return gated_activation(gate_up, activation);
+  std::vector<at::Tensor> halves = gate_up.chunk(2, -1);
+  at::Tensor gate = halves[0].clamp_max(limit), up = halves[1].clamp(-limit, limit);
+  return (up + 1) * (gate * at::sigmoid(gate * kSwigluAlpha));
+}
+
+// x W^T + b of each row's expert: b [experts, out] undefined for none; `row_experts` [M] the expert of each row.
+at::Tensor plus_bias(const at::Tensor& product, const at::Tensor& bias, const at::Tensor& row_experts) {
+  return bias.defined() ? product + bias.index_select(0, row_experts) : product;
+}
+
+// Expert e's weight [out, in] in `dtype`: a view of the stacked weights, or decoded from MXFP4 (a scratch of one
+// expert's weight, freed after its product).
+at::Tensor expert_weight(const at::Tensor& stacked, const Mxfp4Weight& packed, int64_t e, at::ScalarType dtype) {
+  return stacked.defined() ? stacked[e] : decode_mxfp4(packed.blocks[e], packed.scales[e], dtype);
+}
+
+// Every expert's MLP over its slice of `sorted` [M, hidden] (token rows sorted by expert, whose ids are
+// `sorted_experts` [M]; expert e's slice ends at row ends[e], int32 on the device), in the compute dtype.
+at::Tensor expert_products(const at::Tensor& sorted, const at::Tensor& sorted_experts, const at::Tensor& ends,
+                           const RoutedExperts& w, const ModelConfig& c) {
+  const Activation activation = c.features.activation;
+  const double limit = c.routed_experts.swiglu_limit;
+  const at::ScalarType dtype = sorted.scalar_type();
 #ifdef PROBEKIT_HAS_GROUPED_MM
   if (grouped_gemm_fits(sorted, w)) {
     // The second operands are [experts, in, out] views of the [experts, out, in] weights.
-    at::Tensor gate_up = at::_grouped_mm(sorted, w.gate_up.transpose(1, 2), ends);
-    return at::_grouped_mm(gated_activation(gate_up, activation), w.down.transpose(1, 2), ends);
+    at::Tensor gate_up = plus_bias(at::_grouped_mm(sorted, w.gate_up.transpose(1, 2), ends), w.gate_up_bias, sorted_experts);
+    at::Tensor inner = expert_activation(gate_up, activation, limit);
+    return plus_bias(at::_grouped_mm(inner, w.down.transpose(1, 2), ends), w.down_bias, sorted_experts);
   }
 #endif
   // The portable way: the slice sizes read once on the host, then one pair of products per expert with tokens.
   at::Tensor host_ends = ends.to(at::kCPU);
   const int32_t* end = host_ends.data_ptr<int32_t>();
-  at::Tensor out = at::empty({sorted.size(0), w.down.size(1)}, sorted.options());
+  const int64_t hidden = sorted.size(1);
+  at::Tensor out = at::empty({sorted.size(0), hidden}, sorted.options());
+  auto bias = [](const at::Tensor& b, int64_t e) { return b.defined() ? c10::optional<at::Tensor>(b[e]) : c10::nullopt; };
   int64_t start = 0;
   for (int64_t e = 0; e < host_ends.size(0); ++e) {
     const int64_t count = end[e] - start;
     if (count == 0) continue;
-    at::Tensor inner = gated_activation(at::linear(sorted.narrow(0, start, count), w.gate_up[e]), activation);
-    out.narrow(0, start, count).copy_(at::linear(inner, w.down[e]));
+    at::Tensor gate_up = at::linear(sorted.narrow(0, start, count), expert_weight(w.gate_up, w.gate_up_mxfp4, e, dtype),
+                                    bias(w.gate_up_bias, e));
+    out.narrow(0, start, count)
+        .copy_(at::linear(expert_activation(gate_up, activation, limit), expert_weight(w.down, w.down_mxfp4, e, dtype),
+                          bias(w.down_bias, e)));
     start = end[e];
   }
   return out;
@@ -66,7 +100,13 @@ at::Tensor expert_products(const at::Tensor& sorted, const at::Tensor& ends, con
 
 Routing route_tokens(const at::Tensor& x, const RoutedExperts& w, const RoutedExpertsSpec& spec) {
   Routing routing;
-  routing.logits = at::linear(x, w.router).to(at::kFloat);
+  routing.logits = (w.router_bias.defined() ? at::linear(x, w.router, w.router_bias) : at::linear(x, w.router)).to(at::kFloat);
+  if (spec.scoring == RouterScoring::kTopKSoftmax) {
+    auto [top_logits, experts] = at::topk(routing.logits, spec.top_k, -1);
+    routing.weights = at::softmax(top_logits, -1);
+    routing.experts = experts;
+    return routing;
+  }
   auto [weights, experts] = at::topk(at::softmax(routing.logits, -1), spec.top_k, -1);
   routing.weights = spec.normalize_top_k ? weights / weights.sum(-1, true) : weights;
   routing.experts = experts;
@@ -82,8 +122,7 @@ at::Tensor run_routed_experts(const at::Tensor& x, const Routing& routing, const
   at::Tensor sorted_experts = pair_experts.index_select(0, order);
   at::Tensor ends = at::searchsorted(sorted_experts, at::arange(c.routed_experts.experts, sorted_experts.options()),
                                      /*out_int32=*/true, /*right=*/true);
-  at::Tensor sorted_outputs =
-      expert_products(x.index_select(0, order.div(k, "trunc")), ends, w, c.features.activation);
+  at::Tensor sorted_outputs = expert_products(x.index_select(0, order.div(k, "trunc")), sorted_experts, ends, w, c);
   at::Tensor outputs = at::empty_like(sorted_outputs).index_copy_(0, order, sorted_outputs).view({tokens, k, -1});
   // The weighted sum in fp32, like the residual stream it joins.
   at::Tensor out = (outputs.to(at::kFloat) * routing.weights.unsqueeze(-1)).sum(1);

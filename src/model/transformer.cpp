@@ -75,7 +75,7 @@ TransformerModel TransformerModel::load(const std::string& dir, const LoadOption
   }
   model.options_.embeddings_on_host = options.embeddings_on_host && !options.lm_head;
   LoadPlan plan{last + 1,       options.final_norm, model.options_.embeddings_on_host, options.lm_head, options.device,
-                options.dtype, options.layer_devices};
+                options.dtype, options.layer_devices, options.keep_mxfp4_packed};
   c10::InferenceMode inference_mode;
   std::shared_ptr<const Checkpoint> checkpoint =
       read_ahead != nullptr ? read_ahead->checkpoint()

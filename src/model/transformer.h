@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ struct LoadOptions {
   /// device forming a stage (see model/placement.h). The hidden state moves to the next stage's device
   /// between layers. Empty: every layer on `device`.
   std::vector<at::Device> layer_devices;
+  /// MXFP4 experts (gpt-oss) kept packed and decoded expert by expert in each batch (true), or dequantized on load
+  /// into the dtype (false); unset: packed on CUDA devices, where memory is short. Tests set it on the CPU.
+  std::optional<bool> keep_mxfp4_packed;
 };
 
 /// Reads the weights a load with `options` will need from disk in background threads, from construction until

@@ -266,6 +266,53 @@ at::Tensor WeightScope::get(const std::string& name, const std::vector<int64_t>&
   return checkpoint_->load(stored, device_, dtype);
 }
 
+at::Tensor WeightScope::mxfp4_part(const std::string& name, const std::vector<int64_t>& shape) const {
+  const std::string full = full_name(name);
+  auto entry = checkpoint_->find(full);
+  if (!entry) fail("missing weight '{}' in {}", full, checkpoint_->describe_files());
+  const safetensors::TensorInfo& info = *entry->info;
+  if (checkpoint_->quantization_.method != "mxfp4") {
+    fail("weight '{}' in {} is part of an MXFP4 weight but config.json's quantization_config does not say "
+         "quant_method 'mxfp4'", full, entry->file->path());
+  }
+  if (info.dtype != safetensors::DType::kU8) {
+    fail("MXFP4 tensor '{}' in {} has dtype {}, expected U8", full, entry->file->path(), safetensors::dtype_name(info.dtype));
+  }
+  if (info.shape != shape) {
+    fail("weight '{}' in {} has shape [{}], expected [{}]", full, entry->file->path(), fmt::join(info.shape, ", "),
+         fmt::join(shape, ", "));
+  }
+  return view_tensor(*entry->file, info);
+}
+
+Mxfp4Weight WeightScope::mxfp4_parts(const std::string& name, const std::vector<int64_t>& shape) const {
+  if (shape.size() < 2 || shape.back() % 32 != 0) {
+    fail("MXFP4 weight '{}': its input size {} is not a multiple of 32", full_name(name), shape.empty() ? 0 : shape.back());
+  }
+  std::vector<int64_t> scales_shape(shape.begin(), shape.end() - 1);
+  scales_shape.push_back(shape.back() / 32);
+  std::vector<int64_t> blocks_shape = scales_shape;
+  blocks_shape.push_back(16);
+  Mxfp4Weight parts{mxfp4_part(name + "_blocks", blocks_shape), mxfp4_part(name + "_scales", scales_shape)};
+  check_mxfp4(parts.blocks, parts.scales, fmt::format("weight '{}' in {}", full_name(name), checkpoint_->describe_files()));
+  return parts;
+}
+
+at::Tensor WeightScope::get_mxfp4(const std::string& name, const std::vector<int64_t>& shape) const {
+  const Mxfp4Weight parts = mxfp4_parts(name, shape);
+  // Decoded one slice of the leading dimension (one expert) at a time: the decoder's temporaries stay that small.
+  at::Tensor values = at::empty(shape, at::kFloat);
+  for (int64_t i = 0; i < shape[0]; ++i) values[i].copy_(decode_mxfp4(parts.blocks[i], parts.scales[i], at::kFloat));
+  checkpoint_->loaded_bytes_ += values.numel() * static_cast<int64_t>(c10::elementSize(dtype_));
+  return checkpoint_->load(values, device_, dtype_);
+}
+
+Mxfp4Weight WeightScope::get_mxfp4_packed(const std::string& name, const std::vector<int64_t>& shape) const {
+  const Mxfp4Weight parts = mxfp4_parts(name, shape);
+  checkpoint_->loaded_bytes_ += static_cast<int64_t>(parts.blocks.nbytes() + parts.scales.nbytes());
+  return {checkpoint_->load(parts.blocks, device_, at::kByte), checkpoint_->load(parts.scales, device_, at::kByte)};
+}
+
 at::Tensor WeightScope::view(const std::string& name, const std::vector<int64_t>& shape) const {
   Checkpoint::Entry entry = checked_entry(name, shape);
   if (entry.info->dtype == safetensors::DType::kF8E4M3) {

@@ -93,6 +93,14 @@ class Prefetcher {
   std::vector<std::thread> threads_;
 };
 
+/// An MXFP4 weight kept packed on its device (gpt-oss's experts on a GPU), decoded where it is used.
+struct Mxfp4Weight {
+  at::Tensor blocks;  // [..., out, in / 32, 16] uint8: two e2m1 values a byte, the low nibble first
+  at::Tensor scales;  // [..., out, in / 32] uint8: e8m0 exponents, one per 32 inputs
+
+  bool defined() const { return blocks.defined(); }
+};
+
 /// A prefix into a checkpoint ("model.layers.3.") plus the device and dtype tensors are loaded to.
 class WeightScope {
  public:
@@ -112,6 +120,11 @@ class WeightScope {
   /// The tensor as stored, checking its shape: a CPU tensor viewing the checkpoint's memory map, valid while
   /// the checkpoint is open. Nothing is read until its elements are.
   at::Tensor view(const std::string& name, const std::vector<int64_t>& shape) const;
+  /// An MXFP4 weight of `shape` [..., out, in] (quant_method mxfp4): NAME_blocks [..., out, in / 32, 16] and
+  /// NAME_scales [..., out, in / 32], uint8, decoded and loaded in the scope's dtype.
+  at::Tensor get_mxfp4(const std::string& name, const std::vector<int64_t>& shape) const;
+  /// The same weight kept packed: its blocks and scales (checked) loaded as they are, uint8, onto the device.
+  Mxfp4Weight get_mxfp4_packed(const std::string& name, const std::vector<int64_t>& shape) const;
   /// Loads a tensor if present (its presence selects a feature), checking its shape.
   std::optional<at::Tensor> get_optional(const std::string& name, const std::vector<int64_t>& shape) const;
 
@@ -121,6 +134,10 @@ class WeightScope {
  private:
   /// The entry of a floating-point tensor of this shape; throws naming the tensor and its file otherwise.
   Checkpoint::Entry checked_entry(const std::string& name, const std::vector<int64_t>& shape) const;
+  /// A uint8 part of an MXFP4 weight (its blocks or scales) of this shape, viewed in the memory map.
+  at::Tensor mxfp4_part(const std::string& name, const std::vector<int64_t>& shape) const;
+  /// The blocks and scales of an MXFP4 weight of `shape` [..., out, in], viewed in the memory map, checked.
+  Mxfp4Weight mxfp4_parts(const std::string& name, const std::vector<int64_t>& shape) const;
   /// A float8_e4m3fn weight times its weight_scale_inv blocks, in float32 on the host.
   at::Tensor dequantized_fp8(const std::string& name, const Checkpoint::Entry& entry) const;
 
@@ -150,12 +167,17 @@ struct DenseMlp {
   Linear out;
 };
 
-/// Routed experts (Mixtral, Qwen MoE), each a gated MLP without biases, stacked so that one grouped product
-/// serves all of them.
+/// Routed experts (Mixtral, Qwen MoE, gpt-oss), each a gated MLP, stacked so that one grouped product serves all
+/// of them.
 struct RoutedExperts {
   at::Tensor router;   // [experts, hidden]
+  at::Tensor router_bias;  // [experts] (gpt-oss); undefined elsewhere
   at::Tensor gate_up;  // [experts, 2 * intermediate, hidden]: each expert's gate and up projections
   at::Tensor down;     // [experts, hidden, intermediate]
+  at::Tensor gate_up_bias, down_bias;  // [experts, 2 * intermediate] and [experts, hidden] (gpt-oss); or undefined
+  // MXFP4 experts kept packed (LoadOptions::keep_mxfp4_packed), in place of gate_up and down (then undefined):
+  // each batch decodes the experts it routes to, one at a time.
+  Mxfp4Weight gate_up_mxfp4, down_mxfp4;
   DenseMlp shared_expert;         // Qwen 2 MoE: taken by every token; empty otherwise
   at::Tensor shared_expert_gate;  // [1, hidden]: the shared expert's output is scaled by sigmoid(gate x)
 };
@@ -176,6 +198,7 @@ struct LayerWeights {
   Linear attention_output;
   Linear attention_gate;  // [heads * head_dim, hidden]: heads * sigmoid(gate x) before o_proj (Qwen3-Next); or none
   Norm q_norm, k_norm;
+  at::Tensor attention_sinks;  // [heads] fp32: each head's logit in the softmax's denominator (gpt-oss)
   DeltaNetWeights delta_net;  // Mixer::kGatedDeltaNet layers (which have no qkv)
   std::variant<DenseMlp, RoutedExperts> feed_forward;  // the one LayerSpec::feed_forward names
   // Gemma 4: the per-layer input's gate [size, hidden] and projection [hidden, size], its branch's post-norm, and

@@ -318,6 +318,42 @@ TEST_CASE("router and experts sites: rows are the routing of single passes, shar
   CHECK_CONTAINS(usage_error(Site::kRouter, readout::Position::kLast, "1"), "the layers with a router are 0,2,3");
 }
 
+// gpt-oss routes by its router's top k logits (bias included), weighted by a softmax over those k alone.
+TEST_CASE("router and experts sites of gpt_oss: the logits with their bias, the top k logits softmaxed") {
+  TempDir tmp;
+  const std::string model_dir = fixture_model("gpt_oss"), dataset = write_dataset(tmp, 16);
+  auto capture_layer_one = [&](Site site, const std::string& out) {
+    capture::CaptureOptions o = base_options(dataset, tmp.file(out));
+    o.model_dir = model_dir;
+    o.site = site;
+    o.position = readout::Position::kLast;
+    o.layers = "1";
+    o.gzip = site == Site::kExperts;
+    return activations::read_activation_file(capture::run_capture(o).files[0]);
+  };
+  auto routers = capture_layer_one(Site::kRouter, "router");
+  auto experts = capture_layer_one(Site::kExperts, "experts");
+  CHECK(routers.attributes.hidden_size == 4);
+  auto m = model::TransformerModel::load(model_dir, {});
+  auto tok = tokenizer::Tokenizer::from_file(model_dir);
+  data::Dataset d = data::read_dataset(dataset, {});
+  for (Split split : activations::kSplits) {
+    const auto& rows = routers.split(split);
+    const auto& chosen = experts.split(split);
+    for (int64_t e = 0; e < rows.examples(); ++e) {
+      const std::string& text = d.examples[static_cast<size_t>(rows.example_index[static_cast<size_t>(e)])].text;
+      at::Tensor logits = readout::read_hidden_states(m, tok.encode(text + readout::kDefaultPromptSuffix)).router_logits[1][-1];
+      CHECK((file_row(rows.activations, e, 4) - logits).abs().max().item<double>() < 1e-5);
+      auto [top, ids] = at::topk(logits, 2);
+      at::Tensor weights = at::softmax(top, -1);
+      for (int64_t j = 0; j < 2; ++j) {
+        CHECK(chosen.expert_ids[static_cast<size_t>(e * 2 + j)] == ids[j].item<int64_t>());
+        CHECK(chosen.expert_weights[static_cast<size_t>(e * 2 + j)] == doctest::Approx(weights[j].item<double>()).epsilon(1e-5));
+      }
+    }
+  }
+}
+
 TEST_CASE("an out-of-memory batch is retried in halves and the run completes with the same rows") {
   TempDir tmp;
   std::string dataset = write_dataset(tmp, 30);

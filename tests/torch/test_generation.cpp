@@ -89,6 +89,8 @@ GENERATION_TEST("olmo2")
 GENERATION_TEST("olmo3")
 GENERATION_TEST("smollm3")
 GENERATION_TEST("gemma4_text")
+// Attention sinks and sliding windows (8) through the generation cache, past the window.
+GENERATION_TEST("gpt_oss")
 GENERATION_TEST("qwen3_5_text")
 GENERATION_TEST("qwen3_next")
 
@@ -270,6 +272,8 @@ TEST_CASE("probes read each new token as --per-token reads that position: the to
   // The router's logits of a MoE layer.
   check_rows_while_generating("qwen3_moe", {Site::kRouter, readout::Position::kLast, {0, 2}, 0},
                               anchor_suffix("qwen3_moe"));
+  // Attention sinks over the cached prefix and within the window (gpt_oss: 8).
+  check_rows_while_generating("gpt_oss", residual, anchor_suffix("gpt_oss"));
   // Gated DeltaNet layers: the suffix of each step must leave their states as the new token left them. Their
   // states sum the tokens in another order here (the prompt in chunks, then a token at a time) than when each
   // prefix runs in one pass: fp32 rounding, up to 2e-5 through the experts (with the suffix left in the states: 0.2 to 0.7).

@@ -132,6 +132,10 @@ TEST_CASE("quantized files not read are refused naming quant_method, before any 
   TempDir tmp2;
   CHECK_CONTAINS(load_error(with_config(tmp2, "qwen3_fp8", {{"quantization_config", nullptr}})),
                  "is F8_E4M3 but config.json's quantization_config does not say quant_method 'fp8'");
+  TempDir tmp3;
+  const std::string unsaid = load_error(with_config(tmp3, "gpt_oss_mxfp4", {{"quantization_config", nullptr}}));
+  CHECK_CONTAINS(unsaid, "weight 'model.layers.0.mlp.experts.gate_up_proj_blocks' in ");
+  CHECK_CONTAINS(unsaid, "is part of an MXFP4 weight but config.json's quantization_config does not say quant_method 'mxfp4'");
 }
 
 TEST_CASE("Gemma 4 options the runtime does not implement are refused by name") {

@@ -32,3 +32,35 @@ TEST_CASE("fine-grained FP8 scales each block, the last ones partial") {
                             .view({3, 5});
   CHECK(weight.equal(expected));
 }
+
+TEST_CASE("MXFP4 bytes decode low nibble first, scaled by 2^(s - 127); a NaN scale is refused with its place") {
+  const at::Tensor& codes = model::fp4_e2m1_values();
+  CHECK(codes.equal(at::tensor({0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f,
+                                -4.0f, -6.0f})));
+  CHECK(std::signbit(codes[8].item<float>()));  // code 8 is -0
+  // Two groups of 32 values (one row, 64 inputs): group 0 scale 127 (x1), group 1 scale 128 (x2).
+  at::Tensor blocks = at::zeros({1, 2, 16}, at::kByte);
+  blocks[0][0][0] = 0x21;  // values 0 and 1: code 1 (0.5) in the low nibble, code 2 (1.0) in the high one
+  blocks[0][0][1] = 0xf8;  // values 2 and 3: -0 and -6
+  blocks[0][1][15] = 0x7f;  // values 62 and 63 of the row: -6 and 6, times 2
+  at::Tensor scales = at::tensor({127, 128}, at::kByte).view({1, 2});
+  at::Tensor weight = model::dequantize_mxfp4(blocks, scales, "test");
+  REQUIRE(weight.sizes() == at::IntArrayRef({1, 64}));
+  CHECK(weight[0][0].item<float>() == 0.5f);
+  CHECK(weight[0][1].item<float>() == 1.0f);
+  CHECK(weight[0][2].item<float>() == 0.0f);
+  CHECK(std::signbit(weight[0][2].item<float>()));
+  CHECK(weight[0][3].item<float>() == -6.0f);
+  CHECK(weight[0][62].item<float>() == -12.0f);
+  CHECK(weight[0][63].item<float>() == 12.0f);
+  CHECK(weight.abs().sum().item<float>() == 0.5f + 1.0f + 6.0f + 24.0f);
+  // The smallest scale, 2^-127, is a float32 denormal and stays exact.
+  at::Tensor tiny = model::dequantize_mxfp4(blocks.narrow(1, 0, 1), at::zeros({1, 1}, at::kByte), "test");
+  CHECK(tiny[0][1].item<float>() == std::ldexp(1.0f, -127));
+
+  scales[0][1] = 255;
+  CHECK_THROWS_WITH_AS(model::dequantize_mxfp4(blocks, scales, "weight 'w' in f"),
+                       doctest::Contains("weight 'w' in f: MXFP4 scale byte 255 at [0, 1] is NaN"), std::runtime_error);
+  CHECK_THROWS_WITH_AS(model::dequantize_mxfp4(blocks.narrow(2, 0, 8), scales, "w"), doctest::Contains("do not match scales"),
+                       std::runtime_error);
+}

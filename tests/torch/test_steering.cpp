@@ -94,9 +94,9 @@ std::string train_three_action_probes(const TempDir& tmp, const std::string& kin
 
 }  // namespace
 
-TEST_CASE("steered generation equals transformers' with a forward hook adding the vector (gemma3_text, llama, qwen3_moe, gpt2, qwen3_next)") {
+TEST_CASE("steered generation equals transformers' with a forward hook adding the vector (gemma3_text, llama, qwen3_moe, gpt2, qwen3_next, gpt_oss)") {
   TempDir tmp;
-  for (const char* name : {"gemma3_text", "llama", "qwen3_moe", "gpt2", "qwen3_next"}) {
+  for (const char* name : {"gemma3_text", "llama", "qwen3_moe", "gpt2", "qwen3_next", "gpt_oss"}) {
     const Json reference = read_json_file(fixture_model(name) + "/steering.json");
     const std::string vector = write_fixture_vector(tmp, name, reference);
     for (size_t i = 0; i < reference["cases"].size(); ++i) check_steered_case(name, vector, reference["cases"][i], i);
