@@ -23,7 +23,8 @@ const char* const kFixtures[] = {"llama",       "llama_bf16",        "mistral",
                                  "gpt_neox",    "mixtral",           "qwen3_moe",
                                  "qwen2_moe",   "phi3",              "phi3_longrope",
                                  "olmo2",       "olmo3",             "smollm3",
-                                 "gemma4_text", "qwen3_5_text", "qwen3_next"};
+                                 "gemma4_text", "qwen3_5_text", "qwen3_next",
+                                 "gpt_oss"};
 
 std::string fixture(const std::string& name) { return std::string(PROBEKIT_FIXTURES) + "/models/" + name; }
 

@@ -26,7 +26,7 @@ const std::pair<const char*, double> kModels[] = {
     {"gpt2", 0.999},         {"gpt_neox", 0.999},     {"phi3", 0.999},        {"olmo2", 0.999},
     {"phi3_longrope", 0.998}, {"mixtral", 0.98},      {"qwen3_moe", 0.98},    {"qwen2_moe", 0.98},
     {"olmo3", 0.999},        {"smollm3", 0.999},      {"gemma4_text", 0.999}, {"qwen3_fp8", 0.999},
-    {"qwen3_5_text", 0.996}, {"qwen3_next", 0.93}};
+    {"qwen3_5_text", 0.996}, {"qwen3_next", 0.93},     {"gpt_oss", 0.97},      {"gpt_oss_mxfp4", 0.97}};
 
 struct Agreement {
   double min_layer_cosine = 1.0;  // each layer's hidden states of a text, flattened
