@@ -156,6 +156,15 @@ RoutedExperts load_routed_experts(const WeightScope& block, const ModelConfig& c
 /// shared expert with its sigmoid gate (mlp.shared_expert.*, mlp.shared_expert_gate).
 RoutedExperts load_qwen2_moe_experts(const WeightScope& layer, const ModelConfig& config);
 
+/// Qwen MoE's routed and shared experts from config.json (num_experts, num_experts_per_tok, moe_intermediate_size,
+/// norm_topk_prob, shared_expert_intermediate_size), each defaulting to the family's config class.
+struct QwenExpertDefaults {
+  int64_t experts, top_k, intermediate_size;
+  bool normalize_top_k;
+  int64_t shared_intermediate_size;
+};
+void read_qwen_shared_experts(const ConfigReader& config_json, ModelConfig& config, const QwenExpertDefaults& defaults);
+
 /// What Qwen3-Next and Qwen3.5 share (families/qwen3_next.cpp): the Llama-style dimensions with `defaults`, (1 + w)
 /// norms, per-head q/k norms, the attention output gate, partial rotary (0.25 by default), each layer's mixer
 /// (layer_types or full_attention_interval) and the Gated DeltaNet's linear_* keys.

@@ -134,12 +134,7 @@ void resolve_gated_delta_net_hybrid(const ConfigReader& config_json, ModelConfig
 
 void resolve_qwen3_next(const ConfigReader& config_json, ModelConfig& c) {
   resolve_gated_delta_net_hybrid(config_json, c, {151936, 2048, 5632, 48, 16, 2, 256, 32768, 1e-6});
-  c.routed_experts.experts = read_expert_count(config_json, 512);
-  c.routed_experts.top_k = config_json.read<int64_t>("num_experts_per_tok").value_or(10);
-  c.routed_experts.intermediate_size = config_json.read<int64_t>("moe_intermediate_size").value_or(512);
-  c.routed_experts.normalize_top_k = config_json.read<bool>("norm_topk_prob").value_or(true);
-  c.routed_experts.shared_expert_intermediate_size =
-      config_json.read<int64_t>("shared_expert_intermediate_size").value_or(512);
+  read_qwen_shared_experts(config_json, c, {512, 10, 512, true, 512});
   assign_sparse_layers(config_json, c);
 }
 
