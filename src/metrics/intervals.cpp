@@ -150,8 +150,10 @@ std::vector<TestFigures> test_figures(const std::vector<std::vector<int>>& label
   std::vector<std::vector<std::vector<double>>> samples(
       probes, std::vector<std::vector<double>>(statistics, std::vector<double>(static_cast<size_t>(options.resamples))));
   Bootstrap bootstrap(static_cast<int64_t>(ranked[0].examples()), options.resamples, options.seed);
-  std::vector<uint32_t> counts;
+  // Each resample is drawn from its own key and fills its own slots: the threads share nothing.
+#pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < options.resamples; ++r) {
+    std::vector<uint32_t> counts;
     bootstrap.draw(r, counts);
     for (size_t p = 0; p < probes; ++p) {
       GroupCounts resampled = ranked[p].count(counts);

@@ -1,7 +1,7 @@
 // Fitting a bank of one-vs-rest probes with their kind's own solver (ProbeKind::fit): the whole train split at
-// once, in double precision whatever the training dtype (the solver's tolerance is tighter than float32 can
-// hold), from the file's float32 activations, held on the training device (--no-pin-activations cannot apply:
-// every solver step reads every row). No epochs, dropout or early stopping: the fitted weights are the
+// once, the solver in double precision whatever the training dtype (its tolerance is tighter than float32 can
+// hold) and its products over the file's float32 activations in float32, held on the training device
+// (--no-pin-activations cannot apply: every solver step reads every row). No epochs, dropout or early stopping: the fitted weights are the
 // ones saved and the final ones, and the history holds one entry (epoch 1) with their losses and validation
 // figures, so the files and reports read them as any probe's.
 #include <fmt/format.h>
@@ -74,12 +74,12 @@ TrainedWeights fit_by_solver(const BinaryInputs& in, std::vector<TrainedLabel>& 
   }
   at::Tensor label_indices = at::tensor(indices, at::kLong).to(device);
   FitData data;
-  data.inputs = SplitActivations(train_split, in.tensor_options.dtype(at::kDouble), true).all();
+  data.inputs = SplitActivations(train_split, in.tensor_options.dtype(at::kFloat), true).all();
   data.targets = binary_targets(train_split, label_indices).to(at::kDouble);
   data.pos_weight = at::tensor(pos_weights, at::kDouble).to(device);
   data.C = in.options.C;
   data.solver = in.options.solver;
-  spdlog::info("{}: fitting {} {} probes on {} examples x {} ({}, float64, C {})", in.progress_label, k,
+  spdlog::info("{}: fitting {} {} probes on {} examples x {} ({}, float32 products, float64 solver, C {})", in.progress_label, k,
                in.shape.kind->name(), train_split.examples(), in.shape.input_dim, device.str(), data.C);
 
   ProbeBank bank(in.shape, k, in.tensor_options);

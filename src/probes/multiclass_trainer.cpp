@@ -199,10 +199,10 @@ solvers::ProblemOutcome fit_by_solver(ProbeTraining& training, const activations
   const ProbeShape& shape = training.bank.shape();
   const auto& train_split = file.split(activations::Split::kTrain);
   at::Device device = data.train_y.device();
-  spdlog::info("{}: fitting a {} probe over {} classes on {} examples x {} ({}, float64, C {})", progress_label,
+  spdlog::info("{}: fitting a {} probe over {} classes on {} examples x {} ({}, float32 products, float64 solver, C {})", progress_label,
                shape.kind->name(), shape.outputs, train_split.examples(), shape.input_dim, device.str(), options.C);
   FitData fit;
-  fit.inputs = SplitActivations(train_split, at::TensorOptions().device(device).dtype(at::kDouble), true).all();
+  fit.inputs = SplitActivations(train_split, at::TensorOptions().device(device).dtype(at::kFloat), true).all();
   fit.targets = data.train_y;
   fit.C = options.C;
   fit.solver = options.solver;

@@ -71,7 +71,7 @@ struct DropoutLayout {
 
 /// The train split as a kind that fits directly sees it.
 struct FitData {
-  at::Tensor inputs;      // [N, H] train activations, float64 on the training device
+  at::Tensor inputs;      // [N, H] train activations, float32 on the training device
   at::Tensor targets;     // a binary bank: [N, K] 0/1 float64, column k probe k's label; multiclass: [N] int64 classes
   at::Tensor pos_weight;  // [K] float64: the weight of each binary probe's positives in its loss (1: none)
   double C = 1.0;         // inverse strength of the L2 penalty, as sklearn's C

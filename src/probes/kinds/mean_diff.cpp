@@ -22,7 +22,7 @@ class MeanDiffKind : public LinearKind {
   }
 
   std::vector<solvers::ProblemOutcome> fit(ProbeBank& bank, const FitData& data) const override {
-    const at::Tensor& x = data.inputs;       // [N, H]
+    at::Tensor x = data.inputs.to(at::kDouble);  // [N, H]
     const at::Tensor& positive = data.targets;  // [N, K]
     at::Tensor negative = 1.0 - positive;
     // [K, H]: each label's mean row minus the mean row of the rest.

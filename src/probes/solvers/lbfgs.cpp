@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <deque>
+#include <limits>
 
 #include "common/error.h"
 
@@ -9,10 +10,13 @@ namespace probekit::probes::solvers {
 
 namespace {
 
-constexpr double kArmijo = 1e-4;      // sufficient decrease: f(x + t d) <= f(x) + kArmijo t d.g
-constexpr double kCurvature = 0.9;    // |d.g(x + t d)| <= kCurvature |d.g(x)|
+constexpr double kArmijo = 1e-4;          // sufficient decrease: f(x + t d) <= f(x) + kArmijo t d.g
+constexpr double kCurvature = 0.9;        // |d.g(x + t d)| <= kCurvature |d.g(x)|
 constexpr double kRoundingSlack = 1e-11;  // relative rise of f still taken for rounding when the slope says so
-constexpr int kMaxHalvings = 50;
+constexpr int kMaxTrials = 60;
+// Every so many iterations the scores are recomputed from the parameters rather than moved along, so the
+// rounding of the moves cannot accumulate.
+constexpr int64_t kRescoreEvery = 20;
 
 at::Tensor row_dot(const at::Tensor& a, const at::Tensor& b) { return (a * b).sum(1); }
 
@@ -24,14 +28,43 @@ std::vector<uint8_t> host_mask(const at::Tensor& mask) {
   return std::vector<uint8_t>(host.data_ptr<uint8_t>(), host.data_ptr<uint8_t>() + host.numel());
 }
 
+// Problems' parameters, scores, objective values and gradients: [K, P], [K, M], [K], [K, P]. Rows are given
+// in increasing order, so all K rows are the whole point (no copy).
 struct Point {
-  at::Tensor x, f, g;  // [K, P], [K], [K, P]
+  at::Tensor x, z, f, g;
+  bool every(const at::Tensor& r) const { return r.numel() == x.size(0); }
+  Point rows(const at::Tensor& r) const {
+    if (every(r)) return *this;
+    return {x.index_select(0, r), z.index_select(0, r), f.index_select(0, r), g.index_select(0, r)};
+  }
+  void set_rows(const at::Tensor& r, const Point& p) {
+    if (every(r)) {
+      *this = p;
+      return;
+    }
+    x.index_copy_(0, r, p.x);
+    z.index_copy_(0, r, p.z);
+    f.index_copy_(0, r, p.f);
+    g.index_copy_(0, r, p.g);
+  }
 };
 
-Point evaluate(const BatchedObjective& objective, const at::Tensor& x) {
-  at::Tensor g = at::empty_like(x);
-  at::Tensor f = objective(x, g);
-  return {x, f, g};
+at::Tensor penalty_value(const LinearModelObjective& objective, const at::Tensor& x) {
+  return row_dot(x * objective.penalty, x) * 0.5;
+}
+
+// The point of parameters x and scores z of the problems `rows`, given the loss there.
+Point complete(const LinearModelObjective& objective, at::Tensor x, at::Tensor z, const at::Tensor& rows,
+               const std::pair<at::Tensor, at::Tensor>& loss) {
+  at::Tensor f = loss.first + penalty_value(objective, x);
+  at::Tensor g = objective.pullback(loss.second, rows) + x * objective.penalty;
+  return {std::move(x), std::move(z), std::move(f), std::move(g)};
+}
+
+Point evaluate(const LinearModelObjective& objective, const at::Tensor& x, const at::Tensor& rows) {
+  at::Tensor z = objective.scores(x, rows);
+  auto loss = objective.loss(z, rows);
+  return complete(objective, x, std::move(z), rows, loss);
 }
 
 // The last pairs (s, y) of every problem. A problem that had no pair to add at some iteration has zero rows
@@ -47,22 +80,32 @@ class History {
     std::vector<at::Tensor> alphas(s_.size());
     for (size_t i = s_.size(); i-- > 0;) {
       alphas[i] = rho_[i] * row_dot(s_[i], q);
-      q -= column(alphas[i]) * y_[i];
+      q.addcmul_(y_[i], column(alphas[i]), -1.0);
     }
-    at::Tensor r = column(gamma_) * q;
-    for (size_t i = 0; i < s_.size(); ++i) r += s_[i] * column(alphas[i] - rho_[i] * row_dot(y_[i], r));
-    return -r;
+    at::Tensor r = q.mul_(column(gamma_));
+    for (size_t i = 0; i < s_.size(); ++i) r.addcmul_(s_[i], column(alphas[i] - rho_[i] * row_dot(y_[i], r)));
+    return r.neg_();
   }
 
-  // Adds the pairs of the rows in `valid` (bool [K]); the others add nothing.
-  void add(const at::Tensor& s, const at::Tensor& y, const at::Tensor& valid) {
+  // Adds the pairs (s, y) [R, P] of the problems `rows` [R]; the other problems add nothing at this step.
+  void add(const at::Tensor& rows, at::Tensor s, at::Tensor y) {
+    if (rows.numel() == 0) return;
+    const int64_t problems = gamma_.size(0);
     at::Tensor sy = row_dot(s, y), yy = row_dot(y, y);
-    at::Tensor keep = valid & (sy > 0);
-    s_.push_back(at::where(column(keep), s, at::zeros_like(s)));
-    y_.push_back(at::where(column(keep), y, at::zeros_like(y)));
-    rho_.push_back(at::where(keep, 1.0 / sy, at::zeros_like(sy)));
-    gamma_ = at::where(keep, sy / yy, gamma_);
-    pairs_ += keep.to(pairs_.scalar_type());
+    at::Tensor keep = sy > 0, kept = keep.to(s.scalar_type());
+    s.mul_(column(kept));
+    y.mul_(column(kept));
+    at::Tensor rho = at::where(keep, 1.0 / sy, at::zeros_like(sy));
+    gamma_.index_copy_(0, rows, at::where(keep, sy / yy, gamma_.index_select(0, rows)));
+    pairs_.index_add_(0, rows, kept);
+    if (rows.numel() != problems) {
+      s = at::zeros({problems, s.size(1)}, s.options()).index_copy_(0, rows, s);
+      y = at::zeros({problems, y.size(1)}, y.options()).index_copy_(0, rows, y);
+      rho = at::zeros({problems}, rho.options()).index_copy_(0, rows, rho);
+    }
+    s_.push_back(std::move(s));
+    y_.push_back(std::move(y));
+    rho_.push_back(std::move(rho));
     if (static_cast<int64_t>(s_.size()) > capacity_) {
       s_.pop_front();
       y_.pop_front();
@@ -79,27 +122,83 @@ class History {
   at::Tensor gamma_, pairs_;
 };
 
-// A backtracking line search for the rows in `active` along `d` (zero in the other rows) from `at`, starting
-// at step `step` [K]. Returns the accepted points (the start in rows that found none) and the rows that did.
-std::pair<Point, at::Tensor> line_search(const BatchedObjective& objective, const Point& at, const at::Tensor& d,
-                                         const at::Tensor& active, at::Tensor step) {
-  at::Tensor slope = row_dot(d, at.g);  // negative along a descent direction
-  Point accepted = at;
-  at::Tensor pending = active.clone();
-  for (int halving = 0; halving < kMaxHalvings; ++halving) {
-    Point trial = evaluate(objective, at.x + column(step) * d);
-    at::Tensor armijo = trial.f <= at.f + kArmijo * step * slope;
-    at::Tensor flat = (trial.f <= at.f + kRoundingSlack * at.f.abs()) &
-                      (row_dot(d, trial.g).abs() <= kCurvature * slope.abs());
-    at::Tensor ok = pending & (armijo | flat) & at::isfinite(trial.f);
-    accepted.x = at::where(column(ok), trial.x, accepted.x);
-    accepted.f = at::where(ok, trial.f, accepted.f);
-    accepted.g = at::where(column(ok), trial.g, accepted.g);
-    pending &= ~ok;
-    if (!pending.any().item<bool>()) break;
-    step = at::where(pending, step * 0.5, step);
+// One line of each problem searched: phi(t) = loss(z + t u) + (a0 + a1 t + a2 t^2), the penalty along the line.
+struct Line {
+  at::Tensor z, u, a0, a1, a2, f, slope;  // slope: phi'(0) = d.g, negative along a descent direction
+};
+
+// The accepted steps of a line search: where `found`, the step t, the loss there and its derivative.
+struct Steps {
+  at::Tensor found, t, loss, dloss;
+};
+
+// Finds, for each line, a step satisfying the strong Wolfe conditions (or the rounding clause), from `t`:
+// doubled while the slope is still steep and the decrease sufficient, then bisected within the bracket.
+Steps search_lines(const LinearModelObjective& objective, const Line& line, const at::Tensor& rows, at::Tensor t) {
+  const int64_t count = t.size(0);
+  Steps out{at::zeros({count}, t.options().dtype(at::kBool)), at::zeros_like(t), at::zeros_like(t),
+            at::zeros_like(line.z)};
+  at::Tensor low = at::zeros_like(t), high = at::full_like(t, std::numeric_limits<double>::infinity());
+  at::Tensor pending = at::arange(count, rows.options());
+  for (int trial = 0; trial < kMaxTrials && pending.numel() > 0; ++trial) {
+    bool every = pending.numel() == count;
+    auto pick = [&](const at::Tensor& v) { return every ? v : v.index_select(0, pending); };
+    at::Tensor tp = pick(t), u = pick(line.u), slope = pick(line.slope), f0 = pick(line.f);
+    auto [loss, dloss] = objective.loss(at::addcmul(pick(line.z), column(tp), u), pick(rows));
+    at::Tensor a1 = pick(line.a1), a2 = pick(line.a2);
+    at::Tensor phi = loss + pick(line.a0) + a1 * tp + a2 * tp * tp;
+    at::Tensor dphi = row_dot(dloss, u) + a1 + 2.0 * a2 * tp;
+    at::Tensor armijo = (phi <= f0 + kArmijo * tp * slope) & at::isfinite(phi);
+    at::Tensor curvature = dphi.abs() <= kCurvature * slope.abs();
+    at::Tensor flat = (phi <= f0 + kRoundingSlack * f0.abs()) & curvature;
+    at::Tensor ok = (armijo & curvature) | flat;
+    at::Tensor accepted = pending.masked_select(ok);
+    out.found.index_fill_(0, accepted, true);
+    out.t.index_copy_(0, accepted, tp.masked_select(ok));
+    out.loss.index_copy_(0, accepted, loss.masked_select(ok));
+    out.dloss.index_copy_(0, accepted, dloss.index_select(0, ok.nonzero().flatten()));
+    at::Tensor beyond = ~armijo | (dphi > 0);  // the minimum along the line lies before t
+    high.index_copy_(0, pending, at::where(beyond, tp, pick(high)));
+    low.index_copy_(0, pending, at::where(beyond, pick(low), tp));
+    at::Tensor h = pick(high), l = pick(low);
+    t.index_copy_(0, pending, at::where(at::isinf(h), tp * 2.0, (l + h) * 0.5));
+    pending = pending.masked_select(~ok);
   }
-  return {accepted, active & ~pending};
+  return out;
+}
+
+// The problems that moved at a step, and their pairs: the step s and the change of the gradient y, [R, P].
+struct Moves {
+  at::Tensor rows, s, y;
+};
+
+// Moves the problems `rows` of `point` along `d` [K', P] by a line search from the steps `t` [K'].
+Moves step_along(const LinearModelObjective& objective, Point& point, const at::Tensor& rows, const at::Tensor& d,
+                 const at::Tensor& t, bool rescore) {
+  Point from = point.rows(rows);
+  at::Tensor scaled = d * objective.penalty;
+  Line line{from.z,
+            objective.scores(d, rows),
+            penalty_value(objective, from.x),
+            row_dot(scaled, from.x),
+            row_dot(scaled, d) * 0.5,
+            from.f,
+            row_dot(d, from.g)};
+  Steps steps = search_lines(objective, line, rows, t.clone());
+  at::Tensor moved = steps.found.nonzero().flatten();
+  const bool every = moved.numel() == rows.numel();
+  auto pick = [&](const at::Tensor& v) { return every ? v : v.index_select(0, moved); };
+  at::Tensor moved_rows = pick(rows);
+  if (moved.numel() == 0) return {moved_rows, {}, {}};
+  at::Tensor step = column(pick(steps.t));
+  at::Tensor s = pick(d).mul(step);
+  at::Tensor x = pick(from.x) + s;
+  Point to = rescore ? evaluate(objective, x, moved_rows)
+                     : complete(objective, x, at::addcmul(pick(from.z), step, pick(line.u)), moved_rows,
+                                {pick(steps.loss), pick(steps.dloss)});
+  at::Tensor y = to.g - pick(from.g);
+  point.set_rows(moved_rows, to);
+  return {moved_rows, s, y};
 }
 
 // Why each problem stopped, as the host sees it.
@@ -134,14 +233,18 @@ Json outcome_json(const ProblemOutcome& o) {
           {"relative_gradient_norm", o.relative_gradient}};
 }
 
-LbfgsResult minimize_lbfgs(const BatchedObjective& objective, const at::Tensor& start, const LbfgsOptions& options) {
+LbfgsResult minimize_lbfgs(const LinearModelObjective& objective, const at::Tensor& start, const LbfgsOptions& options) {
   if (start.dim() != 2) fail_input("L-BFGS: the start must be [problems, parameters], got {} dimensions", start.dim());
+  if (!objective.penalty.defined() || objective.penalty.numel() != start.size(1)) {
+    fail_input("L-BFGS: a penalty of {} values for {} parameters", objective.penalty.defined() ? objective.penalty.numel() : 0,
+               start.size(1));
+  }
   if (options.history <= 0 || options.max_iterations < 0 || !(options.gradient_tolerance >= 0.0)) {
     fail_input("L-BFGS: history {}, iteration limit {} and tolerance {} are not usable", options.history,
                options.max_iterations, options.gradient_tolerance);
   }
   const int64_t problems = start.size(0);
-  Point point = evaluate(objective, start.clone());
+  Point point = evaluate(objective, start.clone(), at::arange(problems, start.options().dtype(at::kLong)));
   at::TensorOptions row_options = point.f.options();
   // A problem whose gradient is zero at the start is solved there (the norm is kept positive for the ratio).
   at::Tensor start_norm = point.g.norm(2, {1}).clamp_min(std::numeric_limits<double>::min());
@@ -157,15 +260,16 @@ LbfgsResult minimize_lbfgs(const BatchedObjective& objective, const at::Tensor& 
     active &= ~converged;
     if (iteration == options.max_iterations || !active.any().item<bool>()) break;
 
-    at::Tensor d = at::where(column(active), history.direction(point.g), at::zeros_like(point.g));
+    at::Tensor rows = active.nonzero().flatten();
+    at::Tensor d = history.direction(point.g).index_select(0, rows);
     at::Tensor step = at::where(history.empty_rows(), (1.0 / gradient_norm).clamp_max(1.0), at::ones_like(gradient_norm));
-    auto [next, found] = line_search(objective, point, d, active, step);
+    Moves moves = step_along(objective, point, rows, d, step.index_select(0, rows), (iteration + 1) % kRescoreEvery == 0);
+    at::Tensor found = at::zeros_like(active).index_fill_(0, moves.rows, true);
     std::vector<uint8_t> stalled = host_mask(active & ~found);
     for (size_t k = 0; k < stalled.size(); ++k) stops[k] = stalled[k] ? Stop::kStalled : stops[k];
-    history.add(next.x - point.x, next.g - point.g, found);
+    history.add(moves.rows, moves.s, moves.y);
     iterations += found.to(at::kLong);
     active &= found;
-    point = next;
   }
   return {point.x, outcomes(point, start_norm, iterations, stops)};
 }

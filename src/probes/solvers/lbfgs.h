@@ -1,13 +1,18 @@
 // Full-batch L-BFGS over a batch of K independent smooth convex problems of P parameters each, minimised
-// together: one objective call evaluates all K (the K one-vs-rest probes share their matrix products), while
-// each problem keeps its own history, step length and convergence, and stops on its own (its parameters then
-// stay exactly as they were). The probe kinds that fit by their own solver (logistic, mean-diff) run on it.
+// together: the K one-vs-rest probes share their matrix products, while each problem keeps its own history,
+// step length and convergence, and stops on its own (its parameters then stay exactly as they were; the
+// products then cover only the problems still running).
+//
+// The objectives are those of linear models: f_k(x) = loss_k(Z x) + sum_j penalty_j x_j^2 / 2, a loss of
+// scores linear in the parameters. Along a search direction d the scores move by Z d, so each iteration costs
+// two products over the inputs (Z d, and the gradient's Z^T at the new point), and the line search runs on
+// the scores alone, however many steps it tries.
 //
 // The search direction is the two-loop recursion over the last `history` pairs (Nocedal and Wright, algorithm
-// 7.4) with the initial Hessian scaled by s.y / y.y. The step is the first of 1, 1/2, 1/4, ... that satisfies
-// Armijo's condition, or, once the decrease of the objective is lost in its rounding near the minimum, a step
-// whose directional derivative has shrunk to within 0.9 of the start's (the strong Wolfe curvature condition,
-// which the gradient, unlike the objective, can still tell). For a convex objective either is a sound step.
+// 7.4) with the initial Hessian scaled by s.y / y.y. The step satisfies the strong Wolfe conditions (Armijo's
+// sufficient decrease, and a directional derivative shrunk to within 0.9 of the start's), found by doubling
+// and bisection, as scipy's L-BFGS-B (sklearn's solver) asks of its steps; once the decrease of the objective
+// is lost in its rounding near the minimum, the curvature condition alone, which the derivative can still tell.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -15,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/json.h"
@@ -25,12 +31,21 @@ struct LbfgsOptions {
   int64_t max_iterations = 10000;
   int64_t history = 10;
   /// A problem has converged when the 2-norm of its gradient is at most this fraction of its norm at the start.
-  double gradient_tolerance = 1e-8;
+  double gradient_tolerance = 3e-7;
 };
 
-/// The objectives of K problems at `x` [K, P]: returns their values [K] and writes their gradients into
-/// `gradient` [K, P]. Rows are independent: row k of the results depends on row k of x only.
-using BatchedObjective = std::function<at::Tensor(const at::Tensor& x, at::Tensor& gradient)>;
+/// K problems f_k(x) = loss_k(Z x) + sum_j penalty_j x_j^2 / 2. Each function is given the problems it covers,
+/// `rows` (int64 [K']), beside their rows of parameters or scores; row k of a result depends on row k of the
+/// arguments only.
+struct LinearModelObjective {
+  /// The scores [K', M] of parameter rows x [K', P]: linear in x (no constant term).
+  std::function<at::Tensor(const at::Tensor& x, const at::Tensor& rows)> scores;
+  /// The losses [K'] at scores z [K', M] and their derivatives by the scores [K', M].
+  std::function<std::pair<at::Tensor, at::Tensor>(const at::Tensor& z, const at::Tensor& rows)> loss;
+  /// Z^T dz: the loss's gradient by the parameters [K', P] from its derivative by the scores dz [K', M].
+  std::function<at::Tensor(const at::Tensor& dz, const at::Tensor& rows)> pullback;
+  at::Tensor penalty;  // [P]
+};
 
 /// How one problem ended.
 struct ProblemOutcome {
@@ -49,7 +64,8 @@ struct LbfgsResult {
   std::vector<ProblemOutcome> problems;
 };
 
-/// Minimises the K problems from `start` [K, P] (double precision advised: the tolerance is tight).
-LbfgsResult minimize_lbfgs(const BatchedObjective& objective, const at::Tensor& start, const LbfgsOptions& options);
+/// Minimises the K problems from `start` [K, P] (double precision advised: the tolerance is tight; the scores
+/// and pullbacks may compute in a narrower type and return the start's).
+LbfgsResult minimize_lbfgs(const LinearModelObjective& objective, const at::Tensor& start, const LbfgsOptions& options);
 
 }  // namespace probekit::probes::solvers

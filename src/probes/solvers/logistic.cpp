@@ -5,21 +5,40 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "probes/solvers/row_block_products.h"
 
 namespace probekit::probes::solvers {
 
 namespace {
 
-// The weighted binary cross-entropy of logits z [N, K] summed over rows, [K], and its gradient by z [N, K]:
-// loss = s (log(1 + e^z) - t z), d loss / dz = s (sigmoid(z) - t); log(1 + e^z) = relu(z) + log1p(e^-|z|).
-std::pair<at::Tensor, at::Tensor> binary_terms(const at::Tensor& z, const BinaryLogisticProblem& problem) {
-  at::Tensor loss = at::relu(z) + at::log1p(at::exp(-z.abs())) - problem.targets * z;
-  at::Tensor dz = at::sigmoid(z) - problem.targets;
-  if (problem.weights.defined()) {
-    loss = loss * problem.weights;
-    dz = dz * problem.weights;
+// The weighted binary cross-entropy of logits z [K', N] summed over each problem's rows (times `scale`), [K'],
+// and its derivative by z: loss = s (log(1 + e^z) - t z), d loss / dz = s (sigmoid(z) - t), where
+// log(1 + e^z) = relu(z) + log1p(e^-|z|). `targets` and `weights` [K', N]; weights undefined for all ones.
+std::pair<at::Tensor, at::Tensor> binary_terms(const at::Tensor& z, const at::Tensor& targets, const at::Tensor& weights,
+                                               double scale) {
+  at::Tensor loss = z.abs().neg_().exp_().log1p_().add_(at::relu(z)).addcmul_(targets, z, -1.0);
+  at::Tensor dz = at::sigmoid(z).sub_(targets);
+  if (weights.defined()) {
+    loss.mul_(weights);
+    dz.mul_(weights);
   }
-  return {loss.sum(0), dz};
+  return {loss.sum(1).mul_(scale), dz.mul_(scale)};
+}
+
+// The penalty of `groups` blocks of `features` weights and an intercept, the intercepts unpenalised: [groups * (features + 1)].
+at::Tensor weight_penalty(int64_t groups, int64_t features, double value, at::TensorOptions options) {
+  at::Tensor penalty = at::full({groups, features + 1}, value, options);
+  penalty.select(1, features).zero_();
+  return penalty.flatten();
+}
+
+// A problem's rows of [N, K] per-row values as [K, N] solver values, or undefined where `values` is.
+at::Tensor per_problem(const at::Tensor& values) {
+  return values.defined() ? values.t().to(at::kDouble).contiguous() : at::Tensor();
+}
+
+at::Tensor rows_of(const at::Tensor& values, const at::Tensor& rows) {
+  return values.defined() ? values.index_select(0, rows) : values;
 }
 
 void check_problem(const BinaryLogisticProblem& p, bool one_column_per_problem) {
@@ -41,62 +60,93 @@ LogisticFit split_weights(const LbfgsResult& result, int64_t features) {
   return {result.x.narrow(1, 0, features).contiguous(), result.x.select(1, features).contiguous(), result.problems};
 }
 
+// The softmax cross-entropy of `classes` [N] (in 0..fitted-1) as one problem: x [1, fitted * (H + 1)], viewed
+// as each class's weights then its intercept; its scores are the logits [fitted, N], flattened to [1, fitted * N].
+LinearModelObjective multinomial_objective(const at::Tensor& inputs, const at::Tensor& classes, int64_t fitted, double C) {
+  const int64_t rows = inputs.size(0), features = inputs.size(1);
+  const double scale = 1.0 / static_cast<double>(rows);
+  const RowBlockProducts products(inputs);
+  at::Tensor targets = classes.unsqueeze(0);
+  LinearModelObjective objective;
+  objective.scores = [=](const at::Tensor& x, const at::Tensor&) {
+    at::Tensor all = x.reshape({fitted, features + 1});
+    at::Tensor logits = products.times_rows(all.narrow(1, 0, features)).to(at::kDouble).add_(all.narrow(1, features, 1));
+    return logits.reshape({1, fitted * rows});
+  };
+  objective.loss = [=](const at::Tensor& z, const at::Tensor&) {
+    at::Tensor log_probs = at::log_softmax(z.reshape({fitted, rows}), 0);
+    at::Tensor loss = -log_probs.gather(0, targets).sum() * scale;
+    at::Tensor dz = log_probs.exp();
+    dz.scatter_add_(0, targets, at::full({1, rows}, -1.0, dz.options()));
+    return std::make_pair(loss.view({1}), (dz * scale).reshape({1, fitted * rows}));
+  };
+  objective.pullback = [=](const at::Tensor& dz, const at::Tensor&) {
+    at::Tensor per_class = dz.reshape({fitted, rows});
+    at::Tensor weights = products.over_rows(per_class).to(at::kDouble);
+    return at::cat({weights, per_class.sum(1, true)}, 1).reshape({1, fitted * (features + 1)});
+  };
+  objective.penalty =
+      weight_penalty(fitted, features, 1.0 / (C * static_cast<double>(rows)), inputs.options().dtype(at::kDouble));
+  return objective;
+}
+
 }  // namespace
 
 LogisticFit fit_binary_logistic(const BinaryLogisticProblem& problem, const LbfgsOptions& options) {
   check_problem(problem, false);
   const int64_t rows = problem.inputs.size(0), features = problem.inputs.size(1), k = problem.targets.size(1);
   const double scale = 1.0 / static_cast<double>(rows), penalty = 1.0 / (problem.C * static_cast<double>(rows));
-  // x [K, H + 1]: each problem's weights, then its intercept.
-  BatchedObjective objective = [&](const at::Tensor& x, at::Tensor& gradient) {
-    at::Tensor w = x.narrow(1, 0, features), b = x.select(1, features);
-    auto [loss, dz] = binary_terms(at::addmm(b, problem.inputs, w.t()), problem);
-    gradient.narrow(1, 0, features).copy_(at::mm(dz.t(), problem.inputs) * scale + w * penalty);
-    gradient.select(1, features).copy_(dz.sum(0) * scale);
-    return loss * scale + (w * w).sum(1) * (0.5 * penalty);
+  const at::TensorOptions solver = problem.inputs.options().dtype(at::kDouble);
+  const RowBlockProducts products(problem.inputs);
+  at::Tensor targets = per_problem(problem.targets), weights = per_problem(problem.weights);
+  // x [K, H + 1]: each problem's weights, then its intercept; its scores are its logits over the rows [N],
+  // the products in the inputs' dtype.
+  LinearModelObjective objective;
+  objective.scores = [&](const at::Tensor& x, const at::Tensor&) {
+    return products.times_rows(x.narrow(1, 0, features)).to(at::kDouble).add_(x.narrow(1, features, 1));
   };
-  return split_weights(minimize_lbfgs(objective, at::zeros({k, features + 1}, problem.inputs.options()), options),
-                       features);
+  objective.loss = [&](const at::Tensor& z, const at::Tensor& r) {
+    return binary_terms(z, targets.index_select(0, r), rows_of(weights, r), scale);
+  };
+  objective.pullback = [&](const at::Tensor& dz, const at::Tensor&) {
+    return at::cat({products.over_rows(dz).to(at::kDouble), dz.sum(1, true)}, 1);
+  };
+  objective.penalty = weight_penalty(1, features, penalty, solver);
+  return split_weights(minimize_lbfgs(objective, at::zeros({k, features + 1}, solver), options), features);
 }
 
 LogisticFit fit_scalar_logistic(const BinaryLogisticProblem& problem, const LbfgsOptions& options) {
   check_problem(problem, true);
   const int64_t rows = problem.inputs.size(0), k = problem.targets.size(1);
   const double scale = 1.0 / static_cast<double>(rows), penalty = 1.0 / (problem.C * static_cast<double>(rows));
+  const at::TensorOptions solver = problem.inputs.options().dtype(at::kDouble);
+  at::Tensor projections = per_problem(problem.inputs), targets = per_problem(problem.targets);
+  at::Tensor weights = per_problem(problem.weights);
   // x [K, 2]: each problem's scale a and intercept b; its logits are a p + b for its projections p.
-  BatchedObjective objective = [&](const at::Tensor& x, at::Tensor& gradient) {
-    at::Tensor a = x.select(1, 0), b = x.select(1, 1);
-    auto [loss, dz] = binary_terms(problem.inputs * a + b, problem);
-    gradient.select(1, 0).copy_((dz * problem.inputs).sum(0) * scale + a * penalty);
-    gradient.select(1, 1).copy_(dz.sum(0) * scale);
-    return loss * scale + a * a * (0.5 * penalty);
+  LinearModelObjective objective;
+  objective.scores = [&](const at::Tensor& x, const at::Tensor& r) {
+    return x.narrow(1, 0, 1) * projections.index_select(0, r) + x.narrow(1, 1, 1);
   };
-  return split_weights(minimize_lbfgs(objective, at::zeros({k, 2}, problem.inputs.options()), options), 1);
+  objective.loss = [&](const at::Tensor& z, const at::Tensor& r) {
+    return binary_terms(z, targets.index_select(0, r), rows_of(weights, r), scale);
+  };
+  objective.pullback = [&](const at::Tensor& dz, const at::Tensor& r) {
+    return at::cat({(dz * projections.index_select(0, r)).sum(1, true), dz.sum(1, true)}, 1);
+  };
+  objective.penalty = weight_penalty(1, 1, penalty, solver);
+  return split_weights(minimize_lbfgs(objective, at::zeros({k, 2}, solver), options), 1);
 }
 
 LogisticFit fit_multinomial_logistic(const at::Tensor& inputs, const at::Tensor& classes, int64_t class_count, double C,
                                      const LbfgsOptions& options) {
   if (!(C > 0.0 && std::isfinite(C))) fail_usage("--C must be finite and positive, got {}", C);
-  const int64_t rows = inputs.size(0), features = inputs.size(1);
+  const int64_t features = inputs.size(1);
   at::Tensor present = at::bincount(classes, {}, class_count).gt(0).nonzero().flatten();  // the classes fitted
   at::Tensor position = at::full({class_count}, -1, classes.options());
   position.index_put_({present}, at::arange(present.size(0), classes.options()));
   at::Tensor targets = position.index_select(0, classes);  // [N] in 0..present-1
   const int64_t fitted = present.size(0);
-  const double scale = 1.0 / static_cast<double>(rows), penalty = 1.0 / (C * static_cast<double>(rows));
-  // One problem: x [1, fitted * (H + 1)], viewed as each fitted class's weights then its intercept.
-  BatchedObjective objective = [&](const at::Tensor& x, at::Tensor& gradient) {
-    at::Tensor all = x.view({fitted, features + 1});
-    at::Tensor w = all.narrow(1, 0, features), b = all.select(1, features);
-    at::Tensor log_probs = at::log_softmax(at::addmm(b, inputs, w.t()), 1);  // [N, fitted]
-    at::Tensor loss = -log_probs.gather(1, targets.unsqueeze(1)).sum();
-    at::Tensor dz = log_probs.exp();
-    dz.scatter_add_(1, targets.unsqueeze(1), at::full({rows, 1}, -1.0, dz.options()));
-    at::Tensor g = gradient.view({fitted, features + 1});
-    g.narrow(1, 0, features).copy_(at::mm(dz.t(), inputs) * scale + w * penalty);
-    g.select(1, features).copy_(dz.sum(0) * scale);
-    return (loss * scale + (w * w).sum() * (0.5 * penalty)).view({1});
-  };
+  const at::TensorOptions solver = inputs.options().dtype(at::kDouble);
   at::Tensor solved;
   std::vector<ProblemOutcome> problems;
   if (fitted == 2) {
@@ -107,12 +157,13 @@ LogisticFit fit_multinomial_logistic(const at::Tensor& inputs, const at::Tensor&
     solved = at::cat({-half, half});
     problems = binary.problems;
   } else {
-    LbfgsResult result = minimize_lbfgs(objective, at::zeros({1, fitted * (features + 1)}, inputs.options()), options);
+    LbfgsResult result = minimize_lbfgs(multinomial_objective(inputs, targets, fitted, C),
+                                        at::zeros({1, fitted * (features + 1)}, solver), options);
     solved = result.x.view({fitted, features + 1});
     problems = result.problems;
   }
-  LogisticFit fit{at::zeros({class_count, features}, inputs.options()),
-                  at::full({class_count}, kAbsentClassBias, inputs.options()), problems};
+  LogisticFit fit{at::zeros({class_count, features}, solver), at::full({class_count}, kAbsentClassBias, solver),
+                  problems};
   fit.weight.index_copy_(0, present, solved.narrow(1, 0, features));
   // The intercepts are fixed only up to a common shift; from zero L-BFGS keeps their sum at 0, as sklearn's.
   at::Tensor intercepts = solved.select(1, features);
