@@ -1,4 +1,4 @@
-// Multi-head latent attention (DeepSeek V3, Kimi K2): each token's keys and values come from a kv_lora_rank-wide
+// Multi-head latent attention (DeepSeek V2 and V3): each token's keys and values come from a kv_lora_rank-wide
 // latent (kv_a_proj_with_mqa, then kv_a_layernorm), expanded per head by kv_b_proj into the keys' non-rotary part
 // and the values, while the keys' rotary part is one rope key all heads share; queries come through a low-rank
 // bottleneck (q_a_proj, q_a_layernorm, q_b_proj) or one q_proj. What a token leaves in the generation cache is its

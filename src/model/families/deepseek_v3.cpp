@@ -1,4 +1,4 @@
-// DeepSeek V3 (and Kimi K2, which keeps its model_type): multi-head latent attention (model/latent_attention.h) with
+// DeepSeek V3 (V3.1, R1): multi-head latent attention (model/latent_attention.h) with
 // YaRN whose mscale also sharpens the softmax; the first first_k_dense_replace layers a dense MLP, the others routed
 // experts chosen by sigmoid scores within groups (n_group, topk_group) with a correction bias, weighted by the
 // unbiased scores times routed_scaling_factor, plus an ungated shared expert. Published checkpoints carry a
