@@ -46,7 +46,8 @@ std::string rope_summary(const model::RopeSpec& rope, bool learned_positions) {
   return "?";
 }
 
-// A layer's token mixer: attention with its window and rope, or a Gated DeltaNet with its heads.
+// A layer's token mixer: attention with its window and rope, latent attention with its ranks and rope, or a Gated
+// DeltaNet with its heads.
 std::string mixer_summary(const model::ModelConfig& c, size_t i) {
   const model::LayerSpec& layer = c.layers[i];
   if (layer.mixer == model::Mixer::kGatedDeltaNet) {
@@ -54,10 +55,31 @@ std::string mixer_summary(const model::ModelConfig& c, size_t i) {
     return fmt::format("Gated DeltaNet ({} key heads of {}, {} value heads of {}, convolution over {} tokens)",
                        s.key_heads, s.key_head_dim, s.value_heads, s.value_head_dim, s.conv_kernel);
   }
+  if (layer.mixer == model::Mixer::kLatentAttention) {
+    const model::LatentAttentionSpec& s = c.latent_attention;
+    return fmt::format("latent attention (queries {}, keys and values from a {}-wide latent, heads of {} + {} rope "
+                       "dims, values of {}; cached per token: the latent and one rope key), softmax scale {:.4g}, {}",
+                       s.q_lora_rank > 0 ? fmt::format("through rank {}", s.q_lora_rank) : std::string("from q_proj"),
+                       s.kv_lora_rank, s.nope_head_dim, s.rope_head_dim, s.value_head_dim, c.attention_scale,
+                       rope_summary(layer.rope, c.features.learned_positions));
+  }
   std::string kind = (layer.sliding_window > 0 ? fmt::format("sliding window {}", layer.sliding_window) : "full attention") +
                      (c.features.attention_sinks ? " with sinks" : "") + ", " +
                      rope_summary(layer.rope, c.features.learned_positions);
   return c.features.attention_output_gate ? kind + ", gated output" : kind;
+}
+
+std::string routing_summary(const model::RoutedExpertsSpec& moe) {
+  std::string scoring;
+  if (moe.scoring == model::RouterScoring::kTopKSoftmax) scoring = ", softmax over the top logits";
+  if (moe.scoring == model::RouterScoring::kSigmoidGroupedTopK) {
+    scoring = fmt::format(", sigmoid scores with a correction bias, within the best {} of {} groups", moe.top_groups,
+                          moe.groups);
+  }
+  return fmt::format("routed experts (top {} of {}{}{}{}{})", moe.top_k, moe.experts, scoring,
+                     moe.normalize_top_k ? ", renormalised" : "",
+                     moe.routed_scaling_factor != 1.0 ? fmt::format(", scaled by {:g}", moe.routed_scaling_factor) : "",
+                     moe.shared_expert_intermediate_size > 0 ? ", plus a shared expert" : "");
 }
 
 void print_info(const std::string& dir, bool json) {
@@ -78,12 +100,7 @@ void print_info(const std::string& dir, bool json) {
       kind += fmt::format(", head dim {}, key/value heads {}", model::layer_head_dim(c, static_cast<int64_t>(i)),
                           model::layer_kv_heads(c, static_cast<int64_t>(i)));
     }
-    if (layer.feed_forward == model::FeedForward::kRoutedExperts) {
-      kind += fmt::format(", routed experts (top {} of {}{}{}{})", moe.top_k, moe.experts,
-                          moe.scoring == model::RouterScoring::kTopKSoftmax ? ", softmax over the top logits" : "",
-                          moe.normalize_top_k ? ", renormalised" : "",
-                          moe.shared_expert_intermediate_size > 0 ? ", plus a shared expert" : "");
-    }
+    if (layer.feed_forward == model::FeedForward::kRoutedExperts) kind += ", " + routing_summary(moe);
     layer_kinds[kind].push_back(static_cast<int64_t>(i));
   }
   if (json) {

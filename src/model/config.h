@@ -62,9 +62,11 @@ enum class RopeType { kNone, kDefault, kLinear, kLlama3, kLongRope, kYarn, kProp
 enum class QkNorm { kNone, kPerHead, kWholeProjection };
 /// A layer's feed-forward: one dense MLP, or experts a router picks from for each token.
 enum class FeedForward { kDenseMlp, kRoutedExperts };
-/// A layer's token mixer: softmax attention over the cached keys and values, or a Gated DeltaNet (linear attention
-/// whose past is a fixed-size state: Qwen3-Next's and Qwen3.5's linear_attention layers).
-enum class Mixer { kAttention, kGatedDeltaNet };
+/// A layer's token mixer: softmax attention over the cached keys and values; multi-head latent attention (DeepSeek
+/// V3: keys and values expanded per head from a latent that one shared rope key joins, which is what is cached); or
+/// a Gated DeltaNet (linear attention whose past is a fixed-size state: Qwen3-Next's and Qwen3.5's linear_attention
+/// layers).
+enum class Mixer { kAttention, kLatentAttention, kGatedDeltaNet };
 
 /// How rotary position embeddings are computed for one layer.
 struct RopeSpec {
@@ -129,10 +131,25 @@ struct LinearAttentionSpec {
   int64_t conv_channels() const { return 2 * key_dim() + value_dim(); }
 };
 
+/// The shape of the multi-head latent attention layers (DeepSeek V3): per head a query of nope_head_dim +
+/// rope_head_dim, a key of the same width whose rope part is one rope key all heads share, and a value of
+/// value_head_dim; keys and values are expanded from a kv_lora_rank-wide latent of each token.
+struct LatentAttentionSpec {
+  int64_t q_lora_rank = 0;  // queries through a rank-q_lora_rank bottleneck (q_a_proj, q_b_proj); 0: one q_proj
+  int64_t kv_lora_rank = 0, nope_head_dim = 0, rope_head_dim = 0, value_head_dim = 0;
+  bool interleaved_rope = true;  // rope_interleave: the checkpoint's rope dims rotate in adjacent pairs
+  int64_t qk_head_dim() const { return nope_head_dim + rope_head_dim; }
+  /// What a token's cache entry holds per layer: its latent and its rope key.
+  int64_t cached_width() const { return kv_lora_rank + rope_head_dim; }
+};
+
 /// How a router turns its logits into the top_k experts of a token and their weights.
 enum class RouterScoring {
   kSoftmaxTopK,  // softmax over all experts, then the top k probabilities (Mixtral, Qwen MoE)
   kTopKSoftmax,  // the top k logits, then a softmax over those k (gpt-oss)
+  // sigmoid scores; the experts chosen by the scores plus a correction bias within the topk_group groups (of
+  // n_group) whose two best biased scores sum highest; weighted by their unbiased scores (DeepSeek V3)
+  kSigmoidGroupedTopK,
 };
 
 /// The routed experts of the layers whose feed-forward is FeedForward::kRoutedExperts: the router picks the
@@ -141,8 +158,11 @@ struct RoutedExpertsSpec {
   int64_t experts = 0, top_k = 0;
   int64_t intermediate_size = 0;  // of each expert
   bool normalize_top_k = false;   // the chosen probabilities rescaled to sum to 1 (Mixtral; Qwen's norm_topk_prob)
-  int64_t shared_expert_intermediate_size = 0;  // Qwen 2 MoE: a dense expert every token takes, gated; 0: none
+  // A dense expert every token takes (gated by a sigmoid in Qwen 2 MoE, ungated in DeepSeek V3); 0: none.
+  int64_t shared_expert_intermediate_size = 0;
   RouterScoring scoring = RouterScoring::kSoftmaxTopK;
+  int64_t groups = 1, top_groups = 1;   // kSigmoidGroupedTopK: n_group, and topk_group of them to choose from
+  double routed_scaling_factor = 1.0;   // kSigmoidGroupedTopK: the chosen weights' final scale
   double swiglu_limit = 7.0;  // Activation::kClampedSwiglu's clamp
 };
 
@@ -164,6 +184,7 @@ struct ModelConfig {
   ArchFeatures features;
   RoutedExpertsSpec routed_experts;
   LinearAttentionSpec linear_attention;  // of the layers whose mixer is Mixer::kGatedDeltaNet
+  LatentAttentionSpec latent_attention;  // of the layers whose mixer is Mixer::kLatentAttention
   std::vector<LayerSpec> layers;
   // The LM head (read only for generation): the token embedding table itself when tied, else its own weight.
   bool tie_word_embeddings = false;

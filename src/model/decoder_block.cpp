@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "model/gated_delta_net.h"
+#include "model/latent_attention.h"
 #include "model/routed_experts.h"
 
 #ifdef PROBEKIT_WITH_CUDA
@@ -47,13 +48,16 @@ at::Tensor rotate_half(const at::Tensor& x) {
   return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
-// x [B, heads, T, head_dim]; only the first rotary_dim dims of each head rotate (partial rotary).
+}  // namespace
+
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t rotary_dim) {
   if (rotary_dim == x.size(-1)) return x * cos + rotate_half(x) * sin;
   at::Tensor rotating = x.narrow(-1, 0, rotary_dim);
   at::Tensor passing = x.narrow(-1, rotary_dim, x.size(-1) - rotary_dim);
   return at::cat({rotating * cos + rotate_half(rotating) * sin, passing}, -1);
 }
+
+namespace {
 
 // Softmax probabilities [B, heads, T, S] of scores [B, heads, T, S] in fp32; with `sinks` [heads] (gpt-oss) each
 // head's sink logit joins the denominator as one more column, which has no value and is dropped.
@@ -64,7 +68,8 @@ at::Tensor attention_probabilities(const at::Tensor& scores, const at::Tensor& s
   return at::softmax(combined, -1).narrow(-1, 0, scores.size(-1));
 }
 
-// q [B, heads, T, d]; k, v [B, kv_heads, S, d]; mask [B, 1, T, S] (true = attend) or undefined for causal.
+}  // namespace
+
 // Attention sinks take the explicit path: the SDPA kernels have no sink column.
 at::Tensor attention(const at::Tensor& q, at::Tensor k, at::Tensor v, const at::Tensor& mask, double scale,
                      const std::optional<double>& softcap, const at::Tensor& sinks) {
@@ -100,6 +105,8 @@ at::Tensor attention(const at::Tensor& q, at::Tensor k, at::Tensor v, const at::
   return at::matmul(probabilities, v);
 }
 
+namespace {
+
 // Causal attention of one sequence alone, q [1, heads, T, d], within a sliding window (0: none).
 at::Tensor attention_alone(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t sliding_window,
                            double scale, const std::optional<double>& softcap, const at::Tensor& sinks) {
@@ -113,9 +120,8 @@ at::Tensor attention_alone(const at::Tensor& q, const at::Tensor& k, const at::T
   return attention(q, k, v, mask, scale, softcap, sinks);
 }
 
-// Attention over packed sequences, q [1, heads, N, d] and k, v [1, kv_heads, N, d]: each sequence attends to
-// itself only, within the window. One variable-length flash kernel where it serves (packed_attention_is_fast),
-// else one sequence at a time.
+}  // namespace
+
 at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const PackedSequences& packed,
                             int64_t sliding_window, double scale, const std::optional<double>& softcap,
                             const at::Tensor& sinks) {
@@ -128,10 +134,14 @@ at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::
       left = sliding_window - 1;
       right = 0;
     }
+    // The kernel takes values as wide as the keys: narrower ones (latent attention's) are padded with zeros, whose
+    // outputs are zeros, cut off again.
+    const int64_t value_dim = v.size(-1), padding = q.size(-1) - value_dim;
+    at::Tensor values = padding > 0 ? at::constant_pad_nd(v, {0, padding}) : v;
     at::Tensor out = std::get<0>(at::_flash_attention_forward(
-        q[0].transpose(0, 1), k[0].transpose(0, 1), v[0].transpose(0, 1), packed.cumulative_lengths,
+        q[0].transpose(0, 1), k[0].transpose(0, 1), values[0].transpose(0, 1), packed.cumulative_lengths,
         packed.cumulative_lengths, longest, longest, 0.0, true, false, scale, left, right));  // [N, heads, d]
-    return out.transpose(0, 1).unsqueeze(0);
+    return out.narrow(-1, 0, value_dim).transpose(0, 1).unsqueeze(0);
   }
 #endif
   std::vector<at::Tensor> parts;
@@ -143,6 +153,8 @@ at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::
   }
   return at::cat(parts, 2);
 }
+
+namespace {
 
 // The fused CUDA kernels serve the RMSNorm families on GPU tensors; everything else takes the ATen ops.
 bool fused_path(const at::Tensor& x, const ModelConfig& c) {
@@ -255,17 +267,19 @@ struct LayerHook {
   }
 };
 
-// Writes a pass's keys and values k, v [B, kv_heads, T, head_dim] into generation's cache at the slots of their
-// positions, and returns the cache's visible slots, which the pass attends to.
+}  // namespace
+
 std::pair<at::Tensor, at::Tensor> cached_keys_and_values(KvCache& cache, int64_t layer, const at::Tensor& k,
                                                          const at::Tensor& v, const AttentionContext& context) {
   at::Tensor& keys = cache.keys.at(static_cast<size_t>(layer));
   at::Tensor& values = cache.values.at(static_cast<size_t>(layer));
-  at::Tensor slots = context.positions().view({k.size(0), 1, k.size(2), 1}).expand(k.sizes());
-  keys.scatter_(2, slots, k);
-  values.scatter_(2, slots, v);
+  at::Tensor slots = context.positions().view({k.size(0), 1, k.size(2), 1});
+  keys.scatter_(2, slots.expand(k.sizes()), k);
+  values.scatter_(2, slots.expand(v.sizes()), v);
   return {keys.narrow(2, 0, context.cache_visible()), values.narrow(2, 0, context.cache_visible())};
 }
+
+namespace {
 
 // The attention sub-block's output [B, T, hidden] (before any post-norm) for its input x_in (compute dtype), at
 // the tokens `output_rows` only when defined.
@@ -307,12 +321,13 @@ at::Tensor attention_branch(const at::Tensor& x_in, const LayerWeights& w, const
   return linear(heads, w.attention_output);
 }
 
-// The token mixer's branch: attention, or a Gated DeltaNet (whose attn_out site is its out_proj's output).
+// The token mixer's branch: attention, latent attention, or a Gated DeltaNet (whose attn_out site is its
+// out_proj's output).
 at::Tensor mixer_branch(const at::Tensor& x_in, const LayerWeights& w, const ModelConfig& c, int64_t layer,
                         AttentionContext& context, KvCache* record, const at::Tensor& output_rows) {
-  if (c.layers[static_cast<size_t>(layer)].mixer == Mixer::kAttention) {
-    return attention_branch(x_in, w, c, layer, context, record, output_rows);
-  }
+  const Mixer mixer = c.layers[static_cast<size_t>(layer)].mixer;
+  if (mixer == Mixer::kAttention) return attention_branch(x_in, w, c, layer, context, record, output_rows);
+  if (mixer == Mixer::kLatentAttention) return latent_attention_branch(x_in, w, c, layer, context, record, output_rows);
   if (record != nullptr) {
     // No keys and values: the layer keeps its place in the record (a prefix read from it is refused).
     record->keys.emplace_back();

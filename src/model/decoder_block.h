@@ -8,7 +8,9 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string_view>
+#include <utility>
 
 #include "model/config.h"
 #include "model/stream_writes.h"
@@ -21,8 +23,9 @@ namespace probekit::model {
 /// residual sites, the router's logits and the experts' rows, the compute dtype for the branches.
 using TensorHook = std::function<void(Site site, int64_t layer, const at::Tensor& values)>;
 
-/// Keys and values of every layer of a forward pass (after rotary embedding), [B, kv_heads, T, head_dim] each;
-/// undefined for a Gated DeltaNet layer, which keeps (in generation's cache) its state instead: the last
+/// Keys and values of every layer of a forward pass (after rotary embedding), [B, kv_heads, T, head_dim] each; for a
+/// latent attention layer what it expands them from, its latents [B, 1, T, kv_lora_rank] (keys) and its rope keys
+/// [B, 1, T, rope_head_dim] (values); undefined for a Gated DeltaNet layer, which keeps (in generation's cache) its state instead: the last
 /// kernel - 1 inputs of its convolution [B, conv_channels, kernel - 1] and its recurrent state
 /// [B, value_heads, key_head_dim, value_head_dim] in fp32 (undefined for attention layers).
 struct KvCache {
@@ -91,6 +94,28 @@ class AttentionContext {
 /// Inverse rotary frequencies [rotary_dim / 2] in fp32, with the rope's scaling applied as transformers does
 /// (longrope: with its long factors when `long_sequence`, else its short ones).
 at::Tensor rotary_inverse_frequencies(const RopeSpec& rope, at::Device device, bool long_sequence = false);
+
+/// x [B, heads, T, head_dim] with the rotary embedding of tables cos, sin [B, 1, T, rotary_dim] applied (rotate-half)
+/// to its first rotary_dim dims; the others pass (partial rotary).
+at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t rotary_dim);
+
+/// Attention [B, heads, T, dv] of q [B, heads, T, d] over k [B, kv_heads, S, d] and v [B, kv_heads, S, dv] (query
+/// head h reads key/value head h / (heads / kv_heads)); mask [B, 1, T, S] (true = attend) or undefined for causal
+/// attention over the pass's own tokens; scores soft-capped and sinks [heads] in the denominator where given.
+at::Tensor attention(const at::Tensor& q, at::Tensor k, at::Tensor v, const at::Tensor& mask, double scale,
+                     const std::optional<double>& softcap, const at::Tensor& sinks);
+
+/// Attention over packed sequences, q [1, heads, N, d], k [1, kv_heads, N, d] and v [1, kv_heads, N, dv]: each
+/// sequence attends to itself only, within the window. One variable-length flash kernel where it serves
+/// (packed_attention_is_fast), else one sequence at a time.
+at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const PackedSequences& packed,
+                            int64_t sliding_window, double scale, const std::optional<double>& softcap,
+                            const at::Tensor& sinks);
+
+/// Writes a pass's keys and values k, v [B, kv_heads, T, width] (each its own width) into generation's cache
+/// (context.cache()) at the slots of their positions, and returns the cache's visible slots, which the pass attends to.
+std::pair<at::Tensor, at::Tensor> cached_keys_and_values(KvCache& cache, int64_t layer, const at::Tensor& k,
+                                                         const at::Tensor& v, const AttentionContext& context);
 
 /// Applies a norm in the family's way (RMSNorm, Gemma's (1 + w) RMSNorm, or LayerNorm), in fp32, returning
 /// `output` dtype.

@@ -34,6 +34,7 @@ const std::vector<Family>& families() {
       {"qwen3_next", resolve_qwen3_next, load_qwen3_next, qwen3_next_tensor_layer},
       {"qwen3_5_text", resolve_qwen3_5_text, load_qwen3_5_text, qwen3_next_tensor_layer},
       {"qwen3_5", resolve_qwen3_5, load_qwen3_5_multimodal, gemma3_multimodal_tensor_layer},
+      {"deepseek_v3", resolve_deepseek_v3, load_deepseek_v3, llama_style_tensor_layer},
   };
   return all;
 }

@@ -223,6 +223,9 @@ int64_t qwen3_next_tensor_layer(const std::string& name);
 void resolve_gemma4(const ConfigReader& config_json, ModelConfig& config);
 void resolve_gpt_oss(const ConfigReader& config_json, ModelConfig& config);
 void load_gpt_oss(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan, ModelWeights& weights);
+void resolve_deepseek_v3(const ConfigReader& config_json, ModelConfig& config);
+void load_deepseek_v3(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan,
+                      ModelWeights& weights);
 void load_gemma4_text(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan,
                       ModelWeights& weights);
 void load_gemma4_multimodal(const Checkpoint& checkpoint, const ModelConfig& config, const LoadPlan& plan,

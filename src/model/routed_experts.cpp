@@ -96,11 +96,36 @@ at::Tensor expert_products(const at::Tensor& sorted, const at::Tensor& sorted_ex
   return out;
 }
 
+// DeepSeek V3's choice, in transformers' order: sigmoid scores; each group of experts scored by the sum of its two
+// best biased scores; the biased scores outside the top_groups best groups set to 0.0 (not -inf: with a negative
+// bias an expert of a dropped group can still beat the kept ones, as in the reference); the top k biased scores
+// chosen, weighted by their unbiased scores, renormalised (+1e-20) and scaled.
+void route_sigmoid_grouped(Routing& routing, const RoutedExperts& w, const RoutedExpertsSpec& spec) {
+  const int64_t tokens = routing.logits.size(0), experts = spec.experts, groups = spec.groups;
+  at::Tensor scores = at::sigmoid(routing.logits);
+  at::Tensor biased = scores + w.score_correction_bias;
+  at::Tensor group_scores = std::get<0>(biased.view({tokens, groups, experts / groups}).topk(2, -1)).sum(-1);
+  at::Tensor kept_groups = std::get<1>(at::topk(group_scores, spec.top_groups, -1));
+  at::Tensor kept = at::zeros_like(group_scores, at::kBool).scatter_(1, kept_groups, true);
+  kept = kept.unsqueeze(-1).expand({tokens, groups, experts / groups}).reshape({tokens, experts});
+  routing.experts = std::get<1>(at::topk(biased.masked_fill(kept.logical_not(), 0.0), spec.top_k, -1));
+  at::Tensor weights = scores.gather(1, routing.experts);
+  if (spec.normalize_top_k) weights = weights / (weights.sum(-1, true) + 1e-20);
+  routing.weights = weights * spec.routed_scaling_factor;
+}
+
 }  // namespace
 
 Routing route_tokens(const at::Tensor& x, const RoutedExperts& w, const RoutedExpertsSpec& spec) {
   Routing routing;
-  routing.logits = (w.router_bias.defined() ? at::linear(x, w.router, w.router_bias) : at::linear(x, w.router)).to(at::kFloat);
+  // A router kept in fp32 (DeepSeek V3) takes the tokens in fp32, as the reference casts them.
+  const at::Tensor rows = x.to(w.router.scalar_type());
+  routing.logits =
+      (w.router_bias.defined() ? at::linear(rows, w.router, w.router_bias) : at::linear(rows, w.router)).to(at::kFloat);
+  if (spec.scoring == RouterScoring::kSigmoidGroupedTopK) {
+    route_sigmoid_grouped(routing, w, spec);
+    return routing;
+  }
   if (spec.scoring == RouterScoring::kTopKSoftmax) {
     auto [top_logits, experts] = at::topk(routing.logits, spec.top_k, -1);
     routing.weights = at::softmax(top_logits, -1);
@@ -126,9 +151,10 @@ at::Tensor run_routed_experts(const at::Tensor& x, const Routing& routing, const
   at::Tensor outputs = at::empty_like(sorted_outputs).index_copy_(0, order, sorted_outputs).view({tokens, k, -1});
   // The weighted sum in fp32, like the residual stream it joins.
   at::Tensor out = (outputs.to(at::kFloat) * routing.weights.unsqueeze(-1)).sum(1);
-  if (w.shared_expert_gate.defined()) {
-    at::Tensor gate = at::sigmoid(at::linear(x, w.shared_expert_gate).to(at::kFloat));
-    out = out + gate * dense_mlp(x, w.shared_expert, c).to(at::kFloat);
+  if (w.shared_expert.in.weight.defined()) {
+    at::Tensor shared = dense_mlp(x, w.shared_expert, c).to(at::kFloat);
+    if (w.shared_expert_gate.defined()) shared = shared * at::sigmoid(at::linear(x, w.shared_expert_gate).to(at::kFloat));
+    out = out + shared;
   }
   return out;
 }

@@ -106,15 +106,21 @@ KvCache TransformerModel::empty_cache(int64_t batch, int64_t capacity) const {
   KvCache cache;
   for (int64_t layer = 0; layer < c.num_layers; ++layer) {
     auto options = at::TensorOptions().device(layer_device(layer)).dtype(options_.dtype);
-    at::Tensor keys, conv_state, recurrent_state;
-    if (c.layers[static_cast<size_t>(layer)].mixer == Mixer::kGatedDeltaNet) {
+    at::Tensor keys, values, conv_state, recurrent_state;
+    const Mixer mixer = c.layers[static_cast<size_t>(layer)].mixer;
+    if (mixer == Mixer::kGatedDeltaNet) {
       conv_state = at::zeros({batch, s.conv_channels(), s.conv_kernel - 1}, options);
       recurrent_state = at::zeros({batch, s.value_heads, s.key_head_dim, s.value_head_dim}, options.dtype(at::kFloat));
+    } else if (mixer == Mixer::kLatentAttention) {
+      // Each token's latent and rope key, from which its keys and values are expanded.
+      keys = at::zeros({batch, 1, capacity, c.latent_attention.kv_lora_rank}, options);
+      values = at::zeros({batch, 1, capacity, c.latent_attention.rope_head_dim}, options);
     } else {
       keys = at::zeros({batch, layer_kv_heads(c, layer), capacity, layer_head_dim(c, layer)}, options);
+      values = at::zeros_like(keys);
     }
     cache.keys.push_back(keys);
-    cache.values.push_back(keys.defined() ? at::zeros_like(keys) : at::Tensor());
+    cache.values.push_back(values);
     cache.conv_states.push_back(conv_state);
     cache.recurrent_states.push_back(recurrent_state);
   }
@@ -122,14 +128,38 @@ KvCache TransformerModel::empty_cache(int64_t batch, int64_t capacity) const {
 }
 
 double layer_cache_bytes(const ModelConfig& c, int64_t layer, double batch, double capacity, double element_size) {
-  if (c.layers.at(static_cast<size_t>(layer)).mixer == Mixer::kGatedDeltaNet) {
+  const Mixer mixer = c.layers.at(static_cast<size_t>(layer)).mixer;
+  if (mixer == Mixer::kGatedDeltaNet) {
     const LinearAttentionSpec& s = c.linear_attention;
     const auto conv = static_cast<double>(s.conv_channels() * (s.conv_kernel - 1)) * element_size;
     const auto recurrent = static_cast<double>(s.value_heads * s.key_head_dim * s.value_head_dim) * 4.0;
     return batch * (conv + recurrent);
   }
+  if (mixer == Mixer::kLatentAttention) {
+    return batch * capacity * static_cast<double>(c.latent_attention.cached_width()) * element_size;
+  }
   return 2.0 * batch * static_cast<double>(layer_kv_heads(c, layer)) * capacity *
          static_cast<double>(layer_head_dim(c, layer)) * element_size;
+}
+
+CacheBytesPerToken kv_cache_bytes_per_token(const ModelConfig& c, double element_size) {
+  CacheBytesPerToken bytes;
+  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
+    // A token's part: what a slot more costs (a Gated DeltaNet's states cost the same whatever the length).
+    bytes.cached += layer_cache_bytes(c, layer, 1.0, 1.0, element_size) - layer_cache_bytes(c, layer, 1.0, 0.0, element_size);
+    const Mixer mixer = c.layers[static_cast<size_t>(layer)].mixer;
+    if (mixer == Mixer::kLatentAttention) {
+      const LatentAttentionSpec& s = c.latent_attention;
+      bytes.expanded += static_cast<double>(c.num_heads * (s.qk_head_dim() + s.value_head_dim)) * element_size;
+    } else if (mixer == Mixer::kAttention) {
+      bytes.expanded += layer_cache_bytes(c, layer, 1.0, 1.0, element_size);
+    }
+  }
+  return bytes;
+}
+
+CacheBytesPerToken TransformerModel::kv_cache_bytes_per_token() const {
+  return model::kv_cache_bytes_per_token(config_, static_cast<double>(c10::elementSize(options_.dtype)));
 }
 
 void TransformerModel::check_inputs(const std::vector<int32_t>& ids) const {

@@ -90,6 +90,13 @@ struct ForwardPass {
   at::Tensor last_layer_rows;
 };
 
+/// The bytes one token adds to the generation cache, summed over the layers: as this runtime caches it (`cached`:
+/// latent attention's latent and rope key), and as keys and values expanded per head would take (`expanded`: what
+/// transformers' cache holds for latent attention); the same for plain attention, 0 for Gated DeltaNet layers.
+struct CacheBytesPerToken {
+  double cached = 0, expanded = 0;
+};
+
 class TransformerModel {
  public:
   /// Loads config.json and the needed weights of the checkpoint in `dir`, reading ahead itself unless the
@@ -126,6 +133,9 @@ class TransformerModel {
   /// Throws if a token id is outside the vocabulary or a position past a learned-position table.
   void check_inputs(const std::vector<int32_t>& ids) const;
 
+  /// kv_cache_bytes_per_token in the model's dtype.
+  CacheBytesPerToken kv_cache_bytes_per_token() const;
+
  private:
   /// The residual stream's input for `input_ids`: token embeddings in fp32 [B, T, hidden] on the model's device.
   at::Tensor embed(const at::Tensor& input_ids) const;
@@ -139,8 +149,12 @@ class TransformerModel {
 };
 
 /// The bytes of layer `layer`'s part of a generation cache of `batch` rows and `capacity` positions whose keys
-/// and values take `element_size` bytes each (the states of a Gated DeltaNet layer, whatever the capacity).
+/// and values take `element_size` bytes each (the states of a Gated DeltaNet layer, whatever the capacity; a latent
+/// attention layer's latent and rope key per position).
 double layer_cache_bytes(const ModelConfig& config, int64_t layer, double batch, double capacity, double element_size);
+
+/// CacheBytesPerToken of a model whose cache holds `element_size`-byte values.
+CacheBytesPerToken kv_cache_bytes_per_token(const ModelConfig& config, double element_size);
 
 /// The checkpoint tensors a load with `options` reads from disk (what WeightReadAhead fetches), by name.
 std::vector<std::string> tensors_to_read(const std::string& dir, const LoadOptions& options);

@@ -170,16 +170,17 @@ struct DenseMlp {
 /// Routed experts (Mixtral, Qwen MoE, gpt-oss), each a gated MLP, stacked so that one grouped product serves all
 /// of them.
 struct RoutedExperts {
-  at::Tensor router;   // [experts, hidden]
+  at::Tensor router;   // [experts, hidden]; fp32 where the router runs in fp32 (DeepSeek V3)
   at::Tensor router_bias;  // [experts] (gpt-oss); undefined elsewhere
+  at::Tensor score_correction_bias;  // [experts] fp32: added to the scores for choosing only (DeepSeek V3)
   at::Tensor gate_up;  // [experts, 2 * intermediate, hidden]: each expert's gate and up projections
   at::Tensor down;     // [experts, hidden, intermediate]
   at::Tensor gate_up_bias, down_bias;  // [experts, 2 * intermediate] and [experts, hidden] (gpt-oss); or undefined
   // MXFP4 experts kept packed (LoadOptions::keep_mxfp4_packed), in place of gate_up and down (then undefined):
   // each batch decodes the experts it routes to, one at a time.
   Mxfp4Weight gate_up_mxfp4, down_mxfp4;
-  DenseMlp shared_expert;         // Qwen 2 MoE: taken by every token; empty otherwise
-  at::Tensor shared_expert_gate;  // [1, hidden]: the shared expert's output is scaled by sigmoid(gate x)
+  DenseMlp shared_expert;         // Qwen 2 MoE, DeepSeek V3: taken by every token; empty otherwise
+  at::Tensor shared_expert_gate;  // [1, hidden]: the shared expert's output is scaled by sigmoid(gate x); or none
 };
 
 /// A Gated DeltaNet layer's weights (Qwen3-Next, Qwen3.5); its out_proj is the layer's attention_output.
@@ -192,6 +193,19 @@ struct DeltaNetWeights {
   at::Tensor norm;             // [value_head_dim] in fp32: the output's RMSNorm weight, w itself (not 1 + w)
 };
 
+/// A multi-head latent attention layer's weights (DeepSeek V3); its o_proj is the layer's attention_output. Within
+/// each head's rope dimensions the checkpoint's interleaved pairs (rope_interleave) are reordered at load into
+/// rotate-half's halves: queries and keys permuted alike keep their products, and the runtime rope stays one.
+struct LatentAttentionWeights {
+  /// The projections of x, fused along the output: q_a_proj [q_lora_rank] (or q_proj [heads * qk_head_dim] without
+  /// a query bottleneck), then kv_a_proj_with_mqa [kv_lora_rank + rope_head_dim]: the latent, then the rope key.
+  Linear down;
+  Norm q_a_norm;  // q_a_layernorm [q_lora_rank]; undefined without a query bottleneck
+  Linear q_b;     // q_b_proj [heads * qk_head_dim, q_lora_rank]; undefined without a query bottleneck
+  Norm kv_a_norm; // kv_a_layernorm [kv_lora_rank]
+  Linear kv_b;    // kv_b_proj [heads * (nope_head_dim + value_head_dim), kv_lora_rank]: per head k_nope rows, v rows
+};
+
 struct LayerWeights {
   Norm attention_input_norm, attention_output_norm, mlp_input_norm, mlp_output_norm;
   Linear qkv;  // q, k and v projections fused along the output dimension: [q_out + 2 * kv_out, hidden]
@@ -200,6 +214,7 @@ struct LayerWeights {
   Norm q_norm, k_norm;
   at::Tensor attention_sinks;  // [heads] fp32: each head's logit in the softmax's denominator (gpt-oss)
   DeltaNetWeights delta_net;  // Mixer::kGatedDeltaNet layers (which have no qkv)
+  LatentAttentionWeights latent_attention;  // Mixer::kLatentAttention layers (which have no qkv)
   std::variant<DenseMlp, RoutedExperts> feed_forward;  // the one LayerSpec::feed_forward names
   // Gemma 4: the per-layer input's gate [size, hidden] and projection [hidden, size], its branch's post-norm, and
   // the scalar [1] the layer's output is multiplied by; undefined elsewhere.

@@ -24,7 +24,7 @@ const char* const kFixtures[] = {"llama",       "llama_bf16",        "mistral",
                                  "qwen2_moe",   "phi3",              "phi3_longrope",
                                  "olmo2",       "olmo3",             "smollm3",
                                  "gemma4_text", "qwen3_5_text", "qwen3_next",
-                                 "gpt_oss"};
+                                 "gpt_oss",     "deepseek_v3"};
 
 std::string fixture(const std::string& name) { return std::string(PROBEKIT_FIXTURES) + "/models/" + name; }
 

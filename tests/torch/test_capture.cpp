@@ -7,9 +7,11 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <thread>
 
 #include "common/error.h"
@@ -349,6 +351,68 @@ TEST_CASE("router and experts sites of gpt_oss: the logits with their bias, the 
       for (int64_t j = 0; j < 2; ++j) {
         CHECK(chosen.expert_ids[static_cast<size_t>(e * 2 + j)] == ids[j].item<int64_t>());
         CHECK(chosen.expert_weights[static_cast<size_t>(e * 2 + j)] == doctest::Approx(weights[j].item<double>()).epsilon(1e-5));
+      }
+    }
+  }
+}
+
+namespace {
+
+// DeepSeek V3's choice among 8 experts in 4 groups of 2 (the best 2 groups kept, top 2), from a token's router logits
+// and the correction bias, as transformers' DeepseekV3TopkRouter makes it: expert -> weight.
+std::map<int64_t, double> deepseek_choice(const at::Tensor& logits, const at::Tensor& bias) {
+  std::vector<double> scores(8), biased(8), group(4);
+  for (int64_t e = 0; e < 8; ++e) {
+    scores[e] = 1.0 / (1.0 + std::exp(-logits[e].item<double>()));
+    biased[e] = scores[e] + bias[e].item<double>();
+    group[e / 2] += biased[e];  // a group's score: its two best, here both
+  }
+  std::vector<int64_t> groups = {0, 1, 2, 3}, experts = {0, 1, 2, 3, 4, 5, 6, 7};
+  std::sort(groups.begin(), groups.end(), [&](int64_t a, int64_t b) { return group[a] > group[b]; });
+  for (int64_t e = 0; e < 8; ++e) {
+    if (e / 2 != groups[0] && e / 2 != groups[1]) biased[e] = 0.0;
+  }
+  std::sort(experts.begin(), experts.end(), [&](int64_t a, int64_t b) { return biased[a] > biased[b]; });
+  const double sum = scores[experts[0]] + scores[experts[1]];
+  return {{experts[0], 2.5 * scores[experts[0]] / sum}, {experts[1], 2.5 * scores[experts[1]] / sum}};
+}
+
+}  // namespace
+
+// DeepSeek V3 routes by sigmoid scores within groups, with a correction bias for choosing only.
+TEST_CASE("router and experts sites of deepseek_v3: the raw logits, the experts chosen by groups with their bias") {
+  TempDir tmp;
+  const std::string model_dir = fixture_model("deepseek_v3"), dataset = write_dataset(tmp, 16);
+  auto capture_layer_two = [&](Site site, const std::string& out) {
+    capture::CaptureOptions o = base_options(dataset, tmp.file(out));
+    o.model_dir = model_dir;
+    o.site = site;
+    o.position = readout::Position::kLast;
+    o.layers = "2";
+    o.gzip = site == Site::kExperts;
+    return activations::read_activation_file(capture::run_capture(o).files[0]);
+  };
+  auto routers = capture_layer_two(Site::kRouter, "router");
+  auto experts = capture_layer_two(Site::kExperts, "experts");
+  CHECK(routers.attributes.hidden_size == 8);
+  auto m = model::TransformerModel::load(model_dir, {});
+  auto tok = tokenizer::Tokenizer::from_file(model_dir);
+  safetensors::File weights(model_dir + "/model.safetensors");
+  const at::Tensor bias = read_tensor(weights, weights.at("model.layers.2.mlp.gate.e_score_correction_bias"));
+  data::Dataset d = data::read_dataset(dataset, {});
+  for (Split split : activations::kSplits) {
+    const auto& rows = routers.split(split);
+    const auto& chosen = experts.split(split);
+    for (int64_t e = 0; e < rows.examples(); ++e) {
+      const std::string& text = d.examples[static_cast<size_t>(rows.example_index[static_cast<size_t>(e)])].text;
+      // Layers with a router: 1, 2, 3.
+      at::Tensor logits = readout::read_hidden_states(m, tok.encode(text + readout::kDefaultPromptSuffix)).router_logits[1][-1];
+      CHECK((file_row(rows.activations, e, 8) - logits).abs().max().item<double>() < 1e-5);
+      const std::map<int64_t, double> expected = deepseek_choice(logits, bias);
+      for (int64_t j = 0; j < 2; ++j) {
+        const int64_t id = chosen.expert_ids[static_cast<size_t>(e * 2 + j)];
+        REQUIRE_MESSAGE(expected.count(id) == 1, "example ", e, " chose expert ", id);
+        CHECK(chosen.expert_weights[static_cast<size_t>(e * 2 + j)] == doctest::Approx(expected.at(id)).epsilon(1e-5));
       }
     }
   }

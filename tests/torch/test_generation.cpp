@@ -93,6 +93,8 @@ GENERATION_TEST("gemma4_text")
 GENERATION_TEST("gpt_oss")
 GENERATION_TEST("qwen3_5_text")
 GENERATION_TEST("qwen3_next")
+// Latent attention: the prompt's pass expanded, each step in the absorbed form over the cached latents.
+GENERATION_TEST("deepseek_v3")
 
 namespace {
 
@@ -127,8 +129,9 @@ Collected generate_batch(const model::TransformerModel& model, const std::vector
 
 TEST_CASE("prompts of different lengths generated in one batch give each prompt's own generation") {
   // A sliding window (gemma3_text: 8), routed experts (mixtral), longrope crossing its limit (phi3_longrope) and
-  // recurrent states that must stop at each prompt's end, not at the batch's (qwen3_5_text).
-  for (const char* name : {"gemma3_text", "mixtral", "phi3_longrope", "gpt2", "qwen3_5_text"}) {
+  // recurrent states that must stop at each prompt's end, not at the batch's (qwen3_5_text), and latents cached
+  // after a shorter prompt's padding (deepseek_v3).
+  for (const char* name : {"gemma3_text", "mixtral", "phi3_longrope", "gpt2", "qwen3_5_text", "deepseek_v3"}) {
     model::TransformerModel model = load_generator(fixture_model(name));
     std::vector<readout::Sequence> prompts = reference_prompts(name);
     generation::GenerationOptions options;
@@ -278,6 +281,11 @@ TEST_CASE("probes read each new token as --per-token reads that position: the to
   // states sum the tokens in another order here (the prompt in chunks, then a token at a time) than when each
   // prefix runs in one pass: fp32 rounding, up to 2e-5 through the experts (with the suffix left in the states: 0.2 to 0.7).
   check_rows_while_generating("qwen3_next", residual, anchor_suffix("qwen3_next"), 1e-4);
+  // Latent attention: the suffix attends over the cached latents in the absorbed form, read_prefixes over the
+  // recorded ones expanded. The experts' site, whose ids must not flip between the two.
+  check_rows_while_generating("deepseek_v3", residual, anchor_suffix("deepseek_v3"), 1e-4);
+  check_rows_while_generating("deepseek_v3", {Site::kExperts, readout::Position::kLast, {1, 3}, 0},
+                              anchor_suffix("deepseek_v3"), 1e-4);
 }
 
 TEST_CASE("a model split over two devices generates the ids, logits and probe rows of one device, bitwise (fp32)") {
@@ -470,8 +478,8 @@ TEST_CASE("rotary models generate past max_position_embeddings, as transformers 
                        std::invalid_argument);
 }
 
-TEST_CASE("rows that join and leave between steps generate as alone, Gated DeltaNet states included") {
-  for (const char* name : {"qwen3_5_text", "qwen3_next"}) {
+TEST_CASE("rows that join and leave between steps generate as alone, Gated DeltaNet states and latent caches included") {
+  for (const char* name : {"qwen3_5_text", "qwen3_next", "deepseek_v3"}) {
     CAPTURE(name);
     model::TransformerModel model = load_generator(fixture_model(name));
     const Json reference = read_json_file(fixture_model(name) + "/generation.json");

@@ -159,7 +159,8 @@ TEST_CASE("packed sequences read the same rows as a padded batch, for every fami
                         {"llama", Site::kResidPost},    {"gpt2", Site::kMlpOut},
                         {"gpt_neox", Site::kResidMid},  {"olmo2", Site::kResidPost},
                         {"phi3", Site::kResidPre},      {"qwen3_moe", Site::kRouter},
-                        {"qwen2_moe", Site::kResidPost}, {"qwen3_next", Site::kAttnOut}};
+                        {"qwen2_moe", Site::kResidPost}, {"qwen3_next", Site::kAttnOut},
+                        {"deepseek_v3", Site::kAttnOut}};
   for (const Case& c : cases) {
     auto model = model::TransformerModel::load(fixture_model(c.model), {});
     const int64_t layers = model.config().num_layers;
@@ -185,8 +186,8 @@ TEST_CASE("packed sequences read the same rows as a padded batch, for every fami
 }
 
 TEST_CASE("a packed pass's last layer finishes only last_layer_rows: the same values, the other tokens not computed") {
-  // Post-norms, parallel residual, experts, a Gated DeltaNet last layer.
-  for (const char* name : {"gemma3_text", "gpt_neox", "qwen3_moe", "qwen3_5_text"}) {
+  // Post-norms, parallel residual, experts, a Gated DeltaNet last layer, a latent attention one.
+  for (const char* name : {"gemma3_text", "gpt_neox", "qwen3_moe", "qwen3_5_text", "deepseek_v3"}) {
     CAPTURE(name);
     auto model = model::TransformerModel::load(fixture_model(name), {});
     const int64_t last = model.config().num_layers - 1;
