@@ -112,6 +112,8 @@ void print_info(const std::string& dir, bool json) {
                 {"vocab_size", c.vocab_size}, {"parameters", checkpoint.parameter_count()},
                 {"weights_dtype", checkpoint.dominant_dtype()}, {"activation", model::activation_name(c.features.activation)},
                 {"attention", kinds}, {"quantization", quantization}};
+    const model::CacheBytesPerToken cache = model::kv_cache_bytes_per_token(c, 2.0);
+    out["kv_cache_bytes_per_token_bf16"] = {{"cached", cache.cached}, {"expanded", cache.expanded}};
     if (moe.experts > 0) {
       out["routed_experts"] = {{"experts", moe.experts}, {"top_k", moe.top_k},
                                {"intermediate_size", moe.intermediate_size}, {"layers", model::routed_expert_layers(c)}};
@@ -131,6 +133,9 @@ void print_info(const std::string& dir, bool json) {
   fmt::print("quantization: {}\n", quantization);
   if (c.per_layer_input_size > 0) fmt::print("per-layer inputs: {} per layer\n", c.per_layer_input_size);
   for (const auto& [kind, layers] : layer_kinds) fmt::print("layers {}: {}\n", fmt::join(layers, ","), kind);
+  const model::CacheBytesPerToken cache = model::kv_cache_bytes_per_token(c, 2.0);
+  fmt::print("generation cache per token in bf16: {:.0f} bytes{}\n", cache.cached,
+             cache.expanded != cache.cached ? fmt::format(" (expanded keys and values would take {:.0f})", cache.expanded) : "");
 }
 
 void write_hidden(const std::string& dir, const std::string& text, const std::string& output,
