@@ -43,13 +43,18 @@
 #      (attention_probe_train_s) beside bench/python/torch_attention_probe.py training the same architecture one label
 #      at a time in PyTorch (torch_attention_probe_train_s: its training alone; its whole process beside), with both
 #      mean test AUROCs;
+#   14. oss: a gpt-oss-20b-shaped checkpoint in MXFP4 (bench/python/make_oss_bench_model.py, about 13.7 GB) with the
+#      real Qwen 3 tokenizer, captured at layers 6,12,18,23 by capture_activations (its experts kept packed; the GPU's
+#      memory sampled every 200 ms beside it for the peak) vs transformers' batched forward (moe_baseline.py: as
+#      installed there, it dequantizes the experts to bf16 when it lacks the MXFP4 kernels), alternating;
 #   4. MoE capture: a Qwen3-30B-A3B-shaped random checkpoint (bench/python/make_moe_bench_model.py, MOE_LAYERS
 #      layers, 24 by default: one 80 GB GPU) with the real Qwen 3 tokenizer, captured at layers n/4, n/2, 3n/4,
 #      n-1 (6,12,18,23) by capture_activations vs transformers' batched forward (bench/python/moe_baseline.py),
 #      alternating, on the same dataset, then a profile of the capture as in 1c.
 # Usage: bash bench/gpu_benchmarks.sh OUT_DIR [STEP...]
 #   steps: build model capture profile alllayers spread multigpu split train generate server coldstart moe steer sweep
-#          previous python_api chat hybrid attention (default: all but previous, python_api, chat, hybrid and attention)
+#          previous python_api chat hybrid attention oss (default: all but previous, python_api, chat, hybrid, attention
+#          and oss)
 # RUNS (default 2) sets the runs of each side; PYTHON_RUNS (default RUNS) those of the Python side, whose
 # capture and training take minutes a run.
 set -euo pipefail
@@ -329,5 +334,24 @@ if has attention; then
     # Its "seconds" (torch_attention_probe_train_s) is the training alone; this is its whole process, as ours.
     echo "{\"run\": $run, \"torch_attention_probe_process_s\": $(awk "BEGIN{print $(seconds) - $start}")}" |
       tee -a "$out/attention_process.jsonl"
+  done
+fi
+if has oss; then
+  oss_model=/tmp/oss_bench_model
+  [ -s /tmp/qwen3_tokenizer.json ] || gunzip -c .gpu/qwen3_tokenizer.json.gz > /tmp/qwen3_tokenizer.json
+  [ -s "$oss_model/config.json" ] || "$python" bench/python/make_oss_bench_model.py "$oss_model" /tmp/qwen3_tokenizer.json
+  [ -s "$dataset" ] || make_dataset
+  sync
+  du -sb "$oss_model" | tee "$out/oss_model_bytes.txt"
+  for run in $(seq "$runs"); do
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 > "$out/oss_gpu_memory_mib_$run.txt" &
+    sampler=$!
+    "$tools/capture_activations" --model "$oss_model" --dataset "$dataset" --output-dir "/tmp/oss_capture_$run" \
+      --layers 6,12,18,23 --overwrite --json -q > "$out/oss_capture_probekit_$run.json"
+    kill "$sampler"
+    grep -h examples_per_second "$out/oss_capture_probekit_$run.json"
+    echo "peak GPU memory (MiB): $(sort -n "$out/oss_gpu_memory_mib_$run.txt" | tail -1)"
+    [ "$run" -gt "$python_runs" ] || PYTHONUNBUFFERED=1 "$python" bench/python/moe_baseline.py "$oss_model" "$dataset" \
+      --layers 6 12 18 23 | tee "$out/oss_capture_python_$run.json"
   done
 fi
