@@ -320,22 +320,30 @@ TEST_CASE("router and experts sites: rows are the routing of single passes, shar
   CHECK_CONTAINS(usage_error(Site::kRouter, readout::Position::kLast, "1"), "the layers with a router are 0,2,3");
 }
 
-// gpt-oss routes by its router's top k logits (bias included), weighted by a softmax over those k alone.
-TEST_CASE("router and experts sites of gpt_oss: the logits with their bias, the top k logits softmaxed") {
+namespace {
+
+// A routed expert a capture chose for an example: its id and weight.
+using Chosen = std::vector<std::pair<int64_t, double>>;
+
+// Captures layer `layer` of the fixture `model_name` at the router and experts sites (16 texts, last position) and
+// calls `check` for every example with the router logits recomputed from its text (`router` indexes the layers with a
+// router), the captured row of logits and the captured (expert, weight) pairs, most probable first.
+void check_routing_sites(const std::string& model_name, int64_t layer, int64_t router,
+                         const std::function<void(const at::Tensor&, const at::Tensor&, const Chosen&)>& check) {
   TempDir tmp;
-  const std::string model_dir = fixture_model("gpt_oss"), dataset = write_dataset(tmp, 16);
-  auto capture_layer_one = [&](Site site, const std::string& out) {
+  const std::string model_dir = fixture_model(model_name), dataset = write_dataset(tmp, 16);
+  auto capture_layer = [&](Site site, const std::string& out) {
     capture::CaptureOptions o = base_options(dataset, tmp.file(out));
     o.model_dir = model_dir;
     o.site = site;
     o.position = readout::Position::kLast;
-    o.layers = "1";
+    o.layers = std::to_string(layer);
     o.gzip = site == Site::kExperts;
     return activations::read_activation_file(capture::run_capture(o).files[0]);
   };
-  auto routers = capture_layer_one(Site::kRouter, "router");
-  auto experts = capture_layer_one(Site::kExperts, "experts");
-  CHECK(routers.attributes.hidden_size == 4);
+  auto routers = capture_layer(Site::kRouter, "router");
+  auto experts = capture_layer(Site::kExperts, "experts");
+  const int64_t width = routers.attributes.hidden_size, top_k = experts.attributes.hidden_size;
   auto m = model::TransformerModel::load(model_dir, {});
   auto tok = tokenizer::Tokenizer::from_file(model_dir);
   data::Dataset d = data::read_dataset(dataset, {});
@@ -344,19 +352,17 @@ TEST_CASE("router and experts sites of gpt_oss: the logits with their bias, the 
     const auto& chosen = experts.split(split);
     for (int64_t e = 0; e < rows.examples(); ++e) {
       const std::string& text = d.examples[static_cast<size_t>(rows.example_index[static_cast<size_t>(e)])].text;
-      at::Tensor logits = readout::read_hidden_states(m, tok.encode(text + readout::kDefaultPromptSuffix)).router_logits[1][-1];
-      CHECK((file_row(rows.activations, e, 4) - logits).abs().max().item<double>() < 1e-5);
-      auto [top, ids] = at::topk(logits, 2);
-      at::Tensor weights = at::softmax(top, -1);
-      for (int64_t j = 0; j < 2; ++j) {
-        CHECK(chosen.expert_ids[static_cast<size_t>(e * 2 + j)] == ids[j].item<int64_t>());
-        CHECK(chosen.expert_weights[static_cast<size_t>(e * 2 + j)] == doctest::Approx(weights[j].item<double>()).epsilon(1e-5));
+      at::Tensor logits =
+          readout::read_hidden_states(m, tok.encode(text + readout::kDefaultPromptSuffix)).router_logits[router][-1];
+      Chosen pairs;
+      for (int64_t j = 0; j < top_k; ++j) {
+        const auto at = static_cast<size_t>(e * top_k + j);
+        pairs.emplace_back(chosen.expert_ids[at], chosen.expert_weights[at]);
       }
+      check(logits, file_row(rows.activations, e, width), pairs);
     }
   }
 }
-
-namespace {
 
 // DeepSeek V3's choice among 8 experts in 4 groups of 2 (the best 2 groups kept, top 2), from a token's router logits
 // and the correction bias, as transformers' DeepseekV3TopkRouter makes it: expert -> weight.
@@ -379,43 +385,37 @@ std::map<int64_t, double> deepseek_choice(const at::Tensor& logits, const at::Te
 
 }  // namespace
 
+// gpt-oss routes by its router's top k logits (bias included), weighted by a softmax over those k alone.
+TEST_CASE("router and experts sites of gpt_oss: the logits with their bias, the top k logits softmaxed") {
+  check_routing_sites("gpt_oss", 1, 1, [](const at::Tensor& logits, const at::Tensor& row, const Chosen& chosen) {
+    REQUIRE(row.size(0) == 4);
+    CHECK((row - logits).abs().max().item<double>() < 1e-5);
+    auto [top, ids] = at::topk(logits, 2);
+    at::Tensor weights = at::softmax(top, -1);
+    REQUIRE(chosen.size() == 2);
+    for (int64_t j = 0; j < 2; ++j) {
+      CHECK(chosen[static_cast<size_t>(j)].first == ids[j].item<int64_t>());
+      CHECK(chosen[static_cast<size_t>(j)].second == doctest::Approx(weights[j].item<double>()).epsilon(1e-5));
+    }
+  });
+}
+
 // DeepSeek V3 routes by sigmoid scores within groups, with a correction bias for choosing only.
 TEST_CASE("router and experts sites of deepseek_v3: the raw logits, the experts chosen by groups with their bias") {
-  TempDir tmp;
-  const std::string model_dir = fixture_model("deepseek_v3"), dataset = write_dataset(tmp, 16);
-  auto capture_layer_two = [&](Site site, const std::string& out) {
-    capture::CaptureOptions o = base_options(dataset, tmp.file(out));
-    o.model_dir = model_dir;
-    o.site = site;
-    o.position = readout::Position::kLast;
-    o.layers = "2";
-    o.gzip = site == Site::kExperts;
-    return activations::read_activation_file(capture::run_capture(o).files[0]);
-  };
-  auto routers = capture_layer_two(Site::kRouter, "router");
-  auto experts = capture_layer_two(Site::kExperts, "experts");
-  CHECK(routers.attributes.hidden_size == 8);
-  auto m = model::TransformerModel::load(model_dir, {});
-  auto tok = tokenizer::Tokenizer::from_file(model_dir);
+  const std::string model_dir = fixture_model("deepseek_v3");
   safetensors::File weights(model_dir + "/model.safetensors");
   const at::Tensor bias = read_tensor(weights, weights.at("model.layers.2.mlp.gate.e_score_correction_bias"));
-  data::Dataset d = data::read_dataset(dataset, {});
-  for (Split split : activations::kSplits) {
-    const auto& rows = routers.split(split);
-    const auto& chosen = experts.split(split);
-    for (int64_t e = 0; e < rows.examples(); ++e) {
-      const std::string& text = d.examples[static_cast<size_t>(rows.example_index[static_cast<size_t>(e)])].text;
-      // Layers with a router: 1, 2, 3.
-      at::Tensor logits = readout::read_hidden_states(m, tok.encode(text + readout::kDefaultPromptSuffix)).router_logits[1][-1];
-      CHECK((file_row(rows.activations, e, 8) - logits).abs().max().item<double>() < 1e-5);
-      const std::map<int64_t, double> expected = deepseek_choice(logits, bias);
-      for (int64_t j = 0; j < 2; ++j) {
-        const int64_t id = chosen.expert_ids[static_cast<size_t>(e * 2 + j)];
-        REQUIRE_MESSAGE(expected.count(id) == 1, "example ", e, " chose expert ", id);
-        CHECK(chosen.expert_weights[static_cast<size_t>(e * 2 + j)] == doctest::Approx(expected.at(id)).epsilon(1e-5));
-      }
+  // Layers with a router: 1, 2, 3.
+  check_routing_sites("deepseek_v3", 2, 1, [&](const at::Tensor& logits, const at::Tensor& row, const Chosen& chosen) {
+    REQUIRE(row.size(0) == 8);
+    CHECK((row - logits).abs().max().item<double>() < 1e-5);
+    const std::map<int64_t, double> expected = deepseek_choice(logits, bias);
+    REQUIRE(chosen.size() == 2);
+    for (const auto& [id, weight] : chosen) {
+      REQUIRE_MESSAGE(expected.count(id) == 1, "expert ", id, " was chosen");
+      CHECK(weight == doctest::Approx(expected.at(id)).epsilon(1e-5));
     }
-  }
+  });
 }
 
 TEST_CASE("an out-of-memory batch is retried in halves and the run completes with the same rows") {
