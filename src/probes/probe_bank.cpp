@@ -87,8 +87,8 @@ at::Tensor ProbeBank::forward(const at::Tensor& input) const {
 }
 
 at::Tensor ProbeBank::forward_chunk(const at::Tensor& x) const {
-  // Masks of ones are the evaluation pass; only its logits are kept.
-  return kind_->forward(*this, x, at::ones({x.size(0), mask_width(shape_)}, x.options())).logits;
+  // No masks: the evaluation pass; only its logits are kept.
+  return kind_->forward(*this, x, at::Tensor()).logits;
 }
 
 TrainActivations ProbeBank::forward_train(const at::Tensor& x, const at::Tensor& keep) const {

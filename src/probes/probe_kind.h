@@ -99,7 +99,8 @@ class ProbeKind {
   virtual DropoutLayout dropout_layout(const ProbeShape& shape) const = 0;
   /// Values per example and probe of an evaluation pass's largest intermediate (to size its row chunks).
   virtual int64_t evaluation_width(const ProbeShape& shape) const = 0;
-  /// The forward pass of a batch [B, H] with dropout masks already scaled (0 or 1/(1-p); ones to evaluate).
+  /// The forward pass of a batch [B, H] with dropout masks already scaled (0 or 1/(1-p)); undefined to evaluate
+  /// (no dropout: no backward follows).
   virtual TrainActivations forward(const ProbeBank& bank, const at::Tensor& input, const at::Tensor& masks) const = 0;
   /// Writes into `grads` (the bank's parameters' gradient views) the gradient of sum(grad_logits * logits).
   virtual void backward(const ProbeBank& bank, const TrainActivations& saved, const at::Tensor& grad_logits,

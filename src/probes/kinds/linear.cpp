@@ -12,7 +12,7 @@ TrainActivations LinearKind::forward(const ProbeBank& bank, const at::Tensor& x,
   const int64_t batch = x.size(0), k = bank.probes(), o = bank.shape().outputs;
   TrainActivations saved;
   saved.masks = masks;
-  saved.input = x * masks;
+  saved.input = masks.defined() ? x * masks : x;
   at::Tensor weight = bank.parameter(kWeight).view({k * o, bank.shape().input_dim});
   saved.logits = at::addmm(bank.parameter(kBias).view({k * o}), saved.input, weight.t()).view({batch, k, o});
   return saved;

@@ -75,8 +75,9 @@ class MultiheadKind : public ProbeKind {
   }
 };
 
-TrainActivations MultiheadKind::forward(const ProbeBank& bank, const at::Tensor& x, const at::Tensor& masks) const {
+TrainActivations MultiheadKind::forward(const ProbeBank& bank, const at::Tensor& x, const at::Tensor& dropout) const {
   const int64_t batch = x.size(0), k = bank.probes(), h = bank.shape().hidden_dim;
+  const at::Tensor masks = dropout.defined() ? dropout : at::ones({batch, 3 * h}, x.options());
   TrainActivations saved;
   saved.masks = masks;
   saved.input = x;
