@@ -142,11 +142,15 @@ void check_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, const std::
 at::Tensor decode_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, at::ScalarType dtype) {
   const at::Device device = blocks.device();
   std::vector<int64_t> shape = scales.sizes().vec();
-  at::Tensor values = mxfp4_byte_values().to(device).index_select(0, blocks.flatten().to(at::kLong));  // [bytes, 2]
+  // In bf16 or fp32 throughout: an e2m1 value (two significant bits) times a power of two from 2^-127 to 2^127 is
+  // exact in both, so no wider copy of the weights is made; fp16's range is narrower: decoded in fp32, then cast.
+  const at::ScalarType exact = dtype == at::kHalf ? at::kFloat : dtype;
+  at::Tensor values =
+      mxfp4_byte_values().to(device, exact).index_select(0, blocks.flatten().to(at::kInt));  // [bytes, 2]
   shape.push_back(32);
   values = values.view(shape);  // [..., G, 32]
-  at::Tensor factors = e8m0_values().to(device).index_select(0, scales.flatten().to(at::kLong)).view(scales.sizes());
-  values = values * factors.unsqueeze(-1);
+  at::Tensor factors = e8m0_values().to(device, exact).index_select(0, scales.flatten().to(at::kInt)).view(scales.sizes());
+  values.mul_(factors.unsqueeze(-1));
   shape.pop_back();
   shape.back() *= 32;
   return values.view(shape).to(dtype);

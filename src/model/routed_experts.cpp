@@ -19,12 +19,15 @@ namespace {
 
 // Whether at::_grouped_mm runs the experts as one kernel: bf16 operands on a Hopper GPU (compute capability 9.x,
 // where LibTorch has its CUTLASS kernel from 2.8 on; elsewhere it refuses, or loops over the groups with host
-// syncs of its own), and rows whose byte strides are multiples of 16, as the kernel needs.
+// syncs of its own), and rows whose byte strides are multiples of 16, as the kernel needs. MXFP4 experts kept
+// packed are decoded to bf16 for it, all of a layer's at once.
 bool grouped_gemm_fits(const at::Tensor& rows, const RoutedExperts& w) {
 #if defined(PROBEKIT_HAS_GROUPED_MM) && defined(PROBEKIT_WITH_CUDA)
-  if (!w.gate_up.defined()) return false;  // MXFP4 kept packed: decoded expert by expert
-  if (!rows.is_cuda() || rows.scalar_type() != at::kBFloat16 || w.gate_up.scalar_type() != at::kBFloat16) return false;
-  if (rows.size(1) % 8 != 0 || w.down.size(2) % 8 != 0) return false;
+  const bool packed = !w.gate_up.defined();
+  if (!rows.is_cuda() || rows.scalar_type() != at::kBFloat16) return false;
+  if (!packed && w.gate_up.scalar_type() != at::kBFloat16) return false;
+  const int64_t inner = packed ? w.down_mxfp4.scales.size(-1) * 32 : w.down.size(2);
+  if (rows.size(1) % 8 != 0 || inner % 8 != 0) return false;
   int major = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, rows.device().index()) != cudaSuccess) {
     cudaGetLastError();
@@ -55,6 +58,14 @@ at::Tensor plus_bias(const at::Tensor& product, const at::Tensor& bias, const at
   return bias.defined() ? product + bias.index_select(0, row_experts) : product;
 }
 
+// Every expert's weights [experts, out, in] in `dtype`: the stacked ones, or all decoded from MXFP4 (a scratch
+// for one batch's products, freed after them).
+std::pair<at::Tensor, at::Tensor> stacked_weights(const RoutedExperts& w, at::ScalarType dtype) {
+  if (w.gate_up.defined()) return {w.gate_up, w.down};
+  return {decode_mxfp4(w.gate_up_mxfp4.blocks, w.gate_up_mxfp4.scales, dtype),
+          decode_mxfp4(w.down_mxfp4.blocks, w.down_mxfp4.scales, dtype)};
+}
+
 // Expert e's weight [out, in] in `dtype`: a view of the stacked weights, or decoded from MXFP4 (a scratch of one
 // expert's weight, freed after its product).
 at::Tensor expert_weight(const at::Tensor& stacked, const Mxfp4Weight& packed, int64_t e, at::ScalarType dtype) {
@@ -71,9 +82,10 @@ at::Tensor expert_products(const at::Tensor& sorted, const at::Tensor& sorted_ex
 #ifdef PROBEKIT_HAS_GROUPED_MM
   if (grouped_gemm_fits(sorted, w)) {
     // The second operands are [experts, in, out] views of the [experts, out, in] weights.
-    at::Tensor gate_up = plus_bias(at::_grouped_mm(sorted, w.gate_up.transpose(1, 2), ends), w.gate_up_bias, sorted_experts);
+    auto [gate_up_weight, down_weight] = stacked_weights(w, dtype);
+    at::Tensor gate_up = plus_bias(at::_grouped_mm(sorted, gate_up_weight.transpose(1, 2), ends), w.gate_up_bias, sorted_experts);
     at::Tensor inner = expert_activation(gate_up, activation, limit);
-    return plus_bias(at::_grouped_mm(inner, w.down.transpose(1, 2), ends), w.down_bias, sorted_experts);
+    return plus_bias(at::_grouped_mm(inner, down_weight.transpose(1, 2), ends), w.down_bias, sorted_experts);
   }
 #endif
   // The portable way: the slice sizes read once on the host, then one pair of products per expert with tokens.

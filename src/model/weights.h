@@ -177,7 +177,7 @@ struct RoutedExperts {
   at::Tensor down;     // [experts, hidden, intermediate]
   at::Tensor gate_up_bias, down_bias;  // [experts, 2 * intermediate] and [experts, hidden] (gpt-oss); or undefined
   // MXFP4 experts kept packed (LoadOptions::keep_mxfp4_packed), in place of gate_up and down (then undefined):
-  // each batch decodes the experts it routes to, one at a time.
+  // each batch decodes its layer's experts, all at once for one grouped product on Hopper, else one at a time.
   Mxfp4Weight gate_up_mxfp4, down_mxfp4;
   DenseMlp shared_expert;         // Qwen 2 MoE, DeepSeek V3: taken by every token; empty otherwise
   at::Tensor shared_expert_gate;  // [1, hidden]: the shared expert's output is scaled by sigmoid(gate x); or none
