@@ -31,7 +31,7 @@ struct LoadOptions {
   /// device forming a stage (see model/placement.h). The hidden state moves to the next stage's device
   /// between layers. Empty: every layer on `device`.
   std::vector<at::Device> layer_devices;
-  /// MXFP4 experts (gpt-oss) kept packed and decoded expert by expert in each batch (true), or dequantized on load
+  /// MXFP4 experts (gpt-oss) kept packed and decoded in each batch (true; see RoutedExperts), or dequantized on load
   /// into the dtype (false); unset: packed on CUDA devices, where memory is short. Tests set it on the CPU.
   std::optional<bool> keep_mxfp4_packed;
 };
