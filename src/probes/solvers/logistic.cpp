@@ -37,8 +37,13 @@ at::Tensor per_problem(const at::Tensor& values) {
   return values.defined() ? values.t().to(at::kDouble).contiguous() : at::Tensor();
 }
 
-at::Tensor rows_of(const at::Tensor& values, const at::Tensor& rows) {
-  return values.defined() ? values.index_select(0, rows) : values;
+// The binary fits' loss over the problems' rows of `targets` and `weights` ([K, N] solver values; weights undefined
+// for all ones), as LinearModelObjective::loss.
+decltype(LinearModelObjective::loss) binary_loss(at::Tensor targets, at::Tensor weights, double scale) {
+  return [=](const at::Tensor& z, const at::Tensor& rows) {
+    return binary_terms(z, targets.index_select(0, rows), weights.defined() ? weights.index_select(0, rows) : weights,
+                        scale);
+  };
 }
 
 void check_problem(const BinaryLogisticProblem& p, bool one_column_per_problem) {
@@ -98,16 +103,13 @@ LogisticFit fit_binary_logistic(const BinaryLogisticProblem& problem, const Lbfg
   const double scale = 1.0 / static_cast<double>(rows), penalty = 1.0 / (problem.C * static_cast<double>(rows));
   const at::TensorOptions solver = problem.inputs.options().dtype(at::kDouble);
   const RowBlockProducts products(problem.inputs);
-  at::Tensor targets = per_problem(problem.targets), weights = per_problem(problem.weights);
   // x [K, H + 1]: each problem's weights, then its intercept; its scores are its logits over the rows [N],
   // the products in the inputs' dtype.
   LinearModelObjective objective;
   objective.scores = [&](const at::Tensor& x, const at::Tensor&) {
     return products.times_rows(x.narrow(1, 0, features)).to(at::kDouble).add_(x.narrow(1, features, 1));
   };
-  objective.loss = [&](const at::Tensor& z, const at::Tensor& r) {
-    return binary_terms(z, targets.index_select(0, r), rows_of(weights, r), scale);
-  };
+  objective.loss = binary_loss(per_problem(problem.targets), per_problem(problem.weights), scale);
   objective.pullback = [&](const at::Tensor& dz, const at::Tensor&) {
     return at::cat({products.over_rows(dz).to(at::kDouble), dz.sum(1, true)}, 1);
   };
@@ -120,16 +122,13 @@ LogisticFit fit_scalar_logistic(const BinaryLogisticProblem& problem, const Lbfg
   const int64_t rows = problem.inputs.size(0), k = problem.targets.size(1);
   const double scale = 1.0 / static_cast<double>(rows), penalty = 1.0 / (problem.C * static_cast<double>(rows));
   const at::TensorOptions solver = problem.inputs.options().dtype(at::kDouble);
-  at::Tensor projections = per_problem(problem.inputs), targets = per_problem(problem.targets);
-  at::Tensor weights = per_problem(problem.weights);
+  at::Tensor projections = per_problem(problem.inputs);
   // x [K, 2]: each problem's scale a and intercept b; its logits are a p + b for its projections p.
   LinearModelObjective objective;
   objective.scores = [&](const at::Tensor& x, const at::Tensor& r) {
     return x.narrow(1, 0, 1) * projections.index_select(0, r) + x.narrow(1, 1, 1);
   };
-  objective.loss = [&](const at::Tensor& z, const at::Tensor& r) {
-    return binary_terms(z, targets.index_select(0, r), rows_of(weights, r), scale);
-  };
+  objective.loss = binary_loss(per_problem(problem.targets), per_problem(problem.weights), scale);
   objective.pullback = [&](const at::Tensor& dz, const at::Tensor& r) {
     return at::cat({(dz * projections.index_select(0, r)).sum(1, true), dz.sum(1, true)}, 1);
   };
