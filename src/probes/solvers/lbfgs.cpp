@@ -1,8 +1,12 @@
 #include "probes/solvers/lbfgs.h"
 
+#include <ATen/Parallel.h>
+
+#include <algorithm>
 #include <cmath>
 #include <deque>
 #include <limits>
+#include <numeric>
 
 #include "common/error.h"
 
@@ -16,7 +20,7 @@ constexpr double kRoundingSlack = 1e-11;  // relative rise of f still taken for 
 constexpr int kMaxTrials = 60;
 // Every so many iterations the scores are recomputed from the parameters rather than moved along, so the
 // rounding of the moves cannot accumulate.
-constexpr int64_t kRescoreEvery = 20;
+constexpr int64_t kRescoreEvery = 50;
 
 at::Tensor row_dot(const at::Tensor& a, const at::Tensor& b) { return (a * b).sum(1); }
 
@@ -57,7 +61,7 @@ at::Tensor penalty_value(const LinearModelObjective& objective, const at::Tensor
 Point complete(const LinearModelObjective& objective, at::Tensor x, at::Tensor z, const at::Tensor& rows,
                const std::pair<at::Tensor, at::Tensor>& loss) {
   at::Tensor f = loss.first + penalty_value(objective, x);
-  at::Tensor g = objective.pullback(loss.second, rows) + x * objective.penalty;
+  at::Tensor g = objective.pullback(loss.second, rows).addcmul_(x, objective.penalty);
   return {std::move(x), std::move(z), std::move(f), std::move(g)};
 }
 
@@ -67,6 +71,33 @@ Point evaluate(const LinearModelObjective& objective, const at::Tensor& x, const
   return complete(objective, x, std::move(z), rows, loss);
 }
 
+double dot(const double* a, const double* b, int64_t n) {
+  double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < n; ++j) sum += a[j] * b[j];
+  return sum;
+}
+
+// a += scale * b
+void add_scaled(double* a, const double* b, double scale, int64_t n) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) a[j] += scale * b[j];
+}
+
+// The two-loop recursion of one problem (Nocedal and Wright, algorithm 7.4): q [n] holds its gradient on entry
+// and -H g on return; s and y are its rows of the pairs, oldest first, rho their 1 / s.y (0 where it added none).
+void two_loop(double* q, int64_t n, const std::vector<const double*>& s, const std::vector<const double*>& y,
+              const std::vector<double>& rho, double gamma) {
+  std::vector<double> alphas(s.size());
+  for (size_t i = s.size(); i-- > 0;) {
+    alphas[i] = rho[i] * dot(s[i], q, n);
+    add_scaled(q, y[i], -alphas[i], n);
+  }
+  for (int64_t j = 0; j < n; ++j) q[j] *= gamma;
+  for (size_t i = 0; i < s.size(); ++i) add_scaled(q, s[i], alphas[i] - rho[i] * dot(y[i], q, n), n);
+  for (int64_t j = 0; j < n; ++j) q[j] = -q[j];
+}
+
 // The last pairs (s, y) of every problem. A problem that had no pair to add at some iteration has zero rows
 // (and rho 0) there, which the two-loop recursion passes over.
 class History {
@@ -74,17 +105,27 @@ class History {
   History(int64_t problems, int64_t capacity, at::TensorOptions options)
       : capacity_(capacity), gamma_(at::ones({problems}, options)), pairs_(at::zeros({problems}, options)) {}
 
-  // -H g by the two-loop recursion.
-  at::Tensor direction(const at::Tensor& g) const {
-    at::Tensor q = g.clone();
-    std::vector<at::Tensor> alphas(s_.size());
-    for (size_t i = s_.size(); i-- > 0;) {
-      alphas[i] = rho_[i] * row_dot(s_[i], q);
-      q.addcmul_(y_[i], column(alphas[i]), -1.0);
-    }
-    at::Tensor r = q.mul_(column(gamma_));
-    for (size_t i = 0; i < s_.size(); ++i) r.addcmul_(s_[i], column(alphas[i] - rho_[i] * row_dot(y_[i], r)));
-    return r.neg_();
+  // -H g [R, P] of the problems `rows` [R] by the two-loop recursion: on the CPU each problem's recursion runs
+  // over its own rows of the history in one pass per pair, which then stay in cache for the second loop.
+  at::Tensor direction(const at::Tensor& g, const at::Tensor& rows) const {
+    if (!g.is_cpu() || g.scalar_type() != at::kDouble) return tensor_direction(g).index_select(0, rows);
+    at::Tensor out = g.index_select(0, rows).contiguous();
+    at::Tensor problem_of = rows.to(at::kLong).contiguous();
+    const int64_t parameters = g.size(1), pairs = static_cast<int64_t>(s_.size());
+    at::parallel_for(0, rows.numel(), 1, [&](int64_t begin, int64_t end) {
+      std::vector<const double*> s(pairs), y(pairs);
+      std::vector<double> rho(pairs);
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t k = problem_of.data_ptr<int64_t>()[r];
+        for (int64_t i = 0; i < pairs; ++i) {
+          s[i] = s_[i].data_ptr<double>() + k * parameters;
+          y[i] = y_[i].data_ptr<double>() + k * parameters;
+          rho[i] = rho_[i].data_ptr<double>()[k];
+        }
+        two_loop(out.data_ptr<double>() + r * parameters, parameters, s, y, rho, gamma_.data_ptr<double>()[k]);
+      }
+    });
+    return out;
   }
 
   // Adds the pairs (s, y) [R, P] of the problems `rows` [R]; the other problems add nothing at this step.
@@ -103,8 +144,8 @@ class History {
       y = at::zeros({problems, y.size(1)}, y.options()).index_copy_(0, rows, y);
       rho = at::zeros({problems}, rho.options()).index_copy_(0, rows, rho);
     }
-    s_.push_back(std::move(s));
-    y_.push_back(std::move(y));
+    s_.push_back(s.contiguous());
+    y_.push_back(y.contiguous());
     rho_.push_back(std::move(rho));
     if (static_cast<int64_t>(s_.size()) > capacity_) {
       s_.pop_front();
@@ -117,6 +158,19 @@ class History {
   at::Tensor empty_rows() const { return pairs_ == 0; }
 
  private:
+  // The same recursion in tensor operations over all problems at once, for devices other than the CPU.
+  at::Tensor tensor_direction(const at::Tensor& g) const {
+    at::Tensor q = g.clone();
+    std::vector<at::Tensor> alphas(s_.size());
+    for (size_t i = s_.size(); i-- > 0;) {
+      alphas[i] = rho_[i] * row_dot(s_[i], q);
+      q.addcmul_(y_[i], column(alphas[i]), -1.0);
+    }
+    at::Tensor r = q.mul_(column(gamma_));
+    for (size_t i = 0; i < s_.size(); ++i) r.addcmul_(s_[i], column(alphas[i] - rho_[i] * row_dot(y_[i], r)));
+    return r.neg_();
+  }
+
   int64_t capacity_;
   std::deque<at::Tensor> s_, y_, rho_;
   at::Tensor gamma_, pairs_;
@@ -127,44 +181,80 @@ struct Line {
   at::Tensor z, u, a0, a1, a2, f, slope;  // slope: phi'(0) = d.g, negative along a descent direction
 };
 
-// The accepted steps of a line search: where `found`, the step t, the loss there and its derivative.
+// The accepted steps of a line search: the lines that found one (`moved`, increasing) and, for those, the step t
+// [R], the loss there [R] and its derivative (rows `moved` of `dloss` [lines, M]).
 struct Steps {
-  at::Tensor found, t, loss, dloss;
+  at::Tensor moved, t, loss, dloss;
 };
 
+std::vector<double> host_values(const at::Tensor& values) {
+  at::Tensor host = values.to(at::kCPU).to(at::kDouble).contiguous();
+  return std::vector<double>(host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
+}
+
+// Values picked from host vectors, as a tensor of `options`.
+template <typename T>
+at::Tensor device_values(const std::vector<T>& values, at::TensorOptions options) {
+  return at::tensor(at::ArrayRef<T>(values), at::TensorOptions().dtype(options.dtype())).to(options.device());
+}
+
 // Finds, for each line, a step satisfying the strong Wolfe conditions (or the rounding clause), from `t`:
-// doubled while the slope is still steep and the decrease sufficient, then bisected within the bracket.
-Steps search_lines(const LinearModelObjective& objective, const Line& line, const at::Tensor& rows, at::Tensor t) {
-  const int64_t count = t.size(0);
-  Steps out{at::zeros({count}, t.options().dtype(at::kBool)), at::zeros_like(t), at::zeros_like(t),
-            at::zeros_like(line.z)};
-  at::Tensor low = at::zeros_like(t), high = at::full_like(t, std::numeric_limits<double>::infinity());
-  at::Tensor pending = at::arange(count, rows.options());
-  for (int trial = 0; trial < kMaxTrials && pending.numel() > 0; ++trial) {
-    bool every = pending.numel() == count;
-    auto pick = [&](const at::Tensor& v) { return every ? v : v.index_select(0, pending); };
-    at::Tensor tp = pick(t), u = pick(line.u), slope = pick(line.slope), f0 = pick(line.f);
-    auto [loss, dloss] = objective.loss(at::addcmul(pick(line.z), column(tp), u), pick(rows));
-    at::Tensor a1 = pick(line.a1), a2 = pick(line.a2);
-    at::Tensor phi = loss + pick(line.a0) + a1 * tp + a2 * tp * tp;
-    at::Tensor dphi = row_dot(dloss, u) + a1 + 2.0 * a2 * tp;
-    at::Tensor armijo = (phi <= f0 + kArmijo * tp * slope) & at::isfinite(phi);
-    at::Tensor curvature = dphi.abs() <= kCurvature * slope.abs();
-    at::Tensor flat = (phi <= f0 + kRoundingSlack * f0.abs()) & curvature;
-    at::Tensor ok = (armijo & curvature) | flat;
-    at::Tensor accepted = pending.masked_select(ok);
-    out.found.index_fill_(0, accepted, true);
-    out.t.index_copy_(0, accepted, tp.masked_select(ok));
-    out.loss.index_copy_(0, accepted, loss.masked_select(ok));
-    out.dloss.index_copy_(0, accepted, dloss.index_select(0, ok.nonzero().flatten()));
-    at::Tensor beyond = ~armijo | (dphi > 0);  // the minimum along the line lies before t
-    high.index_copy_(0, pending, at::where(beyond, tp, pick(high)));
-    low.index_copy_(0, pending, at::where(beyond, pick(low), tp));
-    at::Tensor h = pick(high), l = pick(low);
-    t.index_copy_(0, pending, at::where(at::isinf(h), tp * 2.0, (l + h) * 0.5));
-    pending = pending.masked_select(~ok);
+// doubled while the slope is still steep and the decrease sufficient, then bisected within the bracket. The
+// losses along the lines are tensor work over the lines still searching; the bracketing, a few numbers per line,
+// runs on the host.
+Steps search_lines(const LinearModelObjective& objective, const Line& line, const at::Tensor& rows, std::vector<double> t) {
+  const auto count = static_cast<int64_t>(t.size());
+  const std::vector<double> f0 = host_values(line.f), slope = host_values(line.slope), a0 = host_values(line.a0),
+                            a1 = host_values(line.a1), a2 = host_values(line.a2);
+  std::vector<double> low(t.size(), 0.0), high(t.size(), std::numeric_limits<double>::infinity()), accepted_t(t.size()),
+      accepted_loss(t.size());
+  std::vector<int64_t> pending(t.size()), accepted;
+  std::iota(pending.begin(), pending.end(), int64_t{0});
+  at::Tensor dloss_rows = at::zeros_like(line.z);
+  const at::TensorOptions index_options = rows.options(), value_options = line.f.options();
+  for (int trial = 0; trial < kMaxTrials && !pending.empty(); ++trial) {
+    const bool every = static_cast<int64_t>(pending.size()) == count;
+    at::Tensor searching = every ? at::Tensor() : device_values(pending, index_options);
+    auto pick = [&](const at::Tensor& v) { return every ? v : v.index_select(0, searching); };
+    std::vector<double> tp(pending.size());
+    for (size_t j = 0; j < pending.size(); ++j) tp[j] = t[pending[j]];
+    at::Tensor u = pick(line.u);
+    auto [loss, dloss] = objective.loss(at::addcmul(pick(line.z), column(device_values(tp, value_options)), u), pick(rows));
+    const std::vector<double> losses = host_values(loss), slopes = host_values(row_dot(dloss, u));
+    // The lines that found their step, and their positions among the pending; the lines still searching.
+    std::vector<int64_t> found, found_at, still;
+    for (size_t j = 0; j < pending.size(); ++j) {
+      const int64_t k = pending[j];
+      const double phi = losses[j] + a0[k] + a1[k] * tp[j] + a2[k] * tp[j] * tp[j];
+      const double dphi = slopes[j] + a1[k] + 2.0 * a2[k] * tp[j];
+      const bool armijo = phi <= f0[k] + kArmijo * tp[j] * slope[k] && std::isfinite(phi);
+      const bool curvature = std::abs(dphi) <= kCurvature * std::abs(slope[k]);
+      const bool flat = phi <= f0[k] + kRoundingSlack * std::abs(f0[k]) && curvature;
+      if ((armijo && curvature) || flat) {
+        found.push_back(k);
+        found_at.push_back(static_cast<int64_t>(j));
+        accepted_t[k] = tp[j];
+        accepted_loss[k] = losses[j];
+        continue;
+      }
+      (!armijo || dphi > 0.0 ? high : low)[k] = tp[j];  // the minimum along the line lies before or after t
+      t[k] = std::isinf(high[k]) ? tp[j] * 2.0 : (low[k] + high[k]) * 0.5;
+      still.push_back(k);
+    }
+    if (!found.empty()) {
+      dloss_rows.index_copy_(0, device_values(found, index_options), dloss.index_select(0, device_values(found_at, index_options)));
+      accepted.insert(accepted.end(), found.begin(), found.end());
+    }
+    pending = std::move(still);
   }
-  return out;
+  std::sort(accepted.begin(), accepted.end());
+  std::vector<double> steps, losses;
+  for (int64_t k : accepted) {
+    steps.push_back(accepted_t[k]);
+    losses.push_back(accepted_loss[k]);
+  }
+  return {device_values(accepted, index_options), device_values(steps, value_options), device_values(losses, value_options),
+          dloss_rows};
 }
 
 // The problems that moved at a step, and their pairs: the step s and the change of the gradient y, [R, P].
@@ -184,18 +274,18 @@ Moves step_along(const LinearModelObjective& objective, Point& point, const at::
             row_dot(scaled, d) * 0.5,
             from.f,
             row_dot(d, from.g)};
-  Steps steps = search_lines(objective, line, rows, t.clone());
-  at::Tensor moved = steps.found.nonzero().flatten();
+  Steps steps = search_lines(objective, line, rows, host_values(t));
+  const at::Tensor& moved = steps.moved;
   const bool every = moved.numel() == rows.numel();
   auto pick = [&](const at::Tensor& v) { return every ? v : v.index_select(0, moved); };
   at::Tensor moved_rows = pick(rows);
   if (moved.numel() == 0) return {moved_rows, {}, {}};
-  at::Tensor step = column(pick(steps.t));
+  at::Tensor step = column(steps.t);
   at::Tensor s = pick(d).mul(step);
   at::Tensor x = pick(from.x) + s;
   Point to = rescore ? evaluate(objective, x, moved_rows)
                      : complete(objective, x, at::addcmul(pick(from.z), step, pick(line.u)), moved_rows,
-                                {pick(steps.loss), pick(steps.dloss)});
+                                {steps.loss, pick(steps.dloss)});
   at::Tensor y = to.g - pick(from.g);
   point.set_rows(moved_rows, to);
   return {moved_rows, s, y};
@@ -261,7 +351,7 @@ LbfgsResult minimize_lbfgs(const LinearModelObjective& objective, const at::Tens
     if (iteration == options.max_iterations || !active.any().item<bool>()) break;
 
     at::Tensor rows = active.nonzero().flatten();
-    at::Tensor d = history.direction(point.g).index_select(0, rows);
+    at::Tensor d = history.direction(point.g, rows);
     at::Tensor step = at::where(history.empty_rows(), (1.0 / gradient_norm).clamp_max(1.0), at::ones_like(gradient_norm));
     Moves moves = step_along(objective, point, rows, d, step.index_select(0, rows), (iteration + 1) % kRescoreEvery == 0);
     at::Tensor found = at::zeros_like(active).index_fill_(0, moves.rows, true);

@@ -42,7 +42,8 @@ struct LinearModelObjective {
   std::function<at::Tensor(const at::Tensor& x, const at::Tensor& rows)> scores;
   /// The losses [K'] at scores z [K', M] and their derivatives by the scores [K', M].
   std::function<std::pair<at::Tensor, at::Tensor>(const at::Tensor& z, const at::Tensor& rows)> loss;
-  /// Z^T dz: the loss's gradient by the parameters [K', P] from its derivative by the scores dz [K', M].
+  /// Z^T dz: the loss's gradient by the parameters [K', P] from its derivative by the scores dz [K', M], a new
+  /// tensor (the solver adds the penalty's gradient to it in place).
   std::function<at::Tensor(const at::Tensor& dz, const at::Tensor& rows)> pullback;
   at::Tensor penalty;  // [P]
 };

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "probes/solvers/binary_cross_entropy.h"
 #include "probes/solvers/row_block_products.h"
 
 namespace probekit::probes::solvers {
@@ -14,8 +15,10 @@ namespace {
 // The weighted binary cross-entropy of logits z [K', N] summed over each problem's rows (times `scale`), [K'],
 // and its derivative by z: loss = s (log(1 + e^z) - t z), d loss / dz = s (sigmoid(z) - t), where
 // log(1 + e^z) = relu(z) + log1p(e^-|z|). `targets` and `weights` [K', N]; weights undefined for all ones.
+// On the CPU in double precision it is one pass (binary_cross_entropy_rows), elsewhere tensor operations.
 std::pair<at::Tensor, at::Tensor> binary_terms(const at::Tensor& z, const at::Tensor& targets, const at::Tensor& weights,
                                                double scale) {
+  if (z.is_cpu() && z.scalar_type() == at::kDouble) return binary_cross_entropy_rows(z, targets, weights, scale);
   at::Tensor loss = z.abs().neg_().exp_().log1p_().add_(at::relu(z)).addcmul_(targets, z, -1.0);
   at::Tensor dz = at::sigmoid(z).sub_(targets);
   if (weights.defined()) {
@@ -41,8 +44,10 @@ at::Tensor per_problem(const at::Tensor& values) {
 // for all ones), as LinearModelObjective::loss.
 decltype(LinearModelObjective::loss) binary_loss(at::Tensor targets, at::Tensor weights, double scale) {
   return [=](const at::Tensor& z, const at::Tensor& rows) {
-    return binary_terms(z, targets.index_select(0, rows), weights.defined() ? weights.index_select(0, rows) : weights,
-                        scale);
+    auto pick = [&](const at::Tensor& v) {
+      return !v.defined() || rows.numel() == v.size(0) ? v : v.index_select(0, rows);  // all rows: no copy
+    };
+    return binary_terms(z, pick(targets), pick(weights), scale);
   };
 }
 
