@@ -4,8 +4,6 @@
 // Usage: capture_profile_bench --trace OUT.json [capture_activations flags...]
 #include <fmt/format.h>
 
-#include <torch/version.h>
-
 #include "capture/capture.h"
 #include "capture/capture_flags.h"
 #include "capture/summary.h"
@@ -13,37 +11,9 @@
 #include "common/error.h"
 #include "device/torch/gpu_utils.h"
 
-#if TORCH_VERSION_MAJOR >= 2
-#include <torch/csrc/autograd/profiler_kineto.h>
-#endif
+#include "kineto_trace.h"
 
 using namespace probekit;
-
-namespace {
-
-#if TORCH_VERSION_MAJOR >= 2
-void profile(const std::function<void()>& body, const std::string& trace) {
-  namespace profiler = torch::autograd::profiler;
-  torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
-  std::set<torch::profiler::impl::ActivityType> activities{torch::profiler::impl::ActivityType::CPU,
-                                                           torch::profiler::impl::ActivityType::CUDA};
-  profiler::prepareProfiler(config, activities);
-  profiler::enableProfiler(config, activities);
-  try {
-    body();
-  } catch (...) {
-    profiler::disableProfiler();  // the profiler must be stopped before the process ends
-    throw;
-  }
-  profiler::disableProfiler()->save(trace);
-}
-#else
-void profile(const std::function<void()>&, const std::string&) {
-  throw UsageError("capture_profile_bench needs LibTorch 2.x (Kineto); this build has " TORCH_VERSION);
-}
-#endif
-
-}  // namespace
 
 int main(int argc, char** argv) {
   TorchTool tool(argv, "capture_activations under the Kineto profiler (a Chrome trace of the capture)");
@@ -54,7 +24,7 @@ int main(int argc, char** argv) {
   return tool.run(argc, argv, [&] {
     capture::CaptureOptions options = flags.resolve();
     capture::CaptureSummary summary;
-    profile([&] { summary = capture::run_capture(options); }, trace);
+    bench::profile([&] { summary = capture::run_capture(options); }, trace);
     fmt::print("{}\n", dump_json(capture::summary_json(summary), 2));
   });
 }

@@ -23,7 +23,7 @@ at::Tensor device_ids(const Sequence& ids, at::Device device) {
 
 IncrementalReader::IncrementalReader(const model::TransformerModel& model, const Request* request, Sequence suffix,
                                      const model::StreamWrites* writes)
-    : model_(model), request_(request), suffix_(std::move(suffix)), writes_(writes) {
+    : model_(model), request_(request), suffix_(std::move(suffix)), writes_(writes), graphs_(model) {
   const model::ModelConfig& c = model.config();
   if (model.loaded_layers() != c.num_layers || !model.has_final_norm()) {
     fail_input("generation needs every layer of the model and its final norm loaded");
@@ -37,6 +37,17 @@ IncrementalReader::IncrementalReader(const model::TransformerModel& model, const
   }
   model.check_inputs(suffix_);
   suffix_ids_ = device_ids(suffix_, model.device());
+  if (request_ != nullptr) {
+    const auto last = static_cast<int64_t>(suffix_.size());  // the suffix's last token, after the new one
+    step_reader_ = std::make_unique<SiteReader>(*request_, model.device(), [last](const at::Tensor& values) {
+      return values.select(1, last).to(at::kFloat);
+    });
+  }
+}
+
+void IncrementalReader::set_writes(const model::StreamWrites* writes) {
+  writes_ = writes;
+  ++epoch_;
 }
 
 // The cache is allocated whole for every position up front: one that cannot fit the memory of the devices its
@@ -84,6 +95,7 @@ at::Tensor IncrementalReader::start(const std::vector<Sequence>& prompts, int64_
   }
   check_cache_memory(batch, positions + 1, new_tokens);
   capacity_ = longest + new_tokens + suffix_length + 1;
+  ++epoch_;
 
   cache_ = model_.empty_cache(batch, capacity_);
   // Right-padded: padding sits after each prompt, in slots its generated tokens overwrite before reading them.
@@ -131,19 +143,19 @@ IncrementalReader::Step IncrementalReader::step(const at::Tensor& tokens, const 
   // no number.
   constexpr int64_t kVisibleStep = 64;
   pass.cache_visible = std::min(capacity_, (longest_ + span + kVisibleStep - 1) / kVisibleStep * kVisibleStep);
-  Step step;
-  if (reading) {
-    SiteReader reader(*request_, model_.device(),
-                      [&](const at::Tensor& values) { return values.select(1, span - 1).to(at::kFloat); });
-    reader.attach_hook(pass);
-    step.final_norm = model_.forward(pass).select(1, 0).to(at::kFloat);
-    step.rows = reader.stacked();
-  } else {
-    step.final_norm = model_.forward(pass).select(1, 0).to(at::kFloat);
-  }
+  std::vector<at::Tensor> outputs = graphs_.run({epoch_, batch, span, pass.cache_visible}, pass,
+                                                [&](model::ForwardPass& p) { return run_step(p); });
+  Step step{outputs[0], reading ? outputs[1] : at::Tensor()};
   lengths_ = lengths_ + advance.to(at::kLong);
   longest_ += 1;
   return step;
+}
+
+std::vector<at::Tensor> IncrementalReader::run_step(model::ForwardPass& pass) const {
+  if (step_reader_) step_reader_->attach_hook(pass);
+  std::vector<at::Tensor> outputs{model_.forward(pass).select(1, 0).to(at::kFloat)};
+  if (step_reader_) outputs.push_back(step_reader_->stacked());
+  return outputs;
 }
 
 namespace {
@@ -191,10 +203,12 @@ void IncrementalReader::append_rows(const IncrementalReader& other, int64_t capa
   join(cache_.conv_states, other.cache_.conv_states, false);
   join(cache_.recurrent_states, other.cache_.recurrent_states, false);
   capacity_ = capacity;
+  ++epoch_;
 }
 
 void IncrementalReader::keep_rows(const std::vector<int64_t>& rows) {
   c10::InferenceMode inference_mode;
+  ++epoch_;
   if (rows.empty()) {
     cache_ = {};
     lengths_ = at::Tensor();

@@ -8,10 +8,13 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "model/transformer.h"
 #include "readout/readout.h"
+#include "readout/site_reader.h"
+#include "readout/step_graphs.h"
 
 namespace probekit::readout {
 
@@ -50,11 +53,16 @@ class IncrementalReader {
   /// Keeps only `rows` (ascending row indices), in that order; the others leave.
   void keep_rows(const std::vector<int64_t>& rows);
   /// The writes of the next steps (their additions and ablations [B, hidden], a row each), may be null.
-  void set_writes(const model::StreamWrites* writes) { writes_ = writes; }
+  void set_writes(const model::StreamWrites* writes);
   int64_t rows() const { return lengths_.defined() ? lengths_.size(0) : 0; }
+
+  /// The steps' CUDA graphs (step_graphs.h): on by default where the model allows them.
+  StepGraphs& graphs() { return graphs_; }
 
  private:
   void check_cache_memory(int64_t batch, double capacity, int64_t new_tokens) const;
+  /// A step's pass run: its final norm at the new tokens, then the request's rows (when reading).
+  std::vector<at::Tensor> run_step(model::ForwardPass& pass) const;
   /// Appends the rows of `other` (after start), both caches grown to `capacity` slots.
   void append_rows(const IncrementalReader& other, int64_t capacity);
 
@@ -67,6 +75,10 @@ class IncrementalReader {
   at::Tensor lengths_;
   int64_t longest_ = 0;    // an upper bound of lengths_, known on the host
   int64_t capacity_ = 0;
+  // The steps' reader of the request's rows, one for every step: a captured step keeps reading through it.
+  std::unique_ptr<SiteReader> step_reader_;
+  StepGraphs graphs_;
+  int64_t epoch_ = 0;  // changes with the batch's rows, cache and writes: the graphs' key
 };
 
 }  // namespace probekit::readout

@@ -1,6 +1,7 @@
 // Generation on a CUDA GPU: in fp32 the same greedy ids and top-5 logits as transformers' generate (the fixtures'
 // generation.json, within 1e-4 x the step's largest |logit|); in bf16 the probes' rows read while generating
-// agree with read_prefixes over the finished text, and a batch of prompts of different lengths runs.
+// agree with read_prefixes over the finished text, and a batch of prompts of different lengths runs; decode steps
+// replayed as CUDA graphs give bitwise what eager steps give.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
@@ -9,6 +10,7 @@
 #include "common/json.h"
 #include "generation/generator.h"
 #include "model/transformer.h"
+#include "readout/incremental.h"
 #include "readout/readout.h"
 #include "test_paths.h"
 
@@ -98,5 +100,35 @@ TEST_CASE("bf16 on the GPU: probe rows read while generating a batch agree with 
         CHECK_MESSAGE(cosine >= 0.999, name, " row ", b, " token ", token.index, ": cosine ", cosine);
       }
     }
+  }
+}
+
+TEST_CASE("decode steps replayed as CUDA graphs give bitwise the eager steps' final norms and probe rows (fp32)") {
+  // 70 steps cross a boundary of the cache's visible slots (a new graph); gemma3_text and gemma2 have sliding windows.
+  for (const char* name : {"llama", "gemma3_text", "gemma2"}) {
+    model::TransformerModel model = load_on_gpu(name, at::kFloat);
+    REQUIRE(readout::StepGraphs::supported(model));
+    const Json reference = read_json_file(fixture(name) + "/generation.json");
+    std::vector<readout::Sequence> prompts;
+    for (const Json& c : reference["cases"]) prompts.push_back(c["prompt_ids"].get<readout::Sequence>());
+    const readout::Request request{Site::kResidPost, readout::Position::kLast, {1, 3}};
+    auto run = [&](bool graphs) {
+      readout::IncrementalReader reader(model, &request, {5, 6, 7});
+      reader.graphs().enable(graphs);
+      std::vector<at::Tensor> outputs{reader.start(prompts, 70)};
+      at::Tensor tokens = outputs.back().narrow(1, 0, 8).argmax(1);  // any tokens, the same for both runs
+      for (int step = 0; step < 70; ++step) {
+        readout::IncrementalReader::Step s = reader.step(tokens, at::ones_like(tokens));
+        outputs.push_back(s.final_norm);
+        outputs.push_back(s.rows);
+        tokens = s.final_norm.narrow(1, 0, 8).argmax(1);
+      }
+      // Each set of visible slots: one eager step, then a capture replayed for every step after.
+      CHECK(reader.graphs().replays() == (graphs ? 70 - reader.graphs().captures() : 0));
+      if (graphs) CHECK(reader.graphs().captures() >= 2);
+      return outputs;
+    };
+    std::vector<at::Tensor> eager = run(false), replayed = run(true);
+    for (size_t i = 0; i < eager.size(); ++i) CHECK_MESSAGE(at::equal(eager[i], replayed[i]), name, " output ", i);
   }
 }

@@ -1,0 +1,173 @@
+#include "readout/step_graphs.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <utility>
+
+#ifdef PROBEKIT_WITH_CUDA
+#include <torch/csrc/api/include/torch/version.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace probekit::readout {
+
+namespace {
+
+bool allowed_by_environment() {
+  const char* value = std::getenv("PROBEKIT_CUDA_GRAPHS");
+  return value == nullptr || std::strcmp(value, "0") != 0;
+}
+
+}  // namespace
+
+#ifdef PROBEKIT_WITH_CUDA
+
+struct StepGraphs::Graph {
+  at::cuda::CUDAGraph graph;
+  std::vector<at::Tensor> inputs;   // the captured pass's input_ids, positions, sequence_lengths, commit_tokens
+  std::vector<at::Tensor> outputs;  // what its body returned
+};
+
+namespace {
+
+std::vector<at::Tensor> copies(const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& t : tensors) out.push_back(t.defined() ? t.clone() : t);
+  return out;
+}
+
+// Runs `work` on a side stream (capture needs a stream other than the default one), ordered after what the
+// current stream queued before and before what it queues after.
+template <typename Work>
+void on_side_stream(at::Device device, Work&& work) {
+  c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device.index());
+  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, device.index());
+  at::cuda::CUDAEvent queued;
+  queued.record(current);
+  queued.block(side);
+  {
+    c10::cuda::CUDAStreamGuard guard(side);
+    work();
+  }
+  at::cuda::CUDAEvent done;
+  done.record(side);
+  done.block(current);
+}
+
+std::vector<at::Tensor*> pass_inputs(model::ForwardPass& pass) {
+  return {&pass.input_ids, &pass.positions, &pass.sequence_lengths, &pass.commit_tokens};
+}
+
+void begin_capture(at::cuda::CUDAGraph& graph) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+  // Thread-local: another thread's unrelated CUDA call (a server's) must not break the capture.
+  graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+#else
+  graph.capture_begin();
+#endif
+}
+
+}  // namespace
+
+std::vector<at::Tensor> StepGraphs::capture_and_replay(const Key& key, model::ForwardPass& pass, const Body& body) {
+  auto captured = std::make_unique<Graph>();
+  model::ForwardPass fixed = pass;
+  for (at::Tensor* input : pass_inputs(fixed)) {
+    *input = input->defined() ? input->clone() : *input;
+    captured->inputs.push_back(*input);
+  }
+  try {
+    on_side_stream(pass.input_ids.device(), [&] {
+      begin_capture(captured->graph);
+      try {
+        captured->outputs = body(fixed);
+      } catch (...) {
+        try {
+          captured->graph.capture_end();
+        } catch (...) {
+        }
+        throw;
+      }
+      captured->graph.capture_end();
+    });
+  } catch (const std::exception& e) {
+    (void)cudaGetLastError();  // a failed capture leaves its error for the next call to find
+    spdlog::warn("generation steps run without CUDA graphs: capturing one failed ({})", e.what());
+    enabled_ = false;
+    return body(pass);
+  }
+  graph_ = std::move(captured);
+  key_ = key;
+  ++captures_;
+  graph_->graph.replay();
+  ++replays_;
+  return copies(graph_->outputs);
+}
+
+std::vector<at::Tensor> StepGraphs::run(const Key& key, model::ForwardPass& pass, const Body& body) {
+  if (!enabled_) return body(pass);
+  if (graph_ && key == key_) {
+    std::vector<at::Tensor*> inputs = pass_inputs(pass);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (inputs[i]->defined()) graph_->inputs[i].copy_(*inputs[i]);
+    }
+    graph_->graph.replay();
+    ++replays_;
+    return copies(graph_->outputs);
+  }
+  if (warmed_ && key == key_) return capture_and_replay(key, pass, body);
+  // A new key: its first step runs eagerly on the stream a capture will use, which sets up what the libraries
+  // create on first use (handles, workspaces, attention plans) outside any capture.
+  graph_.reset();
+  key_ = key;
+  warmed_ = true;
+  std::vector<at::Tensor> outputs;
+  on_side_stream(pass.input_ids.device(), [&] { outputs = body(pass); });
+  return outputs;
+}
+
+#else
+
+struct StepGraphs::Graph {};
+
+std::vector<at::Tensor> StepGraphs::run(const Key&, model::ForwardPass& pass, const Body& body) { return body(pass); }
+
+#endif
+
+StepGraphs::StepGraphs(const model::TransformerModel& model)
+    : supported_(supported(model)), enabled_(supported_ && allowed_by_environment()) {}
+
+StepGraphs::~StepGraphs() = default;
+
+void StepGraphs::enable(bool on) {
+  enabled_ = on && supported_;
+  graph_.reset();
+  warmed_ = false;
+}
+
+bool StepGraphs::supported(const model::TransformerModel& model) {
+#ifdef PROBEKIT_WITH_CUDA
+  const model::ModelConfig& c = model.config();
+  if (!model.device().is_cuda() || !model::routed_expert_layers(c).empty() || model::has_recurrent_layers(c) ||
+      model::longest_short_rope_sequence(c) != 0 || !c.quantization.method.empty() || c.per_layer_input_size > 0) {
+    return false;
+  }
+  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
+    if (model.layer_device(layer) != model.device() || c.layers[static_cast<size_t>(layer)].mixer != model::Mixer::kAttention) {
+      return false;
+    }
+  }
+  return true;
+#else
+  (void)model;
+  return false;
+#endif
+}
+
+}  // namespace probekit::readout

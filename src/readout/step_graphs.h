@@ -1,0 +1,66 @@
+// Generation's decode step replayed as a CUDA graph. At batch 1 a step of a few-billion-parameter model is a
+// thousand small kernels, and launching them one by one from the host takes longer than the GPU needs to read the
+// weights; a graph launches them all at once. The step's shapes and addresses are fixed while the batch, its cache,
+// its steering and the cache's visible slots (a multiple of 64) stay the same: the first step of such a run goes
+// eagerly (it also warms up the libraries' handles and plans), the next is captured, and the rest replay it,
+// their inputs copied into the captured pass's own. A replay computes exactly what the eager step computes (the
+// same kernels on the same shapes).
+//
+// Only models whose step has no host synchronisation and no data-dependent shape are captured: one device, dense
+// attention and MLPs, unquantised weights, a rope that does not depend on the length. The others, and every build
+// without CUDA, run each step eagerly. PROBEKIT_CUDA_GRAPHS=0 in the environment turns graphs off.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "model/transformer.h"
+
+namespace probekit::readout {
+
+class StepGraphs {
+ public:
+  /// A step's outputs, computed from its pass.
+  using Body = std::function<std::vector<at::Tensor>(model::ForwardPass&)>;
+  /// What fixes a step's shapes and addresses; a new value captures anew.
+  struct Key {
+    int64_t epoch = 0, batch = 0, span = 0, visible = 0;
+    bool operator==(const Key& other) const {
+      return epoch == other.epoch && batch == other.batch && span == other.span && visible == other.visible;
+    }
+  };
+
+  explicit StepGraphs(const model::TransformerModel& model);
+  ~StepGraphs();
+  StepGraphs(const StepGraphs&) = delete;
+  StepGraphs& operator=(const StepGraphs&) = delete;
+
+  /// Whether `model`'s steps can be captured at all (see above).
+  static bool supported(const model::TransformerModel& model);
+  /// Turns graphs off (or back on where supported).
+  void enable(bool on);
+  bool enabled() const { return enabled_; }
+  /// How many steps were captured and replayed so far.
+  int64_t captures() const { return captures_; }
+  int64_t replays() const { return replays_; }
+
+  /// The outputs of `body` on `pass` (input_ids, positions, sequence_lengths and commit_tokens its inputs), run
+  /// eagerly or replayed as the graph of `key`; replayed outputs are copies, the caller's to keep.
+  std::vector<at::Tensor> run(const Key& key, model::ForwardPass& pass, const Body& body);
+
+ private:
+  struct Graph;
+  std::vector<at::Tensor> capture_and_replay(const Key& key, model::ForwardPass& pass, const Body& body);
+
+  bool supported_ = false, enabled_ = false;
+  bool warmed_ = false;  // the current key's eager step ran
+  Key key_;
+  std::unique_ptr<Graph> graph_;
+  int64_t captures_ = 0, replays_ = 0;
+};
+
+}  // namespace probekit::readout
