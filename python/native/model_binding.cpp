@@ -77,12 +77,7 @@ struct GenerateArguments {
 // `on_event` returning False stops that row.
 void generate(const ModelHandle& model, const std::vector<std::string>& prompts, const ProbeSelection& probes,
               const GenerateArguments& arguments, const py::list& steer, const py::function& on_event) {
-  inference::EngineOptions engine_options;
-  engine_options.probes_dir = probes.dir;
-  engine_options.layers = probes.layers;
-  engine_options.layer = probes.layer;
-  engine_options.best_layer = probes.best_layer;
-  engine_options.steering = steering_spec(steer, probes.dir);
+  inference::EngineOptions engine_options = selected_engine_options(probes, steer);
   generation::GenerationFlags flags;
   flags.options.max_new_tokens = arguments.max_new_tokens;
   flags.options.sampling = arguments.sampling;

@@ -69,6 +69,16 @@ void parse_flags(CLI::App& app, const std::vector<std::string>& flags) {
   }
 }
 
+inference::EngineOptions selected_engine_options(const ProbeSelection& selection, const py::list& steer) {
+  inference::EngineOptions options;
+  options.probes_dir = selection.dir;
+  options.layers = selection.layers;
+  options.layer = selection.layer;
+  options.best_layer = selection.best_layer;
+  options.steering = steering_spec(steer, selection.dir);
+  return options;
+}
+
 steering::SteeringSpec steering_spec(const py::list& items, const std::string& probes_dir) {
   steering::SteeringSpec spec;
   spec.probes_dir = probes_dir;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/progress.h"
+#include "inference/engine.h"
 #include "loading/model_loading.h"
 #include "steering/steering.h"
 
@@ -38,6 +39,9 @@ py::capsule to_dlpack(const at::Tensor& tensor);
 /// The steering of a call: items (label, layer, coefficient) take the label's probe direction from `probes_dir`;
 /// items (vector, layer, coefficient) add a vector given as a list of floats.
 steering::SteeringSpec steering_spec(const py::list& items, const std::string& probes_dir);
+
+/// The engine options of the probes `selection` picks, steered as `steer` says (steering_spec).
+inference::EngineOptions selected_engine_options(const ProbeSelection& selection, const py::list& steer);
 
 /// While alive, every progress bar's updates go to `callback(label, unit, done, total, finished)` (None: nowhere),
 /// called with the GIL from the thread that does the work; and an earlier interruption request is forgotten.

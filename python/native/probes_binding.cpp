@@ -26,24 +26,13 @@ inference::Display display_of(const DisplayArguments& arguments) {
   if (arguments.mode != "all" && arguments.mode != "by-action" && arguments.mode != "by-layer") {
     throw std::invalid_argument("mode '" + arguments.mode + "': expected all, by-action or by-layer");
   }
-  inference::Display display;
-  display.top_k = arguments.top_k;
-  display.threshold = arguments.threshold;
-  display.calibrated = arguments.calibrated;
-  display.mode = arguments.mode;
-  display.aggregate = inference::parse_aggregate(arguments.aggregate);
-  display.json = true;
-  return display;
+  return inference::json_display(arguments.top_k, arguments.threshold, arguments.calibrated, arguments.mode,
+                                 arguments.aggregate);
 }
 
 // An engine over `model` with the selected probes, steering as `steer` says (without the GIL: it loads the probes).
 inference::Engine engine_for(const ModelHandle& model, const ProbeSelection& selection, const py::list& steer) {
-  inference::EngineOptions options;
-  options.probes_dir = selection.dir;
-  options.layers = selection.layers;
-  options.layer = selection.layer;
-  options.best_layer = selection.best_layer;
-  options.steering = steering_spec(steer, selection.dir);
+  inference::EngineOptions options = selected_engine_options(selection, steer);
   py::gil_scoped_release release;
   return inference::Engine::attach(options, *model);
 }

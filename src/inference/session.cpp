@@ -204,6 +204,17 @@ std::vector<std::string> generation_prompts(const Engine& engine, const Inferenc
 
 }  // namespace
 
+Display json_display(int64_t top_k, double threshold, bool calibrated, const std::string& mode, const std::string& aggregate) {
+  Display display;
+  display.top_k = top_k;
+  display.threshold = threshold;
+  display.calibrated = calibrated;
+  display.mode = mode;
+  display.aggregate = parse_aggregate(aggregate);
+  display.json = true;
+  return display;
+}
+
 Json with_steering(Json out, const Engine& engine) {
   if (!engine.steering().empty() && out.is_object()) out["steering"] = engine.steering().record();
   return out;

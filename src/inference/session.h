@@ -26,6 +26,9 @@ struct Display {
   bool json = false;
 };
 
+/// The display of a JSON answer (probe_server's and the Python package's): the aggregate by its name.
+Display json_display(int64_t top_k, double threshold, bool calibrated, const std::string& mode, const std::string& aggregate);
+
 /// Everything multi_probe_inference is asked to do.
 struct InferenceRequest {
   EngineOptions engine;

@@ -13,14 +13,7 @@ namespace probekit::server {
 namespace {
 
 inference::Display display_of(const ViewQuery& view) {
-  inference::Display display;
-  display.top_k = view.top_k;
-  display.threshold = view.threshold;
-  display.calibrated = view.calibrated;
-  display.mode = view.mode;
-  display.aggregate = inference::parse_aggregate(view.aggregate);
-  display.json = true;
-  return display;
+  return inference::json_display(view.top_k, view.threshold, view.calibrated, view.mode, view.aggregate);
 }
 
 // The rows of the loaded layers a query names, in the order they are loaded.
