@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -139,21 +140,38 @@ void check_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, const std::
   }
 }
 
-at::Tensor decode_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, at::ScalarType dtype) {
-  const at::Device device = blocks.device();
+namespace {
+
+// decode_mxfp4 of blocks [..., G, 16] and scales [..., G] into `out` [..., G * 32] (contiguous) of the decoding
+// dtype `exact`.
+void decode_mxfp4_into(const at::Tensor& blocks, const at::Tensor& scales, at::Tensor out) {
+  const at::ScalarType exact = out.scalar_type();
+  at::Tensor values = out.view({-1, 2});  // [bytes, 2]
+  at::index_select_out(values, mxfp4_byte_values().to(out.device(), exact), 0, blocks.flatten().to(at::kInt));
+  at::Tensor factors = e8m0_values().to(out.device(), exact).index_select(0, scales.flatten().to(at::kInt));
+  out.view({-1, 32}).mul_(factors.unsqueeze(-1));
+}
+
+}  // namespace
+
+at::Tensor decode_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, at::ScalarType dtype, int64_t slice_bytes) {
   std::vector<int64_t> shape = scales.sizes().vec();
+  shape.back() *= 32;
   // In bf16 or fp32 throughout: an e2m1 value (two significant bits) times a power of two from 2^-127 to 2^127 is
   // exact in both, so no wider copy of the weights is made; fp16's range is narrower: decoded in fp32, then cast.
   const at::ScalarType exact = dtype == at::kHalf ? at::kFloat : dtype;
-  at::Tensor values =
-      mxfp4_byte_values().to(device, exact).index_select(0, blocks.flatten().to(at::kInt));  // [bytes, 2]
-  shape.push_back(32);
-  values = values.view(shape);  // [..., G, 32]
-  at::Tensor factors = e8m0_values().to(device, exact).index_select(0, scales.flatten().to(at::kInt)).view(scales.sizes());
-  values.mul_(factors.unsqueeze(-1));
-  shape.pop_back();
-  shape.back() *= 32;
-  return values.view(shape).to(dtype);
+  at::Tensor out = at::empty(shape, blocks.options().dtype(exact));
+  const int64_t leading = blocks.dim() > 2 ? blocks.size(0) : 1;
+  const int64_t per_slice = std::max<int64_t>(1, slice_bytes / std::max<int64_t>(1, blocks.numel() / std::max<int64_t>(leading, 1)));
+  if (blocks.dim() <= 2 || per_slice >= leading) {
+    decode_mxfp4_into(blocks, scales, out);
+  } else {
+    for (int64_t start = 0; start < leading; start += per_slice) {
+      const int64_t count = std::min(per_slice, leading - start);
+      decode_mxfp4_into(blocks.narrow(0, start, count), scales.narrow(0, start, count), out.narrow(0, start, count));
+    }
+  }
+  return out.to(dtype);
 }
 
 at::Tensor dequantize_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, const std::string& what) {

@@ -31,8 +31,11 @@ void check_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, const std::
 
 /// MXFP4 decoded, unchecked: `blocks` [..., G, 16] uint8, each byte two e2m1 values (the low nibble first), and
 /// `scales` [..., G] uint8, e8m0 exponents (2^(s - 127)) each scaling a group of 32 values, into [..., G * 32] in
-/// `dtype` on their device. The values are exact in float32 and rounded once into `dtype`.
-at::Tensor decode_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, at::ScalarType dtype);
+/// `dtype` on their device. The values are exact in float32 and rounded once into `dtype`. Decoded a slice of the
+/// leading dimension (an expert) at a time, each at most `slice_bytes` of blocks where it can be: a layer's experts
+/// at once took their int32 byte indices and values beside the output, gigabytes only the peak memory saw.
+at::Tensor decode_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, at::ScalarType dtype,
+                        int64_t slice_bytes = int64_t{64} << 20);
 
 /// check_mxfp4, then decode_mxfp4 into float32.
 at::Tensor dequantize_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, const std::string& what);

@@ -64,3 +64,17 @@ TEST_CASE("MXFP4 bytes decode low nibble first, scaled by 2^(s - 127); a NaN sca
   CHECK_THROWS_WITH_AS(model::dequantize_mxfp4(blocks.narrow(2, 0, 8), scales, "w"), doctest::Contains("do not match scales"),
                        std::runtime_error);
 }
+
+TEST_CASE("MXFP4 experts decoded a slice at a time give the bits of all at once, in every dtype") {
+  // 5 experts of [6 rows, 2 groups]: slices of 2 experts (the last one alone) against one decode of all five.
+  at::Tensor blocks = at::randint(0, 256, {5, 6, 2, 16}, at::kLong).to(at::kByte);
+  at::Tensor scales = at::randint(100, 140, {5, 6, 2}, at::kLong).to(at::kByte);
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    at::Tensor whole = model::decode_mxfp4(blocks, scales, dtype);
+    at::Tensor sliced = model::decode_mxfp4(blocks, scales, dtype, 2 * 6 * 2 * 16);
+    CHECK(whole.sizes().vec() == std::vector<int64_t>{5, 6, 64});
+    CHECK(static_cast<int>(whole.scalar_type()) == static_cast<int>(dtype));
+    CHECK(at::equal(sliced, whole));
+    CHECK(at::equal(whole.to(at::kFloat), model::decode_mxfp4(blocks, scales, at::kFloat).to(dtype).to(at::kFloat)));
+  }
+}
