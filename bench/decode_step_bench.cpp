@@ -4,6 +4,7 @@
 // with the device synchronised around it: the step (every layer, the final norm and the rows) and the LM head with
 // the greedy choice. Prints one JSON line per mode with the medians in milliseconds.
 #include <fmt/format.h>
+#include <torch/csrc/api/include/torch/version.h>
 
 #include <algorithm>
 #include <chrono>

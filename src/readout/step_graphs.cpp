@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -18,6 +19,9 @@
 namespace probekit::readout {
 
 namespace {
+
+// Set when a capture failed: the readers after it do not try again (each failure leaves its memory pool behind).
+std::atomic<bool> capture_failed{false};
 
 bool allowed_by_environment() {
   const char* value = std::getenv("PROBEKIT_CUDA_GRAPHS");
@@ -42,12 +46,11 @@ std::vector<at::Tensor> copies(const std::vector<at::Tensor>& tensors) {
   return out;
 }
 
-// Runs `work` on a side stream (capture needs a stream other than the default one), ordered after what the
-// current stream queued before and before what it queues after.
+// Runs `work` on `side` (capture needs a stream other than the default one), ordered after what the current
+// stream queued before and before what it queues after.
 template <typename Work>
-void on_side_stream(at::Device device, Work&& work) {
-  c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device.index());
-  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, device.index());
+void on_side_stream(c10::cuda::CUDAStream side, Work&& work) {
+  c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(side.device_index());
   at::cuda::CUDAEvent queued;
   queued.record(current);
   queued.block(side);
@@ -58,6 +61,12 @@ void on_side_stream(at::Device device, Work&& work) {
   at::cuda::CUDAEvent done;
   done.record(side);
   done.block(current);
+}
+
+// A reader's side stream on `device`, taken from the pool the first time it is asked for.
+c10::cuda::CUDAStream side_stream(std::optional<c10::Stream>& side, at::Device device) {
+  if (!side) side = c10::cuda::getStreamFromPool(false, device.index());
+  return c10::cuda::CUDAStream(c10::cuda::CUDAStream::UNCHECKED, *side);
 }
 
 std::vector<at::Tensor*> pass_inputs(model::ForwardPass& pass) {
@@ -83,7 +92,7 @@ std::vector<at::Tensor> StepGraphs::capture_and_replay(const Key& key, model::Fo
     captured->inputs.push_back(*input);
   }
   try {
-    on_side_stream(pass.input_ids.device(), [&] {
+    on_side_stream(side_stream(side_, pass.input_ids.device()), [&] {
       begin_capture(captured->graph);
       try {
         captured->outputs = body(fixed);
@@ -98,7 +107,8 @@ std::vector<at::Tensor> StepGraphs::capture_and_replay(const Key& key, model::Fo
     });
   } catch (const std::exception& e) {
     (void)cudaGetLastError();  // a failed capture leaves its error for the next call to find
-    spdlog::warn("generation steps run without CUDA graphs: capturing one failed ({})", e.what());
+    spdlog::warn("generation steps run without CUDA graphs from now on: capturing one failed ({})", e.what());
+    capture_failed = true;
     enabled_ = false;
     return body(pass);
   }
@@ -122,13 +132,18 @@ std::vector<at::Tensor> StepGraphs::run(const Key& key, model::ForwardPass& pass
     return copies(graph_->outputs);
   }
   if (warmed_ && key == key_) return capture_and_replay(key, pass, body);
-  // A new key: its first step runs eagerly on the stream a capture will use, which sets up what the libraries
+  // A new key: its first step runs eagerly on the stream the captures use, which sets up what the libraries
   // create on first use (handles, workspaces, attention plans) outside any capture.
   graph_.reset();
   key_ = key;
   warmed_ = true;
   std::vector<at::Tensor> outputs;
-  on_side_stream(pass.input_ids.device(), [&] { outputs = body(pass); });
+  c10::cuda::CUDAStream side = side_stream(side_, pass.input_ids.device());
+  on_side_stream(side, [&] { outputs = body(pass); });
+  // Made on the side stream, used and freed on the current one: not reused before the current stream is done.
+  for (at::Tensor& output : outputs) {
+    if (output.defined()) output.record_stream(c10::cuda::getCurrentCUDAStream(side.device_index()));
+  }
   return outputs;
 }
 
@@ -141,12 +156,12 @@ std::vector<at::Tensor> StepGraphs::run(const Key&, model::ForwardPass& pass, co
 #endif
 
 StepGraphs::StepGraphs(const model::TransformerModel& model)
-    : supported_(supported(model)), enabled_(supported_ && allowed_by_environment()) {}
+    : supported_(supported(model)), enabled_(supported_ && allowed_by_environment() && !capture_failed) {}
 
 StepGraphs::~StepGraphs() = default;
 
 void StepGraphs::enable(bool on) {
-  enabled_ = on && supported_;
+  enabled_ = on && supported_ && !capture_failed;
   graph_.reset();
   warmed_ = false;
 }

@@ -1,21 +1,24 @@
 // Generation's decode step replayed as a CUDA graph. At batch 1 a step of a few-billion-parameter model is a
 // thousand small kernels, and launching them one by one from the host takes longer than the GPU needs to read the
 // weights; a graph launches them all at once. The step's shapes and addresses are fixed while the batch, its cache,
-// its steering and the cache's visible slots (a multiple of 64) stay the same: the first step of such a run goes
-// eagerly (it also warms up the libraries' handles and plans), the next is captured, and the rest replay it,
-// their inputs copied into the captured pass's own. A replay computes exactly what the eager step computes (the
-// same kernels on the same shapes).
+// its steering and the cache's visible slots (a multiple of 64, or the whole cache) stay the same: the first step
+// of such a run goes eagerly (it also warms up the libraries' handles and plans), the next is captured, and the rest
+// replay it, their inputs copied into the captured pass's own. A replay computes exactly what the eager step
+// computes (the same kernels on the same shapes).
 //
 // Only models whose step has no host synchronisation and no data-dependent shape are captured: one device, dense
 // attention and MLPs, unquantised weights, a rope that does not depend on the length. The others, and every build
-// without CUDA, run each step eagerly. PROBEKIT_CUDA_GRAPHS=0 in the environment turns graphs off.
+// without CUDA, run each step eagerly, as does every reader after a capture failed once in the process.
+// PROBEKIT_CUDA_GRAPHS=0 in the environment turns graphs off.
 #pragma once
 
 #include <ATen/ATen.h>
+#include <c10/core/Stream.h>
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "model/transformer.h"
@@ -58,6 +61,7 @@ class StepGraphs {
 
   bool supported_ = false, enabled_ = false;
   bool warmed_ = false;  // the current key's eager step ran
+  std::optional<c10::Stream> side_;  // the stream of the eager first steps and the captures
   Key key_;
   std::unique_ptr<Graph> graph_;
   int64_t captures_ = 0, replays_ = 0;

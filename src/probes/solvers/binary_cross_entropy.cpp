@@ -1,6 +1,8 @@
 #include "probes/solvers/binary_cross_entropy.h"
 
 #include <ATen/Parallel.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/error.h"
 
@@ -50,9 +52,13 @@ RowTerms pick_row_terms() { return row_terms_baseline; }
 
 std::pair<at::Tensor, at::Tensor> binary_cross_entropy_rows(const at::Tensor& z, const at::Tensor& targets,
                                                             const at::Tensor& weights, double scale) {
-  if (!z.is_cpu() || z.scalar_type() != at::kDouble || z.dim() != 2 || !targets.sizes().equals(z.sizes()) ||
-      (weights.defined() && !weights.sizes().equals(z.sizes()))) {
-    fail_input("binary cross-entropy: logits must be a CPU float64 matrix with targets (and weights) of its shape");
+  const bool weights_fit = !weights.defined() || (weights.is_cpu() && weights.sizes().equals(z.sizes()));
+  if (!z.is_cpu() || z.scalar_type() != at::kDouble || z.dim() != 2 || !targets.is_cpu() ||
+      !targets.sizes().equals(z.sizes()) || !weights_fit) {
+    fail_input("binary cross-entropy: logits [{}] ({}, {}) need to be a float64 matrix on the CPU, with targets [{}] and "
+               "weights [{}] of its shape there",
+               fmt::join(z.sizes(), ", "), z.device().str(), c10::toString(z.scalar_type()), fmt::join(targets.sizes(), ", "),
+               weights.defined() ? fmt::format("{}", fmt::join(weights.sizes(), ", ")) : std::string("none"));
   }
   static const RowTerms kRowTerms = pick_row_terms();
   at::Tensor logits = z.contiguous(), t = targets.to(at::kDouble).contiguous();

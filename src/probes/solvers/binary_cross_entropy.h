@@ -15,7 +15,8 @@
 
 namespace probekit::probes::solvers {
 
-/// e^x for x <= 0 (x below -708 taken as -708: e^-708 is 3e-308, below any sum it meets).
+/// e^x for x <= 0 (x below -708 taken as -708: e^-708 is 3e-308, as a term of a loss or as a sigmoid within that of
+/// the exact value).
 inline double exp_nonpositive(double x) {
   constexpr double kShifter = 0x1.8p52;  // adding it leaves round(x / ln 2) in the low bits of the mantissa
   constexpr double kLog2e = 1.4426950408889634, kLn2High = 0x1.62e42fefa3800p-1, kLn2Low = 0x1.ef35793c7673p-45;

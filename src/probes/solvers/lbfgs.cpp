@@ -204,8 +204,10 @@ at::Tensor device_values(const std::vector<T>& values, at::TensorOptions options
 // runs on the host.
 Steps search_lines(const LinearModelObjective& objective, const Line& line, const at::Tensor& rows, std::vector<double> t) {
   const auto count = static_cast<int64_t>(t.size());
-  const std::vector<double> f0 = host_values(line.f), slope = host_values(line.slope), a0 = host_values(line.a0),
-                            a1 = host_values(line.a1), a2 = host_values(line.a2);
+  // One copy to the host for the lines' numbers (and one per trial for the losses and slopes).
+  const std::vector<double> numbers = host_values(at::stack({line.f, line.slope, line.a0, line.a1, line.a2}));
+  auto column_of = [&](int64_t i) { return std::vector<double>(numbers.begin() + i * count, numbers.begin() + (i + 1) * count); };
+  const std::vector<double> f0 = column_of(0), slope = column_of(1), a0 = column_of(2), a1 = column_of(3), a2 = column_of(4);
   std::vector<double> low(t.size(), 0.0), high(t.size(), std::numeric_limits<double>::infinity()), accepted_t(t.size()),
       accepted_loss(t.size());
   std::vector<int64_t> pending(t.size()), accepted;
@@ -220,7 +222,9 @@ Steps search_lines(const LinearModelObjective& objective, const Line& line, cons
     for (size_t j = 0; j < pending.size(); ++j) tp[j] = t[pending[j]];
     at::Tensor u = pick(line.u);
     auto [loss, dloss] = objective.loss(at::addcmul(pick(line.z), column(device_values(tp, value_options)), u), pick(rows));
-    const std::vector<double> losses = host_values(loss), slopes = host_values(row_dot(dloss, u));
+    const std::vector<double> both = host_values(at::stack({loss, row_dot(dloss, u)}));
+    const auto searching_count = static_cast<std::ptrdiff_t>(pending.size());
+    const std::vector<double> losses(both.begin(), both.begin() + searching_count), slopes(both.begin() + searching_count, both.end());
     // The lines that found their step, and their positions among the pending; the lines still searching.
     std::vector<int64_t> found, found_at, still;
     for (size_t j = 0; j < pending.size(); ++j) {
