@@ -47,14 +47,17 @@
 #      real Qwen 3 tokenizer, captured at layers 6,12,18,23 by capture_activations (its experts kept packed; the GPU's
 #      memory sampled every 200 ms beside it for the peak) vs transformers' batched forward (moe_baseline.py: as
 #      installed there, it dequantizes the experts to bf16 when it lacks the MXFP4 kernels), alternating;
+#   15. fp8: a Qwen3-8B-shaped checkpoint in bf16 and its fine-grained FP8 copy (bench/python/make_fp8_bench_model.py:
+#      128x128 blocks, as the Qwen3-*-FP8 releases), each captured at layers 9,18,27,35 by capture_activations,
+#      alternating, with the GPU's memory sampled every 200 ms beside it for the peak;
 #   4. MoE capture: a Qwen3-30B-A3B-shaped random checkpoint (bench/python/make_moe_bench_model.py, MOE_LAYERS
 #      layers, 24 by default: one 80 GB GPU) with the real Qwen 3 tokenizer, captured at layers n/4, n/2, 3n/4,
 #      n-1 (6,12,18,23) by capture_activations vs transformers' batched forward (bench/python/moe_baseline.py),
 #      alternating, on the same dataset, then a profile of the capture as in 1c.
 # Usage: bash bench/gpu_benchmarks.sh OUT_DIR [STEP...]
 #   steps: build model capture profile alllayers spread multigpu split train generate server coldstart moe steer sweep
-#          previous python_api chat hybrid attention oss (default: all but previous, python_api, chat, hybrid, attention
-#          and oss)
+#          previous python_api chat hybrid attention oss fp8 (default: all but previous, python_api, chat, hybrid,
+#          attention, oss and fp8)
 # RUNS (default 2) sets the runs of each side; PYTHON_RUNS (default RUNS) those of the Python side, whose
 # capture and training take minutes a run.
 set -euo pipefail
@@ -334,6 +337,28 @@ if has attention; then
     # Its "seconds" (torch_attention_probe_train_s) is the training alone; this is its whole process, as ours.
     echo "{\"run\": $run, \"torch_attention_probe_process_s\": $(awk "BEGIN{print $(seconds) - $start}")}" |
       tee -a "$out/attention_process.jsonl"
+  done
+fi
+# capture_with_peak NAME MODEL LAYERS RUN: capture_activations on the dataset with nvidia-smi's memory reading beside it.
+capture_with_peak() {
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 > "$out/$1_gpu_memory_mib_$4.txt" &
+  local sampler=$!
+  "$tools/capture_activations" --model "$2" --dataset "$dataset" --output-dir "/tmp/$1_capture_$4" --layers "$3" \
+    --overwrite --json -q > "$out/$1_capture_probekit_$4.json"
+  kill "$sampler"
+  grep -h examples_per_second "$out/$1_capture_probekit_$4.json"
+  echo "$1 peak GPU memory (MiB): $(sort -n "$out/$1_gpu_memory_mib_$4.txt" | tail -1)"
+}
+if has fp8; then
+  [ -s /tmp/qwen3_tokenizer.json ] || gunzip -c .gpu/qwen3_tokenizer.json.gz > /tmp/qwen3_tokenizer.json
+  [ -s /tmp/fp8_bench_model/config.json ] ||
+    "$python" bench/python/make_fp8_bench_model.py /tmp/bf16_bench_model /tmp/fp8_bench_model /tmp/qwen3_tokenizer.json
+  [ -s "$dataset" ] || make_dataset
+  sync
+  du -sb /tmp/bf16_bench_model /tmp/fp8_bench_model | tee "$out/fp8_model_bytes.txt"
+  for run in $(seq "$runs"); do
+    capture_with_peak bf16 /tmp/bf16_bench_model 9,18,27,35 "$run"
+    capture_with_peak fp8 /tmp/fp8_bench_model 9,18,27,35 "$run"
   done
 fi
 if has oss; then

@@ -88,7 +88,7 @@ void print_info(const std::string& dir, bool json) {
   std::string quantization = c.quantization.method.empty() ? "none" : c.quantization.method + " (dequantized on load)";
   if (c.quantization.method == "mxfp4") quantization = "mxfp4 (experts kept packed on CUDA devices, dequantized on load elsewhere)";
   if (!c.quantization.block.empty()) {
-    quantization = fmt::format("{} ({} blocks, dequantized on load)", c.quantization.method, fmt::join(c.quantization.block, "x"));
+    quantization = fmt::format("{} ({} blocks; projections kept packed on CUDA devices, routed experts and elsewhere dequantized on load)", c.quantization.method, fmt::join(c.quantization.block, "x"));
   }
   // Layers that share attention settings are listed together: "0-4, 6-10: sliding window 1024, rope ...".
   std::map<std::string, std::vector<int64_t>> layer_kinds;

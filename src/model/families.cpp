@@ -221,12 +221,8 @@ void load_layers(const WeightScope& layers, const LoadPlan& plan, ModelWeights& 
 
 DenseMlp load_gated_mlp(const WeightScope& mlp, int64_t hidden, int64_t inner, bool bias) {
   DenseMlp dense;
-  dense.in.weight = at::cat({mlp.get("gate_proj.weight", {inner, hidden}), mlp.get("up_proj.weight", {inner, hidden})});
-  dense.out.weight = mlp.get("down_proj.weight", {hidden, inner});
-  if (bias) {
-    dense.in.bias = at::cat({mlp.get("gate_proj.bias", {inner}), mlp.get("up_proj.bias", {inner})});
-    dense.out.bias = mlp.get("down_proj.bias", {hidden});
-  }
+  dense.in = mlp.get_linear({{"gate_proj", inner}, {"up_proj", inner}}, hidden, bias);
+  dense.out = mlp.get_linear({{"down_proj", hidden}}, inner, bias);
   return dense;
 }
 
@@ -266,14 +262,8 @@ void load_llama_norms(const WeightScope& layer, const ModelConfig& c, LayerWeigh
 void load_llama_attention(const WeightScope& attention, const ModelConfig& c, int64_t layer, LayerWeights& l) {
   const int64_t head_dim = layer_head_dim(c, layer);
   const int64_t hidden = c.hidden_size, q_out = c.num_heads * head_dim, kv_out = layer_kv_heads(c, layer) * head_dim;
-  l.qkv.weight = at::cat({attention.get("q_proj.weight", {q_out, hidden}), attention.get("k_proj.weight", {kv_out, hidden}),
-                          attention.get("v_proj.weight", {kv_out, hidden})});
-  if (c.qkv_bias) {
-    l.qkv.bias = at::cat({attention.get("q_proj.bias", {q_out}), attention.get("k_proj.bias", {kv_out}),
-                          attention.get("v_proj.bias", {kv_out})});
-  }
-  l.attention_output.weight = attention.get("o_proj.weight", {hidden, q_out});
-  if (c.output_bias) l.attention_output.bias = attention.get("o_proj.bias", {hidden});
+  l.qkv = attention.get_linear({{"q_proj", q_out}, {"k_proj", kv_out}, {"v_proj", kv_out}}, hidden, c.qkv_bias);
+  l.attention_output = attention.get_linear({{"o_proj", hidden}}, q_out, c.output_bias);
   if (c.features.qk_norm == QkNorm::kPerHead) {
     l.q_norm = load_norm(attention, "q_norm", head_dim, c);
     l.k_norm = load_norm(attention, "k_norm", head_dim, c);

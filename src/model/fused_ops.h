@@ -45,4 +45,19 @@ std::pair<at::Tensor, at::Tensor> queries_and_keys(const at::Tensor& qkv, int64_
                                                    const at::Tensor& k_weight, double eps, const at::Tensor& cos,
                                                    const at::Tensor& sin, int64_t rotary_dim);
 
+/// Whether cached_attention takes these queries [B, heads, T, D] and this cache: 2-byte floats, D 64, 128 or 256.
+bool cached_attention_serves(const at::Tensor& q, const at::Tensor& cache_keys);
+
+/// Generation's attention over its cache in two kernels: the pass's keys and values k, v [B, kv_heads, T, D]
+/// written into cache_keys / cache_values [B, kv_heads, capacity, D] at the slots of `positions` [B, T], then each
+/// query of q [B, heads, T, D] attending to the slots up to its position among the first `visible` (and within
+/// `window` of it when > 0), query head h reading kv head h / (heads / kv_heads): no repeated keys, no mask tensor.
+/// Returns [B, heads, T, D], a transposed view of token-major memory.
+at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& cache_keys,
+                            at::Tensor& cache_values, const at::Tensor& positions, int64_t visible, int64_t window,
+                            double scale);
+
+/// model::decode_fp8_rows on the GPU: one pass reading the FP8 bytes and their row scales, writing `dtype`.
+at::Tensor decode_fp8_rows(const at::Tensor& bytes, const at::Tensor& row_scales, int64_t block_in, at::ScalarType dtype);
+
 }  // namespace probekit::model::fused

@@ -106,10 +106,6 @@ DeltaRuleResult gated_delta_rule_chunked(const at::Tensor& q, const at::Tensor& 
 
 namespace {
 
-at::Tensor project(const at::Tensor& x, const Linear& l) {
-  return l.bias.defined() ? at::linear(x, l.weight, l.bias) : at::linear(x, l.weight);
-}
-
 // Heads [B, T, count, dim] from `dim`-wide heads starting at channel `offset` of x [B, T, channels].
 at::Tensor heads_of(const at::Tensor& x, int64_t offset, int64_t count, int64_t dim) {
   return x.narrow(-1, offset, count * dim).reshape({x.size(0), x.size(1), count, dim});
@@ -140,7 +136,7 @@ at::Tensor mix_tokens(const at::Tensor& x, const DeltaNetWeights& w, const Model
                       const at::Tensor& commit) {
   const LinearAttentionSpec& s = c.linear_attention;
   const int64_t batch = x.size(0), tokens = x.size(1), channels = s.conv_channels(), history = s.conv_kernel - 1;
-  at::Tensor projected = project(x, w.in_proj);  // [B, T, channels + value_dim + 2 * value_heads]: q k v z b a
+  at::Tensor projected = linear(x, w.in_proj);  // [B, T, channels + value_dim + 2 * value_heads]: q k v z b a
   at::Tensor before =
       cache != nullptr ? cache->conv_states.at(layer) : at::zeros({batch, channels, history}, x.options());
   at::Tensor inputs = at::cat({before, projected.narrow(-1, 0, channels).transpose(1, 2)}, 2);  // [B, C, K - 1 + T]
@@ -193,7 +189,7 @@ at::Tensor delta_net_branch(const at::Tensor& x_in, const LayerWeights& w, const
   } else {
     mixed = mix_tokens(x_in, w.delta_net, c, context.cache(), static_cast<size_t>(layer), context.commit_tokens());
   }
-  return project(output_rows.defined() ? mixed.index_select(1, output_rows) : mixed, w.attention_output);
+  return linear(output_rows.defined() ? mixed.index_select(1, output_rows) : mixed, w.attention_output);
 }
 
 }  // namespace probekit::model

@@ -10,10 +10,6 @@ namespace {
 // q_a_layernorm and kv_a_layernorm are built with DeepseekV3RMSNorm's default epsilon, not rms_norm_eps.
 constexpr double kLatentNormEps = 1e-6;
 
-at::Tensor project(const at::Tensor& x, const Linear& l) {
-  return l.bias.defined() ? at::linear(x, l.weight, l.bias) : at::linear(x, l.weight);
-}
-
 // RMSNorm in fp32, returning `dtype`.
 at::Tensor latent_norm(const at::Tensor& x, const Norm& norm, at::ScalarType dtype) {
   at::Tensor x32 = x.to(at::kFloat);
@@ -32,9 +28,9 @@ LatentInputs latent_inputs(const at::Tensor& x, const LatentAttentionWeights& w,
   const int64_t batch = x.size(0), tokens = x.size(1), nope = s.nope_head_dim;
   const int64_t q_out = s.q_lora_rank > 0 ? s.q_lora_rank : c.num_heads * s.qk_head_dim();
   const at::ScalarType compute = x.scalar_type();
-  at::Tensor down = project(x, w.down);  // [B, T, q_out + kv_lora_rank + rope_head_dim]
+  at::Tensor down = linear(x, w.down);  // [B, T, q_out + kv_lora_rank + rope_head_dim]
   at::Tensor q = down.narrow(-1, 0, q_out);
-  if (s.q_lora_rank > 0) q = project(latent_norm(q, w.q_a_norm, compute), w.q_b);
+  if (s.q_lora_rank > 0) q = linear(latent_norm(q, w.q_a_norm, compute), w.q_b);
   q = q.view({batch, tokens, c.num_heads, s.qk_head_dim()}).transpose(1, 2);
   at::Tensor latents = latent_norm(down.narrow(-1, q_out, s.kv_lora_rank), w.kv_a_norm, compute).unsqueeze(1);
   at::Tensor rope_keys = down.narrow(-1, q_out + s.kv_lora_rank, s.rope_head_dim).unsqueeze(1);
@@ -50,7 +46,7 @@ std::pair<at::Tensor, at::Tensor> expanded_keys_and_values(const at::Tensor& lat
                                                            const LatentAttentionWeights& w, const ModelConfig& c) {
   const LatentAttentionSpec& s = c.latent_attention;
   const int64_t batch = latents.size(0), slots = latents.size(2), heads = c.num_heads;
-  at::Tensor kv = project(latents.squeeze(1), w.kv_b)
+  at::Tensor kv = linear(latents.squeeze(1), w.kv_b)
                       .view({batch, slots, heads, s.nope_head_dim + s.value_head_dim})
                       .transpose(1, 2);
   at::Tensor keys = at::cat({kv.narrow(-1, 0, s.nope_head_dim), rope_keys.expand({batch, heads, slots, s.rope_head_dim})}, -1);
@@ -63,7 +59,7 @@ std::pair<at::Tensor, at::Tensor> expanded_keys_and_values(const at::Tensor& lat
 at::Tensor absorbed_attention(const at::Tensor& queries, const at::Tensor& latents, const at::Tensor& rope_keys,
                               const LatentAttentionWeights& w, const ModelConfig& c, const at::Tensor& mask) {
   const LatentAttentionSpec& s = c.latent_attention;
-  at::Tensor per_head = w.kv_b.weight.view({c.num_heads, s.nope_head_dim + s.value_head_dim, s.kv_lora_rank});
+  at::Tensor per_head = w.kv_b.dense_weight().view({c.num_heads, s.nope_head_dim + s.value_head_dim, s.kv_lora_rank});
   at::Tensor key_rows = per_head.narrow(1, 0, s.nope_head_dim), value_rows = per_head.narrow(1, s.nope_head_dim, s.value_head_dim);
   at::Tensor query = at::cat({at::matmul(queries.narrow(-1, 0, s.nope_head_dim), key_rows),
                               queries.narrow(-1, s.nope_head_dim, s.rope_head_dim)}, -1);  // [B, heads, T, rank + rope]
@@ -116,7 +112,7 @@ at::Tensor latent_attention_branch(const at::Tensor& x_in, const LayerWeights& w
                 : attention(in.queries, keys, values, context.mask(spec.sliding_window), c.attention_scale, std::nullopt, {});
   }
   at::Tensor flat = heads.transpose(1, 2).reshape({batch, tokens, c.num_heads * c.latent_attention.value_head_dim});
-  return project(output_rows.defined() ? flat.index_select(1, output_rows) : flat, w.attention_output);
+  return linear(output_rows.defined() ? flat.index_select(1, output_rows) : flat, w.attention_output);
 }
 
 }  // namespace probekit::model

@@ -95,15 +95,34 @@ size_t DevicePlan::stages(size_t replica) const {
 
 namespace {
 
+bool ends_with(const std::string& name, const std::string& suffix) {
+  return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// An FP8 weight's or its scales' bytes once loaded, or none for another tensor. Kept packed, as on the CUDA devices
+// placement plans for: its bytes, and its scales expanded to one row per weight row in fp32 (WeightScope::get_linear;
+// routed experts are dequantized on load whatever the option says). Dequantized: its values, and no scales.
+std::optional<int64_t> fp8_bytes(const Checkpoint& checkpoint, const std::string& name,
+                                 const safetensors::TensorInfo& info, const LoadOptions& options) {
+  const bool packed = options.keep_fp8_packed.value_or(true) && name.find(".experts.") == std::string::npos;
+  const auto element = static_cast<int64_t>(c10::elementSize(options.dtype));
+  if (info.dtype == safetensors::DType::kF8E4M3) return static_cast<int64_t>(info.numel()) * (packed ? 1 : element);
+  const std::string scale = "_scale_inv";
+  if (!ends_with(name, scale)) return std::nullopt;
+  auto weight = checkpoint.find(name.substr(0, name.size() - scale.size()));
+  if (!weight || weight->info->dtype != safetensors::DType::kF8E4M3 || info.shape.size() != 2) return std::nullopt;
+  return packed ? weight->info->shape[0] * info.shape[1] * static_cast<int64_t>(sizeof(float)) : 0;
+}
+
 // A tensor's bytes once loaded. MXFP4 parts (uint8 blocks and scales) take their stored bytes when kept packed, as
 // on the CUDA devices placement plans for; dequantized, each block byte becomes two values and the scales nothing.
-int64_t loaded_tensor_bytes(const std::string& name, const safetensors::TensorInfo& info, const LoadOptions& options) {
+int64_t loaded_tensor_bytes(const Checkpoint& checkpoint, const std::string& name, const safetensors::TensorInfo& info,
+                            const LoadOptions& options) {
   const auto element = static_cast<int64_t>(c10::elementSize(options.dtype));
+  if (std::optional<int64_t> fp8 = fp8_bytes(checkpoint, name, info, options)) return *fp8;
   if (info.dtype != safetensors::DType::kU8) return static_cast<int64_t>(info.numel()) * element;
   if (options.keep_mxfp4_packed.value_or(true)) return static_cast<int64_t>(info.numel());
-  const std::string blocks = "_blocks";
-  const bool is_blocks = name.size() > blocks.size() && name.compare(name.size() - blocks.size(), blocks.size(), blocks) == 0;
-  return is_blocks ? static_cast<int64_t>(info.numel()) * 2 * element : 0;
+  return ends_with(name, "_blocks") ? static_cast<int64_t>(info.numel()) * 2 * element : 0;
 }
 
 }  // namespace
@@ -115,7 +134,7 @@ ModelBytes model_bytes(const std::string& dir, const LoadOptions& options) {
   ModelBytes bytes;
   bytes.layers.assign(static_cast<size_t>(options.last_layer < 0 ? config.num_layers : options.last_layer + 1), 0);
   for (const std::string& name : tensors_to_read(dir, options)) {
-    int64_t size = loaded_tensor_bytes(name, *checkpoint.find(name)->info, options);
+    int64_t size = loaded_tensor_bytes(checkpoint, name, *checkpoint.find(name)->info, options);
     int64_t layer = family.tensor_layer(name);
     if (layer >= 0 && layer < static_cast<int64_t>(bytes.layers.size())) {
       bytes.layers[static_cast<size_t>(layer)] += size;

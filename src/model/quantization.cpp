@@ -9,6 +9,10 @@
 
 #include "common/error.h"
 
+#ifdef PROBEKIT_WITH_CUDA
+#include "model/fused_ops.h"
+#endif
+
 namespace probekit::model {
 
 namespace {
@@ -90,6 +94,15 @@ at::Tensor dequantize_fp8_blocks(const at::Tensor& bytes, const at::Tensor& scal
                           .narrow(0, 0, out)
                           .narrow(1, 0, in);
   return values * scales;
+}
+
+at::Tensor decode_fp8_rows(const at::Tensor& bytes, const at::Tensor& row_scales, int64_t block_in, at::ScalarType dtype) {
+#ifdef PROBEKIT_WITH_CUDA
+  if (bytes.is_cuda()) return fused::decode_fp8_rows(bytes, row_scales, block_in, dtype);
+#endif
+  const int64_t out = bytes.size(0), in = bytes.size(1);
+  at::Tensor values = float8_e4m3fn_values().to(bytes.device()).index_select(0, bytes.flatten().to(at::kLong)).view({out, in});
+  return (values * row_scales.repeat_interleave(block_in, 1).narrow(1, 0, in)).to(dtype);
 }
 
 const at::Tensor& fp4_e2m1_values() {

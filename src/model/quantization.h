@@ -21,6 +21,11 @@ const at::Tensor& float8_e4m3fn_values();
 /// ceil(in / B1)] block by block (the last blocks of a side partial), in float32 on the CPU.
 at::Tensor dequantize_fp8_blocks(const at::Tensor& bytes, const at::Tensor& scale_inv, const std::vector<int64_t>& block);
 
+/// Fine-grained FP8 with its scales expanded to rows: bytes [out, in] uint8 times `row_scales` [out,
+/// ceil(in / block_in)] fp32 (one per block of block_in inputs, the last partial), rounded once into `dtype` on
+/// their device: the bits of dequantize_fp8_blocks converted to `dtype`. A CUDA kernel on a GPU.
+at::Tensor decode_fp8_rows(const at::Tensor& bytes, const at::Tensor& row_scales, int64_t block_in, at::ScalarType dtype);
+
 /// The 16 values of the FP4 e2m1 codes (1 sign bit, 2 exponent bits biased by 1, 1 mantissa bit):
 /// 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives (code 8 is -0).
 const at::Tensor& fp4_e2m1_values();

@@ -163,7 +163,7 @@ at::Tensor run_routed_experts(const at::Tensor& x, const Routing& routing, const
   at::Tensor outputs = at::empty_like(sorted_outputs).index_copy_(0, order, sorted_outputs).view({tokens, k, -1});
   // The weighted sum in fp32, like the residual stream it joins.
   at::Tensor out = (outputs.to(at::kFloat) * routing.weights.unsqueeze(-1)).sum(1);
-  if (w.shared_expert.in.weight.defined()) {
+  if (w.shared_expert.in.defined()) {
     at::Tensor shared = dense_mlp(x, w.shared_expert, c).to(at::kFloat);
     if (w.shared_expert_gate.defined()) shared = shared * at::sigmoid(at::linear(x, w.shared_expert_gate).to(at::kFloat));
     out = out + shared;

@@ -45,10 +45,11 @@ at::Tensor view_tensor(const safetensors::File& file, const safetensors::TensorI
 
 }  // namespace
 
-Checkpoint Checkpoint::open(const std::string& dir, Quantization quantization) {
+Checkpoint Checkpoint::open(const std::string& dir, Quantization quantization, std::optional<bool> keep_fp8_packed) {
   Checkpoint checkpoint;
   checkpoint.dir_ = dir;
   checkpoint.quantization_ = std::move(quantization);
+  checkpoint.keep_fp8_packed_ = keep_fp8_packed;
   std::string single = dir + "/model.safetensors";
   std::string index_path = dir + "/model.safetensors.index.json";
   // Anything at the name is opened, so a directory or a FIFO there is named as such rather than missing.
@@ -244,7 +245,7 @@ Checkpoint::Entry WeightScope::checked_entry(const std::string& name, const std:
   return *entry;
 }
 
-at::Tensor WeightScope::dequantized_fp8(const std::string& name, const Checkpoint::Entry& entry) const {
+at::Tensor WeightScope::fp8_scales(const std::string& name, const Checkpoint::Entry& entry) const {
   const std::string full = full_name(name);
   const std::vector<int64_t>& shape = entry.info->shape;
   const std::vector<int64_t>& block = checkpoint_->quantization_.block;
@@ -253,9 +254,54 @@ at::Tensor WeightScope::dequantized_fp8(const std::string& name, const Checkpoin
   if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
     fail("FP8 tensor '{}' in {} is not a weight that has a weight_scale_inv", full, entry.file->path());
   }
-  const std::string scale_name = name + "_scale_inv";
   const std::vector<int64_t> blocks = {(shape[0] + block[0] - 1) / block[0], (shape[1] + block[1] - 1) / block[1]};
-  return dequantize_fp8_blocks(view_tensor(*entry.file, *entry.info), view(scale_name, blocks), block);
+  return view(name + "_scale_inv", blocks);
+}
+
+at::Tensor WeightScope::dequantized_fp8(const std::string& name, const Checkpoint::Entry& entry) const {
+  return dequantize_fp8_blocks(view_tensor(*entry.file, *entry.info), fp8_scales(name, entry),
+                               checkpoint_->quantization_.block);
+}
+
+Fp8Weight WeightScope::packed_fp8(const std::string& name, const Checkpoint::Entry& entry) const {
+  const int64_t rows = entry.info->shape[0], block_rows = checkpoint_->quantization_.block[0];
+  // One scale row per weight row: the projections stacked into one (q, k and v) then stack their scales too,
+  // whatever their sizes against the block. A thirty-second of the bytes with 128-wide blocks.
+  at::Tensor row_scales = fp8_scales(name, entry).to(at::kFloat).repeat_interleave(block_rows, 0).narrow(0, 0, rows);
+  at::Tensor bytes = view_tensor(*entry.file, *entry.info);  // uint8
+  checkpoint_->loaded_bytes_ += static_cast<int64_t>(bytes.nbytes() + row_scales.nbytes());
+  return {checkpoint_->load(bytes, device_, at::kByte), checkpoint_->load(row_scales, device_, at::kFloat),
+          checkpoint_->quantization_.block[1], dtype_};
+}
+
+Linear WeightScope::get_linear(const std::vector<std::pair<std::string, int64_t>>& parts, int64_t in, bool bias) const {
+  std::vector<Checkpoint::Entry> entries;
+  bool all_fp8 = true;
+  for (const auto& [name, out] : parts) {
+    entries.push_back(checked_entry(name + ".weight", {out, in}));
+    all_fp8 = all_fp8 && entries.back().info->dtype == safetensors::DType::kF8E4M3;
+  }
+  Linear linear;
+  if (all_fp8 && checkpoint_->keep_fp8_packed_.value_or(device_.is_cuda())) {
+    std::vector<at::Tensor> bytes, scales;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      Fp8Weight part = packed_fp8(parts[i].first + ".weight", entries[i]);
+      bytes.push_back(part.bytes);
+      scales.push_back(part.row_scales);
+      linear.fp8 = part;
+    }
+    if (parts.size() > 1) linear.fp8.bytes = at::cat(bytes), linear.fp8.row_scales = at::cat(scales);
+  } else {
+    std::vector<at::Tensor> weights;
+    for (const auto& [name, out] : parts) weights.push_back(get(name + ".weight", {out, in}));
+    linear.weight = weights.size() == 1 ? weights[0] : at::cat(weights);
+  }
+  if (bias) {
+    std::vector<at::Tensor> biases;
+    for (const auto& [name, out] : parts) biases.push_back(get(name + ".bias", {out}));
+    linear.bias = biases.size() == 1 ? biases[0] : at::cat(biases);
+  }
+  return linear;
 }
 
 at::Tensor WeightScope::get(const std::string& name, const std::vector<int64_t>& shape, at::ScalarType dtype) const {
@@ -264,6 +310,15 @@ at::Tensor WeightScope::get(const std::string& name, const std::vector<int64_t>&
                                                                        : view_tensor(*entry.file, *entry.info);
   checkpoint_->loaded_bytes_ += static_cast<int64_t>(entry.info->numel()) * static_cast<int64_t>(c10::elementSize(dtype));
   return checkpoint_->load(stored, device_, dtype);
+}
+
+at::Tensor Linear::dense_weight() const {
+  return fp8.defined() ? decode_fp8_rows(fp8.bytes, fp8.row_scales, fp8.block_in, fp8.dtype) : weight;
+}
+
+at::Tensor linear(const at::Tensor& x, const Linear& l) {
+  const at::Tensor weight = l.dense_weight();
+  return l.bias.defined() ? at::linear(x, weight, l.bias) : at::linear(x, weight);
 }
 
 at::Tensor WeightScope::mxfp4_part(const std::string& name, const std::vector<int64_t>& shape) const {

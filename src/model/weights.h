@@ -38,7 +38,9 @@ class Checkpoint {
   /// Opens DIR/model.safetensors, or the shards listed by DIR/model.safetensors.index.json; a missing shard
   /// or a name the index places in a shard that lacks it is an error naming both files. Weights stored as
   /// `quantization` says (the model's config) are decoded on load.
-  static Checkpoint open(const std::string& dir, Quantization quantization = {});
+  /// FP8 weights read through WeightScope::get_linear stay packed when `keep_fp8_packed` (unset: on CUDA devices).
+  static Checkpoint open(const std::string& dir, Quantization quantization = {},
+                         std::optional<bool> keep_fp8_packed = std::nullopt);
 
   struct Entry {
     const safetensors::File* file = nullptr;
@@ -72,6 +74,7 @@ class Checkpoint {
 
   std::string dir_;
   Quantization quantization_;
+  std::optional<bool> keep_fp8_packed_;
   mutable int64_t loaded_bytes_ = 0;
   mutable std::unique_ptr<device::StagedUpload> uploads_;
   std::vector<std::unique_ptr<safetensors::File>> files_;
@@ -101,6 +104,33 @@ struct Mxfp4Weight {
   bool defined() const { return blocks.defined(); }
 };
 
+/// A fine-grained FP8 weight kept packed on its device (LoadOptions::keep_fp8_packed), decoded for each product.
+struct Fp8Weight {
+  at::Tensor bytes;       // [out, in] uint8: float8_e4m3fn codes
+  at::Tensor row_scales;  // [out, ceil(in / block_in)] fp32: each row's weight_scale_inv along the input
+  int64_t block_in = 0;
+  at::ScalarType dtype = at::kFloat;  // the compute dtype it is decoded into
+
+  bool defined() const { return bytes.defined(); }
+};
+
+/// A weight-and-bias pair in the reference's [out, in] layout; bias may be undefined. An FP8 weight kept packed
+/// is held by `fp8`, and `weight` is undefined.
+struct Linear {
+  at::Tensor weight;
+  at::Tensor bias;
+  Fp8Weight fp8;
+
+  bool defined() const { return weight.defined() || fp8.defined(); }
+  /// The dtype the product computes in.
+  at::ScalarType dtype() const { return fp8.defined() ? fp8.dtype : weight.scalar_type(); }
+  /// The weight [out, in] in that dtype (a packed one decoded).
+  at::Tensor dense_weight() const;
+};
+
+/// x W^T + b; a packed FP8 weight is decoded for the product into a buffer freed after it.
+at::Tensor linear(const at::Tensor& x, const Linear& l);
+
 /// A prefix into a checkpoint ("model.layers.3.") plus the device and dtype tensors are loaded to.
 class WeightScope {
  public:
@@ -125,6 +155,10 @@ class WeightScope {
   at::Tensor get_mxfp4(const std::string& name, const std::vector<int64_t>& shape) const;
   /// The same weight kept packed: its blocks and scales (checked) loaded as they are, uint8, onto the device.
   Mxfp4Weight get_mxfp4_packed(const std::string& name, const std::vector<int64_t>& shape) const;
+  /// The projection whose weight is the checkpoint's `parts` (NAME.weight [out, in] each, with NAME.bias [out]
+  /// when `bias`) stacked along the output in order. FP8 weights stay packed where the checkpoint says so (see
+  /// Checkpoint::open); anything else is loaded as get() loads it.
+  Linear get_linear(const std::vector<std::pair<std::string, int64_t>>& parts, int64_t in, bool bias = false) const;
   /// Loads a tensor if present (its presence selects a feature), checking its shape.
   std::optional<at::Tensor> get_optional(const std::string& name, const std::vector<int64_t>& shape) const;
 
@@ -138,19 +172,17 @@ class WeightScope {
   at::Tensor mxfp4_part(const std::string& name, const std::vector<int64_t>& shape) const;
   /// The blocks and scales of an MXFP4 weight of `shape` [..., out, in], viewed in the memory map, checked.
   Mxfp4Weight mxfp4_parts(const std::string& name, const std::vector<int64_t>& shape) const;
+  /// A float8_e4m3fn weight's weight_scale_inv blocks [ceil(out / B0), ceil(in / B1)], viewed in the memory map.
+  at::Tensor fp8_scales(const std::string& name, const Checkpoint::Entry& entry) const;
   /// A float8_e4m3fn weight times its weight_scale_inv blocks, in float32 on the host.
   at::Tensor dequantized_fp8(const std::string& name, const Checkpoint::Entry& entry) const;
+  /// The same weight kept packed on the scope's device.
+  Fp8Weight packed_fp8(const std::string& name, const Checkpoint::Entry& entry) const;
 
   const Checkpoint* checkpoint_;
   std::string prefix_;
   at::Device device_;
   at::ScalarType dtype_;
-};
-
-/// A weight-and-bias pair in the reference's [out, in] layout; bias may be undefined.
-struct Linear {
-  at::Tensor weight;
-  at::Tensor bias;
 };
 
 /// A normalization layer's parameters. Gemma's (1 + w) is folded into `weight` at load time.

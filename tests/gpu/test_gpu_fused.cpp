@@ -1,8 +1,11 @@
 // The fused CUDA kernels against the same arithmetic in ATen ops, on odd sizes and every float dtype.
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include "gpu/gpu_test_util.h"
 #include "model/fused_ops.h"
+#include "model/quantization.h"
 
 using namespace probekit::model;
 using probekit::testing::max_relative_error;
@@ -138,6 +141,74 @@ TEST_CASE("fused queries and keys: per-head norm and rotary embedding, full and 
           CHECK(max_relative_error(bq, eq) < 2e-2);
           CHECK(max_relative_error(bk, ek) < 2e-2);
         }
+      }
+    }
+  }
+}
+
+TEST_CASE("FP8 rows decoded on the GPU give the CPU's bits: every byte, partial blocks, every float dtype") {
+  // Widths a multiple of 8 take the kernel with 8-byte loads, others the byte kernel; 40 with blocks of 32 and 130
+  // with blocks of 128 end in a partial block.
+  for (int64_t in : {64, 40, 130, 256}) {
+    for (int64_t block_in : {32, 128}) {
+      const int64_t out = 37, scale_columns = (in + block_in - 1) / block_in;
+      at::Tensor bytes = at::randint(0, 256, {out, in}, at::TensorOptions().dtype(at::kByte));
+      // Every byte once, the two NaN codes left out (NaN != NaN).
+      bytes.view(-1).narrow(0, 0, 256).copy_(at::arange(256, at::kLong).to(at::kByte));
+      bytes.masked_fill_((bytes == 0x7f).logical_or(bytes == 0xff), 0x7e);
+      at::Tensor scales = at::rand({out, scale_columns}) * 4;
+      for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+        CAPTURE(in);
+        CAPTURE(block_in);
+        CAPTURE(dtype);
+        at::Tensor expected = decode_fp8_rows(bytes, scales, block_in, dtype);
+        at::Tensor got = decode_fp8_rows(bytes.to(kCuda.device()), scales.to(kCuda.device()), block_in, dtype);
+        CHECK((got.scalar_type() == dtype));
+        CHECK(at::equal(got.cpu(), expected));
+      }
+    }
+  }
+}
+
+TEST_CASE("cached attention writes the keys and values at their positions and attends as a masked softmax") {
+  const int64_t batch = 3, tokens = 5, capacity = 96, visible = 80;
+  for (int64_t head_dim : {64, 128, 256}) {
+    for (int64_t window : {0, 7}) {
+      for (int64_t kv_heads : {1, 2, 4}) {
+        CAPTURE(head_dim);
+        CAPTURE(window);
+        CAPTURE(kv_heads);
+        const int64_t heads = 4;
+        auto bf16 = kCuda.dtype(at::kBFloat16);
+        // Token-major keys (as queries_and_keys writes them) and values sliced from a wider projection.
+        at::Tensor q = at::randn({batch, tokens, heads, head_dim}, bf16).transpose(1, 2);
+        at::Tensor k = at::randn({batch, tokens, kv_heads, head_dim}, bf16).transpose(1, 2);
+        at::Tensor v = at::randn({batch, tokens, 3 * kv_heads * head_dim}, bf16)
+                           .narrow(-1, kv_heads * head_dim, kv_heads * head_dim)
+                           .view({batch, tokens, kv_heads, head_dim})
+                           .transpose(1, 2);
+        at::Tensor cache_keys = at::randn({batch, kv_heads, capacity, head_dim}, bf16);
+        at::Tensor cache_values = at::randn({batch, kv_heads, capacity, head_dim}, bf16);
+        // Rows at different lengths; the last row's last tokens past the visible slots see only those.
+        at::Tensor start = at::tensor(std::vector<int64_t>{3, 40, visible - 2}).view({batch, 1});
+        at::Tensor positions = (start + at::arange(tokens, at::kLong).view({1, tokens})).to(kCuda.device());
+        at::Tensor expected_keys = cache_keys.clone(), expected_values = cache_values.clone();
+        at::Tensor slots = positions.view({batch, 1, tokens, 1}).expand({batch, kv_heads, tokens, head_dim});
+        expected_keys.scatter_(2, slots, k);
+        expected_values.scatter_(2, slots, v);
+        at::Tensor seen = at::arange(visible, positions.options()).view({1, 1, visible}) <= positions.unsqueeze(-1);
+        if (window > 0) seen = seen & ((positions.unsqueeze(-1) - at::arange(visible, positions.options())) < window);
+        const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+        at::Tensor keys = expected_keys.narrow(2, 0, visible).repeat_interleave(heads / kv_heads, 1).to(at::kFloat);
+        at::Tensor values = expected_values.narrow(2, 0, visible).repeat_interleave(heads / kv_heads, 1).to(at::kFloat);
+        at::Tensor scores = at::matmul(q.to(at::kFloat), keys.transpose(-2, -1)) * scale;
+        scores = scores.masked_fill(seen.unsqueeze(1).logical_not(), -INFINITY);
+        at::Tensor expected = at::matmul(at::softmax(scores, -1), values);
+        at::Tensor got = fused::cached_attention(q, k, v, cache_keys, cache_values, positions, visible, window, scale);
+        CHECK(at::equal(cache_keys, expected_keys));
+        CHECK(at::equal(cache_values, expected_values));
+        CHECK(got.transpose(1, 2).is_contiguous());
+        CHECK(max_relative_error(got, expected) < 2e-2);
       }
     }
   }

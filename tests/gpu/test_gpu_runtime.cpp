@@ -100,6 +100,24 @@ TEST_CASE("fp32 on the GPU matches the reference within 1e-4 relative") {
   }
 }
 
+TEST_CASE("FP8 projections stay packed on the GPU and give the bits of weights dequantized on load") {
+  for (const char* name : {"qwen3_fp8", "deepseek_v3_fp8"}) {
+    std::string dir = std::string(PROBEKIT_FIXTURES) + "/models/" + name;
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      model::LoadOptions options;
+      options.device = at::Device(at::kCUDA, 0);
+      options.dtype = dtype;
+      model::TransformerModel packed = model::TransformerModel::load(dir, options);  // packed: the default on CUDA
+      options.keep_fp8_packed = false;
+      model::TransformerModel dequantized = model::TransformerModel::load(dir, options);
+      CHECK(packed.weight_bytes() < dequantized.weight_bytes());
+      model::ForwardPass pass;
+      pass.input_ids = at::arange(1, 40, at::TensorOptions().dtype(at::kLong).device(options.device)).view({3, 13});
+      CHECK_MESSAGE(at::equal(packed.forward(pass), dequantized.forward(pass)), name, " ", dtype);
+    }
+  }
+}
+
 TEST_CASE("token embeddings kept on the host give the GPU the same hidden states as a table copied to it") {
   for (const char* name : {"llama_bf16", "gemma3_text", "gpt2"}) {
     std::string dir = std::string(PROBEKIT_FIXTURES) + "/models/" + name;

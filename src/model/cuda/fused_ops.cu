@@ -351,6 +351,51 @@ __global__ void queries_and_keys_warp_kernel(const T* qkv, T* queries, T* keys, 
   }
 }
 
+// The float32 value of a float8_e4m3fn byte, exactly, from its bits: 4 exponent bits biased by 7 and 3 mantissa
+// bits, rebiased into a float's; exponent 0 is subnormal (m * 2^-9); 0x7f and 0xff are NaN.
+__device__ __forceinline__ float e4m3fn_value(uint32_t byte) {
+  const uint32_t exponent = (byte >> 3) & 0xf, mantissa = byte & 0x7, sign = (byte & 0x80) << 24;
+  if (exponent == 0xf && mantissa == 0x7) return __int_as_float(0x7fc00000);
+  if (exponent == 0) return __uint_as_float(sign | __float_as_uint(static_cast<float>(mantissa) * 0.001953125f));
+  return __uint_as_float(sign | ((exponent + 120) << 23) | (mantissa << 20));
+}
+
+// Sixteen bytes a thread: one 16-byte load, one scale (rows and blocks a multiple of 16 wide, so that a group
+// never spans two rows or two blocks), each value times it rounded once into T, stored 16 bytes at a time.
+template <typename T>
+__global__ void decode_fp8_rows_kernel(const uint4* __restrict__ bytes, const float* __restrict__ row_scales,
+                                       T* __restrict__ out, int64_t groups, int64_t in, int64_t scale_columns,
+                                       int64_t block_in) {
+  constexpr int kPerPack = 16 / sizeof(T);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t group = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; group < groups; group += stride) {
+    const int64_t first = group * 16, row = first / in;
+    const uint4 packed = bytes[group];
+    const float scale = row_scales[row * scale_columns + (first - row * in) / block_in];
+    const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
+    Pack<T> values[16 / kPerPack];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      values[j / kPerPack].v[j % kPerPack] = static_cast<T>(e4m3fn_value((words[j / 4] >> (8 * (j % 4))) & 0xff) * scale);
+    }
+    auto* target = reinterpret_cast<Pack<T>*>(out + first);
+#pragma unroll
+    for (int p = 0; p < 16 / kPerPack; ++p) target[p] = values[p];
+  }
+}
+
+// The same a byte a thread, for rows of any width.
+template <typename T>
+__global__ void decode_fp8_bytes_kernel(const uint8_t* __restrict__ bytes, const float* __restrict__ row_scales,
+                                        T* __restrict__ out, int64_t total, int64_t in, int64_t scale_columns,
+                                        int64_t block_in) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total; i += stride) {
+    const int64_t row = i / in, column = i % in;
+    out[i] = static_cast<T>(e4m3fn_value(bytes[i]) * row_scales[row * scale_columns + column / block_in]);
+  }
+}
+
 bool quad_aligned(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Whether the register kernels take rows of `width`: whole quads, at most 16 a thread in blocks of 512 threads.
@@ -461,6 +506,114 @@ __global__ void queries_and_keys_tokens_kernel(const T* __restrict__ qkv, T* __r
                            : keys + (token * kv_heads + head - heads) * kHeadDim;
       reinterpret_cast<Pack<T>*>(target)[lane] = out;
     }
+  }
+}
+
+// Generation's new keys and values into the cache: one thread per 8 elements (16 bytes) of a row, the row of
+// (batch, token, kv head) written at the slot of the token's position. Keys and values come as [B, kv_heads, T, D]
+// views with their own strides (the keys token-major, the values a slice of the fused projection).
+template <typename T>
+__global__ void write_cache_kernel(const T* __restrict__ keys, const T* __restrict__ values, T* __restrict__ cache_keys,
+                                   T* __restrict__ cache_values, const int64_t* __restrict__ positions, int64_t total,
+                                   int tokens, int kv_heads, int head_dim, int64_t capacity, int64_t k_batch,
+                                   int64_t k_head, int64_t k_token, int64_t v_batch, int64_t v_head, int64_t v_token) {
+  const int64_t pack = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (pack >= total) return;
+  const int packs = head_dim / 8;
+  const int64_t row = pack / packs;
+  const int part = static_cast<int>(pack % packs);
+  const int head = static_cast<int>(row % kv_heads), token = static_cast<int>((row / kv_heads) % tokens);
+  const int64_t batch = row / (static_cast<int64_t>(kv_heads) * tokens);
+  const int64_t slot = positions[batch * tokens + token];
+  const int64_t target = ((batch * kv_heads + head) * capacity + slot) * head_dim + 8 * part;
+  reinterpret_cast<Pack<T>*>(cache_keys + target)[0] =
+      reinterpret_cast<const Pack<T>*>(keys + batch * k_batch + head * k_head + token * k_token + 8 * part)[0];
+  reinterpret_cast<Pack<T>*>(cache_values + target)[0] =
+      reinterpret_cast<const Pack<T>*>(values + batch * v_batch + head * v_head + token * v_token + 8 * part)[0];
+}
+
+// One block per query row (batch, head, token), kWarps warps sharing the visible slots round-robin, four at a time
+// for loads in flight; lane l holds elements [kPerLane l, kPerLane (l + 1)) of the head. Each warp keeps its own
+// running maximum, sum and weighted values (the online softmax), merged through shared memory at the end.
+template <typename T, int kPerLane, int kWarps>
+__global__ void cached_attention_kernel(const T* __restrict__ queries, const T* __restrict__ cache_keys,
+                                        const T* __restrict__ cache_values, const int64_t* __restrict__ positions,
+                                        T* __restrict__ out, int heads, int kv_heads, int tokens, int64_t capacity,
+                                        int64_t visible, int64_t window, float scale) {
+  constexpr int kHeadDim = 32 * kPerLane, kAtOnce = 4;
+  __shared__ float merged[kWarps][kHeadDim + 2];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int token = blockIdx.x % tokens, head = (blockIdx.x / tokens) % heads;
+  const int64_t batch = blockIdx.x / (static_cast<int64_t>(tokens) * heads);
+  const int kv_head = head / (heads / kv_heads);
+  const int64_t position = positions[batch * tokens + token];
+  // The slots this query sees: [first, last] within the visible ones.
+  const int64_t last = position < visible - 1 ? position : visible - 1;
+  const int64_t first = window > 0 && position - window + 1 > 0 ? position - window + 1 : 0;
+  const T* q_row = queries + ((batch * tokens + token) * heads + head) * kHeadDim + kPerLane * lane;
+  float q[kPerLane];
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) q[j] = static_cast<float>(q_row[j]) * scale;
+  const int64_t cache_row = (batch * kv_heads + kv_head) * capacity;
+  float maximum = -INFINITY, sum = 0, acc[kPerLane];
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) acc[j] = 0;
+  for (int64_t base = first + warp * kAtOnce; base <= last; base += kWarps * kAtOnce) {
+    float score[kAtOnce];
+#pragma unroll
+    for (int i = 0; i < kAtOnce; ++i) {
+      const int64_t slot = base + i < last ? base + i : last;
+      const T* k = cache_keys + (cache_row + slot) * kHeadDim + kPerLane * lane;
+      float dot = 0;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) dot += q[j] * static_cast<float>(k[j]);
+      score[i] = dot;
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+#pragma unroll
+      for (int i = 0; i < kAtOnce; ++i) score[i] += __shfl_xor_sync(0xffffffff, score[i], offset);
+    }
+    float group_max = maximum;
+#pragma unroll
+    for (int i = 0; i < kAtOnce; ++i) {
+      if (base + i <= last) group_max = fmaxf(group_max, score[i]);
+    }
+    const float correction = __expf(maximum - group_max);
+    sum *= correction;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) acc[j] *= correction;
+    maximum = group_max;
+#pragma unroll
+    for (int i = 0; i < kAtOnce; ++i) {
+      if (base + i > last) break;
+      const float p = __expf(score[i] - maximum);
+      sum += p;
+      const T* v = cache_values + (cache_row + base + i) * kHeadDim + kPerLane * lane;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) acc[j] += p * static_cast<float>(v[j]);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) merged[warp][kPerLane * lane + j] = acc[j];
+  if (lane == 0) {
+    merged[warp][kHeadDim] = maximum;
+    merged[warp][kHeadDim + 1] = sum;
+  }
+  __syncthreads();
+  float overall = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) overall = fmaxf(overall, merged[w][kHeadDim]);
+  T* out_row = out + ((batch * tokens + token) * heads + head) * kHeadDim;
+  for (int d = threadIdx.x; d < kHeadDim; d += blockDim.x) {
+    float numerator = 0, denominator = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float weight = merged[w][kHeadDim] == -INFINITY ? 0.0f : __expf(merged[w][kHeadDim] - overall);
+      numerator += weight * merged[w][d];
+      denominator += weight * merged[w][kHeadDim + 1];
+    }
+    out_row[d] = static_cast<T>(denominator > 0 ? numerator / denominator : 0.0f);
   }
 }
 
@@ -636,6 +789,75 @@ std::pair<at::Tensor, at::Tensor> queries_and_keys(const at::Tensor& qkv_in, int
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {queries.transpose(1, 2), keys.transpose(1, 2)};
+}
+
+at::Tensor decode_fp8_rows(const at::Tensor& bytes_in, const at::Tensor& row_scales_in, int64_t block_in,
+                           at::ScalarType dtype) {
+  c10::cuda::CUDAGuard guard(bytes_in.device());
+  at::Tensor bytes = bytes_in.contiguous(), row_scales = row_scales_in.contiguous();
+  const int64_t in = bytes.size(1), total = bytes.numel();
+  at::Tensor out = at::empty(bytes.sizes(), bytes.options().dtype(dtype));
+  if (total == 0) return out;
+  auto stream = at::cuda::getCurrentCUDAStream();
+  const bool by_groups = in % 16 == 0 && block_in % 16 == 0 && reinterpret_cast<uintptr_t>(bytes.data_ptr()) % 16 == 0 &&
+                         reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0;
+  dispatch_float_type(dtype, [&](auto type) {
+    using T = decltype(type);
+    if (by_groups) {
+      decode_fp8_rows_kernel<T><<<blocks_for(total / 16), kThreads, 0, stream>>>(
+          reinterpret_cast<const uint4*>(bytes.data_ptr<uint8_t>()), row_scales.data_ptr<float>(), out.data_ptr<T>(),
+          total / 16, in, row_scales.size(1), block_in);
+    } else {
+      decode_fp8_bytes_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(
+          bytes.data_ptr<uint8_t>(), row_scales.data_ptr<float>(), out.data_ptr<T>(), total, in, row_scales.size(1),
+          block_in);
+    }
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+
+bool cached_attention_serves(const at::Tensor& q, const at::Tensor& cache_keys) {
+  const int64_t head_dim = q.size(-1);
+  return q.is_cuda() && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf) &&
+         cache_keys.scalar_type() == q.scalar_type() && cache_keys.is_contiguous() &&
+         (head_dim == 64 || head_dim == 128 || head_dim == 256);
+}
+
+at::Tensor cached_attention(const at::Tensor& q_in, const at::Tensor& k, const at::Tensor& v, at::Tensor& cache_keys,
+                            at::Tensor& cache_values, const at::Tensor& positions_in, int64_t visible, int64_t window,
+                            double scale) {
+  c10::cuda::CUDAGuard guard(q_in.device());
+  const int64_t batch = q_in.size(0), heads = q_in.size(1), tokens = q_in.size(2), head_dim = q_in.size(3);
+  const int64_t kv_heads = k.size(1), capacity = cache_keys.size(2);
+  TORCH_CHECK(k.stride(3) == 1 && v.stride(3) == 1 && k.stride(2) % 8 == 0 && v.stride(2) % 8 == 0 &&
+                  k.stride(1) % 8 == 0 && v.stride(1) % 8 == 0 && k.stride(0) % 8 == 0 && v.stride(0) % 8 == 0,
+              "cached_attention: keys and values need rows of 16-byte packs");
+  at::Tensor queries = q_in.transpose(1, 2).contiguous();  // token-major [B, T, heads, D]: the kernel's rows
+  at::Tensor positions = positions_in.to(at::kLong).contiguous();
+  at::Tensor out = at::empty_like(queries);
+  auto stream = at::cuda::getCurrentCUDAStream();
+  dispatch_float_type(q_in.scalar_type(), [&](auto type) {
+    using T = decltype(type);
+    if constexpr (sizeof(T) == 2) {
+      const int64_t packs = batch * kv_heads * tokens * (head_dim / 8);
+      write_cache_kernel<T><<<(packs + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
+          k.data_ptr<T>(), v.data_ptr<T>(), cache_keys.data_ptr<T>(), cache_values.data_ptr<T>(),
+          positions.data_ptr<int64_t>(), packs, static_cast<int>(tokens), static_cast<int>(kv_heads),
+          static_cast<int>(head_dim), capacity, k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1),
+          v.stride(2));
+      constexpr int kWarps = 8;
+      auto kernel = head_dim == 64    ? cached_attention_kernel<T, 2, kWarps>
+                    : head_dim == 128 ? cached_attention_kernel<T, 4, kWarps>
+                                      : cached_attention_kernel<T, 8, kWarps>;
+      kernel<<<batch * heads * tokens, 32 * kWarps, 0, stream>>>(
+          queries.data_ptr<T>(), cache_keys.data_ptr<T>(), cache_values.data_ptr<T>(), positions.data_ptr<int64_t>(),
+          out.data_ptr<T>(), static_cast<int>(heads), static_cast<int>(kv_heads), static_cast<int>(tokens), capacity,
+          visible, window, static_cast<float>(scale));
+    }
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out.transpose(1, 2);
 }
 
 }  // namespace probekit::model::fused

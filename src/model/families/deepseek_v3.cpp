@@ -114,8 +114,7 @@ void load_latent_attention(const WeightScope& attention, const ModelConfig& c, L
   }
   a.kv_a_norm = load_norm(attention, "kv_a_layernorm", s.kv_lora_rank, c);
   a.kv_b.weight = attention.get("kv_b_proj.weight", {heads * (s.nope_head_dim + s.value_head_dim), s.kv_lora_rank});
-  l.attention_output.weight = attention.get("o_proj.weight", {hidden, heads * s.value_head_dim});
-  if (c.output_bias) l.attention_output.bias = attention.get("o_proj.bias", {hidden});
+  l.attention_output = attention.get_linear({{"o_proj", hidden}}, heads * s.value_head_dim, c.output_bias);
 }
 
 RoutedExperts load_deepseek_experts(const WeightScope& layer, const ModelConfig& c) {
