@@ -299,10 +299,11 @@ at::Tensor attention_branch(const at::Tensor& x_in, const LayerWeights& w, const
   if (KvCache* cache = context.cache()) {
 #ifdef PROBEKIT_WITH_CUDA
     at::Tensor& cache_keys = cache->keys.at(static_cast<size_t>(layer));
-    if (!c.features.attn_softcap && !w.attention_sinks.defined() && fused::cached_attention_serves(q, cache_keys)) {
-      attended = fused::cached_attention(q, k, v, cache_keys, cache->values.at(static_cast<size_t>(layer)),
-                                         context.positions(), context.cache_visible(), spec.sliding_window,
-                                         c.attention_scale);
+    at::Tensor& cache_values = cache->values.at(static_cast<size_t>(layer));
+    if (!c.features.attn_softcap && !w.attention_sinks.defined() &&
+        fused::cached_attention_serves(q, k, v, cache_keys, cache_values)) {
+      attended = fused::cached_attention(q, k, v, cache_keys, cache_values, context.positions(), context.cache_visible(),
+                                         spec.sliding_window, c.attention_scale);
     }
 #endif
     if (!attended.defined()) std::tie(k, v) = cached_keys_and_values(*cache, layer, k, v, context);

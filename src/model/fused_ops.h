@@ -45,8 +45,13 @@ std::pair<at::Tensor, at::Tensor> queries_and_keys(const at::Tensor& qkv, int64_
                                                    const at::Tensor& k_weight, double eps, const at::Tensor& cos,
                                                    const at::Tensor& sin, int64_t rotary_dim);
 
-/// Whether cached_attention takes these queries [B, heads, T, D] and this cache: 2-byte floats, D 64, 128 or 256.
-bool cached_attention_serves(const at::Tensor& q, const at::Tensor& cache_keys);
+/// The most queries a row of a pass may bring to cached_attention (a decode step and the probes' suffix).
+constexpr int64_t kCachedAttentionMaxTokens = 32;
+
+/// Whether cached_attention takes these queries [B, heads, T, D], keys and values and this cache: 2-byte floats,
+/// D 64, 128 or 256, T at most kCachedAttentionMaxTokens, rows of 16-byte packs.
+bool cached_attention_serves(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cache_keys,
+                             const at::Tensor& cache_values);
 
 /// Generation's attention over its cache in two kernels: the pass's keys and values k, v [B, kv_heads, T, D]
 /// written into cache_keys / cache_values [B, kv_heads, capacity, D] at the slots of `positions` [B, T], then each

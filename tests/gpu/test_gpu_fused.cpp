@@ -147,7 +147,7 @@ TEST_CASE("fused queries and keys: per-head norm and rotary embedding, full and 
 }
 
 TEST_CASE("FP8 rows decoded on the GPU give the CPU's bits: every byte, partial blocks, every float dtype") {
-  // Widths a multiple of 8 take the kernel with 8-byte loads, others the byte kernel; 40 with blocks of 32 and 130
+  // Widths (and blocks) a multiple of 16 take the kernel with 16-byte loads, others the byte kernel; 40 with blocks of 32 and 130
   // with blocks of 128 end in a partial block.
   for (int64_t in : {64, 40, 130, 256}) {
     for (int64_t block_in : {32, 128}) {

@@ -817,11 +817,22 @@ at::Tensor decode_fp8_rows(const at::Tensor& bytes_in, const at::Tensor& row_sca
   return out;
 }
 
-bool cached_attention_serves(const at::Tensor& q, const at::Tensor& cache_keys) {
+bool cached_attention_serves(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cache_keys,
+                             const at::Tensor& cache_values) {
   const int64_t head_dim = q.size(-1);
-  return q.is_cuda() && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf) &&
-         cache_keys.scalar_type() == q.scalar_type() && cache_keys.is_contiguous() &&
-         (head_dim == 64 || head_dim == 128 || head_dim == 256);
+  if (!q.is_cuda() || (q.scalar_type() != at::kBFloat16 && q.scalar_type() != at::kHalf)) return false;
+  if (head_dim != 64 && head_dim != 128 && head_dim != 256) return false;
+  // A prefill's many queries take the tiled kernels: this one gives each query a block of its own.
+  if (q.size(2) > kCachedAttentionMaxTokens || q.size(1) % k.size(1) != 0) return false;
+  for (const at::Tensor* t : {&k, &v, &cache_keys, &cache_values}) {
+    if (t->scalar_type() != q.scalar_type() || t->size(-1) != head_dim || t->stride(-1) != 1) return false;
+    // The cache write moves 16-byte packs: rows and their starts on 16-byte boundaries.
+    for (int64_t d = 0; d < 3; ++d) {
+      if (t->stride(d) % 8 != 0) return false;
+    }
+    if (reinterpret_cast<uintptr_t>(t->data_ptr()) % 16 != 0) return false;
+  }
+  return cache_keys.is_contiguous() && cache_values.is_contiguous();
 }
 
 at::Tensor cached_attention(const at::Tensor& q_in, const at::Tensor& k, const at::Tensor& v, at::Tensor& cache_keys,
@@ -830,9 +841,7 @@ at::Tensor cached_attention(const at::Tensor& q_in, const at::Tensor& k, const a
   c10::cuda::CUDAGuard guard(q_in.device());
   const int64_t batch = q_in.size(0), heads = q_in.size(1), tokens = q_in.size(2), head_dim = q_in.size(3);
   const int64_t kv_heads = k.size(1), capacity = cache_keys.size(2);
-  TORCH_CHECK(k.stride(3) == 1 && v.stride(3) == 1 && k.stride(2) % 8 == 0 && v.stride(2) % 8 == 0 &&
-                  k.stride(1) % 8 == 0 && v.stride(1) % 8 == 0 && k.stride(0) % 8 == 0 && v.stride(0) % 8 == 0,
-              "cached_attention: keys and values need rows of 16-byte packs");
+  TORCH_CHECK(cached_attention_serves(q_in, k, v, cache_keys, cache_values), "cached_attention: unsupported inputs");
   at::Tensor queries = q_in.transpose(1, 2).contiguous();  // token-major [B, T, heads, D]: the kernel's rows
   at::Tensor positions = positions_in.to(at::kLong).contiguous();
   at::Tensor out = at::empty_like(queries);
