@@ -13,6 +13,7 @@
 #include "common/files.h"
 #include "common/json.h"
 #include "common/sha256.h"
+#include "device/torch/row_stable.h"
 #include "model/quantization.h"
 
 namespace probekit::model {
@@ -316,10 +317,7 @@ at::Tensor Linear::dense_weight() const {
   return fp8.defined() ? decode_fp8_rows(fp8.bytes, fp8.row_scales, fp8.block_in, fp8.dtype) : weight;
 }
 
-at::Tensor linear(const at::Tensor& x, const Linear& l) {
-  const at::Tensor weight = l.dense_weight();
-  return l.bias.defined() ? at::linear(x, weight, l.bias) : at::linear(x, weight);
-}
+at::Tensor linear(const at::Tensor& x, const Linear& l) { return device::row_stable_linear(x, l.dense_weight(), l.bias); }
 
 at::Tensor WeightScope::mxfp4_part(const std::string& name, const std::vector<int64_t>& shape) const {
   const std::string full = full_name(name);

@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 
 #include "device/torch/gpu_utils.h"
+#include "device/torch/row_stable.h"
 #include "device/torch/transfers.h"
 #include "fake_device_runtime.h"
 
@@ -95,3 +96,22 @@ TEST_CASE("PinnedPool hands a buffer back once its tensor and views are gone, an
   CHECK(a.data_ptr() != b.data_ptr());
   CHECK(reserved.buffers() == 2);
 }
+
+TEST_CASE("row_stable_linear: each row's product is the same alone and among any number of rows") {
+  at::manual_seed(0);
+  for (auto [out, in] : std::vector<std::pair<int64_t, int64_t>>{{64, 128}, {192, 64}, {256, 256}, {256, 2048}}) {
+    at::Tensor weight = at::randn({out, in}), bias = at::randn({out}), x = at::randn({100, in});
+    const at::Tensor all = row_stable_linear(x, weight, bias);
+    CHECK(all.sizes() == at::IntArrayRef({100, out}));
+    CHECK(at::allclose(all, at::linear(x, weight, bias), 1e-5, 1e-5));
+    for (int64_t rows : {1, 2, 4, 13, 26, 63, 64, 70}) {
+      CAPTURE(out);
+      CAPTURE(rows);
+      CHECK(at::equal(row_stable_linear(x.narrow(0, 0, rows), weight, bias), all.narrow(0, 0, rows)));
+      // Leading dimensions are kept: [1, rows, in] -> [1, rows, out].
+      CHECK(at::equal(row_stable_linear(x.narrow(0, 0, rows).unsqueeze(0), weight).squeeze(0),
+                      row_stable_linear(x.narrow(0, 0, rows), weight)));
+    }
+  }
+}
+

@@ -1,4 +1,5 @@
 // The reference's linear probe: Dropout(p) -> Linear(H, O). K probes are one [B, H] x [H, K*O] product.
+#include "device/torch/row_stable.h"
 #include "probes/kinds/linear_kind.h"
 #include "probes/probe_bank.h"
 
@@ -14,7 +15,7 @@ TrainActivations LinearKind::forward(const ProbeBank& bank, const at::Tensor& x,
   saved.masks = masks;
   saved.input = masks.defined() ? x * masks : x;
   at::Tensor weight = bank.parameter(kWeight).view({k * o, bank.shape().input_dim});
-  saved.logits = at::addmm(bank.parameter(kBias).view({k * o}), saved.input, weight.t()).view({batch, k, o});
+  saved.logits = device::row_stable_linear(saved.input, weight, bank.parameter(kBias).view({k * o})).view({batch, k, o});
   return saved;
 }
 
