@@ -67,7 +67,8 @@ at::Tensor attention_probabilities(const at::Tensor& scores, const at::Tensor& s
 
 }  // namespace
 
-// Attention sinks take the explicit path: the SDPA kernels have no sink column.
+// Attention sinks take the explicit path here: the SDPA kernels have no sink column (packed_attention applies them
+// to the flash kernel's output).
 at::Tensor attention(const at::Tensor& q, at::Tensor k, at::Tensor v, const at::Tensor& mask, double scale,
                      const std::optional<double>& softcap, const at::Tensor& sinks) {
   const int64_t repeats = q.size(1) / k.size(1);
@@ -117,13 +118,26 @@ at::Tensor attention_alone(const at::Tensor& q, const at::Tensor& k, const at::T
   return attention(q, k, v, mask, scale, softcap, sinks);
 }
 
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+// Attention sinks applied to the kernel's output: with the sink logit t of a head in the softmax's denominator each
+// probability is e^s / (sum e^s + e^t), the kernel's e^s / sum e^s times 1 / (1 + e^(t - lse)) = sigmoid(lse - t),
+// lse = log sum e^s, which the kernel returns beside its output [N, heads, d] as [heads, N].
+at::Tensor with_sinks(const at::Tensor& out, const at::Tensor& logsumexp, const at::Tensor& sinks) {
+  const int64_t tokens = out.size(0), heads = out.size(1);
+  TORCH_CHECK(logsumexp.dim() == 2 && logsumexp.size(0) == heads && logsumexp.size(1) == tokens,
+              "attention sinks: the flash kernel's logsumexp has shape ", logsumexp.sizes());
+  at::Tensor kept = at::sigmoid(logsumexp - sinks.to(logsumexp.device(), at::kFloat).view({heads, 1}));  // [heads, N]
+  return (out.to(at::kFloat) * kept.transpose(0, 1).unsqueeze(-1)).to(out.scalar_type());
+}
+#endif
+
 }  // namespace
 
 at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const PackedSequences& packed,
                             int64_t sliding_window, double scale, const std::optional<double>& softcap,
                             const at::Tensor& sinks) {
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
-  if (q.is_cuda() && !softcap && !sinks.defined() && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf)) {
+  if (q.is_cuda() && !softcap && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf)) {
     const int64_t longest = *std::max_element(packed.lengths.begin(), packed.lengths.end());
     // The kernel's window: key j is seen from query i when i - window_left <= j <= i.
     std::optional<int64_t> left, right;
@@ -135,9 +149,11 @@ at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::
     // outputs are zeros, cut off again.
     const int64_t value_dim = v.size(-1), padding = q.size(-1) - value_dim;
     at::Tensor values = padding > 0 ? at::constant_pad_nd(v, {0, padding}) : v;
-    at::Tensor out = std::get<0>(at::_flash_attention_forward(
-        q[0].transpose(0, 1), k[0].transpose(0, 1), values[0].transpose(0, 1), packed.cumulative_lengths,
-        packed.cumulative_lengths, longest, longest, 0.0, true, false, scale, left, right));  // [N, heads, d]
+    auto result = at::_flash_attention_forward(q[0].transpose(0, 1), k[0].transpose(0, 1), values[0].transpose(0, 1),
+                                               packed.cumulative_lengths, packed.cumulative_lengths, longest, longest,
+                                               0.0, true, false, scale, left, right);
+    at::Tensor out = std::get<0>(result);  // [N, heads, d]
+    if (sinks.defined()) out = with_sinks(out, std::get<1>(result), sinks);
     return out.narrow(-1, 0, value_dim).transpose(0, 1).unsqueeze(0);
   }
 #endif
@@ -415,7 +431,7 @@ at::Tensor apply_norm(const at::Tensor& x, const Norm& norm, const ModelConfig& 
 bool packed_attention_is_fast(const ModelConfig& config, at::Device device, at::ScalarType dtype) {
 #if (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)) && defined(PROBEKIT_WITH_CUDA)
   if (!device.is_cuda() || (dtype != at::kBFloat16 && dtype != at::kHalf)) return false;
-  if (config.features.attn_softcap || config.features.attention_sinks || has_recurrent_layers(config)) return false;
+  if (config.features.attn_softcap || has_recurrent_layers(config)) return false;
   for (int64_t i = 0; i < static_cast<int64_t>(config.layers.size()); ++i) {
     const int64_t head_dim = layer_head_dim(config, i);
     if (config.layers[static_cast<size_t>(i)].rope.type == RopeType::kLongRope || head_dim > 256 || head_dim % 8 != 0) {

@@ -138,9 +138,10 @@ TEST_CASE("token embeddings kept on the host give the GPU the same hidden states
 }
 
 TEST_CASE("packed sequences through the variable-length flash kernel read the rows of a padded batch (bf16)") {
-  // deepseek_v3: latent attention's values (16 wide) padded to its keys' width (24) for the kernel.
+  // deepseek_v3: latent attention's values (16 wide) padded to its keys' width (24) for the kernel; gpt_oss: its
+  // attention sinks applied to the kernel's output through the logsumexp it returns.
   for (const char* name : {"llama", "mistral", "qwen3", "gemma3_text", "gpt2", "gpt_neox", "phi3", "olmo2", "qwen3_moe",
-                           "deepseek_v3"}) {
+                           "deepseek_v3", "gpt_oss", "gpt_oss_mxfp4"}) {
     std::string dir = std::string(PROBEKIT_FIXTURES) + "/models/" + name;
     model::LoadOptions options;
     options.device = at::Device(at::kCUDA, 0);
@@ -164,7 +165,24 @@ TEST_CASE("packed sequences through the variable-length flash kernel read the ro
       double cosine = at::cosine_similarity(packed.flatten(1), padded.flatten(1), -1).min().item<double>();
       MESSAGE(fmt::format("{} {}: packed vs padded min cosine {:.6f}, max relative error {:.2e}", name,
                           readout::position_name(position), cosine, testing::max_relative_error(packed, padded)));
-      CHECK_MESSAGE(cosine >= 0.999, name);
+      // gpt_oss's fixture routes each token to 2 of 4 experts by logits bf16 rounding can reorder: a token routed
+      // otherwise in one layout moves its later rows (its bf16 reference bound is 0.97 too). Its attention, sinks
+      // included, is checked on its own below.
+      CHECK_MESSAGE(cosine >= (std::string(name).rfind("gpt_oss", 0) == 0 ? 0.97 : 0.999), name);
+    }
+    if (m.config().features.attention_sinks) {
+      readout::Request attention = request;
+      attention.site = Site::kAttnOut;
+      attention.layers = {0};
+      attention.position = readout::Position::kAll;
+      attention.layout = readout::Layout::kPacked;
+      at::Tensor packed = readout::read_rows(m, sequences, attention);
+      attention.layout = readout::Layout::kPadded;
+      at::Tensor padded = readout::read_rows(m, sequences, attention);
+      // Sinks scale each head's output, by about the same for every head of a token: a cosine would not see them.
+      const double error = testing::max_relative_error(packed, padded);
+      MESSAGE(fmt::format("{} attn_out layer 0: packed vs padded max relative error {:.2e}", name, error));
+      CHECK_MESSAGE(error < 1e-2, name);
     }
   }
 }
