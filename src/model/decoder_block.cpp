@@ -316,10 +316,9 @@ at::Tensor attention_branch(const at::Tensor& x_in, const LayerWeights& w, const
 #ifdef PROBEKIT_WITH_CUDA
     at::Tensor& cache_keys = cache->keys.at(static_cast<size_t>(layer));
     at::Tensor& cache_values = cache->values.at(static_cast<size_t>(layer));
-    if (!c.features.attn_softcap && !w.attention_sinks.defined() &&
-        fused::cached_attention_serves(q, k, v, cache_keys, cache_values)) {
+    if (!c.features.attn_softcap && fused::cached_attention_serves(q, k, v, cache_keys, cache_values)) {
       attended = fused::cached_attention(q, k, v, cache_keys, cache_values, context.positions(), context.cache_visible(),
-                                         spec.sliding_window, c.attention_scale);
+                                         spec.sliding_window, c.attention_scale, w.attention_sinks);
     }
 #endif
     if (!attended.defined()) std::tie(k, v) = cached_keys_and_values(*cache, layer, k, v, context);

@@ -57,10 +57,11 @@ bool cached_attention_serves(const at::Tensor& q, const at::Tensor& k, const at:
 /// written into cache_keys / cache_values [B, kv_heads, capacity, D] at the slots of `positions` [B, T], then each
 /// query of q [B, heads, T, D] attending to the slots up to its position among the first `visible` (and within
 /// `window` of it when > 0), query head h reading kv head h / (heads / kv_heads): no repeated keys, no mask tensor.
-/// Returns [B, heads, T, D], a transposed view of token-major memory.
+/// `sinks` [heads] (gpt-oss; or undefined): each head's logit in the softmax's denominator. Returns [B, heads, T, D],
+/// a transposed view of token-major memory.
 at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& cache_keys,
                             at::Tensor& cache_values, const at::Tensor& positions, int64_t visible, int64_t window,
-                            double scale);
+                            double scale, const at::Tensor& sinks = {});
 
 /// model::decode_fp8_rows on the GPU: one pass reading the FP8 bytes and their row scales, writing `dtype`.
 at::Tensor decode_fp8_rows(const at::Tensor& bytes, const at::Tensor& row_scales, int64_t block_in, at::ScalarType dtype);

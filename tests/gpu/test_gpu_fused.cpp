@@ -203,12 +203,24 @@ TEST_CASE("cached attention writes the keys and values at their positions and at
         at::Tensor values = expected_values.narrow(2, 0, visible).repeat_interleave(heads / kv_heads, 1).to(at::kFloat);
         at::Tensor scores = at::matmul(q.to(at::kFloat), keys.transpose(-2, -1)) * scale;
         scores = scores.masked_fill(seen.unsqueeze(1).logical_not(), -INFINITY);
-        at::Tensor expected = at::matmul(at::softmax(scores, -1), values);
-        at::Tensor got = fused::cached_attention(q, k, v, cache_keys, cache_values, positions, visible, window, scale);
-        CHECK(at::equal(cache_keys, expected_keys));
-        CHECK(at::equal(cache_values, expected_values));
-        CHECK(got.transpose(1, 2).is_contiguous());
-        CHECK(max_relative_error(got, expected) < 2e-2);
+        // Sinks (gpt-oss): one more logit per head in the denominator, a column without a value.
+        at::Tensor sinks = at::randn({heads}, kCuda);
+        for (bool with_sinks : {false, true}) {
+          CAPTURE(with_sinks);
+          at::Tensor probabilities = at::softmax(scores, -1);
+          if (with_sinks) {
+            at::Tensor column = sinks.view({1, heads, 1, 1}).expand({batch, heads, tokens, 1});
+            probabilities = at::softmax(at::cat({scores, column}, -1), -1).narrow(-1, 0, visible);
+          }
+          at::Tensor expected = at::matmul(probabilities, values);
+          at::Tensor keys_in = cache_keys.clone(), values_in = cache_values.clone();
+          at::Tensor got = fused::cached_attention(q, k, v, keys_in, values_in, positions, visible, window, scale,
+                                                   with_sinks ? sinks : at::Tensor());
+          CHECK(at::equal(keys_in, expected_keys));
+          CHECK(at::equal(values_in, expected_values));
+          CHECK(got.transpose(1, 2).is_contiguous());
+          CHECK(max_relative_error(got, expected) < 2e-2);
+        }
       }
     }
   }

@@ -538,8 +538,9 @@ __global__ void write_cache_kernel(const T* __restrict__ keys, const T* __restri
 template <typename T, int kPerLane, int kWarps>
 __global__ void cached_attention_kernel(const T* __restrict__ queries, const T* __restrict__ cache_keys,
                                         const T* __restrict__ cache_values, const int64_t* __restrict__ positions,
-                                        T* __restrict__ out, int heads, int kv_heads, int tokens, int64_t capacity,
-                                        int64_t visible, int64_t window, float scale) {
+                                        const float* __restrict__ sinks, T* __restrict__ out, int heads,
+                                        int kv_heads, int tokens, int64_t capacity, int64_t visible, int64_t window,
+                                        float scale) {
   constexpr int kHeadDim = 32 * kPerLane, kAtOnce = 4;
   __shared__ float merged[kWarps][kHeadDim + 2];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -605,8 +606,10 @@ __global__ void cached_attention_kernel(const T* __restrict__ queries, const T* 
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) overall = fmaxf(overall, merged[w][kHeadDim]);
   T* out_row = out + ((batch * tokens + token) * heads + head) * kHeadDim;
+  // A sink's logit joins the denominator and brings no value.
+  const float sink = sinks != nullptr ? __expf(sinks[head] - overall) : 0.0f;
   for (int d = threadIdx.x; d < kHeadDim; d += blockDim.x) {
-    float numerator = 0, denominator = 0;
+    float numerator = 0, denominator = sink;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
       const float weight = merged[w][kHeadDim] == -INFINITY ? 0.0f : __expf(merged[w][kHeadDim] - overall);
@@ -837,13 +840,14 @@ bool cached_attention_serves(const at::Tensor& q, const at::Tensor& k, const at:
 
 at::Tensor cached_attention(const at::Tensor& q_in, const at::Tensor& k, const at::Tensor& v, at::Tensor& cache_keys,
                             at::Tensor& cache_values, const at::Tensor& positions_in, int64_t visible, int64_t window,
-                            double scale) {
+                            double scale, const at::Tensor& sinks_in) {
   c10::cuda::CUDAGuard guard(q_in.device());
   const int64_t batch = q_in.size(0), heads = q_in.size(1), tokens = q_in.size(2), head_dim = q_in.size(3);
   const int64_t kv_heads = k.size(1), capacity = cache_keys.size(2);
   TORCH_CHECK(cached_attention_serves(q_in, k, v, cache_keys, cache_values), "cached_attention: unsupported inputs");
   at::Tensor queries = q_in.transpose(1, 2).contiguous();  // token-major [B, T, heads, D]: the kernel's rows
   at::Tensor positions = positions_in.to(at::kLong).contiguous();
+  at::Tensor sinks = sinks_in.defined() ? sinks_in.to(q_in.device(), at::kFloat).contiguous() : at::Tensor();
   at::Tensor out = at::empty_like(queries);
   auto stream = at::cuda::getCurrentCUDAStream();
   dispatch_float_type(q_in.scalar_type(), [&](auto type) {
@@ -861,7 +865,7 @@ at::Tensor cached_attention(const at::Tensor& q_in, const at::Tensor& k, const a
                                       : cached_attention_kernel<T, 8, kWarps>;
       kernel<<<batch * heads * tokens, 32 * kWarps, 0, stream>>>(
           queries.data_ptr<T>(), cache_keys.data_ptr<T>(), cache_values.data_ptr<T>(), positions.data_ptr<int64_t>(),
-          out.data_ptr<T>(), static_cast<int>(heads), static_cast<int>(kv_heads), static_cast<int>(tokens), capacity,
+          optional_data(sinks), out.data_ptr<T>(), static_cast<int>(heads), static_cast<int>(kv_heads), static_cast<int>(tokens), capacity,
           visible, window, static_cast<float>(scale));
     }
   });
