@@ -23,7 +23,6 @@ namespace probekit::model {
 
 namespace {
 
-
 at::Tensor activate(const at::Tensor& x, Activation activation) {
   switch (activation) {
     case Activation::kSilu: return at::silu(x);

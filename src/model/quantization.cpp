@@ -85,15 +85,12 @@ const at::Tensor& float8_e4m3fn_values() {
   return values;
 }
 
+at::Tensor fp8_row_scales(const at::Tensor& scale_inv, int64_t rows, int64_t block_rows) {
+  return scale_inv.to(at::kFloat).repeat_interleave(block_rows, 0).narrow(0, 0, rows);
+}
+
 at::Tensor dequantize_fp8_blocks(const at::Tensor& bytes, const at::Tensor& scale_inv, const std::vector<int64_t>& block) {
-  const int64_t out = bytes.size(0), in = bytes.size(1);
-  at::Tensor values = float8_e4m3fn_values().index_select(0, bytes.flatten().to(at::kLong)).view({out, in});
-  at::Tensor scales = scale_inv.to(at::kFloat)
-                          .repeat_interleave(block[0], 0)
-                          .repeat_interleave(block[1], 1)
-                          .narrow(0, 0, out)
-                          .narrow(1, 0, in);
-  return values * scales;
+  return decode_fp8_rows(bytes, fp8_row_scales(scale_inv, bytes.size(0), block[0]), block[1], at::kFloat);
 }
 
 at::Tensor decode_fp8_rows(const at::Tensor& bytes, const at::Tensor& row_scales, int64_t block_in, at::ScalarType dtype) {

@@ -21,6 +21,9 @@ const at::Tensor& float8_e4m3fn_values();
 /// ceil(in / B1)] block by block (the last blocks of a side partial), in float32 on the CPU.
 at::Tensor dequantize_fp8_blocks(const at::Tensor& bytes, const at::Tensor& scale_inv, const std::vector<int64_t>& block);
 
+/// Block scales `scale_inv` [ceil(rows / block_rows), C] as one fp32 row per weight row [rows, C].
+at::Tensor fp8_row_scales(const at::Tensor& scale_inv, int64_t rows, int64_t block_rows);
+
 /// Fine-grained FP8 with its scales expanded to rows: bytes [out, in] uint8 times `row_scales` [out,
 /// ceil(in / block_in)] fp32 (one per block of block_in inputs, the last partial), rounded once into `dtype` on
 /// their device: the bits of dequantize_fp8_blocks converted to `dtype`. A CUDA kernel on a GPU.

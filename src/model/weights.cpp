@@ -265,10 +265,10 @@ at::Tensor WeightScope::dequantized_fp8(const std::string& name, const Checkpoin
 }
 
 Fp8Weight WeightScope::packed_fp8(const std::string& name, const Checkpoint::Entry& entry) const {
-  const int64_t rows = entry.info->shape[0], block_rows = checkpoint_->quantization_.block[0];
   // One scale row per weight row: the projections stacked into one (q, k and v) then stack their scales too,
   // whatever their sizes against the block. A thirty-second of the bytes with 128-wide blocks.
-  at::Tensor row_scales = fp8_scales(name, entry).to(at::kFloat).repeat_interleave(block_rows, 0).narrow(0, 0, rows);
+  at::Tensor row_scales =
+      fp8_row_scales(fp8_scales(name, entry), entry.info->shape[0], checkpoint_->quantization_.block[0]);
   at::Tensor bytes = view_tensor(*entry.file, *entry.info);  // uint8
   checkpoint_->loaded_bytes_ += static_cast<int64_t>(bytes.nbytes() + row_scales.nbytes());
   return {checkpoint_->load(bytes, device_, at::kByte), checkpoint_->load(row_scales, device_, at::kFloat),

@@ -532,6 +532,27 @@ __global__ void write_cache_kernel(const T* __restrict__ keys, const T* __restri
       reinterpret_cast<const Pack<T>*>(values + batch * v_batch + head * v_head + token * v_token + 8 * part)[0];
 }
 
+// The block's end of cached_attention_kernel: each warp's running maximum, sum and weighted values (merged[w]:
+// kHeadDim values, then the maximum and the sum) combined into the query's output row; `sink_logit` (or null) is
+// the head's sink logit, which joins the denominator and brings no value.
+template <typename T, int kHeadDim, int kWarps>
+__device__ void write_merged_row(const float (&merged)[kWarps][kHeadDim + 2], const float* sink_logit, T* out_row) {
+  float overall = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) overall = fmaxf(overall, merged[w][kHeadDim]);
+  const float sink = sink_logit != nullptr ? __expf(*sink_logit - overall) : 0.0f;
+  for (int d = threadIdx.x; d < kHeadDim; d += blockDim.x) {
+    float numerator = 0, denominator = sink;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float weight = merged[w][kHeadDim] == -INFINITY ? 0.0f : __expf(merged[w][kHeadDim] - overall);
+      numerator += weight * merged[w][d];
+      denominator += weight * merged[w][kHeadDim + 1];
+    }
+    out_row[d] = static_cast<T>(denominator > 0 ? numerator / denominator : 0.0f);
+  }
+}
+
 // One block per query row (batch, head, token), kWarps warps sharing the visible slots round-robin, four at a time
 // for loads in flight; lane l holds elements [kPerLane l, kPerLane (l + 1)) of the head. Each warp keeps its own
 // running maximum, sum and weighted values (the online softmax), merged through shared memory at the end.
@@ -602,22 +623,8 @@ __global__ void cached_attention_kernel(const T* __restrict__ queries, const T* 
     merged[warp][kHeadDim + 1] = sum;
   }
   __syncthreads();
-  float overall = -INFINITY;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) overall = fmaxf(overall, merged[w][kHeadDim]);
-  T* out_row = out + ((batch * tokens + token) * heads + head) * kHeadDim;
-  // A sink's logit joins the denominator and brings no value.
-  const float sink = sinks != nullptr ? __expf(sinks[head] - overall) : 0.0f;
-  for (int d = threadIdx.x; d < kHeadDim; d += blockDim.x) {
-    float numerator = 0, denominator = sink;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float weight = merged[w][kHeadDim] == -INFINITY ? 0.0f : __expf(merged[w][kHeadDim] - overall);
-      numerator += weight * merged[w][d];
-      denominator += weight * merged[w][kHeadDim + 1];
-    }
-    out_row[d] = static_cast<T>(denominator > 0 ? numerator / denominator : 0.0f);
-  }
+  write_merged_row<T, kHeadDim, kWarps>(merged, sinks != nullptr ? &sinks[head] : nullptr,
+                                        out + ((batch * tokens + token) * heads + head) * kHeadDim);
 }
 
 int blocks_for(int64_t total) { return static_cast<int>(std::min<int64_t>((total + kThreads - 1) / kThreads, 65535 * 8)); }
