@@ -1,14 +1,30 @@
 #!/usr/bin/env bash
-# Builds the project with AddressSanitizer and UndefinedBehaviorSanitizer in build-asan/ (-DPROBEKIT_SANITIZE=ON,
-# the same compiler as the normal build) and runs the test suite there; the tools the tests start are
-# sanitized too. Run scripts/setup.sh first (packages) and scripts/fetch_tokenizers.sh (golden tests).
+# Builds the project with clang, AddressSanitizer and UndefinedBehaviorSanitizer in build-asan/
+# (-DPROBEKIT_SANITIZE=ON) and runs the test suite there; the tools the tests start are sanitized too. Run
+# scripts/setup.sh first (packages) and scripts/fetch_tokenizers.sh (golden tests).
 #
 #   scripts/sanitize.sh          the whole suite
 #   scripts/sanitize.sh core     test_core only: the torch-free code (tokenizer, file formats, datasets,
 #                                metrics), which builds in minutes
+# CLANG_CXX / CLANG_CC choose the compiler (clang++ / clang).
+#
+# This build is also CI's check that the code is not tied to GCC, as macOS's AppleClang needs (docs/macos.md):
+# -pedantic-errors refuses GNU extensions in our code (LibTorch's and the other libraries' headers are system
+# headers, exempt). It uses libstdc++, which Debian's LibTorch is built against, and GCC's OpenMP runtime, libgomp,
+# which LibTorch already loads: a process must hold one OpenMP runtime, never libgomp and LLVM's libomp side by
+# side. Clang generates OpenMP code only for libomp, so with -fopenmp=libgomp it links libgomp and runs our
+# `#pragma omp` loops serially here (the GCC build the test command makes runs them in parallel). FindOpenMP is
+# given the flags and the library outright: its own probe needs _OPENMP, which clang defines only for libomp.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scope=${1:-all}
+cxx=${CLANG_CXX:-clang++}
+cc=${CLANG_CC:-clang}
+if ! command -v "$cxx" > /dev/null; then
+  echo "$cxx not found: run scripts/setup.sh (it installs Debian's clang), or set CLANG_CXX and CLANG_CC" >&2
+  exit 2
+fi
+libgomp=$(g++ -print-file-name=libgomp.so)
 
 # LibTorch, OpenBLAS and libgomp are not instrumented; what the sanitizers need to know about them:
 # - A sanitizer failure must not look like a tool's own exit codes (1 error, 2 usage), which the tests check:
@@ -22,10 +38,11 @@ export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp:print_suppressions=0${L
 export UBSAN_OPTIONS="exitcode=87:print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 
 # -O1 -g1 (line tables): what a symbolized stack needs, and under half the compile time and object size of
-# RelWithDebInfo's -O2 -g (a LibTorch file: 13 s against 29 s of CPU, 6 MB against 14 MB). -O0 builds a little faster
-# but runs the suite 70 s slower (9.3 against 8.1 minutes). The benchmarks are not built: they measure, and the
-# normal build's suite already runs the one that is a test (a minute of the build).
+# RelWithDebInfo's -O2 -g. -O0 builds a little faster but runs the suite 70 s slower. The benchmarks are not
+# built: they measure, and the normal build's suite already runs the one that is a test (a minute of the build).
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPROBEKIT_SANITIZE=ON -DPROBEKIT_BUILD_BENCHMARKS=OFF \
+  -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_CXX_FLAGS=-pedantic-errors \
+  -DOpenMP_CXX_FLAGS=-fopenmp=libgomp -DOpenMP_CXX_LIB_NAMES=gomp -DOpenMP_gomp_LIBRARY="$libgomp" \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" ${PROBEKIT_CMAKE_ARGS:-}
 cd build-asan
 if [ "$scope" = core ]; then

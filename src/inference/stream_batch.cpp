@@ -12,8 +12,10 @@
 namespace probekit::inference {
 
 struct StreamBatch::Stream {
-  Stream(StreamRequest r, const tokenizer::Tokenizer& tokenizer, const steering::SteeringVectors* steer, at::Device device)
+  Stream(StreamRequest r, uint64_t serial, const tokenizer::Tokenizer& tokenizer, const steering::SteeringVectors* steer,
+         at::Device device)
       : request(std::move(r)),
+        serial(serial),
         sampler(request.options.sampling),
         text(tokenizer, request.prompt_ids),
         suppressed(at::tensor(std::vector<int64_t>(request.options.suppressed_ids.begin(), request.options.suppressed_ids.end()),
@@ -23,11 +25,20 @@ struct StreamBatch::Stream {
   }
 
   StreamRequest request;
+  uint64_t serial;  // which stream a launched row belongs to, after others left
   generation::TokenSampler sampler;
   TextStream text;
   at::Tensor suppressed;  // ids never chosen, on the device
   const steering::SteeringVectors* steering;  // its row's steering; null: none
   GeneratedText generated;
+  int64_t launched = 0;  // tokens launched: those handed out, and the one in flight
+};
+
+// A step on the device: each row's finite flag (of the final norm its token was chosen from), token and scores
+// (unless every-token probes score the whole text on delivery), on their way to the host.
+struct StreamBatch::Launched {
+  std::vector<uint64_t> serials;  // each row's stream
+  std::vector<std::unique_ptr<device::HostCopy>> copies;  // finite [B], tokens [B], then scores [B, probes]
 };
 
 StreamBatch::StreamBatch(const Engine& engine)
@@ -46,7 +57,8 @@ void StreamBatch::join(StreamRequest request) {
   const model::StreamWrites alone = steering ? steering::place_rows({steering}, engine_.model()) : model::StreamWrites();
   at::Tensor hidden = reader_.join(request.prompt_ids, request.options.max_new_tokens, steering ? &alone : nullptr);
   hidden_ = hidden_.defined() ? at::cat({hidden_, hidden}) : hidden;
-  streams_.push_back(std::make_unique<Stream>(std::move(request), engine_.tokenizer(), steering, engine_.model().device()));
+  streams_.push_back(
+      std::make_unique<Stream>(std::move(request), joined_++, engine_.tokenizer(), steering, engine_.model().device()));
   place_writes();
 }
 
@@ -66,59 +78,98 @@ at::Tensor StreamBatch::choose_tokens(const at::Tensor& logits) {
 void StreamBatch::step() {
   if (streams_.empty()) return;
   c10::InferenceMode inference_mode;
-  const size_t batch = streams_.size();
-  std::vector<bool> ended(batch, false);
-  std::vector<std::exception_ptr> errors(batch);
-  // A row whose numbers went non-finite ends with the error everywhere else gives; the others go on.
-  at::Tensor finite = at::isfinite(hidden_).all(1).to(at::kCPU);
-  for (size_t b = 0; b < batch; ++b) {
-    if (finite[static_cast<int64_t>(b)].item<bool>()) continue;
-    ended[b] = true;
-    errors[b] = std::make_exception_ptr(
-        std::invalid_argument(readout::non_finite_message("the model's outputs (after its final norm) are")));
-  }
-  if (std::find(ended.begin(), ended.end(), true) != ended.end()) return leave(ended, errors);
+  std::unique_ptr<Launched> launched = in_flight_ ? std::move(in_flight_) : launch();
+  // Every-token probes score each text with its new token, known on the host only: a forward that waits for the
+  // step anyway, and the launched rows stay those of streams_.
+  if (!engine_.reads_every_token() && tokens_left()) in_flight_ = launch();
+  deliver(*launched);
+}
+
+std::unique_ptr<StreamBatch::Launched> StreamBatch::launch() {
+  auto launched = std::make_unique<Launched>();
+  at::Tensor finite = at::isfinite(hidden_).all(1);
   at::Tensor tokens = choose_tokens(engine_.model().logits(hidden_));
   readout::IncrementalReader::Step step = reader_.step(tokens, at::ones_like(tokens));
   hidden_ = step.final_norm;
-  at::Tensor ids = tokens.to(at::kCPU).contiguous();
-  at::Tensor scores = (engine_.reads_every_token() ? whole_text_scores(ids) : engine_.probabilities_of(step.rows))
-                          .to(at::kCPU)
-                          .contiguous();
-  for (size_t b = 0; b < batch; ++b) {
-    Stream& s = *streams_[b];
-    const generation::GenerationOptions& o = s.request.options;
-    const auto index = static_cast<int64_t>(s.generated.ids.size());
-    const auto id = static_cast<int32_t>(ids.data_ptr<int64_t>()[b]);
-    const bool eos = std::find(o.stop_ids.begin(), o.stop_ids.end(), id) != o.stop_ids.end();
-    const bool last = eos || index + 1 == o.max_new_tokens;
-    ScoredToken scored{0, index, static_cast<int64_t>(s.generated.prompt_ids.size()) + index, id,
-                       engine_.tokenizer().tokens({id}).front(), s.text.add(id, last), last, {}};
-    std::vector<std::vector<std::vector<double>>> table = engine_.empty_tables(1);
-    engine_.store_columns(scores[static_cast<int64_t>(b)].unsqueeze(0), table, 0);
-    scored.probability = std::move(table.front());
-    s.generated.ids.push_back(id);
-    s.generated.text += scored.text;
-    if (last) s.generated.stop = eos ? generation::StopReason::kEos : generation::StopReason::kLength;
-    bool keep = false;
-    try {
-      keep = s.request.on_token(scored);
-    } catch (...) {
-      errors[b] = std::current_exception();
+  std::vector<at::Tensor> outputs{finite, tokens};
+  if (!engine_.reads_every_token()) outputs.push_back(engine_.probabilities_of(step.rows));
+  for (const at::Tensor& output : outputs) launched->copies.push_back(std::make_unique<device::HostCopy>(output, &pinned_));
+  for (auto& s : streams_) {
+    launched->serials.push_back(s->serial);
+    ++s->launched;
+  }
+  return launched;
+}
+
+bool StreamBatch::tokens_left() const {
+  return std::any_of(streams_.begin(), streams_.end(),
+                     [](const auto& s) { return s->launched < s->request.options.max_new_tokens; });
+}
+
+void StreamBatch::deliver(Launched& launched) {
+  const at::Tensor& finite = launched.copies[0]->wait();
+  const at::Tensor& tokens = launched.copies[1]->wait();
+  std::vector<size_t> here;  // each launched row's stream's index now; streams_.size() for one that left
+  std::vector<Stream*> rows;
+  std::vector<int32_t> ids;
+  for (size_t row = 0; row < launched.serials.size(); ++row) {
+    auto it = std::find_if(streams_.begin(), streams_.end(), [&](const auto& s) { return s->serial == launched.serials[row]; });
+    here.push_back(static_cast<size_t>(it - streams_.begin()));
+    if (it == streams_.end()) continue;
+    rows.push_back(it->get());
+    ids.push_back(static_cast<int32_t>(tokens.data_ptr<int64_t>()[row]));
+  }
+  // Every-token probes score the texts of the rows (those of streams_, see step()); the others' scores come by row.
+  const at::Tensor scores = engine_.reads_every_token() ? whole_text_scores(rows, ids).to(at::kCPU) : launched.copies[2]->wait();
+  std::vector<bool> ended(streams_.size(), false);
+  std::vector<std::exception_ptr> errors(streams_.size());
+  int64_t scored = 0;
+  for (size_t row = 0; row < launched.serials.size(); ++row) {
+    const size_t b = here[row];
+    if (b == streams_.size()) continue;
+    const int64_t score_row = engine_.reads_every_token() ? scored++ : static_cast<int64_t>(row);
+    if (!finite.data_ptr<bool>()[row]) {
+      // A row whose numbers went non-finite ends with the error everywhere else gives; the others go on.
+      ended[b] = true;
+      errors[b] = std::make_exception_ptr(
+          std::invalid_argument(readout::non_finite_message("the model's outputs (after its final norm) are")));
+      continue;
     }
-    if (!keep && !last) s.generated.stop = generation::StopReason::kCancelled;
-    ended[b] = !keep || last;
+    ended[b] = hand_out(*streams_[b], static_cast<int32_t>(tokens.data_ptr<int64_t>()[row]), scores[score_row], errors[b]);
   }
   leave(ended, errors);
 }
 
-at::Tensor StreamBatch::whole_text_scores(const at::Tensor& ids) const {
+bool StreamBatch::hand_out(Stream& s, int32_t id, const at::Tensor& scores, std::exception_ptr& error) {
+  const generation::GenerationOptions& o = s.request.options;
+  const auto index = static_cast<int64_t>(s.generated.ids.size());
+  const bool eos = std::find(o.stop_ids.begin(), o.stop_ids.end(), id) != o.stop_ids.end();
+  const bool last = eos || index + 1 == o.max_new_tokens;
+  ScoredToken scored{0, index, static_cast<int64_t>(s.generated.prompt_ids.size()) + index, id,
+                     engine_.tokenizer().tokens({id}).front(), s.text.add(id, last), last, {}};
+  std::vector<std::vector<std::vector<double>>> table = engine_.empty_tables(1);
+  engine_.store_columns(scores.unsqueeze(0), table, 0);
+  scored.probability = std::move(table.front());
+  s.generated.ids.push_back(id);
+  s.generated.text += scored.text;
+  if (last) s.generated.stop = eos ? generation::StopReason::kEos : generation::StopReason::kLength;
+  bool keep = false;
+  try {
+    keep = s.request.on_token(scored);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  if (!keep && !last) s.generated.stop = generation::StopReason::kCancelled;
+  return !keep || last;
+}
+
+at::Tensor StreamBatch::whole_text_scores(const std::vector<Stream*>& rows, const std::vector<int32_t>& ids) const {
   std::vector<readout::Sequence> texts;
-  for (size_t b = 0; b < streams_.size(); ++b) {
-    const GeneratedText& g = streams_[b]->generated;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const GeneratedText& g = rows[i]->generated;
     texts.push_back(g.prompt_ids);
     texts.back().insert(texts.back().end(), g.ids.begin(), g.ids.end());
-    texts.back().push_back(static_cast<int32_t>(ids.data_ptr<int64_t>()[b]));
+    texts.back().push_back(ids[i]);
   }
   const bool steered = !writes_.empty();
   return engine_.prompt_probabilities(texts, steered ? &writes_ : nullptr, steered);
@@ -138,6 +189,7 @@ void StreamBatch::leave(const std::vector<bool>& ended, const std::vector<std::e
     }
   }
   streams_ = std::move(staying);
+  if (streams_.empty()) in_flight_.reset();
   if (!gone.empty()) {
     reader_.keep_rows(kept);
     hidden_ = kept.empty() ? at::Tensor() : hidden_.index_select(0, at::tensor(kept, at::kLong).to(hidden_.device()));
@@ -149,6 +201,7 @@ void StreamBatch::leave(const std::vector<bool>& ended, const std::vector<std::e
 void StreamBatch::end_all(std::exception_ptr error) {
   std::vector<std::unique_ptr<Stream>> gone = std::move(streams_);
   streams_.clear();
+  in_flight_.reset();
   reader_.keep_rows({});
   hidden_ = at::Tensor();
   place_writes();

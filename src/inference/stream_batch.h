@@ -1,16 +1,19 @@
 // Continuous batching of generation streams (the server's): every open stream decodes in one forward per step. A
 // stream joins between two steps (its prompt run alone first, as a generation of one prompt runs it) and leaves
 // when it ends; each keeps its own positions, cache rows, sampler and steering row, so that it gives what it
-// gives alone.
+// gives alone. Steps are pipelined: the next step goes to the device before this one's tokens reach the host, so
+// the device computes while the host hands tokens out (and launches a step's graph), never idle between steps.
 #pragma once
 
 #include <ATen/ATen.h>
 
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
 #include <vector>
 
+#include "device/torch/transfers.h"
 #include "inference/engine.h"
 #include "readout/incremental.h"
 
@@ -36,7 +39,9 @@ class StreamBatch {
   /// Runs the stream's prompt and adds it: its first token comes with the next step. A prompt the model refuses
   /// throws, and nothing joins.
   void join(StreamRequest request);
-  /// One forward for every stream: each gets its next token (and the probes' scores of it); those that end leave.
+  /// Hands every stream its next token (and the probes' scores of it), from the forward launched at the call
+  /// before (or now, after a join), having launched the next one first; the streams that end leave. A stream
+  /// that ends has its row in one forward more, whose outputs nobody reads.
   void step();
   /// Ends every stream with `error` (the server is stopping).
   void end_all(std::exception_ptr error);
@@ -45,17 +50,29 @@ class StreamBatch {
 
  private:
   struct Stream;
+  struct Launched;
   at::Tensor choose_tokens(const at::Tensor& logits);
+  /// Chooses each row's next token and queues the forward that feeds it, its outputs' copies to the host behind.
+  std::unique_ptr<Launched> launch();
+  /// Whether a stream has tokens left to launch.
+  bool tokens_left() const;
+  /// Hands `launched`'s tokens to the streams still here; those that end leave.
+  void deliver(Launched& launched);
+  /// Hands `s` its token `id` scored `scores` [probes]; whether it ended (an error its callback threw in `error`).
+  bool hand_out(Stream& s, int32_t id, const at::Tensor& scores, std::exception_ptr& error);
   void leave(const std::vector<bool>& ended, const std::vector<std::exception_ptr>& errors);
   void place_writes();
-  /// Every-token probes: each stream's scores [B, probes] of its prompt, its tokens and `ids` [B] (the new ones).
-  at::Tensor whole_text_scores(const at::Tensor& ids) const;
+  /// Every-token probes: the scores [rows, probes] of each of `rows`' prompt, tokens and its new token `ids`.
+  at::Tensor whole_text_scores(const std::vector<Stream*>& rows, const std::vector<int32_t>& ids) const;
 
   const Engine& engine_;
   readout::IncrementalReader reader_;
   std::vector<std::unique_ptr<Stream>> streams_;  // in row order
   at::Tensor hidden_;  // [B, hidden] fp32: the final norm at each row's latest token
   model::StreamWrites writes_;  // every row's steering, [B, hidden] each
+  uint64_t joined_ = 0;  // streams joined so far: each one's serial
+  device::PinnedPool pinned_;  // the launched steps' host copies
+  std::unique_ptr<Launched> in_flight_;  // the step launched and not yet handed out
 };
 
 }  // namespace probekit::inference

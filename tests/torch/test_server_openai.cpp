@@ -233,6 +233,29 @@ TEST_CASE("probe_server: four streams started together decode in one batch, each
   CHECK(alone[3].back()["steered"] == true);
 }
 
+// Steps are pipelined (the next launched before this one's tokens are handed out): a stream joining while another
+// has a step in flight starts at the next launch, and both give what they give alone.
+TEST_CASE("probe_server: a stream that joins while another decodes gives what it gives alone, and so does the other") {
+  TempDir tmp;
+  RunningServer s(options_for(train_probes(tmp)));
+  const Json first = {{"prompt", "Once upon a time"}, {"max_new_tokens", 40}, {"stop", false}};
+  const Json second = {{"prompt", "The weather today"}, {"max_new_tokens", 5}, {"temperature", 0.9}, {"seed", 3}, {"stop", false}};
+  const std::vector<Json> first_alone = generate_events(s, first), second_alone = generate_events(s, second);
+  wait_for_streams_closed(s);
+  const server::SchedulerStats before = s.server().scheduler().stats();
+  std::pair<int, std::string> first_together;
+  std::thread client([&] { first_together = post_streamed(s, "/v1/generate", first); });
+  for (int i = 0; i < 10000 && s.server().scheduler().stats().decode_steps < before.decode_steps + 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const std::vector<Json> second_together = generate_events(s, second);
+  client.join();
+  CHECK(s.server().scheduler().stats().largest_batch == 2);
+  REQUIRE_MESSAGE(first_together.first == 200, first_together.second);
+  CHECK(parse_generate_events(first_together.second) == first_alone);
+  CHECK(second_together == second_alone);
+}
+
 namespace {
 
 // The samples of a Prometheus text exposition: "name{labels}" -> value; every line checked against the format.
