@@ -40,7 +40,7 @@ packages=(
   # The export round trip loads our probes into the reference's PyTorch modules (9 MB download, 47 MB installed,
   # plus libtorch-test's 51 MB and NumPy/SymPy; it reuses libtorch-dev's libtorch1.13).
   python3-torch
-  clang  # CI builds the library and the tools with clang too (scripts/build_clang.sh), as macOS builds with AppleClang
+  clang  # CI builds the sanitized suite with clang (scripts/sanitize.sh), as macOS builds with AppleClang
   chromium   # the web page's browser test drives headless Chromium through the DevTools protocol (puppeteer-core)
   # The Python package (python/, `pip install --no-build-isolation .`): its extension module is built with Debian's
   # pybind11 against python3-torch; scripts/test.sh installs it into a venv and runs its pytest tests and the

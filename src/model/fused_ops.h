@@ -63,6 +63,19 @@ at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::
                             at::Tensor& cache_values, const at::Tensor& positions, int64_t visible, int64_t window,
                             double scale, const at::Tensor& sinks = {});
 
+/// The most rows few_row_product takes: two of its 16-row tiles.
+constexpr int64_t kFewRowProductMaxRows = 32;
+
+/// Whether few_row_product takes x [..., K] and weight [N, K]: 2-byte floats on a GPU of compute capability 8 or
+/// more, at most kFewRowProductMaxRows rows, K a multiple of 32, a contiguous weight. PROBEKIT_FEW_ROW_PRODUCTS=0 in
+/// the environment turns it off (at::linear's cuBLAS then).
+bool few_row_product_serves(const at::Tensor& x, const at::Tensor& weight);
+
+/// x [..., K] times weight [N, K] transposed, plus bias [N] when defined, for a decode step's few rows: the weight
+/// read once at close to the memory's bandwidth (cuda/few_row_products.cu). `tiles` (1, 2 or 4) sets the weight
+/// rows per warp, 8 each; 0 chooses by N.
+at::Tensor few_row_product(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {}, int tiles = 0);
+
 /// model::decode_fp8_rows on the GPU: one pass reading the FP8 bytes and their row scales, writing `dtype`.
 at::Tensor decode_fp8_rows(const at::Tensor& bytes, const at::Tensor& row_scales, int64_t block_in, at::ScalarType dtype);
 

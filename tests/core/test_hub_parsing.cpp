@@ -306,9 +306,10 @@ TEST_CASE("hub settings: the stall time from HF_HUB_DOWNLOAD_TIMEOUT; a token fi
   TempDir tmp;
   env.set("HF_HUB_DOWNLOAD_TIMEOUT", std::nullopt);
   CHECK(hub::settings_from_environment().stall_seconds == 10);  // huggingface_hub's DEFAULT_DOWNLOAD_TIMEOUT
-  for (auto [text, seconds] : std::vector<std::pair<const char*, double>>{{"30", 30}, {"2.5", 2.5}, {"0", 10}, {"", 10}}) {
-    env.set("HF_HUB_DOWNLOAD_TIMEOUT", std::string(text));
-    CHECK_MESSAGE(hub::settings_from_environment().stall_seconds == seconds, text);
+  // Not a structured binding: doctest's CHECK_MESSAGE captures it in a lambda, which C++17 forbids (clang refuses).
+  for (const auto& value : std::vector<std::pair<const char*, double>>{{"30", 30}, {"2.5", 2.5}, {"0", 10}, {"", 10}}) {
+    env.set("HF_HUB_DOWNLOAD_TIMEOUT", std::string(value.first));
+    CHECK_MESSAGE(hub::settings_from_environment().stall_seconds == value.second, value.first);
   }
   for (const char* bad : {"ten", "-1", "5s", "inf", "nan"}) {
     env.set("HF_HUB_DOWNLOAD_TIMEOUT", std::string(bad));

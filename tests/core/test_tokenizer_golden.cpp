@@ -108,7 +108,9 @@ TEST_CASE("golden: the real tokenizers loaded from their directories give transf
   // transformers 5.17 AutoTokenizer.from_pretrained(directory)("hello world"), tokenizer_config.json beside.
   const std::pair<std::string, std::vector<int32_t>> expected[] = {
       {"gemma3", {2, 23391, 1902}}, {"qwen3", {14990, 1879}}, {"llama3", {15339, 1917}}};
-  for (const auto& [name, ids] : expected) {
+  for (const auto& entry : expected) {
+    const auto& name = entry.first;
+    const auto& ids = entry.second;
     std::string path = real_tokenizer_path(name);
     std::string dir = path.substr(0, path.rfind('/'));
     CHECK_MESSAGE(Tokenizer::from_file(dir).encode("hello world") == ids, name);

@@ -146,6 +146,38 @@ TEST_CASE("fused queries and keys: per-head norm and rotary embedding, full and 
   }
 }
 
+TEST_CASE("few-row products equal at::linear's fp32 sums to the output's rounding, each row independent of the others") {
+  // One and two 16-row tiles, the last one partial; N past the last 8-row tile; K of 81 chunks (a partial round of
+  // the warps' loads) and of 320; every weight tiling; a bias; both 2-byte dtypes; the model's [B, T, K] inputs.
+  for (at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
+    for (int64_t k : {2592, 10240}) {
+      for (int64_t n : {100, 2560}) {
+        at::Tensor w = (at::randn({n, k}, kCuda) * 0.02).to(dtype), bias = at::randn({n}, kCuda).to(dtype);
+        for (int64_t rows : {1, 13, 16, 17, 32}) {
+          at::Tensor x = at::randn({1, rows, k}, kCuda).to(dtype);
+          REQUIRE(fused::few_row_product_serves(x, w));
+          const at::Tensor expected = at::linear(x.to(at::kFloat), w.to(at::kFloat), bias.to(at::kFloat));
+          for (int tiles : {1, 2, 4}) {
+            CAPTURE(dtype), CAPTURE(k), CAPTURE(n), CAPTURE(rows), CAPTURE(tiles);
+            at::Tensor got = fused::few_row_product(x, w, bias, tiles);
+            REQUIRE(got.sizes() == expected.sizes());
+            CHECK(got.scalar_type() == dtype);
+            CHECK(max_relative_error(got, expected) < 1e-2);
+            CHECK(at::equal(fused::few_row_product(x.narrow(1, rows - 1, 1), w, bias, tiles), got.narrow(1, rows - 1, 1)));
+          }
+          CHECK(max_relative_error(fused::few_row_product(x, w), at::linear(x.to(at::kFloat), w.to(at::kFloat))) < 1e-2);
+        }
+      }
+    }
+  }
+  // What it leaves to cuBLAS: more rows than two tiles, K not a multiple of 32, fp32, a transposed weight.
+  at::Tensor w = at::randn({64, 64}, kCuda).to(at::kBFloat16);
+  CHECK_FALSE(fused::few_row_product_serves(at::randn({33, 64}, kCuda).to(at::kBFloat16), w));
+  CHECK_FALSE(fused::few_row_product_serves(at::randn({3, 48}, kCuda).to(at::kBFloat16), w.narrow(1, 0, 48)));
+  CHECK_FALSE(fused::few_row_product_serves(at::randn({3, 64}, kCuda), w.to(at::kFloat)));
+  CHECK_FALSE(fused::few_row_product_serves(at::randn({3, 64}, kCuda).to(at::kBFloat16), w.t()));
+}
+
 TEST_CASE("FP8 rows decoded on the GPU give the CPU's bits: every byte, partial blocks, every float dtype") {
   // Widths (and blocks) a multiple of 16 take the kernel with 16-byte loads, others the byte kernel; 40 with blocks of 32 and 130
   // with blocks of 128 end in a partial block.

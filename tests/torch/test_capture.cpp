@@ -411,7 +411,9 @@ TEST_CASE("router and experts sites of deepseek_v3: the raw logits, the experts 
     CHECK((row - logits).abs().max().item<double>() < 1e-5);
     const std::map<int64_t, double> expected = deepseek_choice(logits, bias);
     REQUIRE(chosen.size() == 2);
-    for (const auto& [id, weight] : chosen) {
+    for (const auto& choice : chosen) {
+      const auto id = choice.first;
+      const auto weight = choice.second;
       REQUIRE_MESSAGE(expected.count(id) == 1, "expert ", id, " was chosen");
       CHECK(weight == doctest::Approx(expected.at(id)).epsilon(1e-5));
     }

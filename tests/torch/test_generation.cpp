@@ -139,7 +139,9 @@ TEST_CASE("prompts of different lengths generated in one batch give each prompt'
     options.top_logits = 5;
     Collected batch = generate_batch(model, prompts, options);
     for (size_t b = 0; b < prompts.size(); ++b) {
-      auto [ids, steps] = generate_alone(model, prompts[b], 12);
+      const auto alone = generate_alone(model, prompts[b], 12);
+      const auto& ids = alone.first;
+      const auto& steps = alone.second;
       CHECK_MESSAGE(batch.results[b].ids == ids, name, " row ", b, ": ", fmt::format("{}", batch.results[b].ids), " vs ",
                     fmt::format("{}", ids));
       for (size_t s = 0; s < ids.size(); ++s) {

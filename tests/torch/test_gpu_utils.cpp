@@ -99,7 +99,8 @@ TEST_CASE("PinnedPool hands a buffer back once its tensor and views are gone, an
 
 TEST_CASE("row_stable_linear: each row's product is the same alone and among any number of rows") {
   at::manual_seed(0);
-  for (auto [out, in] : std::vector<std::pair<int64_t, int64_t>>{{64, 128}, {192, 64}, {256, 256}, {256, 2048}}) {
+  for (const auto& shape : std::vector<std::pair<int64_t, int64_t>>{{64, 128}, {192, 64}, {256, 256}, {256, 2048}}) {
+    const int64_t out = shape.first, in = shape.second;
     at::Tensor weight = at::randn({out, in}), bias = at::randn({out}), x = at::randn({100, in});
     const at::Tensor all = row_stable_linear(x, weight, bias);
     CHECK(all.sizes() == at::IntArrayRef({100, out}));

@@ -143,7 +143,9 @@ TEST_CASE("Gemma 4 options the runtime does not implement are refused by name") 
       {"num_kv_shared_layers", 2},     {"attention_k_eq_v", true},         {"enable_moe_block", true},
       {"use_double_wide_mlp", true}, {"use_bidirectional_attention", "all"},
   };
-  for (const auto& [key, value] : options) {
+  for (const auto& option : options) {
+    const auto& key = option.first;
+    const auto& value = option.second;
     TempDir tmp;
     CHECK_CONTAINS(load_error(with_config(tmp, "gemma4_text", {{key, value}})), fmt::format("'{}' is", key));
   }

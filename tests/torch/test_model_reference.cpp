@@ -57,7 +57,9 @@ std::pair<double, std::string> relative_error(const at::Tensor& actual, const at
 
 void check_close(const at::Tensor& actual, const at::Tensor& expected, const std::string& what, double tolerance) {
   REQUIRE_MESSAGE(actual.sizes() == expected.sizes(), what, ": shape ", actual.sizes(), " vs ", expected.sizes());
-  auto [error, where] = relative_error(actual, expected);
+  const std::pair<double, std::string> found = relative_error(actual, expected);
+  const double error = found.first;
+  const std::string& where = found.second;
   CHECK_MESSAGE(error <= tolerance, what, ": relative error ", error, " > ", tolerance, " at ", where);
 }
 

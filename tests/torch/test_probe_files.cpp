@@ -113,7 +113,9 @@ TEST_CASE("multi-head probe files: encoder.0/3, attention.in_proj/out_proj, clas
       {"attention.out_proj.weight", {16, 16}}, {"attention.out_proj.bias", {16}},
       {"classifier.weight", {1, 16}},          {"classifier.bias", {1}}};
   REQUIRE(file.tensors().size() == expected.size());
-  for (const auto& [name, shape] : expected) {
+  for (const auto& entry : expected) {
+    const auto& name = entry.first;
+    const auto& shape = entry.second;
     INFO(name);
     CHECK(file.at(name).shape == shape);
     CHECK(file.at(name).dtype == safetensors::DType::kF32);

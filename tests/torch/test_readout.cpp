@@ -213,7 +213,9 @@ TEST_CASE("a packed pass's last layer finishes only last_layer_rows: the same va
     REQUIRE(finished.size(1) == 2);
     CHECK(largest_difference(finished[0], all[0].index_select(0, rows)) < 1e-5);
     CHECK(row_sites.at("resid_pre").size(1) == 8);  // the layer's input: every token
-    for (const auto& [site, values] : row_sites) {
+    for (const auto& row_site : row_sites) {
+      const auto& site = row_site.first;
+      const auto& values = row_site.second;
       if (site == "resid_pre") continue;
       CAPTURE(site);
       REQUIRE(values.size(1) == 2);
