@@ -2,9 +2,7 @@
 // (step_graphs.h), it generates --tokens tokens greedily from a --prompt-tokens prompt, the probes' rows read at
 // --layer through a --suffix-tokens suffix as generation with probes reads them, and times each part of every step
 // with the device synchronised around it: the step (every layer, the final norm and the rows) and the LM head with
-// the greedy choice. Prints one JSON line per mode with the medians in milliseconds. With --products, first one line
-// per projection of a layer: its product for the step's rows through cuBLAS (at::linear) and through
-// fused::few_row_product at each weight tiling, microseconds and the weight's bytes per second.
+// the greedy choice. Prints one JSON line per mode with the medians in milliseconds.
 #include <fmt/format.h>
 #include <torch/csrc/api/include/torch/version.h>
 
@@ -15,9 +13,6 @@
 #include "common/json.h"
 #include "device/torch/gpu_utils.h"
 #include "model/transformer.h"
-#ifdef PROBEKIT_WITH_CUDA
-#include "model/fused_ops.h"
-#endif
 #include "kineto_trace.h"
 #include "readout/incremental.h"
 
@@ -55,50 +50,12 @@ Json measure(const model::TransformerModel& model, const readout::Request& reque
           {"captures", reader.graphs().captures()}, {"replays", reader.graphs().replays()}, {"tokens", tokens}};
 }
 
-#ifdef PROBEKIT_WITH_CUDA
-// Microseconds per product of `work`, the median of 9 timings of 50 back-to-back calls.
-template <typename Work>
-double product_us(at::Device device, Work&& work) {
-  std::vector<double> seconds;
-  for (int i = 0; i < 9; ++i) {
-    seconds.push_back(timed(device, [&] {
-      for (int j = 0; j < 50; ++j) work();
-    }) / 50);
-  }
-  return median_ms(seconds) * 1e3;
-}
-
-// A layer's projections (random weights of the model's shapes) for `rows` rows: cuBLAS against few_row_product.
-void print_products(const model::TransformerModel& model, int64_t rows) {
-  const model::ModelConfig& c = model.config();
-  const int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
-  const std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> shapes = {
-      {"qkv", {q + 2 * kv, c.hidden_size}}, {"o", {c.hidden_size, q}},
-      {"gate_up", {2 * c.intermediate_size, c.hidden_size}}, {"down", {c.hidden_size, c.intermediate_size}}};
-  const auto options = at::TensorOptions().device(model.device()).dtype(model.dtype());
-  for (const auto& [name, shape] : shapes) {
-    at::Tensor w = at::randn({shape.first, shape.second}, options) * 0.02, x = at::randn({1, rows, shape.second}, options);
-    const double bytes = static_cast<double>(w.nbytes());
-    Json line{{"product", name}, {"rows", rows}, {"n", shape.first}, {"k", shape.second}};
-    line["cublas_us"] = product_us(model.device(), [&] { at::linear(x, w); });
-    for (int tiles : {1, 2, 4}) {
-      if (!model::fused::few_row_product_serves(x, w)) break;
-      line[fmt::format("own_{}_us", tiles)] = product_us(model.device(), [&] { model::fused::few_row_product(x, w, {}, tiles); });
-    }
-    line["own_auto_us"] = product_us(model.device(), [&] { model::fused::few_row_product(x, w); });
-    line["weight_gb_per_s_cublas"] = bytes / line["cublas_us"].get<double>() / 1e3;
-    line["weight_gb_per_s_own_auto"] = bytes / line["own_auto_us"].get<double>() / 1e3;
-    fmt::print("{}\n", line.dump());
-  }
-}
-#endif
-
 }  // namespace
 
 int main(int argc, char** argv) {
   TorchTool tool(argv, "Benchmark: the parts of a generation step on the GPU, CUDA graphs off and on");
   std::string model_dir, trace;
-  bool no_cudnn_attention = false, products = false;
+  bool no_cudnn_attention = false;
   int64_t tokens = 128, prompt_tokens = 40, suffix_tokens = 12, layer = 33;
   tool.app.add_option("--model", model_dir, "Checkpoint folder")->required();
   tool.app.add_option("--tokens", tokens, "Tokens generated per mode")->capture_default_str();
@@ -106,7 +63,6 @@ int main(int argc, char** argv) {
   tool.app.add_option("--suffix-tokens", suffix_tokens, "The probes' prompt suffix length")->capture_default_str();
   tool.app.add_option("--layer", layer, "The layer the probes read")->capture_default_str();
   tool.app.add_flag("--no-cudnn-attention", no_cudnn_attention, "Attention without cuDNN's kernels (the others then)");
-  tool.app.add_flag("--products", products, "Also time a layer's projections: cuBLAS against our few-row kernel");
   tool.app.add_option("--trace", trace, "Also profile 16 steps of each mode into PREFIX.eager.json, PREFIX.graphs.json");
   return tool.run(argc, argv, [&] {
     if (no_cudnn_attention) {
@@ -126,13 +82,6 @@ int main(int argc, char** argv) {
     for (int64_t i = 0; i < prompt_tokens; ++i) prompt.push_back(static_cast<int32_t>((1000 + 7 * i) % 900));
     for (int64_t i = 0; i < suffix_tokens; ++i) suffix.push_back(static_cast<int32_t>((2000 + 11 * i) % 900));
     const readout::Request request{Site::kResidPost, readout::Position::kLast, {layer}};
-    if (products) {
-#ifdef PROBEKIT_WITH_CUDA
-      print_products(model, 1 + suffix_tokens);
-#else
-      fail_usage("--products needs a CUDA build");
-#endif
-    }
     for (bool graphs : {false, true, false, true}) fmt::print("{}\n", measure(model, request, prompt, suffix, tokens, graphs).dump());
     if (trace.empty()) return;
     for (bool graphs : {false, true}) {

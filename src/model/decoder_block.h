@@ -46,6 +46,12 @@ struct PackedSequences {
 /// packed sequences are attended one at a time, which is exact but slower than a padded batch.
 bool packed_attention_is_fast(const ModelConfig& config, at::Device device, at::ScalarType dtype);
 
+/// Whether generation's attention over its cache runs fused::cached_attention on every layer for passes of up to
+/// `tokens` tokens a row: a CUDA build, bf16/fp16, attention layers only, head sizes 64, 128 or 256, no attention
+/// soft-capping. That kernel reads each query's slots up to its position and no further, so such a step need not
+/// bound the cache's visible slots.
+bool cached_attention_is_fused(const ModelConfig& config, at::Device device, at::ScalarType dtype, int64_t tokens);
+
 /// Everything attention needs to know about positions in one forward pass; built once, shared by all layers.
 class AttentionContext {
  public:

@@ -53,28 +53,15 @@ constexpr int64_t kCachedAttentionMaxTokens = 32;
 bool cached_attention_serves(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cache_keys,
                              const at::Tensor& cache_values);
 
-/// Generation's attention over its cache in two kernels: the pass's keys and values k, v [B, kv_heads, T, D]
-/// written into cache_keys / cache_values [B, kv_heads, capacity, D] at the slots of `positions` [B, T], then each
-/// query of q [B, heads, T, D] attending to the slots up to its position among the first `visible` (and within
-/// `window` of it when > 0), query head h reading kv head h / (heads / kv_heads): no repeated keys, no mask tensor.
-/// `sinks` [heads] (gpt-oss; or undefined): each head's logit in the softmax's denominator. Returns [B, heads, T, D],
-/// a transposed view of token-major memory.
+/// Generation's attention over its cache in one kernel: each query of q [B, heads, T, D] attending to the slots up
+/// to its position among the first `visible` (and within `window` of it when > 0), query head h reading kv head
+/// h / (heads / kv_heads): no repeated keys, no mask tensor; the pass's keys and values k, v [B, kv_heads, T, D]
+/// (`positions` [B, T] consecutive within a row) are read for its own slots and written into cache_keys /
+/// cache_values [B, kv_heads, capacity, D] at them. `sinks` [heads] (gpt-oss; or undefined): each head's logit in the
+/// softmax's denominator. Returns [B, heads, T, D], a transposed view of token-major memory.
 at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& cache_keys,
                             at::Tensor& cache_values, const at::Tensor& positions, int64_t visible, int64_t window,
                             double scale, const at::Tensor& sinks = {});
-
-/// The most rows few_row_product takes: two of its 16-row tiles.
-constexpr int64_t kFewRowProductMaxRows = 32;
-
-/// Whether few_row_product takes x [..., K] and weight [N, K]: 2-byte floats on a GPU of compute capability 8 or
-/// more, at most kFewRowProductMaxRows rows, K a multiple of 32, a contiguous weight. PROBEKIT_FEW_ROW_PRODUCTS=0 in
-/// the environment turns it off (at::linear's cuBLAS then).
-bool few_row_product_serves(const at::Tensor& x, const at::Tensor& weight);
-
-/// x [..., K] times weight [N, K] transposed, plus bias [N] when defined, for a decode step's few rows: the weight
-/// read once at close to the memory's bandwidth (cuda/few_row_products.cu). `tiles` (1, 2 or 4) sets the weight
-/// rows per warp, 8 each; 0 chooses by N.
-at::Tensor few_row_product(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {}, int tiles = 0);
 
 /// model::decode_fp8_rows on the GPU: one pass reading the FP8 bytes and their row scales, writing `dtype`.
 at::Tensor decode_fp8_rows(const at::Tensor& bytes, const at::Tensor& row_scales, int64_t block_in, at::ScalarType dtype);

@@ -15,9 +15,6 @@
 #include "common/sha256.h"
 #include "device/torch/row_stable.h"
 #include "model/quantization.h"
-#ifdef PROBEKIT_WITH_CUDA
-#include "model/fused_ops.h"
-#endif
 
 namespace probekit::model {
 
@@ -320,12 +317,7 @@ at::Tensor Linear::dense_weight() const {
   return fp8.defined() ? decode_fp8_rows(fp8.bytes, fp8.row_scales, fp8.block_in, fp8.dtype) : weight;
 }
 
-at::Tensor linear(const at::Tensor& x, const Linear& l) {
-#ifdef PROBEKIT_WITH_CUDA
-  if (!l.fp8.defined() && fused::few_row_product_serves(x, l.weight)) return fused::few_row_product(x, l.weight, l.bias);
-#endif
-  return device::row_stable_linear(x, l.dense_weight(), l.bias);
-}
+at::Tensor linear(const at::Tensor& x, const Linear& l) { return device::row_stable_linear(x, l.dense_weight(), l.bias); }
 
 at::Tensor WeightScope::mxfp4_part(const std::string& name, const std::vector<int64_t>& shape) const {
   const std::string full = full_name(name);

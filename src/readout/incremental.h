@@ -75,6 +75,7 @@ class IncrementalReader {
   at::Tensor lengths_;
   int64_t longest_ = 0;    // an upper bound of lengths_, known on the host
   int64_t capacity_ = 0;
+  bool fused_attention_;  // steps attend through fused::cached_attention: the whole cache visible (see step())
   // The steps' reader of the request's rows, one for every step: a captured step keeps reading through it.
   std::unique_ptr<SiteReader> step_reader_;
   StepGraphs graphs_;

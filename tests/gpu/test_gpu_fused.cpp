@@ -84,8 +84,9 @@ TEST_CASE("fused residual_add of two branches gives the bits of two adds of one"
 }
 
 TEST_CASE("fused gated activations equal act(gate) * up") {
-  // 1000 columns take the row kernel with vector accesses; 999 the element-wise one.
-  for (int64_t inner : {1000, 999}) {
+  // 1000 and 5000 columns take the row kernel with vector accesses (5000: several blocks a row, the last partial);
+  // 999 the element-wise one.
+  for (int64_t inner : {1000, 999, 5000}) {
     CAPTURE(inner);
     at::Tensor gate_up = at::randn({3, 9, 2 * inner}, kCuda);
     auto halves = gate_up.chunk(2, -1);
@@ -100,82 +101,54 @@ TEST_CASE("fused gated activations equal act(gate) * up") {
 }
 
 TEST_CASE("fused queries and keys: per-head norm and rotary embedding, full and partial") {
-  const int64_t batch = 2, tokens = 11;
+  const int64_t batch = 2;
   // Head sizes 64, 128 and 256 with a rotary width a multiple of 64 take the kernels with a warp per head. The
-  // bf16 kernel goes through a token's heads four at a time: 6 heads end in a partial group, Gemma 3's 12 do not.
-  for (int64_t heads : {4, 8}) {
-    for (int64_t head_dim : {16, 64, 128, 256}) {
-      const int64_t kv_heads = heads / 2;
-      for (int64_t rotary_dim : {head_dim, head_dim / 4, 3 * head_dim / 4}) {
-        CAPTURE(heads);
-        CAPTURE(head_dim);
-        CAPTURE(rotary_dim);
-        at::Tensor qkv = at::randn({batch, tokens, (heads + 2 * kv_heads) * head_dim}, kCuda);
-        at::Tensor q_weight = at::randn({head_dim}, kCuda), k_weight = at::randn({head_dim}, kCuda);
-        at::Tensor angles = at::rand({batch, 1, tokens, rotary_dim / 2}, kCuda) * 10;
-        angles = at::cat({angles, angles}, -1);
-        at::Tensor cos = angles.cos(), sin = angles.sin();
-        auto rotate = [&](at::Tensor x) {  // x [B, h, T, d]
-          at::Tensor r = x.narrow(-1, 0, rotary_dim), pass = x.narrow(-1, rotary_dim, head_dim - rotary_dim);
-          int64_t half = rotary_dim / 2;
-          at::Tensor rotated = at::cat({-r.narrow(-1, half, half), r.narrow(-1, 0, half)}, -1);
-          return at::cat({r * cos + rotated * sin, pass}, -1);
-        };
-        at::Tensor q = qkv.narrow(-1, 0, heads * head_dim).view({batch, tokens, heads, head_dim});
-        at::Tensor k = qkv.narrow(-1, heads * head_dim, kv_heads * head_dim).view({batch, tokens, kv_heads, head_dim});
-        for (bool norm : {false, true}) {
-          auto [fq, fk] = fused::queries_and_keys(qkv, heads, kv_heads, head_dim, norm ? q_weight : at::Tensor(),
-                                                  norm ? k_weight : at::Tensor(), 1e-6, cos, sin, rotary_dim);
-          at::Tensor eq = rotate((norm ? rms(q, q_weight, 1e-6) : q).transpose(1, 2));
-          at::Tensor ek = rotate((norm ? rms(k, k_weight, 1e-6) : k).transpose(1, 2));
-          CHECK(max_relative_error(fq, eq) < 1e-5);
-          CHECK(max_relative_error(fk, ek) < 1e-5);
-          // Token-major underneath: the attention's output then reshapes to [B, T, heads * head_dim] without a copy.
-          CHECK(fq.transpose(1, 2).is_contiguous());
-          CHECK(fk.transpose(1, 2).is_contiguous());
-          // bf16 with the rotary embedding over whole heads of 64, 128 or 256 takes the kernel with 16-byte accesses.
-          auto [bq, bk] = fused::queries_and_keys(qkv.to(at::kBFloat16), heads, kv_heads, head_dim,
-                                                  norm ? q_weight : at::Tensor(), norm ? k_weight : at::Tensor(), 1e-6,
-                                                  cos, sin, rotary_dim);
-          CHECK((bq.scalar_type() == at::kBFloat16));
-          CHECK(max_relative_error(bq, eq) < 2e-2);
-          CHECK(max_relative_error(bk, ek) < 2e-2);
-        }
-      }
-    }
-  }
-}
-
-TEST_CASE("few-row products equal at::linear's fp32 sums to the output's rounding, each row independent of the others") {
-  // One and two 16-row tiles, the last one partial; N past the last 8-row tile; K of 81 chunks (a partial round of
-  // the warps' loads) and of 320; every weight tiling; a bias; both 2-byte dtypes; the model's [B, T, K] inputs.
-  for (at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
-    for (int64_t k : {2592, 10240}) {
-      for (int64_t n : {100, 2560}) {
-        at::Tensor w = (at::randn({n, k}, kCuda) * 0.02).to(dtype), bias = at::randn({n}, kCuda).to(dtype);
-        for (int64_t rows : {1, 13, 16, 17, 32}) {
-          at::Tensor x = at::randn({1, rows, k}, kCuda).to(dtype);
-          REQUIRE(fused::few_row_product_serves(x, w));
-          const at::Tensor expected = at::linear(x.to(at::kFloat), w.to(at::kFloat), bias.to(at::kFloat));
-          for (int tiles : {1, 2, 4}) {
-            CAPTURE(dtype), CAPTURE(k), CAPTURE(n), CAPTURE(rows), CAPTURE(tiles);
-            at::Tensor got = fused::few_row_product(x, w, bias, tiles);
-            REQUIRE(got.sizes() == expected.sizes());
-            CHECK(got.scalar_type() == dtype);
-            CHECK(max_relative_error(got, expected) < 1e-2);
-            CHECK(at::equal(fused::few_row_product(x.narrow(1, rows - 1, 1), w, bias, tiles), got.narrow(1, rows - 1, 1)));
+  // bf16 kernel goes through a token's heads four at a time: 6 heads end in a partial group, Gemma 3's 12 do not;
+  // 22 tokens (a decode step's few) spread each token's heads over groups of lanes, 300 give a token one group.
+  for (int64_t tokens : {11, 150}) {
+    for (int64_t heads : {4, 8}) {
+      for (int64_t head_dim : {16, 64, 128, 256}) {
+        const int64_t kv_heads = heads / 2;
+        for (int64_t rotary_dim : {head_dim, head_dim / 4, 3 * head_dim / 4}) {
+          CAPTURE(tokens);
+          CAPTURE(heads);
+          CAPTURE(head_dim);
+          CAPTURE(rotary_dim);
+          at::Tensor qkv = at::randn({batch, tokens, (heads + 2 * kv_heads) * head_dim}, kCuda);
+          at::Tensor q_weight = at::randn({head_dim}, kCuda), k_weight = at::randn({head_dim}, kCuda);
+          at::Tensor angles = at::rand({batch, 1, tokens, rotary_dim / 2}, kCuda) * 10;
+          angles = at::cat({angles, angles}, -1);
+          at::Tensor cos = angles.cos(), sin = angles.sin();
+          auto rotate = [&](at::Tensor x) {  // x [B, h, T, d]
+            at::Tensor r = x.narrow(-1, 0, rotary_dim), pass = x.narrow(-1, rotary_dim, head_dim - rotary_dim);
+            int64_t half = rotary_dim / 2;
+            at::Tensor rotated = at::cat({-r.narrow(-1, half, half), r.narrow(-1, 0, half)}, -1);
+            return at::cat({r * cos + rotated * sin, pass}, -1);
+          };
+          at::Tensor q = qkv.narrow(-1, 0, heads * head_dim).view({batch, tokens, heads, head_dim});
+          at::Tensor k = qkv.narrow(-1, heads * head_dim, kv_heads * head_dim).view({batch, tokens, kv_heads, head_dim});
+          for (bool norm : {false, true}) {
+            auto [fq, fk] = fused::queries_and_keys(qkv, heads, kv_heads, head_dim, norm ? q_weight : at::Tensor(),
+                                                    norm ? k_weight : at::Tensor(), 1e-6, cos, sin, rotary_dim);
+            at::Tensor eq = rotate((norm ? rms(q, q_weight, 1e-6) : q).transpose(1, 2));
+            at::Tensor ek = rotate((norm ? rms(k, k_weight, 1e-6) : k).transpose(1, 2));
+            CHECK(max_relative_error(fq, eq) < 1e-5);
+            CHECK(max_relative_error(fk, ek) < 1e-5);
+            // Token-major underneath: the attention's output then reshapes to [B, T, heads * head_dim] without a copy.
+            CHECK(fq.transpose(1, 2).is_contiguous());
+            CHECK(fk.transpose(1, 2).is_contiguous());
+            // bf16 with the rotary embedding over whole heads of 64, 128 or 256 takes the kernel with 16-byte accesses.
+            auto [bq, bk] = fused::queries_and_keys(qkv.to(at::kBFloat16), heads, kv_heads, head_dim,
+                                                    norm ? q_weight : at::Tensor(), norm ? k_weight : at::Tensor(), 1e-6,
+                                                    cos, sin, rotary_dim);
+            CHECK((bq.scalar_type() == at::kBFloat16));
+            CHECK(max_relative_error(bq, eq) < 2e-2);
+            CHECK(max_relative_error(bk, ek) < 2e-2);
           }
-          CHECK(max_relative_error(fused::few_row_product(x, w), at::linear(x.to(at::kFloat), w.to(at::kFloat))) < 1e-2);
         }
       }
     }
   }
-  // What it leaves to cuBLAS: more rows than two tiles, K not a multiple of 32, fp32, a transposed weight.
-  at::Tensor w = at::randn({64, 64}, kCuda).to(at::kBFloat16);
-  CHECK_FALSE(fused::few_row_product_serves(at::randn({33, 64}, kCuda).to(at::kBFloat16), w));
-  CHECK_FALSE(fused::few_row_product_serves(at::randn({3, 48}, kCuda).to(at::kBFloat16), w.narrow(1, 0, 48)));
-  CHECK_FALSE(fused::few_row_product_serves(at::randn({3, 64}, kCuda), w.to(at::kFloat)));
-  CHECK_FALSE(fused::few_row_product_serves(at::randn({3, 64}, kCuda).to(at::kBFloat16), w.t()));
 }
 
 TEST_CASE("FP8 rows decoded on the GPU give the CPU's bits: every byte, partial blocks, every float dtype") {

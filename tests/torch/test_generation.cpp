@@ -297,7 +297,9 @@ TEST_CASE("a model split over two devices generates the ids, logits and probe ro
                                                          {"phi3_longrope", Site::kResidPost},
                                                          {"gpt2", Site::kResidMid},
                                                          {"mixtral", Site::kRouter}};
-  for (const auto& [name, site] : cases) {
+  for (const auto& entry : cases) {
+    const auto& name = entry.first;
+    const auto& site = entry.second;
     model::TransformerModel whole = load_generator(fixture_model(name));
     model::LoadOptions options;
     options.lm_head = true;

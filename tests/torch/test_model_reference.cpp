@@ -311,7 +311,9 @@ TEST_CASE("bf16 compute agrees with the fp32 reference to bf16 precision") {
       {"olmo2", 0.999},   {"phi3_longrope", 0.998}, {"mixtral", 0.93},  {"qwen3_moe", 0.98},  {"qwen2_moe", 0.98},
       {"qwen3_5_text", 0.996}, {"qwen3_next", 0.93},
       {"gpt_oss", 0.97},  {"gpt_oss_mxfp4", 0.97}, {"deepseek_v3", 0.97}, {"deepseek_v3_fp8", 0.95}};
-  for (const auto& [name, bound] : fixtures) {
+  for (const auto& fixture : fixtures) {
+    const auto& name = fixture.first;
+    const auto& bound = fixture.second;
     std::string dir = fixture_model(name);
     Reference reference = read_reference(dir);
     model::LoadOptions options;

@@ -41,9 +41,9 @@ std::pair<int, std::string> post_streamed(const RunningServer& s, const std::str
 }
 
 std::string post_stream(const RunningServer& s, const std::string& path, const Json& body) {
-  auto [status, received] = post_streamed(s, path, body);
-  REQUIRE_MESSAGE(status == 200, received);
-  return received;
+  const std::pair<int, std::string> result = post_streamed(s, path, body);
+  REQUIRE_MESSAGE(result.first == 200, result.second);
+  return result.second;
 }
 
 // The "data: ..." payloads of an OpenAI stream, in order (comment lines left out).

@@ -13,6 +13,8 @@ namespace probekit::model::fused {
 namespace {
 
 constexpr int kThreads = 256;
+// Below this many tokens a pass is a decode step's: the kernels spread each token over more threads.
+constexpr int64_t kFewTokens = 256;
 
 template <typename T>
 __device__ __forceinline__ float load(const T* p, int64_t i) {
@@ -238,23 +240,26 @@ struct alignas(16) Pack {
   T v[16 / sizeof(T)];
 };
 
-// One block per row, 16-byte vector accesses (needs inner a multiple of the pack and aligned rows): no index
-// division per element, which made the element-wise kernel above four times slower than memory allows.
+// 16-byte vector accesses (needs inner a multiple of the pack and aligned rows), each block on kThreads packs of
+// one row: no index division per element, which made the element-wise kernel above four times slower than memory
+// allows, and every row spread over several blocks, so that a decode step's dozen rows keep many multiprocessors
+// busy (a block per row looped over the row on 13 of them: 5.2 us where 1.6 MB should take 2).
 template <typename T>
-__global__ void gated_activation_rows_kernel(const T* gate_up, T* out, int64_t inner, int activation) {
+__global__ void gated_activation_rows_kernel(const T* gate_up, T* out, int64_t inner, int64_t blocks_per_row,
+                                             int activation) {
   constexpr int kWidth = 16 / sizeof(T);
-  const int64_t row = blockIdx.x, packs = inner / kWidth;
+  const int64_t row = blockIdx.x / blocks_per_row, packs = inner / kWidth;
+  const int64_t i = (blockIdx.x % blocks_per_row) * blockDim.x + threadIdx.x;
+  if (i >= packs) return;
   const auto* gate = reinterpret_cast<const Pack<T>*>(gate_up + row * 2 * inner);
   const auto* up = reinterpret_cast<const Pack<T>*>(gate_up + row * 2 * inner + inner);
   auto* result = reinterpret_cast<Pack<T>*>(out + row * inner);
-  for (int64_t i = threadIdx.x; i < packs; i += blockDim.x) {
-    Pack<T> g = gate[i], u = up[i], r;
+  Pack<T> g = gate[i], u = up[i], r;
 #pragma unroll
-    for (int j = 0; j < kWidth; ++j) {
-      r.v[j] = static_cast<T>(activate(static_cast<float>(g.v[j]), activation) * static_cast<float>(u.v[j]));
-    }
-    result[i] = r;
+  for (int j = 0; j < kWidth; ++j) {
+    r.v[j] = static_cast<T>(activate(static_cast<float>(g.v[j]), activation) * static_cast<float>(u.v[j]));
   }
+  result[i] = r;
 }
 
 // One block per (batch, token, head) over heads then kv heads: optional RMS norm of the head vector, then
@@ -447,13 +452,13 @@ __global__ void queries_and_keys_tokens_kernel(const T* __restrict__ qkv, T* __r
                                                T* __restrict__ keys, const float* __restrict__ q_weight,
                                                const float* __restrict__ k_weight, const float* __restrict__ cos,
                                                const float* __restrict__ sin, int64_t token_count, int heads,
-                                               int kv_heads, float eps) {
+                                               int kv_heads, int head_groups, float eps) {
   constexpr int kHeadDim = 8 * kLanes, kHeadsAtOnce = 4;
-  const int64_t thread = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t thread = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x, item = thread / kLanes;
   const int lane = static_cast<int>(thread % kLanes);
   // Every lane of a warp takes part in the shuffles: a token past the end works on token 0 and stores nothing.
-  const bool valid = thread / kLanes < token_count;
-  const int64_t token = valid ? thread / kLanes : 0;
+  const bool valid = item / head_groups < token_count;
+  const int64_t token = valid ? item / head_groups : 0;
   const int64_t table_offset = token * kHeadDim + 8 * (lane % (kLanes / 2));
   const float4 c0 = reinterpret_cast<const float4*>(cos + table_offset)[0];
   const float4 c1 = reinterpret_cast<const float4*>(cos + table_offset)[1];
@@ -467,19 +472,20 @@ __global__ void queries_and_keys_tokens_kernel(const T* __restrict__ qkv, T* __r
     qw[j] = q_weight != nullptr ? q_weight[8 * lane + j] : 1.0f;
     kw[j] = k_weight != nullptr ? k_weight[8 * lane + j] : 1.0f;
   }
-  const int all_heads = heads + kv_heads;
+  const int all_heads = heads + kv_heads, per_group = (all_heads + head_groups - 1) / head_groups;
+  const int first_head = static_cast<int>(item % head_groups) * per_group, end = min(all_heads, first_head + per_group);
   const auto* in = reinterpret_cast<const Pack<T>*>(qkv + token * (heads + 2 * kv_heads) * kHeadDim) + lane;
   const bool first_half = lane < kLanes / 2;
-  for (int first = 0; first < all_heads; first += kHeadsAtOnce) {
+  for (int first = first_head; first < end; first += kHeadsAtOnce) {
     Pack<T> loaded[kHeadsAtOnce];
 #pragma unroll
     for (int i = 0; i < kHeadsAtOnce; ++i) {
-      if (first + i < all_heads) loaded[i] = in[(first + i) * kLanes];
+      if (first + i < end) loaded[i] = in[(first + i) * kLanes];
     }
 #pragma unroll
     for (int i = 0; i < kHeadsAtOnce; ++i) {
       const int head = first + i;
-      if (head >= all_heads) break;  // the same for every lane of the warp
+      if (head >= end) break;  // the same for every lane of the warp
       const bool is_query = head < heads;
       float v[8];
       float squares = 0;
@@ -509,29 +515,6 @@ __global__ void queries_and_keys_tokens_kernel(const T* __restrict__ qkv, T* __r
   }
 }
 
-// Generation's new keys and values into the cache: one thread per 8 elements (16 bytes) of a row, the row of
-// (batch, token, kv head) written at the slot of the token's position. Keys and values come as [B, kv_heads, T, D]
-// views with their own strides (the keys token-major, the values a slice of the fused projection).
-template <typename T>
-__global__ void write_cache_kernel(const T* __restrict__ keys, const T* __restrict__ values, T* __restrict__ cache_keys,
-                                   T* __restrict__ cache_values, const int64_t* __restrict__ positions, int64_t total,
-                                   int tokens, int kv_heads, int head_dim, int64_t capacity, int64_t k_batch,
-                                   int64_t k_head, int64_t k_token, int64_t v_batch, int64_t v_head, int64_t v_token) {
-  const int64_t pack = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (pack >= total) return;
-  const int packs = head_dim / 8;
-  const int64_t row = pack / packs;
-  const int part = static_cast<int>(pack % packs);
-  const int head = static_cast<int>(row % kv_heads), token = static_cast<int>((row / kv_heads) % tokens);
-  const int64_t batch = row / (static_cast<int64_t>(kv_heads) * tokens);
-  const int64_t slot = positions[batch * tokens + token];
-  const int64_t target = ((batch * kv_heads + head) * capacity + slot) * head_dim + 8 * part;
-  reinterpret_cast<Pack<T>*>(cache_keys + target)[0] =
-      reinterpret_cast<const Pack<T>*>(keys + batch * k_batch + head * k_head + token * k_token + 8 * part)[0];
-  reinterpret_cast<Pack<T>*>(cache_values + target)[0] =
-      reinterpret_cast<const Pack<T>*>(values + batch * v_batch + head * v_head + token * v_token + 8 * part)[0];
-}
-
 // The block's end of cached_attention_kernel: each warp's running maximum, sum and weighted values (merged[w]:
 // kHeadDim values, then the maximum and the sum) combined into the query's output row; `sink_logit` (or null) is
 // the head's sink logit, which joins the denominator and brings no value.
@@ -553,42 +536,89 @@ __device__ void write_merged_row(const float (&merged)[kWarps][kHeadDim + 2], co
   }
 }
 
-// One block per query row (batch, head, token), kWarps warps sharing the visible slots round-robin, four at a time
-// for loads in flight; lane l holds elements [kPerLane l, kPerLane (l + 1)) of the head. Each warp keeps its own
-// running maximum, sum and weighted values (the online softmax), merged through shared memory at the end.
+// A lane's kPerLane elements of a head row of 2-byte floats, as one vector access (rows start on 16-byte
+// boundaries: cached_attention_serves).
+template <typename T, int kPerLane>
+struct alignas(kPerLane * sizeof(T)) LaneValues {
+  T v[kPerLane];
+};
+
+// Lane `lane`'s elements of a head row from `from` to `to`.
+template <typename Lanes, typename T>
+__device__ __forceinline__ void copy_lanes(const T* from, T* to, int lane) {
+  reinterpret_cast<Lanes*>(to)[lane] = reinterpret_cast<const Lanes*>(from)[lane];
+}
+
+// cached_attention_kernel's arguments: the pass's queries [B, T, heads, D] (token-major), keys and values
+// [B, kv_heads, T, D] (views with their strides), the cache [B, kv_heads, capacity, D] and each token's position
+// [B, T] (consecutive within a row).
+template <typename T>
+struct CachedAttentionArguments {
+  const T* queries;
+  const T* keys;
+  const T* values;
+  int64_t k_batch, k_head, k_token, v_batch, v_head, v_token;
+  T* cache_keys;
+  T* cache_values;
+  const int64_t* positions;
+  const float* sinks;  // [heads] or null
+  T* out;
+  int heads, kv_heads, tokens;
+  int64_t capacity, visible, window;
+  float scale;
+};
+
+// One block per query row (batch, head, token), kWarps warps sharing the visible slots round-robin, kAtOnce at a
+// time, their keys and values loaded together: one round of memory latency per group (the values' loads after the
+// scores made two, and a decode step's attention waited on them); lane l holds elements [kPerLane l,
+// kPerLane (l + 1)) of the head. Each warp keeps its own running maximum, sum and weighted values (the online
+// softmax), merged through shared memory at the end. The pass's own slots are read from its keys and values, and
+// the first query head of each kv head writes its token's key and value into the cache: no kernel before this
+// one writes them, and no block here reads those cache slots.
 template <typename T, int kPerLane, int kWarps>
-__global__ void cached_attention_kernel(const T* __restrict__ queries, const T* __restrict__ cache_keys,
-                                        const T* __restrict__ cache_values, const int64_t* __restrict__ positions,
-                                        const float* __restrict__ sinks, T* __restrict__ out, int heads,
-                                        int kv_heads, int tokens, int64_t capacity, int64_t visible, int64_t window,
-                                        float scale) {
-  constexpr int kHeadDim = 32 * kPerLane, kAtOnce = 4;
+__global__ void cached_attention_kernel(CachedAttentionArguments<T> a) {
+  constexpr int kHeadDim = 32 * kPerLane, kAtOnce = 8;
+  using Lanes = LaneValues<T, kPerLane>;
   __shared__ float merged[kWarps][kHeadDim + 2];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int token = blockIdx.x % tokens, head = (blockIdx.x / tokens) % heads;
-  const int64_t batch = blockIdx.x / (static_cast<int64_t>(tokens) * heads);
-  const int kv_head = head / (heads / kv_heads);
-  const int64_t position = positions[batch * tokens + token];
+  const int token = blockIdx.x % a.tokens, head = (blockIdx.x / a.tokens) % a.heads;
+  const int64_t batch = blockIdx.x / (static_cast<int64_t>(a.tokens) * a.heads);
+  const int group = a.heads / a.kv_heads, kv_head = head / group;
+  const int64_t position = a.positions[batch * a.tokens + token], start = a.positions[batch * a.tokens];
   // The slots this query sees: [first, last] within the visible ones.
-  const int64_t last = position < visible - 1 ? position : visible - 1;
-  const int64_t first = window > 0 && position - window + 1 > 0 ? position - window + 1 : 0;
-  const T* q_row = queries + ((batch * tokens + token) * heads + head) * kHeadDim + kPerLane * lane;
+  const int64_t last = position < a.visible - 1 ? position : a.visible - 1;
+  const int64_t first = a.window > 0 && position - a.window + 1 > 0 ? position - a.window + 1 : 0;
+  const Lanes q_lanes = reinterpret_cast<const Lanes*>(a.queries + ((batch * a.tokens + token) * a.heads + head) * kHeadDim)[lane];
   float q[kPerLane];
 #pragma unroll
-  for (int j = 0; j < kPerLane; ++j) q[j] = static_cast<float>(q_row[j]) * scale;
-  const int64_t cache_row = (batch * kv_heads + kv_head) * capacity;
+  for (int j = 0; j < kPerLane; ++j) q[j] = static_cast<float>(q_lanes.v[j]) * a.scale;
+  const int64_t cache_row = (batch * a.kv_heads + kv_head) * a.capacity * kHeadDim;
+  const T* pass_keys = a.keys + batch * a.k_batch + kv_head * a.k_head;
+  const T* pass_values = a.values + batch * a.v_batch + kv_head * a.v_head;
+  if (head % group == 0 && warp == 0) {
+    copy_lanes<Lanes>(pass_keys + token * a.k_token, a.cache_keys + cache_row + position * kHeadDim, lane);
+    copy_lanes<Lanes>(pass_values + token * a.v_token, a.cache_values + cache_row + position * kHeadDim, lane);
+  }
   float maximum = -INFINITY, sum = 0, acc[kPerLane];
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) acc[j] = 0;
   for (int64_t base = first + warp * kAtOnce; base <= last; base += kWarps * kAtOnce) {
-    float score[kAtOnce];
+    Lanes k[kAtOnce], v[kAtOnce];
 #pragma unroll
     for (int i = 0; i < kAtOnce; ++i) {
       const int64_t slot = base + i < last ? base + i : last;
-      const T* k = cache_keys + (cache_row + slot) * kHeadDim + kPerLane * lane;
+      const bool in_pass = slot >= start;
+      k[i] = reinterpret_cast<const Lanes*>(in_pass ? pass_keys + (slot - start) * a.k_token
+                                                    : a.cache_keys + cache_row + slot * kHeadDim)[lane];
+      v[i] = reinterpret_cast<const Lanes*>(in_pass ? pass_values + (slot - start) * a.v_token
+                                                    : a.cache_values + cache_row + slot * kHeadDim)[lane];
+    }
+    float score[kAtOnce];
+#pragma unroll
+    for (int i = 0; i < kAtOnce; ++i) {
       float dot = 0;
 #pragma unroll
-      for (int j = 0; j < kPerLane; ++j) dot += q[j] * static_cast<float>(k[j]);
+      for (int j = 0; j < kPerLane; ++j) dot += q[j] * static_cast<float>(k[i].v[j]);
       score[i] = dot;
     }
 #pragma unroll
@@ -611,9 +641,8 @@ __global__ void cached_attention_kernel(const T* __restrict__ queries, const T* 
       if (base + i > last) break;
       const float p = __expf(score[i] - maximum);
       sum += p;
-      const T* v = cache_values + (cache_row + base + i) * kHeadDim + kPerLane * lane;
 #pragma unroll
-      for (int j = 0; j < kPerLane; ++j) acc[j] += p * static_cast<float>(v[j]);
+      for (int j = 0; j < kPerLane; ++j) acc[j] += p * static_cast<float>(v[i].v[j]);
     }
   }
 #pragma unroll
@@ -623,8 +652,8 @@ __global__ void cached_attention_kernel(const T* __restrict__ queries, const T* 
     merged[warp][kHeadDim + 1] = sum;
   }
   __syncthreads();
-  write_merged_row<T, kHeadDim, kWarps>(merged, sinks != nullptr ? &sinks[head] : nullptr,
-                                        out + ((batch * tokens + token) * heads + head) * kHeadDim);
+  write_merged_row<T, kHeadDim, kWarps>(merged, a.sinks != nullptr ? &a.sinks[head] : nullptr,
+                                        a.out + ((batch * a.tokens + token) * a.heads + head) * kHeadDim);
 }
 
 int blocks_for(int64_t total) { return static_cast<int>(std::min<int64_t>((total + kThreads - 1) / kThreads, 65535 * 8)); }
@@ -730,11 +759,13 @@ at::Tensor gated_activation(const at::Tensor& gate_up_in, Activation activation)
   auto stream = at::cuda::getCurrentCUDAStream();
   const int64_t pack_bytes = 16, rows = total / inner;
   const bool packed = (inner * gate_up.element_size()) % pack_bytes == 0 &&
-                      reinterpret_cast<uintptr_t>(gate_up.data_ptr()) % pack_bytes == 0 && rows <= INT32_MAX;
+                      reinterpret_cast<uintptr_t>(gate_up.data_ptr()) % pack_bytes == 0 && rows * inner / 8 <= INT32_MAX;
   dispatch_float_type(gate_up.scalar_type(), [&](auto type) {
     using T = decltype(type);
     if (packed) {
-      gated_activation_rows_kernel<T><<<rows, kThreads, 0, stream>>>(gate_up.data_ptr<T>(), out.data_ptr<T>(), inner, code);
+      const int64_t blocks_per_row = (inner / (16 / sizeof(T)) + kThreads - 1) / kThreads;
+      gated_activation_rows_kernel<T><<<rows * blocks_per_row, kThreads, 0, stream>>>(gate_up.data_ptr<T>(), out.data_ptr<T>(),
+                                                                                      inner, blocks_per_row, code);
     } else {
       gated_activation_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(gate_up.data_ptr<T>(), out.data_ptr<T>(),
                                                                              inner, total, code);
@@ -774,11 +805,15 @@ std::pair<at::Tensor, at::Tensor> queries_and_keys(const at::Tensor& qkv_in, int
         const int lanes = static_cast<int>(head_dim / 8);
         auto kernel = lanes == 8 ? queries_and_keys_tokens_kernel<T, 8>
                       : lanes == 16 ? queries_and_keys_tokens_kernel<T, 16> : queries_and_keys_tokens_kernel<T, 32>;
-        const int64_t token_count = batch * tokens, pack_blocks = (token_count * lanes + kThreads - 1) / kThreads;
+        // A decode step's few tokens: a group of lanes per 4 heads of a token, not per token, so that more than a
+        // dozen warps share the work (the tables are then read once per group rather than per token).
+        const int64_t token_count = batch * tokens;
+        const int head_groups = token_count < kFewTokens ? static_cast<int>((heads + kv_heads + 3) / 4) : 1;
+        const int64_t pack_blocks = (token_count * head_groups * lanes + kThreads - 1) / kThreads;
         kernel<<<pack_blocks, kThreads, 0, stream>>>(qkv.data_ptr<T>(), queries.data_ptr<T>(), keys.data_ptr<T>(),
                                                      optional_data(q_weight), optional_data(k_weight),
                                                      cos.data_ptr<float>(), sin.data_ptr<float>(), token_count,
-                                                     static_cast<int>(heads), static_cast<int>(kv_heads),
+                                                     static_cast<int>(heads), static_cast<int>(kv_heads), head_groups,
                                                      static_cast<float>(eps));
         return;
       }
@@ -860,20 +895,16 @@ at::Tensor cached_attention(const at::Tensor& q_in, const at::Tensor& k, const a
   dispatch_float_type(q_in.scalar_type(), [&](auto type) {
     using T = decltype(type);
     if constexpr (sizeof(T) == 2) {
-      const int64_t packs = batch * kv_heads * tokens * (head_dim / 8);
-      write_cache_kernel<T><<<(packs + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
-          k.data_ptr<T>(), v.data_ptr<T>(), cache_keys.data_ptr<T>(), cache_values.data_ptr<T>(),
-          positions.data_ptr<int64_t>(), packs, static_cast<int>(tokens), static_cast<int>(kv_heads),
-          static_cast<int>(head_dim), capacity, k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1),
-          v.stride(2));
+      const CachedAttentionArguments<T> arguments{
+          queries.data_ptr<T>(), k.data_ptr<T>(), v.data_ptr<T>(), k.stride(0), k.stride(1), k.stride(2), v.stride(0),
+          v.stride(1), v.stride(2), cache_keys.data_ptr<T>(), cache_values.data_ptr<T>(), positions.data_ptr<int64_t>(),
+          optional_data(sinks), out.data_ptr<T>(), static_cast<int>(heads), static_cast<int>(kv_heads),
+          static_cast<int>(tokens), capacity, visible, window, static_cast<float>(scale)};
       constexpr int kWarps = 8;
       auto kernel = head_dim == 64    ? cached_attention_kernel<T, 2, kWarps>
                     : head_dim == 128 ? cached_attention_kernel<T, 4, kWarps>
                                       : cached_attention_kernel<T, 8, kWarps>;
-      kernel<<<batch * heads * tokens, 32 * kWarps, 0, stream>>>(
-          queries.data_ptr<T>(), cache_keys.data_ptr<T>(), cache_values.data_ptr<T>(), positions.data_ptr<int64_t>(),
-          optional_data(sinks), out.data_ptr<T>(), static_cast<int>(heads), static_cast<int>(kv_heads), static_cast<int>(tokens), capacity,
-          visible, window, static_cast<float>(scale));
+      kernel<<<batch * heads * tokens, 32 * kWarps, 0, stream>>>(arguments);
     }
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
