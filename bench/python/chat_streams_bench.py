@@ -41,15 +41,19 @@ def read_events(response):
 
 
 def post_stream(port, path, body):
-    """Token arrival times of one streamed request, with its start time and the tokens the server counted."""
+    """Token arrival times of one streamed request, with its start time and the tokens the server counted. The
+    events are parsed after the stream ends: with 16 streams read by 16 threads, parsing each chunk as it came
+    held the GIL while other threads' events waited, and their arrival times measured the client."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     start = time.perf_counter()
     connection.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
     response = connection.getresponse()
     if response.status != 200:
         raise RuntimeError(f"POST {path}: HTTP {response.status}: {response.read()[:500]!r}")
+    events = list(read_events(response))
+    connection.close()
     arrivals, counted = [], None
-    for arrival, name, data in read_events(response):
+    for arrival, name, data in events:
         if path == "/v1/generate":
             if name == "token":
                 arrivals.append(arrival)
@@ -63,7 +67,6 @@ def post_stream(port, path, body):
                 counted = chunk["usage"]["completion_tokens"]
             elif chunk["choices"] and "probes" in chunk:
                 arrivals.append(arrival)
-    connection.close()
     return {"start": start, "arrivals": arrivals, "counted": counted}
 
 

@@ -39,9 +39,10 @@ class StreamBatch {
   /// Runs the stream's prompt and adds it: its first token comes with the next step. A prompt the model refuses
   /// throws, and nothing joins.
   void join(StreamRequest request);
-  /// Hands every stream its next token (and the probes' scores of it), from the forward launched at the call
-  /// before (or now, after a join), having launched the next one first; the streams that end leave. A stream
-  /// that ends has its row in one forward more, whose outputs nobody reads.
+  /// Hands the streams of the forward launched at the call before (launched now when none is in flight) their
+  /// next token and the probes' scores of it, having launched the next forward first, every stream in it (one
+  /// that joined since gets its first token at the next call); the streams that end leave. A stream that ends had
+  /// its row in one forward more, whose outputs nobody reads.
   void step();
   /// Ends every stream with `error` (the server is stopping).
   void end_all(std::exception_ptr error);

@@ -31,6 +31,7 @@ IncrementalReader::IncrementalReader(const model::TransformerModel& model, const
       fused_attention_(model::cached_attention_is_fused(model.config(), model.device(), model.dtype(),
                                                         1 + (request != nullptr ? static_cast<int64_t>(suffix_.size()) : 0))),
       graphs_(model) {
+  graphs_.capture_new_keys_at_once(fused_attention_);
   const model::ModelConfig& c = model.config();
   if (model.loaded_layers() != c.num_layers || !model.has_final_norm()) {
     fail_input("generation needs every layer of the model and its final norm loaded");

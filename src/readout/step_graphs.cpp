@@ -132,11 +132,12 @@ std::vector<at::Tensor> StepGraphs::run(const Key& key, model::ForwardPass& pass
     return copies(graph_->outputs);
   }
   if (warmed_ && key == key_) return capture_and_replay(key, pass, body);
+  graph_.reset();
+  if (warmed_up_ && capture_at_once_) return capture_and_replay(key, pass, body);
   // A new key: its first step runs eagerly on the stream the captures use, which sets up what the libraries
   // create on first use (handles, workspaces, attention plans) outside any capture.
-  graph_.reset();
   key_ = key;
-  warmed_ = true;
+  warmed_ = warmed_up_ = true;
   std::vector<at::Tensor> outputs;
   c10::cuda::CUDAStream side = side_stream(side_, pass.input_ids.device());
   on_side_stream(side, [&] { outputs = body(pass); });

@@ -46,6 +46,10 @@ class StepGraphs {
   static bool supported(const model::TransformerModel& model);
   /// Turns graphs off (or back on where supported).
   void enable(bool on);
+  /// Whether the step of a new key may be captured at once, once one step ran eagerly: its kernels set up nothing
+  /// per shape on first use (no cuDNN attention plans), so only the libraries' handles needed that first step. A
+  /// batch that changes (a stream joining or leaving) then costs one capture, not an eager step and a capture.
+  void capture_new_keys_at_once(bool on) { capture_at_once_ = on; }
   bool enabled() const { return enabled_; }
   /// How many steps were captured and replayed so far.
   int64_t captures() const { return captures_; }
@@ -61,6 +65,8 @@ class StepGraphs {
 
   bool supported_ = false, enabled_ = false;
   bool warmed_ = false;  // the current key's eager step ran
+  bool warmed_up_ = false;  // some key's eager step ran: the libraries' handles exist on the side stream
+  bool capture_at_once_ = false;
   std::optional<c10::Stream> side_;  // the stream of the eager first steps and the captures
   Key key_;
   std::unique_ptr<Graph> graph_;
