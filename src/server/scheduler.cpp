@@ -159,14 +159,24 @@ void Scheduler::work() {
       }
       job->alone(nullptr);
     }
-    join_streams(jobs, batch);
+    // Streams that arrived while others' prompts ran join before the next step, so that the streams decoding wait
+    // for one round of arrivals' prompts, not one round per step (16 streams started together came in waves, and
+    // each wave stalled the ones before it). At most --max-streams streams are open, which bounds these rounds.
+    if (join_streams(jobs, batch) && generation_queued()) continue;
     if (batch) decode_step(*batch);
   }
   if (batch) batch->end_all(std::make_exception_ptr(RequestError(503, "the server is shutting down")));
 }
 
+bool Scheduler::generation_queued() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return holds_ == 0 && std::any_of(queue_.begin(), queue_.end(), [](const auto& job) { return job->generation != nullptr; });
+}
+
 // Each new stream's prompt is run and it joins the batch; the time from its arrival to each token is measured here.
-void Scheduler::join_streams(std::vector<std::unique_ptr<Job>>& jobs, std::unique_ptr<inference::StreamBatch>& batch) {
+// Whether any joined.
+bool Scheduler::join_streams(std::vector<std::unique_ptr<Job>>& jobs, std::unique_ptr<inference::StreamBatch>& batch) {
+  bool joined = false;
   for (auto& job : jobs) {
     if (!job || !job->generation) continue;
     try {
@@ -190,9 +200,11 @@ void Scheduler::join_streams(std::vector<std::unique_ptr<Job>>& jobs, std::uniqu
       on_end(inference::GeneratedText{}, std::current_exception());
       continue;
     }
+    joined = true;
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.streams_joined;
   }
+  return joined;
 }
 
 void Scheduler::decode_step(inference::StreamBatch& batch) {

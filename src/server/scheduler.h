@@ -99,7 +99,10 @@ class Scheduler {
   void work();
   bool take_queued(std::vector<std::unique_ptr<Job>>& jobs, bool streaming);
   void serve_rankings(std::vector<std::unique_ptr<Job>>& jobs);
-  void join_streams(std::vector<std::unique_ptr<Job>>& jobs, std::unique_ptr<inference::StreamBatch>& batch);
+  /// Whether a stream joined.
+  bool join_streams(std::vector<std::unique_ptr<Job>>& jobs, std::unique_ptr<inference::StreamBatch>& batch);
+  /// Whether a generation stream waits in the queue (and no hold keeps it there).
+  bool generation_queued() const;
   void decode_step(inference::StreamBatch& batch);
   static void drop_expired(std::vector<std::unique_ptr<Job>>& jobs);
   static void refuse(Job& job, std::exception_ptr error);

@@ -575,9 +575,9 @@ struct CachedAttentionArguments {
 // softmax), merged through shared memory at the end. The pass's own slots are read from its keys and values, and
 // the first query head of each kv head writes its token's key and value into the cache: no kernel before this
 // one writes them, and no block here reads those cache slots.
-template <typename T, int kPerLane, int kWarps>
+template <typename T, int kPerLane, int kWarps, int kAtOnce>
 __global__ void cached_attention_kernel(CachedAttentionArguments<T> a) {
-  constexpr int kHeadDim = 32 * kPerLane, kAtOnce = 8;
+  constexpr int kHeadDim = 32 * kPerLane;
   using Lanes = LaneValues<T, kPerLane>;
   __shared__ float merged[kWarps][kHeadDim + 2];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -900,10 +900,10 @@ at::Tensor cached_attention(const at::Tensor& q_in, const at::Tensor& k, const a
           v.stride(1), v.stride(2), cache_keys.data_ptr<T>(), cache_values.data_ptr<T>(), positions.data_ptr<int64_t>(),
           optional_data(sinks), out.data_ptr<T>(), static_cast<int>(heads), static_cast<int>(kv_heads),
           static_cast<int>(tokens), capacity, visible, window, static_cast<float>(scale)};
-      constexpr int kWarps = 8;
-      auto kernel = head_dim == 64    ? cached_attention_kernel<T, 2, kWarps>
-                    : head_dim == 128 ? cached_attention_kernel<T, 4, kWarps>
-                                      : cached_attention_kernel<T, 8, kWarps>;
+      constexpr int kWarps = 16, kAtOnce = 4;
+      auto kernel = head_dim == 64    ? cached_attention_kernel<T, 2, kWarps, kAtOnce>
+                    : head_dim == 128 ? cached_attention_kernel<T, 4, kWarps, kAtOnce>
+                                      : cached_attention_kernel<T, 8, kWarps, kAtOnce>;
       kernel<<<batch * heads * tokens, 32 * kWarps, 0, stream>>>(arguments);
     }
   });
