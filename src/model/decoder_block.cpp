@@ -428,12 +428,11 @@ at::Tensor apply_norm(const at::Tensor& x, const Norm& norm, const ModelConfig& 
 
 bool cached_attention_is_fused(const ModelConfig& config, at::Device device, at::ScalarType dtype, int64_t tokens) {
 #ifdef PROBEKIT_WITH_CUDA
-  if (!device.is_cuda() || (dtype != at::kBFloat16 && dtype != at::kHalf)) return false;
-  if (config.features.attn_softcap || tokens > fused::kCachedAttentionMaxTokens) return false;
+  if (!device.is_cuda() || config.features.attn_softcap) return false;
   for (int64_t i = 0; i < static_cast<int64_t>(config.layers.size()); ++i) {
     const HeadShape shape(config, i);
-    if (config.layers[static_cast<size_t>(i)].mixer != Mixer::kAttention || shape.kv_heads == 0 ||
-        shape.heads % shape.kv_heads != 0 || (shape.head_dim != 64 && shape.head_dim != 128 && shape.head_dim != 256)) {
+    if (config.layers[static_cast<size_t>(i)].mixer != Mixer::kAttention ||
+        !fused::cached_attention_takes(dtype, shape.heads, shape.kv_heads, shape.head_dim, tokens)) {
       return false;
     }
   }

@@ -47,8 +47,8 @@ struct PackedSequences {
 bool packed_attention_is_fast(const ModelConfig& config, at::Device device, at::ScalarType dtype);
 
 /// Whether generation's attention over its cache runs fused::cached_attention on every layer for passes of up to
-/// `tokens` tokens a row: a CUDA build, bf16/fp16, attention layers only, head sizes 64, 128 or 256, no attention
-/// soft-capping. That kernel reads each query's slots up to its position and no further, so such a step need not
+/// `tokens` tokens a row: a CUDA build, attention layers only whose heads the kernel takes
+/// (fused::cached_attention_takes), no attention soft-capping. That kernel reads each query's slots up to its position and no further, so such a step need not
 /// bound the cache's visible slots.
 bool cached_attention_is_fused(const ModelConfig& config, at::Device device, at::ScalarType dtype, int64_t tokens);
 

@@ -48,8 +48,12 @@ std::pair<at::Tensor, at::Tensor> queries_and_keys(const at::Tensor& qkv, int64_
 /// The most queries a row of a pass may bring to cached_attention (a decode step and the probes' suffix).
 constexpr int64_t kCachedAttentionMaxTokens = 32;
 
-/// Whether cached_attention takes these queries [B, heads, T, D], keys and values and this cache: 2-byte floats,
-/// D 64, 128 or 256, T at most kCachedAttentionMaxTokens, rows of 16-byte packs.
+/// Whether cached_attention's kernel takes heads of `head_dim` in `dtype`, `heads` query heads over `kv_heads` key
+/// and value heads, and `tokens` queries a row: 2-byte floats, D 64, 128 or 256, at most kCachedAttentionMaxTokens.
+bool cached_attention_takes(at::ScalarType dtype, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t tokens);
+
+/// Whether cached_attention takes these queries [B, heads, T, D], keys and values and this cache: shapes its kernel
+/// takes (cached_attention_takes), rows of 16-byte packs.
 bool cached_attention_serves(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cache_keys,
                              const at::Tensor& cache_values);
 

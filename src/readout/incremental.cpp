@@ -28,8 +28,7 @@ IncrementalReader::IncrementalReader(const model::TransformerModel& model, const
       request_(request),
       suffix_(std::move(suffix)),
       writes_(writes),
-      fused_attention_(model::cached_attention_is_fused(model.config(), model.device(), model.dtype(),
-                                                        1 + (request != nullptr ? static_cast<int64_t>(suffix_.size()) : 0))),
+      fused_attention_(model::cached_attention_is_fused(model.config(), model.device(), model.dtype(), step_span())),
       graphs_(model) {
   graphs_.capture_new_keys_at_once(fused_attention_);
   const model::ModelConfig& c = model.config();
@@ -133,7 +132,7 @@ IncrementalReader::Step IncrementalReader::step(const at::Tensor& tokens, const 
   c10::InferenceMode inference_mode;
   const int64_t batch = tokens.size(0);
   const bool reading = request_ != nullptr;
-  const int64_t span = 1 + (reading ? static_cast<int64_t>(suffix_.size()) : 0);
+  const int64_t span = step_span();
   if (longest_ + span > capacity_) fail_input("the generation cache is full ({} positions)", capacity_);
   auto long_options = at::TensorOptions().dtype(at::kLong).device(model_.device());
   model::ForwardPass pass;

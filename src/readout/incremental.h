@@ -61,6 +61,8 @@ class IncrementalReader {
 
  private:
   void check_cache_memory(int64_t batch, double capacity, int64_t new_tokens) const;
+  /// The tokens a step feeds each row: its new token, then the suffix when reading.
+  int64_t step_span() const { return 1 + (request_ != nullptr ? static_cast<int64_t>(suffix_.size()) : 0); }
   /// A step's pass run: its final norm at the new tokens, then the request's rows (when reading).
   std::vector<at::Tensor> run_step(model::ForwardPass& pass) const;
   /// Appends the rows of `other` (after start), both caches grown to `capacity` slots.

@@ -234,11 +234,15 @@ __global__ void gated_activation_kernel(const T* gate_up, T* out, int64_t inner,
   }
 }
 
-// 16 bytes of values, loaded and stored as one vector access.
-template <typename T>
-struct alignas(16) Pack {
-  T v[16 / sizeof(T)];
+// kCount values, loaded and stored as one vector access.
+template <typename T, int kCount>
+struct alignas(kCount * sizeof(T)) LaneValues {
+  T v[kCount];
 };
+
+// 16 bytes of values.
+template <typename T>
+using Pack = LaneValues<T, 16 / sizeof(T)>;
 
 // 16-byte vector accesses (needs inner a multiple of the pack and aligned rows), each block on kThreads packs of
 // one row: no index division per element, which made the element-wise kernel above four times slower than memory
@@ -536,13 +540,6 @@ __device__ void write_merged_row(const float (&merged)[kWarps][kHeadDim + 2], co
   }
 }
 
-// A lane's kPerLane elements of a head row of 2-byte floats, as one vector access (rows start on 16-byte
-// boundaries: cached_attention_serves).
-template <typename T, int kPerLane>
-struct alignas(kPerLane * sizeof(T)) LaneValues {
-  T v[kPerLane];
-};
-
 // Lane `lane`'s elements of a head row from `from` to `to`.
 template <typename Lanes, typename T>
 __device__ __forceinline__ void copy_lanes(const T* from, T* to, int lane) {
@@ -578,7 +575,7 @@ struct CachedAttentionArguments {
 template <typename T, int kPerLane, int kWarps, int kAtOnce>
 __global__ void cached_attention_kernel(CachedAttentionArguments<T> a) {
   constexpr int kHeadDim = 32 * kPerLane;
-  using Lanes = LaneValues<T, kPerLane>;
+  using Lanes = LaneValues<T, kPerLane>;  // a lane's elements of a head row (rows on 16-byte boundaries: serves())
   __shared__ float merged[kWarps][kHeadDim + 2];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int token = blockIdx.x % a.tokens, head = (blockIdx.x / a.tokens) % a.heads;
@@ -758,12 +755,12 @@ at::Tensor gated_activation(const at::Tensor& gate_up_in, Activation activation)
   int code = activation == Activation::kSilu ? 0 : activation == Activation::kGeluTanh ? 1 : 2;
   auto stream = at::cuda::getCurrentCUDAStream();
   const int64_t pack_bytes = 16, rows = total / inner;
+  const int64_t blocks_per_row = (inner * gate_up.element_size() / pack_bytes + kThreads - 1) / kThreads;
   const bool packed = (inner * gate_up.element_size()) % pack_bytes == 0 &&
-                      reinterpret_cast<uintptr_t>(gate_up.data_ptr()) % pack_bytes == 0 && rows * inner / 8 <= INT32_MAX;
+                      reinterpret_cast<uintptr_t>(gate_up.data_ptr()) % pack_bytes == 0 && rows * blocks_per_row <= INT32_MAX;
   dispatch_float_type(gate_up.scalar_type(), [&](auto type) {
     using T = decltype(type);
     if (packed) {
-      const int64_t blocks_per_row = (inner / (16 / sizeof(T)) + kThreads - 1) / kThreads;
       gated_activation_rows_kernel<T><<<rows * blocks_per_row, kThreads, 0, stream>>>(gate_up.data_ptr<T>(), out.data_ptr<T>(),
                                                                                       inner, blocks_per_row, code);
     } else {
@@ -862,16 +859,20 @@ at::Tensor decode_fp8_rows(const at::Tensor& bytes_in, const at::Tensor& row_sca
   return out;
 }
 
+bool cached_attention_takes(at::ScalarType dtype, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t tokens) {
+  if (dtype != at::kBFloat16 && dtype != at::kHalf) return false;
+  if (head_dim != 64 && head_dim != 128 && head_dim != 256) return false;
+  // A prefill's many queries take the tiled kernels: this one gives each query a block of its own.
+  return tokens <= kCachedAttentionMaxTokens && kv_heads > 0 && heads % kv_heads == 0;
+}
+
 bool cached_attention_serves(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cache_keys,
                              const at::Tensor& cache_values) {
   const int64_t head_dim = q.size(-1);
-  if (!q.is_cuda() || (q.scalar_type() != at::kBFloat16 && q.scalar_type() != at::kHalf)) return false;
-  if (head_dim != 64 && head_dim != 128 && head_dim != 256) return false;
-  // A prefill's many queries take the tiled kernels: this one gives each query a block of its own.
-  if (q.size(2) > kCachedAttentionMaxTokens || q.size(1) % k.size(1) != 0) return false;
+  if (!q.is_cuda() || !cached_attention_takes(q.scalar_type(), q.size(1), k.size(1), head_dim, q.size(2))) return false;
   for (const at::Tensor* t : {&k, &v, &cache_keys, &cache_values}) {
     if (t->scalar_type() != q.scalar_type() || t->size(-1) != head_dim || t->stride(-1) != 1) return false;
-    // The cache write moves 16-byte packs: rows and their starts on 16-byte boundaries.
+    // Each lane moves its elements as one vector access: rows and their starts on 16-byte boundaries.
     for (int64_t d = 0; d < 3; ++d) {
       if (t->stride(d) % 8 != 0) return false;
     }
@@ -900,6 +901,8 @@ at::Tensor cached_attention(const at::Tensor& q_in, const at::Tensor& k, const a
           v.stride(1), v.stride(2), cache_keys.data_ptr<T>(), cache_values.data_ptr<T>(), positions.data_ptr<int64_t>(),
           optional_data(sinks), out.data_ptr<T>(), static_cast<int>(heads), static_cast<int>(kv_heads),
           static_cast<int>(tokens), capacity, visible, window, static_cast<float>(scale)};
+      // 16 warps walking 4 slots at a time: the quickest of the shapes timed at a decode step's 13 tokens
+      // (bench/results/chat_server_h200_2026-11-26d.md).
       constexpr int kWarps = 16, kAtOnce = 4;
       auto kernel = head_dim == 64    ? cached_attention_kernel<T, 2, kWarps, kAtOnce>
                     : head_dim == 128 ? cached_attention_kernel<T, 4, kWarps, kAtOnce>
