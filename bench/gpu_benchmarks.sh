@@ -49,7 +49,9 @@
 #      installed there, it dequantizes the experts to bf16 when it lacks the MXFP4 kernels), alternating;
 #   15. fp8: a Qwen3-8B-shaped checkpoint in bf16 and its fine-grained FP8 copy (bench/python/make_fp8_bench_model.py:
 #      128x128 blocks, as the Qwen3-*-FP8 releases), each captured at layers 9,18,27,35 by capture_activations,
-#      alternating, with the GPU's memory sampled every 200 ms beside it for the peak;
+#      alternating, with the GPU's memory sampled every 200 ms beside it for the peak: the FP8 copy with its products
+#      in FP8 (--fp8-products fp8) and decoded (the default), then the two captures' agreement
+#      (bench/python/compare_captures.py);
 #   4. MoE capture: a Qwen3-30B-A3B-shaped random checkpoint (bench/python/make_moe_bench_model.py, MOE_LAYERS
 #      layers, 24 by default: one 80 GB GPU) with the real Qwen 3 tokenizer, captured at layers n/4, n/2, 3n/4,
 #      n-1 (6,12,18,23) by capture_activations vs transformers' batched forward (bench/python/moe_baseline.py),
@@ -339,12 +341,13 @@ if has attention; then
       tee -a "$out/attention_process.jsonl"
   done
 fi
-# capture_with_peak NAME MODEL LAYERS RUN: capture_activations on the dataset with nvidia-smi's memory reading beside it.
+# capture_with_peak NAME MODEL LAYERS RUN [FLAGS...]: capture_activations on the dataset with nvidia-smi's memory
+# reading beside it.
 capture_with_peak() {
   nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 > "$out/$1_gpu_memory_mib_$4.txt" &
   local sampler=$!
   "$tools/capture_activations" --model "$2" --dataset "$dataset" --output-dir "/tmp/$1_capture_$4" --layers "$3" \
-    --overwrite --json -q > "$out/$1_capture_probekit_$4.json"
+    --overwrite --json -q "${@:5}" > "$out/$1_capture_probekit_$4.json"
   kill "$sampler"
   grep -h examples_per_second "$out/$1_capture_probekit_$4.json"
   echo "$1 peak GPU memory (MiB): $(sort -n "$out/$1_gpu_memory_mib_$4.txt" | tail -1)"
@@ -358,8 +361,10 @@ if has fp8; then
   du -sb /tmp/bf16_bench_model /tmp/fp8_bench_model | tee "$out/fp8_model_bytes.txt"
   for run in $(seq "$runs"); do
     capture_with_peak bf16 /tmp/bf16_bench_model 9,18,27,35 "$run"
-    capture_with_peak fp8 /tmp/fp8_bench_model 9,18,27,35 "$run"
+    capture_with_peak fp8 /tmp/fp8_bench_model 9,18,27,35 "$run" --fp8-products fp8
+    capture_with_peak fp8_decoded /tmp/fp8_bench_model 9,18,27,35 "$run"
   done
+  "$python" bench/python/compare_captures.py /tmp/fp8_capture_1 /tmp/fp8_decoded_capture_1 | tee "$out/fp8_agreement.jsonl"
 fi
 if has oss; then
   oss_model=/tmp/oss_bench_model

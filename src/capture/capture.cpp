@@ -44,7 +44,7 @@ LoadedReplicas load_for_capture(const CaptureOptions& options, const CapturePlan
     loaded.placement = options.loaded->placement;
     loaded.replicas.push_back(options.loaded->model);
   } else {
-    model::LoadOptions load;
+    model::LoadOptions load = loading::load_options(options);
     load.last_layer = plan.layers.back();
     load.final_norm = false;
     loaded.placement = loading::place_model(options, plan.model, loaded.targets, load);

@@ -43,6 +43,7 @@ void add_run_flags(CLI::App& app, CaptureFlags& f) {
                  "GPU memory the capture may use, weights included, e.g. 40GB (default: what is free; on MPS "
                  "Metal's recommended working set less what the process holds)");
   add_device_options(app, o.device, o.dtype, "(auto: bf16 on capable GPUs, fp32 on CPU)");
+  add_fp8_products_option(app, o.fp8_products);
   add_placement_options(app, f.devices, o.placement,
                         "Several GPUs, e.g. 0,1: model replicas sharing the batches, or a model's layers split over "
                         "them (--placement)");

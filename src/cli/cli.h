@@ -34,6 +34,9 @@ void add_common_options(CLI::App& app, CommonOptions& options);
 /// tool to say what auto picks or what it refuses.
 void add_device_options(CLI::App& app, std::string& device, std::string& dtype, const std::string& dtype_note = "");
 
+/// Adds --fp8-products (decoded|fp8) bound to `fp8_products`: how fine-grained FP8 checkpoints multiply on a GPU.
+void add_fp8_products_option(CLI::App& app, std::string& fp8_products);
+
 /// Adds --devices (GPU indices, e.g. 0,1) and --placement (auto|replicas|layers) for the tools that run a model
 /// on several GPUs; `devices_help` says what this tool does with them.
 void add_placement_options(CLI::App& app, std::vector<int>& devices, std::string& placement,

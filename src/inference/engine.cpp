@@ -147,7 +147,7 @@ Engine Engine::load(const EngineOptions& options) {
   engine.options_.model_dir = source.resolved.dir;
   const std::string& model_dir = engine.options_.model_dir;
   const model::ModelConfig& config = source.config;
-  model::LoadOptions load;
+  model::LoadOptions load = loading::load_options(options);
   // Ranking reads the layers up to the deepest probe; generation runs the whole model to its LM head.
   load.last_layer = options.generate ? -1 : *std::max_element(engine.layers_.begin(), engine.layers_.end());
   load.final_norm = options.generate;

@@ -393,6 +393,7 @@ void add_engine_flags(CLI::App& app, EngineOptions& e, const std::string& batch_
   app.add_flag("--force", e.force, "Run probes recorded for another model than --model (a warning, not an error)");
   app.add_option("--batch-size", e.batch_size, batch_help)->capture_default_str()->check(at_least(1));
   add_device_options(app, e.device, e.dtype);
+  add_fp8_products_option(app, e.fp8_products);
 }
 
 void run_inference(InferenceRequest& r, std::istream& input, bool input_is_terminal) {

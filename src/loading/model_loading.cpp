@@ -13,6 +13,12 @@ ModelSource find_model(const std::string& model_dir) {
   return source;
 }
 
+model::LoadOptions load_options(const ModelRequest& request) {
+  model::LoadOptions load;
+  load.fp8_block_products = request.fp8_products == "fp8";
+  return load;
+}
+
 std::vector<device::ComputeTarget> select_targets(const ModelRequest& request) {
   std::vector<device::ComputeTarget> targets;
   for (const std::string& name : request.devices.empty() ? std::vector<std::string>{request.device} : request.devices) {
@@ -86,7 +92,7 @@ SharedModel load_shared_model(const ModelRequest& request) {
   const std::string& dir = shared.source.resolved.dir;
   // The tokenizer and the disk work while the devices are chosen, as Engine::load has them.
   auto tokenizer = std::async(std::launch::async, [&dir] { return tokenizer::Tokenizer::from_file(dir); });
-  model::LoadOptions load;
+  model::LoadOptions load = load_options(request);
   load.lm_head = true;
   model::WeightReadAhead read_ahead(dir, load);
   shared.fingerprint = read_ahead.checkpoint()->fingerprint();

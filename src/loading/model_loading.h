@@ -18,7 +18,8 @@
 
 namespace probekit::loading {
 
-/// Which model and where it runs: what --model, --device, --dtype, --devices, --placement and --max-gpu-memory say.
+/// Which model and where it runs: what --model, --device, --dtype, --devices, --placement, --max-gpu-memory and
+/// --fp8-products say.
 /// The option structs of the tools that load a model (capture, inference) are made of it.
 struct ModelRequest {
   std::string model_dir;             // a checkpoint folder or a hub name, org/name[@revision]
@@ -27,7 +28,11 @@ struct ModelRequest {
   std::vector<std::string> devices;  // several devices ("cuda:0", "cuda:1"), used as `placement` says
   std::string placement = "auto";    // auto|replicas|layers (model/placement.h)
   int64_t max_gpu_memory = 0;        // bytes a run may use on each GPU; 0: the device's free memory
+  std::string fp8_products = "decoded";  // decoded|fp8: how FP8 checkpoints multiply (model::LoadOptions)
 };
+
+/// The load options `request` implies (--fp8-products); callers add the layers, norm and head they need.
+model::LoadOptions load_options(const ModelRequest& request);
 
 /// A model found and its config read: what is known before any device is touched.
 struct ModelSource {

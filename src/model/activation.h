@@ -9,6 +9,9 @@ namespace probekit::model {
 /// (u + 1) * g * sigmoid(1.702 g); its limit is RoutedExpertsSpec::swiglu_limit.
 enum class Activation { kSilu, kGeluTanh, kGeluExact, kClampedSwiglu };
 
+/// The sigmoid's gain in the clamped SwiGLU (GptOssConfig's swiglu_alpha; the family refuses other values).
+constexpr float kClampedSwigluAlpha = 1.702f;
+
 /// The Hugging Face name of an activation ("silu", "gelu_pytorch_tanh", "gelu").
 std::string activation_name(Activation activation);
 

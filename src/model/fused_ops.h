@@ -33,8 +33,23 @@ std::pair<at::Tensor, at::Tensor> residual_add(const at::Tensor& residual, const
                                                const at::Tensor& norm_weight, double eps, at::ScalarType output,
                                                bool sum_wanted = true);
 
-/// act(gate) * up for a gated MLP's fused projection [..., 2 * inner] -> [..., inner].
-at::Tensor gated_activation(const at::Tensor& gate_up, Activation activation);
+/// act(gate) * up for a gated MLP's fused projection [..., 2 * inner] -> [..., inner]; `limit` is the clamped
+/// SwiGLU's (gpt-oss). With `bias` [experts, 2 * inner], rows [M, 2 * inner] are routed experts' products: row r
+/// gets bias [row_experts [r]] added first, rounded to the dtype (as an addition would), in the same pass.
+at::Tensor gated_activation(const at::Tensor& gate_up, Activation activation, double limit = 0,
+                            const at::Tensor& bias = {}, const at::Tensor& row_experts = {});
+
+/// The routed experts' outputs summed per token, in fp32 [tokens, hidden]: token t's output is the sum over its k
+/// choices j of weights [t, j] times (rows [row_of_pair [t * k + j]] + bias [pair_experts [t * k + j]]), each row plus
+/// its bias rounded to the rows' dtype first, as an addition in that dtype rounds. `rows` [pairs, hidden] in expert
+/// order, `bias` [experts, hidden] or undefined. Undefined where the kernel does not take the tensors (rows not a
+/// whole number of aligned 16-byte packs, more than 64 choices a token).
+at::Tensor combine_expert_rows(const at::Tensor& rows, const at::Tensor& row_of_pair, const at::Tensor& pair_experts,
+                               const at::Tensor& weights, const at::Tensor& bias);
+
+/// model::decode_mxfp4 on the GPU into `out` [..., G * 32] (fp32, bf16 or fp16) in one pass: the bits of the ATen
+/// decoding. False, writing nothing, for tensors it does not take (not contiguous, not 16-byte aligned).
+bool decode_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, at::Tensor& out);
 
 /// From the fused projection qkv [B, T, (heads + 2 * kv_heads) * head_dim], the queries and keys as
 /// [B, heads, T, head_dim] and [B, kv_heads, T, head_dim] (transposed views of token-major tensors), each head RMS-normalized with q_weight / k_weight
@@ -44,6 +59,20 @@ std::pair<at::Tensor, at::Tensor> queries_and_keys(const at::Tensor& qkv, int64_
                                                    int64_t head_dim, const at::Tensor& q_weight,
                                                    const at::Tensor& k_weight, double eps, const at::Tensor& cos,
                                                    const at::Tensor& sin, int64_t rotary_dim);
+
+/// Whether `device` runs block-scaled FP8 products (fp8_block_linear): a Hopper GPU, compute capability 9.x.
+bool fp8_block_products_available(const at::Device& device);
+
+/// Activations as block-scaled FP8 products take them: x [..., K] (bf16 or fp16, K a multiple of 128) as e4m3 codes
+/// [M, K] (uint8) with one fp32 scale per row per 128 inputs [M, K / 128] (a column-major view): each group's
+/// largest magnitude over 448, each value divided by it and rounded to the nearest e4m3, saturating.
+std::pair<at::Tensor, at::Tensor> quantize_fp8_groups(const at::Tensor& x);
+
+/// x [..., K] times a fine-grained FP8 weight that model::fp8_block_products_take takes, `bytes` [N, K] of float8_e4m3fn codes with `block_scales`
+/// [N / 128, K / 128] (its weight_scale_inv), on the tensor cores in FP8 as transformers' FP8Linear computes on a
+/// GPU: x quantized by quantize_fp8_groups, each block's partial product scaled by both scales, accumulated in fp32,
+/// returned in x's dtype.
+at::Tensor fp8_block_linear(const at::Tensor& x, const at::Tensor& bytes, const at::Tensor& block_scales);
 
 /// The most queries a row of a pass may bring to cached_attention (a decode step and the probes' suffix).
 constexpr int64_t kCachedAttentionMaxTokens = 32;

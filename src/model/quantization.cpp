@@ -18,7 +18,7 @@ namespace probekit::model {
 namespace {
 
 // Fine-grained FP8 (DeepSeek V3, Qwen3-*-FP8): e4m3 weights with one inverse scale per block of
-// weight_block_size; activations stay in the compute dtype (the weights are dequantized on load).
+// weight_block_size; dequantized on load or per product, or multiplied in FP8 on Hopper GPUs (LoadOptions).
 void resolve_fine_grained_fp8(const ConfigReader& keys, Quantization& q) {
   const std::string format = keys.read<std::string>("fmt").value_or("e4m3");
   if (format != "e4m3") fail("{} is '{}'; only 'e4m3' FP8 weights are read", keys.where("fmt"), format);
@@ -102,6 +102,30 @@ at::Tensor decode_fp8_rows(const at::Tensor& bytes, const at::Tensor& row_scales
   return (values * row_scales.repeat_interleave(block_in, 1).narrow(1, 0, in)).to(dtype);
 }
 
+bool fp8_block_products_run_on(const at::Device& device, at::ScalarType dtype) {
+#ifdef PROBEKIT_WITH_CUDA
+  return (dtype == at::kBFloat16 || dtype == at::kHalf) && fused::fp8_block_products_available(device);
+#else
+  (void)device, (void)dtype;
+  return false;
+#endif
+}
+
+bool fp8_block_products_take(int64_t out, int64_t in) {
+  // cuBLASLt (CUDA 13, an H200) gave wrong block-scaled products for 128 and 256 inputs and right ones from 384 up;
+  // a model's projections take 1,024 inputs and more.
+  return out > 0 && out % 128 == 0 && in >= 512 && in % 128 == 0;
+}
+
+at::Tensor fp8_block_linear(const at::Tensor& x, const at::Tensor& bytes, const at::Tensor& block_scales) {
+#ifdef PROBEKIT_WITH_CUDA
+  return fused::fp8_block_linear(x, bytes, block_scales);
+#else
+  (void)x, (void)bytes, (void)block_scales;
+  fail("FP8 products in FP8 need a CUDA build");
+#endif
+}
+
 const at::Tensor& fp4_e2m1_values() {
   static const at::Tensor values =
       at::tensor({0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f});
@@ -167,6 +191,14 @@ void decode_mxfp4_into(const at::Tensor& blocks, const at::Tensor& scales, at::T
 at::Tensor decode_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, at::ScalarType dtype, int64_t slice_bytes) {
   std::vector<int64_t> shape = scales.sizes().vec();
   shape.back() *= 32;
+#ifdef PROBEKIT_WITH_CUDA
+  // One kernel writing the dtype straight from the bytes: the ATen path below made int32 indices, gathered, and
+  // copied its lookup tables from the host (a synchronization) for each slice.
+  if (blocks.is_cuda()) {
+    at::Tensor out = at::empty(shape, blocks.options().dtype(dtype));
+    if (fused::decode_mxfp4(blocks, scales, out)) return out;
+  }
+#endif
   // In bf16 or fp32 throughout: an e2m1 value (two significant bits) times a power of two from 2^-127 to 2^127 is
   // exact in both, so no wider copy of the weights is made; fp16's range is narrower: decoded in fp32, then cast.
   const at::ScalarType exact = dtype == at::kHalf ? at::kFloat : dtype;

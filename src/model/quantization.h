@@ -29,6 +29,17 @@ at::Tensor fp8_row_scales(const at::Tensor& scale_inv, int64_t rows, int64_t blo
 /// their device: the bits of dequantize_fp8_blocks converted to `dtype`. A CUDA kernel on a GPU.
 at::Tensor decode_fp8_rows(const at::Tensor& bytes, const at::Tensor& row_scales, int64_t block_in, at::ScalarType dtype);
 
+/// Whether FP8 weights multiply in FP8 on `device` computing in `dtype` (fused::fp8_block_linear): a Hopper GPU
+/// (cuBLASLt's block-scaled FP8 products) and bf16 or fp16; false in a build without CUDA.
+bool fp8_block_products_run_on(const at::Device& device, at::ScalarType dtype);
+
+/// Whether a weight [out, in] multiplies in FP8: both sides whole 128-wide blocks, at least 512 inputs.
+bool fp8_block_products_take(int64_t out, int64_t in);
+
+/// x [..., in] times an FP8 weight `bytes` [out, in] with `block_scales` [out / 128, in / 128], in FP8 on the GPU
+/// (fused::fp8_block_linear); only where fp8_block_products_run_on said so.
+at::Tensor fp8_block_linear(const at::Tensor& x, const at::Tensor& bytes, const at::Tensor& block_scales);
+
 /// The 16 values of the FP4 e2m1 codes (1 sign bit, 2 exponent bits biased by 1, 1 mantissa bit):
 /// 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives (code 8 is -0).
 const at::Tensor& fp4_e2m1_values();

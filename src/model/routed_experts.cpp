@@ -9,6 +9,10 @@
 #include "model/decoder_block.h"
 #include "model/quantization.h"
 
+#ifdef PROBEKIT_WITH_CUDA
+#include "model/fused_ops.h"
+#endif
+
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
 #define PROBEKIT_HAS_GROUPED_MM 1
 #endif
@@ -41,21 +45,24 @@ bool grouped_gemm_fits(const at::Tensor& rows, const RoutedExperts& w) {
 #endif
 }
 
-// The sigmoid's gain in gpt-oss's clamped SwiGLU (GptOssConfig's swiglu_alpha; the family refuses other values).
-constexpr double kSwigluAlpha = 1.702;
+// A product [M, out] plus its rows' experts' bias: b [experts, out] undefined for none; `row_experts` [M] the
+// expert of each row.
+at::Tensor plus_bias(const at::Tensor& product, const at::Tensor& bias, const at::Tensor& row_experts) {
+  return bias.defined() ? product + bias.index_select(0, row_experts) : product;
+}
 
-// act(gate) * up of the experts' fused projection [M, 2 * inner]; gpt-oss's clamped SwiGLU in ATen ops (the
-// fused CUDA kernel knows the plain activations only).
-at::Tensor expert_activation(const at::Tensor& gate_up, Activation activation, double limit) {
+// act(gate + bias) * (up + bias) of the experts' fused projection [M, 2 * inner], `bias` [experts, 2 * inner] (or
+// undefined) by each row's expert (`row_experts` [M]): one fused kernel on a GPU (in fp32), else ATen ops.
+at::Tensor expert_activation(const at::Tensor& product, const at::Tensor& bias, const at::Tensor& row_experts,
+                             Activation activation, double limit) {
+#ifdef PROBEKIT_WITH_CUDA
+  if (product.is_cuda()) return fused::gated_activation(product, activation, limit, bias, row_experts);
+#endif
+  const at::Tensor gate_up = plus_bias(product, bias, row_experts);
   if (activation != Activation::kClampedSwiglu) return gated_activation(gate_up, activation);
   std::vector<at::Tensor> halves = gate_up.chunk(2, -1);
   at::Tensor gate = halves[0].clamp_max(limit), up = halves[1].clamp(-limit, limit);
-  return (up + 1) * (gate * at::sigmoid(gate * kSwigluAlpha));
-}
-
-// x W^T + b of each row's expert: b [experts, out] undefined for none; `row_experts` [M] the expert of each row.
-at::Tensor plus_bias(const at::Tensor& product, const at::Tensor& bias, const at::Tensor& row_experts) {
-  return bias.defined() ? product + bias.index_select(0, row_experts) : product;
+  return (up + 1) * (gate * at::sigmoid(gate * static_cast<double>(kClampedSwigluAlpha)));
 }
 
 // Every expert's weights [experts, out, in] in `dtype`: the stacked ones, or all decoded from MXFP4 (a scratch
@@ -73,7 +80,8 @@ at::Tensor expert_weight(const at::Tensor& stacked, const Mxfp4Weight& packed, i
 }
 
 // Every expert's MLP over its slice of `sorted` [M, hidden] (token rows sorted by expert, whose ids are
-// `sorted_experts` [M]; expert e's slice ends at row ends[e], int32 on the device), in the compute dtype.
+// `sorted_experts` [M]; expert e's slice ends at row ends[e], int32 on the device), in the compute dtype, without
+// the down projection's bias (the caller adds it, on a GPU as it combines the rows).
 at::Tensor expert_products(const at::Tensor& sorted, const at::Tensor& sorted_experts, const at::Tensor& ends,
                            const RoutedExperts& w, const ModelConfig& c) {
   const Activation activation = c.features.activation;
@@ -83,9 +91,9 @@ at::Tensor expert_products(const at::Tensor& sorted, const at::Tensor& sorted_ex
   if (grouped_gemm_fits(sorted, w)) {
     // The second operands are [experts, in, out] views of the [experts, out, in] weights.
     auto [gate_up_weight, down_weight] = stacked_weights(w, dtype);
-    at::Tensor gate_up = plus_bias(at::_grouped_mm(sorted, gate_up_weight.transpose(1, 2), ends), w.gate_up_bias, sorted_experts);
-    at::Tensor inner = expert_activation(gate_up, activation, limit);
-    return plus_bias(at::_grouped_mm(inner, down_weight.transpose(1, 2), ends), w.down_bias, sorted_experts);
+    at::Tensor gate_up = at::_grouped_mm(sorted, gate_up_weight.transpose(1, 2), ends);
+    at::Tensor inner = expert_activation(gate_up, w.gate_up_bias, sorted_experts, activation, limit);
+    return at::_grouped_mm(inner, down_weight.transpose(1, 2), ends);
   }
 #endif
   // The portable way: the slice sizes read once on the host, then one pair of products per expert with tokens.
@@ -93,16 +101,16 @@ at::Tensor expert_products(const at::Tensor& sorted, const at::Tensor& sorted_ex
   const int32_t* end = host_ends.data_ptr<int32_t>();
   const int64_t hidden = sorted.size(1);
   at::Tensor out = at::empty({sorted.size(0), hidden}, sorted.options());
-  auto bias = [](const at::Tensor& b, int64_t e) { return b.defined() ? c10::optional<at::Tensor>(b[e]) : c10::nullopt; };
   int64_t start = 0;
   for (int64_t e = 0; e < host_ends.size(0); ++e) {
     const int64_t count = end[e] - start;
     if (count == 0) continue;
-    at::Tensor gate_up = at::linear(sorted.narrow(0, start, count), expert_weight(w.gate_up, w.gate_up_mxfp4, e, dtype),
-                                    bias(w.gate_up_bias, e));
+    at::Tensor gate_weight = expert_weight(w.gate_up, w.gate_up_mxfp4, e, dtype);
+    at::Tensor gate_up = w.gate_up_bias.defined() ? at::linear(sorted.narrow(0, start, count), gate_weight, w.gate_up_bias[e])
+                                                  : at::linear(sorted.narrow(0, start, count), gate_weight);
     out.narrow(0, start, count)
-        .copy_(at::linear(expert_activation(gate_up, activation, limit), expert_weight(w.down, w.down_mxfp4, e, dtype),
-                          bias(w.down_bias, e)));
+        .copy_(at::linear(expert_activation(gate_up, {}, {}, activation, limit),
+                          expert_weight(w.down, w.down_mxfp4, e, dtype)));
     start = end[e];
   }
   return out;
@@ -124,6 +132,23 @@ void route_sigmoid_grouped(Routing& routing, const RoutedExperts& w, const Route
   at::Tensor weights = scores.gather(1, routing.experts);
   if (spec.normalize_top_k) weights = weights / (weights.sum(-1, true) + 1e-20);
   routing.weights = weights * spec.routed_scaling_factor;
+}
+
+// The experts' output rows (in expert order: row r is pair order[r]'s, `sorted_experts` their experts) plus their
+// down projection's bias, weighted and summed per token in fp32, like the residual stream it joins: one kernel on a
+// GPU, else the rows back in pair order and a weighted sum.
+at::Tensor combine_outputs(const at::Tensor& sorted_outputs, const at::Tensor& order, const at::Tensor& pair_experts,
+                           const at::Tensor& sorted_experts, const at::Tensor& weights, const at::Tensor& bias) {
+#ifdef PROBEKIT_WITH_CUDA
+  if (sorted_outputs.is_cuda()) {
+    at::Tensor row_of_pair = at::empty_like(order).index_copy_(0, order, at::arange(order.size(0), order.options()));
+    at::Tensor combined = fused::combine_expert_rows(sorted_outputs, row_of_pair, pair_experts, weights, bias);
+    if (combined.defined()) return combined;
+  }
+#endif
+  at::Tensor rows = plus_bias(sorted_outputs, bias, sorted_experts);
+  at::Tensor outputs = at::empty_like(rows).index_copy_(0, order, rows).view({weights.size(0), weights.size(1), -1});
+  return (outputs.to(at::kFloat) * weights.unsqueeze(-1)).sum(1);
 }
 
 }  // namespace
@@ -160,9 +185,7 @@ at::Tensor run_routed_experts(const at::Tensor& x, const Routing& routing, const
   at::Tensor ends = at::searchsorted(sorted_experts, at::arange(c.routed_experts.experts, sorted_experts.options()),
                                      /*out_int32=*/true, /*right=*/true);
   at::Tensor sorted_outputs = expert_products(x.index_select(0, order.div(k, "trunc")), sorted_experts, ends, w, c);
-  at::Tensor outputs = at::empty_like(sorted_outputs).index_copy_(0, order, sorted_outputs).view({tokens, k, -1});
-  // The weighted sum in fp32, like the residual stream it joins.
-  at::Tensor out = (outputs.to(at::kFloat) * routing.weights.unsqueeze(-1)).sum(1);
+  at::Tensor out = combine_outputs(sorted_outputs, order, pair_experts, sorted_experts, routing.weights, w.down_bias);
   if (w.shared_expert.in.defined()) {
     at::Tensor shared = dense_mlp(x, w.shared_expert, c).to(at::kFloat);
     if (w.shared_expert_gate.defined()) shared = shared * at::sigmoid(at::linear(x, w.shared_expert_gate).to(at::kFloat));

@@ -40,7 +40,8 @@ std::unique_ptr<Prefetcher> start_read_ahead(const Checkpoint& checkpoint, const
 WeightReadAhead::WeightReadAhead(const std::string& dir, const LoadOptions& options) {
   // The config first: a checkpoint it refuses (a quantization not read) reads nothing.
   const ModelConfig config = load_config(dir);
-  checkpoint_ = std::make_shared<const Checkpoint>(Checkpoint::open(dir, config.quantization, options.keep_fp8_packed));
+  checkpoint_ = std::make_shared<const Checkpoint>(Checkpoint::open(dir, config.quantization, options.keep_fp8_packed,
+                                                                     options.fp8_block_products));
   prefetcher_ = start_read_ahead(*checkpoint_, config, options);
 }
 
@@ -79,7 +80,8 @@ TransformerModel TransformerModel::load(const std::string& dir, const LoadOption
   c10::InferenceMode inference_mode;
   std::shared_ptr<const Checkpoint> checkpoint =
       read_ahead != nullptr ? read_ahead->checkpoint()
-                            : std::make_shared<const Checkpoint>(Checkpoint::open(dir, c.quantization, options.keep_fp8_packed));
+                            : std::make_shared<const Checkpoint>(Checkpoint::open(dir, c.quantization, options.keep_fp8_packed,
+                                                                     options.fp8_block_products));
   std::unique_ptr<Prefetcher> own_read_ahead = read_ahead == nullptr ? start_read_ahead(*checkpoint, c, options) : nullptr;
   find_family(c.model_type)->load(*checkpoint, c, plan, model.weights_);
   checkpoint->finish_uploads();

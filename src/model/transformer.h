@@ -38,6 +38,12 @@ struct LoadOptions {
   /// dequantized on load into the dtype (false); unset: packed on CUDA devices. Routed experts and the latent
   /// attention's projections that the loader reorders are dequantized on load either way.
   std::optional<bool> keep_fp8_packed;
+  /// Packed FP8 projections of whole 128x128 blocks multiplied in FP8 with their block scales on a Hopper GPU
+  /// (true; refused elsewhere), the activations quantized per token per 128 inputs as transformers' FP8Linear does
+  /// with its GPU kernels: faster than bf16, but each product is off the dequantized weights' by the activations'
+  /// rounding to e4m3 (about 3%, ten times bf16's). False: each product decodes its weight to the dtype, giving the
+  /// dequantized weights' numbers.
+  bool fp8_block_products = false;
 };
 
 /// Reads the weights a load with `options` will need from disk in background threads, from construction until

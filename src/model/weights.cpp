@@ -46,11 +46,13 @@ at::Tensor view_tensor(const safetensors::File& file, const safetensors::TensorI
 
 }  // namespace
 
-Checkpoint Checkpoint::open(const std::string& dir, Quantization quantization, std::optional<bool> keep_fp8_packed) {
+Checkpoint Checkpoint::open(const std::string& dir, Quantization quantization, std::optional<bool> keep_fp8_packed,
+                            bool fp8_block_products) {
   Checkpoint checkpoint;
   checkpoint.dir_ = dir;
   checkpoint.quantization_ = std::move(quantization);
   checkpoint.keep_fp8_packed_ = keep_fp8_packed;
+  checkpoint.fp8_block_products_ = fp8_block_products;
   std::string single = dir + "/model.safetensors";
   std::string index_path = dir + "/model.safetensors.index.json";
   // Anything at the name is opened, so a directory or a FIFO there is named as such rather than missing.
@@ -267,12 +269,29 @@ at::Tensor WeightScope::dequantized_fp8(const std::string& name, const Checkpoin
 Fp8Weight WeightScope::packed_fp8(const std::string& name, const Checkpoint::Entry& entry) const {
   // One scale row per weight row: the projections stacked into one (q, k and v) then stack their scales too,
   // whatever their sizes against the block. A thirty-second of the bytes with 128-wide blocks.
-  at::Tensor row_scales =
-      fp8_row_scales(fp8_scales(name, entry), entry.info->shape[0], checkpoint_->quantization_.block[0]);
+  const at::Tensor scale_inv = fp8_scales(name, entry);
+  at::Tensor row_scales = fp8_row_scales(scale_inv, entry.info->shape[0], checkpoint_->quantization_.block[0]);
   at::Tensor bytes = view_tensor(*entry.file, *entry.info);  // uint8
   checkpoint_->loaded_bytes_ += static_cast<int64_t>(bytes.nbytes() + row_scales.nbytes());
-  return {checkpoint_->load(bytes, device_, at::kByte), checkpoint_->load(row_scales, device_, at::kFloat),
-          checkpoint_->quantization_.block[1], dtype_};
+  Fp8Weight weight{checkpoint_->load(bytes, device_, at::kByte), checkpoint_->load(row_scales, device_, at::kFloat),
+                   checkpoint_->quantization_.block[1], dtype_};
+  if (fp8_block_products(entry.info->shape[0], entry.info->shape[1])) {
+    weight.block_scales = checkpoint_->load(scale_inv, device_, at::kFloat);
+    checkpoint_->loaded_bytes_ += static_cast<int64_t>(weight.block_scales.nbytes());
+  }
+  return weight;
+}
+
+bool WeightScope::fp8_block_products(int64_t out, int64_t in) const {
+  if (!checkpoint_->fp8_block_products_) return false;
+  const bool runs_here = fp8_block_products_run_on(device_, dtype_);
+  if (!runs_here) {
+    fail_usage("FP8 products in FP8 (--fp8-products fp8) need a Hopper GPU (compute capability 9.x) and bf16 or "
+               "fp16, not {} in {}", device_.str(), c10::toString(dtype_));
+  }
+  // Weights of partial blocks (a side not a multiple of 128) decode for each product whatever was asked.
+  return checkpoint_->quantization_.block == std::vector<int64_t>{128, 128} &&
+         fp8_block_products_take(out, in);
 }
 
 Linear WeightScope::get_linear(const std::vector<std::pair<std::string, int64_t>>& parts, int64_t in, bool bias) const {
@@ -284,14 +303,19 @@ Linear WeightScope::get_linear(const std::vector<std::pair<std::string, int64_t>
   }
   Linear linear;
   if (all_fp8 && checkpoint_->keep_fp8_packed_.value_or(device_.is_cuda())) {
-    std::vector<at::Tensor> bytes, scales;
+    std::vector<at::Tensor> bytes, scales, block_scales;
     for (size_t i = 0; i < parts.size(); ++i) {
       Fp8Weight part = packed_fp8(parts[i].first + ".weight", entries[i]);
       bytes.push_back(part.bytes);
       scales.push_back(part.row_scales);
+      if (part.block_scales.defined()) block_scales.push_back(part.block_scales);
       linear.fp8 = part;
     }
-    if (parts.size() > 1) linear.fp8.bytes = at::cat(bytes), linear.fp8.row_scales = at::cat(scales);
+    if (parts.size() > 1) {
+      linear.fp8.bytes = at::cat(bytes), linear.fp8.row_scales = at::cat(scales);
+      // Parts of whole blocks stack their block scales as their bytes; one part of partial blocks decodes them all.
+      linear.fp8.block_scales = block_scales.size() == parts.size() ? at::cat(block_scales) : at::Tensor();
+    }
   } else {
     std::vector<at::Tensor> weights;
     for (const auto& [name, out] : parts) weights.push_back(get(name + ".weight", {out, in}));
@@ -317,7 +341,13 @@ at::Tensor Linear::dense_weight() const {
   return fp8.defined() ? decode_fp8_rows(fp8.bytes, fp8.row_scales, fp8.block_in, fp8.dtype) : weight;
 }
 
-at::Tensor linear(const at::Tensor& x, const Linear& l) { return device::row_stable_linear(x, l.dense_weight(), l.bias); }
+at::Tensor linear(const at::Tensor& x, const Linear& l) {
+  if (l.fp8.block_scales.defined() && x.is_cuda()) {
+    at::Tensor product = fp8_block_linear(x, l.fp8.bytes, l.fp8.block_scales);
+    return l.bias.defined() ? product.add_(l.bias) : product;
+  }
+  return device::row_stable_linear(x, l.dense_weight(), l.bias);
+}
 
 at::Tensor WeightScope::mxfp4_part(const std::string& name, const std::vector<int64_t>& shape) const {
   const std::string full = full_name(name);

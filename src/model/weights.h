@@ -38,9 +38,11 @@ class Checkpoint {
   /// Opens DIR/model.safetensors, or the shards listed by DIR/model.safetensors.index.json; a missing shard
   /// or a name the index places in a shard that lacks it is an error naming both files. Weights stored as
   /// `quantization` says (the model's config) are decoded on load.
-  /// FP8 weights read through WeightScope::get_linear stay packed when `keep_fp8_packed` (unset: on CUDA devices).
+  /// FP8 weights read through WeightScope::get_linear stay packed when `keep_fp8_packed` (unset: on CUDA devices),
+  /// and keep their block scales for products in FP8 when `fp8_block_products` (LoadOptions says when).
   static Checkpoint open(const std::string& dir, Quantization quantization = {},
-                         std::optional<bool> keep_fp8_packed = std::nullopt);
+                         std::optional<bool> keep_fp8_packed = std::nullopt,
+                         bool fp8_block_products = false);
 
   struct Entry {
     const safetensors::File* file = nullptr;
@@ -75,6 +77,7 @@ class Checkpoint {
   std::string dir_;
   Quantization quantization_;
   std::optional<bool> keep_fp8_packed_;
+  bool fp8_block_products_ = false;
   mutable int64_t loaded_bytes_ = 0;
   mutable std::unique_ptr<device::StagedUpload> uploads_;
   std::vector<std::unique_ptr<safetensors::File>> files_;
@@ -110,6 +113,9 @@ struct Fp8Weight {
   at::Tensor row_scales;  // [out, ceil(in / block_in)] fp32: each row's weight_scale_inv along the input
   int64_t block_in = 0;
   at::ScalarType dtype = at::kFloat;  // the compute dtype it is decoded into
+  /// [out / 128, in / 128] fp32: weight_scale_inv as stored, where products run in FP8 (fused::fp8_block_linear);
+  /// undefined where each product decodes the weight.
+  at::Tensor block_scales;
 
   bool defined() const { return bytes.defined(); }
 };
@@ -128,7 +134,8 @@ struct Linear {
   at::Tensor dense_weight() const;
 };
 
-/// x W^T + b; a packed FP8 weight is decoded for the product into a buffer freed after it.
+/// x W^T + b; a packed FP8 weight is multiplied in FP8 where it kept its block scales, else decoded for the
+/// product into a buffer freed after it.
 at::Tensor linear(const at::Tensor& x, const Linear& l);
 
 /// A prefix into a checkpoint ("model.layers.3.") plus the device and dtype tensors are loaded to.
@@ -178,6 +185,8 @@ class WeightScope {
   at::Tensor dequantized_fp8(const std::string& name, const Checkpoint::Entry& entry) const;
   /// The same weight kept packed on the scope's device.
   Fp8Weight packed_fp8(const std::string& name, const Checkpoint::Entry& entry) const;
+  /// Whether a packed FP8 weight [out, in] keeps its block scales for products in FP8.
+  bool fp8_block_products(int64_t out, int64_t in) const;
 
   const Checkpoint* checkpoint_;
   std::string prefix_;

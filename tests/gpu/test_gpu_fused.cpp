@@ -6,6 +6,7 @@
 #include "gpu/gpu_test_util.h"
 #include "model/fused_ops.h"
 #include "model/quantization.h"
+#include "model/weights.h"
 
 using namespace probekit::model;
 using probekit::testing::max_relative_error;
@@ -97,6 +98,63 @@ TEST_CASE("fused gated activations equal act(gate) * up") {
     auto bf16_halves = bf16.chunk(2, -1);
     CHECK(max_relative_error(fused::gated_activation(bf16, Activation::kGeluTanh),
                     at::gelu(bf16_halves[0].to(at::kFloat), "tanh") * bf16_halves[1].to(at::kFloat)) < 1e-2);
+    // gpt-oss's clamped SwiGLU, with values well past its limit of 7 on both sides.
+    at::Tensor wide = gate_up * 6;
+    auto wide_halves = wide.chunk(2, -1);
+    at::Tensor gate = wide_halves[0].clamp_max(7.0), up = wide_halves[1].clamp(-7.0, 7.0);
+    at::Tensor clamped = (up + 1) * gate * at::sigmoid(gate * 1.702);
+    CHECK(max_relative_error(fused::gated_activation(wide, Activation::kClampedSwiglu, 7.0), clamped) < 1e-5);
+    CHECK(max_relative_error(fused::gated_activation(wide.to(at::kBFloat16), Activation::kClampedSwiglu, 7.0),
+                             clamped) < 1e-2);
+  }
+}
+
+TEST_CASE("routed experts' biases by each row's expert and their rows combined per token equal the ATen arithmetic") {
+  const int64_t tokens = 37, k = 4, experts = 6, hidden = 320, inner = 200;
+  const at::TensorOptions longs = kCuda.dtype(at::kLong);
+  at::Tensor pair_experts = at::randint(0, experts, {tokens * k}, longs);
+  at::Tensor order = at::argsort(pair_experts), sorted_experts = pair_experts.index_select(0, order);
+  at::Tensor row_of_pair = at::empty_like(order).index_copy_(0, order, at::arange(tokens * k, longs));
+  at::Tensor weights = at::softmax(at::randn({tokens, k}, kCuda), -1);
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    CAPTURE(dtype);
+    at::Tensor rows = at::randn({tokens * k, hidden}, kCuda).to(dtype), bias = at::randn({experts, hidden}, kCuda).to(dtype);
+    at::Tensor with_bias = rows + bias.index_select(0, sorted_experts);
+    at::Tensor by_pair = at::empty_like(with_bias).index_copy_(0, order, with_bias).view({tokens, k, hidden});
+    at::Tensor expected = (by_pair.to(at::kFloat) * weights.unsqueeze(-1)).sum(1);
+    at::Tensor got = fused::combine_expert_rows(rows, row_of_pair, pair_experts, weights, bias);
+    REQUIRE(got.defined());
+    CHECK(max_relative_error(got, expected) < 1e-6);
+    CHECK(max_relative_error(fused::combine_expert_rows(rows, row_of_pair, pair_experts, weights, {}),
+                             (rows.index_select(0, row_of_pair).view({tokens, k, hidden}).to(at::kFloat) *
+                              weights.unsqueeze(-1)).sum(1)) < 1e-6);
+
+    at::Tensor gate_up = (at::randn({tokens * k, 2 * inner}, kCuda) * 4).to(dtype);
+    at::Tensor gate_up_bias = at::randn({experts, 2 * inner}, kCuda).to(dtype);
+    auto halves = (gate_up + gate_up_bias.index_select(0, sorted_experts)).to(at::kFloat).chunk(2, -1);
+    at::Tensor gate = halves[0].clamp_max(7.0), up = halves[1].clamp(-7.0, 7.0);
+    CHECK(max_relative_error(
+              fused::gated_activation(gate_up, Activation::kClampedSwiglu, 7.0, gate_up_bias, sorted_experts),
+              (up + 1) * gate * at::sigmoid(gate * 1.702)) < (dtype == at::kFloat ? 1e-5 : 1e-2));
+    CHECK(max_relative_error(fused::gated_activation(gate_up, Activation::kSilu, 0, gate_up_bias, sorted_experts),
+                             at::silu(halves[0]) * halves[1]) < (dtype == at::kFloat ? 1e-5 : 1e-2));
+  }
+}
+
+TEST_CASE("MXFP4 decoded on the GPU gives the CPU's bits: every byte, every scale, every float dtype") {
+  at::Tensor blocks = at::randint(0, 256, {3, 40, 4, 16}, at::TensorOptions().dtype(at::kByte));
+  blocks.view(-1).narrow(0, 0, 256).copy_(at::arange(256, at::kLong).to(at::kByte));
+  at::Tensor scales = at::randint(0, 255, {3, 40, 4}, at::TensorOptions().dtype(at::kByte));  // 255 is NaN: refused on load
+  scales.view(-1).narrow(0, 0, 255).copy_(at::arange(255, at::kLong).to(at::kByte));
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    CAPTURE(dtype);
+    at::Tensor expected = decode_mxfp4(blocks, scales, dtype);
+    at::Tensor got = decode_mxfp4(blocks.to(kCuda.device()), scales.to(kCuda.device()), dtype);
+    CHECK((got.scalar_type() == dtype));
+    CHECK((got.sizes() == expected.sizes()));
+    CHECK(at::equal(got.cpu(), expected));
+    // One expert's slice (a view into the stacked experts), as the per-expert products decode it.
+    CHECK(at::equal(decode_mxfp4(blocks.to(kCuda.device())[1], scales.to(kCuda.device())[1], dtype).cpu(), expected[1]));
   }
 }
 
@@ -172,6 +230,54 @@ TEST_CASE("FP8 rows decoded on the GPU give the CPU's bits: every byte, partial 
         CHECK(at::equal(got.cpu(), expected));
       }
     }
+  }
+}
+
+TEST_CASE("FP8 activation groups: each row's 128 inputs scaled by their largest over 448 and rounded to e4m3") {
+  if (!fp8_block_products_run_on(kCuda.device(), at::kBFloat16)) return;  // not a Hopper GPU
+  for (at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
+    at::Tensor x = (at::randn({3, 7, 384}, kCuda) * at::rand({3, 7, 384}, kCuda).pow(4) * 20).to(dtype);
+    x[1][2].zero_();  // a padded row: scale 1, zero codes
+    auto [codes, scales] = fused::quantize_fp8_groups(x);
+    at::Tensor groups = x.to(at::kFloat).reshape({21, 3, 128});
+    at::Tensor largest = groups.abs().amax(-1);
+    at::Tensor expected_scales = largest / at::full_like(largest, 448);  // a true division (ATen multiplies by 1/448)
+    expected_scales.masked_fill_(expected_scales == 0, 1);
+    at::Tensor expected_codes = (groups / expected_scales.unsqueeze(-1)).to(at::kFloat8_e4m3fn).view(at::kByte);
+    CAPTURE(dtype);
+    CHECK(at::equal(scales, expected_scales));
+    CHECK(scales.stride(0) == 1);  // column-major, as cuBLASLt reads activation scales
+    CHECK(at::equal(codes, expected_codes.reshape({21, 384})));
+  }
+}
+
+TEST_CASE("FP8 block products equal the product of the dequantized operands, bias added, any leading shape") {
+  if (!fp8_block_products_run_on(kCuda.device(), at::kBFloat16)) return;  // not a Hopper GPU
+  const int64_t out = 384, in = 512;
+  at::Tensor bytes = at::randint(0, 256, {out, in}, kCuda.dtype(at::kByte));
+  bytes.masked_fill_((bytes.bitwise_and(0x7f) == 0x7f), 0x3c);  // no NaN codes
+  // Block scales of very different sizes, so that a scale applied to the wrong block shows.
+  at::Tensor block_scales = at::exp2(at::randint(-6, 6, {out / 128, in / 128}, kCuda));
+  at::Tensor weight = decode_fp8_rows(bytes, fp8_row_scales(block_scales, out, 128), 128, at::kFloat);
+  at::Tensor bias = at::randn({out}, kCuda).to(at::kBFloat16);
+  Linear linear;
+  linear.fp8 = Fp8Weight{bytes, fp8_row_scales(block_scales, out, 128), 128, at::kBFloat16, block_scales};
+  linear.bias = bias;
+  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{1, in}, {13, in}, {300, in}, {2, 5, in}}) {
+    at::Tensor x = at::randn(shape, kCuda).to(at::kBFloat16);
+    auto [codes, scales] = fused::quantize_fp8_groups(x);
+    at::Tensor x_dequantized =
+        (codes.view(at::kFloat8_e4m3fn).to(at::kFloat).view({-1, in / 128, 128}) * scales.unsqueeze(-1)).view({-1, in});
+    std::vector<int64_t> out_shape = shape;
+    out_shape.back() = out;
+    at::Tensor expected = (at::matmul(x_dequantized, weight.t()) + bias.to(at::kFloat)).view(out_shape);
+    at::Tensor got = probekit::model::linear(x, linear);
+    CAPTURE(shape.front());
+    CHECK((got.sizes() == expected.sizes()));
+    CHECK((got.scalar_type() == at::kBFloat16));
+    CHECK(max_relative_error(got, expected) < 1e-2);
+    // Against the unquantized activations the product is off by the activations' rounding to e4m3 only.
+    CHECK(max_relative_error(got, at::matmul(x.to(at::kFloat), weight.t()).view(out_shape) + bias.to(at::kFloat)) < 0.25);
   }
 }
 

@@ -8,11 +8,13 @@
 #include <map>
 #include <numeric>
 
+#include "common/error.h"
 #include "common/files.h"
 #include "common/json.h"
 #include "io/safetensors.h"
 #include "model/families.h"
 #include "model/placement.h"
+#include "model/quantization.h"
 #include "model/transformer.h"
 #include "readout/readout.h"
 #include "tensor_files.h"
@@ -224,6 +226,22 @@ TEST_CASE("FP8 projections kept packed give the bits of weights dequantized on l
   auto keep_fp8 = [](model::LoadOptions& options, bool keep) { options.keep_fp8_packed = keep; };
   check_packed_against_dequantized("qwen3_fp8", keep_fp8, true);
   check_packed_against_dequantized("deepseek_v3_fp8", keep_fp8, false);
+}
+
+// Products in FP8 run on Hopper GPUs only (tests/gpu checks them); asked for elsewhere, the load says why it cannot,
+// and a capture asked for them fails before any weight is read to the device.
+TEST_CASE("FP8 products in FP8 asked for on the CPU are refused, naming the flag and the device") {
+  model::LoadOptions options;
+  options.keep_fp8_packed = true;
+  options.fp8_block_products = true;
+  CHECK_THROWS_WITH_AS(model::TransformerModel::load(fixture_model("qwen3_fp8"), options),
+                       doctest::Contains("--fp8-products fp8) need a Hopper GPU"), probekit::UsageError);
+  options.fp8_block_products = false;
+  CHECK_NOTHROW(model::TransformerModel::load(fixture_model("qwen3_fp8"), options));
+  CHECK_FALSE(model::fp8_block_products_run_on(at::kCPU, at::kBFloat16));
+  CHECK(model::fp8_block_products_take(4096, 12288));
+  CHECK_FALSE(model::fp8_block_products_take(96, 1024));
+  CHECK_FALSE(model::fp8_block_products_take(384, 256));  // cuBLASLt's wrong products: see the function
 }
 
 TEST_CASE("inspect_model info describes gpt_oss: sinks, windows, its routing and activation, MXFP4") {

@@ -224,13 +224,43 @@ __device__ __forceinline__ float activate(float x, int activation) {
   return activation == 0 ? silu(x) : activation == 1 ? gelu_tanh(x) : gelu_exact(x);
 }
 
+// act(gate) * up; code 3 is gpt-oss's clamped SwiGLU, whose up is clamped and shifted too (model/activation.h).
+__device__ __forceinline__ float gated(float gate, float up, int activation, float limit) {
+  if (activation != 3) return activate(gate, activation) * up;
+  gate = fminf(gate, limit);
+  up = fminf(fmaxf(up, -limit), limit);
+  return (up + 1.0f) * (gate / (1.0f + expf(-kClampedSwigluAlpha * gate)));
+}
+
+// What the gated kernels apply: the activation's code (gated()), the clamped SwiGLU's limit, and, when `bias` is
+// set, a bias [experts, 2 * inner] added to each row's gate and up by the row's expert (routed experts' biases).
 template <typename T>
-__global__ void gated_activation_kernel(const T* gate_up, T* out, int64_t inner, int64_t total, int activation) {
+struct GatedActivation {
+  int code = 0;
+  float limit = 0;
+  const T* bias = nullptr;
+  const int64_t* row_experts = nullptr;
+};
+
+// value + offset rounded to T, as an addition in T rounds before the activation reads it.
+template <typename T>
+__device__ __forceinline__ float plus_rounded(T value, T offset) {
+  return static_cast<float>(static_cast<T>(static_cast<float>(value) + static_cast<float>(offset)));
+}
+
+template <typename T>
+__global__ void gated_activation_kernel(const T* gate_up, T* out, int64_t inner, int64_t total, GatedActivation<T> a) {
   for (int64_t index = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; index < total;
        index += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     int64_t row = index / inner, column = index % inner;
-    float gate = load(gate_up, row * 2 * inner + column), up = load(gate_up, row * 2 * inner + inner + column);
-    store(out, index, activate(gate, activation) * up);
+    const T* in = gate_up + row * 2 * inner;
+    float gate = load(in, column), up = load(in, inner + column);
+    if (a.bias != nullptr) {
+      const T* bias = a.bias + a.row_experts[row] * 2 * inner;
+      gate = plus_rounded(in[column], bias[column]);
+      up = plus_rounded(in[inner + column], bias[inner + column]);
+    }
+    store(out, index, gated(gate, up, a.code, a.limit));
   }
 }
 
@@ -250,7 +280,7 @@ using Pack = LaneValues<T, 16 / sizeof(T)>;
 // busy (a block per row looped over the row on 13 of them: 5.2 us where 1.6 MB should take 2).
 template <typename T>
 __global__ void gated_activation_rows_kernel(const T* gate_up, T* out, int64_t inner, int64_t blocks_per_row,
-                                             int activation) {
+                                             GatedActivation<T> a) {
   constexpr int kWidth = 16 / sizeof(T);
   const int64_t row = blockIdx.x / blocks_per_row, packs = inner / kWidth;
   const int64_t i = (blockIdx.x % blocks_per_row) * blockDim.x + threadIdx.x;
@@ -259,9 +289,17 @@ __global__ void gated_activation_rows_kernel(const T* gate_up, T* out, int64_t i
   const auto* up = reinterpret_cast<const Pack<T>*>(gate_up + row * 2 * inner + inner);
   auto* result = reinterpret_cast<Pack<T>*>(out + row * inner);
   Pack<T> g = gate[i], u = up[i], r;
+  Pack<T> gate_bias{}, up_bias{};
+  if (a.bias != nullptr) {
+    const T* bias = a.bias + a.row_experts[row] * 2 * inner;
+    gate_bias = reinterpret_cast<const Pack<T>*>(bias)[i];
+    up_bias = reinterpret_cast<const Pack<T>*>(bias + inner)[i];
+  }
 #pragma unroll
   for (int j = 0; j < kWidth; ++j) {
-    r.v[j] = static_cast<T>(activate(static_cast<float>(g.v[j]), activation) * static_cast<float>(u.v[j]));
+    const float gate_value = a.bias != nullptr ? plus_rounded(g.v[j], gate_bias.v[j]) : static_cast<float>(g.v[j]);
+    const float up_value = a.bias != nullptr ? plus_rounded(u.v[j], up_bias.v[j]) : static_cast<float>(u.v[j]);
+    r.v[j] = static_cast<T>(gated(gate_value, up_value, a.code, a.limit));
   }
   result[i] = r;
 }
@@ -403,6 +441,70 @@ __global__ void decode_fp8_bytes_kernel(const uint8_t* __restrict__ bytes, const
     const int64_t row = i / in, column = i % in;
     out[i] = static_cast<T>(e4m3fn_value(bytes[i]) * row_scales[row * scale_columns + column / block_in]);
   }
+}
+
+// The value of an FP4 e2m1 code: 1 sign bit, 2 exponent bits biased by 1, 1 mantissa bit.
+__device__ __forceinline__ float e2m1_value(uint32_t code) {
+  constexpr float kMagnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float magnitude = kMagnitudes[code & 7];
+  return (code & 8) != 0 ? -magnitude : magnitude;
+}
+
+// One thread a group of 32 values: its 16 bytes (two e2m1 codes a byte, the low nibble first) and its e8m0 scale
+// 2^(s - 127), each value times it rounded once into T (exact in bf16 and fp32: two significant bits times a power
+// of two), stored 16 bytes at a time.
+template <typename T>
+__global__ void decode_mxfp4_kernel(const uint4* __restrict__ blocks, const uint8_t* __restrict__ scales,
+                                    T* __restrict__ out, int64_t groups) {
+  constexpr int kPerPack = 16 / sizeof(T);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t group = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; group < groups; group += stride) {
+    const uint4 packed = blocks[group];
+    const uint32_t exponent = scales[group];
+    // 2^-127 is a subnormal float (0x00400000); the others are normal, their exponent field the byte itself.
+    const float scale = exponent == 0 ? __uint_as_float(0x00400000u) : __uint_as_float(exponent << 23);
+    const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
+    Pack<T> values[32 / kPerPack];
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const uint32_t byte = (words[j / 8] >> (8 * ((j % 8) / 2))) & 0xff;
+      values[j / kPerPack].v[j % kPerPack] = static_cast<T>(e2m1_value(j % 2 == 0 ? byte & 0xf : byte >> 4) * scale);
+    }
+    auto* target = reinterpret_cast<Pack<T>*>(out + group * 32);
+#pragma unroll
+    for (int p = 0; p < 32 / kPerPack; ++p) target[p] = values[p];
+  }
+}
+
+// One thread a pack of one token's output: its k rows' packs, each plus its expert's bias rounded to T (as an
+// addition in T rounds), weighted and summed in fp32 in the order of the token's choices.
+template <typename T>
+__global__ void combine_expert_rows_kernel(const T* __restrict__ rows, const int64_t* __restrict__ row_of_pair,
+                                           const int64_t* __restrict__ pair_experts, const float* __restrict__ weights,
+                                           const T* __restrict__ bias, float* __restrict__ out, int64_t hidden, int k,
+                                           int64_t blocks_per_token) {
+  constexpr int kWidth = 16 / sizeof(T);
+  const int64_t token = blockIdx.x / blocks_per_token;
+  const int64_t pack = (blockIdx.x % blocks_per_token) * blockDim.x + threadIdx.x;
+  if (pack * kWidth >= hidden) return;
+  float sum[kWidth] = {};
+  for (int j = 0; j < k; ++j) {
+    const int64_t pair = token * k + j;
+    const Pack<T> values = reinterpret_cast<const Pack<T>*>(rows + row_of_pair[pair] * hidden)[pack];
+    Pack<T> offsets{};
+    if (bias != nullptr) offsets = reinterpret_cast<const Pack<T>*>(bias + pair_experts[pair] * hidden)[pack];
+    const float weight = weights[pair];
+#pragma unroll
+    for (int q = 0; q < kWidth; ++q) {
+      const float value = bias != nullptr ? static_cast<float>(static_cast<T>(static_cast<float>(values.v[q]) +
+                                                                              static_cast<float>(offsets.v[q])))
+                                          : static_cast<float>(values.v[q]);
+      sum[q] += weight * value;
+    }
+  }
+  auto* target = reinterpret_cast<float4*>(out + token * hidden + pack * kWidth);
+#pragma unroll
+  for (int q = 0; q < kWidth / 4; ++q) target[q] = make_float4(sum[4 * q], sum[4 * q + 1], sum[4 * q + 2], sum[4 * q + 3]);
 }
 
 bool quad_aligned(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -743,16 +845,27 @@ std::pair<at::Tensor, at::Tensor> residual_add(const at::Tensor& residual_in, co
   return {sum, normed};
 }
 
-at::Tensor gated_activation(const at::Tensor& gate_up_in, Activation activation) {
+at::Tensor gated_activation(const at::Tensor& gate_up_in, Activation activation, double limit, const at::Tensor& bias_in,
+                            const at::Tensor& row_experts_in) {
   c10::cuda::CUDAGuard guard(gate_up_in.device());
   at::Tensor gate_up = gate_up_in.contiguous();
+  at::Tensor bias = bias_in.defined() ? bias_in.contiguous() : bias_in;
+  at::Tensor row_experts = row_experts_in.defined() ? row_experts_in.to(at::kLong).contiguous() : row_experts_in;
+  if (bias.defined() && (bias.scalar_type() != gate_up.scalar_type() || !quad_aligned(bias.data_ptr()))) {
+    gate_up = gate_up + bias.index_select(0, row_experts);
+    bias = at::Tensor();
+  }
   int64_t inner = gate_up.size(-1) / 2;
   std::vector<int64_t> shape(gate_up.sizes().begin(), gate_up.sizes().end());
   shape.back() = inner;
   at::Tensor out = at::empty(shape, gate_up.options());
   int64_t total = out.numel();
   if (total == 0) return out;
-  int code = activation == Activation::kSilu ? 0 : activation == Activation::kGeluTanh ? 1 : 2;
+  const int code = activation == Activation::kSilu       ? 0
+                   : activation == Activation::kGeluTanh ? 1
+                   : activation == Activation::kGeluExact ? 2
+                                                          : 3;
+  const auto float_limit = static_cast<float>(limit);
   auto stream = at::cuda::getCurrentCUDAStream();
   const int64_t pack_bytes = 16, rows = total / inner;
   const int64_t blocks_per_row = (inner * gate_up.element_size() / pack_bytes + kThreads - 1) / kThreads;
@@ -760,12 +873,14 @@ at::Tensor gated_activation(const at::Tensor& gate_up_in, Activation activation)
                       reinterpret_cast<uintptr_t>(gate_up.data_ptr()) % pack_bytes == 0 && rows * blocks_per_row <= INT32_MAX;
   dispatch_float_type(gate_up.scalar_type(), [&](auto type) {
     using T = decltype(type);
+    const GatedActivation<T> a{code, float_limit, bias.defined() ? bias.data_ptr<T>() : nullptr,
+                               bias.defined() ? row_experts.data_ptr<int64_t>() : nullptr};
     if (packed) {
       gated_activation_rows_kernel<T><<<rows * blocks_per_row, kThreads, 0, stream>>>(gate_up.data_ptr<T>(), out.data_ptr<T>(),
-                                                                                      inner, blocks_per_row, code);
+                                                                                      inner, blocks_per_row, a);
     } else {
       gated_activation_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(gate_up.data_ptr<T>(), out.data_ptr<T>(),
-                                                                             inner, total, code);
+                                                                             inner, total, a);
     }
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -854,6 +969,52 @@ at::Tensor decode_fp8_rows(const at::Tensor& bytes_in, const at::Tensor& row_sca
           bytes.data_ptr<uint8_t>(), row_scales.data_ptr<float>(), out.data_ptr<T>(), total, in, row_scales.size(1),
           block_in);
     }
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+
+bool decode_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, at::Tensor& out) {
+  const int64_t groups = scales.numel();
+  if (!blocks.is_contiguous() || !scales.is_contiguous() || !out.is_contiguous() || blocks.numel() != groups * 16 ||
+      out.numel() != groups * 32 || reinterpret_cast<uintptr_t>(blocks.data_ptr()) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 != 0) {
+    return false;
+  }
+  if (groups == 0) return true;
+  c10::cuda::CUDAGuard guard(blocks.device());
+  dispatch_float_type(out.scalar_type(), [&](auto type) {
+    using T = decltype(type);
+    decode_mxfp4_kernel<T><<<blocks_for(groups), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        reinterpret_cast<const uint4*>(blocks.data_ptr<uint8_t>()), scales.data_ptr<uint8_t>(), out.data_ptr<T>(), groups);
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return true;
+}
+
+at::Tensor combine_expert_rows(const at::Tensor& rows, const at::Tensor& row_of_pair, const at::Tensor& pair_experts,
+                               const at::Tensor& weights, const at::Tensor& bias) {
+  const int64_t tokens = weights.size(0), k = weights.size(1), hidden = rows.size(1);
+  const int64_t width = 16 / rows.element_size();
+  const bool fits = rows.is_contiguous() && hidden % width == 0 && quad_aligned(rows.data_ptr()) &&
+                    (!bias.defined() || (bias.is_contiguous() && bias.scalar_type() == rows.scalar_type() &&
+                                         quad_aligned(bias.data_ptr()))) &&
+                    k <= 64;
+  if (!fits) return {};
+  c10::cuda::CUDAGuard guard(rows.device());
+  at::Tensor out = at::empty({tokens, hidden}, rows.options().dtype(at::kFloat));
+  if (tokens == 0 || hidden == 0) return out;
+  at::Tensor positions = row_of_pair.contiguous(), experts = pair_experts.contiguous();
+  at::Tensor weights32 = weights.to(at::kFloat).contiguous();
+  const int threads = 128;
+  const int64_t blocks_per_token = (hidden / width + threads - 1) / threads;
+  if (tokens * blocks_per_token > INT32_MAX) return {};
+  dispatch_float_type(rows.scalar_type(), [&](auto type) {
+    using T = decltype(type);
+    combine_expert_rows_kernel<T><<<tokens * blocks_per_token, threads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        rows.data_ptr<T>(), positions.data_ptr<int64_t>(), experts.data_ptr<int64_t>(), weights32.data_ptr<float>(),
+        bias.defined() ? bias.data_ptr<T>() : nullptr, out.data_ptr<float>(), hidden, static_cast<int>(k),
+        blocks_per_token);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
