@@ -412,7 +412,8 @@ at::Tensor dense_mlp(const at::Tensor& x, const DenseMlp& mlp, const ModelConfig
 
 at::Tensor gated_activation(const at::Tensor& gate_up, Activation activation) {
 #ifdef PROBEKIT_WITH_CUDA
-  // The fused kernel knows the plain activations; the clamped SwiGLU is refused below (activate), on every device.
+  // A dense MLP's activations; the clamped SwiGLU, routed experts' only, takes its limit there (routed_experts.cpp)
+  // and is refused below (activate) on every device.
   if (gate_up.is_cuda() && activation != Activation::kClampedSwiglu) return fused::gated_activation(gate_up, activation);
 #endif
   std::vector<at::Tensor> halves = gate_up.chunk(2, -1);

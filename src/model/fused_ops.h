@@ -43,7 +43,7 @@ at::Tensor gated_activation(const at::Tensor& gate_up, Activation activation, do
 /// choices j of weights [t, j] times (rows [row_of_pair [t * k + j]] + bias [pair_experts [t * k + j]]), each row plus
 /// its bias rounded to the rows' dtype first, as an addition in that dtype rounds. `rows` [pairs, hidden] in expert
 /// order, `bias` [experts, hidden] or undefined. Undefined where the kernel does not take the tensors (rows not a
-/// whole number of aligned 16-byte packs, more than 64 choices a token).
+/// whole number of aligned 16-byte packs).
 at::Tensor combine_expert_rows(const at::Tensor& rows, const at::Tensor& row_of_pair, const at::Tensor& pair_experts,
                                const at::Tensor& weights, const at::Tensor& bias);
 

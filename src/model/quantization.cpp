@@ -112,9 +112,10 @@ bool fp8_block_products_run_on(const at::Device& device, at::ScalarType dtype) {
 }
 
 bool fp8_block_products_take(int64_t out, int64_t in) {
-  // cuBLASLt (CUDA 13, an H200) gave wrong block-scaled products for 128 and 256 inputs and right ones from 384 up;
-  // a model's projections take 1,024 inputs and more.
-  return out > 0 && out % 128 == 0 && in >= 512 && in % 128 == 0;
+  // cuBLASLt (CUDA 13, an H200) gave wrong block-scaled products for 1 and 2 blocks of inputs, whose weight scales'
+  // rows are narrower than 16 bytes: whole groups of 4 blocks only (every projection of the Qwen 3 and DeepSeek V3
+  // releases, 1,024 inputs and more).
+  return out > 0 && out % 128 == 0 && in > 0 && in % 512 == 0;
 }
 
 at::Tensor fp8_block_linear(const at::Tensor& x, const at::Tensor& bytes, const at::Tensor& block_scales) {

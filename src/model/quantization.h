@@ -33,7 +33,7 @@ at::Tensor decode_fp8_rows(const at::Tensor& bytes, const at::Tensor& row_scales
 /// (cuBLASLt's block-scaled FP8 products) and bf16 or fp16; false in a build without CUDA.
 bool fp8_block_products_run_on(const at::Device& device, at::ScalarType dtype);
 
-/// Whether a weight [out, in] multiplies in FP8: both sides whole 128-wide blocks, at least 512 inputs.
+/// Whether a weight [out, in] multiplies in FP8: whole 128-wide blocks of outputs, whole groups of 4 blocks of inputs.
 bool fp8_block_products_take(int64_t out, int64_t in);
 
 /// x [..., in] times an FP8 weight `bytes` [out, in] with `block_scales` [out / 128, in / 128], in FP8 on the GPU

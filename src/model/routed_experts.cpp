@@ -81,7 +81,8 @@ at::Tensor expert_weight(const at::Tensor& stacked, const Mxfp4Weight& packed, i
 
 // Every expert's MLP over its slice of `sorted` [M, hidden] (token rows sorted by expert, whose ids are
 // `sorted_experts` [M]; expert e's slice ends at row ends[e], int32 on the device), in the compute dtype, without
-// the down projection's bias (the caller adds it, on a GPU as it combines the rows).
+// the down projection's bias: the caller adds it to the rounded product on every path, as the grouped product always
+// had it, on a GPU as it combines the rows.
 at::Tensor expert_products(const at::Tensor& sorted, const at::Tensor& sorted_experts, const at::Tensor& ends,
                            const RoutedExperts& w, const ModelConfig& c) {
   const Activation activation = c.features.activation;

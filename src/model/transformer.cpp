@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "model/families.h"
+#include "model/quantization.h"
 
 namespace probekit::model {
 
@@ -35,6 +36,20 @@ std::unique_ptr<Prefetcher> start_read_ahead(const Checkpoint& checkpoint, const
       8);
 }
 
+// Products in FP8 asked for where they cannot run are refused before anything is read, whatever the checkpoint.
+void check_fp8_block_products(const LoadOptions& options) {
+  if (!options.fp8_block_products) return;
+  std::vector<at::Device> devices = options.layer_devices;
+  devices.push_back(options.device);
+  for (const at::Device& device : devices) {
+    if (!fp8_block_products_run_on(device, options.dtype)) {
+      fail_usage("FP8 products in FP8 (--fp8-products fp8) need a Hopper GPU (compute capability 9.x) with a LibTorch "
+                 "that has block-scaled FP8 products, computing in bf16 or fp16: not {} in {}",
+                 device.str(), c10::toString(options.dtype));
+    }
+  }
+}
+
 }  // namespace
 
 WeightReadAhead::WeightReadAhead(const std::string& dir, const LoadOptions& options) {
@@ -59,6 +74,7 @@ std::vector<std::string> tensors_to_read(const std::string& dir, const LoadOptio
 
 TransformerModel TransformerModel::load(const std::string& dir, const LoadOptions& options,
                                         const WeightReadAhead* read_ahead) {
+  check_fp8_block_products(options);
   TransformerModel model;
   model.dir_ = dir;
   model.config_ = load_config(dir);

@@ -283,14 +283,9 @@ Fp8Weight WeightScope::packed_fp8(const std::string& name, const Checkpoint::Ent
 }
 
 bool WeightScope::fp8_block_products(int64_t out, int64_t in) const {
-  if (!checkpoint_->fp8_block_products_) return false;
-  const bool runs_here = fp8_block_products_run_on(device_, dtype_);
-  if (!runs_here) {
-    fail_usage("FP8 products in FP8 (--fp8-products fp8) need a Hopper GPU (compute capability 9.x) and bf16 or "
-               "fp16, not {} in {}", device_.str(), c10::toString(dtype_));
-  }
-  // Weights of partial blocks (a side not a multiple of 128) decode for each product whatever was asked.
-  return checkpoint_->quantization_.block == std::vector<int64_t>{128, 128} &&
+  // TransformerModel::load refused the request where the products cannot run; weights the products do not take
+  // (other blocks, other widths) decode for each product whatever was asked.
+  return checkpoint_->fp8_block_products_ && checkpoint_->quantization_.block == std::vector<int64_t>{128, 128} &&
          fp8_block_products_take(out, in);
 }
 

@@ -107,7 +107,8 @@ struct Mxfp4Weight {
   bool defined() const { return blocks.defined(); }
 };
 
-/// A fine-grained FP8 weight kept packed on its device (LoadOptions::keep_fp8_packed), decoded for each product.
+/// A fine-grained FP8 weight kept packed on its device (LoadOptions::keep_fp8_packed), decoded for each product, or
+/// multiplied in FP8 where it keeps its block scales (LoadOptions::fp8_block_products).
 struct Fp8Weight {
   at::Tensor bytes;       // [out, in] uint8: float8_e4m3fn codes
   at::Tensor row_scales;  // [out, ceil(in / block_in)] fp32: each row's weight_scale_inv along the input

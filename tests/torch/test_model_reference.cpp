@@ -228,20 +228,29 @@ TEST_CASE("FP8 projections kept packed give the bits of weights dequantized on l
   check_packed_against_dequantized("deepseek_v3_fp8", keep_fp8, false);
 }
 
-// Products in FP8 run on Hopper GPUs only (tests/gpu checks them); asked for elsewhere, the load says why it cannot,
-// and a capture asked for them fails before any weight is read to the device.
+// Products in FP8 run on Hopper GPUs only (tests/gpu checks them); asked for elsewhere, the load refuses them before
+// reading anything, packed weights or not, and capture_activations exits 2 naming the flag.
 TEST_CASE("FP8 products in FP8 asked for on the CPU are refused, naming the flag and the device") {
   model::LoadOptions options;
-  options.keep_fp8_packed = true;
   options.fp8_block_products = true;
   CHECK_THROWS_WITH_AS(model::TransformerModel::load(fixture_model("qwen3_fp8"), options),
                        doctest::Contains("--fp8-products fp8) need a Hopper GPU"), probekit::UsageError);
+  options.keep_fp8_packed = true;
+  CHECK_THROWS_AS(model::TransformerModel::load(fixture_model("qwen3_fp8"), options), probekit::UsageError);
   options.fp8_block_products = false;
   CHECK_NOTHROW(model::TransformerModel::load(fixture_model("qwen3_fp8"), options));
+  testing::TempDir out;
+  testing::write_three_action_dataset(out.path() + "/data.jsonl");
+  testing::CommandResult r = testing::run_command(fmt::format(
+      "{} --model {} --dataset {}/data.jsonl --output-dir {}/act --device cpu --fp8-products fp8 -q",
+      testing::tool("capture_activations"), fixture_model("qwen3_fp8"), out.path(), out.path()));
+  testing::check_failure(r, 2, {"--fp8-products fp8) need a Hopper GPU"});
   CHECK_FALSE(model::fp8_block_products_run_on(at::kCPU, at::kBFloat16));
   CHECK(model::fp8_block_products_take(4096, 12288));
   CHECK_FALSE(model::fp8_block_products_take(96, 1024));
-  CHECK_FALSE(model::fp8_block_products_take(384, 256));  // cuBLASLt's wrong products: see the function
+  // cuBLASLt's wrong products: see the function.
+  CHECK_FALSE(model::fp8_block_products_take(384, 256));
+  CHECK_FALSE(model::fp8_block_products_take(256, 640));
 }
 
 TEST_CASE("inspect_model info describes gpt_oss: sinks, windows, its routing and activation, MXFP4") {

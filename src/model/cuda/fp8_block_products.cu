@@ -2,7 +2,10 @@
 // itself cuBLASLt's block-scaled FP8 matrix multiply through at::_scaled_mm.
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <cublas_api.h>
 #include <cuda_fp8.h>
+#include <fmt/ranges.h>
+#include <torch/csrc/api/include/torch/version.h>
 
 #include <cstdint>
 
@@ -87,9 +90,15 @@ std::pair<at::Tensor, at::Tensor> quantize_padded(const at::Tensor& x, int64_t p
 }  // namespace
 
 bool fp8_block_products_available(const at::Device& device) {
+  // cuBLASLt scales FP8 products by 1x128 and 128x128 blocks from 12.9 on, on Hopper only (compute capability 9.x);
+  // LibTorch's at::_scaled_mm passes such scales from 2.9 on.
+#if (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)) && CUBLAS_VERSION >= 120900
   if (!device.is_cuda()) return false;
-  // cuBLASLt scales FP8 products by 1x128 and 128x128 blocks on Hopper only (compute capability 9.x).
   return at::cuda::getDeviceProperties(device.index() < 0 ? at::cuda::current_device() : device.index())->major == 9;
+#else
+  (void)device;
+  return false;
+#endif
 }
 
 std::pair<at::Tensor, at::Tensor> quantize_fp8_groups(const at::Tensor& x) {
@@ -103,9 +112,11 @@ at::Tensor fp8_block_linear(const at::Tensor& x, const at::Tensor& bytes, const 
   const int64_t out = bytes.size(0), in = bytes.size(1);
   const bool scales_fit =
       block_scales.dim() == 2 && block_scales.size(0) == out / kGroup && block_scales.size(1) == in / kGroup;
-  if (!fp8_block_products_take(out, in) || !scales_fit || x.size(-1) != in) {
-    fail("FP8 block product: a weight [{}, {}] with {}-dimensional block scales does not take inputs of width {}",
-         out, in, block_scales.dim(), x.size(-1));
+  if (!fp8_block_products_run_on(x.device(), x.scalar_type()) || !fp8_block_products_take(out, in) || !scales_fit ||
+      x.size(-1) != in) {
+    fail("FP8 block product on {} in {}: a weight [{}, {}] with block scales [{}] does not take inputs [{}]",
+         x.device().str(), c10::toString(x.scalar_type()), out, in, fmt::join(block_scales.sizes(), ", "),
+         fmt::join(x.sizes(), ", "));
   }
   const int64_t rows = x.numel() / in;
   std::vector<int64_t> shape = x.sizes().vec();
@@ -115,9 +126,13 @@ at::Tensor fp8_block_linear(const at::Tensor& x, const at::Tensor& bytes, const 
       quantize_padded(x.reshape({rows, in}).contiguous(), (rows + kRowMultiple - 1) / kRowMultiple * kRowMultiple);
   // cuBLASLt wants the weight column-major [in, out] with its scales [in / 128, out / 128] outer-major: the
   // transposed views of the stored [out, in] and [out / 128, in / 128].
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)
   at::Tensor product = at::_scaled_mm(codes.view(at::kFloat8_e4m3fn), bytes.view(at::kFloat8_e4m3fn).t(), scales,
                                       block_scales.t(), std::nullopt, std::nullopt, x.scalar_type(), false);
   return product.narrow(0, 0, rows).view(shape);
+#else
+  fail("FP8 block products need LibTorch 2.9 or later");
+#endif
 }
 
 }  // namespace probekit::model::fused

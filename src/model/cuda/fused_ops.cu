@@ -254,12 +254,9 @@ __global__ void gated_activation_kernel(const T* gate_up, T* out, int64_t inner,
        index += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     int64_t row = index / inner, column = index % inner;
     const T* in = gate_up + row * 2 * inner;
-    float gate = load(in, column), up = load(in, inner + column);
-    if (a.bias != nullptr) {
-      const T* bias = a.bias + a.row_experts[row] * 2 * inner;
-      gate = plus_rounded(in[column], bias[column]);
-      up = plus_rounded(in[inner + column], bias[inner + column]);
-    }
+    const T* bias = a.bias != nullptr ? a.bias + a.row_experts[row] * 2 * inner : nullptr;
+    const float gate = bias != nullptr ? plus_rounded(in[column], bias[column]) : load(in, column);
+    const float up = bias != nullptr ? plus_rounded(in[inner + column], bias[inner + column]) : load(in, inner + column);
     store(out, index, gated(gate, up, a.code, a.limit));
   }
 }
@@ -461,8 +458,11 @@ __global__ void decode_mxfp4_kernel(const uint4* __restrict__ blocks, const uint
   for (int64_t group = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; group < groups; group += stride) {
     const uint4 packed = blocks[group];
     const uint32_t exponent = scales[group];
-    // 2^-127 is a subnormal float (0x00400000); the others are normal, their exponent field the byte itself.
-    const float scale = exponent == 0 ? __uint_as_float(0x00400000u) : __uint_as_float(exponent << 23);
+    // 2^-127 is a subnormal float (0x00400000), 255 is NaN (refused on load), the others are normal floats whose
+    // exponent field is the byte itself.
+    const float scale = exponent == 0     ? __uint_as_float(0x00400000u)
+                        : exponent == 255 ? __uint_as_float(0x7fc00000u)
+                                          : __uint_as_float(exponent << 23);
     const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
     Pack<T> values[32 / kPerPack];
 #pragma unroll
@@ -477,7 +477,8 @@ __global__ void decode_mxfp4_kernel(const uint4* __restrict__ blocks, const uint
 }
 
 // One thread a pack of one token's output: its k rows' packs, each plus its expert's bias rounded to T (as an
-// addition in T rounds), weighted and summed in fp32 in the order of the token's choices.
+// addition in T rounds), weighted and summed in fp32 in the order of the token's choices (nvcc contracts each step
+// into a fused multiply-add: within an fp32 rounding of ATen's multiply then sum).
 template <typename T>
 __global__ void combine_expert_rows_kernel(const T* __restrict__ rows, const int64_t* __restrict__ row_of_pair,
                                            const int64_t* __restrict__ pair_experts, const float* __restrict__ weights,
@@ -496,9 +497,7 @@ __global__ void combine_expert_rows_kernel(const T* __restrict__ rows, const int
     const float weight = weights[pair];
 #pragma unroll
     for (int q = 0; q < kWidth; ++q) {
-      const float value = bias != nullptr ? static_cast<float>(static_cast<T>(static_cast<float>(values.v[q]) +
-                                                                              static_cast<float>(offsets.v[q])))
-                                          : static_cast<float>(values.v[q]);
+      const float value = bias != nullptr ? plus_rounded(values.v[q], offsets.v[q]) : static_cast<float>(values.v[q]);
       sum[q] += weight * value;
     }
   }
@@ -851,6 +850,10 @@ at::Tensor gated_activation(const at::Tensor& gate_up_in, Activation activation,
   at::Tensor gate_up = gate_up_in.contiguous();
   at::Tensor bias = bias_in.defined() ? bias_in.contiguous() : bias_in;
   at::Tensor row_experts = row_experts_in.defined() ? row_experts_in.to(at::kLong).contiguous() : row_experts_in;
+  TORCH_CHECK(activation != Activation::kClampedSwiglu || limit > 0, "gated_activation: the clamped SwiGLU needs its "
+              "limit, got ", limit);
+  TORCH_CHECK(!bias.defined() || (row_experts.defined() && row_experts.numel() * gate_up.size(-1) == gate_up.numel()),
+              "gated_activation: expert biases need one expert a row");
   if (bias.defined() && (bias.scalar_type() != gate_up.scalar_type() || !quad_aligned(bias.data_ptr()))) {
     gate_up = gate_up + bias.index_select(0, row_experts);
     bias = at::Tensor();
@@ -998,17 +1001,15 @@ at::Tensor combine_expert_rows(const at::Tensor& rows, const at::Tensor& row_of_
   const int64_t width = 16 / rows.element_size();
   const bool fits = rows.is_contiguous() && hidden % width == 0 && quad_aligned(rows.data_ptr()) &&
                     (!bias.defined() || (bias.is_contiguous() && bias.scalar_type() == rows.scalar_type() &&
-                                         quad_aligned(bias.data_ptr()))) &&
-                    k <= 64;
-  if (!fits) return {};
+                                         quad_aligned(bias.data_ptr())));
+  const int threads = 128;
+  const int64_t blocks_per_token = (hidden / width + threads - 1) / threads;
+  if (!fits || tokens * blocks_per_token > INT32_MAX) return {};
   c10::cuda::CUDAGuard guard(rows.device());
   at::Tensor out = at::empty({tokens, hidden}, rows.options().dtype(at::kFloat));
   if (tokens == 0 || hidden == 0) return out;
   at::Tensor positions = row_of_pair.contiguous(), experts = pair_experts.contiguous();
   at::Tensor weights32 = weights.to(at::kFloat).contiguous();
-  const int threads = 128;
-  const int64_t blocks_per_token = (hidden / width + threads - 1) / threads;
-  if (tokens * blocks_per_token > INT32_MAX) return {};
   dispatch_float_type(rows.scalar_type(), [&](auto type) {
     using T = decltype(type);
     combine_expert_rows_kernel<T><<<tokens * blocks_per_token, threads, 0, at::cuda::getCurrentCUDAStream()>>>(
