@@ -13,9 +13,7 @@
 #include "model/routed_experts.h"
 
 #ifdef PROBEKIT_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAFunctions.h>
-
+#include "device/torch/cuda/gpu_cuda.h"
 #include "model/fused_ops.h"
 #endif
 
@@ -454,7 +452,7 @@ bool packed_attention_is_fast(const ModelConfig& config, at::Device device, at::
       return false;
     }
   }
-  return at::cuda::getDeviceProperties(device.index() < 0 ? c10::cuda::current_device() : device.index())->major >= 8;
+  return device::cuda::capability_major(device.index()) >= 8;
 #else
   (void)config, (void)device, (void)dtype;
   return false;

@@ -3,7 +3,7 @@
 #include <torch/csrc/api/include/torch/version.h>
 
 #ifdef PROBEKIT_WITH_CUDA
-#include <cuda_runtime_api.h>
+#include "device/torch/cuda/gpu_cuda.h"
 #endif
 
 #include "model/decoder_block.h"
@@ -32,12 +32,7 @@ bool grouped_gemm_fits(const at::Tensor& rows, const RoutedExperts& w) {
   if (!packed && w.gate_up.scalar_type() != at::kBFloat16) return false;
   const int64_t inner = packed ? w.down_mxfp4.scales.size(-1) * 32 : w.down.size(2);
   if (rows.size(1) % 8 != 0 || inner % 8 != 0) return false;
-  int major = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, rows.device().index()) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return major == 9;
+  return device::cuda::capability_major(rows.device().index()) == 9;
 #else
   (void)rows;
   (void)w;

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "common/error.h"
+#include "device/torch/cuda/gpu_cuda.h"
 #include "model/fused_ops.h"
 #include "model/quantization.h"
 
@@ -94,7 +95,7 @@ bool fp8_block_products_available(const at::Device& device) {
   // LibTorch's at::_scaled_mm passes such scales from 2.9 on.
 #if (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)) && CUBLAS_VERSION >= 120900
   if (!device.is_cuda()) return false;
-  return at::cuda::getDeviceProperties(device.index() < 0 ? at::cuda::current_device() : device.index())->major == 9;
+  return device::cuda::capability_major(device.index()) == 9;
 #else
   (void)device;
   return false;

@@ -30,6 +30,19 @@ std::vector<GpuInfo> query_devices() {
   return gpus;
 }
 
+int capability_major(int index) {
+  if (index < 0 && cudaGetDevice(&index) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return major;
+}
+
 uint64_t free_memory(int index) {
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index));
   size_t free_bytes = 0, total_bytes = 0;

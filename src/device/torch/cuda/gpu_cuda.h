@@ -9,6 +9,8 @@
 namespace probekit::device::cuda {
 
 std::vector<GpuInfo> query_devices();
+/// The compute capability's major number of a CUDA device (index -1: the current one); 0 where it cannot be read.
+int capability_major(int index);
 uint64_t free_memory(int index);
 void synchronize(int index);
 void empty_cache();
