@@ -445,7 +445,12 @@ bool cached_attention_is_fused(const ModelConfig& config, at::Device device, at:
 bool packed_attention_is_fast(const ModelConfig& config, at::Device device, at::ScalarType dtype) {
 #if (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)) && defined(PROBEKIT_WITH_CUDA)
   if (!device.is_cuda() || (dtype != at::kBFloat16 && dtype != at::kHalf)) return false;
-  if (config.features.attn_softcap || has_recurrent_layers(config)) return false;
+  if (config.features.attn_softcap) return false;
+  // Gated DeltaNet layers take packed sequences in their kernel, one sequence per thread block.
+  const LinearAttentionSpec& linear = config.linear_attention;
+  if (has_recurrent_layers(config) && !fused::delta_net_kernel_takes(linear.key_head_dim, linear.value_head_dim)) {
+    return false;
+  }
   for (int64_t i = 0; i < static_cast<int64_t>(config.layers.size()); ++i) {
     const int64_t head_dim = layer_head_dim(config, i);
     if (config.layers[static_cast<size_t>(i)].rope.type == RopeType::kLongRope || head_dim > 256 || head_dim % 8 != 0) {

@@ -96,6 +96,26 @@ at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::
                             at::Tensor& cache_values, const at::Tensor& positions, int64_t visible, int64_t window,
                             double scale, const at::Tensor& sinks = {});
 
+/// A Gated DeltaNet layer's mixer from its input projection (model/gated_delta_net.h's arithmetic, its reference).
+struct DeltaNetKernelInputs {
+  at::Tensor projected;  // [N, channels + value_dim + 2 * value_heads] rows, unit stride within a row: q k v z b a
+  at::Tensor starts;     // [S + 1] int64: sequence s is rows [starts [s], starts [s + 1])
+  at::Tensor conv_weight, A_log, dt_bias, norm_weight;  // fp32, as DeltaNetWeights holds them
+  at::Tensor conv_before;  // [S, channels, conv_kernel - 1]: the convolution's inputs before each sequence; or zeros
+  at::Tensor initial;      // [S, value_heads, dk, dv] fp32: each sequence's state before it; or zeros
+  at::Tensor commit;       // [S] int64: the state returned is the one after this many tokens; or after all
+  int64_t key_heads = 0, value_heads = 0, key_head_dim = 0, value_head_dim = 0, conv_kernel = 0;
+  double eps = 0;  // the output's RMSNorm
+};
+
+/// Whether delta_net_heads takes heads of these widths: dk and dv at most 128.
+bool delta_net_kernel_takes(int64_t key_head_dim, int64_t value_head_dim);
+
+/// The mixer's gated, normalized heads [N, value_dim] in the projection's dtype, one kernel for every sequence and
+/// head: convolution, q and k normalized, the gated delta rule token by token in fp32, the gated RMSNorm. With
+/// `state_out` it also returns each sequence's state after its committed tokens [S, value_heads, dk, dv].
+at::Tensor delta_net_heads(const DeltaNetKernelInputs& in, at::Tensor* state_out);
+
 /// model::decode_fp8_rows on the GPU: one pass reading the FP8 bytes and their row scales, writing `dtype`.
 at::Tensor decode_fp8_rows(const at::Tensor& bytes, const at::Tensor& row_scales, int64_t block_in, at::ScalarType dtype);
 

@@ -6,6 +6,10 @@
 
 #include "common/error.h"
 
+#ifdef PROBEKIT_WITH_CUDA
+#include "model/fused_ops.h"
+#endif
+
 namespace probekit::model {
 
 namespace {
@@ -130,45 +134,110 @@ std::vector<at::Tensor> delta_rule_inputs(const at::Tensor& y, const at::Tensor&
   return {q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), g.transpose(1, 2), beta.transpose(1, 2)};
 }
 
-// The mixer's heads [B, T, value_dim] (before out_proj, compute dtype) for x [B, T, hidden]; with `cache` its
-// states for this layer are read and left after each row's first `commit` tokens (undefined: all).
-at::Tensor mix_tokens(const at::Tensor& x, const DeltaNetWeights& w, const ModelConfig& c, KvCache* cache, size_t layer,
-                      const at::Tensor& commit) {
+// The convolution's inputs [B, channels, K - 1 + T]: the K - 1 before the pass (`before`, or zeros), then the
+// channels of q, k and v of each token of projected [B, T, P].
+at::Tensor conv_inputs(const at::Tensor& projected, const at::Tensor& before, const LinearAttentionSpec& s) {
+  const int64_t channels = s.conv_channels();
+  at::Tensor earlier = before.defined()
+                           ? before.to(projected.scalar_type())
+                           : at::zeros({projected.size(0), channels, s.conv_kernel - 1}, projected.options());
+  return at::cat({earlier, projected.narrow(-1, 0, channels).transpose(1, 2)}, 2);
+}
+
+// The convolution's last K - 1 inputs up to each row's last committed token (all T when `commit` is undefined):
+// columns [commit, commit + K - 1) of `inputs`, which begin with the K - 1 from before the pass.
+at::Tensor conv_history(const at::Tensor& inputs, const at::Tensor& commit, int64_t history) {
+  const int64_t batch = inputs.size(0), tokens = inputs.size(2) - history;
+  at::Tensor ends = commit.defined() ? commit.view({batch, 1, 1}).to(inputs.device(), at::kLong)
+                                     : at::full({batch, 1, 1}, tokens,
+                                                at::TensorOptions().dtype(at::kLong).device(inputs.device()));
+  at::Tensor columns = ends + at::arange(history, ends.options()).view({1, 1, history});
+  return inputs.gather(2, columns.expand({batch, inputs.size(1), history}));
+}
+
+// delta_net_heads in ATen operations (the reference the kernel is tested against).
+at::Tensor heads_in_aten(const at::Tensor& projected, const DeltaNetWeights& w, const ModelConfig& c,
+                         DeltaNetState* state, const at::Tensor& commit) {
   const LinearAttentionSpec& s = c.linear_attention;
-  const int64_t batch = x.size(0), tokens = x.size(1), channels = s.conv_channels(), history = s.conv_kernel - 1;
-  at::Tensor projected = linear(x, w.in_proj);  // [B, T, channels + value_dim + 2 * value_heads]: q k v z b a
-  at::Tensor before =
-      cache != nullptr ? cache->conv_states.at(layer) : at::zeros({batch, channels, history}, x.options());
-  at::Tensor inputs = at::cat({before, projected.narrow(-1, 0, channels).transpose(1, 2)}, 2);  // [B, C, K - 1 + T]
+  const int64_t batch = projected.size(0), tokens = projected.size(1), channels = s.conv_channels();
+  at::Tensor inputs = conv_inputs(projected, state != nullptr ? state->conv : at::Tensor(), s);
   // The convolution runs in fp32 (its weight is kept so), as the delta rule after it.
-  at::Tensor y = at::silu(at::conv1d(inputs.to(at::kFloat), w.conv.unsqueeze(1), at::Tensor(), at::IntArrayRef{1}, at::IntArrayRef{0},
-                                     at::IntArrayRef{1}, channels))
+  at::Tensor y = at::silu(at::conv1d(inputs.to(at::kFloat), w.conv.unsqueeze(1), at::Tensor(), at::IntArrayRef{1},
+                                     at::IntArrayRef{0}, at::IntArrayRef{1}, channels))
                      .transpose(1, 2);
   const int64_t z_at = channels, b_at = z_at + s.value_dim(), a_at = b_at + s.value_heads;
   std::vector<at::Tensor> in =
       delta_rule_inputs(y, projected.narrow(-1, b_at, s.value_heads), projected.narrow(-1, a_at, s.value_heads), w, s);
-  at::Tensor initial = cache != nullptr
-                           ? cache->recurrent_states.at(layer)
+  at::Tensor initial = state != nullptr
+                           ? state->recurrent
                            : at::zeros({batch, s.value_heads, s.key_head_dim, s.value_head_dim}, y.options());
   DeltaRuleResult result =
-      gated_delta_rule_chunked(in[0], in[1], in[2], in[3], in[4], initial, cache != nullptr ? commit : at::Tensor());
-  if (cache != nullptr) {
-    // The convolution's last K - 1 inputs up to each row's last committed token: columns [commit, commit + K - 1)
-    // of `inputs`, which begin with the K - 1 from before the pass.
-    at::Tensor ends = commit.defined()
-                          ? commit.view({batch, 1, 1})
-                          : at::full({batch, 1, 1}, tokens, at::TensorOptions().dtype(at::kLong).device(x.device()));
-    at::Tensor columns = ends + at::arange(history, ends.options()).view({1, 1, history});
-    cache->conv_states[layer] = inputs.gather(2, columns.expand({batch, channels, history}));
-    cache->recurrent_states[layer] = result.state;
-  }
+      gated_delta_rule_chunked(in[0], in[1], in[2], in[3], in[4], initial, state != nullptr ? commit : at::Tensor());
+  if (state != nullptr) *state = {conv_history(inputs, commit, s.conv_kernel - 1), result.state};
   at::Tensor o = result.outputs.transpose(1, 2);  // [B, T, value_heads, dv]
   at::Tensor normalized = o * at::rsqrt(o.pow(2).mean(-1, true) + c.norm_eps) * w.norm;
   at::Tensor gated = normalized * at::silu(heads_of(projected, z_at, s.value_heads, s.value_head_dim).to(at::kFloat));
-  return gated.reshape({batch, tokens, s.value_dim()}).to(x.scalar_type());
+  return gated.reshape({batch, tokens, s.value_dim()}).to(projected.scalar_type());
 }
 
+#ifdef PROBEKIT_WITH_CUDA
+bool kernel_takes(const at::Tensor& projected, const ModelConfig& c) {
+  return projected.is_cuda() &&
+         fused::delta_net_kernel_takes(c.linear_attention.key_head_dim, c.linear_attention.value_head_dim);
+}
+
+// delta_net_heads in one kernel over the sequences of `starts` among the rows of projected [B, T, P].
+at::Tensor heads_in_kernel(const at::Tensor& projected, const at::Tensor& starts, const DeltaNetWeights& w,
+                           const ModelConfig& c, DeltaNetState* state, const at::Tensor& commit) {
+  const LinearAttentionSpec& s = c.linear_attention;
+  fused::DeltaNetKernelInputs in;
+  in.projected = projected.reshape({-1, projected.size(-1)});
+  in.starts = starts;
+  in.conv_weight = w.conv, in.A_log = w.A_log, in.dt_bias = w.dt_bias, in.norm_weight = w.norm;
+  if (state != nullptr) in.conv_before = state->conv, in.initial = state->recurrent, in.commit = commit;
+  in.key_heads = s.key_heads, in.value_heads = s.value_heads, in.key_head_dim = s.key_head_dim;
+  in.value_head_dim = s.value_head_dim, in.conv_kernel = s.conv_kernel, in.eps = c.norm_eps;
+  at::Tensor final_state;
+  at::Tensor heads = fused::delta_net_heads(in, state != nullptr ? &final_state : nullptr);
+  if (state != nullptr) {
+    state->conv = conv_history(conv_inputs(projected, state->conv, s), commit, s.conv_kernel - 1);
+    state->recurrent = final_state;
+  }
+  return heads.view({projected.size(0), projected.size(1), s.value_dim()});
+}
+#endif
+
 }  // namespace
+
+at::Tensor delta_net_heads(const at::Tensor& projected, const DeltaNetWeights& w, const ModelConfig& c,
+                           DeltaNetState* state, const at::Tensor& commit) {
+#ifdef PROBEKIT_WITH_CUDA
+  if (kernel_takes(projected, c)) {
+    const int64_t batch = projected.size(0), tokens = projected.size(1);
+    return heads_in_kernel(projected, at::arange(batch + 1, projected.options().dtype(at::kLong)) * tokens, w, c,
+                           state, commit);
+  }
+#endif
+  return heads_in_aten(projected, w, c, state, commit);
+}
+
+at::Tensor packed_delta_net_heads(const at::Tensor& projected, const std::vector<int64_t>& lengths,
+                                  const DeltaNetWeights& w, const ModelConfig& c) {
+#ifdef PROBEKIT_WITH_CUDA
+  if (kernel_takes(projected, c)) {
+    std::vector<int64_t> starts = {0};
+    for (int64_t length : lengths) starts.push_back(starts.back() + length);
+    return heads_in_kernel(projected, at::tensor(starts).to(projected.device()), w, c, nullptr, {});
+  }
+#endif
+  std::vector<at::Tensor> parts;
+  int64_t start = 0;
+  for (int64_t length : lengths) {
+    parts.push_back(heads_in_aten(projected.narrow(1, start, length), w, c, nullptr, {}));
+    start += length;
+  }
+  return at::cat(parts, 1);
+}
 
 at::Tensor delta_net_branch(const at::Tensor& x_in, const LayerWeights& w, const ModelConfig& c, int64_t layer,
                             const AttentionContext& context, const at::Tensor& output_rows) {
@@ -176,18 +245,18 @@ at::Tensor delta_net_branch(const at::Tensor& x_in, const LayerWeights& w, const
     fail_input("layer {} is a Gated DeltaNet layer, which cannot continue from a cached prefix of keys and values",
                layer);
   }
+  const at::Tensor projected = linear(x_in, w.delta_net.in_proj);  // [B, T, P]: q k v z b a
   at::Tensor mixed;
   if (const PackedSequences* packed = context.packed()) {
-    // Each packed sequence starts from an empty state: one at a time.
-    std::vector<at::Tensor> parts;
-    int64_t start = 0;
-    for (int64_t length : packed->lengths) {
-      parts.push_back(mix_tokens(x_in.narrow(1, start, length), w.delta_net, c, nullptr, 0, {}));
-      start += length;
-    }
-    mixed = at::cat(parts, 1);
+    mixed = packed_delta_net_heads(projected, packed->lengths, w.delta_net, c);  // each from an empty state
+  } else if (KvCache* cache = context.cache()) {
+    const auto at = static_cast<size_t>(layer);
+    DeltaNetState state{cache->conv_states.at(at), cache->recurrent_states.at(at)};
+    mixed = delta_net_heads(projected, w.delta_net, c, &state, context.commit_tokens());
+    cache->conv_states[at] = state.conv;
+    cache->recurrent_states[at] = state.recurrent;
   } else {
-    mixed = mix_tokens(x_in, w.delta_net, c, context.cache(), static_cast<size_t>(layer), context.commit_tokens());
+    mixed = delta_net_heads(projected, w.delta_net, c, nullptr, {});
   }
   return linear(output_rows.defined() ? mixed.index_select(1, output_rows) : mixed, w.attention_output);
 }

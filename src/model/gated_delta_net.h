@@ -6,6 +6,8 @@
 
 #include <ATen/ATen.h>
 
+#include <vector>
+
 #include "model/config.h"
 #include "model/decoder_block.h"
 #include "model/weights.h"
@@ -32,6 +34,23 @@ DeltaRuleResult gated_delta_rule_recurrent(const at::Tensor& q, const at::Tensor
 DeltaRuleResult gated_delta_rule_chunked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                          const at::Tensor& g, const at::Tensor& beta, const at::Tensor& initial,
                                          const at::Tensor& commit = {}, int64_t chunk_size = 64);
+
+/// What a Gated DeltaNet layer carries from one pass to the next, per row: the convolution's last K - 1 inputs
+/// [B, channels, K - 1] (compute dtype) and the delta rule's state [B, value_heads, dk, dv] (fp32).
+struct DeltaNetState {
+  at::Tensor conv, recurrent;
+};
+
+/// The mixer's heads [B, T, value_dim] (before out_proj, in projected's dtype) from the input projection
+/// projected [B, T, P] (q k v z b a). With `state` each row starts from it and it is left as it stands after the
+/// row's first commit [b] tokens (`commit` [B] int64; undefined: all T); without, each row starts from zeros. On a
+/// GPU one kernel (fused::delta_net_heads) computes it; elsewhere ATen operations and gated_delta_rule_chunked.
+at::Tensor delta_net_heads(const at::Tensor& projected, const DeltaNetWeights& w, const ModelConfig& c,
+                           DeltaNetState* state, const at::Tensor& commit);
+
+/// The same for packed sequences: projected [1, N, P] holds sequences of `lengths` one after another, each from zeros.
+at::Tensor packed_delta_net_heads(const at::Tensor& projected, const std::vector<int64_t>& lengths,
+                                  const DeltaNetWeights& w, const ModelConfig& c);
 
 /// The Gated DeltaNet sub-block's output [B, T, hidden] for its input x_in (the normalized stream, compute dtype),
 /// at the tokens `output_rows` only when defined. With generation's cache (context.cache()) it starts from the

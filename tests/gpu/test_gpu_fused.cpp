@@ -5,6 +5,7 @@
 
 #include "gpu/gpu_test_util.h"
 #include "model/fused_ops.h"
+#include "model/gated_delta_net.h"
 #include "model/quantization.h"
 #include "model/weights.h"
 
@@ -334,5 +335,68 @@ TEST_CASE("cached attention writes the keys and values at their positions and at
         }
       }
     }
+  }
+}
+
+namespace {
+
+DeltaNetWeights delta_net_to(const DeltaNetWeights& w, const at::Device& device) {
+  DeltaNetWeights moved;
+  moved.conv = w.conv.to(device), moved.A_log = w.A_log.to(device), moved.dt_bias = w.dt_bias.to(device);
+  moved.norm = w.norm.to(device);
+  return moved;
+}
+
+}  // namespace
+
+TEST_CASE("the Gated DeltaNet kernel equals the ATen mixer: carried and committed states, packed sequences") {
+  // Qwen3.5-4B's heads, the fixtures' and odd widths padded inside the kernel; 45 tokens cross its staging chunks.
+  struct Shape {
+    int64_t key_heads, value_heads, key_head_dim, value_head_dim;
+  };
+  for (const Shape& shape : {Shape{16, 32, 128, 128}, Shape{2, 4, 16, 16}, Shape{3, 3, 40, 24}}) {
+    CAPTURE(shape.key_head_dim);
+    ModelConfig c;
+    c.norm_eps = 1e-6;
+    LinearAttentionSpec& s = c.linear_attention;
+    s.key_heads = shape.key_heads, s.value_heads = shape.value_heads, s.key_head_dim = shape.key_head_dim;
+    s.value_head_dim = shape.value_head_dim, s.conv_kernel = 4;
+    const int64_t channels = s.conv_channels(), width = channels + s.value_dim() + 2 * s.value_heads;
+    DeltaNetWeights w;
+    w.conv = at::randn({channels, s.conv_kernel}) * 0.5, w.A_log = at::randn({s.value_heads}) * 0.5;
+    w.dt_bias = at::randn({s.value_heads}), w.norm = at::randn({s.value_head_dim}) + 1;
+    const DeltaNetWeights on_gpu = delta_net_to(w, kCuda.device());
+    at::Tensor projected = at::randn({3, 45, width});
+    at::Tensor expected = delta_net_heads(projected, w, c, nullptr, {});
+    at::Tensor got = delta_net_heads(projected.to(kCuda.device()), on_gpu, c, nullptr, {});
+    CHECK(max_relative_error(got, expected) < 1e-4);
+
+    // From given states, each row's left after its committed tokens (all, none, some).
+    DeltaNetState before{at::randn({3, channels, s.conv_kernel - 1}),
+                         at::randn({3, s.value_heads, s.key_head_dim, s.value_head_dim}) * 0.1};
+    at::Tensor commit = at::tensor(std::vector<int64_t>{45, 0, 17});
+    DeltaNetState cpu_state = before, gpu_state{before.conv.to(kCuda.device()), before.recurrent.to(kCuda.device())};
+    expected = delta_net_heads(projected, w, c, &cpu_state, commit);
+    got = delta_net_heads(projected.to(kCuda.device()), on_gpu, c, &gpu_state, commit.to(kCuda.device()));
+    CHECK(max_relative_error(got, expected) < 1e-4);
+    CHECK(max_relative_error(gpu_state.recurrent, cpu_state.recurrent) < 1e-4);
+    CHECK(at::equal(gpu_state.conv.cpu(), cpu_state.conv));
+
+    // Packed sequences, each from zeros: as each alone.
+    const std::vector<int64_t> lengths = {45, 1, 20};
+    std::vector<at::Tensor> rows, alone;
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      rows.push_back(projected.narrow(0, static_cast<int64_t>(i), 1).narrow(1, 0, lengths[i]));
+      alone.push_back(delta_net_heads(rows.back(), w, c, nullptr, {}));
+    }
+    got = packed_delta_net_heads(at::cat(rows, 1).to(kCuda.device()), lengths, on_gpu, c);
+    CHECK(max_relative_error(got, at::cat(alone, 1)) < 1e-4);
+
+    // bf16 projections: the kernel reads them as they are and rounds its output once.
+    at::Tensor rounded = projected.to(at::kBFloat16);
+    expected = delta_net_heads(rounded.to(at::kFloat), w, c, nullptr, {});
+    got = delta_net_heads(rounded.to(kCuda.device()), on_gpu, c, nullptr, {});
+    CHECK((got.scalar_type() == at::kBFloat16));
+    CHECK(max_relative_error(got, expected) < 1e-2);
   }
 }

@@ -202,9 +202,10 @@ TEST_CASE("token embeddings kept on the host give the GPU the same hidden states
 
 TEST_CASE("packed sequences through the variable-length flash kernel read the rows of a padded batch (bf16)") {
   // deepseek_v3: latent attention's values (16 wide) padded to its keys' width (24) for the kernel; gpt_oss: its
-  // attention sinks applied to the kernel's output through the logsumexp it returns.
+  // attention sinks applied to the kernel's output through the logsumexp it returns; the hybrids: each sequence's
+  // Gated DeltaNet state starting from zeros in the kernel's thread blocks.
   for (const char* name : {"llama", "mistral", "qwen3", "gemma3_text", "gpt2", "gpt_neox", "phi3", "olmo2", "qwen3_moe",
-                           "deepseek_v3", "gpt_oss", "gpt_oss_mxfp4"}) {
+                           "deepseek_v3", "gpt_oss", "gpt_oss_mxfp4", "qwen3_5_text", "qwen3_next"}) {
     std::string dir = std::string(PROBEKIT_FIXTURES) + "/models/" + name;
     model::LoadOptions options;
     options.device = at::Device(at::kCUDA, 0);
