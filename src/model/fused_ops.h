@@ -108,11 +108,11 @@ struct DeltaNetKernelInputs {
   double eps = 0;  // the output's RMSNorm
 };
 
-/// Whether delta_net_heads takes heads of these widths: dk and dv at most 128.
+/// Whether delta_net_heads takes heads of these widths: dk and dv at most 128 (a head's state in one block's registers).
 bool delta_net_kernel_takes(int64_t key_head_dim, int64_t value_head_dim);
 
-/// The mixer's gated, normalized heads [N, value_dim] in the projection's dtype, one kernel for every sequence and
-/// head: convolution, q and k normalized, the gated delta rule token by token in fp32, the gated RMSNorm. With
+/// The mixer's gated, normalized heads [N, value_dim] in the projection's dtype, in three kernels: the convolution with
+/// q and k normalized, the gated delta rule token by token in fp32 (a block per sequence and head), the gated RMSNorm. With
 /// `state_out` it also returns each sequence's state after its committed tokens [S, value_heads, dk, dv].
 at::Tensor delta_net_heads(const DeltaNetKernelInputs& in, at::Tensor* state_out);
 

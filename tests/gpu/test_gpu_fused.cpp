@@ -350,11 +350,12 @@ DeltaNetWeights delta_net_to(const DeltaNetWeights& w, const at::Device& device)
 }  // namespace
 
 TEST_CASE("the Gated DeltaNet kernel equals the ATen mixer: carried and committed states, packed sequences") {
-  // Qwen3.5-4B's heads, the fixtures' and odd widths padded inside the kernel; 45 tokens cross its staging chunks.
+  // Qwen3.5-4B's heads (two blocks of 64 state columns each), the fixtures', and odd widths padded inside the kernel
+  // (72 columns: a second block with 8); 45 tokens cross its staging chunks.
   struct Shape {
     int64_t key_heads, value_heads, key_head_dim, value_head_dim;
   };
-  for (const Shape& shape : {Shape{16, 32, 128, 128}, Shape{2, 4, 16, 16}, Shape{3, 3, 40, 24}}) {
+  for (const Shape& shape : {Shape{16, 32, 128, 128}, Shape{2, 4, 16, 16}, Shape{3, 3, 40, 72}}) {
     CAPTURE(shape.key_head_dim);
     ModelConfig c;
     c.norm_eps = 1e-6;
