@@ -446,9 +446,10 @@ bool packed_attention_is_fast(const ModelConfig& config, at::Device device, at::
 #if (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)) && defined(PROBEKIT_WITH_CUDA)
   if (!device.is_cuda() || (dtype != at::kBFloat16 && dtype != at::kHalf)) return false;
   if (config.features.attn_softcap) return false;
-  // Gated DeltaNet layers take packed sequences in their kernel, one sequence per thread block.
+  // Gated DeltaNet layers take packed sequences in their kernels, whose recurrence runs a block per sequence and head.
   const LinearAttentionSpec& linear = config.linear_attention;
-  if (has_recurrent_layers(config) && !fused::delta_net_kernel_takes(linear.key_head_dim, linear.value_head_dim)) {
+  if (has_recurrent_layers(config) &&
+      !fused::delta_net_kernel_takes(device, linear.key_head_dim, linear.value_head_dim)) {
     return false;
   }
   for (int64_t i = 0; i < static_cast<int64_t>(config.layers.size()); ++i) {

@@ -42,8 +42,9 @@ struct PackedSequences {
 
 /// Whether attention over packed sequences runs as one kernel for this model on `device` in `dtype`: LibTorch's
 /// variable-length flash kernel (LibTorch 2.5 on, CUDA compute capability 8.0 on, bf16/fp16, no attention
-/// soft-capping, a rope that does not depend on the sequence's length; sinks are applied to its output). Elsewhere
-/// packed sequences are attended one at a time, which is exact but slower than a padded batch.
+/// soft-capping, a rope that does not depend on the sequence's length, Gated DeltaNet heads of at most 128; sinks are
+/// applied to its output). Elsewhere packed sequences are attended one at a time, which is exact but slower than a
+/// padded batch.
 bool packed_attention_is_fast(const ModelConfig& config, at::Device device, at::ScalarType dtype);
 
 /// Whether generation's attention over its cache runs fused::cached_attention on every layer for passes of up to

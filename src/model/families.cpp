@@ -226,19 +226,50 @@ DenseMlp load_gated_mlp(const WeightScope& mlp, int64_t hidden, int64_t inner, b
   return dense;
 }
 
+namespace {
+
+// Room for `experts` experts' packed FP8 weights shaped as `first`'s.
+Fp8Weight stacked_fp8_room(const Fp8Weight& first, int64_t experts) {
+  Fp8Weight room = first;
+  room.bytes = at::empty({experts, first.bytes.size(0), first.bytes.size(1)}, first.bytes.options());
+  room.row_scales = at::empty({experts, first.row_scales.size(0), first.row_scales.size(1)}, first.row_scales.options());
+  room.block_scales = at::Tensor();  // the experts' products decode their weights
+  return room;
+}
+
+void put_fp8(Fp8Weight& stacked, int64_t e, const Fp8Weight& expert) {
+  stacked.bytes[e].copy_(expert.bytes);
+  stacked.row_scales[e].copy_(expert.row_scales);
+}
+
+}  // namespace
+
 RoutedExperts load_routed_experts(const WeightScope& block, const ModelConfig& c, const ExpertNames& names) {
   const int64_t hidden = c.hidden_size, experts = c.routed_experts.experts, inner = c.routed_experts.intermediate_size;
   RoutedExperts routed;
   routed.router = block.get(std::string(names.router) + ".weight", {experts, hidden});
-  // Filled expert by expert, so that at most one expert's weights exist twice on the device while loading.
-  routed.gate_up = at::empty({experts, 2 * inner, hidden}, routed.router.options());
-  routed.down = at::empty({experts, hidden, inner}, routed.router.options());
+  // Filled expert by expert, so that at most one expert's weights exist twice on the device while loading; FP8
+  // experts stay packed where get_linear keeps them so.
   const WeightScope all = block.sub("experts");
   for (int64_t e = 0; e < experts; ++e) {
     const WeightScope expert = all.sub(e);
-    routed.gate_up[e].narrow(0, 0, inner).copy_(expert.get(std::string(names.gate) + ".weight", {inner, hidden}));
-    routed.gate_up[e].narrow(0, inner, inner).copy_(expert.get(std::string(names.up) + ".weight", {inner, hidden}));
-    routed.down[e].copy_(expert.get(std::string(names.down) + ".weight", {hidden, inner}));
+    const Linear gate_up = expert.get_linear({{names.gate, inner}, {names.up, inner}}, hidden);
+    const Linear down = expert.get_linear({{names.down, hidden}}, inner);
+    const bool packed = gate_up.fp8.defined() && down.fp8.defined();
+    if (e == 0 && packed) {
+      routed.gate_up_fp8 = stacked_fp8_room(gate_up.fp8, experts), routed.down_fp8 = stacked_fp8_room(down.fp8, experts);
+    } else if (e == 0) {
+      routed.gate_up = at::empty({experts, 2 * inner, hidden}, routed.router.options());
+      routed.down = at::empty({experts, hidden, inner}, routed.router.options());
+    }
+    if (packed != routed.gate_up_fp8.defined()) {
+      fail_input("{}: expert {} is stored in FP8 and expert 0 is not, or the other way round", all.full_name(""), e);
+    }
+    if (packed) {
+      put_fp8(routed.gate_up_fp8, e, gate_up.fp8), put_fp8(routed.down_fp8, e, down.fp8);
+    } else {
+      routed.gate_up[e].copy_(gate_up.dense_weight()), routed.down[e].copy_(down.dense_weight());
+    }
   }
   return routed;
 }

@@ -171,7 +171,7 @@ void read_qwen_shared_experts(const ConfigReader& config_json, ModelConfig& conf
 void resolve_gated_delta_net_hybrid(const ConfigReader& config_json, ModelConfig& config, const DimensionDefaults& defaults);
 /// A Gated DeltaNet layer's in_proj in our order (DeltaNetWeights::in_proj) from its linear_attn scope.
 using DeltaNetProjectionLoader =
-    std::function<at::Tensor(const WeightScope& linear_attn, const LinearAttentionSpec& spec, int64_t hidden)>;
+    std::function<Linear(const WeightScope& linear_attn, const LinearAttentionSpec& spec, int64_t hidden)>;
 /// The hybrid layout under `model`: per layer input_layernorm, post_attention_layernorm, linear_attn (in_proj from
 /// `load_in_proj`, conv1d, A_log, dt_bias, norm, out_proj) or self_attn (q_proj with the gate), and the routed
 /// experts from `load_experts` or a dense mlp.

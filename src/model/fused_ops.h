@@ -108,8 +108,9 @@ struct DeltaNetKernelInputs {
   double eps = 0;  // the output's RMSNorm
 };
 
-/// Whether delta_net_heads takes heads of these widths: dk and dv at most 128 (a head's state in one block's registers).
-bool delta_net_kernel_takes(int64_t key_head_dim, int64_t value_head_dim);
+/// Whether delta_net_heads runs on `device` for heads of these widths: compute capability 8.0 on (the 97 KB of shared
+/// memory a block stages in), dk and dv at most 128 (a head's state in one block's registers).
+bool delta_net_kernel_takes(const at::Device& device, int64_t key_head_dim, int64_t value_head_dim);
 
 /// The mixer's gated, normalized heads [N, value_dim] in the projection's dtype, in three kernels: the convolution with
 /// q and k normalized, the gated delta rule token by token in fp32 (a block per sequence and head), the gated RMSNorm. With

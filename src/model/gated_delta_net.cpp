@@ -148,7 +148,7 @@ at::Tensor conv_inputs(const at::Tensor& projected, const at::Tensor& before, co
 // columns [commit, commit + K - 1) of `inputs`, which begin with the K - 1 from before the pass.
 at::Tensor conv_history(const at::Tensor& inputs, const at::Tensor& commit, int64_t history) {
   const int64_t batch = inputs.size(0), tokens = inputs.size(2) - history;
-  at::Tensor ends = commit.defined() ? commit.view({batch, 1, 1}).to(inputs.device(), at::kLong)
+  at::Tensor ends = commit.defined() ? commit.view({batch, 1, 1}).to(inputs.device(), at::kLong).clamp(0, tokens)
                                      : at::full({batch, 1, 1}, tokens,
                                                 at::TensorOptions().dtype(at::kLong).device(inputs.device()));
   at::Tensor columns = ends + at::arange(history, ends.options()).view({1, 1, history});
@@ -182,11 +182,11 @@ at::Tensor heads_in_aten(const at::Tensor& projected, const DeltaNetWeights& w, 
 
 #ifdef PROBEKIT_WITH_CUDA
 bool kernel_takes(const at::Tensor& projected, const ModelConfig& c) {
-  return projected.is_cuda() &&
-         fused::delta_net_kernel_takes(c.linear_attention.key_head_dim, c.linear_attention.value_head_dim);
+  return fused::delta_net_kernel_takes(projected.device(), c.linear_attention.key_head_dim,
+                                       c.linear_attention.value_head_dim);
 }
 
-// delta_net_heads in one kernel over the sequences of `starts` among the rows of projected [B, T, P].
+// delta_net_heads in the GPU's kernels over the sequences of `starts` among the rows of projected [B, T, P].
 at::Tensor heads_in_kernel(const at::Tensor& projected, const at::Tensor& starts, const DeltaNetWeights& w,
                            const ModelConfig& c, DeltaNetState* state, const at::Tensor& commit) {
   const LinearAttentionSpec& s = c.linear_attention;
@@ -221,18 +221,14 @@ at::Tensor delta_net_heads(const at::Tensor& projected, const DeltaNetWeights& w
   return heads_in_aten(projected, w, c, state, commit);
 }
 
-at::Tensor packed_delta_net_heads(const at::Tensor& projected, const std::vector<int64_t>& lengths,
-                                  const DeltaNetWeights& w, const ModelConfig& c) {
+at::Tensor packed_delta_net_heads(const at::Tensor& projected, const PackedSequences& packed, const DeltaNetWeights& w,
+                                  const ModelConfig& c) {
 #ifdef PROBEKIT_WITH_CUDA
-  if (kernel_takes(projected, c)) {
-    std::vector<int64_t> starts = {0};
-    for (int64_t length : lengths) starts.push_back(starts.back() + length);
-    return heads_in_kernel(projected, at::tensor(starts).to(projected.device()), w, c, nullptr, {});
-  }
+  if (kernel_takes(projected, c)) return heads_in_kernel(projected, packed.cumulative_lengths, w, c, nullptr, {});
 #endif
   std::vector<at::Tensor> parts;
   int64_t start = 0;
-  for (int64_t length : lengths) {
+  for (int64_t length : packed.lengths) {
     parts.push_back(heads_in_aten(projected.narrow(1, start, length), w, c, nullptr, {}));
     start += length;
   }
@@ -248,7 +244,7 @@ at::Tensor delta_net_branch(const at::Tensor& x_in, const LayerWeights& w, const
   const at::Tensor projected = linear(x_in, w.delta_net.in_proj);  // [B, T, P]: q k v z b a
   at::Tensor mixed;
   if (const PackedSequences* packed = context.packed()) {
-    mixed = packed_delta_net_heads(projected, packed->lengths, w.delta_net, c);  // each from an empty state
+    mixed = packed_delta_net_heads(projected, *packed, w.delta_net, c);  // each from an empty state
   } else if (KvCache* cache = context.cache()) {
     const auto at = static_cast<size_t>(layer);
     DeltaNetState state{cache->conv_states.at(at), cache->recurrent_states.at(at)};

@@ -6,8 +6,6 @@
 
 #include <ATen/ATen.h>
 
-#include <vector>
-
 #include "model/config.h"
 #include "model/decoder_block.h"
 #include "model/weights.h"
@@ -44,13 +42,15 @@ struct DeltaNetState {
 /// The mixer's heads [B, T, value_dim] (before out_proj, in projected's dtype) from the input projection
 /// projected [B, T, P] (q k v z b a). With `state` each row starts from it and it is left as it stands after the
 /// row's first commit [b] tokens (`commit` [B] int64; undefined: all T); without, each row starts from zeros. On a
-/// GPU one kernel (fused::delta_net_heads) computes it; elsewhere ATen operations and gated_delta_rule_chunked.
+/// GPU the kernels of fused::delta_net_heads compute it where they take the heads; elsewhere ATen operations and
+/// gated_delta_rule_chunked.
 at::Tensor delta_net_heads(const at::Tensor& projected, const DeltaNetWeights& w, const ModelConfig& c,
                            DeltaNetState* state, const at::Tensor& commit);
 
-/// The same for packed sequences: projected [1, N, P] holds sequences of `lengths` one after another, each from zeros.
-at::Tensor packed_delta_net_heads(const at::Tensor& projected, const std::vector<int64_t>& lengths,
-                                  const DeltaNetWeights& w, const ModelConfig& c);
+/// The same for packed sequences: projected [1, N, P] holds the sequences of `packed` one after another, each from
+/// zeros.
+at::Tensor packed_delta_net_heads(const at::Tensor& projected, const PackedSequences& packed, const DeltaNetWeights& w,
+                                  const ModelConfig& c);
 
 /// The Gated DeltaNet sub-block's output [B, T, hidden] for its input x_in (the normalized stream, compute dtype),
 /// at the tokens `output_rows` only when defined. With generation's cache (context.cache()) it starts from the

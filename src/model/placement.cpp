@@ -100,14 +100,11 @@ bool ends_with(const std::string& name, const std::string& suffix) {
 }
 
 // An FP8 weight's or its scales' bytes once loaded, or none for another tensor. Kept packed, as on the CUDA devices
-// placement plans for: its bytes, and its scales expanded to one row per weight row in fp32 (WeightScope::get_linear).
-// Routed experts are dequantized on load whatever the option says. The few projections a family reorders or splits
-// at load (DeepSeek V3's latent attention, the hybrids' gated queries and delta-net projections) are dequantized
-// too and counted here as packed: a few percent of those models, whose routed experts dominate. Dequantized: its
-// values, and no scales.
+// placement plans for: its bytes, and its scales expanded to one row per weight row in fp32 (WeightScope::get_linear),
+// routed experts' too. Dequantized: its values, and no scales.
 std::optional<int64_t> fp8_bytes(const Checkpoint& checkpoint, const std::string& name,
                                  const safetensors::TensorInfo& info, const LoadOptions& options) {
-  const bool packed = options.keep_fp8_packed.value_or(true) && name.find(".experts.") == std::string::npos;
+  const bool packed = options.keep_fp8_packed.value_or(true);
   const auto element = static_cast<int64_t>(c10::elementSize(options.dtype));
   if (info.dtype == safetensors::DType::kF8E4M3) return static_cast<int64_t>(info.numel()) * (packed ? 1 : element);
   const std::string scale = "_scale_inv";

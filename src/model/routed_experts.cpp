@@ -23,14 +23,15 @@ namespace {
 
 // Whether at::_grouped_mm runs the experts as one kernel: bf16 operands on a Hopper GPU (compute capability 9.x,
 // where LibTorch has its CUTLASS kernel from 2.8 on; elsewhere it refuses, or loops over the groups with host
-// syncs of its own), and rows whose byte strides are multiples of 16, as the kernel needs. MXFP4 experts kept
-// packed are decoded to bf16 for it, all of a layer's at once.
+// syncs of its own), and rows whose byte strides are multiples of 16, as the kernel needs. MXFP4 and FP8 experts
+// kept packed are decoded to bf16 for it, all of a layer's at once.
 bool grouped_gemm_fits(const at::Tensor& rows, const RoutedExperts& w) {
 #if defined(PROBEKIT_HAS_GROUPED_MM) && defined(PROBEKIT_WITH_CUDA)
-  const bool packed = !w.gate_up.defined();
   if (!rows.is_cuda() || rows.scalar_type() != at::kBFloat16) return false;
-  if (!packed && w.gate_up.scalar_type() != at::kBFloat16) return false;
-  const int64_t inner = packed ? w.down_mxfp4.scales.size(-1) * 32 : w.down.size(2);
+  if (w.gate_up.defined() && w.gate_up.scalar_type() != at::kBFloat16) return false;
+  const int64_t inner = w.down.defined()         ? w.down.size(2)
+                        : w.down_fp8.defined()   ? w.down_fp8.bytes.size(2)
+                                                 : w.down_mxfp4.scales.size(-1) * 32;
   if (rows.size(1) % 8 != 0 || inner % 8 != 0) return false;
   return device::cuda::capability_major(rows.device().index()) == 9;
 #else
@@ -60,18 +61,28 @@ at::Tensor expert_activation(const at::Tensor& product, const at::Tensor& bias, 
   return (up + 1) * (gate * at::sigmoid(gate * static_cast<double>(kClampedSwigluAlpha)));
 }
 
-// Every expert's weights [experts, out, in] in `dtype`: the stacked ones, or all decoded from MXFP4 (a scratch
+// Packed FP8 experts' weights [experts, out, in] decoded into `dtype`, their rows taken as one matrix's.
+at::Tensor decoded_fp8_experts(const Fp8Weight& w, at::ScalarType dtype) {
+  const at::Tensor bytes = w.bytes.flatten(0, 1), scales = w.row_scales.flatten(0, 1);
+  return decode_fp8_rows(bytes, scales, w.block_in, dtype).view(w.bytes.sizes());
+}
+
+// Every expert's weights [experts, out, in] in `dtype`: the stacked ones, or all decoded from MXFP4 or FP8 (a scratch
 // for one batch's products, freed after them).
 std::pair<at::Tensor, at::Tensor> stacked_weights(const RoutedExperts& w, at::ScalarType dtype) {
   if (w.gate_up.defined()) return {w.gate_up, w.down};
+  if (w.gate_up_fp8.defined()) return {decoded_fp8_experts(w.gate_up_fp8, dtype), decoded_fp8_experts(w.down_fp8, dtype)};
   return {decode_mxfp4(w.gate_up_mxfp4.blocks, w.gate_up_mxfp4.scales, dtype),
           decode_mxfp4(w.down_mxfp4.blocks, w.down_mxfp4.scales, dtype)};
 }
 
-// Expert e's weight [out, in] in `dtype`: a view of the stacked weights, or decoded from MXFP4 (a scratch of one
-// expert's weight, freed after its product).
-at::Tensor expert_weight(const at::Tensor& stacked, const Mxfp4Weight& packed, int64_t e, at::ScalarType dtype) {
-  return stacked.defined() ? stacked[e] : decode_mxfp4(packed.blocks[e], packed.scales[e], dtype);
+// Expert e's weight [out, in] in `dtype`: a view of the stacked weights, or decoded from MXFP4 or FP8 (a scratch of
+// one expert's weight, freed after its product).
+at::Tensor expert_weight(const at::Tensor& stacked, const Mxfp4Weight& mxfp4, const Fp8Weight& fp8, int64_t e,
+                         at::ScalarType dtype) {
+  if (stacked.defined()) return stacked[e];
+  if (fp8.defined()) return decode_fp8_rows(fp8.bytes[e], fp8.row_scales[e], fp8.block_in, dtype);
+  return decode_mxfp4(mxfp4.blocks[e], mxfp4.scales[e], dtype);
 }
 
 // Every expert's MLP over its slice of `sorted` [M, hidden] (token rows sorted by expert, whose ids are
@@ -101,12 +112,12 @@ at::Tensor expert_products(const at::Tensor& sorted, const at::Tensor& sorted_ex
   for (int64_t e = 0; e < host_ends.size(0); ++e) {
     const int64_t count = end[e] - start;
     if (count == 0) continue;
-    at::Tensor gate_weight = expert_weight(w.gate_up, w.gate_up_mxfp4, e, dtype);
+    at::Tensor gate_weight = expert_weight(w.gate_up, w.gate_up_mxfp4, w.gate_up_fp8, e, dtype);
     at::Tensor gate_up = w.gate_up_bias.defined() ? at::linear(sorted.narrow(0, start, count), gate_weight, w.gate_up_bias[e])
                                                   : at::linear(sorted.narrow(0, start, count), gate_weight);
     out.narrow(0, start, count)
         .copy_(at::linear(expert_activation(gate_up, {}, {}, activation, limit),
-                          expert_weight(w.down, w.down_mxfp4, e, dtype)));
+                          expert_weight(w.down, w.down_mxfp4, w.down_fp8, e, dtype)));
     start = end[e];
   }
   return out;

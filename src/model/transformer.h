@@ -34,10 +34,9 @@ struct LoadOptions {
   /// MXFP4 experts (gpt-oss) kept packed and decoded in each batch (true; see RoutedExperts), or dequantized on load
   /// into the dtype (false); unset: packed on CUDA devices, where memory is short. Tests set it on the CPU.
   std::optional<bool> keep_mxfp4_packed;
-  /// Fine-grained FP8 projections kept as their bytes and block scales and decoded for each product (or multiplied
-  /// in FP8: fp8_block_products) (true), or
-  /// dequantized on load into the dtype (false); unset: packed on CUDA devices. Routed experts and the latent
-  /// attention's projections that the loader reorders are dequantized on load either way.
+  /// Fine-grained FP8 projections and experts kept as their bytes and block scales and decoded for each product (or
+  /// multiplied in FP8: fp8_block_products) (true), or dequantized on load into the dtype (false); unset: packed on
+  /// CUDA devices.
   std::optional<bool> keep_fp8_packed;
   /// Packed FP8 projections of whole 128x128 blocks multiplied in FP8 with their block scales on a Hopper GPU
   /// (true; refused elsewhere), the activations quantized per token per 128 inputs as transformers' FP8Linear does

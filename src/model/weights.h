@@ -139,6 +139,14 @@ struct Linear {
 /// product into a buffer freed after it.
 at::Tensor linear(const at::Tensor& x, const Linear& l);
 
+/// The rows `order` [rows] (int64) of a weight and its bias, packed or not: a packed FP8 weight's bytes and row scales
+/// follow its rows, and its block scales stay only where no row leaves its 128-row block (else each product decodes).
+Linear rows_selected(const Linear& l, const at::Tensor& order);
+
+/// Weights stacked along the output in order (their biases are the caller's): packed FP8 where every part is (block
+/// scales where every part has them), else every part as its dense weight.
+Linear stacked(const std::vector<Linear>& parts);
+
 /// A prefix into a checkpoint ("model.layers.3.") plus the device and dtype tensors are loaded to.
 class WeightScope {
  public:
@@ -221,6 +229,9 @@ struct RoutedExperts {
   // MXFP4 experts kept packed (LoadOptions::keep_mxfp4_packed), in place of gate_up and down (then undefined):
   // each batch decodes its layer's experts, all at once for one grouped product on Hopper, else one at a time.
   Mxfp4Weight gate_up_mxfp4, down_mxfp4;
+  // FP8 experts kept packed (LoadOptions::keep_fp8_packed), likewise: bytes [experts, out, in] and row scales
+  // [experts, out, ceil(in / block_in)], decoded as MXFP4 experts are.
+  Fp8Weight gate_up_fp8, down_fp8;
   DenseMlp shared_expert;         // Qwen 2 MoE, DeepSeek V3: taken by every token; empty otherwise
   at::Tensor shared_expert_gate;  // [1, hidden]: the shared expert's output is scaled by sigmoid(gate x); or none
 };

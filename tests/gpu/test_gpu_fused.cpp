@@ -350,12 +350,13 @@ DeltaNetWeights delta_net_to(const DeltaNetWeights& w, const at::Device& device)
 }  // namespace
 
 TEST_CASE("the Gated DeltaNet kernel equals the ATen mixer: carried and committed states, packed sequences") {
-  // Qwen3.5-4B's heads (two blocks of 64 state columns each), the fixtures', and odd widths padded inside the kernel
-  // (72 columns: a second block with 8); 45 tokens cross its staging chunks.
+  // Qwen3.5-4B's heads, the fixtures', and widths the kernels pad (q and k to 32, 64 or 128, v to a multiple of 8);
+  // 45 tokens cross the recurrence's chunks of 32.
   struct Shape {
     int64_t key_heads, value_heads, key_head_dim, value_head_dim;
   };
-  for (const Shape& shape : {Shape{16, 32, 128, 128}, Shape{2, 4, 16, 16}, Shape{3, 3, 40, 72}}) {
+  for (const Shape& shape : {Shape{16, 32, 128, 128}, Shape{2, 4, 16, 16}, Shape{3, 3, 40, 72}, Shape{1, 2, 5, 3},
+                             Shape{2, 2, 100, 127}}) {
     CAPTURE(shape.key_head_dim);
     ModelConfig c;
     c.norm_eps = 1e-6;
@@ -375,7 +376,7 @@ TEST_CASE("the Gated DeltaNet kernel equals the ATen mixer: carried and committe
     // From given states, each row's left after its committed tokens (all, none, some).
     DeltaNetState before{at::randn({3, channels, s.conv_kernel - 1}),
                          at::randn({3, s.value_heads, s.key_head_dim, s.value_head_dim}) * 0.1};
-    at::Tensor commit = at::tensor(std::vector<int64_t>{45, 0, 17});
+    at::Tensor commit = at::tensor(std::vector<int64_t>{45, 0, 17});  // all, none, some
     DeltaNetState cpu_state = before, gpu_state{before.conv.to(kCuda.device()), before.recurrent.to(kCuda.device())};
     expected = delta_net_heads(projected, w, c, &cpu_state, commit);
     got = delta_net_heads(projected.to(kCuda.device()), on_gpu, c, &gpu_state, commit.to(kCuda.device()));
@@ -383,14 +384,16 @@ TEST_CASE("the Gated DeltaNet kernel equals the ATen mixer: carried and committe
     CHECK(max_relative_error(gpu_state.recurrent, cpu_state.recurrent) < 1e-4);
     CHECK(at::equal(gpu_state.conv.cpu(), cpu_state.conv));
 
-    // Packed sequences, each from zeros: as each alone.
-    const std::vector<int64_t> lengths = {45, 1, 20};
+    // Packed sequences, each from zeros, one of them empty: as each alone.
+    PackedSequences packed;
+    packed.lengths = {45, 0, 1, 20};
+    packed.cumulative_lengths = at::tensor(std::vector<int32_t>{0, 45, 45, 46, 66}).to(kCuda.device());
     std::vector<at::Tensor> rows, alone;
-    for (size_t i = 0; i < lengths.size(); ++i) {
-      rows.push_back(projected.narrow(0, static_cast<int64_t>(i), 1).narrow(1, 0, lengths[i]));
-      alone.push_back(delta_net_heads(rows.back(), w, c, nullptr, {}));
+    for (size_t i = 0; i < packed.lengths.size(); ++i) {
+      rows.push_back(projected.narrow(0, static_cast<int64_t>(i % 3), 1).narrow(1, 0, packed.lengths[i]));
+      if (packed.lengths[i] > 0) alone.push_back(delta_net_heads(rows.back(), w, c, nullptr, {}));
     }
-    got = packed_delta_net_heads(at::cat(rows, 1).to(kCuda.device()), lengths, on_gpu, c);
+    got = packed_delta_net_heads(at::cat(rows, 1).to(kCuda.device()), packed, on_gpu, c);
     CHECK(max_relative_error(got, at::cat(alone, 1)) < 1e-4);
 
     // bf16 projections: the kernel reads them as they are and rounds its output once.

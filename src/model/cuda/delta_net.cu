@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "device/torch/cuda/gpu_cuda.h"
 #include "model/fused_ops.h"
 
 namespace probekit::model::fused {
@@ -36,7 +37,8 @@ __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 // ATen's softplus (beta 1, threshold 20).
 __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-// The recurrence's inputs per token, fp32, each vector zero-padded to a whole number of 16-byte words.
+// The recurrence's inputs per token, fp32: q and k zero-padded to key_width (32, 64 or 128), v to value_width (a
+// multiple of 8).
 struct RecurrenceInputs {
   float* qk;      // [N, key_heads, 2, key_width]: q (l2-normalized, scaled by dk^-0.5), then k (l2-normalized)
   float* v;       // [N, value_heads, value_width]
@@ -243,7 +245,7 @@ struct StateTile {
 template <int kKeyDim>
 __global__ void __launch_bounds__(kMaxHeadDim / 2 * kParts) recurrence_kernel(RecurrenceArguments a) {
   extern __shared__ float4 shared_quads[];
-  const int head = blockIdx.x, sequence = blockIdx.y, key_head = head / (a.value_heads / a.key_heads);
+  const int sequence = blockIdx.x, head = blockIdx.y, key_head = head / (a.value_heads / a.key_heads);
   const int column = threadIdx.x / kParts * 2, part = threadIdx.x % kParts;
   const int dk = a.key_head_dim, dv = a.value_head_dim;
   const int64_t start = a.starts[sequence], length = a.starts[sequence + 1] - start;
@@ -251,7 +253,8 @@ __global__ void __launch_bounds__(kMaxHeadDim / 2 * kParts) recurrence_kernel(Re
   auto buffer = [&](int64_t chunk) {  // chunks alternate between two buffers
     return Staged(reinterpret_cast<char*>(shared_quads) + chunk % 2 * buffer_bytes, a.in.key_width, a.in.value_width);
   };
-  const int64_t committed = a.commit != nullptr && a.commit[sequence] < length ? a.commit[sequence] : length;
+  int64_t committed = a.commit != nullptr ? a.commit[sequence] : length;
+  committed = committed < 0 ? 0 : committed > length ? length : committed;
   const int64_t state_at = (static_cast<int64_t>(sequence) * a.value_heads + head) * dk * dv;
   StateTile<kKeyDim> state;
   if (a.initial != nullptr) {
@@ -312,20 +315,21 @@ void launch_recurrence(const RecurrenceArguments& a, int sequences, cudaStream_t
   const size_t shared = 2 * Staged::bytes(a.in.key_width, a.in.value_width);
   auto kernel = recurrence_kernel<kKeyDim>;
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
-  kernel<<<dim3(a.value_heads, sequences), a.in.value_width / 2 * kParts, shared, stream>>>(a);
+  kernel<<<dim3(sequences, a.value_heads), a.in.value_width / 2 * kParts, shared, stream>>>(a);
 }
 
 const float* optional_floats(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
 }  // namespace
 
-bool delta_net_kernel_takes(int64_t key_head_dim, int64_t value_head_dim) {
-  return key_head_dim >= 1 && key_head_dim <= kMaxHeadDim && value_head_dim >= 1 && value_head_dim <= kMaxHeadDim;
+bool delta_net_kernel_takes(const at::Device& device, int64_t key_head_dim, int64_t value_head_dim) {
+  return device.is_cuda() && key_head_dim >= 1 && key_head_dim <= kMaxHeadDim && value_head_dim >= 1 &&
+         value_head_dim <= kMaxHeadDim && device::cuda::capability_major(device.index()) >= 8;
 }
 
 at::Tensor delta_net_heads(const DeltaNetKernelInputs& in, at::Tensor* state_out) {
   c10::cuda::CUDAGuard guard(in.projected.device());
-  TORCH_CHECK(delta_net_kernel_takes(in.key_head_dim, in.value_head_dim) && in.projected.dim() == 2 &&
+  TORCH_CHECK(delta_net_kernel_takes(in.projected.device(), in.key_head_dim, in.value_head_dim) && in.projected.dim() == 2 &&
                   in.projected.stride(-1) == 1,
               "delta_net_heads: unsupported inputs");
   const int64_t rows = in.projected.size(0), sequences = in.starts.size(0) - 1;
@@ -347,8 +351,9 @@ at::Tensor delta_net_heads(const DeltaNetKernelInputs& in, at::Tensor* state_out
   at::Tensor read = at::empty({rows, value_dim}, floats);
   const RecurrenceInputs staged{qk.data_ptr<float>(), v.data_ptr<float>(), reinterpret_cast<float2*>(decay.data_ptr<float>()),
                                 key_width, value_width};
-  at::Tensor starts = in.starts.to(at::kLong).contiguous();
-  at::Tensor commit = in.commit.defined() ? in.commit.to(at::kLong).contiguous() : at::Tensor();
+  const at::Device device = in.projected.device();
+  at::Tensor starts = in.starts.to(device, at::kLong).contiguous();
+  at::Tensor commit = in.commit.defined() ? in.commit.to(device, at::kLong).contiguous() : at::Tensor();
   at::Tensor initial = in.initial.defined() ? in.initial.to(at::kFloat).contiguous() : at::Tensor();
   at::Tensor conv_before =
       in.conv_before.defined() ? in.conv_before.to(in.projected.scalar_type()).contiguous() : at::Tensor();

@@ -3,7 +3,8 @@
 // experts chosen by sigmoid scores within groups (n_group, topk_group) with a correction bias, weighted by the
 // unbiased scores times routed_scaling_factor, plus an ungated shared expert. Published checkpoints carry a
 // multi-token-prediction layer after the last one (model.layers.61.* for V3), never read; their FP8 weights
-// (weight_scale_inv blocks) are dequantized on load like any other.
+// (weight_scale_inv blocks) stay packed on a GPU like any other (model/quantization.h), the latent projections'
+// rope rows reordered with their scales.
 #include <cmath>
 
 #include "common/error.h"
@@ -77,16 +78,17 @@ void resolve_deepseek_experts(const ConfigReader& config_json, ModelConfig& c) {
   }
 }
 
-// The rows of `weight` (or a bias) with each rope block's interleaved pairs (x0, x1), (x2, x3), ... reordered into
-// rotate-half's halves (x0, x2, ..., x1, x3, ...), as the reference's apply_rotary_pos_emb_interleave reorders its
-// queries and keys: rows [offset, offset + rope) of each of the `blocks` blocks of `block` rows.
-at::Tensor rope_rows_reordered(const at::Tensor& weight, const ModelConfig& c, int64_t blocks, int64_t block, int64_t offset) {
+// The order of the rows of a weight (or a bias) of `blocks` blocks of `block` rows that reorders each block's rope
+// rows [offset, offset + rope) from interleaved pairs (x0, x1), (x2, x3), ... into rotate-half's halves (x0, x2, ...,
+// x1, x3, ...), as the reference's apply_rotary_pos_emb_interleave reorders its queries and keys.
+at::Tensor rope_row_order(const ModelConfig& c, int64_t blocks, int64_t block, int64_t offset) {
   const int64_t rope = c.latent_attention.rope_head_dim;
-  if (!c.latent_attention.interleaved_rope) return weight;
   at::Tensor order = at::arange(blocks * block, at::kLong).view({blocks, block});
-  at::Tensor halves = at::arange(rope, at::kLong).view({rope / 2, 2}).t().reshape({1, rope});
-  order.narrow(1, offset, rope).copy_(halves + offset + order.narrow(1, 0, 1));
-  return weight.index_select(0, order.view({-1}).to(weight.device()));
+  if (c.latent_attention.interleaved_rope) {
+    at::Tensor halves = at::arange(rope, at::kLong).view({rope / 2, 2}).t().reshape({1, rope});
+    order.narrow(1, offset, rope).copy_(halves + offset + order.narrow(1, 0, 1));
+  }
+  return order.view({-1});
 }
 
 void load_latent_attention(const WeightScope& attention, const ModelConfig& c, LayerWeights& l) {
@@ -94,26 +96,27 @@ void load_latent_attention(const WeightScope& attention, const ModelConfig& c, L
   const int64_t hidden = c.hidden_size, heads = c.num_heads, q_out = heads * s.qk_head_dim();
   const int64_t kv_a_out = s.kv_lora_rank + s.rope_head_dim;
   LatentAttentionWeights& a = l.latent_attention;
-  // Loaded whole (FP8 dequantized) first: the reordering moves rows across FP8 blocks.
-  auto kv_a_rows = [&](const at::Tensor& t) { return rope_rows_reordered(t, c, 1, kv_a_out, s.kv_lora_rank); };
-  auto query_rows = [&](const at::Tensor& t) { return rope_rows_reordered(t, c, heads, s.qk_head_dim(), s.nope_head_dim); };
-  at::Tensor queries;
+  // The rope rows reordered after loading; an FP8 weight kept packed moves its rows with their scales.
+  const at::Tensor kv_a_order = rope_row_order(c, 1, kv_a_out, s.kv_lora_rank);
+  const at::Tensor query_order = rope_row_order(c, heads, s.qk_head_dim(), s.nope_head_dim);
+  Linear queries;
   if (s.q_lora_rank > 0) {
-    queries = attention.get("q_a_proj.weight", {s.q_lora_rank, hidden});
+    queries = attention.get_linear({{"q_a_proj", s.q_lora_rank}}, hidden);
     a.q_a_norm = load_norm(attention, "q_a_layernorm", s.q_lora_rank, c);
-    a.q_b.weight = query_rows(attention.get("q_b_proj.weight", {q_out, s.q_lora_rank}));
+    a.q_b = rows_selected(attention.get_linear({{"q_b_proj", q_out}}, s.q_lora_rank), query_order);
   } else {
-    queries = query_rows(attention.get("q_proj.weight", {q_out, hidden}));
+    queries = rows_selected(attention.get_linear({{"q_proj", q_out}}, hidden), query_order);
   }
-  a.down.weight = at::cat({queries, kv_a_rows(attention.get("kv_a_proj_with_mqa.weight", {kv_a_out, hidden}))});
+  a.down = stacked({queries, rows_selected(attention.get_linear({{"kv_a_proj_with_mqa", kv_a_out}}, hidden), kv_a_order)});
   if (c.qkv_bias) {
     // attention_bias gives q_a_proj and kv_a_proj_with_mqa a bias, never q_proj or q_b_proj.
+    at::Tensor kv_a_bias = attention.get("kv_a_proj_with_mqa.bias", {kv_a_out});
     at::Tensor query_bias = s.q_lora_rank > 0 ? attention.get("q_a_proj.bias", {s.q_lora_rank})
-                                              : at::zeros({q_out}, queries.options());
-    a.down.bias = at::cat({query_bias, kv_a_rows(attention.get("kv_a_proj_with_mqa.bias", {kv_a_out}))});
+                                              : at::zeros({q_out}, kv_a_bias.options());
+    a.down.bias = at::cat({query_bias, kv_a_bias.index_select(0, kv_a_order.to(kv_a_bias.device()))});
   }
   a.kv_a_norm = load_norm(attention, "kv_a_layernorm", s.kv_lora_rank, c);
-  a.kv_b.weight = attention.get("kv_b_proj.weight", {heads * (s.nope_head_dim + s.value_head_dim), s.kv_lora_rank});
+  a.kv_b = attention.get_linear({{"kv_b_proj", heads * (s.nope_head_dim + s.value_head_dim)}}, s.kv_lora_rank);
   l.attention_output = attention.get_linear({{"o_proj", hidden}}, heads * s.value_head_dim, c.output_bias);
 }
 

@@ -11,11 +11,10 @@ namespace probekit::model {
 
 namespace {
 
-at::Tensor qwen3_5_in_proj(const WeightScope& linear, const LinearAttentionSpec& s, int64_t hidden) {
-  return at::cat({linear.get("in_proj_qkv.weight", {s.conv_channels(), hidden}),
-                  linear.get("in_proj_z.weight", {s.value_dim(), hidden}),
-                  linear.get("in_proj_b.weight", {s.value_heads, hidden}),
-                  linear.get("in_proj_a.weight", {s.value_heads, hidden})});
+Linear qwen3_5_in_proj(const WeightScope& linear, const LinearAttentionSpec& s, int64_t hidden) {
+  return linear.get_linear(
+      {{"in_proj_qkv", s.conv_channels()}, {"in_proj_z", s.value_dim()}, {"in_proj_b", s.value_heads}, {"in_proj_a", s.value_heads}},
+      hidden);
 }
 
 }  // namespace

@@ -56,33 +56,24 @@ void resolve_linear_attention(const ConfigReader& config_json, ModelConfig& c) {
   }
 }
 
-// q_proj [heads * 2 * head_dim, ...] holds each head's query rows then its gate rows: split into the queries
-// (which join k and v in qkv) and the gate.
-std::pair<at::Tensor, at::Tensor> queries_and_gate(const at::Tensor& q_proj, int64_t heads, int64_t head_dim) {
-  std::vector<int64_t> per_head = {heads, 2, head_dim};
-  std::vector<int64_t> flat = {heads * head_dim};
-  for (int64_t i = 1; i < q_proj.dim(); ++i) {
-    per_head.push_back(q_proj.size(i));
-    flat.push_back(q_proj.size(i));
-  }
-  at::Tensor split = q_proj.reshape(per_head);
-  return {split.select(1, 0).reshape(flat), split.select(1, 1).reshape(flat)};
+// q_proj [heads * 2 * head_dim, ...] holds each head's query rows then its gate rows: the rows of the queries
+// (which join k and v in qkv) and of the gate.
+std::pair<at::Tensor, at::Tensor> query_and_gate_rows(int64_t heads, int64_t head_dim) {
+  const at::Tensor rows = at::arange(heads * 2 * head_dim, at::kLong).view({heads, 2, head_dim});
+  return {rows.select(1, 0).reshape({-1}), rows.select(1, 1).reshape({-1})};
 }
 
 void load_gated_attention(const WeightScope& attention, const ModelConfig& c, LayerWeights& l) {
   const int64_t hidden = c.hidden_size, head_dim = c.head_dim, q_out = c.num_heads * head_dim;
   const int64_t kv_out = c.num_kv_heads * head_dim;
-  auto [queries, gate] = queries_and_gate(attention.get("q_proj.weight", {2 * q_out, hidden}), c.num_heads, head_dim);
-  l.qkv.weight = at::cat(
-      {queries, attention.get("k_proj.weight", {kv_out, hidden}), attention.get("v_proj.weight", {kv_out, hidden})});
-  l.attention_gate.weight = gate;
-  if (c.qkv_bias) {
-    auto [query_bias, gate_bias] = queries_and_gate(attention.get("q_proj.bias", {2 * q_out}), c.num_heads, head_dim);
-    l.qkv.bias = at::cat({query_bias, attention.get("k_proj.bias", {kv_out}), attention.get("v_proj.bias", {kv_out})});
-    l.attention_gate.bias = gate_bias;
-  }
-  l.attention_output.weight = attention.get("o_proj.weight", {hidden, q_out});
-  if (c.output_bias) l.attention_output.bias = attention.get("o_proj.bias", {hidden});
+  const auto [query_rows, gate_rows] = query_and_gate_rows(c.num_heads, head_dim);
+  const Linear q_proj = attention.get_linear({{"q_proj", 2 * q_out}}, hidden, c.qkv_bias);
+  const Linear queries = rows_selected(q_proj, query_rows);
+  const Linear keys_values = attention.get_linear({{"k_proj", kv_out}, {"v_proj", kv_out}}, hidden, c.qkv_bias);
+  l.qkv = stacked({queries, keys_values});
+  if (c.qkv_bias) l.qkv.bias = at::cat({queries.bias, keys_values.bias});
+  l.attention_gate = rows_selected(q_proj, gate_rows);
+  l.attention_output = attention.get_linear({{"o_proj", hidden}}, q_out, c.output_bias);
   l.q_norm = load_norm(attention, "q_norm", head_dim, c);
   l.k_norm = load_norm(attention, "k_norm", head_dim, c);
 }
@@ -91,28 +82,31 @@ void load_delta_net(const WeightScope& linear, const ModelConfig& c, LayerWeight
                     const DeltaNetProjectionLoader& load_in_proj) {
   const LinearAttentionSpec& s = c.linear_attention;
   DeltaNetWeights& d = l.delta_net;
-  d.in_proj.weight = load_in_proj(linear, s, c.hidden_size);
+  d.in_proj = load_in_proj(linear, s, c.hidden_size);
   d.conv = linear.get("conv1d.weight", {s.conv_channels(), 1, s.conv_kernel}, at::kFloat)
                .view({s.conv_channels(), s.conv_kernel});
   d.A_log = linear.get("A_log", {s.value_heads}, at::kFloat);
   d.dt_bias = linear.get("dt_bias", {s.value_heads}, at::kFloat);
   // Qwen3NextRMSNormGated multiplies by w itself, unlike the model's other norms.
   d.norm = linear.get("norm.weight", {s.value_head_dim}, at::kFloat);
-  l.attention_output.weight = linear.get("out_proj.weight", {c.hidden_size, s.value_dim()});
+  l.attention_output = linear.get_linear({{"out_proj", c.hidden_size}}, s.value_dim());
 }
 
 // in_proj_qkvz holds, for each key head g, [q_g (dk) | k_g (dk) | v_g (r dv) | z_g (r dv)] with r value heads per
-// key head (value head g r + i), and in_proj_ba [b_g (r) | a_g (r)]: gathered into q, k, v, z, b, a.
-at::Tensor qwen3_next_in_proj(const WeightScope& linear, const LinearAttentionSpec& s, int64_t hidden) {
+// key head (value head g r + i), and in_proj_ba [b_g (r) | a_g (r)]: their rows gathered into q, k, v, z, b, a (packed
+// FP8 rows with their scales).
+Linear qwen3_next_in_proj(const WeightScope& linear, const LinearAttentionSpec& s, int64_t hidden) {
   const int64_t groups = s.key_heads, r = s.value_heads / s.key_heads, dk = s.key_head_dim, dv = s.value_head_dim;
-  const int64_t group_rows = 2 * dk + 2 * r * dv;
-  at::Tensor qkvz = linear.get("in_proj_qkvz.weight", {groups * group_rows, hidden}).view({groups, group_rows, hidden});
-  at::Tensor ba = linear.get("in_proj_ba.weight", {groups * 2 * r, hidden}).view({groups, 2 * r, hidden});
+  const int64_t group_rows = 2 * dk + 2 * r * dv, qkvz_rows = groups * group_rows;
+  Linear both = stacked({linear.get_linear({{"in_proj_qkvz", qkvz_rows}}, hidden),
+                         linear.get_linear({{"in_proj_ba", groups * 2 * r}}, hidden)});
+  const at::Tensor qkvz = at::arange(qkvz_rows, at::kLong).view({groups, group_rows});
+  const at::Tensor ba = at::arange(qkvz_rows, qkvz_rows + groups * 2 * r, at::kLong).view({groups, 2 * r});
   auto rows = [&](const at::Tensor& grouped, int64_t offset, int64_t count) {
-    return grouped.narrow(1, offset, count).reshape({groups * count, hidden});
+    return grouped.narrow(1, offset, count).reshape({-1});
   };
-  return at::cat({rows(qkvz, 0, dk), rows(qkvz, dk, dk), rows(qkvz, 2 * dk, r * dv),
-                  rows(qkvz, 2 * dk + r * dv, r * dv), rows(ba, 0, r), rows(ba, r, r)});
+  return rows_selected(both, at::cat({rows(qkvz, 0, dk), rows(qkvz, dk, dk), rows(qkvz, 2 * dk, r * dv),
+                                      rows(qkvz, 2 * dk + r * dv, r * dv), rows(ba, 0, r), rows(ba, r, r)}));
 }
 
 }  // namespace
