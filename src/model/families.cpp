@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "model/quantization.h"
 
 namespace probekit::model {
 
@@ -242,6 +243,19 @@ void put_fp8(Fp8Weight& stacked, int64_t e, const Fp8Weight& expert) {
   stacked.row_scales[e].copy_(expert.row_scales);
 }
 
+// The first `loaded` experts, kept packed, decoded into the stacked weights: an expert after them is not in FP8.
+void unpack_experts(RoutedExperts& routed, int64_t loaded, const at::TensorOptions& options) {
+  const auto decoded = [&](const Fp8Weight& w, int64_t e) {
+    return decode_fp8_rows(w.bytes[e], w.row_scales[e], w.block_in, options.dtype().toScalarType());
+  };
+  routed.gate_up = at::empty(routed.gate_up_fp8.bytes.sizes(), options);
+  routed.down = at::empty(routed.down_fp8.bytes.sizes(), options);
+  for (int64_t e = 0; e < loaded; ++e) {
+    routed.gate_up[e].copy_(decoded(routed.gate_up_fp8, e)), routed.down[e].copy_(decoded(routed.down_fp8, e));
+  }
+  routed.gate_up_fp8 = Fp8Weight(), routed.down_fp8 = Fp8Weight();
+}
+
 }  // namespace
 
 RoutedExperts load_routed_experts(const WeightScope& block, const ModelConfig& c, const ExpertNames& names) {
@@ -261,11 +275,10 @@ RoutedExperts load_routed_experts(const WeightScope& block, const ModelConfig& c
     } else if (e == 0) {
       routed.gate_up = at::empty({experts, 2 * inner, hidden}, routed.router.options());
       routed.down = at::empty({experts, hidden, inner}, routed.router.options());
+    } else if (!packed && routed.gate_up_fp8.defined()) {
+      unpack_experts(routed, e, routed.router.options());
     }
-    if (packed != routed.gate_up_fp8.defined()) {
-      fail_input("{}: expert {} is stored in FP8 and expert 0 is not, or the other way round", all.full_name(""), e);
-    }
-    if (packed) {
+    if (packed && routed.gate_up_fp8.defined()) {
       put_fp8(routed.gate_up_fp8, e, gate_up.fp8), put_fp8(routed.down_fp8, e, down.fp8);
     } else {
       routed.gate_up[e].copy_(gate_up.dense_weight()), routed.down[e].copy_(down.dense_weight());

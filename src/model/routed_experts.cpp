@@ -21,14 +21,28 @@ namespace probekit::model {
 
 namespace {
 
+#if defined(PROBEKIT_HAS_GROUPED_MM) && defined(PROBEKIT_WITH_CUDA)
+// The most bytes a layer's packed experts may take decoded at once for the grouped product: gpt-oss-120b's 128 MXFP4
+// experts take 6.4 GB; DeepSeek-V3's 256 FP8 experts (22.5 GB) decode one expert with tokens at a time instead.
+constexpr int64_t kMaxDecodedExpertBytes = int64_t{8} << 30;
+
+// The values a layer's packed experts hold (0 for stacked ones).
+int64_t packed_expert_values(const RoutedExperts& w) {
+  if (w.gate_up_fp8.defined()) return w.gate_up_fp8.bytes.numel() + w.down_fp8.bytes.numel();
+  if (w.gate_up_mxfp4.defined()) return 2 * (w.gate_up_mxfp4.blocks.numel() + w.down_mxfp4.blocks.numel());
+  return 0;
+}
+#endif
+
 // Whether at::_grouped_mm runs the experts as one kernel: bf16 operands on a Hopper GPU (compute capability 9.x,
 // where LibTorch has its CUTLASS kernel from 2.8 on; elsewhere it refuses, or loops over the groups with host
 // syncs of its own), and rows whose byte strides are multiples of 16, as the kernel needs. MXFP4 and FP8 experts
-// kept packed are decoded to bf16 for it, all of a layer's at once.
+// kept packed are decoded to bf16 for it, all of a layer's at once, up to kMaxDecodedExpertBytes.
 bool grouped_gemm_fits(const at::Tensor& rows, const RoutedExperts& w) {
 #if defined(PROBEKIT_HAS_GROUPED_MM) && defined(PROBEKIT_WITH_CUDA)
   if (!rows.is_cuda() || rows.scalar_type() != at::kBFloat16) return false;
   if (w.gate_up.defined() && w.gate_up.scalar_type() != at::kBFloat16) return false;
+  if (2 * packed_expert_values(w) > kMaxDecodedExpertBytes) return false;
   const int64_t inner = w.down.defined()         ? w.down.size(2)
                         : w.down_fp8.defined()   ? w.down_fp8.bytes.size(2)
                                                  : w.down_mxfp4.scales.size(-1) * 32;

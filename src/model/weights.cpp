@@ -347,8 +347,14 @@ Linear rows_selected(const Linear& l, const at::Tensor& order) {
   selected.fp8 = l.fp8;
   selected.fp8.bytes = l.fp8.bytes.index_select(0, rows);
   selected.fp8.row_scales = l.fp8.row_scales.index_select(0, rows);
-  const at::Tensor blocks = at::arange(rows.size(0), rows.options()).div(128, "floor");
-  if (l.fp8.block_scales.defined() && !at::equal(rows.div(128, "floor"), blocks)) selected.fp8.block_scales = at::Tensor();
+  selected.fp8.block_scales = at::Tensor();
+  // Each 128 rows selected from one block of 128 take that block's scales.
+  if (l.fp8.block_scales.defined() && rows.size(0) % 128 == 0) {
+    const at::Tensor source = rows.div(128, "floor").view({-1, 128}), first = source.select(1, 0);
+    if (at::equal(source, first.unsqueeze(1).expand_as(source))) {
+      selected.fp8.block_scales = l.fp8.block_scales.index_select(0, first);
+    }
+  }
   return selected;
 }
 

@@ -140,7 +140,7 @@ struct Linear {
 at::Tensor linear(const at::Tensor& x, const Linear& l);
 
 /// The rows `order` [rows] (int64) of a weight and its bias, packed or not: a packed FP8 weight's bytes and row scales
-/// follow its rows, and its block scales stay only where no row leaves its 128-row block (else each product decodes).
+/// follow its rows, and its block scales where each 128 rows come from one block of 128 (else each product decodes).
 Linear rows_selected(const Linear& l, const at::Tensor& order);
 
 /// Weights stacked along the output in order (their biases are the caller's): packed FP8 where every part is (block

@@ -36,15 +36,15 @@ TEST_CASE("fine-grained FP8 scales each block, the last ones partial") {
 
 namespace {
 
-// A packed FP8 weight [rows, 40] of random finite codes in 32x32 blocks (partial at the edges), its block scales kept
-// where `block_scaled`, with a bias.
+// A packed FP8 weight [rows, 40] of random finite codes in blocks of 128 rows (partial at the edge), its block scales
+// kept where `block_scaled`, with a bias.
 model::Linear random_fp8_linear(int64_t rows, bool block_scaled) {
   model::Linear l;
   at::Tensor codes = at::randint(0, 0x7e, {rows, 40}, at::kLong);
   l.fp8.bytes = (codes + at::randint(0, 2, {rows, 40}, at::kLong) * 0x80).to(at::kByte);  // either sign, never NaN
-  at::Tensor scale_inv = at::rand({(rows + 31) / 32, 2}) + 0.5;
-  l.fp8.row_scales = model::fp8_row_scales(scale_inv, rows, 32);
-  l.fp8.block_in = 32;
+  at::Tensor scale_inv = at::rand({(rows + 127) / 128, 1}) + 0.5;
+  l.fp8.row_scales = model::fp8_row_scales(scale_inv, rows, 128);
+  l.fp8.block_in = 128;
   if (block_scaled) l.fp8.block_scales = scale_inv;
   l.bias = at::randn({rows});
   return l;
@@ -53,11 +53,11 @@ model::Linear random_fp8_linear(int64_t rows, bool block_scaled) {
 }  // namespace
 
 TEST_CASE("packed FP8 rows selected and stacked decode to the dense weight's rows, block scales kept only in place") {
-  const model::Linear l = random_fp8_linear(300, true);
+  const model::Linear l = random_fp8_linear(384, true);
   // Rows reversed within each 128-row block keep their blocks; rows moved across blocks lose the block scales.
   const at::Tensor within = at::cat({at::arange(127, -1, -1, at::kLong), at::arange(255, 127, -1, at::kLong),
-                                     at::arange(256, 300, at::kLong)});
-  const at::Tensor across = at::cat({at::arange(200, 300, at::kLong), at::arange(0, 200, at::kLong)});
+                                     at::arange(383, 255, -1, at::kLong)});
+  const at::Tensor across = at::cat({at::arange(100, 384, at::kLong), at::arange(0, 100, at::kLong)});
   for (const at::Tensor& order : {within, across}) {
     const model::Linear selected = model::rows_selected(l, order);
     CHECK(selected.dense_weight().equal(l.dense_weight().index_select(0, order)));
@@ -65,12 +65,15 @@ TEST_CASE("packed FP8 rows selected and stacked decode to the dense weight's row
   }
   CHECK(model::rows_selected(l, within).fp8.block_scales.equal(l.fp8.block_scales));
   CHECK_FALSE(model::rows_selected(l, across).fp8.block_scales.defined());
+  // The second block alone: its scales alone; half of a block: none.
+  CHECK(model::rows_selected(l, at::arange(128, 256, at::kLong)).fp8.block_scales.equal(l.fp8.block_scales.narrow(0, 1, 1)));
+  CHECK_FALSE(model::rows_selected(l, at::arange(0, 64, at::kLong)).fp8.block_scales.defined());
 
-  const model::Linear second = random_fp8_linear(64, true), dense = {at::randn({10, 40}), {}, {}};
+  const model::Linear second = random_fp8_linear(128, true), dense = {at::randn({10, 40}), {}, {}};
   const model::Linear both = model::stacked({l, second});
   CHECK(both.fp8.defined());
   CHECK(both.dense_weight().equal(at::cat({l.dense_weight(), second.dense_weight()})));
-  CHECK(both.fp8.block_scales.size(0) == l.fp8.block_scales.size(0) + second.fp8.block_scales.size(0));
+  CHECK(both.fp8.block_scales.equal(at::cat({l.fp8.block_scales, second.fp8.block_scales})));
   const model::Linear mixed = model::stacked({l, dense});  // a dense part: every part decoded
   CHECK_FALSE(mixed.fp8.defined());
   CHECK(mixed.weight.equal(at::cat({l.dense_weight(), dense.weight})));
