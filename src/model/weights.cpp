@@ -296,26 +296,17 @@ Linear WeightScope::get_linear(const std::vector<std::pair<std::string, int64_t>
     entries.push_back(checked_entry(name + ".weight", {out, in}));
     all_fp8 = all_fp8 && entries.back().info->dtype == safetensors::DType::kF8E4M3;
   }
-  Linear linear;
-  if (all_fp8 && checkpoint_->keep_fp8_packed_.value_or(device_.is_cuda())) {
-    std::vector<at::Tensor> bytes, scales, block_scales;
-    for (size_t i = 0; i < parts.size(); ++i) {
-      Fp8Weight part = packed_fp8(parts[i].first + ".weight", entries[i]);
-      bytes.push_back(part.bytes);
-      scales.push_back(part.row_scales);
-      if (part.block_scales.defined()) block_scales.push_back(part.block_scales);
-      linear.fp8 = part;
+  const bool packed = all_fp8 && checkpoint_->keep_fp8_packed_.value_or(device_.is_cuda());
+  std::vector<Linear> weights(parts.size());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const std::string name = parts[i].first + ".weight";
+    if (packed) {
+      weights[i].fp8 = packed_fp8(name, entries[i]);
+    } else {
+      weights[i].weight = get(name, {parts[i].second, in});
     }
-    if (parts.size() > 1) {
-      linear.fp8.bytes = at::cat(bytes), linear.fp8.row_scales = at::cat(scales);
-      // Parts of whole blocks stack their block scales as their bytes; one part of partial blocks decodes them all.
-      linear.fp8.block_scales = block_scales.size() == parts.size() ? at::cat(block_scales) : at::Tensor();
-    }
-  } else {
-    std::vector<at::Tensor> weights;
-    for (const auto& [name, out] : parts) weights.push_back(get(name + ".weight", {out, in}));
-    linear.weight = weights.size() == 1 ? weights[0] : at::cat(weights);
   }
+  Linear linear = stacked(weights);
   if (bias) {
     std::vector<at::Tensor> biases;
     for (const auto& [name, out] : parts) biases.push_back(get(name + ".bias", {out}));
@@ -359,6 +350,7 @@ Linear rows_selected(const Linear& l, const at::Tensor& order) {
 }
 
 Linear stacked(const std::vector<Linear>& parts) {
+  if (parts.size() == 1) return {parts.front().weight, at::Tensor(), parts.front().fp8};
   bool all_packed = true, all_block_scaled = true;
   for (const Linear& part : parts) {
     all_packed = all_packed && part.fp8.defined();
