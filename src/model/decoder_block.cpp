@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "common/error.h"
+#include "model/fixed_order_attention.h"
 #include "model/gated_delta_net.h"
 #include "model/latent_attention.h"
 #include "model/routed_experts.h"
@@ -68,6 +69,7 @@ at::Tensor attention_probabilities(const at::Tensor& scores, const at::Tensor& s
 // to the flash kernel's output).
 at::Tensor attention(const at::Tensor& q, at::Tensor k, at::Tensor v, const at::Tensor& mask, double scale,
                      const std::optional<double>& softcap, const at::Tensor& sinks) {
+  if (fixed_order_attention_takes(q, k, v)) return fixed_order_attention(q, k, v, mask, scale, softcap, sinks);
   const int64_t repeats = q.size(1) / k.size(1);
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
   // The flash kernel reads key/value head h / repeats itself (enable_gqa, LibTorch 2.5 on): no repeated copy

@@ -1,4 +1,6 @@
-# Run after a doctest executable is built (cmake -P): writes CTEST_FILE with one ctest test per test case.
+# Run after a doctest executable is built (cmake -P): writes CTEST_FILE with one ctest test per test case. Cases in
+# doctest's test suite "numeric" (TEST_CASE("..." * doctest::test_suite("numeric"))) get the ctest label `numeric`:
+# the results that depend on floating-point kernels, which .ci/run runs again under a second OpenBLAS kernel.
 # Inputs: TEST_EXECUTABLE, TEST_WORKING_DIR, TEST_ENVIRONMENT, CTEST_FILE.
 #
 # doctest's own doctestAddTests.cmake reads the list of cases as a CMake list, so a name with ';' became two
@@ -9,6 +11,11 @@ execute_process(COMMAND "${TEST_EXECUTABLE}" --list-test-cases --no-colors
                 OUTPUT_VARIABLE listing RESULT_VARIABLE result WORKING_DIRECTORY "${TEST_WORKING_DIR}")
 if(NOT result EQUAL 0)
   message(FATAL_ERROR "${TEST_EXECUTABLE} --list-test-cases exited with ${result}:\n${listing}")
+endif()
+execute_process(COMMAND "${TEST_EXECUTABLE}" --list-test-cases --no-colors --test-suite=numeric
+                OUTPUT_VARIABLE numeric_listing RESULT_VARIABLE result WORKING_DIRECTORY "${TEST_WORKING_DIR}")
+if(NOT result EQUAL 0)
+  message(FATAL_ERROR "${TEST_EXECUTABLE} --list-test-cases --test-suite=numeric exited with ${result}")
 endif()
 
 # doctest's filters split on ',' unless escaped, and unescape '\\'; '*' and '?' cannot be escaped but still match
@@ -49,6 +56,10 @@ while(NOT listing STREQUAL "")
     "set_tests_properties([==[${line}]==] PROPERTIES WORKING_DIRECTORY [==[${TEST_WORKING_DIR}]==]"
     " ENVIRONMENT [==[${TEST_ENVIRONMENT}]==]"
     " FAIL_REGULAR_EXPRESSION [==[test cases: +([02-9]|[1-9][0-9]+) [|]]==])\n")
+  string(FIND "${numeric_listing}" "\n${line}\n" numeric_at)
+  if(NOT numeric_at EQUAL -1)
+    string(APPEND script "set_tests_properties([==[${line}]==] PROPERTIES LABELS numeric)\n")
+  endif()
   math(EXPR registered "${registered} + 1")
 endwhile()
 

@@ -65,7 +65,7 @@ void check_generation_parity(const std::string& name) {
 }  // namespace
 
 #define GENERATION_TEST(name) \
-  TEST_CASE("greedy generation matches transformers: " name) { check_generation_parity(name); }
+  TEST_CASE("greedy generation matches transformers: " name * doctest::test_suite("numeric")) { check_generation_parity(name); }
 
 GENERATION_TEST("llama")
 GENERATION_TEST("llama_bf16")

@@ -3,6 +3,8 @@
 
 #include <ATen/Parallel.h>
 
+#include <cmath>
+
 #include "device/torch/gpu_utils.h"
 #include "device/torch/row_stable.h"
 #include "device/torch/transfers.h"
@@ -97,22 +99,42 @@ TEST_CASE("PinnedPool hands a buffer back once its tensor and views are gone, an
   CHECK(reserved.buffers() == 2);
 }
 
-TEST_CASE("row_stable_linear: each row's product is the same alone and among any number of rows") {
+// Exact on every kernel, by construction: each fp32 output on the CPU is one fixed function of its input row and weight
+// row (row_stable.h), so neither the rows beside it, nor OpenBLAS's kernel (OPENBLAS_CORETYPE), nor the thread count
+// change its bits; the AVX2 and portable paths compute the same function. .ci/run runs this under a second kernel.
+TEST_CASE("row_stable_linear: each row's product is the same alone and among any number of rows" * doctest::test_suite("numeric")) {
   at::manual_seed(0);
-  for (const auto& shape : std::vector<std::pair<int64_t, int64_t>>{{64, 128}, {192, 64}, {256, 256}, {256, 2048}}) {
+  const int threads = at::get_num_threads();
+  for (const auto& shape : std::vector<std::pair<int64_t, int64_t>>{{64, 128}, {192, 64}, {256, 256}, {256, 2048}, {45, 37}, {7, 3}}) {
     const int64_t out = shape.first, in = shape.second;
     at::Tensor weight = at::randn({out, in}), bias = at::randn({out}), x = at::randn({100, in});
     const at::Tensor all = row_stable_linear(x, weight, bias);
     CHECK(all.sizes() == at::IntArrayRef({100, out}));
-    CHECK(at::allclose(all, at::linear(x, weight, bias), 1e-5, 1e-5));
-    for (int64_t rows : {1, 2, 4, 13, 26, 63, 64, 70}) {
+    // Within the rounding any order of the sums allows: each side is within K u sum |x_k w_k| (+ u |y| for the bias)
+    // of the exact product, u = 2^-24.
+    const double u = std::ldexp(1.0, -24);
+    const at::Tensor bound = (2 * (in + 1) * u) * (at::linear(x.abs(), weight.abs(), bias.abs()));
+    CHECK(((all - at::linear(x, weight, bias)).abs() <= bound).all().item<bool>());
+    CHECK(at::equal(row_stable_linear_portable(x, weight, bias), all));
+    for (int64_t rows : {1, 2, 4, 13, 26, 63, 64, 70, 99}) {
       CAPTURE(out);
       CAPTURE(rows);
       CHECK(at::equal(row_stable_linear(x.narrow(0, 0, rows), weight, bias), all.narrow(0, 0, rows)));
+      CHECK(at::equal(row_stable_linear(x.narrow(0, 100 - rows, rows), weight, bias), all.narrow(0, 100 - rows, rows)));
       // Leading dimensions are kept: [1, rows, in] -> [1, rows, out].
       CHECK(at::equal(row_stable_linear(x.narrow(0, 0, rows).unsqueeze(0), weight).squeeze(0),
                       row_stable_linear(x.narrow(0, 0, rows), weight)));
     }
+    at::set_num_threads(1);
+    CHECK(at::equal(row_stable_linear(x, weight, bias), all));
+    at::set_num_threads(threads);
+    // A strided input and a weight's columns: the same bits as their contiguous copies.
+    CHECK(at::equal(row_stable_linear(x.t().contiguous().t(), weight, bias), all));
   }
+  // Empty products and a one-dimensional input.
+  CHECK(row_stable_linear(at::zeros({0, 4}), at::ones({3, 4})).sizes() == at::IntArrayRef({0, 3}));
+  CHECK(at::equal(row_stable_linear(at::zeros({2, 0}), at::ones({3, 0}), at::ones({3})), at::ones({2, 3})));
+  at::Tensor vector = at::randn({37}), weight = at::randn({5, 37});
+  CHECK(at::equal(row_stable_linear(vector, weight), row_stable_linear(vector.unsqueeze(0), weight).squeeze(0)));
 }
 

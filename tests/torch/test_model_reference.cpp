@@ -103,7 +103,7 @@ void check_against_reference(const std::string& name) {
 }  // namespace
 
 #define REFERENCE_TEST(name) \
-  TEST_CASE("model matches transformers: " name) { check_against_reference(name); }
+  TEST_CASE("model matches transformers: " name * doctest::test_suite("numeric")) { check_against_reference(name); }
 
 REFERENCE_TEST("llama")
 REFERENCE_TEST("llama_bf16")
@@ -332,7 +332,7 @@ TEST_CASE("a GPT-2 checkpoint named without 'transformer.' matches transformers 
 // MoE fixtures (0.944 seen). gpt_oss (top 2 of 4 by the raw logits) flips more: most texts keep 0.9999 on
 // layer 0, the longest lose a few tokens' experts there (0.977 seen on the last layer). deepseek_v3's biased
 // sigmoid scores flip likewise (0.984 seen; its FP8 copy, whose dequantized weights round once more, 0.969).
-TEST_CASE("bf16 compute agrees with the fp32 reference to bf16 precision") {
+TEST_CASE("bf16 compute agrees with the fp32 reference to bf16 precision" * doctest::test_suite("numeric")) {
   const std::pair<const char*, double> fixtures[] = {
       {"llama", 0.999},   {"mistral", 0.999},       {"qwen2", 0.999},   {"qwen3", 0.999},     {"gemma", 0.999},
       {"gemma2", 0.999},  {"gemma3_text", 0.999},   {"gpt2", 0.999},    {"gpt_neox", 0.999},  {"phi3", 0.999},

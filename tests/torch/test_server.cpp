@@ -289,7 +289,7 @@ httplib::Result generate(const RunningServer& s, const Json& body, const httplib
 
 }  // namespace
 
-TEST_CASE("probe_server: /v1/generate streams tokens with their probe scores; its bounds; a client that hangs up frees its slot") {
+TEST_CASE("probe_server: /v1/generate streams tokens with their probe scores; its bounds; a client that hangs up frees its slot" * doctest::test_suite("numeric")) {
   TempDir tmp;
   server::ServerOptions o = options_for(train_probes(tmp));
   o.limits.max_new_tokens = 8;

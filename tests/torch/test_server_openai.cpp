@@ -189,7 +189,7 @@ TEST_CASE("probe_server /v1/chat/completions: errors in OpenAI's shape, naming t
   CHECK_CONTAINS(r->body, "chat_template.jinja");
 }
 
-TEST_CASE("probe_server: four streams started together decode in one batch, each giving the tokens it gives alone") {
+TEST_CASE("probe_server: four streams started together decode in one batch, each giving the tokens it gives alone" * doctest::test_suite("numeric")) {
   TempDir tmp;
   RunningServer s(options_for(train_probes(tmp)));
   // Different prompts and lengths (one leaves early), sampling with a seed, steering: each its own row.
@@ -235,7 +235,7 @@ TEST_CASE("probe_server: four streams started together decode in one batch, each
 
 // Steps are pipelined (the next launched before this one's tokens are handed out): a stream joining while another
 // has a step in flight starts at the next launch, and both give what they give alone.
-TEST_CASE("probe_server: a stream that joins while another decodes gives what it gives alone, and so does the other") {
+TEST_CASE("probe_server: a stream that joins while another decodes gives what it gives alone, and so does the other" * doctest::test_suite("numeric")) {
   TempDir tmp;
   RunningServer s(options_for(train_probes(tmp)));
   const Json first = {{"prompt", "Once upon a time"}, {"max_new_tokens", 40}, {"stop", false}};

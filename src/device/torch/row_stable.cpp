@@ -1,25 +1,205 @@
 #include "device/torch/row_stable.h"
 
+#include <ATen/Parallel.h>
+
+#include <cmath>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define PROBEKIT_ROW_STABLE_AVX2 1
+#endif
+
 namespace probekit::device {
 
 namespace {
 
-constexpr int64_t kPaddedRows = 64;
-constexpr int64_t kSmallWeight = int64_t{1} << 21;
+constexpr int kLanes = 8;
+// A tile is 3 input rows x 4 weight rows: 12 accumulators plus 3 inputs and a weight fill AVX2's 16 registers.
+constexpr int64_t kTileRows = 3, kTileCols = 4;
+// A block's 24 input rows stay in L2 while its 16 weight rows pass over them; blocks are what threads share out.
+constexpr int64_t kBlockRows = 8 * kTileRows, kBlockCols = 4 * kTileCols;
+
+struct Operands {
+  const float* x;  // [M, K]
+  const float* w;  // [N, K]
+  const float* bias;  // [N] or null
+  float* out;  // [M, N]
+  int64_t rows, cols, depth;
+};
+
+// One output from its eight lane sums: the tail of k past the last whole group of eight into its lanes (lane k mod 8,
+// as a longer input would have it, so zeros appended change no bit), the lanes in a fixed tree (as AVX's horizontal
+// sum pairs them), then the bias. Both paths end here, so they agree to the bit.
+inline float finish_output(float* lanes, const float* x, const float* w, int64_t whole, int64_t depth, const float* bias) {
+  for (int64_t k = whole; k < depth; ++k) lanes[k - whole] = std::fma(x[k], w[k], lanes[k - whole]);
+  float sum = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+  return bias != nullptr ? sum + *bias : sum;
+}
+
+// The portable tile: each lane a chain of correctly rounded fused multiply-adds, as vfmadd computes them.
+template <int R, int C>
+void tile_portable(const Operands& o, int64_t row, int64_t col) {
+  const int64_t whole = o.depth - o.depth % kLanes;
+  float acc[R][C][kLanes] = {};
+  for (int64_t k = 0; k < whole; k += kLanes) {
+    for (int r = 0; r < R; ++r) {
+      const float* x = o.x + (row + r) * o.depth + k;
+      for (int c = 0; c < C; ++c) {
+        const float* w = o.w + (col + c) * o.depth + k;
+        for (int l = 0; l < kLanes; ++l) acc[r][c][l] = std::fma(x[l], w[l], acc[r][c][l]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) {
+      o.out[(row + r) * o.cols + col + c] = finish_output(acc[r][c], o.x + (row + r) * o.depth, o.w + (col + c) * o.depth,
+                                                          whole, o.depth, o.bias ? o.bias + col + c : nullptr);
+    }
+  }
+}
+
+#ifdef PROBEKIT_ROW_STABLE_AVX2
+template <int R, int C>
+__attribute__((target("avx2,fma"))) void tile_avx2(const Operands& o, int64_t row, int64_t col) {
+  const int64_t whole = o.depth - o.depth % kLanes;
+  __m256 acc[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+  }
+  for (int64_t k = 0; k < whole; k += kLanes) {
+    __m256 x[R];
+    for (int r = 0; r < R; ++r) x[r] = _mm256_loadu_ps(o.x + (row + r) * o.depth + k);
+    for (int c = 0; c < C; ++c) {
+      const __m256 w = _mm256_loadu_ps(o.w + (col + c) * o.depth + k);
+      for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(x[r], w, acc[r][c]);
+    }
+  }
+  alignas(32) float lanes[kLanes];
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) {
+      _mm256_store_ps(lanes, acc[r][c]);
+      o.out[(row + r) * o.cols + col + c] = finish_output(lanes, o.x + (row + r) * o.depth, o.w + (col + c) * o.depth,
+                                                          whole, o.depth, o.bias ? o.bias + col + c : nullptr);
+    }
+  }
+}
+#endif
+
+using TileFunction = void (*)(const Operands&, int64_t, int64_t);
+
+// Tiles of every edge shape, [rows - 1][cols - 1], for one path.
+template <template <int, int> class Tile>
+struct TileTable {
+  TileFunction tiles[kTileRows][kTileCols] = {
+      {Tile<1, 1>::run, Tile<1, 2>::run, Tile<1, 3>::run, Tile<1, 4>::run},
+      {Tile<2, 1>::run, Tile<2, 2>::run, Tile<2, 3>::run, Tile<2, 4>::run},
+      {Tile<3, 1>::run, Tile<3, 2>::run, Tile<3, 3>::run, Tile<3, 4>::run},
+  };
+};
+
+template <int R, int C>
+struct PortableTile {
+  static void run(const Operands& o, int64_t row, int64_t col) { tile_portable<R, C>(o, row, col); }
+};
+
+#ifdef PROBEKIT_ROW_STABLE_AVX2
+template <int R, int C>
+struct Avx2Tile {
+  static void run(const Operands& o, int64_t row, int64_t col) { tile_avx2<R, C>(o, row, col); }
+};
+
+bool cpu_has_avx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+#else
+bool cpu_has_avx2() { return false; }
+#endif
+
+}  // namespace
+
+bool row_stable_uses_avx2() {
+  static const bool avx2 = cpu_has_avx2();
+  return avx2;
+}
+
+namespace {
+
+const TileTable<PortableTile> kPortable;
+#ifdef PROBEKIT_ROW_STABLE_AVX2
+const TileTable<Avx2Tile> kAvx2;
+#endif
+
+const TileFunction (&chosen_tiles())[kTileRows][kTileCols] {
+#ifdef PROBEKIT_ROW_STABLE_AVX2
+  if (row_stable_uses_avx2()) return kAvx2.tiles;
+#endif
+  return kPortable.tiles;
+}
+
+// Rows [row_start, row_end) x columns [col_start, col_end) of the product, tile by tile.
+void product_block(const Operands& o, const TileFunction (&tiles)[kTileRows][kTileCols], int64_t row_start,
+                   int64_t row_end, int64_t col_start, int64_t col_end) {
+  for (int64_t col = col_start; col < col_end; col += kTileCols) {
+    const int64_t cols = std::min(kTileCols, col_end - col);
+    for (int64_t row = row_start; row < row_end; row += kTileRows) {
+      tiles[std::min(kTileRows, row_end - row) - 1][cols - 1](o, row, col);
+    }
+  }
+}
+
+void fixed_order_product(const Operands& o, const TileFunction (&tiles)[kTileRows][kTileCols]) {
+  const int64_t row_blocks = (o.rows + kBlockRows - 1) / kBlockRows, col_blocks = (o.cols + kBlockCols - 1) / kBlockCols;
+  at::parallel_for(0, row_blocks * col_blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t block = begin; block < end; ++block) {
+      const int64_t row_start = (block % row_blocks) * kBlockRows, col_start = (block / row_blocks) * kBlockCols;
+      product_block(o, tiles, row_start, std::min(o.rows, row_start + kBlockRows), col_start,
+                    std::min(o.cols, col_start + kBlockCols));
+    }
+  });
+}
+
+bool takes_fixed_order(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  const bool all_float = x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat &&
+                         (!bias.defined() || bias.scalar_type() == at::kFloat);
+  const bool all_cpu = x.is_cpu() && weight.is_cpu() && (!bias.defined() || bias.is_cpu());
+  const bool needs_grad = at::GradMode::is_enabled() &&
+                          (x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad()));
+  return all_float && all_cpu && !needs_grad && weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1) &&
+         (!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)));
+}
+
+at::Tensor fixed_order_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                              const TileFunction (&tiles)[kTileRows][kTileCols]) {
+  const int64_t depth = x.size(-1);
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = weight.size(0);
+  at::Tensor out = at::empty(shape, x.options());
+  if (out.numel() == 0) return out;
+  if (depth == 0) return bias.defined() ? out.copy_(bias.expand_as(out)) : out.zero_();
+  const at::Tensor inputs = x.contiguous(), weights = weight.contiguous();
+  const at::Tensor biases = bias.defined() ? bias.contiguous() : at::Tensor();
+  fixed_order_product({inputs.data_ptr<float>(), weights.data_ptr<float>(), biases.defined() ? biases.data_ptr<float>() : nullptr,
+                       out.data_ptr<float>(), out.numel() / weight.size(0), weight.size(0), depth},
+                      tiles);
+  return out;
+}
 
 }  // namespace
 
 at::Tensor row_stable_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  const int64_t in = x.size(-1), rows = in == 0 ? 0 : x.numel() / in;
-  if (!x.is_cpu() || weight.numel() >= kSmallWeight || rows == 0 || rows >= kPaddedRows) {
-    return bias.defined() ? at::linear(x, weight, bias) : at::linear(x, weight);
-  }
-  at::Tensor padded = at::zeros({kPaddedRows, in}, x.options());
-  padded.narrow(0, 0, rows).copy_(x.reshape({rows, in}));
-  at::Tensor out = bias.defined() ? at::linear(padded, weight, bias) : at::linear(padded, weight);
-  std::vector<int64_t> shape = x.sizes().vec();
-  shape.back() = weight.size(0);
-  return out.narrow(0, 0, rows).reshape(shape);
+  if (!takes_fixed_order(x, weight, bias)) return bias.defined() ? at::linear(x, weight, bias) : at::linear(x, weight);
+  return fixed_order_linear(x, weight, bias, chosen_tiles());
+}
+
+void fixed_order_products(const float* x, int64_t rows, const float* w, int64_t cols, int64_t depth, float* out) {
+  if (rows == 0 || cols == 0) return;
+  product_block({x, w, nullptr, out, rows, cols, depth}, chosen_tiles(), 0, rows, 0, cols);
+}
+
+at::Tensor row_stable_linear_portable(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  if (!takes_fixed_order(x, weight, bias)) return bias.defined() ? at::linear(x, weight, bias) : at::linear(x, weight);
+  return fixed_order_linear(x, weight, bias, kPortable.tiles);
 }
 
 }  // namespace probekit::device

@@ -1,15 +1,28 @@
-// Products whose rows do not depend on the rows computed beside them, on the CPU too. OpenBLAS sums a few rows'
-// products with a small weight in another order than the same rows among many (its small-matrix and matrix-vector
-// kernels): a stream decoded in a batch then differed in the last bits from the same stream alone. Padding such
-// products to 64 rows takes the general kernel, whose rows are independent (checked from 1 to 200 rows on weights
-// of 16 x 16 to 2,560 x 4,096); weights of 2^21 elements and more take it at any row count, unpadded.
+// Products whose rows do not depend on the rows computed beside them, on every CPU. OpenBLAS picks its kernel at
+// run time (OPENBLAS_CORETYPE, else the CPU): each kernel sums a row's products in an order that depends on where the
+// row falls in its blocking (edge tiles, small-matrix and matrix-vector paths), so a stream decoded in a batch differed
+// in the last bits from the same stream alone on some CPUs and not others. Here every fp32 output on the CPU is one
+// fixed function of its input row and weight row: eight lanes of fused multiply-adds in k order, summed in one fixed
+// tree, then the tail and the bias; AVX2 and the portable path compute the same bits. Other dtypes and devices take
+// at::linear.
 #pragma once
 
 #include <ATen/ATen.h>
 
 namespace probekit::device {
 
-/// x [..., K] times weight [N, K] transposed, plus bias [N] when defined: at::linear's numbers, row-independent.
+/// x [..., K] times weight [N, K] transposed, plus bias [N] when defined: at::linear's product to within rounding,
+/// each output row a function of its input row alone (bitwise, for fp32 on the CPU).
 at::Tensor row_stable_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
+
+/// out [rows, cols] = x [rows, depth] times w [cols, depth] transposed (contiguous, no bias), on the calling thread:
+/// each output the same fixed function of its two rows as row_stable_linear's (attention's scores use it).
+void fixed_order_products(const float* x, int64_t rows, const float* w, int64_t cols, int64_t depth, float* out);
+
+/// row_stable_linear on the portable path whatever the CPU: the bits the AVX2 path gives (tests check both).
+at::Tensor row_stable_linear_portable(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
+
+/// Whether row_stable_linear's fixed-order kernel uses AVX2 here (the portable path gives the same bits, slower).
+bool row_stable_uses_avx2();
 
 }  // namespace probekit::device

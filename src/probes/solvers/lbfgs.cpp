@@ -298,16 +298,41 @@ Moves step_along(const LinearModelObjective& objective, Point& point, const at::
 // Why each problem stopped, as the host sees it.
 enum class Stop : uint8_t { kRunning, kConverged, kStalled };
 
-std::vector<ProblemOutcome> outcomes(const Point& end, const at::Tensor& start_norm, const at::Tensor& iterations,
-                                     const std::vector<Stop>& stops) {
+// The gradient norm under which each problem has converged (LbfgsOptions): against the penalty's scale where the
+// objective has a penalty, else against the gradient's norm at the start.
+class ConvergenceBound {
+ public:
+  ConvergenceBound(const LinearModelObjective& objective, const at::Tensor& start_norm, const LbfgsOptions& options)
+      : relative_(options.gradient_tolerance * start_norm), rounding_(objective.rounding * start_norm),
+        tolerance_(options.penalty_tolerance) {
+    at::Tensor positive = objective.penalty.masked_select(objective.penalty > 0);
+    penalty_ = positive.numel() > 0 ? positive.min().item<double>() : 0.0;
+  }
+
+  /// [K]: the bound for each problem at parameters x [K, P].
+  at::Tensor at(const at::Tensor& x) const {
+    if (penalty_ == 0.0) return relative_;
+    return at::maximum(x.abs().amax(1) * (tolerance_ * penalty_), rounding_);
+  }
+
+ private:
+  at::Tensor relative_, rounding_;
+  double tolerance_;
+  double penalty_ = 0.0;
+};
+
+std::vector<ProblemOutcome> outcomes(const Point& end, const at::Tensor& start_norm, const at::Tensor& bound,
+                                     const at::Tensor& iterations, const std::vector<Stop>& stops) {
   at::Tensor f = end.f.to(at::kCPU).to(at::kDouble).contiguous();
   at::Tensor relative = (end.g.norm(2, {1}) / start_norm).to(at::kCPU).to(at::kDouble).contiguous();
+  at::Tensor over_bound = (end.g.norm(2, {1}) / bound).to(at::kCPU).to(at::kDouble).contiguous();
   at::Tensor steps = iterations.to(at::kCPU).to(at::kLong).contiguous();
   std::vector<ProblemOutcome> out(stops.size());
   for (size_t k = 0; k < stops.size(); ++k) {
     out[k].iterations = steps.data_ptr<int64_t>()[k];
     out[k].objective = f.data_ptr<double>()[k];
     out[k].relative_gradient = relative.data_ptr<double>()[k];
+    out[k].gradient_over_bound = over_bound.data_ptr<double>()[k];
     out[k].converged = stops[k] == Stop::kConverged;
     out[k].stop_reason = stops[k] == Stop::kConverged ? "gradient tolerance"
                          : stops[k] == Stop::kStalled ? "no further decrease"
@@ -324,7 +349,8 @@ Json outcome_json(const ProblemOutcome& o) {
           {"converged", o.converged},
           {"stop_reason", o.stop_reason},
           {"objective", o.objective},
-          {"relative_gradient_norm", o.relative_gradient}};
+          {"relative_gradient_norm", o.relative_gradient},
+          {"gradient_over_bound", o.gradient_over_bound}};
 }
 
 LbfgsResult minimize_lbfgs(const LinearModelObjective& objective, const at::Tensor& start, const LbfgsOptions& options) {
@@ -333,9 +359,10 @@ LbfgsResult minimize_lbfgs(const LinearModelObjective& objective, const at::Tens
     fail_input("L-BFGS: a penalty of {} values for {} parameters", objective.penalty.defined() ? objective.penalty.numel() : 0,
                start.size(1));
   }
-  if (options.history <= 0 || options.max_iterations < 0 || !(options.gradient_tolerance >= 0.0)) {
-    fail_input("L-BFGS: history {}, iteration limit {} and tolerance {} are not usable", options.history,
-               options.max_iterations, options.gradient_tolerance);
+  if (options.history <= 0 || options.max_iterations < 0 || !(options.gradient_tolerance >= 0.0) ||
+      !(options.penalty_tolerance >= 0.0)) {
+    fail_input("L-BFGS: history {}, iteration limit {} and tolerances {} and {} are not usable", options.history,
+               options.max_iterations, options.gradient_tolerance, options.penalty_tolerance);
   }
   const int64_t problems = start.size(0);
   Point point = evaluate(objective, start.clone(), at::arange(problems, start.options().dtype(at::kLong)));
@@ -346,9 +373,10 @@ LbfgsResult minimize_lbfgs(const LinearModelObjective& objective, const at::Tens
   at::Tensor iterations = at::zeros({problems}, row_options.dtype(at::kLong));
   std::vector<Stop> stops(static_cast<size_t>(problems), Stop::kRunning);
   History history(problems, options.history, row_options);
+  const ConvergenceBound bound(objective, start_norm, options);
   for (int64_t iteration = 0; iteration <= options.max_iterations; ++iteration) {
     at::Tensor gradient_norm = point.g.norm(2, {1});
-    at::Tensor converged = active & (gradient_norm <= options.gradient_tolerance * start_norm);
+    at::Tensor converged = active & (gradient_norm <= bound.at(point.x));
     std::vector<uint8_t> done = host_mask(converged);
     for (size_t k = 0; k < done.size(); ++k) stops[k] = done[k] ? Stop::kConverged : stops[k];
     active &= ~converged;
@@ -365,7 +393,7 @@ LbfgsResult minimize_lbfgs(const LinearModelObjective& objective, const at::Tens
     iterations += found.to(at::kLong);
     active &= found;
   }
-  return {point.x, outcomes(point, start_norm, iterations, stops)};
+  return {point.x, outcomes(point, start_norm, bound.at(point.x), iterations, stops)};
 }
 
 }  // namespace probekit::probes::solvers

@@ -30,8 +30,15 @@ namespace probekit::probes::solvers {
 struct LbfgsOptions {
   int64_t max_iterations = 10000;
   int64_t history = 10;
-  /// A problem has converged when the 2-norm of its gradient is at most this fraction of its norm at the start.
+  /// Without a penalty, a problem has converged when the 2-norm of its gradient is at most this fraction of its
+  /// norm at the start.
   double gradient_tolerance = 3e-7;
+  /// With a penalty (mu its smallest positive value), a problem has converged when the 2-norm of its gradient is at
+  /// most penalty_tolerance x mu x its largest |parameter|: f is mu-strongly convex in the penalised parameters, so
+  /// they are then within penalty_tolerance x that largest value of the optimum, whatever the data's scale (a rule
+  /// relative to the first gradient stopped 6e-3 short of it on rows with a large common offset); never below the
+  /// products' rounding (LinearModelObjective::rounding).
+  double penalty_tolerance = 1e-6;
 };
 
 /// K problems f_k(x) = loss_k(Z x) + sum_j penalty_j x_j^2 / 2. Each function is given the problems it covers,
@@ -46,6 +53,9 @@ struct LinearModelObjective {
   /// tensor (the solver adds the penalty's gradient to it in place).
   std::function<at::Tensor(const at::Tensor& dz, const at::Tensor& rows)> pullback;
   at::Tensor penalty;  // [P]
+  /// The products' unit rounding (their dtype's epsilon): the gradient is known to about this fraction of its norm at
+  /// the start, so no bound asks for less.
+  double rounding = 0.0;
 };
 
 /// How one problem ended.
@@ -53,6 +63,7 @@ struct ProblemOutcome {
   int64_t iterations = 0;
   double objective = 0.0;
   double relative_gradient = 0.0;  // its gradient norm at the end over its norm at the start
+  double gradient_over_bound = 0.0;  // its gradient norm at the end over the bound it had to reach (<= 1: converged)
   bool converged = false;
   std::string stop_reason;  // "gradient tolerance", "iteration limit" or "no further decrease"
 };

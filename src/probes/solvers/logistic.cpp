@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include <cmath>
+#include <limits>
 
 #include "common/error.h"
 #include "probes/solvers/binary_cross_entropy.h"
@@ -70,6 +71,29 @@ LogisticFit split_weights(const LbfgsResult& result, int64_t features) {
   return {result.x.narrow(1, 0, features).contiguous(), result.x.select(1, features).contiguous(), result.problems};
 }
 
+// The unit rounding of products over `inputs` (RowBlockProducts multiplies in their dtype).
+double products_rounding(const at::Tensor& inputs) {
+  switch (inputs.scalar_type()) {
+    case at::kDouble: return std::numeric_limits<double>::epsilon();
+    case at::kHalf: return std::ldexp(1.0, -10);
+    case at::kBFloat16: return std::ldexp(1.0, -7);
+    default: return std::numeric_limits<float>::epsilon();
+  }
+}
+
+// Rows [N, H] less their column means, in their dtype, and the means [H] in double. The fits run on centred rows: the
+// weights' minimiser is the same (each intercept absorbs w . means, given back by uncentred_intercepts), but the
+// intercept no longer moves with a large common offset of the rows, along which L-BFGS crept towards the optimum.
+std::pair<at::Tensor, at::Tensor> centred_rows(const at::Tensor& inputs) {
+  at::Tensor means = inputs.to(at::kDouble).mean(0);
+  return {(inputs.to(at::kDouble) - means).to(inputs.scalar_type()), means};
+}
+
+// The intercepts [K] of uncentred rows from those of rows less `means`: b - w . means for weights [K, H].
+at::Tensor uncentred_intercepts(const at::Tensor& intercepts, const at::Tensor& weights, const at::Tensor& means) {
+  return intercepts - at::mv(weights.to(at::kDouble), means);
+}
+
 // The softmax cross-entropy of `classes` [N] (in 0..fitted-1) as one problem: x [1, fitted * (H + 1)], viewed
 // as each class's weights then its intercept; its scores are the logits [fitted, N], flattened to [1, fitted * N].
 LinearModelObjective multinomial_objective(const at::Tensor& inputs, const at::Tensor& classes, int64_t fitted, double C) {
@@ -97,6 +121,7 @@ LinearModelObjective multinomial_objective(const at::Tensor& inputs, const at::T
   };
   objective.penalty =
       weight_penalty(fitted, features, 1.0 / (C * static_cast<double>(rows)), inputs.options().dtype(at::kDouble));
+  objective.rounding = products_rounding(inputs);
   return objective;
 }
 
@@ -107,7 +132,8 @@ LogisticFit fit_binary_logistic(const BinaryLogisticProblem& problem, const Lbfg
   const int64_t rows = problem.inputs.size(0), features = problem.inputs.size(1), k = problem.targets.size(1);
   const double scale = 1.0 / static_cast<double>(rows), penalty = 1.0 / (problem.C * static_cast<double>(rows));
   const at::TensorOptions solver = problem.inputs.options().dtype(at::kDouble);
-  const RowBlockProducts products(problem.inputs);
+  const auto [centred, means] = centred_rows(problem.inputs);
+  const RowBlockProducts products(centred);
   // x [K, H + 1]: each problem's weights, then its intercept; its scores are its logits over the rows [N],
   // the products in the inputs' dtype.
   LinearModelObjective objective;
@@ -119,7 +145,10 @@ LogisticFit fit_binary_logistic(const BinaryLogisticProblem& problem, const Lbfg
     return at::cat({products.over_rows(dz).to(at::kDouble), dz.sum(1, true)}, 1);
   };
   objective.penalty = weight_penalty(1, features, penalty, solver);
-  return split_weights(minimize_lbfgs(objective, at::zeros({k, features + 1}, solver), options), features);
+  objective.rounding = products_rounding(problem.inputs);
+  LogisticFit fit = split_weights(minimize_lbfgs(objective, at::zeros({k, features + 1}, solver), options), features);
+  fit.bias = uncentred_intercepts(fit.bias, fit.weight, means);
+  return fit;
 }
 
 LogisticFit fit_scalar_logistic(const BinaryLogisticProblem& problem, const LbfgsOptions& options) {
@@ -128,6 +157,8 @@ LogisticFit fit_scalar_logistic(const BinaryLogisticProblem& problem, const Lbfg
   const double scale = 1.0 / static_cast<double>(rows), penalty = 1.0 / (problem.C * static_cast<double>(rows));
   const at::TensorOptions solver = problem.inputs.options().dtype(at::kDouble);
   at::Tensor projections = per_problem(problem.inputs);
+  const at::Tensor means = projections.mean(1);  // [K]: each problem's projections centred, as centred_rows does
+  projections = projections - means.unsqueeze(1);
   // x [K, 2]: each problem's scale a and intercept b; its logits are a p + b for its projections p.
   LinearModelObjective objective;
   objective.scores = [&](const at::Tensor& x, const at::Tensor& r) {
@@ -138,7 +169,9 @@ LogisticFit fit_scalar_logistic(const BinaryLogisticProblem& problem, const Lbfg
     return at::cat({(dz * projections.index_select(0, r)).sum(1, true), dz.sum(1, true)}, 1);
   };
   objective.penalty = weight_penalty(1, 1, penalty, solver);
-  return split_weights(minimize_lbfgs(objective, at::zeros({k, 2}, solver), options), 1);
+  LogisticFit fit = split_weights(minimize_lbfgs(objective, at::zeros({k, 2}, solver), options), 1);
+  fit.bias = fit.bias - fit.weight.select(1, 0) * means;
+  return fit;
 }
 
 LogisticFit fit_multinomial_logistic(const at::Tensor& inputs, const at::Tensor& classes, int64_t class_count, double C,
@@ -161,9 +194,11 @@ LogisticFit fit_multinomial_logistic(const at::Tensor& inputs, const at::Tensor&
     solved = at::cat({-half, half});
     problems = binary.problems;
   } else {
-    LbfgsResult result = minimize_lbfgs(multinomial_objective(inputs, targets, fitted, C),
+    const auto [centred, means] = centred_rows(inputs);
+    LbfgsResult result = minimize_lbfgs(multinomial_objective(centred, targets, fitted, C),
                                         at::zeros({1, fitted * (features + 1)}, solver), options);
-    solved = result.x.view({fitted, features + 1});
+    solved = result.x.view({fitted, features + 1}).clone();
+    solved.select(1, features).copy_(uncentred_intercepts(solved.select(1, features), solved.narrow(1, 0, features), means));
     problems = result.problems;
   }
   LogisticFit fit{at::zeros({class_count, features}, solver), at::full({class_count}, kAbsentClassBias, solver),
