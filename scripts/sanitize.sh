@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the project with clang, AddressSanitizer and UndefinedBehaviorSanitizer in build-asan/
 # (-DPROBEKIT_SANITIZE=ON) and runs the test suite there; the tools the tests start are sanitized too. Run
-# scripts/setup.sh first (packages) and scripts/fetch_tokenizers.sh (golden tests).
+# scripts/test.sh first (the packages, clang among them, and the real tokenizers of the golden tests).
 #
 #   scripts/sanitize.sh          the whole suite
 #   scripts/sanitize.sh core     test_core only: the torch-free code (tokenizer, file formats, datasets,
@@ -21,7 +21,7 @@ scope=${1:-all}
 cxx=${CLANG_CXX:-clang++}
 cc=${CLANG_CC:-clang}
 if ! command -v "$cxx" > /dev/null; then
-  echo "$cxx not found: run scripts/setup.sh (it installs Debian's clang), or set CLANG_CXX and CLANG_CC" >&2
+  echo "$cxx not found: run scripts/setup_tests.sh (it installs Debian's clang), or set CLANG_CXX and CLANG_CC" >&2
   exit 2
 fi
 libgomp=$(g++ -print-file-name=libgomp.so)

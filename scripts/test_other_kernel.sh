@@ -21,4 +21,4 @@ case "${own,,}" in
 esac
 echo "numeric tests under OpenBLAS's $other kernel (this machine runs $own)"
 cd build
-OPENBLAS_CORETYPE=$other ctest -L numeric --output-on-failure --timeout 900 -j "$(getconf _NPROCESSORS_ONLN)"
+OPENBLAS_CORETYPE=$other ctest -L numeric --no-tests=error --output-on-failure --timeout 900 -j "$(getconf _NPROCESSORS_ONLN)"

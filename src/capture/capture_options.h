@@ -12,7 +12,7 @@
 #include "loading/model_loading.h"
 #include "steering/steering.h"
 #include "readout/prompts.h"
-#include "readout/sites.h"
+#include "readout/site_reading.h"
 
 namespace probekit::capture {
 

@@ -81,24 +81,17 @@ void check_fits(const probes::ProbeSet& set, const std::string& dir, int64_t lay
     fail_input("{}: probes of layer {}, but the model in {} has {} layers (0 to {})", dir, layer, options.model_dir,
                config.num_layers, config.num_layers - 1);
   }
-  if (site == Site::kExperts) fail_input("{}: probes of site 'experts' (expert ids) cannot be run", dir);
-  if (site != Site::kRouter) {
-    if (set.shape().input_dim != config.hidden_size) {
-      fail_input("{}: the probes take {} inputs but the model in {} has hidden size {} (probes of another model?)", dir,
-                 set.shape().input_dim, options.model_dir, config.hidden_size);
-    }
-    return;
+  const SiteRow& row = site_row(site);
+  if (!row.scorable()) fail_input("{}: probes of site '{}' ({}) cannot score text", dir, row.name, row.meaning);
+  const std::vector<int64_t> having = readout::layers_having(site, config);
+  if (std::find(having.begin(), having.end(), layer) == having.end()) {
+    fail_input("{}: the probes read the {} of layer {}, but that layer of the model in {} has none (layers {}: {})", dir,
+               row.name, layer, options.model_dir, row.routed() ? "with a router" : "that have it",
+               having.empty() ? "none" : fmt::format("{}", fmt::join(having, ",")));
   }
-  const std::vector<int64_t> routed = model::routed_expert_layers(config);
-  if (std::find(routed.begin(), routed.end(), layer) == routed.end()) {
-    fail_input("{}: the probes read the router of layer {}, but that layer of the model in {} has none (layers with a "
-               "router: {})",
-               dir, layer, options.model_dir, routed.empty() ? "none" : fmt::format("{}", fmt::join(routed, ",")));
-  }
-  if (set.shape().input_dim != config.routed_experts.experts) {
-    fail_input("{}: the probes take {} inputs but the routers of the model in {} score {} experts (probes of another "
-               "model?)",
-               dir, set.shape().input_dim, options.model_dir, config.routed_experts.experts);
+  if (set.shape().input_dim != readout::site_width(site, config)) {
+    fail_input("{}: the probes take {} inputs but {} (probes of another model?)", dir, set.shape().input_dim,
+               readout::site_width_described(site, config, options.model_dir));
   }
 }
 

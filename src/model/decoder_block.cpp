@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "common/error.h"
+#include "device/torch/row_stable.h"
 #include "model/fixed_order_attention.h"
 #include "model/gated_delta_net.h"
 #include "model/latent_attention.h"
@@ -398,8 +399,9 @@ at::Tensor per_layer_inputs(const at::Tensor& input_ids, const at::Tensor& embed
   // projection, 1 / sqrt(2) on the sum.
   at::Tensor own = at::embedding(table, input_ids.to(table.device())).to(at::kFloat) * std::sqrt(static_cast<double>(size));
   const at::Tensor& projection = w.per_layer_model_projection;
-  at::Tensor projected = at::linear(embeddings.to(projection.device(), projection.scalar_type()), projection).to(at::kFloat) *
-                         std::pow(static_cast<double>(c.hidden_size), -0.5);
+  at::Tensor projected =
+      device::row_stable_linear(embeddings.to(projection.device(), projection.scalar_type()), projection).to(at::kFloat) *
+      std::pow(static_cast<double>(c.hidden_size), -0.5);
   projected = apply_norm(projected.view({batch, tokens, c.num_layers, size}), w.per_layer_projection_norm, c, at::kFloat);
   return (projected + own.view({batch, tokens, c.num_layers, size})) * std::pow(2.0, -0.5);
 }

@@ -1,11 +1,15 @@
 #include "model/fixed_order_attention.h"
 
 #include <ATen/Parallel.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "common/error.h"
 #include "device/torch/row_stable.h"
 
 namespace probekit::model {
@@ -57,15 +61,38 @@ void attend_one(const AttentionRows& a, int64_t b, int64_t h, int64_t t, float* 
   for (int64_t d = 0; d < a.value_depth; ++d) out[d] /= total;
 }
 
+// One head's queries, kQueryChunk at a time: their scores [chunk, S] at once (each a function of its own two rows,
+// so the chunking changes no bit), which bounds the scratch memory whatever the prompt's length.
+constexpr int64_t kQueryChunk = 32;
+
 void attend_head(const AttentionRows& a, int64_t b, int64_t h, std::vector<float>& scores) {
   const int64_t kv = h / (a.heads / a.kv_heads);
   const float* q = a.q + (b * a.heads + h) * a.tokens * a.depth;
   const float* k = a.k + (b * a.kv_heads + kv) * a.slots * a.depth;
   const float* v = a.v + (b * a.kv_heads + kv) * a.slots * a.value_depth;
-  scores.resize(static_cast<size_t>(a.tokens * a.slots));
-  device::fixed_order_products(q, a.tokens, k, a.slots, a.depth, scores.data());
   float* out = a.out + (b * a.heads + h) * a.tokens * a.value_depth;
-  for (int64_t t = 0; t < a.tokens; ++t) attend_one(a, b, h, t, scores.data() + t * a.slots, v, out + t * a.value_depth);
+  scores.resize(static_cast<size_t>(std::min(a.tokens, kQueryChunk) * a.slots));
+  for (int64_t first = 0; first < a.tokens; first += kQueryChunk) {
+    const int64_t count = std::min(kQueryChunk, a.tokens - first);
+    device::fixed_order_products(q + first * a.depth, count, k, a.slots, a.depth, scores.data());
+    for (int64_t t = first; t < first + count; ++t) {
+      attend_one(a, b, h, t, scores.data() + (t - first) * a.slots, v, out + t * a.value_depth);
+    }
+  }
+}
+
+// The shapes fixed_order_attention reads without bounds checks, checked once.
+void check_shapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& allowed,
+                  const at::Tensor& sinks) {
+  const bool fits = k.size(0) == q.size(0) && v.size(0) == q.size(0) && v.size(1) == k.size(1) &&
+                    v.size(2) == k.size(2) && k.size(3) == q.size(3) && (!sinks.defined() || sinks.numel() == q.size(1));
+  if (!fits) {
+    fail_input("attention: queries [{}], keys [{}], values [{}] and {} sinks do not fit together", fmt::join(q.sizes(), ", "),
+               fmt::join(k.sizes(), ", "), fmt::join(v.sizes(), ", "), sinks.defined() ? sinks.numel() : 0);
+  }
+  if (allowed.defined() && allowed.scalar_type() != at::kBool) {
+    fail_input("attention: the mask must be boolean (true: may see), not {}", c10::toString(allowed.scalar_type()));
+  }
 }
 
 }  // namespace
@@ -79,9 +106,10 @@ bool fixed_order_attention_takes(const at::Tensor& q, const at::Tensor& k, const
 
 at::Tensor fixed_order_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& allowed,
                                  double scale, const std::optional<double>& softcap, const at::Tensor& sinks) {
+  check_shapes(q, k, v, allowed, sinks);
   const int64_t batch = q.size(0), heads = q.size(1), tokens = q.size(2), slots = k.size(2);
   const at::Tensor queries = q.contiguous(), keys = k.contiguous(), values = v.contiguous();
-  const at::Tensor mask = allowed.defined() ? allowed.to(at::kBool).expand({batch, heads, tokens, slots}) : at::Tensor();
+  const at::Tensor mask = allowed.defined() ? allowed.expand({batch, heads, tokens, slots}) : at::Tensor();
   const at::Tensor sink_logits = sinks.defined() ? sinks.to(at::kFloat).contiguous() : at::Tensor();
   at::Tensor out = at::empty({batch, heads, tokens, v.size(3)}, q.options());
   AttentionRows a{queries.data_ptr<float>(), keys.data_ptr<float>(), values.data_ptr<float>(),

@@ -15,7 +15,7 @@ namespace probekit::model {
 bool fixed_order_attention_takes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 
 /// softmax(q k^T scale (soft-capped), masked) v for q [B, heads, T, D], k [B, kv_heads, S, D], v [B, kv_heads, S, Dv]
-/// (query head h reads kv head h / (heads / kv_heads)); `allowed` bool, broadcastable to [B, 1, T, S], or undefined
+/// (query head h reads kv head h / (heads / kv_heads)); `allowed` bool, broadcastable to [B, heads, T, S], or undefined
 /// for causal (query t sees slots up to t); `sinks` [heads] or undefined: each head's logit joins the denominator.
 /// Each query's slots in increasing order: the scores (row_stable's fixed-order products), their maximum, the
 /// exponentials' sum, then the weighted values; a query that may see nothing gives zeros. Returns [B, heads, T, Dv].

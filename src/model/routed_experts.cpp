@@ -2,6 +2,7 @@
 
 #include <torch/csrc/api/include/torch/version.h>
 
+#include "device/torch/row_stable.h"
 #ifdef PROBEKIT_WITH_CUDA
 #include "device/torch/cuda/gpu_cuda.h"
 #endif
@@ -127,11 +128,11 @@ at::Tensor expert_products(const at::Tensor& sorted, const at::Tensor& sorted_ex
     const int64_t count = end[e] - start;
     if (count == 0) continue;
     at::Tensor gate_weight = expert_weight(w.gate_up, w.gate_up_mxfp4, w.gate_up_fp8, e, dtype);
-    at::Tensor gate_up = w.gate_up_bias.defined() ? at::linear(sorted.narrow(0, start, count), gate_weight, w.gate_up_bias[e])
-                                                  : at::linear(sorted.narrow(0, start, count), gate_weight);
+    at::Tensor gate_up = device::row_stable_linear(sorted.narrow(0, start, count), gate_weight,
+                                                   w.gate_up_bias.defined() ? w.gate_up_bias[e] : at::Tensor());
     out.narrow(0, start, count)
-        .copy_(at::linear(expert_activation(gate_up, {}, {}, activation, limit),
-                          expert_weight(w.down, w.down_mxfp4, w.down_fp8, e, dtype)));
+        .copy_(device::row_stable_linear(expert_activation(gate_up, {}, {}, activation, limit),
+                                         expert_weight(w.down, w.down_mxfp4, w.down_fp8, e, dtype)));
     start = end[e];
   }
   return out;
@@ -178,8 +179,7 @@ Routing route_tokens(const at::Tensor& x, const RoutedExperts& w, const RoutedEx
   Routing routing;
   // A router kept in fp32 (DeepSeek V3) takes the tokens in fp32, as the reference casts them.
   const at::Tensor rows = x.to(w.router.scalar_type());
-  routing.logits =
-      (w.router_bias.defined() ? at::linear(rows, w.router, w.router_bias) : at::linear(rows, w.router)).to(at::kFloat);
+  routing.logits = device::row_stable_linear(rows, w.router, w.router_bias).to(at::kFloat);
   if (spec.scoring == RouterScoring::kSigmoidGroupedTopK) {
     route_sigmoid_grouped(routing, w, spec);
     return routing;
@@ -209,7 +209,9 @@ at::Tensor run_routed_experts(const at::Tensor& x, const Routing& routing, const
   at::Tensor out = combine_outputs(sorted_outputs, order, pair_experts, sorted_experts, routing.weights, w.down_bias);
   if (w.shared_expert.in.defined()) {
     at::Tensor shared = dense_mlp(x, w.shared_expert, c).to(at::kFloat);
-    if (w.shared_expert_gate.defined()) shared = shared * at::sigmoid(at::linear(x, w.shared_expert_gate).to(at::kFloat));
+    if (w.shared_expert_gate.defined()) {
+      shared = shared * at::sigmoid(device::row_stable_linear(x, w.shared_expert_gate).to(at::kFloat));
+    }
     out = out + shared;
   }
   return out;

@@ -28,7 +28,7 @@ at::Tensor StreamEdit::apply(const at::Tensor& values) const {
 }
 
 StreamEdit& StreamWrites::edit(Site site, int64_t layer) {
-  if (!site_row(site).writable) fail_input("the site {} cannot be written (writable: {})", site_name(site), site_names(true));
+  if (!site_row(site).writable()) fail_input("the site {} cannot be written (writable: {})", site_name(site), site_names(true));
   return edits_[{layer, site}];
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "device/torch/row_stable.h"
 #include "model/families.h"
 #include "model/quantization.h"
 
@@ -110,7 +111,8 @@ at::Tensor TransformerModel::logits(const at::Tensor& final_norm) const {
   if (!has_lm_head()) fail_input("the LM head was not loaded");
   c10::InferenceMode inference_mode;
   at::Tensor logits =
-      at::linear(final_norm.to(weights_.lm_head.device(), weights_.lm_head.scalar_type()), weights_.lm_head).to(at::kFloat);
+      device::row_stable_linear(final_norm.to(weights_.lm_head.device(), weights_.lm_head.scalar_type()), weights_.lm_head)
+          .to(at::kFloat);
   if (config_.final_logit_softcap) {
     const double cap = *config_.final_logit_softcap;
     logits = at::tanh(logits / cap) * cap;

@@ -3,7 +3,7 @@
 
 #include <ATen/ATen.h>
 
-#include "readout/sites.h"
+#include "readout/site_reading.h"
 
 namespace probekit::readout {
 

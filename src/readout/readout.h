@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "model/transformer.h"
-#include "readout/sites.h"
+#include "readout/site_reading.h"
 
 namespace probekit::readout {
 

@@ -17,38 +17,12 @@
 #include "server/generation_stream.h"
 #include "server/handlers.h"
 #include "server/http_service.h"
+#include "server/routes.h"
 #include "server/api/requests.h"
 
 namespace probekit::server {
 
 namespace {
-
-const char* const kEndpoints = "GET /, GET /healthz, GET /metrics, GET /v1/info, GET /v1/models, POST /v1/rank, "
-                               "POST /v1/per-token, POST /v1/generate, POST /v1/chat/completions";
-
-// The routes, as /metrics counts requests by endpoint (any other path counts as "other").
-const char* const kRoutes[] = {"/", "/healthz", "/metrics", "/v1/info", "/v1/models", "/v1/rank", "/v1/per-token",
-                               "/v1/generate", "/v1/chat/completions"};
-
-void send_json(httplib::Response& res, int status, const Json& body) {
-  res.status = status;
-  res.set_content(dump_json(body), "application/json");
-}
-
-// The OpenAI API's paths answer errors in its shape, the others in ours.
-bool openai_path(const std::string& path) { return path.rfind("/v1/chat/", 0) == 0 || path.rfind("/v1/models", 0) == 0; }
-
-void send_error(httplib::Response& res, int status, const std::string& message, const std::string& field = "",
-                bool openai = false) {
-  send_json(res, status, openai ? openai_error_body(status, message, field) : error_body(message, field));
-}
-
-std::string endpoint_of(const std::string& path) {
-  for (const char* route : kRoutes) {
-    if (path == route) return route;
-  }
-  return "other";
-}
 
 void check_json_body(const httplib::Request& req) {
   if (req.get_header_value("Content-Type").rfind("application/json", 0) != 0) {
@@ -70,22 +44,14 @@ Clock::time_point deadline_of(const Limits& limits) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limits.request_timeout_s));
 }
 
-// A JSON endpoint: the body parsed by `parse`, answered by `answer`; every refusal becomes a JSON error.
+// A JSON endpoint: the body parsed by `parse`, answered by `answer` (refusals thrown, answered by server::answer).
 template <typename Parse, typename Answer>
-httplib::Server::Handler json_endpoint(Parse parse, Answer answer, const ServerOptions& options) {
+std::function<void(const httplib::Request&, httplib::Response&)> json_endpoint(Parse parse, Answer answer,
+                                                                               const ServerOptions& options) {
   return [parse, answer, &options](const httplib::Request& req, httplib::Response& res) {
     Clock::time_point deadline = deadline_of(options.limits);
-    try {
-      check_json_body(req);
-      send_json(res, 200, answer(parse(req.body, options.limits), deadline));
-    } catch (const RequestError& e) {
-      send_error(res, e.status(), e.what(), e.field());
-    } catch (const std::invalid_argument& e) {
-      send_error(res, 400, e.what());
-    } catch (const std::exception& e) {
-      spdlog::error("{} {}: {}", req.method, req.path, e.what());
-      send_error(res, 500, fmt::format("internal error: {}", e.what()));
-    }
+    check_json_body(req);
+    send_json(res, 200, answer(parse(req.body, options.limits), deadline));
   };
 }
 
@@ -109,57 +75,72 @@ ProbeServer::ProbeServer(const ServerOptions& options)
                                   engine_.model_dir())) {
   scheduler_ = std::make_unique<Scheduler>(engine_, options_.limits.max_queued_texts);
   http_ = std::make_unique<HttpService>(service_options(options_));
+  routes_ = routes();
   add_error_handlers();
   add_routes();
 }
 
 ProbeServer::~ProbeServer() { stop(); }
 
-void ProbeServer::add_routes() {
+// The endpoints, one row each (docs/layout.md: adding an endpoint).
+std::vector<Route> ProbeServer::routes() {
   ServerContext context{engine_, *scheduler_, options_};
-  http_->Get("/", [](const httplib::Request&, httplib::Response& res) {
-    // Nothing from elsewhere may load: the page is self-contained and talks to this server only.
-    res.set_header("Content-Security-Policy",
-                   "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "
-                   "img-src data:");
-    res.set_content(page_html(), "text/html; charset=utf-8");
-  });
-  http_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) { send_json(res, 200, {{"status", "ok"}}); });
-  http_->Get("/v1/info", [this, context](const httplib::Request&, httplib::Response& res) {
-    Json info = info_response(context, open_streams_, options_.engine.generate);
-    info["chat"] = chat_model_.chat_template != nullptr;  // the page's chat view needs the model's template
-    if (!chat_model_.problem.empty()) info["chat_problem"] = chat_model_.problem;
-    send_json(res, 200, info);
-  });
-  http_->Post("/v1/rank", json_endpoint(parse_rank_query,
-                                        [context](const RankQuery& q, Clock::time_point deadline) {
-                                          return rank_response(context, q, deadline);
-                                        },
-                                        options_));
-  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(scheduler_->metrics().exposition(scheduler_->queue_depth(), open_streams_),
-                    "text/plain; version=0.0.4; charset=utf-8");
-  });
-  http_->Post("/v1/generate", [this, context](const httplib::Request& req, httplib::Response& res) {
-    try {
-      check_json_body(req);
-      GenerateQuery query = parse_generate_query(req.body, options_.limits);
-      if (!options_.engine.generate) throw RequestError(404, "this server was started with --no-generate");
-      serve_stream(res, [&](std::shared_ptr<EventStream> stream) {
-        start_generation(context, query, std::move(stream), deadline_of(options_.limits));
-      });
-    } catch (const RequestError& e) {
-      send_error(res, e.status(), e.what(), e.field());
-    } catch (const std::invalid_argument& e) {
-      send_error(res, 400, e.what());
+  std::vector<Route> table = {
+      {"GET", "/", ErrorStyle::kProbekit,
+       [](const httplib::Request&, httplib::Response& res) {
+         // Nothing from elsewhere may load: the page is self-contained and talks to this server only.
+         res.set_header("Content-Security-Policy",
+                        "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "
+                        "img-src data:");
+         res.set_content(page_html(), "text/html; charset=utf-8");
+       }},
+      {"GET", "/healthz", ErrorStyle::kProbekit,
+       [](const httplib::Request&, httplib::Response& res) { send_json(res, 200, {{"status", "ok"}}); }},
+      {"GET", "/metrics", ErrorStyle::kProbekit,
+       [this](const httplib::Request&, httplib::Response& res) {
+         res.set_content(scheduler_->metrics().exposition(scheduler_->queue_depth(), open_streams_),
+                         "text/plain; version=0.0.4; charset=utf-8");
+       }},
+      {"GET", "/v1/info", ErrorStyle::kProbekit,
+       [this, context](const httplib::Request&, httplib::Response& res) {
+         Json info = info_response(context, open_streams_, options_.engine.generate);
+         info["chat"] = chat_model_.chat_template != nullptr;  // the page's chat view needs the model's template
+         if (!chat_model_.problem.empty()) info["chat_problem"] = chat_model_.problem;
+         send_json(res, 200, info);
+       }},
+      {"POST", "/v1/rank", ErrorStyle::kProbekit,
+       json_endpoint(parse_rank_query,
+                     [context](const RankQuery& q, Clock::time_point deadline) { return rank_response(context, q, deadline); },
+                     options_)},
+      {"POST", "/v1/per-token", ErrorStyle::kProbekit,
+       json_endpoint(parse_per_token_query,
+                     [context](const PerTokenQuery& q, Clock::time_point deadline) {
+                       return per_token_response(context, q, deadline);
+                     },
+                     options_)},
+      {"POST", "/v1/generate", ErrorStyle::kProbekit,
+       [this, context](const httplib::Request& req, httplib::Response& res) {
+         check_json_body(req);
+         GenerateQuery query = parse_generate_query(req.body, options_.limits);
+         if (!options_.engine.generate) throw RequestError(404, "this server was started with --no-generate");
+         serve_stream(res, [&](std::shared_ptr<EventStream> stream) {
+           start_generation(context, query, std::move(stream), deadline_of(options_.limits));
+         });
+       }},
+  };
+  for (Route& route : openai_routes(context)) table.push_back(std::move(route));
+  return table;
+}
+
+void ProbeServer::add_routes() {
+  for (const Route& route : routes_) {
+    auto handler = [route](const httplib::Request& req, httplib::Response& res) { answer(route, req, res); };
+    if (route.method == "GET") {
+      http_->Get(route.path, handler);
+    } else {
+      http_->Post(route.path, handler);
     }
-  });
-  http_->Post("/v1/per-token", json_endpoint(parse_per_token_query,
-                                             [context](const PerTokenQuery& q, Clock::time_point deadline) {
-                                               return per_token_response(context, q, deadline);
-                                             },
-                                             options_));
-  add_openai_routes(context);
+  }
 }
 
 void ProbeServer::take_stream_slot() {
@@ -200,63 +181,60 @@ void ProbeServer::serve_stream(httplib::Response& res, const std::function<void(
       });
 }
 
-// POST /v1/chat/completions and GET /v1/models, errors in OpenAI's shape.
-void ProbeServer::add_openai_routes(const ServerContext& context) {
-  http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    send_json(res, 200, models_response(chat_model_));
-  });
-  http_->Post("/v1/chat/completions", [this, context](const httplib::Request& req, httplib::Response& res) {
-    try {
-      check_json_body(req);
-      ChatQuery query = parse_chat_query(req.body, options_.limits);
-      if (!options_.engine.generate) throw RequestError(404, "this server was started with --no-generate");
-      Clock::time_point deadline = deadline_of(options_.limits);
-      if (query.stream) {
-        return serve_stream(res, [&](std::shared_ptr<EventStream> stream) {
-          start_chat_stream(context, chat_model_, query, std::move(stream), deadline);
-        });
-      }
-      take_stream_slot();
-      std::shared_ptr<void> slot(nullptr, [this](void*) { --open_streams_; });
-      send_json(res, 200, chat_completion_response(context, chat_model_, query, deadline));
-    } catch (const RequestError& e) {
-      send_error(res, e.status(), e.what(), e.field(), true);
-    } catch (const std::invalid_argument& e) {
-      send_error(res, 400, e.what(), "", true);
-    } catch (const std::exception& e) {
-      spdlog::error("{} {}: {}", req.method, req.path, e.what());
-      send_error(res, 500, fmt::format("internal error: {}", e.what()), "", true);
-    }
-  });
+// GET /v1/models and POST /v1/chat/completions, errors in OpenAI's shape.
+std::vector<Route> ProbeServer::openai_routes(const ServerContext& context) {
+  return {
+      {"GET", "/v1/models", ErrorStyle::kOpenAI,
+       [this](const httplib::Request&, httplib::Response& res) { send_json(res, 200, models_response(chat_model_)); }},
+      {"POST", "/v1/chat/completions", ErrorStyle::kOpenAI,
+       [this, context](const httplib::Request& req, httplib::Response& res) {
+         check_json_body(req);
+         ChatQuery query = parse_chat_query(req.body, options_.limits);
+         if (!options_.engine.generate) throw RequestError(404, "this server was started with --no-generate");
+         Clock::time_point deadline = deadline_of(options_.limits);
+         if (query.stream) {
+           return serve_stream(res, [&](std::shared_ptr<EventStream> stream) {
+             start_chat_stream(context, chat_model_, query, std::move(stream), deadline);
+           });
+         }
+         take_stream_slot();
+         std::shared_ptr<void> slot(nullptr, [this](void*) { --open_streams_; });
+         send_json(res, 200, chat_completion_response(context, chat_model_, query, deadline));
+       }},
+  };
 }
 
 void ProbeServer::add_error_handlers() {
   const Limits& limits = options_.limits;
   std::string api_key = options_.api_key;
-  http_->set_pre_routing_handler([api_key](const httplib::Request& req, httplib::Response& res) {
+  const std::vector<Route>& routes = routes_;
+  http_->set_pre_routing_handler([api_key, &routes](const httplib::Request& req, httplib::Response& res) {
     if (api_key.empty() || !needs_api_key(req.path) || bearer_matches(req.get_header_value("Authorization"), api_key)) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
     res.set_header("WWW-Authenticate", "Bearer");
     send_error(res, 401, "this server needs its API key: send the header Authorization: Bearer KEY (--api-key)", "",
-               openai_path(req.path));
+               error_style_of(routes, req.path));
     return httplib::Server::HandlerResponse::Handled;
   });
   // httplib's own refusals (no such route, a body past the limit, a malformed request) come without a body.
-  http_->set_error_handler(httplib::Server::HandlerWithResponse([&limits](const httplib::Request& req, httplib::Response& res) {
+  http_->set_error_handler(httplib::Server::HandlerWithResponse([&limits, &routes](const httplib::Request& req,
+                                                                                    httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    const ErrorStyle style = error_style_of(routes, req.path);
     if (res.status == 404) {
-      send_error(res, 404, fmt::format("no endpoint {} {} (the endpoints: {})", req.method, req.path, kEndpoints), "",
-                 openai_path(req.path));
+      send_error(res, 404, fmt::format("no endpoint {} {} (the endpoints: {})", req.method, req.path, endpoint_list(routes)),
+                 "", style);
     } else if (res.status == 413) {
       send_error(res, 413, fmt::format("the request body is larger than this server's limit of {} bytes (--max-body-bytes)",
-                                       limits.max_body_bytes), "", openai_path(req.path));
+                                       limits.max_body_bytes), "", style);
     } else {
-      send_error(res, res.status, fmt::format("the server could not read the request (HTTP {})", res.status));
+      send_error(res, res.status, fmt::format("the server could not read the request (HTTP {})", res.status), "",
+                 ErrorStyle::kProbekit);
     }
     return httplib::Server::HandlerResponse::Handled;
   }));
-  http_->set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr error) {
+  http_->set_exception_handler([&routes](const httplib::Request& req, httplib::Response& res, std::exception_ptr error) {
     std::string what = "unknown exception";
     try {
       std::rethrow_exception(error);
@@ -265,11 +243,11 @@ void ProbeServer::add_error_handlers() {
     } catch (...) {
     }
     spdlog::error("{} {}: {}", req.method, req.path, what);
-    send_error(res, 500, fmt::format("internal error: {}", what), "", openai_path(req.path));
+    send_error(res, 500, fmt::format("internal error: {}", what), "", error_style_of(routes, req.path));
   });
   // Every answer counted by endpoint and status (a stream once it has ended).
   http_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    scheduler_->metrics().count_request(endpoint_of(req.path), res.status);
+    scheduler_->metrics().count_request(endpoint_of(routes_, req.path), res.status);
   });
 }
 

@@ -8,11 +8,13 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "inference/engine.h"
 #include "server/chat_completions.h"
 #include "server/handlers.h"
 #include "server/options.h"
+#include "server/routes.h"
 #include "server/scheduler.h"
 
 namespace httplib {
@@ -47,8 +49,10 @@ class ProbeServer {
   int64_t open_connections() const;
 
  private:
+  /// The endpoints' table (routes.h); the OpenAI API's part from openai_routes.
+  std::vector<Route> routes();
+  std::vector<Route> openai_routes(const ServerContext& context);
   void add_routes();
-  void add_openai_routes(const ServerContext& context);
   void add_error_handlers();
   /// Takes a stream slot (--max-streams) for the connection's life, or throws 429.
   void take_stream_slot();
@@ -60,6 +64,7 @@ class ProbeServer {
   ChatModel chat_model_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<HttpService> http_;
+  std::vector<Route> routes_;
   std::atomic<int64_t> open_streams_{0};
   std::atomic<bool> stopping_{false};
 };

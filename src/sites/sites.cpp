@@ -6,23 +6,23 @@ namespace probekit {
 
 const std::vector<SiteRow>& site_table() {
   static const std::vector<SiteRow> table = {
-      {Site::kEmbeddings, "embeddings", SiteWidth::kHidden, false, false, true, false,
+      {Site::kEmbeddings, "embeddings", SiteWidth::kHidden, kPoolable | kScorable,
        "the input of the first decoder layer (after the embedding scale and learned positions)"},
-      {Site::kResidPre, "resid_pre", SiteWidth::kHidden, true, false, true, false,
+      {Site::kResidPre, "resid_pre", SiteWidth::kHidden, kReadable | kPoolable | kScorable,
        "the residual stream entering the layer"},
-      {Site::kAttnOut, "attn_out", SiteWidth::kHidden, true, false, true, false,
+      {Site::kAttnOut, "attn_out", SiteWidth::kHidden, kReadable | kPoolable | kScorable,
        "the attention branch's output (after its post-norm, where the family has one)"},
-      {Site::kResidMid, "resid_mid", SiteWidth::kHidden, true, false, true, false,
+      {Site::kResidMid, "resid_mid", SiteWidth::kHidden, kReadable | kPoolable | kScorable,
        "the residual stream between the attention and the MLP branches"},
-      {Site::kMlpOut, "mlp_out", SiteWidth::kHidden, true, false, true, false,
+      {Site::kMlpOut, "mlp_out", SiteWidth::kHidden, kReadable | kPoolable | kScorable,
        "the MLP (or routed experts) branch's output (after its post-norm, where the family has one)"},
-      {Site::kResidPost, "resid_post", SiteWidth::kHidden, true, false, true, true,
+      {Site::kResidPost, "resid_post", SiteWidth::kHidden, kReadable | kPoolable | kWritable | kScorable,
        "the layer's output: the residual stream after the layer, what a hook on model.layers[l] returns"},
-      {Site::kFinalNorm, "final_norm", SiteWidth::kHidden, false, false, true, false,
+      {Site::kFinalNorm, "final_norm", SiteWidth::kHidden, kPoolable | kScorable,
        "the last layer's output after the model's final norm"},
-      {Site::kRouter, "router", SiteWidth::kExperts, true, true, true, false,
+      {Site::kRouter, "router", SiteWidth::kExperts, kReadable | kRouted | kPoolable | kScorable,
        "the router's logits before the softmax, one per expert"},
-      {Site::kExperts, "experts", SiteWidth::kTwiceTopK, true, true, false, false,
+      {Site::kExperts, "experts", SiteWidth::kTwiceTopK, kReadable | kRouted,
        "the k experts the router chose (ids, most probable first) and their weights"},
   };
   return table;
@@ -42,7 +42,7 @@ std::optional<Site> find_site(const std::string& name) {
 std::string site_names(bool writable) {
   std::string names;
   for (const SiteRow& row : site_table()) {
-    if (!(writable ? row.writable : row.readable)) continue;
+    if (!(writable ? row.writable() : row.readable())) continue;
     names += (names.empty() ? "" : ", ") + std::string(row.name);
   }
   return names;
@@ -50,7 +50,7 @@ std::string site_names(bool writable) {
 
 Site parse_site(const std::string& name) {
   std::optional<Site> site = find_site(name);
-  if (!site || !site_row(*site).readable) fail_usage("--site {}: expected one of {}", name, site_names());
+  if (!site || !site_row(*site).readable()) fail_usage("--site {}: expected one of {}", name, site_names());
   return *site;
 }
 

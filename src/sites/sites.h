@@ -22,16 +22,28 @@ enum class SiteWidth {
   kTwiceTopK,  // the k chosen experts' ids (exact in fp32, most probable first), then their k weights
 };
 
+/// What a site allows, as named flags a row combines (kReadable | kPoolable, ...).
+enum SiteTrait : uint32_t {
+  kReadable = 1u << 0,  // --site may name it (read at each decoder layer)
+  kRouted = 1u << 1,    // only layers with routed experts have it
+  kPoolable = 1u << 2,  // mean and max pooling apply to its rows
+  kWritable = 1u << 3,  // steering may write into it
+  kScorable = 1u << 4,  // probes trained on it can score new text (its rows are values, not ids)
+};
+
 /// One row of the table.
 struct SiteRow {
   Site site;
   const char* name;  // the --site value, the files' attribute, the hook's name
   SiteWidth width;
-  bool readable;     // --site may name it (read at each decoder layer)
-  bool routed;       // only layers with routed experts have it
-  bool poolable;     // mean and max pooling apply to its rows
-  bool writable;     // steering may write into it
+  uint32_t traits;   // SiteTrait flags
   const char* meaning;
+
+  bool readable() const { return (traits & kReadable) != 0; }
+  bool routed() const { return (traits & kRouted) != 0; }
+  bool poolable() const { return (traits & kPoolable) != 0; }
+  bool writable() const { return (traits & kWritable) != 0; }
+  bool scorable() const { return (traits & kScorable) != 0; }
 };
 
 /// Every site, in the order of the enum.

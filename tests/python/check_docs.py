@@ -138,6 +138,30 @@ def check_sites(root, failures):
             failures.append(f"docs/sites.md: the site table has no row for `{name}` (src/sites/sites.cpp has one)")
 
 
+def check_registry(failures, registry, names, page, text, what, row_pattern):
+    """Every name of a registry (read from its source) has a row in its docs page's table."""
+    if not names:
+        failures.append(f"{registry}: no {what} found (has the registry's form changed?)")
+    for name in names:
+        if not re.search(row_pattern(re.escape(name)), text, flags=re.M):
+            failures.append(f"{page}: no row for the {what} `{name}` ({registry} has it)")
+
+
+def check_registries(root, failures):
+    """The docs' lists of families, probe kinds and endpoints equal their registries (sites: check_sites)."""
+    families = re.findall(r'^\s*\{"(\w+)", resolve_', read(root, "src/model/families.cpp"), flags=re.M)
+    check_registry(failures, "src/model/families.cpp", families, "docs/models.md", read(root, "docs/models.md"),
+                   "family", lambda n: r"^\| (`\w+`, )*`" + n + r"`")
+    kinds = []
+    for path in sorted(os.listdir(os.path.join(root, "src/probes/kinds"))):
+        kinds += re.findall(r'name\(\) const override \{ return "([\w-]+)"; \}', read(root, "src/probes/kinds/" + path))
+    check_registry(failures, "src/probes/kinds/", kinds, "docs/train_probes.md", read(root, "docs/train_probes.md"),
+                   "probe kind", lambda n: r"^\| `" + n + r"` \|")
+    routes = re.findall(r'\{"(GET|POST)", "(/[\w/.-]*)", ErrorStyle::', read(root, "src/server/probe_server.cpp"))
+    check_registry(failures, "src/server/probe_server.cpp", [f"{m} {p}" for m, p in routes], "docs/probe_server.md",
+                   read(root, "docs/probe_server.md"), "endpoint", lambda n: r"^\| `" + n + r"` \|")
+
+
 def check_reference_commands(root, failures):
     page = "docs/reference_commands.md"
     test = read(root, "tests/torch/test_reference_commands.cpp")
@@ -193,6 +217,7 @@ def main():
             failures.append(f"README.md: {lines} lines; the front page stays under {FRONT_PAGE_MAX_LINES} (move the rest to docs/)")
         check_bad_input_tests(args.root, failures)
         check_sites(args.root, failures)
+        check_registries(args.root, failures)
         check_reference_commands(args.root, failures)
     for failure in failures:
         print(failure)

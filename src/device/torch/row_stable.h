@@ -2,9 +2,9 @@
 // run time (OPENBLAS_CORETYPE, else the CPU): each kernel sums a row's products in an order that depends on where the
 // row falls in its blocking (edge tiles, small-matrix and matrix-vector paths), so a stream decoded in a batch differed
 // in the last bits from the same stream alone on some CPUs and not others. Here every fp32 output on the CPU is one
-// fixed function of its input row and weight row: eight lanes of fused multiply-adds in k order, summed in one fixed
-// tree, then the tail and the bias; AVX2 and the portable path compute the same bits. Other dtypes and devices take
-// at::linear.
+// fixed function of its input row and weight row: eight lanes of fused multiply-adds in k order (term k in lane
+// k mod 8, so zeros appended change no bit), the lanes summed in one fixed tree, then the bias; AVX2 and the portable
+// path compute the same bits. Other dtypes and devices take at::linear.
 #pragma once
 
 #include <ATen/ATen.h>

@@ -53,8 +53,8 @@ struct LinearModelObjective {
   /// tensor (the solver adds the penalty's gradient to it in place).
   std::function<at::Tensor(const at::Tensor& dz, const at::Tensor& rows)> pullback;
   at::Tensor penalty;  // [P]
-  /// The products' unit rounding (their dtype's epsilon): the gradient is known to about this fraction of its norm at
-  /// the start, so no bound asks for less.
+  /// How finely the products let the gradient be known, as a fraction of its norm at the start (logistic.cpp: an
+  /// eighth of their dtype's epsilon): no bound asks for less.
   double rounding = 0.0;
 };
 

@@ -1,5 +1,5 @@
-// Which token positions become rows, and what a site (sites/sites.h) means for a model: the width of its rows
-// and the layers that have it. Capture, inference and every later reader name what they want with these.
+// How a site (the table in sites/sites.h) is read from a model: which token positions become rows, the width of a
+// site's rows and the layers that have it. Capture, inference and every later reader ask these, never the site's name.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +20,11 @@ std::string position_name(Position position);
 
 /// The values of one row at `site` of `config`'s model (SiteWidth).
 int64_t site_width(Site site, const model::ModelConfig& config);
+/// What that width is, for messages: "the model in DIR has hidden size 64", "the routers of the model in DIR score
+/// 8 experts", ...
+std::string site_width_described(Site site, const model::ModelConfig& config, const std::string& model_dir);
+/// The layers of `config`'s model that have `site`: every layer, or for a routed site those with a router.
+std::vector<int64_t> layers_having(Site site, const model::ModelConfig& config);
 /// Refuses, as a usage error, routed sites on a model without routed experts or on layers without a router
 /// (naming the layers that have one), and pooling a site that cannot be pooled (mean or max: only last or all).
 void check_site(Site site, Position position, const std::vector<int64_t>& layers, const model::ModelConfig& config);

@@ -1,0 +1,49 @@
+// The server's endpoints as one table: each route's method, path, the shape of its errors and its handler. Errors
+// are mapped to statuses once, here, for every route: a handler throws and never writes an error itself.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/json.h"
+
+namespace httplib {
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace probekit::server {
+
+/// How a route's errors are shaped: ours ({"error": {"message", "field"}}) or the OpenAI API's.
+enum class ErrorStyle { kProbekit, kOpenAI };
+
+struct Route {
+  std::string method;  // "GET" or "POST"
+  std::string path;
+  ErrorStyle errors = ErrorStyle::kProbekit;
+  /// Answers the request; refusals are thrown (RequestError with its status and field; std::invalid_argument: 400).
+  std::function<void(const httplib::Request&, httplib::Response&)> handle;
+};
+
+/// Runs `route`'s handler, answering what it throws: RequestError with its status, std::invalid_argument 400, any
+/// other exception 500 (logged), each in the route's error style.
+void answer(const Route& route, const httplib::Request& req, httplib::Response& res);
+
+/// The error style of a path no route serves exactly: that of the route sharing the longest leading folders with it
+/// ("/v1/chat/x" is the OpenAI API's, "/v1/x" ours), ours on a tie.
+ErrorStyle error_style_of(const std::vector<Route>& routes, const std::string& path);
+
+/// The route serving `path` exactly ("other" for none), as /metrics counts requests.
+std::string endpoint_of(const std::vector<Route>& routes, const std::string& path);
+
+/// "GET /, GET /healthz, ...": every route, for the 404 answer.
+std::string endpoint_list(const std::vector<Route>& routes);
+
+/// Writes `body` as the JSON answer with `status`.
+void send_json(httplib::Response& res, int status, const Json& body);
+
+/// Writes an error answer in `style`.
+void send_error(httplib::Response& res, int status, const std::string& message, const std::string& field, ErrorStyle style);
+
+}  // namespace probekit::server
