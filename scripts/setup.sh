@@ -48,17 +48,7 @@ if [ -n "$dry_run" ]; then
   echo "apt-get install: ${packages[*]}"
   exit 0
 fi
-missing=()
-for package in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
-done
-if ((${#missing[@]})); then
-  echo "Installing: ${missing[*]}"
-  sudo=""
-  if [ "$(id -u)" -ne 0 ]; then sudo=sudo; fi
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+bash scripts/install_missing.sh "${packages[@]}"
 
 # The Python extension module is built beside the tools (so `pip install .` reuses build/) for the python3 that has
 # torch: the first on PATH, else Debian's own, which a pyenv or venv on PATH may hide. The objects are position-

@@ -5,12 +5,7 @@
 # Skips a folder whose install is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v npm >/dev/null 2>&1; then
-  sudo=""
-  if [ "$(id -u)" -ne 0 ]; then sudo=sudo; fi
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends npm
-fi
+command -v npm >/dev/null 2>&1 || bash scripts/install_missing.sh npm
 for folder in tests/browser tests/openai_client; do
   # node_modules/.probekit-lock is the lock file of the last install: another lock file means install again.
   if ! cmp -s "$folder/package-lock.json" "$folder/node_modules/.probekit-lock"; then

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/json.h"
+#include "generation/flags.h"
 #include "server/probe_server.h"
 #include "test_util.h"
 
@@ -34,6 +35,22 @@ inline std::string train_probes(const TempDir& tmp) {
                               tool("train_binary_probes"), tmp.file("act"), tmp.file("probes")));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
   return tmp.file("probes");
+}
+
+/// The server's engine generating `prompt` greedily itself, `tokens` tokens without stopping: what a stream of the
+/// same request must give, token by token.
+inline std::vector<inference::ScoredToken> engine_generation(const inference::Engine& engine, const std::string& prompt,
+                                                             int64_t tokens) {
+  generation::GenerationFlags flags;
+  flags.options.max_new_tokens = tokens;
+  flags.no_stop = true;
+  std::vector<inference::ScoredToken> generated;
+  engine.generate({prompt}, generation::resolve_generation_flags(flags, engine.model_dir()),
+                  [&](const inference::ScoredToken& t) {
+                    generated.push_back(t);
+                    return true;
+                  });
+  return generated;
 }
 
 inline server::ServerOptions options_for(const std::string& probes) {

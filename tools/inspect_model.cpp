@@ -16,6 +16,7 @@
 #include "hub/resolve.h"
 #include "io/safetensors.h"
 #include "loading/model_loading.h"
+#include "model/model_summary.h"
 #include "model/transformer.h"
 #include "readout/readout.h"
 #include "steering/steering_flags.h"
@@ -24,119 +25,6 @@
 using namespace probekit;
 
 namespace {
-
-std::string rope_summary(const model::RopeSpec& rope, bool learned_positions) {
-  switch (rope.type) {
-    case model::RopeType::kNone: return learned_positions ? "learned positions" : "no position embedding (NoPE)";
-    case model::RopeType::kDefault: return fmt::format("rope theta {:g} on {} dims", rope.theta, rope.rotary_dim);
-    case model::RopeType::kLinear:
-      return fmt::format("rope theta {:g} on {} dims, linear scaling x{:g}", rope.theta, rope.rotary_dim, rope.factor);
-    case model::RopeType::kLlama3:
-      return fmt::format("rope theta {:g} on {} dims, llama3 scaling x{:g}", rope.theta, rope.rotary_dim, rope.factor);
-    case model::RopeType::kLongRope:
-      return fmt::format("rope theta {:g} on {} dims, longrope (long factors beyond {} tokens, attention factor {:g})",
-                         rope.theta, rope.rotary_dim, rope.original_max_position_embeddings, rope.attention_factor);
-    case model::RopeType::kYarn:
-      return fmt::format("rope theta {:g} on {} dims, yarn x{:g} (from {} tokens, attention factor {:g})", rope.theta,
-                         rope.rotary_dim, rope.factor, rope.original_max_position_embeddings, rope.attention_factor);
-    case model::RopeType::kProportional:
-      return fmt::format("rope theta {:g} on {} dims, proportional ({:g} of the frequencies turn)", rope.theta,
-                         rope.rotary_dim, rope.rotated_fraction);
-  }
-  return "?";
-}
-
-// A layer's token mixer: attention with its window and rope, latent attention with its ranks and rope, or a Gated
-// DeltaNet with its heads.
-std::string mixer_summary(const model::ModelConfig& c, size_t i) {
-  const model::LayerSpec& layer = c.layers[i];
-  if (layer.mixer == model::Mixer::kGatedDeltaNet) {
-    const model::LinearAttentionSpec& s = c.linear_attention;
-    return fmt::format("Gated DeltaNet ({} key heads of {}, {} value heads of {}, convolution over {} tokens)",
-                       s.key_heads, s.key_head_dim, s.value_heads, s.value_head_dim, s.conv_kernel);
-  }
-  if (layer.mixer == model::Mixer::kLatentAttention) {
-    const model::LatentAttentionSpec& s = c.latent_attention;
-    return fmt::format("latent attention (queries {}, keys and values from a {}-wide latent, heads of {} + {} rope "
-                       "dims, values of {}; cached per token: the latent and one rope key), softmax scale {:.4g}, {}",
-                       s.q_lora_rank > 0 ? fmt::format("through rank {}", s.q_lora_rank) : std::string("from q_proj"),
-                       s.kv_lora_rank, s.nope_head_dim, s.rope_head_dim, s.value_head_dim, c.attention_scale,
-                       rope_summary(layer.rope, c.features.learned_positions));
-  }
-  std::string kind = (layer.sliding_window > 0 ? fmt::format("sliding window {}", layer.sliding_window) : "full attention") +
-                     (c.features.attention_sinks ? " with sinks" : "") + ", " +
-                     rope_summary(layer.rope, c.features.learned_positions);
-  return c.features.attention_output_gate ? kind + ", gated output" : kind;
-}
-
-std::string routing_summary(const model::RoutedExpertsSpec& moe) {
-  std::string scoring;
-  if (moe.scoring == model::RouterScoring::kTopKSoftmax) scoring = ", softmax over the top logits";
-  if (moe.scoring == model::RouterScoring::kSigmoidGroupedTopK) {
-    scoring = fmt::format(", sigmoid scores with a correction bias, within the best {} of {} groups", moe.top_groups,
-                          moe.groups);
-  }
-  return fmt::format("routed experts (top {} of {}{}{}{}{})", moe.top_k, moe.experts, scoring,
-                     moe.normalize_top_k ? ", renormalised" : "",
-                     moe.routed_scaling_factor != 1.0 ? fmt::format(", scaled by {:g}", moe.routed_scaling_factor) : "",
-                     moe.shared_expert_intermediate_size > 0 ? ", plus a shared expert" : "");
-}
-
-void print_info(const std::string& dir, bool json) {
-  model::ModelConfig c = model::load_config(dir);
-  model::Checkpoint checkpoint = model::Checkpoint::open(dir, c.quantization);
-  std::string quantization = c.quantization.method.empty() ? "none" : c.quantization.method + " (dequantized on load)";
-  if (c.quantization.method == "mxfp4") quantization = "mxfp4 (experts kept packed on CUDA devices, dequantized on load elsewhere)";
-  if (!c.quantization.block.empty()) {
-    quantization = fmt::format("{} ({} blocks; projections kept packed on CUDA devices, routed experts and elsewhere dequantized on load)", c.quantization.method, fmt::join(c.quantization.block, "x"));
-  }
-  // Layers that share attention settings are listed together: "0-4, 6-10: sliding window 1024, rope ...".
-  std::map<std::string, std::vector<int64_t>> layer_kinds;
-  const model::RoutedExpertsSpec& moe = c.routed_experts;
-  for (size_t i = 0; i < c.layers.size(); ++i) {
-    const auto& layer = c.layers[i];
-    std::string kind = mixer_summary(c, i);
-    if (layer.head_dim > 0 || layer.num_kv_heads > 0) {
-      kind += fmt::format(", head dim {}, key/value heads {}", model::layer_head_dim(c, static_cast<int64_t>(i)),
-                          model::layer_kv_heads(c, static_cast<int64_t>(i)));
-    }
-    if (layer.feed_forward == model::FeedForward::kRoutedExperts) kind += ", " + routing_summary(moe);
-    layer_kinds[kind].push_back(static_cast<int64_t>(i));
-  }
-  if (json) {
-    Json kinds = Json::object();
-    for (const auto& [kind, layers] : layer_kinds) kinds[kind] = layers;
-    Json out = {{"model_type", c.model_type},  {"family", c.text_model_type},     {"layers", c.num_layers},
-                {"hidden_size", c.hidden_size}, {"intermediate_size", c.intermediate_size},
-                {"attention_heads", c.num_heads}, {"key_value_heads", c.num_kv_heads}, {"head_dim", c.head_dim},
-                {"vocab_size", c.vocab_size}, {"parameters", checkpoint.parameter_count()},
-                {"weights_dtype", checkpoint.dominant_dtype()}, {"activation", model::activation_name(c.features.activation)},
-                {"attention", kinds}, {"quantization", quantization}};
-    const model::CacheBytesPerToken cache = model::kv_cache_bytes_per_token(c, 2.0);
-    out["kv_cache_bytes_per_token_bf16"] = {{"cached", cache.cached}, {"expanded", cache.expanded}};
-    if (moe.experts > 0) {
-      out["routed_experts"] = {{"experts", moe.experts}, {"top_k", moe.top_k},
-                               {"intermediate_size", moe.intermediate_size}, {"layers", model::routed_expert_layers(c)}};
-    }
-    fmt::print("{}\n", dump_json(out, 2));
-    return;
-  }
-  fmt::print("model: {}\n", dir);
-  fmt::print("family: {}{}\n", c.text_model_type, c.model_type != c.text_model_type ? " (text tower of " + c.model_type + ")" : "");
-  fmt::print("layers: {}\nhidden size: {}\nintermediate size: {}\n", c.num_layers, c.hidden_size, c.intermediate_size);
-  fmt::print("attention heads: {} (key/value heads: {}, head dim: {})\n", c.num_heads, c.num_kv_heads, c.head_dim);
-  fmt::print("vocabulary: {}\nactivation: {}\n", c.vocab_size, model::activation_name(c.features.activation));
-  auto parameters = static_cast<double>(checkpoint.parameter_count());
-  fmt::print("parameters: {} ({})\nweights dtype: {}\n", checkpoint.parameter_count(),
-             parameters >= 1e9 ? fmt::format("{:.2f} B", parameters / 1e9) : fmt::format("{:.1f} M", parameters / 1e6),
-             checkpoint.dominant_dtype());
-  fmt::print("quantization: {}\n", quantization);
-  if (c.per_layer_input_size > 0) fmt::print("per-layer inputs: {} per layer\n", c.per_layer_input_size);
-  for (const auto& [kind, layers] : layer_kinds) fmt::print("layers {}: {}\n", fmt::join(layers, ","), kind);
-  const model::CacheBytesPerToken cache = model::kv_cache_bytes_per_token(c, 2.0);
-  fmt::print("generation cache per token in bf16: {:.0f} bytes{}\n", cache.cached,
-             cache.expanded != cache.cached ? fmt::format(" (expanded keys and values would take {:.0f})", cache.expanded) : "");
-}
 
 void write_hidden(const std::string& dir, const std::string& text, const std::string& output,
                   const std::string& device_request, const std::string& dtype_request,
@@ -268,7 +156,10 @@ int main(int argc, char** argv) {
 
   return tool.run(argc, argv, [&] {
     const int threads = tool.threads();
-    if (info->parsed()) print_info(hub::resolve_model(model_dir).dir, json);
+    if (info->parsed()) {
+      const model::ModelSummary summary = model::summarize_model(hub::resolve_model(model_dir).dir);
+      fmt::print("{}", json ? dump_json(summary.to_json(), 2) + "\n" : summary.to_text());
+    }
     if (!output.empty()) check_output_file(output, overwrite);
     if (hidden->parsed()) {
       write_hidden(hub::resolve_model(model_dir).dir, text, output, device_request, dtype_request, steering_spec);

@@ -469,19 +469,20 @@ bool packed_attention_is_fast(const ModelConfig& config, at::Device device, at::
 #endif
 }
 
-ResidualStream decoder_block(const ResidualStream& stream, const LayerWeights& w, const Norm& next_norm,
-                             const ModelConfig& c, int64_t layer, AttentionContext& context,
-                             const TensorHook* hook_function, uint32_t hook_sites, const StreamWrites* writes,
-                             KvCache* record, const at::Tensor& output_rows) {
+ResidualStream decoder_block(const ResidualStream& stream, const LayerPass& pass) {
+  const LayerWeights& w = pass.weights;
+  const ModelConfig& c = pass.config;
+  const int64_t layer = pass.layer;
+  const at::Tensor& output_rows = pass.output_rows;
   // o_proj (out_proj) is there whatever the layer's mixer.
   const at::ScalarType compute = w.attention_output.dtype();
-  const LayerHook hook{hook_function, hook_sites, layer, writes};
+  const LayerHook hook{pass.hook, pass.hook_sites, layer, pass.writes};
   if (hook.wants(Site::kResidPre)) hook.emit(Site::kResidPre, stream.residual);
 
   const at::Tensor attention_in = stream.next_input.defined()
                                       ? stream.next_input
                                       : norm_to(stream.residual, w.attention_input_norm, c, compute);
-  at::Tensor attention_out = mixer_branch(attention_in, w, c, layer, context, record, output_rows);
+  at::Tensor attention_out = mixer_branch(attention_in, w, c, layer, pass.context, pass.record, output_rows);
   const at::Tensor x = output_rows.defined() ? stream.residual.index_select(1, output_rows) : stream.residual;
   // A branch's post-norm (Gemma 2/3, OLMo 2) is applied inside the residual add, unless the hook wants the branch.
   Norm attention_norm = w.attention_output_norm;
@@ -517,7 +518,7 @@ ResidualStream decoder_block(const ResidualStream& stream, const LayerWeights& w
   // as it does after Gemma 4's last steps.
   const bool ends_later = w.per_layer_input_gate.defined() || w.layer_scalar.defined();
   const Norm no_norm;
-  const Norm& next = hook.edit(Site::kResidPost) != nullptr || ends_later ? no_norm : next_norm;
+  const Norm& next = hook.edit(Site::kResidPost) != nullptr || ends_later ? no_norm : pass.next_norm;
   auto [out, next_input] = middle.defined() ? add_branches(middle, {mlp}, next, c, compute)
                                             : add_branches(x, {attention, mlp}, next, c, compute);
   if (ends_later) {

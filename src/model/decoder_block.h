@@ -147,13 +147,21 @@ struct ResidualStream {
   at::Tensor per_layer_inputs;  // Gemma 4: [B, T, layers, per_layer_input_size], each layer's own input
 };
 
-/// Runs decoder layer `layer` on the stream; gives `hook` the sites in `hook_sites` (site_bit); applies the
-/// `writes` of this layer; records keys/values into `record` when given. With `next_norm` (the next layer's attention input norm) the result carries the next
-/// layer's input. With `output_rows` (token indices along T) the layer's output holds those tokens only
-/// (ForwardPass::last_layer_rows).
-ResidualStream decoder_block(const ResidualStream& stream, const LayerWeights& weights, const Norm& next_norm,
-                             const ModelConfig& config, int64_t layer, AttentionContext& context,
-                             const TensorHook* hook, uint32_t hook_sites, const StreamWrites* writes,
-                             KvCache* record, const at::Tensor& output_rows);
+/// What one decoder layer runs with, beside the stream.
+struct LayerPass {
+  const LayerWeights& weights;
+  const ModelConfig& config;
+  int64_t layer;
+  AttentionContext& context;
+  const Norm& next_norm;  // the next layer's attention input norm: the result then carries its input (or none)
+  const TensorHook* hook = nullptr;
+  uint32_t hook_sites = 0;  // the sites `hook` is given (site_bit)
+  const StreamWrites* writes = nullptr;  // this layer's writes (steering) are applied
+  KvCache* record = nullptr;  // keys and values recorded here when given
+  at::Tensor output_rows;  // token indices along T: the layer's output holds those tokens only (last_layer_rows)
+};
+
+/// Runs decoder layer `pass.layer` on the stream.
+ResidualStream decoder_block(const ResidualStream& stream, const LayerPass& pass);
 
 }  // namespace probekit::model

@@ -8,6 +8,8 @@
 #include <limits>
 
 #include "common/error.h"
+#include "model/routed_experts.h"
+#include "model/weights.h"
 
 #ifdef PROBEKIT_WITH_CUDA
 #include "model/fused_ops.h"
@@ -220,6 +222,31 @@ at::Tensor decode_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, at::
 at::Tensor dequantize_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, const std::string& what) {
   check_mxfp4(blocks, scales, what);
   return decode_mxfp4(blocks, scales, at::kFloat);
+}
+
+Fp8Weight stacked_fp8_room(const Fp8Weight& first, int64_t count) {
+  Fp8Weight room = first;
+  room.bytes = at::empty({count, first.bytes.size(0), first.bytes.size(1)}, first.bytes.options());
+  room.row_scales = at::empty({count, first.row_scales.size(0), first.row_scales.size(1)}, first.row_scales.options());
+  room.block_scales = at::Tensor();
+  return room;
+}
+
+void put_fp8(Fp8Weight& stacked, int64_t index, const Fp8Weight& part) {
+  stacked.bytes[index].copy_(part.bytes);
+  stacked.row_scales[index].copy_(part.row_scales);
+}
+
+void unpack_fp8_experts(RoutedExperts& routed, int64_t loaded, const at::TensorOptions& options) {
+  const auto decoded = [&](const Fp8Weight& w, int64_t e) {
+    return decode_fp8_rows(w.bytes[e], w.row_scales[e], w.block_in, options.dtype().toScalarType());
+  };
+  routed.gate_up = at::empty(routed.gate_up_fp8.bytes.sizes(), options);
+  routed.down = at::empty(routed.down_fp8.bytes.sizes(), options);
+  for (int64_t e = 0; e < loaded; ++e) {
+    routed.gate_up[e].copy_(decoded(routed.gate_up_fp8, e)), routed.down[e].copy_(decoded(routed.down_fp8, e));
+  }
+  routed.gate_up_fp8 = Fp8Weight(), routed.down_fp8 = Fp8Weight();
 }
 
 }  // namespace probekit::model

@@ -9,6 +9,9 @@
 
 namespace probekit::model {
 
+struct Fp8Weight;
+struct RoutedExperts;
+
 /// config.json's quantization_config resolved: every method not in the table of read methods is refused by
 /// name (bitsandbytes, gptq, awq, compressed-tensors, ...), before any weight is read; `json` is the whole file.
 Quantization resolve_quantization(const Json& json, const std::string& source);
@@ -58,5 +61,14 @@ at::Tensor decode_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, at::
 
 /// check_mxfp4, then decode_mxfp4 into float32.
 at::Tensor dequantize_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, const std::string& what);
+
+/// Room for `count` packed FP8 weights shaped as `first`, stacked [count, ...] (routed experts: their products decode
+/// their weights, so no block scales are kept).
+Fp8Weight stacked_fp8_room(const Fp8Weight& first, int64_t count);
+/// Copies `part` into entry `index` of `stacked`.
+void put_fp8(Fp8Weight& stacked, int64_t index, const Fp8Weight& part);
+/// The first `loaded` experts of `routed`, kept packed so far, decoded into its dense stacked weights (an expert
+/// after them is not in FP8); the packed weights are dropped.
+void unpack_fp8_experts(RoutedExperts& routed, int64_t loaded, const at::TensorOptions& options);
 
 }  // namespace probekit::model

@@ -247,10 +247,10 @@ at::Tensor TransformerModel::forward(const ForwardPass& pass) const {
     }
     // The next layer's input norm joins this layer's last residual add when both layers share a device.
     const bool next_here = layer < last && layer_device(layer + 1) == layer_device(layer);
-    stream = decoder_block(stream, weights_.layers[static_cast<size_t>(layer)],
-                           next_here ? weights_.layers[static_cast<size_t>(layer + 1)].attention_input_norm : no_norm, c,
-                           layer, *context, pass.hook, pass.hook_sites, pass.writes, pass.record,
-                           layer == last ? last_layer_rows : at::Tensor());
+    stream = decoder_block(stream, {weights_.layers[static_cast<size_t>(layer)], c, layer, *context,
+                                    next_here ? weights_.layers[static_cast<size_t>(layer + 1)].attention_input_norm : no_norm,
+                                    pass.hook, pass.hook_sites, pass.writes, pass.record,
+                                    layer == last ? last_layer_rows : at::Tensor()});
   }
   x = stream.residual;
   if (pass.final_norm) {

@@ -1,6 +1,8 @@
 // Checkpoint weights: the tensors of one or several safetensors shards behind one name index, read through a
 // scoped accessor that checks each tensor's shape and names it (and its file) in every error, converting
 // tensors to the target device and dtype one at a time (peak host memory is one tensor, never a model copy).
+// The checkpoint's files are in weights.cpp, the scoped accessor in weight_scope.cpp, Linear and its product in
+// linear.cpp.
 #pragma once
 
 #include <ATen/ATen.h>

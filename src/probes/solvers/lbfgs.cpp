@@ -296,7 +296,7 @@ Moves step_along(const LinearModelObjective& objective, Point& point, const at::
 }
 
 // Why each problem stopped, as the host sees it.
-enum class Stop : uint8_t { kRunning, kConverged, kStalled };
+enum class Stop : uint8_t { kRunning, kConverged, kRoundingLimit, kStalled };
 
 // The gradient norm under which each problem has converged (LbfgsOptions): against the penalty's scale where the
 // objective has a penalty, else against the gradient's norm at the start.
@@ -313,6 +313,13 @@ class ConvergenceBound {
   at::Tensor at(const at::Tensor& x) const {
     if (penalty_ == 0.0) return relative_;
     return at::maximum(x.abs().amax(1) * (tolerance_ * penalty_), rounding_);
+  }
+
+  /// [K]: where a problem whose line search finds no decrease any more has still converged: its gradient within
+  /// eight times the rounding floor (the products' whole epsilon), where the compiler's rounding of the products
+  /// decides how far the objective can still fall.
+  at::Tensor at_rounding_limit(const at::Tensor& x) const {
+    return penalty_ == 0.0 ? relative_ : at::maximum(at(x), rounding_ * 8.0);
   }
 
  private:
@@ -333,9 +340,10 @@ std::vector<ProblemOutcome> outcomes(const Point& end, const at::Tensor& start_n
     out[k].objective = f.data_ptr<double>()[k];
     out[k].relative_gradient = relative.data_ptr<double>()[k];
     out[k].gradient_over_bound = over_bound.data_ptr<double>()[k];
-    out[k].converged = stops[k] == Stop::kConverged;
-    out[k].stop_reason = stops[k] == Stop::kConverged ? "gradient tolerance"
-                         : stops[k] == Stop::kStalled ? "no further decrease"
+    out[k].converged = stops[k] == Stop::kConverged || stops[k] == Stop::kRoundingLimit;
+    out[k].stop_reason = stops[k] == Stop::kConverged       ? "gradient tolerance"
+                         : stops[k] == Stop::kRoundingLimit ? "rounding limit"
+                         : stops[k] == Stop::kStalled       ? "no further decrease"
                                                       : "iteration limit";
   }
   return out;
@@ -387,8 +395,12 @@ LbfgsResult minimize_lbfgs(const LinearModelObjective& objective, const at::Tens
     at::Tensor step = at::where(history.empty_rows(), (1.0 / gradient_norm).clamp_max(1.0), at::ones_like(gradient_norm));
     Moves moves = step_along(objective, point, rows, d, step.index_select(0, rows), (iteration + 1) % kRescoreEvery == 0);
     at::Tensor found = at::zeros_like(active).index_fill_(0, moves.rows, true);
-    std::vector<uint8_t> stalled = host_mask(active & ~found);
-    for (size_t k = 0; k < stalled.size(); ++k) stops[k] = stalled[k] ? Stop::kStalled : stops[k];
+    at::Tensor stalled = active & ~found;
+    std::vector<uint8_t> stalled_here = host_mask(stalled);
+    std::vector<uint8_t> within = host_mask(stalled & (gradient_norm <= bound.at_rounding_limit(point.x)));
+    for (size_t k = 0; k < stalled_here.size(); ++k) {
+      if (stalled_here[k]) stops[k] = within[k] ? Stop::kRoundingLimit : Stop::kStalled;
+    }
     history.add(moves.rows, moves.s, moves.y);
     iterations += found.to(at::kLong);
     active &= found;

@@ -63,9 +63,11 @@ struct ProblemOutcome {
   int64_t iterations = 0;
   double objective = 0.0;
   double relative_gradient = 0.0;  // its gradient norm at the end over its norm at the start
-  double gradient_over_bound = 0.0;  // its gradient norm at the end over the bound it had to reach (<= 1: converged)
+  double gradient_over_bound = 0.0;  // its gradient norm at the end over the bound (<= 1; up to 8 at the rounding limit)
   bool converged = false;
-  std::string stop_reason;  // "gradient tolerance", "iteration limit" or "no further decrease"
+  /// "gradient tolerance", "rounding limit" (no further decrease with the gradient within the products' epsilon:
+  /// converged), "no further decrease" or "iteration limit"
+  std::string stop_reason;
 };
 
 /// How a problem ended, as the metrics and history files record it ("solver").

@@ -1,0 +1,277 @@
+// The engine's scoring: texts, every token of a text, prompts and generations through the probes it loaded
+// (engine.cpp loads the model and the probes).
+#include "inference/engine.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "common/error.h"
+#include "inference/text_stream.h"
+
+namespace probekit::inference {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+}  // namespace
+
+std::vector<std::vector<std::vector<double>>> Engine::empty_tables(size_t count) const {
+  return std::vector<std::vector<std::vector<double>>>(
+      count, std::vector<std::vector<double>>(layers_.size(), std::vector<double>(labels_.size(), kNaN)));
+}
+
+at::Tensor Engine::probabilities_of(const at::Tensor& rows) const {
+  std::vector<at::Tensor> columns;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    columns.push_back(probes_[l].set.probabilities(rows.select(1, static_cast<int64_t>(l)).to(at::kFloat)).to(at::kFloat));
+  }
+  return at::cat(columns, 1);
+}
+
+bool Engine::reads_every_token() const {
+  return !probes_.empty() && probes_.front().set.shape().kind->reads_every_token();
+}
+
+at::Tensor Engine::text_probabilities(const at::Tensor& rows, const std::vector<int64_t>& offsets) const {
+  std::vector<at::Tensor> columns;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    at::Tensor layer_rows = rows.select(1, static_cast<int64_t>(l)).to(at::kFloat);
+    columns.push_back(at::sigmoid(probes_[l].set.token_logits(layer_rows, offsets).to(at::kFloat)));
+  }
+  return at::cat(columns, 1);
+}
+
+at::Tensor Engine::prompt_probabilities(const std::vector<readout::Sequence>& texts, const model::StreamWrites* writes,
+                                        bool per_row) const {
+  const readout::Sequence& suffix = prompts_->suffix_ids();
+  std::vector<readout::Sequence> prompts;
+  std::vector<int64_t> offsets = {0};
+  for (const readout::Sequence& text : texts) {
+    prompts.push_back(text);
+    prompts.back().insert(prompts.back().end(), suffix.begin(), suffix.end());
+    offsets.push_back(offsets.back() + static_cast<int64_t>(prompts.back().size()));
+  }
+  readout::Request request = request_;
+  if (writes != nullptr) request.writes = writes;
+  if (per_row) request.layout = readout::Layout::kPadded;
+  at::Tensor rows = readout::read_rows(*model_, prompts, request);
+  readout::check_finite_rows(rows, 1, request_.layers);
+  return text_probabilities(rows, offsets);
+}
+
+void Engine::store_columns(const at::Tensor& columns, std::vector<std::vector<std::vector<double>>>& tables,
+                           size_t first) const {
+  at::Tensor p = columns.to(at::kCPU, at::kDouble).contiguous();
+  const double* data = p.data_ptr<double>();
+  for (int64_t n = 0; n < p.size(0); ++n) {
+    int64_t column = 0;
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      for (int64_t k : probes_[l].label_column) {
+        if (k >= 0) tables[first + static_cast<size_t>(n)][l][static_cast<size_t>(k)] = data[n * p.size(1) + column];
+        ++column;
+      }
+    }
+  }
+}
+
+void Engine::store_probabilities(const at::Tensor& rows, std::vector<std::vector<std::vector<double>>>& tables,
+                                 size_t first) const {
+  store_columns(probabilities_of(rows), tables, first);
+}
+
+size_t Engine::batch_end(const std::vector<readout::Prompt>& prompts, size_t start) const {
+  auto batch_size = static_cast<size_t>(std::max<int64_t>(1, options_.batch_size));
+  const size_t end = std::min(prompts.size(), start + batch_size);
+  if (request_.position != readout::Position::kAll) return end;
+  // Every token's rows at every layer are read: at most kTokenRowBytes of them per batch (at least one text).
+  constexpr double kTokenRowBytes = 1024.0 * 1024.0 * 1024.0;
+  const double bytes_per_token = 4.0 * static_cast<double>(layers_.size() * model_->config().hidden_size);
+  double bytes = 0.0;
+  for (size_t i = start; i < end; ++i) {
+    bytes += bytes_per_token * static_cast<double>(prompts[i].ids.size());
+    if (i > start && bytes > kTokenRowBytes) return i;
+  }
+  return end;
+}
+
+std::vector<TextScores> Engine::score(const std::vector<std::string>& texts,
+                                      const std::vector<const steering::SteeringVectors*>& steering) const {
+  require_probes();
+  if (!steering.empty() && steering.size() != texts.size()) fail_input("{} steering rows for {} texts", steering.size(), texts.size());
+  std::vector<readout::Prompt> prompts = prompts_->build(texts);
+  prompts_->warn_if_cut(prompts);
+  std::vector<std::vector<std::vector<double>>> tables = empty_tables(texts.size());
+  for (size_t start = 0, end = 0; start < prompts.size(); start = end) {
+    end = batch_end(prompts, start);
+    std::vector<readout::Sequence> batch;
+    for (size_t i = start; i < end; ++i) batch.push_back(prompts[i].ids);
+    readout::Request steered = request_;
+    model::StreamWrites writes;
+    if (!steering.empty()) {
+      // Each text steered its own way: a vector per row of a padded batch (packed rows share one stream).
+      writes = steering::place_rows({steering.begin() + static_cast<std::ptrdiff_t>(start),
+                                     steering.begin() + static_cast<std::ptrdiff_t>(end)},
+                                    *model_);
+      steered.writes = &writes;
+      steered.layout = readout::Layout::kPadded;
+    }
+    at::Tensor rows = readout::read_rows(*model_, batch, steered);
+    readout::check_finite_rows(rows, 1, request_.layers);
+    if (request_.position != readout::Position::kAll) {
+      store_probabilities(rows, tables, start);
+      continue;
+    }
+    std::vector<int64_t> offsets = {0};
+    for (const readout::Sequence& ids : batch) offsets.push_back(offsets.back() + static_cast<int64_t>(ids.size()));
+    store_columns(text_probabilities(rows, offsets), tables, start);
+  }
+  spdlog::debug("{} texts scored", texts.size());
+  std::vector<TextScores> scores(texts.size());
+  for (size_t i = 0; i < texts.size(); ++i) scores[i].probability = std::move(tables[i]);
+  return scores;
+}
+
+TokenScores Engine::score_tokens(const std::string& text, const steering::SteeringVectors* steering) const {
+  require_probes();
+  if (request_.position != readout::Position::kLast && !reads_every_token()) {
+    fail_input("--per-token needs probes trained on the last token or attention probes (these used position '{}')",
+               readout::position_name(request_.position));
+  }
+  TokenScores result;
+  readout::Prompt prompt = prompts_->build_text(text);
+  result.cut = prompt.cut;
+  if (prompt.cut > 0) {
+    spdlog::warn("the text is longer than {}: its first {} tokens were cut from the start and are not scored",
+                 prompts_->limit().description, prompt.cut);
+  }
+  result.ids = prompt.ids;
+  result.tokens = tokenizer_->tokens(result.ids);
+  for (int32_t id : result.ids) result.texts.push_back(tokenizer_->decode({id}));
+  result.probability = empty_tables(result.ids.size());
+  readout::Request steered = request_;
+  const model::StreamWrites writes = steering != nullptr ? steering::place(*steering, *model_) : model::StreamWrites();
+  if (steering != nullptr) steered.writes = &writes;
+  if (reads_every_token()) {
+    score_prefix_prompts(prompt.ids, steered, result);
+    return result;
+  }
+  at::Tensor rows = readout::read_prefixes(*model_, prompt.ids, prompts_->suffix_ids(), steered);
+  readout::check_finite_rows(rows, 1, request_.layers);
+  store_probabilities(rows, result.probability, 0);
+  return result;
+}
+
+// Attention pools every token of its prompt, so prefix t's prompt text[0..t] + suffix is read whole; prefixes go
+// --batch-size at a time (a forward per prefix, batched: exact, and a per-token view is of one text).
+void Engine::score_prefix_prompts(const readout::Sequence& ids, const readout::Request& request,
+                                  TokenScores& result) const {
+  const readout::Sequence& suffix = prompts_->suffix_ids();
+  auto batch_size = static_cast<size_t>(std::max<int64_t>(1, options_.batch_size));
+  for (size_t start = 0; start < ids.size(); start += batch_size) {
+    std::vector<readout::Sequence> batch;
+    std::vector<int64_t> offsets = {0};
+    for (size_t t = start; t < std::min(ids.size(), start + batch_size); ++t) {
+      readout::Sequence prompt(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(t + 1));
+      prompt.insert(prompt.end(), suffix.begin(), suffix.end());
+      offsets.push_back(offsets.back() + static_cast<int64_t>(prompt.size()));
+      batch.push_back(std::move(prompt));
+    }
+    at::Tensor rows = readout::read_rows(*model_, batch, request);
+    readout::check_finite_rows(rows, 1, request_.layers);
+    store_columns(text_probabilities(rows, offsets), result.probability, start);
+  }
+  store_attention(ids, request, result);
+}
+
+void Engine::store_attention(const readout::Sequence& ids, const readout::Request& request, TokenScores& result) const {
+  readout::Sequence prompt = ids;
+  const readout::Sequence& suffix = prompts_->suffix_ids();
+  prompt.insert(prompt.end(), suffix.begin(), suffix.end());
+  const auto text_tokens = static_cast<int64_t>(ids.size());
+  const std::vector<int64_t> offsets = {0, static_cast<int64_t>(prompt.size())};
+  at::Tensor rows = readout::read_rows(*model_, {prompt}, request);
+  result.attention = empty_tables(ids.size());
+  result.suffix_attention = empty_tables(suffix.size());
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const probes::ProbeSet& set = probes_[l].set;
+    at::Tensor weights;
+    set.token_logits(rows.select(1, static_cast<int64_t>(l)).to(at::kFloat), offsets, &weights);
+    at::Tensor mean_host = weights.mean(2).to(at::kCPU, at::kDouble).contiguous();  // [rows read, K]
+    auto mean = mean_host.accessor<double, 2>();
+    const int64_t first = set.token_layout(offsets).position.front();
+    for (int64_t r = 0; r < mean_host.size(0); ++r) {
+      const int64_t token = first + r;
+      auto& table = token < text_tokens ? result.attention[static_cast<size_t>(token)]
+                                        : result.suffix_attention[static_cast<size_t>(token - text_tokens)];
+      for (size_t k = 0; k < probes_[l].label_column.size(); ++k) {
+        const int64_t column = probes_[l].label_column[k];
+        if (column >= 0) table[l][static_cast<size_t>(column)] = mean[r][static_cast<int64_t>(k)];
+      }
+    }
+  }
+}
+
+void Engine::steer(const steering::SteeringSpec& spec) {
+  steering::SteeringSpec with_probes = spec;
+  if (with_probes.probes_dir.empty()) with_probes.probes_dir = options_.probes_dir;
+  steering_ = steering::resolve(with_probes, model_->config());
+  writes_ = std::make_unique<model::StreamWrites>(steering::place(steering_, *model_));
+  request_.writes = writes_->empty() ? nullptr : writes_.get();
+}
+
+std::vector<GeneratedText> Engine::generate(const std::vector<std::string>& prompts,
+                                            const generation::GenerationOptions& options,
+                                            const ScoredTokenCallback& on_token, bool add_special_tokens) const {
+  if (!options_.generate) fail_input("the engine was loaded for ranking, without the LM head");
+  std::vector<GeneratedText> texts(prompts.size());
+  std::vector<readout::Sequence> ids;
+  std::vector<TextStream> streams;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    texts[i].prompt_ids = tokenizer_->encode(prompts[i], add_special_tokens);
+    ids.push_back(texts[i].prompt_ids);
+    streams.emplace_back(*tokenizer_, texts[i].prompt_ids);
+  }
+  generation::ProbeReadout probes{request_, prompts_->suffix_ids(),
+                                  [this](const at::Tensor& rows) { return probabilities_of(rows); }};
+  // Every-token probes pool the whole text so far: each new token's prompt is read whole (below), not by the
+  // generation's passes, which read the last token only.
+  const bool whole_prompts = reads_every_token();
+  const generation::ProbeReadout* readout = probes_.empty() || whole_prompts ? nullptr : &probes;
+  generation::GenerationOptions steered = options;
+  if (steered.writes == nullptr) steered.writes = request_.writes;
+  std::vector<readout::Sequence> so_far = ids;
+  // --batch-size prompts at a time bound the cache's memory; rows keep their index among all prompts.
+  auto batch_size = static_cast<size_t>(std::max<int64_t>(1, options_.batch_size));
+  for (size_t first = 0; first < prompts.size(); first += batch_size) {
+    const size_t end = std::min(prompts.size(), first + batch_size);
+    std::vector<readout::Sequence> batch(ids.begin() + static_cast<std::ptrdiff_t>(first),
+                                         ids.begin() + static_cast<std::ptrdiff_t>(end));
+    std::vector<generation::Generation> generated =
+        generation::generate(*model_, batch, steered, readout, [&](const generation::GeneratedToken& token) {
+          const size_t row = first + token.row;
+          ScoredToken scored{row, token.index, token.position, token.id, tokenizer_->tokens({token.id}).front(),
+                             streams[row].add(token.id, token.last), token.last, {}};
+          std::vector<std::vector<std::vector<double>>> table = empty_tables(1);
+          so_far[row].push_back(token.id);
+          if (readout != nullptr) store_columns(token.rows.unsqueeze(0), table, 0);
+          if (whole_prompts) store_columns(prompt_probabilities({so_far[row]}, steered.writes, false), table, 0);
+          scored.probability = std::move(table.front());
+          texts[row].text += scored.text;
+          return on_token(scored);
+        });
+    for (size_t i = first; i < end; ++i) {
+      texts[i].ids = generated[i - first].ids;
+      texts[i].stop = generated[i - first].stop;
+    }
+  }
+  return texts;
+}
+
+}  // namespace probekit::inference
