@@ -1,6 +1,7 @@
 // Quantized checkpoints: which quantization_config methods are read (a table, one row per method) and the
 // decoding of their stored weights into plain tensors. Quantization is a storage format: the family files name
-// tensors as for any checkpoint, and the weight loader (weights.cpp) decodes what it finds.
+// tensors as for any checkpoint, and the weight loader (weight_scope.cpp) decodes what it finds; routed experts kept
+// packed are stacked here too.
 #pragma once
 
 #include <ATen/ATen.h>

@@ -149,9 +149,10 @@ REFERENCE_TEST("deepseek_v3_fp8")
 // Ours and transformers' fp32 are each a few 1e-5 from the exact values on the Gated DeltaNet hybrid, in different
 // directions, so on a held-back variant (other head sizes, other seed) they were 1.21e-4 apart on one text while ours
 // was 6.3e-5 from float64 and transformers' 5.7e-5. reference_fp64.safetensors (transformers in float64 on these
-// weights, stored rounded to float32) pins ours to the exact values: on every text within 5e-5, and nearer than
-// transformers' fp32 on the longest (162 tokens: 2.6e-5 against 5.9e-5 on the layers).
-TEST_CASE("qwen3_next is within 5e-5 of a float64 evaluation, nearer than transformers' fp32 on its longest text" *
+// weights, stored rounded to float32) pins ours to the exact values: on every text within the fixtures' 1e-4 (4.2e-5
+// seen under OpenBLAS's Haswell kernel, 5.1e-5 under SkylakeX's: the DeltaNet's chunked products go through ATen), and
+// nearer than transformers' fp32 on the longest (162 tokens: 2.2e-5 to 2.6e-5 against 5.9e-5 on the layers).
+TEST_CASE("qwen3_next is within 1e-4 of a float64 evaluation, nearer than transformers' fp32 on its longest text" *
           doctest::test_suite("numeric")) {
   const std::string dir = fixture_model("qwen3_next");
   Reference reference = read_reference(dir);
@@ -167,8 +168,8 @@ TEST_CASE("qwen3_next is within 5e-5 of a float64 evaluation, nearer than transf
         readout::read_hidden_states(m, readout::Sequence(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel()));
     at::Tensor layers = testing::read_tensor(exact, exact.at(fmt::format("t{}.layers", i)));
     at::Tensor final_norm = testing::read_tensor(exact, exact.at(fmt::format("t{}.final_norm", i)));
-    check_close(states.layers, layers, fmt::format("text {} layers against float64", i), 5e-5);
-    check_close(states.final_norm, final_norm, fmt::format("text {} final norm against float64", i), 5e-5);
+    check_close(states.layers, layers, fmt::format("text {} layers against float64", i), 1e-4);
+    check_close(states.final_norm, final_norm, fmt::format("text {} final norm against float64", i), 1e-4);
     if (i == longest) {
       const double ours = relative_error(states.layers, layers).first;
       const double theirs = relative_error(reference.layers[i], layers).first;

@@ -315,9 +315,9 @@ class ConvergenceBound {
     return at::maximum(x.abs().amax(1) * (tolerance_ * penalty_), rounding_);
   }
 
-  /// [K]: where a problem whose line search finds no decrease any more has still converged: its gradient within
-  /// eight times the rounding floor (the products' whole epsilon), where the compiler's rounding of the products
-  /// decides how far the objective can still fall.
+  /// [K]: where a problem whose line search finds no decrease any more has still converged: with a penalty, its
+  /// gradient within eight times the rounding floor (the products' whole epsilon), where the compiler's rounding of
+  /// the products decides how far the objective can still fall; without one, the relative tolerance alone.
   at::Tensor at_rounding_limit(const at::Tensor& x) const {
     return penalty_ == 0.0 ? relative_ : at::maximum(at(x), rounding_ * 8.0);
   }

@@ -63,7 +63,8 @@ struct ProblemOutcome {
   int64_t iterations = 0;
   double objective = 0.0;
   double relative_gradient = 0.0;  // its gradient norm at the end over its norm at the start
-  double gradient_over_bound = 0.0;  // its gradient norm at the end over the bound (<= 1; up to 8 at the rounding limit)
+  double gradient_over_bound = 0.0;  // its gradient norm at the end over the bound: <= 1 when converged at the
+                                     // tolerance, up to 8 at the rounding limit, more when it stopped otherwise
   bool converged = false;
   /// "gradient tolerance", "rounding limit" (no further decrease with the gradient within the products' epsilon:
   /// converged), "no further decrease" or "iteration limit"
