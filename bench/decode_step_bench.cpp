@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
     readout::Sequence prompt, suffix;
     for (int64_t i = 0; i < prompt_tokens; ++i) prompt.push_back(static_cast<int32_t>((1000 + 7 * i) % 900));
     for (int64_t i = 0; i < suffix_tokens; ++i) suffix.push_back(static_cast<int32_t>((2000 + 11 * i) % 900));
-    const readout::Request request{Site::kResidPost, readout::Position::kLast, {layer}};
+    const readout::Request request{Site::kResidPost, Position::kLast, {layer}};
     for (bool graphs : {false, true, false, true}) fmt::print("{}\n", measure(model, request, prompt, suffix, tokens, graphs).dump());
     if (trace.empty()) return;
     for (bool graphs : {false, true}) {

@@ -50,7 +50,7 @@ def convert_layer(source, target, layer):
             index["hidden_dim"] = config["hidden_dim"]
             index["num_heads"] = 8
     index.update({"format": "probekit.binary_probes", "version": 1, "dtype": "float32", "layer": layer,
-                  "model_name": "", "site": "resid_post", "position": "last", "prompt_suffix": SUFFIX,
+                  "readout": {"model_name": "", "site": "resid_post", "position": "last", "prompt_suffix": SUFFIX},
                   "labels": [e["label"] for e in entries], "probes": entries, "skipped_labels": [],
                   "converted_from": os.path.abspath(source)})
     with open(os.path.join(target, "probes.json"), "w") as f:

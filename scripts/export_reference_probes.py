@@ -113,8 +113,9 @@ def export_layer(source, target):
         print(f"{source}: skipped: {NO_REFERENCE_CLASS[index['model_type']]}")
         return 0
     os.makedirs(target, exist_ok=True)
-    recorded = {key: index[key] for key in ("model_name", "model_revision", "site", "position", "prompt_suffix")
-                if index.get(key) is not None}
+    readout = index.get("readout", index)  # indexes written before the readout recipe kept its fields at the top
+    recorded = {key: readout[key] for key in ("model_name", "model_revision", "site", "position", "prompt_suffix")
+                if readout.get(key) is not None}
     if index.get("format") == "probekit.multiclass_probe":
         names = ["best_probe", "final_probe"]
         for name in names:

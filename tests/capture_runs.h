@@ -65,11 +65,11 @@ inline void check_split_capture(capture::CaptureOptions o, const TempDir& tmp, c
 /// token's rows, every token's rows, and (at the last token) the prefixes of the first text followed by a suffix.
 inline void check_split_reads(const model::TransformerModel& split, const model::TransformerModel& whole,
                               const std::vector<readout::Sequence>& texts, readout::Request request) {
-  request.position = readout::Position::kLast;
+  request.position = Position::kLast;
   CHECK(at::equal(readout::read_rows(split, texts, request), readout::read_rows(whole, texts, request)));
-  request.position = readout::Position::kAll;
+  request.position = Position::kAll;
   CHECK(at::equal(readout::read_rows(split, texts, request), readout::read_rows(whole, texts, request)));
-  request.position = readout::Position::kLast;
+  request.position = Position::kLast;
   CHECK(at::equal(readout::read_prefixes(split, texts[0], {20, 21}, request),
                   readout::read_prefixes(whole, texts[0], {20, 21}, request)));
 }

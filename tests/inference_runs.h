@@ -1,5 +1,5 @@
-// Probes trained by the tools on a fixture model's activations, and the checks of what multi_probe_inference
-// prints against the probe files and inspect_model's hidden states; shared by the inference tests.
+// The checks of what multi_probe_inference prints against the probe files (probe_fixture.h trains them) and
+// inspect_model's hidden states; shared by the inference tests.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -8,41 +8,14 @@
 #include <cmath>
 #include <string>
 
-#include "capture/capture.h"
 #include "common/json.h"
 #include "io/safetensors.h"
+#include "activations/readout_recipe.h"
 #include "readout/prompts.h"
 #include "tensor_files.h"
 #include "test_util.h"
 
 namespace probekit::testing {
-
-/// Captures `layers` (2 and 5 by default) of a small labelled dataset into dir/activations.
-inline void capture_activations(const TempDir& tmp, const std::string& model_dir = kGemmaModel,
-                                const std::string& layers = "2,5", Site site = Site::kResidPost) {
-  write_three_action_dataset(tmp.file("data.jsonl"));
-  capture::CaptureOptions o;
-  o.model_dir = model_dir;
-  o.dataset_path = tmp.file("data.jsonl");
-  o.output_dir = tmp.file("activations");
-  o.layers = layers;
-  o.site = site;
-  o.device = "cpu";
-  capture::run_capture(o);
-}
-
-/// Captures `layers` of a small labelled dataset and trains probes on them with train_binary_probes and `flags`:
-/// dir/probes, with one layer_{L} folder each when there are several layers.
-inline std::string train_probes(const TempDir& tmp, const std::string& model_dir = kGemmaModel,
-                                const std::string& layers = "2,5", Site site = Site::kResidPost,
-                                const std::string& flags = "") {
-  capture_activations(tmp, model_dir, layers, site);
-  CommandResult trained = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 30 --device cpu --quiet {}",
-                                                  tool("train_binary_probes"), tmp.file("activations"),
-                                                  tmp.file("probes"), flags));
-  REQUIRE_MESSAGE(trained.exit_code == 0, trained.output);
-  return tmp.file("probes");
-}
 
 /// The JSON that multi_probe_inference --json printed, after the log lines.
 inline Json printed_json(const CommandResult& r) { return Json::parse(r.output.substr(r.output.find('{'))); }
@@ -63,7 +36,7 @@ inline void check_printed_scores(const Json& printed, const std::string& probe_d
 inline safetensors::File inspect_hidden(const TempDir& tmp, const std::string& model_dir) {
   CommandResult r = run_command(fmt::format("{} hidden --model {} --device cpu --output {} --text \"{}{}\"",
                                             tool("inspect_model"), model_dir, tmp.file("h.safetensors"), kReframingText,
-                                            readout::kDefaultPromptSuffix));
+                                            activations::kDefaultPromptSuffix));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
   return safetensors::File(tmp.file("h.safetensors"));
 }

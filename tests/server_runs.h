@@ -1,4 +1,4 @@
-// probe_server run for real in the tests: probes trained with the tools on a fixture model, a ProbeServer serving
+// probe_server run for real in the tests: probes trained on a fixture model (probe_fixture.h), a ProbeServer serving
 // on a free loopback port from a thread of the test, or the tool as a process, and the checks of a refusal.
 #pragma once
 
@@ -18,6 +18,7 @@
 
 #include "common/json.h"
 #include "generation/flags.h"
+#include "probe_fixture.h"
 #include "server/probe_server.h"
 #include "test_util.h"
 
@@ -25,16 +26,12 @@ extern char** environ;
 
 namespace probekit::testing {
 
-// Captures layers 2 and 5 of a three-label dataset with the tools and trains binary probes on them: dir/probes.
+// Probes of layers 2 and 5 trained 10 epochs: enough for the server's tests, which check what it serves, not the
+// probes.
 inline std::string train_probes(const TempDir& tmp) {
-  probekit::testing::write_three_action_dataset(tmp.file("data.jsonl"));
-  CommandResult r = run_command(fmt::format("{} --model {} --dataset {} --output-dir {} --layers 2,5 --device cpu --quiet",
-                                            tool("capture_activations"), kGemmaModel, tmp.file("data.jsonl"), tmp.file("act")));
-  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
-  r = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 10 --device cpu --quiet",
-                              tool("train_binary_probes"), tmp.file("act"), tmp.file("probes")));
-  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
-  return tmp.file("probes");
+  ProbeFixture fixture;
+  fixture.epochs = 10;
+  return train_fixture_probes(tmp, fixture);
 }
 
 /// The server's engine generating `prompt` greedily itself, `tokens` tokens without stopping: what a stream of the

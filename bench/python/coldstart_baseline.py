@@ -11,13 +11,13 @@ start = time.time()
 import argparse, json
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from baselines import SUFFIX
 
 ap = argparse.ArgumentParser()
 ap.add_argument("model"); ap.add_argument("text")
 ap.add_argument("--layer", type=int, default=33)
 ap.add_argument("--probes", type=int, default=45)
 a = ap.parse_args()
-SUFFIX = "\n\nThe cognitive action being demonstrated here is"
 imported = time.time()
 model = AutoModelForCausalLM.from_pretrained(a.model, dtype="auto", device_map="cuda").eval()
 torch.cuda.synchronize()

@@ -7,20 +7,8 @@ Usage: python3 generate_baseline.py MODEL_DIR PROMPT [--new-tokens 128] [--runs 
 """
 import argparse
 import json
-import time
 
-import torch
-import transformers
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
-
-def timed_generate(model, inputs, new_tokens):
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    out = model.generate(**inputs, do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens)
-    torch.cuda.synchronize()
-    assert out.shape[1] - inputs["input_ids"].shape[1] == new_tokens
-    return time.perf_counter() - start
+from baselines import generation_rates, load_for_generation, versions
 
 
 def main():
@@ -30,19 +18,15 @@ def main():
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16).to("cuda")
+    tokenizer, model = load_for_generation(args.model)
     inputs = tokenizer(args.prompt, return_tensors="pt").to("cuda")
-    timed_generate(model, inputs, 8)  # warm-up
-    first = min(timed_generate(model, inputs, 1) for _ in range(args.runs))
-    whole = min(timed_generate(model, inputs, args.new_tokens + 1) for _ in range(args.runs))
+    decode, whole_call = generation_rates(model, inputs, args.new_tokens, args.runs)
     print(json.dumps({
         "new_tokens": args.new_tokens,
-        "decode_tokens_per_s": args.new_tokens / (whole - first),
-        "whole_call_tokens_per_s": (args.new_tokens + 1) / whole,
+        "decode_tokens_per_s": decode,
+        "whole_call_tokens_per_s": whole_call,
         "attention_implementation": model.config._attn_implementation,
-        "transformers": transformers.__version__,
-        "torch": torch.__version__,
+        **versions(),
     }))
 
 

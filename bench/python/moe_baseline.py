@@ -6,19 +6,15 @@ Prints one JSON line: the examples, examples/s, and how transformers ran the exp
 implementation where the version has that setting, the experts module, the attention implementation).
 Its batched capture is python_baseline.py's, repeated rather than shared: that script is the benchmark
 protocol's own (../shared/bench), kept identical to it."""
-import json, time, argparse
+import json, time
 import torch
-import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from baselines import SUFFIX, capture_arguments, read_texts, versions
 
-ap = argparse.ArgumentParser()
-ap.add_argument("model"); ap.add_argument("dataset")
-ap.add_argument("--layers", type=int, nargs="+", default=[6, 12, 18, 23])
+ap = capture_arguments([6, 12, 18, 23])
 ap.add_argument("--batch", type=int, default=32)
-ap.add_argument("--text-field", default="text")
 a = ap.parse_args()
-SUFFIX = "\n\nThe cognitive action being demonstrated here is"
-texts = [json.loads(l)[a.text_field] for l in open(a.dataset) if l.strip()]
+texts = read_texts(a.dataset, a.text_field)
 tok = AutoTokenizer.from_pretrained(a.model)
 tok.padding_side = "right"
 model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16, device_map="cuda").eval()
@@ -50,5 +46,4 @@ print(json.dumps({
                               or "not a setting of this version (its experts module's own loop)",
     "experts_module": type(sparse.experts).__module__ + "." + type(sparse.experts).__name__ if sparse else None,
     "linear_attention": type(layers[0].linear_attn).__module__ if hasattr(layers[0], "linear_attn") else None,
-    "attention_implementation": getattr(model.config, "_attn_implementation", None),
-    "transformers": transformers.__version__, "torch": torch.__version__}))
+    "attention_implementation": getattr(model.config, "_attn_implementation", None), **versions()}))

@@ -3,13 +3,13 @@ last, kept in memory, timed around the call (the model loaded before, as capture
 only its capture). Prints one JSON line per run: examples/s, the rows' bytes, and how far the process's resident
 memory grew during the call (sampled every 5 ms) beside them."""
 
-import argparse
 import json
 import os
 import threading
 import time
 
 import probekit
+from baselines import capture_arguments, read_texts
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -38,21 +38,16 @@ class PeakResident:
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("model")
-    parser.add_argument("dataset")
-    parser.add_argument("--layers", default="8,17,25,33")
+    parser = capture_arguments([8, 17, 25, 33])
     parser.add_argument("--runs", type=int, default=2)
     args = parser.parse_args()
-    with open(args.dataset) as lines:
-        texts = [json.loads(line)["text"] for line in lines if line.strip()]
-    layers = [int(layer) for layer in args.layers.split(",")]
+    texts = read_texts(args.dataset, args.text_field)
     model = probekit.load_model(args.model, device="cuda")
     for run in range(1, args.runs + 1):
         before = resident_bytes()
         peak = PeakResident()
         start = time.perf_counter()
-        rows = model.capture(texts, layers=layers, position="last", progress=False)
+        rows = model.capture(texts, layers=args.layers, position="last", progress=False)
         seconds = time.perf_counter() - start
         peak_bytes = peak.stop()
         row_bytes = sum(tensor.numel() * tensor.element_size() for tensor in rows.values())

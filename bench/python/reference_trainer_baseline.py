@@ -9,7 +9,7 @@ AUROC after every epoch, early stopping; the reference reports the test metrics 
 and saves the probe of the first epoch with the highest validation AUROC.
 Prints one JSON line: seconds for the training of all probes (the reference's total_training_time_seconds),
 and the mean test AUROC and F1 at 0.5 of both, the last epoch's model and the saved probe."""
-import argparse, json, time
+import json, time
 from concurrent.futures import ThreadPoolExecutor
 
 import h5py
@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from sklearn.metrics import f1_score, roc_auc_score
 from torch.utils.data import DataLoader, TensorDataset
+
+from baselines import reference_optimizer, training_arguments
 
 
 def read_split(f, name, device):
@@ -37,9 +39,7 @@ def train_one(label, splits, a, device):
         return DataLoader(TensorDataset(x, (y == label).to(torch.bfloat16)), batch_size=a.batch_size, shuffle=shuffle)
     train, val, test = loader(train_x, train_y, True), loader(val_x, val_y, False), loader(test_x, test_y, False)
     probe = torch.nn.Sequential(torch.nn.Dropout(0.1), torch.nn.Linear(train_x.shape[1], 1)).to(torch.bfloat16).to(device)
-    optimizer = torch.optim.AdamW(probe.parameters(), lr=a.lr, weight_decay=a.weight_decay)
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=a.epochs, eta_min=1e-5)
-    loss_fn = torch.nn.BCEWithLogitsLoss()
+    optimizer, scheduler, loss_fn = reference_optimizer(probe, a)
     val_truth = (val_y == label).cpu().numpy()
     best_auc, best_state, epochs_without_gain = 0.0, None, 0
     for _ in range(a.epochs):
@@ -67,14 +67,8 @@ def train_one(label, splits, a, device):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("activations")
-    ap.add_argument("--epochs", type=int, default=20)
-    ap.add_argument("--patience", type=int, default=1000)
+    ap = training_arguments(patience=1000)
     ap.add_argument("--workers", type=int, default=8)
-    ap.add_argument("--batch-size", type=int, default=18)
-    ap.add_argument("--lr", type=float, default=5e-4)
-    ap.add_argument("--weight-decay", type=float, default=1e-3)
     a = ap.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     with h5py.File(a.activations, "r") as f:

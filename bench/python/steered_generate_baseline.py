@@ -13,9 +13,9 @@ import json
 import time
 
 import torch
-import transformers
 from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from baselines import generation_rates, load_for_generation, timed_generate, versions
 
 
 def layers_of(model):
@@ -43,14 +43,6 @@ def steer(model, layer, vector):
     return state
 
 
-def timed_generate(model, inputs, new_tokens):
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    model.generate(**inputs, do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens)
-    torch.cuda.synchronize()
-    return time.perf_counter() - start
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("model")
@@ -63,8 +55,7 @@ def main():
     parser.add_argument("--prompts")
     parser.add_argument("--coefficients", default="-8,-4,4,8")
     args = parser.parse_args()
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16).to("cuda")
+    tokenizer, model = load_for_generation(args.model)
     tensors = load_file(args.vector)
     layer = int(next(iter(tensors)).split(".")[1])
     vector = tensors[f"layer.{layer}"].to("cuda", torch.bfloat16)
@@ -80,17 +71,14 @@ def main():
             timed_generate(model, inputs, args.new_tokens)
         seconds = time.perf_counter() - start
         print(json.dumps({"cells": args.sweep_cells, "seconds": seconds, "cells_per_s": args.sweep_cells / seconds,
-                          "new_tokens": args.new_tokens, "transformers": transformers.__version__}))
+                          "new_tokens": args.new_tokens, **versions()}))
         return
     state["coefficient"] = args.coefficient
     inputs = tokenizer(args.prompt, return_tensors="pt").to("cuda")
-    timed_generate(model, inputs, 8)
-    first = min(timed_generate(model, inputs, 1) for _ in range(args.runs))
-    whole = min(timed_generate(model, inputs, args.new_tokens + 1) for _ in range(args.runs))
+    decode, _ = generation_rates(model, inputs, args.new_tokens, args.runs)
     print(json.dumps({"new_tokens": args.new_tokens, "layer": layer, "coefficient": args.coefficient,
-                      "decode_tokens_per_s": args.new_tokens / (whole - first),
-                      "attention_implementation": model.config._attn_implementation,
-                      "transformers": transformers.__version__, "torch": torch.__version__}))
+                      "decode_tokens_per_s": decode, "attention_implementation": model.config._attn_implementation,
+                      **versions()}))
 
 
 if __name__ == "__main__":

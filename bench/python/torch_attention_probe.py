@@ -11,7 +11,6 @@ weights kept (ties to the lower validation loss are not broken here), early stop
 without a better AUROC (-1: never). Activations are read with h5py and moved to the GPU once.
 Prints one JSON line: seconds (the training of every label, the reading excluded, as ours reports it in-process
 and the benchmark times our whole process), mean_test_auroc of the best-epoch weights, labels, torch."""
-import argparse
 import json
 import math
 import time
@@ -20,6 +19,8 @@ import h5py
 import numpy as np
 import torch
 from sklearn.metrics import roc_auc_score
+
+from baselines import reference_optimizer, training_arguments
 
 
 class AttentionProbe(torch.nn.Module):
@@ -82,9 +83,7 @@ def train_one(label, train, val, test, a, device):
     # Texts of a batch share the padded length of the longest among them, as ours pads only the batch.
     lengths = mask.sum(1).long()
     probe = AttentionProbe(x.shape[2], a.heads).to(device)
-    optimizer = torch.optim.AdamW(probe.parameters(), lr=a.lr, weight_decay=a.weight_decay)
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=a.epochs, eta_min=1e-5)
-    loss_fn = torch.nn.BCEWithLogitsLoss()
+    optimizer, scheduler, loss_fn = reference_optimizer(probe, a)
     val_truth = (val[3] == label).cpu().numpy()
     best_auc, best_state, without_gain = -1.0, None, 0
     for _ in range(a.epochs):
@@ -114,15 +113,9 @@ def train_one(label, train, val, test, a, device):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("activations")
-    parser.add_argument("--epochs", type=int, default=20)
-    parser.add_argument("--patience", type=int, default=-1)
+    parser = training_arguments(patience=-1)
     parser.add_argument("--heads", type=int, default=1)
     parser.add_argument("--max-tokens", type=int, default=0)
-    parser.add_argument("--batch-size", type=int, default=18)
-    parser.add_argument("--lr", type=float, default=5e-4)
-    parser.add_argument("--weight-decay", type=float, default=1e-3)
     a = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)

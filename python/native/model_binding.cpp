@@ -38,7 +38,7 @@ capture::CaptureOptions capture_options(const CaptureArguments& arguments, const
   capture::CaptureOptions options;
   options.layers = arguments.layers;
   options.site = parse_site(arguments.site);
-  options.position = readout::parse_position(arguments.position);
+  options.position = parse_position(arguments.position);
   if (arguments.prompt_suffix) options.prompt_suffix = *arguments.prompt_suffix;
   if (arguments.batch_size < 0) throw std::invalid_argument(fmt::format("batch_size {}: must be 1 or more", arguments.batch_size));
   if (arguments.max_length < 0) throw std::invalid_argument(fmt::format("max_length {}: must be 0 or more", arguments.max_length));

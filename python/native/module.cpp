@@ -92,9 +92,11 @@ steering::SteeringSpec steering_spec(const py::list& items, const std::string& p
         throw std::invalid_argument("steer: the label '" + fields[0].cast<std::string>() +
                                     "' needs probes (pass probes=...) for its direction");
       }
-      spec.probe_additions.push_back({fields[0].cast<std::string>(), layer, coefficient});
+      spec.ops.push_back(steering::SteeringOp::probe(steering::SteeringAction::kAdd, fields[0].cast<std::string>(),
+                                                     std::to_string(layer), coefficient));
     } else {
-      spec.vector_additions.push_back({fields[0].cast<std::vector<float>>(), layer, coefficient});
+      spec.ops.push_back(steering::SteeringOp::given(steering::SteeringAction::kAdd, fields[0].cast<std::vector<float>>(),
+                                                     layer, coefficient));
     }
   }
   return spec;

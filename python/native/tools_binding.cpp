@@ -72,23 +72,15 @@ py::dict split_dict(activations::SplitData& split) {
 
 py::dict attributes_dict(const activations::FileAttributes& a) {
   py::dict out;
-  out["model_name"] = a.model_name;
-  out["model_revision"] = a.model_revision;
   out["layers"] = a.layers;
   out["layer"] = a.layer;
   out["label_names"] = a.label_names;
   out["hidden_size"] = a.hidden_size;
-  out["site"] = a.site;
-  out["position"] = a.position;
-  out["prompt_suffix"] = a.prompt_suffix;
-  out["dtype"] = a.dtype;
   out["dataset"] = a.dataset;
-  out["max_length"] = a.max_length;
-  out["steering"] = a.steering;
   return out;
 }
 
-// (each split's arrays, the file's attributes).
+// (each split's arrays, the file's attributes, its readout recipe as JSON text).
 py::tuple read_activations(const std::string& path) {
   activations::ActivationFile file;
   {
@@ -99,7 +91,7 @@ py::tuple read_activations(const std::string& path) {
   for (activations::Split split : activations::kSplits) {
     splits[activations::split_name(split)] = split_dict(file.split(split));
   }
-  return py::make_tuple(splits, attributes_dict(file.attributes));
+  return py::make_tuple(splits, attributes_dict(file.attributes), file.attributes.recipe.to_json().dump());
 }
 
 void write_example_model(const std::string& output, const std::string& tokenizer_json, int64_t hidden_size,

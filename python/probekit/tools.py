@@ -54,7 +54,8 @@ def read_activations(path):
     """Reads and checks a layer_{L}_activations.h5 file (ours or the reference's) into torch tensors."""
     if not isinstance(path, (str, os.PathLike)):
         raise ValueError(f"path: expected a file name, got {type(path).__name__}")
-    splits, attributes = _native.read_activations(os.fspath(path))
+    splits, attributes, recipe = _native.read_activations(os.fspath(path))
+    attributes.update(json.loads(recipe))
     for arrays in splits.values():
         for name, value in arrays.items():
             if type(value).__name__ == "PyCapsule":

@@ -22,28 +22,21 @@ const char* split_name(Split split) {
 }
 
 std::vector<std::string> FileAttributes::identity() const {
-  return {"model_name=" + model_name,
-          "model_revision=" + model_revision,
-          "model_fingerprint=" + model_fingerprint,
-          "layers=" + fmt::format("{}", fmt::join(layers, ",")),
-          "layer=" + std::to_string(layer),
-          "label_names=" + fmt::format("{}", fmt::join(label_names, ",")),
-          "hidden_size=" + std::to_string(hidden_size),
-          "site=" + site,
-          "position=" + position,
-          "prompt_suffix=" + prompt_suffix,
-          "dtype=" + dtype,
-          "dataset_sha256=" + dataset_sha256,
-          "split=" + split_ratios,
-          "seed=" + std::to_string(seed),
-          "max_length=" + std::to_string(max_length),
-          "max_examples=" + std::to_string(max_examples),
-          "text_field=" + text_field,
-          "label_field=" + label_field,
-          "keep_fields=" + fmt::format("{}", fmt::join(keep_fields, ",")),
-          "skip_invalid=" + std::to_string(static_cast<int>(skip_invalid)),
-          "shard=" + shard,
-          "steering=" + steering};
+  std::vector<std::string> lines = recipe.identity();
+  lines.insert(lines.end(), {"layers=" + fmt::format("{}", fmt::join(layers, ",")),
+                             "layer=" + std::to_string(layer),
+                             "label_names=" + fmt::format("{}", fmt::join(label_names, ",")),
+                             "hidden_size=" + std::to_string(hidden_size),
+                             "dataset_sha256=" + dataset_sha256,
+                             "split=" + split_ratios,
+                             "seed=" + std::to_string(seed),
+                             "max_examples=" + std::to_string(max_examples),
+                             "text_field=" + text_field,
+                             "label_field=" + label_field,
+                             "keep_fields=" + fmt::format("{}", fmt::join(keep_fields, ",")),
+                             "skip_invalid=" + std::to_string(static_cast<int>(skip_invalid)),
+                             "shard=" + shard});
+  return lines;
 }
 
 std::string FileAttributes::identity_difference(const FileAttributes& made) const {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "activations/readout_recipe.h"
 #include "io/hdf5.h"
 #include "sites/sites.h"
 
@@ -28,23 +29,16 @@ const char* split_name(Split split);
 
 /// Root attributes of an activation file.
 struct FileAttributes {
-  std::string model_name;         // the hub name the user gave, or the checkpoint folder's absolute path
-  std::string model_revision;     // the commit of the weights (empty for a folder outside the hub cache)
-  std::string model_fingerprint;  // model::Checkpoint::fingerprint() of the weights the rows came from
+  ReadoutRecipe recipe;         // what the rows were read with
   std::vector<int64_t> layers;  // every layer captured in the run
   int64_t layer = -1;           // the layer this file holds
   std::vector<std::string> label_names;
   int64_t hidden_size = 0;  // a row's width: the hidden size; experts for site "router"; k for site "experts"
-  std::string site = site_name(Site::kResidPost);
-  std::string position = "last";
-  std::string prompt_suffix;
-  std::string dtype;
   std::string dataset;
   std::string dataset_sha256;
   std::string tool_version;
   std::string split_ratios;  // "0.7,0.15,0.15"
   int64_t seed = 42;
-  int64_t max_length = 0;  // 0: no limit
   // Which lines of the dataset became examples, and what was read from them.
   int64_t max_examples = 0;  // 0: all
   std::string text_field, label_field;
@@ -52,7 +46,6 @@ struct FileAttributes {
   bool skip_invalid = false;
   std::string batching;    // how the run cut its batches, reused when it resumes
   std::string shard;       // "I/N" for one of N shards of a run (see capture/merge.h); empty otherwise
-  std::string steering;    // the steering the capture applied (JSON, as the tools record it); empty: none
 
   /// The attributes a resumed run must share with the partial file, as "name=value" lines.
   std::vector<std::string> identity() const;
@@ -60,7 +53,7 @@ struct FileAttributes {
   /// as "made with X but this run has Y"; empty when they agree.
   std::string identity_difference(const FileAttributes& made) const;
   /// Whether the file holds expert choices (site "experts") rather than activations.
-  bool holds_expert_choices() const { return site == site_name(Site::kExperts); }
+  bool holds_expert_choices() const { return recipe.site == Site::kExperts; }
   /// Floats per row as ActivationWriter::write_rows takes rows and read_activation_rows gives them:
   /// hidden_size, or for expert choices the k ids (exact in fp32) followed by the k weights.
   int64_t row_width() const { return holds_expert_choices() ? 2 * hidden_size : hidden_size; }

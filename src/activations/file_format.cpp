@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "common/error.h"
 
@@ -46,39 +49,48 @@ std::vector<int64_t> read_int_dataset(hid_t group, const std::string& name, cons
   return values;
 }
 
+namespace {
+
+// The plain text and integer attributes beside the recipe; one absent from a file keeps FileAttributes' default.
+const std::vector<std::pair<const char*, std::string FileAttributes::*>>& text_attributes() {
+  static const std::vector<std::pair<const char*, std::string FileAttributes::*>> fields = {
+      {"dataset", &FileAttributes::dataset},           {"dataset_sha256", &FileAttributes::dataset_sha256},
+      {"tool_version", &FileAttributes::tool_version}, {"split", &FileAttributes::split_ratios},
+      {"text_field", &FileAttributes::text_field},     {"label_field", &FileAttributes::label_field},
+      {"batching", &FileAttributes::batching}};
+  return fields;
+}
+
+const std::vector<std::pair<const char*, int64_t FileAttributes::*>>& integer_attributes() {
+  static const std::vector<std::pair<const char*, int64_t FileAttributes::*>> fields = {
+      {"hidden_size", &FileAttributes::hidden_size}, {"seed", &FileAttributes::seed},
+      {"max_examples", &FileAttributes::max_examples}};
+  return fields;
+}
+
+}  // namespace
+
 void write_attributes(hid_t file, const FileAttributes& a) {
-  hdf5::set_attribute(file, "model_name", a.model_name);
-  if (!a.model_revision.empty()) hdf5::set_attribute(file, "model_revision", a.model_revision);
-  hdf5::set_attribute(file, "model_fingerprint", a.model_fingerprint);
+  a.recipe.write_attributes(file);
+  for (const auto& [name, member] : text_attributes()) hdf5::set_attribute(file, name, a.*member);
+  for (const auto& [name, member] : integer_attributes()) hdf5::set_attribute(file, name, a.*member);
   hdf5::set_attribute(file, "layers", a.layers);
   hdf5::set_attribute(file, "layer", a.layer);
   hdf5::set_attribute(file, "label_names", a.label_names);
-  hdf5::set_attribute(file, "hidden_size", a.hidden_size);
-  hdf5::set_attribute(file, "site", a.site);
-  hdf5::set_attribute(file, "position", a.position);
-  hdf5::set_attribute(file, "prompt_suffix", a.prompt_suffix);
-  hdf5::set_attribute(file, "dtype", a.dtype);
-  hdf5::set_attribute(file, "dataset", a.dataset);
-  hdf5::set_attribute(file, "dataset_sha256", a.dataset_sha256);
-  hdf5::set_attribute(file, "tool_version", a.tool_version);
-  hdf5::set_attribute(file, "split", a.split_ratios);
-  hdf5::set_attribute(file, "seed", a.seed);
-  hdf5::set_attribute(file, "max_length", a.max_length);
-  hdf5::set_attribute(file, "max_examples", a.max_examples);
-  hdf5::set_attribute(file, "text_field", a.text_field);
-  hdf5::set_attribute(file, "label_field", a.label_field);
   if (!a.keep_fields.empty()) hdf5::set_attribute(file, "keep_fields", a.keep_fields);
   hdf5::set_attribute(file, "skip_invalid", static_cast<int64_t>(a.skip_invalid));
-  hdf5::set_attribute(file, "batching", a.batching);
   if (!a.shard.empty()) hdf5::set_attribute(file, "shard", a.shard);
-  if (!a.steering.empty()) hdf5::set_attribute(file, "steering", a.steering);
 }
 
 FileAttributes load_attributes(hid_t file, const std::string& path) {
   FileAttributes a;
-  a.model_name = hdf5::get_string_attribute(file, "model_name").value_or("");
-  a.model_revision = hdf5::get_string_attribute(file, "model_revision").value_or("");
-  a.model_fingerprint = hdf5::get_string_attribute(file, "model_fingerprint").value_or("");
+  a.recipe = ReadoutRecipe::read_attributes(file, path);
+  for (const auto& [name, member] : text_attributes()) {
+    if (std::optional<std::string> value = hdf5::get_string_attribute(file, name)) a.*member = *value;
+  }
+  for (const auto& [name, member] : integer_attributes()) {
+    if (std::optional<int64_t> value = hdf5::get_int_attribute(file, name)) a.*member = *value;
+  }
   a.layers = hdf5::get_int_list_attribute(file, "layers").value_or(std::vector<int64_t>{});
   a.layer = hdf5::get_int_attribute(file, "layer").value_or(layer_from_file_name(path));
   a.label_names = hdf5::get_string_list_attribute(file, "label_names").value_or(std::vector<std::string>{});
@@ -91,27 +103,9 @@ FileAttributes load_attributes(hid_t file, const std::string& path) {
       }
     }
   }
-  a.hidden_size = hdf5::get_int_attribute(file, "hidden_size").value_or(0);
-  a.site = hdf5::get_string_attribute(file, "site").value_or(site_name(Site::kResidPost));
-  a.position = hdf5::get_string_attribute(file, "position").value_or("last");
-  // Reference files predate the attribute and always used the cognitive-action suffix.
-  a.prompt_suffix = hdf5::get_string_attribute(file, "prompt_suffix")
-                        .value_or("\n\nThe cognitive action being demonstrated here is");
-  a.dtype = hdf5::get_string_attribute(file, "dtype").value_or("");
-  a.dataset = hdf5::get_string_attribute(file, "dataset").value_or("");
-  a.dataset_sha256 = hdf5::get_string_attribute(file, "dataset_sha256").value_or("");
-  a.tool_version = hdf5::get_string_attribute(file, "tool_version").value_or("");
-  a.split_ratios = hdf5::get_string_attribute(file, "split").value_or("");
-  a.seed = hdf5::get_int_attribute(file, "seed").value_or(42);
-  a.max_length = hdf5::get_int_attribute(file, "max_length").value_or(0);
-  a.max_examples = hdf5::get_int_attribute(file, "max_examples").value_or(0);
-  a.text_field = hdf5::get_string_attribute(file, "text_field").value_or("");
-  a.label_field = hdf5::get_string_attribute(file, "label_field").value_or("");
   a.keep_fields = hdf5::get_string_list_attribute(file, "keep_fields").value_or(std::vector<std::string>{});
   a.skip_invalid = hdf5::get_int_attribute(file, "skip_invalid").value_or(0) != 0;
-  a.batching = hdf5::get_string_attribute(file, "batching").value_or("");
   a.shard = hdf5::get_string_attribute(file, "shard").value_or("");
-  a.steering = hdf5::get_string_attribute(file, "steering").value_or("");
   return a;
 }
 

@@ -89,7 +89,7 @@ Json source_record(const std::string& source) {
           {"examples", examples},
           {"dataset_sha256", attributes.dataset_sha256},
           {"seed", attributes.seed},
-          {"model_fingerprint", attributes.model_fingerprint},
+          {"model_fingerprint", attributes.recipe.model_fingerprint},
           {"labels_and_indices_sha256", hash.hex_digest()}};
 }
 

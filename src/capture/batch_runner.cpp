@@ -9,7 +9,6 @@ namespace probekit::capture {
 
 namespace {
 
-using readout::Position;
 
 // Peak bytes per token of one layer's activations on a GPU (CUDA, ROCm or MPS): residual, norms, qkv, attention
 // scores, MLP, and with routed experts the token's k copies through its experts and their fp32 sum.

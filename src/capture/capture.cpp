@@ -111,7 +111,7 @@ CaptureSummary run_capture(const CaptureOptions& options) {
   summary.load_seconds = seconds_since(load_start);
   spdlog::info("{}: {} ({} layers, hidden {}), capturing layers {} at {} ({}) in {:.1f} s", plan.model_dir(),
                plan.config().text_model_type, plan.config().num_layers, plan.config().hidden_size,
-               fmt::join(plan.layers, ", "), site_name(options.site), readout::position_name(options.position),
+               fmt::join(plan.layers, ", "), site_name(options.site), position_name(options.position),
                summary.load_seconds);
 
   auto layouts = make_layouts(plan, options.position, options.dataset.keep_fields);

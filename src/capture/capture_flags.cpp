@@ -84,7 +84,7 @@ void add_capture_flags(CLI::App& app, CaptureFlags& flags) {
 CaptureOptions CaptureFlags::resolve() const {
   CaptureOptions o = options;
   o.dataset.keep_fields = keep_fields;
-  o.position = readout::parse_position(position);
+  o.position = parse_position(position);
   o.site = parse_site(site);
   o.split = data::parse_split_ratios(split);
   if (compression != "gzip" && compression != "none") fail_usage("--compression {}: expected gzip or none", compression);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "activations/readout_recipe.h"
 #include "common/launcher.h"
 #include "data/dataset.h"
 #include "data/splits.h"
@@ -22,10 +23,10 @@ struct CaptureOptions : loading::ModelRequest {
   std::string output_dir = "./data/activations";
   std::string layers;  // "8,17,25,33", "all", or empty for n/4, n/2, 3n/4, n-1
   data::DatasetOptions dataset;
-  std::string prompt_suffix = readout::kDefaultPromptSuffix;
+  std::string prompt_suffix = activations::kDefaultPromptSuffix;
   data::SplitRatios split;
   uint64_t seed = 42;
-  readout::Position position = readout::Position::kLast;
+  Position position = Position::kLast;
   Site site = Site::kResidPost;
   int64_t max_length = 0;       // tokens; 0: no limit
   int64_t batch_size = 0;       // examples per forward pass; 0: chosen from a token budget

@@ -18,7 +18,6 @@ namespace probekit::capture {
 
 namespace {
 
-using readout::Position;
 
 // The plan of texts given in memory: their prompts built as capture_activations builds them, in the texts' order.
 CapturePlan plan_texts(const loading::SharedModel& model, const std::vector<std::string>& texts,

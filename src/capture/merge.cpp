@@ -203,7 +203,7 @@ std::vector<std::string> merge_shards(const std::vector<std::string>& shard_dirs
     std::vector<ShardFile> shards = read_shards(shard_dirs, name);
     std::vector<activations::ShardRows> parts;
     for (const ShardFile& shard : shards) parts.push_back({shard.path, activations::read_layouts(shard.path)});
-    std::array<activations::SplitLayout, 3> merged = join_layouts(parts, shards.front().attributes.position == "all");
+    std::array<activations::SplitLayout, 3> merged = join_layouts(parts, shards.front().attributes.recipe.position == Position::kAll);
     std::string path = output_dir + "/" + name;
     if (is_regular_file(path) && !options.overwrite) fail("{} already exists; pass --overwrite to replace it", path);
     activations::FileAttributes attributes = shards.front().attributes;

@@ -13,7 +13,6 @@
 namespace probekit::capture {
 
 using activations::Split;
-using readout::Position;
 
 namespace {
 
@@ -72,8 +71,8 @@ std::vector<LayerOutput> open_outputs(const CaptureOptions& options, const std::
 }
 
 void write_window(std::vector<LayerOutput>& outputs, const WindowRows& window, const std::vector<RunItem>& run,
-                  const std::array<activations::SplitLayout, 3>& layouts, readout::Position position, int64_t width) {
-  const bool per_token = position == readout::Position::kAll;
+                  const std::array<activations::SplitLayout, 3>& layouts, Position position, int64_t width) {
+  const bool per_token = position == Position::kAll;
   for (size_t l = 0; l < outputs.size(); ++l) {
     if (!outputs[l].writer) continue;
     // The window's examples are consecutive rows of at most three splits.
@@ -119,29 +118,30 @@ std::array<activations::SplitLayout, 3> make_layouts(const CapturePlan& plan, Po
 activations::FileAttributes file_attributes(const CaptureOptions& options, const CapturePlan& plan,
                                             const std::string& dtype) {
   activations::FileAttributes attributes;
-  attributes.model_name = plan.model.resolved.name;
-  attributes.model_revision = plan.model.resolved.revision;
-  attributes.model_fingerprint = model::Checkpoint::open(plan.model_dir()).fingerprint();
+  activations::ReadoutRecipe& recipe = attributes.recipe;
+  recipe.model_name = plan.model.resolved.name;
+  recipe.model_revision = plan.model.resolved.revision;
+  recipe.model_fingerprint = model::Checkpoint::open(plan.model_dir()).fingerprint();
+  recipe.site = options.site;
+  recipe.position = options.position;
+  recipe.prompt_suffix = options.prompt_suffix;
+  recipe.max_length = options.max_length;
+  recipe.dtype = dtype;
+  if (!plan.steering.empty()) recipe.steering = plan.steering.record();
   attributes.layers = plan.layers;
   attributes.label_names = plan.dataset.label_names;
   // An experts row is k ids then k weights, which the file keeps as two [N, k] datasets.
   attributes.hidden_size = options.site == Site::kExperts ? plan.width / 2 : plan.width;
-  attributes.site = site_name(options.site);
-  attributes.position = readout::position_name(options.position);
-  attributes.prompt_suffix = options.prompt_suffix;
-  attributes.dtype = dtype;
   attributes.dataset = options.dataset_path;
   attributes.dataset_sha256 = plan.dataset.sha256;
   attributes.tool_version = PROBEKIT_VERSION;
   attributes.split_ratios = fmt::format("{},{},{}", options.split.train, options.split.val, options.split.test);
   attributes.seed = static_cast<int64_t>(options.seed);
-  attributes.max_length = options.max_length;
   attributes.max_examples = options.dataset.max_examples;
   attributes.text_field = options.dataset.text_field;
   attributes.label_field = plan.dataset.label_field;
   attributes.keep_fields = options.dataset.keep_fields;
   attributes.skip_invalid = options.dataset.skip_invalid;
-  if (!plan.steering.empty()) attributes.steering = plan.steering.record().dump();
   if (options.shard_count > 1) attributes.shard = fmt::format("{}/{}", options.shard_index, options.shard_count);
   return attributes;
 }

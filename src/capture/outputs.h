@@ -38,10 +38,10 @@ struct WindowRows {
 
 /// Writes a finished window into every open layer file and commits it.
 void write_window(std::vector<LayerOutput>& outputs, const WindowRows& window, const std::vector<RunItem>& run,
-                  const std::array<activations::SplitLayout, 3>& layouts, readout::Position position, int64_t width);
+                  const std::array<activations::SplitLayout, 3>& layouts, Position position, int64_t width);
 
 /// What each split's file holds besides the rows: labels, example indices, kept fields, per-token offsets.
-std::array<activations::SplitLayout, 3> make_layouts(const CapturePlan& plan, readout::Position position,
+std::array<activations::SplitLayout, 3> make_layouts(const CapturePlan& plan, Position position,
                                                      const std::vector<std::string>& keep_fields);
 
 /// The attributes every layer file of the run records: the model, the dataset, the site, the split, the seed...

@@ -20,7 +20,6 @@ namespace probekit::capture {
 namespace {
 
 using activations::Split;
-using readout::Position;
 
 // The run order and each example's split and row, for the run positions [begin, end) of this shard.
 std::vector<RunItem> order_examples(const std::array<std::vector<int64_t>, 3>& splits, int64_t begin, int64_t end) {

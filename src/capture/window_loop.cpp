@@ -25,7 +25,6 @@ namespace probekit::capture {
 
 namespace {
 
-using readout::Position;
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }

@@ -16,7 +16,6 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "hub/resolve.h"
-#include "inference/text_stream.h"
 #include "model/placement.h"
 
 namespace probekit::inference {
@@ -25,44 +24,15 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-std::string index_string(const probes::ProbeSet& set, const char* key, const std::string& fallback) {
-  std::string value = set.index().value(key, std::string());
-  return value.empty() ? fallback : value;
-}
-
-// How the probes of one layer directory were made: they must all agree, since one forward pass serves them.
-struct ProbeRecipe {
-  std::string suffix;
-  Site site = Site::kResidPost;
-  readout::Position position = readout::Position::kLast;
-  int64_t max_length = 0;
-
-  static ProbeRecipe of(const probes::ProbeSet& set) {
-    ProbeRecipe r;
-    r.suffix = set.index().value("prompt_suffix", std::string(readout::kDefaultPromptSuffix));
-    r.site = parse_site(index_string(set, "site", site_name(Site::kResidPost)));
-    r.position = readout::parse_position(index_string(set, "position", "last"));
-    const Json& max_length = set.index().contains("max_length") ? set.index().at("max_length") : Json(0);
-    if (!max_length.is_number_integer() || max_length.get<int64_t>() < 0) {
-      fail_input("probes.json: 'max_length' must be a non-negative integer, got {}", max_length.dump());
-    }
-    r.max_length = max_length.get<int64_t>();
-    return r;
-  }
-  bool operator==(const ProbeRecipe& o) const {
-    return suffix == o.suffix && site == o.site && position == o.position && max_length == o.max_length;
-  }
-};
-
 // Probes remember the checkpoint they were trained on (its fingerprint); another one, even of the same width,
 // gives meaningless scores.
 void check_same_model(const probes::ProbeSet& set, const std::string& dir, const EngineOptions& options,
                       const std::string& fingerprint) {
-  std::string recorded = set.index().value("model_fingerprint", std::string());
+  const std::string& recorded = set.recipe().model_fingerprint;
   if (recorded.empty() || recorded == fingerprint) return;
   std::string message = fmt::format(
       "{}: these probes were trained on another model ({}, fingerprint {}...), not the one in {} (fingerprint {}...)",
-      dir, set.index().value("model_name", std::string("?")), recorded.substr(0, 12), options.model_dir,
+      dir, set.recipe().model_name.empty() ? "?" : set.recipe().model_name, recorded.substr(0, 12), options.model_dir,
       fingerprint.substr(0, 12));
   if (!options.force) fail_input("{}; pass --force to run them anyway", message);
   spdlog::warn("{}; running them anyway (--force)", message);
@@ -102,12 +72,8 @@ loading::ModelSource model_for(const EngineOptions& options, const probes::Probe
   auto found = catalog.layer_dirs.find(layer);
   std::string index_path = (found != catalog.layer_dirs.end() ? found->second : catalog.layer_dirs.begin()->second) +
                            "/probes.json";
-  Json index = read_json_file(index_path);
-  auto recorded = [&](const char* key) {
-    auto value = index.find(key);
-    return value != index.end() && value->is_string() ? value->get<std::string>() : std::string();
-  };
-  std::string model = hub::pinned_model(recorded("model_name"), recorded("model_revision"));
+  const activations::ReadoutRecipe recipe = probes::recorded_recipe(read_json_file(index_path), index_path);
+  std::string model = hub::pinned_model(recipe.model_name, recipe.model_revision);
   if (model.empty()) fail_usage("{} records no model: pass --model", index_path);
   spdlog::info("model {} (recorded in {})", model, index_path);
   try {
@@ -192,8 +158,7 @@ Engine Engine::attach(const EngineOptions& options, const loading::SharedModel& 
 }
 
 void Engine::prepare(const model::ModelConfig& config) {
-  if (probes_.empty()) prompt_suffix_ = readout::kDefaultPromptSuffix;
-  prompts_ = std::make_unique<readout::PromptBuilder>(*tokenizer_, prompt_suffix_, limit_for(recorded_max_length_, config));
+  prompts_ = std::make_unique<readout::PromptBuilder>(*tokenizer_, recipe_.prompt_suffix, limit_for(recipe_.max_length, config));
   request_.skip_leading = prompts_->leading_specials();
   for (const LayerProbes& layer_probes : probes_) {
     const probes::ProbeShape& shape = layer_probes.set.shape();
@@ -204,43 +169,56 @@ void Engine::prepare(const model::ModelConfig& config) {
     }
   }
   steer(options_.steering);
+  warn_of_other_steering();
+}
+
+// Probes trained on steered activations are meant for passes steered the same way; steering at inference is an
+// experiment of its own, so a difference is said, not refused.
+void Engine::warn_of_other_steering() const {
+  const Json applied = steering_.empty() ? Json() : steering_.record();
+  if (recipe_.steering.is_null() || recipe_.steering == applied) return;
+  spdlog::warn("the probes were trained on activations read with steering {}; these passes apply {}",
+               recipe_.steering.dump(), applied.is_null() ? "none" : applied.dump());
 }
 
 void Engine::require_probes() const {
   if (probes_.empty()) fail_input("no probes loaded: scoring needs a probes directory");
 }
 
-// The probes of every selected layer; all layers must agree on how their activations were made.
+// The probes of every selected layer; all layers must agree on how their activations were read, since one pass
+// serves them all.
 void Engine::load_probes(const model::ModelConfig& config, const std::string& fingerprint) {
-  std::optional<ProbeRecipe> recipe;
   for (int64_t layer : layers_) {
     auto found = catalog_.layer_dirs.find(layer);
     std::string dir = found != catalog_.layer_dirs.end() ? found->second : catalog_.layer_dirs.begin()->second;
     probes::ProbeSet set = probes::ProbeSet::load(dir, target_.device, at::kFloat);
-    ProbeRecipe here = ProbeRecipe::of(set);
-    check_fits(set, dir, layer, here.site, options_, config);
+    check_fits(set, dir, layer, set.recipe().site, options_, config);
     check_same_model(set, dir, options_, fingerprint);
-    if (!recipe) {
-      if (here.position == readout::Position::kAll && !set.shape().kind->reads_every_token()) {
+    if (probes_.empty()) {
+      if (set.recipe().position == Position::kAll && !set.shape().kind->reads_every_token()) {
         fail_input("{}: probes trained on every token (position all) score one row per token; they are not "
                    "supported here",
                    dir);
       }
-      recipe = here;
-    } else if (!(here == *recipe)) {
-      fail_input("{}: these probes were trained with another prompt suffix, site, position or prompt length limit "
-                 "than those of layer {}",
-                 dir, layers_.front());
-    } else if (set.multiclass() != probes_.front().set.multiclass()) {
-      // Independent per-label probabilities and one distribution over classes do not rank together.
-      fail_input("{}: mixes a multiclass probe (train_probes) with binary probes (train_binary_probes) at layer {}", dir,
-                 layers_.front());
+      recipe_ = set.recipe();
+    } else {
+      activations::ReadoutRecipe here = set.recipe();
+      if (options_.force) here.model_fingerprint = recipe_.model_fingerprint;  // --force runs other models' probes
+      const std::string difference =
+          activations::recipe_difference(recipe_, here, fmt::format("layer {}'s probes", layers_.front()), dir);
+      if (!difference.empty()) {
+        fail_input("{}: these probes' activations were read otherwise than those of layer {} ({})", dir,
+                   layers_.front(), difference);
+      }
+      if (set.multiclass() != probes_.front().set.multiclass()) {
+        // Independent per-label probabilities and one distribution over classes do not rank together.
+        fail_input("{}: mixes a multiclass probe (train_probes) with binary probes (train_binary_probes) at layer {}",
+                   dir, layers_.front());
+      }
     }
     probes_.push_back(LayerProbes{layer, std::move(set), {}});
   }
-  prompt_suffix_ = recipe->suffix;
-  recorded_max_length_ = recipe->max_length;
-  request_ = readout::Request{recipe->site, recipe->position, layers_, 0};
+  request_ = readout::Request{recipe_.site, recipe_.position, layers_, 0};
 }
 
 // The labels in index order, each probe's column, and the thresholds and AUROCs of the probes in use.

@@ -104,7 +104,9 @@ class Engine {
   /// True when the probes are a multiclass probe (train_probes): labels() are its classes, and each text's
   /// probabilities at a layer are a softmax that sums to 1.
   bool multiclass() const { return !probes_.empty() && probes_.front().set.multiclass(); }
-  const std::string& prompt_suffix() const { return prompt_suffix_; }
+  /// How the probes' activations were read, which every pass repeats (the default recipe without probes).
+  const activations::ReadoutRecipe& recipe() const { return recipe_; }
+  const std::string& prompt_suffix() const { return recipe_.prompt_suffix; }
   /// The longest prompt the probes are run on: the capture's --max-length, else the model's positions.
   const readout::PromptLimit& prompt_limit() const { return prompts_->limit(); }
   const device::ComputeTarget& target() const { return target_; }
@@ -142,6 +144,7 @@ class Engine {
   /// Refuses scoring with an engine that has no probes.
   void require_probes() const;
   void load_probes(const model::ModelConfig& config, const std::string& fingerprint);
+  void warn_of_other_steering() const;
   void index_labels();
   /// Probabilities of rows [N, layers, hidden] into tables[first + n][l][k], for every label with a probe at
   /// layer l (the tables are sized and NaN-filled by empty_tables).
@@ -180,8 +183,7 @@ class Engine {
   std::vector<std::string> labels_;
   std::vector<LayerProbes> probes_;
   std::vector<std::vector<double>> thresholds_, aucs_;
-  std::string prompt_suffix_;
-  int64_t recorded_max_length_ = 0;
+  activations::ReadoutRecipe recipe_;
   readout::Request request_;
   std::unique_ptr<readout::PromptBuilder> prompts_;
   steering::SteeringVectors steering_;

@@ -89,7 +89,7 @@ void Engine::store_probabilities(const at::Tensor& rows, std::vector<std::vector
 size_t Engine::batch_end(const std::vector<readout::Prompt>& prompts, size_t start) const {
   auto batch_size = static_cast<size_t>(std::max<int64_t>(1, options_.batch_size));
   const size_t end = std::min(prompts.size(), start + batch_size);
-  if (request_.position != readout::Position::kAll) return end;
+  if (request_.position != Position::kAll) return end;
   // Every token's rows at every layer are read: at most kTokenRowBytes of them per batch (at least one text).
   constexpr double kTokenRowBytes = 1024.0 * 1024.0 * 1024.0;
   const double bytes_per_token = 4.0 * static_cast<double>(layers_.size() * model_->config().hidden_size);
@@ -124,7 +124,7 @@ std::vector<TextScores> Engine::score(const std::vector<std::string>& texts,
     }
     at::Tensor rows = readout::read_rows(*model_, batch, steered);
     readout::check_finite_rows(rows, 1, request_.layers);
-    if (request_.position != readout::Position::kAll) {
+    if (request_.position != Position::kAll) {
       store_probabilities(rows, tables, start);
       continue;
     }
@@ -140,9 +140,9 @@ std::vector<TextScores> Engine::score(const std::vector<std::string>& texts,
 
 TokenScores Engine::score_tokens(const std::string& text, const steering::SteeringVectors* steering) const {
   require_probes();
-  if (request_.position != readout::Position::kLast && !reads_every_token()) {
+  if (request_.position != Position::kLast && !reads_every_token()) {
     fail_input("--per-token needs probes trained on the last token or attention probes (these used position '{}')",
-               readout::position_name(request_.position));
+               position_name(request_.position));
   }
   TokenScores result;
   readout::Prompt prompt = prompts_->build_text(text);

@@ -47,6 +47,15 @@ double f1_from_counts(int64_t tp, int64_t fp, int64_t fn) {
   return safe_ratio(2.0 * static_cast<double>(tp), static_cast<double>(2 * tp + fp + fn));
 }
 
+// The one formula of precision and recall: from the counts, with sklearn's zero_division=0.
+PrecisionRecall precision_recall(int64_t tp, int64_t fp, int64_t fn) {
+  PrecisionRecall p;
+  p.precision = safe_ratio(static_cast<double>(tp), static_cast<double>(tp + fp));
+  p.recall = safe_ratio(static_cast<double>(tp), static_cast<double>(tp + fn));
+  p.f1 = f1_from_counts(tp, fp, fn);
+  return p;
+}
+
 }  // namespace
 
 double mean_of_defined(const std::vector<double>& values) {
@@ -82,9 +91,7 @@ ThresholdMetrics metrics_from_confusion(const ConfusionCounts& c, double thresho
   m.threshold = threshold;
   m.confusion = c;
   m.accuracy = safe_ratio(static_cast<double>(c.true_positive + c.true_negative), static_cast<double>(c.total()));
-  m.precision = safe_ratio(static_cast<double>(c.true_positive), static_cast<double>(c.true_positive + c.false_positive));
-  m.recall = safe_ratio(static_cast<double>(c.true_positive), static_cast<double>(c.true_positive + c.false_negative));
-  m.f1 = f1_from_counts(c.true_positive, c.false_positive, c.false_negative);
+  static_cast<PrecisionRecall&>(m) = precision_recall(c.true_positive, c.false_positive, c.false_negative);
   return m;
 }
 
@@ -202,10 +209,8 @@ MulticlassMetrics multiclass_metrics(const std::vector<int64_t>& truth, const st
     }
     int64_t fp = predicted_as - tp, fn = support - tp;
     ClassMetrics cm;
+    static_cast<PrecisionRecall&>(cm) = precision_recall(tp, fp, fn);
     cm.label = m.labels[a];
-    cm.precision = safe_ratio(static_cast<double>(tp), static_cast<double>(predicted_as));
-    cm.recall = safe_ratio(static_cast<double>(tp), static_cast<double>(support));
-    cm.f1 = f1_from_counts(tp, fp, fn);
     cm.support = support;
     m.per_class.push_back(cm);
     m.precision_macro += cm.precision;
@@ -220,9 +225,10 @@ MulticlassMetrics multiclass_metrics(const std::vector<int64_t>& truth, const st
     m.recall_macro /= static_cast<double>(used);
     m.f1_macro /= static_cast<double>(used);
   }
-  m.precision_micro = safe_ratio(static_cast<double>(sum_tp), static_cast<double>(sum_tp + sum_fp));
-  m.recall_micro = safe_ratio(static_cast<double>(sum_tp), static_cast<double>(sum_tp + sum_fn));
-  m.f1_micro = f1_from_counts(sum_tp, sum_fp, sum_fn);
+  const PrecisionRecall micro = precision_recall(sum_tp, sum_fp, sum_fn);
+  m.precision_micro = micro.precision;
+  m.recall_micro = micro.recall;
+  m.f1_micro = micro.f1;
   return m;
 }
 

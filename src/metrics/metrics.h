@@ -27,13 +27,17 @@ struct ConfusionCounts {
   int64_t total() const { return true_negative + false_positive + false_negative + true_positive; }
 };
 
-/// The metrics of one set of hard predictions (sklearn, average='binary', zero_division=0).
-struct ThresholdMetrics {
-  double threshold = 0.0;
-  double accuracy = 0.0;
+/// Precision, recall and F1 of one class's predictions (sklearn, zero_division=0).
+struct PrecisionRecall {
   double precision = 0.0;
   double recall = 0.0;
   double f1 = 0.0;
+};
+
+/// The metrics of one set of hard predictions (sklearn, average='binary', zero_division=0).
+struct ThresholdMetrics : PrecisionRecall {
+  double threshold = 0.0;
+  double accuracy = 0.0;
   ConfusionCounts confusion;
 };
 
@@ -61,11 +65,8 @@ double average_precision(const std::vector<int>& labels, const std::vector<doubl
 ThresholdMetrics tune_threshold_for_f1(const std::vector<int>& labels, const std::vector<double>& scores);
 
 /// Per-class figures of a multiclass evaluation (sklearn's precision_recall_fscore_support, average=None).
-struct ClassMetrics {
+struct ClassMetrics : PrecisionRecall {
   int64_t label = 0;
-  double precision = 0.0;
-  double recall = 0.0;
-  double f1 = 0.0;
   int64_t support = 0;
 };
 

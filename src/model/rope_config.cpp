@@ -3,11 +3,24 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <utility>
 
 #include "common/error.h"
 #include "model/families.h"
 
 namespace probekit::model {
+
+namespace {
+
+// The rope object's number keys, each read into the RawRope field of its name.
+constexpr std::pair<const char*, Field<double> RawRope::*> kNumberKeys[] = {
+    {"rope_theta", &RawRope::rope_theta}, {"factor", &RawRope::factor},
+    {"low_freq_factor", &RawRope::low_freq_factor}, {"high_freq_factor", &RawRope::high_freq_factor},
+    {"partial_rotary_factor", &RawRope::partial_rotary_factor}, {"attention_factor", &RawRope::attention_factor},
+    {"beta_fast", &RawRope::beta_fast}, {"beta_slow", &RawRope::beta_slow}, {"mscale", &RawRope::mscale},
+    {"mscale_all_dim", &RawRope::mscale_all_dim}};
+
+}  // namespace
 
 Field<RawRope> read_rope(const ConfigReader& config_json, const char* key) {
   Field<ConfigReader> object = config_json.read<ConfigReader>(key);
@@ -18,19 +31,10 @@ Field<RawRope> read_rope(const ConfigReader& config_json, const char* key) {
   RawRope& raw = rope.value.emplace();
   raw.rope_type = keys.read<std::string>("rope_type");
   if (!raw.rope_type.value) raw.rope_type = keys.read<std::string>("type");
-  raw.rope_theta = keys.read<double>("rope_theta");
-  raw.factor = keys.read<double>("factor");
-  raw.low_freq_factor = keys.read<double>("low_freq_factor");
-  raw.high_freq_factor = keys.read<double>("high_freq_factor");
+  for (const auto& [name, field] : kNumberKeys) raw.*field = keys.read<double>(name);
   raw.original_max_position_embeddings = keys.read<int64_t>("original_max_position_embeddings");
-  raw.partial_rotary_factor = keys.read<double>("partial_rotary_factor");
   raw.short_factor = keys.read<std::vector<double>>("short_factor");
   raw.long_factor = keys.read<std::vector<double>>("long_factor");
-  raw.attention_factor = keys.read<double>("attention_factor");
-  raw.beta_fast = keys.read<double>("beta_fast");
-  raw.beta_slow = keys.read<double>("beta_slow");
-  raw.mscale = keys.read<double>("mscale");
-  raw.mscale_all_dim = keys.read<double>("mscale_all_dim");
   raw.truncate = keys.read<bool>("truncate");
   return rope;
 }

@@ -278,7 +278,7 @@ LayerOutcome train_layer(const BinaryRunOptions& options, const std::string& fil
                          const std::string& progress_label, std::string& model_name) {
   make_directories(directory);
   activations::ActivationFile activations = rows_for_kind(activations::read_activation_file(file), options.training);
-  model_name = activations.attributes.model_name;
+  model_name = activations.attributes.recipe.model_name;
   BinaryTrainingResult result =
       train_binary_probes(activations, options.training, target.device, target.dtype, progress_label);
   save_binary_probes(directory, result, activations.attributes, file);
@@ -327,6 +327,21 @@ void log_labels_without_examples(const std::vector<LayerOutcome>& outcomes) {
   }
 }
 
+// The layers of one run become one probes directory, which inference serves with one pass: their rows must have
+// been read the same way.
+void check_same_recipe(const std::vector<std::string>& files) {
+  const activations::ReadoutRecipe first = activations::read_attributes(files.front()).recipe;
+  for (size_t i = 1; i < files.size(); ++i) {
+    const std::string difference =
+        activations::recipe_difference(first, activations::read_attributes(files[i]).recipe, files.front(), files[i]);
+    if (!difference.empty()) {
+      fail_input("--activations: {} and {} were read differently ({}); the layers of one run become one probes "
+                 "directory, which inference serves with one pass: train them in separate runs",
+                 files.front(), files[i], difference);
+    }
+  }
+}
+
 }  // namespace
 
 BinaryRunPlan plan_binary_run(const BinaryRunOptions& options) {
@@ -334,6 +349,7 @@ BinaryRunPlan plan_binary_run(const BinaryRunOptions& options) {
   BinaryRunPlan plan;
   plan.files = activations::find_activation_files(options.activations);
   if (plan.files.empty()) fail_usage("--activations: no activation file given");
+  check_same_recipe(plan.files);
   plan.target = select_training_compute(options.device, options.dtype);
   if (options.num_workers != 8) {
     spdlog::debug("--num-workers {} is accepted for compatibility: all probes train as one batched problem",

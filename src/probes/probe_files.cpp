@@ -93,8 +93,8 @@ std::map<std::string, std::string> model_config_metadata(const ProbeShape& shape
 
 namespace {
 
-// What both indexes record: the probes' shape and how their activations were made (the model, the layer, the
-// site, position, prompt suffix and cut), which inference repeats.
+// What both indexes record: the probes' shape, the layer and how their activations were read (the readout
+// recipe: model, site, position, prompt suffix, cut, steering), which inference repeats.
 Json index_fields(const char* format, const ProbeShape& shape, bool binary, at::ScalarType dtype,
                   const activations::FileAttributes& attributes, const std::string& activations_path) {
   Json index = {{"format", format},
@@ -104,13 +104,7 @@ Json index_fields(const char* format, const ProbeShape& shape, bool binary, at::
                 {"input_dim", shape.input_dim},
                 {"dtype", dtype_label(dtype)},
                 {"layer", attributes.layer},
-                {"model_name", attributes.model_name},
-                {"model_fingerprint", attributes.model_fingerprint},
-                {"model_revision", attributes.model_revision},
-                {"site", attributes.site},
-                {"position", attributes.position},
-                {"prompt_suffix", attributes.prompt_suffix},
-                {"max_length", attributes.max_length},
+                {kReadoutKey, attributes.recipe.to_json()},
                 {"activations", activations_path}};
   shape.kind->describe(shape, index);
   return index;

@@ -64,6 +64,9 @@ std::string binary_probe_file_name(const std::string& label);
 Json save_binary_probes(const std::string& directory, const BinaryTrainingResult& result,
                         const activations::FileAttributes& attributes, const std::string& activations_path);
 
+/// probes.json's key of the readout recipe (activations/readout_recipe.h) the probes' activations were read with.
+constexpr const char* kReadoutKey = "readout";
+
 /// The file train_probes writes its best-epoch probe to, the one inference runs.
 constexpr const char* kMulticlassProbeFile = "best_probe.safetensors";
 
@@ -72,6 +75,10 @@ constexpr const char* kMulticlassProbeFile = "best_probe.safetensors";
 Json save_multiclass_index(const std::string& directory, const ProbeShape& shape, at::ScalarType dtype,
                            const std::vector<std::string>& class_names, int64_t best_epoch,
                            const activations::FileAttributes& attributes, const std::string& activations_path);
+
+/// How the activations of the probes indexed by `index` (a probes.json) were read: its "readout", or the same
+/// fields at the top level of an index written before the recipe. Errors name `where` and the field.
+activations::ReadoutRecipe recorded_recipe(const Json& index, const std::string& where);
 
 /// One output of a ProbeSet: a binary probe as listed in probes.json, or one class of a multiclass probe
 /// (whose thresholds and AUROC are NaN: it has none of its own).
@@ -96,8 +103,10 @@ class ProbeSet {
   /// The outputs, one per label or class.
   const std::vector<ProbeInfo>& probes() const { return probes_; }
   const ProbeShape& shape() const { return bank_.shape(); }
-  /// The index's fields (layer, model_name, site, position, prompt_suffix, ...).
+  /// The index's fields (format, layer, the probes, ...).
   const Json& index() const { return index_; }
+  /// How the probes' activations were read (model, site, position, prompt suffix, cut, steering).
+  const activations::ReadoutRecipe& recipe() const { return recipe_; }
   int64_t layer() const;
   /// True for a multiclass probe: its outputs are exclusive classes.
   bool multiclass() const { return multiclass_; }
@@ -118,11 +127,12 @@ class ProbeSet {
   at::Tensor direction(size_t index) const;
 
  private:
-  ProbeSet(ProbeBank bank, std::vector<ProbeInfo> probes, Json index, bool multiclass);
+  ProbeSet(ProbeBank bank, std::vector<ProbeInfo> probes, Json index, activations::ReadoutRecipe recipe, bool multiclass);
 
   ProbeBank bank_;
   std::vector<ProbeInfo> probes_;
   Json index_;
+  activations::ReadoutRecipe recipe_;
   bool multiclass_ = false;
 };
 

@@ -1,3 +1,5 @@
+// Reading a probes directory back (probes.json and its probe files, each checked against the index) and scoring
+// with it: the ProbeSet of probe_files.h.
 #include "probes/probe_files.h"
 
 #include <fmt/format.h>
@@ -17,10 +19,6 @@ namespace probekit::probes {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-}  // namespace
-
-namespace {
 
 // The probe shape an index describes, checked before anything is allocated by it.
 ProbeShape index_shape(const Json& index, bool multiclass, const std::string& where) {
@@ -44,15 +42,6 @@ std::string file_inside(const std::string& file) {
   return file;
 }
 
-// The settings inference reads from probes.json, checked once for their types: strings, and a layer and a
-// max_length that are integers.
-void check_recorded_settings(const Json& index, const std::string& where) {
-  json_value<int64_t>(index, "layer", -1, where);
-  if (json_value<int64_t>(index, "max_length", 0, where) < 0) fail("{}: 'max_length' must not be negative", where);
-  for (const char* key : {"site", "position", "prompt_suffix", "model_name", "model_revision", "model_fingerprint"}) {
-    json_value<std::string>(index, key, "", where);
-  }
-}
 
 std::vector<ProbeInfo> binary_probes(const Json& index, const std::string& index_path) {
   if (!index.contains("probes") || !index.at("probes").is_array()) fail("'probes' must be a list");
@@ -121,8 +110,22 @@ void check_distinct_labels(const std::vector<ProbeInfo>& probes, const std::stri
 
 }  // namespace
 
-ProbeSet::ProbeSet(ProbeBank bank, std::vector<ProbeInfo> probes, Json index, bool multiclass)
-    : bank_(std::move(bank)), probes_(std::move(probes)), index_(std::move(index)), multiclass_(multiclass) {}
+activations::ReadoutRecipe recorded_recipe(const Json& index, const std::string& where) {
+  if (index.contains(kReadoutKey)) {
+    return activations::ReadoutRecipe::from_json(index.at(kReadoutKey), fmt::format("{}: {}", where, kReadoutKey));
+  }
+  Json fields = index;
+  fields.erase("dtype");  // the probes' own dtype there, not the pass's
+  return activations::ReadoutRecipe::from_json(fields, where);
+}
+
+ProbeSet::ProbeSet(ProbeBank bank, std::vector<ProbeInfo> probes, Json index, activations::ReadoutRecipe recipe,
+                   bool multiclass)
+    : bank_(std::move(bank)),
+      probes_(std::move(probes)),
+      index_(std::move(index)),
+      recipe_(std::move(recipe)),
+      multiclass_(multiclass) {}
 
 ProbeSet ProbeSet::load(const std::string& directory, at::Device device, at::ScalarType dtype) {
   std::string index_path = directory + "/" + kProbeIndexFile;
@@ -134,12 +137,14 @@ ProbeSet ProbeSet::load(const std::string& directory, at::Device device, at::Sca
   Json index = read_json_file(index_path);
   std::vector<ProbeInfo> probes;
   ProbeShape shape;
+  activations::ReadoutRecipe recipe;
   bool multiclass = false;
   try {
     const Json& format = index.at("format");
     multiclass = format == kMulticlassIndexFormat;
     if (!multiclass && format != kBinaryIndexFormat) fail("unknown format {}", format.dump());
-    check_recorded_settings(index, index_path);
+    json_value<int64_t>(index, "layer", -1, index_path);
+    recipe = recorded_recipe(index, index_path);
     shape = index_shape(index, multiclass, index_path);
     probes = multiclass ? class_outputs(index, shape) : binary_probes(index, index_path);
   } catch (const std::exception&) {
@@ -156,7 +161,7 @@ ProbeSet ProbeSet::load(const std::string& directory, at::Device device, at::Sca
   }
   ProbeBank bank(shape, static_cast<int64_t>(files.size()), at::TensorOptions().device(device).dtype(dtype));
   for (size_t k = 0; k < files.size(); ++k) load_probe(files[k], bank, static_cast<int64_t>(k));
-  return ProbeSet(std::move(bank), std::move(probes), std::move(index), multiclass);
+  return ProbeSet(std::move(bank), std::move(probes), std::move(index), std::move(recipe), multiclass);
 }
 
 int64_t ProbeSet::layer() const { return index_.value("layer", int64_t{-1}); }

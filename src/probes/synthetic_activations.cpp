@@ -107,14 +107,14 @@ void write_synthetic_activation_file(const std::string& path, const SyntheticAct
   }
   std::vector<float> means = label_means(spec, labels);
   activations::FileAttributes attributes;
-  attributes.model_name = "synthetic";
+  attributes.recipe.model_name = "synthetic";
   attributes.layers = {spec.layer};
   attributes.layer = spec.layer;
   attributes.label_names = spec.label_names;
   attributes.hidden_size = spec.hidden;
-  attributes.dtype = "fp32";
+  attributes.recipe.dtype = "fp32";
   attributes.seed = static_cast<int64_t>(spec.seed);
-  if (spec.max_tokens > 0) attributes.position = "all";
+  if (spec.max_tokens > 0) attributes.recipe.position = Position::kAll;
   std::array<activations::SplitLayout, 3> layouts = synthetic_layouts(spec, labels);
   auto writer = activations::ActivationWriter::create(path, attributes, layouts, false);
   int64_t done = 0;

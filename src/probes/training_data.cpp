@@ -46,12 +46,12 @@ void check_rows(const activations::ActivationFile& file, const ProbeKind& kind) 
       fail_input("{}: group '{}' holds per-token activations (position \"{}\"); {} probes train on one row per "
                  "example, captured with position \"last\" (pool this file's tokens with --pool last|mean, or train "
                  "--model-type attention on it)",
-                 file.path, activations::split_name(split), file.attributes.position, kind.name());
+                 file.path, activations::split_name(split), position_name(file.attributes.recipe.position), kind.name());
     }
     if (!per_token && kind.reads_every_token()) {
       fail_input("{}: group '{}' holds one row per example (position \"{}\"); {} probes read every token of a "
                  "text: capture with --position all",
-                 file.path, activations::split_name(split), file.attributes.position, kind.name());
+                 file.path, activations::split_name(split), position_name(file.attributes.recipe.position), kind.name());
     }
   }
 }
@@ -94,7 +94,7 @@ activations::ActivationFile rows_for_kind(activations::ActivationFile file, cons
   }
   const int64_t skip = leading_specials(file);
   for (activations::SplitData& split : file.splits) pool_split(split, training.pool == "mean", skip);
-  file.attributes.position = training.pool;
+  file.attributes.recipe.position = parse_position(training.pool);
   return file;
 }
 

@@ -12,9 +12,6 @@
 
 namespace probekit::readout {
 
-/// The reference's prompt suffix, appended to every text before tokenization.
-inline const char* const kDefaultPromptSuffix = "\n\nThe cognitive action being demonstrated here is";
-
 /// The longest prompt, and what to call that limit in messages ("--max-length 128 tokens").
 struct PromptLimit {
   int64_t max_length = 0;  // tokens; 0: no limit

@@ -9,24 +9,6 @@
 
 namespace probekit::readout {
 
-Position parse_position(const std::string& name) {
-  if (name == "last") return Position::kLast;
-  if (name == "mean") return Position::kMean;
-  if (name == "max") return Position::kMax;
-  if (name == "all") return Position::kAll;
-  fail_usage("--position {}: expected last, mean, max or all", name);
-}
-
-std::string position_name(Position position) {
-  switch (position) {
-    case Position::kLast: return "last";
-    case Position::kMean: return "mean";
-    case Position::kMax: return "max";
-    case Position::kAll: return "all";
-  }
-  return "?";
-}
-
 int64_t site_width(Site site, const model::ModelConfig& config) {
   switch (site_row(site).width) {
     case SiteWidth::kHidden: return config.hidden_size;

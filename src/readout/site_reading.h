@@ -7,16 +7,10 @@
 #include <vector>
 
 #include "model/config.h"
+#include "sites/positions.h"
 #include "sites/sites.h"
 
 namespace probekit::readout {
-
-/// Which token positions become rows.
-enum class Position { kLast, kMean, kMax, kAll };
-
-/// Parses --position; an unknown name is a usage error listing the positions.
-Position parse_position(const std::string& name);
-std::string position_name(Position position);
 
 /// The values of one row at `site` of `config`'s model (SiteWidth).
 int64_t site_width(Site site, const model::ModelConfig& config);

@@ -60,12 +60,10 @@ steering::SteeringSpec item_spec(const ServerContext& context, const SteerItem& 
   }
   steering::SteeringSpec spec;
   spec.probes_dir = context.options.engine.probes_dir;
-  if (!item.label.empty()) {
-    if (ablate) spec.probe_ablations.push_back({item.label, std::to_string(item.layer)});
-    if (!ablate) spec.probe_additions.push_back({item.label, item.layer, item.coefficient});
-  } else {
-    (ablate ? spec.vector_ablations : spec.vector_additions).push_back({item.vector, item.layer, item.coefficient});
-  }
+  const steering::SteeringAction action = ablate ? steering::SteeringAction::kAblate : steering::SteeringAction::kAdd;
+  spec.ops.push_back(item.label.empty()
+                         ? steering::SteeringOp::given(action, item.vector, item.layer, item.coefficient)
+                         : steering::SteeringOp::probe(action, item.label, std::to_string(item.layer), item.coefficient));
   return spec;
 }
 
@@ -175,7 +173,7 @@ Json info_response(const ServerContext& context, int64_t open_streams, bool gene
           {"labels", engine.labels()},
           {"multiclass", engine.multiclass()},
           {"best_layer", context.options.engine.best_layer},
-          {"prompt_suffix", engine.prompt_suffix()},
+          {"readout", engine.recipe().to_json()},
           {"generation", generation},
           {"limits", {{"max_body_bytes", l.max_body_bytes}, {"max_texts", l.max_texts}, {"max_tokens", l.max_tokens},
                       {"max_new_tokens", l.max_new_tokens}, {"max_streams", l.max_streams},

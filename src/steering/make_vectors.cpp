@@ -56,21 +56,20 @@ VectorFile from_activations(const MakeVectorsOptions& o) {
   std::vector<int64_t> wanted;
   for (const std::string& path : activations::find_activation_files({o.activations})) {
     activations::FileAttributes attributes = activations::read_attributes(path);
-    if (attributes.site != site_name(Site::kResidPost)) {
+    if (attributes.recipe.site != Site::kResidPost) {
       fail_input("{}: read at site {}; steering writes a layer's output ({}), so its vector comes from rows of that site",
-                 path, attributes.site, site_name(Site::kResidPost));
+                 path, site_name(attributes.recipe.site), site_name(Site::kResidPost));
     }
     if (!o.layers.empty() && wanted.empty()) wanted = parse_layers(o.layers, std::numeric_limits<int>::max());
     if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), attributes.layer) == wanted.end()) continue;
     const activations::ActivationFile file = activations::read_activation_file(path);
     out.layers[attributes.layer] = mean_difference(file, label_index(attributes, o.label, path));
-    out.model_hint = attributes.model_name;
+    out.model_hint = attributes.recipe.model_name;
   }
   return out;
 }
 
 VectorFile from_probes(const MakeVectorsOptions& o) {
-  if (o.probes_dir.empty()) fail_usage("--method probe needs --probes-dir, the probes whose directions to write");
   const probes::ProbeCatalog catalog = probes::find_probes(o.probes_dir);
   const std::vector<int64_t> wanted = o.layers.empty() ? std::vector<int64_t>{}
                                                        : parse_layers(o.layers, std::numeric_limits<int>::max());
@@ -83,20 +82,48 @@ VectorFile from_probes(const MakeVectorsOptions& o) {
     if (found == set.probes().end()) fail_input("{}: no probe for the label '{}'", dir, o.label);
     const at::Tensor direction = set.direction(static_cast<size_t>(found - set.probes().begin())).contiguous();
     out.layers[layer] = std::vector<float>(direction.data_ptr<float>(), direction.data_ptr<float>() + direction.numel());
-    out.model_hint = set.index().value("model_name", std::string());
+    out.model_hint = set.recipe().model_name;
   }
   return out;
+}
+
+// One way to make a label's vectors: its --method name, what it reads (the flag and the option holding it) and how.
+struct VectorMethod {
+  const char* name;
+  const char* meaning;
+  const char* source_flag;
+  std::string MakeVectorsOptions::*source;
+  VectorFile (*make)(const MakeVectorsOptions&);
+};
+
+const std::vector<VectorMethod>& vector_methods() {
+  static const std::vector<VectorMethod> methods = {
+      {"mean-diff", "mean of the label's train rows minus the other rows' (as it is, not normalized)", "--activations",
+       &MakeVectorsOptions::activations, from_activations},
+      {"probe", "the label's probe directions (unit length)", "--probes-dir", &MakeVectorsOptions::probes_dir,
+       from_probes},
+  };
+  return methods;
+}
+
+const VectorMethod& vector_method(const std::string& name) {
+  for (const VectorMethod& method : vector_methods()) {
+    if (name == method.name) return method;
+  }
+  fail_usage("--method {}: not a method of make_steering_vectors", name);
 }
 
 }  // namespace
 
 void add_make_vectors_flags(CLI::App& app, MakeVectorsOptions& o) {
   app.add_option("--label", o.label, "The label whose vector to make")->required();
-  app.add_option("--method", o.method,
-                 "mean-diff: mean of the label's train rows minus the other rows' (as it is, not normalized); probe: "
-                 "the label's probe directions (unit length)")
-      ->check(CLI::IsMember({"mean-diff", "probe"}))
-      ->capture_default_str();
+  std::vector<std::string> names;
+  std::string meanings;
+  for (const VectorMethod& method : vector_methods()) {
+    names.push_back(method.name);
+    meanings += fmt::format("{}{}: {}", meanings.empty() ? "" : "; ", method.name, method.meaning);
+  }
+  app.add_option("--method", o.method, meanings)->check(CLI::IsMember(names))->capture_default_str();
   app.add_option("--activations", o.activations, "mean-diff: a capture's output directory or layer_{L}_activations.h5");
   app.add_option("--probes-dir", o.probes_dir, "probe: the probes directory (probes.json, or layer_{L}/ folders)");
   add_layers_option(app, o.layers, "A subset of the layers: 8 17, 8,17, 21-30 or all (default: every one there is)");
@@ -105,10 +132,12 @@ void add_make_vectors_flags(CLI::App& app, MakeVectorsOptions& o) {
 }
 
 VectorFile make_vectors(const MakeVectorsOptions& o) {
-  if (o.method == "mean-diff" && o.activations.empty()) fail_usage("--method mean-diff needs --activations");
-  VectorFile out = o.method == "probe" ? from_probes(o) : from_activations(o);
-  if (out.layers.empty()) fail_input("no layer of {} is among --layers {}", o.method == "probe" ? o.probes_dir : o.activations, o.layers);
-  out.metadata = {{"method", o.method}, {"label", o.label}, {"source", o.method == "probe" ? o.probes_dir : o.activations}};
+  const VectorMethod& method = vector_method(o.method);
+  const std::string& source = o.*method.source;
+  if (source.empty()) fail_usage("--method {} needs {}", method.name, method.source_flag);
+  VectorFile out = method.make(o);
+  if (out.layers.empty()) fail_input("no layer of {} is among --layers {}", source, o.layers);
+  out.metadata = {{"method", o.method}, {"label", o.label}, {"source", source}};
   return out;
 }
 

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstdlib>
 #include <map>
 #include <optional>
@@ -89,48 +91,46 @@ class ProbeDirections {
   std::map<int64_t, probes::ProbeSet> sets_;
 };
 
-void add_probe_vectors(const SteeringSpec& spec, const model::ModelConfig& config, SteeringVectors& out) {
-  if (!spec.needs_probes()) return;
-  if (spec.probes_dir.empty()) {
-    fail_usage("--steer and --ablate name labels: give --probes-dir, the probes whose directions they take");
+// How an operation is named in messages at one layer, as it was given.
+std::string described(const SteeringOp& op, int64_t layer) {
+  const bool add = op.action == SteeringAction::kAdd;
+  switch (op.source) {
+    case SteeringSource::kProbe: return fmt::format("{} {}@{}", add ? "--steer" : "--ablate", op.label, layer);
+    case SteeringSource::kFile:
+      return fmt::format("{} {} (layer {})", add ? "--steer-vector" : "--ablate-vector", op.path, layer);
+    case SteeringSource::kVector: return fmt::format("{} vector at layer {}", add ? "steer" : "ablate", layer);
   }
-  ProbeDirections probes(spec.probes_dir);
-  for (const SteeringSpec::ProbeAddition& a : spec.probe_additions) {
-    check_layer(a.layer, config, fmt::format("--steer {}@{}", a.label, a.layer));
-    out.additions.push_back({a.layer, probes.direction(a.label, a.layer, config), a.coefficient, probes.source(a.label)});
-  }
-  for (const SteeringSpec::ProbeAblation& a : spec.probe_ablations) {
-    for (int64_t layer : parse_layers(a.layers, config.num_layers)) {
-      out.ablations.push_back({layer, probes.direction(a.label, layer, config), probes.source(a.label)});
-    }
-  }
+  return "";
 }
 
-void add_given_vectors(const SteeringSpec& spec, const model::ModelConfig& config, SteeringVectors& out) {
-  for (const SteeringSpec::FileAddition& a : spec.file_additions) {
-    for (auto& [layer, values] : read_vector_file(a.path).layers) {
-      const std::string what = fmt::format("--steer-vector {} (layer {})", a.path, layer);
-      check_layer(layer, config, what);
-      out.additions.push_back({layer, checked_vector(values, config, what), a.coefficient, {{"file", a.path}}});
+// An operation's vectors by layer, each checked against the model, with what they came from.
+struct LayerVector {
+  int64_t layer;
+  at::Tensor vector;
+  Json source;
+};
+
+std::vector<LayerVector> op_vectors(const SteeringOp& op, const model::ModelConfig& config,
+                                    std::optional<ProbeDirections>& probes) {
+  std::vector<LayerVector> out;
+  if (op.source == SteeringSource::kFile) {
+    for (auto& [layer, values] : read_vector_file(op.path).layers) {
+      check_layer(layer, config, described(op, layer));
+      out.push_back({layer, checked_vector(values, config, described(op, layer)), {{"file", op.path}}});
+    }
+    return out;
+  }
+  // Layers past the model's are named by check_layer, with the operation that gave them.
+  const int64_t parse_bound = op.layers == "all" ? config.num_layers : std::numeric_limits<int>::max();
+  for (int64_t layer : parse_layers(op.layers, parse_bound)) {
+    check_layer(layer, config, described(op, layer));
+    if (op.source == SteeringSource::kVector) {
+      out.push_back({layer, checked_vector(op.vector, config, described(op, layer)), {{"vector", true}}});
+    } else {
+      out.push_back({layer, probes->direction(op.label, layer, config), probes->source(op.label)});
     }
   }
-  for (const std::string& path : spec.file_ablations) {
-    for (auto& [layer, values] : read_vector_file(path).layers) {
-      const std::string what = fmt::format("--ablate-vector {} (layer {})", path, layer);
-      check_layer(layer, config, what);
-      out.ablations.push_back({layer, unit(checked_vector(values, config, what), what), {{"file", path}}});
-    }
-  }
-  for (const SteeringSpec::VectorAddition& a : spec.vector_additions) {
-    const std::string what = fmt::format("steer vector at layer {}", a.layer);
-    check_layer(a.layer, config, what);
-    out.additions.push_back({a.layer, checked_vector(a.vector, config, what), a.coefficient, {{"vector", true}}});
-  }
-  for (const SteeringSpec::VectorAddition& a : spec.vector_ablations) {
-    const std::string what = fmt::format("ablate vector at layer {}", a.layer);
-    check_layer(a.layer, config, what);
-    out.ablations.push_back({a.layer, unit(checked_vector(a.vector, config, what), what), {{"vector", true}}});
-  }
+  return out;
 }
 
 at::Device device_of(const model::TransformerModel& model, int64_t layer) {
@@ -139,14 +139,39 @@ at::Device device_of(const model::TransformerModel& model, int64_t layer) {
 
 }  // namespace
 
-bool SteeringSpec::empty() const {
-  return probe_additions.empty() && file_additions.empty() && vector_additions.empty() && probe_ablations.empty() &&
-         file_ablations.empty() && vector_ablations.empty();
+bool SteeringSpec::needs_probes() const {
+  return std::any_of(ops.begin(), ops.end(), [](const SteeringOp& op) { return op.source == SteeringSource::kProbe; });
 }
 
-bool SteeringSpec::needs_probes() const { return !probe_additions.empty() || !probe_ablations.empty(); }
+SteeringOp SteeringOp::probe(SteeringAction action, std::string label, std::string layers, double coefficient) {
+  SteeringOp op;
+  op.action = action;
+  op.label = std::move(label);
+  op.layers = std::move(layers);
+  op.coefficient = coefficient;
+  return op;
+}
 
-SteeringSpec::ProbeAddition parse_probe_addition(const std::string& text) {
+SteeringOp SteeringOp::file(SteeringAction action, std::string path, double coefficient) {
+  SteeringOp op;
+  op.action = action;
+  op.source = SteeringSource::kFile;
+  op.path = std::move(path);
+  op.coefficient = coefficient;
+  return op;
+}
+
+SteeringOp SteeringOp::given(SteeringAction action, std::vector<float> vector, int64_t layer, double coefficient) {
+  SteeringOp op;
+  op.action = action;
+  op.source = SteeringSource::kVector;
+  op.vector = std::move(vector);
+  op.layers = std::to_string(layer);
+  op.coefficient = coefficient;
+  return op;
+}
+
+SteeringOp parse_probe_addition(const std::string& text) {
   constexpr const char* kForm = "LABEL@LAYER=COEF, e.g. reframing@17=4";
   const size_t equals = text.rfind('=');
   if (equals == std::string::npos) fail_usage("--steer {}: expected {}", text, kForm);
@@ -154,20 +179,20 @@ SteeringSpec::ProbeAddition parse_probe_addition(const std::string& text) {
   std::optional<double> coefficient = parse_number(text.substr(equals + 1));
   std::optional<int> layer_number = parse_count(layer);
   if (!coefficient || !layer_number) fail_usage("--steer {}: expected {}", text, kForm);
-  return {label, *layer_number, *coefficient};
+  return SteeringOp::probe(SteeringAction::kAdd, label, std::to_string(*layer_number), *coefficient);
 }
 
-SteeringSpec::FileAddition parse_file_addition(const std::string& text) {
+SteeringOp parse_file_addition(const std::string& text) {
   const size_t equals = text.rfind('=');
   std::optional<double> coefficient = equals == std::string::npos ? std::nullopt : parse_number(text.substr(equals + 1));
-  if (!coefficient) return {text, 1.0};
+  if (!coefficient) return SteeringOp::file(SteeringAction::kAdd, text);
   if (equals == 0) fail_usage("--steer-vector {}: expected FILE[=COEF]", text);
-  return {text.substr(0, equals), *coefficient};
+  return SteeringOp::file(SteeringAction::kAdd, text.substr(0, equals), *coefficient);
 }
 
-SteeringSpec::ProbeAblation parse_probe_ablation(const std::string& text) {
+SteeringOp parse_probe_ablation(const std::string& text) {
   auto [label, layers] = split_at(text, "--ablate", "LABEL@LAYERS, e.g. refusal@10-20");
-  return {label, layers};
+  return SteeringOp::probe(SteeringAction::kAblate, label, layers);
 }
 
 Json SteeringVectors::record() const {
@@ -181,9 +206,23 @@ Json SteeringVectors::record() const {
 }
 
 SteeringVectors resolve(const SteeringSpec& spec, const model::ModelConfig& config) {
+  std::optional<ProbeDirections> probes;
+  if (spec.needs_probes()) {
+    if (spec.probes_dir.empty()) {
+      fail_usage("--steer and --ablate name labels: give --probes-dir, the probes whose directions they take");
+    }
+    probes.emplace(spec.probes_dir);
+  }
   SteeringVectors vectors;
-  add_probe_vectors(spec, config, vectors);
-  add_given_vectors(spec, config, vectors);
+  for (const SteeringOp& op : spec.ops) {
+    for (LayerVector& v : op_vectors(op, config, probes)) {
+      if (op.action == SteeringAction::kAdd) {
+        vectors.additions.push_back({v.layer, v.vector, op.coefficient, std::move(v.source)});
+      } else {
+        vectors.ablations.push_back({v.layer, unit(v.vector, described(op, v.layer)), std::move(v.source)});
+      }
+    }
+  }
   return vectors;
 }
 

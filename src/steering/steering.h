@@ -1,7 +1,8 @@
 // Steering: vectors added to the residual stream (and directions projected out of it) at decoder layers' outputs,
-// from probes or vector files, as the tools' flags and the server's requests name them. A spec says what was asked
-// (labels, files, coefficients); resolving it against a model gives the vectors, checked (layer in range, width the
-// hidden size) and recorded in every output; placing them gives the model's stream writes (model/stream_writes.h).
+// from probes, vector files or a request's values, as the tools' flags and the server's requests name them. A spec
+// is a list of operations (action, source, layers, coefficient); resolving it against a model gives the vectors,
+// checked (layer in range, width the hidden size) and recorded in every output; placing them gives the model's
+// stream writes (model/stream_writes.h).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -17,44 +18,51 @@
 
 namespace probekit::steering {
 
-/// What to steer with, as the flags or a request say it.
-struct SteeringSpec {
-  struct ProbeAddition {  // --steer LABEL@LAYER=COEF: the label's probe direction at that layer
-    std::string label;
-    int64_t layer = 0;
-    double coefficient = 0;
-  };
-  struct FileAddition {  // --steer-vector FILE[=COEF]: each layer's vector of the file
-    std::string path;
-    double coefficient = 1;
-  };
-  struct VectorAddition {  // a request's vector: {"vector": [...], "layer": L, "coefficient": c}
-    std::vector<float> vector;
-    int64_t layer = 0;
-    double coefficient = 1;
-  };
-  struct ProbeAblation {  // --ablate LABEL@LAYERS: the label's direction projected out at those layers
-    std::string label;
-    std::string layers;  // as --layers takes them: 8,17, 21-30 or all
-  };
-  std::vector<ProbeAddition> probe_additions;
-  std::vector<FileAddition> file_additions;
-  std::vector<VectorAddition> vector_additions;
-  std::vector<ProbeAblation> probe_ablations;
-  std::vector<std::string> file_ablations;  // --ablate-vector FILE: each layer's vector (normalized) projected out
-  std::vector<VectorAddition> vector_ablations;  // a request's {"vector", "layer"} to project out (normalized)
-  std::string probes_dir;                   // where the labels' probes are
+/// What an operation does at its layers' outputs.
+enum class SteeringAction {
+  kAdd,     // add coefficient times the vector
+  kAblate,  // project the direction (the vector, normalized) out: h - (h.u)u
+};
 
-  bool empty() const;
-  /// Whether the spec names labels (and so needs a probes directory).
+/// Where an operation's vectors come from.
+enum class SteeringSource {
+  kProbe,   // a label's probe direction (unit length) at each layer, from the spec's probes directory
+  kFile,    // each layer's vector of a .safetensors (layer.{L}) or GGUF control vector (direction.{L}) file
+  kVector,  // values given in a request, [hidden]
+};
+
+/// One steering operation, as a flag or a request's item gives it.
+struct SteeringOp {
+  SteeringAction action = SteeringAction::kAdd;
+  SteeringSource source = SteeringSource::kProbe;
+  std::string label;          // kProbe
+  std::string path;           // kFile
+  std::vector<float> vector;  // kVector
+  std::string layers;         // as --layers takes them (8,17, 21-30, all); empty for a file: each layer it has
+  double coefficient = 1;     // kAdd
+
+  /// --steer LABEL@LAYER=COEF, --ablate LABEL@LAYERS, --steer-vector FILE[=COEF], --ablate-vector FILE, and a
+  /// request's {"vector", "layer", "coefficient"}.
+  static SteeringOp probe(SteeringAction action, std::string label, std::string layers, double coefficient = 1);
+  static SteeringOp file(SteeringAction action, std::string path, double coefficient = 1);
+  static SteeringOp given(SteeringAction action, std::vector<float> vector, int64_t layer, double coefficient = 1);
+};
+
+/// What to steer with: operations applied in order, and where their labels' probes are.
+struct SteeringSpec {
+  std::vector<SteeringOp> ops;
+  std::string probes_dir;
+
+  bool empty() const { return ops.empty(); }
+  /// Whether an operation names a label (and so needs a probes directory).
   bool needs_probes() const;
 };
 
 /// Parses --steer's LABEL@LAYER=COEF, --steer-vector's FILE[=COEF] and --ablate's LABEL@LAYERS (8,17 or 21-30);
 /// a malformed value is a usage error naming the flag.
-SteeringSpec::ProbeAddition parse_probe_addition(const std::string& text);
-SteeringSpec::FileAddition parse_file_addition(const std::string& text);
-SteeringSpec::ProbeAblation parse_probe_ablation(const std::string& text);
+SteeringOp parse_probe_addition(const std::string& text);
+SteeringOp parse_file_addition(const std::string& text);
+SteeringOp parse_probe_ablation(const std::string& text);
 
 /// The vectors of a spec, in one layer's space each, on the host in fp32.
 struct SteeringVectors {

@@ -6,7 +6,7 @@ void add_steering_flags(CLI::App& app, SteeringSpec& spec, bool probes_dir) {
   app.add_option_function<std::vector<std::string>>(
          "--steer",
          [&spec](const std::vector<std::string>& values) {
-           for (const std::string& value : values) spec.probe_additions.push_back(parse_probe_addition(value));
+           for (const std::string& value : values) spec.ops.push_back(parse_probe_addition(value));
          },
          "LABEL@LAYER=COEF: add COEF times the label's probe direction (unit length) to the output of decoder layer "
          "LAYER at every position; repeatable")
@@ -14,7 +14,7 @@ void add_steering_flags(CLI::App& app, SteeringSpec& spec, bool probes_dir) {
   app.add_option_function<std::vector<std::string>>(
          "--steer-vector",
          [&spec](const std::vector<std::string>& values) {
-           for (const std::string& value : values) spec.file_additions.push_back(parse_file_addition(value));
+           for (const std::string& value : values) spec.ops.push_back(parse_file_addition(value));
          },
          "FILE[=COEF]: add COEF (default 1) times each layer's vector of a .safetensors (layer.{L}) or GGUF control "
          "vector (direction.{L}) file; repeatable")
@@ -22,12 +22,16 @@ void add_steering_flags(CLI::App& app, SteeringSpec& spec, bool probes_dir) {
   app.add_option_function<std::vector<std::string>>(
          "--ablate",
          [&spec](const std::vector<std::string>& values) {
-           for (const std::string& value : values) spec.probe_ablations.push_back(parse_probe_ablation(value));
+           for (const std::string& value : values) spec.ops.push_back(parse_probe_ablation(value));
          },
          "LABEL@LAYERS: project the label's probe direction out of those layers' outputs (h - (h.u)u); repeatable")
       ->type_name("LABEL@LAYERS");
-  app.add_option("--ablate-vector", spec.file_ablations,
-                 "FILE: project each layer's vector (normalized) of a vector file out of that layer's output")
+  app.add_option_function<std::vector<std::string>>(
+         "--ablate-vector",
+         [&spec](const std::vector<std::string>& values) {
+           for (const std::string& path : values) spec.ops.push_back(SteeringOp::file(SteeringAction::kAblate, path));
+         },
+         "FILE: project each layer's vector (normalized) of a vector file out of that layer's output")
       ->type_name("FILE");
   if (probes_dir) app.add_option("--probes-dir", spec.probes_dir, "Probes whose directions --steer and --ablate take");
 }

@@ -87,7 +87,8 @@ std::map<std::string, steering::SteeringVectors> label_directions(const std::vec
   for (const std::string& label : labels) {
     steering::SteeringSpec spec;
     spec.probes_dir = probes_dir;
-    spec.probe_additions.push_back({label, engine.layers().front(), 1.0});
+    spec.ops.push_back(steering::SteeringOp::probe(steering::SteeringAction::kAdd, label,
+                                                   std::to_string(engine.layers().front())));
     directions[label] = steering::resolve(spec, engine.model().config());
   }
   return directions;

@@ -16,6 +16,9 @@
 
 namespace probekit::testing {
 
+// The chat types every parity test renders with.
+using chat::ChatTemplate;
+using chat::ChatTemplateInputs;
 using chat::OrderedJson;
 
 /// What jinja2 made of a case: the text, or the error as "ExceptionType: message".

@@ -5,9 +5,6 @@
 #include "chat/chat_template.h"
 #include "chat_parity.h"
 
-using probekit::chat::ChatTemplate;
-using probekit::chat::ChatTemplateInputs;
-using probekit::chat::OrderedJson;
 using namespace probekit::testing;
 
 namespace {

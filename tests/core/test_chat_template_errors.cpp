@@ -8,9 +8,6 @@
 #include "chat_parity.h"
 #include "test_util.h"
 
-using probekit::chat::ChatTemplate;
-using probekit::chat::ChatTemplateInputs;
-using probekit::chat::OrderedJson;
 using probekit::chat::TemplateError;
 using probekit::chat::TemplateRaised;
 using namespace probekit::testing;

@@ -8,9 +8,6 @@
 #include "chat_parity.h"
 #include "test_paths.h"
 
-using probekit::chat::ChatTemplate;
-using probekit::chat::ChatTemplateInputs;
-using probekit::chat::OrderedJson;
 using namespace probekit::testing;
 
 namespace {

@@ -80,7 +80,7 @@ TEST_CASE("bf16 on the GPU: probe rows read while generating a batch agree with 
     const Json reference = read_json_file(fixture(name) + "/generation.json");
     std::vector<readout::Sequence> prompts;
     for (const Json& c : reference["cases"]) prompts.push_back(c["prompt_ids"].get<readout::Sequence>());
-    generation::ProbeReadout probes{{Site::kResidPost, readout::Position::kLast, {1, 3}, 0}, {5, 6, 7, 8}, {}};
+    generation::ProbeReadout probes{{Site::kResidPost, Position::kLast, {1, 3}, 0}, {5, 6, 7, 8}, {}};
     generation::GenerationOptions options;
     options.max_new_tokens = 8;
     std::vector<std::vector<generation::GeneratedToken>> tokens(prompts.size());
@@ -111,7 +111,7 @@ TEST_CASE("decode steps replayed as CUDA graphs give bitwise the eager steps' fi
     const Json reference = read_json_file(fixture(name) + "/generation.json");
     std::vector<readout::Sequence> prompts;
     for (const Json& c : reference["cases"]) prompts.push_back(c["prompt_ids"].get<readout::Sequence>());
-    const readout::Request request{Site::kResidPost, readout::Position::kLast, {1, 3}};
+    const readout::Request request{Site::kResidPost, Position::kLast, {1, 3}};
     auto run = [&](bool graphs) {
       readout::IncrementalReader reader(model, &request, {5, 6, 7});
       reader.graphs().enable(graphs);

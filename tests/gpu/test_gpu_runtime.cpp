@@ -220,7 +220,7 @@ TEST_CASE("packed sequences through the variable-length flash kernel read the ro
     readout::Request request;
     request.layers = {0, m.config().num_layers - 1};
     CHECK_MESSAGE(readout::packs_sequences(m, request), name);  // auto packs on this GPU
-    for (readout::Position position : {readout::Position::kLast, readout::Position::kAll}) {
+    for (Position position : {Position::kLast, Position::kAll}) {
       request.position = position;
       request.layout = readout::Layout::kPacked;
       at::Tensor packed = readout::read_rows(m, sequences, request);
@@ -228,7 +228,7 @@ TEST_CASE("packed sequences through the variable-length flash kernel read the ro
       at::Tensor padded = readout::read_rows(m, sequences, request);
       double cosine = at::cosine_similarity(packed.flatten(1), padded.flatten(1), -1).min().item<double>();
       MESSAGE(fmt::format("{} {}: packed vs padded min cosine {:.6f}, max relative error {:.2e}", name,
-                          readout::position_name(position), cosine, testing::max_relative_error(packed, padded)));
+                          position_name(position), cosine, testing::max_relative_error(packed, padded)));
       // gpt_oss's fixture routes each token to 2 of 4 experts by logits bf16 rounding can reorder: a token routed
       // otherwise in one layout moves its later rows (its bf16 reference bound is 0.97 too). Its attention, sinks
       // included, is checked on its own below.
@@ -238,7 +238,7 @@ TEST_CASE("packed sequences through the variable-length flash kernel read the ro
       readout::Request attention = request;
       attention.site = Site::kAttnOut;
       attention.layers = {0};
-      attention.position = readout::Position::kAll;
+      attention.position = Position::kAll;
       attention.layout = readout::Layout::kPacked;
       at::Tensor packed = readout::read_rows(m, sequences, attention);
       attention.layout = readout::Layout::kPadded;

@@ -12,11 +12,11 @@
 #include "generation/generator.h"
 #include "inference/engine.h"
 #include "model/transformer.h"
-#include "probes/binary_run.h"
 #include "readout/prompts.h"
 #include "readout/readout.h"
 #include "capture_runs.h"
 #include "engine_checks.h"
+#include "probe_fixture.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -45,25 +45,6 @@ std::vector<std::vector<generation::GeneratedToken>> generated(const model::Tran
   return tokens;
 }
 
-// Probes of layers 2 and 5 of kGemmaModel, trained on the CPU on a small captured dataset: dir/probes.
-std::string train_probes(const TempDir& tmp) {
-  write_three_action_dataset(tmp.file("data.jsonl"));
-  capture::CaptureOptions o;
-  o.model_dir = kGemmaModel;
-  o.dataset_path = tmp.file("data.jsonl");
-  o.output_dir = tmp.file("activations");
-  o.layers = "2,5";
-  o.device = "cpu";
-  capture::run_capture(o);
-  probes::BinaryRunOptions run;
-  run.activations = {tmp.file("activations")};
-  run.output_dir = tmp.file("probes");
-  run.device = "cpu";
-  run.training.epochs = 30;
-  probes::run_binary_training(run);
-  return run.output_dir;
-}
-
 }  // namespace
 
 TEST_CASE("a model split over cuda:0 and cuda:1 reads bitwise the rows of cuda:0 alone (fp32), prefixes included") {
@@ -76,7 +57,7 @@ TEST_CASE("a model split over cuda:0 and cuda:1 reads bitwise the rows of cuda:0
   model::TransformerModel whole = model::TransformerModel::load(kGemmaModel, load);
   load.layer_devices = two_gpu_devices(whole.loaded_layers());
   model::TransformerModel split = model::TransformerModel::load(kGemmaModel, load);
-  readout::Request request{Site::kResidPost, readout::Position::kLast, {1, 4, 5}, 1};
+  readout::Request request{Site::kResidPost, Position::kLast, {1, 4, 5}, 1};
   std::vector<readout::Sequence> texts = {{2, 10, 11, 12, 13}, {2, 14, 15}};
   CHECK(readout::read_rows(split, texts, request).device() == load.device);
   check_split_reads(split, whole, texts, request);
@@ -126,8 +107,8 @@ TEST_CASE("a model split over cuda:0 and cuda:1 generates bitwise the ids, logit
     options.max_new_tokens = 8;
     options.top_logits = 5;
     options.suppressed_ids = generation::read_stop_ids(fixture_model(name));
-    generation::ProbeReadout probes{{site, readout::Position::kLast, {0, layers / 2, layers - 1}, 0},
-                                    tokenizer::Tokenizer::from_file(fixture_model(name)).encode(readout::kDefaultPromptSuffix, false)};
+    generation::ProbeReadout probes{{site, Position::kLast, {0, layers / 2, layers - 1}, 0},
+                                    tokenizer::Tokenizer::from_file(fixture_model(name)).encode(activations::kDefaultPromptSuffix, false)};
     auto expected = generated(whole, prompts, options, probes), found = generated(split, prompts, options, probes);
     for (size_t b = 0; b < prompts.size(); ++b) {
       REQUIRE(found[b].size() == expected[b].size());
@@ -150,9 +131,11 @@ TEST_CASE("multi_probe_inference --devices 0,1 --placement layers: the rankings,
     return;
   }
   TempDir tmp;
+  ProbeFixture fixture;
+  fixture.in_process = true;
   inference::EngineOptions options;
   options.model_dir = kGemmaModel;
-  options.probes_dir = train_probes(tmp);
+  options.probes_dir = train_fixture_probes(tmp, fixture);
   options.device = "cuda:0";
   options.dtype = "fp32";
   const std::vector<std::string> texts = {"Instead of seeing it as a setback, I saw a chance to learn.",

@@ -76,7 +76,7 @@ def check_directory(trained, exported):
         check_logits(path, probe, check["inputs"], check["logits"][:, column:column + 1])
         metadata = checkpoint["metadata"]
         if metadata["action"] != entry["label"] or metadata["layer"] != index["layer"] or \
-                metadata["epoch"] != entry["best_epoch"] or metadata["model_name"] != index["model_name"] or \
+                metadata["epoch"] != entry["best_epoch"] or metadata["model_name"] != index["readout"]["model_name"] or \
                 float(metadata["val_auc"]) != entry["val_auc"] or float(metadata["threshold"]) != entry["threshold"]:
             fail(f"{path}: metadata {metadata} does not match {trained / 'probes.json'}")
     return len(index["probes"])

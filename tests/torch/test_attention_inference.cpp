@@ -9,6 +9,7 @@
 
 #include "inference/engine.h"
 #include "inference_runs.h"
+#include "probe_fixture.h"
 #include "model/transformer.h"
 #include "probes/probe_files.h"
 #include "test_paths.h"
@@ -19,33 +20,6 @@ using namespace probekit;
 using namespace probekit::testing;
 
 namespace {
-
-// Captures layer 2 of the three-action dataset at every token and trains attention probes (2 heads) on it.
-std::string train_attention_probes(const TempDir& tmp) {
-  write_three_action_dataset(tmp.file("data.jsonl"));
-  capture::CaptureOptions o;
-  o.model_dir = kGemmaModel;
-  o.dataset_path = tmp.file("data.jsonl");
-  o.output_dir = tmp.file("activations");
-  o.layers = "2";
-  o.position = readout::Position::kAll;
-  o.device = "cpu";
-  capture::run_capture(o);
-  CommandResult trained = run_command(fmt::format(
-      "{} --activations {} --output-dir {} --model-type attention --heads 2 --epochs 5 --device cpu --quiet",
-      tool("train_binary_probes"), tmp.file("activations"), tmp.file("probes")));
-  REQUIRE_MESSAGE(trained.exit_code == 0, trained.output);
-  return tmp.file("probes");
-}
-
-inference::EngineOptions cpu_options(const std::string& probes_dir, bool generate = false) {
-  inference::EngineOptions options;
-  options.model_dir = kGemmaModel;
-  options.probes_dir = probes_dir;
-  options.device = "cpu";
-  options.generate = generate;
-  return options;
-}
 
 // What the probes give for the prompt `ids`, read whole by a plain forward pass: sigmoid of token_logits, [K].
 at::Tensor expected_scores(const model::TransformerModel& m, const probes::ProbeSet& set,
@@ -75,13 +49,15 @@ std::vector<size_t> columns_of(const inference::Engine& engine, const probes::Pr
 
 TEST_CASE("attention probes: ranking, per-token prefixes and attention, and generation equal the probes on whole prompts") {
   TempDir tmp;
-  std::string probes = train_attention_probes(tmp);
+  std::string probes = train_fixture_probes(tmp, attention_fixture(5, "--heads 2"));
   probes::ProbeSet set = probes::ProbeSet::load(probes, at::kCPU, at::kFloat);
   CHECK(set.shape().kind->name() == std::string("attention"));
   CHECK(set.shape().skip_leading == 1);
   auto m = model::TransformerModel::load(kGemmaModel, {});
   auto tok = tokenizer::Tokenizer::from_file(kGemmaModel);
-  inference::Engine engine = inference::Engine::load(cpu_options(probes, true));
+  inference::EngineOptions engine_options = cpu_engine_options(probes);
+  engine_options.generate = true;
+  inference::Engine engine = inference::Engine::load(engine_options);
   std::vector<size_t> columns = columns_of(engine, set);
   std::vector<int32_t> suffix = tok.encode(engine.prompt_suffix(), false);
 
@@ -130,7 +106,7 @@ TEST_CASE("attention probes: ranking, per-token prefixes and attention, and gene
 
 TEST_CASE("multi_probe_inference with attention probes: --per-token --json carries each token's attention") {
   TempDir tmp;
-  std::string probes = train_attention_probes(tmp);
+  std::string probes = train_fixture_probes(tmp, attention_fixture(5, "--heads 2"));
   CommandResult r = run_command(fmt::format(
       "{} --probes-dir {} --model {} --device cpu --per-token --json --text \"{}\" --csv {} --html {}",
       tool("multi_probe_inference"), probes, kGemmaModel, kReframingText, tmp.file("t.csv"), tmp.file("t.html")));

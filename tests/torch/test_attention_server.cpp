@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "generation/flags.h"
+#include "probe_fixture.h"
 #include "server_runs.h"
 #include "test_paths.h"
 #include "test_util.h"
@@ -15,19 +16,6 @@ using namespace probekit;
 using namespace probekit::testing;
 
 namespace {
-
-// Layer 2 of the three-action dataset captured at every token, attention probes trained on it: dir/probes.
-std::string attention_probes(const TempDir& tmp) {
-  write_three_action_dataset(tmp.file("data.jsonl"));
-  CommandResult r = run_command(fmt::format(
-      "{} --model {} --dataset {} --output-dir {} --layers 2 --position all --device cpu --quiet", tool("capture_activations"),
-      kGemmaModel, tmp.file("data.jsonl"), tmp.file("act")));
-  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
-  r = run_command(fmt::format("{} --activations {} --output-dir {} --model-type attention --epochs 3 --device cpu --quiet",
-                              tool("train_binary_probes"), tmp.file("act"), tmp.file("probes")));
-  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
-  return tmp.file("probes");
-}
 
 httplib::Result stream(const RunningServer& s, const Json& body, std::string& received) {
   httplib::Request req;
@@ -46,7 +34,7 @@ httplib::Result stream(const RunningServer& s, const Json& body, std::string& re
 
 TEST_CASE("probe_server with attention probes: /v1/per-token carries attention; /v1/generate scores as the engine does") {
   TempDir tmp;
-  std::string probes = attention_probes(tmp);
+  std::string probes = train_fixture_probes(tmp, attention_fixture(3));
   RunningServer s(options_for(probes));
   Json served = post_json(s, "/v1/per-token", {{"text", kReframingText}});
   CommandResult printed = run_command(fmt::format("{} --probes-dir {} --device cpu --json --per-token --text \"{}\"",

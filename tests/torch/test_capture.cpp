@@ -101,10 +101,10 @@ TEST_CASE("capture writes the reference's layout plus our extensions") {
   CHECK(file.attributes.layers == std::vector<int64_t>{1, 3, 4, 5});
   CHECK(file.attributes.label_names == data::reference_label_names());
   CHECK(file.attributes.hidden_size == 64);
-  CHECK(file.attributes.prompt_suffix == readout::kDefaultPromptSuffix);
-  CHECK(file.attributes.position == "last");
-  CHECK(file.attributes.site == "resid_post");
-  CHECK(file.attributes.dtype == "fp32");
+  CHECK(file.attributes.recipe.prompt_suffix == activations::kDefaultPromptSuffix);
+  CHECK(file.attributes.recipe.position == Position::kLast);
+  CHECK(file.attributes.recipe.site == Site::kResidPost);
+  CHECK(file.attributes.recipe.dtype == "fp32");
   CHECK(file.attributes.dataset_sha256.size() == 64);
   for (Split split : activations::kSplits) {
     const auto& group = file.split(split);
@@ -136,7 +136,7 @@ TEST_CASE("captured last-token rows equal single forward passes of each text") {
       const auto& group = file.split(split);
       for (int64_t row = 0; row < group.examples(); ++row) {
         const std::string& text = d.examples[static_cast<size_t>(group.example_index[static_cast<size_t>(row)])].text;
-        std::vector<int32_t> ids = tok.encode(text + readout::kDefaultPromptSuffix);
+        std::vector<int32_t> ids = tok.encode(text + activations::kDefaultPromptSuffix);
         model::ForwardPass pass;
         pass.input_ids = at::tensor(std::vector<int64_t>(ids.begin(), ids.end())).unsqueeze(0);
         pass.last_layer = layer;
@@ -158,7 +158,7 @@ TEST_CASE("captured rows equal inspect_model hidden for the same texts") {
   data::Dataset d = data::read_dataset(dataset, {});
   const auto& test = file.split(Split::kTest);
   REQUIRE(test.examples() > 0);
-  std::string text = d.examples[static_cast<size_t>(test.example_index[0])].text + readout::kDefaultPromptSuffix;
+  std::string text = d.examples[static_cast<size_t>(test.example_index[0])].text + activations::kDefaultPromptSuffix;
   std::string text_file = tmp.file("text.txt");
   probekit::testing::write_text(text_file, text);
   CommandResult r = run_command(fmt::format("{} hidden --model {} --device cpu --output {} --text \"$(cat {})\"",
@@ -176,17 +176,17 @@ TEST_CASE("captured rows equal inspect_model hidden for the same texts") {
 TEST_CASE("positions all, mean and max, and the sites of a layer") {
   TempDir tmp;
   std::string dataset = write_dataset(tmp, 16);
-  auto capture_with = [&](readout::Position position, Site site, const std::string& name) {
+  auto capture_with = [&](Position position, Site site, const std::string& name) {
     capture::CaptureOptions o = base_options(dataset, tmp.file(name));
     o.layers = "2,3";
     o.position = position;
     o.site = site;
     return activations::read_activation_file(capture::run_capture(o).files[0]);
   };
-  auto all = capture_with(readout::Position::kAll, Site::kResidPost, "all");
-  auto mean = capture_with(readout::Position::kMean, Site::kResidPost, "mean");
-  auto max = capture_with(readout::Position::kMax, Site::kResidPost, "max");
-  auto last = capture_with(readout::Position::kLast, Site::kResidPost, "last");
+  auto all = capture_with(Position::kAll, Site::kResidPost, "all");
+  auto mean = capture_with(Position::kMean, Site::kResidPost, "mean");
+  auto max = capture_with(Position::kMax, Site::kResidPost, "max");
+  auto last = capture_with(Position::kLast, Site::kResidPost, "last");
   auto tok = tokenizer::Tokenizer::from_file(kGemmaModel);
   data::Dataset d = data::read_dataset(dataset, {});
   const auto& tokens = all.split(Split::kTrain);
@@ -194,7 +194,7 @@ TEST_CASE("positions all, mean and max, and the sites of a layer") {
   for (int64_t e = 0; e < tokens.examples(); ++e) {
     int64_t first = tokens.offsets[static_cast<size_t>(e)], end = tokens.offsets[static_cast<size_t>(e) + 1];
     std::vector<int32_t> ids = tok.encode(d.examples[static_cast<size_t>(tokens.example_index[static_cast<size_t>(e)])].text +
-                                          readout::kDefaultPromptSuffix);
+                                          activations::kDefaultPromptSuffix);
     REQUIRE(end - first == static_cast<int64_t>(ids.size()));
     for (int64_t t = first; t < end; ++t) CHECK(tokens.token_ids[static_cast<size_t>(t)] == ids[static_cast<size_t>(t - first)]);
     at::Tensor rows = at::from_blob(const_cast<float*>(tokens.activations.data()) + first * 64, {end - first, 64}, at::kFloat);
@@ -213,7 +213,7 @@ TEST_CASE("positions all, mean and max, and the sites of a layer") {
     o.site = Site::kResidPre;
     return activations::read_activation_file(capture::run_capture(o).files[0]);
   }();
-  CHECK(pre3.attributes.site == "resid_pre");
+  CHECK(pre3.attributes.recipe.site == Site::kResidPre);
   const auto& a = pre3.split(Split::kVal).activations;
   const auto& b = last.split(Split::kVal).activations;
   REQUIRE(a.size() == b.size());
@@ -232,7 +232,7 @@ at::Tensor file_row(const std::vector<float>& values, int64_t row, int64_t width
 TEST_CASE("router and experts sites: rows are the routing of single passes, shards merge, dense layers are refused") {
   TempDir tmp;
   std::string dataset = write_dataset(tmp, 16);
-  auto capture_moe = [&](Site site, readout::Position position, const std::string& layers, const std::string& out) {
+  auto capture_moe = [&](Site site, Position position, const std::string& layers, const std::string& out) {
     capture::CaptureOptions o = base_options(dataset, tmp.file(out));
     o.model_dir = kMoeModel;
     o.site = site;
@@ -241,14 +241,14 @@ TEST_CASE("router and experts sites: rows are the routing of single passes, shar
     o.gzip = site == Site::kExperts;
     return capture::run_capture(o).files;
   };
-  auto router_last = capture_moe(Site::kRouter, readout::Position::kLast, "0,2", "router_last");
-  auto router_all = activations::read_activation_file(capture_moe(Site::kRouter, readout::Position::kAll, "2", "all")[0]);
-  auto experts = activations::read_activation_file(capture_moe(Site::kExperts, readout::Position::kLast, "3", "experts")[0]);
+  auto router_last = capture_moe(Site::kRouter, Position::kLast, "0,2", "router_last");
+  auto router_all = activations::read_activation_file(capture_moe(Site::kRouter, Position::kAll, "2", "all")[0]);
+  auto experts = activations::read_activation_file(capture_moe(Site::kExperts, Position::kLast, "3", "experts")[0]);
   std::vector<activations::ActivationFile> routers = {activations::read_activation_file(router_last[0]),
                                                       activations::read_activation_file(router_last[1])};
-  CHECK(routers[0].attributes.site == "router");
+  CHECK(routers[0].attributes.recipe.site == Site::kRouter);
   CHECK(routers[0].attributes.hidden_size == 8);
-  CHECK(experts.attributes.site == "experts");
+  CHECK(experts.attributes.recipe.site == Site::kExperts);
   CHECK(experts.attributes.hidden_size == 2);
 
   auto m = model::TransformerModel::load(kMoeModel, {});
@@ -259,7 +259,7 @@ TEST_CASE("router and experts sites: rows are the routing of single passes, shar
     for (int64_t e = 0; e < all.examples(); ++e) {
       const std::string& text = d.examples[static_cast<size_t>(all.example_index[static_cast<size_t>(e)])].text;
       // [router layers 0, 2, 3; T; 8]
-      at::Tensor logits = readout::read_hidden_states(m, tok.encode(text + readout::kDefaultPromptSuffix)).router_logits;
+      at::Tensor logits = readout::read_hidden_states(m, tok.encode(text + activations::kDefaultPromptSuffix)).router_logits;
       for (size_t f = 0; f < routers.size(); ++f) {
         at::Tensor last = file_row(routers[f].split(split).activations, e, 8);
         CHECK((last - logits[static_cast<int64_t>(f)][-1]).abs().max().item<double>() < 1e-5);
@@ -285,7 +285,7 @@ TEST_CASE("router and experts sites: rows are the routing of single passes, shar
   capture::CaptureOptions whole = base_options(dataset, tmp.file("whole"));
   whole.model_dir = kMoeModel;
   whole.site = Site::kExperts;
-  whole.position = readout::Position::kAll;
+  whole.position = Position::kAll;
   whole.layers = "0";
   auto unsharded = activations::read_activation_file(capture::run_capture(whole).files[0]);
   whole.output_dir = tmp.file("sharded");
@@ -305,7 +305,7 @@ TEST_CASE("router and experts sites: rows are the routing of single passes, shar
   }
 
   // A layer without a router, and pooled expert ids, are the caller's mistakes, named as such.
-  auto usage_error = [&](Site site, readout::Position position, const std::string& layers) -> std::string {
+  auto usage_error = [&](Site site, Position position, const std::string& layers) -> std::string {
     try {
       capture_moe(site, position, layers, "refused");
     } catch (const UsageError& e) {
@@ -313,11 +313,11 @@ TEST_CASE("router and experts sites: rows are the routing of single passes, shar
     }
     return "no error";
   };
-  CHECK_CONTAINS(usage_error(Site::kRouter, readout::Position::kLast, "1,2"),
+  CHECK_CONTAINS(usage_error(Site::kRouter, Position::kLast, "1,2"),
                  "--site router: layer 1 is a dense layer without a router; the layers with a router are 0,2,3");
-  CHECK_CONTAINS(usage_error(Site::kExperts, readout::Position::kMean, "2"),
+  CHECK_CONTAINS(usage_error(Site::kExperts, Position::kMean, "2"),
                  "--site experts stores the k experts the router chose (ids, most probable first) and their weights, which cannot be pooled: use --position last or all (not mean)");
-  CHECK_CONTAINS(usage_error(Site::kRouter, readout::Position::kLast, "1"), "the layers with a router are 0,2,3");
+  CHECK_CONTAINS(usage_error(Site::kRouter, Position::kLast, "1"), "the layers with a router are 0,2,3");
 }
 
 namespace {
@@ -336,7 +336,7 @@ void check_routing_sites(const std::string& model_name, int64_t layer, int64_t r
     capture::CaptureOptions o = base_options(dataset, tmp.file(out));
     o.model_dir = model_dir;
     o.site = site;
-    o.position = readout::Position::kLast;
+    o.position = Position::kLast;
     o.layers = std::to_string(layer);
     o.gzip = site == Site::kExperts;
     return activations::read_activation_file(capture::run_capture(o).files[0]);
@@ -353,7 +353,7 @@ void check_routing_sites(const std::string& model_name, int64_t layer, int64_t r
     for (int64_t e = 0; e < rows.examples(); ++e) {
       const std::string& text = d.examples[static_cast<size_t>(rows.example_index[static_cast<size_t>(e)])].text;
       at::Tensor logits =
-          readout::read_hidden_states(m, tok.encode(text + readout::kDefaultPromptSuffix)).router_logits[router][-1];
+          readout::read_hidden_states(m, tok.encode(text + activations::kDefaultPromptSuffix)).router_logits[router][-1];
       Chosen pairs;
       for (int64_t j = 0; j < top_k; ++j) {
         const auto at = static_cast<size_t>(e * top_k + j);
@@ -459,7 +459,7 @@ TEST_CASE("gzip files hold the same data, and long texts are cut from the start"
   auto file = activations::read_activation_file(s.files[0]);
   data::Dataset d = data::read_dataset(dataset, {});
   const auto& train = file.split(Split::kTrain);
-  std::vector<int32_t> ids = tok.encode(d.examples[static_cast<size_t>(train.example_index[0])].text + readout::kDefaultPromptSuffix);
+  std::vector<int32_t> ids = tok.encode(d.examples[static_cast<size_t>(train.example_index[0])].text + activations::kDefaultPromptSuffix);
   if (ids.size() > 12) ids.erase(ids.begin() + 1, ids.end() - 11);
   auto m = model::TransformerModel::load(kGemmaModel, {});
   model::ForwardPass pass;
@@ -750,7 +750,7 @@ TEST_CASE("shards of a run, merged, equal the whole run") {
   std::string dataset = write_dataset(tmp, 30);
   capture::CaptureOptions o = base_options(dataset, tmp.file("whole"));
   o.layers = "3";
-  o.position = readout::Position::kAll;
+  o.position = Position::kAll;
   o.dataset.keep_fields = {"domain"};
   capture_whole_and_shards(o, tmp, 3);
   std::string merge = tool("merge_activations") + " --output-dir " + tmp.file("sharded");

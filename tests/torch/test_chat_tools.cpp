@@ -8,7 +8,7 @@
 #include "chat/conversation.h"
 #include "common/json.h"
 #include "core/chat_parity.h"
-#include "inference_runs.h"
+#include "probe_fixture.h"
 #include "test_paths.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -99,7 +99,7 @@ TEST_CASE("a model without a chat template, and bad messages, are errors naming 
 
 TEST_CASE("multi_probe_inference --generate --chat and --messages: the rendered prompt, without a second BOS") {
   TempDir tmp;
-  std::string probes = train_probes(tmp);
+  std::string probes = train_fixture_probes(tmp);
   write_text(tmp.file("one.json"), R"([{"role": "user", "content": "Reframe this for me."}])");
   const std::string base = fmt::format("{} --probes-dir {} --device cpu --generate --max-new-tokens 3 --json",
                                        tool("multi_probe_inference"), probes);

@@ -15,6 +15,7 @@
 #include "model/transformer.h"
 #include "readout/readout.h"
 #include "readout/incremental.h"
+#include "activations/readout_recipe.h"
 #include "readout/prompts.h"
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
@@ -261,21 +262,21 @@ void check_rows_while_generating(const std::string& name, const readout::Request
 }
 
 readout::Sequence anchor_suffix(const std::string& name) {
-  return tokenizer::Tokenizer::from_file(fixture_model(name)).encode(readout::kDefaultPromptSuffix, false);
+  return tokenizer::Tokenizer::from_file(fixture_model(name)).encode(activations::kDefaultPromptSuffix, false);
 }
 
 }  // namespace
 
 TEST_CASE("probes read each new token as --per-token reads that position: the token plus the suffix") {
-  readout::Request residual{Site::kResidPost, readout::Position::kLast, {1, 3}, 0};
+  readout::Request residual{Site::kResidPost, Position::kLast, {1, 3}, 0};
   check_rows_while_generating("llama", residual, anchor_suffix("llama"));
   // Without a suffix the probes read the token itself.
   check_rows_while_generating("llama", residual, {});
   // Sliding windows (gemma2: 8) over the suffix, attention soft-capping; another site.
-  check_rows_while_generating("gemma2", {Site::kResidMid, readout::Position::kLast, {0, 2}, 0},
+  check_rows_while_generating("gemma2", {Site::kResidMid, Position::kLast, {0, 2}, 0},
                               anchor_suffix("gemma2"));
   // The router's logits of a MoE layer.
-  check_rows_while_generating("qwen3_moe", {Site::kRouter, readout::Position::kLast, {0, 2}, 0},
+  check_rows_while_generating("qwen3_moe", {Site::kRouter, Position::kLast, {0, 2}, 0},
                               anchor_suffix("qwen3_moe"));
   // Attention sinks over the cached prefix and within the window (gpt_oss: 8).
   check_rows_while_generating("gpt_oss", residual, anchor_suffix("gpt_oss"));
@@ -286,7 +287,7 @@ TEST_CASE("probes read each new token as --per-token reads that position: the to
   // Latent attention: the suffix attends over the cached latents in the absorbed form, read_prefixes over the
   // recorded ones expanded. The experts' site, whose ids must not flip between the two.
   check_rows_while_generating("deepseek_v3", residual, anchor_suffix("deepseek_v3"), 1e-4);
-  check_rows_while_generating("deepseek_v3", {Site::kExperts, readout::Position::kLast, {1, 3}, 0},
+  check_rows_while_generating("deepseek_v3", {Site::kExperts, Position::kLast, {1, 3}, 0},
                               anchor_suffix("deepseek_v3"), 1e-4);
 }
 
@@ -313,7 +314,7 @@ TEST_CASE("a model split over two devices generates the ids, logits and probe ro
     generating.max_new_tokens = 8;
     generating.top_logits = 5;
     generating.suppressed_ids = generation::read_stop_ids(fixture_model(name));
-    generation::ProbeReadout probes{{site, readout::Position::kLast, {0, layers / 3, layers - 1}, 0}, anchor_suffix(name)};
+    generation::ProbeReadout probes{{site, Position::kLast, {0, layers / 3, layers - 1}, 0}, anchor_suffix(name)};
     Collected one = generate_batch(whole, prompts, generating, &probes);
     Collected two = generate_batch(split, prompts, generating, &probes);
     for (size_t b = 0; b < prompts.size(); ++b) {
@@ -388,7 +389,7 @@ TEST_CASE("learned positions bound prompt, new tokens and suffix together, with 
   generation::GenerationOptions options;
   options.max_new_tokens = 10;
   readout::Sequence prompt(500, 5);
-  generation::ProbeReadout probes{{Site::kResidPost, readout::Position::kLast, {1}, 0}, readout::Sequence(3, 7), {}};
+  generation::ProbeReadout probes{{Site::kResidPost, Position::kLast, {1}, 0}, readout::Sequence(3, 7), {}};
   CHECK_THROWS_WITH_AS(generation::generate(model, {prompt}, options, &probes, [](const auto&) { return true; }),
                        doctest::Contains("the longest prompt (500 tokens), 10 new tokens and the probes' prompt suffix "
                                          "(3 tokens) need 513 positions, more than the model's 512"),

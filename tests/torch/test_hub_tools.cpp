@@ -63,16 +63,16 @@ TEST_CASE("hub names in the tools: capture records name and commit, inference fi
                                             online, tool("capture_activations"), tmp.file("data.jsonl"), tmp.file("act")));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
   activations::FileAttributes attributes = activations::read_attributes(tmp.file("act/layer_5_activations.h5"));
-  CHECK(attributes.model_name == "probekit-test/gemma3-text");
-  CHECK(attributes.model_revision == commit);
+  CHECK(attributes.recipe.model_name == "probekit-test/gemma3-text");
+  CHECK(attributes.recipe.model_revision == commit);
   CHECK(is_regular_file(tmp.file("hf/hub/models--probekit-test--gemma3-text/snapshots/" + commit + "/model.safetensors")));
 
   r = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 20 --device cpu --quiet", tool("train_binary_probes"),
                               tmp.file("act"), tmp.file("probes")));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
   Json index = read_json_file(tmp.file("probes/probes.json"));
-  CHECK(index.at("model_name") == "probekit-test/gemma3-text");
-  CHECK(index.at("model_revision") == commit);
+  CHECK(index.at("readout").at("model_name") == "probekit-test/gemma3-text");
+  CHECK(index.at("readout").at("model_revision") == commit);
 
   // Without --model, with the hub out of reach and offline mode on: the recorded model comes from the cache.
   size_t requests = mock.requests().size();

@@ -18,9 +18,11 @@
 #include "model/random_checkpoint.h"
 #include "model/transformer.h"
 #include "probes/probe_files.h"
+#include "activations/readout_recipe.h"
 #include "readout/prompts.h"
 #include "engine_checks.h"
 #include "inference_runs.h"
+#include "probe_fixture.h"
 #include "tensor_files.h"
 #include "test_paths.h"
 #include "test_util.h"
@@ -30,15 +32,6 @@ using namespace probekit;
 using namespace probekit::testing;
 
 namespace {
-
-// An engine's options for kGemmaModel and the probes in `probes_dir`, on the CPU.
-inference::EngineOptions cpu_engine_options(const std::string& probes_dir) {
-  inference::EngineOptions options;
-  options.model_dir = kGemmaModel;
-  options.probes_dir = probes_dir;
-  options.device = "cpu";
-  return options;
-}
 
 // The residual stream after layers 2 and 5 at the last of `ids` ([1, hidden] each): what probes on those
 // layers read for that prompt, by a plain forward pass.
@@ -58,7 +51,7 @@ std::vector<at::Tensor> last_token_rows(const model::TransformerModel& m, const 
 
 TEST_CASE("printed scores equal sigmoid(w.h + b) from the probe files and inspect_model hidden") {
   TempDir tmp;
-  std::string probes = train_probes(tmp);
+  std::string probes = train_fixture_probes(tmp);
   CommandResult r = run_command(fmt::format("{} --probes-dir {}/layer_5 --model {} --device cpu --top-k 3 --json --text \"{}\"",
                                             tool("multi_probe_inference"), probes, kGemmaModel, kReframingText));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
@@ -77,9 +70,13 @@ TEST_CASE("printed scores equal sigmoid(w.h + b) from the probe files and inspec
 TEST_CASE("probes on router logits: printed scores equal sigmoid(w.r + b) for the router logits of inspect_model") {
   TempDir tmp;
   const std::string moe = fixture_model("qwen3_moe");
-  std::string probes = train_probes(tmp, moe, "2", Site::kRouter);
+  ProbeFixture routers;
+  routers.model_dir = moe;
+  routers.layers = "2";
+  routers.site = Site::kRouter;
+  std::string probes = train_fixture_probes(tmp, routers);
   Json index = read_json_file(probes + "/probes.json");
-  CHECK(index["site"] == "router");
+  CHECK(index["readout"]["site"] == "router");
   CHECK(index["input_dim"] == 8);
   std::string command = fmt::format("{} --probes-dir {} --device cpu --top-k 3 --json --text \"{}\"",
                                     tool("multi_probe_inference"), probes, kReframingText);
@@ -100,7 +97,7 @@ TEST_CASE("probes on router logits: printed scores equal sigmoid(w.r + b) for th
 
 TEST_CASE("a train_probes directory: its classes ranked by softmax(W h + b) of best_probe.safetensors") {
   TempDir tmp;
-  capture_activations(tmp);
+  capture_fixture_activations(tmp);
   CommandResult r = run_command(fmt::format("{} --activations {}/layer_5_activations.h5 --output-dir {} --epochs 5 "
                                             "--device cpu --quiet",
                                             tool("train_probes"), tmp.file("activations"), tmp.file("multiclass")));
@@ -151,7 +148,7 @@ TEST_CASE("a train_probes directory: its classes ranked by softmax(W h + b) of b
 
 TEST_CASE("per-token scores equal running each prefix followed by the suffix on its own") {
   TempDir tmp;
-  std::string probes = train_probes(tmp);
+  std::string probes = train_fixture_probes(tmp);
   inference::Engine engine = inference::Engine::load(cpu_engine_options(probes));
   REQUIRE(engine.layers() == std::vector<int64_t>{2, 5});
   inference::TokenScores scores = engine.score_tokens(kReframingText);
@@ -190,7 +187,7 @@ TEST_CASE("per-token scores equal running each prefix followed by the suffix on 
 
 TEST_CASE("multi-layer modes, best layers and comparisons") {
   TempDir tmp;
-  std::string probes = train_probes(tmp);
+  std::string probes = train_fixture_probes(tmp);
   auto run = [&](const std::string& flags) {
     CommandResult r = run_command(fmt::format("{} --probes-dir {} --model {} --device cpu {} --text \"{}\"",
                                               tool("multi_probe_inference"), probes, kGemmaModel, flags, kReframingText));
@@ -225,7 +222,7 @@ TEST_CASE("multi-layer modes, best layers and comparisons") {
 
 TEST_CASE("texts read from a pipe until quit: no prompts in the output, JSON lines with --json; --text \"\" is an error") {
   TempDir tmp;
-  std::string probes = train_probes(tmp);
+  std::string probes = train_fixture_probes(tmp);
   std::string piped = fmt::format("printf 'I noticed a crack.\\n\\n  \\nI saw a chance to learn.\\nquit\\nnever read\\n' | {} "
                                   "--probes-dir {}/layer_2 --model {} --device cpu -q",
                                   tool("multi_probe_inference"), probes, kGemmaModel);
@@ -255,7 +252,7 @@ TEST_CASE("texts read from a pipe until quit: no prompts in the output, JSON lin
 
 TEST_CASE("bad input to multi_probe_inference: probe files of the wrong size are refused, non-UTF-8 text is scored") {
   TempDir tmp;
-  std::string probes = train_probes(tmp);
+  std::string probes = train_fixture_probes(tmp);
   auto run = [&](const std::string& dir, const std::string& arguments) {
     return run_command(fmt::format("{} --probes-dir {} --model {} --device cpu {}", tool("multi_probe_inference"), dir,
                                    kGemmaModel, arguments));
@@ -288,7 +285,7 @@ TEST_CASE("bad input to multi_probe_inference: probe files of the wrong size are
 
 TEST_CASE("probes that do not fit the model, and pickled probes, are refused clearly") {
   TempDir tmp;
-  std::string probes = train_probes(tmp);
+  std::string probes = train_fixture_probes(tmp);
   auto run = [&](const std::string& model, const std::string& dir) {
     return run_command(fmt::format("{} --probes-dir {} --model {} --device cpu --text hello", tool("multi_probe_inference"), dir, model));
   };
@@ -332,7 +329,7 @@ std::vector<Json> json_lines(const std::string& output) {
 
 TEST_CASE("--generate: each new token's printed scores equal the probes run on the text so far + the suffix alone") {
   TempDir tmp;
-  std::string probes = train_probes(tmp);
+  std::string probes = train_fixture_probes(tmp);
   std::string command = fmt::format("{} --probes-dir {} --model {} --device cpu --generate --max-new-tokens 6 --no-stop",
                                     tool("multi_probe_inference"), probes, kGemmaModel);
   CommandResult r = run_command(fmt::format("{} --text \"{}\" --json --csv {} --html {}", command, kReframingText,
@@ -345,7 +342,7 @@ TEST_CASE("--generate: each new token's printed scores equal the probes run on t
   CHECK(done["stop"] == "length");
   std::vector<int64_t> ids = done["prompt_ids"].get<std::vector<int64_t>>();
   auto tok = tokenizer::Tokenizer::from_file(kGemmaModel);
-  std::vector<int32_t> suffix = tok.encode(readout::kDefaultPromptSuffix, false);
+  std::vector<int32_t> suffix = tok.encode(activations::kDefaultPromptSuffix, false);
   auto m = model::TransformerModel::load(kGemmaModel, {});
   std::vector<probes::ProbeSet> sets;
   for (int64_t layer : {2, 5}) sets.push_back(probes::ProbeSet::load(fmt::format("{}/layer_{}", probes, layer), at::kCPU, at::kFloat));
@@ -386,7 +383,7 @@ TEST_CASE("--generate: each new token's printed scores equal the probes run on t
 
 TEST_CASE("--generate --file: several prompts in one batch, each generating as it would alone, and bad combinations") {
   TempDir tmp;
-  std::string probes = train_probes(tmp);
+  std::string probes = train_fixture_probes(tmp);
   std::string command = fmt::format("{} --probes-dir {} --model {} --device cpu --generate --max-new-tokens 5 --no-stop --json",
                                     tool("multi_probe_inference"), probes, kGemmaModel);
   const std::string second = "I noticed the crack.";
@@ -449,7 +446,7 @@ TEST_CASE("the model's layers split over two devices: the same rankings, per-tok
   // moves are tested below the engine, over cpu and cpu:0 (test_scale.cpp: rows and prefixes; test_generation.cpp:
   // generation), and on two GPUs (tests/gpu/test_gpu_split.cpp).
   TempDir tmp;
-  inference::EngineOptions options = cpu_engine_options(train_probes(tmp));
+  inference::EngineOptions options = cpu_engine_options(train_fixture_probes(tmp));
   inference::Engine one = inference::Engine::load(options);
   options.devices = {"cpu", "cpu"};
   options.placement = "layers";

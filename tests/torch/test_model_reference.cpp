@@ -91,7 +91,7 @@ void check_against_reference(const std::string& dir, const std::string& name) {
     }
     single_last_tokens.push_back(states.layers[layers - 1][-1]);
   }
-  at::Tensor rows = readout::read_rows(m, sequences, {Site::kResidPost, readout::Position::kLast, {layers - 1}, 0});
+  at::Tensor rows = readout::read_rows(m, sequences, {Site::kResidPost, Position::kLast, {layers - 1}, 0});
   for (size_t b = 0; b < sequences.size(); ++b) {
     // Within 1e-5, not bitwise: the CPU's fp32 products and attention give a row the same bits in any batch
     // (row_stable.h, fixed_order_attention.h), but the Gated DeltaNet and latent-attention mixers still multiply
@@ -317,7 +317,7 @@ TEST_CASE("every prefix read with longrope equals its prompt run alone, on both 
   REQUIRE(ids.numel() > 45);
   readout::Sequence all(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
   readout::Sequence text(all.begin(), all.begin() + 40), suffix(all.end() - 5, all.end());
-  const readout::Request request{Site::kResidPost, readout::Position::kLast, {1, 3}, 0};
+  const readout::Request request{Site::kResidPost, Position::kLast, {1, 3}, 0};
   for (const readout::Sequence& tail : {suffix, readout::Sequence{}}) {
     at::Tensor rows = readout::read_prefixes(m, text, tail, request);  // [T, layers, hidden]
     for (int64_t t = 0; t < static_cast<int64_t>(text.size()); ++t) {

@@ -19,6 +19,7 @@
 #include "probes/multiclass_trainer.h"
 #include "probes/probe_files.h"
 #include "probes/synthetic_activations.h"
+#include "probe_fixture.h"
 #include "test_paths.h"
 #include "test_util.h"
 
@@ -37,11 +38,7 @@ std::string write_small_file(const std::string& directory, int64_t labels = 4) {
 }
 
 BinaryRunOptions small_run(const std::string& activations, const std::string& output) {
-  BinaryRunOptions run;
-  run.activations = {activations};
-  run.output_dir = output;
-  run.device = "cpu";
-  run.training.epochs = 3;
+  BinaryRunOptions run = probekit::testing::cpu_binary_run(activations, output, 3);
   run.training.batch_size = 8;
   run.training.hidden_dim = 16;
   return run;
@@ -218,7 +215,7 @@ TEST_CASE("multiclass probe files: linear.weight [C, H] and the reference's meta
   CHECK(index.at("labels") == Json::parse(best.metadata().at("label_names")));
   CHECK(index.at("layer") == 7);
   for (const char* key : {"model_name", "model_fingerprint", "site", "position", "prompt_suffix", "max_length"}) {
-    CHECK_MESSAGE(index.contains(key), key);
+    CHECK_MESSAGE(index.at("readout").contains(key), key);
   }
   ProbeSet set = ProbeSet::load(run.output_dir, at::kCPU, at::kFloat);
   CHECK(set.multiclass());
@@ -400,7 +397,7 @@ TEST_CASE("attention probe files: position_weight, q, v; the directory loads bac
   CHECK(file.metadata().at("skip_leading") == "1");
   CHECK(file.metadata().at("dropout") == "0");
   Json index = read_json_file(run.output_dir + "/probes.json");
-  CHECK(index.at("position") == "all");
+  CHECK(index.at("readout").at("position") == "all");
   CHECK(index.at("num_heads") == 2);
 
   ProbeSet set = ProbeSet::load(run.output_dir, at::kCPU, at::kFloat);

@@ -14,6 +14,7 @@
 #include "probes/probe_files.h"
 #include "probes/synthetic_activations.h"
 #include "inference_runs.h"
+#include "probe_fixture.h"
 #include "tensor_files.h"
 #include "test_util.h"
 
@@ -34,11 +35,7 @@ std::string three_label_file(const TempDir& tmp) {
 
 BinaryRunOptions run_options(const std::string& activations, const std::string& output,
                              const std::vector<std::string>& kinds) {
-  BinaryRunOptions o;
-  o.activations = {activations};
-  o.output_dir = output;
-  o.device = "cpu";
-  o.training.epochs = 4;
+  BinaryRunOptions o = cpu_binary_run(activations, output, 4);
   o.training.seed = 5;
   o.kinds.clear();
   for (const std::string& kind : kinds) o.kinds.push_back(&probe_kind(kind));
@@ -157,7 +154,10 @@ TEST_CASE("--model-type linear,logistic,mean-diff trains each kind into its fold
 
 TEST_CASE("multi_probe_inference ranks with logistic probes: printed scores equal sigmoid(w.h + b) of their files") {
   TempDir tmp;
-  std::string probes = train_probes(tmp, kGemmaModel, "5", Site::kResidPost, "--model-type logistic --C 0.5");
+  ProbeFixture logistic;
+  logistic.layers = "5";
+  logistic.flags = "--model-type logistic --C 0.5";
+  std::string probes = train_fixture_probes(tmp, logistic);
   Json index = read_json_file(probes + "/probes.json");
   CHECK(index["model_type"] == "logistic");
   CommandResult r = run_command(fmt::format("{} --probes-dir {} --model {} --device cpu --top-k 3 --json --text \"{}\"",
@@ -187,8 +187,8 @@ TEST_CASE("--model-type attention,linear,mean-diff --pool mean on one --position
   run_binary_training(o);
   Json comparison = read_json_file(tmp.file("out/comparison.json"));
   CHECK(comparison["kinds"] == Json({"attention", "linear", "mean-diff"}));
-  CHECK(read_json_file(tmp.file("out/attention/probes.json"))["position"] == "all");
-  CHECK(read_json_file(tmp.file("out/linear/probes.json"))["position"] == "mean");
-  CHECK(read_json_file(tmp.file("out/mean-diff/probes.json"))["position"] == "mean");
+  CHECK(read_json_file(tmp.file("out/attention/probes.json"))["readout"]["position"] == "all");
+  CHECK(read_json_file(tmp.file("out/linear/probes.json"))["readout"]["position"] == "mean");
+  CHECK(read_json_file(tmp.file("out/mean-diff/probes.json"))["readout"]["position"] == "mean");
   for (const Json& row : comparison["layers"][0]["labels"]) CHECK(row["attention"]["auc_roc"].is_number());
 }

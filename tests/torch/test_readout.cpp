@@ -88,7 +88,7 @@ TEST_CASE("inference cuts a long text as capture recorded: the scores equal the 
   TempDir tmp;
   capture_and_train(tmp, 24);
   Json index = read_json_file(tmp.file("probes/probes.json"));
-  CHECK(index["max_length"] == 24);
+  CHECK(index["readout"]["max_length"] == 24);
 
   CommandResult r = run_command(fmt::format("{} --probes-dir {} --model {} --device cpu --top-k 3 --json --text \"{}\"",
                                             tool("multi_probe_inference"), tmp.file("probes"), kGpt2, long_text()));
@@ -122,7 +122,7 @@ TEST_CASE("without a recorded cut, a text over the model's positions is cut at t
   capture_and_train(tmp, 512);
   // The probes record the capture's own cut; without one, the model's positions are the limit.
   Json index = read_json_file(tmp.file("probes/probes.json"));
-  index["max_length"] = 0;
+  index["readout"]["max_length"] = 0;
   write_json_file(tmp.file("probes/probes.json"), index);
   CommandResult r = run_command(fmt::format("{} --probes-dir {} --model {} --device cpu --json --text \"{}\"",
                                             tool("multi_probe_inference"), tmp.file("probes"), kGpt2, long_text()));
@@ -165,10 +165,10 @@ TEST_CASE("packed sequences read the same rows as a padded batch, for every fami
     auto model = model::TransformerModel::load(fixture_model(c.model), {});
     const int64_t layers = model.config().num_layers;
     auto sequences = mixed_length_sequences(model.config().vocab_size);
-    for (readout::Position position : {readout::Position::kLast, readout::Position::kMean, readout::Position::kMax,
-                                       readout::Position::kAll}) {
+    for (Position position : {Position::kLast, Position::kMean, Position::kMax,
+                                       Position::kAll}) {
       CAPTURE(c.model);
-      CAPTURE(readout::position_name(position));
+      CAPTURE(position_name(position));
       readout::Request request;
       request.site = c.site;
       request.position = position;

@@ -290,30 +290,27 @@ TEST_CASE("inputs in the wrong encoding or shape, and flags out of range, are na
   auto& vocab = tokenizer["model"]["vocab"];
   vocab[vocab.begin().key()] = std::next(vocab.begin()).value();
   write_json_file(tmp.file("dup.json"), tokenizer);
-  CommandResult r = run_command(fmt::format("{} tokenize --tokenizer {} --text hi", tool("inspect_model"), tmp.file("dup.json")));
-  CHECK(r.exit_code == 1);
-  CHECK_CONTAINS(r.output, "is given to both");
+  check_failure(run_command(fmt::format("{} tokenize --tokenizer {} --text hi", tool("inspect_model"),
+                                        tmp.file("dup.json"))),
+                1, {"is given to both"});
 
   write_text(tmp.file("utf16.jsonl"), std::string("\xFF\xFE{\0\"\0", 6));
-  r = run_command(capture_command(kGemmaModel, tmp.file("utf16.jsonl"), tmp.file("out")));
-  CHECK(r.exit_code == 1);
-  CHECK_CONTAINS(r.output, "the file is UTF-16 or UTF-32 text");
+  check_failure(run_command(capture_command(kGemmaModel, tmp.file("utf16.jsonl"), tmp.file("out"))), 1,
+                {"the file is UTF-16 or UTF-32 text"});
 
-  r = run_command(fmt::format("{} hidden --model {} --text hi --output {} --device cpu --dtype fp16", tool("inspect_model"),
-                              kGemmaModel, tmp.file("h.safetensors")));
-  CHECK(r.exit_code == 2);
-  CHECK_CONTAINS(r.output, "the CPU cannot run fp16");
+  check_failure(run_command(fmt::format("{} hidden --model {} --text hi --output {} --device cpu --dtype fp16",
+                                        tool("inspect_model"), kGemmaModel, tmp.file("h.safetensors"))),
+                2, {"the CPU cannot run fp16"});
 
   for (const char* bad : {"--threshold nan", "--threshold 2", "--top-k 0", "--batch-size 0", "--threads 100000"}) {
-    r = run_command(inference(tmp.path(), kGemmaModel, bad));
+    CommandResult r = run_command(inference(tmp.path(), kGemmaModel, bad));
     CHECK_MESSAGE(r.exit_code == 2, bad, ": ", r.output);
   }
-  r = run_command(inference(tmp.path(), kGemmaModel, "--thresold 0.3"));
-  CHECK(r.exit_code == 2);
-  CHECK_CONTAINS(r.output, "--thresold: did you mean --threshold?");
+  check_failure(run_command(inference(tmp.path(), kGemmaModel, "--thresold 0.3")), 2,
+                {"--thresold: did you mean --threshold?"});
   CHECK_CONTAINS(run_command(tool("capture_activations") + " --version").output, "probekit ");
-  r = run_command(fmt::format("{} info --model {} -q --json", tool("inspect_model"), kGemmaModel));
-  CHECK_MESSAGE(r.exit_code == 0, r.output);
+  CommandResult info = run_command(fmt::format("{} info --model {} -q --json", tool("inspect_model"), kGemmaModel));
+  CHECK_MESSAGE(info.exit_code == 0, info.output);
 }
 
 TEST_CASE("a text too long for the CPU's memory is refused before the model loads, naming the line and --max-length") {

@@ -126,7 +126,7 @@ TEST_CASE("merge --virtual of per-token shards: offsets rebased and stored, meta
   TempDir tmp;
   capture::CaptureOptions o = three_action_capture(tmp, 45, "cpu");
   o.layers = "2";
-  o.position = readout::Position::kAll;
+  o.position = Position::kAll;
   o.dataset.keep_fields = {"cognitive_action"};
   capture_whole_and_shards(o, tmp, 3);
   capture::MergeOptions merge;
@@ -187,7 +187,7 @@ TEST_CASE("layers split over two devices, batches pipelined through them: bitwis
   load.layer_devices = cpu_split_devices(whole.loaded_layers());
   model::TransformerModel split = model::TransformerModel::load(kGemmaModel, load);
   check_split_reads(split, whole, {{2, 10, 11, 12}, {2, 13, 14}},
-                    readout::Request{Site::kResidPost, readout::Position::kLast, {1, 4}, 1});
+                    readout::Request{Site::kResidPost, Position::kLast, {1, 4}, 1});
   load.layer_devices.pop_back();
   CHECK_THROWS_WITH(model::TransformerModel::load(kGemmaModel, load), doctest::Contains("layer devices for"));
 }

@@ -22,6 +22,7 @@
 #include "generation/transcript.h"
 #include "generation_checks.h"
 #include "inference/engine.h"
+#include "probe_fixture.h"
 #include "readout/readout.h"
 #include "steering/steering.h"
 #include "steering/vector_file.h"
@@ -30,6 +31,8 @@
 
 using namespace probekit;
 using namespace probekit::testing;
+using probekit::steering::SteeringAction;
+using probekit::steering::SteeringOp;
 
 namespace {
 
@@ -53,7 +56,7 @@ generation::GenerationOptions sixteen_tokens_without_stop(const std::string& dir
 void check_steered_case(const std::string& name, const std::string& vector_path, const Json& expected, size_t index) {
   const std::string dir = fixture_model(name);
   steering::SteeringSpec spec;
-  spec.file_additions.push_back({vector_path, expected["coefficient"].get<double>()});
+  spec.ops.push_back(SteeringOp::file(SteeringAction::kAdd, vector_path, expected["coefficient"].get<double>()));
   const Json transcript = generation::generation_transcript(dir, {expected["prompt"].get<std::string>()},
                                                             sixteen_tokens_without_stop(dir), "cpu", "fp32", spec);
   const Json& got = transcript["cases"][0];
@@ -77,19 +80,15 @@ void check_steered_case(const std::string& name, const std::string& vector_path,
                 " case ", index, ": final norm at the prompt's last token");
 }
 
-// Layer-2 activations of the three-action dataset and probes of `kind` trained on them: tmp/probes_{kind}.
+// Layer-2 probes of `kind` on the three-action dataset, each kind trained on the one capture in tmp/activations:
+// tmp/probes_{kind}.
 std::string train_three_action_probes(const TempDir& tmp, const std::string& kind = "linear") {
-  if (!path_exists(tmp.file("act"))) {
-    capture::CaptureOptions o = three_action_capture(tmp, 60, "cpu");
-    o.layers = "2";
-    o.output_dir = tmp.file("act");
-    capture::run_capture(o);
-  }
-  const std::string out = tmp.file("probes_" + kind);
-  CommandResult r = run_command(fmt::format("{} --activations {} --output-dir {} --model-type {} --epochs 40 --device cpu -q",
-                                            tool("train_binary_probes"), tmp.file("act"), out, kind));
-  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
-  return out;
+  ProbeFixture fixture;
+  fixture.layers = "2";
+  fixture.epochs = 40;
+  fixture.flags = "--model-type " + kind;
+  fixture.output = "probes_" + kind;
+  return train_fixture_probes(tmp, fixture);
 }
 
 }  // namespace
@@ -125,22 +124,16 @@ TEST_CASE("inspect_model generate --steer-vector FILE=COEF writes the steered ge
   steering::VectorFile deep;
   deep.layers[9] = std::vector<float>(64, 0.5f);
   steering::write_vector_file(tmp.file("deep.safetensors"), deep);
-  r = run_command(fmt::format("{} generate --model {} --text hi --steer-vector {}=2 --output {}", tool("inspect_model"),
-                              kGemmaModel, tmp.file("narrow.safetensors"), tmp.file("x.json")));
-  CHECK(r.exit_code == 1);
-  CHECK_CONTAINS(r.output, "(layer 1): the vector has 32 values, the model's hidden size is 64");
-  r = run_command(fmt::format("{} generate --model {} --text hi --steer-vector {} --output {}", tool("inspect_model"),
-                              kGemmaModel, tmp.file("deep.safetensors"), tmp.file("x.json")));
-  CHECK(r.exit_code == 1);
-  CHECK_CONTAINS(r.output, "layer 9 is out of range: the model (gemma3_text) has layers 0 to 5");
-  r = run_command(fmt::format("{} generate --model {} --text hi --steer reframing@2=4 --output {}", tool("inspect_model"),
-                              kGemmaModel, tmp.file("x.json")));
-  CHECK(r.exit_code == 2);
-  CHECK_CONTAINS(r.output, "give --probes-dir");
-  r = run_command(fmt::format("{} generate --model {} --text hi --steer reframing@two=4 --output {}", tool("inspect_model"),
-                              kGemmaModel, tmp.file("x.json")));
-  CHECK(r.exit_code == 2);
-  CHECK_CONTAINS(r.output, "--steer reframing@two=4: expected LABEL@LAYER=COEF");
+  const auto generate_hi = [&](const std::string& flags) {
+    return run_command(fmt::format("{} generate --model {} --text hi {} --output {}", tool("inspect_model"), kGemmaModel,
+                                   flags, tmp.file("x.json")));
+  };
+  check_failure(generate_hi("--steer-vector " + tmp.file("narrow.safetensors") + "=2"), 1,
+                {"(layer 1): the vector has 32 values, the model's hidden size is 64"});
+  check_failure(generate_hi("--steer-vector " + tmp.file("deep.safetensors")), 1,
+                {"layer 9 is out of range: the model (gemma3_text) has layers 0 to 5"});
+  check_failure(generate_hi("--steer reframing@2=4"), 2, {"give --probes-dir"});
+  check_failure(generate_hi("--steer reframing@two=4"), 2, {"--steer reframing@two=4: expected LABEL@LAYER=COEF"});
 }
 
 TEST_CASE("coefficient 0, and a zero vector, change no bit of the rows or the generation") {
@@ -153,11 +146,11 @@ TEST_CASE("coefficient 0, and a zero vector, change no bit of the rows or the ge
   steering::write_vector_file(tmp.file("zero.safetensors"), zero);
   model::TransformerModel model = model::TransformerModel::load(kGemmaModel, {});
   const std::vector<readout::Sequence> texts = {{2, 651, 432, 26}, {2, 184, 235, 9, 573, 213, 236}};
-  readout::Request request{Site::kResidPost, readout::Position::kAll, {0, 1, 2, 3, 4, 5}, 0};
+  readout::Request request{Site::kResidPost, Position::kAll, {0, 1, 2, 3, 4, 5}, 0};
   const at::Tensor plain = readout::read_rows(model, texts, request);
   for (const auto& [path, coefficient] : {std::pair{vector, 0.0}, std::pair{tmp.file("zero.safetensors"), 1.0}}) {
     steering::SteeringSpec spec;
-    spec.file_additions.push_back({path, coefficient});
+    spec.ops.push_back(SteeringOp::file(SteeringAction::kAdd, path, coefficient));
     const model::StreamWrites writes = steering::place(steering::resolve(spec, model.config()), model);
     request.writes = &writes;
     CHECK(at::equal(readout::read_rows(model, texts, request), plain));
@@ -178,11 +171,11 @@ TEST_CASE("ablation leaves the layer's captured rows orthogonal to the direction
   steering::write_vector_file(tmp.file("u.safetensors"), direction);
   capture::CaptureOptions o = three_action_capture(tmp, 30, "cpu");
   o.layers = "2,4";
-  o.position = readout::Position::kAll;
+  o.position = Position::kAll;
   o.output_dir = tmp.file("plain");
   capture::run_capture(o);
   o.output_dir = tmp.file("ablated");
-  o.steering.file_ablations = {tmp.file("u.safetensors")};
+  o.steering.ops = {SteeringOp::file(SteeringAction::kAblate, tmp.file("u.safetensors"))};
   capture::run_capture(o);
   at::Tensor u = at::tensor(direction.layers[2]);
   u = u / u.norm();
@@ -194,7 +187,7 @@ TEST_CASE("ablation leaves the layer's captured rows orthogonal to the direction
     CAPTURE(run);
     if (std::string(run) == "ablated") {
       CHECK(along <= 1e-5 * scale);
-      CHECK(Json::parse(file.attributes.steering)["ablate"][0]["layer"] == 2);
+      CHECK(file.attributes.recipe.steering["ablate"][0]["layer"] == 2);
     } else {
       CHECK(along > 1e-2 * scale);
     }
@@ -239,10 +232,7 @@ TEST_CASE("vector files: GGUF control vectors round-trip bit for bit, layer 0 is
 TEST_CASE("steering along a probe's own direction moves its score the way the sign says; multihead probes are refused") {
   TempDir tmp;
   const std::string probes = train_three_action_probes(tmp);
-  inference::EngineOptions options;
-  options.model_dir = kGemmaModel;
-  options.probes_dir = probes;
-  options.device = "cpu";
+  inference::EngineOptions options = cpu_engine_options(probes);
   options.layer = 2;
   inference::Engine engine = inference::Engine::load(options);
   const std::string text = "I started to see the rejection as useful feedback.";
@@ -255,8 +245,8 @@ TEST_CASE("steering along a probe's own direction moves its score the way the si
     CAPTURE(label);
     const double unsteered = score_of(label);
     steering::SteeringSpec up, down;
-    up.probe_additions.push_back({label, 2, 8.0});
-    down.probe_additions.push_back({label, 2, -8.0});
+    up.ops.push_back(SteeringOp::probe(SteeringAction::kAdd, label, "2", 8.0));
+    down.ops.push_back(SteeringOp::probe(SteeringAction::kAdd, label, "2", -8.0));
     engine.steer(up);
     const double raised = score_of(label);
     engine.steer(down);
@@ -268,7 +258,7 @@ TEST_CASE("steering along a probe's own direction moves its score the way the si
   }
   steering::SteeringSpec multihead;
   multihead.probes_dir = train_three_action_probes(tmp, "multihead");
-  multihead.probe_additions.push_back({engine.labels().front(), 2, 4.0});
+  multihead.ops.push_back(SteeringOp::probe(SteeringAction::kAdd, engine.labels().front(), "2", 4.0));
   CHECK_THROWS_WITH(engine.steer(multihead),
                     doctest::Contains("a multihead probe has no single direction in the layer's space"));
 }
@@ -277,10 +267,11 @@ TEST_CASE("make_steering_vectors: mean-diff is the train split's mean difference
   TempDir tmp;
   const std::string probes = train_three_action_probes(tmp);
   CommandResult r = run_command(fmt::format("{} --activations {} --label reframing --output {}", tool("make_steering_vectors"),
-                                            tmp.file("act"), tmp.file("mean.safetensors")));
+                                            tmp.file("activations"), tmp.file("mean.safetensors")));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
   CHECK_CONTAINS(r.output, "layer 2: norm");
-  const activations::ActivationFile file = activations::read_activation_file(tmp.file("act/layer_2_activations.h5"));
+  const activations::ActivationFile file =
+      activations::read_activation_file(tmp.file("activations/layer_2_activations.h5"));
   const activations::SplitData& train = file.split(activations::Split::kTrain);
   const at::Tensor rows = at::from_blob(const_cast<float*>(train.activations.data()), {train.rows, train.hidden}, at::kFloat)
                               .to(at::kDouble);
@@ -304,17 +295,13 @@ TEST_CASE("make_steering_vectors: mean-diff is the train split's mean difference
   CHECK(at::equal(at::tensor(probe.layers.at(2)), set.direction(index)));
 
   // The label's mean difference added at the layer the probe reads moves the probe's logit by w . v exactly.
-  inference::EngineOptions options;
-  options.model_dir = kGemmaModel;
-  options.probes_dir = probes;
-  options.device = "cpu";
-  inference::Engine engine = inference::Engine::load(options);
+  inference::Engine engine = inference::Engine::load(cpu_engine_options(probes));
   const auto reframing = static_cast<size_t>(
       std::find(engine.labels().begin(), engine.labels().end(), "reframing") - engine.labels().begin());
   auto logit = [](double p) { return std::log(p / (1 - p)); };
   const double before = logit(engine.score({"I noticed the light change."})[0].probability[0][reframing]);
   steering::SteeringSpec spec;
-  spec.file_additions.push_back({tmp.file("mean.safetensors"), 1.0});
+  spec.ops.push_back(SteeringOp::file(SteeringAction::kAdd, tmp.file("mean.safetensors"), 1.0));
   engine.steer(spec);
   const double after = logit(engine.score({"I noticed the light change."})[0].probability[0][reframing]);
   size_t column = 0;
@@ -324,13 +311,13 @@ TEST_CASE("make_steering_vectors: mean-diff is the train split's mean difference
   CHECK(after - before == doctest::Approx(w_dot_v).epsilon(1e-3));
 
   check_failure(run_command(fmt::format("{} --activations {} --label nosuch --output {}", tool("make_steering_vectors"),
-                                        tmp.file("act"), tmp.file("x.safetensors"))),
+                                        tmp.file("activations"), tmp.file("x.safetensors"))),
                 1, {"no label 'nosuch' among its label_names"});
   check_failure(run_command(fmt::format("{} --method probe --label reframing --output {}", tool("make_steering_vectors"),
                                         tmp.file("x.safetensors"))),
                 2, {"--method probe needs --probes-dir"});
   check_failure(run_command(fmt::format("{} --activations {} --label reframing --output {}", tool("make_steering_vectors"),
-                                        tmp.file("act"), tmp.file("x.txt"))),
+                                        tmp.file("activations"), tmp.file("x.txt"))),
                 2, {"a steering vector file is .safetensors (ours) or .gguf"});
 }
 
@@ -348,10 +335,7 @@ TEST_CASE("steering_sweep: every cell of one batched run gives what it gives alo
   REQUIRE(sweep["cells"].size() == 10);  // 2 unsteered baselines + 2 labels x 2 coefficients x 2 prompts
   REQUIRE(sweep["summary"].size() == 6);
 
-  inference::EngineOptions options;
-  options.model_dir = kGemmaModel;
-  options.probes_dir = probes;
-  options.device = "cpu";
+  inference::EngineOptions options = cpu_engine_options(probes);
   options.layer = 2;
   options.generate = true;
   inference::Engine engine = inference::Engine::load(options);
@@ -360,7 +344,9 @@ TEST_CASE("steering_sweep: every cell of one batched run gives what it gives alo
   six.stop_ids = generation::read_stop_ids(kGemmaModel);
   for (const Json& cell : sweep["cells"]) {
     steering::SteeringSpec spec;
-    if (!cell["label"].is_null()) spec.probe_additions.push_back({cell["label"], 2, cell["coefficient"].get<double>()});
+    if (!cell["label"].is_null()) {
+      spec.ops.push_back(SteeringOp::probe(SteeringAction::kAdd, cell["label"], "2", cell["coefficient"].get<double>()));
+    }
     engine.steer(spec);
     const auto alone = engine.generate({sweep["prompts"][cell["prompt"].get<size_t>()]}, six,
                                        [](const inference::ScoredToken&) { return true; });

@@ -1,0 +1,173 @@
+#include "activations/readout_recipe.h"
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+
+namespace probekit::activations {
+
+namespace {
+
+enum class FieldType { kText, kInteger, kJson };
+
+// One field of the recipe: its name in both codecs and in messages, how it is stored, whether rows depend on it,
+// and its text form both ways (what the codecs and the identity are made of). A new field is one row here.
+struct RecipeField {
+  const char* name;
+  FieldType type;
+  bool shapes_rows;         // recipe_difference compares it
+  bool omitted_when_empty;  // left out of HDF5 attributes when empty, as files always had it
+  std::string (*text)(const ReadoutRecipe&);
+  void (*set)(ReadoutRecipe&, const std::string& text, const std::string& where);
+};
+
+Site site_of(const std::string& name, const std::string& where) {
+  std::optional<Site> site = find_site(name);
+  if (!site) fail_input("{}: 'site' is '{}', not a site (expected one of {})", where, name, site_names());
+  return *site;
+}
+
+Position position_of(const std::string& name, const std::string& where) {
+  std::optional<Position> position = find_position(name);
+  if (!position) fail_input("{}: 'position' is '{}', expected last, mean, max or all", where, name);
+  return *position;
+}
+
+int64_t max_length_of(const std::string& text, const std::string& where) {
+  size_t used = 0;
+  int64_t value = -1;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || value < 0) fail_input("{}: 'max_length' is {}, expected a non-negative integer", where, text);
+  return value;
+}
+
+Json steering_of(const std::string& text, const std::string& where) {
+  if (text.empty()) return Json();
+  Json steering = Json::parse(text, nullptr, false);
+  if (!steering.is_object()) fail_input("{}: 'steering' is not a JSON object: {}", where, text.substr(0, 80));
+  return steering;
+}
+
+const std::vector<RecipeField>& recipe_fields() {
+  using R = ReadoutRecipe;
+  using W = const std::string&;
+  static const std::vector<RecipeField> fields = {
+      {"model_name", FieldType::kText, false, false, [](const R& r) { return r.model_name; },
+       [](R& r, W text, W) { r.model_name = text; }},
+      {"model_revision", FieldType::kText, false, true, [](const R& r) { return r.model_revision; },
+       [](R& r, W text, W) { r.model_revision = text; }},
+      {"model_fingerprint", FieldType::kText, true, false, [](const R& r) { return r.model_fingerprint; },
+       [](R& r, W text, W) { r.model_fingerprint = text; }},
+      {"site", FieldType::kText, true, false, [](const R& r) { return std::string(site_name(r.site)); },
+       [](R& r, W text, W where) { r.site = site_of(text, where); }},
+      {"position", FieldType::kText, true, false, [](const R& r) { return position_name(r.position); },
+       [](R& r, W text, W where) { r.position = position_of(text, where); }},
+      {"prompt_suffix", FieldType::kText, true, false, [](const R& r) { return r.prompt_suffix; },
+       [](R& r, W text, W) { r.prompt_suffix = text; }},
+      {"max_length", FieldType::kInteger, true, false, [](const R& r) { return std::to_string(r.max_length); },
+       [](R& r, W text, W where) { r.max_length = max_length_of(text, where); }},
+      {"dtype", FieldType::kText, false, false, [](const R& r) { return r.dtype; },
+       [](R& r, W text, W) { r.dtype = text; }},
+      {"steering", FieldType::kJson, true, true,
+       [](const R& r) { return r.steering.is_null() ? std::string() : r.steering.dump(); },
+       [](R& r, W text, W where) { r.steering = steering_of(text, where); }},
+  };
+  return fields;
+}
+
+// A field's value in JSON, as its row's type stores it.
+std::string json_text(const RecipeField& field, const Json& value, const std::string& where) {
+  switch (field.type) {
+    case FieldType::kText:
+      if (!value.is_string()) fail_input("{}: '{}' must be a string, got {}", where, field.name, value.dump());
+      return value.get<std::string>();
+    case FieldType::kInteger:
+      if (!value.is_number_integer()) fail_input("{}: '{}' must be an integer, got {}", where, field.name, value.dump());
+      return std::to_string(value.get<int64_t>());
+    case FieldType::kJson:
+      if (!value.is_null() && !value.is_object()) {
+        fail_input("{}: '{}' must be an object or null, got {}", where, field.name, value.dump());
+      }
+      return value.is_null() ? std::string() : value.dump();
+  }
+  return "";
+}
+
+// A value for messages: text quoted as JSON quotes it (a suffix's newlines stay visible), "none" when empty.
+std::string shown(const RecipeField& field, const std::string& text) {
+  if (text.empty()) return "none";
+  return field.type == FieldType::kText ? Json(text).dump() : text;
+}
+
+}  // namespace
+
+Json ReadoutRecipe::to_json() const {
+  Json out = Json::object();
+  for (const RecipeField& field : recipe_fields()) {
+    const std::string text = field.text(*this);
+    switch (field.type) {
+      case FieldType::kText: out[field.name] = text; break;
+      case FieldType::kInteger: out[field.name] = std::stoll(text); break;
+      case FieldType::kJson: out[field.name] = text.empty() ? Json() : Json::parse(text); break;
+    }
+  }
+  return out;
+}
+
+ReadoutRecipe ReadoutRecipe::from_json(const Json& object, const std::string& where) {
+  if (!object.is_object()) fail_input("{}: expected an object, got {}", where, object.dump());
+  ReadoutRecipe recipe;
+  for (const RecipeField& field : recipe_fields()) {
+    if (object.contains(field.name)) field.set(recipe, json_text(field, object.at(field.name), where), where);
+  }
+  return recipe;
+}
+
+void ReadoutRecipe::write_attributes(hid_t object) const {
+  for (const RecipeField& field : recipe_fields()) {
+    const std::string text = field.text(*this);
+    if (field.omitted_when_empty && text.empty()) continue;
+    if (field.type == FieldType::kInteger) {
+      hdf5::set_attribute(object, field.name, std::stoll(text));
+    } else {
+      hdf5::set_attribute(object, field.name, text);
+    }
+  }
+}
+
+ReadoutRecipe ReadoutRecipe::read_attributes(hid_t object, const std::string& where) {
+  ReadoutRecipe recipe;
+  for (const RecipeField& field : recipe_fields()) {
+    if (field.type == FieldType::kInteger) {
+      std::optional<int64_t> value = hdf5::get_int_attribute(object, field.name);
+      if (value) field.set(recipe, std::to_string(*value), where);
+    } else {
+      std::optional<std::string> value = hdf5::get_string_attribute(object, field.name);
+      if (value) field.set(recipe, *value, where);
+    }
+  }
+  return recipe;
+}
+
+std::vector<std::string> ReadoutRecipe::identity() const {
+  std::vector<std::string> lines;
+  for (const RecipeField& field : recipe_fields()) lines.push_back(std::string(field.name) + "=" + field.text(*this));
+  return lines;
+}
+
+std::string recipe_difference(const ReadoutRecipe& a, const ReadoutRecipe& b, const std::string& a_name,
+                              const std::string& b_name) {
+  for (const RecipeField& field : recipe_fields()) {
+    if (!field.shapes_rows) continue;
+    const std::string in_a = field.text(a), in_b = field.text(b);
+    if (in_a != in_b) return fmt::format("{}: {} in {}, {} in {}", field.name, shown(field, in_a), a_name, shown(field, in_b),
+                                           b_name);
+  }
+  return "";
+}
+
+}  // namespace probekit::activations

@@ -1,0 +1,112 @@
+// The readout recipe through whole runs: training copies the activation files' recipe into probes.json (the steering
+// a capture applied included: it used to stay behind in the HDF5 file), refuses files of one run read differently,
+// and inference refuses layers whose probes were read differently, naming the field; probes.json written before
+// the recipe still loads.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "common/files.h"
+#include "common/json.h"
+#include "inference/engine.h"
+#include "io/hdf5.h"
+#include "probes/binary_run.h"
+#include "probes/probe_files.h"
+#include "probes/synthetic_activations.h"
+#include "probe_fixture.h"
+#include "test_util.h"
+
+using namespace probekit;
+using namespace probekit::testing;
+
+namespace {
+
+const char* const kSteering = R"({"site": "resid_post", "add": [{"layer": 1, "coefficient": 4.0}], "ablate": []})";
+
+std::string synthetic_layer(const TempDir& tmp, int64_t layer) {
+  probes::SyntheticActivations spec = probes::uniform_synthetic(2, {20, 10, 10}, 8);
+  spec.layer = layer;
+  const std::string path = tmp.file(fmt::format("activations/layer_{}_activations.h5", layer));
+  make_directories(tmp.file("activations"));
+  probes::write_synthetic_activation_file(path, spec);
+  return path;
+}
+
+void set_file_attribute(const std::string& path, const std::string& name, const std::string& value) {
+  hdf5::Handle file = hdf5::open_file(path, true);
+  hdf5::set_attribute(file.get(), name, value);
+}
+
+std::string load_error(const inference::EngineOptions& options) {
+  try {
+    inference::Engine::load(options);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "loaded";
+}
+
+}  // namespace
+
+TEST_CASE("probes.json carries the activations' readout recipe, the capture's steering included") {
+  TempDir tmp;
+  const std::string path = synthetic_layer(tmp, 0);
+  set_file_attribute(path, "steering", kSteering);
+  set_file_attribute(path, "site", "mlp_out");
+  probes::run_binary_training(cpu_binary_run(path, tmp.file("out"), 2));
+
+  const Json index = read_json_file(tmp.file("out/probes.json"));
+  CHECK(index.at("readout").at("steering") == Json::parse(kSteering));
+  CHECK(index.at("readout").at("site") == "mlp_out");
+  CHECK(index.at("readout").at("model_name") == "synthetic");
+  const probes::ProbeSet set = probes::ProbeSet::load(tmp.file("out"), at::kCPU, at::kFloat);
+  CHECK(set.recipe().steering == Json::parse(kSteering));
+  CHECK(set.recipe().site == Site::kMlpOut);
+
+  // An index written before the recipe kept its fields at the top level, where "dtype" is the probes' own.
+  Json old = index;
+  old.erase("readout");
+  old["site"] = "resid_mid";
+  old["position"] = "mean";
+  old["max_length"] = 64;
+  write_json_file(tmp.file("out/probes.json"), old);
+  const probes::ProbeSet old_set = probes::ProbeSet::load(tmp.file("out"), at::kCPU, at::kFloat);
+  CHECK(old_set.recipe().site == Site::kResidMid);
+  CHECK(old_set.recipe().position == Position::kMean);
+  CHECK(old_set.recipe().max_length == 64);
+  CHECK(old_set.recipe().dtype.empty());
+  CHECK(old_set.recipe().prompt_suffix == activations::kDefaultPromptSuffix);
+}
+
+TEST_CASE("one training run refuses activation files read differently, naming the field") {
+  TempDir tmp;
+  synthetic_layer(tmp, 0);
+  const std::string second = synthetic_layer(tmp, 1);
+  set_file_attribute(second, "prompt_suffix", "\nAnswer:");
+  CHECK_THROWS_WITH(probes::run_binary_training(cpu_binary_run(tmp.file("activations"), tmp.file("out"), 2)),
+                    doctest::Contains("were read differently (prompt_suffix: \"\\n\\nThe cognitive action"));
+  CHECK_FALSE(path_exists(tmp.file("out")));
+}
+
+TEST_CASE("inference refuses layers whose probes were read differently, naming the field") {
+  TempDir tmp;
+  ProbeFixture fixture;
+  fixture.epochs = 3;
+  fixture.in_process = true;
+  const std::string probes_dir = train_fixture_probes(tmp, fixture);
+  inference::EngineOptions options = cpu_engine_options(probes_dir);
+  REQUIRE(load_error(options) == "loaded");
+
+  Json index = read_json_file(probes_dir + "/layer_5/probes.json");
+  index["readout"]["position"] = "mean";
+  write_json_file(probes_dir + "/layer_5/probes.json", index);
+  CHECK_CONTAINS(load_error(options), "these probes' activations were read otherwise than those of layer 2 "
+                                      "(position: \"last\" in layer 2's probes, \"mean\" in");
+
+  index["readout"]["position"] = "last";
+  index["readout"]["model_fingerprint"] = "0123456789abcdef";
+  write_json_file(probes_dir + "/layer_5/probes.json", index);
+  CHECK_CONTAINS(load_error(options), "trained on another model");
+  options.force = true;  // --force runs another model's probes, whatever layer they are at
+  CHECK(load_error(options) == "loaded");
+}
