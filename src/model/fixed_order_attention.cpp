@@ -1,6 +1,7 @@
 #include "model/fixed_order_attention.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 

@@ -1,6 +1,7 @@
 #include "device/torch/row_stable.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <cmath>
