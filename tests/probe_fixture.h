@@ -14,6 +14,7 @@
 #include "common/files.h"
 #include "inference/engine.h"
 #include "probes/binary_run.h"
+#include "probes/synthetic_activations.h"
 #include "test_util.h"
 
 namespace probekit::testing {
@@ -78,6 +79,19 @@ inline ProbeFixture attention_fixture(int64_t epochs, const std::string& flags =
   fixture.epochs = epochs;
   fixture.flags = "--model-type attention " + flags;
   return fixture;
+}
+
+/// A --position all file of 32-wide tokens, 20 to 60 per text, in tmp: a "marker" text (200/50/50 per split) holds
+/// one token of noise + 6 d at a uniformly drawn place; a "plain" text is noise only.
+inline activations::ActivationFile marker_activations(const TempDir& tmp) {
+  probes::SyntheticActivations spec = probes::uniform_synthetic(2, {200, 50, 50}, 32);
+  spec.label_names = {"marker", "plain"};
+  spec.signal = {6.0, 0.0};
+  spec.min_tokens = 20;
+  spec.max_tokens = 60;
+  const std::string path = tmp.file("layer_0_activations.h5");
+  probes::write_synthetic_activation_file(path, spec);
+  return activations::read_activation_file(path);
 }
 
 /// An engine's options for kGemmaModel and the probes in `probes_dir`, on the CPU.

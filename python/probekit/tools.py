@@ -42,7 +42,7 @@ def train_binary_probes(activations_dir, output_dir, progress=True, **flags):
 
 class Activations(dict):
     """A layer's activation file: {"train" | "val" | "test": {"activations": [N, H], "labels": [N], "example_index",
-    "offsets" and "token_ids" (position "all"), metadata columns}}; `attributes` says how it was made (model, layer,
+    "offsets", "token_ids" and "positions" (position "all"), metadata columns}}; `attributes` says how it was made (model, layer,
     label_names, site, position, ...)."""
 
     def __init__(self, splits, attributes):

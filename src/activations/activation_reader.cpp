@@ -37,6 +37,7 @@ SplitLayout read_split_layout(hid_t group, const std::string& where) {
   if (hdf5::exists(group, "offsets")) {
     layout.offsets = read_int_dataset(group, "offsets", where);
     layout.token_ids = read_int_dataset(group, "token_ids", where);
+    if (hdf5::exists(group, "positions")) layout.positions = read_int_dataset(group, "positions", where);
   }
   if (auto metadata = hdf5::open_group(group, "metadata")) {
     for (const std::string& name : hdf5::member_names(metadata->get())) {
@@ -98,6 +99,7 @@ SplitData read_split(hid_t file, Split split, const FileAttributes& attributes, 
   data.example_index = std::move(layout.example_index);
   data.offsets = std::move(layout.offsets);
   data.token_ids = std::move(layout.token_ids);
+  data.positions = std::move(layout.positions);
   data.metadata = std::move(layout.metadata);
 
   int64_t examples = data.examples();
@@ -109,6 +111,8 @@ SplitData read_split(hid_t file, Split split, const FileAttributes& attributes, 
   } else if (static_cast<int64_t>(data.offsets.size()) != examples + 1 || data.offsets.front() != 0 ||
              data.offsets.back() != data.rows || static_cast<int64_t>(data.token_ids.size()) != data.rows) {
     fail("{}: per-token offsets/token_ids do not match {} examples and {} rows", where, examples, data.rows);
+  } else if (!data.positions.empty() && static_cast<int64_t>(data.positions.size()) != data.rows) {
+    fail("{}: per-token positions hold {} values for {} rows", where, data.positions.size(), data.rows);
   } else if (auto drop = std::adjacent_find(data.offsets.begin(), data.offsets.end(), std::greater<>());
              drop != data.offsets.end()) {
     fail("{}: per-token offsets decrease after example {}", where, drop - data.offsets.begin());

@@ -1,7 +1,8 @@
 // The activation files shared by capture, training and inference: one HDF5 file per layer,
 // `layer_{L}_activations.h5`, in the reference's layout (groups train/val/test with `activations` float32
 // [N, H] and `labels` int64 [N], readable by its h5py loader unchanged) plus our extensions: `example_index`
-// (the example's 0-based line in the dataset), per-token `offsets`/`token_ids` for position "all", optional
+// (the example's 0-based line in the dataset), per-token `offsets`/`token_ids`/`positions` for position "all" (a
+// conversation's masked tokens only, `positions` saying where each stands in its ids), optional
 // metadata columns, and root attributes describing how the file was made. A file of site "experts" holds the
 // experts a router chose instead of activations: `expert_ids` int32 [N, k] and `expert_weights` float32 [N, k].
 //
@@ -70,6 +71,8 @@ struct SplitData {
   std::vector<int64_t> example_index;   // [examples]; empty in reference files
   std::vector<int64_t> offsets;         // [examples + 1]; position "all" only
   std::vector<int64_t> token_ids;       // [rows]; position "all" only
+  std::vector<int64_t> positions;       // [rows]; position "all": each row's token index in its example's ids (0:
+                                        // the first); empty in files written before it
   std::map<std::string, std::vector<std::string>> metadata;  // --keep-fields columns
 
   int64_t examples() const { return static_cast<int64_t>(labels.size()); }
@@ -106,6 +109,7 @@ struct SplitLayout {
   std::vector<int64_t> example_index;
   std::vector<int64_t> offsets;    // position "all": [examples + 1] row offsets
   std::vector<int64_t> token_ids;  // position "all": [rows]
+  std::vector<int64_t> positions;  // position "all": [rows], each row's token index in its example's ids
   std::map<std::string, std::vector<std::string>> metadata;
 
   int64_t examples() const { return static_cast<int64_t>(labels.size()); }

@@ -33,6 +33,12 @@ Position position_of(const std::string& name, const std::string& where) {
   return *position;
 }
 
+TokenMask mask_of(const std::string& name, const std::string& where) {
+  std::optional<TokenMask> mask = find_token_mask(name);
+  if (!mask) fail_input("{}: 'mask' is '{}', expected assistant, user, last-assistant or all", where, name);
+  return *mask;
+}
+
 int64_t max_length_of(const std::string& text, const std::string& where) {
   size_t used = 0;
   int64_t value = -1;
@@ -72,6 +78,10 @@ const std::vector<RecipeField>& recipe_fields() {
        [](R& r, W text, W where) { r.max_length = max_length_of(text, where); }},
       {"dtype", FieldType::kText, false, false, [](const R& r) { return r.dtype; },
        [](R& r, W text, W) { r.dtype = text; }},
+      {"mask", FieldType::kText, true, true, [](const R& r) { return r.mask ? token_mask_name(*r.mask) : std::string(); },
+       [](R& r, W text, W where) { r.mask = text.empty() ? std::nullopt : std::optional<TokenMask>(mask_of(text, where)); }},
+      {"chat_template_sha256", FieldType::kText, true, true, [](const R& r) { return r.chat_template_sha256; },
+       [](R& r, W text, W) { r.chat_template_sha256 = text; }},
       {"steering", FieldType::kJson, true, true,
        [](const R& r) { return r.steering.is_null() ? std::string() : r.steering.dump(); },
        [](R& r, W text, W where) { r.steering = steering_of(text, where); }},

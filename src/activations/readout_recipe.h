@@ -1,10 +1,12 @@
 // What rows of activations were read with: the model, where (site, position), the text around them (prompt suffix,
-// the cut under max_length), the forward pass's dtype and the steering it applied. Capture writes it into every
+// the cut under max_length; a conversation's token mask and chat template), the forward pass's dtype and the
+// steering it applied. Capture writes it into every
 // activation file's attributes, training copies it into probes.json, inference and the server read it back: one
 // record with one codec to JSON and one to HDF5 attributes, its fields rows of one table (readout_recipe.cpp).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,8 @@ struct ReadoutRecipe {
   int64_t max_length = 0;  // the prompts' limit in tokens; 0: none
   std::string dtype;       // the forward pass's dtype (fp32, bf16, ...)
   Json steering;           // what the pass applied (steering::SteeringVectors::record()); null: none
+  std::optional<TokenMask> mask;     // conversations: the tokens read (--mask); none for texts
+  std::string chat_template_sha256;  // conversations: of the chat template that rendered them
 
   /// As JSON: {"model_name": ..., "site": "resid_post", "max_length": 0, "steering": null, ...}.
   Json to_json() const;

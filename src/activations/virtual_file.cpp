@@ -59,6 +59,9 @@ void write_virtual_group(hid_t file, Split split, const FileAttributes& attribut
     // Each shard's offsets count from its own first token: rebased, so stored.
     write_int_dataset(group.get(), "offsets", merged.offsets, false);
     create_joined_dataset(group.get(), "token_ids", H5T_STD_I64LE, {0}, sources("token_ids", rows));
+    if (!merged.positions.empty()) {
+      create_joined_dataset(group.get(), "positions", H5T_STD_I64LE, {0}, sources("positions", rows));
+    }
   }
   if (!merged.metadata.empty()) {
     hdf5::Handle metadata = hdf5::create_group(group.get(), "metadata");

@@ -28,6 +28,14 @@ std::vector<readout::Sequence> sequences_of(const std::vector<int64_t>& part, co
   return sequences;
 }
 
+// Their conversations' token masks (none for texts).
+std::vector<std::vector<uint8_t>> masks_of(const std::vector<int64_t>& part, const CapturePlan& plan) {
+  std::vector<std::vector<uint8_t>> masks;
+  if (plan.masks.empty()) return masks;
+  for (int64_t p : part) masks.push_back(plan.masks[static_cast<size_t>(p)]);
+  return masks;
+}
+
 }  // namespace
 
 Batching choose_batching(const CaptureOptions& options, const model::TransformerModel& model,
@@ -88,7 +96,7 @@ at::Tensor BatchRunner::run(const std::vector<int64_t>& batch, const CapturePlan
         if (simulate_out_of_memory_above_ > 0 && static_cast<int64_t>(part.size()) > simulate_out_of_memory_above_) {
           throw std::runtime_error("CUDA out of memory (simulated for a test)");
         }
-        pieces.push_back(readout::read_rows(model_, sequences_of(part, plan), request_));
+        pieces.push_back(readout::read_rows(model_, sequences_of(part, plan), request_, masks_of(part, plan)));
       },
       retry);
   return pieces.size() == 1 ? pieces.front() : at::cat(pieces);

@@ -24,8 +24,16 @@ void add_data_flags(CLI::App& app, CaptureFlags& f) {
   app.add_option("--label-field", o.dataset.label_field, "JSON field holding the label (default: cognitive_action, or sentiment)");
   app.add_option("--keep-fields", f.keep_fields, "Extra JSON fields stored as metadata columns, e.g. domain,emotional_state")
       ->delimiter(',');
-  app.add_option("--prompt-suffix", o.prompt_suffix, "Text appended to every example; empty to disable")
-      ->capture_default_str();
+  app.add_option_function<std::string>(
+         "--prompt-suffix", [&o](const std::string& suffix) { o.prompt_suffix = suffix; },
+         "Text appended to every example; empty to disable (default: the reference's, \"\\n\\nThe cognitive action "
+         "being demonstrated here is\"; conversations take none)");
+  app.add_option("--mask", f.mask,
+                 "Conversations (rows with \"messages\"): the tokens read, those of the assistant's messages, the "
+                 "user's, the last assistant message's, or all (default: assistant)")
+      ->check(CLI::IsMember({"assistant", "user", "last-assistant", "all"}));
+  app.add_flag("--add-generation-prompt", o.add_generation_prompt,
+               "Conversations: render them with the chat template's generation prompt (the assistant's turn opened)");
   app.add_option("--split", f.split, "Train,val,test ratios")->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of the stratified split (Python's random)")->capture_default_str();
   app.add_option("--max-length", o.max_length, "Cut longer prompts from the start of the text (tokens; 0: no limit)")
@@ -85,6 +93,7 @@ CaptureOptions CaptureFlags::resolve() const {
   CaptureOptions o = options;
   o.dataset.keep_fields = keep_fields;
   o.position = parse_position(position);
+  if (!mask.empty()) o.mask = parse_token_mask(mask);
   o.site = parse_site(site);
   o.split = data::parse_split_ratios(split);
   if (compression != "gzip" && compression != "none") fail_usage("--compression {}: expected gzip or none", compression);

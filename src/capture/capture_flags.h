@@ -17,7 +17,7 @@ struct CaptureFlags {
   std::vector<std::string> keep_fields;
   std::vector<int> devices;
   std::string position = "last", site = site_name(Site::kResidPost), split = "0.7,0.15,0.15", compression = "none";
-  std::string max_gpu_memory, format = "hdf5", shard;
+  std::string max_gpu_memory, format = "hdf5", shard, mask;
   bool json = false, legacy_flag = false;
 
   /// Checks the values and returns the options they describe.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,9 @@ struct CaptureOptions : loading::ModelRequest {
   std::string output_dir = "./data/activations";
   std::string layers;  // "8,17,25,33", "all", or empty for n/4, n/2, 3n/4, n-1
   data::DatasetOptions dataset;
-  std::string prompt_suffix = activations::kDefaultPromptSuffix;
+  std::optional<std::string> prompt_suffix;  // none given: the reference's suffix for texts (conversations take none)
+  std::optional<TokenMask> mask;              // conversations' tokens read (--mask); none given: assistant
+  bool add_generation_prompt = false;         // conversations rendered with the template's generation prompt
   data::SplitRatios split;
   uint64_t seed = 42;
   Position position = Position::kLast;

@@ -29,7 +29,7 @@ CapturePlan plan_texts(const loading::SharedModel& model, const std::vector<std:
   readout::check_site(options.site, options.position, plan.layers, plan.config());
   plan.width = readout::site_width(options.site, plan.config());
   plan.steering = steering::resolve(options.steering, plan.config());
-  readout::PromptBuilder builder(*model.tokenizer, options.prompt_suffix,
+  readout::PromptBuilder builder(*model.tokenizer, options.prompt_suffix.value_or(activations::kDefaultPromptSuffix),
                                  {options.max_length, fmt::format("--max-length {} tokens", options.max_length)});
   plan.leading_specials = builder.leading_specials();
   std::vector<readout::Prompt> prompts = builder.build(texts);
@@ -103,7 +103,7 @@ void check_batch(const PendingCheck& pending, const CapturePlan& plan, Position 
   if (bad == data + sums.numel()) return;
   int64_t row = (bad - data) / layer_count, first_row = 0;
   for (int64_t p : *pending.batch) {
-    first_row += position == Position::kAll ? plan.lengths[static_cast<size_t>(p)] : 1;
+    first_row += plan.rows_of(static_cast<size_t>(p), position);
     if (row < first_row) {
       fail_input("{}: {}", plan.where(static_cast<size_t>(p)),
                  readout::non_finite_message(fmt::format("the activations of layer {} are",

@@ -94,6 +94,7 @@ std::array<activations::SplitLayout, 3> join_layouts(const std::vector<activatio
       target.labels.insert(target.labels.end(), piece.labels.begin(), piece.labels.end());
       target.example_index.insert(target.example_index.end(), piece.example_index.begin(), piece.example_index.end());
       target.token_ids.insert(target.token_ids.end(), piece.token_ids.begin(), piece.token_ids.end());
+      target.positions.insert(target.positions.end(), piece.positions.begin(), piece.positions.end());
       for (size_t i = 1; i < piece.offsets.size(); ++i) {
         target.offsets.push_back(target.offsets.back() + piece.offsets[i] - piece.offsets[i - 1]);
       }

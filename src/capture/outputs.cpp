@@ -108,8 +108,11 @@ std::array<activations::SplitLayout, 3> make_layouts(const CapturePlan& plan, Po
     layout.example_index.push_back(example.line);
     for (size_t f = 0; f < keep_fields.size(); ++f) layout.metadata[keep_fields[f]].push_back(example.kept[f]);
     if (position == Position::kAll) {
-      layout.offsets.push_back(layout.offsets.back() + plan.lengths[i]);
-      layout.token_ids.insert(layout.token_ids.end(), plan.ids[i].begin(), plan.ids[i].end());
+      layout.offsets.push_back(layout.offsets.back() + plan.rows_of(i, position));
+      const std::vector<int32_t> read = plan.read_ids(i);
+      layout.token_ids.insert(layout.token_ids.end(), read.begin(), read.end());
+      const std::vector<int64_t> positions = plan.read_positions(i);
+      layout.positions.insert(layout.positions.end(), positions.begin(), positions.end());
     }
   }
   return layouts;
@@ -124,7 +127,9 @@ activations::FileAttributes file_attributes(const CaptureOptions& options, const
   recipe.model_fingerprint = model::Checkpoint::open(plan.model_dir()).fingerprint();
   recipe.site = options.site;
   recipe.position = options.position;
-  recipe.prompt_suffix = options.prompt_suffix;
+  recipe.prompt_suffix = plan.prompt_suffix;
+  recipe.mask = plan.mask;
+  recipe.chat_template_sha256 = plan.chat_template_sha256;
   recipe.max_length = options.max_length;
   recipe.dtype = dtype;
   if (!plan.steering.empty()) recipe.steering = plan.steering.record();

@@ -10,8 +10,10 @@
 #include <map>
 #include <set>
 
+#include "chat/chat_template.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "common/sha256.h"
 #include "readout/prompts.h"
 #include "tokenizer/tokenizer.h"
 
@@ -61,6 +63,29 @@ std::string CapturePlan::where(size_t position) const {
   return fmt::format("{}:{}", dataset.path, dataset.examples[static_cast<size_t>(run[position].example)].line + 1);
 }
 
+int64_t CapturePlan::rows_of(size_t position, Position at) const {
+  if (at != Position::kAll) return 1;
+  if (masks.empty()) return lengths[position];
+  return std::count(masks[position].begin(), masks[position].end(), 1);
+}
+
+std::vector<int32_t> CapturePlan::read_ids(size_t position) const {
+  if (masks.empty()) return ids[position];
+  std::vector<int32_t> read;
+  for (size_t t = 0; t < ids[position].size(); ++t) {
+    if (masks[position][t]) read.push_back(ids[position][t]);
+  }
+  return read;
+}
+
+std::vector<int64_t> CapturePlan::read_positions(size_t position) const {
+  std::vector<int64_t> read;
+  for (size_t t = 0; t < ids[position].size(); ++t) {
+    if (masks.empty() || masks[position][t]) read.push_back(static_cast<int64_t>(t));
+  }
+  return read;
+}
+
 void check_options(const CaptureOptions& options) {
   if (options.shard_count < 1 || options.shard_index < 0 || options.shard_index >= options.shard_count) {
     fail_usage("--shard {}/{}: expected I/N with 0 <= I < N", options.shard_index, options.shard_count);
@@ -99,6 +124,47 @@ void plan_examples(const CaptureOptions& options, CapturePlan& plan, CaptureSumm
 
 namespace {
 
+// The prompt suffix of the run: the one given or the reference's for texts; none for conversations, whose template
+// writes the turns (a suffix given with them is refused). --mask with texts is refused too.
+std::string conversation_suffix(const CaptureOptions& options, const data::Dataset& dataset) {
+  if (!dataset.conversations) {
+    if (options.mask) {
+      fail_usage("--mask reads the tokens of conversations (rows with \"messages\"); {} holds texts",
+                 options.dataset_path);
+    }
+    return options.prompt_suffix.value_or(activations::kDefaultPromptSuffix);
+  }
+  if (options.prompt_suffix) {
+    fail_usage("--prompt-suffix: {} holds conversations, which the chat template renders with its own turn markers; a "
+               "suffix does not apply to them (leave the flag out)",
+               options.dataset_path);
+  }
+  return "";
+}
+
+std::vector<readout::Prompt> text_prompts(const readout::PromptBuilder& builder, const CapturePlan& plan) {
+  std::vector<std::string> texts;
+  texts.reserve(plan.run.size());
+  for (const RunItem& item : plan.run) texts.push_back(plan.dataset.examples[static_cast<size_t>(item.example)].text);
+  return builder.build(texts);
+}
+
+std::vector<readout::Prompt> conversation_prompts(const CaptureOptions& options, const readout::PromptBuilder& builder,
+                                                  CapturePlan& plan) {
+  const chat::ChatTemplate chat = chat::ChatTemplate::from_tokenizer_dir(plan.model_dir());
+  plan.mask = options.mask.value_or(TokenMask::kAssistant);
+  Sha256 hash;
+  hash.update(chat.source());
+  plan.chat_template_sha256 = hash.hex_digest();
+  std::vector<std::string> conversations;
+  conversations.reserve(plan.run.size());
+  for (const RunItem& item : plan.run) {
+    conversations.push_back(plan.dataset.examples[static_cast<size_t>(item.example)].messages);
+  }
+  return builder.build_conversations(conversations, chat, *plan.mask, options.add_generation_prompt,
+                                     [&plan](size_t i) { return plan.where(i); });
+}
+
 // Learned position embeddings (GPT-2) end at max_position_embeddings: a longer prompt is refused here, where the
 // flag that cuts it is capture's own, naming the text.
 void check_learned_positions(const CapturePlan& plan, const std::vector<readout::Prompt>& prompts) {
@@ -119,19 +185,19 @@ void check_learned_positions(const CapturePlan& plan, const std::vector<readout:
 void plan_prompts(const CaptureOptions& options, CapturePlan& plan, CaptureSummary& summary) {
   if (!is_regular_file(plan.model_dir() + "/tokenizer.json")) fail("{}: no tokenizer.json", plan.model_dir());
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_file(plan.model_dir());
-  readout::PromptBuilder builder(tok, options.prompt_suffix,
+  plan.prompt_suffix = conversation_suffix(options, plan.dataset);
+  readout::PromptBuilder builder(tok, plan.prompt_suffix,
                                  {options.max_length, fmt::format("--max-length {} tokens", options.max_length)});
   plan.leading_specials = builder.leading_specials();
-  std::vector<std::string> texts;
-  texts.reserve(plan.run.size());
-  for (const RunItem& item : plan.run) texts.push_back(plan.dataset.examples[static_cast<size_t>(item.example)].text);
-  std::vector<readout::Prompt> prompts = builder.build(texts);
+  std::vector<readout::Prompt> prompts =
+      plan.dataset.conversations ? conversation_prompts(options, builder, plan) : text_prompts(builder, plan);
   builder.warn_if_cut(prompts);
   check_learned_positions(plan, prompts);
   for (readout::Prompt& prompt : prompts) {
     summary.truncated += prompt.cut > 0 ? 1 : 0;
     plan.lengths.push_back(static_cast<int64_t>(prompt.ids.size()));
     plan.ids.push_back(std::move(prompt.ids));
+    if (plan.dataset.conversations) plan.masks.push_back(std::move(prompt.mask));
   }
 }
 

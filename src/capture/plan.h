@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,11 +33,21 @@ struct CapturePlan {
   std::vector<RunItem> run;
   std::vector<readout::Sequence> ids;  // per run position
   std::vector<int64_t> lengths;
+  std::vector<std::vector<uint8_t>> masks;  // conversations: per run position, 1 for each token read; empty for texts
+  std::string prompt_suffix;                // what follows every text ("" for conversations)
+  std::optional<TokenMask> mask;            // conversations: the tokens read
+  std::string chat_template_sha256;         // conversations: of the template that rendered them
   std::vector<int64_t> layers;
   int64_t width = 0;  // values per row at the site (readout::site_width)
   int64_t leading_specials = 0;
   steering::SteeringVectors steering;  // what the capture writes into the stream
 
+  /// The rows run position `position` stores at `at`: one, or with position all one per token read.
+  int64_t rows_of(size_t position, Position at) const;
+  /// The ids of the tokens whose rows position all stores: every token of a text, a conversation's masked ones.
+  std::vector<int32_t> read_ids(size_t position) const;
+  /// Each such token's index in the run position's ids.
+  std::vector<int64_t> read_positions(size_t position) const;
   /// Where run position `position`'s text comes from, for messages: "DATASET:LINE", or "text N" for texts given in
   /// memory (no dataset).
   std::string where(size_t position) const;

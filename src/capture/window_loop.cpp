@@ -37,7 +37,7 @@ int64_t store_rows(WindowRows& window, const std::vector<int64_t>& batch, const 
   const auto layer_count = static_cast<int64_t>(plan.layers.size());
   int64_t result_row = 0, tokens = 0;
   for (int64_t p : batch) {
-    int64_t count = position == Position::kAll ? plan.lengths[static_cast<size_t>(p)] : 1;
+    int64_t count = plan.rows_of(static_cast<size_t>(p), position);
     int64_t target_row = window.row_start[static_cast<size_t>(p - window.begin)];
     for (int64_t r = 0; r < count; ++r) {
       for (int64_t l = 0; l < layer_count; ++l) {
@@ -64,7 +64,7 @@ void check_finite(const at::Tensor& rows, const std::vector<int64_t>& batch, con
   int64_t row = (bad - data) / (layer_count * plan.width), slot = (bad - data) / plan.width % layer_count;
   int64_t first_row = 0;
   for (int64_t p : batch) {
-    int64_t count = position == Position::kAll ? plan.lengths[static_cast<size_t>(p)] : 1;
+    int64_t count = plan.rows_of(static_cast<size_t>(p), position);
     if (row < first_row + count) {
       const data::Example& example = plan.dataset.examples[static_cast<size_t>(plan.run[static_cast<size_t>(p)].example)];
       fail_input("{}:{}: {}", plan.dataset.path, example.line + 1,
@@ -82,7 +82,7 @@ std::shared_ptr<WindowRows> make_window(const CapturePlan& plan, int64_t begin, 
   int64_t rows = 0;
   for (int64_t p = begin; p < end; ++p) {
     window->row_start.push_back(rows);
-    rows += position == Position::kAll ? plan.lengths[static_cast<size_t>(p)] : 1;
+    rows += plan.rows_of(static_cast<size_t>(p), position);
   }
   for (size_t l = 0; l < plan.layers.size(); ++l) {
     window->per_layer.emplace_back(new float[static_cast<size_t>(rows * plan.width)]);

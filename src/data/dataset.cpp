@@ -21,6 +21,7 @@ namespace {
 
 constexpr const char* kStandardInput = "-";
 constexpr const char* kStandardInputName = "<stdin>";  // as Python names it in messages
+constexpr const char* kMessagesField = "messages";     // a conversation row's messages, in place of its text
 
 // A label may be written as a string or as an integer class id.
 bool label_text(const Json& value, std::string* out) {
@@ -80,19 +81,42 @@ Json parse_line(const std::string& line, const std::string& where) {
 }
 
 // One line's example; `dataset.label_field` is chosen from the first line.
-Example read_example(const Json& object, const DatasetOptions& options, Dataset& dataset, const std::string& where) {
-  if (dataset.label_field.empty()) dataset.label_field = choose_label_field(object, options, where);
-  Example example;
+// A row's text, or its conversation: "messages" where the row has no text field. The first row decides which kind
+// the file holds; a row of the other kind is an error naming its line.
+void read_input(const Json& object, const DatasetOptions& options, Dataset& dataset, const std::string& where,
+                Example& example) {
   auto text = object.find(options.text_field);
+  auto messages = object.find(kMessagesField);
+  const bool conversation = text == object.end() && messages != object.end();
+  if (dataset.examples.empty()) dataset.conversations = conversation;
+  if (conversation != dataset.conversations) {
+    fail_input("{}: this row holds {}, the rows before it {}: a dataset holds texts or conversations, not both", where,
+               conversation ? "'messages' (a conversation)" : "a text", conversation ? "texts" : "conversations");
+  }
+  if (conversation) {
+    if (!messages->is_array() || messages->empty()) {
+      fail_input("{}: field '{}' must be a non-empty list of messages, found {}", where, kMessagesField,
+                 messages->dump().substr(0, 80));
+    }
+    example.messages = messages->dump();
+    return;
+  }
   if (text == object.end()) {
-    fail_input("{}: missing field '{}' (fields: {}; choose another with --text-field)", where, options.text_field,
-               field_list(object));
+    fail_input("{}: missing field '{}' (fields: {}; choose another with --text-field, or give a conversation as "
+               "'messages')",
+               where, options.text_field, field_list(object));
   }
   if (!text->is_string()) fail_input("{}: field '{}' must be a string, found {}", where, options.text_field, text->type_name());
   example.text = text->get<std::string>();
   if (example.text.find_first_not_of(" \t\r\n") == std::string::npos) {
     fail_input("{}: field '{}' is empty", where, options.text_field);
   }
+}
+
+Example read_example(const Json& object, const DatasetOptions& options, Dataset& dataset, const std::string& where) {
+  if (dataset.label_field.empty()) dataset.label_field = choose_label_field(object, options, where);
+  Example example;
+  read_input(object, options, dataset, where, example);
   auto label = object.find(dataset.label_field);
   if (label == object.end()) {
     fail_input("{}: missing label field '{}' (fields: {})", where, dataset.label_field, field_list(object));

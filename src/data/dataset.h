@@ -1,5 +1,6 @@
 // Labelled texts from JSONL, one object per line, in the reference's two formats (text + cognitive_action,
-// or text + sentiment) or with fields named by the user. Errors name the file, the line and the field; with
+// or text + sentiment) or with fields named by the user; or labelled conversations, a row's "messages" (the OpenAI
+// chat format) in place of its text. Errors name the file, the line and the field; with
 // skip_invalid the bad lines are counted and reported instead.
 #pragma once
 
@@ -20,7 +21,8 @@ struct DatasetOptions {
 
 struct Example {
   int64_t line = 0;  // 0-based line of the example in the file
-  std::string text;
+  std::string text;      // a text row's text
+  std::string messages;  // a conversation row's "messages" (the OpenAI chat format), as JSON text
   std::string label;
   std::vector<std::string> kept;  // values of keep_fields, in order ("" when absent)
 };
@@ -35,6 +37,7 @@ struct Dataset {
   bool from_stream = false;  // read from standard input, a pipe or a FIFO: it cannot be read again (no --resume)
   std::string sha256;        // of the bytes read, for the outputs' dataset_sha256: a stream cannot be reopened
   std::string label_field;
+  bool conversations = false;  // rows hold "messages" (conversations) instead of texts; a file holds one kind
   std::vector<Example> examples;
   // The sorted distinct labels; all 45 of the reference's actions for its cognitive-action datasets
   // (uses_reference_label_names), as the reference indexes them.

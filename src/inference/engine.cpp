@@ -221,6 +221,11 @@ void Engine::load_probes(const model::ModelConfig& config, const std::string& fi
   request_ = readout::Request{recipe_.site, recipe_.position, layers_, 0};
 }
 
+std::string Engine::threshold_source() const {
+  if (calibrated_count_ > 0 && validation_count_ > 0) return "calibration where set, else validation";
+  return calibrated_count_ > 0 ? "calibration" : "validation";
+}
+
 // The labels in index order, each probe's column, and the thresholds and AUROCs of the probes in use.
 void Engine::index_labels() {
   std::map<int64_t, std::string> label_by_index;
@@ -244,8 +249,11 @@ void Engine::index_labels() {
                   catalog_.best_layer.at(probe.label) == layer_probes.layer;
       layer_probes.label_column.push_back(used ? static_cast<int64_t>(k) : -1);
       if (used) {
-        thresholds_[l][k] = probe.threshold;
+        // A threshold set at a target false-positive rate (calibrate_probes) replaces the validation-tuned one.
+        const bool calibrated = !std::isnan(probe.calibrated_threshold);
+        thresholds_[l][k] = calibrated ? probe.calibrated_threshold : probe.threshold;
         aucs_[l][k] = probe.val_auc;
+        (calibrated ? calibrated_count_ : validation_count_) += 1;
       }
     }
   }

@@ -97,8 +97,12 @@ class Engine {
 
   const std::vector<int64_t>& layers() const { return layers_; }
   const std::vector<std::string>& labels() const { return labels_; }
-  /// The validation-tuned threshold of label k's probe at layer index l (NaN without a probe).
+  /// The threshold of label k's probe at layer index l: the one set at a target false-positive rate where the probe
+  /// was calibrated (calibrate_probes), else the validation-tuned one (NaN without a probe).
   double calibrated_threshold(size_t l, size_t k) const { return thresholds_[l][k]; }
+  /// Which thresholds calibrated_threshold gives: "calibration", "validation", or "calibration where set, else
+  /// validation".
+  std::string threshold_source() const;
   double validation_auc(size_t l, size_t k) const { return aucs_[l][k]; }
   const probes::ProbeCatalog& catalog() const { return catalog_; }
   /// True when the probes are a multiclass probe (train_probes): labels() are its classes, and each text's
@@ -183,6 +187,7 @@ class Engine {
   std::vector<std::string> labels_;
   std::vector<LayerProbes> probes_;
   std::vector<std::vector<double>> thresholds_, aucs_;
+  int64_t calibrated_count_ = 0, validation_count_ = 0;  // probes in use with each kind of threshold
   activations::ReadoutRecipe recipe_;
   readout::Request request_;
   std::unique_ptr<readout::PromptBuilder> prompts_;

@@ -17,6 +17,7 @@ struct ScoreTable {
   std::vector<std::vector<double>> probability;  // NaN where a label has no probe at a layer
   std::vector<std::vector<double>> threshold;    // the mark's threshold of each probe
   std::vector<std::vector<double>> auc;          // validation AUROC of each probe
+  std::string threshold_source;  // with probes' own thresholds: which (Engine::threshold_source); empty otherwise
 };
 
 struct Prediction {

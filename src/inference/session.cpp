@@ -260,7 +260,7 @@ void show_generation(const Engine& engine, const InferenceRequest& r) {
 }
 
 ScoreTable table_of(const Engine& engine, const std::vector<std::vector<double>>& probability, const Display& d) {
-  ScoreTable table{engine.layers(), engine.labels(), probability, {}, {}};
+  ScoreTable table{engine.layers(), engine.labels(), probability, {}, {}, d.calibrated ? engine.threshold_source() : ""};
   for (size_t l = 0; l < table.layers.size(); ++l) {
     table.threshold.emplace_back();
     table.auc.emplace_back();
@@ -272,7 +272,10 @@ ScoreTable table_of(const Engine& engine, const std::vector<std::vector<double>>
   return table;
 }
 
-Json ranking_json(const ScoreTable& table, const std::string& text, const Display& d, bool single_layer, bool multiclass) {
+namespace {
+
+// The ranking of one text as the display lays it out.
+Json ranking_view(const ScoreTable& table, const std::string& text, const Display& d, bool single_layer, bool multiclass) {
   if (single_layer) return {{"text", text}, {"predictions", predictions_json(single_layer_shown(table, d, multiclass))}};
   if (d.mode == "by-action") {
     std::vector<LabelSummary> summaries = by_label(table, d.aggregate);
@@ -289,6 +292,14 @@ Json ranking_json(const ScoreTable& table, const std::string& text, const Displa
   std::vector<Prediction> ranked = all_predictions(table);
   ranked.resize(std::min<size_t>(ranked.size(), static_cast<size_t>(d.top_k)));
   return {{"text", text}, {"predictions", predictions_json(ranked)}};
+}
+
+}  // namespace
+
+Json ranking_json(const ScoreTable& table, const std::string& text, const Display& d, bool single_layer, bool multiclass) {
+  Json out = ranking_view(table, text, d, single_layer, multiclass);
+  if (!table.threshold_source.empty()) out["thresholds"] = table.threshold_source;
+  return out;
 }
 
 namespace {
@@ -364,7 +375,9 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
   app.add_option("--threshold", d.threshold, "Confidence at which a label is marked")
       ->capture_default_str()
       ->check(unit_interval());
-  app.add_flag("--calibrated", d.calibrated, "Mark labels at each probe's validation-tuned threshold instead");
+  app.add_flag("--calibrated", d.calibrated,
+               "Mark labels at each probe's own threshold instead: the one set at a target false-positive rate "
+               "(calibrate_probes) where there is one, else the validation-tuned one; JSON says which (thresholds)");
   app.add_option("--compare", r.compare, "A second text: show the labels that change most from --text to it");
   app.add_option("--mode", d.mode, "Several layers: all (every label and layer), by-action or by-layer")
       ->check(CLI::IsMember({"all", "by-action", "by-layer"}))->capture_default_str();

@@ -47,6 +47,19 @@ GroupCounts RankedExamples::count(const std::vector<uint32_t>& counts) const {
   return c;
 }
 
+namespace {
+
+// A threshold (predictions: score >= threshold) accepting the first `accepted` groups of the descending
+// `scores`: the middle between the lowest accepted and the next, the lowest score when all are, just above the
+// highest when none is.
+double threshold_accepting(const std::vector<double>& scores, size_t accepted) {
+  if (accepted == 0) return std::nextafter(scores.front(), std::numeric_limits<double>::infinity());
+  if (accepted == scores.size()) return scores.back();
+  return (scores[accepted - 1] + scores[accepted]) / 2.0;
+}
+
+}  // namespace
+
 RecallAtFpr recall_at_fpr(const RankedExamples& ranked, const GroupCounts& counts, double max_fpr) {
   if (!(max_fpr >= 0.0 && max_fpr <= 1.0)) fail_input("metrics: false-positive rate {} is outside [0, 1]", max_fpr);
   RecallAtFpr point;
@@ -63,14 +76,37 @@ RecallAtFpr recall_at_fpr(const RankedExamples& ranked, const GroupCounts& count
     accepted = g + 1;
   }
   point.value = static_cast<double>(true_positives) / static_cast<double>(counts.total_positives);
-  if (accepted == 0) {
-    point.threshold = std::nextafter(scores.front(), std::numeric_limits<double>::infinity());
-  } else if (accepted == scores.size()) {
-    point.threshold = scores.back();
-  } else {
-    point.threshold = (scores[accepted - 1] + scores[accepted]) / 2.0;
-  }
+  point.threshold = threshold_accepting(scores, accepted);
   return point;
+}
+
+FprThreshold threshold_at_fpr(const std::vector<double>& scores, double max_fpr) {
+  if (!(max_fpr >= 0.0 && max_fpr <= 1.0)) fail_input("false-positive rate {} is outside [0, 1]", max_fpr);
+  if (scores.empty()) fail_input("no examples to set a threshold on");
+  RankedExamples ranked(std::vector<int>(scores.size(), 0), scores);
+  const GroupCounts counts = ranked.count();
+  const auto n = static_cast<int64_t>(scores.size());
+  const auto allowed = static_cast<int64_t>(std::floor(max_fpr * static_cast<double>(n) + 1e-9));
+  FprThreshold out;
+  out.examples = n;
+  size_t accepted = 0;
+  for (size_t g = 0; g < counts.negatives.size() && out.flagged + counts.negatives[g] <= allowed; ++g) {
+    out.flagged += counts.negatives[g];
+    accepted = g + 1;
+  }
+  out.threshold = threshold_accepting(ranked.group_scores(), accepted);
+  out.fpr = static_cast<double>(out.flagged) / static_cast<double>(n);
+  out.ci95 = wilson_interval(out.flagged, n);
+  return out;
+}
+
+Interval wilson_interval(int64_t successes, int64_t trials) {
+  if (trials <= 0) return {};
+  constexpr double z = 1.959963984540054;
+  const double n = static_cast<double>(trials), p = static_cast<double>(successes) / n;
+  const double centre = (p + z * z / (2 * n)) / (1 + z * z / n);
+  const double half = z / (1 + z * z / n) * std::sqrt(p * (1 - p) / n + z * z / (4 * n * n));
+  return {std::max(0.0, centre - half), std::min(1.0, centre + half)};
 }
 
 RecallAtFpr recall_at_fpr(const std::vector<int>& labels, const std::vector<double>& scores, double max_fpr) {

@@ -65,6 +65,19 @@ RecallAtFpr recall_at_fpr(const RankedExamples& ranked, const GroupCounts& count
 /// The same, for labels and scores.
 RecallAtFpr recall_at_fpr(const std::vector<int>& labels, const std::vector<double>& scores, double max_fpr);
 
+/// A threshold set on ordinary data, which a monitor must leave alone: `score >= threshold` flags at most
+/// floor(max_fpr * n) of the n scores (rounded as recall_at_fpr rounds), placed as recall_at_fpr places it.
+struct FprThreshold {
+  double threshold = std::numeric_limits<double>::quiet_NaN();
+  double fpr = 0.0;  // the share of the scores it flags
+  Interval ci95;     // the rate's 95% Wilson interval
+  int64_t flagged = 0, examples = 0;
+};
+FprThreshold threshold_at_fpr(const std::vector<double>& scores, double max_fpr);
+
+/// The 95% Wilson score interval of a proportion of `successes` in `trials`.
+Interval wilson_interval(int64_t successes, int64_t trials);
+
 /// AUROC of grouped counts (as roc_auc); NaN without positives or negatives.
 double roc_auc(const GroupCounts& counts);
 

@@ -30,6 +30,10 @@ struct BinaryRunOptions {
   int64_t num_workers = 8;     // the reference's flag, recorded only: all probes train as one batched problem
   bool overwrite = false;      // replace an existing, non-empty output directory
   bool json = false;           // the tool prints the summary as JSON on stdout
+  // --calibrate-on: ordinary data's capture, on whose layer files each layer's probes get their threshold at
+  // --target-fpr (calibration.h); empty: none.
+  std::string calibrate_on;
+  double target_fpr = 0.01;
 };
 
 /// Trains and writes everything; returns the summary that --json prints.

@@ -9,6 +9,7 @@
 
 #include <ATen/ATen.h>
 
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -90,6 +91,9 @@ struct ProbeInfo {
   double threshold_logit = 0.0;  // the same threshold on the logit (exact: compare logits with it)
   double val_auc = 0.0;
   int64_t best_epoch = 0;
+  // The threshold on the probability set at a target false-positive rate on ordinary data (calibration.h); NaN
+  // for a probe not calibrated.
+  double calibrated_threshold = std::numeric_limits<double>::quiet_NaN();
 };
 
 /// A probes directory loaded for inference, evaluated in eval mode (no dropout): the binary probes of

@@ -40,6 +40,9 @@ struct ProbeShape {
   // special tokens (BOS) of each text are left out.
   int64_t max_tokens = 0;
   int64_t skip_leading = 0;
+  // Monitor kinds: the ema probe's smoothing (--ema-alpha) and the rolling probe's window (--window-tokens).
+  double ema_alpha = 0.1;
+  int64_t window_tokens = 16;
 };
 
 /// The token rows of B texts as an every-token kind reads them: packed, text after text.

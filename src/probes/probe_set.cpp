@@ -57,6 +57,9 @@ std::vector<ProbeInfo> binary_probes(const Json& index, const std::string& index
     info.threshold_logit = json_at<double>(entry, "threshold_logit", where);
     info.val_auc = json_at<double>(entry, "val_auc", where);
     info.best_epoch = json_at<int64_t>(entry, "best_epoch", where);
+    if (entry.contains("calibration")) {
+      info.calibrated_threshold = json_at<double>(entry.at("calibration"), "threshold", where + ": calibration");
+    }
     probes.push_back(std::move(info));
   }
   return probes;

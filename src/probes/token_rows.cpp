@@ -71,6 +71,11 @@ TokenBatch token_batch(const at::Tensor& values, const TokenIndex& index) {
           index.longest};
 }
 
+at::Tensor padded_by_text(const at::Tensor& values, const TokenBatch& batch, double fill) {
+  at::Tensor out = at::full({batch.texts * batch.longest, values.size(1)}, fill, values.options());
+  return out.index_copy_(0, batch.row_slot, values).view({batch.texts, batch.longest, values.size(1)});
+}
+
 at::Tensor token_logits(const ProbeBank& bank, const at::Tensor& values, const TokenLayout& layout) {
   const int64_t per_row = bank.probes() * bank.shape().kind->evaluation_width(bank.shape());
   std::vector<at::Tensor> parts;

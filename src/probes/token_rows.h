@@ -42,6 +42,9 @@ TokenIndex token_index(const TokenLayout& layout, const int64_t* texts, int64_t 
 /// The batch of `index`'s texts, its rows taken from `values` [rows, H] (on `values`' device, in its dtype).
 TokenBatch token_batch(const at::Tensor& values, const TokenIndex& index);
 
+/// `values` [R, n] of a batch's rows scattered into a padded [B, longest, n] of `fill` by the batch's row slots.
+at::Tensor padded_by_text(const at::Tensor& values, const TokenBatch& batch, double fill);
+
 /// Eval logits [texts, K, O] of every text of `layout`, rows from `values`, in chunks of texts that bound the
 /// intermediates' size.
 at::Tensor token_logits(const ProbeBank& bank, const at::Tensor& values, const TokenLayout& layout);

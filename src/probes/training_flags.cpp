@@ -44,6 +44,11 @@ const TrainingFlag kTrainingFlags[] = {
            ->required();
        app.add_option("--output-dir", to.binary->output_dir, "Where probes, metrics and report.html go")
            ->capture_default_str();
+       app.add_option("--calibrate-on", to.binary->calibrate_on,
+                      "A capture of ordinary data (read as the training data was): each probe's threshold is set to "
+                      "flag at most --target-fpr of its examples, and recorded in probes.json");
+       app.add_option("--target-fpr", to.binary->target_fpr, "The false-positive rate --calibrate-on allows")
+           ->capture_default_str();
      }},
     {kMulticlassOnly,
      [](CLI::App& app, const FlagTargets& to) {
@@ -96,9 +101,19 @@ const TrainingFlag kTrainingFlags[] = {
      [](CLI::App& app, const FlagTargets& to) {
        app.add_option_function<int64_t>(
            "--heads", [&heads = to.training.heads](int64_t value) { heads = value; },
-           "Attention heads of the multihead probe (default 8) or queries of the attention probe (default 1)");
+           "Attention heads of the multihead probe (default 8), queries of the attention probe (default 1) or heads of the "
+           "multimax probe (default 8)");
        app.add_option("--max-tokens", to.training.max_tokens,
                       "Attention probe: read only the last N tokens of each text (0: every token)")
+           ->capture_default_str();
+     }},
+    {kAllTools,
+     [](CLI::App& app, const FlagTargets& to) {
+       app.add_option("--ema-alpha", to.training.ema_alpha,
+                      "ema probe: the weight of each new token's score in the moving average")
+           ->capture_default_str();
+       app.add_option("--window-tokens", to.training.window_tokens,
+                      "rolling probe: the tokens of each window whose mean score it takes the maximum of")
            ->capture_default_str();
      }},
     {kTrainers,

@@ -17,6 +17,10 @@ void check_training_options(const TrainingOptions& options) {
   if (options.heads && *options.heads <= 0) fail_usage("--heads must be positive, got {}", *options.heads);
   if (options.max_tokens < 0) fail_usage("--max-tokens must be 0 (every token) or positive, got {}", options.max_tokens);
   if (!(std::isfinite(options.C) && options.C > 0.0)) fail_usage("--C must be finite and positive, got {}", options.C);
+  if (!(options.ema_alpha > 0.0 && options.ema_alpha <= 1.0)) {
+    fail_usage("--ema-alpha must be in (0, 1], got {}", options.ema_alpha);
+  }
+  if (options.window_tokens < 1) fail_usage("--window-tokens must be positive, got {}", options.window_tokens);
 }
 
 ProbeShape probe_shape(const TrainingOptions& options, int64_t input_dim, int64_t outputs) {
@@ -27,6 +31,8 @@ ProbeShape probe_shape(const TrainingOptions& options, int64_t input_dim, int64_
   shape.outputs = outputs;
   shape.heads = options.heads.value_or(shape.kind->default_heads());
   shape.max_tokens = options.max_tokens;
+  shape.ema_alpha = options.ema_alpha;
+  shape.window_tokens = options.window_tokens;
   // A fitted probe, or a kind without dropout (attention), never drops inputs; its files say so.
   if (shape.kind->fits_directly() || mask_width(shape) == 0) shape.dropout = 0.0;
   return shape;

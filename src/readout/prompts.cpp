@@ -1,9 +1,12 @@
 #include "readout/prompts.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 
+#include "chat/conversation.h"
+#include "chat/token_masks.h"
 #include "common/error.h"
 
 namespace probekit::readout {
@@ -47,6 +50,47 @@ std::vector<Prompt> PromptBuilder::build(const std::vector<std::string>& texts) 
     if (ids[i].empty()) fail("a prompt tokenized to no tokens (empty text and no prompt suffix?)");
     out[i].cut = cut_from_start(ids[i], limit_.max_length, leading_specials_);
     out[i].ids = std::move(ids[i]);
+  }
+  return out;
+}
+
+std::vector<Prompt> PromptBuilder::build_conversations(const std::vector<std::string>& conversations,
+                                                       const chat::ChatTemplate& chat, TokenMask mask,
+                                                       bool add_generation_prompt,
+                                                       const std::function<std::string(size_t)>& where) const {
+  if (!suffix_.empty()) fail_usage("conversations take no prompt suffix: the chat template writes the turns");
+  std::vector<chat::OrderedJson> messages(conversations.size());
+  std::vector<std::string> rendered(conversations.size());
+  for (size_t i = 0; i < conversations.size(); ++i) {
+    try {
+      messages[i] = chat::OrderedJson::parse(conversations[i]);
+      if (std::optional<chat::MessageProblem> problem = chat::find_message_problem(messages[i])) {
+        fail_input("{}", problem->message);
+      }
+      chat::ChatTemplateInputs inputs;
+      inputs.messages = messages[i];
+      inputs.add_generation_prompt = add_generation_prompt;
+      rendered[i] = chat.render(inputs);
+    } catch (const std::exception&) {
+      rethrow_with_context(where(i));
+    }
+  }
+  std::vector<std::vector<int32_t>> ids = tokenizer_->encode_batch(rendered, false);
+  std::vector<Prompt> out(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    try {
+      const auto spans = tokenizer_->token_spans(ids[i], rendered[i]);
+      out[i].mask = chat::token_mask(spans, chat::content_spans(messages[i], rendered[i]), mask);
+    } catch (const std::exception&) {
+      rethrow_with_context(where(i));
+    }
+    out[i].cut = cut_from_start(ids[i], limit_.max_length, leading_specials_);
+    out[i].mask.erase(out[i].mask.begin() + leading_specials_, out[i].mask.begin() + leading_specials_ + out[i].cut);
+    out[i].ids = std::move(ids[i]);
+    if (std::find(out[i].mask.begin(), out[i].mask.end(), 1) == out[i].mask.end()) {
+      fail_input("{}: no token of this conversation is in the {} mask (--mask){}", where(i), token_mask_name(mask),
+                 out[i].cut > 0 ? fmt::format(" after {} tokens were cut to fit {}", out[i].cut, limit_.description) : "");
+    }
   }
   return out;
 }

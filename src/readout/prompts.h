@@ -5,9 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "chat/chat_template.h"
+#include "sites/positions.h"
 #include "tokenizer/tokenizer.h"
 
 namespace probekit::readout {
@@ -22,6 +25,7 @@ struct PromptLimit {
 struct Prompt {
   std::vector<int32_t> ids;
   int64_t cut = 0;
+  std::vector<uint8_t> mask;  // a conversation's: 1 for each token read (--mask); empty for a text (every token)
 };
 
 class PromptBuilder {
@@ -31,6 +35,14 @@ class PromptBuilder {
 
   /// The prompt of each text (text + suffix with special tokens, cut to the limit), tokenized in parallel.
   std::vector<Prompt> build(const std::vector<std::string>& texts) const;
+  /// Conversations' prompts, each a JSON list of messages: rendered with `chat`'s template as transformers'
+  /// apply_chat_template renders it (with the generation prompt when `add_generation_prompt`), tokenized without
+  /// adding special tokens (the template writes its own), cut to the limit as texts are, and masked: mask[t] = 1
+  /// for the tokens `mask` reads. A content the template rewrites, or a conversation none of whose tokens is in the
+  /// mask, is an error naming `where(i)`. The builder's suffix must be empty.
+  std::vector<Prompt> build_conversations(const std::vector<std::string>& conversations, const chat::ChatTemplate& chat,
+                                          TokenMask mask, bool add_generation_prompt,
+                                          const std::function<std::string(size_t)>& where) const;
   /// For reading every prefix of a text: the text's ids (with special tokens) cut so that any prefix of them
   /// followed by suffix_ids() fits the limit.
   Prompt build_text(const std::string& text) const;

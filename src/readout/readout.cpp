@@ -105,13 +105,18 @@ bool packs_sequences(const model::TransformerModel& model, const Request& reques
 namespace {
 
 at::Tensor read_packed_rows(const model::TransformerModel& model, const std::vector<Sequence>& sequences,
-                            const Request& request) {
+                            const Request& request, const std::vector<std::vector<uint8_t>>& masks) {
   if (model::longest_short_rope_sequence(model.config()) > 0) {
     fail_input("sequences cannot be packed for a model whose rope depends on the sequence's length (longrope)");
   }
   PackedBatch batch = pack(sequences, model.device());
   const int64_t count = batch.last_rows.size(0);
+  const at::Tensor read = masks.empty() ? at::Tensor() : read_tokens(masks, batch.longest, model.device());
   SiteReader reader(request, model.device(), [&](const at::Tensor& values) {
+    if (read.defined()) {
+      const at::Tensor padded = unpack(values, batch);
+      return request.position == Position::kAll ? read_token_rows(padded, read) : pool_read(padded, read, request.position);
+    }
     if (request.position == Position::kLast) {
       // The deepest layer gives its last tokens only (last_layer_rows below); where every sequence is one token
       // long, a layer's values are those rows as well.
@@ -124,7 +129,9 @@ at::Tensor read_packed_rows(const model::TransformerModel& model, const std::vec
   pass.input_ids = batch.ids;
   pass.positions = batch.positions;
   pass.packed = &batch.layout;
-  if (request.position == Position::kLast && request.site != Site::kResidPre) pass.last_layer_rows = batch.last_rows;
+  if (request.position == Position::kLast && request.site != Site::kResidPre && masks.empty()) {
+    pass.last_layer_rows = batch.last_rows;
+  }
   reader.attach(pass);
   model.forward(pass);
   return reader.stacked();
@@ -133,12 +140,19 @@ at::Tensor read_packed_rows(const model::TransformerModel& model, const std::vec
 }  // namespace
 
 at::Tensor read_rows(const model::TransformerModel& model, const std::vector<Sequence>& sequences,
-                     const Request& request) {
+                     const Request& request, const std::vector<std::vector<uint8_t>>& masks) {
   check_site(request.site, request.position, request.layers, model.config());
   for (const Sequence& s : sequences) model.check_inputs(s);
-  if (packs_sequences(model, request)) return read_packed_rows(model, sequences, request);
+  if (!masks.empty() && masks.size() != sequences.size()) {
+    fail_input("{} token masks for {} sequences", masks.size(), sequences.size());
+  }
+  if (packs_sequences(model, request)) return read_packed_rows(model, sequences, request, masks);
   PaddedBatch batch = pad(sequences, model.device());
+  const at::Tensor read = masks.empty() ? at::Tensor() : read_tokens(masks, batch.ids.size(1), model.device());
   SiteReader reader(request, model.device(), [&](const at::Tensor& hidden) {
+    if (read.defined()) {
+      return request.position == Position::kAll ? read_token_rows(hidden, read) : pool_read(hidden, read, request.position);
+    }
     return request.position == Position::kAll ? real_token_rows(hidden, batch.lengths)
                                               : pool(hidden, batch.lengths, request.position, request.skip_leading);
   });

@@ -36,9 +36,10 @@ bool packs_sequences(const model::TransformerModel& model, const Request& reques
 
 /// Rows of `sequences` at the request's site and position, every requested layer from one forward pass:
 /// [rows, layers, site_width] in fp32 on the model's device. One row per sequence, or with Position::kAll one
-/// per token, sequence after sequence.
+/// per token, sequence after sequence. With `masks` (a conversation's --mask, one per sequence, 1 per token read),
+/// positions read the masked tokens only: the last of them, their mean or max, or each of their rows.
 at::Tensor read_rows(const model::TransformerModel& model, const std::vector<Sequence>& sequences,
-                     const Request& request);
+                     const Request& request, const std::vector<std::vector<uint8_t>>& masks = {});
 
 /// Row t [layers, hidden] is what `request` (position last) reads for the prompt text[0..t] + suffix:
 /// one pass over the text records its keys and values, then batched passes run the suffix after each prefix

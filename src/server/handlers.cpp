@@ -95,7 +95,7 @@ std::shared_ptr<const steering::SteeringVectors> resolve_steering(const ServerCo
 inference::ScoreTable query_table(const ServerContext& context, const std::vector<std::vector<double>>& probability,
                                   const ViewQuery& view) {
   inference::ScoreTable all = inference::table_of(context.engine, probability, display_of(view));
-  inference::ScoreTable table{{}, all.labels, {}, {}, {}};
+  inference::ScoreTable table{{}, all.labels, {}, {}, {}, all.threshold_source};
   for (size_t l : layer_rows(context.engine, view.layers)) {
     table.layers.push_back(all.layers[l]);
     table.probability.push_back(all.probability[l]);

@@ -73,27 +73,36 @@ void ByteLevelPreTokenizer::pre_tokenize(std::vector<Piece>& pieces) const {
   });
 }
 
-void ByteLevelDecoder::decode_chain(std::vector<std::string>& tokens) const {
+namespace {
+
+// The bytes of one token's characters, or the token as it is when one of them is not a byte's character.
+void append_token_bytes(const std::string& token, std::string& bytes) {
   const ByteTables& t = tables();
-  std::string bytes;
-  for (const std::string& token : tokens) {
-    size_t token_start = bytes.size();
-    size_t pos = 0;
-    bool mapped = true;
-    while (pos < token.size()) {
-      char32_t cp = next_code_point(token, pos);
-      if (cp >= t.char_to_byte.size() || t.char_to_byte[cp] < 0) {
-        mapped = false;
-        break;
-      }
-      bytes.push_back(static_cast<char>(t.char_to_byte[cp]));
-    }
-    if (!mapped) {
+  const size_t token_start = bytes.size();
+  size_t pos = 0;
+  while (pos < token.size()) {
+    char32_t cp = next_code_point(token, pos);
+    if (cp >= t.char_to_byte.size() || t.char_to_byte[cp] < 0) {
       bytes.resize(token_start);
       bytes.append(token);
+      return;
     }
+    bytes.push_back(static_cast<char>(t.char_to_byte[cp]));
   }
+}
+
+}  // namespace
+
+void ByteLevelDecoder::decode_chain(std::vector<std::string>& tokens) const {
+  std::string bytes;
+  for (const std::string& token : tokens) append_token_bytes(token, bytes);
   tokens.assign(1, to_valid_utf8(bytes));
+}
+
+std::string ByteLevelDecoder::token_bytes(std::string token) const {
+  std::string bytes;
+  append_token_bytes(token, bytes);
+  return bytes;
 }
 
 }  // namespace probekit::tokenizer

@@ -38,6 +38,7 @@ class ByteLevelPreTokenizer : public PreTokenizer {
 class ByteLevelDecoder : public Decoder {
  public:
   void decode_chain(std::vector<std::string>& tokens) const override;
+  std::string token_bytes(std::string token) const override;
 };
 
 }  // namespace probekit::tokenizer

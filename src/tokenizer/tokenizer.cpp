@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/json.h"
 #include "tokenizer/added_vocabulary.h"
 #include "tokenizer/decoders/decoder.h"
 #include "tokenizer/models/model.h"
@@ -217,6 +218,34 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
     for (size_t i = 0; i < tokens.size(); i++) text.append(i == 0 ? "" : " ").append(tokens[i]);
   }
   return text;
+}
+
+std::vector<std::pair<size_t, size_t>> Tokenizer::token_spans(const std::vector<int32_t>& ids,
+                                                             std::string_view text) const {
+  std::vector<std::pair<size_t, size_t>> spans;
+  spans.reserve(ids.size());
+  size_t at = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::string bytes;
+    if (std::optional<std::string_view> added = impl_->added.id_to_token(ids[i])) {
+      bytes = std::string(*added);
+      // An added token matched after normalization ("▁▁" for two spaces) stands for its decoded bytes.
+      if (text.compare(at, bytes.size(), bytes) != 0 && impl_->decoder) bytes = impl_->decoder->token_bytes(bytes);
+    } else {
+      std::optional<std::string_view> token = impl_->model->id_to_token(ids[i]);
+      if (!token) fail_input("token {} (id {}) is not in the vocabulary", i, ids[i]);
+      bytes = impl_->decoder ? impl_->decoder->token_bytes(std::string(*token)) : std::string(*token);
+    }
+    if (text.compare(at, bytes.size(), bytes) != 0) {
+      fail_input("token {} (id {}, {}) does not spell the text at byte {}: the tokenizer rewrites the text, so its "
+                 "tokens' spans are unknown",
+                 i, ids[i], Json(bytes).dump(), at);
+    }
+    spans.emplace_back(at, at + bytes.size());
+    at += bytes.size();
+  }
+  if (at != text.size()) fail_input("the {} tokens spell {} of the text's {} bytes", ids.size(), at, text.size());
+  return spans;
 }
 
 std::string Tokenizer::id_to_token(int32_t id) const {

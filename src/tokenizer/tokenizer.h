@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace probekit::tokenizer {
@@ -29,6 +30,10 @@ class Tokenizer {
   /// Encodes texts in parallel (OpenMP); the result is in input order and equals encode() of each.
   std::vector<std::vector<int32_t>> encode_batch(const std::vector<std::string>& texts,
                                                  bool add_special_tokens = true) const;
+  /// Each token's byte span [start, end) in `text`, for ids that encode(text, false) gave: what each token stands
+  /// for, one after the other (the crate's offsets, in bytes). Throws, naming the token and the byte, when the
+  /// tokens do not spell `text` byte for byte (a normalizer that rewrites it, an added token that swallows spaces).
+  std::vector<std::pair<size_t, size_t>> token_spans(const std::vector<int32_t>& ids, std::string_view text) const;
   /// Decodes ids to text; ids that are not in the vocabulary are skipped, as in the crate.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
 

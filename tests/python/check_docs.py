@@ -40,6 +40,7 @@ TOOL_PAGES = {
     "merge_activations": ("docs/inspect_model.md", [[]]),
     "make_steering_vectors": ("docs/steering.md", [[]]),
     "steering_sweep": ("docs/steering.md", [[]]),
+    "calibrate_probes": ("docs/monitoring.md", [[]]),
 }
 
 

@@ -21,6 +21,7 @@
 #include "probes/synthetic_activations.h"
 #include "probes/token_rows.h"
 #include "probes/training_data.h"
+#include "probe_fixture.h"
 #include "test_paths.h"
 #include "test_util.h"
 
@@ -229,19 +230,6 @@ TEST_CASE("train_probes refuses mean-diff, naming why") {
 
 namespace {
 
-// A --position all file of 32-wide tokens, 20 to 60 per text: a "marker" text holds one token of noise + 6 d at a
-// uniformly drawn place; a "plain" text is noise only.
-activations::ActivationFile marker_file(const TempDir& tmp) {
-  SyntheticActivations spec = uniform_synthetic(2, {200, 50, 50}, 32);
-  spec.label_names = {"marker", "plain"};
-  spec.signal = {6.0, 0.0};
-  spec.min_tokens = 20;
-  spec.max_tokens = 60;
-  std::string path = tmp.file("layer_0_activations.h5");
-  write_synthetic_activation_file(path, spec);
-  return activations::read_activation_file(path);
-}
-
 // The same texts with one row each, as a --position last or mean capture gives them (train_binary_probes --pool).
 activations::ActivationFile pooled(const activations::ActivationFile& file, bool mean) {
   BinaryTrainingOptions options;
@@ -262,7 +250,7 @@ BinaryTrainingResult train_kind(const activations::ActivationFile& file, const c
 
 TEST_CASE("an attention probe finds a marker token anywhere in a text, where last-token and mean pooling cannot") {
   TempDir tmp;
-  activations::ActivationFile file = marker_file(tmp);
+  activations::ActivationFile file = testing::marker_activations(tmp);
   BinaryTrainingResult attention = train_kind(file, "attention");
   BinaryTrainingResult last = train_kind(pooled(file, false), "linear");
   BinaryTrainingResult mean = train_kind(pooled(file, true), "linear");
@@ -297,7 +285,7 @@ TEST_CASE("an attention probe finds a marker token anywhere in a text, where las
 
 TEST_CASE("attention probes: wrong captures and flags are refused, naming what to do") {
   TempDir tmp;
-  activations::ActivationFile file = marker_file(tmp);
+  activations::ActivationFile file = testing::marker_activations(tmp);
   CHECK_THROWS_WITH(train_kind(pooled(file, false), "attention"), doctest::Contains("capture with --position all"));
   CHECK_THROWS_WITH(train_kind(file, "linear"), doctest::Contains("or train --model-type attention on it"));
   MulticlassTrainingOptions multiclass;

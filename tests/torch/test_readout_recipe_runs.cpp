@@ -11,6 +11,7 @@
 #include "inference/engine.h"
 #include "io/hdf5.h"
 #include "probes/binary_run.h"
+#include "probes/calibration.h"
 #include "probes/probe_files.h"
 #include "probes/synthetic_activations.h"
 #include "probe_fixture.h"
@@ -109,4 +110,52 @@ TEST_CASE("inference refuses layers whose probes were read differently, naming t
   CHECK_CONTAINS(load_error(options), "trained on another model");
   options.force = true;  // --force runs another model's probes, whatever layer they are at
   CHECK(load_error(options) == "loaded");
+}
+
+TEST_CASE("calibration: each probe flags at most the target share of ordinary data; --calibrated uses it") {
+  TempDir tmp;
+  ProbeFixture fixture;
+  fixture.epochs = 3;
+  fixture.in_process = true;
+  fixture.layers = "2";
+  const std::string probes_dir = train_fixture_probes(tmp, fixture);
+  probes::CalibrationOptions options;
+  options.probes_dir = probes_dir;
+  options.activations = tmp.file("activations");
+  options.target_fpr = 0.05;
+  const Json summary = probes::calibrate(options);
+  REQUIRE(summary["layers"].size() == 1);
+  const Json index = read_json_file(probes_dir + "/probes.json");
+  for (const Json& probe : index["probes"]) {
+    const Json& c = probe.at("calibration");
+    CHECK(c["fpr"].get<double>() <= 0.05);
+    CHECK(c["examples"] == 60);
+    CHECK(c["target_fpr"] == 0.05);
+    CHECK(c["source"] == tmp.file("activations/layer_2_activations.h5"));
+  }
+  inference::Engine engine = inference::Engine::load(cpu_engine_options(probes_dir));
+  CHECK(engine.threshold_source() == "calibration");
+  const probes::ProbeSet set = probes::ProbeSet::load(probes_dir, at::kCPU, at::kFloat);
+  CHECK(set.probes()[0].calibrated_threshold == index["probes"][0]["calibration"]["threshold"].get<double>());
+
+  // Ordinary data read otherwise (another site) is refused, naming the field.
+  set_file_attribute(tmp.file("activations/layer_2_activations.h5"), "site", "mlp_out");
+  CHECK_THROWS_WITH(probes::calibrate(options), doctest::Contains("(site: \"resid_post\" in the probes' activations"));
+}
+
+TEST_CASE("train_binary_probes --calibrate-on sets each layer's thresholds on that capture's file of the layer") {
+  TempDir tmp;
+  const std::string path = synthetic_layer(tmp, 3);
+  probes::BinaryRunOptions run = cpu_binary_run(path, tmp.file("out"), 2);
+  run.calibrate_on = tmp.file("activations");
+  run.target_fpr = 0.1;
+  probes::run_binary_training(run);
+  const Json index = read_json_file(tmp.file("out/probes.json"));
+  for (const Json& probe : index["probes"]) {
+    CHECK(probe.at("calibration")["fpr"].get<double>() <= 0.1);
+    CHECK(probe.at("calibration")["examples"] == 80);
+  }
+  run.calibrate_on = synthetic_layer(tmp, 4);
+  run.overwrite = true;
+  CHECK_THROWS_WITH(probes::run_binary_training(run), doctest::Contains("no layer 3 file to calibrate"));
 }

@@ -55,7 +55,8 @@ TEST_CASE("training flags: each tool takes its own set, and --help shows the too
     CHECK_MESSAGE(!has_flag(multiclass_app, flag), flag);
     CHECK_MESSAGE(!has_flag(bench_app, flag), flag);
   }
-  for (const char* flag : {"--model-type", "--epochs", "--device", "--dtype", "--C", "--heads", "--max-tokens"}) {
+  for (const char* flag : {"--model-type", "--epochs", "--device", "--dtype", "--C", "--heads", "--max-tokens",
+                           "--ema-alpha", "--window-tokens"}) {
     CHECK_MESSAGE(has_flag(bench_app, flag), flag);
     CHECK_MESSAGE(has_flag(binary_app, flag), flag);
   }
@@ -64,7 +65,7 @@ TEST_CASE("training flags: each tool takes its own set, and --help shows the too
   std::string binary_help = binary_app.help(), multiclass_help = multiclass_app.help();
   INFO(binary_help << "\n" << multiclass_help);
   for (const char* shown : {"--batch-size INT=18", "--epochs INT=50", "--lr FLOAT=0.0005", "--weight-decay FLOAT=0.001",
-                            "--early-stopping-patience INT=10", "--model-type TEXT:{linear,multihead,logistic,mean-diff,attention}=linear",
+                            "--early-stopping-patience INT=10", "--model-type TEXT:{linear,multihead,logistic,mean-diff,attention,ema,rolling,multimax}=linear",
                             "--C FLOAT=1", "--pos-weight TEXT:{none,auto}=none", "--device TEXT=auto"}) {
     CHECK_MESSAGE(binary_help.find(shown) != std::string::npos, shown);
   }

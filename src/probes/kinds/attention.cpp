@@ -14,6 +14,7 @@
 
 #include "probes/kinds/kinds.h"
 #include "probes/probe_bank.h"
+#include "probes/token_rows.h"
 
 namespace probekit::probes {
 
@@ -23,12 +24,6 @@ enum Parameter : size_t { kPositionWeight, kQueryWeight, kValueWeight, kValueBia
 // Positions in TrainActivations::intermediates: weights [R, K*h], values [R, K*h*O], pools [B, K*h*O], and the
 // batch's text [R] and position [R] of each row.
 enum Saved : size_t { kWeights, kValues, kPools, kText, kPosition };
-
-// `values` [R, n] scattered into a padded [B, longest, n] of `fill` by the batch's row slots.
-at::Tensor padded(const at::Tensor& values, const TokenBatch& batch, double fill) {
-  at::Tensor out = at::full({batch.texts * batch.longest, values.size(1)}, fill, values.options());
-  return out.index_copy_(0, batch.row_slot, values).view({batch.texts, batch.longest, values.size(1)});
-}
 
 // The rows of q.weight and v.weight of every probe as one matrix [K*h*(1+O), H] of `flat` (values or gradients).
 at::Tensor projection_rows(const ProbeBank& bank, const at::Tensor& flat) {
@@ -99,11 +94,11 @@ TrainActivations AttentionKind::forward_tokens(const ProbeBank& bank, const Toke
   at::Tensor scores = at::addcmul(projected.narrow(1, 0, heads), batch.position.unsqueeze(1),
                                   bank.parameter(kPositionWeight).view({1, heads}));
   at::Tensor u = projected.narrow(1, heads, values) + bank.parameter(kValueBias).view({1, values});
-  at::Tensor weights = at::softmax(padded(scores, batch, -std::numeric_limits<double>::infinity()), 1)
+  at::Tensor weights = at::softmax(padded_by_text(scores, batch, -std::numeric_limits<double>::infinity()), 1)
                            .view({-1, heads})
                            .index_select(0, batch.row_slot);
   at::Tensor weighted = (u.view({-1, heads, s.outputs}) * weights.unsqueeze(2)).view({-1, values});
-  at::Tensor pools = padded(weighted, batch, 0.0).sum(1);  // [B, K*h*O]
+  at::Tensor pools = padded_by_text(weighted, batch, 0.0).sum(1);  // [B, K*h*O]
   saved.logits = pools.view({batch.texts, k, s.heads, s.outputs}).sum(2);
   saved.intermediates = {weights, u, pools, batch.text, batch.position};
   return saved;

@@ -12,5 +12,8 @@ std::unique_ptr<ProbeKind> make_multihead_kind();
 std::unique_ptr<ProbeKind> make_logistic_kind();
 std::unique_ptr<ProbeKind> make_mean_diff_kind();
 std::unique_ptr<ProbeKind> make_attention_kind();
+std::unique_ptr<ProbeKind> make_ema_kind();
+std::unique_ptr<ProbeKind> make_rolling_kind();
+std::unique_ptr<ProbeKind> make_multimax_kind();
 
 }  // namespace probekit::probes

@@ -18,6 +18,9 @@ const std::vector<std::unique_ptr<ProbeKind>>& registry() {
     all.push_back(make_logistic_kind());
     all.push_back(make_mean_diff_kind());
     all.push_back(make_attention_kind());
+    all.push_back(make_ema_kind());
+    all.push_back(make_rolling_kind());
+    all.push_back(make_multimax_kind());
     return all;
   }();
   return kinds;

@@ -56,8 +56,21 @@ constexpr TypeRow<Decoder> kDecoderTypes[] = {
 
 }  // namespace
 
+std::string Decoder::token_bytes(std::string token) const {
+  std::vector<std::string> tokens = {std::move(token)};
+  decode_chain(tokens);
+  std::string joined;
+  for (const std::string& part : tokens) joined += part;
+  return joined;
+}
+
 void SequenceDecoder::decode_chain(std::vector<std::string>& tokens) const {
   for (const auto& step : steps_) step->decode_chain(tokens);
+}
+
+std::string SequenceDecoder::token_bytes(std::string token) const {
+  for (const auto& step : steps_) token = step->token_bytes(std::move(token));
+  return token;
 }
 
 std::unique_ptr<Decoder> make_decoder(const JsonNode& node) {

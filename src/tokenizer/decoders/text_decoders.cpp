@@ -73,6 +73,11 @@ void ByteFallbackDecoder::decode_chain(std::vector<std::string>& tokens) const {
   tokens.swap(out);
 }
 
+std::string ByteFallbackDecoder::token_bytes(std::string token) const {
+  const int byte = byte_token_value(token);
+  return byte >= 0 ? std::string(1, static_cast<char>(byte)) : token;
+}
+
 void FuseDecoder::decode_chain(std::vector<std::string>& tokens) const {
   std::string joined;
   for (const std::string& token : tokens) joined.append(token);

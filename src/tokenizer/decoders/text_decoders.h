@@ -24,6 +24,7 @@ class ReplaceDecoder : public Decoder {
 class ByteFallbackDecoder : public Decoder {
  public:
   void decode_chain(std::vector<std::string>& tokens) const override;
+  std::string token_bytes(std::string token) const override;
 };
 
 /// Concatenates all tokens into one.

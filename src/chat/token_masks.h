@@ -1,0 +1,33 @@
+// Which tokens of a rendered conversation belong to which message: each message's content found in the rendered text
+// in order, and the tokens whose byte spans overlap the contents of a role (--mask). Role headers, turn markers and
+// the template's own text are in no message's content, so in no role's mask.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "chat/chat_template.h"
+#include "sites/positions.h"
+
+namespace probekit::chat {
+
+/// Where one text part of a message's content lies in the rendered conversation, in bytes [begin, end).
+struct ContentSpan {
+  size_t message = 0;
+  std::string role;
+  size_t begin = 0, end = 0;
+};
+
+/// The spans of every message's content (a string, or each text part of a list) in `rendered`, found in order, each
+/// search starting where the previous one ended. A content the template rewrites (so that it is not in the text as
+/// written) is an error naming the message (std::invalid_argument).
+std::vector<ContentSpan> content_spans(const OrderedJson& messages, const std::string& rendered);
+
+/// 1 for each token (its byte span in the rendered text, Tokenizer::token_spans) that `mask` reads: one overlapping
+/// a content of the role (kLastAssistant: of the last assistant message), or every token (kAll).
+std::vector<uint8_t> token_mask(const std::vector<std::pair<size_t, size_t>>& token_spans,
+                                const std::vector<ContentSpan>& contents, TokenMask mask);
+
+}  // namespace probekit::chat

@@ -1,0 +1,98 @@
+// Conversations' token masks against transformers and tokenizers (tests/fixtures/dialogues: the real Gemma 3, Qwen 3
+// and Llama 3 templates and tokenizers, fetched by scripts/fetch_tokenizers.sh): the render, the ids of the rendered
+// text without added special tokens, and which tokens are assistant or user content must equal theirs.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "chat/conversation.h"
+#include "chat/token_masks.h"
+#include "common/files.h"
+#include "common/json.h"
+#include "test_paths.h"
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace probekit;
+
+namespace {
+
+std::string tokenizer_dir(const std::string& name) {
+  std::string dir = std::string(PROBEKIT_TOKENIZER_CACHE) + "/" + name;
+  if (!is_regular_file(dir + "/tokenizer.json")) {
+    FAIL("missing ", dir, "/tokenizer.json: run scripts/fetch_tokenizers.sh to fetch the real tokenizers");
+  }
+  return dir;
+}
+
+std::vector<uint8_t> fixture_mask(const Json& conversation, const char* key) {
+  return conversation.at(key).get<std::vector<uint8_t>>();
+}
+
+}  // namespace
+
+TEST_CASE("conversations' renders, ids and assistant/user masks equal transformers' on the real templates") {
+  for (const char* name : {"gemma3", "qwen3", "llama3"}) {
+    const std::string dir = tokenizer_dir(name);
+    const tokenizer::Tokenizer tokenizer = tokenizer::Tokenizer::from_file(dir + "/tokenizer.json");
+    const Json fixture = read_json_file(std::string(PROBEKIT_FIXTURES) + "/dialogues/" + name + ".json");
+    for (size_t c = 0; c < fixture.at("conversations").size(); ++c) {
+      const Json& conversation = fixture.at("conversations")[c];
+      INFO(name << " conversation " << c);
+      const chat::OrderedJson messages = chat::OrderedJson::parse(conversation.at("messages").dump());
+      const std::string rendered = chat::render_conversation(dir, messages, false);
+      REQUIRE(rendered == conversation.at("rendered").get<std::string>());
+      const std::vector<int32_t> ids = tokenizer.encode(rendered, false);
+      REQUIRE(ids == conversation.at("ids").get<std::vector<int32_t>>());
+      const auto spans = tokenizer.token_spans(ids, rendered);
+      const std::vector<chat::ContentSpan> contents = chat::content_spans(messages, rendered);
+      CHECK(chat::token_mask(spans, contents, TokenMask::kAssistant) == fixture_mask(conversation, "assistant_mask"));
+      CHECK(chat::token_mask(spans, contents, TokenMask::kUser) == fixture_mask(conversation, "user_mask"));
+      CHECK(chat::token_mask(spans, contents, TokenMask::kAll) == std::vector<uint8_t>(ids.size(), 1));
+    }
+  }
+}
+
+TEST_CASE("last-assistant reads the last assistant message only; a rewritten content is an error naming it") {
+  const std::string dir = tokenizer_dir("qwen3");
+  const tokenizer::Tokenizer tokenizer = tokenizer::Tokenizer::from_file(dir + "/tokenizer.json");
+  const chat::OrderedJson messages = chat::OrderedJson::parse(R"([{"role": "user", "content": "Hi"},
+      {"role": "assistant", "content": "Hello there"}, {"role": "user", "content": "Again"},
+      {"role": "assistant", "content": "Hello again"}])");
+  const std::string rendered = chat::render_conversation(dir, messages, false);
+  const std::vector<int32_t> ids = tokenizer.encode(rendered, false);
+  const auto spans = tokenizer.token_spans(ids, rendered);
+  const auto contents = chat::content_spans(messages, rendered);
+  const std::vector<uint8_t> last = chat::token_mask(spans, contents, TokenMask::kLastAssistant);
+  const std::vector<uint8_t> every = chat::token_mask(spans, contents, TokenMask::kAssistant);
+  std::string read_last, read_every;
+  for (size_t t = 0; t < ids.size(); ++t) {
+    if (last[t]) read_last += rendered.substr(spans[t].first, spans[t].second - spans[t].first);
+    if (every[t]) read_every += rendered.substr(spans[t].first, spans[t].second - spans[t].first);
+  }
+  CHECK(read_last == "Hello again");
+  CHECK(read_every == "Hello thereHello again");
+
+  const chat::OrderedJson rewritten = chat::OrderedJson::parse(R"([{"role": "user", "content": "Hi"},
+      {"role": "assistant", "content": "<think>\nhidden\n</think>\n\nshown"}, {"role": "user", "content": "Next"}])");
+  CHECK_THROWS_WITH(chat::content_spans(rewritten, chat::render_conversation(dir, rewritten, false)),
+                    doctest::Contains("messages[1] (assistant): its content \"<think>\\nhidden"));
+}
+
+TEST_CASE("token spans: every token's bytes in the text, one after the other; a rewritten text is refused") {
+  const tokenizer::Tokenizer gemma = tokenizer::Tokenizer::from_file(tokenizer_dir("gemma3") + "/tokenizer.json");
+  const std::string text = "<bos>Café 日本 🤖 a  b\n";
+  const std::vector<int32_t> ids = gemma.encode(text, false);
+  const auto spans = gemma.token_spans(ids, text);
+  REQUIRE(spans.size() == ids.size());
+  CHECK(spans.front() == std::pair<size_t, size_t>(0, 5));
+  CHECK(spans.back().second == text.size());
+  for (size_t t = 1; t < spans.size(); ++t) CHECK(spans[t].first == spans[t - 1].second);
+  CHECK_THROWS_WITH(gemma.token_spans(ids, text + "x"), doctest::Contains("spell"));
+  const tokenizer::Tokenizer qwen = tokenizer::Tokenizer::from_file(tokenizer_dir("qwen3") + "/tokenizer.json");
+  // NFC rewrites a decomposed accent: its tokens spell the composed one.
+  const std::string decomposed = "Cafe\xCC\x81";
+  CHECK_THROWS_WITH(qwen.token_spans(qwen.encode(decomposed, false), decomposed),
+                    doctest::Contains("does not spell the text at byte"));
+}

@@ -1,0 +1,199 @@
+// Capturing conversations: rows with "messages" rendered with the model's chat template, tokenized without added
+// special tokens, and read at the tokens of --mask only: position all stores those tokens' rows with their ids and
+// positions, last/mean/max pool over them, each equal to the model's hidden states at those positions. What does
+// not make sense is refused, naming the line or the flag.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <string>
+#include <vector>
+
+#include "activations/activation_store.h"
+#include "capture/capture.h"
+#include "chat/conversation.h"
+#include "chat/token_masks.h"
+#include "capture_runs.h"
+#include "common/json.h"
+#include "readout/readout.h"
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace probekit;
+using namespace probekit::testing;
+using activations::Split;
+
+namespace {
+
+const char* const kLabels[] = {"calm", "curious", "tense"};
+
+// 8 conversations of each label: a user question and an assistant reply that names the label.
+std::string write_conversations(const TempDir& tmp) {
+  std::string lines;
+  for (int i = 0; i < 24; ++i) {
+    const char* label = kLabels[i % 3];
+    Json messages = Json::array({{{"role", "user"}, {"content", fmt::format("Question number {} about the day", i)}},
+                                 {{"role", "assistant"}, {"content", fmt::format("I feel {} today, {} times over", label, i)}}});
+    lines += Json({{"messages", messages}, {"label", label}}).dump() + "\n";
+  }
+  std::string path = tmp.file("chats.jsonl");
+  write_text(path, lines);
+  return path;
+}
+
+capture::CaptureOptions conversation_capture(const TempDir& tmp, Position position, const std::string& out) {
+  capture::CaptureOptions o;
+  o.model_dir = kGemmaModel;
+  o.dataset_path = write_conversations(tmp);
+  o.dataset.label_field = "label";
+  o.device = "cpu";
+  o.layers = "2";
+  o.position = position;
+  o.output_dir = tmp.file(out);
+  return o;
+}
+
+// The rendered ids of the dataset's line `line`, and the hidden states of layer 2 at each of them [T, hidden].
+struct Rendered {
+  std::vector<int32_t> ids;
+  at::Tensor layer;
+};
+
+Rendered rendered_line(const std::string& dataset, int64_t line, const model::TransformerModel& model,
+                       const tokenizer::Tokenizer& tok) {
+  const data::Dataset d = data::read_dataset(dataset, {"text", "label"});
+  const chat::OrderedJson messages = chat::OrderedJson::parse(d.examples[static_cast<size_t>(line)].messages);
+  Rendered r;
+  r.ids = tok.encode(chat::render_conversation(kGemmaModel, messages, false), false);
+  r.layer = readout::read_hidden_states(model, r.ids).layers[2];
+  return r;
+}
+
+std::string capture_error(const capture::CaptureOptions& o) {
+  try {
+    capture::run_capture(o);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "captured";
+}
+
+}  // namespace
+
+TEST_CASE("conversations at position all: the assistant's tokens' rows, ids and positions, as the model reads them") {
+  TempDir tmp;
+  capture::CaptureOptions o = conversation_capture(tmp, Position::kAll, "all");
+  capture::run_capture(o);
+  const activations::ActivationFile file = activations::read_activation_file(tmp.file("all/layer_2_activations.h5"));
+  CHECK(file.attributes.recipe.mask == TokenMask::kAssistant);
+  CHECK(file.attributes.recipe.prompt_suffix.empty());
+  CHECK(file.attributes.recipe.chat_template_sha256.size() == 64);
+
+  auto model = model::TransformerModel::load(kGemmaModel, {});
+  const auto tok = tokenizer::Tokenizer::from_file(kGemmaModel);
+  const activations::SplitData& train = file.split(Split::kTrain);
+  REQUIRE(train.positions.size() == train.token_ids.size());
+  for (int64_t e = 0; e < 3; ++e) {
+    INFO("example " << e);
+    const Rendered r = rendered_line(o.dataset_path, train.example_index[static_cast<size_t>(e)], model, tok);
+    std::string read_text;
+    for (int64_t row = train.offsets[e]; row < train.offsets[e + 1]; ++row) {
+      const int64_t position = train.positions[static_cast<size_t>(row)];
+      CHECK(train.token_ids[static_cast<size_t>(row)] == r.ids[static_cast<size_t>(position)]);
+      read_text += tok.decode({r.ids[static_cast<size_t>(position)]});
+      at::Tensor stored = at::from_blob(const_cast<float*>(train.activations.data()) + row * train.hidden, {train.hidden});
+      CHECK(at::allclose(stored, r.layer[position], 1e-5, 1e-5));
+    }
+    CHECK(read_text.find("I feel") != std::string::npos);
+    CHECK(read_text.find("Question") == std::string::npos);
+  }
+}
+
+TEST_CASE("conversations pooled: last, mean and max over the masked tokens only") {
+  TempDir tmp;
+  auto model = model::TransformerModel::load(kGemmaModel, {});
+  const auto tok = tokenizer::Tokenizer::from_file(kGemmaModel);
+  for (Position position : {Position::kLast, Position::kMean, Position::kMax}) {
+    const std::string out = position_name(position);
+    INFO(out);
+    capture::CaptureOptions o = conversation_capture(tmp, position, out);
+    o.mask = TokenMask::kUser;
+    capture::run_capture(o);
+    const auto file = activations::read_activation_file(tmp.file(out + "/layer_2_activations.h5"));
+    CHECK(file.attributes.recipe.mask == TokenMask::kUser);
+    const activations::SplitData& val = file.split(Split::kVal);
+    const data::Dataset d = data::read_dataset(o.dataset_path, {"text", "label"});
+    const chat::OrderedJson messages = chat::OrderedJson::parse(d.examples[static_cast<size_t>(val.example_index[0])].messages);
+    const std::string rendered = chat::render_conversation(kGemmaModel, messages, false);
+    const Rendered r = rendered_line(o.dataset_path, val.example_index[0], model, tok);
+    const std::vector<uint8_t> mask =
+        chat::token_mask(tok.token_spans(r.ids, rendered), chat::content_spans(messages, rendered), TokenMask::kUser);
+    std::vector<int64_t> user;
+    for (size_t t = 0; t < mask.size(); ++t) {
+      if (mask[t]) user.push_back(static_cast<int64_t>(t));
+    }
+    REQUIRE(user.size() >= 3);
+    CHECK(user.back() < static_cast<int64_t>(r.ids.size()) - 3);  // the user's turn is not the conversation's end
+    const at::Tensor rows = r.layer.index_select(0, at::tensor(user, at::kLong));
+    const at::Tensor expected = position == Position::kLast   ? rows[-1]
+                                : position == Position::kMean ? rows.mean(0)
+                                                              : std::get<0>(rows.max(0));
+    const at::Tensor stored = at::from_blob(const_cast<float*>(val.activations.data()), {val.hidden}).clone();
+    CHECK(at::allclose(stored, expected, 1e-5, 1e-5));
+  }
+}
+
+TEST_CASE("conversations: what makes no sense is refused, naming the line or the flag") {
+  TempDir tmp;
+  capture::CaptureOptions o = conversation_capture(tmp, Position::kLast, "out");
+  o.prompt_suffix = "\nAnswer:";
+  CHECK_CONTAINS(capture_error(o), "--prompt-suffix: " + o.dataset_path + " holds conversations");
+
+  o = conversation_capture(tmp, Position::kLast, "out");
+  write_text(o.dataset_path, R"({"messages": [{"role": "user", "content": "hi"}], "label": "a"})" "\n"
+                             R"({"text": "plain", "label": "b"})" "\n");
+  CHECK_CONTAINS(capture_error(o), "chats.jsonl:2: this row holds a text, the rows before it conversations");
+
+  // Only a user turn: nothing in the assistant mask.
+  std::string lines;
+  for (int i = 0; i < 12; ++i) {
+    lines += Json({{"messages", Json::array({{{"role", "user"}, {"content", fmt::format("hello {}", i)}}})},
+                   {"label", kLabels[i % 3]}}).dump() + "\n";
+  }
+  write_text(o.dataset_path, lines);
+  CHECK_CONTAINS(capture_error(o), "no token of this conversation is in the assistant mask (--mask)");
+
+  // Gemma's template trims each content: a reply with spaces around it is not in the text as written.
+  lines.clear();
+  for (int i = 0; i < 12; ++i) {
+    lines += Json({{"messages", Json::array({{{"role", "user"}, {"content", "hello"}},
+                                             {{"role", "assistant"}, {"content", fmt::format("  spaced {}  ", i)}}})},
+                   {"label", kLabels[i % 3]}}).dump() + "\n";
+  }
+  write_text(o.dataset_path, lines);
+  CHECK_CONTAINS(capture_error(o), "messages[1] (assistant): its content \"  spaced");
+
+  capture::CaptureOptions texts = three_action_capture(tmp, 24, "cpu");
+  texts.output_dir = tmp.file("texts");
+  texts.mask = TokenMask::kAssistant;
+  CHECK_CONTAINS(capture_error(texts), "--mask reads the tokens of conversations");
+}
+
+TEST_CASE("texts at position all record each row's position too: 0 to the prompt's length - 1") {
+  TempDir tmp;
+  capture::CaptureOptions o = three_action_capture(tmp, 12, "cpu");
+  o.layers = "1";
+  o.position = Position::kAll;
+  o.output_dir = tmp.file("all");
+  capture::run_capture(o);
+  const auto file = activations::read_activation_file(tmp.file("all/layer_1_activations.h5"));
+  CHECK_FALSE(file.attributes.recipe.mask.has_value());
+  for (Split split : activations::kSplits) {
+    const activations::SplitData& data = file.split(split);
+    REQUIRE(data.positions.size() == data.token_ids.size());
+    for (int64_t e = 0; e < data.examples(); ++e) {
+      for (int64_t row = data.offsets[e]; row < data.offsets[e + 1]; ++row) {
+        CHECK(data.positions[static_cast<size_t>(row)] == row - data.offsets[e]);
+      }
+    }
+  }
+}
