@@ -120,6 +120,10 @@ class Engine {
   /// text, null for none).
   std::vector<TextScores> score(const std::vector<std::string>& texts,
                                 const std::vector<const steering::SteeringVectors*>& steering = {}) const;
+  /// Scores conversations (each a JSON list of messages) as capture read them: rendered with the model's chat
+  /// template and read at the probes' token mask (assistant for probes trained on texts). Probes whose template
+  /// was another are refused, naming the field.
+  std::vector<TextScores> score_conversations(const std::vector<std::string>& conversations) const;
   /// Scores every token position of a text: one pass over the text records its keys and values, then one
   /// batched pass runs the suffix after each prefix on top of them (not one forward per prefix).
   TokenScores score_tokens(const std::string& text, const steering::SteeringVectors* steering = nullptr) const;
@@ -162,6 +166,9 @@ class Engine {
   /// Where the batch of prompts starting at `start` ends: --batch-size texts, and for every-token probes at most
   /// 1 GiB of token rows (every layer's).
   size_t batch_end(const std::vector<readout::Prompt>& prompts, size_t start) const;
+  /// Scores built prompts (a conversation's with its token mask) in batches, each row steered as `steering` says.
+  std::vector<TextScores> score_prompts(const std::vector<readout::Prompt>& prompts,
+                                        const std::vector<const steering::SteeringVectors*>& steering) const;
   /// True when the probes read every token of a text (attention).
   bool reads_every_token() const;
   /// Every-token probes: each text's probabilities [texts, probes] as the prompt text + suffix, read whole, steered

@@ -11,7 +11,9 @@
 #include <cmath>
 #include <limits>
 
+#include "chat/chat_template.h"
 #include "common/error.h"
+#include "common/sha256.h"
 #include "inference/text_stream.h"
 
 namespace probekit::inference {
@@ -104,14 +106,54 @@ size_t Engine::batch_end(const std::vector<readout::Prompt>& prompts, size_t sta
 std::vector<TextScores> Engine::score(const std::vector<std::string>& texts,
                                       const std::vector<const steering::SteeringVectors*>& steering) const {
   require_probes();
+  if (recipe_.mask) {
+    fail_usage("these probes were trained on conversations' {} tokens: give conversations (--messages, \"messages\"), "
+               "not texts",
+               token_mask_name(*recipe_.mask));
+  }
   if (!steering.empty() && steering.size() != texts.size()) fail_input("{} steering rows for {} texts", steering.size(), texts.size());
   std::vector<readout::Prompt> prompts = prompts_->build(texts);
   prompts_->warn_if_cut(prompts);
-  std::vector<std::vector<std::vector<double>>> tables = empty_tables(texts.size());
+  return score_prompts(prompts, steering);
+}
+
+std::vector<TextScores> Engine::score_conversations(const std::vector<std::string>& conversations) const {
+  require_probes();
+  const chat::ChatTemplate chat = chat::ChatTemplate::from_tokenizer_dir(model_dir());
+  if (!recipe_.chat_template_sha256.empty()) {
+    Sha256 hash;
+    hash.update(chat.source());
+    if (hash.hex_digest() != recipe_.chat_template_sha256) {
+      fail_input("the probes' conversations were rendered with another chat template (chat_template_sha256 {}..., the "
+                 "model in {} has {}...)",
+                 recipe_.chat_template_sha256.substr(0, 12), model_dir(), hash.hex_digest().substr(0, 12));
+    }
+  }
+  // Probes trained on texts read conversations' assistant tokens, which is what a chat model's answer is; the
+  // template writes the turns, so no prompt suffix follows.
+  const readout::PromptBuilder builder(*tokenizer_, "", prompts_->limit());
+  std::vector<readout::Prompt> prompts = builder.build_conversations(
+      conversations, chat, recipe_.mask.value_or(TokenMask::kAssistant), false,
+      [](size_t i) { return fmt::format("conversation {}", i); });
+  builder.warn_if_cut(prompts);
+  return score_prompts(prompts, {});
+}
+
+std::vector<TextScores> Engine::score_prompts(const std::vector<readout::Prompt>& prompts,
+                                              const std::vector<const steering::SteeringVectors*>& steering) const {
+  std::vector<std::vector<std::vector<double>>> tables = empty_tables(prompts.size());
   for (size_t start = 0, end = 0; start < prompts.size(); start = end) {
     end = batch_end(prompts, start);
     std::vector<readout::Sequence> batch;
-    for (size_t i = start; i < end; ++i) batch.push_back(prompts[i].ids);
+    std::vector<std::vector<uint8_t>> masks;
+    std::vector<int64_t> offsets = {0};
+    for (size_t i = start; i < end; ++i) {
+      batch.push_back(prompts[i].ids);
+      if (!prompts[i].mask.empty()) masks.push_back(prompts[i].mask);
+      const auto rows = prompts[i].mask.empty() ? prompts[i].ids.size()
+                                                 : std::count(prompts[i].mask.begin(), prompts[i].mask.end(), 1);
+      offsets.push_back(offsets.back() + static_cast<int64_t>(rows));
+    }
     readout::Request steered = request_;
     model::StreamWrites writes;
     if (!steering.empty()) {
@@ -122,19 +164,17 @@ std::vector<TextScores> Engine::score(const std::vector<std::string>& texts,
       steered.writes = &writes;
       steered.layout = readout::Layout::kPadded;
     }
-    at::Tensor rows = readout::read_rows(*model_, batch, steered);
+    at::Tensor rows = readout::read_rows(*model_, batch, steered, masks);
     readout::check_finite_rows(rows, 1, request_.layers);
     if (request_.position != Position::kAll) {
       store_probabilities(rows, tables, start);
-      continue;
+    } else {
+      store_columns(text_probabilities(rows, offsets), tables, start);
     }
-    std::vector<int64_t> offsets = {0};
-    for (const readout::Sequence& ids : batch) offsets.push_back(offsets.back() + static_cast<int64_t>(ids.size()));
-    store_columns(text_probabilities(rows, offsets), tables, start);
   }
-  spdlog::debug("{} texts scored", texts.size());
-  std::vector<TextScores> scores(texts.size());
-  for (size_t i = 0; i < texts.size(); ++i) scores[i].probability = std::move(tables[i]);
+  spdlog::debug("{} prompts scored", prompts.size());
+  std::vector<TextScores> scores(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) scores[i].probability = std::move(tables[i]);
   return scores;
 }
 

@@ -113,6 +113,14 @@ void show_comparison(const Engine& engine, const InferenceRequest& r) {
   fmt::print("{}\n", dump_json(with_steering(std::move(comparison), engine), 2));
 }
 
+void show_conversation(const Engine& engine, const InferenceRequest& r) {
+  const std::vector<TextScores> scores = engine.score_conversations({chat::read_messages(r.messages).dump()});
+  // "conversation" where a text's ranking holds the text, as probe_server's /v1/rank answers "messages".
+  Json shown = show(engine, "conversation", table_of(engine, scores[0].probability, r.display), r.display,
+                    r.engine.best_layer, false);
+  if (r.display.json) fmt::print("{}\n", dump_json(shown, 2));
+}
+
 void show_texts(const Engine& engine, const InferenceRequest& r) {
   std::vector<std::string> texts = r.text.empty() ? read_texts(r.file, r.text_field) : std::vector<std::string>{r.text};
   std::vector<TextScores> scores = engine.score(texts);
@@ -157,7 +165,10 @@ void check_request(InferenceRequest& r) {
   if (!r.text.empty() && !r.file.empty()) fail_usage("--text and --file exclude each other");
   if (!r.compare.empty() && r.text.empty()) fail_usage("--compare needs --text");
   if (r.per_token && r.text.empty()) fail_usage("--per-token needs --text");
-  if ((r.chat || !r.messages.empty()) && !r.generate) fail_usage("--chat and --messages go with --generate");
+  if (r.chat && !r.generate) fail_usage("--chat goes with --generate (--messages ranks a conversation without it)");
+  if (!r.messages.empty() && (r.per_token || !r.compare.empty())) {
+    fail_usage("--messages ranks or generates after a conversation: --per-token and --compare take --text");
+  }
   if (!r.messages.empty() && (!r.text.empty() || !r.file.empty())) {
     fail_usage("--messages is the whole prompt: it excludes --text and --file");
   }
@@ -395,8 +406,9 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
   app.add_flag("--chat", r.chat,
                "With --generate: each text is a user message, rendered with the model's chat template (and its reply prompt)");
   app.add_option("--messages", r.messages,
-                 "With --generate: a conversation (a JSON list of {\"role\", \"content\"} messages) rendered with the "
-                 "model's chat template as the prompt");
+                 "A conversation (a JSON list of {\"role\", \"content\"} messages) rendered with the model's chat "
+                 "template: ranked at the probes' token mask (the assistant's tokens for probes trained on texts), or "
+                 "with --generate the prompt");
   generation::add_generation_flags(app, r.generation);
   steering::add_steering_flags(app, e.steering, false);
 }
@@ -422,6 +434,7 @@ void run_inference(InferenceRequest& r, std::istream& input, bool input_is_termi
   if (r.per_token) return show_per_token(engine, r);
   if (r.generate) return show_generation(engine, r);
   if (!r.compare.empty()) return show_comparison(engine, r);
+  if (!r.messages.empty()) return show_conversation(engine, r);
   if (!r.text.empty() || !r.file.empty()) return show_texts(engine, r);
   interactive_session(engine, r, input, input_is_terminal);
 }

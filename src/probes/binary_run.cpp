@@ -14,6 +14,8 @@
 #include "device/torch/gpu_utils.h"
 #include "probes/comparison.h"
 #include "probes/calibration.h"
+#include "probes/evaluation.h"
+#include "probes/file_scores.h"
 #include "probes/probe_files.h"
 #include "probes/report_html.h"
 #include "probes/training_data.h"
@@ -268,14 +270,6 @@ Json per_action_layer_analysis_json(const std::vector<LayerOutcome>& layers) {
 
 namespace {
 
-// The layer file of `capture` (a directory or one file) that calibrates the probes of `layer`.
-std::string calibration_file(const std::string& capture, int64_t layer) {
-  for (const std::string& path : activations::find_activation_files({capture})) {
-    if (activations::read_attributes(path).layer == layer) return path;
-  }
-  fail_input("--calibrate-on {}: no layer {} file to calibrate that layer's probes on", capture, layer);
-}
-
 // Where a layer's outputs go under `root` (the staged directory while training, the final one in messages).
 std::string layer_directory(const std::string& root, int64_t layer, bool several) {
   return several ? fmt::format("{}/layer_{}", root, layer) : root;
@@ -292,7 +286,10 @@ LayerOutcome train_layer(const BinaryRunOptions& options, const std::string& fil
       train_binary_probes(activations, options.training, target.device, target.dtype, progress_label);
   save_binary_probes(directory, result, activations.attributes, file);
   if (!options.calibrate_on.empty()) {
-    calibrate_layer(directory, calibration_file(options.calibrate_on, layer), options.target_fpr);
+    calibrate_layer(directory, layer_file_of(options.calibrate_on, layer, "--calibrate-on"), options.target_fpr);
+  }
+  if (!options.eval_file.empty()) {
+    evaluate_layer(directory, layer_file_of(options.eval_file, layer, "--eval-file"), options.training.seed);
   }
   LayerOutcome outcome{layer, file, directory, std::move(result.labels), std::move(result.skipped),
                        result.epochs_run, result.seconds, std::move(result.without_examples)};

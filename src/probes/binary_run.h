@@ -34,6 +34,9 @@ struct BinaryRunOptions {
   // --target-fpr (calibration.h); empty: none.
   std::string calibrate_on;
   double target_fpr = 0.01;
+  // --eval-file: a second capture (another distribution, longer conversations) each layer's probes are scored on,
+  // with the test split's figures, into eval_metrics.json (evaluation.h); empty: none.
+  std::string eval_file;
 };
 
 /// Trains and writes everything; returns the summary that --json prints.

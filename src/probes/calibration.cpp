@@ -7,46 +7,19 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "metrics/intervals.h"
+#include "probes/file_scores.h"
 #include "probes/probe_catalog.h"
 #include "probes/probe_files.h"
 
 namespace probekit::probes {
-
-namespace {
-
-// The probabilities [examples, K] of every example of every split of `file` under `set`.
-at::Tensor file_probabilities(const ProbeSet& set, const activations::ActivationFile& file) {
-  std::vector<at::Tensor> parts;
-  for (const activations::SplitData& split : file.splits) {
-    if (split.examples() == 0) continue;
-    at::Tensor rows = at::from_blob(const_cast<float*>(split.activations.data()), {split.rows, split.hidden}, at::kFloat);
-    if (set.shape().kind->reads_every_token()) {
-      if (split.offsets.empty()) fail_input("{}: {} probes read every token: calibrate on a --position all capture", file.path, set.shape().kind->name());
-      parts.push_back(at::sigmoid(set.token_logits(rows, split.offsets).to(at::kFloat)));
-    } else {
-      if (!split.offsets.empty()) fail_input("{}: per-token rows; these probes read one row per example", file.path);
-      parts.push_back(set.probabilities(rows));
-    }
-  }
-  if (parts.empty()) fail_input("{}: no examples to calibrate on", file.path);
-  return at::cat(parts).to(at::kDouble).contiguous();
-}
-
-}  // namespace
 
 Json calibrate_layer(const std::string& dir, const std::string& activation_file, double target_fpr) {
   if (!(target_fpr > 0.0 && target_fpr < 1.0)) fail_usage("--target-fpr must be in (0, 1), got {}", target_fpr);
   const ProbeSet set = ProbeSet::load(dir, at::kCPU, at::kFloat);
   if (set.multiclass()) fail_input("{}: a multiclass probe has no per-label thresholds to calibrate", dir);
   const activations::ActivationFile file = activations::read_activation_file(activation_file);
-  const std::string difference =
-      activations::recipe_difference(set.recipe(), file.attributes.recipe, "the probes' activations", activation_file);
-  if (!difference.empty()) {
-    fail_input("{}: the calibration data was read otherwise than the probes' activations ({}); capture it with the "
-               "probes' recipe",
-               dir, difference);
-  }
-  const at::Tensor probabilities = file_probabilities(set, file);
+  check_read_alike(set, dir, file, "the calibration data");
+  const at::Tensor probabilities = at::sigmoid(file_logits(set, file));
   const std::string index_path = dir + "/" + kProbeIndexFile;
   Json index = read_json_file(index_path);
   Json calibrations = Json::array();
@@ -74,19 +47,12 @@ void add_calibration_flags(CLI::App& app, CalibrationOptions& o) {
 
 Json calibrate(const CalibrationOptions& options) {
   const ProbeCatalog catalog = find_probes(options.probes_dir);
-  std::map<int64_t, std::string> files;
-  for (const std::string& path : activations::find_activation_files({options.activations})) {
-    files[activations::read_attributes(path).layer] = path;
-  }
   Json layers = Json::array();
   for (const auto& [layer, dir] : catalog.layer_dirs) {
-    auto found = files.find(layer);
-    if (found == files.end()) {
-      fail_input("{}: no layer {} file to calibrate the probes of {} on", options.activations, layer, dir);
-    }
-    layers.push_back({{"layer", layer}, {"probes", calibrate_layer(dir, found->second, options.target_fpr)}});
+    const std::string file = layer_file_of(options.activations, layer, "--activations");
+    layers.push_back({{"layer", layer}, {"probes", calibrate_layer(dir, file, options.target_fpr)}});
     spdlog::info("layer {}: {} probes calibrated at {:g} false positives on {}", layer, layers.back()["probes"].size(),
-                 options.target_fpr, found->second);
+                 options.target_fpr, file);
   }
   return {{"target_fpr", options.target_fpr}, {"layers", layers}};
 }

@@ -49,6 +49,9 @@ const TrainingFlag kTrainingFlags[] = {
                       "flag at most --target-fpr of its examples, and recorded in probes.json");
        app.add_option("--target-fpr", to.binary->target_fpr, "The false-positive rate --calibrate-on allows")
            ->capture_default_str();
+       app.add_option("--eval-file", to.binary->eval_file,
+                      "A second capture (read as the training data was) each layer's probes are also scored on: "
+                      "AUROC and recall at 1% and 5% false positives in eval_metrics.json");
      }},
     {kMulticlassOnly,
      [](CLI::App& app, const FlagTargets& to) {

@@ -131,13 +131,21 @@ Json rank_response(const ServerContext& context, const RankQuery& query, Clock::
   check_view(context, query.view);
   for (size_t i = 0; i < query.texts.size(); ++i) check_text_length(context, query.texts[i], fmt::format("texts[{}]", i));
   std::shared_ptr<const steering::SteeringVectors> steering = resolve_steering(context, query.steering);
-  std::vector<inference::TextScores> scores = context.scheduler.score(query.texts, steering, deadline);
+  const inference::Engine& engine = context.engine;
+  const bool conversation = !query.messages.empty();
+  if (conversation && steering) throw RequestError(400, "steering applies to 'texts', not to 'messages'", "steer");
+  const std::string messages = query.messages;
+  std::vector<inference::TextScores> scores =
+      conversation ? context.scheduler.run_alone<std::vector<inference::TextScores>>(
+                         [&engine, messages] { return engine.score_conversations({messages}); }, deadline)
+                   : context.scheduler.score(query.texts, steering, deadline);
   inference::Display display = display_of(query.view);
   bool one_layer = single_layer(context, query.view);
   Json results = Json::array();
   for (size_t i = 0; i < scores.size(); ++i) {
-    results.push_back(inference::ranking_json(query_table(context, scores[i].probability, query.view), query.texts[i],
-                                              display, one_layer, context.engine.multiclass()));
+    results.push_back(inference::ranking_json(query_table(context, scores[i].probability, query.view),
+                                              conversation ? std::string("conversation") : query.texts[i], display,
+                                              one_layer, engine.multiclass()));
   }
   Json response = {{"results", results}};
   if (steering) response["steering"] = steering->record();

@@ -123,7 +123,7 @@ TEST_CASE("multi_probe_inference --generate --chat and --messages: the rendered 
   CHECK(from_messages["generated_ids"] == from_chat["generated_ids"]);
   // --chat without --generate, --messages beside --text: usage errors (exit 2).
   check_failure(run_command(fmt::format("{} --probes-dir {} --chat --text a", tool("multi_probe_inference"), probes)), 2,
-                {"--chat and --messages go with --generate"});
+                {"--chat goes with --generate"});
   check_failure(run_command(base + " --messages " + tmp.file("one.json") + " --text a"), 2,
                 {"--messages is the whole prompt: it excludes --text and --file"});
 }

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,9 @@
 #include "chat/token_masks.h"
 #include "capture_runs.h"
 #include "common/json.h"
+#include "inference/engine.h"
+#include "probes/binary_run.h"
+#include "probes/probe_files.h"
 #include "readout/readout.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -196,4 +200,37 @@ TEST_CASE("texts at position all record each row's position too: 0 to the prompt
       }
     }
   }
+}
+
+TEST_CASE("probes trained on conversations score a conversation as capture read it; texts are refused") {
+  TempDir tmp;
+  capture::CaptureOptions o = conversation_capture(tmp, Position::kLast, "act");
+  capture::run_capture(o);
+  probes::BinaryRunOptions run;
+  run.activations = {tmp.file("act")};
+  run.output_dir = tmp.file("probes");
+  run.device = "cpu";
+  run.training.epochs = 3;
+  probes::run_binary_training(run);
+
+  inference::EngineOptions options;
+  options.model_dir = kGemmaModel;
+  options.probes_dir = tmp.file("probes");
+  options.device = "cpu";
+  const inference::Engine engine = inference::Engine::load(options);
+  CHECK(engine.recipe().mask == TokenMask::kAssistant);
+  const auto file = activations::read_activation_file(tmp.file("act/layer_2_activations.h5"));
+  const activations::SplitData& test = file.split(Split::kTest);
+  const data::Dataset d = data::read_dataset(o.dataset_path, {"text", "label"});
+  const std::string messages = d.examples[static_cast<size_t>(test.example_index[0])].messages;
+  const std::vector<inference::TextScores> scores = engine.score_conversations({messages});
+  const probes::ProbeSet set = probes::ProbeSet::load(tmp.file("probes"), at::kCPU, at::kFloat);
+  const at::Tensor row = at::from_blob(const_cast<float*>(test.activations.data()), {1, test.hidden}).clone();
+  const at::Tensor expected = set.probabilities(row)[0];
+  for (size_t k = 0; k < set.probes().size(); ++k) {
+    const size_t column = static_cast<size_t>(std::find(engine.labels().begin(), engine.labels().end(),
+                                                        set.probes()[k].label) - engine.labels().begin());
+    CHECK(scores[0].probability[0][column] == doctest::Approx(expected[static_cast<int64_t>(k)].item<double>()).epsilon(1e-5));
+  }
+  CHECK_THROWS_WITH(engine.score({"a plain text"}), doctest::Contains("trained on conversations' assistant tokens"));
 }

@@ -157,5 +157,31 @@ TEST_CASE("train_binary_probes --calibrate-on sets each layer's thresholds on th
   }
   run.calibrate_on = synthetic_layer(tmp, 4);
   run.overwrite = true;
-  CHECK_THROWS_WITH(probes::run_binary_training(run), doctest::Contains("no layer 3 file to calibrate"));
+  CHECK_THROWS_WITH(probes::run_binary_training(run), doctest::Contains("no layer 3 file for that layer's probes"));
+}
+
+TEST_CASE("train_binary_probes --eval-file scores each layer's probes on a second capture, as the test split") {
+  TempDir tmp;
+  const std::string path = synthetic_layer(tmp, 3);
+  probes::SyntheticActivations other = probes::uniform_synthetic(2, {30, 15, 15}, 8);
+  other.layer = 3;  // the same seed: the same label means, other examples (more of them)
+  make_directories(tmp.file("eval"));
+  probes::write_synthetic_activation_file(tmp.file("eval/layer_3_activations.h5"), other);
+  probes::BinaryRunOptions run = cpu_binary_run(path, tmp.file("out"), 5);
+  run.eval_file = tmp.file("eval");
+  probes::run_binary_training(run);
+  const Json metrics = read_json_file(tmp.file("out/eval_metrics.json"));
+  CHECK(metrics["examples"] == 120);
+  CHECK(metrics["source"] == tmp.file("eval/layer_3_activations.h5"));
+  REQUIRE(metrics["labels"].size() == 2);
+  for (const Json& label : metrics["labels"]) {
+    CHECK(label["positives"] == 60);
+    CHECK(label["auc_roc"].get<double>() > 0.5);
+    CHECK(label["auc_roc_ci95"].size() == 2);
+    CHECK(label["recall_at_fpr"].contains("0.01"));
+  }
+  set_file_attribute(tmp.file("eval/layer_3_activations.h5"), "position", "mean");
+  run.overwrite = true;
+  CHECK_THROWS_WITH(probes::run_binary_training(run),
+                    doctest::Contains("the --eval-file capture was read otherwise than the probes' activations (position"));
 }

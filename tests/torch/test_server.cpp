@@ -88,6 +88,16 @@ TEST_CASE("probe_server: /v1/rank and /v1/per-token equal multi_probe_inference 
     REQUIRE_MESSAGE(printed.exit_code == 0, printed.output);
     check_same_json(served["results"], printed_json(printed), v.flags);
   }
+  // One conversation, ranked at the assistant's tokens (the probes were trained on texts).
+  const Json messages = Json::array({{{"role", "user"}, {"content", "How did the review go?"}},
+                                     {{"role", "assistant"}, {"content", kTexts[1]}}});
+  probekit::testing::write_text(tmp.file("chat.json"), messages.dump());
+  Json served_chat = post_json(s, "/v1/rank", {{"messages", messages}, {"top_k", 3}});
+  CommandResult printed_chat = run_command(fmt::format("{} --probes-dir {} --device cpu --json --top-k 3 --messages {}",
+                                                       tool("multi_probe_inference"), probes, tmp.file("chat.json")));
+  REQUIRE_MESSAGE(printed_chat.exit_code == 0, printed_chat.output);
+  check_same_json(served_chat["results"], Json::array({printed_json(printed_chat)}), "messages");
+  check_refused(s, "/v1/rank", Json({{"messages", messages}, {"texts", texts}}).dump(), 400, {"not both"}, "messages");
   Json per_token = post_json(s, "/v1/per-token", {{"text", kReframingText}});
   CommandResult printed = run_command(fmt::format("{} --probes-dir {} --device cpu --json --per-token --text \"{}\"",
                                                   tool("multi_probe_inference"), probes, kReframingText));

@@ -6,6 +6,8 @@
 #include <limits>
 #include <set>
 
+#include "chat/conversation.h"
+
 namespace probekit::server {
 
 namespace {
@@ -244,6 +246,13 @@ void BodyFields::reject_unknown() const {
 
 
 // A text to score: a non-empty string, at most --max-body-bytes long anyway (the body holds it).
+Json checked_messages(const Json& messages) {
+  if (auto problem = chat::find_message_problem(chat::OrderedJson::parse(messages.dump()))) {
+    throw RequestError(kBadRequest, problem->message, problem->field);
+  }
+  return messages;
+}
+
 std::string text_value(const Json& value, const std::string& field) {
   if (!value.is_string()) wrong_type(field, "a string", value);
   std::string text = value.get<std::string>();

@@ -45,6 +45,9 @@ class BodyFields {
   std::set<std::string> taken_;
 };
 
+/// A conversation's messages, checked as a chat template needs them (a 400 naming the message's field).
+Json checked_messages(const Json& messages);
+
 /// A text to score: a string that is not blank.
 std::string text_value(const Json& value, const std::string& field);
 

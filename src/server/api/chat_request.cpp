@@ -29,14 +29,6 @@ std::vector<std::string> stop_strings(BodyFields& fields) {
   return stop;
 }
 
-// The messages, checked as the chat template needs them.
-Json checked_messages(const Json& messages) {
-  if (auto problem = chat::find_message_problem(chat::OrderedJson::parse(messages.dump()))) {
-    throw RequestError(kBadRequest, problem->message, problem->field);
-  }
-  return messages;
-}
-
 // "max_completion_tokens" (OpenAI's current name) or "max_tokens" (its older one), bounded by --max-new-tokens.
 int64_t reply_tokens(BodyFields& fields, const Limits& limits) {
   const int64_t most = std::numeric_limits<int64_t>::max();

@@ -11,6 +11,16 @@ namespace probekit::server {
 RankQuery parse_rank_query(std::string_view body, const Limits& limits) {
   BodyFields fields(body);
   RankQuery query;
+  if (const Json* messages = fields.take("messages")) {
+    query.messages = checked_messages(*messages).dump();
+    if (fields.take("texts") != nullptr) {
+      throw RequestError(kBadRequest, "give 'texts' or 'messages' (one conversation), not both", "messages");
+    }
+    query.view = view_fields(fields, true);
+    query.steering = steering_fields(fields);
+    fields.reject_unknown();
+    return query;
+  }
   const Json& texts = fields.required("texts");
   if (!texts.is_array()) wrong_type("texts", "a list of strings", texts);
   if (texts.empty()) throw RequestError(kBadRequest, "'texts' is empty: give at least one text", "texts");

@@ -55,10 +55,11 @@ struct SteeringQuery {
 constexpr int64_t kMaxSteeringItems = 32;
 constexpr int64_t kMaxSteeringVector = 1 << 16;  // values of one vector
 
-/// POST /v1/rank: {"texts": [...], "top_k", "threshold", "calibrated", "layers", "mode", "aggregate", "steer",
-/// "ablate"}.
+/// POST /v1/rank: {"texts": [...] or "messages": [...] (one conversation), "top_k", "threshold", "calibrated",
+/// "layers", "mode", "aggregate", "steer", "ablate"}.
 struct RankQuery {
   std::vector<std::string> texts;
+  std::string messages;  // a conversation's messages as JSON text, in place of texts; empty: texts
   ViewQuery view;
   SteeringQuery steering;
 };
