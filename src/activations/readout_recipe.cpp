@@ -39,6 +39,11 @@ TokenMask mask_of(const std::string& name, const std::string& where) {
   return *mask;
 }
 
+bool flag_of(const std::string& text, const char* name, const std::string& where) {
+  if (text != "true" && text != "false" && !text.empty()) fail_input("{}: '{}' is '{}', expected true or false", where, name, text);
+  return text == "true";
+}
+
 int64_t max_length_of(const std::string& text, const std::string& where) {
   size_t used = 0;
   int64_t value = -1;
@@ -82,6 +87,9 @@ const std::vector<RecipeField>& recipe_fields() {
        [](R& r, W text, W where) { r.mask = text.empty() ? std::nullopt : std::optional<TokenMask>(mask_of(text, where)); }},
       {"chat_template_sha256", FieldType::kText, true, true, [](const R& r) { return r.chat_template_sha256; },
        [](R& r, W text, W) { r.chat_template_sha256 = text; }},
+      {"add_generation_prompt", FieldType::kText, true, true,
+       [](const R& r) { return r.add_generation_prompt ? std::string("true") : std::string(); },
+       [](R& r, W text, W where) { r.add_generation_prompt = flag_of(text, "add_generation_prompt", where); }},
       {"steering", FieldType::kJson, true, true,
        [](const R& r) { return r.steering.is_null() ? std::string() : r.steering.dump(); },
        [](R& r, W text, W where) { r.steering = steering_of(text, where); }},

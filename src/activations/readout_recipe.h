@@ -33,6 +33,7 @@ struct ReadoutRecipe {
   Json steering;           // what the pass applied (steering::SteeringVectors::record()); null: none
   std::optional<TokenMask> mask;     // conversations: the tokens read (--mask); none for texts
   std::string chat_template_sha256;  // conversations: of the chat template that rendered them
+  bool add_generation_prompt = false;  // conversations: rendered with the template's generation prompt
 
   /// As JSON: {"model_name": ..., "site": "resid_post", "max_length": 0, "steering": null, ...}.
   Json to_json() const;

@@ -30,8 +30,7 @@ void add_data_flags(CLI::App& app, CaptureFlags& f) {
          "being demonstrated here is\"; conversations take none)");
   app.add_option("--mask", f.mask,
                  "Conversations (rows with \"messages\"): the tokens read, those of the assistant's messages, the "
-                 "user's, the last assistant message's, or all (default: assistant)")
-      ->check(CLI::IsMember({"assistant", "user", "last-assistant", "all"}));
+                 "user's, the last assistant message's, or all (default: assistant)");
   app.add_flag("--add-generation-prompt", o.add_generation_prompt,
                "Conversations: render them with the chat template's generation prompt (the assistant's turn opened)");
   app.add_option("--split", f.split, "Train,val,test ratios")->capture_default_str();

@@ -130,6 +130,7 @@ activations::FileAttributes file_attributes(const CaptureOptions& options, const
   recipe.prompt_suffix = plan.prompt_suffix;
   recipe.mask = plan.mask;
   recipe.chat_template_sha256 = plan.chat_template_sha256;
+  recipe.add_generation_prompt = plan.mask.has_value() && options.add_generation_prompt;
   recipe.max_length = options.max_length;
   recipe.dtype = dtype;
   if (!plan.steering.empty()) recipe.steering = plan.steering.record();

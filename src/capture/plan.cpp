@@ -128,9 +128,9 @@ namespace {
 // writes the turns (a suffix given with them is refused). --mask with texts is refused too.
 std::string conversation_suffix(const CaptureOptions& options, const data::Dataset& dataset) {
   if (!dataset.conversations) {
-    if (options.mask) {
-      fail_usage("--mask reads the tokens of conversations (rows with \"messages\"); {} holds texts",
-                 options.dataset_path);
+    if (options.mask || options.add_generation_prompt) {
+      fail_usage("{} reads conversations (rows with \"messages\"); {} holds texts",
+                 options.mask ? "--mask" : "--add-generation-prompt", options.dataset_path);
     }
     return options.prompt_suffix.value_or(activations::kDefaultPromptSuffix);
   }

@@ -162,7 +162,7 @@ void Engine::prepare(const model::ModelConfig& config) {
   request_.skip_leading = prompts_->leading_specials();
   for (const LayerProbes& layer_probes : probes_) {
     const probes::ProbeShape& shape = layer_probes.set.shape();
-    if (shape.kind->reads_every_token() && shape.skip_leading != prompts_->leading_specials()) {
+    if (shape.kind->reads_every_token() && !recipe_.mask && shape.skip_leading != prompts_->leading_specials()) {
       spdlog::warn("layer {}: the probes leave out {} leading special tokens of each text, but this tokenizer puts {} "
                    "in front",
                    layer_probes.layer, shape.skip_leading, prompts_->leading_specials());

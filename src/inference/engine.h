@@ -151,6 +151,8 @@ class Engine {
   void prepare(const model::ModelConfig& config);
   /// Refuses scoring with an engine that has no probes.
   void require_probes() const;
+  /// Refuses texts for probes trained on conversations' masked tokens.
+  void require_texts() const;
   void load_probes(const model::ModelConfig& config, const std::string& fingerprint);
   void warn_of_other_steering() const;
   void index_labels();

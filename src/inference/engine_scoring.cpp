@@ -106,15 +106,19 @@ size_t Engine::batch_end(const std::vector<readout::Prompt>& prompts, size_t sta
 std::vector<TextScores> Engine::score(const std::vector<std::string>& texts,
                                       const std::vector<const steering::SteeringVectors*>& steering) const {
   require_probes();
+  require_texts();
+  if (!steering.empty() && steering.size() != texts.size()) fail_input("{} steering rows for {} texts", steering.size(), texts.size());
+  std::vector<readout::Prompt> prompts = prompts_->build(texts);
+  prompts_->warn_if_cut(prompts);
+  return score_prompts(prompts, steering);
+}
+
+void Engine::require_texts() const {
   if (recipe_.mask) {
     fail_usage("these probes were trained on conversations' {} tokens: give conversations (--messages, \"messages\"), "
                "not texts",
                token_mask_name(*recipe_.mask));
   }
-  if (!steering.empty() && steering.size() != texts.size()) fail_input("{} steering rows for {} texts", steering.size(), texts.size());
-  std::vector<readout::Prompt> prompts = prompts_->build(texts);
-  prompts_->warn_if_cut(prompts);
-  return score_prompts(prompts, steering);
 }
 
 std::vector<TextScores> Engine::score_conversations(const std::vector<std::string>& conversations) const {
@@ -133,7 +137,7 @@ std::vector<TextScores> Engine::score_conversations(const std::vector<std::strin
   // template writes the turns, so no prompt suffix follows.
   const readout::PromptBuilder builder(*tokenizer_, "", prompts_->limit());
   std::vector<readout::Prompt> prompts = builder.build_conversations(
-      conversations, chat, recipe_.mask.value_or(TokenMask::kAssistant), false,
+      conversations, chat, recipe_.mask.value_or(TokenMask::kAssistant), recipe_.add_generation_prompt,
       [](size_t i) { return fmt::format("conversation {}", i); });
   builder.warn_if_cut(prompts);
   return score_prompts(prompts, {});
@@ -180,6 +184,7 @@ std::vector<TextScores> Engine::score_prompts(const std::vector<readout::Prompt>
 
 TokenScores Engine::score_tokens(const std::string& text, const steering::SteeringVectors* steering) const {
   require_probes();
+  require_texts();
   if (request_.position != Position::kLast && !reads_every_token()) {
     fail_input("--per-token needs probes trained on the last token or attention probes (these used position '{}')",
                position_name(request_.position));

@@ -83,6 +83,8 @@ RecallAtFpr recall_at_fpr(const RankedExamples& ranked, const GroupCounts& count
 FprThreshold threshold_at_fpr(const std::vector<double>& scores, double max_fpr) {
   if (!(max_fpr >= 0.0 && max_fpr <= 1.0)) fail_input("false-positive rate {} is outside [0, 1]", max_fpr);
   if (scores.empty()) fail_input("no examples to set a threshold on");
+  const auto nan = std::find_if(scores.begin(), scores.end(), [](double s) { return std::isnan(s); });
+  if (nan != scores.end()) fail_input("score {} is NaN: no threshold can be set on it", nan - scores.begin());
   RankedExamples ranked(std::vector<int>(scores.size(), 0), scores);
   const GroupCounts counts = ranked.count();
   const auto n = static_cast<int64_t>(scores.size());

@@ -351,6 +351,26 @@ void check_same_recipe(const std::vector<std::string>& files) {
   }
 }
 
+// A capture the probes are scored on after training (--calibrate-on, --eval-file), checked before any training: a
+// file for every layer, read as the training file was, and no --pool (the probes would read pooled rows, the file
+// per-token ones).
+void check_scoring_capture(const std::string& capture, const char* flag, const BinaryRunPlan& plan,
+                           const BinaryRunOptions& options) {
+  if (capture.empty()) return;
+  if (!options.training.pool.empty()) {
+    fail_usage("{} scores the probes on the capture's rows as they are, but --pool trains them on pooled rows: capture "
+               "at --position {} instead of pooling",
+               flag, options.training.pool);
+  }
+  for (size_t i = 0; i < plan.files.size(); ++i) {
+    const std::string file = layer_file_of(capture, plan.layers[i], flag);
+    const std::string difference = activations::recipe_difference(activations::read_attributes(plan.files[i]).recipe,
+                                                                   activations::read_attributes(file).recipe,
+                                                                   plan.files[i], file);
+    if (!difference.empty()) fail_input("{} {}: read otherwise than the training data ({})", flag, file, difference);
+  }
+}
+
 }  // namespace
 
 BinaryRunPlan plan_binary_run(const BinaryRunOptions& options) {
@@ -365,6 +385,8 @@ BinaryRunPlan plan_binary_run(const BinaryRunOptions& options) {
                   options.num_workers);
   }
   plan.layers = layers_of(plan.files);
+  check_scoring_capture(options.calibrate_on, "--calibrate-on", plan, options);
+  check_scoring_capture(options.eval_file, "--eval-file", plan, options);
   return plan;
 }
 

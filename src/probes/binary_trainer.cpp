@@ -176,7 +176,10 @@ BinaryTrainingResult train_binary_probes(const activations::ActivationFile& file
   std::vector<std::string> without_examples;
   std::vector<TrainedLabel> trained = plan_labels(file, options, skipped, without_examples);
   ProbeShape shape = probe_shape(options, file.attributes.hidden_size, 1);
-  if (shape.kind->reads_every_token()) shape.skip_leading = logged_leading_specials(file, progress_label);
+  // A conversation's rows are its masked tokens: the mask already leaves the template's tokens (BOS) out.
+  if (shape.kind->reads_every_token() && !file.attributes.recipe.mask) {
+    shape.skip_leading = logged_leading_specials(file, progress_label);
+  }
   at::TensorOptions tensor_options = at::TensorOptions().device(device).dtype(dtype);
   TrainingSplit val_x(file.split(activations::Split::kVal), shape, tensor_options, options.pin_activations);
   BinaryInputs in{file, options, shape, tensor_options, val_x, progress_label};

@@ -19,7 +19,9 @@ Json calibrate_layer(const std::string& dir, const std::string& activation_file,
   if (set.multiclass()) fail_input("{}: a multiclass probe has no per-label thresholds to calibrate", dir);
   const activations::ActivationFile file = activations::read_activation_file(activation_file);
   check_read_alike(set, dir, file, "the calibration data");
-  const at::Tensor probabilities = at::sigmoid(file_logits(set, file));
+  // In fp32, as inference computes the probabilities it compares with the threshold (a double's sigmoid would
+  // tell apart scores that inference rounds to one value, 1.0 from a logit of about 17).
+  const at::Tensor probabilities = at::sigmoid(file_logits(set, file).to(at::kFloat)).to(at::kDouble);
   const std::string index_path = dir + "/" + kProbeIndexFile;
   Json index = read_json_file(index_path);
   Json calibrations = Json::array();

@@ -92,7 +92,8 @@ activations::ActivationFile rows_for_kind(activations::ActivationFile file, cons
   if (training.pool.empty() || training.kind->reads_every_token() || file.split(activations::Split::kTrain).offsets.empty()) {
     return file;
   }
-  const int64_t skip = leading_specials(file);
+  // A conversation's rows are its masked tokens, none of them the template's BOS.
+  const int64_t skip = file.attributes.recipe.mask ? 0 : leading_specials(file);
   for (activations::SplitData& split : file.splits) pool_split(split, training.pool == "mean", skip);
   file.attributes.recipe.position = parse_position(training.pool);
   return file;

@@ -107,7 +107,8 @@ const TrainingFlag kTrainingFlags[] = {
            "Attention heads of the multihead probe (default 8), queries of the attention probe (default 1) or heads of the "
            "multimax probe (default 8)");
        app.add_option("--max-tokens", to.training.max_tokens,
-                      "Attention probe: read only the last N tokens of each text (0: every token)")
+                      "Every-token probes (attention, ema, rolling, multimax): read only the last N tokens of each text (0: "
+                      "every token)")
            ->capture_default_str();
      }},
     {kAllTools,

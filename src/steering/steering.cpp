@@ -103,6 +103,16 @@ std::string described(const SteeringOp& op, int64_t layer) {
   return "";
 }
 
+// The layers an operation names: one layer as given (check_layer names one out of range, negative included, with
+// the operation that gave it), or a list or range as --layers takes them ("all": every layer of the model).
+std::vector<int64_t> op_layers(const SteeringOp& op, const model::ModelConfig& config) {
+  const std::string& text = op.layers;
+  const bool one = !text.empty() && text.find_first_not_of("-0123456789") == std::string::npos &&
+                   text.find('-', 1) == std::string::npos && text != "-";
+  if (one && text.size() < 10) return {std::stoll(text)};
+  return parse_layers(text, text == "all" ? config.num_layers : std::numeric_limits<int>::max());
+}
+
 // An operation's vectors by layer, each checked against the model, with what they came from.
 struct LayerVector {
   int64_t layer;
@@ -120,9 +130,7 @@ std::vector<LayerVector> op_vectors(const SteeringOp& op, const model::ModelConf
     }
     return out;
   }
-  // Layers past the model's are named by check_layer, with the operation that gave them.
-  const int64_t parse_bound = op.layers == "all" ? config.num_layers : std::numeric_limits<int>::max();
-  for (int64_t layer : parse_layers(op.layers, parse_bound)) {
+  for (int64_t layer : op_layers(op, config)) {
     check_layer(layer, config, described(op, layer));
     if (op.source == SteeringSource::kVector) {
       out.push_back({layer, checked_vector(op.vector, config, described(op, layer)), {{"vector", true}}});

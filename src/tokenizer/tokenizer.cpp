@@ -236,6 +236,11 @@ std::vector<std::pair<size_t, size_t>> Tokenizer::token_spans(const std::vector<
       if (!token) fail_input("token {} (id {}) is not in the vocabulary", i, ids[i]);
       bytes = impl_->decoder ? impl_->decoder->token_bytes(std::string(*token)) : std::string(*token);
     }
+    // A space the pre-tokenizer put in front (Metaspace's prepended "▁") is not in the text.
+    if (text.compare(at, bytes.size(), bytes) != 0 && !bytes.empty() && bytes.front() == ' ' &&
+        text.compare(at, bytes.size() - 1, std::string_view(bytes).substr(1)) == 0) {
+      bytes.erase(0, 1);
+    }
     if (text.compare(at, bytes.size(), bytes) != 0) {
       fail_input("token {} (id {}, {}) does not spell the text at byte {}: the tokenizer rewrites the text, so its "
                  "tokens' spans are unknown",

@@ -96,3 +96,18 @@ TEST_CASE("token spans: every token's bytes in the text, one after the other; a 
   CHECK_THROWS_WITH(qwen.token_spans(qwen.encode(decomposed, false), decomposed),
                     doctest::Contains("does not spell the text at byte"));
 }
+
+TEST_CASE("token spans of SentencePiece tokenizers: the prepended space is not in the text, byte tokens are bytes") {
+  for (const char* name : {"spm_llama2", "spm_gemma", "bytelevel_gpt2"}) {
+    INFO(name);
+    const tokenizer::Tokenizer tok =
+        tokenizer::Tokenizer::from_file(std::string(PROBEKIT_FIXTURES) + "/tokenizers/" + name + "/tokenizer.json");
+    const std::string text = "Hello world, café 日本 ok";
+    const std::vector<int32_t> ids = tok.encode(text, false);
+    const auto spans = tok.token_spans(ids, text);
+    REQUIRE(spans.size() == ids.size());
+    CHECK(spans.front().first == 0);
+    CHECK(spans.back().second == text.size());
+    for (size_t t = 1; t < spans.size(); ++t) CHECK(spans[t].first == spans[t - 1].second);
+  }
+}

@@ -179,7 +179,10 @@ TEST_CASE("conversations: what makes no sense is refused, naming the line or the
   capture::CaptureOptions texts = three_action_capture(tmp, 24, "cpu");
   texts.output_dir = tmp.file("texts");
   texts.mask = TokenMask::kAssistant;
-  CHECK_CONTAINS(capture_error(texts), "--mask reads the tokens of conversations");
+  CHECK_CONTAINS(capture_error(texts), "--mask reads conversations (rows with \"messages\")");
+  texts.mask.reset();
+  texts.add_generation_prompt = true;
+  CHECK_CONTAINS(capture_error(texts), "--add-generation-prompt reads conversations");
 }
 
 TEST_CASE("texts at position all record each row's position too: 0 to the prompt's length - 1") {

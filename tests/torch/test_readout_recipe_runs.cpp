@@ -183,5 +183,5 @@ TEST_CASE("train_binary_probes --eval-file scores each layer's probes on a secon
   set_file_attribute(tmp.file("eval/layer_3_activations.h5"), "position", "mean");
   run.overwrite = true;
   CHECK_THROWS_WITH(probes::run_binary_training(run),
-                    doctest::Contains("the --eval-file capture was read otherwise than the probes' activations (position"));
+                    doctest::Contains("read otherwise than the training data (position"));
 }

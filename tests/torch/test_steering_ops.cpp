@@ -90,6 +90,8 @@ TEST_CASE("resolve: a refusal names the operation as it was given") {
   SteeringSpec spec;
   spec.ops.push_back(SteeringOp::given(SteeringAction::kAdd, {1, 0, 0}, 9));
   CHECK_CONTAINS(refusal(spec), "steer vector at layer 9: layer 9 is out of range: the model (gemma3_text) has layers 0 to 3");
+  spec.ops = {SteeringOp::given(SteeringAction::kAdd, {1, 0, 0}, -1)};
+  CHECK_CONTAINS(refusal(spec), "steer vector at layer -1: layer -1 is out of range");
   spec.ops = {SteeringOp::given(SteeringAction::kAblate, {0, 0, 0}, 1)};
   CHECK_CONTAINS(refusal(spec), "ablate vector at layer 1: a zero vector has no direction to project out");
   spec.ops = {SteeringOp::given(SteeringAction::kAdd, {1, 0}, 1)};

@@ -245,7 +245,6 @@ void BodyFields::reject_unknown() const {
 }
 
 
-// A text to score: a non-empty string, at most --max-body-bytes long anyway (the body holds it).
 Json checked_messages(const Json& messages) {
   if (auto problem = chat::find_message_problem(chat::OrderedJson::parse(messages.dump()))) {
     throw RequestError(kBadRequest, problem->message, problem->field);
@@ -253,6 +252,7 @@ Json checked_messages(const Json& messages) {
   return messages;
 }
 
+// A text to score: a non-empty string, at most --max-body-bytes long anyway (the body holds it).
 std::string text_value(const Json& value, const std::string& field) {
   if (!value.is_string()) wrong_type(field, "a string", value);
   std::string text = value.get<std::string>();

@@ -38,6 +38,8 @@ class StripDecoder : public Decoder {
  public:
   StripDecoder(char32_t content, size_t start, size_t stop) : content_(content), start_(start), stop_(stop) {}
   void decode_chain(std::vector<std::string>& tokens) const override;
+  /// A token as it is: what Strip removes is the pre-tokenizer's prepended space, which token_spans accounts for.
+  std::string token_bytes(std::string token) const override { return token; }
 
  private:
   char32_t content_;

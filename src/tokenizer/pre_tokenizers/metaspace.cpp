@@ -60,6 +60,21 @@ void MetaspaceDecoder::decode_chain(std::vector<std::string>& tokens) const {
   }
 }
 
+std::string MetaspaceDecoder::token_bytes(std::string token) const {
+  std::string out;
+  size_t pos = 0;
+  while (pos < token.size()) {
+    size_t start = pos;
+    char32_t cp = next_code_point(token, pos);
+    if (cp == replacement_) {
+      out.push_back(' ');
+    } else {
+      out.append(token, start, pos - start);
+    }
+  }
+  return out;
+}
+
 void read_metaspace(const JsonNode& node, char32_t& replacement, PrependScheme& scheme) {
   replacement = node.at("replacement").as_char();
   scheme = PrependScheme::kAlways;

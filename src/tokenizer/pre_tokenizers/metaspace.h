@@ -27,6 +27,8 @@ class MetaspaceDecoder : public Decoder {
  public:
   MetaspaceDecoder(char32_t replacement, PrependScheme scheme) : replacement_(replacement), scheme_(scheme) {}
   void decode_chain(std::vector<std::string>& tokens) const override;
+  /// Every replacement character a space: what the token stood for, the prepended one included.
+  std::string token_bytes(std::string token) const override;
 
  private:
   char32_t replacement_;
