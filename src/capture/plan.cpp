@@ -13,7 +13,6 @@
 #include "chat/chat_template.h"
 #include "common/error.h"
 #include "common/files.h"
-#include "common/sha256.h"
 #include "readout/prompts.h"
 #include "tokenizer/tokenizer.h"
 
@@ -153,9 +152,7 @@ std::vector<readout::Prompt> conversation_prompts(const CaptureOptions& options,
                                                   CapturePlan& plan) {
   const chat::ChatTemplate chat = chat::ChatTemplate::from_tokenizer_dir(plan.model_dir());
   plan.mask = options.mask.value_or(TokenMask::kAssistant);
-  Sha256 hash;
-  hash.update(chat.source());
-  plan.chat_template_sha256 = hash.hex_digest();
+  plan.chat_template_sha256 = chat.source_sha256();
   std::vector<std::string> conversations;
   conversations.reserve(plan.run.size());
   for (const RunItem& item : plan.run) {

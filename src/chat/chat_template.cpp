@@ -6,8 +6,15 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json.h"
+#include "common/sha256.h"
 
 namespace probekit::chat {
+
+std::string ChatTemplate::source_sha256() const {
+  Sha256 hash;
+  hash.update(source_);
+  return hash.hex_digest();
+}
 
 namespace {
 

@@ -44,6 +44,8 @@ class ChatTemplate {
 
   /// The template's text.
   const std::string& source() const { return source_; }
+  /// The SHA-256 of the template's text, as readout recipes record which template rendered a conversation.
+  std::string source_sha256() const;
   /// The special tokens the template sees unless the inputs replace them.
   const OrderedJson& special_tokens() const { return special_tokens_; }
 

@@ -13,7 +13,6 @@
 
 #include "chat/chat_template.h"
 #include "common/error.h"
-#include "common/sha256.h"
 #include "inference/text_stream.h"
 
 namespace probekit::inference {
@@ -125,12 +124,11 @@ std::vector<TextScores> Engine::score_conversations(const std::vector<std::strin
   require_probes();
   const chat::ChatTemplate chat = chat::ChatTemplate::from_tokenizer_dir(model_dir());
   if (!recipe_.chat_template_sha256.empty()) {
-    Sha256 hash;
-    hash.update(chat.source());
-    if (hash.hex_digest() != recipe_.chat_template_sha256) {
+    const std::string sha256 = chat.source_sha256();
+    if (sha256 != recipe_.chat_template_sha256) {
       fail_input("the probes' conversations were rendered with another chat template (chat_template_sha256 {}..., the "
                  "model in {} has {}...)",
-                 recipe_.chat_template_sha256.substr(0, 12), model_dir(), hash.hex_digest().substr(0, 12));
+                 recipe_.chat_template_sha256.substr(0, 12), model_dir(), sha256.substr(0, 12));
     }
   }
   // Probes trained on texts read conversations' assistant tokens, which is what a chat model's answer is; the

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "metrics/intervals.h"
+#include "probes/binary_paths.h"
 #include "probes/file_scores.h"
 #include "probes/probe_catalog.h"
 #include "probes/probe_files.h"
@@ -15,20 +16,18 @@ namespace probekit::probes {
 
 Json calibrate_layer(const std::string& dir, const std::string& activation_file, double target_fpr) {
   if (!(target_fpr > 0.0 && target_fpr < 1.0)) fail_usage("--target-fpr must be in (0, 1), got {}", target_fpr);
-  const ProbeSet set = ProbeSet::load(dir, at::kCPU, at::kFloat);
-  if (set.multiclass()) fail_input("{}: a multiclass probe has no per-label thresholds to calibrate", dir);
-  const activations::ActivationFile file = activations::read_activation_file(activation_file);
-  check_read_alike(set, dir, file, "the calibration data");
+  const LayerFileScores scored = score_layer_file(dir, activation_file, "the calibration data",
+                                                  "a multiclass probe has no per-label thresholds to calibrate");
+  const ProbeSet& set = scored.set;
   // In fp32, as inference computes the probabilities it compares with the threshold (a double's sigmoid would
   // tell apart scores that inference rounds to one value, 1.0 from a logit of about 17).
-  const at::Tensor probabilities = at::sigmoid(file_logits(set, file).to(at::kFloat)).to(at::kDouble);
+  const at::Tensor probabilities = at::sigmoid(scored.logits.to(at::kFloat));
   const std::string index_path = dir + "/" + kProbeIndexFile;
   Json index = read_json_file(index_path);
   Json calibrations = Json::array();
   for (size_t k = 0; k < set.probes().size(); ++k) {
-    at::Tensor column = probabilities.select(1, static_cast<int64_t>(k)).contiguous();
-    const metrics::FprThreshold point = metrics::threshold_at_fpr(
-        std::vector<double>(column.data_ptr<double>(), column.data_ptr<double>() + column.numel()), target_fpr);
+    const metrics::FprThreshold point =
+        metrics::threshold_at_fpr(column_scores(probabilities, static_cast<int64_t>(k)), target_fpr);
     Json calibration = {{"threshold", point.threshold}, {"target_fpr", target_fpr}, {"fpr", point.fpr},
                         {"fpr_ci95", {point.ci95.low, point.ci95.high}}, {"examples", point.examples},
                         {"source", activation_file}};

@@ -10,18 +10,17 @@
 #include "metrics/intervals.h"
 #include "metrics/metrics.h"
 #include "probes/binary_run.h"
+#include "probes/binary_paths.h"
 #include "probes/file_scores.h"
 
 namespace probekit::probes {
 
 Json evaluate_layer(const std::string& dir, const std::string& eval_file, uint64_t seed) {
-  const ProbeSet set = ProbeSet::load(dir, at::kCPU, at::kFloat);
-  if (set.multiclass()) fail_input("{}: --eval-file scores binary probes (train_binary_probes)", dir);
-  const activations::ActivationFile file = activations::read_activation_file(eval_file);
-  check_read_alike(set, dir, file, "the --eval-file capture");
-  const at::Tensor logits = file_logits(set, file);
-  const std::vector<int64_t> labels = file_labels(file);
-  const std::vector<std::string>& names = file.attributes.label_names;
+  const LayerFileScores scored =
+      score_layer_file(dir, eval_file, "the --eval-file capture", "--eval-file scores binary probes (train_binary_probes)");
+  const ProbeSet& set = scored.set;
+  const std::vector<int64_t> labels = file_labels(scored.file);
+  const std::vector<std::string>& names = scored.file.attributes.label_names;
   std::vector<std::vector<int>> truths;
   std::vector<std::vector<double>> scores;
   std::vector<double> thresholds;
@@ -30,9 +29,8 @@ Json evaluate_layer(const std::string& dir, const std::string& eval_file, uint64
     const auto index = static_cast<int64_t>(std::find(names.begin(), names.end(), probe.label) - names.begin());
     std::vector<int> truth;
     for (int64_t label : labels) truth.push_back(label == index ? 1 : 0);
-    at::Tensor column = logits.select(1, static_cast<int64_t>(k)).contiguous();
     truths.push_back(std::move(truth));
-    scores.emplace_back(column.data_ptr<double>(), column.data_ptr<double>() + column.numel());
+    scores.push_back(column_scores(scored.logits, static_cast<int64_t>(k)));
     thresholds.push_back(probe.threshold_logit);
   }
   metrics::IntervalOptions intervals;

@@ -32,6 +32,16 @@ void check_read_alike(const ProbeSet& set, const std::string& dir, const activat
   }
 }
 
+LayerFileScores score_layer_file(const std::string& dir, const std::string& path, const std::string& use,
+                                 const std::string& why_binary) {
+  ProbeSet set = ProbeSet::load(dir, at::kCPU, at::kFloat);
+  if (set.multiclass()) fail_input("{}: {}", dir, why_binary);
+  activations::ActivationFile file = activations::read_activation_file(path);
+  check_read_alike(set, dir, file, use);
+  at::Tensor logits = file_logits(set, file);
+  return {std::move(set), std::move(file), std::move(logits)};
+}
+
 std::string layer_file_of(const std::string& capture, int64_t layer, const std::string& flag) {
   for (const std::string& path : activations::find_activation_files({capture})) {
     if (activations::read_attributes(path).layer == layer) return path;

@@ -26,6 +26,18 @@ void check_read_alike(const ProbeSet& set, const std::string& dir, const activat
 /// the layer when it has none.
 std::string layer_file_of(const std::string& capture, int64_t layer, const std::string& flag);
 
+/// The binary probes of one layer's directory and their logits on every example of a file read alike (checked).
+struct LayerFileScores {
+  ProbeSet set;
+  activations::ActivationFile file;
+  at::Tensor logits;  // [examples, K] doubles on the CPU
+};
+
+/// Loads the binary probes of `dir` (a multiclass probe is refused: `why_binary` says why it must be binary), reads
+/// `path`, refuses it when read otherwise than the probes' activations (`use` names it) and scores it.
+LayerFileScores score_layer_file(const std::string& dir, const std::string& path, const std::string& use,
+                                 const std::string& why_binary);
+
 /// Every example's label index in `file` (train, val, test in that order).
 std::vector<int64_t> file_labels(const activations::ActivationFile& file);
 

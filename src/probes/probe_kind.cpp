@@ -34,6 +34,16 @@ at::Tensor ProbeKind::direction(const ProbeBank&, int64_t, int64_t) const {
 
 void ProbeKind::read_shape(const Json&, const std::string&, ProbeShape&) const {}
 
+void describe_token_reading(const ProbeShape& shape, Json& fields) {
+  fields["max_tokens"] = shape.max_tokens;
+  fields["skip_leading"] = shape.skip_leading;
+}
+
+void read_token_reading(const Json& index, const std::string& where, ProbeShape& shape) {
+  shape.max_tokens = json_value<int64_t>(index, "max_tokens", 0, where);
+  shape.skip_leading = json_value<int64_t>(index, "skip_leading", 0, where);
+}
+
 TrainActivations ProbeKind::forward_tokens(const ProbeBank&, const TokenBatch&) const {
   throw std::logic_error(std::string("probe kind '") + name() + "' reads one row per text, not every token");
 }

@@ -132,6 +132,11 @@ class ProbeKind {
   virtual std::vector<solvers::ProblemOutcome> fit(ProbeBank& bank, const FitData& data) const;
 };
 
+/// What every every-token kind records of how it reads a text's rows (max_tokens, skip_leading), into a
+/// probes.json index or a file's model_config, and reads back.
+void describe_token_reading(const ProbeShape& shape, Json& fields);
+void read_token_reading(const Json& index, const std::string& where, ProbeShape& shape);
+
 /// The parameters of one probe of `shape` (its kind's).
 std::vector<ParameterSpec> parameter_specs(const ProbeShape& shape);
 

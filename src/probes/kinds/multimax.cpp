@@ -49,13 +49,11 @@ class MultimaxKind : public ProbeKind {
 
   void describe(const ProbeShape& s, Json& fields) const override {
     fields["num_heads"] = s.heads;
-    fields["max_tokens"] = s.max_tokens;
-    fields["skip_leading"] = s.skip_leading;
+    describe_token_reading(s, fields);
   }
   void read_shape(const Json& index, const std::string& where, ProbeShape& s) const override {
     s.heads = json_value<int64_t>(index, "num_heads", 8, where);
-    s.max_tokens = json_value<int64_t>(index, "max_tokens", 0, where);
-    s.skip_leading = json_value<int64_t>(index, "skip_leading", 0, where);
+    read_token_reading(index, where, s);
   }
 };
 

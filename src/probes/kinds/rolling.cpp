@@ -24,13 +24,11 @@ class RollingKind : public TokenScoreKind {
   }
   void describe(const ProbeShape& s, Json& fields) const override {
     fields["window_tokens"] = s.window_tokens;
-    fields["max_tokens"] = s.max_tokens;
-    fields["skip_leading"] = s.skip_leading;
+    describe_token_reading(s, fields);
   }
   void read_shape(const Json& index, const std::string& where, ProbeShape& s) const override {
     s.window_tokens = json_value<int64_t>(index, "window_tokens", 16, where);
-    s.max_tokens = json_value<int64_t>(index, "max_tokens", 0, where);
-    s.skip_leading = json_value<int64_t>(index, "skip_leading", 0, where);
+    read_token_reading(index, where, s);
   }
 
   at::Tensor aggregation_weights(const at::Tensor& scores, const at::Tensor& lengths,
