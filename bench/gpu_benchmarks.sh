@@ -52,14 +52,22 @@
 #      alternating, with the GPU's memory sampled every 200 ms beside it for the peak: the FP8 copy with its products
 #      in FP8 (--fp8-products fp8) and decoded (the default), then the two captures' agreement
 #      (bench/python/compare_captures.py);
+#   16. monitor: the chat step's 16 streams with and without one rolling flag monitor each ("monitors" on
+#      /v1/chat/completions), alternating in one sitting (monitored_16_streams_tokens_per_s vs
+#      server_16_streams_tokens_per_s; bench/python/chat_streams_bench.py --monitored);
+#   17. multimax: as 13 with --model-type multimax (8 heads; multimax_train_s) beside torch_attention_probe.py
+#      --kind multimax (torch_multimax_train_s);
+#   18. masked: the 4,500 texts as one-turn conversations with the Gemma 3 template (the text as the user's message,
+#      a fixed 20-word reply; bench/python/masked_dataset.py) captured with --mask assistant, alternating with the
+#      same rendered strings captured as plain texts (masked_capture_examples_per_s vs the plain one);
 #   4. MoE capture: a Qwen3-30B-A3B-shaped random checkpoint (bench/python/make_moe_bench_model.py, MOE_LAYERS
 #      layers, 24 by default: one 80 GB GPU) with the real Qwen 3 tokenizer, captured at layers n/4, n/2, 3n/4,
 #      n-1 (6,12,18,23) by capture_activations vs transformers' batched forward (bench/python/moe_baseline.py),
 #      alternating, on the same dataset, then a profile of the capture as in 1c.
 # Usage: bash bench/gpu_benchmarks.sh OUT_DIR [STEP...]
 #   steps: build model capture profile alllayers spread multigpu split train generate server coldstart moe steer sweep
-#          previous python_api chat hybrid attention oss fp8 (default: all but previous, python_api, chat, hybrid,
-#          attention, oss and fp8)
+#          previous python_api chat hybrid attention oss fp8 monitor multimax masked (default: all but previous,
+#          python_api, chat, hybrid, attention, oss, fp8, monitor, multimax and masked)
 # RUNS (default 2) sets the runs of each side; PYTHON_RUNS (default RUNS) those of the Python side, whose
 # capture and training take minutes a run.
 set -euo pipefail
@@ -320,10 +328,12 @@ if has sweep; then
   "$python" bench/python/steered_generate_baseline.py "$model" /tmp/steer17.safetensors --sweep-cells "${SWEEP_SAMPLE:-40}" \
     --prompts "$prompts" --new-tokens 48 | tee "$out/sweep_python.json"
 fi
-if has attention; then
-  every_token=/tmp/capture_every_token/layer_33_activations.h5
+every_token=/tmp/capture_every_token/layer_33_activations.h5
+if has attention || has multimax; then
   [ -s "$every_token" ] || "$tools/capture_activations" --model "$model" --dataset "$dataset" \
     --output-dir /tmp/capture_every_token --layers 33 --position all --overwrite -q
+fi
+if has attention; then
   for run in $(seq "$runs"); do
     start=$(seconds)
     "$tools/train_binary_probes" --activations "$every_token" --output-dir "/tmp/attention_probes_$run" --overwrite \
@@ -339,6 +349,48 @@ if has attention; then
     # Its "seconds" (torch_attention_probe_train_s) is the training alone; this is its whole process, as ours.
     echo "{\"run\": $run, \"torch_attention_probe_process_s\": $(awk "BEGIN{print $(seconds) - $start}")}" |
       tee -a "$out/attention_process.jsonl"
+  done
+fi
+if has multimax; then
+  for run in $(seq "$runs"); do
+    start=$(seconds)
+    "$tools/train_binary_probes" --activations "$every_token" --output-dir "/tmp/multimax_probes_$run" --overwrite \
+      --model-type multimax --epochs 20 --early-stopping-patience -1 --device cuda --json -q \
+      > "$out/multimax_probekit_$run.json"
+    echo "{\"run\": $run, \"multimax_train_s\": $(awk "BEGIN{print $(seconds) - $start}")}" | tee -a "$out/multimax_process.jsonl"
+    "$python" -c "import json, sys; a = json.load(open(sys.argv[1])); print({k: a[k] for k in a if k.startswith('average')})" \
+      "/tmp/multimax_probes_$run/aggregate_metrics.json" | tee "$out/multimax_probekit_metrics_$run.txt"
+    [ "$run" -gt "$python_runs" ] && continue
+    start=$(seconds)
+    "$python" bench/python/torch_attention_probe.py "$every_token" --epochs 20 --kind multimax --heads 8 \
+      | tee "$out/multimax_torch_$run.json"
+    echo "{\"run\": $run, \"torch_multimax_process_s\": $(awk "BEGIN{print $(seconds) - $start}")}" |
+      tee -a "$out/multimax_process.jsonl"
+  done
+fi
+if has monitor; then
+  cp tests/fixtures/models/gemma3_text/chat_template.jinja "$model/"
+  [ -s /tmp/probes_1/aggregate_metrics.json ] || { echo "monitor: run the chat step first (its probes)"; exit 1; }
+  "$tools/probe_server" --probes-dir /tmp/probes_1 --model "$model" --port 8095 --max-streams 32 --http-threads 40 -q &
+  server=$!
+  for _ in $(seq 120); do
+    "$python" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8095/healthz')" 2>/dev/null && break
+    sleep 0.5
+  done
+  "$python" bench/python/chat_streams_bench.py --port 8095 --streams 16 --tokens 128 --runs "$runs" --monitored \
+    | tee "$out/monitored_streams.json"
+  kill "$server"; wait "$server" || true
+fi
+if has masked; then
+  cp tests/fixtures/models/gemma3_text/chat_template.jinja "$model/"
+  "$python" bench/python/masked_dataset.py "$dataset" "$model" /tmp/masked_chats.jsonl /tmp/masked_plain.jsonl
+  for run in $(seq "$runs"); do
+    for kind in chats plain; do
+      flags=(--mask assistant)
+      [ "$kind" = plain ] && flags=(--prompt-suffix "")
+      "$tools/capture_activations" --model "$model" --dataset "/tmp/masked_$kind.jsonl" --output-dir "/tmp/masked_capture_$kind" \
+        --layers $layers --overwrite --json -q "${flags[@]}" > "$out/masked_capture_${kind}_$run.json"
+    done
   done
 fi
 # capture_with_peak NAME MODEL LAYERS RUN [FLAGS...]: capture_activations on the dataset with nvidia-smi's memory

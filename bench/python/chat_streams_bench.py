@@ -11,6 +11,7 @@ import json
 import statistics
 import threading
 import time
+import urllib.request
 
 WORDS = ("the day I saw a chance to learn from what had gone wrong and so we tried again with care "
          "river stone market window quiet answer simple letter").split()
@@ -90,14 +91,17 @@ def summary(streams):
             "ttft_p50_ms": statistics.median(ttft), "ttft_max_ms": max(ttft)}
 
 
-def concurrent(port, count, tokens, offset):
+def concurrent(port, count, tokens, offset, monitors=None):
     results, errors = [None] * count, []
     barrier = threading.Barrier(count)
 
     def client(i):
         try:
             barrier.wait()
-            results[i] = post_stream(port, "/v1/chat/completions", chat_body(offset + i, tokens))
+            body = chat_body(offset + i, tokens)
+            if monitors:
+                body["monitors"] = monitors
+            results[i] = post_stream(port, "/v1/chat/completions", body)
         except Exception as error:  # reported below: a failed stream fails the benchmark
             errors.append(f"stream {i}: {error}")
 
@@ -121,9 +125,13 @@ def main():
                         "chat-template), for /v1/generate; a leading --bos text is dropped (generate adds BOS)")
     parser.add_argument("--bos", default="<bos>")
     parser.add_argument("--print-messages", action="store_true", help="print question 0's messages and exit")
+    parser.add_argument("--monitored", action="store_true", help="only the streams, with and without a rolling flag "
+                        "monitor on the server's first label each, alternating")
     args = parser.parse_args()
     if args.print_messages:
         return print(json.dumps(chat_body(0, args.tokens)["messages"]))
+    if args.monitored:
+        return monitored_runs(args)
     prompt = open(args.prompt_file, encoding="utf-8").read()
     prompt = prompt[len(args.bos):] if prompt.startswith(args.bos) else prompt
     # Warm-up: the first batch of 16 and the first long stream allocate what later steps reuse.
@@ -139,6 +147,21 @@ def main():
         chat_same = concurrent_prompt_chat(args.port, args.tokens)
         runs.append({"one": one, "many": many, "generate": generate, "chat_same_prompt": chat_same})
     print(json.dumps({"tokens": args.tokens, "streams": args.streams, "runs": runs}, indent=1))
+
+
+def monitored_runs(args):
+    """16 streams plain and 16 with one rolling flag monitor each, alternating (the monitors' cost per token)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{args.port}/v1/info") as response:
+        label = json.load(response)["labels"][0]
+    monitors = [{"label": label, "aggregate": "rolling", "window": 16, "action": "flag"}]
+    concurrent(args.port, args.streams, 32, 1000)
+    concurrent(args.port, args.streams, 32, 1000, monitors)
+    runs = []
+    for run in range(args.runs):
+        plain = concurrent(args.port, args.streams, args.tokens, 100 * run + 1)
+        monitored = concurrent(args.port, args.streams, args.tokens, 100 * run + 1, monitors)
+        runs.append({"many": plain, "monitored": monitored, "ratio": monitored["tokens_per_s"] / plain["tokens_per_s"]})
+    print(json.dumps({"tokens": args.tokens, "streams": args.streams, "monitors": monitors, "runs": runs}, indent=1))
 
 
 def concurrent_prompt_chat(port, tokens):

@@ -3,6 +3,10 @@ train_binary_probes --model-type attention trains (EleutherAI's attention-probes
 query per head, a per-head position weight, a value head per head, logits summed over heads), trained here one
 label at a time in plain PyTorch on the same --position all activation file.
   python3 torch_attention_probe.py ACTIVATIONS.h5 [--epochs 20] [--patience -1] [--heads 1] [--max-tokens 0]
+                                   [--kind attention|multimax]
+With --kind multimax it trains train_binary_probes --model-type multimax's architecture instead (torch_multimax_train_s):
+per head a query and a value vector, the value of the token with the highest query, summed over heads with a bias;
+the queries trained straight through a softmax (the hard maximum forward, the softmax's gradient backward).
 Same data and semantics as ours, as closely as is reasonable: every text's token rows after the leading BOS (the
 first token, when every text starts with the same id), at most its last --max-tokens; fp32; batches of 18 texts in
 a shuffled order, padded with a mask and each token's position in its text; AdamW (lr 5e-4, weight decay 1e-3),
@@ -39,6 +43,25 @@ class AttentionProbe(torch.nn.Module):
         p = torch.softmax(k, dim=1)
         v = self.v(x).unflatten(-1, (self.heads, self.outputs))
         return (p.unsqueeze(-1) * v).sum((1, 2))
+
+
+class MultiMaxProbe(torch.nn.Module):
+    """--model-type multimax: forward(x, mask, position) = sum_h v_h . x_{argmax_t q_h . x_t} + b."""
+
+    def __init__(self, d_in, heads, outputs=1):
+        super().__init__()
+        self.heads, self.outputs = heads, outputs
+        self.q = torch.nn.Linear(d_in, heads, bias=False)
+        self.v = torch.nn.Linear(d_in, heads * outputs, bias=False)
+        self.bias = torch.nn.Parameter(torch.zeros(outputs))
+
+    def forward(self, x, mask, position):
+        k = self.q(x).masked_fill(mask.unsqueeze(-1) == 0, float("-inf"))
+        soft = torch.softmax(k, dim=1)
+        hard = torch.nn.functional.one_hot(k.argmax(1), k.shape[1]).transpose(1, 2).to(soft.dtype)
+        p = hard + soft - soft.detach()
+        v = self.v(x).unflatten(-1, (self.heads, self.outputs))
+        return (p.unsqueeze(-1) * v).sum((1, 2)) + self.bias
 
 
 def leading_specials(f):
@@ -82,7 +105,7 @@ def train_one(label, train, val, test, a, device):
     target = (labels == label).float()
     # Texts of a batch share the padded length of the longest among them, as ours pads only the batch.
     lengths = mask.sum(1).long()
-    probe = AttentionProbe(x.shape[2], a.heads).to(device)
+    probe = (MultiMaxProbe(x.shape[2], a.heads) if a.kind == "multimax" else AttentionProbe(x.shape[2], a.heads)).to(device)
     optimizer, scheduler, loss_fn = reference_optimizer(probe, a)
     val_truth = (val[3] == label).cpu().numpy()
     best_auc, best_state, without_gain = -1.0, None, 0
@@ -116,6 +139,7 @@ def main():
     parser = training_arguments(patience=-1)
     parser.add_argument("--heads", type=int, default=1)
     parser.add_argument("--max-tokens", type=int, default=0)
+    parser.add_argument("--kind", choices=("attention", "multimax"), default="attention")
     a = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)
@@ -135,7 +159,7 @@ def main():
     seconds = time.perf_counter() - start
     defined = [x for x in aurocs if not math.isnan(x)]
     print(json.dumps({"seconds": seconds, "mean_test_auroc": sum(defined) / len(defined), "labels": len(present),
-                      "skip_leading": skip, "torch": torch.__version__}))
+                      "skip_leading": skip, "kind": a.kind, "torch": torch.__version__}))
 
 
 if __name__ == "__main__":

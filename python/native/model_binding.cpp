@@ -71,6 +71,7 @@ struct GenerateArguments {
   int64_t top_k = 5;
   double threshold = 0.1;
   bool calibrated = false;
+  std::string monitors;  // monitors=: the policies as a JSON list (the server's "monitors"); empty: none
 };
 
 // Generates after `prompts`, handing `on_event` each line --generate --json prints (a token, then each row's end);
@@ -94,9 +95,14 @@ void generate(const ModelHandle& model, const std::vector<std::string>& prompts,
     py::gil_scoped_acquire gil;
     return on_event(dump_json(event)).cast<bool>();
   };
-  std::vector<inference::GeneratedText> texts = engine.generate(prompts, options, [&](const inference::ScoredToken& token) {
+  auto on_token = [&](const inference::ScoredToken& token) {
     return emit(inference::generated_token_json(token, inference::table_of(engine, token.probability, display)));
-  });
+  };
+  std::vector<monitor::MonitorPolicy> policies;
+  if (!arguments.monitors.empty()) policies = monitor::parse_policies(parse_json(arguments.monitors, "monitors"));
+  std::vector<inference::GeneratedText> texts =
+      policies.empty() ? engine.generate(prompts, options, on_token)
+                       : engine.generate_monitored(prompts, options, engine.resolve_monitors(policies), on_token);
   const Json steering = engine.steering().empty() ? Json() : engine.steering().record();
   for (size_t row = 0; row < texts.size(); ++row) {
     emit(inference::generated_row_json(row, prompts[row], texts[row], steering));
@@ -142,15 +148,16 @@ void bind_model(py::module_& module) {
       "generate",
       [](const ModelHandle& model, const std::vector<std::string>& prompts, const std::string& probes_dir,
          const std::string& layers, int64_t layer, bool best_layer, int64_t max_new_tokens, bool stop, double temperature, int64_t sample_top_k, double top_p, uint64_t seed,
-         int64_t top_k, double threshold, bool calibrated, const py::list& steer, const py::function& on_event) {
+         int64_t top_k, double threshold, bool calibrated, const py::list& steer, const std::string& monitors,
+         const py::function& on_event) {
         GenerateArguments arguments{max_new_tokens, stop, {temperature, sample_top_k, top_p, seed}, top_k, threshold,
-                                    calibrated};
+                                    calibrated, monitors};
         generate(model, prompts, {probes_dir, layers, layer, best_layer}, arguments, steer, on_event);
       },
       py::arg("model"), py::arg("prompts"), py::arg("probes_dir"), py::arg("layers"), py::arg("layer"),
       py::arg("best_layer"), py::arg("max_new_tokens"), py::arg("stop"),
       py::arg("temperature"), py::arg("sample_top_k"), py::arg("top_p"), py::arg("seed"), py::arg("top_k"),
-      py::arg("threshold"), py::arg("calibrated"), py::arg("steer"), py::arg("on_event"));
+      py::arg("threshold"), py::arg("calibrated"), py::arg("steer"), py::arg("monitors"), py::arg("on_event"));
 }
 
 }  // namespace probekit::python

@@ -31,7 +31,7 @@ class Model:
     def generate(self, prompt: Union[str, Iterable[str]], max_new_tokens: int = ..., stop: bool = ...,
                  temperature: float = ..., probes: Optional[Probes] = ..., steer: Steer = ..., top_k: int = ...,
                  threshold: float = ..., calibrated: bool = ..., sample_top_k: int = ..., top_p: float = ...,
-                 seed: int = ...) -> Iterator[Json]: ...
+                 seed: int = ..., monitors: Optional[Iterable[Dict[str, Any]]] = ...) -> Iterator[Json]: ...
 
 class Probes:
     @property

@@ -69,7 +69,7 @@ class Model:
         return dict(zip(layers_found, rows))
 
     def generate(self, prompt, max_new_tokens=64, stop=True, temperature=0.0, probes=None, steer=None, top_k=5,
-                 threshold=0.1, calibrated=False, sample_top_k=0, top_p=1.0, seed=0):
+                 threshold=0.1, calibrated=False, sample_top_k=0, top_p=1.0, seed=0, monitors=None):
         """Generates after prompt, yielding what multi_probe_inference --generate --json prints: a dict per new token
         ({"row", "index", "position", "id", "token", "text", "predictions", ...}, with the probes' scores when probes
         are given), then one per prompt when it ends ({"row", "done": True, "stop", "prompt_ids", "generated_ids",
@@ -78,15 +78,30 @@ class Model:
         prompt: a string or a list of strings (rows). stop: stop at the model's end-of-sequence tokens (False: run
         max_new_tokens). temperature: 0 is greedy; sample_top_k, top_p, seed: sampling. probes: Probes scoring every
         new token. steer: [(label or vector, layer, coefficient), ...] (labels take their direction from probes).
-        top_k, threshold, calibrated: what each token's predictions show. Leaving the loop early stops the
-        generation."""
+        top_k, threshold, calibrated: what each token's predictions show. monitors: policies as the server's
+        "monitors" take them ([{"label": "deception", "threshold": 0.8, "action": "stop"}, ...]; needs probes): a
+        token where one fires carries "monitor_firings", and a row a monitor stopped ends with stop "monitor".
+        Leaving the loop early stops the generation."""
         prompts = text_list(prompt, "prompt")
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens {max_new_tokens!r}: must be a whole number, 1 or more")
         arguments = (self._native, prompts, _probes_dir(probes), *_probe_selection(probes), max_new_tokens, bool(stop), float(temperature),
                      int(sample_top_k), float(top_p), int(seed), int(top_k), float(threshold), bool(calibrated),
-                     steer_items(steer))
+                     steer_items(steer), _monitor_policies(monitors, probes))
         return _generation_events(arguments)
+
+
+def _monitor_policies(monitors, probes):
+    """monitors= as the native side reads it: the policies' JSON text ("" for none)."""
+    if monitors is None:
+        return ""
+    if isinstance(monitors, dict):
+        monitors = [monitors]
+    if not isinstance(monitors, (list, tuple)) or not all(isinstance(m, dict) for m in monitors):
+        raise ValueError("monitors: expected a list of policy dicts, e.g. [{'label': 'deception', 'action': 'stop'}]")
+    if monitors and probes is None:
+        raise ValueError("monitors: watch probes' scores; pass probes= too")
+    return json.dumps(list(monitors))
 
 
 def _probes_dir(probes):

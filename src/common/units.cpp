@@ -3,6 +3,7 @@
 #include <limits>
 
 #include <cctype>
+#include <cstdlib>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -50,6 +51,14 @@ std::string format_byte_size(double bytes) {
   }
   if (unit == 0) return fmt::format("{:.0f} B", bytes);
   return fmt::format("{:.{}f} {}", bytes, bytes < 10 ? 2 : bytes < 100 ? 1 : 0, kUnits[unit]);
+}
+
+std::optional<double> parse_number(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() + text.size() || !std::isfinite(value)) return std::nullopt;
+  return value;
 }
 
 std::optional<int> parse_count(const std::string& text) {

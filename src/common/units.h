@@ -14,6 +14,9 @@ int64_t parse_byte_size(const std::string& text, const std::string& flag);
 /// past what an int holds, which a cast would cut without a word: 4294967298 to 2).
 std::optional<int> parse_count(const std::string& text);
 
+/// A finite number written whole ("0.8", "-4", "1e-3"); nullopt for anything else (trailing text, inf, nan).
+std::optional<double> parse_number(const std::string& text);
+
 /// A byte count for people, in powers of 1000 as download tools show them: "512 B", "3.4 MB", "1.25 GB".
 std::string format_byte_size(double bytes);
 

@@ -109,6 +109,7 @@ const char* stop_reason_name(StopReason reason) {
     case StopReason::kEos: return "eos";
     case StopReason::kLength: return "length";
     case StopReason::kCancelled: return "cancelled";
+    case StopReason::kMonitor: return "monitor";
   }
   return "?";
 }

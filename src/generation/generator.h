@@ -58,7 +58,7 @@ struct GeneratedToken {
 /// reader went away); the other rows go on.
 using TokenCallback = std::function<bool(const GeneratedToken&)>;
 
-enum class StopReason { kEos, kLength, kCancelled };
+enum class StopReason { kEos, kLength, kCancelled, kMonitor };  // kMonitor: a monitor policy stopped it
 const char* stop_reason_name(StopReason reason);
 
 struct Generation {

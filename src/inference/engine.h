@@ -16,6 +16,7 @@
 #include "probes/probe_catalog.h"
 #include "loading/model_loading.h"
 #include "model/transformer.h"
+#include "monitor/stream_monitors.h"
 #include "probes/probe_files.h"
 #include "readout/prompts.h"
 #include "readout/readout.h"
@@ -69,6 +70,7 @@ struct ScoredToken {
   std::string text;      // what it adds to the row's text (a character split over several tokens comes with the last)
   bool last = false;     // the row's last token
   std::vector<std::vector<double>> probability;  // [layer][label], as TextScores: the text so far + the suffix
+  std::vector<monitor::Firing> firings;  // the monitors that fired at this token (and, at the first, on the prompt)
 };
 /// Called for each new token as it comes; returning false stops that row.
 using ScoredTokenCallback = std::function<bool(const ScoredToken&)>;
@@ -78,6 +80,7 @@ struct GeneratedText {
   std::vector<int32_t> prompt_ids, ids;
   std::string text;  // the new tokens' text
   generation::StopReason stop = generation::StopReason::kLength;
+  std::vector<monitor::Firing> firings;  // every monitor firing, in order (a stop's too, whose token was not sent)
 };
 
 /// The probes of one layer as loaded.
@@ -100,6 +103,8 @@ class Engine {
   /// The threshold of label k's probe at layer index l: the one set at a target false-positive rate where the probe
   /// was calibrated (calibrate_probes), else the validation-tuned one (NaN without a probe).
   double calibrated_threshold(size_t l, size_t k) const { return thresholds_[l][k]; }
+  /// Whether calibrated_threshold(l, k) was set at a target false-positive rate.
+  bool threshold_calibrated(size_t l, size_t k) const { return calibrated_[l][k]; }
   /// Which thresholds calibrated_threshold gives: "calibration", "validation", or "calibration where set, else
   /// validation".
   std::string threshold_source() const;
@@ -133,6 +138,16 @@ class Engine {
   /// forward passes. Needs EngineOptions::generate.
   std::vector<GeneratedText> generate(const std::vector<std::string>& prompts, const generation::GenerationOptions& options,
                                       const ScoredTokenCallback& on_token, bool add_special_tokens = true) const;
+  /// Monitor policies resolved against the probes: each label's column, its layer (given, or the one with the best
+  /// validation AUC), its threshold (given, or calibrated_threshold's) and its action's steering. A policy the
+  /// probes cannot run throws monitor::PolicyError naming the field ("monitors[0].layer").
+  std::shared_ptr<const monitor::MonitorSet> resolve_monitors(const std::vector<monitor::MonitorPolicy>& policies) const;
+  /// generate with monitors: every prompt a stream of a StreamBatch (each with its own steering once a monitor
+  /// steers it), the tokens handed to `on_token` with their row and firings. Needs EngineOptions::generate.
+  std::vector<GeneratedText> generate_monitored(const std::vector<std::string>& prompts,
+                                                const generation::GenerationOptions& options,
+                                                std::shared_ptr<const monitor::MonitorSet> monitors,
+                                                const ScoredTokenCallback& on_token, bool add_special_tokens = true) const;
   /// The directory of the model in use.
   const std::string& model_dir() const { return options_.model_dir; }
   /// The steering every pass applies (EngineOptions::steering), as resolved; empty without any.
@@ -180,6 +195,9 @@ class Engine {
   /// score_tokens for every-token probes: each prefix's whole prompt read and pooled, then the attention of the
   /// whole prompt's pool.
   void score_prefix_prompts(const readout::Sequence& ids, const readout::Request& request, TokenScores& result) const;
+  /// Each token position of the built prompt `ids` scored as score_tokens scores it (into result.probability and,
+  /// for every-token probes, result.attention), steered by `steering` (null: none).
+  void score_token_ids(const readout::Sequence& ids, const steering::SteeringVectors* steering, TokenScores& result) const;
   /// The attention of the whole prompt `ids` + suffix into result.attention and result.suffix_attention.
   void store_attention(const readout::Sequence& ids, const readout::Request& request, TokenScores& result) const;
   /// Stores probabilities_of's columns (on the host) into tables[first + n][l][k].
@@ -196,6 +214,7 @@ class Engine {
   std::vector<std::string> labels_;
   std::vector<LayerProbes> probes_;
   std::vector<std::vector<double>> thresholds_, aucs_;
+  std::vector<std::vector<bool>> calibrated_;  // thresholds_[l][k] set at a target false-positive rate
   int64_t calibrated_count_ = 0, validation_count_ = 0;  // probes in use with each kind of threshold
   activations::ReadoutRecipe recipe_;
   readout::Request request_;

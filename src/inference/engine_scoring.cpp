@@ -194,21 +194,23 @@ TokenScores Engine::score_tokens(const std::string& text, const steering::Steeri
     spdlog::warn("the text is longer than {}: its first {} tokens were cut from the start and are not scored",
                  prompts_->limit().description, prompt.cut);
   }
-  result.ids = prompt.ids;
+  score_token_ids(prompt.ids, steering, result);
+  return result;
+}
+
+void Engine::score_token_ids(const readout::Sequence& ids, const steering::SteeringVectors* steering,
+                             TokenScores& result) const {
+  result.ids = ids;
   result.tokens = tokenizer_->tokens(result.ids);
   for (int32_t id : result.ids) result.texts.push_back(tokenizer_->decode({id}));
   result.probability = empty_tables(result.ids.size());
   readout::Request steered = request_;
   const model::StreamWrites writes = steering != nullptr ? steering::place(*steering, *model_) : model::StreamWrites();
   if (steering != nullptr) steered.writes = &writes;
-  if (reads_every_token()) {
-    score_prefix_prompts(prompt.ids, steered, result);
-    return result;
-  }
-  at::Tensor rows = readout::read_prefixes(*model_, prompt.ids, prompts_->suffix_ids(), steered);
+  if (reads_every_token()) return score_prefix_prompts(ids, steered, result);
+  at::Tensor rows = readout::read_prefixes(*model_, ids, prompts_->suffix_ids(), steered);
   readout::check_finite_rows(rows, 1, request_.layers);
   store_probabilities(rows, result.probability, 0);
-  return result;
 }
 
 // Attention pools every token of its prompt, so prefix t's prompt text[0..t] + suffix is read whole; prefixes go

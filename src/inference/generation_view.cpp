@@ -52,6 +52,16 @@ std::string layer_suffix(const ScoreTable& table, const Prediction& p) {
   return table.layers.size() > 1 ? fmt::format("@L{}", p.layer) : "";
 }
 
+// "⚑ label@L20 0.912 > 0.500: stop" for each firing.
+std::string firings_text(const std::vector<monitor::Firing>& firings) {
+  std::string out;
+  for (const monitor::Firing& f : firings) {
+    out += fmt::format("  ⚑ {}@L{} {:.3f} > {:.3f}: {}{}", terminal_text(f.label), f.layer, f.score, f.threshold, f.action,
+                       f.scope == monitor::Scope::kPrompt ? fmt::format(" (prompt token {})", f.index) : "");
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string generated_token_line(const ScoredToken& token, const ScoreTable& table, int64_t top_k, bool with_row) {
@@ -62,8 +72,9 @@ std::string generated_token_line(const ScoredToken& token, const ScoreTable& tab
   }
   std::string row = with_row ? fmt::format("[{}] ", token.row) : "";
   std::string quoted = dump_json(token.text);
-  return fmt::format("{}{:>4}  {}{}  {}", row, token.index, quoted, std::string(18 - std::min<size_t>(18, columns(quoted)), ' '),
-                     firing.empty() ? std::string("-") : fmt::format("{}", fmt::join(firing, ", ")));
+  return fmt::format("{}{:>4}  {}{}  {}{}", row, token.index, quoted, std::string(18 - std::min<size_t>(18, columns(quoted)), ' '),
+                     firing.empty() ? std::string("-") : fmt::format("{}", fmt::join(firing, ", ")),
+                     firings_text(token.firings));
 }
 
 Json generated_row_json(size_t row, const std::string& prompt, const GeneratedText& text, const Json& steering) {
@@ -75,13 +86,16 @@ Json generated_row_json(size_t row, const std::string& prompt, const GeneratedTe
                {"generated_ids", text.ids},
                {"text", text.text}};
   if (!steering.is_null()) done["steering"] = steering;
+  if (!text.firings.empty()) done["monitor_firings"] = monitor::firings_json(text.firings);
   return done;
 }
 
 Json generated_token_json(const ScoredToken& token, const ScoreTable& table) {
-  return {{"row", token.row},   {"index", token.index}, {"position", token.position},
-          {"id", token.id},     {"token", token.token}, {"text", token.text},
-          {"last", token.last}, {"predictions", predictions_json(all_predictions(table))}};
+  Json out = {{"row", token.row},   {"index", token.index}, {"position", token.position},
+              {"id", token.id},     {"token", token.token}, {"text", token.text},
+              {"last", token.last}, {"predictions", predictions_json(all_predictions(table))}};
+  if (!token.firings.empty()) out["monitor_firings"] = monitor::firings_json(token.firings);
+  return out;
 }
 
 std::string live_frame(const std::vector<LiveRow>& rows, int64_t top_k, size_t width, size_t text_lines) {
@@ -147,6 +161,7 @@ void GenerationPrinter::finish(const std::vector<GeneratedText>& texts) {
     } else if (!live_) {
       fmt::print("\n{}Generated {} tokens (stop: {}):\n{}{}\n", texts.size() > 1 ? fmt::format("[{}] ", r) : "",
                  t.ids.size(), rows_[r].stop, terminal_text(rows_[r].prompt, true), terminal_text(t.text, true));
+      if (!t.firings.empty()) fmt::print("monitors fired:{}\n", firings_text(t.firings));
     }
   }
   std::fflush(stdout);

@@ -179,6 +179,7 @@ void check_request(InferenceRequest& r) {
     fail_usage("--csv and --html report a plain prompt: leave out --chat and --messages");
   }
   if (r.generate && (r.per_token || !r.compare.empty())) fail_usage("--generate excludes --per-token and --compare");
+  if (!r.monitors.empty() && !r.generate) fail_usage("--monitor watches a generation: it goes with --generate");
   if ((!r.csv.empty() || !r.html.empty()) && !r.per_token && !r.generate) {
     fail_usage("--csv and --html go with --per-token or --generate");
   }
@@ -251,7 +252,8 @@ void show_generation(const Engine& engine, const InferenceRequest& r) {
   }
   GenerationPrinter printer(prompts, r.display.top_k, r.display.json, r.live_view,
                            engine.steering().empty() ? Json() : engine.steering().record());
-  std::vector<GeneratedText> texts = engine.generate(prompts, options, [&](const ScoredToken& token) {
+  std::shared_ptr<const monitor::MonitorSet> monitors = engine.resolve_monitors(monitor::monitor_policies(r.monitors));
+  auto show = [&](const ScoredToken& token) {
     ScoreTable table = table_of(engine, token.probability, r.display);
     printer.show(token, table);
     if (report) {
@@ -260,7 +262,9 @@ void show_generation(const Engine& engine, const InferenceRequest& r) {
       tokens.scores.push_back(std::move(table));
     }
     return true;
-  }, !chat);
+  };
+  std::vector<GeneratedText> texts = monitors->empty() ? engine.generate(prompts, options, show, !chat)
+                                                       : engine.generate_monitored(prompts, options, monitors, show, !chat);
   printer.finish(texts);
   if (!r.csv.empty()) write_file_atomic(r.csv, per_token_csv(tokens));
   if (!r.html.empty()) write_file_atomic(r.html, per_token_html(tokens, "Probe scores of a generation"));
@@ -410,6 +414,7 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
                  "template: ranked at the probes' token mask (the assistant's tokens for probes trained on texts), or "
                  "with --generate the prompt");
   generation::add_generation_flags(app, r.generation);
+  monitor::add_monitor_flags(app, r.monitors);
   steering::add_steering_flags(app, e.steering, false);
 }
 

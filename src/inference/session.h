@@ -13,6 +13,7 @@
 #include "generation/flags.h"
 #include "inference/engine.h"
 #include "inference/ranking.h"
+#include "monitor/monitor_flags.h"
 
 namespace probekit::inference {
 
@@ -42,6 +43,7 @@ struct InferenceRequest {
   bool chat = false;        // --chat: each text is a user message, rendered with the model's chat template
   std::string messages;     // --messages FILE: a conversation (JSON list of messages) rendered as the one prompt
   generation::GenerationFlags generation;
+  monitor::MonitorFlags monitors;  // --monitor and its flags, with --generate
   bool live_view = false;   // --generate redraws a live view in place (the tool sets it when stdout is a terminal)
 };
 

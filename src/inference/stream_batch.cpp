@@ -30,6 +30,9 @@ struct StreamBatch::Stream {
   TextStream text;
   at::Tensor suppressed;  // ids never chosen, on the device
   const steering::SteeringVectors* steering;  // its row's steering; null: none
+  std::shared_ptr<const steering::SteeringVectors> steered_by_monitor;  // `steering` once a monitor steered it
+  std::unique_ptr<monitor::StreamMonitors> monitors;  // null: none
+  std::vector<monitor::Firing> prompt_firings;  // reported with the first token
   GeneratedText generated;
   int64_t launched = 0;  // tokens launched: those handed out, and the one in flight
 };
@@ -54,12 +57,72 @@ void StreamBatch::join(StreamRequest request) {
   c10::InferenceMode inference_mode;
   const steering::SteeringVectors* steering =
       request.steering ? request.steering.get() : (engine_.steering_.empty() ? nullptr : &engine_.steering_);
-  const model::StreamWrites alone = steering ? steering::place_rows({steering}, engine_.model()) : model::StreamWrites();
-  at::Tensor hidden = reader_.join(request.prompt_ids, request.options.max_new_tokens, steering ? &alone : nullptr);
+  auto stream = std::make_unique<Stream>(std::move(request), joined_, engine_.tokenizer(), steering, engine_.model().device());
+  if (stream->request.monitors) stream->monitors = std::make_unique<monitor::StreamMonitors>(stream->request.monitors);
+  if (watch_prompt(*stream)) {
+    stream->generated.stop = generation::StopReason::kMonitor;
+    return stream->request.on_end(stream->generated, nullptr);
+  }
+  const model::StreamWrites alone =
+      stream->steering ? steering::place_rows({stream->steering}, engine_.model()) : model::StreamWrites();
+  at::Tensor hidden = reader_.join(stream->request.prompt_ids, stream->request.options.max_new_tokens,
+                                   stream->steering ? &alone : nullptr);
   hidden_ = hidden_.defined() ? at::cat({hidden_, hidden}) : hidden;
-  streams_.push_back(
-      std::make_unique<Stream>(std::move(request), joined_++, engine_.tokenizer(), steering, engine_.model().device()));
+  ++joined_;
+  streams_.push_back(std::move(stream));
   place_writes();
+}
+
+// A prompt-scope monitor reads the prompt's tokens as --per-token scores them (a pass of its own, before the
+// stream's); one that steers steers the whole generation, its prompt's pass included.
+bool StreamBatch::watch_prompt(Stream& s) {
+  if (!s.monitors || !s.monitors->watches(monitor::Scope::kPrompt)) return false;
+  TokenScores scores;
+  engine_.score_token_ids(s.request.prompt_ids, s.steering, scores);
+  for (size_t t = 0; t < scores.probability.size(); ++t) {
+    std::vector<monitor::Firing> firings =
+        s.monitors->observe(scores.probability[t], static_cast<int64_t>(t), monitor::Scope::kPrompt);
+    if (firings.empty()) continue;
+    s.prompt_firings.insert(s.prompt_firings.end(), firings.begin(), firings.end());
+    s.generated.firings.insert(s.generated.firings.end(), firings.begin(), firings.end());
+    if (act_on(s, firings)) return true;
+  }
+  return false;
+}
+
+namespace {
+
+// What a stream's monitors ask of it, carried out by StreamBatch::act_on.
+struct MonitorRequests : monitor::MonitoredStream {
+  bool stop_asked = false;
+  bool steer_asked = false;
+  void stop() override { stop_asked = true; }
+  void steer() override { steer_asked = true; }
+};
+
+}  // namespace
+
+bool StreamBatch::act_on(Stream& s, const std::vector<monitor::Firing>& firings) {
+  bool stopped = false;
+  for (const monitor::Firing& firing : firings) {
+    const monitor::ResolvedMonitor& m = s.monitors->monitor(firing.monitor);
+    MonitorRequests requests;
+    m.action->act(requests);
+    stopped = stopped || requests.stop_asked;
+    if (!requests.steer_asked || !m.steering) continue;
+    // The stream's own steering, then the monitor's.
+    auto combined = std::make_shared<steering::SteeringVectors>(s.steering ? *s.steering : steering::SteeringVectors());
+    combined->additions.insert(combined->additions.end(), m.steering->additions.begin(), m.steering->additions.end());
+    combined->ablations.insert(combined->ablations.end(), m.steering->ablations.begin(), m.steering->ablations.end());
+    s.steered_by_monitor = combined;
+    s.steering = combined.get();
+    writes_changed_ = true;
+  }
+  return stopped;
+}
+
+bool StreamBatch::steering_pending() const {
+  return std::any_of(streams_.begin(), streams_.end(), [](const auto& s) { return s->monitors && s->monitors->steering_pending(); });
 }
 
 // Each row's next token by its own sampler (and seed), from its row of the logits, as a generation of one prompt
@@ -81,8 +144,9 @@ void StreamBatch::step() {
   std::unique_ptr<Launched> launched = in_flight_ ? std::move(in_flight_) : launch();
   // Every-token probes score each text with its new token, known on the host only: a forward that waits for the
   // step anyway, and the launched rows stay those of streams_.
-  if (!engine_.reads_every_token() && tokens_left()) in_flight_ = launch();
+  if (!engine_.reads_every_token() && tokens_left() && !steering_pending()) in_flight_ = launch();
   deliver(*launched);
+  if (writes_changed_) place_writes();
 }
 
 std::unique_ptr<StreamBatch::Launched> StreamBatch::launch() {
@@ -145,11 +209,20 @@ bool StreamBatch::hand_out(Stream& s, int32_t id, const at::Tensor& scores, std:
   const auto index = static_cast<int64_t>(s.generated.ids.size());
   const bool eos = std::find(o.stop_ids.begin(), o.stop_ids.end(), id) != o.stop_ids.end();
   const bool last = eos || index + 1 == o.max_new_tokens;
-  ScoredToken scored{0, index, static_cast<int64_t>(s.generated.prompt_ids.size()) + index, id,
-                     engine_.tokenizer().tokens({id}).front(), s.text.add(id, last), last, {}};
   std::vector<std::vector<std::vector<double>>> table = engine_.empty_tables(1);
   engine_.store_columns(scores.unsqueeze(0), table, 0);
-  scored.probability = std::move(table.front());
+  std::vector<monitor::Firing> firings;
+  if (s.monitors) firings = s.monitors->observe(table.front(), index, monitor::Scope::kCompletion);
+  s.generated.firings.insert(s.generated.firings.end(), firings.begin(), firings.end());
+  if (act_on(s, firings)) {
+    s.generated.stop = generation::StopReason::kMonitor;
+    return true;
+  }
+  ScoredToken scored{0, index, static_cast<int64_t>(s.generated.prompt_ids.size()) + index, id,
+                     engine_.tokenizer().tokens({id}).front(), s.text.add(id, last), last, std::move(table.front()),
+                     std::move(s.prompt_firings)};
+  scored.firings.insert(scored.firings.end(), firings.begin(), firings.end());
+  s.prompt_firings.clear();
   s.generated.ids.push_back(id);
   s.generated.text += scored.text;
   if (last) s.generated.stop = eos ? generation::StopReason::kEos : generation::StopReason::kLength;
@@ -214,6 +287,7 @@ void StreamBatch::end_all(std::exception_ptr error) {
 // The rows' steering as one set of writes ([B, hidden] each, zeros for a row without): adding zeros and projecting
 // out a zero direction leave a row's numbers as they are.
 void StreamBatch::place_writes() {
+  writes_changed_ = false;
   std::vector<const steering::SteeringVectors*> rows;
   bool steered = false;
   for (const auto& s : streams_) {

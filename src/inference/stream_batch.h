@@ -3,6 +3,9 @@
 // when it ends; each keeps its own positions, cache rows, sampler and steering row, so that it gives what it
 // gives alone. Steps are pipelined: the next step goes to the device before this one's tokens reach the host, so
 // the device computes while the host hands tokens out (and launches a step's graph), never idle between steps.
+// A stream's monitors watch its tokens' scores and act on that stream alone (monitor/actions.h): a stop ends it
+// before the token that fired, a steer changes its row of the writes from its next token on (while such a monitor
+// waits, steps are not launched ahead, so that the next token's pass is the first steered).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -24,6 +27,7 @@ struct StreamRequest {
   std::vector<int32_t> prompt_ids;  // tokenized as the caller wants it (special tokens or not)
   generation::GenerationOptions options;  // its `writes` are ignored: `steering` steers the stream
   std::shared_ptr<const steering::SteeringVectors> steering;  // null: the engine's own steering
+  std::shared_ptr<const monitor::MonitorSet> monitors;  // null: none (Engine::resolve_monitors)
   ScoredTokenCallback on_token;  // each new token; returning false ends the stream (cancelled)
   /// Called once when the stream has ended: its generation, and the error that ended it (null when none).
   std::function<void(const GeneratedText&, std::exception_ptr)> on_end;
@@ -61,6 +65,12 @@ class StreamBatch {
   void deliver(Launched& launched);
   /// Hands `s` its token `id` scored `scores` [probes]; whether it ended (an error its callback threw in `error`).
   bool hand_out(Stream& s, int32_t id, const at::Tensor& scores, std::exception_ptr& error);
+  /// Runs `s`'s monitors over `firings`' actions; whether one stops it. A steer changes its steering.
+  bool act_on(Stream& s, const std::vector<monitor::Firing>& firings);
+  /// Prompt-scope monitors over the prompt's tokens before it runs; whether one stopped the stream.
+  bool watch_prompt(Stream& s);
+  /// Whether a stream waits for a steering monitor to fire.
+  bool steering_pending() const;
   void leave(const std::vector<bool>& ended, const std::vector<std::exception_ptr>& errors);
   void place_writes();
   /// Every-token probes: the scores [rows, probes] of each of `rows`' prompt, tokens and its new token `ids`.
@@ -71,6 +81,7 @@ class StreamBatch {
   std::vector<std::unique_ptr<Stream>> streams_;  // in row order
   at::Tensor hidden_;  // [B, hidden] fp32: the final norm at each row's latest token
   model::StreamWrites writes_;  // every row's steering, [B, hidden] each
+  bool writes_changed_ = false;  // a monitor steered a stream: writes_ are placed again after the step
   uint64_t joined_ = 0;  // streams joined so far: each one's serial
   device::PinnedPool pinned_;  // the launched steps' host copies
   std::unique_ptr<Launched> in_flight_;  // the step launched and not yet handed out

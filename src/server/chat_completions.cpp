@@ -69,6 +69,7 @@ inference::StreamRequest prepare(const ServerContext& context, const ChatModel& 
     throw RequestError(400, e.what());
   }
   request.steering = resolve_steering(context, query.steering);
+  request.monitors = resolve_monitors(context, query.monitors);
   return request;
 }
 
@@ -78,8 +79,17 @@ Json token_predictions(const ServerContext& context, const ViewQuery& view, cons
   return inference::predictions_json(ranked);
 }
 
+// A monitor's stop is the OpenAI API's content_filter: the reply was cut because of what it was becoming.
 const char* finish_reason(const inference::GeneratedText& done, const StopText& stop) {
+  if (done.stop == generation::StopReason::kMonitor) return "content_filter";
   return stop.stopped() || done.stop == generation::StopReason::kEos ? "stop" : "length";
+}
+
+// A token's chunk or probe entry with the monitors that fired at it: "monitor" the first, "monitors" all when
+// several did.
+void add_firings(Json& out, const inference::ScoredToken& token) {
+  if (!token.firings.empty()) out["monitor"] = token.firings.front().to_json();
+  if (token.firings.size() > 1) out["monitors"] = monitor::firings_json(token.firings);
 }
 
 Json usage_json(const inference::GeneratedText& done) {
@@ -129,13 +139,16 @@ Json chat_completion_response(const ServerContext& context, const ChatModel& mod
   request.on_token = [context, view, state, deadline](const inference::ScoredToken& token) {
     if (state->abandoned || context.scheduler.stopping()) return false;
     state->stop.add(token.text);
-    state->probes.push_back({{"index", token.index}, {"token", token.token}, {"text", token.text},
-                             {"predictions", token_predictions(context, view, token)}});
+    Json entry = {{"index", token.index}, {"token", token.token}, {"text", token.text},
+                  {"predictions", token_predictions(context, view, token)}};
+    add_firings(entry, token);
+    state->probes.push_back(std::move(entry));
     state->timed_out = Clock::now() >= deadline;
     return !state->stop.stopped() && !state->timed_out;
   };
   Json steering = request.steering ? request.steering->record() : Json();
-  request.on_end = [state, header, steering](const inference::GeneratedText& done, std::exception_ptr error) {
+  const bool monitored = request.monitors != nullptr;
+  request.on_end = [state, header, steering, monitored](const inference::GeneratedText& done, std::exception_ptr error) {
     if (error) return state->completion.set_exception(error);
     if (state->timed_out) return state->completion.set_exception(std::make_exception_ptr(timeout()));
     const std::string text = state->stop.sent() + state->stop.flush();
@@ -145,6 +158,7 @@ Json chat_completion_response(const ServerContext& context, const ChatModel& mod
     reply["usage"] = usage_json(done);
     reply["probes"] = std::move(state->probes);
     if (!steering.is_null()) reply["steering"] = steering;
+    if (monitored) reply["monitor_firings"] = monitor::firings_json(done.firings);
     state->completion.set_value(std::move(reply));
   };
   std::future<Json> completion = state->completion.get_future();
@@ -179,7 +193,7 @@ Json chunk_json(const ReplyHeader& header, Json delta, const char* reason, bool 
 }
 
 // The stream's end: the text held back, the chunk with the finish reason, the usage, [DONE]; or the error.
-void end_stream(EventStream& stream, const ReplyHeader& header, ReplyState& state, bool include_usage,
+void end_stream(EventStream& stream, const ReplyHeader& header, ReplyState& state, bool include_usage, bool monitored,
                 const inference::GeneratedText& done, std::exception_ptr error) {
   if (!error && state.timed_out) error = std::make_exception_ptr(timeout());
   if (error) {
@@ -188,7 +202,9 @@ void end_stream(EventStream& stream, const ReplyHeader& header, ReplyState& stat
   }
   const std::string rest = state.stop.flush();
   if (!rest.empty()) stream.push_data(dump_json(chunk_json(header, {{"content", rest}}, nullptr, include_usage)));
-  stream.push_data(dump_json(chunk_json(header, Json::object(), finish_reason(done, state.stop), include_usage)));
+  Json last = chunk_json(header, Json::object(), finish_reason(done, state.stop), include_usage);
+  if (monitored) last["monitor_firings"] = monitor::firings_json(done.firings);
+  stream.push_data(dump_json(last));
   if (include_usage) {
     Json usage = header_json(header, "chat.completion.chunk");
     usage["choices"] = Json::array();
@@ -211,12 +227,14 @@ void start_chat_stream(const ServerContext& context, const ChatModel& model, con
     if (stream->cancelled() || context.scheduler.stopping()) return false;
     Json chunk = chunk_json(header, {{"content", state->stop.add(token.text)}}, nullptr, usage);
     chunk["probes"] = token_predictions(context, view, token);
+    add_firings(chunk, token);
     stream->push_data(dump_json(chunk));
     state->timed_out = Clock::now() >= deadline;
     return !state->stop.stopped() && !state->timed_out;
   };
-  request.on_end = [stream, header, state, usage](const inference::GeneratedText& done, std::exception_ptr error) {
-    end_stream(*stream, header, *state, usage, done, error);
+  request.on_end = [stream, header, state, usage, monitored = request.monitors != nullptr](
+                       const inference::GeneratedText& done, std::exception_ptr error) {
+    end_stream(*stream, header, *state, usage, monitored, done, error);
   };
   stream->push_data(dump_json(chunk_json(header, {{"role", "assistant"}, {"content", ""}}, nullptr, usage)));
   context.scheduler.submit_generation(std::move(request), deadline);

@@ -60,7 +60,7 @@ generation::GenerationOptions options_for(const ServerContext& context, const Ge
 // The generation's end as the stream's last event: "done", or "error" (its time was up, the server is stopping,
 // the model failed).
 void push_end(EventStream& stream, const inference::GeneratedText& done, std::exception_ptr error, bool timed_out,
-              bool steered, bool stopping) {
+              bool steered, bool monitored, bool stopping) {
   if (error) return stream.push("error", error_body(message_of(error), ""), true);
   if (timed_out) {
     return stream.push("error", error_body("the stream took longer than this server's time limit per request (--request-timeout)", ""), true);
@@ -68,6 +68,7 @@ void push_end(EventStream& stream, const inference::GeneratedText& done, std::ex
   if (stopping) return stream.push("error", error_body("the server is shutting down", ""), true);
   Json finished = {{"reason", generation::stop_reason_name(done.stop)}, {"tokens", done.ids.size()}, {"text", done.text}};
   if (steered) finished["steered"] = true;
+  if (monitored) finished["monitor_firings"] = monitor::firings_json(done.firings);
   stream.push("done", finished, true);
 }
 
@@ -90,6 +91,7 @@ void start_generation(const ServerContext& context, const GenerateQuery& query, 
   inference::StreamRequest request;
   request.options = options_for(context, query);
   request.steering = resolve_steering(context, query.steering);
+  request.monitors = resolve_monitors(context, query.monitors);
   request.prompt_ids = context.engine.tokenizer().encode(query.prompt, true);
   auto text = std::make_shared<std::string>();
   auto timed_out = std::make_shared<bool>(false);
@@ -99,14 +101,17 @@ void start_generation(const ServerContext& context, const GenerateQuery& query, 
     *text += token.text;
     std::vector<inference::Prediction> ranked = inference::all_predictions(query_table(context, token.probability, view));
     ranked.resize(std::min<size_t>(ranked.size(), static_cast<size_t>(view.top_k)));
-    stream->push("token", {{"index", token.index}, {"id", token.id}, {"token", token.token}, {"token_text", token.text},
-                           {"text", *text}, {"predictions", inference::predictions_json(ranked)}});
+    Json event = {{"index", token.index}, {"id", token.id}, {"token", token.token}, {"token_text", token.text},
+                  {"text", *text}, {"predictions", inference::predictions_json(ranked)}};
+    if (!token.firings.empty()) event["monitor"] = token.firings.front().to_json();
+    if (token.firings.size() > 1) event["monitors"] = monitor::firings_json(token.firings);
+    stream->push("token", event);
     *timed_out = Clock::now() >= deadline;
     return !*timed_out;
   };
-  request.on_end = [context, stream, timed_out, steered = request.steering != nullptr](
+  request.on_end = [context, stream, timed_out, steered = request.steering != nullptr, monitored = request.monitors != nullptr](
                        const inference::GeneratedText& done, std::exception_ptr error) {
-    push_end(*stream, done, error, *timed_out, steered, context.scheduler.stopping());
+    push_end(*stream, done, error, *timed_out, steered, monitored, context.scheduler.stopping());
   };
   context.scheduler.submit_generation(std::move(request), deadline);
 }

@@ -92,6 +92,17 @@ std::shared_ptr<const steering::SteeringVectors> resolve_steering(const ServerCo
   return vectors;
 }
 
+std::shared_ptr<const monitor::MonitorSet> resolve_monitors(const ServerContext& context, const Json& monitors) {
+  if (monitors.is_null()) return nullptr;
+  std::vector<monitor::MonitorPolicy> policies = monitor::parse_policies(monitors);
+  if (policies.empty()) return nullptr;
+  try {
+    return context.engine.resolve_monitors(policies);
+  } catch (const monitor::PolicyError& e) {
+    throw RequestError(400, e.what(), e.field());
+  }
+}
+
 inference::ScoreTable query_table(const ServerContext& context, const std::vector<std::vector<double>>& probability,
                                   const ViewQuery& view) {
   inference::ScoreTable all = inference::table_of(context.engine, probability, display_of(view));

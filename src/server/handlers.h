@@ -35,6 +35,10 @@ void check_view(const ServerContext& context, const ViewQuery& view);
 std::shared_ptr<const steering::SteeringVectors> resolve_steering(const ServerContext& context,
                                                                   const SteeringQuery& query);
 
+/// A request's "monitors" read and resolved against the server's probes (null when it has none); a 400 naming the
+/// policy's field for anything they cannot run.
+std::shared_ptr<const monitor::MonitorSet> resolve_monitors(const ServerContext& context, const Json& monitors);
+
 /// Refuses a text longer than --max-tokens, naming `field`.
 void check_text_length(const ServerContext& context, const std::string& text, const std::string& field);
 

@@ -21,14 +21,6 @@ namespace probekit::steering {
 
 namespace {
 
-std::optional<double> parse_number(const std::string& text) {
-  if (text.empty()) return std::nullopt;
-  char* end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  if (end != text.c_str() + text.size() || !std::isfinite(value)) return std::nullopt;
-  return value;
-}
-
 // "LABEL@REST": the label and what follows the last '@'.
 std::pair<std::string, std::string> split_at(const std::string& text, const char* flag, const char* form) {
   const size_t at = text.rfind('@');

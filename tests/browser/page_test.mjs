@@ -129,6 +129,35 @@ async function checkChat(page, base, info) {
                                       { role: "user", content: "And tomorrow?" }]);
   const status = await page.$eval("#chat-status", (s) => s.textContent);
   console.log(`chat: two turns, the second ${status}`);
+  await checkChatMonitor(page, base, sent);
+}
+
+// A monitor on the chat: flagged at threshold 0 it fires at the first reply token, which the page outlines and notes
+// as the endpoint reports it; the chat section is then photographed (the screenshot in docs/monitoring.md).
+async function checkChatMonitor(page, base, sent) {
+  await page.click("#chat-new");
+  await page.click("#monitor-on");
+  await page.select("#monitor-label", await page.$eval("#monitor-label", (s) => s.options[1].value));
+  await page.$eval("#monitor-threshold", (input) => { input.value = "0"; });
+  await page.$eval("#max-new-tokens", (input) => { input.value = "12"; });
+  await page.type("#chat-input", "Tell me about your day.");
+  await page.click("#chat-send");
+  await page.waitForFunction(() => /tokens \(/.test(document.querySelector("#chat-status").textContent), { timeout: 120000 });
+  const request = sent[sent.length - 1];
+  assert.deepEqual(request.monitors, [{ label: request.monitors[0].label, threshold: 0, action: "flag" }]);
+  const fired = await page.$$eval("#chat-log .message.assistant .tokens span", (spans) => spans.map((s) => s.classList.contains("fired")));
+  assert.equal(fired[0], true, "the first reply token is outlined");
+  assert.ok(fired.slice(1).every((f) => !f), "a monitor fires once");
+  const note = await page.$eval("#chat-log .monitor-note", (n) => n.textContent);
+  assert.match(note, new RegExp("monitor " + request.monitors[0].label + "@L\\d+ fired at reply token 0"));
+  const expected = await (await fetch(base + "v1/chat/completions", {
+    method: "POST", headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ messages: request.messages, max_tokens: 12, temperature: 0, monitors: request.monitors }),
+  })).json();
+  assert.equal(expected.monitor_firings[0].index, 0);
+  const section = await page.$("#chat-log");
+  await (await section.evaluateHandle((e) => e.closest("section"))).asElement().screenshot({ path: screenshot.replace(/\.png$/, "_monitor.png") });
+  console.log(`chat monitor: ${note}`);
 }
 
 const { server, url, output } = startServer(serverPath, probesDir);

@@ -1,7 +1,7 @@
 // probe_server's OpenAI endpoints driven by the official openai client (no network beyond loopback): the model
 // list, a completion and a stream of the same request at temperature 0 giving the same text, the probes riding
-// along (per token on the completion, on each token's chunk of the stream), the usage counted, an error in
-// OpenAI's shape; then SIGTERM, which must end the server cleanly.
+// along (per token on the completion, on each token's chunk of the stream), the usage counted, a monitor's stop read
+// as finish_reason content_filter, an error in OpenAI's shape; then SIGTERM, which must end the server cleanly.
 //
 //   node openai_client_test.mjs PROBE_SERVER PROBES_DIR
 import assert from "node:assert/strict";
@@ -60,6 +60,25 @@ async function main() {
     assert.equal(finish, choice.finish_reason);
     assert.deepEqual(usage, completion.usage);
     assert.equal(withProbes, completion.usage.completion_tokens, "every token's chunk carries the probes");
+
+    // A monitor that stops at once (threshold 0): the reply is cut before its first token, as OpenAI's own
+    // content filter cuts one.
+    const monitors = [{ label: "reframing", layer: 2, threshold: 0, action: "stop" }];
+    const filtered = await client.chat.completions.create({ ...request, monitors });
+    assert.equal(filtered.choices[0].finish_reason, "content_filter");
+    assert.equal(filtered.choices[0].message.content, "");
+    assert.equal(filtered.usage.completion_tokens, 0);
+    assert.equal(filtered.monitor_firings[0].action, "stop");
+    const filteredStream = await client.chat.completions.create({ ...request, monitors, stream: true });
+    let filteredFinish = null, filteredText = "";
+    for await (const chunk of filteredStream) {
+      for (const c of chunk.choices) {
+        filteredText += c.delta.content ?? "";
+        if (c.finish_reason) filteredFinish = c.finish_reason;
+      }
+    }
+    assert.equal(filteredFinish, "content_filter");
+    assert.equal(filteredText, "");
 
     await assert.rejects(client.chat.completions.create({ ...request, messages: [] }), (error) => {
       assert.equal(error.status, 400);

@@ -115,6 +115,16 @@ std::vector<float> steering_vector(const Json& value, const std::string& field) 
   return vector;
 }
 
+
+}  // namespace
+
+Json monitor_field(BodyFields& fields) {
+  const Json* monitors = fields.take("monitors");
+  if (monitors == nullptr) return Json();
+  if (!monitors->is_array()) wrong_type("monitors", "a list of monitor policies", *monitors);
+  return *monitors;
+}
+
 SteerItem steer_item(const Json& item, const std::string& field, bool with_coefficient) {
   if (!item.is_object()) wrong_type(field, "an object", item);
   reject_unknown_keys(item, with_coefficient ? std::set<std::string>{"label", "vector", "layer", "coefficient"}
@@ -144,8 +154,6 @@ SteerItem steer_item(const Json& item, const std::string& field, bool with_coeff
   }
   return steer;
 }
-
-}  // namespace
 
 // A JSON value shown in a message, cut short.
 std::string shown(const Json& value) {

@@ -57,4 +57,11 @@ ViewQuery view_fields(BodyFields& fields, bool with_modes);
 /// "steer" and "ablate".
 SteeringQuery steering_fields(BodyFields& fields);
 
+/// "monitors" as given: a list (its policies are read against the probes by monitor::parse_policies); null when
+/// absent.
+Json monitor_field(BodyFields& fields);
+
+/// One item of "steer" ({"label" | "vector", "layer", "coefficient"}) or, without the coefficient, of "ablate".
+SteerItem steer_item(const Json& item, const std::string& field, bool with_coefficient);
+
 }  // namespace probekit::server

@@ -108,6 +108,7 @@ ChatQuery parse_chat_query(std::string_view body, const Limits& limits) {
   check_defaults(fields);
   query.probes = probe_view(fields);
   query.steering = steering_fields(fields);
+  query.monitors = monitor_field(fields);
   fields.reject_unknown();
   return query;
 }

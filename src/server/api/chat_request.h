@@ -30,6 +30,7 @@ struct ChatQuery {
   bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage
   ViewQuery probes;           // "probes": {"top_k", "threshold", "calibrated", "layers"}
   SteeringQuery steering;
+  Json monitors;              // "monitors": policies as given (monitor::parse_policies); null: none
 };
 
 ChatQuery parse_chat_query(std::string_view body, const Limits& limits);

@@ -67,6 +67,7 @@ GenerateQuery parse_generate_query(std::string_view body, const Limits& limits) 
   query.stop = fields.boolean("stop", query.stop);
   query.view = view_fields(fields, false);
   query.steering = steering_fields(fields);
+  query.monitors = monitor_field(fields);
   fields.reject_unknown();
   return query;
 }

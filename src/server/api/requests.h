@@ -72,7 +72,7 @@ struct PerTokenQuery {
 };
 
 /// POST /v1/generate: {"prompt": "...", "max_new_tokens", "temperature", "sample_top_k", "top_p", "seed",
-/// "stop", and the view's "top_k", "threshold", "calibrated", "layers"}.
+/// "stop", the view's "top_k", "threshold", "calibrated", "layers", "steer", "ablate" and "monitors"}.
 struct GenerateQuery {
   std::string prompt;
   int64_t max_new_tokens = 64;
@@ -83,6 +83,7 @@ struct GenerateQuery {
   bool stop = true;  // stop at the model's end-of-sequence tokens
   ViewQuery view;
   SteeringQuery steering;
+  Json monitors;  // "monitors": policies as given (monitor::parse_policies reads them); null: none
 };
 
 RankQuery parse_rank_query(std::string_view body, const Limits& limits);

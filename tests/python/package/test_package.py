@@ -157,6 +157,25 @@ def test_steered_generation_gives_multi_probe_inferences_events(model, probes_di
     assert got[0]["predictions"] != unsteered[0]["predictions"]
 
 
+def test_monitored_generation_gives_multi_probe_inferences_events(model, probes_dir):
+    probes = probekit.load_probes(probes_dir, layer=LAYERS[1])
+    lines = run_tool("multi_probe_inference", "--probes-dir", probes_dir, "--model", model.dir, "--layer", LAYERS[1],
+                     "--text", "I looked again", "--generate", "--max-new-tokens", 4, "--no-stop", "--json",
+                     "--monitor", "reframing=0:flag").splitlines()
+    expected = [json.loads(line) for line in lines if line.startswith("{")]
+    got = list(model.generate("I looked again", max_new_tokens=4, stop=False, probes=probes,
+                              monitors=[{"label": "reframing", "threshold": 0, "action": "flag"}]))
+    assert_json_close(expected, got)
+    assert got[0]["monitor_firings"][0]["label"] == "reframing"
+    stopped = list(model.generate("I looked again", max_new_tokens=4, probes=probes,
+                                  monitors={"label": "reframing", "threshold": 0, "action": "stop"}))
+    assert stopped[-1]["stop"] == "monitor" and stopped[-1]["generated_ids"] == []
+    with pytest.raises(ValueError, match=r"monitors\[0\]\.action"):
+        list(model.generate("I looked again", probes=probes, monitors=[{"label": "reframing", "action": "explode"}]))
+    with pytest.raises(ValueError, match="pass probes= too"):
+        list(model.generate("I looked again", monitors=[{"label": "reframing"}]))
+
+
 def test_leaving_a_generation_early_stops_it(model):
     for event in model.generate("The garage was", max_new_tokens=64, stop=False):
         assert event["index"] == 0

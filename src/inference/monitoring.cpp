@@ -1,0 +1,116 @@
+// Monitors on the engine's probes: policies resolved against the loaded probes, and generation with monitors run
+// as a stream batch (inference/stream_batch.h), where each stream's monitors watch the scores of its tokens.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "inference/engine.h"
+#include "inference/stream_batch.h"
+
+namespace probekit::inference {
+
+namespace {
+
+using monitor::PolicyError;
+
+// The layer index of a policy's probe: the one asked for, or the label's best by validation AUC.
+size_t monitor_layer(const Engine& engine, const monitor::MonitorPolicy& policy, size_t column, const std::string& field) {
+  const std::vector<int64_t>& layers = engine.layers();
+  std::optional<size_t> best;
+  for (size_t l = 0; l < layers.size(); ++l) {
+    if (std::isnan(engine.calibrated_threshold(l, column))) continue;
+    if (policy.layer && layers[l] == *policy.layer) return l;
+    if (!best || engine.validation_auc(l, column) > engine.validation_auc(*best, column)) best = l;
+  }
+  if (policy.layer) {
+    throw PolicyError(fmt::format("'{}.layer': label '{}' has no probe at layer {} among those loaded ({})", field,
+                                  policy.label, *policy.layer, fmt::join(layers, ", ")), field + ".layer");
+  }
+  if (!best) throw PolicyError(fmt::format("'{}.label': label '{}' has no probe loaded", field, policy.label), field + ".label");
+  return *best;
+}
+
+// The steering a steer or ablate action applies, resolved against the model (null for the other actions).
+std::shared_ptr<const steering::SteeringVectors> action_steering(const Engine& engine, const EngineOptions& options,
+                                                                 const monitor::ResolvedMonitor& m,
+                                                                 const std::string& field) {
+  if (m.action->steering == monitor::ActionSteering::kNone) return nullptr;
+  steering::SteeringSpec spec;
+  spec.ops = m.policy.steering;
+  spec.probes_dir = options.probes_dir;
+  if (spec.ops.empty()) {
+    spec.ops.push_back(steering::SteeringOp::probe(steering::SteeringAction::kAblate, m.policy.label, std::to_string(m.layer)));
+  }
+  try {
+    return std::make_shared<const steering::SteeringVectors>(steering::resolve(spec, engine.model().config()));
+  } catch (const std::invalid_argument& e) {
+    throw PolicyError(fmt::format("'{}.steer': {}", field, e.what()), field + ".steer");
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<const monitor::MonitorSet> Engine::resolve_monitors(const std::vector<monitor::MonitorPolicy>& policies) const {
+  auto set = std::make_shared<monitor::MonitorSet>();
+  if (policies.empty()) return set;
+  require_probes();
+  for (size_t i = 0; i < policies.size(); ++i) {
+    const std::string field = fmt::format("monitors[{}]", i);
+    monitor::ResolvedMonitor m;
+    m.policy = policies[i];
+    auto label = std::find(labels_.begin(), labels_.end(), m.policy.label);
+    if (label == labels_.end()) {
+      throw PolicyError(fmt::format("'{}.label': no probes for label '{}' (the probes' labels: {})", field, m.policy.label,
+                                    fmt::join(labels_, ", ")), field + ".label");
+    }
+    m.column = static_cast<size_t>(label - labels_.begin());
+    m.layer_index = monitor_layer(*this, m.policy, m.column, field);
+    m.layer = layers_[m.layer_index];
+    m.threshold = m.policy.threshold ? *m.policy.threshold : thresholds_[m.layer_index][m.column];
+    m.threshold_source = m.policy.threshold ? "request" : calibrated_[m.layer_index][m.column] ? "calibration" : "validation";
+    m.aggregate = monitor::find_aggregate(m.policy.aggregate);
+    m.action = monitor::find_action(m.policy.action);
+    if (m.aggregate == nullptr || m.action == nullptr) {
+      throw PolicyError(fmt::format("'{}': unknown aggregate or action", field), field);
+    }
+    m.steering = action_steering(*this, options_, m, field);
+    set->push_back(std::move(m));
+  }
+  return set;
+}
+
+std::vector<GeneratedText> Engine::generate_monitored(const std::vector<std::string>& prompts,
+                                                      const generation::GenerationOptions& options,
+                                                      std::shared_ptr<const monitor::MonitorSet> monitors,
+                                                      const ScoredTokenCallback& on_token, bool add_special_tokens) const {
+  if (!options_.generate) fail_input("generation needs the engine loaded for generation (EngineOptions::generate)");
+  std::vector<GeneratedText> results(prompts.size());
+  std::vector<std::exception_ptr> errors(prompts.size());
+  StreamBatch batch(*this);
+  for (size_t row = 0; row < prompts.size(); ++row) {
+    StreamRequest request;
+    request.prompt_ids = tokenizer_->encode(prompts[row], add_special_tokens);
+    request.options = options;
+    request.monitors = monitors;
+    request.on_token = [row, &on_token](const ScoredToken& token) {
+      ScoredToken numbered = token;
+      numbered.row = row;
+      return on_token(numbered);
+    };
+    request.on_end = [row, &results, &errors](const GeneratedText& done, std::exception_ptr error) {
+      results[row] = done;
+      errors[row] = error;
+    };
+    batch.join(std::move(request));
+  }
+  while (!batch.empty()) batch.step();
+  for (const std::exception_ptr& error : errors) {
+    if (error) std::rethrow_exception(error);
+  }
+  return results;
+}
+
+}  // namespace probekit::inference

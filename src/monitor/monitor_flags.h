@@ -1,0 +1,28 @@
+// The monitor flags, declared once for every tool that generates with probes: --monitor, --monitor-aggregate,
+// --monitor-scope, --on-fire-steer and --on-fire-ablate.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <vector>
+
+#include "monitor/policy.h"
+
+namespace probekit::monitor {
+
+struct MonitorFlags {
+  std::vector<std::string> monitors;  // LABEL[@LAYER][=THRESHOLD]:ACTION
+  std::string aggregate;              // NAME[=PARAMETER]; empty: token
+  std::string scope = "completion";
+  std::vector<std::string> on_fire_steer, on_fire_ablate;  // the steering flags' syntax
+
+  bool empty() const { return monitors.empty(); }
+};
+
+void add_monitor_flags(CLI::App& app, MonitorFlags& flags);
+
+/// The policies the flags give (none without --monitor); a UsageError naming the flag for anything malformed.
+std::vector<MonitorPolicy> monitor_policies(const MonitorFlags& flags);
+
+}  // namespace probekit::monitor

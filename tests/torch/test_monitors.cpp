@@ -1,0 +1,372 @@
+// Monitors acting on generations (issue 48): the aggregates against their formulas, policies read from requests and
+// flags with errors naming the field, and on the fixture model with probes trained on it: a monitor fires at the
+// first token whose aggregate passes its threshold (found from an unmonitored run's scores), flag leaves the tokens
+// as they were, stop ends before the token that fired, steer changes the tokens after the next one only, a prompt
+// policy stops before any token; streams with different policies in one batch give what each gives alone; the
+// server's /v1/generate and /v1/chat/completions and multi_probe_inference --monitor say what fired.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "generation/flags.h"
+#include "inference/stream_batch.h"
+#include "monitor/aggregates.h"
+#include "monitor/monitor_flags.h"
+#include "monitor/policy.h"
+#include "server_runs.h"
+
+namespace probekit::testing {
+
+namespace {
+
+constexpr const char* kPrompt = "Once upon a time";
+constexpr int64_t kTokens = 12;
+
+monitor::MonitorPolicy policy(const std::string& action, double threshold, const std::string& aggregate = "token") {
+  monitor::MonitorPolicy p;
+  p.label = "reframing";
+  p.layer = 2;
+  p.threshold = threshold;
+  p.action = action;
+  p.aggregate = aggregate;
+  if (action == "steer") {
+    p.steering.push_back(steering::SteeringOp::probe(steering::SteeringAction::kAdd, "reframing", "2", 100));
+  }
+  return p;
+}
+
+generation::GenerationOptions greedy(const inference::Engine& engine, int64_t tokens = kTokens) {
+  generation::GenerationFlags flags;
+  flags.options.max_new_tokens = tokens;
+  flags.no_stop = true;
+  return generation::resolve_generation_flags(flags, engine.model_dir());
+}
+
+// The probes' score of label reframing at layer 2 for each token.
+std::vector<double> reframing_scores(const inference::Engine& engine, const std::vector<inference::ScoredToken>& tokens) {
+  const size_t l = static_cast<size_t>(std::find(engine.layers().begin(), engine.layers().end(), 2) - engine.layers().begin());
+  const size_t k = static_cast<size_t>(std::find(engine.labels().begin(), engine.labels().end(), "reframing") - engine.labels().begin());
+  std::vector<double> scores;
+  for (const inference::ScoredToken& t : tokens) scores.push_back(t.probability[l][k]);
+  return scores;
+}
+
+// A token k >= 1 whose score is above every one before it, and a threshold between: a token-aggregate monitor at that
+// threshold fires at k. The last such token, so that the stream has gone some way.
+std::pair<int64_t, double> firing_point(const std::vector<double>& scores) {
+  std::optional<std::pair<int64_t, double>> found;
+  double highest = scores.front();
+  for (size_t i = 1; i < scores.size(); ++i) {
+    if (scores[i] > highest + 1e-6) found = std::make_pair(static_cast<int64_t>(i), (scores[i] + highest) / 2);
+    highest = std::max(highest, scores[i]);
+  }
+  REQUIRE_MESSAGE(found, "the scores never rise: ", fmt::format("{}", fmt::join(scores, ", ")));
+  return *found;
+}
+
+struct Run {
+  std::vector<int32_t> ids;
+  generation::StopReason stop = generation::StopReason::kLength;
+  std::vector<monitor::Firing> firings;
+  std::vector<int64_t> tokens_with_firings;  // indexes of the tokens handed out with a firing
+};
+
+Run monitored(const inference::Engine& engine, const std::vector<monitor::MonitorPolicy>& policies,
+              const std::string& prompt = kPrompt) {
+  Run run;
+  std::vector<inference::GeneratedText> texts =
+      engine.generate_monitored({prompt}, greedy(engine), engine.resolve_monitors(policies),
+                                [&](const inference::ScoredToken& t) {
+                                  if (!t.firings.empty()) run.tokens_with_firings.push_back(t.index);
+                                  return true;
+                                });
+  run.ids = texts.front().ids;
+  run.stop = texts.front().stop;
+  run.firings = texts.front().firings;
+  return run;
+}
+
+inference::EngineOptions generating(const std::string& probes) {
+  inference::EngineOptions options = cpu_engine_options(probes);
+  options.generate = true;
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE("monitor aggregates: token, max, ema and rolling equal their formulas over a stream of scores") {
+  const std::vector<double> s = {0.2, 0.9, 0.1, 0.4, 0.8, 0.3, 0.05, 0.7};
+  monitor::MonitorPolicy p;
+  p.alpha = 0.3;
+  p.window = 3;
+  std::unique_ptr<monitor::RunningAggregate> token = monitor::find_aggregate("token")->make(p);
+  std::unique_ptr<monitor::RunningAggregate> max = monitor::find_aggregate("max")->make(p);
+  std::unique_ptr<monitor::RunningAggregate> ema = monitor::find_aggregate("ema")->make(p);
+  std::unique_ptr<monitor::RunningAggregate> rolling = monitor::find_aggregate("rolling")->make(p);
+  double e = s[0];
+  for (size_t i = 0; i < s.size(); ++i) {
+    CAPTURE(i);
+    if (i > 0) e = 0.3 * s[i] + 0.7 * e;
+    double window_sum = 0;
+    const size_t first = i + 1 >= 3 ? i + 1 - 3 : 0;
+    for (size_t j = first; j <= i; ++j) window_sum += s[j];
+    CHECK(token->add(s[i]) == s[i]);
+    CHECK(max->add(s[i]) == *std::max_element(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(i) + 1));
+    CHECK(ema->add(s[i]) == doctest::Approx(e).epsilon(1e-12));
+    CHECK(rolling->add(s[i]) == doctest::Approx(window_sum / static_cast<double>(i + 1 - first)).epsilon(1e-12));
+  }
+  CHECK(monitor::find_aggregate("median") == nullptr);
+}
+
+TEST_CASE("monitor policies: a request's list and --monitor read, each mistake naming its field or flag") {
+  std::vector<monitor::MonitorPolicy> read = monitor::parse_policies(Json::parse(R"([
+      {"label": "deception", "layer": 20, "threshold": 0.8, "aggregate": "rolling", "window": 8, "action": "stop"},
+      {"label": "refusal", "calibrated": true, "scope": "prompt", "action": "steer",
+       "steer": [{"label": "refusal", "layer": 3, "coefficient": -4}]},
+      {"label": "harm", "action": "ablate"}])"));
+  REQUIRE(read.size() == 3);
+  CHECK(read[0].layer == 20);
+  CHECK(read[0].threshold == 0.8);
+  CHECK(read[0].window == 8);
+  CHECK(read[1].scope == monitor::Scope::kPrompt);
+  CHECK_FALSE(read[1].threshold.has_value());
+  REQUIRE(read[1].steering.size() == 1);
+  CHECK(read[1].steering[0].coefficient == -4);
+  CHECK(read[2].steering.empty());
+
+  auto refused = [](const std::string& body, const std::string& field, const std::string& part) {
+    CAPTURE(body);
+    try {
+      monitor::parse_policies(Json::parse(body));
+      FAIL("accepted");
+    } catch (const server::RequestError& e) {
+      CHECK(e.status() == 400);
+      CHECK(e.field() == field);
+      CHECK_CONTAINS(std::string(e.what()), part);
+    }
+  };
+  refused(R"([{"label": "x", "threshold": 1.5}])", "monitors[0].threshold", "from 0 to 1");
+  refused(R"([{"label": "x", "action": "explode"}])", "monitors[0].action", "flag");
+  refused(R"([{"label": "x", "aggregate": "median"}])", "monitors[0].aggregate", "rolling");
+  refused(R"([{"label": "x"}, {"action": "stop"}])", "monitors[1].label", "missing");
+  refused(R"([{"label": "x", "action": "steer"}])", "monitors[0].steer", "needs the steering");
+  refused(R"([{"label": "x", "steer": [{"label": "x", "layer": 1, "coefficient": 2}]}])", "monitors[0].steer", "not to flag");
+  refused(R"([{"label": "x", "threshold": 0.5, "calibrated": true}])", "monitors[0].threshold", "not both");
+  refused(R"([{"label": "x", "colour": 1}])", "monitors[0].colour", "unknown field");
+  refused(R"({"label": "x"})", "monitors", "a list");
+
+  monitor::MonitorFlags flags;
+  flags.monitors = {"deception@20=0.8:stop", "refusal:steer"};
+  flags.aggregate = "ema=0.2";
+  flags.on_fire_steer = {"refusal@3=-4"};
+  std::vector<monitor::MonitorPolicy> given = monitor::monitor_policies(flags);
+  REQUIRE(given.size() == 2);
+  CHECK(given[0].label == "deception");
+  CHECK(given[0].layer == 20);
+  CHECK(given[0].threshold == 0.8);
+  CHECK(given[0].alpha == 0.2);
+  CHECK(given[0].steering.empty());
+  CHECK_FALSE(given[1].layer.has_value());
+  REQUIRE(given[1].steering.size() == 1);
+  for (const char* bad : {"deception", "deception=2:stop", "deception@x:flag", ":stop", "deception:explode", "d:steer"}) {
+    CAPTURE(bad);
+    monitor::MonitorFlags wrong;
+    wrong.monitors = {bad};
+    CHECK_THROWS_AS(monitor::monitor_policies(wrong), UsageError);
+  }
+  monitor::MonitorFlags bad_aggregate;
+  bad_aggregate.monitors = {"d:flag"};
+  bad_aggregate.aggregate = "max=3";
+  CHECK_THROWS_WITH_AS(monitor::monitor_policies(bad_aggregate), doctest::Contains("takes no parameter"), UsageError);
+}
+
+TEST_CASE("monitors on the fixture model: flag, stop, steer and prompt policies fire where the scores say" * doctest::test_suite("numeric")) {
+  TempDir tmp;
+  const inference::Engine engine = inference::Engine::load(generating(train_probes(tmp)));
+  const std::vector<inference::ScoredToken> plain = engine_generation(engine, kPrompt, kTokens);
+  std::vector<int32_t> plain_ids;
+  for (const inference::ScoredToken& t : plain) plain_ids.push_back(t.id);
+  const auto [k, threshold] = firing_point(reframing_scores(engine, plain));
+  CAPTURE(k);
+
+  SUBCASE("flag: the tokens as without it, one firing at the first token above the threshold") {
+    for (const char* aggregate : {"token", "max"}) {
+      Run run = monitored(engine, {policy("flag", threshold, aggregate)});
+      CHECK(run.ids == plain_ids);
+      REQUIRE(run.firings.size() == 1);
+      CHECK(run.firings[0].index == k);
+      CHECK(run.firings[0].layer == 2);
+      CHECK(run.firings[0].score == doctest::Approx(reframing_scores(engine, plain)[static_cast<size_t>(k)]));
+      CHECK(run.tokens_with_firings == std::vector<int64_t>{k});
+    }
+  }
+  SUBCASE("stop: the stream ends before the token that fired, which is not sent") {
+    Run run = monitored(engine, {policy("stop", threshold)});
+    CHECK(run.ids == std::vector<int32_t>(plain_ids.begin(), plain_ids.begin() + k));
+    CHECK(run.stop == generation::StopReason::kMonitor);
+    REQUIRE(run.firings.size() == 1);
+    CHECK(run.firings[0].action == "stop");
+    CHECK(run.tokens_with_firings.empty());
+  }
+  SUBCASE("steer and ablate: the tokens up to the one after the firing as without it, the steered ones after") {
+    Run steered = monitored(engine, {policy("steer", threshold)});
+    REQUIRE(steered.firings.size() == 1);
+    REQUIRE(steered.ids.size() == plain_ids.size());
+    const auto unchanged = static_cast<std::ptrdiff_t>(std::min<int64_t>(k + 2, kTokens));
+    CHECK(std::equal(plain_ids.begin(), plain_ids.begin() + unchanged, steered.ids.begin()));
+    if (k + 2 < kTokens) CHECK_FALSE(std::equal(plain_ids.begin(), plain_ids.end(), steered.ids.begin()));
+    Run ablated = monitored(engine, {policy("ablate", threshold)});
+    REQUIRE(ablated.firings.size() == 1);
+    CHECK(std::equal(plain_ids.begin(), plain_ids.begin() + unchanged, ablated.ids.begin()));
+  }
+  SUBCASE("prompt scope: a prompt that fires stops before any token, at the prompt token --per-token names") {
+    inference::TokenScores prompt = engine.score_tokens(kPrompt);
+    std::vector<double> scores;
+    for (const auto& table : prompt.probability) scores.push_back(table[0][std::find(engine.labels().begin(), engine.labels().end(), "reframing") - engine.labels().begin()]);
+    const auto [j, prompt_threshold] = firing_point(scores);
+    monitor::MonitorPolicy p = policy("stop", prompt_threshold);
+    p.scope = monitor::Scope::kPrompt;
+    Run run = monitored(engine, {p});
+    CHECK(run.ids.empty());
+    CHECK(run.stop == generation::StopReason::kMonitor);
+    REQUIRE(run.firings.size() == 1);
+    CHECK(run.firings[0].index == j);
+    CHECK(run.firings[0].scope == monitor::Scope::kPrompt);
+    p.action = "flag";
+    Run flagged = monitored(engine, {p});
+    CHECK(flagged.ids == plain_ids);
+    CHECK(flagged.tokens_with_firings == std::vector<int64_t>{0});  // reported with the first token
+  }
+  SUBCASE("policies the probes cannot run are refused naming the field") {
+    monitor::MonitorPolicy unknown = policy("flag", 0.5);
+    unknown.label = "nonsense";
+    CHECK_THROWS_WITH_AS(engine.resolve_monitors({policy("flag", 0.5), unknown}), doctest::Contains("monitors[1].label"),
+                         monitor::PolicyError);
+    monitor::MonitorPolicy layer = policy("flag", 0.5);
+    layer.layer = 3;
+    CHECK_THROWS_WITH_AS(engine.resolve_monitors({layer}), doctest::Contains("no probe at layer 3"), monitor::PolicyError);
+    monitor::MonitorPolicy best = policy("flag", 0.5);
+    best.layer.reset();
+    best.threshold.reset();
+    const monitor::ResolvedMonitor resolved = engine.resolve_monitors({best})->front();
+    CHECK((resolved.layer == 2 || resolved.layer == 5));
+    CHECK(resolved.threshold_source == "validation");
+  }
+}
+
+TEST_CASE("monitored streams decoding together give what each gives alone" * doctest::test_suite("numeric")) {
+  TempDir tmp;
+  const inference::Engine engine = inference::Engine::load(generating(train_probes(tmp)));
+  const auto [k, threshold] = firing_point(reframing_scores(engine, engine_generation(engine, kPrompt, kTokens)));
+  const std::vector<std::vector<monitor::MonitorPolicy>> policies = {
+      {policy("steer", threshold)}, {policy("stop", threshold)}, {}, {policy("flag", threshold, "rolling")}};
+  const std::vector<std::string> prompts = {kPrompt, kPrompt, "The weather today", kPrompt};
+  std::vector<Run> alone;
+  for (size_t i = 0; i < policies.size(); ++i) alone.push_back(monitored(engine, policies[i], prompts[i]));
+  std::vector<Run> together(policies.size());
+  inference::StreamBatch batch(engine);
+  for (size_t i = 0; i < policies.size(); ++i) {
+    inference::StreamRequest request;
+    request.prompt_ids = engine.tokenizer().encode(prompts[i], true);
+    request.options = greedy(engine);
+    request.monitors = engine.resolve_monitors(policies[i]);
+    request.on_token = [](const inference::ScoredToken&) { return true; };
+    request.on_end = [&together, i](const inference::GeneratedText& done, std::exception_ptr error) {
+      REQUIRE_FALSE(error);
+      together[i] = Run{done.ids, done.stop, done.firings, {}};
+    };
+    batch.join(std::move(request));
+  }
+  while (!batch.empty()) batch.step();
+  for (size_t i = 0; i < policies.size(); ++i) {
+    CAPTURE(i);
+    CHECK(together[i].ids == alone[i].ids);
+    CHECK(together[i].stop == alone[i].stop);
+    REQUIRE(together[i].firings.size() == alone[i].firings.size());
+    for (size_t f = 0; f < alone[i].firings.size(); ++f) {
+      CHECK(together[i].firings[f].index == alone[i].firings[f].index);
+      CHECK(together[i].firings[f].score == doctest::Approx(alone[i].firings[f].score).epsilon(1e-6));
+    }
+  }
+  CHECK(alone[1].stop == generation::StopReason::kMonitor);
+  CHECK(alone[1].ids.size() == static_cast<size_t>(k));
+}
+
+TEST_CASE("probe_server: monitors on /v1/generate and /v1/chat/completions stop, flag and name a bad policy's field" * doctest::test_suite("numeric")) {
+  TempDir tmp;
+  RunningServer s(options_for(train_probes(tmp)));
+  const Json stop_at_once = Json::array({{{"label", "reframing"}, {"layer", 2}, {"threshold", 0}, {"action", "stop"}}});
+  httplib::Result r = post(s, "/v1/generate", Json({{"prompt", kPrompt}, {"max_new_tokens", 6}, {"monitors", stop_at_once}}).dump());
+  REQUIRE(r);
+  REQUIRE(r->status == 200);
+  std::vector<ServerEvent> events = parse_events(r->body);
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].name == "done");
+  CHECK(events[0].data["reason"] == "monitor");
+  CHECK(events[0].data["tokens"] == 0);
+  REQUIRE(events[0].data["monitor_firings"].size() == 1);
+  CHECK(events[0].data["monitor_firings"][0]["index"] == 0);
+  CHECK(events[0].data["monitor_firings"][0]["action"] == "stop");
+
+  const Json flag_at_once = Json::array({{{"label", "reframing"}, {"threshold", 0}, {"aggregate", "max"}}});
+  r = post(s, "/v1/generate", Json({{"prompt", kPrompt}, {"max_new_tokens", 3}, {"stop", false}, {"monitors", flag_at_once}}).dump());
+  REQUIRE(r);
+  events = parse_events(r->body);
+  REQUIRE(events.size() == 4);
+  CHECK(events[0].data["monitor"]["label"] == "reframing");
+  CHECK_FALSE(events[1].data.contains("monitor"));
+  CHECK(events[3].data["reason"] == "length");
+  CHECK(events[3].data["monitor_firings"].size() == 1);
+
+  const Json messages = Json::array({{{"role", "user"}, {"content", "Tell me a story."}}});
+  Json completion = post_json(s, "/v1/chat/completions", {{"messages", messages}, {"max_tokens", 5}, {"temperature", 0},
+                                                          {"monitors", stop_at_once}});
+  CHECK(completion["choices"][0]["finish_reason"] == "content_filter");
+  CHECK(completion["choices"][0]["message"]["content"] == "");
+  CHECK(completion["usage"]["completion_tokens"] == 0);
+  CHECK(completion["monitor_firings"].size() == 1);
+
+  check_refused(s, "/v1/generate", Json({{"prompt", kPrompt}, {"monitors", {{{"label", "nonsense"}}}}}).dump(), 400,
+                {"no probes for label 'nonsense'"}, "monitors[0].label");
+  r = post(s, "/v1/chat/completions",
+           Json({{"messages", messages}, {"monitors", {{{"label", "reframing"}, {"threshold", 2}}}}}).dump());
+  REQUIRE(r);
+  CHECK(r->status == 400);
+  const Json error = Json::parse(r->body)["error"];
+  CHECK_CONTAINS(error["message"].get<std::string>(), "from 0 to 1");
+  CHECK(error["param"] == "monitors[0].threshold");
+}
+
+TEST_CASE("multi_probe_inference --generate --monitor: the firing in each output, exit 2 for a malformed policy") {
+  TempDir tmp;
+  const std::string probes = train_probes(tmp);
+  CommandResult r = run_command(fmt::format("{} --probes-dir {} --text '{}' --generate --max-new-tokens 4 --no-stop --json "
+                                            "--monitor reframing@2=0:stop --device cpu",
+                                            tool("multi_probe_inference"), probes, kPrompt));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  const std::string last_line = r.output.substr(r.output.rfind("\n{") + 1);
+  Json done = Json::parse(last_line);
+  CHECK(done["stop"] == "monitor");
+  CHECK(done["generated_ids"].empty());
+  CHECK(done["monitor_firings"][0]["label"] == "reframing");
+  r = run_command(fmt::format("{} --probes-dir {} --text '{}' --generate --max-new-tokens 3 --no-stop "
+                              "--monitor reframing=0:flag --device cpu",
+                              tool("multi_probe_inference"), probes, kPrompt));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  CHECK_CONTAINS(r.output, "⚑ reframing@L");
+  CHECK_CONTAINS(r.output, "monitors fired:");
+  for (const char* bad : {"--monitor reframing=7:stop", "--monitor reframing:explode", "--monitor nonsense:flag",
+                          "--monitor reframing:steer"}) {
+    r = run_command(fmt::format("{} --probes-dir {} --text '{}' --generate --max-new-tokens 2 {} --device cpu",
+                                tool("multi_probe_inference"), probes, kPrompt, bad));
+    CHECK_MESSAGE(r.exit_code == 2, bad, ": ", r.output);
+  }
+  r = run_command(fmt::format("{} --probes-dir {} --text '{}' --monitor reframing:flag --device cpu",
+                              tool("multi_probe_inference"), probes, kPrompt));
+  CHECK(r.exit_code == 2);
+  CHECK_CONTAINS(r.output, "goes with --generate");
+}
+
+}  // namespace probekit::testing
