@@ -191,13 +191,17 @@ if has server; then
   /tmp/build/bench/server_bench --port 8093 | tee "$out/server_bench.json"
   kill "$server"; wait "$server" || true
 fi
-if has chat; then
+# The 45 probes of layer 33 that the chat and monitor steps serve.
+chat_probes() {
   if [ ! -s /tmp/probes_1/aggregate_metrics.json ]; then
     [ -s /tmp/capture_1/layer_33_activations.h5 ] || "$tools/capture_activations" --model "$model" --dataset "$dataset" \
       --output-dir /tmp/capture_1 --layers $layers --overwrite -q
     "$tools/train_binary_probes" --activations /tmp/capture_1/layer_33_activations.h5 --output-dir /tmp/probes_1 \
       --overwrite --epochs 20 --early-stopping-patience -1 --device cuda -q
   fi
+}
+if has chat; then
+  chat_probes
   cp tests/fixtures/models/gemma3_text/chat_template.jinja "$model/"
   "$python" bench/python/hbm_bandwidth.py "$model" | tee "$out/hbm_bandwidth.json"
   "$python" bench/python/chat_streams_bench.py --print-messages > /tmp/chat_messages.json
@@ -370,7 +374,7 @@ if has multimax; then
 fi
 if has monitor; then
   cp tests/fixtures/models/gemma3_text/chat_template.jinja "$model/"
-  [ -s /tmp/probes_1/aggregate_metrics.json ] || { echo "monitor: run the chat step first (its probes)"; exit 1; }
+  chat_probes
   "$tools/probe_server" --probes-dir /tmp/probes_1 --model "$model" --port 8095 --max-streams 32 --http-threads 40 -q &
   server=$!
   for _ in $(seq 120); do
