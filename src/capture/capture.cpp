@@ -98,8 +98,8 @@ CaptureSummary run_capture(const CaptureOptions& options) {
   RunLock lock(dir + "/.capture.lock", fmt::format("another capture_activations is writing into {}", dir),
                "wait for it to finish, or capture into another --output-dir");
   CapturePlan plan;
-  plan_examples(options, plan, summary);
   plan.model = options.loaded != nullptr ? options.loaded->source : loading::find_model(options.model_dir);
+  plan_examples(options, plan, summary);
   plan.layers = summary.layers = parse_layers(options.layers, plan.config().num_layers);
   readout::check_site(options.site, options.position, plan.layers, plan.config());
   plan.width = readout::site_width(options.site, plan.config());

@@ -92,8 +92,43 @@ void check_options(const CaptureOptions& options) {
   if (options.window <= 0) fail_usage("--window must be positive");
 }
 
+namespace {
+
+// --skip-invalid with conversations: a row the chat template refuses, whose content it rewrites, or with no token in
+// the mask is skipped and reported like a malformed line, before the split (so that the splits hold what is read).
+// The model's tokenizer and template are read here for that; plan_prompts renders the rows kept again.
+void skip_unreadable_conversations(const CaptureOptions& options, CapturePlan& plan) {
+  data::Dataset& dataset = plan.dataset;
+  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_file(plan.model_dir());
+  const chat::ChatTemplate chat = chat::ChatTemplate::from_tokenizer_dir(plan.model_dir());
+  const readout::PromptBuilder builder(tok, "", {options.max_length, fmt::format("--max-length {} tokens", options.max_length)});
+  std::vector<data::Example> kept;
+  std::vector<int64_t> labels;
+  for (size_t i = 0; i < dataset.examples.size(); ++i) {
+    data::Example& example = dataset.examples[i];
+    try {
+      builder.build_conversations({example.messages}, chat, options.mask.value_or(TokenMask::kAssistant),
+                                  options.add_generation_prompt,
+                                  [&](size_t) { return fmt::format("{}:{}", dataset.path, example.line + 1); });
+    } catch (const std::invalid_argument& e) {
+      dataset.skipped.push_back(data::SkippedLine{example.line, e.what()});
+      continue;
+    }
+    kept.push_back(std::move(example));
+    labels.push_back(dataset.labels[i]);
+  }
+  std::sort(dataset.skipped.begin(), dataset.skipped.end(),
+            [](const data::SkippedLine& a, const data::SkippedLine& b) { return a.line < b.line; });
+  if (kept.empty()) fail_input("{}: no conversation can be read ({} skipped)", dataset.path, dataset.skipped.size());
+  dataset.examples = std::move(kept);
+  dataset.labels = std::move(labels);
+}
+
+}  // namespace
+
 void plan_examples(const CaptureOptions& options, CapturePlan& plan, CaptureSummary& summary) {
   plan.dataset = data::read_dataset(options.dataset_path, options.dataset);
+  if (plan.dataset.conversations && options.dataset.skip_invalid) skip_unreadable_conversations(options, plan);
   if (options.resume && plan.dataset.from_stream) {
     fail_usage("--resume with --dataset {}: a dataset read from standard input or a pipe cannot be read again to check "
                "that it is the one the files were made from; write it to a file and capture from that",

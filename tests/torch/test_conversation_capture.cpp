@@ -237,3 +237,27 @@ TEST_CASE("probes trained on conversations score a conversation as capture read 
   }
   CHECK_THROWS_WITH(engine.score({"a plain text"}), doctest::Contains("trained on conversations' assistant tokens"));
 }
+
+TEST_CASE("conversations with --skip-invalid: a row without a masked token or with rewritten content is skipped and counted") {
+  TempDir tmp;
+  capture::CaptureOptions o = conversation_capture(tmp, Position::kAll, "skipped");
+  std::string lines = read_text(o.dataset_path);
+  // Line 25: only a user turn (nothing in the assistant mask); line 26: a reply Gemma's template trims.
+  lines += Json({{"messages", Json::array({{{"role", "user"}, {"content", "hello"}}})}, {"label", "calm"}}).dump() + "\n";
+  lines += Json({{"messages", Json::array({{{"role", "user"}, {"content", "hello"}},
+                                           {{"role", "assistant"}, {"content", "  spaced  "}}})},
+                 {"label", "tense"}}).dump() + "\n";
+  write_text(o.dataset_path, lines);
+  CHECK_CONTAINS(capture_error(o), "chats.jsonl:25: no token of this conversation is in the assistant mask");
+  o.dataset.skip_invalid = true;
+  const capture::CaptureSummary summary = capture::run_capture(o);
+  REQUIRE(summary.skipped.size() == 2);
+  CHECK(summary.skipped[0].line == 24);
+  CHECK_CONTAINS(summary.skipped[0].reason, "no token of this conversation is in the assistant mask");
+  CHECK(summary.skipped[1].line == 25);
+  CHECK_CONTAINS(summary.skipped[1].reason, "its content \"  spaced");
+  CHECK(summary.examples == 24);
+  const activations::ActivationFile file = activations::read_activation_file(tmp.file("skipped/layer_2_activations.h5"));
+  CHECK(file.split(Split::kTrain).labels.size() + file.split(Split::kVal).labels.size() +
+            file.split(Split::kTest).labels.size() == 24);
+}
