@@ -67,6 +67,7 @@ py::dict split_dict(activations::SplitData& split) {
   if (!split.offsets.empty()) out["offsets"] = adopt(std::move(split.offsets), {examples + 1}, at::kLong);
   if (!split.token_ids.empty()) out["token_ids"] = adopt(std::move(split.token_ids), {split.rows}, at::kLong);
   if (!split.positions.empty()) out["positions"] = adopt(std::move(split.positions), {split.rows}, at::kLong);
+  if (!split.token_labels.empty()) out["token_labels"] = adopt(std::move(split.token_labels), {split.rows}, at::kLong);
   for (auto& [field, values] : split.metadata) out[py::str(field)] = std::move(values);
   return out;
 }

@@ -42,8 +42,8 @@ def train_binary_probes(activations_dir, output_dir, progress=True, **flags):
 
 class Activations(dict):
     """A layer's activation file: {"train" | "val" | "test": {"activations": [N, H], "labels": [N], "example_index",
-    "offsets", "token_ids" and "positions" (position "all"), metadata columns}}; `attributes` says how it was made (model, layer,
-    label_names, site, position, ...)."""
+    "offsets", "token_ids", "positions" (position "all"), "token_labels" (conversations with "spans"), metadata
+    columns}}; `attributes` says how it was made (model, layer, label_names, site, position, ...)."""
 
     def __init__(self, splits, attributes):
         super().__init__(splits)

@@ -38,6 +38,7 @@ SplitLayout read_split_layout(hid_t group, const std::string& where) {
     layout.offsets = read_int_dataset(group, "offsets", where);
     layout.token_ids = read_int_dataset(group, "token_ids", where);
     if (hdf5::exists(group, "positions")) layout.positions = read_int_dataset(group, "positions", where);
+    if (hdf5::exists(group, "token_labels")) layout.token_labels = read_int_dataset(group, "token_labels", where);
   }
   if (auto metadata = hdf5::open_group(group, "metadata")) {
     for (const std::string& name : hdf5::member_names(metadata->get())) {
@@ -100,6 +101,7 @@ SplitData read_split(hid_t file, Split split, const FileAttributes& attributes, 
   data.offsets = std::move(layout.offsets);
   data.token_ids = std::move(layout.token_ids);
   data.positions = std::move(layout.positions);
+  data.token_labels = std::move(layout.token_labels);
   data.metadata = std::move(layout.metadata);
 
   int64_t examples = data.examples();
@@ -113,6 +115,8 @@ SplitData read_split(hid_t file, Split split, const FileAttributes& attributes, 
     fail("{}: per-token offsets/token_ids do not match {} examples and {} rows", where, examples, data.rows);
   } else if (!data.positions.empty() && static_cast<int64_t>(data.positions.size()) != data.rows) {
     fail("{}: per-token positions hold {} values for {} rows", where, data.positions.size(), data.rows);
+  } else if (!data.token_labels.empty() && static_cast<int64_t>(data.token_labels.size()) != data.rows) {
+    fail("{}: per-token token_labels hold {} values for {} rows", where, data.token_labels.size(), data.rows);
   } else if (auto drop = std::adjacent_find(data.offsets.begin(), data.offsets.end(), std::greater<>());
              drop != data.offsets.end()) {
     fail("{}: per-token offsets decrease after example {}", where, drop - data.offsets.begin());

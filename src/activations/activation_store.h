@@ -73,6 +73,7 @@ struct SplitData {
   std::vector<int64_t> token_ids;       // [rows]; position "all" only
   std::vector<int64_t> positions;       // [rows]; position "all": each row's token index in its example's ids (0:
                                         // the first); empty in files written before it
+  std::vector<int64_t> token_labels;    // [rows]; position "all" of conversations with "spans": each row's label
   std::map<std::string, std::vector<std::string>> metadata;  // --keep-fields columns
 
   int64_t examples() const { return static_cast<int64_t>(labels.size()); }
@@ -110,6 +111,7 @@ struct SplitLayout {
   std::vector<int64_t> offsets;    // position "all": [examples + 1] row offsets
   std::vector<int64_t> token_ids;  // position "all": [rows]
   std::vector<int64_t> positions;  // position "all": [rows], each row's token index in its example's ids
+  std::vector<int64_t> token_labels;  // position "all" of labelled spans: [rows], each row's label
   std::map<std::string, std::vector<std::string>> metadata;
 
   int64_t examples() const { return static_cast<int64_t>(labels.size()); }

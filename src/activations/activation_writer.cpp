@@ -72,7 +72,7 @@ void write_compressed_copy(const std::string& source, const std::string& target)
     for (const RowDataset& rows : kRowDatasets) {
       if (hdf5::exists(from->get(), rows.name)) copy_rows_compressed(from->get(), to.get(), rows);
     }
-    for (const char* name : {"labels", "example_index", "offsets", "token_ids", "positions"}) copy_int_dataset(from->get(), to.get(), name);
+    for (const char* name : {"labels", "example_index", "offsets", "token_ids", "positions", "token_labels"}) copy_int_dataset(from->get(), to.get(), name);
     if (auto metadata = hdf5::open_group(from->get(), "metadata")) {
       hdf5::Handle columns = hdf5::create_group(to.get(), "metadata");
       for (const std::string& name : hdf5::member_names(metadata->get())) {
@@ -116,6 +116,7 @@ ActivationWriter ActivationWriter::create(const std::string& final_path, const F
         write_int_dataset(group.get(), "offsets", layout.offsets, false);
         write_int_dataset(group.get(), "token_ids", layout.token_ids, false);
         if (!layout.positions.empty()) write_int_dataset(group.get(), "positions", layout.positions, false);
+        if (!layout.token_labels.empty()) write_int_dataset(group.get(), "token_labels", layout.token_labels, false);
       }
       if (!layout.metadata.empty()) {
         hdf5::Handle metadata = hdf5::create_group(group.get(), "metadata");

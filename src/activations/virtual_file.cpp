@@ -59,8 +59,8 @@ void write_virtual_group(hid_t file, Split split, const FileAttributes& attribut
     // Each shard's offsets count from its own first token: rebased, so stored.
     write_int_dataset(group.get(), "offsets", merged.offsets, false);
     create_joined_dataset(group.get(), "token_ids", H5T_STD_I64LE, {0}, sources("token_ids", rows));
-    if (!merged.positions.empty()) {
-      create_joined_dataset(group.get(), "positions", H5T_STD_I64LE, {0}, sources("positions", rows));
+    for (const auto& [name, values] : {std::pair{"positions", &merged.positions}, std::pair{"token_labels", &merged.token_labels}}) {
+      if (!values->empty()) create_joined_dataset(group.get(), name, H5T_STD_I64LE, {0}, sources(name, rows));
     }
   }
   if (!merged.metadata.empty()) {

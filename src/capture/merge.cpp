@@ -95,6 +95,7 @@ std::array<activations::SplitLayout, 3> join_layouts(const std::vector<activatio
       target.example_index.insert(target.example_index.end(), piece.example_index.begin(), piece.example_index.end());
       target.token_ids.insert(target.token_ids.end(), piece.token_ids.begin(), piece.token_ids.end());
       target.positions.insert(target.positions.end(), piece.positions.begin(), piece.positions.end());
+      target.token_labels.insert(target.token_labels.end(), piece.token_labels.begin(), piece.token_labels.end());
       for (size_t i = 1; i < piece.offsets.size(); ++i) {
         target.offsets.push_back(target.offsets.back() + piece.offsets[i] - piece.offsets[i - 1]);
       }

@@ -113,6 +113,9 @@ std::array<activations::SplitLayout, 3> make_layouts(const CapturePlan& plan, Po
       layout.token_ids.insert(layout.token_ids.end(), read.begin(), read.end());
       const std::vector<int64_t> positions = plan.read_positions(i);
       layout.positions.insert(layout.positions.end(), positions.begin(), positions.end());
+      if (!plan.token_labels.empty()) {
+        layout.token_labels.insert(layout.token_labels.end(), plan.token_labels[i].begin(), plan.token_labels[i].end());
+      }
     }
   }
   return layouts;

@@ -212,6 +212,24 @@ void check_learned_positions(const CapturePlan& plan, const std::vector<readout:
   }
 }
 
+// Rows with "spans": each read token's label (the span's it overlaps, else the row's), stored by position all.
+void plan_token_labels(const CaptureOptions& options, CapturePlan& plan, const std::vector<readout::Prompt>& prompts) {
+  if (options.position != Position::kAll) {
+    spdlog::warn("{}: the rows' spans label tokens, which only --position all stores (token_labels); at position {} "
+                 "each example keeps its row's label", options.dataset_path, position_name(options.position));
+    return;
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const data::Example& example = plan.dataset.examples[static_cast<size_t>(plan.run[i].example)];
+    const std::vector<int64_t> all =
+        data::token_labels(example, plan.dataset.label_names, prompts[i].token_bytes, prompts[i].content_begin);
+    plan.token_labels.emplace_back();
+    for (size_t t = 0; t < all.size(); ++t) {
+      if (prompts[i].mask[t]) plan.token_labels.back().push_back(all[t]);
+    }
+  }
+}
+
 }  // namespace
 
 void plan_prompts(const CaptureOptions& options, CapturePlan& plan, CaptureSummary& summary) {
@@ -225,6 +243,7 @@ void plan_prompts(const CaptureOptions& options, CapturePlan& plan, CaptureSumma
       plan.dataset.conversations ? conversation_prompts(options, builder, plan) : text_prompts(builder, plan);
   builder.warn_if_cut(prompts);
   check_learned_positions(plan, prompts);
+  if (plan.dataset.labelled_spans) plan_token_labels(options, plan, prompts);
   for (readout::Prompt& prompt : prompts) {
     summary.truncated += prompt.cut > 0 ? 1 : 0;
     plan.lengths.push_back(static_cast<int64_t>(prompt.ids.size()));

@@ -34,6 +34,7 @@ struct CapturePlan {
   std::vector<readout::Sequence> ids;  // per run position
   std::vector<int64_t> lengths;
   std::vector<std::vector<uint8_t>> masks;  // conversations: per run position, 1 for each token read; empty for texts
+  std::vector<std::vector<int64_t>> token_labels;  // rows with "spans": per run position, each read token's label
   std::string prompt_suffix;                // what follows every text ("" for conversations)
   std::optional<TokenMask> mask;            // conversations: the tokens read
   std::string chat_template_sha256;         // conversations: of the template that rendered them

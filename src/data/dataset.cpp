@@ -80,6 +80,49 @@ Json parse_line(const std::string& line, const std::string& where) {
   return object;
 }
 
+// The byte where character `characters` of UTF-8 `text` starts (its size at the end); npos past the end.
+size_t byte_of_character(const std::string& text, int64_t characters) {
+  int64_t seen = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if ((static_cast<unsigned char>(text[i]) & 0xC0) == 0x80) continue;
+    if (seen++ == characters) return i;
+  }
+  return seen == characters ? text.size() : std::string::npos;
+}
+
+// A conversation row's "spans", checked against its messages: each within a message whose content is a string.
+std::vector<LabelledSpan> read_spans(const Json& spans, const Json& messages, const std::string& where) {
+  if (!spans.is_array()) fail_input("{}: field 'spans' must be a list of {{message, start, end, label}}", where);
+  std::vector<LabelledSpan> out;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const Json& span = spans[i];
+    const std::string field = fmt::format("{}: spans[{}]", where, i);
+    auto integer = [&](const char* key) {
+      if (!span.is_object() || !span.contains(key) || !span[key].is_number_integer() || span[key].get<int64_t>() < 0) {
+        fail_input("{}: '{}' must be a whole number, 0 or more", field, key);
+      }
+      return span[key].get<int64_t>();
+    };
+    const int64_t message = integer("message"), start = integer("start"), end = integer("end");
+    if (static_cast<size_t>(message) >= messages.size()) {
+      fail_input("{}: 'message' {} is past the conversation's {} messages", field, message, messages.size());
+    }
+    const Json& entry = messages[static_cast<size_t>(message)];
+    const Json content = entry.is_object() ? entry.value("content", Json()) : Json();
+    if (!content.is_string()) fail_input("{}: message {}'s content is not a string, which spans index", field, message);
+    const std::string& text = content.get_ref<const std::string&>();
+    const size_t begin = byte_of_character(text, start), stop = byte_of_character(text, end);
+    if (start >= end || stop == std::string::npos) {
+      fail_input("{}: characters [{}, {}) are not a stretch of message {}'s content", field, start, end, message);
+    }
+    if (!span.contains("label") || !span["label"].is_string() || span["label"].get<std::string>().empty()) {
+      fail_input("{}: 'label' must be a non-empty string", field);
+    }
+    out.push_back(LabelledSpan{static_cast<size_t>(message), begin, stop, span["label"].get<std::string>()});
+  }
+  return out;
+}
+
 // One line's example; `dataset.label_field` is chosen from the first line.
 // A row's text, or its conversation: "messages" where the row has no text field. The first row decides which kind
 // the file holds; a row of the other kind is an error naming its line.
@@ -99,8 +142,11 @@ void read_input(const Json& object, const DatasetOptions& options, Dataset& data
                  messages->dump().substr(0, 80));
     }
     example.messages = messages->dump();
+    auto spans = object.find("spans");
+    if (spans != object.end()) example.spans = read_spans(*spans, *messages, where);
     return;
   }
+  if (object.contains("spans")) fail_input("{}: 'spans' label the messages of a conversation; this row holds a text", where);
   if (text == object.end()) {
     fail_input("{}: missing field '{}' (fields: {}; choose another with --text-field, or give a conversation as "
                "'messages')",
@@ -179,7 +225,11 @@ void read_examples(const std::string& bytes, const std::string& source, const Da
 // Indexes the examples' labels (see Dataset::label_names).
 void index_labels(Dataset& dataset) {
   std::set<std::string> present;
-  for (const Example& example : dataset.examples) present.insert(example.label);
+  for (const Example& example : dataset.examples) {
+    present.insert(example.label);
+    for (const LabelledSpan& span : example.spans) present.insert(span.label);
+    dataset.labelled_spans = dataset.labelled_spans || !example.spans.empty();
+  }
   // The reference's trainer names a cognitive-action file's labels by its fixed list of 45, so such a file
   // indexes that list, whatever subset it holds; other datasets index their sorted distinct labels.
   if (uses_reference_label_names(dataset.label_field, present)) {
@@ -222,6 +272,26 @@ Dataset read_dataset(const std::string& path, const DatasetOptions& options) {
   }
   index_labels(dataset);
   return dataset;
+}
+
+std::vector<int64_t> token_labels(const Example& example, const std::vector<std::string>& label_names,
+                                  const std::vector<std::pair<size_t, size_t>>& token_bytes,
+                                  const std::vector<size_t>& content_begin) {
+  auto index = [&](const std::string& label) {
+    return static_cast<int64_t>(std::find(label_names.begin(), label_names.end(), label) - label_names.begin());
+  };
+  const int64_t row_label = index(example.label);
+  std::vector<int64_t> labels(token_bytes.size(), row_label);
+  for (size_t t = 0; t < token_bytes.size(); ++t) {
+    for (const LabelledSpan& span : example.spans) {
+      const size_t begin = content_begin.at(span.message) + span.begin, end = content_begin.at(span.message) + span.end;
+      if (token_bytes[t].first < end && token_bytes[t].second > begin) {
+        labels[t] = index(span.label);
+        break;
+      }
+    }
+  }
+  return labels;
 }
 
 std::string label_file_name_problem(const std::string& label) {

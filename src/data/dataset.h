@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace probekit::data {
@@ -19,10 +20,19 @@ struct DatasetOptions {
   bool strict_fields = false;            // a keep_fields field that no line has: an error, not a warning
 };
 
+/// A labelled stretch of a conversation row's message, from its "spans": [{"message", "start", "end", "label"}]
+/// (start and end in characters of the message's content, as Python indexes a str), here in bytes of that content.
+struct LabelledSpan {
+  size_t message = 0;
+  size_t begin = 0, end = 0;  // bytes of the content, [begin, end)
+  std::string label;
+};
+
 struct Example {
   int64_t line = 0;  // 0-based line of the example in the file
   std::string text;      // a text row's text
   std::string messages;  // a conversation row's "messages" (the OpenAI chat format), as JSON text
+  std::vector<LabelledSpan> spans;  // a conversation row's token-level labels; tokens outside them take `label`
   std::string label;
   std::vector<std::string> kept;  // values of keep_fields, in order ("" when absent)
 };
@@ -38,6 +48,7 @@ struct Dataset {
   std::string sha256;        // of the bytes read, for the outputs' dataset_sha256: a stream cannot be reopened
   std::string label_field;
   bool conversations = false;  // rows hold "messages" (conversations) instead of texts; a file holds one kind
+  bool labelled_spans = false;  // some row has "spans": position all stores each read token's label
   std::vector<Example> examples;
   // The sorted distinct labels; all 45 of the reference's actions for its cognitive-action datasets
   // (uses_reference_label_names), as the reference indexes them.
@@ -45,6 +56,13 @@ struct Dataset {
   std::vector<int64_t> labels;           // index into label_names, per example
   std::vector<SkippedLine> skipped;
 };
+
+/// The label of each token of a rendered conversation (byte spans `token_bytes`) that overlaps one of the example's
+/// spans (the first), else the row's: indexes into `label_names`. `content_begin[m]`: where message m's content
+/// starts in the rendered text.
+std::vector<int64_t> token_labels(const Example& example, const std::vector<std::string>& label_names,
+                                  const std::vector<std::pair<size_t, size_t>>& token_bytes,
+                                  const std::vector<size_t>& content_begin);
 
 /// Why `label` cannot name the files training writes for it (probe_{label}.safetensors, metrics_{label}.json):
 /// empty, "." or "..", a '/' or NUL in it, or too long for a file name; "" when it can.

@@ -79,13 +79,18 @@ std::vector<Prompt> PromptBuilder::build_conversations(const std::vector<std::st
   std::vector<Prompt> out(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
     try {
-      const auto spans = tokenizer_->token_spans(ids[i], rendered[i]);
-      out[i].mask = chat::token_mask(spans, chat::content_spans(messages[i], rendered[i]), mask);
+      out[i].token_bytes = tokenizer_->token_spans(ids[i], rendered[i]);
+      const std::vector<chat::ContentSpan> contents = chat::content_spans(messages[i], rendered[i]);
+      out[i].mask = chat::token_mask(out[i].token_bytes, contents, mask);
+      out[i].content_begin.assign(messages[i].size(), std::string::npos);
+      for (auto c = contents.rbegin(); c != contents.rend(); ++c) out[i].content_begin.at(c->message) = c->begin;
     } catch (const std::exception&) {
       rethrow_with_context(where(i));
     }
     out[i].cut = cut_from_start(ids[i], limit_.max_length, leading_specials_);
     out[i].mask.erase(out[i].mask.begin() + leading_specials_, out[i].mask.begin() + leading_specials_ + out[i].cut);
+    out[i].token_bytes.erase(out[i].token_bytes.begin() + leading_specials_,
+                             out[i].token_bytes.begin() + leading_specials_ + out[i].cut);
     out[i].ids = std::move(ids[i]);
     if (std::find(out[i].mask.begin(), out[i].mask.end(), 1) == out[i].mask.end()) {
       fail_input("{}: no token of this conversation is in the {} mask (--mask){}", where(i), token_mask_name(mask),

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "chat/chat_template.h"
@@ -26,6 +27,8 @@ struct Prompt {
   std::vector<int32_t> ids;
   int64_t cut = 0;
   std::vector<uint8_t> mask;  // a conversation's: 1 for each token read (--mask); empty for a text (every token)
+  std::vector<std::pair<size_t, size_t>> token_bytes;  // a conversation's: each token's byte span in its rendering
+  std::vector<size_t> content_begin;  // a conversation's: where each message's content starts there (npos: none)
 };
 
 class PromptBuilder {

@@ -261,3 +261,58 @@ TEST_CASE("conversations with --skip-invalid: a row without a masked token or wi
   CHECK(file.split(Split::kTrain).labels.size() + file.split(Split::kVal).labels.size() +
             file.split(Split::kTest).labels.size() == 24);
 }
+
+TEST_CASE("conversations with spans: position all stores each read token's label, the span's where it overlaps it") {
+  TempDir tmp;
+  capture::CaptureOptions o = conversation_capture(tmp, Position::kAll, "spans");
+  // Each reply "Café: I feel <label> today, N times over" labels the word after "feel" (characters 13 to 13 + its
+  // length: "é" is one character and two bytes) as "alarm".
+  std::string lines;
+  for (int i = 0; i < 24; ++i) {
+    const std::string label = kLabels[i % 3];
+    const std::string reply = fmt::format("Café: I feel {} today, {} times over", label, i);
+    Json messages = Json::array({{{"role", "user"}, {"content", fmt::format("Question number {} about the day", i)}},
+                                 {{"role", "assistant"}, {"content", reply}}});
+    Json spans = Json::array({{{"message", 1}, {"start", 13}, {"end", 13 + label.size()}, {"label", "alarm"}}});
+    lines += Json({{"messages", messages}, {"spans", spans}, {"label", label}}).dump() + "\n";
+  }
+  write_text(o.dataset_path, lines);
+  capture::run_capture(o);
+  const activations::ActivationFile file = activations::read_activation_file(tmp.file("spans/layer_2_activations.h5"));
+  const auto& names = file.attributes.label_names;
+  const auto alarm = static_cast<int64_t>(std::find(names.begin(), names.end(), "alarm") - names.begin());
+  REQUIRE(alarm < static_cast<int64_t>(names.size()));
+  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_file(kGemmaModel);
+  int64_t labelled = 0;
+  for (Split split : {Split::kTrain, Split::kVal, Split::kTest}) {
+    const activations::SplitData& data = file.split(split);
+    REQUIRE(data.token_labels.size() == static_cast<size_t>(data.rows));
+    for (int64_t e = 0; e < data.examples(); ++e) {
+      // The reply as the stored tokens spell it, each token's bytes in it (decoded alone, independent of the spans
+      // capture computed), and where the labelled word lies in those bytes.
+      std::string text;
+      std::vector<std::pair<size_t, size_t>> bytes;
+      for (int64_t r = data.offsets[e]; r < data.offsets[e + 1]; ++r) {
+        const std::string piece = tok.decode({static_cast<int32_t>(data.token_ids[r])});
+        bytes.emplace_back(text.size(), text.size() + piece.size());
+        text += piece;
+      }
+      const std::string word = names[data.labels[e]];
+      const size_t begin = text.find("Café: I feel ") + std::string("Café: I feel ").size();
+      REQUIRE(begin != std::string::npos);
+      CHECK(text.substr(begin, word.size()) == word);
+      for (size_t t = 0; t < bytes.size(); ++t) {
+        const bool overlaps = bytes[t].first < begin + word.size() && bytes[t].second > begin;
+        CHECK(data.token_labels[data.offsets[e] + t] == (overlaps ? alarm : data.labels[e]));
+        labelled += overlaps ? 1 : 0;
+      }
+    }
+  }
+  CHECK(labelled >= 24);
+  // Spans that do not fit their message, or on a text row, are refused naming the line.
+  write_text(o.dataset_path, R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}], )"
+                             R"("spans": [{"message": 1, "start": 1, "end": 5, "label": "x"}], "label": "a"})" "\n");
+  CHECK_CONTAINS(capture_error(o), "chats.jsonl:1: spans[0]: characters [1, 5) are not a stretch of message 1's content");
+  write_text(o.dataset_path, R"({"text": "hi", "spans": [], "label": "a"})" "\n");
+  CHECK_CONTAINS(capture_error(o), "'spans' label the messages of a conversation");
+}
