@@ -37,31 +37,37 @@ inference::Engine engine_for(const ModelHandle& model, const ProbeSelection& sel
   return inference::Engine::attach(options, *model);
 }
 
-// What --json prints for each text, as one JSON array.
+// What --json prints for each text (or conversation, a JSON list of messages: then texts are empty), as one JSON
+// array.
 std::string rank(const ModelHandle& model, const ProbeSelection& selection, const std::vector<std::string>& texts,
-                 const DisplayArguments& arguments, const py::list& steer) {
+                 const std::vector<std::string>& conversations, const DisplayArguments& arguments, const py::list& steer) {
   const inference::Display display = display_of(arguments);
   inference::Engine engine = engine_for(model, selection, steer);
   py::gil_scoped_release release;
-  std::vector<inference::TextScores> scores = engine.score(texts);
+  const bool conversation = !conversations.empty();
+  std::vector<inference::TextScores> scores = conversation ? engine.score_conversations(conversations) : engine.score(texts);
   Json all = Json::array();
-  for (size_t i = 0; i < texts.size(); ++i) {
-    all.push_back(inference::text_json(engine, texts[i], inference::table_of(engine, scores[i].probability, display),
-                                       display, selection.best_layer));
+  for (size_t i = 0; i < scores.size(); ++i) {
+    all.push_back(inference::text_json(engine, conversation ? "conversation" : texts[i],
+                                       inference::table_of(engine, scores[i].probability, display), display,
+                                       selection.best_layer));
   }
   return dump_json(all);
 }
 
-// What --per-token --json prints for one text.
+// What --per-token --json prints for one text, or for one conversation (`conversation`: its messages as JSON; then
+// the text is empty).
 std::string per_token(const ModelHandle& model, const ProbeSelection& selection, const std::string& text,
-                      const DisplayArguments& arguments, const py::list& steer) {
+                      const std::string& conversation, const DisplayArguments& arguments, const py::list& steer) {
   const inference::Display display = display_of(arguments);
   inference::Engine engine = engine_for(model, selection, steer);
   py::gil_scoped_release release;
-  inference::TokenScores scores = engine.score_tokens(text);
+  inference::TokenScores scores =
+      conversation.empty() ? engine.score_tokens(text) : engine.score_conversation_tokens(conversation);
   std::vector<inference::ScoreTable> tables;
   for (const auto& probability : scores.probability) tables.push_back(inference::table_of(engine, probability, display));
-  return dump_json(inference::with_steering(inference::per_token_json(text, scores, tables), engine));
+  const std::string shown = conversation.empty() ? text : "conversation";
+  return dump_json(inference::with_steering(inference::per_token_json(shown, scores, tables), engine));
 }
 
 // The directory's layers and each label's best layer, checking that it holds probes.
@@ -83,21 +89,24 @@ void bind_probes(py::module_& module) {
   module.def(
       "rank",
       [](const ModelHandle& model, const std::string& dir, const std::string& layers, int64_t layer, bool best_layer,
-         const std::vector<std::string>& texts, int64_t top_k, double threshold, bool calibrated, const std::string& mode,
-         const std::string& aggregate, const py::list& steer) {
-        return rank(model, {dir, layers, layer, best_layer}, texts, {top_k, threshold, calibrated, mode, aggregate}, steer);
+         const std::vector<std::string>& texts, const std::vector<std::string>& conversations, int64_t top_k,
+         double threshold, bool calibrated, const std::string& mode, const std::string& aggregate, const py::list& steer) {
+        return rank(model, {dir, layers, layer, best_layer}, texts, conversations,
+                    {top_k, threshold, calibrated, mode, aggregate}, steer);
       },
       py::arg("model"), py::arg("dir"), py::arg("layers"), py::arg("layer"), py::arg("best_layer"), py::arg("texts"),
-      py::arg("top_k"), py::arg("threshold"), py::arg("calibrated"), py::arg("mode"), py::arg("aggregate"),
-      py::arg("steer"));
+      py::arg("conversations"), py::arg("top_k"), py::arg("threshold"), py::arg("calibrated"), py::arg("mode"),
+      py::arg("aggregate"), py::arg("steer"));
   module.def(
       "per_token",
       [](const ModelHandle& model, const std::string& dir, const std::string& layers, int64_t layer, bool best_layer,
-         const std::string& text, int64_t top_k, double threshold, bool calibrated, const py::list& steer) {
-        return per_token(model, {dir, layers, layer, best_layer}, text, {top_k, threshold, calibrated}, steer);
+         const std::string& text, const std::string& conversation, int64_t top_k, double threshold, bool calibrated,
+         const py::list& steer) {
+        return per_token(model, {dir, layers, layer, best_layer}, text, conversation, {top_k, threshold, calibrated},
+                         steer);
       },
       py::arg("model"), py::arg("dir"), py::arg("layers"), py::arg("layer"), py::arg("best_layer"), py::arg("text"),
-      py::arg("top_k"), py::arg("threshold"), py::arg("calibrated"), py::arg("steer"));
+      py::arg("conversation"), py::arg("top_k"), py::arg("threshold"), py::arg("calibrated"), py::arg("steer"));
 }
 
 }  // namespace probekit::python

@@ -33,29 +33,51 @@ class Probes:
     def __repr__(self):
         return f"probekit.Probes({self.dir!r}, layers {self.layers})"
 
-    def rank(self, model, texts, top_k=5, threshold=0.1, calibrated=False, mode="all", aggregate="max", steer=None):
+    def rank(self, model, texts=None, top_k=5, threshold=0.1, calibrated=False, mode="all", aggregate="max", steer=None,
+             messages=None):
         """What multi_probe_inference --json prints for each text: the labels ranked by the probes' confidence.
 
-        texts: a list of strings (a list of results) or one string (its result). top_k: how many labels each
-        shows; threshold: the confidence a label needs to count as shown (calibrated=True: each probe's tuned
-        threshold). mode, aggregate: the layout over several layers (all, by-action, by-layer; max or mean).
-        steer: [(label or vector, layer, coefficient), ...] added to the stream while scoring."""
-        one = isinstance(texts, str)
+        texts: a list of strings (a list of results) or one string (its result). messages: instead of texts, one
+        conversation ([{"role", "content"}, ...]) ranked at the probes' token mask, as --messages ranks it (its
+        result). top_k: how many labels each shows; threshold: the confidence a label needs to count as shown
+        (calibrated=True: each probe's tuned threshold). mode, aggregate: the layout over several layers (all,
+        by-action, by-layer; max or mean). steer: [(label or vector, layer, coefficient), ...] added to the stream
+        while scoring (texts only)."""
+        conversation = _conversation(texts, messages, steer, "texts")
+        one = conversation is not None or isinstance(texts, str)
         found = json.loads(run_interruptibly(
-            _native.rank, _model_of(model), self.dir, *self._selection, text_list(texts), int(top_k), float(threshold),
-            bool(calibrated), mode, aggregate, steer_items(steer)))
+            _native.rank, _model_of(model), self.dir, *self._selection, [] if conversation else text_list(texts),
+            [conversation] if conversation else [], int(top_k), float(threshold), bool(calibrated), mode, aggregate,
+            steer_items(steer)))
         return found[0] if one else found
 
-    def per_token(self, model, text, top_k=5, threshold=0.1, calibrated=False, steer=None):
+    def per_token(self, model, text=None, top_k=5, threshold=0.1, calibrated=False, steer=None, messages=None):
         """What multi_probe_inference --per-token --json prints for text: each token with every (label, layer)
         prediction for the text up to that token. Attention probes add each token's "attention" ([{label, layer,
         weight}]: the weight the whole text's pool puts on it, the mean over heads) and a top-level
-        "suffix_attention" for the prompt suffix's tokens."""
-        if not isinstance(text, str):
+        "suffix_attention" for the prompt suffix's tokens. messages: instead of text, one conversation, as
+        --per-token --messages scores it (each token "in_mask" or not)."""
+        conversation = _conversation(text, messages, steer, "text")
+        if conversation is None and not isinstance(text, str):
             raise ValueError(f"text: expected a string, got {type(text).__name__}")
         return json.loads(run_interruptibly(
-            _native.per_token, _model_of(model), self.dir, *self._selection, text, int(top_k), float(threshold),
-            bool(calibrated), steer_items(steer)))
+            _native.per_token, _model_of(model), self.dir, *self._selection, "" if conversation else text,
+            conversation or "", int(top_k), float(threshold), bool(calibrated), steer_items(steer)))
+
+
+def _conversation(texts, messages, steer, name):
+    """messages= as the native side takes it (JSON text), or None for texts; one of the two must be given."""
+    if messages is None:
+        if texts is None:
+            raise ValueError(f"give {name} or messages")
+        return None
+    if texts is not None:
+        raise ValueError(f"give {name} or messages (one conversation), not both")
+    if not isinstance(messages, (list, tuple)) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise ValueError("messages: expected one conversation, a list of {'role', 'content'} dicts")
+    if steer:
+        raise ValueError("steer applies to texts, not to messages")
+    return json.dumps(list(messages))
 
 
 def _model_of(model):

@@ -58,6 +58,7 @@ struct TokenScores {
   // and on each suffix token, suffix_attention[s][l][k]; NaN on tokens the probes leave out (the BOS, those before
   // --max-tokens) and where a label has no probe. A probe's weights over the text and the suffix sum to 1.
   std::vector<std::vector<std::vector<double>>> attention, suffix_attention;
+  std::vector<uint8_t> mask;  // a conversation's: 1 for each token in the probes' token mask; empty for a text
 };
 
 /// One new token of a generation with what the probes give for it.
@@ -129,6 +130,10 @@ class Engine {
   /// template and read at the probes' token mask (assistant for probes trained on texts). Probes whose template
   /// was another are refused, naming the field.
   std::vector<TextScores> score_conversations(const std::vector<std::string>& conversations) const;
+  /// Scores every token position of a conversation (a JSON list of messages) rendered as score_conversations renders
+  /// it: each token's score is the probes' for the conversation up to it, with no suffix; `mask` says which tokens
+  /// the probes' mask reads.
+  TokenScores score_conversation_tokens(const std::string& conversation) const;
   /// Scores every token position of a text: one pass over the text records its keys and values, then one
   /// batched pass runs the suffix after each prefix on top of them (not one forward per prefix).
   TokenScores score_tokens(const std::string& text, const steering::SteeringVectors* steering = nullptr) const;
@@ -168,6 +173,12 @@ class Engine {
   void require_probes() const;
   /// Refuses texts for probes trained on conversations' masked tokens.
   void require_texts() const;
+  /// Refuses per-token scores of probes that pool (they read no single token's prefix).
+  void require_per_token_position() const;
+  /// The model's chat template, refused when the probes' conversations were rendered with another (by SHA-256).
+  chat::ChatTemplate checked_chat_template() const;
+  /// The prompts of `conversations` as the probes read conversations (their mask, no suffix).
+  std::vector<readout::Prompt> conversation_prompts(const std::vector<std::string>& conversations) const;
   void load_probes(const model::ModelConfig& config, const std::string& fingerprint);
   void warn_of_other_steering() const;
   void index_labels();
@@ -196,8 +207,10 @@ class Engine {
   /// whole prompt's pool.
   void score_prefix_prompts(const readout::Sequence& ids, const readout::Request& request, TokenScores& result) const;
   /// Each token position of the built prompt `ids` scored as score_tokens scores it (into result.probability and,
-  /// for every-token probes, result.attention), steered by `steering` (null: none).
-  void score_token_ids(const readout::Sequence& ids, const steering::SteeringVectors* steering, TokenScores& result) const;
+  /// for every-token probes, result.attention), steered by `steering` (null: none); without the suffix after each
+  /// prefix unless `with_suffix` (a conversation's, whose template writes the turns).
+  void score_token_ids(const readout::Sequence& ids, const steering::SteeringVectors* steering, TokenScores& result,
+                       bool with_suffix = true) const;
   /// The attention of the whole prompt `ids` + suffix into result.attention and result.suffix_attention.
   void store_attention(const readout::Sequence& ids, const readout::Request& request, TokenScores& result) const;
   /// Stores probabilities_of's columns (on the host) into tables[first + n][l][k].

@@ -120,9 +120,8 @@ void Engine::require_texts() const {
   }
 }
 
-std::vector<TextScores> Engine::score_conversations(const std::vector<std::string>& conversations) const {
-  require_probes();
-  const chat::ChatTemplate chat = chat::ChatTemplate::from_tokenizer_dir(model_dir());
+chat::ChatTemplate Engine::checked_chat_template() const {
+  chat::ChatTemplate chat = chat::ChatTemplate::from_tokenizer_dir(model_dir());
   if (!recipe_.chat_template_sha256.empty()) {
     const std::string sha256 = chat.source_sha256();
     if (sha256 != recipe_.chat_template_sha256) {
@@ -131,14 +130,34 @@ std::vector<TextScores> Engine::score_conversations(const std::vector<std::strin
                  recipe_.chat_template_sha256.substr(0, 12), model_dir(), sha256.substr(0, 12));
     }
   }
+  return chat;
+}
+
+std::vector<readout::Prompt> Engine::conversation_prompts(const std::vector<std::string>& conversations) const {
   // Probes trained on texts read conversations' assistant tokens, which is what a chat model's answer is; the
   // template writes the turns, so no prompt suffix follows.
   const readout::PromptBuilder builder(*tokenizer_, "", prompts_->limit());
   std::vector<readout::Prompt> prompts = builder.build_conversations(
-      conversations, chat, recipe_.mask.value_or(TokenMask::kAssistant), recipe_.add_generation_prompt,
+      conversations, checked_chat_template(), recipe_.mask.value_or(TokenMask::kAssistant), recipe_.add_generation_prompt,
       [](size_t i) { return fmt::format("conversation {}", i); });
   builder.warn_if_cut(prompts);
-  return score_prompts(prompts, {});
+  return prompts;
+}
+
+std::vector<TextScores> Engine::score_conversations(const std::vector<std::string>& conversations) const {
+  require_probes();
+  return score_prompts(conversation_prompts(conversations), {});
+}
+
+TokenScores Engine::score_conversation_tokens(const std::string& conversation) const {
+  require_probes();
+  require_per_token_position();
+  readout::Prompt prompt = conversation_prompts({conversation}).front();
+  TokenScores result;
+  result.cut = prompt.cut;
+  result.mask = prompt.mask;
+  score_token_ids(prompt.ids, nullptr, result, false);
+  return result;
 }
 
 std::vector<TextScores> Engine::score_prompts(const std::vector<readout::Prompt>& prompts,
@@ -183,10 +202,7 @@ std::vector<TextScores> Engine::score_prompts(const std::vector<readout::Prompt>
 TokenScores Engine::score_tokens(const std::string& text, const steering::SteeringVectors* steering) const {
   require_probes();
   require_texts();
-  if (request_.position != Position::kLast && !reads_every_token()) {
-    fail_input("--per-token needs probes trained on the last token or attention probes (these used position '{}')",
-               position_name(request_.position));
-  }
+  require_per_token_position();
   TokenScores result;
   readout::Prompt prompt = prompts_->build_text(text);
   result.cut = prompt.cut;
@@ -198,8 +214,15 @@ TokenScores Engine::score_tokens(const std::string& text, const steering::Steeri
   return result;
 }
 
+void Engine::require_per_token_position() const {
+  if (request_.position != Position::kLast && !reads_every_token()) {
+    fail_input("--per-token needs probes trained on the last token or every-token probes (these used position '{}')",
+               position_name(request_.position));
+  }
+}
+
 void Engine::score_token_ids(const readout::Sequence& ids, const steering::SteeringVectors* steering,
-                             TokenScores& result) const {
+                             TokenScores& result, bool with_suffix) const {
   result.ids = ids;
   result.tokens = tokenizer_->tokens(result.ids);
   for (int32_t id : result.ids) result.texts.push_back(tokenizer_->decode({id}));
@@ -208,7 +231,7 @@ void Engine::score_token_ids(const readout::Sequence& ids, const steering::Steer
   const model::StreamWrites writes = steering != nullptr ? steering::place(*steering, *model_) : model::StreamWrites();
   if (steering != nullptr) steered.writes = &writes;
   if (reads_every_token()) return score_prefix_prompts(ids, steered, result);
-  at::Tensor rows = readout::read_prefixes(*model_, ids, prompts_->suffix_ids(), steered);
+  at::Tensor rows = readout::read_prefixes(*model_, ids, with_suffix ? prompts_->suffix_ids() : readout::Sequence{}, steered);
   readout::check_finite_rows(rows, 1, request_.layers);
   store_probabilities(rows, result.probability, 0);
 }

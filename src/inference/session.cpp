@@ -77,7 +77,9 @@ Json show(const Engine& engine, const std::string& text, const ScoreTable& table
 }
 
 void show_per_token(const Engine& engine, const InferenceRequest& r) {
-  TokenScores scores = engine.score_tokens(r.text);
+  const bool conversation = !r.messages.empty();
+  TokenScores scores = conversation ? engine.score_conversation_tokens(chat::read_messages(r.messages).dump())
+                                    : engine.score_tokens(r.text);
   TokenTable tokens{scores.tokens, scores.texts, {}, scores.attention};
   for (const auto& p : scores.probability) tokens.scores.push_back(table_of(engine, p, r.display));
   if (!r.csv.empty()) write_file_atomic(r.csv, per_token_csv(tokens));
@@ -85,7 +87,8 @@ void show_per_token(const Engine& engine, const InferenceRequest& r) {
   std::string cut_note = fmt::format("The text is longer than {}: its first {} tokens were cut and are not scored.\n",
                                      engine.prompt_limit().description, scores.cut);
   if (r.display.json) {
-    fmt::print("{}\n", dump_json(with_steering(per_token_json(r.text, scores, tokens.scores), engine), 2));
+    const std::string shown = conversation ? "conversation" : r.text;
+    fmt::print("{}\n", dump_json(with_steering(per_token_json(shown, scores, tokens.scores), engine), 2));
     return;
   }
   if (scores.cut > 0) fmt::print("{}", cut_note);
@@ -121,7 +124,24 @@ void show_conversation(const Engine& engine, const InferenceRequest& r) {
   if (r.display.json) fmt::print("{}\n", dump_json(shown, 2));
 }
 
+// --file of conversations: each ranked at the probes' token mask, shown as "conversation N" (N its line).
+void show_conversation_file(const Engine& engine, const InferenceRequest& r, const std::vector<std::string>& rows) {
+  std::vector<std::string> conversations;
+  for (const std::string& row : rows) conversations.push_back(Json::parse(row).at("messages").dump());
+  const std::vector<TextScores> scores = engine.score_conversations(conversations);
+  Json all = Json::array();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const std::string name = fmt::format("conversation {}", Json::parse(rows[i]).at("line").get<int64_t>());
+    all.push_back(show(engine, name, table_of(engine, scores[i].probability, r.display), r.display, r.engine.best_layer, false));
+  }
+  if (r.display.json) fmt::print("{}\n", dump_json(all, 2));
+}
+
 void show_texts(const Engine& engine, const InferenceRequest& r) {
+  if (!r.file.empty()) {
+    const std::vector<std::string> conversations = read_conversation_rows(r.file, r.text_field);
+    if (!conversations.empty()) return show_conversation_file(engine, r, conversations);
+  }
   std::vector<std::string> texts = r.text.empty() ? read_texts(r.file, r.text_field) : std::vector<std::string>{r.text};
   std::vector<TextScores> scores = engine.score(texts);
   Json all = Json::array();
@@ -164,11 +184,9 @@ void check_request(InferenceRequest& r) {
   }
   if (!r.text.empty() && !r.file.empty()) fail_usage("--text and --file exclude each other");
   if (!r.compare.empty() && r.text.empty()) fail_usage("--compare needs --text");
-  if (r.per_token && r.text.empty()) fail_usage("--per-token needs --text");
+  if (r.per_token && r.text.empty() && r.messages.empty()) fail_usage("--per-token needs --text or --messages");
   if (r.chat && !r.generate) fail_usage("--chat goes with --generate (--messages ranks a conversation without it)");
-  if (!r.messages.empty() && (r.per_token || !r.compare.empty())) {
-    fail_usage("--messages ranks or generates after a conversation: --per-token and --compare take --text");
-  }
+  if (!r.messages.empty() && !r.compare.empty()) fail_usage("--compare takes --text: --messages ranks one conversation");
   if (!r.messages.empty() && (!r.text.empty() || !r.file.empty())) {
     fail_usage("--messages is the whole prompt: it excludes --text and --file");
   }
@@ -339,6 +357,7 @@ Json per_token_json(const std::string& text, const TokenScores& scores, const st
   for (size_t t = 0; t < tables.size(); ++t) {
     rows.push_back({{"position", t}, {"token", scores.tokens[t]}, {"text", scores.texts[t]},
                     {"predictions", predictions_json(all_predictions(tables[t]))}});
+    if (!scores.mask.empty()) rows.back()["in_mask"] = scores.mask[t] != 0;
     if (!scores.attention.empty()) rows.back()["attention"] = attention_json(scores.attention[t], tables[t]);
   }
   Json out = {{"text", text}, {"cut_tokens", scores.cut}, {"tokens", rows}};
@@ -370,6 +389,25 @@ std::vector<std::string> read_texts(const std::string& path, const std::string& 
   }
   if (texts.empty()) fail_input("{}: no texts", path);
   return texts;
+}
+
+std::vector<std::string> read_conversation_rows(const std::string& path, const std::string& field) {
+  require_input_file(path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail_input("{}: cannot open", path);
+  std::vector<std::string> rows;
+  std::string line;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (rows.empty() && line.front() != '{') return {};
+    Json object = parse_json(line, fmt::format("{}:{}", path, number));
+    const bool conversation = object.is_object() && object.contains("messages") && !object.contains(field);
+    if (rows.empty() && !conversation) return {};
+    if (!conversation) fail_input("{}:{}: no \"messages\" (the rows before it are conversations)", path, number);
+    if (!object["messages"].is_array()) fail_input("{}:{}: \"messages\" must be a list of messages", path, number);
+    rows.push_back(Json({{"line", number}, {"messages", object["messages"]}}).dump());
+  }
+  return rows;
 }
 
 void add_inference_flags(CLI::App& app, InferenceRequest& r) {

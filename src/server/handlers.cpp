@@ -165,15 +165,20 @@ Json rank_response(const ServerContext& context, const RankQuery& query, Clock::
 
 Json per_token_response(const ServerContext& context, const PerTokenQuery& query, Clock::time_point deadline) {
   check_view(context, query.view);
-  check_text_length(context, query.text, "text");
+  const bool conversation = !query.messages.empty();
+  if (!conversation) check_text_length(context, query.text, "text");
   const inference::Engine& engine = context.engine;
-  std::string text = query.text;
+  std::string text = conversation ? query.messages : query.text;
   std::shared_ptr<const steering::SteeringVectors> steering = resolve_steering(context, query.steering);
+  if (conversation && steering) throw RequestError(400, "steering applies to 'text', not to 'messages'", "steer");
   inference::TokenScores scores = context.scheduler.run_alone<inference::TokenScores>(
-      [&engine, text, steering] { return engine.score_tokens(text, steering.get()); }, deadline);
+      [&engine, text, steering, conversation] {
+        return conversation ? engine.score_conversation_tokens(text) : engine.score_tokens(text, steering.get());
+      },
+      deadline);
   std::vector<inference::ScoreTable> tables;
   for (const auto& probability : scores.probability) tables.push_back(query_table(context, probability, query.view));
-  Json response = inference::per_token_json(query.text, scores, tables);
+  Json response = inference::per_token_json(conversation ? "conversation" : query.text, scores, tables);
   if (steering) response["steering"] = steering->record();
   return response;
 }

@@ -236,6 +236,37 @@ TEST_CASE("probes trained on conversations score a conversation as capture read 
     CHECK(scores[0].probability[0][column] == doctest::Approx(expected[static_cast<int64_t>(k)].item<double>()).epsilon(1e-5));
   }
   CHECK_THROWS_WITH(engine.score({"a plain text"}), doctest::Contains("trained on conversations' assistant tokens"));
+
+  // Per token: each token of the rendering scored as the conversation up to it; the last one in the mask is what the
+  // ranking reads.
+  const inference::TokenScores tokens = engine.score_conversation_tokens(messages);
+  REQUIRE(tokens.mask.size() == tokens.ids.size());
+  const auto last = static_cast<size_t>(std::find(tokens.mask.rbegin(), tokens.mask.rend(), 1) - tokens.mask.rbegin());
+  const size_t last_masked = tokens.mask.size() - 1 - last;
+  for (size_t k = 0; k < engine.labels().size(); ++k) {
+    if (std::isnan(scores[0].probability[0][k])) continue;
+    CHECK(tokens.probability[last_masked][0][k] == doctest::Approx(scores[0].probability[0][k]).epsilon(1e-5));
+  }
+  // The tool: --per-token --messages marks the mask; a --file of conversations ranks each as --messages does.
+  write_text(tmp.file("one.json"), messages);
+  const std::string base = fmt::format("{} --probes-dir {} --model {} --device cpu --json", tool("multi_probe_inference"),
+                                       tmp.file("probes"), kGemmaModel);
+  CommandResult per_token = run_command(base + " --per-token --messages " + tmp.file("one.json"));
+  REQUIRE_MESSAGE(per_token.exit_code == 0, per_token.output);
+  const Json shown = Json::parse(per_token.output.substr(per_token.output.find("{\n")));
+  REQUIRE(shown["tokens"].size() == tokens.ids.size());
+  for (size_t t = 0; t < tokens.ids.size(); ++t) CHECK(shown["tokens"][t]["in_mask"] == (tokens.mask[t] == 1));
+  write_text(tmp.file("chats.jsonl"), read_text(o.dataset_path));
+  CommandResult file_ranking = run_command(base + " --file " + tmp.file("chats.jsonl"));
+  CommandResult one_ranking = run_command(base + " --messages " + tmp.file("one.json"));
+  REQUIRE_MESSAGE(file_ranking.exit_code == 0, file_ranking.output);
+  REQUIRE_MESSAGE(one_ranking.exit_code == 0, one_ranking.output);
+  const Json all = Json::parse(file_ranking.output.substr(file_ranking.output.find("[\n")));
+  const Json one = Json::parse(one_ranking.output.substr(one_ranking.output.find("{\n")));
+  REQUIRE(all.size() == d.examples.size());
+  const Json& same = all[static_cast<size_t>(test.example_index[0])];
+  CHECK(same["text"] == fmt::format("conversation {}", test.example_index[0] + 1));
+  CHECK(same["predictions"] == one["predictions"]);
 }
 
 TEST_CASE("conversations with --skip-invalid: a row without a masked token or with rewritten content is skipped and counted") {

@@ -104,6 +104,13 @@ TEST_CASE("probe_server: /v1/rank and /v1/per-token equal multi_probe_inference 
   REQUIRE_MESSAGE(printed.exit_code == 0, printed.output);
   check_same_json(per_token, printed_json(printed), "per-token");
   CHECK(per_token["tokens"][1]["text"].is_string());
+  Json chat_tokens = post_json(s, "/v1/per-token", {{"messages", messages}});
+  CommandResult printed_tokens = run_command(fmt::format("{} --probes-dir {} --device cpu --json --per-token --messages {}",
+                                                         tool("multi_probe_inference"), probes, tmp.file("chat.json")));
+  REQUIRE_MESSAGE(printed_tokens.exit_code == 0, printed_tokens.output);
+  check_same_json(chat_tokens, printed_json(printed_tokens), "per-token messages");
+  CHECK(chat_tokens["tokens"][0]["in_mask"] == false);
+  check_refused(s, "/v1/per-token", Json({{"messages", messages}, {"text", "a"}}).dump(), 400, {"not both"}, "messages");
 
   httplib::Result info = s.client().Get("/v1/info");
   REQUIRE(info);

@@ -40,7 +40,14 @@ RankQuery parse_rank_query(std::string_view body, const Limits& limits) {
 PerTokenQuery parse_per_token_query(std::string_view body, const Limits&) {
   BodyFields fields(body);
   PerTokenQuery query;
-  query.text = text_value(fields.required("text"), "text");
+  if (const Json* messages = fields.take("messages")) {
+    query.messages = checked_messages(*messages).dump();
+    if (fields.take("text") != nullptr) {
+      throw RequestError(kBadRequest, "give 'text' or 'messages' (one conversation), not both", "messages");
+    }
+  } else {
+    query.text = text_value(fields.required("text"), "text");
+  }
   query.view = view_fields(fields, false);
   query.steering = steering_fields(fields);
   fields.reject_unknown();

@@ -64,9 +64,10 @@ struct RankQuery {
   SteeringQuery steering;
 };
 
-/// POST /v1/per-token: {"text": "...", "threshold", "calibrated", "layers"}.
+/// POST /v1/per-token: {"text": "..." or "messages": [...] (one conversation), "threshold", "calibrated", "layers"}.
 struct PerTokenQuery {
   std::string text;
+  std::string messages;  // a conversation's messages as JSON text, in place of the text; empty: the text
   ViewQuery view;
   SteeringQuery steering;
 };

@@ -6,6 +6,8 @@ rows, and in fp32 on the CPU the products and attention are bitwise independent 
 
 import json
 import math
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -174,6 +176,30 @@ def test_monitored_generation_gives_multi_probe_inferences_events(model, probes_
         list(model.generate("I looked again", probes=probes, monitors=[{"label": "reframing", "action": "explode"}]))
     with pytest.raises(ValueError, match="pass probes= too"):
         list(model.generate("I looked again", monitors=[{"label": "reframing"}]))
+
+
+def test_conversations_ranked_and_scored_per_token_as_the_tool(model, probes_dir, workdir):
+    template = Path(__file__).resolve().parents[2] / "fixtures" / "models" / "gemma3_text" / "chat_template.jinja"
+    installed = Path(model.dir) / "chat_template.jinja"
+    messages = [{"role": "user", "content": "How did the review go?"},
+                {"role": "assistant", "content": "I looked again and saw a chance to learn."}]
+    conversation = workdir / "chat.json"
+    conversation.write_text(json.dumps(messages))
+    shutil.copy(template, installed)
+    try:
+        probes = probekit.load_probes(probes_dir, layer=LAYERS[1])
+        flags = ("--probes-dir", probes_dir, "--model", model.dir, "--layer", LAYERS[1], "--messages", conversation,
+                 "--json")
+        assert_json_close(json.loads(run_tool("multi_probe_inference", *flags)), probes.rank(model, messages=messages))
+        per_token = probes.per_token(model, messages=messages)
+        assert_json_close(json.loads(run_tool("multi_probe_inference", *flags, "--per-token")), per_token)
+        assert any(token["in_mask"] for token in per_token["tokens"])
+        with pytest.raises(ValueError, match="not both"):
+            probes.rank(model, ["a text"], messages=messages)
+        with pytest.raises(ValueError, match="steer applies to texts"):
+            probes.rank(model, messages=messages, steer=[("reframing", LAYERS[0], 2.0)])
+    finally:
+        installed.unlink()
 
 
 def test_leaving_a_generation_early_stops_it(model):
