@@ -160,6 +160,11 @@ Engine Engine::attach(const EngineOptions& options, const loading::SharedModel& 
 void Engine::prepare(const model::ModelConfig& config) {
   prompts_ = std::make_unique<readout::PromptBuilder>(*tokenizer_, recipe_.prompt_suffix, limit_for(recipe_.max_length, config));
   request_.skip_leading = prompts_->leading_specials();
+  try {
+    chat_template_ = std::make_shared<const chat::ChatTemplate>(chat::ChatTemplate::from_tokenizer_dir(model_dir()));
+  } catch (const std::exception& e) {
+    chat_problem_ = e.what();
+  }
   for (const LayerProbes& layer_probes : probes_) {
     const probes::ProbeShape& shape = layer_probes.set.shape();
     if (shape.kind->reads_every_token() && !recipe_.mask && shape.skip_leading != prompts_->leading_specials()) {

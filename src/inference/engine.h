@@ -175,8 +175,9 @@ class Engine {
   void require_texts() const;
   /// Refuses per-token scores of probes that pool (they read no single token's prefix).
   void require_per_token_position() const;
-  /// The model's chat template, refused when the probes' conversations were rendered with another (by SHA-256).
-  chat::ChatTemplate checked_chat_template() const;
+  /// The model's chat template (read once, when the engine is made), refused when the probes' conversations were
+  /// rendered with another (by SHA-256), or when the model has none (the reason the reading gave).
+  const chat::ChatTemplate& checked_chat_template() const;
   /// The prompts of `conversations` as the probes read conversations (their mask, no suffix).
   std::vector<readout::Prompt> conversation_prompts(const std::vector<std::string>& conversations) const;
   void load_probes(const model::ModelConfig& config, const std::string& fingerprint);
@@ -232,6 +233,8 @@ class Engine {
   activations::ReadoutRecipe recipe_;
   readout::Request request_;
   std::unique_ptr<readout::PromptBuilder> prompts_;
+  std::shared_ptr<const chat::ChatTemplate> chat_template_;  // null: the model has none (chat_problem_ says why)
+  std::string chat_problem_;
   steering::SteeringVectors steering_;
   std::unique_ptr<model::StreamWrites> writes_;  // request_.writes points here: an address that moves do not change
 };

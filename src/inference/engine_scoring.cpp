@@ -120,8 +120,9 @@ void Engine::require_texts() const {
   }
 }
 
-chat::ChatTemplate Engine::checked_chat_template() const {
-  chat::ChatTemplate chat = chat::ChatTemplate::from_tokenizer_dir(model_dir());
+const chat::ChatTemplate& Engine::checked_chat_template() const {
+  if (!chat_template_) fail_input("{}", chat_problem_);
+  const chat::ChatTemplate& chat = *chat_template_;
   if (!recipe_.chat_template_sha256.empty()) {
     const std::string sha256 = chat.source_sha256();
     if (sha256 != recipe_.chat_template_sha256) {
