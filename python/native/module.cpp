@@ -82,11 +82,13 @@ inference::EngineOptions selected_engine_options(const ProbeSelection& selection
 steering::SteeringSpec steering_spec(const py::list& items, const std::string& probes_dir) {
   steering::SteeringSpec spec;
   spec.probes_dir = probes_dir;
+  size_t index = 0;
   for (const py::handle& item : items) {
     auto fields = item.cast<py::tuple>();
     if (fields.size() != 3) throw std::invalid_argument("steer: each item is (label or vector, layer, coefficient)");
     const auto layer = fields[1].cast<int64_t>();
     const auto coefficient = fields[2].cast<double>();
+    steering::check_coefficient(coefficient, "steer[" + std::to_string(index++) + "]");
     if (py::isinstance<py::str>(fields[0])) {
       if (probes_dir.empty()) {
         throw std::invalid_argument("steer: the label '" + fields[0].cast<std::string>() +

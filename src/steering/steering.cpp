@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "common/units.h"
 #include "probes/probe_catalog.h"
 #include "probes/probe_files.h"
@@ -102,7 +103,17 @@ std::vector<int64_t> op_layers(const SteeringOp& op, const model::ModelConfig& c
   const bool one = !text.empty() && text.find_first_not_of("-0123456789") == std::string::npos &&
                    text.find('-', 1) == std::string::npos && text != "-";
   if (one && text.size() < 10) return {std::stoll(text)};
-  return parse_layers(text, text == "all" ? config.num_layers : std::numeric_limits<int>::max());
+  try {
+    return parse_layers(text, text == "all" ? config.num_layers : std::numeric_limits<int>::max());
+  } catch (const UsageError& e) {
+    // parse_layers speaks of --layers; the layers came with this operation's own flag or field.
+    const std::string message = e.what();
+    const size_t colon = message.find(": ");
+    const std::string how = colon == std::string::npos ? message : message.substr(colon + 2);
+    const std::string flag = op.source == SteeringSource::kProbe ? (op.action == SteeringAction::kAdd ? "--steer" : "--ablate")
+                                                                 : "steering";
+    fail_usage("{} {}@{}: {}", flag, op.label, text, how);
+  }
 }
 
 // An operation's vectors by layer, each checked against the model, with what they came from.
@@ -171,23 +182,48 @@ SteeringOp SteeringOp::given(SteeringAction action, std::vector<float> vector, i
   return op;
 }
 
+void check_coefficient(double coefficient, const std::string& where) {
+  if (!std::isfinite(coefficient)) fail_usage("{}: the coefficient must be a finite number, got {}", where, coefficient);
+  if (std::abs(coefficient) > kMaxSteeringCoefficient) {
+    fail_usage("{}: the coefficient {} is past {:g}, where the residual stream cannot stay finite", where, coefficient,
+               kMaxSteeringCoefficient);
+  }
+}
+
+namespace {
+
+// The coefficient after a flag value's last '=': a finite number within the bound, else a usage error naming it.
+double coefficient_of(const std::string& text, const std::string& written, const char* flag, const char* form) {
+  std::optional<double> coefficient = parse_number(written);
+  if (!coefficient) {
+    fail_usage("{} {}: the coefficient '{}' is not a number (expected {})", flag, text, written, form);
+  }
+  check_coefficient(*coefficient, fmt::format("{} {}", flag, text));
+  return *coefficient;
+}
+
+}  // namespace
+
 SteeringOp parse_probe_addition(const std::string& text) {
   constexpr const char* kForm = "LABEL@LAYER=COEF, e.g. reframing@17=4";
   const size_t equals = text.rfind('=');
   if (equals == std::string::npos) fail_usage("--steer {}: expected {}", text, kForm);
   auto [label, layer] = split_at(text.substr(0, equals), "--steer", kForm);
-  std::optional<double> coefficient = parse_number(text.substr(equals + 1));
   std::optional<int> layer_number = parse_count(layer);
-  if (!coefficient || !layer_number) fail_usage("--steer {}: expected {}", text, kForm);
-  return SteeringOp::probe(SteeringAction::kAdd, label, std::to_string(*layer_number), *coefficient);
+  if (!layer_number) fail_usage("--steer {}: the layer '{}' is not a layer number (expected {})", text, layer, kForm);
+  const double coefficient = coefficient_of(text, text.substr(equals + 1), "--steer", kForm);
+  return SteeringOp::probe(SteeringAction::kAdd, label, std::to_string(*layer_number), coefficient);
 }
 
+// A file whose whole name holds '=' is that file when it exists; otherwise what follows the last '=' is the
+// coefficient, and a bad one is a bad coefficient, not part of the file's name.
 SteeringOp parse_file_addition(const std::string& text) {
+  constexpr const char* kForm = "FILE[=COEF], e.g. reframing.safetensors=4";
   const size_t equals = text.rfind('=');
-  std::optional<double> coefficient = equals == std::string::npos ? std::nullopt : parse_number(text.substr(equals + 1));
-  if (!coefficient) return SteeringOp::file(SteeringAction::kAdd, text);
-  if (equals == 0) fail_usage("--steer-vector {}: expected FILE[=COEF]", text);
-  return SteeringOp::file(SteeringAction::kAdd, text.substr(0, equals), *coefficient);
+  if (equals == std::string::npos || path_exists(text)) return SteeringOp::file(SteeringAction::kAdd, text);
+  if (equals == 0) fail_usage("--steer-vector {}: expected {}", text, kForm);
+  return SteeringOp::file(SteeringAction::kAdd, text.substr(0, equals),
+                          coefficient_of(text, text.substr(equals + 1), "--steer-vector", kForm));
 }
 
 SteeringOp parse_probe_ablation(const std::string& text) {

@@ -58,6 +58,14 @@ struct SteeringSpec {
   bool needs_probes() const;
 };
 
+/// The largest coefficient a steering operation takes (the server's bound too): past it a unit direction swamps the
+/// residual stream of any model, whose numbers then overflow in fp16 and bf16.
+constexpr double kMaxSteeringCoefficient = 1e6;
+
+/// Refuses a coefficient that is not finite or is past kMaxSteeringCoefficient, naming `where` (the flag and value)
+/// with a UsageError.
+void check_coefficient(double coefficient, const std::string& where);
+
 /// Parses --steer's LABEL@LAYER=COEF, --steer-vector's FILE[=COEF] and --ablate's LABEL@LAYERS (8,17 or 21-30);
 /// a malformed value is a usage error naming the flag.
 SteeringOp parse_probe_addition(const std::string& text);

@@ -44,18 +44,20 @@ std::vector<std::string> read_prompts(const std::string& path) {
   std::vector<std::string> prompts;
   for (std::string line; std::getline(in, line);) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (!line.empty()) prompts.push_back(line);
+    // A line of white space only is no prompt, as a blank line is none.
+    if (line.find_first_not_of(" \t\f\v") != std::string::npos) prompts.push_back(line);
   }
   if (prompts.empty()) fail_input("{}: no prompts (one per line)", path);
   return prompts;
 }
 
 std::vector<std::string> sweep_labels(const SweepOptions& o, const inference::Engine& engine) {
-  if (o.labels.empty()) return engine.labels();
+  if (!o.labels) return engine.labels();
+  const std::string& given = *o.labels;
   std::vector<std::string> labels;
-  for (size_t start = 0; start <= o.labels.size();) {
-    const size_t comma = std::min(o.labels.find(',', start), o.labels.size());
-    const std::string label = o.labels.substr(start, comma - start);
+  for (size_t start = 0; start <= given.size();) {
+    const size_t comma = std::min(given.find(',', start), given.size());
+    const std::string label = given.substr(start, comma - start);
     if (std::find(engine.labels().begin(), engine.labels().end(), label) == engine.labels().end()) {
       fail_usage("--labels: {} has no probe for '{}' at layer {}", o.engine.probes_dir, label, engine.layers().front());
     }
@@ -206,6 +208,10 @@ Json summary_point(const std::string& label, double coefficient, const std::vect
 void check_options(const SweepOptions& o) {
   if (o.engine.layer < 0) fail_usage("--layer: the layer whose probes give the directions (and score the generations)");
   if (o.coefficients.empty()) fail_usage("--coefficients: give at least one, e.g. -8,-4,0,4,8");
+  for (double c : o.coefficients) steering::check_coefficient(c, "--coefficients");
+  if (o.labels && o.labels->find_first_not_of(", ") == std::string::npos) {
+    fail_usage("--labels is empty: name at least one label, or leave the flag out to steer every label");
+  }
   if (o.rows_per_batch < 1) fail_usage("--rows-per-batch must be positive, got {}", o.rows_per_batch);
 }
 
@@ -215,7 +221,9 @@ void add_sweep_flags(CLI::App& app, SweepOptions& o) {
   inference::EngineOptions& e = o.engine;
   app.add_option("--probes-dir", e.probes_dir, "Probes directory (probes.json, or layer_{L}/ folders)")->required();
   add_model_options(app, e.model_dir, "The checkpoint the probes were trained on (default: the one recorded with them)");
-  app.add_option("--labels", o.labels, "Labels to steer, comma-separated (default: every label with a probe at --layer)");
+  app.add_option_function<std::string>(
+      "--labels", [&o](const std::string& labels) { o.labels = labels; },
+      "Labels to steer, comma-separated (default: every label with a probe at --layer)");
   app.add_option("--layer", e.layer, "The layer steered and read: its probes give the directions and the scores")->required();
   app.add_option("--coefficients", o.coefficients, "Coefficients of the unit directions, comma-separated")
       ->delimiter(',')

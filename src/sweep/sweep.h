@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,7 @@ namespace probekit::sweep {
 
 struct SweepOptions {
   inference::EngineOptions engine;  // the model and the probes (their layer: --layer)
-  std::string labels;               // comma-separated; empty: every label with a probe at the layer
+  std::optional<std::string> labels;  // comma-separated; none: every label with a probe at the layer (given empty: refused)
   std::vector<double> coefficients = {-8, -4, 0, 4, 8};
   std::string prompts_file;         // one prompt per line
   generation::GenerationFlags generation = {[] {

@@ -324,7 +324,8 @@ TEST_CASE("make_steering_vectors: mean-diff is the train split's mean difference
 TEST_CASE("steering_sweep: every cell of one batched run gives what it gives alone; scores follow the sign; KL and report") {
   TempDir tmp;
   const std::string probes = train_three_action_probes(tmp);
-  write_text(tmp.file("prompts.txt"), "I kept asking myself whether it was true\nLet me step back and look again\n");
+  // A line of white space only is no prompt: two prompts.
+  write_text(tmp.file("prompts.txt"), "I kept asking myself whether it was true\n  \t \nLet me step back and look again\n");
   CommandResult r = run_command(fmt::format(
       "{} --probes-dir {} --model {} --layer 2 --labels reframing,noticing --coefficients=-8,0,8 --file {} "
       "--max-new-tokens 6 --device cpu --output-dir {} -q",
@@ -334,6 +335,15 @@ TEST_CASE("steering_sweep: every cell of one batched run gives what it gives alo
   const Json sweep = read_json_file(tmp.file("sweep/sweep.json"));
   REQUIRE(sweep["cells"].size() == 10);  // 2 unsteered baselines + 2 labels x 2 coefficients x 2 prompts
   REQUIRE(sweep["summary"].size() == 6);
+  // Values checked where they are given: an empty --labels, a coefficient past the bound, an --ablate range.
+  const std::string sweep_base = fmt::format("{} --probes-dir {} --model {} --layer 2 --file {} --device cpu -q --output-dir {}",
+                                             tool("steering_sweep"), probes, kGemmaModel, tmp.file("prompts.txt"),
+                                             tmp.file("sweep2"));
+  check_failure(run_command(sweep_base + " --labels ''"), 2, {"--labels is empty"});
+  check_failure(run_command(sweep_base + " --coefficients=0,1e9"), 2, {"--coefficients: the coefficient 1000000000 is past"});
+  check_failure(run_command(fmt::format("{} --probes-dir {} --text hi --device cpu --ablate reframing@2-x",
+                                        tool("multi_probe_inference"), probes)),
+                2, {"--ablate reframing@2-x: 'x' is not a layer number"});
 
   inference::EngineOptions options = cpu_engine_options(probes);
   options.layer = 2;

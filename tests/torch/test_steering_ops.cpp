@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "steering/steering.h"
 #include "steering/vector_file.h"
 #include "test_util.h"
@@ -50,7 +51,7 @@ TEST_CASE("the steering flags parse into operations of one list") {
   CHECK(file.path == "v=x.safetensors");
   CHECK(file.coefficient == 2);
   CHECK(parse_file_addition("plain.gguf").coefficient == 1);
-  CHECK_THROWS_WITH(parse_probe_addition("reframing@two=1"), doctest::Contains("--steer reframing@two=1: expected"));
+  CHECK_THROWS_WITH(parse_probe_addition("reframing@two=1"), doctest::Contains("--steer reframing@two=1: the layer 'two' is not"));
 }
 
 TEST_CASE("resolve: every action and source through one loop, in order, layers 'all' expanded") {
@@ -99,4 +100,26 @@ TEST_CASE("resolve: a refusal names the operation as it was given") {
   spec.ops = {SteeringOp::probe(SteeringAction::kAblate, "reframing", "1")};
   CHECK(spec.needs_probes());
   CHECK_CONTAINS(refusal(spec), "give --probes-dir");
+}
+
+TEST_CASE("steering values are checked where they are given: the coefficient, the file name, the layers of --ablate") {
+  for (const char* bad : {"reframing@17=inf", "reframing@17=nan", "reframing@17=1e30", "reframing@17=-2e6", "reframing@17=4x"}) {
+    CAPTURE(bad);
+    const std::string expected = std::string("--steer ") + bad + ": the coefficient";
+    CHECK_THROWS_WITH_AS(parse_probe_addition(bad), doctest::Contains(expected.c_str()), UsageError);
+  }
+  CHECK_THROWS_WITH_AS(parse_probe_addition("reframing@1e30=-2e6"), doctest::Contains("the layer '1e30' is not a layer"),
+                       UsageError);
+  CHECK(parse_probe_addition("reframing@17=-1e6").coefficient == -1e6);
+  // A missing file's '=abc' is a bad coefficient; a file whose name holds '=' is that file.
+  CHECK_THROWS_WITH_AS(parse_file_addition("missing.safetensors=abc"),
+                       doctest::Contains("--steer-vector missing.safetensors=abc: the coefficient 'abc' is not a number"),
+                       UsageError);
+  CHECK_THROWS_WITH_AS(parse_file_addition("missing.safetensors=1e9"), doctest::Contains("past 1e+06"), UsageError);
+  testing::TempDir tmp;
+  const std::string odd = tmp.file("a=b.safetensors");
+  testing::write_text(odd, "");
+  CHECK(parse_file_addition(odd).path == odd);
+  CHECK(parse_file_addition(odd + "=2").coefficient == 2);
+  CHECK_THROWS_AS(check_coefficient(1e7, "steer[0]"), UsageError);
 }

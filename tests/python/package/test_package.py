@@ -202,6 +202,13 @@ def test_conversations_ranked_and_scored_per_token_as_the_tool(model, probes_dir
         installed.unlink()
 
 
+def test_a_coefficient_past_the_bound_is_refused_naming_the_item(model):
+    vector = [1.0] + [0.0] * (model.hidden_size - 1)
+    for coefficient in (float("inf"), float("nan"), 1e30):
+        with pytest.raises(ValueError, match=r"steer\[0\]: the coefficient"):
+            list(model.generate("The garage was", max_new_tokens=2, steer=[(vector, 1, coefficient)]))
+
+
 def test_leaving_a_generation_early_stops_it(model):
     for event in model.generate("The garage was", max_new_tokens=64, stop=False):
         assert event["index"] == 0
