@@ -133,7 +133,7 @@ TEST_CASE("inspect_model generate --steer-vector FILE=COEF writes the steered ge
   check_failure(generate_hi("--steer-vector " + tmp.file("deep.safetensors")), 1,
                 {"layer 9 is out of range: the model (gemma3_text) has layers 0 to 5"});
   check_failure(generate_hi("--steer reframing@2=4"), 2, {"give --probes-dir"});
-  check_failure(generate_hi("--steer reframing@two=4"), 2, {"--steer reframing@two=4: expected LABEL@LAYER=COEF"});
+  check_failure(generate_hi("--steer reframing@two=4"), 2, {"--steer reframing@two=4: the layer 'two' is not a layer number"});
 }
 
 TEST_CASE("coefficient 0, and a zero vector, change no bit of the rows or the generation") {
