@@ -103,7 +103,6 @@ void skip_unreadable_conversations(const CaptureOptions& options, CapturePlan& p
   const chat::ChatTemplate chat = chat::ChatTemplate::from_tokenizer_dir(plan.model_dir());
   const readout::PromptBuilder builder(tok, "", {options.max_length, fmt::format("--max-length {} tokens", options.max_length)});
   std::vector<data::Example> kept;
-  std::vector<int64_t> labels;
   for (size_t i = 0; i < dataset.examples.size(); ++i) {
     data::Example& example = dataset.examples[i];
     try {
@@ -115,13 +114,12 @@ void skip_unreadable_conversations(const CaptureOptions& options, CapturePlan& p
       continue;
     }
     kept.push_back(std::move(example));
-    labels.push_back(dataset.labels[i]);
   }
   std::sort(dataset.skipped.begin(), dataset.skipped.end(),
             [](const data::SkippedLine& a, const data::SkippedLine& b) { return a.line < b.line; });
   if (kept.empty()) fail_input("{}: no conversation can be read ({} skipped)", dataset.path, dataset.skipped.size());
   dataset.examples = std::move(kept);
-  dataset.labels = std::move(labels);
+  data::reindex_labels(dataset);
 }
 
 }  // namespace

@@ -274,6 +274,13 @@ Dataset read_dataset(const std::string& path, const DatasetOptions& options) {
   return dataset;
 }
 
+void reindex_labels(Dataset& dataset) {
+  dataset.label_names.clear();
+  dataset.labels.clear();
+  dataset.labelled_spans = false;
+  index_labels(dataset);
+}
+
 std::vector<int64_t> token_labels(const Example& example, const std::vector<std::string>& label_names,
                                   const std::vector<std::pair<size_t, size_t>>& token_bytes,
                                   const std::vector<size_t>& content_begin) {

@@ -57,6 +57,9 @@ struct Dataset {
   std::vector<SkippedLine> skipped;
 };
 
+/// Indexes the examples' labels again (label_names, labels, labelled_spans), after examples were dropped.
+void reindex_labels(Dataset& dataset);
+
 /// The label of each token of a rendered conversation (byte spans `token_bytes`) that overlaps one of the example's
 /// spans (the first), else the row's: indexes into `label_names`. `content_begin[m]`: where message m's content
 /// starts in the rendered text.

@@ -23,7 +23,11 @@ size_t monitor_layer(const Engine& engine, const monitor::MonitorPolicy& policy,
   for (size_t l = 0; l < layers.size(); ++l) {
     if (std::isnan(engine.calibrated_threshold(l, column))) continue;
     if (policy.layer && layers[l] == *policy.layer) return l;
-    if (!best || engine.validation_auc(l, column) > engine.validation_auc(*best, column)) best = l;
+    // A NaN AUC (a label absent from validation) ranks below any other.
+    if (!best || engine.validation_auc(l, column) > engine.validation_auc(*best, column) ||
+        std::isnan(engine.validation_auc(*best, column))) {
+      best = l;
+    }
   }
   if (policy.layer) {
     throw PolicyError(fmt::format("'{}.layer': label '{}' has no probe at layer {} among those loaded ({})", field,
@@ -46,7 +50,7 @@ std::shared_ptr<const steering::SteeringVectors> action_steering(const Engine& e
   }
   try {
     return std::make_shared<const steering::SteeringVectors>(steering::resolve(spec, engine.model().config()));
-  } catch (const std::invalid_argument& e) {
+  } catch (const std::exception& e) {
     throw PolicyError(fmt::format("'{}.steer': {}", field, e.what()), field + ".steer");
   }
 }
@@ -90,7 +94,11 @@ std::vector<GeneratedText> Engine::generate_monitored(const std::vector<std::str
   std::vector<GeneratedText> results(prompts.size());
   std::vector<std::exception_ptr> errors(prompts.size());
   StreamBatch batch(*this);
-  for (size_t row = 0; row < prompts.size(); ++row) {
+  // At most --batch-size streams at once, as generate runs --batch-size prompts at a time (each holds a cache); the
+  // next prompt joins as a stream leaves.
+  const auto most = static_cast<size_t>(std::max<int64_t>(1, options_.batch_size));
+  size_t next = 0;
+  auto join = [&](size_t row) {
     StreamRequest request;
     request.prompt_ids = tokenizer_->encode(prompts[row], add_special_tokens);
     request.options = options;
@@ -105,8 +113,11 @@ std::vector<GeneratedText> Engine::generate_monitored(const std::vector<std::str
       errors[row] = error;
     };
     batch.join(std::move(request));
+  };
+  while (next < prompts.size() || !batch.empty()) {
+    while (next < prompts.size() && batch.size() < most) join(next++);
+    if (!batch.empty()) batch.step();
   }
-  while (!batch.empty()) batch.step();
   for (const std::exception_ptr& error : errors) {
     if (error) std::rethrow_exception(error);
   }

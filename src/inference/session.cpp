@@ -198,6 +198,7 @@ void check_request(InferenceRequest& r) {
   }
   if (r.generate && (r.per_token || !r.compare.empty())) fail_usage("--generate excludes --per-token and --compare");
   if (!r.monitors.empty() && !r.generate) fail_usage("--monitor watches a generation: it goes with --generate");
+  monitor::monitor_policies(r.monitors);  // a malformed --monitor is refused before the model loads
   if ((!r.csv.empty() || !r.html.empty()) && !r.per_token && !r.generate) {
     fail_usage("--csv and --html go with --per-token or --generate");
   }

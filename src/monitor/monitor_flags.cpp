@@ -31,9 +31,14 @@ std::vector<MonitorPolicy> monitor_policies(const MonitorFlags& flags) {
   for (const std::string& text : flags.on_fire_steer) on_fire.push_back(steering::parse_probe_addition(text));
   for (const std::string& text : flags.on_fire_ablate) on_fire.push_back(steering::parse_probe_ablation(text));
   std::vector<MonitorPolicy> policies;
+  bool steers = false, ablates = false;
   for (const std::string& text : flags.monitors) {
     policies.push_back(parse_monitor_flag(text, flags.aggregate, flags.scope, on_fire));
+    steers = steers || policies.back().action == "steer";
+    ablates = ablates || policies.back().action == "ablate";
   }
+  if (!flags.on_fire_steer.empty() && !steers) fail_usage("--on-fire-steer: no --monitor has the action steer");
+  if (!flags.on_fire_ablate.empty() && !ablates) fail_usage("--on-fire-ablate: no --monitor has the action ablate");
   return policies;
 }
 

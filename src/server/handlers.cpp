@@ -163,10 +163,30 @@ Json rank_response(const ServerContext& context, const RankQuery& query, Clock::
   return response;
 }
 
+namespace {
+
+// A conversation's contents as one text (what its tokens are counted by against --max-tokens; the template's few
+// tokens aside).
+std::string message_contents(const std::string& messages) {
+  std::string text;
+  for (const Json& message : Json::parse(messages)) {
+    const Json content = message.value("content", Json());
+    if (content.is_string()) text += content.get<std::string>() + "\n";
+    if (!content.is_array()) continue;
+    for (const Json& part : content) {
+      if (part.is_object() && part.contains("text") && part["text"].is_string()) text += part["text"].get<std::string>() + "\n";
+    }
+  }
+  return text;
+}
+
+}  // namespace
+
 Json per_token_response(const ServerContext& context, const PerTokenQuery& query, Clock::time_point deadline) {
   check_view(context, query.view);
   const bool conversation = !query.messages.empty();
   if (!conversation) check_text_length(context, query.text, "text");
+  if (conversation) check_text_length(context, message_contents(query.messages), "messages");
   const inference::Engine& engine = context.engine;
   std::string text = conversation ? query.messages : query.text;
   std::shared_ptr<const steering::SteeringVectors> steering = resolve_steering(context, query.steering);

@@ -274,12 +274,15 @@ TEST_CASE("conversations with --skip-invalid: a row without a masked token or wi
   capture::CaptureOptions o = conversation_capture(tmp, Position::kAll, "skipped");
   std::string lines = read_text(o.dataset_path);
   // Line 25: only a user turn (nothing in the assistant mask); line 26: a reply Gemma's template trims.
-  lines += Json({{"messages", Json::array({{{"role", "user"}, {"content", "hello"}}})}, {"label", "calm"}}).dump() + "\n";
+  lines += Json({{"messages", Json::array({{{"role", "user"}, {"content", "hello"}}})}, {"label", "lonely"}}).dump() + "\n";
   lines += Json({{"messages", Json::array({{{"role", "user"}, {"content", "hello"}},
                                            {{"role", "assistant"}, {"content", "  spaced  "}}})},
                  {"label", "tense"}}).dump() + "\n";
   write_text(o.dataset_path, lines);
-  CHECK_CONTAINS(capture_error(o), "chats.jsonl:25: no token of this conversation is in the assistant mask");
+  // Without --skip-invalid the first of the two in run order stops the capture.
+  const std::string stopped = capture_error(o);
+  CHECK((stopped.find("chats.jsonl:25: no token of this conversation") != std::string::npos ||
+         stopped.find("chats.jsonl:26: messages[1] (assistant)") != std::string::npos));
   o.dataset.skip_invalid = true;
   const capture::CaptureSummary summary = capture::run_capture(o);
   REQUIRE(summary.skipped.size() == 2);
@@ -289,6 +292,8 @@ TEST_CASE("conversations with --skip-invalid: a row without a masked token or wi
   CHECK_CONTAINS(summary.skipped[1].reason, "its content \"  spaced");
   CHECK(summary.examples == 24);
   const activations::ActivationFile file = activations::read_activation_file(tmp.file("skipped/layer_2_activations.h5"));
+  // A label only skipped rows had is no label of the files.
+  CHECK(file.attributes.label_names == std::vector<std::string>{"calm", "curious", "tense"});
   CHECK(file.split(Split::kTrain).labels.size() + file.split(Split::kVal).labels.size() +
             file.split(Split::kTest).labels.size() == 24);
 }

@@ -292,6 +292,21 @@ TEST_CASE("monitored streams decoding together give what each gives alone" * doc
   }
   CHECK(alone[1].stop == generation::StopReason::kMonitor);
   CHECK(alone[1].ids.size() == static_cast<size_t>(k));
+
+  // --batch-size streams at a time: the later prompts join as earlier streams leave, each still as alone.
+  inference::EngineOptions one_at_a_time = generating(tmp.file("probes"));
+  one_at_a_time.batch_size = 1;
+  const inference::Engine narrow = inference::Engine::load(one_at_a_time);
+  std::vector<std::string> rows;
+  for (size_t i = 0; i < prompts.size(); ++i) rows.push_back(prompts[i]);
+  const std::vector<inference::GeneratedText> texts =
+      narrow.generate_monitored(rows, greedy(narrow), narrow.resolve_monitors({policy("stop", threshold)}),
+                                [](const inference::ScoredToken&) { return true; });
+  REQUIRE(texts.size() == prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    CAPTURE(i);
+    CHECK(texts[i].ids == monitored(engine, {policy("stop", threshold)}, prompts[i]).ids);
+  }
 }
 
 TEST_CASE("probe_server: monitors on /v1/generate and /v1/chat/completions stop, flag and name a bad policy's field" * doctest::test_suite("numeric")) {
@@ -358,7 +373,7 @@ TEST_CASE("multi_probe_inference --generate --monitor: the firing in each output
   CHECK_CONTAINS(r.output, "⚑ reframing@L");
   CHECK_CONTAINS(r.output, "monitors fired:");
   for (const char* bad : {"--monitor reframing=7:stop", "--monitor reframing:explode", "--monitor nonsense:flag",
-                          "--monitor reframing:steer"}) {
+                          "--monitor reframing:steer", "--monitor reframing:flag --on-fire-steer reframing@2=4"}) {
     r = run_command(fmt::format("{} --probes-dir {} --text '{}' --generate --max-new-tokens 2 {} --device cpu",
                                 tool("multi_probe_inference"), probes, kPrompt, bad));
     CHECK_MESSAGE(r.exit_code == 2, bad, ": ", r.output);
