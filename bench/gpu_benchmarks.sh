@@ -92,6 +92,24 @@ if has build; then
   bash scripts/gpu/build.sh capture_activations train_binary_probes multi_probe_inference make_example train_probes_bench \
     capture_profile_bench probe_server server_bench make_steering_vectors steering_sweep inspect_model
 fi
+# start_server PORT [FLAGS...]: probe_server on the chat step's probes in the background ($server), once it answers.
+start_server() {
+  "$tools/probe_server" --probes-dir /tmp/probes_1 --model "$model" --port "$1" "${@:2}" -q &
+  server=$!
+  for _ in $(seq 120); do
+    "$python" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$1/healthz')" 2>/dev/null && break
+    sleep 0.5
+  done
+}
+# The 45 probes of layer 33 that the chat and monitor steps serve.
+chat_probes() {
+  if [ ! -s /tmp/probes_1/aggregate_metrics.json ]; then
+    [ -s /tmp/capture_1/layer_33_activations.h5 ] || "$tools/capture_activations" --model "$model" --dataset "$dataset" \
+      --output-dir /tmp/capture_1 --layers $layers --overwrite -q
+    "$tools/train_binary_probes" --activations /tmp/capture_1/layer_33_activations.h5 --output-dir /tmp/probes_1 \
+      --overwrite --epochs 20 --early-stopping-patience -1 --device cuda -q
+  fi
+}
 make_dataset() {
   "$tools/make_example" -q dataset --overwrite --output "$dataset" --labels 45 --per-label 100 --min-chars 250 --max-chars 520 --seed 7
 }
@@ -182,36 +200,17 @@ if has generate; then
   "$python" bench/python/generate_baseline.py "$model" "$prompt" --new-tokens 128 | tee "$out/generate_python.json"
 fi
 if has server; then
-  "$tools/probe_server" --probes-dir /tmp/probes_1 --model "$model" --port 8093 -q &
-  server=$!
-  for _ in $(seq 120); do
-    "$python" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8093/healthz')" 2>/dev/null && break
-    sleep 0.5
-  done
+  start_server 8093
   /tmp/build/bench/server_bench --port 8093 | tee "$out/server_bench.json"
   kill "$server"; wait "$server" || true
 fi
-# The 45 probes of layer 33 that the chat and monitor steps serve.
-chat_probes() {
-  if [ ! -s /tmp/probes_1/aggregate_metrics.json ]; then
-    [ -s /tmp/capture_1/layer_33_activations.h5 ] || "$tools/capture_activations" --model "$model" --dataset "$dataset" \
-      --output-dir /tmp/capture_1 --layers $layers --overwrite -q
-    "$tools/train_binary_probes" --activations /tmp/capture_1/layer_33_activations.h5 --output-dir /tmp/probes_1 \
-      --overwrite --epochs 20 --early-stopping-patience -1 --device cuda -q
-  fi
-}
 if has chat; then
   chat_probes
   cp tests/fixtures/models/gemma3_text/chat_template.jinja "$model/"
   "$python" bench/python/hbm_bandwidth.py "$model" | tee "$out/hbm_bandwidth.json"
   "$python" bench/python/chat_streams_bench.py --print-messages > /tmp/chat_messages.json
   "$tools/inspect_model" chat-template --model "$model" --messages /tmp/chat_messages.json > /tmp/chat_prompt.txt
-  "$tools/probe_server" --probes-dir /tmp/probes_1 --model "$model" --port 8094 --max-streams 32 --http-threads 40 -q &
-  server=$!
-  for _ in $(seq 120); do
-    "$python" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8094/healthz')" 2>/dev/null && break
-    sleep 0.5
-  done
+  start_server 8094 --max-streams 32 --http-threads 40
   "$python" bench/python/chat_streams_bench.py --port 8094 --prompt-file /tmp/chat_prompt.txt --streams 16 --tokens 128 \
     --runs "$runs" | tee "$out/chat_streams.json"
   kill "$server"; wait "$server" || true
@@ -337,50 +336,35 @@ if has attention || has multimax; then
   [ -s "$every_token" ] || "$tools/capture_activations" --model "$model" --dataset "$dataset" \
     --output-dir /tmp/capture_every_token --layers 33 --position all --overwrite -q
 fi
-if has attention; then
+# every_token_runs KIND OURS_KEY TORCH_KEY [TORCH_FLAGS...]: train_binary_probes --model-type KIND on the every-token
+# capture (45 labels, 20 epochs, no early stop) timed as a whole process (OURS_KEY), beside torch_attention_probe.py
+# with TORCH_FLAGS (its "seconds" the training alone; TORCH_KEY its whole process, as ours), alternating.
+every_token_runs() {
+  local kind=$1 ours=$2 theirs=$3
   for run in $(seq "$runs"); do
     start=$(seconds)
-    "$tools/train_binary_probes" --activations "$every_token" --output-dir "/tmp/attention_probes_$run" --overwrite \
-      --model-type attention --epochs 20 --early-stopping-patience -1 --device cuda --json -q \
-      > "$out/attention_probekit_$run.json"
-    echo "{\"run\": $run, \"attention_probe_train_s\": $(awk "BEGIN{print $(seconds) - $start}")}" |
-      tee -a "$out/attention_process.jsonl"
+    "$tools/train_binary_probes" --activations "$every_token" --output-dir "/tmp/${kind}_probes_$run" --overwrite \
+      --model-type "$kind" --epochs 20 --early-stopping-patience -1 --device cuda --json -q \
+      > "$out/${kind}_probekit_$run.json"
+    echo "{\"run\": $run, \"$ours\": $(awk "BEGIN{print $(seconds) - $start}")}" | tee -a "$out/${kind}_process.jsonl"
     "$python" -c "import json, sys; a = json.load(open(sys.argv[1])); print({k: a[k] for k in a if k.startswith('average')})" \
-      "/tmp/attention_probes_$run/aggregate_metrics.json" | tee "$out/attention_probekit_metrics_$run.txt"
+      "/tmp/${kind}_probes_$run/aggregate_metrics.json" | tee "$out/${kind}_probekit_metrics_$run.txt"
     [ "$run" -gt "$python_runs" ] && continue
     start=$(seconds)
-    "$python" bench/python/torch_attention_probe.py "$every_token" --epochs 20 | tee "$out/attention_torch_$run.json"
-    # Its "seconds" (torch_attention_probe_train_s) is the training alone; this is its whole process, as ours.
-    echo "{\"run\": $run, \"torch_attention_probe_process_s\": $(awk "BEGIN{print $(seconds) - $start}")}" |
-      tee -a "$out/attention_process.jsonl"
+    "$python" bench/python/torch_attention_probe.py "$every_token" --epochs 20 "${@:4}" | tee "$out/${kind}_torch_$run.json"
+    echo "{\"run\": $run, \"$theirs\": $(awk "BEGIN{print $(seconds) - $start}")}" | tee -a "$out/${kind}_process.jsonl"
   done
+}
+if has attention; then
+  every_token_runs attention attention_probe_train_s torch_attention_probe_process_s
 fi
 if has multimax; then
-  for run in $(seq "$runs"); do
-    start=$(seconds)
-    "$tools/train_binary_probes" --activations "$every_token" --output-dir "/tmp/multimax_probes_$run" --overwrite \
-      --model-type multimax --epochs 20 --early-stopping-patience -1 --device cuda --json -q \
-      > "$out/multimax_probekit_$run.json"
-    echo "{\"run\": $run, \"multimax_train_s\": $(awk "BEGIN{print $(seconds) - $start}")}" | tee -a "$out/multimax_process.jsonl"
-    "$python" -c "import json, sys; a = json.load(open(sys.argv[1])); print({k: a[k] for k in a if k.startswith('average')})" \
-      "/tmp/multimax_probes_$run/aggregate_metrics.json" | tee "$out/multimax_probekit_metrics_$run.txt"
-    [ "$run" -gt "$python_runs" ] && continue
-    start=$(seconds)
-    "$python" bench/python/torch_attention_probe.py "$every_token" --epochs 20 --kind multimax --heads 8 \
-      | tee "$out/multimax_torch_$run.json"
-    echo "{\"run\": $run, \"torch_multimax_process_s\": $(awk "BEGIN{print $(seconds) - $start}")}" |
-      tee -a "$out/multimax_process.jsonl"
-  done
+  every_token_runs multimax multimax_train_s torch_multimax_process_s --kind multimax --heads 8
 fi
 if has monitor; then
   cp tests/fixtures/models/gemma3_text/chat_template.jinja "$model/"
   chat_probes
-  "$tools/probe_server" --probes-dir /tmp/probes_1 --model "$model" --port 8095 --max-streams 32 --http-threads 40 -q &
-  server=$!
-  for _ in $(seq 120); do
-    "$python" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8095/healthz')" 2>/dev/null && break
-    sleep 0.5
-  done
+  start_server 8095 --max-streams 32 --http-threads 40
   "$python" bench/python/chat_streams_bench.py --port 8095 --streams 16 --tokens 128 --runs "$runs" --monitored \
     | tee "$out/monitored_streams.json"
   kill "$server"; wait "$server" || true
