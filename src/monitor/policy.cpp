@@ -15,7 +15,8 @@ namespace probekit::monitor {
 
 namespace {
 
-constexpr int64_t kMaxWindow = 1 << 20;
+constexpr int64_t kMaxWindow = 1 << 20;  // tokens
+constexpr int64_t kMaxLayer = 1 << 20;
 
 // The policy's steering items as operations: additions for steer, ablations for ablate.
 std::vector<steering::SteeringOp> steering_items(const Json& items, const std::string& field, bool ablates) {
@@ -65,7 +66,7 @@ MonitorPolicy policy_fields(server::BodyFields& fields) {
   const Json& label = fields.required("label");
   if (!label.is_string() || label.get<std::string>().empty()) server::wrong_type("label", "a label's name", label);
   policy.label = label.get<std::string>();
-  if (fields.take("layer") != nullptr) policy.layer = fields.integer("layer", 0, 0, kMaxWindow);
+  if (fields.take("layer") != nullptr) policy.layer = fields.integer("layer", 0, 0, kMaxLayer);
   const bool calibrated = fields.boolean("calibrated", false);
   if (fields.take("threshold") != nullptr) {
     if (calibrated) throw server::RequestError(server::kBadRequest, "give 'threshold' or 'calibrated', not both", "threshold");
@@ -87,16 +88,6 @@ MonitorPolicy policy_fields(server::BodyFields& fields) {
 }  // namespace
 
 const char* scope_name(Scope scope) { return scope == Scope::kPrompt ? "prompt" : "completion"; }
-
-Json MonitorPolicy::to_json() const {
-  Json out = {{"label", label}, {"aggregate", aggregate}, {"scope", scope_name(scope)}, {"action", action}};
-  if (layer) out["layer"] = *layer;
-  if (threshold) out["threshold"] = *threshold;
-  if (aggregate == "ema") out["alpha"] = alpha;
-  if (aggregate == "rolling") out["window"] = window;
-  if (!steering.empty()) out["steering_operations"] = steering.size();
-  return out;
-}
 
 std::vector<MonitorPolicy> parse_policies(const Json& monitors) {
   if (!monitors.is_array()) server::wrong_type("monitors", "a list of monitor policies", monitors);

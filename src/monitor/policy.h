@@ -43,9 +43,6 @@ struct MonitorPolicy {
   Scope scope = Scope::kCompletion;
   std::string action = "flag";       // a row of actions()
   std::vector<steering::SteeringOp> steering;  // what steer and ablate apply (ablate without any: the label's direction)
-
-  /// The policy as requests write it (what outputs record).
-  Json to_json() const;
 };
 
 /// The most policies one request may give.

@@ -293,7 +293,8 @@ TEST_CASE("conversations with --skip-invalid: a row without a masked token or wi
   CHECK(summary.examples == 24);
   const activations::ActivationFile file = activations::read_activation_file(tmp.file("skipped/layer_2_activations.h5"));
   // A label only skipped rows had is no label of the files.
-  CHECK(file.attributes.label_names == std::vector<std::string>{"calm", "curious", "tense"});
+  const std::vector<std::string> kept_labels = {"calm", "curious", "tense"};
+  CHECK(file.attributes.label_names == kept_labels);
   CHECK(file.split(Split::kTrain).labels.size() + file.split(Split::kVal).labels.size() +
             file.split(Split::kTest).labels.size() == 24);
 }

@@ -188,7 +188,9 @@ TEST_CASE("monitors on the fixture model: flag, stop, steer and prompt policies 
   const std::vector<inference::ScoredToken> plain = engine_generation(engine, kPrompt, kTokens);
   std::vector<int32_t> plain_ids;
   for (const inference::ScoredToken& t : plain) plain_ids.push_back(t.id);
-  const auto [k, threshold] = firing_point(reframing_scores(engine, plain));
+  const std::pair<int64_t, double> point = firing_point(reframing_scores(engine, plain));
+  const int64_t k = point.first;  // named, not bound: clang's C++17 captures no structured binding (CAPTURE)
+  const double threshold = point.second;
   CAPTURE(k);
 
   SUBCASE("flag: the tokens as without it, one firing at the first token above the threshold") {
@@ -225,7 +227,9 @@ TEST_CASE("monitors on the fixture model: flag, stop, steer and prompt policies 
     inference::TokenScores prompt = engine.score_tokens(kPrompt);
     std::vector<double> scores;
     for (const auto& table : prompt.probability) scores.push_back(table[0][std::find(engine.labels().begin(), engine.labels().end(), "reframing") - engine.labels().begin()]);
-    const auto [j, prompt_threshold] = firing_point(scores);
+    const std::pair<int64_t, double> prompt_point = firing_point(scores);
+    const int64_t j = prompt_point.first;
+    const double prompt_threshold = prompt_point.second;
     monitor::MonitorPolicy p = policy("stop", prompt_threshold);
     p.scope = monitor::Scope::kPrompt;
     Run run = monitored(engine, {p});
@@ -259,7 +263,9 @@ TEST_CASE("monitors on the fixture model: flag, stop, steer and prompt policies 
 TEST_CASE("monitored streams decoding together give what each gives alone" * doctest::test_suite("numeric")) {
   TempDir tmp;
   const inference::Engine engine = inference::Engine::load(generating(train_probes(tmp)));
-  const auto [k, threshold] = firing_point(reframing_scores(engine, engine_generation(engine, kPrompt, kTokens)));
+  const std::pair<int64_t, double> point = firing_point(reframing_scores(engine, engine_generation(engine, kPrompt, kTokens)));
+  const int64_t k = point.first;
+  const double threshold = point.second;
   const std::vector<std::vector<monitor::MonitorPolicy>> policies = {
       {policy("steer", threshold)}, {policy("stop", threshold)}, {}, {policy("flag", threshold, "rolling")}};
   const std::vector<std::string> prompts = {kPrompt, kPrompt, "The weather today", kPrompt};
