@@ -110,13 +110,16 @@ def steer_items(steer):
 
 
 def text_list(texts, name="texts"):
-    """A list of strings from one string or an iterable of them."""
-    if isinstance(texts, str):
-        return [texts]
-    texts = list(texts)
+    """A list of non-blank strings from one string or an iterable of them (a blank text is refused, as the tools
+    refuse --text "" and a dataset's empty text)."""
+    one = isinstance(texts, str)
+    texts = [texts] if one else list(texts)
     for index, text in enumerate(texts):
+        where = name if one else f"{name}[{index}]"
         if not isinstance(text, str):
-            raise ValueError(f"{name}[{index}]: expected a string, got {type(text).__name__}")
+            raise ValueError(f"{where}: expected a string, got {type(text).__name__}")
+        if not text.strip():
+            raise ValueError(f"{where} is empty: give the text to analyze")
     return texts
 
 

@@ -25,6 +25,11 @@ class Probes:
     def __init__(self, directory, layers=None, layer=None, best_layer=False):
         self._info = _native.describe_probes(directory)
         self._selection = (layer_selection(layers), -1 if layer is None else int(layer), bool(best_layer))
+        # Layers the directory has no probes for are refused here, as --layer and --layers refuse them.
+        missing = [number for number in _layer_numbers(layers, layer) if number not in self._info["layers"]]
+        if missing:
+            raise ValueError(f"{'layer' if layer is not None else 'layers'}: {self._info['dir']} has no probes for layer "
+                             f"{', '.join(map(str, missing))} (it has layers {', '.join(map(str, self._info['layers']))})")
 
     dir = property(lambda self: self._info["dir"], doc="The probes directory.")
     layers = property(lambda self: list(self._info["layers"]), doc="The layers the directory has probes for.")
@@ -58,11 +63,24 @@ class Probes:
         "suffix_attention" for the prompt suffix's tokens. messages: instead of text, one conversation, as
         --per-token --messages scores it (each token "in_mask" or not)."""
         conversation = _conversation(text, messages, steer, "text")
-        if conversation is None and not isinstance(text, str):
-            raise ValueError(f"text: expected a string, got {type(text).__name__}")
+        if conversation is None:
+            text = text_list(text, "text")[0] if isinstance(text, str) else text
+            if not isinstance(text, str):
+                raise ValueError(f"text: expected a string, got {type(text).__name__}")
         return json.loads(run_interruptibly(
             _native.per_token, _model_of(model), self.dir, *self._selection, "" if conversation else text,
             conversation or "", int(top_k), float(threshold), bool(calibrated), steer_items(steer)))
+
+
+def _layer_numbers(layers, layer):
+    """The layer numbers layer= or layers= name (a range or "all" as text names none here: the tools read it)."""
+    if layer is not None:
+        return [int(layer)]
+    if isinstance(layers, int):
+        return [layers]
+    if layers is None or isinstance(layers, str):
+        return []
+    return [int(number) for number in layers]
 
 
 def _conversation(texts, messages, steer, name):

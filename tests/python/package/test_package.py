@@ -209,6 +209,18 @@ def test_a_coefficient_past_the_bound_is_refused_naming_the_item(model):
             list(model.generate("The garage was", max_new_tokens=2, steer=[(vector, 1, coefficient)]))
 
 
+def test_layers_and_texts_refused_as_the_tools_refuse_them(model, probes_dir):
+    with pytest.raises(ValueError, match=r"layer: .* has no probes for layer 99 \(it has layers"):
+        probekit.load_probes(probes_dir, layer=99)
+    with pytest.raises(ValueError, match=r"layers: .* has no probes for layer 98, 99"):
+        probekit.load_probes(probes_dir, layers=[LAYERS[0], 98, 99])
+    probes = probekit.load_probes(probes_dir, layers=LAYERS)
+    for call in (lambda: probes.rank(model, ["a text", "  "]), lambda: probes.per_token(model, ""),
+                 lambda: model.capture(["", "a text"], layers=LAYERS[0])):
+        with pytest.raises(ValueError, match="is empty"):
+            call()
+
+
 def test_leaving_a_generation_early_stops_it(model):
     for event in model.generate("The garage was", max_new_tokens=64, stop=False):
         assert event["index"] == 0
