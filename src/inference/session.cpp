@@ -125,13 +125,13 @@ void show_conversation(const Engine& engine, const InferenceRequest& r) {
 }
 
 // --file of conversations: each ranked at the probes' token mask, shown as "conversation N" (N its line).
-void show_conversation_file(const Engine& engine, const InferenceRequest& r, const std::vector<std::string>& rows) {
+void show_conversation_file(const Engine& engine, const InferenceRequest& r, const std::vector<ConversationRow>& rows) {
   std::vector<std::string> conversations;
-  for (const std::string& row : rows) conversations.push_back(Json::parse(row).at("messages").dump());
+  for (const ConversationRow& row : rows) conversations.push_back(row.messages);
   const std::vector<TextScores> scores = engine.score_conversations(conversations);
   Json all = Json::array();
   for (size_t i = 0; i < rows.size(); ++i) {
-    const std::string name = fmt::format("conversation {}", Json::parse(rows[i]).at("line").get<int64_t>());
+    const std::string name = fmt::format("conversation {}", rows[i].line);
     all.push_back(show(engine, name, table_of(engine, scores[i].probability, r.display), r.display, r.engine.best_layer, false));
   }
   if (r.display.json) fmt::print("{}\n", dump_json(all, 2));
@@ -139,7 +139,7 @@ void show_conversation_file(const Engine& engine, const InferenceRequest& r, con
 
 void show_texts(const Engine& engine, const InferenceRequest& r) {
   if (!r.file.empty()) {
-    const std::vector<std::string> conversations = read_conversation_rows(r.file, r.text_field);
+    const std::vector<ConversationRow> conversations = read_conversation_rows(r.file, r.text_field);
     if (!conversations.empty()) return show_conversation_file(engine, r, conversations);
   }
   std::vector<std::string> texts = r.text.empty() ? read_texts(r.file, r.text_field) : std::vector<std::string>{r.text};
@@ -392,11 +392,11 @@ std::vector<std::string> read_texts(const std::string& path, const std::string& 
   return texts;
 }
 
-std::vector<std::string> read_conversation_rows(const std::string& path, const std::string& field) {
+std::vector<ConversationRow> read_conversation_rows(const std::string& path, const std::string& field) {
   require_input_file(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail_input("{}: cannot open", path);
-  std::vector<std::string> rows;
+  std::vector<ConversationRow> rows;
   std::string line;
   for (int64_t number = 1; std::getline(in, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -406,7 +406,7 @@ std::vector<std::string> read_conversation_rows(const std::string& path, const s
     if (rows.empty() && !conversation) return {};
     if (!conversation) fail_input("{}:{}: no \"messages\" (the rows before it are conversations)", path, number);
     if (!object["messages"].is_array()) fail_input("{}:{}: \"messages\" must be a list of messages", path, number);
-    rows.push_back(Json({{"line", number}, {"messages", object["messages"]}}).dump());
+    rows.push_back(ConversationRow{number, object["messages"].dump()});
   }
   return rows;
 }

@@ -85,9 +85,14 @@ Json per_token_json(const std::string& text, const TokenScores& scores, const st
 /// --file: one text per line, or JSON objects with a text field; blank lines skipped.
 std::vector<std::string> read_texts(const std::string& path, const std::string& field);
 
-/// --file of conversations (JSONL rows with "messages" and no text field, as capture reads them): each row as
-/// {"line", "messages"} JSON text; empty when the file holds texts. A later row without messages is an error naming
-/// its line.
-std::vector<std::string> read_conversation_rows(const std::string& path, const std::string& field);
+/// One row of a --file of conversations: its 1-based line and its messages as JSON text.
+struct ConversationRow {
+  int64_t line = 0;
+  std::string messages;
+};
+
+/// --file of conversations (JSONL rows with "messages" and no text field, as capture reads them); empty when the file
+/// holds texts. A later row without messages is an error naming its line.
+std::vector<ConversationRow> read_conversation_rows(const std::string& path, const std::string& field);
 
 }  // namespace probekit::inference
