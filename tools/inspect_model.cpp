@@ -97,7 +97,7 @@ CLI::App* add_chat_template_command(CLI::App& app, std::string& model_dir, std::
       "chat-template", "Print a conversation rendered with a checkpoint's chat template: the prompt, nothing else");
   command->add_option("--model", model_dir, "Checkpoint or tokenizer folder (its chat_template.jinja or tokenizer_config.json)")
       ->required();
-  command->add_option("--messages", messages, "JSON list of {\"role\", \"content\"} messages, or an object with \"messages\"")
+  command->add_option("--messages", messages, "JSON list of {\"role\", \"content\"} messages, or an object with \"messages\" (and \"tools\")")
       ->required();
   command->add_flag("--no-generation-prompt", no_generation_prompt,
                     "Leave out the prompt of the model's reply (transformers' add_generation_prompt=False)");
@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
       tokenize(tokenizer_path, text, input, output, !no_special);
     }
     if (chat_cmd->parsed()) {
-      fmt::print("{}", chat::render_conversation(model_dir, chat::read_messages(input), !no_generation_prompt));
+      fmt::print("{}", chat::render_conversation(model_dir, chat::read_conversation(input), !no_generation_prompt));
     }
     if (device_cmd->parsed()) {
       device::ComputeTarget target = device::select_compute(device_request, dtype_request);

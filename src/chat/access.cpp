@@ -2,6 +2,7 @@
 
 #include "chat/methods.h"
 #include "chat/operators.h"
+#include "chat/render_budget.h"
 #include "chat/template_error.h"
 #include "chat/unicode_text.h"
 #include "chat/value_text.h"
@@ -108,14 +109,18 @@ std::vector<Value> iterate(const Value& value) {
     case Value::Kind::undefined:
       return {};
     case Value::Kind::list:
+      spend_steps(int64_t(value.as_list().items.size()));
       return value.as_list().items;
     case Value::Kind::string: {
+      spend_bytes(int64_t(value.as_string().size() * sizeof(Value)));  // a Value per character, made before use
+      spend_steps(int64_t(value.as_string().size()));
       std::vector<Value> characters;
       for (char32_t cp : decode_utf8(value.as_string())) characters.emplace_back(encode_utf8(std::u32string(1, cp)));
       return characters;
     }
     default:
       if (value.is_mapping()) {
+        spend_steps(int64_t(value.as_dict().items.size()));
         std::vector<Value> keys;
         for (const auto& item : value.as_dict().items) keys.push_back(item.first);
         return keys;

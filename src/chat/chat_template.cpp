@@ -7,6 +7,7 @@
 #include "common/files.h"
 #include "common/json.h"
 #include "common/sha256.h"
+#include "tokenizer/utf8.h"
 
 namespace probekit::chat {
 
@@ -69,8 +70,26 @@ OrderedJson read_special_tokens(const OrderedJson& tokenizer_config, const std::
   return tokens;
 }
 
+namespace {
+
+// transformers reads a template file as UTF-8 and fails on anything else; jinja2 works on Python's str.
+const std::string& checked_utf8(const std::string& source) {
+  if (!tokenizer::is_valid_utf8(source)) {
+    fail_input("the chat template is not UTF-8 text (transformers refuses it too): re-save the template as UTF-8");
+  }
+  return source;
+}
+
+std::string read_template_file(const std::string& path) {
+  std::string source = read_file(path);
+  if (!tokenizer::is_valid_utf8(source)) fail_input("{}: not UTF-8 text (transformers refuses such a template too)", path);
+  return source;
+}
+
+}  // namespace
+
 ChatTemplate::ChatTemplate(const std::string& source, OrderedJson special_tokens)
-    : source_(source),
+    : source_(checked_utf8(source)),
       special_tokens_(std::move(special_tokens)),
       ast_(std::make_shared<const TemplateAst>(parse_template(source))) {}
 
@@ -80,8 +99,8 @@ ChatTemplate ChatTemplate::from_tokenizer_dir(const std::string& dir, const std:
   std::string named_path = dir + "/additional_chat_templates/" + name + ".jinja";
   OrderedJson config = is_regular_file(config_path) ? OrderedJson(read_json_file(config_path)) : OrderedJson::object();
   OrderedJson tokens = read_special_tokens(config, config_path);
-  if ((name.empty() || name == "default") && is_regular_file(jinja_path)) return ChatTemplate(read_file(jinja_path), tokens);
-  if (!name.empty() && is_regular_file(named_path)) return ChatTemplate(read_file(named_path), tokens);
+  if ((name.empty() || name == "default") && is_regular_file(jinja_path)) return ChatTemplate(read_template_file(jinja_path), tokens);
+  if (!name.empty() && is_regular_file(named_path)) return ChatTemplate(read_template_file(named_path), tokens);
   std::string source = template_in_config(config, name, config_path);
   if (source.empty()) {
     fail_input("no chat template{} in {}: looked at {}, {}'chat_template' in {}", name.empty() ? "" : " named '" + name + "'",
@@ -102,12 +121,15 @@ OrderedJson ChatTemplate::variables(const ChatTemplateInputs& inputs) const {
   return variables;
 }
 
-std::string ChatTemplate::render(const ChatTemplateInputs& inputs) const {
+std::string ChatTemplate::render(const ChatTemplateInputs& inputs, RenderUsage* usage) const {
   auto root = std::make_shared<Scope>();
   add_globals(*root);
   OrderedJson all = variables(inputs);
   for (const auto& [key, value] : all.items()) root->set(key, Value::from_json(value));
-  return render_template(*ast_, root);
+  RenderBudget budget(inputs.limits);
+  std::string text = render_template(*ast_, root);
+  if (usage != nullptr) *usage = {budget.steps(), budget.bytes(), budget.deepest()};
+  return text;
 }
 
 }  // namespace probekit::chat

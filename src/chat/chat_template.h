@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "chat/render_budget.h"
 #include "chat/value.h"
 
 namespace probekit::chat {
@@ -28,12 +29,22 @@ struct ChatTemplateInputs {
   OrderedJson extra = OrderedJson::object();
   /// Special tokens that replace the tokenizer's (or add to them).
   std::map<std::string, std::string> special_tokens;
+  /// The sandbox's bounds (steps, bytes, nesting, a deadline): past one, render throws RenderBudgetExceeded.
+  RenderLimits limits;
+};
+
+/// What one render used of its limits.
+struct RenderUsage {
+  int64_t steps = 0;
+  int64_t bytes = 0;
+  int deepest = 0;
 };
 
 class ChatTemplate {
  public:
   /// Parses `source`; `special_tokens` (a JSON object of strings and lists of strings) are the variables the
-  /// tokenizer contributes. Syntax errors throw TemplateError naming the line.
+  /// tokenizer contributes. Text that is not UTF-8 is refused, as transformers refuses it; syntax errors and
+  /// nesting deeper than kMaxTemplateNesting throw TemplateError naming the line.
   explicit ChatTemplate(const std::string& source, OrderedJson special_tokens = OrderedJson::object());
 
   /// The chat template of a tokenizer directory: chat_template.jinja, else tokenizer_config.json's
@@ -52,9 +63,10 @@ class ChatTemplate {
   /// Every variable the template is rendered with, as one JSON object: what transformers passes to jinja2.
   OrderedJson variables(const ChatTemplateInputs& inputs) const;
 
-  /// The rendered conversation. A template error throws TemplateError naming the line; the template's own
-  /// raise_exception(message) throws TemplateRaised with the message unchanged.
-  std::string render(const ChatTemplateInputs& inputs) const;
+  /// The rendered conversation. A template error throws TemplateError naming the line (RenderBudgetExceeded when
+  /// it passed a bound of inputs.limits); the template's own raise_exception(message) throws TemplateRaised with
+  /// the message unchanged. `usage`, when given, receives what the render used.
+  std::string render(const ChatTemplateInputs& inputs, RenderUsage* usage = nullptr) const;
 
  private:
   std::string source_;

@@ -47,7 +47,32 @@ std::optional<MessageProblem> find_message_problem(const OrderedJson& messages) 
   return std::nullopt;
 }
 
-OrderedJson read_messages(const std::string& path) {
+std::optional<MessageProblem> find_tools_problem(const OrderedJson& tools) {
+  if (!tools.is_array()) return MessageProblem{"tools", "'tools' must be a list of functions"};
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string field = fmt::format("tools[{}]", i);
+    const OrderedJson& tool = tools[i];
+    if (!tool.is_object()) return MessageProblem{field, fmt::format("'{}' must be an object", field)};
+    const bool wrapped = tool.contains("type");
+    if (wrapped && tool.at("type") != "function") {
+      return MessageProblem{field + ".type", fmt::format("'{}.type' must be \"function\" (the only kind of tool)", field)};
+    }
+    const OrderedJson* function = &tool;
+    if (wrapped) {
+      if (!tool.contains("function") || !tool.at("function").is_object()) {
+        return MessageProblem{field + ".function", fmt::format("'{}.function' must be an object with a \"name\"", field)};
+      }
+      function = &tool.at("function");
+    }
+    const std::string name_field = field + (wrapped ? ".function.name" : ".name");
+    if (!function->contains("name") || !function->at("name").is_string() || function->at("name").get<std::string>().empty()) {
+      return MessageProblem{name_field, fmt::format("'{}' must be the function's name", name_field)};
+    }
+  }
+  return std::nullopt;
+}
+
+Conversation read_conversation(const std::string& path) {
   require_input_file(path);
   OrderedJson json;
   try {
@@ -55,13 +80,18 @@ OrderedJson read_messages(const std::string& path) {
   } catch (const nlohmann::json::parse_error& e) {
     fail_input("{}: not JSON: {}", path, e.what());
   }
-  OrderedJson messages = json.is_object() && json.contains("messages") ? json.at("messages") : json;
-  if (auto problem = find_message_problem(messages)) {
+  Conversation conversation;
+  conversation.messages = json.is_object() && json.contains("messages") ? json.at("messages") : json;
+  if (auto problem = find_message_problem(conversation.messages)) {
     fail_input("{}: {} (expected a JSON list of {{\"role\": ..., \"content\": ...}} messages, or an object with "
                "\"messages\")",
                path, problem->message);
   }
-  return messages;
+  if (json.is_object() && json.contains("tools") && !json.at("tools").is_null()) {
+    conversation.tools = json.at("tools");
+    if (auto problem = find_tools_problem(conversation.tools)) fail_input("{}: {}", path, problem->message);
+  }
+  return conversation;
 }
 
 OrderedJson user_message(const std::string& text) {
@@ -69,8 +99,13 @@ OrderedJson user_message(const std::string& text) {
 }
 
 std::string render_conversation(const std::string& dir, const OrderedJson& messages, bool add_generation_prompt) {
+  return render_conversation(dir, Conversation{messages, nullptr}, add_generation_prompt);
+}
+
+std::string render_conversation(const std::string& dir, const Conversation& conversation, bool add_generation_prompt) {
   ChatTemplateInputs inputs;
-  inputs.messages = messages;
+  inputs.messages = conversation.messages;
+  inputs.tools = conversation.tools;
   inputs.add_generation_prompt = add_generation_prompt;
   return ChatTemplate::from_tokenizer_dir(dir).render(inputs);
 }

@@ -20,9 +20,20 @@ struct MessageProblem {
 /// turn that only calls tools). Other keys (name, tool_calls, reasoning_content) are the template's to read.
 std::optional<MessageProblem> find_message_problem(const OrderedJson& messages);
 
-/// The messages of a file: a JSON list of messages, or an object with a "messages" list (an OpenAI request body).
-/// A problem is an error naming the file and the message.
-OrderedJson read_messages(const std::string& path);
+/// The first problem of `tools` (an OpenAI request's "tools"), or nothing when it is a list of functions as
+/// transformers' apply_chat_template takes them: {"type": "function", "function": {"name", ...}} or a bare
+/// {"name", ...} schema. Their descriptions and parameters are the template's to print.
+std::optional<MessageProblem> find_tools_problem(const OrderedJson& tools);
+
+/// A conversation as a file gives it: its messages and the tools offered (null: none).
+struct Conversation {
+  OrderedJson messages;
+  OrderedJson tools;
+};
+
+/// The conversation of a file: a JSON list of messages, or an object with a "messages" list and optionally
+/// "tools" (an OpenAI request body). A problem is an error naming the file and the field.
+Conversation read_conversation(const std::string& path);
 
 /// One user message holding `text`.
 OrderedJson user_message(const std::string& text);
@@ -32,5 +43,8 @@ OrderedJson user_message(const std::string& text);
 /// generation prompt unless `add_generation_prompt` is false. The text holds the template's special tokens (BOS
 /// included): tokenize it without adding them again.
 std::string render_conversation(const std::string& dir, const OrderedJson& messages, bool add_generation_prompt = true);
+
+/// The same, offering `tools` (null: none) to the template as transformers' apply_chat_template(tools=...) does.
+std::string render_conversation(const std::string& dir, const Conversation& conversation, bool add_generation_prompt = true);
 
 }  // namespace probekit::chat

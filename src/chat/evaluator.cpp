@@ -4,6 +4,7 @@
 #include "chat/filters.h"
 #include "chat/is_tests.h"
 #include "chat/operators.h"
+#include "chat/render_budget.h"
 #include "chat/template_error.h"
 #include "chat/value_text.h"
 
@@ -103,10 +104,11 @@ Value evaluate_node(const Expr& expr, const Scope& scope) {
 
 Value evaluate(const Expr& expr, const Scope& scope) {
   try {
+    RenderNesting nesting;
     return evaluate_node(expr, scope);
   } catch (const TemplateError& e) {
     if (e.line() != 0) throw;
-    throw TemplateError(e.message(), expr.line);
+    e.rethrow_at(expr.line);
   }
 }
 
@@ -115,7 +117,7 @@ Value apply_filter_chain(const Expr& chain, const Value& input, const Scope& sco
     return evaluate_filter(chain, scope, &input);
   } catch (const TemplateError& e) {
     if (e.line() != 0) throw;
-    throw TemplateError(e.message(), chain.line);
+    e.rethrow_at(chain.line);
   }
 }
 

@@ -76,6 +76,7 @@ class ExpressionParser {
   }
 
   ExprPtr conditional() {
+    TokenStream::Nesting nesting(s_);
     ExprPtr result = logical_or();
     while (s_.skip_if(TokenType::name, "if")) {
       ExprPtr condition = logical_or();
@@ -107,6 +108,7 @@ class ExpressionParser {
   ExprPtr logical_and() { return binary_level(&ExpressionParser::logical_not, {"and"}, TokenType::name); }
 
   ExprPtr logical_not() {
+    TokenStream::Nesting nesting(s_);
     if (!s_.at_name("not")) return comparison();
     ExprPtr expr = make(ExprKind::unary, s_.next().line, "not");
     expr->items.push_back(logical_not());
@@ -151,6 +153,7 @@ class ExpressionParser {
 
   // jinja2 applies a sign to the primary alone: `-x|abs` is abs(-x), `-2 ** 2` is 4.
   ExprPtr unary(bool with_filters) {
+    TokenStream::Nesting nesting(s_);
     ExprPtr operand;
     if (s_.at(TokenType::op, "-") || s_.at(TokenType::op, "+")) {
       Token sign = s_.next();

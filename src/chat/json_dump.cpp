@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "chat/operators.h"
+#include "chat/render_budget.h"
 #include "chat/template_error.h"
 #include "chat/value_text.h"
 #include "tokenizer/utf8.h"
@@ -22,6 +23,7 @@ struct Writer {
 
   void newline(int depth) {
     if (!options.indent) return;
+    spend_bytes(1 + int64_t(depth * options.indent->size()));
     out += '\n';
     for (int i = 0; i < depth; i++) out += *options.indent;
   }
@@ -113,6 +115,8 @@ struct Writer {
   }
 
   void write(const Value& value, int depth) {
+    spend_steps();
+    spend_bytes(int64_t(item_separator.size() + key_separator.size()) + (value.is_string() ? int64_t(value.as_string().size()) : 8));
     switch (value.kind()) {
       case Value::Kind::none: out += "null"; return;
       case Value::Kind::boolean: out += value.as_bool() ? "true" : "false"; return;

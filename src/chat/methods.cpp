@@ -8,6 +8,7 @@
 #include "chat/template_error.h"
 #include "chat/unicode_text.h"
 #include "chat/value_text.h"
+#include "chat/render_budget.h"
 
 namespace probekit::chat {
 
@@ -96,6 +97,7 @@ Value join_method(const Value& self, const CallArgs& args) {
   size_t index = 0;
   for (const Value& item : iterate(iterable)) {
     if (!item.is_string()) fail_render("sequence item {}: expected str instance, {} found", index, type_name(item));
+    spend_bytes(int64_t(self.as_string().size() + item.as_string().size()));
     if (index++ > 0) out += self.as_string();
     out += item.as_string();
   }

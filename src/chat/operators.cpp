@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "chat/render_budget.h"
 #include "chat/template_error.h"
 #include "chat/value_text.h"
 
@@ -20,6 +21,7 @@ bool numbers_equal(const Value& a, const Value& b) {
 
 bool sequences_equal(const ListData& a, const ListData& b) {
   if (a.is_tuple != b.is_tuple || a.items.size() != b.items.size()) return false;
+  spend_steps(int64_t(a.items.size()));  // lists shared many times over compare as long as all their copies
   for (size_t i = 0; i < a.items.size(); i++) {
     if (!python_equal(a.items[i], b.items[i])) return false;
   }
@@ -29,6 +31,7 @@ bool sequences_equal(const ListData& a, const ListData& b) {
 bool dicts_equal(const DictData& a, const DictData& b) {
   if (a.kind != DictKind::plain || b.kind != DictKind::plain) return &a == &b;
   if (a.items.size() != b.items.size()) return false;
+  spend_steps(int64_t(a.items.size()));
   for (const auto& [key, value] : a.items) {
     const Value* other = b.find(key);
     if (other == nullptr || !python_equal(value, *other)) return false;
@@ -42,6 +45,7 @@ bool dicts_equal(const DictData& a, const DictData& b) {
 
 // The outcome of `a op b` for two orderable values of one family.
 bool ordered(const std::string& op, const Value& a, const Value& b) {
+  spend_steps();
   if (a.is_undefined()) fail_undefined(a);
   if (b.is_undefined()) fail_undefined(b);
   int sign = 0;
@@ -80,7 +84,10 @@ bool ordered(const std::string& op, const Value& a, const Value& b) {
 [[noreturn]] void fail_overflow() { fail_render("integer overflow (the template's numbers are 64-bit here)"); }
 
 Value add(const Value& a, const Value& b) {
-  if (a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
+  if (a.is_string() && b.is_string()) {
+    spend_bytes(int64_t(a.as_string().size() + b.as_string().size()));
+    return Value(a.as_string() + b.as_string());
+  }
   if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
     std::vector<Value> items = a.as_list().items;
     items.insert(items.end(), b.as_list().items.begin(), b.as_list().items.end());
@@ -93,6 +100,11 @@ Value add(const Value& a, const Value& b) {
 }
 
 Value repeat(const Value& sequence, int64_t times) {
+  const int64_t unit = sequence.is_string() ? int64_t(sequence.as_string().size())
+                                            : int64_t(sequence.as_list().items.size() * sizeof(Value));
+  int64_t bytes = 0;
+  if (times > 0 && __builtin_mul_overflow(unit, times, &bytes)) bytes = INT64_MAX;
+  spend_bytes(bytes);
   if (sequence.is_string()) {
     std::string out;
     for (int64_t i = 0; i < times; i++) out += sequence.as_string();
@@ -123,8 +135,10 @@ Value integer_arithmetic(const std::string& op, int64_t x, int64_t y) {
   }
   if (y < 0) return Value(std::pow(static_cast<double>(x), static_cast<double>(y)));
   int64_t result = 1;
-  for (int64_t i = 0; i < y; i++) {
-    if (__builtin_mul_overflow(result, x, &result)) fail_overflow();
+  int64_t base = x;
+  for (int64_t e = y; e > 0; e >>= 1) {  // by squaring: 1 ** (10 ** 18) takes 60 steps, not 10 ** 18
+    if ((e & 1) != 0 && __builtin_mul_overflow(result, base, &result)) fail_overflow();
+    if (e > 1 && __builtin_mul_overflow(base, base, &base)) fail_overflow();
   }
   return Value(result);
 }
@@ -207,6 +221,7 @@ bool contains(const Value& haystack, const Value& needle) {
     return haystack.as_string().find(needle.as_string()) != std::string::npos;
   }
   if (haystack.is_list()) {
+    spend_steps(int64_t(haystack.as_list().items.size()));
     for (const Value& item : haystack.as_list().items) {
       if (python_equal(item, needle)) return true;
     }
@@ -239,6 +254,10 @@ Value negate_or_keep(const std::string& op, const Value& operand) {
   return integer_arithmetic("-", 0, integral(operand));
 }
 
-Value concatenate(const Value& a, const Value& b) { return Value(python_str(a) + python_str(b)); }
+Value concatenate(const Value& a, const Value& b) {
+  std::string left = python_str(a), right = python_str(b);
+  spend_bytes(int64_t(left.size() + right.size()));
+  return Value(left + right);
+}
 
 }  // namespace probekit::chat

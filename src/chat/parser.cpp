@@ -97,6 +97,7 @@ class StatementParser {
   }
 
   StmtPtr statement() {
+    TokenStream::Nesting nesting(s_);
     const Token& token = s_.current();
     if (token.type != TokenType::name) s_.fail("tag name expected");
     const std::string& tag = token.value;

@@ -4,6 +4,7 @@
 #include "chat/evaluator.h"
 #include "chat/macro.h"
 #include "chat/operators.h"
+#include "chat/render_budget.h"
 #include "chat/template_error.h"
 #include "chat/value_text.h"
 
@@ -12,6 +13,11 @@ namespace probekit::chat {
 namespace {
 
 enum class Flow { normal, break_loop, continue_loop };
+
+void append(std::string& out, const std::string& text) {
+  spend_bytes(int64_t(text.size()));
+  out += text;
+}
 
 // Binds `targets` to `value`: one name takes it whole, several unpack it as Python does.
 void assign(Scope& scope, const std::vector<std::string>& targets, const Value& value) {
@@ -67,13 +73,15 @@ class Renderer {
   std::vector<ScopePtr> macro_scopes_;
 
   Flow execute(const Body& body, const ScopePtr& scope, std::string& out) {
+    RenderNesting nesting;
     for (const StmtPtr& stmt : body) {
       Flow flow = Flow::normal;
       try {
+        spend_steps();
         flow = execute(*stmt, scope, out);
       } catch (const TemplateError& e) {
         if (e.line() != 0) throw;
-        throw TemplateError(e.message(), stmt->line);
+        e.rethrow_at(stmt->line);
       }
       if (flow != Flow::normal) return flow;
     }
@@ -82,16 +90,16 @@ class Renderer {
 
   Flow execute(const Stmt& stmt, const ScopePtr& scope, std::string& out) {
     switch (stmt.kind) {
-      case StmtKind::text: out += stmt.text; break;
-      case StmtKind::output: out += python_str(evaluate(*stmt.expr, *scope)); break;
+      case StmtKind::text: append(out, stmt.text); break;
+      case StmtKind::output: append(out, python_str(evaluate(*stmt.expr, *scope))); break;
       case StmtKind::if_chain: return if_chain(stmt, scope, out);
       case StmtKind::for_loop: for_loop(stmt, scope, out); break;
       case StmtKind::set: set(stmt, *scope); break;
       case StmtKind::set_block: set_block(stmt, scope); break;
       case StmtKind::macro: scope->set(stmt.text, macro(stmt.text, stmt, scope)); break;
-      case StmtKind::call_block: out += call_block(stmt, scope); break;
+      case StmtKind::call_block: append(out, call_block(stmt, scope)); break;
       case StmtKind::filter_block:
-        out += python_str(apply_filter_chain(*stmt.expr, Value(render_body(stmt.bodies[0], scope)), *scope));
+        append(out, python_str(apply_filter_chain(*stmt.expr, Value(render_body(stmt.bodies[0], scope)), *scope)));
         break;
       case StmtKind::with_block: return with_block(stmt, scope, out);
       case StmtKind::break_loop: return Flow::break_loop;
@@ -126,6 +134,7 @@ class Renderer {
       return;
     }
     for (size_t i = 0; i < items.size(); i++) {
+      spend_steps();  // an empty body still costs its iterations
       auto iteration = std::make_shared<Scope>(scope);
       assign(*iteration, stmt.targets, items[i]);
       iteration->set("loop", loop_variable(items, i));

@@ -10,6 +10,7 @@
 #include "chat/template_error.h"
 #include "chat/unicode_text.h"
 #include "chat/value_text.h"
+#include "chat/render_budget.h"
 
 namespace probekit::chat::filters {
 
@@ -107,9 +108,12 @@ Value join(const Value& operand, const CallArgs& args) {
   std::string out;
   bool first_item = true;
   for (const Value& item : iterate(operand)) {
-    if (!first_item) out += python_str(values[0]);
+    std::string text = python_str(values[1].is_none() ? item : attribute_path(item, python_str(values[1])));
+    std::string separator = first_item ? "" : python_str(values[0]);
+    spend_bytes(int64_t(separator.size() + text.size()));
+    out += separator;
+    out += text;
     first_item = false;
-    out += python_str(values[1].is_none() ? item : attribute_path(item, python_str(values[1])));
   }
   return Value(out);
 }

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <exception>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -23,6 +24,12 @@ class TemplateError : public std::invalid_argument {
   const std::string& message() const { return message_; }
   /// The template's line (1-based), 0 while unknown.
   int line() const { return line_; }
+  /// Throws this error again, of its own type, at `line`.
+  [[noreturn]] void rethrow_at(int line) const { std::rethrow_exception(at_line(line)); }
+
+ protected:
+  /// This error, of its own type, at `line`.
+  virtual std::exception_ptr at_line(int line) const { return std::make_exception_ptr(TemplateError(message_, line)); }
 
  private:
   std::string message_;

@@ -15,10 +15,18 @@
 #include "chat/template_error.h"
 #include "chat/unicode_text.h"
 #include "chat/value_text.h"
+#include "chat/render_budget.h"
 
 namespace probekit::chat::filters {
 
 namespace {
+
+// `width` spaces (none for a negative width), counted against the render's budget before they are made.
+std::string spaces(int64_t width) {
+  if (width <= 0) return "";
+  spend_bytes(width);
+  return std::string(size_t(width), ' ');
+}
 
 // Python's int() of a string in `base`: surrounding whitespace, a sign and underscores between digits allowed.
 std::optional<int64_t> parse_int(std::string text, int base) {
@@ -143,12 +151,12 @@ Value replace(const Value& operand, const CallArgs& args) {
 // stays, and empty lines are indented only with blank=True.
 Value indent(const Value& operand, const CallArgs& args) {
   auto values = bind_arguments("indent", args, {{"width", Value(4)}, {"first", Value(false)}, {"blank", Value(false)}});
-  std::string indentation = values[0].is_string() ? values[0].as_string()
-                                                  : std::string(size_t(std::max<int64_t>(0, int_argument(values[0], "indent", "width"))), ' ');
+  std::string indentation = values[0].is_string() ? values[0].as_string() : spaces(int_argument(values[0], "indent", "width"));
   std::vector<std::u32string> lines = split_lines(decode_utf8(python_str(operand) + "\n"));
   std::string out;
   for (size_t i = 0; i < lines.size(); i++) {
     std::string line = encode_utf8(lines[i]);
+    spend_bytes(int64_t(indentation.size() + line.size()) + 1);
     if (i > 0) out += "\n" + (truthy(values[2]) || !line.empty() ? indentation : "");
     out += line;
   }
@@ -179,7 +187,7 @@ Value tojson(const Value& operand, const CallArgs& args) {
   JsonDumpOptions options;
   options.ensure_ascii = truthy(values[0]);
   if (values[1].is_string()) options.indent = values[1].as_string();
-  else if (!values[1].is_none()) options.indent = std::string(size_t(std::max<int64_t>(0, int_argument(values[1], "tojson", "indent"))), ' ');
+  else if (!values[1].is_none()) options.indent = spaces(int_argument(values[1], "tojson", "indent"));
   if (!values[2].is_none()) {
     std::vector<Value> separators = iterate(values[2]);
     if (separators.size() != 2) fail_render("tojson(): separators must be an (item_separator, key_separator) pair");

@@ -1,5 +1,8 @@
 #include "chat/token_stream.h"
 
+#include <fmt/format.h>
+
+#include "chat/render_budget.h"
 #include "chat/template_error.h"
 
 namespace probekit::chat {
@@ -26,5 +29,12 @@ Token TokenStream::expect(TokenType type, std::string_view value, std::string_vi
 }
 
 void TokenStream::fail(const std::string& message) const { throw TemplateError(message, current().line); }
+
+TokenStream::Nesting::Nesting(TokenStream& stream) : stream_(stream) {
+  if (stream_.depth_ >= kMaxTemplateNesting) {
+    stream_.fail(fmt::format("the template nests expressions and blocks deeper than {} levels", kMaxTemplateNesting));
+  }
+  stream_.depth_++;
+}
 
 }  // namespace probekit::chat

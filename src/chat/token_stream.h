@@ -30,9 +30,23 @@ class TokenStream {
   /// Fails at the current token's line.
   [[noreturn]] void fail(const std::string& message) const;
 
+  /// One level of the grammar's nesting (a block inside a block, an operand inside an expression) while it
+  /// lives: the parsers recurse, so nesting is bounded (kMaxTemplateNesting) and fails naming the line.
+  class Nesting {
+   public:
+    explicit Nesting(TokenStream& stream);
+    ~Nesting() { stream_.depth_--; }
+    Nesting(const Nesting&) = delete;
+    Nesting& operator=(const Nesting&) = delete;
+
+   private:
+    TokenStream& stream_;
+  };
+
  private:
   std::vector<Token> tokens_;
   size_t position_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace probekit::chat

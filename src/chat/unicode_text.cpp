@@ -3,6 +3,7 @@
 #include <utf8proc.h>
 
 #include "tokenizer/utf8.h"
+#include "chat/render_budget.h"
 
 namespace probekit::chat {
 
@@ -186,7 +187,11 @@ std::string python_replace(std::string_view text, std::string_view old, std::str
   if (old.empty()) {  // Python inserts the replacement before every character and at the end
     int64_t done = 0;
     for (size_t pos = 0; pos < text.size();) {
-      if (count < 0 || done < count) out += replacement, done++;
+      if (count < 0 || done < count) {
+        spend_bytes(int64_t(replacement.size()));  // 'a' * 10**6 replacing '' with a long text would be long
+        out += replacement;
+        done++;
+      }
       size_t start = pos;
       next_code_point(text, pos);
       out += text.substr(start, pos - start);
@@ -198,6 +203,7 @@ std::string python_replace(std::string_view text, std::string_view old, std::str
   for (int64_t done = 0; count < 0 || done < count; done++) {
     size_t at = text.find(old, start);
     if (at == text.npos) break;
+    spend_bytes(int64_t(replacement.size()));
     out += text.substr(start, at - start);
     out += replacement;
     start = at + old.size();

@@ -1,36 +1,72 @@
 #include "chat/value.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "chat/operators.h"
+#include "chat/render_budget.h"
+#include "chat/template_error.h"
 #include "common/error.h"
 
 namespace probekit::chat {
 
 const Value* DictData::find(const Value& key) const {
+  spend_steps(int64_t(items.size()));  // keys are searched in order: a large dict is as much work as its size
   for (const auto& [k, v] : items) {
     if (python_equal(k, key)) return &v;
   }
   return nullptr;
 }
 
+namespace {
+
+[[noreturn]] void fail_too_deep() {
+  fail_render("a value nests lists and dicts deeper than {} levels", kMaxValueNesting);
+}
+
+// The memory a container's items take beyond the container itself: each item, and the text of its strings
+// (copied with it).
+int64_t item_bytes(const Value& item) {
+  return int64_t(sizeof(Value)) + (item.is_string() ? int64_t(item.as_string().size()) : 0);
+}
+
+Value sequence(std::vector<Value> items, bool is_tuple) {
+  auto data = std::make_shared<ListData>(ListData{std::move(items), is_tuple});
+  int64_t bytes = 0;
+  for (const Value& item : data->items) {
+    bytes += item_bytes(item);
+    data->depth = std::max(data->depth, item.depth() + 1);
+    data->holds_namespace = data->holds_namespace || item.holds_namespace();
+  }
+  if (data->depth > kMaxValueNesting) fail_too_deep();
+  spend_bytes(bytes);
+  return Value(std::shared_ptr<const ListData>(std::move(data)));
+}
+
+Value from_json_at(const OrderedJson& json, int depth);
+
+}  // namespace
+
 void DictData::set(const Value& key, Value value) {
+  if (kind == DictKind::name_space && value.holds_namespace()) {
+    fail_render("a namespace cannot hold a namespace, or a list or dict holding one");
+  }
+  if (value.depth() + 1 > kMaxValueNesting) fail_too_deep();
+  depth = std::max(depth, value.depth() + 1);
+  holds_namespace = holds_namespace || value.holds_namespace();
   for (auto& [k, v] : items) {
     if (python_equal(k, key)) {
       v = std::move(value);
       return;
     }
   }
+  if (kind != DictKind::loop) spend_bytes(item_bytes(key) + item_bytes(value));  // a loop's lives one iteration
   items.emplace_back(key, std::move(value));
 }
 
-Value Value::list(std::vector<Value> items) {
-  return Value(std::shared_ptr<const ListData>(std::make_shared<ListData>(ListData{std::move(items), false})));
-}
+Value Value::list(std::vector<Value> items) { return sequence(std::move(items), false); }
 
-Value Value::tuple(std::vector<Value> items) {
-  return Value(std::shared_ptr<const ListData>(std::make_shared<ListData>(ListData{std::move(items), true})));
-}
+Value Value::tuple(std::vector<Value> items) { return sequence(std::move(items), true); }
 
 Value Value::dict(DictKind kind) {
   auto data = std::make_shared<DictData>();
@@ -42,7 +78,14 @@ Value Value::function(std::string name, std::function<Value(const CallArgs&)> ca
   return Value(std::shared_ptr<const Callable>(std::make_shared<Callable>(Callable{std::move(name), std::move(call)})));
 }
 
-Value Value::from_json(const OrderedJson& json) {
+Value Value::from_json(const OrderedJson& json) { return from_json_at(json, 0); }
+
+namespace {
+
+Value from_json_at(const OrderedJson& json, int depth) {
+  if (depth >= kMaxValueNesting && (json.is_array() || json.is_object())) {
+    fail_input("chat template input nests lists and objects deeper than {} levels", kMaxValueNesting);
+  }
   switch (json.type()) {
     case OrderedJson::value_t::null:
       return Value(nullptr);
@@ -59,12 +102,17 @@ Value Value::from_json(const OrderedJson& json) {
       return Value(json.get<std::string>());
     case OrderedJson::value_t::array: {
       std::vector<Value> items;
-      for (const OrderedJson& item : json) items.push_back(from_json(item));
-      return list(std::move(items));
+      for (const OrderedJson& item : json) items.push_back(from_json_at(item, depth + 1));
+      return Value::list(std::move(items));
     }
     case OrderedJson::value_t::object: {
-      Value result = dict();
-      for (const auto& [key, item] : json.items()) result.as_dict().items.emplace_back(Value(key), from_json(item));
+      Value result = Value::dict();
+      DictData& dict = result.as_dict();
+      for (const auto& [key, item] : json.items()) {  // a JSON object's keys are distinct: no search as set() does
+        Value value = from_json_at(item, depth + 1);
+        dict.depth = std::max(dict.depth, value.depth() + 1);
+        dict.items.emplace_back(Value(key), std::move(value));
+      }
       return result;
     }
     default:  // binary and discarded values never come out of a JSON text
@@ -72,10 +120,23 @@ Value Value::from_json(const OrderedJson& json) {
   }
 }
 
+}  // namespace
+
 double Value::to_double() const {
   if (is_bool()) return as_bool() ? 1.0 : 0.0;
   if (is_int()) return static_cast<double>(as_int());
   return as_float();
+}
+
+int Value::depth() const {
+  if (is_list()) return as_list().depth;
+  if (is_dict()) return as_dict().depth;
+  return 0;
+}
+
+bool Value::holds_namespace() const {
+  if (is_list()) return as_list().holds_namespace;
+  return is_dict() && (as_dict().kind == DictKind::name_space || as_dict().holds_namespace);
 }
 
 bool Value::same_object(const Value& other) const {

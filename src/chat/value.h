@@ -22,10 +22,13 @@ using OrderedJson = nlohmann::ordered_json;
 
 class Value;
 
-/// A list or a tuple (Python prints them differently and == tells them apart).
+/// A list or a tuple (Python prints them differently and == tells them apart). `depth` (1 + the deepest item's)
+/// and `holds_namespace` are set when it is made: lists never change after.
 struct ListData {
   std::vector<Value> items;
   bool is_tuple = false;
+  int depth = 1;
+  bool holds_namespace = false;
 };
 
 /// What a dict-shaped object is: a plain dict, or one of jinja2's objects that only look like one.
@@ -35,9 +38,13 @@ enum class DictKind { plain, name_space, loop };
 struct DictData {
   std::vector<std::pair<Value, Value>> items;
   DictKind kind = DictKind::plain;
+  int depth = 1;  // 1 + the deepest value's, as set() keeps it
+  bool holds_namespace = false;
 
   const Value* find(const Value& key) const;
-  /// Sets `key`, keeping its place when it is already there.
+  /// Sets `key`, keeping its place when it is already there. A value nested deeper than kMaxValueNesting, or a
+  /// namespace (or what holds one) put into a namespace, is refused: values stay shallow and never form a cycle,
+  /// so printing, comparing and freeing them cannot recurse without end.
   void set(const Value& key, Value value);
 };
 
@@ -82,7 +89,8 @@ class Value {
   static Value tuple(std::vector<Value> items);
   static Value dict(DictKind kind = DictKind::plain);
   static Value function(std::string name, std::function<Value(const CallArgs&)> call);
-  /// Converts JSON as Python's json.loads would: objects to dicts in key order, arrays to lists.
+  /// Converts JSON as Python's json.loads would: objects to dicts in key order, arrays to lists. JSON nested
+  /// deeper than kMaxValueNesting is refused.
   static Value from_json(const OrderedJson& json);
 
   Kind kind() const { return static_cast<Kind>(data_.index()); }
@@ -113,6 +121,10 @@ class Value {
   const std::string& undefined_hint() const { return std::get<Undefined>(data_).hint; }
   /// True when both are the same list, dict or callable object (Python's `is`).
   bool same_object(const Value& other) const;
+  /// How deep lists and dicts nest in this value: 0 for anything else.
+  int depth() const;
+  /// True for a namespace and for a list or dict holding one.
+  bool holds_namespace() const;
 
  private:
   std::variant<Undefined, std::nullptr_t, bool, int64_t, double, std::string, std::shared_ptr<const ListData>,

@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "tokenizer/utf8.h"
+#include "chat/render_budget.h"
 
 namespace probekit::chat {
 
@@ -66,7 +67,9 @@ std::string sequence_repr(const ListData& list) {
   std::string out = list.is_tuple ? "(" : "[";
   for (size_t i = 0; i < list.items.size(); i++) {
     if (i > 0) out += ", ";
-    out += python_repr(list.items[i]);
+    std::string item = python_repr(list.items[i]);
+    spend_bytes(int64_t(item.size()) + 2);  // a list shared many times over prints as long as all its copies
+    out += item;
   }
   if (list.is_tuple && list.items.size() == 1) out += ",";
   return out + (list.is_tuple ? ")" : "]");
@@ -76,7 +79,9 @@ std::string dict_repr(const DictData& dict) {
   std::string out = "{";
   for (size_t i = 0; i < dict.items.size(); i++) {
     if (i > 0) out += ", ";
-    out += python_repr(dict.items[i].first) + ": " + python_repr(dict.items[i].second);
+    std::string item = python_repr(dict.items[i].first) + ": " + python_repr(dict.items[i].second);
+    spend_bytes(int64_t(item.size()) + 2);
+    out += item;
   }
   out += "}";
   if (dict.kind == DictKind::name_space) return "<Namespace " + out + ">";

@@ -76,9 +76,21 @@ Json show(const Engine& engine, const std::string& text, const ScoreTable& table
   return {};
 }
 
+// The messages of --messages for scoring. Probes read a conversation as capture rendered their dataset's rows, which
+// offer no tools: a file offering some is refused rather than scored without them.
+std::string scored_messages(const std::string& path) {
+  chat::Conversation conversation = chat::read_conversation(path);
+  if (!conversation.tools.is_null()) {
+    fail_input("{}: \"tools\" are rendered only when generating (--generate --messages) and by inspect_model "
+               "chat-template; probes score conversations without them, as their dataset's rows were captured",
+               path);
+  }
+  return conversation.messages.dump();
+}
+
 void show_per_token(const Engine& engine, const InferenceRequest& r) {
   const bool conversation = !r.messages.empty();
-  TokenScores scores = conversation ? engine.score_conversation_tokens(chat::read_messages(r.messages).dump())
+  TokenScores scores = conversation ? engine.score_conversation_tokens(scored_messages(r.messages))
                                     : engine.score_tokens(r.text);
   TokenTable tokens{scores.tokens, scores.texts, {}, scores.attention};
   for (const auto& p : scores.probability) tokens.scores.push_back(table_of(engine, p, r.display));
@@ -117,7 +129,7 @@ void show_comparison(const Engine& engine, const InferenceRequest& r) {
 }
 
 void show_conversation(const Engine& engine, const InferenceRequest& r) {
-  const std::vector<TextScores> scores = engine.score_conversations({chat::read_messages(r.messages).dump()});
+  const std::vector<TextScores> scores = engine.score_conversations({scored_messages(r.messages)});
   // "conversation" where a text's ranking holds the text, as probe_server's /v1/rank answers "messages".
   Json shown = show(engine, "conversation", table_of(engine, scores[0].probability, r.display), r.display,
                     r.engine.best_layer, false);
@@ -225,7 +237,7 @@ CLI::Validator unit_interval() {
 // The prompts to generate after: the texts as given, or rendered with the model's chat template (--chat: each text
 // a user message; --messages: the file's conversation).
 std::vector<std::string> generation_prompts(const Engine& engine, const InferenceRequest& r) {
-  if (!r.messages.empty()) return {chat::render_conversation(engine.model_dir(), chat::read_messages(r.messages))};
+  if (!r.messages.empty()) return {chat::render_conversation(engine.model_dir(), chat::read_conversation(r.messages))};
   std::vector<std::string> prompts = r.text.empty() ? read_texts(r.file, r.text_field) : std::vector<std::string>{r.text};
   if (r.chat) {
     for (std::string& prompt : prompts) prompt = chat::render_conversation(engine.model_dir(), chat::user_message(prompt));
@@ -449,9 +461,9 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
   app.add_flag("--chat", r.chat,
                "With --generate: each text is a user message, rendered with the model's chat template (and its reply prompt)");
   app.add_option("--messages", r.messages,
-                 "A conversation (a JSON list of {\"role\", \"content\"} messages) rendered with the model's chat "
-                 "template: ranked at the probes' token mask (the assistant's tokens for probes trained on texts), or "
-                 "with --generate the prompt");
+                 "A conversation (a JSON list of {\"role\", \"content\"} messages, or an object with \"messages\" and, "
+                 "with --generate, \"tools\") rendered with the model's chat template: ranked at the probes' token mask "
+                 "(the assistant's tokens for probes trained on texts), or with --generate the prompt");
   generation::add_generation_flags(app, r.generation);
   monitor::add_monitor_flags(app, r.monitors);
   steering::add_steering_flags(app, e.steering, false);

@@ -6,6 +6,7 @@
 #include <future>
 #include <random>
 
+#include "chat/render_budget.h"
 #include "chat/template_error.h"
 #include "generation/flags.h"
 #include "inference/reports.h"
@@ -34,13 +35,24 @@ std::string completion_id() {
   return fmt::format("chatcmpl-{:016x}{:08x}", random(), static_cast<uint32_t>(random()));
 }
 
-std::string render_prompt(const ChatModel& model, const ChatQuery& query) {
+// The prompt the checkpoint's template renders, within the sandbox's bounds and the request's deadline: a template
+// that passes them answers this request (400, or 408 out of time) and nobody else's.
+std::string render_prompt(const ChatModel& model, const ChatQuery& query, Clock::time_point deadline) {
   if (!model.chat_template) throw RequestError(400, model.problem, "messages");
   chat::ChatTemplateInputs inputs;
   inputs.messages = chat::OrderedJson::parse(query.messages.dump());
+  if (!query.tools.is_null()) inputs.tools = chat::OrderedJson::parse(query.tools.dump());
   inputs.add_generation_prompt = true;
+  inputs.limits.deadline = deadline;
   try {
     return model.chat_template->render(inputs);
+  } catch (const chat::RenderBudgetExceeded& e) {
+    if (e.timed_out()) {
+      throw RequestError(408, fmt::format("the model's chat template did not finish rendering these messages within the "
+                                          "request's time (--request-timeout): {}", e.what()), "messages");
+    }
+    throw RequestError(400, fmt::format("the model's chat template passed its sandbox's bounds on these messages: {}", e.what()),
+                       "messages");
   } catch (const chat::TemplateRaised& e) {
     throw RequestError(400, fmt::format("the model's chat template refuses these messages: {}", e.what()), "messages");
   } catch (const chat::TemplateError& e) {
@@ -50,10 +62,11 @@ std::string render_prompt(const ChatModel& model, const ChatQuery& query) {
 
 // The request's generation, checked and resolved in the request's thread: the prompt's ids (the rendered text
 // holds its special tokens: none are added), the sampling, the model's eos ids, the steering.
-inference::StreamRequest prepare(const ServerContext& context, const ChatModel& model, const ChatQuery& query) {
+inference::StreamRequest prepare(const ServerContext& context, const ChatModel& model, const ChatQuery& query,
+                                 Clock::time_point deadline) {
   check_view(context, query.probes);
   inference::StreamRequest request;
-  request.prompt_ids = context.engine.tokenizer().encode(render_prompt(model, query), false);
+  request.prompt_ids = context.engine.tokenizer().encode(render_prompt(model, query, deadline), false);
   const int64_t limit = context.options.limits.max_tokens;
   if (static_cast<int64_t>(request.prompt_ids.size()) > limit) {
     throw RequestError(413, fmt::format("the rendered 'messages' are {} tokens long, more than this server's limit of {} "
@@ -132,7 +145,7 @@ Json models_response(const ChatModel& model) {
 
 Json chat_completion_response(const ServerContext& context, const ChatModel& model, const ChatQuery& query,
                               Clock::time_point deadline) {
-  inference::StreamRequest request = prepare(context, model, query);
+  inference::StreamRequest request = prepare(context, model, query, deadline);
   const ReplyHeader header{completion_id(), static_cast<int64_t>(std::time(nullptr)), model.name};
   auto state = std::make_shared<ReplyState>(query.stop);
   const ViewQuery view = query.probes;
@@ -218,7 +231,7 @@ void end_stream(EventStream& stream, const ReplyHeader& header, ReplyState& stat
 
 void start_chat_stream(const ServerContext& context, const ChatModel& model, const ChatQuery& query,
                        std::shared_ptr<EventStream> stream, Clock::time_point deadline) {
-  inference::StreamRequest request = prepare(context, model, query);
+  inference::StreamRequest request = prepare(context, model, query, deadline);
   const ReplyHeader header{completion_id(), static_cast<int64_t>(std::time(nullptr)), model.name};
   auto state = std::make_shared<ReplyState>(query.stop);
   const ViewQuery view = query.probes;

@@ -127,3 +127,25 @@ TEST_CASE("multi_probe_inference --generate --chat and --messages: the rendered 
   check_failure(run_command(base + " --messages " + tmp.file("one.json") + " --text a"), 2,
                 {"--messages is the whole prompt: it excludes --text and --file"});
 }
+
+TEST_CASE("inspect_model chat-template: tools reach the template; a template past its sandbox's bounds fails naming them") {
+  TempDir tmp;
+  const std::string qwen = fmt::format("{}/qwen3", PROBEKIT_TOKENIZER_CACHE);
+  REQUIRE_MESSAGE(is_regular_file(qwen + "/tokenizer_config.json"), "run bash scripts/fetch_tokenizers.sh");
+  write_text(tmp.file("body.json"), R"({"messages": [{"role": "user", "content": "Weather in Oslo?"}],
+    "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]})");
+  const std::string rendered = rendered_by_tool(tmp, qwen, tmp.file("body.json"));
+  CHECK_CONTAINS(rendered, "<tools>");
+  CHECK_CONTAINS(rendered, "\"name\": \"get_weather\"");
+  write_text(tmp.file("bad_tools.json"), R"({"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "web"}]})");
+  CommandResult r = run_command(fmt::format("{} chat-template --model {} --messages {}", tool("inspect_model"), qwen,
+                                            tmp.file("bad_tools.json")));
+  check_failure(r, 1, {"bad_tools.json", "'tools[0].type' must be \"function\""});
+
+  make_directories(tmp.file("hostile"));
+  write_text(tmp.file("hostile/chat_template.jinja"), "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}\n{{ f(0) }}");
+  write_text(tmp.file("messages.json"), kConversation);
+  r = run_command(fmt::format("{} chat-template --model {} --messages {}", tool("inspect_model"), tmp.file("hostile"),
+                              tmp.file("messages.json")));
+  check_failure(r, 1, {"chat template line 1", "deeper than 500 levels"});
+}

@@ -1,6 +1,7 @@
 // probe_server as an OpenAI-compatible server, on loopback: /v1/chat/completions (a completion and a stream of the
 // same request agree at temperature 0, the probes ride along, the usage is counted, stop strings, errors in
-// OpenAI's shape), /v1/models; concurrent streams decoded in one batch, each giving what it gives alone; /metrics.
+// OpenAI's shape, tools offered to the template, a hostile template failing only its own request), /v1/models;
+// concurrent streams decoded in one batch, each giving what it gives alone; /metrics.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
@@ -319,4 +320,76 @@ TEST_CASE("probe_server GET /metrics: requests by endpoint and status, streams, 
     previous = count;
   }
   CHECK(previous == 2);
+}
+
+TEST_CASE("probe_server /v1/chat/completions: a hostile chat template fails its own request only; tools reach the template") {
+  TempDir tmp;
+  const std::string probes = train_probes(tmp);
+  TempDir model;
+  for (const char* file : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
+    write_text(model.file(file), read_text(kGemmaModel + "/" + file));
+  }
+  write_text(model.file("chat_template.jinja"),
+             "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{% set content = messages[-1].content %}"
+             "{% if content == 'recurse' %}{{ f(0) }}"
+             "{% elif content == 'loop' %}{% set r = range(100000) %}{% for i in r %}{% for j in r %}{% endfor %}{% endfor %}"
+             "{% else %}{{ bos_token }}<start_of_turn>user\n{% if tools %}{{ tools | tojson }}\n{% endif %}{{ content }}"
+             "<end_of_turn>\n<start_of_turn>model\n{% endif %}");
+  server::ServerOptions o = options_for(probes);
+  o.engine.model_dir = model.path();
+  o.engine.force = true;
+  RunningServer s(o);
+  struct Answer {
+    int status;
+    Json body;
+  };
+  auto ask = [&](const std::string& content, const Json& extra = Json::object()) {
+    Json body = {{"messages", {{{"role", "user"}, {"content", content}}}}, {"max_tokens", 2}, {"temperature", 0}};
+    body.update(extra);
+    httplib::Result r = post(s, "/v1/chat/completions", body.dump());
+    REQUIRE(r);
+    return Answer{r->status, Json::parse(r->body)};
+  };
+  const Answer reply = ask("recurse");
+  CHECK(reply.status == 400);
+  CHECK(reply.body["error"]["param"] == "messages");
+  CHECK_CONTAINS(reply.body["error"]["message"].get<std::string>(), "deeper than 500 levels");
+  // While a render works through its budget, the server answers others.
+  int loop_status = 0;
+  std::string loop_body;
+  std::thread looping([&] {
+    const Json body = {{"messages", {{{"role", "user"}, {"content", "loop"}}}}};
+    if (httplib::Result r = post(s, "/v1/chat/completions", body.dump())) {
+      loop_status = r->status;
+      loop_body = r->body;
+    }
+  });
+  httplib::Result health = s.client().Get("/healthz");
+  looping.join();
+  REQUIRE(health);
+  CHECK(health->status == 200);
+  CHECK(loop_status == 400);
+  CHECK_CONTAINS(loop_body, "budget of 20000000 steps");
+
+  // Tools are rendered into the prompt (the template prints them); a malformed one is refused naming its field.
+  const Json tools = Json::parse(R"([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}])");
+  const Answer plain = ask("Hello");
+  const Answer with_tools = ask("Hello", {{"tools", tools}, {"tool_choice", "auto"}});
+  REQUIRE(plain.status == 200);
+  REQUIRE(with_tools.status == 200);
+  CHECK(with_tools.body["usage"]["prompt_tokens"].get<int>() > plain.body["usage"]["prompt_tokens"].get<int>() + 5);
+  const Answer bad = ask("Hello", {{"tools", Json::parse(R"([{"type": "function", "function": {}}])")}});
+  CHECK(bad.status == 400);
+  CHECK(bad.body["error"]["param"] == "tools[0].function.name");
+  const Answer choice = ask("Hello", {{"tools", tools}, {"tool_choice", "required"}});
+  CHECK(choice.status == 400);
+  CHECK(choice.body["error"]["param"] == "tool_choice");
+
+  // Out of time: a 408 naming --request-timeout.
+  o.limits.request_timeout_s = 0.01;
+  RunningServer hurried(o);
+  httplib::Result r = post(hurried, "/v1/chat/completions", Json({{"messages", {{{"role", "user"}, {"content", "loop"}}}}}).dump());
+  REQUIRE(r);
+  CHECK(r->status == 408);
+  CHECK_CONTAINS(r->body, "did not finish rendering these messages within the request's time (--request-timeout)");
 }

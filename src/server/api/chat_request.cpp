@@ -63,6 +63,21 @@ ViewQuery probe_view(BodyFields& fields) {
   }
 }
 
+// "tools": functions the template offers the model, as transformers' apply_chat_template(tools=...) renders them.
+// The reply's tool calls come back as the text the model writes: "tool_choice" can only leave the choice to it.
+Json offered_tools(BodyFields& fields) {
+  const Json* tools = fields.take("tools");
+  if (const Json* choice = fields.take("tool_choice"); choice != nullptr && *choice != "auto") {
+    throw RequestError(kBadRequest, "'tool_choice' can only be \"auto\" here: the template offers the tools and the model "
+                                    "chooses (its calls come back as the text it writes)", "tool_choice");
+  }
+  if (tools == nullptr || tools->is_null()) return nullptr;
+  if (auto problem = chat::find_tools_problem(chat::OrderedJson::parse(tools->dump()))) {
+    throw RequestError(kBadRequest, problem->message, problem->field);
+  }
+  return *tools;
+}
+
 // Fields OpenAI's clients may send that change nothing here at their defaults; other values are refused.
 void check_defaults(BodyFields& fields) {
   if (fields.integer("n", 1, 1, std::numeric_limits<int64_t>::max()) != 1) {
@@ -89,6 +104,7 @@ ChatQuery parse_chat_query(std::string_view body, const Limits& limits) {
   if (model != nullptr && !model->is_string()) wrong_type("model", "a model's name", *model);
   if (model != nullptr) query.model = model->get<std::string>();
   query.messages = checked_messages(fields.required("messages"));
+  query.tools = offered_tools(fields);
   query.max_tokens = reply_tokens(fields, limits);
   query.temperature = fields.number("temperature", query.temperature, 0, 2);
   query.top_p = fields.number("top_p", query.top_p, 0, 1);

@@ -1,5 +1,5 @@
-// POST /v1/chat/completions' body, as the OpenAI API reference gives it (messages, max_tokens or
-// max_completion_tokens, temperature, top_p, seed, stop, stream, stream_options.include_usage, n = 1), with our
+// POST /v1/chat/completions' body, as the OpenAI API reference gives it (messages, tools with tool_choice "auto",
+// max_tokens or max_completion_tokens, temperature, top_p, seed, stop, stream, stream_options.include_usage, n = 1), with our
 // extensions: "probes" (how the probe scores riding on each token are shown) and "steer" / "ablate" as in
 // /v1/generate. Refusals are RequestErrors naming the field, as for our own endpoints.
 #pragma once
@@ -21,6 +21,7 @@ constexpr int64_t kMaxStopStrings = 4;  // as OpenAI allows
 struct ChatQuery {
   std::string model;      // any name: the loaded model answers
   Json messages;          // checked: a non-empty list of {"role", "content"} messages
+  Json tools;             // checked: functions offered to the template (apply_chat_template(tools=...)); null: none
   int64_t max_tokens = 0;  // max_completion_tokens or max_tokens; 0: up to --max-new-tokens
   double temperature = 1;  // OpenAI's default
   double top_p = 1;
