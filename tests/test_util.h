@@ -3,10 +3,14 @@
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <initializer_list>
+#include <memory>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -124,5 +128,25 @@ inline void check_named_flags(const std::string& command, const std::string& out
     CHECK_MESSAGE(std::regex_search(help, listed), command, " does not take ", name, ", which its output names: ", output);
   }
 }
+
+// Collects what spdlog's default logger writes while it lives.
+class LoggedLines {
+ public:
+  LoggedLines() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(text_)) {
+    spdlog::default_logger()->sinks().push_back(sink_);
+  }
+  ~LoggedLines() {
+    auto& sinks = spdlog::default_logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  LoggedLines(const LoggedLines&) = delete;
+  LoggedLines& operator=(const LoggedLines&) = delete;
+
+  std::string text() const { return text_.str(); }
+
+ private:
+  std::ostringstream text_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+};
 
 }  // namespace probekit::testing

@@ -82,7 +82,14 @@ void write_attributes(hid_t file, const FileAttributes& a) {
   if (!a.shard.empty()) hdf5::set_attribute(file, "shard", a.shard);
 }
 
-FileAttributes load_attributes(hid_t file, const std::string& path) {
+namespace {
+
+// A layer read from the file: numbered from 0, as the model's layers are.
+void check_layer_attribute(const std::string& path, const char* name, int64_t layer) {
+  if (layer < 0) fail("{}: attribute '{}': layer {} is out of range (layers are numbered from 0)", path, name, layer);
+}
+
+FileAttributes read_attribute_values(hid_t file, const std::string& path) {
   FileAttributes a;
   a.recipe = ReadoutRecipe::read_attributes(file, path);
   for (const auto& [name, member] : text_attributes()) {
@@ -92,7 +99,10 @@ FileAttributes load_attributes(hid_t file, const std::string& path) {
     if (std::optional<int64_t> value = hdf5::get_int_attribute(file, name)) a.*member = *value;
   }
   a.layers = hdf5::get_int_list_attribute(file, "layers").value_or(std::vector<int64_t>{});
-  a.layer = hdf5::get_int_attribute(file, "layer").value_or(layer_from_file_name(path));
+  for (int64_t layer : a.layers) check_layer_attribute(path, "layers", layer);
+  const std::optional<int64_t> layer = hdf5::get_int_attribute(file, "layer");
+  if (layer) check_layer_attribute(path, "layer", *layer);
+  a.layer = layer.value_or(layer_from_file_name(path));
   a.label_names = hdf5::get_string_list_attribute(file, "label_names").value_or(std::vector<std::string>{});
   // Two labels of one name would write one probe file over the other, or drop a probe.
   for (size_t i = 0; i < a.label_names.size(); ++i) {
@@ -107,6 +117,18 @@ FileAttributes load_attributes(hid_t file, const std::string& path) {
   a.skip_invalid = hdf5::get_int_attribute(file, "skip_invalid").value_or(0) != 0;
   a.shard = hdf5::get_string_attribute(file, "shard").value_or("");
   return a;
+}
+
+}  // namespace
+
+FileAttributes load_attributes(hid_t file, const std::string& path) {
+  try {
+    return read_attribute_values(file, path);
+  } catch (const std::runtime_error& e) {
+    const std::string message = e.what();
+    if (message.rfind(path, 0) == 0) throw;
+    fail("{}: {}", path, message);  // the HDF5 layer knows the attribute, not the file
+  }
 }
 
 void check_complete(hid_t file, const std::string& path) {

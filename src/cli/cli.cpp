@@ -16,6 +16,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "common/interrupt.h"
 #include "common/logging.h"
 #include "device/runtime.h"
 
@@ -204,6 +205,17 @@ void flush_standard_output() {
 
 }  // namespace
 
+namespace {
+
+// The first SIGINT or SIGTERM asks the work to stop at its next step and gives the signal back its default, so
+// that a second one kills at once. Both calls are async-signal-safe (an atomic store, signal()).
+extern "C" void request_interrupt_on_signal(int signal) {
+  request_interrupt();
+  std::signal(signal, SIG_DFL);
+}
+
+}  // namespace
+
 int run_tool(CLI::App& app, int argc, char** argv, const CommonOptions& options, const std::function<void()>& body) {
   try {
     app.parse(argc, argv);
@@ -231,10 +243,17 @@ int run_tool(CLI::App& app, int argc, char** argv, const CommonOptions& options,
   std::signal(SIGXFSZ, SIG_IGN);
   // A closed pipe on stdout becomes a write error with a message rather than a silent death by SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
+  if (!options.interrupt_note.empty()) {
+    std::signal(SIGINT, request_interrupt_on_signal);
+    std::signal(SIGTERM, request_interrupt_on_signal);
+  }
   try {
     body();
     flush_standard_output();
     return 0;
+  } catch (const Interrupted&) {
+    spdlog::warn("interrupted: {}", options.interrupt_note);
+    return 130;  // as a shell reports a command ended by Ctrl-C
   } catch (const UsageError& e) {
     spdlog::error("{}", explain_failure(e, options.disk_full_advice));
     spdlog::error("Run with --help for the flags.");

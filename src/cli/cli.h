@@ -18,6 +18,10 @@ struct CommonOptions {
   int threads = 0;  // 0: one per core
   /// Added to the message of a failure that a full disk caused: what the tool can recover (set by the tool).
   std::string disk_full_advice;
+  /// When set (by the tool), Ctrl-C or SIGTERM stops the work at its next progress report instead of killing the
+  /// tool, which then says "interrupted: " and this (what was kept and what was not) and exits 130; a second
+  /// signal kills at once.
+  std::string interrupt_note;
 };
 
 /// Makes idle OpenMP threads sleep rather than spin, by re-executing the program once with
@@ -72,7 +76,8 @@ CLI::Option* add_model_options(CLI::App& app, std::string& model, const std::str
 CLI::Option* add_layers_option(CLI::App& app, std::string& layers, const std::string& help);
 
 /// Parses the command line, sets up logging, runs `body` and maps failures to exit codes:
-/// CLI11 parse errors and UsageError exit 2, every other exception exits 1 after one "error: ..." line.
+/// CLI11 parse errors and UsageError exit 2, every other exception exits 1 after one "error: ..." line; an
+/// interruption the tool catches (options.interrupt_note) exits 130.
 int run_tool(CLI::App& app, int argc, char** argv, const CommonOptions& options, const std::function<void()>& body);
 
 /// The message to show for a failure: LibTorch's C++ backtrace removed, advice added for out-of-memory and a

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <limits>
 
+#include <spdlog/spdlog.h>
+
 #include "common/error.h"
 #include "model/routed_experts.h"
 #include "model/weights.h"
@@ -85,6 +87,31 @@ const at::Tensor& float8_e4m3fn_values() {
     return table;
   }();
   return values;
+}
+
+namespace {
+
+// The index of the first true element of `mask` as "i, j" (nonzero's rows need not be contiguous).
+std::string first_index(const at::Tensor& mask) {
+  at::Tensor first = mask.nonzero()[0].contiguous();
+  return fmt::format("{}", fmt::join(first.data_ptr<int64_t>(), first.data_ptr<int64_t>() + first.numel(), ", "));
+}
+
+}  // namespace
+
+void check_fp8_scales(const at::Tensor& scale_inv, const std::string& what) {
+  const at::Tensor scales = scale_inv.to(at::kFloat);
+  const at::Tensor broken = scales.isfinite().logical_not();
+  if (broken.any().item<bool>()) {
+    fail("{}: the FP8 block scale at [{}] is {}; the checkpoint is damaged", what, first_index(broken),
+         scales.masked_select(broken)[0].item<float>());
+  }
+  const at::Tensor zero = scales.eq(0);
+  if (const int64_t zeros = zero.sum().item<int64_t>(); zeros > 0) {
+    spdlog::warn("{}: the FP8 block scale at [{}] is 0 ({} of its {} blocks): those weights decode to zeros (no "
+                 "published checkpoint has a zero scale: is the checkpoint damaged?)",
+                 what, first_index(zero), zeros, scales.numel());
+  }
 }
 
 at::Tensor fp8_row_scales(const at::Tensor& scale_inv, int64_t rows, int64_t block_rows) {
@@ -169,11 +196,9 @@ void check_mxfp4(const at::Tensor& blocks, const at::Tensor& scales, const std::
     fail("{}: MXFP4 blocks of shape [{}] do not match scales of shape [{}] (expected blocks [{}])", what,
          fmt::join(blocks.sizes(), ", "), fmt::join(scales.sizes(), ", "), fmt::join(block_shape, ", "));
   }
-  at::Tensor nan_scales = scales.eq(255).nonzero();
-  if (nan_scales.size(0) > 0) {
-    std::vector<int64_t> index(nan_scales[0].data_ptr<int64_t>(), nan_scales[0].data_ptr<int64_t>() + nan_scales.size(1));
-    fail("{}: MXFP4 scale byte 255 at [{}] is NaN in the e8m0 format; the checkpoint is damaged", what,
-         fmt::join(index, ", "));
+  const at::Tensor nan_scales = scales.eq(255);
+  if (nan_scales.any().item<bool>()) {
+    fail("{}: MXFP4 scale byte 255 at [{}] is NaN in the e8m0 format; the checkpoint is damaged", what, first_index(nan_scales));
   }
 }
 

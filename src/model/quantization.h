@@ -25,6 +25,11 @@ const at::Tensor& float8_e4m3fn_values();
 /// ceil(in / B1)] block by block (the last blocks of a side partial), in float32 on the CPU.
 at::Tensor dequantize_fp8_blocks(const at::Tensor& bytes, const at::Tensor& scale_inv, const std::vector<int64_t>& block);
 
+/// Checks fine-grained FP8 block scales read from a checkpoint (`what` names the tensor and its file): a scale
+/// that is NaN or infinite is refused naming its block; a scale of zero, which turns its block into zeros and which
+/// no published checkpoint has, is warned about naming the first such block and how many there are.
+void check_fp8_scales(const at::Tensor& scale_inv, const std::string& what);
+
 /// Block scales `scale_inv` [ceil(rows / block_rows), C] as one fp32 row per weight row [rows, C].
 at::Tensor fp8_row_scales(const at::Tensor& scale_inv, int64_t rows, int64_t block_rows);
 

@@ -70,7 +70,9 @@ at::Tensor WeightScope::fp8_scales(const std::string& name, const Checkpoint::En
     fail("FP8 tensor '{}' in {} is not a weight that has a weight_scale_inv", full, entry.file->path());
   }
   const std::vector<int64_t> blocks = {(shape[0] + block[0] - 1) / block[0], (shape[1] + block[1] - 1) / block[1]};
-  return view(name + "_scale_inv", blocks);
+  at::Tensor scales = view(name + "_scale_inv", blocks);
+  check_fp8_scales(scales, fmt::format("'{}_scale_inv' in {}", full, entry.file->path()));
+  return scales;
 }
 
 at::Tensor WeightScope::dequantized_fp8(const std::string& name, const Checkpoint::Entry& entry) const {

@@ -146,7 +146,9 @@ ProbeSet ProbeSet::load(const std::string& directory, at::Device device, at::Sca
     const Json& format = index.at("format");
     multiclass = format == kMulticlassIndexFormat;
     if (!multiclass && format != kBinaryIndexFormat) fail("unknown format {}", format.dump());
-    json_value<int64_t>(index, "layer", -1, index_path);
+    if (const int64_t layer = json_value<int64_t>(index, "layer", -1, index_path); layer < 0 && index.contains("layer")) {
+      fail("layer {} is out of range (layers are numbered from 0)", layer);
+    }
     recipe = recorded_recipe(index, index_path);
     shape = index_shape(index, multiclass, index_path);
     probes = multiclass ? class_outputs(index, shape) : binary_probes(index, index_path);

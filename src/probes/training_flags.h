@@ -11,6 +11,11 @@
 
 namespace probekit::probes {
 
+/// What the training tools say when Ctrl-C stops them: their output is staged and moved into place whole.
+constexpr const char* kTrainingInterruptNote =
+    "the output directory is as it was before this run: probes are written all together once every label is trained, "
+    "so none of this run's were kept";
+
 /// The tools that take training flags.
 enum class TrainingTool {
   kBinary,      // train_binary_probes

@@ -180,3 +180,19 @@ TEST_CASE("virtual datasets: read through their sources, which must exist, store
   std::string missing = "its values are read from " + tmp.file("parts/b.h5") + ", which is missing";
   CHECK_THROWS_WITH(read("values"), doctest::Contains(missing.c_str()));
 }
+
+TEST_CASE("a malformed or negative layer attribute is an error of the file, naming it") {
+  TempDir tmp;
+  const std::string path = write_small_file(tmp);
+  {
+    hdf5::Handle file = hdf5::open_file(path, true);
+    hdf5::set_attribute(file.get(), "layer", std::string("three"));
+  }
+  CHECK(read_error(path) == path + ": attribute layer is not an integer");
+  {
+    hdf5::Handle file = hdf5::open_file(path, true);
+    hdf5::set_attribute(file.get(), "layer", int64_t{-3});
+  }
+  CHECK(read_error(path) == path + ": attribute 'layer': layer -3 is out of range (layers are numbered from 0)");
+  CHECK_THROWS_WITH_AS(activations::read_attributes(path), doctest::Contains("layer -3 is out of range"), std::runtime_error);
+}

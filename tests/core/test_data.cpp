@@ -25,6 +25,7 @@
 #include "test_util.h"
 
 using namespace probekit;
+using probekit::testing::LoggedLines;
 using probekit::testing::TempDir;
 using probekit::testing::write_text;
 
@@ -307,30 +308,6 @@ TEST_CASE("a dataset that is a directory, or - on a terminal, is refused naming 
   ::close(follower);
   ::close(terminal);
 }
-
-namespace {
-
-// Collects what spdlog's default logger writes while it lives.
-class LoggedLines {
- public:
-  LoggedLines() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(text_)) {
-    spdlog::default_logger()->sinks().push_back(sink_);
-  }
-  ~LoggedLines() {
-    auto& sinks = spdlog::default_logger()->sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
-  }
-  LoggedLines(const LoggedLines&) = delete;
-  LoggedLines& operator=(const LoggedLines&) = delete;
-
-  std::string text() const { return text_.str(); }
-
- private:
-  std::ostringstream text_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
-};
-
-}  // namespace
 
 TEST_CASE("--keep-fields naming a field no example has: a warning naming the field and the file, an error when strict") {
   TempDir tmp;

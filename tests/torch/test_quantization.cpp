@@ -1,10 +1,12 @@
-// Quantized weights decoded on load: float8_e4m3fn bytes by hand, and block scales with partial edge blocks.
+// Quantized weights decoded on load: float8_e4m3fn bytes by hand, block scales with partial edge blocks (checked for
+// NaN, infinite and zero scales), MXFP4 codes and scales.
 #include <doctest/doctest.h>
 
 #include <cmath>
 
 #include "model/quantization.h"
 #include "model/weights.h"
+#include "test_util.h"
 
 using namespace probekit;
 
@@ -118,9 +120,26 @@ TEST_CASE("MXFP4 experts decoded a slice at a time give the bits of all at once,
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
     at::Tensor whole = model::decode_mxfp4(blocks, scales, dtype);
     at::Tensor sliced = model::decode_mxfp4(blocks, scales, dtype, 2 * 6 * 2 * 16);
-    CHECK(whole.sizes().vec() == std::vector<int64_t>{5, 6, 64});
+    CHECK((whole.sizes().vec() == std::vector<int64_t>{5, 6, 64}));
     CHECK(static_cast<int>(whole.scalar_type()) == static_cast<int>(dtype));
     CHECK(at::equal(sliced, whole));
     CHECK(at::equal(whole.to(at::kFloat), model::decode_mxfp4(blocks, scales, at::kFloat).to(dtype).to(at::kFloat)));
   }
+}
+
+TEST_CASE("FP8 block scales: NaN or infinite ones are refused naming the block; zero ones are warned about") {
+  at::Tensor scales = at::tensor({1.0f, 2.0f, 3.0f, 4.0f}).view({2, 2});
+  model::check_fp8_scales(scales, "'w_scale_inv' in f");
+  scales[1][0] = std::nanf("");
+  CHECK_THROWS_WITH_AS(model::check_fp8_scales(scales, "'w_scale_inv' in f"),
+                       "'w_scale_inv' in f: the FP8 block scale at [1, 0] is nan; the checkpoint is damaged", std::runtime_error);
+  scales[1][0] = INFINITY;
+  CHECK_THROWS_WITH_AS(model::check_fp8_scales(scales.to(at::kBFloat16), "w"), doctest::Contains("at [1, 0] is inf"),
+                       std::runtime_error);
+  scales[1][0] = 0.0f;
+  scales[1][1] = 0.0f;
+  testing::LoggedLines log;
+  model::check_fp8_scales(scales, "'w_scale_inv' in f");
+  CHECK_CONTAINS(log.text(), "'w_scale_inv' in f: the FP8 block scale at [1, 0] is 0 (2 of its 4 blocks): those weights decode "
+                             "to zeros");
 }

@@ -326,6 +326,19 @@ TEST_CASE("a text too long for the CPU's memory is refused before the model load
                 {"huge.jsonl:6: this text's prompt is", "cut long texts with --max-length"});
 }
 
+TEST_CASE("Ctrl-C during training into an existing probes directory stops it, saying what was kept") {
+  TempDir tmp;
+  capture_and_train(tmp);
+  const std::string train = fmt::format(
+      "{} --activations {} --output-dir {} --epochs 1000000 --early-stopping-patience -1 --device cpu -q --overwrite",
+      tool("train_binary_probes"), tmp.file("act"), tmp.file("probes"));
+  CommandResult r = run_command(fmt::format("{{ {} & pid=$!; sleep 3; kill -INT $pid; wait $pid; echo \"exit $?\"; }}", train));
+  CHECK_CONTAINS(r.output, "interrupted: the output directory is as it was before this run");
+  CHECK_CONTAINS(r.output, "exit 130");
+  CHECK(read_json_file(tmp.file("probes/probes.json"))["probes"].size() == 3);
+  CHECK_FALSE(path_exists(tmp.file("probes.partial")));
+}
+
 TEST_CASE("a probes.json value of the wrong type names the file and the key") {
   TempDir tmp;
   capture_and_train(tmp);
@@ -341,6 +354,17 @@ TEST_CASE("a probes.json value of the wrong type names the file and the key") {
   r = run_command(inference(tmp.file("probes"), kGemmaModel, ""));
   CHECK(r.exit_code == 1);
   CHECK_CONTAINS(r.output, "probes[0]: 'threshold' must be a number, got \"high\"");
+  // Values out of range are errors of the file (exit 1), naming the value.
+  index["probes"][0]["threshold"] = 0.5;
+  index["layer"] = -3;
+  write_json_file(tmp.file("probes/probes.json"), index);
+  r = run_command(inference(tmp.file("probes"), kGemmaModel, ""));
+  check_failure(r, 1, {"probes.json", "layer -3 is out of range"});
+  index["layer"] = 2;
+  index["readout"]["position"] = "middle";
+  write_json_file(tmp.file("probes/probes.json"), index);
+  r = run_command(inference(tmp.file("probes"), kGemmaModel, ""));
+  check_failure(r, 1, {"probes.json: readout: 'position' is 'middle', expected last, mean, max or all"});
 }
 
 TEST_CASE("a model whose numbers go non-finite is refused by every tool the way capture refuses it") {

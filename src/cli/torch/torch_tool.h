@@ -21,11 +21,14 @@ class TorchTool : public ToolCommandLine {
   int threads_ = 0;
 };
 
-/// The whole main of a tool whose flags fill one struct: `add_flags` declares them, `body` runs with their values.
+/// The whole main of a tool whose flags fill one struct: `add_flags` declares them, `body` runs with their values;
+/// `interrupt_note`, when given, makes Ctrl-C stop the work and say it (CommonOptions::interrupt_note).
 template <typename Flags>
 int run_tool_main(int argc, char** argv, const std::string& description, void (*add_flags)(CLI::App&, Flags&),
-                  const std::function<void(Flags&)>& body, OpenMpWaiting waiting = OpenMpWaiting::kPassive) {
+                  const std::function<void(Flags&)>& body, OpenMpWaiting waiting = OpenMpWaiting::kPassive,
+                  const std::string& interrupt_note = "") {
   TorchTool tool(argv, description, waiting);
+  tool.common.interrupt_note = interrupt_note;
   Flags flags;
   add_flags(tool.app, flags);
   return tool.run(argc, argv, [&] { body(flags); });
