@@ -58,6 +58,10 @@ struct TokenScores {
   // and on each suffix token, suffix_attention[s][l][k]; NaN on tokens the probes leave out (the BOS, those before
   // --max-tokens) and where a label has no probe. A probe's weights over the text and the suffix sum to 1.
   std::vector<std::vector<std::vector<double>>> attention, suffix_attention;
+  // Every-token probes that score each token and aggregate (ema, rolling) only, else empty: each token's own score
+  // token_probability[t][l][k] (the sigmoid of the linear score their aggregation weighs), beside `probability`,
+  // the probe's score of the text up to the token.
+  std::vector<std::vector<std::vector<double>>> token_probability;
   std::vector<uint8_t> mask;  // a conversation's: 1 for each token in the probes' token mask; empty for a text
 };
 
@@ -72,6 +76,8 @@ struct ScoredToken {
   bool last = false;     // the row's last token
   std::vector<std::vector<double>> probability;  // [layer][label], as TextScores: the text so far + the suffix
   std::vector<monitor::Firing> firings;  // the monitors that fired at this token (and, at the first, on the prompt)
+  // [layer][label]: the token's own score for ema and rolling probes (TokenScores::token_probability); else empty
+  std::vector<std::vector<double>> token_probability;
 };
 /// Called for each new token as it comes; returning false stops that row.
 using ScoredTokenCallback = std::function<bool(const ScoredToken&)>;
@@ -201,9 +207,14 @@ class Engine {
   /// True when the probes read every token of a text (attention).
   bool reads_every_token() const;
   /// Every-token probes: each text's probabilities [texts, probes] as the prompt text + suffix, read whole, steered
-  /// by `writes` (the engine's own when null; `per_row`: one vector per text, [texts, hidden] each).
+  /// by `writes` (the engine's own when null; `per_row`: one vector per text, [texts, hidden] each). With
+  /// `last_token`, also each text's last token's own probabilities [texts, probes] (row_probabilities; undefined
+  /// for probes without them).
   at::Tensor prompt_probabilities(const std::vector<readout::Sequence>& texts, const model::StreamWrites* writes,
-                                  bool per_row) const;
+                                  bool per_row, at::Tensor* last_token = nullptr) const;
+  /// Every-token probes that score each token (ema, rolling): each row's own probability [R, probes] of rows
+  /// [R, layers, width], layer after layer; undefined for the other kinds.
+  at::Tensor row_probabilities(const at::Tensor& rows) const;
   /// score_tokens for every-token probes: each prefix's whole prompt read and pooled, then the attention of the
   /// whole prompt's pool.
   void score_prefix_prompts(const readout::Sequence& ids, const readout::Request& request, TokenScores& result) const;
@@ -212,7 +223,8 @@ class Engine {
   /// prefix unless `with_suffix` (a conversation's, whose template writes the turns).
   void score_token_ids(const readout::Sequence& ids, const steering::SteeringVectors* steering, TokenScores& result,
                        bool with_suffix = true) const;
-  /// The attention of the whole prompt `ids` + suffix into result.attention and result.suffix_attention.
+  /// The attention of the whole prompt `ids` + suffix into result.attention and result.suffix_attention, and each
+  /// text token's own score into result.token_probability where the probes have one.
   void store_attention(const readout::Sequence& ids, const readout::Request& request, TokenScores& result) const;
   /// Stores probabilities_of's columns (on the host) into tables[first + n][l][k].
   void store_columns(const at::Tensor& columns, std::vector<std::vector<std::vector<double>>>& tables,

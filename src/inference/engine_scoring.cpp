@@ -50,7 +50,7 @@ at::Tensor Engine::text_probabilities(const at::Tensor& rows, const std::vector<
 }
 
 at::Tensor Engine::prompt_probabilities(const std::vector<readout::Sequence>& texts, const model::StreamWrites* writes,
-                                        bool per_row) const {
+                                        bool per_row, at::Tensor* last_token) const {
   const readout::Sequence& suffix = prompts_->suffix_ids();
   std::vector<readout::Sequence> prompts;
   std::vector<int64_t> offsets = {0};
@@ -64,7 +64,22 @@ at::Tensor Engine::prompt_probabilities(const std::vector<readout::Sequence>& te
   if (per_row) request.layout = readout::Layout::kPadded;
   at::Tensor rows = readout::read_rows(*model_, prompts, request);
   readout::check_finite_rows(rows, 1, request_.layers);
+  if (last_token != nullptr) {
+    std::vector<int64_t> last;  // each text's last token, before the suffix
+    for (size_t i = 0; i < texts.size(); ++i) last.push_back(offsets[i] + static_cast<int64_t>(texts[i].size()) - 1);
+    *last_token = row_probabilities(rows.index_select(0, at::tensor(last, at::kLong).to(rows.device())));
+  }
   return text_probabilities(rows, offsets);
+}
+
+at::Tensor Engine::row_probabilities(const at::Tensor& rows) const {
+  std::vector<at::Tensor> columns;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    at::Tensor logits = probes_[l].set.row_logits(rows.select(1, static_cast<int64_t>(l)).to(at::kFloat));
+    if (!logits.defined()) return {};
+    columns.push_back(at::sigmoid(logits.to(at::kFloat)));
+  }
+  return at::cat(columns, 1);
 }
 
 void Engine::store_columns(const at::Tensor& columns, std::vector<std::vector<std::vector<double>>>& tables,
@@ -266,6 +281,10 @@ void Engine::store_attention(const readout::Sequence& ids, const readout::Reques
   const auto text_tokens = static_cast<int64_t>(ids.size());
   const std::vector<int64_t> offsets = {0, static_cast<int64_t>(prompt.size())};
   at::Tensor rows = readout::read_rows(*model_, {prompt}, request);
+  if (at::Tensor own = row_probabilities(rows.narrow(0, 0, text_tokens)); own.defined()) {
+    result.token_probability = empty_tables(ids.size());
+    store_columns(own, result.token_probability, 0);
+  }
   result.attention = empty_tables(ids.size());
   result.suffix_attention = empty_tables(suffix.size());
   for (size_t l = 0; l < layers_.size(); ++l) {
@@ -330,7 +349,15 @@ std::vector<GeneratedText> Engine::generate(const std::vector<std::string>& prom
           std::vector<std::vector<std::vector<double>>> table = empty_tables(1);
           so_far[row].push_back(token.id);
           if (readout != nullptr) store_columns(token.rows.unsqueeze(0), table, 0);
-          if (whole_prompts) store_columns(prompt_probabilities({so_far[row]}, steered.writes, false), table, 0);
+          if (whole_prompts) {
+            at::Tensor own;  // ema and rolling probes: the new token's own score
+            store_columns(prompt_probabilities({so_far[row]}, steered.writes, false, &own), table, 0);
+            if (own.defined()) {
+              std::vector<std::vector<std::vector<double>>> own_table = empty_tables(1);
+              store_columns(own, own_table, 0);
+              scored.token_probability = std::move(own_table.front());
+            }
+          }
           scored.probability = std::move(table.front());
           texts[row].text += scored.text;
           return on_token(scored);

@@ -120,15 +120,21 @@ Json label_summaries_json(const std::vector<LabelSummary>& summaries) {
 
 namespace {
 
-// Attention probes: the weight the whole text's pool puts on token t for the prediction `p`; empty otherwise.
-std::string attention_note(const TokenTable& table, size_t t, const Prediction& p) {
-  if (table.attention.empty()) return "";
+// Every-token probes, for the prediction `p` of token t: the token's own score (ema, rolling) and the weight the
+// whole text's pool puts on it; empty for other probes.
+std::string token_note(const TokenTable& table, size_t t, const Prediction& p) {
+  if (table.attention.empty() && table.token_scores.empty()) return "";
   const ScoreTable& s = table.scores[t];
   const auto l = static_cast<size_t>(std::find(s.layers.begin(), s.layers.end(), p.layer) - s.layers.begin());
   const auto k = static_cast<size_t>(std::find(s.labels.begin(), s.labels.end(), p.label) - s.labels.begin());
   if (l >= s.layers.size() || k >= s.labels.size()) return "";
+  std::string note;
+  if (!table.token_scores.empty() && !std::isnan(table.token_scores[t][l][k])) {
+    note = fmt::format("  (token {:.3f})", table.token_scores[t][l][k]);
+  }
+  if (table.attention.empty()) return note;
   const double w = table.attention[t][l][k];
-  return std::isnan(w) ? "  (not read)" : fmt::format("  (attention {:.3f})", w);
+  return note + (std::isnan(w) ? "  (not read)" : fmt::format("  (attention {:.3f})", w));
 }
 
 }  // namespace
@@ -144,15 +150,16 @@ std::string per_token_terminal(const TokenTable& table, int64_t top) {
                                   table.scores[t].layers.size() > 1 ? fmt::format("@L{}", p.layer) : "", p.confidence));
     }
     out += fmt::format("{:>4}  {}  {}{}\n", t, pad(dump_json(table.tokens[t]), 18), fmt::join(parts, ", "),
-                       ranked.empty() ? "" : attention_note(table, t, ranked.front()));
+                       ranked.empty() ? "" : token_note(table, t, ranked.front()));
   }
   return out;
 }
 
 std::string per_token_csv(const TokenTable& table) {
   const bool attention = !table.attention.empty();
-  std::string out = attention ? "action_name,token_position,token_text,confidence,layer,is_active,attention\n"
-                              : "action_name,token_position,token_text,confidence,layer,is_active\n";
+  const bool own = !table.token_scores.empty();
+  std::string out = std::string("action_name,token_position,token_text,confidence,layer,is_active") +
+                    (own ? ",token_score" : "") + (attention ? ",attention\n" : "\n");
   for (size_t t = 0; t < table.tokens.size(); ++t) {
     const ScoreTable& s = table.scores[t];
     for (size_t l = 0; l < s.layers.size(); ++l) {
@@ -161,6 +168,10 @@ std::string per_token_csv(const TokenTable& table) {
         if (std::isnan(p)) continue;
         out += fmt::format("{},{},{},{:.6f},{},{}", csv_field(s.labels[k]), t, csv_field(table.tokens[t]), p, s.layers[l],
                            p >= s.threshold[l][k] ? "True" : "False");
+        if (own) {
+          const double score = table.token_scores[t][l][k];
+          out += std::isnan(score) ? "," : fmt::format(",{:.6f}", score);
+        }
         if (attention) {
           const double w = table.attention[t][l][k];
           out += std::isnan(w) ? "," : fmt::format(",{:.6f}", w);

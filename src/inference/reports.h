@@ -33,6 +33,9 @@ struct TokenTable {
   // Attention probes: the weight the whole text's pool puts on each token, [t][l][k] (TokenScores::attention);
   // empty for other probes.
   std::vector<std::vector<std::vector<double>>> attention;
+  // Ema and rolling probes: each token's own score [t][l][k] (TokenScores::token_probability) beside `scores`, the
+  // probe's score of the text up to the token; empty for other probes.
+  std::vector<std::vector<std::vector<double>>> token_scores;
 };
 
 /// Terminal view: each token with its `top` most confident (label, layer) pairs.

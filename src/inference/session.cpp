@@ -92,7 +92,7 @@ void show_per_token(const Engine& engine, const InferenceRequest& r) {
   const bool conversation = !r.messages.empty();
   TokenScores scores = conversation ? engine.score_conversation_tokens(scored_messages(r.messages))
                                     : engine.score_tokens(r.text);
-  TokenTable tokens{scores.tokens, scores.texts, {}, scores.attention};
+  TokenTable tokens{scores.tokens, scores.texts, {}, scores.attention, scores.token_probability};
   for (const auto& p : scores.probability) tokens.scores.push_back(table_of(engine, p, r.display));
   if (!r.csv.empty()) write_file_atomic(r.csv, per_token_csv(tokens));
   if (!r.html.empty()) write_file_atomic(r.html, per_token_html(tokens, "Per-token probe scores"));
@@ -350,14 +350,14 @@ Json ranking_json(const ScoreTable& table, const std::string& text, const Displa
 
 namespace {
 
-// An every-token probe's attention weights on one token: {label, layer, weight} where defined.
-Json attention_json(const std::vector<std::vector<double>>& weights, const ScoreTable& table) {
+// An every-token probe's values on one token (attention weights, a token's own scores): {label, layer, `key`}
+// where defined.
+Json token_values_json(const std::vector<std::vector<double>>& values, const ScoreTable& table, const char* key) {
   Json out = Json::array();
-  for (size_t l = 0; l < weights.size(); ++l) {
-    for (size_t k = 0; k < weights[l].size(); ++k) {
-      if (!std::isnan(weights[l][k])) {
-        out.push_back({{"label", table.labels[k]}, {"layer", table.layers[l]}, {"weight", weights[l][k]}});
-      }
+  for (size_t l = 0; l < values.size(); ++l) {
+    for (size_t k = 0; k < values[l].size(); ++k) {
+      if (std::isnan(values[l][k])) continue;
+      out.push_back({{"label", table.labels[k]}, {"layer", table.layers[l]}, {key, values[l][k]}});
     }
   }
   return out;
@@ -371,12 +371,15 @@ Json per_token_json(const std::string& text, const TokenScores& scores, const st
     rows.push_back({{"position", t}, {"token", scores.tokens[t]}, {"text", scores.texts[t]},
                     {"predictions", predictions_json(all_predictions(tables[t]))}});
     if (!scores.mask.empty()) rows.back()["in_mask"] = scores.mask[t] != 0;
-    if (!scores.attention.empty()) rows.back()["attention"] = attention_json(scores.attention[t], tables[t]);
+    if (!scores.token_probability.empty()) {
+      rows.back()["token_scores"] = token_values_json(scores.token_probability[t], tables[t], "score");
+    }
+    if (!scores.attention.empty()) rows.back()["attention"] = token_values_json(scores.attention[t], tables[t], "weight");
   }
   Json out = {{"text", text}, {"cut_tokens", scores.cut}, {"tokens", rows}};
   if (!scores.suffix_attention.empty() && !tables.empty()) {
     Json suffix = Json::array();
-    for (const auto& weights : scores.suffix_attention) suffix.push_back(attention_json(weights, tables.front()));
+    for (const auto& weights : scores.suffix_attention) suffix.push_back(token_values_json(weights, tables.front(), "weight"));
     out["suffix_attention"] = suffix;
   }
   return out;

@@ -80,8 +80,9 @@ bool StreamBatch::watch_prompt(Stream& s) {
   TokenScores scores;
   engine_.score_token_ids(s.request.prompt_ids, s.steering, scores);
   for (size_t t = 0; t < scores.probability.size(); ++t) {
+    const auto& own = scores.token_probability.empty() ? scores.probability[t] : scores.token_probability[t];
     std::vector<monitor::Firing> firings =
-        s.monitors->observe(scores.probability[t], static_cast<int64_t>(t), monitor::Scope::kPrompt);
+        s.monitors->observe(own, scores.probability[t], static_cast<int64_t>(t), monitor::Scope::kPrompt);
     if (firings.empty()) continue;
     s.prompt_firings.insert(s.prompt_firings.end(), firings.begin(), firings.end());
     s.generated.firings.insert(s.generated.firings.end(), firings.begin(), firings.end());
@@ -184,7 +185,10 @@ void StreamBatch::deliver(Launched& launched) {
     ids.push_back(static_cast<int32_t>(tokens.data_ptr<int64_t>()[row]));
   }
   // Every-token probes score the texts of the rows (those of streams_, see step()); the others' scores come by row.
-  const at::Tensor scores = engine_.reads_every_token() ? whole_text_scores(rows, ids).to(at::kCPU) : launched.copies[2]->wait();
+  at::Tensor token_scores;  // ema and rolling probes: each new token's own score
+  const at::Tensor scores =
+      engine_.reads_every_token() ? whole_text_scores(rows, ids, &token_scores).to(at::kCPU) : launched.copies[2]->wait();
+  if (token_scores.defined()) token_scores = token_scores.to(at::kCPU);
   std::vector<bool> ended(streams_.size(), false);
   std::vector<std::exception_ptr> errors(streams_.size());
   int64_t scored = 0;
@@ -199,20 +203,30 @@ void StreamBatch::deliver(Launched& launched) {
           std::invalid_argument(readout::non_finite_message("the model's outputs (after its final norm) are")));
       continue;
     }
-    ended[b] = hand_out(*streams_[b], static_cast<int32_t>(tokens.data_ptr<int64_t>()[row]), scores[score_row], errors[b]);
+    ended[b] = hand_out(*streams_[b], static_cast<int32_t>(tokens.data_ptr<int64_t>()[row]), scores[score_row],
+                        token_scores.defined() ? token_scores[score_row] : at::Tensor(), errors[b]);
   }
   leave(ended, errors);
 }
 
-bool StreamBatch::hand_out(Stream& s, int32_t id, const at::Tensor& scores, std::exception_ptr& error) {
+bool StreamBatch::hand_out(Stream& s, int32_t id, const at::Tensor& scores, const at::Tensor& token_scores,
+                           std::exception_ptr& error) {
   const generation::GenerationOptions& o = s.request.options;
   const auto index = static_cast<int64_t>(s.generated.ids.size());
   const bool eos = std::find(o.stop_ids.begin(), o.stop_ids.end(), id) != o.stop_ids.end();
   const bool last = eos || index + 1 == o.max_new_tokens;
   std::vector<std::vector<std::vector<double>>> table = engine_.empty_tables(1);
   engine_.store_columns(scores.unsqueeze(0), table, 0);
+  std::vector<std::vector<std::vector<double>>> own;  // the token's own score, where the probes give one
+  if (token_scores.defined()) {
+    own = engine_.empty_tables(1);
+    engine_.store_columns(token_scores.unsqueeze(0), own, 0);
+  }
   std::vector<monitor::Firing> firings;
-  if (s.monitors) firings = s.monitors->observe(table.front(), index, monitor::Scope::kCompletion);
+  if (s.monitors) {
+    const auto& token_table = own.empty() ? table.front() : own.front();
+    firings = s.monitors->observe(token_table, table.front(), index, monitor::Scope::kCompletion);
+  }
   s.generated.firings.insert(s.generated.firings.end(), firings.begin(), firings.end());
   if (act_on(s, firings)) {
     s.generated.stop = generation::StopReason::kMonitor;
@@ -222,6 +236,7 @@ bool StreamBatch::hand_out(Stream& s, int32_t id, const at::Tensor& scores, std:
                      engine_.tokenizer().tokens({id}).front(), s.text.add(id, last), last, std::move(table.front()),
                      std::move(s.prompt_firings)};
   scored.firings.insert(scored.firings.end(), firings.begin(), firings.end());
+  if (!own.empty()) scored.token_probability = std::move(own.front());
   s.prompt_firings.clear();
   s.generated.ids.push_back(id);
   s.generated.text += scored.text;
@@ -236,7 +251,8 @@ bool StreamBatch::hand_out(Stream& s, int32_t id, const at::Tensor& scores, std:
   return !keep || last;
 }
 
-at::Tensor StreamBatch::whole_text_scores(const std::vector<Stream*>& rows, const std::vector<int32_t>& ids) const {
+at::Tensor StreamBatch::whole_text_scores(const std::vector<Stream*>& rows, const std::vector<int32_t>& ids,
+                                          at::Tensor* token_scores) const {
   std::vector<readout::Sequence> texts;
   for (size_t i = 0; i < rows.size(); ++i) {
     const GeneratedText& g = rows[i]->generated;
@@ -245,7 +261,7 @@ at::Tensor StreamBatch::whole_text_scores(const std::vector<Stream*>& rows, cons
     texts.back().push_back(ids[i]);
   }
   const bool steered = !writes_.empty();
-  return engine_.prompt_probabilities(texts, steered ? &writes_ : nullptr, steered);
+  return engine_.prompt_probabilities(texts, steered ? &writes_ : nullptr, steered, token_scores);
 }
 
 void StreamBatch::leave(const std::vector<bool>& ended, const std::vector<std::exception_ptr>& errors) {

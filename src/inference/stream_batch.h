@@ -63,8 +63,10 @@ class StreamBatch {
   bool tokens_left() const;
   /// Hands `launched`'s tokens to the streams still here; those that end leave.
   void deliver(Launched& launched);
-  /// Hands `s` its token `id` scored `scores` [probes]; whether it ended (an error its callback threw in `error`).
-  bool hand_out(Stream& s, int32_t id, const at::Tensor& scores, std::exception_ptr& error);
+  /// Hands `s` its token `id` scored `scores` [probes] (and `token_scores`, its own score, where the probes give one:
+  /// else undefined); whether it ended (an error its callback threw in `error`).
+  bool hand_out(Stream& s, int32_t id, const at::Tensor& scores, const at::Tensor& token_scores,
+                std::exception_ptr& error);
   /// Runs `s`'s monitors over `firings`' actions; whether one stops it. A steer changes its steering.
   bool act_on(Stream& s, const std::vector<monitor::Firing>& firings);
   /// Prompt-scope monitors over the prompt's tokens before it runs; whether one stopped the stream.
@@ -73,8 +75,10 @@ class StreamBatch {
   bool steering_pending() const;
   void leave(const std::vector<bool>& ended, const std::vector<std::exception_ptr>& errors);
   void place_writes();
-  /// Every-token probes: the scores [rows, probes] of each of `rows`' prompt, tokens and its new token `ids`.
-  at::Tensor whole_text_scores(const std::vector<Stream*>& rows, const std::vector<int32_t>& ids) const;
+  /// Every-token probes: the scores [rows, probes] of each of `rows`' prompt, tokens and its new token `ids`, and
+  /// into `token_scores` each new token's own score where the probes give one (ema, rolling; else undefined).
+  at::Tensor whole_text_scores(const std::vector<Stream*>& rows, const std::vector<int32_t>& ids,
+                               at::Tensor* token_scores) const;
 
   const Engine& engine_;
   readout::IncrementalReader reader_;

@@ -8,8 +8,9 @@ namespace probekit::monitor {
 
 namespace {
 
-// The token's own score. The score the engine reports for a token is the probe's: a linear probe's score of that
-// token, an every-token probe's (ema, rolling, multimax, attention) score of the text so far.
+// The score as it comes: the token's own (a linear probe's score of it, an ema or rolling probe's per-token linear
+// score; for multimax and attention probes, whose tokens have no score of their own, the score of the text so far),
+// or for "probe" the probe's score of the text so far.
 class TokenAggregate : public RunningAggregate {
  public:
   double add(double score) override { return score; }
@@ -74,7 +75,7 @@ const std::vector<AggregateRow>& aggregates() {
       {"rolling", "the mean of the last window scores (window, default 16)",
        [](const MonitorPolicy& p) -> std::unique_ptr<RunningAggregate> { return std::make_unique<RollingAggregate>(p.window); }},
       {"probe", "the probe's own score of the tokens so far (an ema, rolling or multimax probe's aggregate)",
-       make_plain<TokenAggregate>},
+       make_plain<TokenAggregate>, true},
   };
   return rows;
 }

@@ -22,6 +22,8 @@ struct AggregateRow {
   const char* name;
   const char* meaning;  // for the documentation and error messages
   std::unique_ptr<RunningAggregate> (*make)(const MonitorPolicy& policy);
+  /// True for the aggregate that reads the probe's own score of the text so far rather than each token's score.
+  bool reads_text_score = false;
 };
 
 /// Every aggregate, in the order the documentation lists them.

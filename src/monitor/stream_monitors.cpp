@@ -33,12 +33,14 @@ bool StreamMonitors::steering_pending() const {
   return false;
 }
 
-std::vector<Firing> StreamMonitors::observe(const std::vector<std::vector<double>>& probability, int64_t index,
+std::vector<Firing> StreamMonitors::observe(const std::vector<std::vector<double>>& token_probability,
+                                            const std::vector<std::vector<double>>& text_probability, int64_t index,
                                             Scope scope) {
   std::vector<Firing> firings;
   for (size_t i = 0; i < set_->size(); ++i) {
     const ResolvedMonitor& m = (*set_)[i];
     if (fired_[i] || m.policy.scope != scope) continue;
+    const auto& probability = m.aggregate->reads_text_score ? text_probability : token_probability;
     const double score = aggregates_[i]->add(probability[m.layer_index][m.column]);
     if (!(score > m.threshold)) continue;
     fired_[i] = true;

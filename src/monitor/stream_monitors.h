@@ -58,8 +58,11 @@ class StreamMonitors {
   /// Whether a steer or ablate monitor of the completion has not fired yet (its steering would start at the next
   /// token, so the stream batch does not launch the next token's pass ahead).
   bool steering_pending() const;
-  /// Adds token `index` of `scope`, scored `probability` [layer][label]: the monitors of that scope firing at it.
-  std::vector<Firing> observe(const std::vector<std::vector<double>>& probability, int64_t index, Scope scope);
+  /// Adds token `index` of `scope`, its own score `token_probability` [layer][label] and the probe's score of the
+  /// text so far `text_probability` (the same for a linear probe, and for multimax and attention probes, whose
+  /// tokens have no score of their own): the monitors of that scope firing at it.
+  std::vector<Firing> observe(const std::vector<std::vector<double>>& token_probability,
+                              const std::vector<std::vector<double>>& text_probability, int64_t index, Scope scope);
   const ResolvedMonitor& monitor(size_t i) const { return (*set_)[i]; }
 
  private:

@@ -124,6 +124,10 @@ class ProbeSet {
                           at::Tensor* weights = nullptr) const;
   /// The rows of each text token_logits reads.
   TokenLayout token_layout(const std::vector<int64_t>& offsets) const;
+  /// Every-token probes that score each token and aggregate (ema, rolling): each row's own logit [R, K] of
+  /// `rows` [R, H], the score the aggregation weighs. Undefined for the other kinds (attention, multimax: their
+  /// tokens have no score of their own).
+  at::Tensor row_logits(const at::Tensor& rows) const;
   /// Probabilities [N, K] (float32): sigmoid of each binary probe's logit, or the softmax over the classes.
   at::Tensor probabilities(const at::Tensor& activations) const;
   /// The unit direction [H] (fp32) along which output `index` of probes() grows (the kind's direction; a kind

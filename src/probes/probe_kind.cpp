@@ -48,6 +48,8 @@ TrainActivations ProbeKind::forward_tokens(const ProbeBank&, const TokenBatch&) 
   throw std::logic_error(std::string("probe kind '") + name() + "' reads one row per text, not every token");
 }
 
+at::Tensor ProbeKind::row_logits(const ProbeBank&, const at::Tensor&) const { return {}; }
+
 at::Tensor ProbeKind::token_weights(const ProbeBank&, const TrainActivations&) const {
   throw std::logic_error(std::string("probe kind '") + name() + "' has no attention over tokens");
 }

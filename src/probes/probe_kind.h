@@ -119,6 +119,9 @@ class ProbeKind {
   virtual TrainActivations forward_tokens(const ProbeBank& bank, const TokenBatch& batch) const;
   /// Where an every-token kind's attention is in the intermediates of forward_tokens(): [R, K, heads] weights.
   virtual at::Tensor token_weights(const ProbeBank& bank, const TrainActivations& saved) const;
+  /// Each row's own logit [R, K*O] of rows [R, H], for an every-token kind whose text logit aggregates per-token
+  /// scores (ema, rolling: the linear score w . x + b it weighs); undefined for a kind without such scores.
+  virtual at::Tensor row_logits(const ProbeBank& bank, const at::Tensor& rows) const;
   /// --heads when not given: the kind's own default.
   virtual int64_t default_heads() const { return 8; }
   /// The unit direction [H] (fp32, on the bank's device) in the layer's space along which output `output` of probe

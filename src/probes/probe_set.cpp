@@ -205,6 +205,13 @@ at::Tensor ProbeSet::token_logits(const at::Tensor& rows, const std::vector<int6
   return saved.logits.reshape({layout.texts(), -1});
 }
 
+at::Tensor ProbeSet::row_logits(const at::Tensor& rows) const {
+  const ProbeKind& kind = *bank_.shape().kind;
+  if (!kind.reads_every_token()) return {};
+  at::Tensor scores = kind.row_logits(bank_, rows.to(bank_.values().device(), bank_.values().scalar_type()));
+  return scores.defined() ? scores.reshape({rows.size(0), -1}) : scores;
+}
+
 at::Tensor ProbeSet::direction(size_t index) const {
   const auto output = static_cast<int64_t>(index);
   return multiclass_ ? bank_.shape().kind->direction(bank_, 0, output) : bank_.shape().kind->direction(bank_, output, 0);

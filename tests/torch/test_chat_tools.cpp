@@ -142,10 +142,23 @@ TEST_CASE("inspect_model chat-template: tools reach the template; a template pas
                                             tmp.file("bad_tools.json")));
   check_failure(r, 1, {"bad_tools.json", "'tools[0].type' must be \"function\""});
 
-  make_directories(tmp.file("hostile"));
-  write_text(tmp.file("hostile/chat_template.jinja"), "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}\n{{ f(0) }}");
+  // A hostile template of each kind: nesting past the parser's bound, a macro without end, work without end, text
+  // without end, a namespace holding itself.
+  const std::pair<std::string, const char*> hostile[] = {
+      {"{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}", "deeper than 256 levels"},
+      {"{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}\n{{ f(0) }}", "chat template line 1: the render nests"},
+      {"{% set r = range(100000) %}{% for i in r %}{% for j in r %}{% endfor %}{% endfor %}", "budget of 20000000 steps"},
+      {"{{ 'a' * 10 ** 12 }}", "budget of 256 MiB"},
+      {"{% set ns = namespace() %}{% set ns.me = ns %}", "a namespace cannot hold a namespace"},
+  };
   write_text(tmp.file("messages.json"), kConversation);
-  r = run_command(fmt::format("{} chat-template --model {} --messages {}", tool("inspect_model"), tmp.file("hostile"),
-                              tmp.file("messages.json")));
-  check_failure(r, 1, {"chat template line 1", "deeper than 500 levels"});
+  make_directories(tmp.file("hostile"));
+  for (const auto& [source, expected] : hostile) {
+    const std::string message = expected;  // named, not bound: clang's C++17 captures no structured binding (CAPTURE)
+    CAPTURE(message);
+    write_text(tmp.file("hostile/chat_template.jinja"), source);
+    r = run_command(fmt::format("{} chat-template --model {} --messages {}", tool("inspect_model"), tmp.file("hostile"),
+                                tmp.file("messages.json")));
+    check_failure(r, 1, {"chat template line", expected});
+  }
 }

@@ -92,11 +92,14 @@ void check_kind(const char* name, int64_t outputs) {
   at::Tensor weight = bank.parameter(0).clone().set_requires_grad(true);  // [K, O, H]
   at::Tensor bias = bank.parameter(1).clone().set_requires_grad(true);    // [K, O]
   at::Tensor objective = at::zeros({}, at::kDouble);
+  // Each token's own score, as --per-token and token monitors read it: the linear score the aggregation weighs.
+  const at::Tensor own = bank.shape().kind->row_logits(bank, rows).view({rows.size(0), probes, outputs});
   for (int64_t t = 0; t < 4; ++t) {
     const at::Tensor text = rows.narrow(0, kOffsets[t], kOffsets[t + 1] - kOffsets[t]);
     for (int64_t p = 0; p < probes; ++p) {
       for (int64_t o = 0; o < outputs; ++o) {
         const at::Tensor scores = token_scores(text, weight[p], bias[p], o);
+        CHECK(at::allclose(own.narrow(0, kOffsets[t], text.size(0)).select(1, p).select(1, o), scores.detach(), 1e-12, 1e-12));
         const at::Tensor logit = std::string(name) == "ema" ? ema_logit(scores, 0.3) : rolling_logit(scores, 3);
         INFO(name << " text " << t << " probe " << p << " output " << o);
         CHECK(saved.logits[t][p][o].item<double>() == doctest::Approx(logit.item<double>()).epsilon(1e-12));
@@ -181,6 +184,7 @@ TEST_CASE("multimax probe: each head reads the value of its highest-query token;
   CHECK(at::allclose(run.bank.parameter_in(run.bank.gradients(), 2), bias.grad(), 1e-10, 1e-12));
   CHECK(at::allclose(run.bank.parameter_in(run.bank.gradients(), 0), q.grad(), 1e-10, 1e-12));
   run.check_weights_sum_to_one();
+  CHECK_FALSE(run.shape.kind->row_logits(run.bank, run.rows).defined());  // its tokens have no score of their own
 }
 
 TEST_CASE("multimax probes learn a marker token anywhere in a text") {

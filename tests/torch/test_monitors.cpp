@@ -15,6 +15,7 @@
 #include "monitor/aggregates.h"
 #include "monitor/monitor_flags.h"
 #include "monitor/policy.h"
+#include "probe_fixture.h"
 #include "server_runs.h"
 
 namespace probekit::testing {
@@ -258,6 +259,55 @@ TEST_CASE("monitors on the fixture model: flag, stop, steer and prompt policies 
     CHECK((resolved.layer == 2 || resolved.layer == 5));
     CHECK(resolved.threshold_source == "validation");
   }
+}
+
+TEST_CASE("ema probes: each token's own score beside the text's, in --per-token and in what token monitors read" * doctest::test_suite("numeric")) {
+  TempDir tmp;
+  ProbeFixture fixture = attention_fixture(3);
+  fixture.flags = "--model-type ema";
+  const std::string probes = train_fixture_probes(tmp, fixture);
+  const inference::Engine engine = inference::Engine::load(generating(probes));
+  const size_t k = static_cast<size_t>(std::find(engine.labels().begin(), engine.labels().end(), "reframing") - engine.labels().begin());
+
+  // --per-token: the token's own score (sigmoid of the linear score the ema weighs) beside the text's.
+  const inference::TokenScores scores = engine.score_tokens(kPrompt);
+  REQUIRE(scores.token_probability.size() == scores.probability.size());
+  bool differ = false;
+  for (size_t t = 0; t < scores.probability.size(); ++t) {
+    const double own = scores.token_probability[t][0][k];
+    CHECK((own > 0.0 && own < 1.0));
+    differ = differ || std::abs(own - scores.probability[t][0][k]) > 1e-6;
+  }
+  CHECK(differ);
+  CommandResult r = run_command(fmt::format("{} --probes-dir {} --model {} --device cpu --text '{}' --per-token --json",
+                                            tool("multi_probe_inference"), probes, kGemmaModel, kPrompt));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  const Json shown = Json::parse(r.output.substr(r.output.find('{')));
+  REQUIRE(shown["tokens"].size() == scores.probability.size());
+  const Json& first = shown["tokens"][0]["token_scores"];
+  REQUIRE(first.is_array());
+  CHECK(first[0].contains("score"));
+  // Generation: a token monitor fires on the token's own score, a probe monitor on the text's.
+  const std::vector<inference::ScoredToken> plain = engine_generation(engine, kPrompt, kTokens);
+  std::vector<double> own, text;
+  for (const inference::ScoredToken& t : plain) {
+    REQUIRE(t.token_probability.size() == 1);
+    own.push_back(t.token_probability[0][k]);
+    text.push_back(t.probability[0][k]);
+  }
+  const std::pair<int64_t, double> own_point = firing_point(own);
+  const int64_t own_index = own_point.first;
+  CAPTURE(own_index);
+  Run run = monitored(engine, {policy("flag", own_point.second)});
+  REQUIRE(run.firings.size() == 1);
+  CHECK(run.firings[0].index == own_index);
+  CHECK(run.firings[0].score == doctest::Approx(own[static_cast<size_t>(own_index)]));
+  // A probe monitor just under the first token's text score fires there with that score, not the token's own.
+  REQUIRE(std::abs(text[0] - own[0]) > 1e-3);
+  run = monitored(engine, {policy("flag", text[0] - 1e-4, "probe")});
+  REQUIRE(run.firings.size() == 1);
+  CHECK(run.firings[0].index == 0);
+  CHECK(run.firings[0].score == doctest::Approx(text[0]));
 }
 
 TEST_CASE("monitored streams decoding together give what each gives alone" * doctest::test_suite("numeric")) {

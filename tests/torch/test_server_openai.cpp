@@ -333,6 +333,8 @@ TEST_CASE("probe_server /v1/chat/completions: a hostile chat template fails its 
              "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{% set content = messages[-1].content %}"
              "{% if content == 'recurse' %}{{ f(0) }}"
              "{% elif content == 'loop' %}{% set r = range(100000) %}{% for i in r %}{% for j in r %}{% endfor %}{% endfor %}"
+             "{% elif content == 'grow' %}{{ content * 10 ** 12 }}"
+             "{% elif content == 'cycle' %}{% set ns = namespace() %}{% set ns.me = ns %}"
              "{% else %}{{ bos_token }}<start_of_turn>user\n{% if tools %}{{ tools | tojson }}\n{% endif %}{{ content }}"
              "<end_of_turn>\n<start_of_turn>model\n{% endif %}");
   server::ServerOptions o = options_for(probes);
@@ -354,6 +356,12 @@ TEST_CASE("probe_server /v1/chat/completions: a hostile chat template fails its 
   CHECK(reply.status == 400);
   CHECK(reply.body["error"]["param"] == "messages");
   CHECK_CONTAINS(reply.body["error"]["message"].get<std::string>(), "deeper than 500 levels");
+  for (const char* kind : {"grow", "cycle"}) {
+    const Answer refused = ask(kind);
+    CHECK(refused.status == 400);
+    CHECK_CONTAINS(refused.body["error"]["message"].get<std::string>(),
+                   std::string(kind) == "grow" ? "budget of 256 MiB" : "a namespace cannot hold a namespace");
+  }
   // While a render works through its budget, the server answers others.
   int loop_status = 0;
   std::string loop_body;
@@ -385,10 +393,25 @@ TEST_CASE("probe_server /v1/chat/completions: a hostile chat template fails its 
   CHECK(choice.status == 400);
   CHECK(choice.body["error"]["param"] == "tool_choice");
 
+  // A template nested past the parser's bound: the model cannot chat, and says why; the server serves the rest.
+  write_text(model.file("chat_template.jinja"), "{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}");
+  {
+    RunningServer unparsed(o);
+    httplib::Result r = post(unparsed, "/v1/chat/completions", Json({{"messages", {{{"role", "user"}, {"content", "Hi"}}}}}).dump());
+    REQUIRE(r);
+    CHECK(r->status == 400);
+    CHECK_CONTAINS(r->body, "this model cannot chat");
+    CHECK_CONTAINS(r->body, "deeper than 256 levels");
+    httplib::Result alive = unparsed.client().Get("/healthz");
+    REQUIRE(alive);
+    CHECK(alive->status == 200);
+  }
+  write_text(model.file("chat_template.jinja"), "{% set r = range(100000) %}{% for i in r %}{% for j in r %}{% endfor %}{% endfor %}");
+
   // Out of time: a 408 naming --request-timeout.
   o.limits.request_timeout_s = 0.01;
   RunningServer hurried(o);
-  httplib::Result r = post(hurried, "/v1/chat/completions", Json({{"messages", {{{"role", "user"}, {"content", "loop"}}}}}).dump());
+  httplib::Result r = post(hurried, "/v1/chat/completions", Json({{"messages", {{{"role", "user"}, {"content", "Hi"}}}}}).dump());
   REQUIRE(r);
   CHECK(r->status == 408);
   CHECK_CONTAINS(r->body, "did not finish rendering these messages within the request's time (--request-timeout)");

@@ -24,11 +24,16 @@ TrainActivations TokenScoreKind::forward(const ProbeBank&, const at::Tensor&, co
   throw std::logic_error(std::string("a ") + name() + " probe reads every token of a text: call forward_tokens");
 }
 
+at::Tensor TokenScoreKind::row_logits(const ProbeBank& bank, const at::Tensor& rows) const {
+  const int64_t columns = bank.probes() * bank.shape().outputs;
+  at::Tensor weight = bank.parameter(kWeight).reshape({columns, bank.shape().input_dim});
+  return at::addmm(bank.parameter(kBias).reshape({1, columns}), rows, weight.t());  // [R, K*O]
+}
+
 TrainActivations TokenScoreKind::forward_tokens(const ProbeBank& bank, const TokenBatch& batch) const {
   const ProbeShape& s = bank.shape();
   const int64_t columns = bank.probes() * s.outputs;
-  at::Tensor weight = bank.parameter(kWeight).reshape({columns, s.input_dim});
-  at::Tensor scores = at::addmm(bank.parameter(kBias).reshape({1, columns}), batch.rows, weight.t());  // [R, K*O]
+  at::Tensor scores = row_logits(bank, batch.rows);  // [R, K*O]
   at::Tensor padded = padded_by_text(scores, batch, std::numeric_limits<double>::quiet_NaN());
   at::Tensor lengths = at::zeros({batch.texts}, batch.text.options()).index_add_(0, batch.text, at::ones_like(batch.text));
   at::Tensor weights = aggregation_weights(padded, lengths, s);  // [B, T, K*O]

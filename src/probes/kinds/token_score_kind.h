@@ -23,6 +23,7 @@ class TokenScoreKind : public ProbeKind {
   /// Each read row's weight in its text's logit, [R, K, O].
   at::Tensor token_weights(const ProbeBank& bank, const TrainActivations& saved) const override;
   at::Tensor direction(const ProbeBank& bank, int64_t probe, int64_t output) const override;
+  at::Tensor row_logits(const ProbeBank& bank, const at::Tensor& rows) const override;
 
   /// The weights [B, T, n] of each text's token scores `scores` [B, T, n] (padding: NaN past each text's
   /// `lengths` [B]) in its logit: each column's weights sum to 1 over the text's tokens.
