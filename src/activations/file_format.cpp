@@ -85,13 +85,12 @@ void write_attributes(hid_t file, const FileAttributes& a) {
 namespace {
 
 // A layer read from the file: numbered from 0, as the model's layers are.
-void check_layer_attribute(const std::string& path, const char* name, int64_t layer) {
-  if (layer < 0) fail("{}: attribute '{}': layer {} is out of range (layers are numbered from 0)", path, name, layer);
+void check_layer_attribute(const char* name, int64_t layer) {
+  if (layer < 0) fail("attribute '{}': layer {} is out of range (layers are numbered from 0)", name, layer);
 }
 
-FileAttributes read_attribute_values(hid_t file, const std::string& path) {
-  FileAttributes a;
-  a.recipe = ReadoutRecipe::read_attributes(file, path);
+// Every attribute but the recipe's; errors name the attribute, load_attributes adds the file.
+void read_attribute_values(hid_t file, const std::string& path, FileAttributes& a) {
   for (const auto& [name, member] : text_attributes()) {
     if (std::optional<std::string> value = hdf5::get_string_attribute(file, name)) a.*member = *value;
   }
@@ -99,36 +98,36 @@ FileAttributes read_attribute_values(hid_t file, const std::string& path) {
     if (std::optional<int64_t> value = hdf5::get_int_attribute(file, name)) a.*member = *value;
   }
   a.layers = hdf5::get_int_list_attribute(file, "layers").value_or(std::vector<int64_t>{});
-  for (int64_t layer : a.layers) check_layer_attribute(path, "layers", layer);
+  for (int64_t layer : a.layers) check_layer_attribute("layers", layer);
   const std::optional<int64_t> layer = hdf5::get_int_attribute(file, "layer");
-  if (layer) check_layer_attribute(path, "layer", *layer);
+  if (layer) check_layer_attribute("layer", *layer);
   a.layer = layer.value_or(layer_from_file_name(path));
   a.label_names = hdf5::get_string_list_attribute(file, "label_names").value_or(std::vector<std::string>{});
   // Two labels of one name would write one probe file over the other, or drop a probe.
   for (size_t i = 0; i < a.label_names.size(); ++i) {
     for (size_t j = i + 1; j < a.label_names.size(); ++j) {
       if (a.label_names[i] == a.label_names[j]) {
-        fail("{}: label_names holds '{}' twice (labels {} and {}); every label needs a name of its own", path,
-             a.label_names[i], i, j);
+        fail("label_names holds '{}' twice (labels {} and {}); every label needs a name of its own", a.label_names[i],
+             i, j);
       }
     }
   }
   a.keep_fields = hdf5::get_string_list_attribute(file, "keep_fields").value_or(std::vector<std::string>{});
   a.skip_invalid = hdf5::get_int_attribute(file, "skip_invalid").value_or(0) != 0;
   a.shard = hdf5::get_string_attribute(file, "shard").value_or("");
-  return a;
 }
 
 }  // namespace
 
 FileAttributes load_attributes(hid_t file, const std::string& path) {
+  FileAttributes a;
+  a.recipe = ReadoutRecipe::read_attributes(file, path);
   try {
-    return read_attribute_values(file, path);
-  } catch (const std::runtime_error& e) {
-    const std::string message = e.what();
-    if (message.rfind(path, 0) == 0) throw;
-    fail("{}: {}", path, message);  // the HDF5 layer knows the attribute, not the file
+    read_attribute_values(file, path, a);
+  } catch (const std::exception&) {
+    rethrow_with_context(path);  // the HDF5 layer knows the attribute, not the file
   }
+  return a;
 }
 
 void check_complete(hid_t file, const std::string& path) {

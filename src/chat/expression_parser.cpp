@@ -59,7 +59,8 @@ class ExpressionParser {
   // Filters applied to `operand` (null for a block's chain) as long as `|` follows.
   ExprPtr filters(ExprPtr operand, bool first_without_bar) {
     bool first = first_without_bar;
-    while (first || s_.skip_if(TokenType::op, "|")) {
+    for (int links = 1; first || s_.skip_if(TokenType::op, "|"); ++links) {
+      s_.check_chain(links);
       first = false;
       operand = filter(std::move(operand));
     }
@@ -78,7 +79,8 @@ class ExpressionParser {
   ExprPtr conditional() {
     TokenStream::Nesting nesting(s_);
     ExprPtr result = logical_or();
-    while (s_.skip_if(TokenType::name, "if")) {
+    for (int links = 1; s_.skip_if(TokenType::name, "if"); ++links) {
+      s_.check_chain(links);
       ExprPtr condition = logical_or();
       ExprPtr otherwise = s_.skip_if(TokenType::name, "else") ? conditional() : nullptr;
       ExprPtr expr = make(ExprKind::conditional, result->line);
@@ -95,10 +97,11 @@ class ExpressionParser {
   ExprPtr binary_level(ExprPtr (ExpressionParser::*operand)(), std::initializer_list<const char*> ops,
                        TokenType type = TokenType::op) {
     ExprPtr left = (this->*operand)();
-    while (true) {
+    for (int links = 1;; ++links) {
       const char* found = nullptr;
       for (const char* op : ops) found = found == nullptr && s_.at(type, op) ? op : found;
       if (found == nullptr) return left;
+      s_.check_chain(links);  // the tree grows a level per operator: 1 + 1 + ... must not outgrow the stack
       s_.next();
       left = make_binary(ExprKind::binary, found, std::move(left), (this->*operand)());
     }
@@ -235,7 +238,8 @@ class ExpressionParser {
   }
 
   ExprPtr postfix(ExprPtr operand) {
-    while (true) {
+    for (int links = 1;; ++links) {
+      s_.check_chain(links);
       if (s_.at(TokenType::op, ".")) {
         operand = dotted(std::move(operand));
       } else if (s_.at(TokenType::op, "[")) {
@@ -314,7 +318,8 @@ class ExpressionParser {
   }
 
   ExprPtr filters_and_tests(ExprPtr operand) {
-    while (true) {
+    for (int links = 1;; ++links) {
+      s_.check_chain(links);
       if (s_.skip_if(TokenType::op, "|")) {
         operand = filter(std::move(operand));
       } else if (s_.at_name("is")) {

@@ -28,9 +28,15 @@ struct Writer {
     for (int i = 0; i < depth; i++) out += *options.indent;
   }
 
-  void write_code_unit(uint32_t unit) { out += fmt::format("\\u{:04x}", unit); }
+  void write_code_unit(uint32_t unit) {
+    spend_bytes(6);
+    out += fmt::format("\\u{:04x}", unit);
+  }
 
+  // A key or a value: a dict shared many times over prints its keys as often as it is shared.
   void write_string(const std::string& text) {
+    spend_scan(text.size());
+    spend_bytes(int64_t(text.size()) + 2);
     out += '"';
     for (size_t pos = 0; pos < text.size();) {
       size_t start = pos;
@@ -116,7 +122,7 @@ struct Writer {
 
   void write(const Value& value, int depth) {
     spend_steps();
-    spend_bytes(int64_t(item_separator.size() + key_separator.size()) + (value.is_string() ? int64_t(value.as_string().size()) : 8));
+    spend_bytes(int64_t(item_separator.size() + key_separator.size()) + 8);
     switch (value.kind()) {
       case Value::Kind::none: out += "null"; return;
       case Value::Kind::boolean: out += value.as_bool() ? "true" : "false"; return;

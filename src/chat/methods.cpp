@@ -128,6 +128,7 @@ Value get_method(const Value& self, const CallArgs& args) {
 Value index_method(const Value& self, const CallArgs& args) {
   Value needle = bind_arguments("index", args, {{"value", Value()}}, 1)[0];
   const auto& items = self.as_list().items;
+  spend_steps(int64_t(items.size()));
   for (size_t i = 0; i < items.size(); i++) {
     if (python_equal(items[i], needle)) return Value(int64_t(i));
   }
@@ -137,6 +138,7 @@ Value index_method(const Value& self, const CallArgs& args) {
 Value count_method_of_list(const Value& self, const CallArgs& args) {
   Value needle = bind_arguments("count", args, {{"value", Value()}}, 1)[0];
   int64_t count = 0;
+  spend_steps(int64_t(self.as_list().items.size()));
   for (const Value& item : self.as_list().items) count += python_equal(item, needle) ? 1 : 0;
   return Value(count);
 }

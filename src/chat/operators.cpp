@@ -100,8 +100,10 @@ Value add(const Value& a, const Value& b) {
 }
 
 Value repeat(const Value& sequence, int64_t times) {
-  const int64_t unit = sequence.is_string() ? int64_t(sequence.as_string().size())
-                                            : int64_t(sequence.as_list().items.size() * sizeof(Value));
+  int64_t unit = sequence.is_string() ? int64_t(sequence.as_string().size()) : 0;
+  if (sequence.is_list()) {  // each copy of an item copies its text too
+    for (const Value& item : sequence.as_list().items) unit += int64_t(sizeof(Value)) + (item.is_string() ? int64_t(item.as_string().size()) : 0);
+  }
   int64_t bytes = 0;
   if (times > 0 && __builtin_mul_overflow(unit, times, &bytes)) bytes = INT64_MAX;
   spend_bytes(bytes);
@@ -218,6 +220,7 @@ bool compare(const std::string& op, const Value& a, const Value& b) {
 bool contains(const Value& haystack, const Value& needle) {
   if (haystack.is_string()) {
     if (!needle.is_string()) fail_render("'in <string>' requires string as left operand, not {}", type_name(needle));
+    spend_scan(haystack.as_string().size());
     return haystack.as_string().find(needle.as_string()) != std::string::npos;
   }
   if (haystack.is_list()) {

@@ -168,6 +168,7 @@ Value unique(const Value& operand, const CallArgs& args) {
   std::vector<Value> seen;
   for (const Value& item : iterate(operand)) {
     Value key = sort_key(item, values[1], truthy(values[0]));
+    spend_steps(int64_t(seen.size()));  // compared with every kept key
     if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return python_equal(s, key); })) continue;
     seen.push_back(key);
     kept.push_back(item);

@@ -30,10 +30,14 @@ Token TokenStream::expect(TokenType type, std::string_view value, std::string_vi
 
 void TokenStream::fail(const std::string& message) const { throw TemplateError(message, current().line); }
 
-TokenStream::Nesting::Nesting(TokenStream& stream) : stream_(stream) {
-  if (stream_.depth_ >= kMaxTemplateNesting) {
-    stream_.fail(fmt::format("the template nests expressions and blocks deeper than {} levels", kMaxTemplateNesting));
+void TokenStream::check_chain(int length) const {
+  if (depth_ + length > kMaxTemplateNesting) {
+    fail(fmt::format("the template nests expressions and blocks deeper than {} levels", kMaxTemplateNesting));
   }
+}
+
+TokenStream::Nesting::Nesting(TokenStream& stream) : stream_(stream) {
+  stream_.check_chain(1);
   stream_.depth_++;
 }
 

@@ -32,6 +32,10 @@ class TokenStream {
 
   /// One level of the grammar's nesting (a block inside a block, an operand inside an expression) while it
   /// lives: the parsers recurse, so nesting is bounded (kMaxTemplateNesting) and fails naming the line.
+  /// A left-deep chain (`a + b + c`, `x.a.b`, `x|f|g`) as long as `length` links nests that many levels below the
+  /// current depth without recursing: fails past the bound as Nesting does.
+  void check_chain(int length) const;
+
   class Nesting {
    public:
     explicit Nesting(TokenStream& stream);

@@ -2,8 +2,9 @@
 
 #include <utf8proc.h>
 
-#include "tokenizer/utf8.h"
 #include "chat/render_budget.h"
+#include "chat/value.h"
+#include "tokenizer/utf8.h"
 
 namespace probekit::chat {
 
@@ -63,6 +64,8 @@ bool starts_jinja_word(char32_t cp) {
 }  // namespace
 
 std::u32string decode_utf8(std::string_view text) {
+  spend_scan(text.size());
+  spend_bytes(static_cast<int64_t>(text.size() * sizeof(char32_t)));  // four bytes a code point, made before use
   std::u32string out;
   out.reserve(text.size());
   for (size_t pos = 0; pos < text.size();) out.push_back(next_code_point(text, pos));
@@ -158,7 +161,9 @@ std::vector<std::string> python_split(std::string_view text, const std::optional
   std::vector<std::string> pieces;
   if (sep) {
     size_t start = 0;
+    spend_scan(text.size());
     for (size_t at; (maxsplit < 0 || int64_t(pieces.size()) < maxsplit) && (at = text.find(*sep, start)) != text.npos;) {
+      spend_bytes(static_cast<int64_t>(sizeof(Value) + at - start));  // a piece as the list will hold it
       pieces.emplace_back(text.substr(start, at - start));
       start = at + sep->size();
     }
@@ -176,6 +181,7 @@ std::vector<std::string> python_split(std::string_view text, const std::optional
     }
     size_t end = pos;
     while (end < cps.size() && !is_python_space(cps[end])) end++;
+    spend_bytes(static_cast<int64_t>(sizeof(Value) + end - pos));
     pieces.push_back(encode_utf8(std::u32string_view(cps).substr(pos, end - pos)));
     pos = end;
   }
@@ -213,11 +219,13 @@ std::string python_replace(std::string_view text, std::string_view old, std::str
 }
 
 int64_t python_find(std::string_view text, std::string_view sub) {
+  spend_scan(text.size());
   size_t at = text.find(sub);
   return at == text.npos ? -1 : code_point_length(text.substr(0, at));
 }
 
 int64_t python_count(std::string_view text, std::string_view sub) {
+  spend_scan(text.size());
   if (sub.empty()) return code_point_length(text) + 1;
   int64_t count = 0;
   for (size_t at = text.find(sub); at != text.npos; at = text.find(sub, at + sub.size())) count++;

@@ -54,6 +54,7 @@ void DictData::set(const Value& key, Value value) {
   if (value.depth() + 1 > kMaxValueNesting) fail_too_deep();
   depth = std::max(depth, value.depth() + 1);
   holds_namespace = holds_namespace || value.holds_namespace();
+  spend_steps(int64_t(items.size()));  // the key is searched in order
   for (auto& [k, v] : items) {
     if (python_equal(k, key)) {
       v = std::move(value);

@@ -203,9 +203,6 @@ void flush_standard_output() {
   }
 }
 
-}  // namespace
-
-namespace {
 
 // The first SIGINT or SIGTERM asks the work to stop at its next step and gives the signal back its default, so
 // that a second one kills at once. Both calls are async-signal-safe (an atomic store, signal()).

@@ -1,6 +1,7 @@
-// Stopping long work from outside: a caller (the Python package, on Ctrl-C) requests an interruption, and the work
-// stops at its next progress report as it stops on an error, leaving what it wrote resumable (a capture's files go on
-// with --resume). Tools never request one: a signal ends their process.
+// Stopping long work from outside: a caller (the Python package on Ctrl-C, a tool that sets
+// CommonOptions::interrupt_note on SIGINT or SIGTERM) requests an interruption, and the work stops at its next progress
+// report as it stops on an error, leaving what it wrote resumable (a capture's files go on with --resume). Other tools
+// end on a signal.
 #pragma once
 
 #include <stdexcept>

@@ -223,6 +223,9 @@ class Engine {
   /// prefix unless `with_suffix` (a conversation's, whose template writes the turns).
   void score_token_ids(const readout::Sequence& ids, const steering::SteeringVectors* steering, TokenScores& result,
                        bool with_suffix = true) const;
+  /// Layer index l's cells of `tables` [t][l][k] set to NaN for the tokens outside [first, end): those the probes
+  /// leave out (the leading specials, those past --max-tokens) have no score of their own.
+  void hide_unread_tokens(size_t l, int64_t first, int64_t end, std::vector<std::vector<std::vector<double>>>& tables) const;
   /// The attention of the whole prompt `ids` + suffix into result.attention and result.suffix_attention, and each
   /// text token's own score into result.token_probability where the probes have one.
   void store_attention(const readout::Sequence& ids, const readout::Request& request, TokenScores& result) const;

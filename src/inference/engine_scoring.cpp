@@ -274,6 +274,14 @@ void Engine::score_prefix_prompts(const readout::Sequence& ids, const readout::R
   store_attention(ids, request, result);
 }
 
+void Engine::hide_unread_tokens(size_t l, int64_t first, int64_t end,
+                                std::vector<std::vector<std::vector<double>>>& tables) const {
+  for (size_t t = 0; t < tables.size(); ++t) {
+    if (static_cast<int64_t>(t) >= first && static_cast<int64_t>(t) < end) continue;
+    for (double& score : tables[t][l]) score = std::numeric_limits<double>::quiet_NaN();
+  }
+}
+
 void Engine::store_attention(const readout::Sequence& ids, const readout::Request& request, TokenScores& result) const {
   readout::Sequence prompt = ids;
   const readout::Sequence& suffix = prompts_->suffix_ids();
@@ -294,6 +302,7 @@ void Engine::store_attention(const readout::Sequence& ids, const readout::Reques
     at::Tensor mean_host = weights.mean(2).to(at::kCPU, at::kDouble).contiguous();  // [rows read, K]
     auto mean = mean_host.accessor<double, 2>();
     const int64_t first = set.token_layout(offsets).position.front();
+    if (!result.token_probability.empty()) hide_unread_tokens(l, first, first + mean_host.size(0), result.token_probability);
     for (int64_t r = 0; r < mean_host.size(0); ++r) {
       const int64_t token = first + r;
       auto& table = token < text_tokens ? result.attention[static_cast<size_t>(token)]

@@ -1,6 +1,7 @@
 #include "monitor/stream_monitors.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace probekit::monitor {
 
@@ -41,7 +42,9 @@ std::vector<Firing> StreamMonitors::observe(const std::vector<std::vector<double
     const ResolvedMonitor& m = (*set_)[i];
     if (fired_[i] || m.policy.scope != scope) continue;
     const auto& probability = m.aggregate->reads_text_score ? text_probability : token_probability;
-    const double score = aggregates_[i]->add(probability[m.layer_index][m.column]);
+    const double token_score = probability[m.layer_index][m.column];
+    if (std::isnan(token_score)) continue;  // a token the probe does not read (a leading special token)
+    const double score = aggregates_[i]->add(token_score);
     if (!(score > m.threshold)) continue;
     fired_[i] = true;
     firings.push_back(Firing{i, m.policy.label, m.layer, score, m.threshold, index, scope, m.policy.action});

@@ -57,6 +57,8 @@ std::string render_prompt(const ChatModel& model, const ChatQuery& query, Clock:
     throw RequestError(400, fmt::format("the model's chat template refuses these messages: {}", e.what()), "messages");
   } catch (const chat::TemplateError& e) {
     throw RequestError(400, fmt::format("the model's chat template failed on these messages: {}", e.what()), "messages");
+  } catch (const std::invalid_argument& e) {  // messages or tools the template cannot take (nested past its bound)
+    throw RequestError(400, e.what(), "messages");
   }
 }
 

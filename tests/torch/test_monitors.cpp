@@ -272,8 +272,9 @@ TEST_CASE("ema probes: each token's own score beside the text's, in --per-token 
   // --per-token: the token's own score (sigmoid of the linear score the ema weighs) beside the text's.
   const inference::TokenScores scores = engine.score_tokens(kPrompt);
   REQUIRE(scores.token_probability.size() == scores.probability.size());
+  CHECK(std::isnan(scores.token_probability[0][0][k]));  // the BOS, which the probe does not read, has no score
   bool differ = false;
-  for (size_t t = 0; t < scores.probability.size(); ++t) {
+  for (size_t t = 1; t < scores.probability.size(); ++t) {
     const double own = scores.token_probability[t][0][k];
     CHECK((own > 0.0 && own < 1.0));
     differ = differ || std::abs(own - scores.probability[t][0][k]) > 1e-6;
@@ -284,9 +285,13 @@ TEST_CASE("ema probes: each token's own score beside the text's, in --per-token 
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
   const Json shown = Json::parse(r.output.substr(r.output.find('{')));
   REQUIRE(shown["tokens"].size() == scores.probability.size());
-  const Json& first = shown["tokens"][0]["token_scores"];
-  REQUIRE(first.is_array());
-  CHECK(first[0].contains("score"));
+  CHECK(shown["tokens"][0]["token_scores"].empty());
+  const Json& second = shown["tokens"][1]["token_scores"];
+  REQUIRE(second.is_array());
+  REQUIRE_FALSE(second.empty());
+  const auto reframing = std::find_if(second.begin(), second.end(), [](const Json& e) { return e["label"] == "reframing"; });
+  REQUIRE(reframing != second.end());
+  CHECK((*reframing)["score"].get<double>() == doctest::Approx(scores.token_probability[1][0][k]).epsilon(1e-6));
   // Generation: a token monitor fires on the token's own score, a probe monitor on the text's.
   const std::vector<inference::ScoredToken> plain = engine_generation(engine, kPrompt, kTokens);
   std::vector<double> own, text;
