@@ -102,7 +102,7 @@ Value add(const Value& a, const Value& b) {
 Value repeat(const Value& sequence, int64_t times) {
   int64_t unit = sequence.is_string() ? int64_t(sequence.as_string().size()) : 0;
   if (sequence.is_list()) {  // each copy of an item copies its text too
-    for (const Value& item : sequence.as_list().items) unit += int64_t(sizeof(Value)) + (item.is_string() ? int64_t(item.as_string().size()) : 0);
+    for (const Value& item : sequence.as_list().items) unit += item.held_bytes();
   }
   int64_t bytes = 0;
   if (times > 0 && __builtin_mul_overflow(unit, times, &bytes)) bytes = INT64_MAX;

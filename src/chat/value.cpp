@@ -24,17 +24,11 @@ namespace {
   fail_render("a value nests lists and dicts deeper than {} levels", kMaxValueNesting);
 }
 
-// The memory a container's items take beyond the container itself: each item, and the text of its strings
-// (copied with it).
-int64_t item_bytes(const Value& item) {
-  return int64_t(sizeof(Value)) + (item.is_string() ? int64_t(item.as_string().size()) : 0);
-}
-
 Value sequence(std::vector<Value> items, bool is_tuple) {
   auto data = std::make_shared<ListData>(ListData{std::move(items), is_tuple});
   int64_t bytes = 0;
   for (const Value& item : data->items) {
-    bytes += item_bytes(item);
+    bytes += item.held_bytes();
     data->depth = std::max(data->depth, item.depth() + 1);
     data->holds_namespace = data->holds_namespace || item.holds_namespace();
   }
@@ -61,7 +55,7 @@ void DictData::set(const Value& key, Value value) {
       return;
     }
   }
-  if (kind != DictKind::loop) spend_bytes(item_bytes(key) + item_bytes(value));  // a loop's lives one iteration
+  if (kind != DictKind::loop) spend_bytes(key.held_bytes() + value.held_bytes());  // a loop's lives one iteration
   items.emplace_back(key, std::move(value));
 }
 
@@ -127,6 +121,10 @@ double Value::to_double() const {
   if (is_bool()) return as_bool() ? 1.0 : 0.0;
   if (is_int()) return static_cast<double>(as_int());
   return as_float();
+}
+
+int64_t Value::held_bytes() const {
+  return int64_t(sizeof(Value)) + (is_string() ? int64_t(as_string().size()) : 0);
 }
 
 int Value::depth() const {

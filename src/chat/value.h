@@ -123,6 +123,8 @@ class Value {
   bool same_object(const Value& other) const;
   /// How deep lists and dicts nest in this value: 0 for anything else.
   int depth() const;
+  /// The memory this value takes as a list's or dict's item: its slot, and a string's text (copied with it).
+  int64_t held_bytes() const;
   /// True for a namespace and for a list or dict holding one.
   bool holds_namespace() const;
 

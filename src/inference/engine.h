@@ -233,6 +233,8 @@ class Engine {
   void store_columns(const at::Tensor& columns, std::vector<std::vector<std::vector<double>>>& tables,
                      size_t first) const;
   std::vector<std::vector<std::vector<double>>> empty_tables(size_t count) const;
+  /// One token's [layer][label] table of probabilities_of's (or row_probabilities') columns [probes].
+  std::vector<std::vector<double>> column_table(const at::Tensor& columns) const;
 
   EngineOptions options_;
   probes::ProbeCatalog catalog_;

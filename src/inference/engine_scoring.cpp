@@ -274,6 +274,12 @@ void Engine::score_prefix_prompts(const readout::Sequence& ids, const readout::R
   store_attention(ids, request, result);
 }
 
+std::vector<std::vector<double>> Engine::column_table(const at::Tensor& columns) const {
+  std::vector<std::vector<std::vector<double>>> table = empty_tables(1);
+  store_columns(columns.unsqueeze(0), table, 0);
+  return std::move(table.front());
+}
+
 void Engine::hide_unread_tokens(size_t l, int64_t first, int64_t end,
                                 std::vector<std::vector<std::vector<double>>>& tables) const {
   for (size_t t = 0; t < tables.size(); ++t) {
@@ -361,11 +367,7 @@ std::vector<GeneratedText> Engine::generate(const std::vector<std::string>& prom
           if (whole_prompts) {
             at::Tensor own;  // ema and rolling probes: the new token's own score
             store_columns(prompt_probabilities({so_far[row]}, steered.writes, false, &own), table, 0);
-            if (own.defined()) {
-              std::vector<std::vector<std::vector<double>>> own_table = empty_tables(1);
-              store_columns(own, own_table, 0);
-              scored.token_probability = std::move(own_table.front());
-            }
+            if (own.defined()) scored.token_probability = column_table(own[0]);
           }
           scored.probability = std::move(table.front());
           texts[row].text += scored.text;

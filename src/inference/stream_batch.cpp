@@ -215,28 +215,21 @@ bool StreamBatch::hand_out(Stream& s, int32_t id, const at::Tensor& scores, cons
   const auto index = static_cast<int64_t>(s.generated.ids.size());
   const bool eos = std::find(o.stop_ids.begin(), o.stop_ids.end(), id) != o.stop_ids.end();
   const bool last = eos || index + 1 == o.max_new_tokens;
-  std::vector<std::vector<std::vector<double>>> table = engine_.empty_tables(1);
-  engine_.store_columns(scores.unsqueeze(0), table, 0);
-  std::vector<std::vector<std::vector<double>>> own;  // the token's own score, where the probes give one
-  if (token_scores.defined()) {
-    own = engine_.empty_tables(1);
-    engine_.store_columns(token_scores.unsqueeze(0), own, 0);
-  }
+  std::vector<std::vector<double>> table = engine_.column_table(scores);
+  std::vector<std::vector<double>> own;  // the token's own score, where the probes give one
+  if (token_scores.defined()) own = engine_.column_table(token_scores);
   std::vector<monitor::Firing> firings;
-  if (s.monitors) {
-    const auto& token_table = own.empty() ? table.front() : own.front();
-    firings = s.monitors->observe(token_table, table.front(), index, monitor::Scope::kCompletion);
-  }
+  if (s.monitors) firings = s.monitors->observe(own.empty() ? table : own, table, index, monitor::Scope::kCompletion);
   s.generated.firings.insert(s.generated.firings.end(), firings.begin(), firings.end());
   if (act_on(s, firings)) {
     s.generated.stop = generation::StopReason::kMonitor;
     return true;
   }
   ScoredToken scored{0, index, static_cast<int64_t>(s.generated.prompt_ids.size()) + index, id,
-                     engine_.tokenizer().tokens({id}).front(), s.text.add(id, last), last, std::move(table.front()),
+                     engine_.tokenizer().tokens({id}).front(), s.text.add(id, last), last, std::move(table),
                      std::move(s.prompt_firings)};
   scored.firings.insert(scored.firings.end(), firings.begin(), firings.end());
-  if (!own.empty()) scored.token_probability = std::move(own.front());
+  scored.token_probability = std::move(own);
   s.prompt_firings.clear();
   s.generated.ids.push_back(id);
   s.generated.text += scored.text;
