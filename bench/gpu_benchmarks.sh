@@ -64,10 +64,13 @@
 #      layers, 24 by default: one 80 GB GPU) with the real Qwen 3 tokenizer, captured at layers n/4, n/2, 3n/4,
 #      n-1 (6,12,18,23) by capture_activations vs transformers' batched forward (bench/python/moe_baseline.py),
 #      alternating, on the same dataset, then a profile of the capture as in 1c.
+#   19. patching: a 32-token clean/corrupted pair (found by bench/python/patching_baseline.py), the resid_post grid
+#      over all 34 layers x 32 positions and its attribution estimate by bench/patching_bench (model loaded and
+#      warm), beside transformers with one forward hook per cell (patching_baseline.py), alternating, RUNS each;
 # Usage: bash bench/gpu_benchmarks.sh OUT_DIR [STEP...]
 #   steps: build model capture profile alllayers spread multigpu split train generate server coldstart moe steer sweep
-#          previous python_api chat hybrid attention oss fp8 monitor multimax masked (default: all but previous,
-#          python_api, chat, hybrid, attention, oss, fp8, monitor, multimax and masked)
+#          previous python_api chat hybrid attention oss fp8 monitor multimax masked patching (default: all but
+#          previous, python_api, chat, hybrid, attention, oss, fp8, monitor, multimax, masked and patching)
 # RUNS (default 2) sets the runs of each side; PYTHON_RUNS (default RUNS) those of the Python side, whose
 # capture and training take minutes a run.
 set -euo pipefail
@@ -423,5 +426,17 @@ if has oss; then
     echo "peak GPU memory (MiB): $(sort -n "$out/oss_gpu_memory_mib_$run.txt" | tail -1)"
     [ "$run" -gt "$python_runs" ] || PYTHONUNBUFFERED=1 "$python" bench/python/moe_baseline.py "$oss_model" "$dataset" \
       --layers 6 12 18 23 | tee "$out/oss_capture_python_$run.json"
+  done
+fi
+if has patching; then
+  [ -s /tmp/gemma3_tokenizer.json ] || gunzip -c .gpu/gemma3_tokenizer.json.gz > /tmp/gemma3_tokenizer.json
+  [ -s "$model/config.json" ] || "$python" bench/python/make_bench_model.py "$model" /tmp/gemma3_tokenizer.json
+  for run in $(seq "$runs"); do
+    "$python" bench/python/patching_baseline.py "$model" --tokens 32 --pair-out /tmp/patching_pair.json \
+      --sample "${PATCHING_SAMPLE:-0}" | tee "$out/patching_python_$run.json"
+    /tmp/build/bench/patching_bench --model "$model" --device cuda --dtype bf16 --repeats 5 -q \
+      --clean "$("$python" -c 'import json; print(json.load(open("/tmp/patching_pair.json"))["clean"])')" \
+      --corrupted "$("$python" -c 'import json; print(json.load(open("/tmp/patching_pair.json"))["corrupted"])')" \
+      | tee "$out/patching_probekit_$run.json"
   done
 fi

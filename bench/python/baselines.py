@@ -1,5 +1,5 @@
 """What the Python baselines share: the capture baselines' command line and dataset, transformers' generate timed
-as probekit's generation is, the training baselines' command line and optimizer (the reference trainer's), and the
+as probekit's generation is, a model's decoder layers (for forward hooks), the training baselines' command line and optimizer (the reference trainer's), and the
 versions a figure was measured with. python_baseline.py and make_bench_model.py use none of it: they are the
 benchmark protocol's own scripts (../shared/bench), kept identical to them."""
 import argparse
@@ -87,3 +87,16 @@ def reference_optimizer(probe, a):
     optimizer = torch.optim.AdamW(probe.parameters(), lr=a.lr, weight_decay=a.weight_decay)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=a.epochs, eta_min=1e-5)
     return optimizer, scheduler, torch.nn.BCEWithLogitsLoss()
+
+
+def decoder_layers(model):
+    """The decoder layers of a transformers causal LM, under a multimodal wrapper or not, for forward hooks."""
+    for path in ("model.language_model.layers", "model.layers"):
+        found = model
+        try:
+            for part in path.split("."):
+                found = getattr(found, part)
+            return found
+        except AttributeError:
+            continue
+    raise RuntimeError("no decoder layers found")

@@ -15,19 +15,7 @@ import time
 import torch
 from safetensors.torch import load_file
 
-from baselines import generation_rates, load_for_generation, timed_generate, versions
-
-
-def layers_of(model):
-    for path in ["model.language_model.layers", "model.layers"]:
-        module = model
-        try:
-            for part in path.split("."):
-                module = getattr(module, part)
-            return module
-        except AttributeError:
-            continue
-    raise RuntimeError("no decoder layers found")
+from baselines import decoder_layers, generation_rates, load_for_generation, timed_generate, versions
 
 
 def steer(model, layer, vector):
@@ -39,7 +27,7 @@ def steer(model, layer, vector):
             return (output[0] + state["coefficient"] * vector,) + tuple(output[1:])
         return output + state["coefficient"] * vector
 
-    layers_of(model)[layer].register_forward_hook(hook)
+    decoder_layers(model)[layer].register_forward_hook(hook)
     return state
 
 

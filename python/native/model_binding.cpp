@@ -1,14 +1,19 @@
 // The package's Model: one copy of a model's weights on its devices (loading::load_shared_model), captured from in
-// memory (capture::capture_rows) and generated from (inference::Engine over the same weights).
+// memory (capture::capture_rows), generated from (inference::Engine over the same weights) and patched
+// (patching::run_patch).
 #include <fmt/format.h>
+
+#include <optional>
 
 #include "capture/memory_capture.h"
 #include "common/json.h"
+#include "common/outputs.h"
 #include "device/torch/gpu_utils.h"
 #include "generation/flags.h"
 #include "inference/generation_view.h"
 #include "inference/session.h"
 #include "native.h"
+#include "patching/patch_tool.h"
 
 namespace probekit::python {
 
@@ -109,6 +114,21 @@ void generate(const ModelHandle& model, const std::vector<std::string>& prompts,
   }
 }
 
+// model.patch: patch_activations on the loaded model; patching.json as text, also written to output_dir when given.
+std::string patch(const ModelHandle& model, const patching::PatchArguments& arguments, const std::string& output_dir,
+                  bool overwrite, const py::object& progress) {
+  ProgressScope scope(progress);
+  py::gil_scoped_release release;
+  std::optional<StagedDirectory> out;
+  if (!output_dir.empty()) out.emplace(output_dir, overwrite);
+  const Json patching = patching::run_patch(*model, arguments);
+  if (out) {
+    patching::write_patching(out->path(), patching);
+    out->commit();
+  }
+  return dump_json(patching);
+}
+
 py::dict describe(const ModelHandle& model) {
   const model::ModelConfig& config = model->model->config();
   const device::ComputeTarget& target = model->targets.front();
@@ -158,6 +178,29 @@ void bind_model(py::module_& module) {
       py::arg("best_layer"), py::arg("max_new_tokens"), py::arg("stop"),
       py::arg("temperature"), py::arg("sample_top_k"), py::arg("top_p"), py::arg("seed"), py::arg("top_k"),
       py::arg("threshold"), py::arg("calibrated"), py::arg("steer"), py::arg("monitors"), py::arg("on_event"));
+  module.def(
+      "patch",
+      [](const ModelHandle& model, const std::string& clean, const std::string& corrupted, const std::string& subject,
+         double noise, uint64_t seed, const std::string& metric, const std::vector<std::string>& sites,
+         const std::string& layers, const std::string& positions, int64_t layer_window, const std::string& direction,
+         const std::string& method, const std::string& output_dir, bool overwrite, const py::object& progress) {
+        patching::PatchArguments arguments;
+        arguments.clean = clean;
+        arguments.corrupted = corrupted;
+        if (!subject.empty()) arguments.corruption = "noise";
+        arguments.noise = {subject, noise, seed};
+        arguments.metric = metric;
+        arguments.sites = sites;
+        arguments.layers = layers;
+        arguments.positions = positions;
+        arguments.layer_window = layer_window;
+        arguments.direction = direction;
+        arguments.method = method;
+        return patch(model, arguments, output_dir, overwrite, progress);
+      },
+      py::arg("model"), py::arg("clean"), py::arg("corrupted"), py::arg("subject"), py::arg("noise"), py::arg("seed"),
+      py::arg("metric"), py::arg("sites"), py::arg("layers"), py::arg("positions"), py::arg("layer_window"),
+      py::arg("direction"), py::arg("method"), py::arg("output_dir"), py::arg("overwrite"), py::arg("progress"));
 }
 
 }  // namespace probekit::python

@@ -32,6 +32,10 @@ class Model:
                  temperature: float = ..., probes: Optional[Probes] = ..., steer: Steer = ..., top_k: int = ...,
                  threshold: float = ..., calibrated: bool = ..., sample_top_k: int = ..., top_p: float = ...,
                  seed: int = ..., monitors: Optional[Iterable[Dict[str, Any]]] = ...) -> Iterator[Json]: ...
+    def patch(self, clean: str, corrupted: Optional[str] = ..., metric: str = ..., site: Union[str, Sequence[str]] = ...,
+              method: str = ..., layers: Layers = ..., positions: Layers = ..., layer_window: int = ...,
+              direction: str = ..., subject: Optional[str] = ..., noise: float = ..., seed: int = ...,
+              output_dir: Optional[str] = ..., overwrite: bool = ..., progress: bool = ...) -> Json: ...
 
 class Probes:
     @property

@@ -90,6 +90,42 @@ class Model:
                      steer_items(steer), _monitor_policies(monitors, probes))
         return _generation_events(arguments)
 
+    def patch(self, clean, corrupted=None, metric="logit-diff", site="resid_post", method="exact", layers="all",
+              positions="all", layer_window=1, direction="denoise", subject=None, noise=3.0, seed=0, output_dir=None,
+              overwrite=False, progress=True):
+        """Activation patching, as patch_activations runs it: the corrupted run with one (layer, position) of a site
+        replaced by the clean run's value (direction "noise": the reverse), for every cell of the grid.
+
+        clean, corrupted: prompts of the same token count (special tokens, no template); or subject (text inside
+        clean) instead of corrupted for ROME's corruption, noise (noise x the embeddings' std) on its tokens (seed).
+        metric: "logit-diff[:ANSWER,FOIL]", "prob[:TOKEN]" or "kl". site: "resid_post", "attn_out", "mlp_out" or a
+        list of them. method: "exact", "attribution" or "both". layers, positions: [0, 3], "0-5" or "all".
+        layer_window: layers patched together, centred on each. output_dir: also write patching.json and
+        patching.html there.
+
+        Returns patching.json as a dict, with "grid", "attribution" and "restored" as torch tensors [layers,
+        positions] in float64 (with a list of sites, a dict of them by site)."""
+        sites = [site] if isinstance(site, str) else list(site)
+        if corrupted is None and subject is None:
+            raise ValueError("corrupted: give the corrupted prompt, or subject= for the noise corruption")
+        if not isinstance(layer_window, int) or layer_window < 1:
+            raise ValueError(f"layer_window {layer_window!r}: must be a whole number, 1 or more")
+        text = run_interruptibly(
+            _native.patch, self._native, clean, corrupted or "", subject or "", float(noise), int(seed), metric, sites,
+            layer_selection(layers) or "all", layer_selection(positions) or "all", layer_window, direction, method,
+            output_dir or "", bool(overwrite), progress_callback(progress))
+        result = json.loads(text)
+        for key in ("grid", "attribution", "restored"):
+            if key in result:
+                value = result[key]
+                result[key] = ({name: _grid(rows) for name, rows in value.items()} if isinstance(value, dict)
+                               else _grid(value))
+        return result
+
+
+def _grid(rows):
+    return torch.tensor([[float("nan") if v is None else v for v in row] for row in rows], dtype=torch.float64)
+
 
 def _monitor_policies(monitors, probes):
     """monitors= as the native side reads it: the policies' JSON text ("" for none)."""

@@ -172,7 +172,7 @@ namespace {
 // The fused CUDA kernels serve the RMSNorm families on GPU tensors; everything else takes the ATen ops.
 bool fused_path(const at::Tensor& x, const ModelConfig& c) {
 #ifdef PROBEKIT_WITH_CUDA
-  return x.is_cuda() && c.features.norm == NormKind::kRmsNorm;
+  return fused::serve(x) && c.features.norm == NormKind::kRmsNorm;
 #else
   (void)x;
   (void)c;
@@ -416,7 +416,7 @@ at::Tensor gated_activation(const at::Tensor& gate_up, Activation activation) {
 #ifdef PROBEKIT_WITH_CUDA
   // A dense MLP's activations; the clamped SwiGLU, routed experts' only, takes its limit there (routed_experts.cpp)
   // and is refused below (activate) on every device.
-  if (gate_up.is_cuda() && activation != Activation::kClampedSwiglu) return fused::gated_activation(gate_up, activation);
+  if (fused::serve(gate_up) && activation != Activation::kClampedSwiglu) return fused::gated_activation(gate_up, activation);
 #endif
   std::vector<at::Tensor> halves = gate_up.chunk(2, -1);
   return activate(halves[0], activation) * halves[1];
@@ -484,17 +484,17 @@ ResidualStream decoder_block(const ResidualStream& stream, const LayerPass& pass
                                       : norm_to(stream.residual, w.attention_input_norm, c, compute);
   at::Tensor attention_out = mixer_branch(attention_in, w, c, layer, pass.context, pass.record, output_rows);
   const at::Tensor x = output_rows.defined() ? stream.residual.index_select(1, output_rows) : stream.residual;
-  // A branch's post-norm (Gemma 2/3, OLMo 2) is applied inside the residual add, unless the hook wants the branch.
+  // A branch's post-norm (Gemma 2/3, OLMo 2) is applied inside the residual add, unless the hook wants the branch
+  // or a write changes it.
   Norm attention_norm = w.attention_output_norm;
-  if (hook.wants(Site::kAttnOut)) {
+  if (hook.wants(Site::kAttnOut) || hook.edit(Site::kAttnOut) != nullptr) {
     if (attention_norm.defined()) attention_out = norm_to(attention_out, attention_norm, c, at::kFloat);
     attention_norm = Norm{};
-    hook.emit(Site::kAttnOut, attention_out);
+    attention_out = hook.written(Site::kAttnOut, attention_out);
   }
 
   if (c.features.parallel_residual) {
-    at::Tensor mlp_out = feed_forward(norm_to(x, w.mlp_input_norm, c, compute), w, c, hook);
-    if (hook.wants(Site::kMlpOut)) hook.emit(Site::kMlpOut, mlp_out);
+    at::Tensor mlp_out = hook.written(Site::kMlpOut, feed_forward(norm_to(x, w.mlp_input_norm, c, compute), w, c, hook));
     if (hook.wants(Site::kResidMid)) hook.emit(Site::kResidMid, x + attention_out);
     at::Tensor out = mlp_out.to(at::kFloat) + attention_out.to(at::kFloat) + x;  // transformers' order of the sum
     return {hook.written(Site::kResidPost, out), {}, stream.per_layer_inputs};
@@ -508,10 +508,10 @@ ResidualStream decoder_block(const ResidualStream& stream, const LayerPass& pass
   if (!c.features.input_norms) mlp_in = middle.to(compute);
   at::Tensor mlp_out = feed_forward(mlp_in, w, c, hook);
   Norm mlp_norm = w.mlp_output_norm;
-  if (hook.wants(Site::kMlpOut)) {
+  if (hook.wants(Site::kMlpOut) || hook.edit(Site::kMlpOut) != nullptr) {
     if (mlp_norm.defined()) mlp_out = norm_to(mlp_out, mlp_norm, c, at::kFloat);
     mlp_norm = Norm{};
-    hook.emit(Site::kMlpOut, mlp_out);
+    mlp_out = hook.written(Site::kMlpOut, mlp_out);
   }
   const BranchOutput mlp{mlp_out, mlp_norm};
   // A write into the layer's output comes before the next layer's input norm, which then normalizes it itself,

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <utility>
 #include <vector>
@@ -13,6 +14,10 @@
 #include "model/activation.h"
 
 namespace probekit::model::fused {
+
+/// Whether the fused kernels serve a pass over `t`: a GPU tensor, and no gradients asked for (the kernels have no
+/// backward; with autograd on, as attribution patching runs it, the ATen ops they replace take over).
+inline bool serve(const at::Tensor& t) { return t.is_cuda() && !at::GradMode::is_enabled(); }
 
 /// rows of x (fp32 or the compute dtype) -> rms_norm(row) * weight, in `output` dtype.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, at::ScalarType output);

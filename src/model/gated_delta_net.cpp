@@ -182,7 +182,7 @@ at::Tensor heads_in_aten(const at::Tensor& projected, const DeltaNetWeights& w, 
 
 #ifdef PROBEKIT_WITH_CUDA
 bool kernel_takes(const at::Tensor& projected, const ModelConfig& c) {
-  return fused::delta_net_kernel_takes(projected.device(), c.linear_attention.key_head_dim,
+  return fused::serve(projected) && fused::delta_net_kernel_takes(projected.device(), c.linear_attention.key_head_dim,
                                        c.linear_attention.value_head_dim);
 }
 

@@ -1,6 +1,7 @@
 // A linear layer's weights and their product: dense, or FP8 kept packed.
 #include "model/weights.h"
 
+#include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -67,6 +68,8 @@ Linear stacked(const std::vector<Linear>& parts) {
 
 at::Tensor linear(const at::Tensor& x, const Linear& l) {
   if (l.fp8.block_scales.defined() && x.is_cuda()) {
+    // The FP8 kernel has no backward: gradients (attribution patching) need the decoded weights' products.
+    if (at::GradMode::is_enabled()) fail_input("gradients through FP8 products need --fp8-products decoded");
     at::Tensor product = fp8_block_linear(x, l.fp8.bytes, l.fp8.block_scales);
     return l.bias.defined() ? product.add_(l.bias) : product;
   }

@@ -41,7 +41,7 @@ int64_t packed_expert_values(const RoutedExperts& w) {
 // kept packed are decoded to bf16 for it, all of a layer's at once, up to kMaxDecodedExpertBytes.
 bool grouped_gemm_fits(const at::Tensor& rows, const RoutedExperts& w) {
 #if defined(PROBEKIT_HAS_GROUPED_MM) && defined(PROBEKIT_WITH_CUDA)
-  if (!rows.is_cuda() || rows.scalar_type() != at::kBFloat16) return false;
+  if (!fused::serve(rows) || rows.scalar_type() != at::kBFloat16) return false;
   if (w.gate_up.defined() && w.gate_up.scalar_type() != at::kBFloat16) return false;
   if (2 * packed_expert_values(w) > kMaxDecodedExpertBytes) return false;
   const int64_t inner = w.down.defined()         ? w.down.size(2)
@@ -67,7 +67,7 @@ at::Tensor plus_bias(const at::Tensor& product, const at::Tensor& bias, const at
 at::Tensor expert_activation(const at::Tensor& product, const at::Tensor& bias, const at::Tensor& row_experts,
                              Activation activation, double limit) {
 #ifdef PROBEKIT_WITH_CUDA
-  if (product.is_cuda()) return fused::gated_activation(product, activation, limit, bias, row_experts);
+  if (fused::serve(product)) return fused::gated_activation(product, activation, limit, bias, row_experts);
 #endif
   const at::Tensor gate_up = plus_bias(product, bias, row_experts);
   if (activation != Activation::kClampedSwiglu) return gated_activation(gate_up, activation);
@@ -162,7 +162,7 @@ void route_sigmoid_grouped(Routing& routing, const RoutedExperts& w, const Route
 at::Tensor combine_outputs(const at::Tensor& sorted_outputs, const at::Tensor& order, const at::Tensor& pair_experts,
                            const at::Tensor& sorted_experts, const at::Tensor& weights, const at::Tensor& bias) {
 #ifdef PROBEKIT_WITH_CUDA
-  if (sorted_outputs.is_cuda()) {
+  if (fused::serve(sorted_outputs)) {
     at::Tensor row_of_pair = at::empty_like(order).index_copy_(0, order, at::arange(order.size(0), order.options()));
     at::Tensor combined = fused::combine_expert_rows(sorted_outputs, row_of_pair, pair_experts, weights, bias);
     if (combined.defined()) return combined;

@@ -6,9 +6,17 @@ namespace probekit::model {
 
 namespace {
 
-// A [hidden] vector as it is, a [B, hidden] one as [B, 1, hidden]: broadcast over the tokens of each row.
+// A [hidden] vector as it is, a [B, hidden] one as [B, 1, hidden] (broadcast over the tokens of each row), a
+// [B or 1, T, hidden] one as it is.
 at::Tensor over_tokens(const at::Tensor& vector, const at::Tensor& values) {
   if (vector.dim() == 1) return vector;
+  if (vector.dim() == 3) {
+    if ((vector.size(0) != 1 && vector.size(0) != values.size(0)) || vector.size(1) != values.size(1)) {
+      fail_input("a vector per token of [{}, {}] rows and tokens for a pass of [{}, {}]", vector.size(0), vector.size(1),
+                 values.size(0), values.size(1));
+    }
+    return vector;
+  }
   if (vector.size(0) != values.size(0)) {
     fail_input("a steering vector per row holds {} rows for a pass of {} rows", vector.size(0), values.size(0));
   }
@@ -24,11 +32,24 @@ at::Tensor StreamEdit::apply(const at::Tensor& values) const {
     out = out - (out * u).sum(-1, true) * u;
   }
   if (addition.defined()) out = out + over_tokens(addition, out);
+  if (patched.defined()) {
+    if (patched.size(0) != out.size(0) || patched.size(1) != out.size(1)) {
+      fail_input("a patch of {} rows x {} tokens for a pass of {} rows x {} tokens", patched.size(0), patched.size(1),
+                 out.size(0), out.size(1));
+    }
+    // A copy, not arithmetic: a patched value has the recorded run's bits.
+    out = at::where(patched.unsqueeze(-1), patch_values.to(out.scalar_type()), out);
+  }
   return out;
 }
 
 StreamEdit& StreamWrites::edit(Site site, int64_t layer) {
   if (!site_row(site).writable()) fail_input("the site {} cannot be written (writable: {})", site_name(site), site_names(true));
+  // The embeddings occur once a pass, before the first layer: their writes go under layer -1 (TensorHook's too).
+  if ((site == Site::kEmbeddings) != (layer == -1)) {
+    fail_input("a write at layer {} of {}: the embeddings take layer -1, the other sites a decoder layer", layer,
+               site_name(site));
+  }
   return edits_[{layer, site}];
 }
 
@@ -38,6 +59,13 @@ void StreamWrites::add(Site site, int64_t layer, const at::Tensor& vector) {
 }
 
 void StreamWrites::ablate(Site site, int64_t layer, const at::Tensor& unit) { edit(site, layer).ablations.push_back(unit); }
+
+void StreamWrites::patch(Site site, int64_t layer, const at::Tensor& values, const at::Tensor& patched) {
+  StreamEdit& e = edit(site, layer);
+  if (e.patched.defined()) fail_input("layer {}'s {} is patched twice in one pass", layer, site_name(site));
+  e.patch_values = values;
+  e.patched = patched;
+}
 
 const StreamEdit* StreamWrites::find(Site site, int64_t layer) const {
   auto found = edits_.find({layer, site});

@@ -1,8 +1,9 @@
-// Writes into the residual stream (steering), as data handed to the forward pass: at the output of decoder layer L
-// (Site::kResidPost, the stream the probes of layer L read), at every position, directional ablations
-// h - (h . u) u (Arditi et al. 2024) and then one addition (the sum of coefficient * v over the vectors of that
-// layer), as repeng's and llama.cpp's control vectors apply them. The decoder applies them where it emits the site,
-// so that a reader of the site sees the written stream; the pass never asks whether it steers.
+// Writes into the forward pass, as data handed to it: at a site of decoder layer L (Site::kResidPost, the stream
+// the probes of layer L read, and the branches attn_out and mlp_out; the embeddings as layer -1), directional
+// ablations h - (h . u) u (Arditi et al. 2024), then one addition (the sum of coefficient * v over the vectors of
+// that layer), as repeng's and llama.cpp's control vectors apply them, then a patch: values recorded from another
+// run put in place of this run's at chosen (row, position)s (activation patching). The decoder applies them where
+// it emits the site, so that a reader of the site sees the written stream; the pass never asks whether it steers.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -17,12 +18,14 @@
 namespace probekit::model {
 
 /// What is written at one site of one layer. Each vector is fp32 on that layer's device, [hidden] for every row of
-/// a pass or [B, hidden] for one per row of a padded batch.
+/// a pass or [B, hidden] for one per row of a padded batch; an addition may also be [B or 1, T, hidden], one per token.
 struct StreamEdit {
   std::vector<at::Tensor> ablations;  // unit vectors
   at::Tensor addition;                // undefined: none
+  at::Tensor patch_values;  // [T, width] or [B, T, width]: what a patched position takes (cast to the values' dtype)
+  at::Tensor patched;       // [B, T] bool: the positions patched; undefined: none
 
-  /// `values` [B, T, hidden] (fp32) with the ablations and then the addition applied.
+  /// `values` [B, T, width] with the ablations, the addition and then the patch applied.
   at::Tensor apply(const at::Tensor& values) const;
 };
 
@@ -34,6 +37,9 @@ class StreamWrites {
   void add(Site site, int64_t layer, const at::Tensor& vector);
   /// Adds a direction to project out ([hidden] or [B, hidden], unit length, fp32, on the layer's device).
   void ablate(Site site, int64_t layer, const at::Tensor& unit);
+  /// Puts `values` ([T, width] or [B, T, width], on the layer's device) in place of the site's values where
+  /// `patched` ([B, T] bool) holds; one patch per site and layer.
+  void patch(Site site, int64_t layer, const at::Tensor& values, const at::Tensor& patched);
 
   const StreamEdit* find(Site site, int64_t layer) const;
   bool empty() const { return edits_.empty(); }

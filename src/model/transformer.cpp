@@ -1,9 +1,11 @@
 #include "model/transformer.h"
 
+#include <ATen/core/grad_mode.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/InferenceMode.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/error.h"
@@ -94,7 +96,9 @@ TransformerModel TransformerModel::load(const std::string& dir, const LoadOption
   model.options_.embeddings_on_host = options.embeddings_on_host && !options.lm_head;
   LoadPlan plan{last + 1,       options.final_norm, model.options_.embeddings_on_host, options.lm_head, options.device,
                 options.dtype, options.layer_devices, options.keep_mxfp4_packed};
-  c10::InferenceMode inference_mode;
+  // Not InferenceMode: inference tensors cannot be saved for backward, and a pass with gradients (attribution
+  // patching) multiplies by the weights.
+  at::NoGradGuard no_gradients;
   std::shared_ptr<const Checkpoint> checkpoint =
       read_ahead != nullptr ? read_ahead->checkpoint()
                             : std::make_shared<const Checkpoint>(Checkpoint::open(dir, c.quantization, options.keep_fp8_packed,
@@ -109,7 +113,7 @@ TransformerModel TransformerModel::load(const std::string& dir, const LoadOption
 
 at::Tensor TransformerModel::logits(const at::Tensor& final_norm) const {
   if (!has_lm_head()) fail_input("the LM head was not loaded");
-  c10::InferenceMode inference_mode;
+  c10::InferenceMode inference_mode(!final_norm.requires_grad());
   at::Tensor logits =
       device::row_stable_linear(final_norm.to(weights_.lm_head.device(), weights_.lm_head.scalar_type()), weights_.lm_head)
           .to(at::kFloat);
@@ -182,6 +186,22 @@ CacheBytesPerToken TransformerModel::kv_cache_bytes_per_token() const {
   return model::kv_cache_bytes_per_token(config_, static_cast<double>(c10::elementSize(options_.dtype)));
 }
 
+double TransformerModel::embedding_std() const {
+  c10::InferenceMode inference_mode;
+  const double scale = config_.features.scale_embeddings ? std::sqrt(static_cast<double>(config_.hidden_size)) : 1.0;
+  // Sums in fp64 (hundreds of millions of entries would lose digits in fp32), a block of rows at a time.
+  const at::Tensor& table = weights_.embed_tokens;
+  const int64_t rows = table.size(0), block = 8192;
+  double sum = 0, squares = 0;
+  for (int64_t first = 0; first < rows; first += block) {
+    const at::Tensor part = table.narrow(0, first, std::min(block, rows - first)).to(at::kDouble);
+    sum += part.sum().item<double>();
+    squares += part.square().sum().item<double>();
+  }
+  const auto n = static_cast<double>(table.numel());
+  return std::sqrt(std::max(0.0, (squares - sum * sum / n) / (n - 1))) * scale;
+}
+
 void TransformerModel::check_inputs(const std::vector<int32_t>& ids) const {
   for (int32_t id : ids) {
     if (id < 0 || id >= config_.vocab_size) {
@@ -206,7 +226,8 @@ at::Tensor TransformerModel::embed(const at::Tensor& input_ids) const {
 }
 
 at::Tensor TransformerModel::forward(const ForwardPass& pass) const {
-  c10::InferenceMode inference_mode;
+  c10::InferenceMode inference_mode(!pass.gradients);
+  at::AutoGradMode gradients(pass.gradients);
   const ModelConfig& c = config_;
   const int64_t batch = pass.input_ids.size(0), tokens = pass.input_ids.size(1);
   int64_t last = pass.last_layer < 0 ? loaded_layers() - 1 : pass.last_layer;
@@ -220,6 +241,9 @@ at::Tensor TransformerModel::forward(const ForwardPass& pass) const {
   at::Tensor x = embed(pass.input_ids);
   if (c.features.scale_embeddings) x = x * std::sqrt(static_cast<double>(c.hidden_size));
   if (c.features.learned_positions) x = x + at::embedding(weights_.position_embeddings, positions);
+  if (const StreamEdit* edit = pass.writes != nullptr ? pass.writes->find(Site::kEmbeddings, -1) : nullptr) {
+    x = edit->apply(x);
+  }
   if (pass.hook != nullptr && (pass.hook_sites & site_bit(Site::kEmbeddings)) != 0) (*pass.hook)(Site::kEmbeddings, -1, x);
 
   auto context = std::make_unique<AttentionContext>(c, positions, pass.prefix, pass.prefix_lengths,

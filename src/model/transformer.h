@@ -98,6 +98,9 @@ struct ForwardPass {
   // its sites from attn_out on hold [1, R, width]. The last token of each text, read at the deepest
   // layer, needs nothing more; that layer's MLP over the other tokens would be thrown away.
   at::Tensor last_layer_rows;
+  // Record the autograd graph (outside InferenceMode), so that the output can be differentiated with respect to
+  // tensors of `writes` that require gradients (attribution patching); the fused GPU kernels step aside then.
+  bool gradients = false;
 };
 
 /// The bytes one token adds to the generation cache, summed over the layers: as this runtime caches it (`cached`:
@@ -139,6 +142,10 @@ class TransformerModel {
   /// capacity, head_dim] of the attention layers in the model's dtype, and the states of the Gated DeltaNet layers
   /// (empty ones: the state before any token).
   KvCache empty_cache(int64_t batch, int64_t capacity) const;
+
+  /// The standard deviation of the token embedding table's entries as the residual stream receives them (scaled
+  /// where the family scales its embeddings): the unit of ROME's noise corruption.
+  double embedding_std() const;
 
   /// Throws if a token id is outside the vocabulary or a position past a learned-position table.
   void check_inputs(const std::vector<int32_t>& ids) const;

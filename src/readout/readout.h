@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "model/transformer.h"
@@ -67,6 +68,24 @@ struct HiddenStates {
 /// a model with routed experts, the router logits of its loaded layers that have a router; with `writes` applied.
 HiddenStates read_hidden_states(const model::TransformerModel& model, const Sequence& ids,
                                 const model::StreamWrites* writes = nullptr);
+
+/// One run of a sequence read at sites of every loaded layer and at the next-token logits of its last token.
+struct SiteRun {
+  std::map<Site, std::vector<at::Tensor>> values;  // per site, per layer: [T, width] as the pass computed them
+  at::Tensor logits;                               // [vocab] fp32
+};
+/// `ids` run once with `writes`, read at `sites` (writable decoder sites: resid_post, attn_out, mlp_out) of every
+/// loaded layer, each layer's values on that layer's device in the dtype the pass computed them (what a patch
+/// puts back bit for bit). With `gradients` the logits carry the autograd graph back to the writes' tensors that
+/// require gradients (attribution patching). Needs the final norm and the LM head.
+SiteRun read_site_run(const model::TransformerModel& model, const Sequence& ids, const std::vector<Site>& sites,
+                      const model::StreamWrites* writes = nullptr, bool gradients = false);
+
+/// The next-token logits [rows, vocab] (fp32) at the last token of `ids` run as `rows` rows, each with its own
+/// writes (`writes` per row: patches of [rows, T] positions, [rows, ...] additions): activation patching's cells
+/// ride as rows of one pass.
+at::Tensor read_last_logits(const model::TransformerModel& model, const Sequence& ids, int64_t rows,
+                            const model::StreamWrites& writes);
 
 /// "`what` not finite (NaN or Inf): the checkpoint's weights or its config (...) produce them": how every tool refuses
 /// non-finite activations (`what`: "the activations of layer 5 are").

@@ -15,10 +15,15 @@ std::vector<int64_t> default_layers(int64_t n) {
 
 std::vector<int64_t> parse_layers(const std::string& text, int64_t num_layers) {
   if (text.empty()) return default_layers(num_layers);
-  std::vector<int64_t> layers;
+  return parse_index_list("--layers", text, num_layers, "layer", "model");
+}
+
+std::vector<int64_t> parse_index_list(const std::string& flag, const std::string& text, int64_t count,
+                                      const std::string& noun, const std::string& owner) {
+  std::vector<int64_t> indices;
   if (text == "all") {
-    for (int64_t i = 0; i < num_layers; ++i) layers.push_back(i);
-    return layers;
+    for (int64_t i = 0; i < count; ++i) indices.push_back(i);
+    return indices;
   }
   std::string normalized = text;
   std::replace(normalized.begin(), normalized.end(), ',', ' ');
@@ -26,7 +31,7 @@ std::vector<int64_t> parse_layers(const std::string& text, int64_t num_layers) {
   std::string item;
   auto number = [&](const std::string& s) -> int64_t {
     if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 9) {
-      fail_usage("--layers {}: '{}' is not a layer number (use e.g. 8,17,25, a range 21-30, or all)", text, s);
+      fail_usage("{} {}: '{}' is not a {} number (use e.g. 8,17,25, a range 21-30, or all)", flag, text, s, noun);
     }
     return std::stoll(s);
   };
@@ -34,20 +39,20 @@ std::vector<int64_t> parse_layers(const std::string& text, int64_t num_layers) {
     auto dash = item.find('-');
     if (dash != std::string::npos && dash > 0) {
       int64_t first = number(item.substr(0, dash)), last = number(item.substr(dash + 1));
-      if (last < first) fail_usage("--layers {}: range {} is empty", text, item);
-      for (int64_t i = first; i <= last; ++i) layers.push_back(i);
+      if (last < first) fail_usage("{} {}: range {} is empty", flag, text, item);
+      for (int64_t i = first; i <= last; ++i) indices.push_back(i);
     } else {
-      layers.push_back(number(item));
+      indices.push_back(number(item));
     }
   }
-  if (layers.empty()) fail_usage("--layers {}: no layer given", text);
-  std::sort(layers.begin(), layers.end());
-  layers.erase(std::unique(layers.begin(), layers.end()), layers.end());
-  if (layers.back() >= num_layers) {
-    fail_usage("--layers {}: layer {} is out of range: the model has {} layers (0 to {})", text, layers.back(),
-               num_layers, num_layers - 1);
+  if (indices.empty()) fail_usage("{} {}: no {} given", flag, text, noun);
+  std::sort(indices.begin(), indices.end());
+  indices.erase(std::unique(indices.begin(), indices.end()), indices.end());
+  if (indices.back() >= count) {
+    fail_usage("{} {}: {} {} is out of range: the {} has {} {}s (0 to {})", flag, text, noun, indices.back(), owner, count,
+               noun, count - 1);
   }
-  return layers;
+  return indices;
 }
 
 }  // namespace probekit

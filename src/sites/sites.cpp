@@ -6,15 +6,15 @@ namespace probekit {
 
 const std::vector<SiteRow>& site_table() {
   static const std::vector<SiteRow> table = {
-      {Site::kEmbeddings, "embeddings", SiteWidth::kHidden, kPoolable | kScorable,
+      {Site::kEmbeddings, "embeddings", SiteWidth::kHidden, kPoolable | kWritable | kScorable,
        "the input of the first decoder layer (after the embedding scale and learned positions)"},
       {Site::kResidPre, "resid_pre", SiteWidth::kHidden, kReadable | kPoolable | kScorable,
        "the residual stream entering the layer"},
-      {Site::kAttnOut, "attn_out", SiteWidth::kHidden, kReadable | kPoolable | kScorable,
+      {Site::kAttnOut, "attn_out", SiteWidth::kHidden, kReadable | kPoolable | kWritable | kScorable,
        "the attention branch's output (after its post-norm, where the family has one)"},
       {Site::kResidMid, "resid_mid", SiteWidth::kHidden, kReadable | kPoolable | kScorable,
        "the residual stream between the attention and the MLP branches"},
-      {Site::kMlpOut, "mlp_out", SiteWidth::kHidden, kReadable | kPoolable | kScorable,
+      {Site::kMlpOut, "mlp_out", SiteWidth::kHidden, kReadable | kPoolable | kWritable | kScorable,
        "the MLP (or routed experts) branch's output (after its post-norm, where the family has one)"},
       {Site::kResidPost, "resid_post", SiteWidth::kHidden, kReadable | kPoolable | kWritable | kScorable,
        "the layer's output: the residual stream after the layer, what a hook on model.layers[l] returns"},

@@ -41,6 +41,7 @@ TOOL_PAGES = {
     "make_steering_vectors": ("docs/steering.md", [[]]),
     "steering_sweep": ("docs/steering.md", [[]]),
     "calibrate_probes": ("docs/monitoring.md", [[]]),
+    "patch_activations": ("docs/patching.md", [[]]),
 }
 
 

@@ -369,7 +369,8 @@ TEST_CASE("a GPT-2 checkpoint named without 'transformer.' matches transformers 
 // earlier token's bf16-rounded projections (0.997 seen for qwen3_5_text), and qwen3_next's experts flip as in the
 // MoE fixtures (0.944 seen). gpt_oss (top 2 of 4 by the raw logits) flips more: most texts keep 0.9999 on
 // layer 0, the longest lose a few tokens' experts there (0.977 seen on the last layer). deepseek_v3's biased
-// sigmoid scores flip likewise (0.984 seen; its FP8 copy, whose dequantized weights round once more, 0.969).
+// sigmoid scores flip likewise (0.984 seen; its FP8 copy, whose dequantized weights round once more, 0.969). On an
+// AMD EPYC without AVX-512, whose bf16 products round otherwise, more experts flip: qwen2_moe 0.967, deepseek_v3 0.967.
 TEST_CASE("bf16 compute agrees with the fp32 reference to bf16 precision" * doctest::test_suite("numeric")) {
   // By cosine, not bitwise: bf16 products on the CPU go through ATen (OpenBLAS or its own kernels), whose rounding
   // differs by kernel, so each bound is the fixture's bf16 agreement with room for any kernel's rounding (the whole
@@ -377,9 +378,9 @@ TEST_CASE("bf16 compute agrees with the fp32 reference to bf16 precision" * doct
   const std::pair<const char*, double> fixtures[] = {
       {"llama", 0.999},   {"mistral", 0.999},       {"qwen2", 0.999},   {"qwen3", 0.999},     {"gemma", 0.999},
       {"gemma2", 0.999},  {"gemma3_text", 0.999},   {"gpt2", 0.999},    {"gpt_neox", 0.999},  {"phi3", 0.999},
-      {"olmo2", 0.999},   {"phi3_longrope", 0.998}, {"mixtral", 0.93},  {"qwen3_moe", 0.98},  {"qwen2_moe", 0.98},
+      {"olmo2", 0.999},   {"phi3_longrope", 0.998}, {"mixtral", 0.93},  {"qwen3_moe", 0.98},  {"qwen2_moe", 0.95},
       {"qwen3_5_text", 0.996}, {"qwen3_next", 0.93},
-      {"gpt_oss", 0.97},  {"gpt_oss_mxfp4", 0.97}, {"deepseek_v3", 0.97}, {"deepseek_v3_fp8", 0.95}};
+      {"gpt_oss", 0.97},  {"gpt_oss_mxfp4", 0.97}, {"deepseek_v3", 0.95}, {"deepseek_v3_fp8", 0.95}};
   for (const auto& fixture : fixtures) {
     const auto& name = fixture.first;
     const auto& bound = fixture.second;

@@ -144,6 +144,29 @@ def test_generate_gives_inspect_models_ids(model, workdir):
     assert events[-1]["done"] and events[-1]["generated_ids"] == expected
 
 
+def test_patch_gives_patch_activations_grids(model, workdir):
+    clean, corrupted = "The garage was dark and cold", "The garage was dark and warm"
+    output = workdir / "patching"
+    run_tool("patch_activations", "--model", model.dir, "--clean", clean, "--corrupted", corrupted, "--site",
+             "resid_post,mlp_out", "--method", "both", "--output-dir", output)
+    expected = json.loads((output / "patching.json").read_text())
+    result = model.patch(clean, corrupted, site=["resid_post", "mlp_out"], method="both", progress=False)
+    for key in ("grid", "attribution", "restored"):
+        for site in ("resid_post", "mlp_out"):
+            assert result[key][site].shape == (model.num_layers, len(expected["tokens"]))
+            tool_grid = torch.tensor(expected[key][site], dtype=torch.float64)
+            # The backward pass's sums run on several threads: attribution agrees to fp32 rounding of its largest value.
+            tolerance = 0 if key == "grid" else 1e-5 * float(tool_grid.abs().max())
+            assert torch.allclose(result[key][site], tool_grid, rtol=0, atol=tolerance)
+    assert result["answer"] == expected["answer"] and result["foil"] == expected["foil"]
+    one = model.patch(clean, corrupted, layers=[1, 2], positions="0-1", progress=False)
+    assert one["grid"].shape == (2, 2)
+    assert torch.equal(one["grid"], result["grid"]["resid_post"][1:3, 0:2])
+    with pytest.raises(ValueError) as raised:
+        model.patch(clean, "The kitchen was dark and cold", progress=False)
+    assert "same number of tokens" in str(raised.value)
+
+
 def test_steered_generation_gives_multi_probe_inferences_events(model, probes_dir):
     probes = probekit.load_probes(probes_dir, layer=LAYERS[1])
     steer = [("reframing", LAYERS[0], 8.0)]

@@ -1,0 +1,45 @@
+// patch_activations as a library: its flags, and the run from a loaded model to patching.json and patching.html,
+// which the tool and the Python package's model.patch share.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <vector>
+
+#include "common/json.h"
+#include "loading/model_loading.h"
+#include "patching/report.h"
+
+namespace probekit::patching {
+
+/// What to patch, in the flags' terms (a loaded model aside).
+struct PatchArguments {
+  std::string clean, corrupted;
+  std::string corruption = "prompt";  // prompt (--corrupted) | noise (--subject, --noise, --seed)
+  NoiseCorruption noise;
+  std::string metric = "logit-diff";
+  std::vector<std::string> sites = {"resid_post"};
+  std::string layers = "all", positions = "all";
+  int64_t layer_window = 1;
+  std::string direction = "denoise";  // denoise | noise
+  std::string method = "exact";       // exact | attribution | both
+  int64_t rows_per_batch = 0;
+};
+
+struct PatchActivationsOptions {
+  loading::ModelRequest model;
+  PatchArguments patch;
+  std::string output_dir;
+  bool overwrite = false;
+};
+
+void add_patch_flags(CLI::App& app, PatchActivationsOptions& options);
+
+/// Runs the patching `arguments` ask for on a loaded model; returns patching.json.
+Json run_patch(const loading::SharedModel& model, const PatchArguments& arguments);
+
+/// patch_activations: loads the model, runs, writes OUT/patching.json and OUT/patching.html; returns patching.json.
+Json run_patch_activations(const PatchActivationsOptions& options);
+
+}  // namespace probekit::patching

@@ -1,0 +1,286 @@
+// Activation patching against transformers (tests/fixtures/models/*/patching.json, tools/gen_patching_refs.py of the
+// shared fixtures: forward hooks on each decoder layer, fp32, CPU), and the engine's own properties: batched cells
+// equal cells run alone, the noise direction, ROME's noise corruption, and the refusals.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/json.h"
+#include "loading/model_loading.h"
+#include "patching/patch_tool.h"
+#include "patching/patching.h"
+#include "test_util.h"
+
+using namespace probekit;
+using namespace probekit::patching;
+using probekit::testing::fixture_model;
+
+namespace {
+
+loading::SharedModel load_cpu(const std::string& name) {
+  loading::ModelRequest request;
+  request.model_dir = fixture_model(name);
+  request.device = "cpu";
+  request.dtype = "fp32";
+  return loading::load_shared_model(request);
+}
+
+double largest_abs(const Json& rows) {
+  double largest = 0;
+  for (const Json& row : rows) {
+    for (const Json& v : row) largest = std::max(largest, std::fabs(v.get<double>()));
+  }
+  return largest;
+}
+
+// The largest |ours - reference| over a [layer][position] grid.
+double largest_difference(const at::Tensor& ours, const Json& reference) {
+  REQUIRE(ours.size(0) == static_cast<int64_t>(reference.size()));
+  double largest = 0;
+  for (int64_t l = 0; l < ours.size(0); ++l) {
+    REQUIRE(ours.size(1) == static_cast<int64_t>(reference[static_cast<size_t>(l)].size()));
+    for (int64_t p = 0; p < ours.size(1); ++p) {
+      largest = std::max(largest, std::fabs(ours[l][p].item<double>() - reference[static_cast<size_t>(l)][static_cast<size_t>(p)].get<double>()));
+    }
+  }
+  return largest;
+}
+
+PatchRequest both_methods() {
+  PatchRequest request;
+  request.attribution = true;
+  return request;
+}
+
+}  // namespace
+
+TEST_CASE("patching grids and attributions match transformers' forward hooks on seven families") {
+  for (const char* name : {"llama", "qwen3", "gemma3_text", "gpt2", "qwen3_moe", "gpt_oss", "olmo3"}) {
+    CAPTURE(name);
+    const Json reference = read_json_file(fixture_model(name) + "/patching.json");
+    const loading::SharedModel model = load_cpu(name);
+    const PromptPair pair = prompt_pair(*model.model, *model.tokenizer, reference["clean"], reference["corrupted"]);
+    CHECK(pair.clean == reference["clean_ids"].get<std::vector<int32_t>>());
+    CHECK(pair.corrupted == reference["corrupted_ids"].get<std::vector<int32_t>>());
+    const PatchingResult result = run_patching(*model.model, *model.tokenizer, pair, both_methods());
+    CHECK(result.metric.answer.id == reference["answer"].get<int32_t>());
+    CHECK(result.metric.foil.id == reference["foil"].get<int32_t>());
+    const double scale = std::max(std::fabs(reference["clean_metric"].get<double>()),
+                                  std::fabs(reference["corrupted_metric"].get<double>()));
+    CHECK(std::fabs(result.clean_metric - reference["clean_metric"].get<double>()) <= 1e-4 * scale);
+    CHECK(std::fabs(result.corrupted_metric - reference["corrupted_metric"].get<double>()) <= 1e-4 * scale);
+    CHECK(largest_difference(result.sites[0].grid, reference["grid"]) <= 1e-4 * scale);
+    CHECK(largest_difference(result.sites[0].attribution, reference["attribution"]) <=
+          1e-4 * largest_abs(reference["attribution"]));
+  }
+}
+
+TEST_CASE("cells run in batches give the bits of each cell run alone") {
+  const loading::SharedModel model = load_cpu("qwen3");
+  const Json reference = read_json_file(fixture_model("qwen3") + "/patching.json");
+  const PromptPair pair = prompt_pair(*model.model, *model.tokenizer, reference["clean"], reference["corrupted"]);
+  PatchRequest request;
+  request.sites = {Site::kResidPost, Site::kAttnOut, Site::kMlpOut};
+  request.layer_window = 3;
+  request.rows_per_batch = 64;
+  const PatchingResult batched = run_patching(*model.model, *model.tokenizer, pair, request);
+  request.rows_per_batch = 1;
+  const PatchingResult alone = run_patching(*model.model, *model.tokenizer, pair, request);
+  for (size_t s = 0; s < request.sites.size(); ++s) {
+    CAPTURE(site_name(request.sites[s]));
+    CHECK(at::equal(batched.sites[s].grid, alone.sites[s].grid));
+  }
+}
+
+TEST_CASE("a patch of the last layer at the last token gives the source run's metric, in either direction") {
+  const loading::SharedModel model = load_cpu("llama");
+  const Json reference = read_json_file(fixture_model("llama") + "/patching.json");
+  const PromptPair pair = prompt_pair(*model.model, *model.tokenizer, reference["clean"], reference["corrupted"]);
+  PatchRequest request;
+  const int64_t last_layer = model.model->loaded_layers() - 1, last = static_cast<int64_t>(pair.clean.size()) - 1;
+  request.layers = {last_layer};
+  request.positions = {last};
+  const PatchingResult denoise = run_patching(*model.model, *model.tokenizer, pair, request);
+  CHECK(denoise.sites[0].grid[0][0].item<double>() == doctest::Approx(denoise.clean_metric).epsilon(1e-6));
+  request.direction = Direction::kNoise;
+  const PatchingResult noise = run_patching(*model.model, *model.tokenizer, pair, request);
+  CHECK(noise.sites[0].grid[0][0].item<double>() == doctest::Approx(noise.corrupted_metric).epsilon(1e-6));
+  CHECK(noise.metric.answer.id == denoise.metric.answer.id);
+}
+
+TEST_CASE("the noise direction is denoising with the prompts' roles swapped") {
+  const loading::SharedModel model = load_cpu("gemma3_text");
+  const Json reference = read_json_file(fixture_model("gemma3_text") + "/patching.json");
+  const PromptPair pair = prompt_pair(*model.model, *model.tokenizer, reference["clean"], reference["corrupted"]);
+  PatchRequest request;
+  request.sites = {Site::kResidPost, Site::kMlpOut};
+  request.direction = Direction::kNoise;
+  request.attribution = true;
+  const PatchingResult noise = run_patching(*model.model, *model.tokenizer, pair, request);
+  const PromptPair swapped{pair.corrupted, pair.clean, {}, {}, 0};
+  request.direction = Direction::kDenoise;
+  request.metric = {MetricKind::kLogitDiff, {std::to_string(noise.metric.answer.id), std::to_string(noise.metric.foil.id)}};
+  const PatchingResult denoise = run_patching(*model.model, *model.tokenizer, swapped, request);
+  for (size_t s = 0; s < request.sites.size(); ++s) {
+    CHECK(at::equal(noise.sites[s].grid, denoise.sites[s].grid));
+    CHECK(at::allclose(noise.sites[s].attribution, denoise.sites[s].attribution, 1e-6, 1e-6));
+  }
+}
+
+// tests/fixtures/tools/gen_branch_patching.py: transformers with a forward hook on the attention and MLP modules (or
+// the post-norms after them), for the sites patching.json lacks, a layer window and the prob metric.
+TEST_CASE("attn_out and mlp_out grids, a layer window and the prob metric match transformers' module hooks") {
+  for (const char* name : {"llama", "gemma3_text", "gpt2", "qwen3_moe", "olmo3", "gpt_oss"}) {
+    CAPTURE(name);
+    const Json patching = read_json_file(fixture_model(name) + "/patching.json");
+    const Json reference = read_json_file(fixture_model(name) + "/branch_patching.json");
+    const loading::SharedModel model = load_cpu(name);
+    const PromptPair pair = prompt_pair(*model.model, *model.tokenizer, patching["clean"], patching["corrupted"]);
+    const double scale = std::max(std::fabs(patching["clean_metric"].get<double>()),
+                                  std::fabs(patching["corrupted_metric"].get<double>()));
+    PatchRequest request = both_methods();
+    request.sites = {Site::kAttnOut, Site::kMlpOut};
+    const PatchingResult branches = run_patching(*model.model, *model.tokenizer, pair, request);
+    for (const SiteGrids& grids : branches.sites) {
+      const std::string site = site_name(grids.site);
+      CAPTURE(site);
+      CHECK(largest_difference(grids.grid, reference["grids"][site]) <= 1e-4 * scale);
+      CHECK(largest_difference(grids.attribution, reference["attribution"][site]) <=
+            1e-4 * largest_abs(reference["attribution"][site]));
+    }
+    request = PatchRequest{};
+    request.layer_window = 3;
+    CHECK(largest_difference(run_patching(*model.model, *model.tokenizer, pair, request).sites[0].grid,
+                             reference["window3"]) <= 1e-4 * scale);
+    request = PatchRequest{};
+    request.metric = parse_metric("prob:" + std::to_string(patching["answer"].get<int32_t>()));
+    const PatchingResult prob = run_patching(*model.model, *model.tokenizer, pair, request);
+    CHECK(largest_difference(prob.sites[0].grid, reference["prob_grid"]) <= 1e-5);
+  }
+}
+
+TEST_CASE("ROME's noise corruption: the subject's tokens only, its size, and the same numbers from the same seed") {
+  const loading::SharedModel model = load_cpu("llama");
+  const std::string clean = "The Eiffel Tower is in the city of";
+  const NoiseCorruption noise{"Eiffel Tower", 3.0, 7};
+  const PromptPair pair = noised_pair(*model.model, *model.tokenizer, clean, noise);
+  CHECK(pair.clean == pair.corrupted);
+  REQUIRE(!pair.noised_positions.empty());
+  // The tokens noised spell the subject, and no other token is.
+  std::string spelled;
+  for (int64_t p : pair.noised_positions) spelled += model.tokenizer->decode({pair.clean[static_cast<size_t>(p)]});
+  CHECK_CONTAINS(spelled, "Eiffel Tower");
+  const at::Tensor noised_rows = pair.noise.abs().sum(-1) > 0;
+  for (int64_t p = 0; p < noised_rows.size(0); ++p) {
+    const bool listed = std::find(pair.noised_positions.begin(), pair.noised_positions.end(), p) != pair.noised_positions.end();
+    CHECK(noised_rows[p].item<bool>() == listed);
+  }
+  CHECK(pair.noise_std == doctest::Approx(3.0 * model.model->embedding_std()));
+  const at::Tensor drawn = pair.noise.index_select(0, at::tensor(pair.noised_positions));
+  CHECK(drawn.std().item<double>() == doctest::Approx(pair.noise_std).epsilon(0.2));
+
+  CHECK(at::equal(noised_pair(*model.model, *model.tokenizer, clean, noise).noise, pair.noise));
+  CHECK(!at::equal(noised_pair(*model.model, *model.tokenizer, clean, {"Eiffel Tower", 3.0, 8}).noise, pair.noise));
+  PatchRequest request;
+  request.positions = {0, 2, 5};
+  const PatchingResult first = run_patching(*model.model, *model.tokenizer, pair, request);
+  const PatchingResult again = run_patching(*model.model, *model.tokenizer, noised_pair(*model.model, *model.tokenizer, clean, noise), request);
+  CHECK(at::equal(first.sites[0].grid, again.sites[0].grid));
+  CHECK(first.corrupted_metric != first.clean_metric);
+}
+
+TEST_CASE("prompts of different token counts are refused with both counts and the tokens where they differ") {
+  const loading::SharedModel model = load_cpu("llama");
+  std::string message;
+  try {
+    prompt_pair(*model.model, *model.tokenizer, "When Mary and John went to the store", "When Mary and Christopher went to the store");
+  } catch (const UsageError& e) {
+    message = e.what();
+  }
+  const std::vector<int32_t> clean = model.tokenizer->encode("When Mary and John went to the store");
+  const std::vector<int32_t> corrupted = model.tokenizer->encode("When Mary and Christopher went to the store");
+  REQUIRE(clean.size() != corrupted.size());
+  CHECK_CONTAINS(message, fmt::format("the clean one has {}, the corrupted one {}", clean.size(), corrupted.size()));
+  size_t differ = 0;
+  while (clean[differ] == corrupted[differ]) ++differ;
+  CHECK_CONTAINS(message, fmt::format("they differ from token {}: clean '{}'", differ, model.tokenizer->id_to_token(clean[differ])));
+  CHECK_CONTAINS(message, fmt::format("corrupted '{}'", model.tokenizer->id_to_token(corrupted[differ])));
+}
+
+TEST_CASE("the metric flag names its tokens as ids or strings, and refuses what is not one") {
+  CHECK(parse_metric("logit-diff").tokens.empty());
+  CHECK(parse_metric("logit-diff:12,40").tokens == std::vector<std::string>{"12", "40"});
+  CHECK(parse_metric("prob: Paris").tokens == std::vector<std::string>{" Paris"});
+  CHECK(parse_metric("kl").kind == MetricKind::kKl);
+  CHECK_THROWS_AS(parse_metric("logit-diff:12"), UsageError);
+  CHECK_THROWS_AS(parse_metric("kl:5"), UsageError);
+  CHECK_THROWS_AS(parse_metric("accuracy"), UsageError);
+  const loading::SharedModel model = load_cpu("llama");
+  const at::Tensor logits = at::zeros({model.model->config().vocab_size});
+  const Metric by_id = resolve_metric(parse_metric("prob:300"), logits, logits, *model.tokenizer);
+  CHECK(by_id.answer.id == 300);
+  CHECK(by_id.answer.text == "The");
+  // A vocabulary token, and a text that encodes to one token (digits are read as an id).
+  CHECK(resolve_metric(parse_metric("prob:The"), logits, logits, *model.tokenizer).answer.id == 300);
+  CHECK(resolve_metric(parse_metric("logit-diff:The,300"), logits, logits, *model.tokenizer).foil.id == 300);
+  CHECK_THROWS_AS(resolve_metric(parse_metric("prob:99999"), logits, logits, *model.tokenizer), UsageError);
+  // The KL of a run from itself is 0; its gradient flows.
+  const Metric kl = resolve_metric(parse_metric("kl"), logits + 1, logits, *model.tokenizer);
+  CHECK(kl(logits.unsqueeze(0) + 3)[0].item<double>() == doctest::Approx(0.0).epsilon(1e-6));
+}
+
+TEST_CASE("patch_activations writes patching.json and a heatmap page per site, and refuses bad input") {
+  using probekit::testing::run_command;
+  using probekit::testing::tool;
+  probekit::testing::TempDir tmp;
+  const Json reference = read_json_file(fixture_model("gemma3_text") + "/patching.json");
+  const std::string base = fmt::format("{} --model {} --device cpu --dtype fp32 --clean '{}' ", tool("patch_activations"),
+                                       fixture_model("gemma3_text"), reference["clean"].get<std::string>());
+  const auto ran = run_command(base + fmt::format("--corrupted '{}' --site resid_post,attn_out --method both "
+                                                  "--layers 0-2 --positions 1,3-4 --output-dir {}",
+                                                  reference["corrupted"].get<std::string>(), tmp.file("out")));
+  REQUIRE_MESSAGE(ran.exit_code == 0, ran.output);
+  CHECK_CONTAINS(ran.output, "wrote ");
+  const Json out = read_json_file(tmp.file("out/patching.json"));
+  CHECK(out["answer"]["id"] == reference["answer"]);
+  CHECK(out["foil"]["id"] == reference["foil"]);
+  CHECK(out["answer"]["token"].is_string());
+  CHECK(out["tokens"].size() == reference["clean_ids"].size());
+  CHECK(out["patched"]["layers"] == Json({0, 1, 2}));
+  CHECK(out["patched"]["positions"] == Json({1, 3, 4}));
+  for (const char* key : {"grid", "attribution", "restored"}) {
+    CAPTURE(key);
+    REQUIRE(out[key].contains("attn_out"));
+    CHECK(out[key]["resid_post"].size() == 3);
+    CHECK(out[key]["resid_post"][0].size() == 3);
+  }
+  // The grid's cells are the reference's at those layers and positions.
+  CHECK(out["grid"]["resid_post"][1][2].get<double>() ==
+        doctest::Approx(reference["grid"][1][3].get<double>()).epsilon(1e-4));
+  const double restored = (out["grid"]["attn_out"][2][0].get<double>() - out["corrupted_metric"].get<double>()) /
+                          (out["clean_metric"].get<double>() - out["corrupted_metric"].get<double>());
+  CHECK(out["restored"]["attn_out"][2][0].get<double>() == doctest::Approx(restored));
+  const std::string html = probekit::testing::read_text(tmp.file("out/patching.html"));
+  size_t cells = 0;
+  for (size_t at = html.find("class=\"cell\""); at != std::string::npos; at = html.find("class=\"cell\"", at + 1)) ++cells;
+  CHECK(cells == 2 * 2 * 9);  // two sites, two methods, 3 layers x 3 positions
+  // Self-contained: nothing to load or run (the browser test watches what it fetches).
+  CHECK(html.find("<script") == std::string::npos);
+  CHECK(html.find("src=") == std::string::npos);
+  CHECK(html.find("href=") == std::string::npos);
+
+  probekit::testing::check_failure(run_command(base + "--corrupted 'The quick brown' --output-dir " + tmp.file("x")), 2,
+                                   {"must have the same number of tokens", "they differ from token"});
+  probekit::testing::check_failure(
+      run_command(base + "--corrupted 'x' --metric accuracy --output-dir " + tmp.file("x")), 2, {"--metric accuracy"});
+  probekit::testing::check_failure(run_command(base + "--corruption noise --subject 'giraffe' --output-dir " + tmp.file("x")),
+                                   2, {"--subject \"giraffe\" does not occur"});
+  probekit::testing::check_failure(
+      run_command(base + fmt::format("--corrupted '{}' --output-dir {}", reference["corrupted"].get<std::string>(),
+                                     tmp.file("out"))),
+      1, {"--overwrite"});
+}
