@@ -38,6 +38,8 @@ find_package(CLI11 REQUIRED)
 find_package(simdjson REQUIRED)
 # The hub client downloads with libcurl (Debian: libcurl4-openssl-dev).
 find_package(CURL REQUIRED)
+# zlib inflates the members of compressed .npz archives (io/npz.cpp).
+find_package(ZLIB REQUIRED)
 
 find_package(HDF5 REQUIRED COMPONENTS C)
 add_library(probekit_hdf5 INTERFACE)

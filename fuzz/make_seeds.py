@@ -218,6 +218,13 @@ def chat_template_seeds(out):
             write(out, "fuzz_chat_template", f"template_{number}_{choice}", bytes([choice]) + source.encode("utf-8"))
 
 
+def npz_seeds(out):
+    """The SAE fixtures' .npz archives, stored and deflated, as NumPy wrote them."""
+    for path in sorted(glob.glob(os.path.join(FIXTURES, "saes", "**", "*.npz"), recursive=True)):
+        with open(path, "rb") as f:
+            write(out, "fuzz_npz", os.path.basename(os.path.dirname(path)) + "_" + os.path.basename(path), f.read())
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -232,6 +239,7 @@ def main():
     server_requests_seeds(out)
     request_framing_seeds(out)
     chat_template_seeds(out)
+    npz_seeds(out)
 
 
 if __name__ == "__main__":

@@ -104,10 +104,12 @@ class Model:
         patching.html there.
 
         Returns patching.json as a dict, with "grid", "attribution" and "restored" as torch tensors [layers,
-        positions] in float64 (with a list of sites, a dict of them by site)."""
+        positions] in float64 (with several sites, a dict of them by site)."""
         sites = [site] if isinstance(site, str) else list(site)
-        if corrupted is None and subject is None:
-            raise ValueError("corrupted: give the corrupted prompt, or subject= for the noise corruption")
+        if (corrupted is None) == (subject is None):
+            raise ValueError("give corrupted (the corrupted prompt) or subject (the text of clean to noise), not both")
+        if subject is not None and not subject:
+            raise ValueError("subject: an empty text names no token to noise")
         if not isinstance(layer_window, int) or layer_window < 1:
             raise ValueError(f"layer_window {layer_window!r}: must be a whole number, 1 or more")
         text = run_interruptibly(

@@ -52,9 +52,13 @@ MetricSpec parse_metric(const std::string& text) {
 
 namespace {
 
-MetricToken named_token(const std::string& given, const tokenizer::Tokenizer& tokenizer, int64_t vocab) {
+// An id (digits), else a token of the vocabulary or a text of one token; quotes ('4' or "4") make digits a string.
+MetricToken named_token(std::string given, const tokenizer::Tokenizer& tokenizer, int64_t vocab) {
   int64_t id = -1;
-  if (!given.empty() && std::all_of(given.begin(), given.end(), [](unsigned char c) { return std::isdigit(c) != 0; })) {
+  const bool quoted = given.size() >= 2 && (given.front() == '"' || given.front() == '\'') && given.back() == given.front();
+  if (quoted) given = given.substr(1, given.size() - 2);
+  if (!quoted && !given.empty() &&
+      std::all_of(given.begin(), given.end(), [](unsigned char c) { return std::isdigit(c) != 0; })) {
     id = given.size() <= 9 ? std::stoll(given) : vocab;
   } else if (std::optional<int32_t> token = tokenizer.token_to_id(given)) {
     id = *token;

@@ -69,6 +69,7 @@ void add_patch_flags(CLI::App& app, PatchActivationsOptions& o) {
   app.add_option("--output-dir", o.output_dir, "Where patching.json and patching.html go")->required();
   app.add_flag("--overwrite", o.overwrite, "Replace an existing, non-empty --output-dir");
   add_device_options(app, o.model.device, o.model.dtype);
+  add_fp8_products_option(app, o.model.fp8_products);
 }
 
 Json run_patch(const loading::SharedModel& model, const PatchArguments& arguments) {

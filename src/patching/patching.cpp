@@ -1,10 +1,16 @@
 #include "patching/patching.h"
 
+#include <ATen/core/grad_mode.h>
+#include <c10/core/InferenceMode.h>
+#include <spdlog/spdlog.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
+#include <optional>
+#include <set>
 #include <utility>
 
 #include "common/error.h"
@@ -128,10 +134,22 @@ void attribution_grids(const model::TransformerModel& model, const readout::Site
 
 void check_request(const PatchRequest& request, int64_t layers, int64_t tokens) {
   if (request.sites.empty()) fail_usage("--site: name at least one site");
+  std::set<Site> seen;
   for (Site site : request.sites) {
     if (site != Site::kResidPost && site != Site::kAttnOut && site != Site::kMlpOut) {
       fail_usage("--site {}: patching takes resid_post, attn_out or mlp_out", site_name(site));
     }
+    if (!seen.insert(site).second) fail_usage("--site: {} is named twice", site_name(site));
+  }
+  // A window's layers interact (a patch at layer l changes what layer l + 1 sees at that position), so the sum of
+  // their first-order estimates is not the window's.
+  if (request.attribution && request.layer_window > 1) {
+    fail_usage("--layer-window {} with --method attribution: attribution patching estimates single layers' patches; "
+               "use --method exact for a window", request.layer_window);
+  }
+  if (request.attribution && request.direction == Direction::kNoise && request.metric.kind == MetricKind::kKl) {
+    fail_usage("--metric kl with --direction noise and --method attribution: the KL divergence's gradient at the clean "
+               "run is zero, so attribution estimates nothing; use the exact grid or another metric");
   }
   for (int64_t layer : request.layers) {
     if (layer < 0 || layer >= layers) fail_usage("--layers: layer {} is outside the model's 0 to {}", layer, layers - 1);
@@ -143,6 +161,54 @@ void check_request(const PatchRequest& request, int64_t layers, int64_t tokens) 
   }
   if (request.layer_window < 1) fail_usage("--layer-window {}: must be 1 or more", request.layer_window);
   if (!request.exact && !request.attribution) fail_usage("--method: ask for exact, attribution or both");
+}
+
+// The base run (the one patched) and the source run (whose values are put in) of a pair, for a direction.
+class PairRuns {
+ public:
+  PairRuns(const PromptPair& pair, Direction direction) : pair_(pair), denoise_(direction == Direction::kDenoise) {
+    if (pair.noise.defined()) noise_.add(Site::kEmbeddings, -1, pair.noise.unsqueeze(0));
+  }
+  const std::vector<int32_t>& base_ids() const { return denoise_ ? pair_.corrupted : pair_.clean; }
+  const std::vector<int32_t>& source_ids() const { return denoise_ ? pair_.clean : pair_.corrupted; }
+  const model::StreamWrites& base_writes() const { return denoise_ ? noise_ : none_; }
+  const model::StreamWrites& source_writes() const { return denoise_ ? none_ : noise_; }
+  template <typename Runs>
+  const at::Tensor& clean_logits(const Runs& runs) const { return denoise_ ? runs.source.logits : runs.base.logits; }
+  template <typename Runs>
+  const at::Tensor& corrupted_logits(const Runs& runs) const { return denoise_ ? runs.base.logits : runs.source.logits; }
+
+ private:
+  const PromptPair& pair_;
+  bool denoise_;
+  model::StreamWrites noise_, none_;
+};
+
+struct RunPair {
+  readout::SiteRun base, source;
+};
+
+// Both runs read at the sites; with `gradients`, in autograd's arithmetic (the base's graph through `base_writes`).
+RunPair read_runs(const model::TransformerModel& model, const PairRuns& pairing, const std::vector<Site>& sites,
+                  const model::StreamWrites& base_writes, bool gradients) {
+  return {readout::read_site_run(model, pairing.base_ids(), sites, &base_writes, gradients),
+          readout::read_site_run(model, pairing.source_ids(), sites, &pairing.source_writes(), gradients)};
+}
+
+// The metric resolved on the two runs, and its value on each; non-finite values are refused.
+void resolve_metrics(const at::Tensor& clean_logits, const at::Tensor& corrupted_logits, const PatchRequest& request,
+                     const tokenizer::Tokenizer& tokenizer, PatchingResult& result) {
+  result.metric = resolve_metric(request.metric, clean_logits.detach(), corrupted_logits.detach(), tokenizer);
+  result.clean_metric = result.metric(clean_logits.detach().unsqueeze(0))[0].item<double>();
+  result.corrupted_metric = result.metric(corrupted_logits.detach().unsqueeze(0))[0].item<double>();
+  if (!std::isfinite(result.clean_metric) || !std::isfinite(result.corrupted_metric)) {
+    fail_input("the metric is not finite (clean {}, corrupted {}): the model's logits hold NaN or Inf", result.clean_metric,
+               result.corrupted_metric);
+  }
+  if (result.clean_metric == result.corrupted_metric) {
+    spdlog::warn("the clean and corrupted runs give the same metric ({}): `restored` has nothing to divide by and is null",
+                 result.clean_metric);
+  }
 }
 
 std::vector<int64_t> all_below(int64_t count) {
@@ -171,28 +237,26 @@ PatchingResult run_patching(const model::TransformerModel& model, const tokenize
   result.positions = request.positions.empty() ? all_below(tokens) : request.positions;
   for (Site site : request.sites) result.sites.push_back({site, {}, {}});
 
-  model::StreamWrites noise;
-  if (pair.noise.defined()) noise.add(Site::kEmbeddings, -1, pair.noise.unsqueeze(0));
-  const model::StreamWrites none;
-  const bool denoise = request.direction == Direction::kDenoise;
-  const std::vector<int32_t>& base_ids = denoise ? pair.corrupted : pair.clean;
-  const model::StreamWrites& base_writes = denoise ? noise : none;
-  // With attribution the base run records its graph through zeros added at every site, and serves the metric too.
-  const ZeroWrites zeros =
-      request.attribution ? zero_writes(model, base_writes, tokens, request.sites) : ZeroWrites{base_writes, {}, {}};
-  const readout::SiteRun base = readout::read_site_run(model, base_ids, request.sites, &zeros.writes, request.attribution);
-  const readout::SiteRun source =
-      readout::read_site_run(model, denoise ? pair.clean : pair.corrupted, request.sites, denoise ? &none : &noise);
-  const at::Tensor& clean_logits = denoise ? source.logits : base.logits;
-  const at::Tensor& corrupted_logits = denoise ? base.logits : source.logits;
-  result.metric = resolve_metric(request.metric, clean_logits.detach(), corrupted_logits.detach(), tokenizer);
-  result.clean_metric = result.metric(clean_logits.detach().unsqueeze(0))[0].item<double>();
-  result.corrupted_metric = result.metric(corrupted_logits.detach().unsqueeze(0))[0].item<double>();
+  const PairRuns pairing(pair, request.direction);
+  // The exact grid and the metrics come from plain passes (the fused kernels, where they serve); attribution reads
+  // both runs with autograd's arithmetic, so that source - base is zero wherever the prompts agree.
+  std::optional<RunPair> plain, attributed;
+  std::optional<ZeroWrites> zeros;
+  if (request.exact) plain = read_runs(model, pairing, request.sites, pairing.base_writes(), false);
+  // Gradients whatever the caller's mode: the zeros are leaves of the graph.
+  c10::InferenceMode not_inference(false);
+  at::AutoGradMode gradient_mode(request.attribution);
+  if (request.attribution) {
+    zeros = zero_writes(model, pairing.base_writes(), tokens, request.sites);
+    attributed = read_runs(model, pairing, request.sites, zeros->writes, true);
+  }
+  const RunPair& measured = plain ? *plain : *attributed;
+  resolve_metrics(pairing.clean_logits(measured), pairing.corrupted_logits(measured), request, tokenizer, result);
 
   const auto cells = static_cast<int64_t>(request.sites.size() * result.layers.size() * result.positions.size());
   ProgressBar progress("patching", request.exact ? cells : 0, "cells");
-  if (request.attribution) attribution_grids(model, base, zeros, source, request, result);
-  if (request.exact) exact_grids(model, base_ids, base_writes, source, request, result, progress);
+  if (attributed) attribution_grids(model, attributed->base, *zeros, attributed->source, request, result);
+  if (plain) exact_grids(model, pairing.base_ids(), pairing.base_writes(), plain->source, request, result, progress);
   progress.finish();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;

@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/error.h"
 #include "patching/patching.h"
@@ -67,12 +68,13 @@ PromptPair prompt_pair(const model::TransformerModel& model, const tokenizer::To
 
 PromptPair noised_pair(const model::TransformerModel& model, const tokenizer::Tokenizer& tokenizer,
                        const std::string& clean, const NoiseCorruption& noise) {
-  if (!(noise.scale > 0)) fail_usage("--noise {}: must be more than 0", noise.scale);
+  if (!(noise.scale > 0) || !std::isfinite(noise.scale)) fail_usage("--noise {}: must be a finite number above 0", noise.scale);
   PromptPair pair;
   pair.clean = pair.corrupted = tokenizer.encode(clean, true);
   if (pair.clean.empty()) fail_usage("the clean prompt has no tokens");
   model.check_inputs(pair.clean);
   pair.noised_positions = subject_positions(tokenizer, pair.clean, clean, noise.subject);
+  if (pair.noised_positions.empty()) fail_usage("--subject \"{}\" spans no token of the clean prompt", noise.subject);
   pair.noise_std = noise.scale * model.embedding_std();
   const int64_t hidden = model.config().hidden_size;
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(noise.seed);

@@ -63,14 +63,14 @@ std::string heatmap(const Json& patching, const Json& values, const Json& shade,
   return svg;
 }
 
-// values / (clean metric - corrupted metric): attribution's estimates as shares of the gap the grid's colours span;
-// by the largest |value| instead where the two metrics agree.
-Json as_shares(const Json& values, double gap) {
+// values / unit: grids as shares of the gap between the clean and corrupted metrics; by the largest |value| instead
+// where the two metrics agree.
+Json as_shares(const Json& values, double unit) {
   double largest = 0;
   for (const Json& row : values) {
     for (const Json& v : row) largest = std::max(largest, std::fabs(number(v)));
   }
-  const double unit = std::fabs(gap) > 1e-12 ? gap : std::max(largest, 1e-30);
+  if (!(std::fabs(unit) > 1e-12)) unit = std::max(largest, 1e-30);
   Json out = values;
   for (Json& row : out) {
     for (Json& v : row) v = number(v) / unit;
@@ -78,20 +78,32 @@ Json as_shares(const Json& values, double gap) {
   return out;
 }
 
+// Denoising colours what a patch restores of the clean answer, noising what it takes away: red is the clean run's
+// information at work in both.
 std::string site_section(const Json& patching, const std::string& site, bool several) {
   auto of = [&](const char* key) -> const Json& { return several ? patching[key][site] : patching[key]; };
+  const bool denoise = patching["patched"]["direction"] == "denoise";
+  const double clean = number(patching["clean_metric"]), corrupted = number(patching["corrupted_metric"]);
+  const double gap = clean - corrupted;
   std::string html;
   if (patching.contains("grid")) {
-    html += fmt::format("<section><h2>{}: patched metric</h2><p class=\"note\">Colour: the share of the metric restored, "
-                        "(patched - corrupted) / (clean - corrupted); red restores the clean answer.</p>{}</section>",
-                        html_escape(site), heatmap(patching, of("grid"), of("restored"), patching["metric"]["name"].get<std::string>()));
+    Json shifted = of("grid");
+    for (Json& row : shifted) {
+      for (Json& v : row) v = number(v) - (denoise ? corrupted : clean);
+    }
+    html += fmt::format("<section><h2>{}: patched metric</h2><p class=\"note\">Colour: {}.</p>{}</section>",
+                        html_escape(site),
+                        denoise ? "the share of the clean answer restored, (patched - corrupted) / (clean - corrupted)"
+                                : "the share of the clean answer taken away, (clean - patched) / (clean - corrupted)",
+                        heatmap(patching, of("grid"), as_shares(shifted, denoise ? gap : -gap),
+                                patching["metric"]["name"].get<std::string>()));
   }
   if (patching.contains("attribution")) {
-    const double gap = number(patching["clean_metric"]) - number(patching["corrupted_metric"]);
-    html += fmt::format("<section><h2>{}: attribution patching</h2><p class=\"note\">First-order estimates of each cell's "
-                        "change of the metric, (source - base) &middot; d metric / d value; colour: the estimate as a share "
-                        "of (clean - corrupted), red towards the clean answer.</p>{}</section>",
-                        html_escape(site), heatmap(patching, of("attribution"), as_shares(of("attribution"), gap), "estimate"));
+    html += fmt::format("<section><h2>{}: attribution patching</h2><p class=\"note\">First-order estimates of each "
+                        "cell's change of the metric, (source - base) &middot; d metric / d value; colour: the estimate "
+                        "as a share of the clean answer {}.</p>{}</section>",
+                        html_escape(site), denoise ? "restored" : "taken away",
+                        heatmap(patching, of("attribution"), as_shares(of("attribution"), denoise ? gap : -gap), "estimate"));
   }
   return html;
 }

@@ -27,7 +27,7 @@ enum SiteTrait : uint32_t {
   kReadable = 1u << 0,  // --site may name it (read at each decoder layer)
   kRouted = 1u << 1,    // only layers with routed experts have it
   kPoolable = 1u << 2,  // mean and max pooling apply to its rows
-  kWritable = 1u << 3,  // steering may write into it
+  kWritable = 1u << 3,  // writes go there (steering, patching, the noise corruption: model/stream_writes.h)
   kScorable = 1u << 4,  // probes trained on it can score new text (its rows are values, not ids)
 };
 

@@ -1,5 +1,5 @@
-// Activation patching against transformers (tests/fixtures/models/*/patching.json, tools/gen_patching_refs.py of the
-// shared fixtures: forward hooks on each decoder layer, fp32, CPU), and the engine's own properties: batched cells
+// Activation patching against transformers (tests/fixtures/models/*/patching.json, made by the shared fixtures'
+// tools/gen_patching_refs.py: forward hooks on each decoder layer, fp32, CPU), and the engine's own properties: batched cells
 // equal cells run alone, the noise direction, ROME's noise corruption, and the refusals.
 #include <doctest/doctest.h>
 
@@ -213,7 +213,8 @@ TEST_CASE("prompts of different token counts are refused with both counts and th
 
 TEST_CASE("the metric flag names its tokens as ids or strings, and refuses what is not one") {
   CHECK(parse_metric("logit-diff").tokens.empty());
-  CHECK(parse_metric("logit-diff:12,40").tokens == std::vector<std::string>{"12", "40"});
+  const std::vector<std::string> answer_and_foil = {"12", "40"};
+  CHECK(parse_metric("logit-diff:12,40").tokens == answer_and_foil);
   CHECK(parse_metric("prob: Paris").tokens == std::vector<std::string>{" Paris"});
   CHECK(parse_metric("kl").kind == MetricKind::kKl);
   CHECK_THROWS_AS(parse_metric("logit-diff:12"), UsageError);
@@ -283,4 +284,38 @@ TEST_CASE("patch_activations writes patching.json and a heatmap page per site, a
       run_command(base + fmt::format("--corrupted '{}' --output-dir {}", reference["corrupted"].get<std::string>(),
                                      tmp.file("out"))),
       1, {"--overwrite"});
+}
+
+TEST_CASE("requests patching cannot honour are refused naming the flag") {
+  const loading::SharedModel model = load_cpu("llama");
+  const Json reference = read_json_file(fixture_model("llama") + "/patching.json");
+  const PromptPair pair = prompt_pair(*model.model, *model.tokenizer, reference["clean"], reference["corrupted"]);
+  auto refusal = [&](const PatchRequest& request) {
+    try {
+      run_patching(*model.model, *model.tokenizer, pair, request);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("ran");
+  };
+  PatchRequest window = both_methods();
+  window.layer_window = 3;
+  CHECK_CONTAINS(refusal(window), "--layer-window 3 with --method attribution");
+  PatchRequest kl = both_methods();
+  kl.direction = Direction::kNoise;
+  kl.metric = parse_metric("kl");
+  CHECK_CONTAINS(refusal(kl), "--metric kl with --direction noise and --method attribution");
+  PatchRequest twice;
+  twice.sites = {Site::kMlpOut, Site::kMlpOut};
+  CHECK_CONTAINS(refusal(twice), "--site: mlp_out is named twice");
+  PatchRequest outside;
+  outside.positions = {static_cast<int64_t>(pair.clean.size())};
+  CHECK_CONTAINS(refusal(outside), "--positions: position");
+  const NoiseCorruption infinite{"Eiffel", INFINITY, 0};
+  CHECK_THROWS_WITH_AS(noised_pair(*model.model, *model.tokenizer, "The Eiffel Tower", infinite),
+                       doctest::Contains("--noise inf: must be a finite number above 0"), UsageError);
+  // Quotes make digits a token: "0" is token 17 of this vocabulary, 0 the id 0.
+  const at::Tensor logits = at::zeros({model.model->config().vocab_size});
+  CHECK(resolve_metric(parse_metric("prob:'0'"), logits, logits, *model.tokenizer).answer.id == 17);
+  CHECK(resolve_metric(parse_metric("prob:0"), logits, logits, *model.tokenizer).answer.id == 0);
 }

@@ -1,0 +1,79 @@
+// Google's Gemma Scope (layer_L/width_W/average_l0_N/params.npz, JumpReLU, no b_dec subtracted from the input; the
+// site from the repository's suffix -res, -mlp or -att where the path has it) and Gemma Scope 2
+// (<site>/layer_L_width_W_l0_S/params.safetensors with lowercase names + config.json naming the Hugging Face module
+// it reads).
+#include <regex>
+
+#include "common/error.h"
+#include "sae/layout_readers.h"
+
+namespace probekit::sae {
+
+namespace {
+
+// The JumpReLU tensors both layouts hold, under `names` (W_enc, W_dec, b_enc, b_dec, threshold in that order).
+template <typename Read>
+void read_jump_relu(SparseAutoencoder& sae, const std::vector<std::string>& names, Read&& read) {
+  sae.architecture = Architecture::kJumpRelu;
+  sae.subtract_decoder_bias = false;
+  const int64_t d_in = sae.d_in, d_sae = sae.d_sae;
+  sae.w_enc = read(names[0], std::vector<int64_t>{d_in, d_sae});
+  sae.w_dec = read(names[1], std::vector<int64_t>{d_sae, d_in});
+  sae.b_enc = read(names[2], std::vector<int64_t>{d_sae});
+  sae.b_dec = read(names[3], std::vector<int64_t>{d_in});
+  sae.threshold = read(names[4], std::vector<int64_t>{d_sae});
+}
+
+// d_in and d_sae from the encoder's shape.
+void widths_from(SparseAutoencoder& sae, const std::vector<int64_t>& encoder, const std::string& path) {
+  if (encoder.size() != 2) fail_input("{}: the encoder has {} dimensions, expected [d_in, d_sae]", path, encoder.size());
+  sae.d_in = encoder[0];
+  sae.d_sae = encoder[1];
+}
+
+}  // namespace
+
+SparseAutoencoder read_gemma_scope(const std::string& dir) {
+  const std::string path = dir + "/params.npz";
+  SparseAutoencoder sae;
+  std::smatch match;
+  if (!std::regex_search(dir, match, std::regex(R"((?:^|/)layer_(\d+)/)"))) {
+    fail_input("{}: Gemma Scope's path names the layer (layer_L/width_W/average_l0_N/params.npz); this one does not", path);
+  }
+  sae.layer = std::stoll(match[1].str());
+  if (dir.find("-att") != std::string::npos) {
+    fail_input("{}: a Gemma Scope attention SAE (-att) reads attention's per-head output (hook_z), which is not read", path);
+  }
+  sae.site = dir.find("-mlp") != std::string::npos ? Site::kMlpOut : Site::kResidPost;
+  const std::map<std::string, npz::Array> arrays = npz::read_file(path);
+  auto encoder = arrays.find("W_enc");
+  if (encoder == arrays.end()) fail_input("{}: no array 'W_enc'", path);
+  widths_from(sae, encoder->second.shape, path);
+  read_jump_relu(sae, {"W_enc", "W_dec", "b_enc", "b_dec", "threshold"},
+                 [&](const std::string& name, const std::vector<int64_t>& shape) { return read_array(arrays, name, shape, path); });
+  return sae;
+}
+
+SparseAutoencoder read_gemma_scope_2(const std::string& dir) {
+  const std::string config_path = dir + "/config.json";
+  const Json config = read_json_file(config_path);
+  const std::string architecture = config_string(config, "architecture", config_path);
+  if (architecture != "jump_relu") fail_input("{}: architecture '{}' is not read (read: jump_relu)", config_path, architecture);
+  const std::string in = config_string(config, "hf_hook_point_in", config_path);
+  const std::string out = config.contains("hf_hook_point_out") ? config_string(config, "hf_hook_point_out", config_path) : in;
+  if (in != out || (config.contains("affine_connection") && config["affine_connection"].get<bool>())) {
+    fail_input("{}: a transcoder (hf_hook_point_in {} to hf_hook_point_out {}): transcoders are not read yet", config_path,
+               in, out);
+  }
+  SparseAutoencoder sae;
+  std::tie(sae.site, sae.layer) = hook_site(in, config_path);
+  const safetensors::File file(dir + "/params.safetensors");
+  const safetensors::TensorInfo* encoder = file.find("w_enc");
+  if (encoder == nullptr) fail_input("{}: no tensor 'w_enc'", file.path());
+  widths_from(sae, encoder->shape, file.path());
+  read_jump_relu(sae, {"w_enc", "w_dec", "b_enc", "b_dec", "threshold"},
+                 [&](const std::string& name, const std::vector<int64_t>& shape) { return read_tensor(file, name, shape); });
+  return sae;
+}
+
+}  // namespace probekit::sae

@@ -1,0 +1,134 @@
+// The table of SAE layouts: how each is recognised by its files, and its reader. A new layout is a reader file and a
+// row here.
+#include <filesystem>
+#include <regex>
+
+#include "common/error.h"
+#include "model/weights.h"
+#include "sae/layout_readers.h"
+
+namespace probekit::sae {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Layout {
+  const char* name;
+  const char* files;  // what identifies it, for messages
+  bool (*recognises)(const fs::path& dir);
+  SparseAutoencoder (*read)(const std::string& dir);
+};
+
+bool has(const fs::path& dir, const char* file) { return fs::is_regular_file(dir / file); }
+
+const std::vector<Layout>& layouts() {
+  static const std::vector<Layout> table = {
+      {"saelens", "cfg.json + sae_weights.safetensors",
+       [](const fs::path& d) { return has(d, "cfg.json") && has(d, "sae_weights.safetensors"); }, read_saelens},
+      {"gemma_scope", "params.npz (in layer_L/width_W/average_l0_N/)",
+       [](const fs::path& d) { return has(d, "params.npz"); }, read_gemma_scope},
+      {"gemma_scope_2", "config.json + params.safetensors",
+       [](const fs::path& d) { return has(d, "config.json") && has(d, "params.safetensors"); }, read_gemma_scope_2},
+      {"sparsify", "cfg.json + sae.safetensors",
+       [](const fs::path& d) { return has(d, "cfg.json") && has(d, "sae.safetensors"); }, read_sparsify},
+  };
+  return table;
+}
+
+int64_t count(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+void check_shape(const std::vector<int64_t>& found, const std::vector<int64_t>& shape, const std::string& name,
+                 const std::string& path) {
+  // A scalar threshold broadcasts (Llama Scope's, BatchTopK's), stored as [] or [1].
+  const bool scalar_for_vector = shape.size() == 1 && count(found) == 1 && name.find("threshold") != std::string::npos;
+  if (found != shape && !scalar_for_vector) {
+    fail_input("{}: tensor '{}' has shape [{}], expected [{}]", path, name, fmt::join(found, ", "), fmt::join(shape, ", "));
+  }
+}
+
+}  // namespace
+
+at::Tensor read_tensor(const safetensors::File& file, const std::string& name, const std::vector<int64_t>& shape) {
+  const safetensors::TensorInfo* info = file.find(name);
+  if (info == nullptr) fail_input("{}: no tensor '{}'", file.path(), name);
+  check_shape(info->shape, shape, name, file.path());
+  const at::ScalarType type = model::aten_dtype(info->dtype);
+  return at::from_blob(const_cast<uint8_t*>(file.data(*info)), info->shape, at::TensorOptions().dtype(type))
+      .to(at::kFloat)
+      .clone();
+}
+
+at::Tensor read_array(const std::map<std::string, npz::Array>& arrays, const std::string& name,
+                      const std::vector<int64_t>& shape, const std::string& path) {
+  auto found = arrays.find(name);
+  if (found == arrays.end()) fail_input("{}: no array '{}'", path, name);
+  const npz::Array& a = found->second;
+  check_shape(a.shape, shape, name, path);
+  static const std::map<npz::DType, at::ScalarType> types = {{npz::DType::kF16, at::kHalf}, {npz::DType::kF32, at::kFloat},
+                                                             {npz::DType::kF64, at::kDouble}, {npz::DType::kI32, at::kInt},
+                                                             {npz::DType::kI64, at::kLong}};
+  return at::from_blob(const_cast<uint8_t*>(a.bytes.data()), a.shape, at::TensorOptions().dtype(types.at(a.dtype)))
+      .to(at::kFloat)
+      .clone();
+}
+
+int64_t config_int(const Json& config, const std::string& field, const std::string& path) {
+  if (!config.contains(field) || !config[field].is_number_integer()) fail_input("{}: '{}' must be a whole number", path, field);
+  return config[field].get<int64_t>();
+}
+
+std::string config_string(const Json& config, const std::string& field, const std::string& path) {
+  if (!config.contains(field) || !config[field].is_string()) fail_input("{}: '{}' must be a string", path, field);
+  return config[field].get<std::string>();
+}
+
+std::pair<Site, int64_t> hook_site(const std::string& hook, const std::string& where) {
+  static const std::vector<std::pair<std::regex, Site>> names = {
+      {std::regex(R"(blocks\.(\d+)\.hook_resid_post)"), Site::kResidPost},
+      {std::regex(R"(blocks\.(\d+)\.hook_resid_pre)"), Site::kResidPre},
+      {std::regex(R"(blocks\.(\d+)\.hook_resid_mid)"), Site::kResidMid},
+      {std::regex(R"(blocks\.(\d+)\.hook_mlp_out)"), Site::kMlpOut},
+      {std::regex(R"(blocks\.(\d+)\.hook_attn_out)"), Site::kAttnOut},
+      {std::regex(R"((?:model\.(?:language_model\.)?)?layers\.(\d+)(?:\.output)?)"), Site::kResidPost},
+      {std::regex(R"((?:model\.(?:language_model\.)?)?layers\.(\d+)\.input)"), Site::kResidPre},
+      {std::regex(R"((?:model\.(?:language_model\.)?)?layers\.(\d+)\.(?:post_feedforward_layernorm\.output|mlp(?:\.output)?))"),
+       Site::kMlpOut},
+      {std::regex(R"((?:model\.(?:language_model\.)?)?layers\.(\d+)\.(?:post_attention_layernorm\.output|self_attn(?:\.output)?))"),
+       Site::kAttnOut},
+  };
+  if (hook.find("hook_z") != std::string::npos || hook.find("o_proj.input") != std::string::npos) {
+    fail_input("{}: hook '{}' is attention's per-head output (hook_z): SAEs there are not read (read: the residual "
+               "stream, attn_out and mlp_out)", where, hook);
+  }
+  std::smatch match;
+  for (const auto& [pattern, site] : names) {
+    if (std::regex_match(hook, match, pattern)) return {site, std::stoll(match[1].str())};
+  }
+  fail_input("{}: hook '{}' names no site this runtime reads (blocks.L.hook_resid_post, model.layers.L.output, ...)",
+             where, hook);
+}
+
+SparseAutoencoder load(const std::string& path, const std::string& name) {
+  fs::path dir = fs::path(path).lexically_normal();
+  if (!dir.has_filename()) dir = dir.parent_path();  // "folder/"
+  if (fs::is_regular_file(dir)) dir = dir.parent_path();
+  if (!fs::is_directory(dir)) fail_input("--sae {}: no such folder or file", path);
+  std::vector<std::string> known;
+  for (const Layout& layout : layouts()) {
+    known.push_back(fmt::format("{} ({})", layout.name, layout.files));
+    if (!layout.recognises(dir)) continue;
+    SparseAutoencoder sae = layout.read(dir.string());
+    sae.layout = layout.name;
+    sae.path = dir.string();
+    sae.name = name.empty() ? dir.filename().string() : name;
+    return sae;
+  }
+  fail_input("{}: no SAE layout recognised (layouts: {})", dir.string(), fmt::join(known, "; "));
+}
+
+}  // namespace probekit::sae

@@ -1,0 +1,144 @@
+// Sparse autoencoders in their published layouts (tests/fixtures/saes: the shared fixtures' nine random SAEs for the
+// gemma3_text fixture's layer 3, made with NumPy by tools/gen_sae_fixtures.py): each layout read, its latents and
+// reconstructions of the fixture's reference activations against NumPy's; the .npz reader; refusals naming the field.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include "common/error.h"
+#include "common/json.h"
+#include "io/npz.h"
+#include "io/safetensors.h"
+#include "model/weights.h"
+#include "sae/sae.h"
+#include "test_util.h"
+
+using namespace probekit;
+using probekit::testing::fixture_model;
+
+namespace {
+
+const std::string kSaes = std::string(PROBEKIT_FIXTURES) + "/saes";
+
+// Where each fixture SAE lives under tests/fixtures/saes.
+const std::vector<std::pair<std::string, std::string>> kFixtureSaes = {
+    {"saelens_standard", "saelens_standard"},
+    {"saelens_standard_no_bdec", "saelens_standard_no_bdec"},
+    {"saelens_topk", "saelens_topk"},
+    {"saelens_jumprelu", "saelens_jumprelu"},
+    {"saelens_gated", "saelens_gated"},
+    {"saelens_norm_rescale", "saelens_norm_rescale"},
+    {"gemma_scope", "gemma_scope/layer_3/width_256/average_l0_20/params.npz"},
+    {"gemma_scope_2", "gemma_scope_2/resid_post/layer_3_width_256_l0_small"},
+    {"sparsify", "sparsify/layers.3"},
+};
+
+at::Tensor tensor(const safetensors::File& file, const std::string& name) {
+  const safetensors::TensorInfo& info = file.at(name);
+  return at::from_blob(const_cast<uint8_t*>(file.data(info)), info.shape,
+                       at::TensorOptions().dtype(model::aten_dtype(info.dtype)))
+      .to(at::kFloat)
+      .clone();
+}
+
+// The largest |ours - reference| of a row over the reference row's largest |value|.
+double worst_row_error(const at::Tensor& ours, const at::Tensor& reference) {
+  const at::Tensor scale = reference.abs().amax(-1).clamp_min(1e-30);
+  return ((ours - reference).abs().amax(-1) / scale).max().item<double>();
+}
+
+std::string refusal(const std::string& path) {
+  try {
+    sae::load(path);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "loaded";
+}
+
+}  // namespace
+
+TEST_CASE("the nine fixture SAEs in their published layouts encode and decode as NumPy does" * doctest::test_suite("numeric")) {
+  const safetensors::File references(kSaes + "/reference.safetensors");
+  const safetensors::File activations(fixture_model("gemma3_text") + "/reference.safetensors");
+  const Json meta = read_json_file(kSaes + "/reference.json");
+  for (const auto& fixture : kFixtureSaes) {
+    const std::string& name = fixture.first;
+    const std::string& path = fixture.second;
+    CAPTURE(name);
+    const sae::SparseAutoencoder dictionary = sae::load(kSaes + "/" + path);
+    CHECK(dictionary.site == Site::kResidPost);
+    CHECK(dictionary.layer == 3);
+    CHECK(dictionary.d_in == 64);
+    CHECK(dictionary.d_sae == 256);
+    for (int64_t t = 0; t < meta["texts"].get<int64_t>(); ++t) {
+      const at::Tensor rows = tensor(activations, fmt::format("t{}.layers", t))[3];
+      const at::Tensor latents = dictionary.encode(rows);
+      const at::Tensor reconstruction = dictionary.decode(latents, rows);
+      CHECK(worst_row_error(latents, tensor(references, fmt::format("{}.t{}.latents", name, t))) <= 1e-4);
+      CHECK(worst_row_error(reconstruction, tensor(references, fmt::format("{}.t{}.reconstruction", name, t))) <= 1e-4);
+    }
+  }
+}
+
+TEST_CASE("an SAE's name is its folder's, its layout's tensors are checked, and it records what it is") {
+  const sae::SparseAutoencoder gemma = sae::load(kSaes + "/gemma_scope/layer_3/width_256/average_l0_20/");
+  CHECK(gemma.name == "average_l0_20");
+  CHECK(gemma.layout == "gemma_scope");
+  CHECK_FALSE(gemma.subtract_decoder_bias);
+  CHECK(sae::load(kSaes + "/saelens_topk", "mine").name == "mine");
+  const Json record = sae::load(kSaes + "/saelens_topk").record();
+  CHECK(record["architecture"] == "topk");
+  CHECK(record["k"] == 8);
+  CHECK(record["site"] == "resid_post");
+  CHECK(record["layer"] == 3);
+}
+
+TEST_CASE("the .npz reader reads what NumPy's savez and savez_compressed write") {
+  const auto stored = npz::read_file(kSaes + "/gemma_scope/layer_3/width_256/average_l0_20/params.npz");
+  const std::vector<int64_t> encoder_shape = {64, 256}, threshold_shape = {256};
+  CHECK(stored.at("W_enc").shape == encoder_shape);
+  CHECK(stored.at("threshold").shape == threshold_shape);
+  // numpy_compressed.npz: np.savez_compressed(weights=(arange(12).reshape(3, 4) - 5.5) / 3 as f4, counts=arange(5) * 7
+  // - 3 as i8, half=weights as f2).
+  const auto compressed = npz::read_file(kSaes + "/numpy_compressed.npz");
+  const npz::Array& weights = compressed.at("weights");
+  const std::vector<int64_t> weights_shape = {3, 4};
+  REQUIRE(weights.shape == weights_shape);
+  const auto* values = reinterpret_cast<const float*>(weights.bytes.data());
+  for (int i = 0; i < 12; ++i) CHECK(values[i] == static_cast<float>((i - 5.5) / 3));
+  const auto* counts = reinterpret_cast<const int64_t*>(compressed.at("counts").bytes.data());
+  CHECK(counts[4] == 25);
+  CHECK(compressed.at("half").dtype == npz::DType::kF16);
+  const std::string truncated = "PK\x03\x04 not a whole archive";
+  CHECK_THROWS_WITH_AS(npz::read_bytes(reinterpret_cast<const uint8_t*>(truncated.data()), truncated.size(), "t.npz"),
+                       doctest::Contains("t.npz: not a zip archive"), std::runtime_error);
+}
+
+TEST_CASE("SAEs that cannot be read are refused naming the file and the field") {
+  probekit::testing::TempDir tmp;
+  auto variant = [&](const std::string& name, const std::function<void(Json&)>& edit) {
+    const std::string dir = tmp.file(name);
+    probekit::testing::copy_dir(kSaes + "/saelens_standard", dir);
+    Json config = read_json_file(dir + "/cfg.json");
+    edit(config);
+    probekit::testing::write_text(dir + "/cfg.json", config.dump());
+    return dir;
+  };
+  CHECK_CONTAINS(refusal(variant("arch", [](Json& c) { c["architecture"] = "matryoshka"; })),
+                 "cfg.json: architecture 'matryoshka' is not read");
+  CHECK_CONTAINS(refusal(variant("norm", [](Json& c) { c["normalize_activations"] = "layer_norm"; })),
+                 "normalize_activations 'layer_norm' is not read");
+  CHECK_CONTAINS(refusal(variant("hookz", [](Json& c) { c["metadata"]["hook_name"] = "blocks.3.attn.hook_z"; })),
+                 "per-head output (hook_z)");
+  CHECK_CONTAINS(refusal(variant("width", [](Json& c) { c["d_in"] = 65; })),
+                 "sae_weights.safetensors: tensor 'W_enc' has shape [64, 256], expected [65, 256]");
+  CHECK_CONTAINS(refusal(variant("transcoder", [](Json& c) { c["d_out"] = 64; })), "transcoder");
+  CHECK_CONTAINS(refusal(variant("nohook", [](Json& c) { c["metadata"].erase("hook_name"); })), "'hook_name' must be a string");
+  CHECK_CONTAINS(refusal(tmp.path()), "no SAE layout recognised");
+  const sae::SparseAutoencoder standard = sae::load(kSaes + "/saelens_standard");
+  CHECK_THROWS_WITH_AS(standard.encode(at::zeros({2, 63})), doctest::Contains("expected [rows, 64]"), std::invalid_argument);
+}
