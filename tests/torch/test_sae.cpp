@@ -12,8 +12,8 @@
 #include "common/json.h"
 #include "io/npz.h"
 #include "io/safetensors.h"
-#include "model/weights.h"
 #include "sae/sae.h"
+#include "tensor_files.h"
 #include "test_util.h"
 
 using namespace probekit;
@@ -37,11 +37,7 @@ const std::vector<std::pair<std::string, std::string>> kFixtureSaes = {
 };
 
 at::Tensor tensor(const safetensors::File& file, const std::string& name) {
-  const safetensors::TensorInfo& info = file.at(name);
-  return at::from_blob(const_cast<uint8_t*>(file.data(info)), info.shape,
-                       at::TensorOptions().dtype(model::aten_dtype(info.dtype)))
-      .to(at::kFloat)
-      .clone();
+  return probekit::testing::read_tensor(file, file.at(name)).to(at::kFloat);
 }
 
 // The largest |ours - reference| of a row over the reference row's largest |value|.
