@@ -36,4 +36,7 @@ std::string config_string(const Json& config, const std::string& field, const st
 /// attention hooks (hook_z, o_proj's input) and names of no site are refused, naming `where`.
 std::pair<Site, int64_t> hook_site(const std::string& hook, const std::string& where);
 
+/// The last component of a folder path without a trailing slash ("a/layers.12" -> "layers.12").
+std::string folder_name(const std::string& dir);
+
 }  // namespace probekit::sae

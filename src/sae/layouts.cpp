@@ -1,9 +1,9 @@
 // The table of SAE layouts: how each is recognised by its files, and its reader. A new layout is a reader file and a
 // row here.
-#include <filesystem>
 #include <regex>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "model/weights.h"
 #include "sae/layout_readers.h"
 
@@ -11,27 +11,25 @@ namespace probekit::sae {
 
 namespace {
 
-namespace fs = std::filesystem;
-
 struct Layout {
   const char* name;
   const char* files;  // what identifies it, for messages
-  bool (*recognises)(const fs::path& dir);
+  bool (*recognises)(const std::string& dir);
   SparseAutoencoder (*read)(const std::string& dir);
 };
 
-bool has(const fs::path& dir, const char* file) { return fs::is_regular_file(dir / file); }
+bool has(const std::string& dir, const char* file) { return is_regular_file(dir + "/" + file); }
 
 const std::vector<Layout>& layouts() {
   static const std::vector<Layout> table = {
       {"saelens", "cfg.json + sae_weights.safetensors",
-       [](const fs::path& d) { return has(d, "cfg.json") && has(d, "sae_weights.safetensors"); }, read_saelens},
+       [](const std::string& d) { return has(d, "cfg.json") && has(d, "sae_weights.safetensors"); }, read_saelens},
       {"gemma_scope", "params.npz (in layer_L/width_W/average_l0_N/)",
-       [](const fs::path& d) { return has(d, "params.npz"); }, read_gemma_scope},
+       [](const std::string& d) { return has(d, "params.npz"); }, read_gemma_scope},
       {"gemma_scope_2", "config.json + params.safetensors",
-       [](const fs::path& d) { return has(d, "config.json") && has(d, "params.safetensors"); }, read_gemma_scope_2},
+       [](const std::string& d) { return has(d, "config.json") && has(d, "params.safetensors"); }, read_gemma_scope_2},
       {"sparsify", "cfg.json + sae.safetensors",
-       [](const fs::path& d) { return has(d, "cfg.json") && has(d, "sae.safetensors"); }, read_sparsify},
+       [](const std::string& d) { return has(d, "cfg.json") && has(d, "sae.safetensors"); }, read_sparsify},
   };
   return table;
 }
@@ -113,22 +111,32 @@ std::pair<Site, int64_t> hook_site(const std::string& hook, const std::string& w
              where, hook);
 }
 
+std::string folder_name(const std::string& dir) {
+  auto last_component = [](const std::string& p) {
+    const size_t slash = p.find_last_of('/');
+    return slash == std::string::npos ? p : p.substr(slash + 1);
+  };
+  const std::string last = last_component(dir);
+  if (last == "." || last == ".." || last.empty()) return last_component(absolute_path(dir));
+  return last;
+}
+
 SparseAutoencoder load(const std::string& path, const std::string& name) {
-  fs::path dir = fs::path(path).lexically_normal();
-  if (!dir.has_filename()) dir = dir.parent_path();  // "folder/"
-  if (fs::is_regular_file(dir)) dir = dir.parent_path();
-  if (!fs::is_directory(dir)) fail_input("--sae {}: no such folder or file", path);
+  std::string dir = path;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();  // "folder/"
+  if (is_regular_file(dir)) dir = parent_directory(dir).empty() ? "." : parent_directory(dir);
+  if (!is_directory(dir)) fail_input("--sae {}: no such folder or file", path);
   std::vector<std::string> known;
   for (const Layout& layout : layouts()) {
     known.push_back(fmt::format("{} ({})", layout.name, layout.files));
     if (!layout.recognises(dir)) continue;
-    SparseAutoencoder sae = layout.read(dir.string());
+    SparseAutoencoder sae = layout.read(dir);
     sae.layout = layout.name;
-    sae.path = dir.string();
-    sae.name = name.empty() ? dir.filename().string() : name;
+    sae.path = dir;
+    sae.name = name.empty() ? folder_name(dir) : name;
     return sae;
   }
-  fail_input("{}: no SAE layout recognised (layouts: {})", dir.string(), fmt::join(known, "; "));
+  fail_input("{}: no SAE layout recognised (layouts: {})", dir, fmt::join(known, "; "));
 }
 
 }  // namespace probekit::sae

@@ -1,9 +1,8 @@
 // EleutherAI's sparsify: <hookpoint>/cfg.json (k, num_latents or expansion_factor) + sae.safetensors
 // (encoder.weight [d_sae, d_in], encoder.bias, W_dec [d_sae, d_in], b_dec): the k largest of
 // relu((x - b_dec) encoder.weight^T + encoder.bias). The folder's name is the hookpoint ("layers.12").
-#include <filesystem>
-
 #include "common/error.h"
+#include "common/files.h"
 #include "sae/layout_readers.h"
 
 namespace probekit::sae {
@@ -17,7 +16,7 @@ SparseAutoencoder read_sparsify(const std::string& dir) {
   SparseAutoencoder sae;
   sae.architecture = Architecture::kTopK;
   sae.k = config_int(config, "k", config_path);
-  std::tie(sae.site, sae.layer) = hook_site(std::filesystem::path(dir).filename().string(), config_path);
+  std::tie(sae.site, sae.layer) = hook_site(folder_name(dir), config_path);
   const safetensors::File file(dir + "/sae.safetensors");
   const safetensors::TensorInfo* encoder = file.find("encoder.weight");
   if (encoder == nullptr || encoder->shape.size() != 2) fail_input("{}: no 2-D tensor 'encoder.weight'", file.path());

@@ -86,6 +86,10 @@ TEST_CASE("an SAE's name is its folder's, its layout's tensors are checked, and 
   CHECK(gemma.layout == "gemma_scope");
   CHECK_FALSE(gemma.subtract_decoder_bias);
   CHECK(sae::load(kSaes + "/saelens_topk", "mine").name == "mine");
+  // Regression: a file of the folder names the folder, and so does a path ending in "." (the CI's std::filesystem
+  // ban replaced path arithmetic here).
+  CHECK(sae::load(kSaes + "/saelens_topk/cfg.json").name == "saelens_topk");
+  CHECK(sae::load(kSaes + "/saelens_topk/.").name == "saelens_topk");
   const Json record = sae::load(kSaes + "/saelens_topk").record();
   CHECK(record["architecture"] == "topk");
   CHECK(record["k"] == 8);
