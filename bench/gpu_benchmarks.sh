@@ -67,10 +67,13 @@
 #   19. patching: a 32-token clean/corrupted pair (found by bench/python/patching_baseline.py), the resid_post grid
 #      over all 34 layers x 32 positions and its attribution estimate by bench/patching_bench (model loaded and
 #      warm), beside transformers with one forward hook per cell (patching_baseline.py), alternating, RUNS each;
+#   20. sae: the 4-layer capture beside the same texts read through a 16,384-wide JumpReLU SAE at layer 17 (random
+#      weights in Gemma Scope 2's layout, bench/python/make_bench_sae.py) stored as top-64 latents, and layer 17
+#      captured plainly (the same pass without the SAE), alternating (sae_capture_examples_per_s vs both);
 # Usage: bash bench/gpu_benchmarks.sh OUT_DIR [STEP...]
 #   steps: build model capture profile alllayers spread multigpu split train generate server coldstart moe steer sweep
-#          previous python_api chat hybrid attention oss fp8 monitor multimax masked patching (default: all but
-#          previous, python_api, chat, hybrid, attention, oss, fp8, monitor, multimax, masked and patching)
+#          previous python_api chat hybrid attention oss fp8 monitor multimax masked patching sae (default: all but
+#          previous, python_api, chat, hybrid, attention, oss, fp8, monitor, multimax, masked, patching and sae)
 # RUNS (default 2) sets the runs of each side; PYTHON_RUNS (default RUNS) those of the Python side, whose
 # capture and training take minutes a run.
 set -euo pipefail
@@ -440,3 +443,19 @@ if has patching; then
       | tee "$out/patching_probekit_$run.json"
   done
 fi
+if has sae; then
+  [ -s /tmp/gemma3_tokenizer.json ] || gunzip -c .gpu/gemma3_tokenizer.json.gz > /tmp/gemma3_tokenizer.json
+  [ -s "$model/config.json" ] || "$python" bench/python/make_bench_model.py "$model" /tmp/gemma3_tokenizer.json
+  make_dataset
+  sae_dir=$("$python" bench/python/make_bench_sae.py "$model" /tmp/bench_sae)
+  for run in $(seq "$runs"); do
+    "$tools/capture_activations" --model "$model" --dataset "$dataset" --output-dir "/tmp/sae_plain_$run" --layers $layers \
+      --overwrite --json -q > "$out/sae_capture_plain_$run.json"
+    "$tools/capture_activations" --model "$model" --dataset "$dataset" --output-dir "/tmp/sae_layer17_$run" --layers 17 \
+      --overwrite --json -q > "$out/sae_capture_layer17_$run.json"
+    "$tools/capture_activations" --model "$model" --dataset "$dataset" --output-dir "/tmp/sae_latents_$run" \
+      --sae "res=$sae_dir" --site sae:res --sae-top-k 64 --overwrite --json -q > "$out/sae_capture_latents_$run.json"
+  done
+  grep -h examples_per_second "$out"/sae_capture_*.json
+fi
+

@@ -36,13 +36,17 @@ struct CaptureArguments {
   std::string layers, site, position;
   std::optional<std::string> prompt_suffix;
   int64_t batch_size = 0, max_length = 0;
+  std::vector<std::pair<std::string, std::string>> saes;  // (name, folder)
 };
 
 capture::CaptureOptions capture_options(const CaptureArguments& arguments, const py::list& steer,
                                         const std::string& probes_dir) {
   capture::CaptureOptions options;
   options.layers = arguments.layers;
-  options.site = parse_site(arguments.site);
+  options.sae_site = parse_sae_site(arguments.site);
+  if (!options.sae_site) options.site = parse_site(arguments.site);
+  for (const auto& [name, path] : arguments.saes) options.saes.push_back({name, path});
+  options.sae_storage.dense = true;  // rows in memory: every latent
   options.position = parse_position(arguments.position);
   if (arguments.prompt_suffix) options.prompt_suffix = *arguments.prompt_suffix;
   if (arguments.batch_size < 0) throw std::invalid_argument(fmt::format("batch_size {}: must be 1 or more", arguments.batch_size));
@@ -157,13 +161,13 @@ void bind_model(py::module_& module) {
       [](const ModelHandle& model, const std::vector<std::string>& texts, const std::string& layers,
          const std::string& site, const std::string& position, const std::optional<std::string>& prompt_suffix,
          int64_t batch_size, int64_t max_length, const py::list& steer, const std::string& probes_dir,
-         const py::object& progress) {
-        return capture(model, texts, {layers, site, position, prompt_suffix, batch_size, max_length}, steer,
+         const py::object& progress, const std::vector<std::pair<std::string, std::string>>& saes) {
+        return capture(model, texts, {layers, site, position, prompt_suffix, batch_size, max_length, saes}, steer,
                        probes_dir, progress);
       },
       py::arg("model"), py::arg("texts"), py::arg("layers"), py::arg("site"), py::arg("position"),
       py::arg("prompt_suffix"), py::arg("batch_size"), py::arg("max_length"), py::arg("steer"), py::arg("probes_dir"),
-      py::arg("progress"));
+      py::arg("progress"), py::arg("saes"));
   module.def(
       "generate",
       [](const ModelHandle& model, const std::vector<std::string>& prompts, const std::string& probes_dir,

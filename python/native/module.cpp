@@ -42,6 +42,17 @@ py::capsule to_dlpack(const at::Tensor& tensor) {
   });
 }
 
+at::Tensor from_dlpack(const py::capsule& capsule) {
+  auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), kDlpackName));
+  if (managed == nullptr) {
+    PyErr_Clear();
+    throw std::invalid_argument("expected a tensor (a DLPack capsule not used already)");
+  }
+  // The tensor owns the memory from here: the capsule is marked used so that it frees nothing.
+  PyCapsule_SetName(capsule.ptr(), kUsedDlpackName);
+  return at::fromDLPack(managed);
+}
+
 ProgressScope::ProgressScope(const py::object& callback) {
   clear_interrupt();
   // The listener owns a reference to the callback, released with the GIL whichever thread drops it last.
@@ -115,4 +126,5 @@ PYBIND11_MODULE(_native, module) {
   bind_model(module);
   bind_probes(module);
   bind_tools(module);
+  bind_sae(module);
 }

@@ -35,6 +35,8 @@ struct ProbeSelection {
 
 /// A tensor handed to Python without a copy: a DLPack capsule that torch.utils.dlpack.from_dlpack takes over.
 py::capsule to_dlpack(const at::Tensor& tensor);
+/// A tensor from Python (torch.utils.dlpack.to_dlpack's capsule), taken over without a copy.
+at::Tensor from_dlpack(const py::capsule& capsule);
 
 /// The steering of a call: items (label, layer, coefficient) take the label's probe direction from `probes_dir`;
 /// items (vector, layer, coefficient) add a vector given as a list of floats.
@@ -60,5 +62,6 @@ void parse_flags(CLI::App& app, const std::vector<std::string>& flags);
 void bind_model(py::module_& module);
 void bind_probes(py::module_& module);
 void bind_tools(py::module_& module);
+void bind_sae(py::module_& module);
 
 }  // namespace probekit::python

@@ -24,6 +24,14 @@ def load_model(model, device="auto", dtype="auto", devices=None, max_gpu_memory=
     return Model(native)
 
 
+def _sae_items(saes):
+    if saes is None:
+        return []
+    if not isinstance(saes, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in saes.items()):
+        raise ValueError(f"saes: expected {{name: folder}}, got {saes!r}")
+    return list(saes.items())
+
+
 class Model:
     """A loaded model (probekit.load_model). Its weights stay loaded while the object lives."""
 
@@ -44,7 +52,7 @@ class Model:
                 f"hidden {info['hidden_size']}, {info['device']}, {info['dtype']})")
 
     def capture(self, texts, layers=None, site="resid_post", position="last", prompt_suffix=None, batch_size=None,
-                steer=None, probes=None, max_length=0, progress=True):
+                steer=None, probes=None, max_length=0, progress=True, saes=None):
         """The activations of texts at layers, as capture_activations computes them, kept in memory.
 
         texts: a string or a list of strings. layers: [8, 17], 8, "21-30", "all" or None (capture's default:
@@ -53,6 +61,8 @@ class Model:
         batch_size: texts per forward pass (None: chosen from the memory). steer: [(label or vector, layer,
         coefficient), ...] added to the stream while capturing (labels take their direction from probes).
         max_length: cut prompts to this many tokens (0: no limit). progress: a tqdm bar (when tqdm is installed).
+        saes: {"NAME": folder} SAEs (capture_activations --sae); site "sae:NAME" then gives that SAE's latents
+        [.., d_sae] at its own layer, "sae-error:NAME" what it misses (x - reconstruction).
 
         Returns {layer: torch.Tensor [len(texts), H]} in the texts' order, fp32 on the CPU; with position "all",
         {layer: [torch.Tensor [T_i, H], ...]}. Ctrl-C stops it (KeyboardInterrupt)."""
@@ -61,7 +71,8 @@ class Model:
             raise ValueError(f"batch_size {batch_size!r}: must be a whole number, 1 or more")
         layers_found, tensors, offsets, _ = run_interruptibly(
             _native.capture, self._native, texts, layer_selection(layers), site, position, prompt_suffix,
-            batch_size or 0, int(max_length), steer_items(steer), _probes_dir(probes), progress_callback(progress))
+            batch_size or 0, int(max_length), steer_items(steer), _probes_dir(probes), progress_callback(progress),
+            _sae_items(saes))
         rows = [torch.utils.dlpack.from_dlpack(tensor) for tensor in tensors]
         if offsets:
             sizes = [end - begin for begin, end in zip(offsets, offsets[1:])]

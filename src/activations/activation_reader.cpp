@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 
 #include "activations/file_format.h"
@@ -74,6 +75,43 @@ std::vector<T> read_rows_dataset(hid_t group, const char* name, const std::strin
   return values;
 }
 
+// A 1-D dataset of one value per row [rows].
+template <typename T>
+std::vector<T> read_row_values(hid_t group, const char* name, const std::string& where, int64_t rows) {
+  auto dataset = hdf5::open_dataset(group, name);
+  if (!dataset) fail("{}: missing dataset '{}'", where, name);
+  const std::vector<hsize_t> dims = hdf5::dataset_dims(dataset->get());
+  if (dims.size() != 1 || static_cast<int64_t>(dims[0]) != rows) {
+    fail("{}/{}: expected [{}], one value per row", where, name, rows);
+  }
+  std::vector<T> values(static_cast<size_t>(rows));
+  hdf5::read_rows(dataset->get(), memory_type<T>(), 0, dims[0], values.data());
+  return values;
+}
+
+// An SAE's sparse latents: each row's top K (index -1 past its L0), densified into `activations` [rows, d_sae].
+void read_sparse_latents(hid_t group, const std::string& where, const FileAttributes& attributes, SplitData& data) {
+  data.latent_indices = read_rows_dataset<int32_t>(group, "latent_indices", where, data);
+  data.latent_values = read_rows_dataset<float>(group, "latent_values", where, data);
+  data.top_k = data.hidden;
+  data.l0 = read_row_values<int32_t>(group, "l0", where, data.rows);
+  data.relative_error = read_row_values<float>(group, "relative_error", where, data.rows);
+  const int64_t width = attributes.hidden_size;
+  data.hidden = width;
+  data.activations.assign(static_cast<size_t>(data.rows * width), 0.0f);
+  for (int64_t r = 0; r < data.rows; ++r) {
+    for (int64_t j = 0; j < data.top_k; ++j) {
+      const auto at = static_cast<size_t>(r * data.top_k + j);
+      const int32_t index = data.latent_indices[at];
+      if (index == -1) continue;
+      if (index < 0 || index >= width) {
+        fail("{}/latent_indices: index {} at row {} is outside the SAE's {} latents", where, index, r, width);
+      }
+      data.activations[static_cast<size_t>(r * width + index)] = data.latent_values[at];
+    }
+  }
+}
+
 hdf5::Handle open_split(hid_t file, Split split, const std::string& path) {
   auto group = hdf5::open_group(file, split_name(split));
   if (!group) fail("{}: missing group '{}' (expected groups train, val and test)", path, split_name(split));
@@ -92,6 +130,8 @@ SplitData read_split(hid_t file, Split split, const FileAttributes& attributes, 
       fail("{}/expert_ids: negative expert id {} at row {}", where, *negative,
            (negative - data.expert_ids.begin()) / std::max<int64_t>(1, data.hidden));
     }
+  } else if (attributes.holds_sparse_latents()) {
+    read_sparse_latents(group.get(), where, attributes, data);
   } else {
     data.activations = read_rows_dataset<float>(group.get(), "activations", where, data);
   }
@@ -187,29 +227,35 @@ std::array<SplitLayout, 3> read_layouts(const std::string& path) {
 void read_activation_rows(const std::string& path, Split split, int64_t row, int64_t rows, float* out) {
   hdf5::Handle file = hdf5::open_file(path, false);
   hdf5::Handle group = open_split(file.get(), split, path);
-  auto open = [&](const char* name) {
-    auto dataset = hdf5::open_dataset(group.get(), name);
-    if (!dataset) fail("{}: missing dataset '{}/{}'", path, split_name(split), name);
-    return std::move(*dataset);
-  };
   const FileAttributes attributes = load_attributes(file.get(), path);
-  if (!attributes.holds_expert_choices()) {
-    hdf5::read_rows(open("activations").get(), H5T_NATIVE_FLOAT, static_cast<hsize_t>(row), static_cast<hsize_t>(rows), out);
-    return;
-  }
-  const int64_t k = attributes.hidden_size;
-  std::vector<int32_t> ids(static_cast<size_t>(rows * k));
-  std::vector<float> weights(static_cast<size_t>(rows * k));
-  hdf5::read_rows(open("expert_ids").get(), H5T_NATIVE_INT32, static_cast<hsize_t>(row), static_cast<hsize_t>(rows), ids.data());
-  hdf5::read_rows(open("expert_weights").get(), H5T_NATIVE_FLOAT, static_cast<hsize_t>(row), static_cast<hsize_t>(rows),
-                  weights.data());
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t j = 0; j < k; ++j) {
-      out[r * 2 * k + j] = static_cast<float>(ids[static_cast<size_t>(r * k + j)]);
-      out[r * 2 * k + k + j] = weights[static_cast<size_t>(r * k + j)];
+  const int64_t row_width = attributes.row_width();
+  std::vector<uint32_t> columns;  // 4-byte values of either type
+  for (const RowDataset& dataset : row_datasets(attributes)) {
+    auto opened = hdf5::open_dataset(group.get(), dataset.name);
+    if (!opened) fail("{}: missing dataset '{}/{}'", path, split_name(split), dataset.name);
+    const int64_t width = dataset.columns();
+    if (width == row_width && !dataset.integer) {
+      hdf5::read_rows(opened->get(), H5T_NATIVE_FLOAT, static_cast<hsize_t>(row), static_cast<hsize_t>(rows), out);
+      continue;
+    }
+    columns.resize(static_cast<size_t>(rows * width));
+    hdf5::read_rows(opened->get(), dataset.memory_type(), static_cast<hsize_t>(row), static_cast<hsize_t>(rows),
+                    columns.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < width; ++j) {
+        const uint32_t bits = columns[static_cast<size_t>(r * width + j)];
+        float value;
+        if (dataset.integer) {
+          int32_t id;
+          std::memcpy(&id, &bits, sizeof id);
+          value = static_cast<float>(id);
+        } else {
+          std::memcpy(&value, &bits, sizeof value);
+        }
+        out[r * row_width + dataset.offset + j] = value;
+      }
     }
   }
 }
-
 
 }  // namespace probekit::activations

@@ -39,6 +39,27 @@ std::vector<std::string> FileAttributes::identity() const {
   return lines;
 }
 
+std::vector<hsize_t> RowDataset::dims(int64_t rows) const {
+  if (width == 0) return {static_cast<hsize_t>(rows)};
+  return {static_cast<hsize_t>(rows), static_cast<hsize_t>(width)};
+}
+
+std::vector<RowDataset> row_datasets(const FileAttributes& attributes) {
+  const int64_t k = attributes.hidden_size;
+  if (attributes.holds_expert_choices()) return {{"expert_ids", true, k, 0}, {"expert_weights", false, k, k}};
+  if (attributes.holds_sparse_latents()) {
+    const int64_t top = attributes.recipe.sae->top_k;
+    return {{"latent_indices", true, top, 0}, {"latent_values", false, top, top}, {"l0", true, 0, 2 * top},
+            {"relative_error", false, 0, 2 * top + 1}};
+  }
+  return {{"activations", false, k, 0}};
+}
+
+int64_t FileAttributes::row_width() const {
+  if (holds_expert_choices()) return 2 * hidden_size;
+  return holds_sparse_latents() ? sparse_latent_row_width(recipe.sae->top_k) : hidden_size;
+}
+
 std::string FileAttributes::identity_difference(const FileAttributes& made) const {
   std::vector<std::string> want = identity(), have = made.identity();
   for (size_t i = 0; i < want.size(); ++i) {

@@ -34,7 +34,8 @@ struct FileAttributes {
   std::vector<int64_t> layers;  // every layer captured in the run
   int64_t layer = -1;           // the layer this file holds
   std::vector<std::string> label_names;
-  int64_t hidden_size = 0;  // a row's width: the hidden size; experts for site "router"; k for site "experts"
+  int64_t hidden_size = 0;  // a row's width: the hidden size; experts for site "router"; k for site "experts"; the
+                            // SAE's d_sae for its latents, d_in for its error
   std::string dataset;
   std::string dataset_sha256;
   std::string tool_version;
@@ -54,11 +55,34 @@ struct FileAttributes {
   /// as "made with X but this run has Y"; empty when they agree.
   std::string identity_difference(const FileAttributes& made) const;
   /// Whether the file holds expert choices (site "experts") rather than activations.
-  bool holds_expert_choices() const { return recipe.site == Site::kExperts; }
+  bool holds_expert_choices() const { return recipe.site == Site::kExperts && !recipe.sae; }
+  /// Whether the file holds an SAE's latents as each row's top k (hidden_size: the dictionary's width).
+  bool holds_sparse_latents() const { return recipe.sae && recipe.sae->sparse(); }
   /// Floats per row as ActivationWriter::write_rows takes rows and read_activation_rows gives them:
-  /// hidden_size, or for expert choices the k ids (exact in fp32) followed by the k weights.
-  int64_t row_width() const { return holds_expert_choices() ? 2 * hidden_size : hidden_size; }
+  /// hidden_size; for expert choices the k ids (exact in fp32) followed by the k weights; for sparse latents
+  /// sparse_latent_row_width(top_k).
+  int64_t row_width() const;
 };
+
+// A dataset of a group's rows: [N, width] (width 0: [N], one value a row), float32 or int32, and where its values sit
+// among the floats of a row as ActivationWriter::write_rows takes them and read_activation_rows gives them.
+struct RowDataset {
+  const char* name;
+  bool integer;
+  int64_t width;
+  int64_t offset;  // the row's first float that is this dataset's
+
+  // HDF5's type ids are only valid once the library has started: looked up when used.
+  hid_t file_type() const { return integer ? H5T_STD_I32LE : H5T_IEEE_F32LE; }
+  hid_t memory_type() const { return integer ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT; }
+  int64_t columns() const { return width == 0 ? 1 : width; }
+  std::vector<hsize_t> dims(int64_t rows) const;
+};
+
+/// The row datasets of a file made with `attributes`: `activations`; or a router's choices, `expert_ids` and
+/// `expert_weights` [N, k]; or an SAE's sparse latents, `latent_indices` and `latent_values` [N, K], `l0` and
+/// `relative_error` [N].
+std::vector<RowDataset> row_datasets(const FileAttributes& attributes);
 
 /// One group of a file, fully loaded.
 struct SplitData {
@@ -67,6 +91,13 @@ struct SplitData {
   std::vector<float> activations;       // [rows, hidden], row-major; empty for expert choices
   std::vector<int32_t> expert_ids;      // site "experts": [rows, k], most probable first
   std::vector<float> expert_weights;    // site "experts": [rows, k]
+  // Sparse SAE latents as stored (`activations` holds them densified, [rows, d_sae]): each row's top K latents, index
+  // -1 and value 0 past the row's L0.
+  int64_t top_k = 0;
+  std::vector<int32_t> latent_indices;  // [rows, K]
+  std::vector<float> latent_values;     // [rows, K]
+  std::vector<int32_t> l0;              // [rows]: latents not zero
+  std::vector<float> relative_error;    // [rows]: |x - reconstruction| / |x|
   std::vector<int64_t> labels;          // [examples]
   std::vector<int64_t> example_index;   // [examples]; empty in reference files
   std::vector<int64_t> offsets;         // [examples + 1]; position "all" only
@@ -147,10 +178,9 @@ class ActivationWriter {
 
   std::string final_path_, partial_path_;
   hdf5::Handle file_;
-  std::array<hdf5::Handle, 3> activation_datasets_;  // expert_weights for expert choices
-  std::array<hdf5::Handle, 3> expert_id_datasets_;   // expert choices only
-  int64_t hidden_ = 0;
-  bool expert_choices_ = false;
+  std::vector<RowDataset> datasets_;                       // what a row is stored as
+  std::array<std::vector<hdf5::Handle>, 3> datasets_open_;  // per split, in datasets_' order
+  int64_t row_width_ = 0;
   int64_t examples_done_ = 0;
 };
 

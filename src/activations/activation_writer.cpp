@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "activations/file_format.h"
 #include "common/error.h"
@@ -12,10 +13,8 @@
 namespace probekit::activations {
 
 using format::kCompleteAttribute;
-using format::kRowDatasets;
 using format::load_attributes;
 using format::row_chunk;
-using format::RowDataset;
 using format::write_attributes;
 using format::write_int_dataset;
 
@@ -45,14 +44,15 @@ void copy_int_dataset(hid_t from, hid_t to, const std::string& name) {
 
 void copy_rows_compressed(hid_t from, hid_t to, const RowDataset& rows_dataset) {
   auto source = hdf5::open_dataset(from, rows_dataset.name);
+  if (!source) fail("missing dataset '{}'", rows_dataset.name);
   std::vector<hsize_t> dims = hdf5::dataset_dims(source->get());
   hdf5::Handle copy = hdf5::create_dataset(to, rows_dataset.name, rows_dataset.file_type(), dims,
-                                           {row_chunk(static_cast<int64_t>(dims[0]), static_cast<int64_t>(dims[1])), true});
+                                           {row_chunk(static_cast<int64_t>(dims[0]), rows_dataset.width), true});
   constexpr hsize_t kBlockRows = 4096;
   std::vector<uint32_t> block;  // 4-byte values of either type
   for (hsize_t row = 0; row < dims[0]; row += kBlockRows) {
     hsize_t rows = std::min(kBlockRows, dims[0] - row);
-    block.resize(rows * dims[1]);
+    block.resize(rows * static_cast<hsize_t>(rows_dataset.columns()));
     hdf5::read_rows(source->get(), rows_dataset.memory_type(), row, rows, block.data());
     hdf5::write_rows(copy.get(), rows_dataset.memory_type(), row, rows, block.data());
   }
@@ -63,15 +63,14 @@ void copy_rows_compressed(hid_t from, hid_t to, const RowDataset& rows_dataset) 
 void write_compressed_copy(const std::string& source, const std::string& target) {
   hdf5::Handle in = hdf5::open_file(source, false);
   hdf5::Handle out = hdf5::create_file(target);
-  write_attributes(out.get(), load_attributes(in.get(), source));
+  const FileAttributes attributes = load_attributes(in.get(), source);
+  write_attributes(out.get(), attributes);
   hdf5::set_attribute(out.get(), kCompleteAttribute, int64_t{1});
   for (Split split : kSplits) {
     auto from = hdf5::open_group(in.get(), split_name(split));
     if (!from) fail("{}: missing group '{}'", source, split_name(split));
     hdf5::Handle to = hdf5::create_group(out.get(), split_name(split));
-    for (const RowDataset& rows : kRowDatasets) {
-      if (hdf5::exists(from->get(), rows.name)) copy_rows_compressed(from->get(), to.get(), rows);
-    }
+    for (const RowDataset& rows : row_datasets(attributes)) copy_rows_compressed(from->get(), to.get(), rows);
     for (const char* name : {"labels", "example_index", "offsets", "token_ids", "positions", "token_labels"}) copy_int_dataset(from->get(), to.get(), name);
     if (auto metadata = hdf5::open_group(from->get(), "metadata")) {
       hdf5::Handle columns = hdf5::create_group(to.get(), "metadata");
@@ -89,7 +88,7 @@ void write_compressed_copy(const std::string& source, const std::string& target)
 
 ActivationWriter::ActivationWriter(std::string final_path, hdf5::Handle file, const FileAttributes& attributes)
     : final_path_(std::move(final_path)), partial_path_(partial_path_for(final_path_)), file_(std::move(file)),
-      hidden_(attributes.hidden_size), expert_choices_(attributes.holds_expert_choices()) {}
+      datasets_(row_datasets(attributes)), row_width_(attributes.row_width()) {}
 
 ActivationWriter ActivationWriter::create(const std::string& final_path, const FileAttributes& attributes,
                                           const std::array<SplitLayout, 3>& layouts, bool gzip) {
@@ -104,11 +103,9 @@ ActivationWriter ActivationWriter::create(const std::string& final_path, const F
     for (Split split : kSplits) {
       const SplitLayout& layout = layouts[static_cast<size_t>(split)];
       hdf5::Handle group = hdf5::create_group(file, split_name(split));
-      std::vector<hsize_t> dims = {static_cast<hsize_t>(layout.rows()), static_cast<hsize_t>(attributes.hidden_size)};
-      for (const RowDataset& rows : kRowDatasets) {
-        if ((std::string(rows.name) == "activations") == attributes.holds_expert_choices()) continue;
-        hdf5::create_dataset(group.get(), rows.name, rows.file_type(), dims,
-                             {row_chunk(layout.rows(), attributes.hidden_size), false, true});
+      for (const RowDataset& rows : writer.datasets_) {
+        hdf5::create_dataset(group.get(), rows.name, rows.file_type(), rows.dims(layout.rows()),
+                             {row_chunk(layout.rows(), rows.width), false, true});
       }
       write_int_dataset(group.get(), "labels", layout.labels, false);
       write_int_dataset(group.get(), "example_index", layout.example_index, false);
@@ -154,33 +151,39 @@ void ActivationWriter::open_datasets() {
       if (!dataset) fail("{}: missing dataset '{}/{}'", partial_path_, split_name(split), name);
       return std::move(*dataset);
     };
-    const auto s = static_cast<size_t>(split);
-    activation_datasets_[s] = open(expert_choices_ ? "expert_weights" : "activations");
-    if (expert_choices_) expert_id_datasets_[s] = open("expert_ids");
+    std::vector<hdf5::Handle>& handles = datasets_open_[static_cast<size_t>(split)];
+    handles.clear();
+    for (const RowDataset& rows : datasets_) handles.push_back(open(rows.name));
   }
 }
 
 void ActivationWriter::write_rows(Split split, int64_t row, int64_t rows, const float* data) {
-  const auto s = static_cast<size_t>(split);
+  const std::vector<hdf5::Handle>& handles = datasets_open_[static_cast<size_t>(split)];
   try {
-    if (!expert_choices_) {
-      hdf5::write_rows(activation_datasets_[s].get(), H5T_NATIVE_FLOAT, static_cast<hsize_t>(row),
-                       static_cast<hsize_t>(rows), data);
-      return;
-    }
-    // Each row is the k ids, then the k weights.
-    std::vector<int32_t> ids(static_cast<size_t>(rows * hidden_));
-    std::vector<float> weights(ids.size());
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t j = 0; j < hidden_; ++j) {
-        ids[static_cast<size_t>(r * hidden_ + j)] = static_cast<int32_t>(data[r * 2 * hidden_ + j]);
-        weights[static_cast<size_t>(r * hidden_ + j)] = data[r * 2 * hidden_ + hidden_ + j];
+    std::vector<uint32_t> columns;  // 4-byte values of either type
+    for (size_t d = 0; d < datasets_.size(); ++d) {
+      const RowDataset& dataset = datasets_[d];
+      const int64_t width = dataset.columns();
+      const void* values = data;
+      if (width != row_width_ || dataset.integer) {
+        columns.resize(static_cast<size_t>(rows * width));
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t j = 0; j < width; ++j) {
+            const float value = data[r * row_width_ + dataset.offset + j];
+            const auto at = static_cast<size_t>(r * width + j);
+            if (dataset.integer) {
+              const auto id = static_cast<int32_t>(value);  // ids and counts ride as exact floats
+              std::memcpy(&columns[at], &id, sizeof id);
+            } else {
+              std::memcpy(&columns[at], &value, sizeof value);
+            }
+          }
+        }
+        values = columns.data();
       }
+      hdf5::write_rows(handles[d].get(), dataset.memory_type(), static_cast<hsize_t>(row), static_cast<hsize_t>(rows),
+                       values);
     }
-    hdf5::write_rows(expert_id_datasets_[s].get(), H5T_NATIVE_INT32, static_cast<hsize_t>(row), static_cast<hsize_t>(rows),
-                     ids.data());
-    hdf5::write_rows(activation_datasets_[s].get(), H5T_NATIVE_FLOAT, static_cast<hsize_t>(row),
-                     static_cast<hsize_t>(rows), weights.data());
   } catch (const std::exception&) {
     rethrow_with_context(fmt::format("{}: writing {} rows of group '{}'", partial_path_, rows, split_name(split)));
   }
@@ -206,8 +209,7 @@ bool has_progress_record(const std::string& final_path) {
 
 void ActivationWriter::finish() {
   bool gzip = hdf5::get_string_attribute(file_.get(), "compression").value_or("none") == "gzip";
-  activation_datasets_ = {};
-  expert_id_datasets_ = {};
+  datasets_open_ = {};
   if (gzip) {
     hdf5::flush(file_.get());
     file_.reset();

@@ -35,16 +35,4 @@ void check_complete(hid_t file, const std::string& path);
 /// rows, labels, example indices, seed, dataset or model), naming it.
 void check_virtual_sources(hid_t file, const std::string& path);
 
-// The datasets of rows [N, width] a group may hold: float32, or int32 expert ids.
-struct RowDataset {
-  const char* name;
-  bool integer;
-
-  // HDF5's type ids are only valid once the library has started: looked up when used.
-  hid_t file_type() const { return integer ? H5T_STD_I32LE : H5T_IEEE_F32LE; }
-  hid_t memory_type() const { return integer ? H5T_NATIVE_INT32 : H5T_NATIVE_FLOAT; }
-};
-inline constexpr RowDataset kRowDatasets[] = {{"activations", false}, {"expert_ids", true}, {"expert_weights", false}};
-
-
 }  // namespace probekit::activations::format

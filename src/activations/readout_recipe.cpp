@@ -56,11 +56,14 @@ int64_t max_length_of(const std::string& text, const std::string& where) {
   return value;
 }
 
+Json json_object_of(const std::string& text, const char* name, const std::string& where) {
+  Json value = Json::parse(text, nullptr, false);
+  if (!value.is_object()) fail_input("{}: '{}' is not a JSON object: {}", where, name, text.substr(0, 80));
+  return value;
+}
+
 Json steering_of(const std::string& text, const std::string& where) {
-  if (text.empty()) return Json();
-  Json steering = Json::parse(text, nullptr, false);
-  if (!steering.is_object()) fail_input("{}: 'steering' is not a JSON object: {}", where, text.substr(0, 80));
-  return steering;
+  return text.empty() ? Json() : json_object_of(text, "steering", where);
 }
 
 const std::vector<RecipeField>& recipe_fields() {
@@ -93,6 +96,11 @@ const std::vector<RecipeField>& recipe_fields() {
       {"steering", FieldType::kJson, true, true,
        [](const R& r) { return r.steering.is_null() ? std::string() : r.steering.dump(); },
        [](R& r, W text, W where) { r.steering = steering_of(text, where); }},
+      {"sae", FieldType::kJson, true, true, [](const R& r) { return r.sae ? r.sae->to_json().dump() : std::string(); },
+       [](R& r, W text, W where) {
+         r.sae = text.empty() ? std::nullopt
+                              : std::optional<SaeReading>(SaeReading::from_json(json_object_of(text, "sae", where), where));
+       }},
   };
   return fields;
 }
@@ -122,6 +130,32 @@ std::string shown(const RecipeField& field, const std::string& text) {
 }
 
 }  // namespace
+
+int64_t SaeReading::latent_count() const {
+  return dictionary.contains("d_sae") && dictionary["d_sae"].is_number_integer() ? dictionary["d_sae"].get<int64_t>() : 0;
+}
+
+Json SaeReading::to_json() const { return {{"site", site.text()}, {"top_k", top_k}, {"dictionary", dictionary}}; }
+
+SaeReading SaeReading::from_json(const Json& object, const std::string& where) {
+  SaeReading reading;
+  const Json site = object.value("site", Json());
+  std::optional<SaeSite> parsed = site.is_string() ? parse_sae_site(site.get<std::string>()) : std::nullopt;
+  if (!parsed) fail_input("{}: 'sae.site' is {}, expected \"sae:NAME\" or \"sae-error:NAME\"", where, site.dump());
+  reading.site = *parsed;
+  const Json top_k = object.value("top_k", Json(0));
+  if (!top_k.is_number_integer() || top_k.get<int64_t>() < 0) {
+    fail_input("{}: 'sae.top_k' is {}, expected a non-negative integer", where, top_k.dump());
+  }
+  reading.top_k = top_k.get<int64_t>();
+  reading.dictionary = object.value("dictionary", Json::object());
+  if (!reading.dictionary.is_object() || reading.latent_count() <= 0) {
+    fail_input("{}: 'sae.dictionary' has no positive integer 'd_sae'", where);
+  }
+  return reading;
+}
+
+std::string ReadoutRecipe::site_text() const { return sae ? sae->site.text() : std::string(site_name(site)); }
 
 Json ReadoutRecipe::to_json() const {
   Json out = Json::object();

@@ -13,6 +13,7 @@
 #include "common/json.h"
 #include "io/hdf5.h"
 #include "sites/positions.h"
+#include "sites/sae_site.h"
 #include "sites/sites.h"
 
 namespace probekit::activations {
@@ -20,6 +21,26 @@ namespace probekit::activations {
 /// The reference's prompt suffix, appended to every text before tokenization; files and indexes that predate the
 /// field were made with it.
 inline const char* const kDefaultPromptSuffix = "\n\nThe cognitive action being demonstrated here is";
+
+/// Rows read through an SAE (--site sae:NAME or sae-error:NAME): which dictionary, what of it, and how latents are
+/// stored. The recipe's site and layer are then the SAE's own.
+struct SaeReading {
+  SaeSite site;
+  int64_t top_k = 0;  // latents stored as each row's top k (latent_indices, latent_values, l0, relative_error); 0: dense
+  Json dictionary;    // the SAE's record (sae::SparseAutoencoder::record()): layout, path, architecture, d_in, d_sae, ...
+
+  /// Whether rows are stored sparse: the latents as their top k.
+  bool sparse() const { return site.output == SaeOutput::kLatents && top_k > 0; }
+  /// The dictionary's width (its latents), from its record.
+  int64_t latent_count() const;
+  /// {"site": "sae:NAME", "top_k": 64, "dictionary": {...}}.
+  Json to_json() const;
+  static SaeReading from_json(const Json& object, const std::string& where);
+};
+
+/// Floats per stored row of sparse latents as the readout gives them: k indices (exact in fp32), k values, the row's
+/// L0 and the reconstruction's relative error.
+constexpr int64_t sparse_latent_row_width(int64_t top_k) { return 2 * top_k + 2; }
 
 struct ReadoutRecipe {
   std::string model_name;         // the hub name the user gave, or the checkpoint folder's absolute path
@@ -34,8 +55,12 @@ struct ReadoutRecipe {
   std::optional<TokenMask> mask;     // conversations: the tokens read (--mask); none for texts
   std::string chat_template_sha256;  // conversations: of the chat template that rendered them
   bool add_generation_prompt = false;  // conversations: rendered with the template's generation prompt
+  std::optional<SaeReading> sae;       // rows of an SAE site; none for a site of the model
 
-  /// As JSON: {"model_name": ..., "site": "resid_post", "max_length": 0, "steering": null, ...}.
+  /// The --site value: the site's name, or "sae:NAME" / "sae-error:NAME".
+  std::string site_text() const;
+
+  /// As JSON: {"model_name": ..., "site": "resid_post", "max_length": 0, "steering": null, "sae": null, ...}.
   Json to_json() const;
   /// Reads the fields of `object` (each absent one takes its default), checking their types and values; errors
   /// name `where` and the field.

@@ -13,8 +13,6 @@
 namespace probekit::activations {
 
 using format::kCompleteAttribute;
-using format::kRowDatasets;
-using format::RowDataset;
 using format::write_attributes;
 using format::write_int_dataset;
 
@@ -48,10 +46,8 @@ void write_virtual_group(hid_t file, Split split, const FileAttributes& attribut
   };
   auto rows = [](const SplitLayout& layout) { return layout.rows(); };
   auto examples = [](const SplitLayout& layout) { return layout.examples(); };
-  for (const RowDataset& dataset : kRowDatasets) {
-    if ((std::string(dataset.name) == "activations") == attributes.holds_expert_choices()) continue;
-    create_joined_dataset(group.get(), dataset.name, dataset.file_type(), {0, static_cast<hsize_t>(attributes.hidden_size)},
-                          sources(dataset.name, rows));
+  for (const RowDataset& dataset : row_datasets(attributes)) {
+    create_joined_dataset(group.get(), dataset.name, dataset.file_type(), dataset.dims(0), sources(dataset.name, rows));
   }
   create_joined_dataset(group.get(), "labels", H5T_STD_I64LE, {0}, sources("labels", examples));
   create_joined_dataset(group.get(), "example_index", H5T_STD_I64LE, {0}, sources("example_index", examples));

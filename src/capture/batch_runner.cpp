@@ -107,6 +107,7 @@ void BatchRunner::warm_up(const std::vector<int64_t>& batch, const CapturePlan& 
   readout::Request first_layer = request_;
   first_layer.site = Site::kResidPost;  // every layer has it
   first_layer.layers = {0};
+  first_layer.latents = nullptr;  // the SAE runs in the second warm-up read
   device::run_in_halves(
       batch,
       [&](const std::vector<int64_t>& part) { readout::read_rows(model_, sequences_of(part, plan), first_layer); },

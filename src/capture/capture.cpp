@@ -30,6 +30,7 @@ struct LoadedReplicas {
   model::DevicePlan placement;
   std::vector<std::shared_ptr<const model::TransformerModel>> replicas;
   std::vector<model::StreamWrites> writes;  // each replica's steering, on its devices
+  std::vector<std::unique_ptr<DeviceSae>> saes;  // --site sae:NAME: each replica's SAE, on its first device
 };
 
 LoadedReplicas load_for_capture(const CaptureOptions& options, const CapturePlan& plan, CaptureSummary& summary) {
@@ -53,7 +54,10 @@ LoadedReplicas load_for_capture(const CaptureOptions& options, const CapturePlan
     }
   }
   for (const auto& ids : plan.ids) loaded.replicas.front()->check_inputs(ids);
-  for (const auto& replica : loaded.replicas) loaded.writes.push_back(steering::place(plan.steering, *replica));
+  for (const auto& replica : loaded.replicas) {
+    loaded.writes.push_back(steering::place(plan.steering, *replica));
+    loaded.saes.push_back(place_sae(plan, replica->device()));
+  }
   return loaded;
 }
 
@@ -69,6 +73,7 @@ std::vector<BatchRunner> make_runners(const CaptureOptions& options, const Loade
     }
     readout::Request steered = request;
     if (!loaded.writes[r].empty()) steered.writes = &loaded.writes[r];
+    if (loaded.saes[r]) steered.latents = &loaded.saes[r]->reading;
     for (size_t stage = 0; stage < loaded.placement.stages(r); ++stage) {
       runners.emplace_back(*loaded.replicas[r], devices, steered, options.simulate_out_of_memory_above);
     }
@@ -100,10 +105,10 @@ CaptureSummary run_capture(const CaptureOptions& options) {
   CapturePlan plan;
   plan.model = options.loaded != nullptr ? options.loaded->source : loading::find_model(options.model_dir);
   plan_examples(options, plan, summary);
-  plan.layers = summary.layers = parse_layers(options.layers, plan.config().num_layers);
-  readout::check_site(options.site, options.position, plan.layers, plan.config());
-  plan.width = readout::site_width(options.site, plan.config());
-  plan.steering = steering::resolve(options.steering, plan.config());
+  plan.layers = parse_layers(options.layers, plan.config().num_layers);
+  plan_site(options, plan);
+  summary.layers = plan.layers;
+  plan.steering = steering::resolve(options.steering, plan.config(), plan.saes);
 
   auto load_start = Clock::now();
   plan_prompts(options, plan, summary);
@@ -111,13 +116,13 @@ CaptureSummary run_capture(const CaptureOptions& options) {
   summary.load_seconds = seconds_since(load_start);
   spdlog::info("{}: {} ({} layers, hidden {}), capturing layers {} at {} ({}) in {:.1f} s", plan.model_dir(),
                plan.config().text_model_type, plan.config().num_layers, plan.config().hidden_size,
-               fmt::join(plan.layers, ", "), site_name(options.site), position_name(options.position),
-               summary.load_seconds);
+               fmt::join(plan.layers, ", "), options.sae_site ? options.sae_site->text() : site_name(plan.site),
+               position_name(options.position), summary.load_seconds);
 
   auto layouts = make_layouts(plan, options.position, options.dataset.keep_fields);
   int64_t first_device_weights = loaded.placement.weight_bytes.empty() ? loaded.replicas.front()->weight_bytes()
                                                                         : loaded.placement.weight_bytes.front();
-  const readout::Request request{options.site, options.position, plan.layers, plan.leading_specials};
+  const readout::Request request{plan.site, options.position, plan.layers, plan.leading_specials};
   Batching batching = choose_batching(options, *loaded.replicas.front(), request, loaded.targets.front(), plan,
                                       first_device_weights, loaded.replicas.size());
   std::vector<LayerOutput> outputs =

@@ -37,7 +37,7 @@ void add_data_flags(CLI::App& app, CaptureFlags& f) {
   app.add_option("--seed", o.seed, "Seed of the stratified split (Python's random)")->capture_default_str();
   app.add_option("--max-length", o.max_length, "Cut longer prompts from the start of the text (tokens; 0: no limit)")
       ->check(at_least(0));
-  steering::add_steering_flags(app, o.steering, true);
+  steering::add_steering_flags(app, o.steering, true, true);
   app.add_flag("--strict", o.dataset.strict_fields, "A --keep-fields field that no line has is an error, not a warning");
   app.add_flag("--skip-invalid", o.dataset.skip_invalid, "Skip bad dataset lines (reported at the end) instead of stopping");
 }
@@ -68,8 +68,12 @@ void add_output_flags(CLI::App& app, CaptureFlags& f) {
   add_layers_option(app, o.layers, "Layers to capture: 8 17 25, 8,17,25, 21-30 or all (default: n/4, n/2, 3n/4, n-1)");
   app.add_option("--position", f.position, "Rows per example: last token, mean or max over tokens, or all tokens")
       ->capture_default_str();
-  app.add_option("--site", f.site, "Where in each layer to read: " + site_names() + " (docs/sites.md says what each holds)")
+  app.add_option("--site", f.site,
+                 "Where in each layer to read: " + site_names() +
+                     ", or sae:NAME (an SAE's latents) or sae-error:NAME (what it misses) at the SAE's layer "
+                     "(docs/sites.md says what each holds)")
       ->capture_default_str();
+  sae::add_sae_flags(app, o.saes, &o.sae_storage);
   app.add_option("--compression", f.compression, "gzip|none")->capture_default_str();
   app.add_flag("--resume", o.resume, "Continue an interrupted capture");
   app.add_flag("--overwrite", o.overwrite, "Replace existing activation files");
@@ -93,7 +97,8 @@ CaptureOptions CaptureFlags::resolve() const {
   o.dataset.keep_fields = keep_fields;
   o.position = parse_position(position);
   if (!mask.empty()) o.mask = parse_token_mask(mask);
-  o.site = parse_site(site);
+  o.sae_site = parse_sae_site(site);
+  if (!o.sae_site) o.site = parse_site(site);
   o.split = data::parse_split_ratios(split);
   if (compression != "gzip" && compression != "none") fail_usage("--compression {}: expected gzip or none", compression);
   o.gzip = compression == "gzip";

@@ -15,6 +15,8 @@
 #include "steering/steering.h"
 #include "readout/prompts.h"
 #include "readout/site_reading.h"
+#include "sae/sae_flags.h"
+#include "sites/sae_site.h"
 
 namespace probekit::capture {
 
@@ -31,6 +33,9 @@ struct CaptureOptions : loading::ModelRequest {
   uint64_t seed = 42;
   Position position = Position::kLast;
   Site site = Site::kResidPost;
+  std::vector<sae::SaeSpec> saes;   // --sae
+  std::optional<SaeSite> sae_site;  // --site sae:NAME or sae-error:NAME: read through that SAE instead of `site`
+  sae::SaeStorage sae_storage;      // --sae-top-k, --sae-dense
   int64_t max_length = 0;       // tokens; 0: no limit
   int64_t batch_size = 0;       // examples per forward pass; 0: chosen from a token budget
   int64_t window = 1024;        // examples per commit: the unit of length sorting and of resumption

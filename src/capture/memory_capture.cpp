@@ -26,9 +26,9 @@ CapturePlan plan_texts(const loading::SharedModel& model, const std::vector<std:
   CapturePlan plan;
   plan.model = model.source;
   plan.layers = out.layers = parse_layers(options.layers, plan.config().num_layers);
-  readout::check_site(options.site, options.position, plan.layers, plan.config());
-  plan.width = readout::site_width(options.site, plan.config());
-  plan.steering = steering::resolve(options.steering, plan.config());
+  plan_site(options, plan);
+  out.layers = plan.layers;
+  plan.steering = steering::resolve(options.steering, plan.config(), plan.saes);
   readout::PromptBuilder builder(*model.tokenizer, options.prompt_suffix.value_or(activations::kDefaultPromptSuffix),
                                  {options.max_length, fmt::format("--max-length {} tokens", options.max_length)});
   plan.leading_specials = builder.leading_specials();
@@ -166,8 +166,10 @@ CapturedRows capture_rows(const loading::SharedModel& model, const std::vector<s
   check_cpu_attention_memory(plan, target);
   std::vector<at::Tensor> rows = allocate_rows(plan, row_count, target);
   const model::StreamWrites writes = steering::place(plan.steering, *model.model);
-  readout::Request request{options.site, options.position, plan.layers, plan.leading_specials};
+  readout::Request request{plan.site, options.position, plan.layers, plan.leading_specials};
   if (!writes.empty()) request.writes = &writes;
+  const std::unique_ptr<DeviceSae> sae = place_sae(plan, model.model->device());
+  if (sae) request.latents = &sae->reading;
   const int64_t first_device_weights =
       model.placement.weight_bytes.empty() ? model.model->weight_bytes() : model.placement.weight_bytes.front();
   const Batching batching = choose_batching(options, *model.model, request, target, plan, first_device_weights, 1);

@@ -128,7 +128,8 @@ activations::FileAttributes file_attributes(const CaptureOptions& options, const
   recipe.model_name = plan.model.resolved.name;
   recipe.model_revision = plan.model.resolved.revision;
   recipe.model_fingerprint = model::Checkpoint::open(plan.model_dir()).fingerprint();
-  recipe.site = options.site;
+  recipe.site = plan.site;
+  if (plan.sae) recipe.sae = activations::SaeReading{*options.sae_site, plan.sae_top_k, plan.sae->record()};
   recipe.position = options.position;
   recipe.prompt_suffix = plan.prompt_suffix;
   recipe.mask = plan.mask;
@@ -139,8 +140,10 @@ activations::FileAttributes file_attributes(const CaptureOptions& options, const
   if (!plan.steering.empty()) recipe.steering = plan.steering.record();
   attributes.layers = plan.layers;
   attributes.label_names = plan.dataset.label_names;
-  // An experts row is k ids then k weights, which the file keeps as two [N, k] datasets.
-  attributes.hidden_size = options.site == Site::kExperts ? plan.width / 2 : plan.width;
+  // An experts row is k ids then k weights, which the file keeps as two [N, k] datasets; sparse latents are as wide
+  // as the dictionary.
+  attributes.hidden_size = plan.site == Site::kExperts && !plan.sae ? plan.width / 2 : plan.width;
+  if (recipe.sae && recipe.sae->sparse()) attributes.hidden_size = plan.sae->d_sae;
   attributes.dataset = options.dataset_path;
   attributes.dataset_sha256 = plan.dataset.sha256;
   attributes.tool_version = PROBEKIT_VERSION;

@@ -85,6 +85,36 @@ std::vector<int64_t> CapturePlan::read_positions(size_t position) const {
   return read;
 }
 
+void plan_site(const CaptureOptions& options, CapturePlan& plan) {
+  plan.saes = sae::load_saes(options.saes, plan.config());
+  if (!options.sae_site) {
+    plan.site = options.site;
+    readout::check_site(plan.site, options.position, plan.layers, plan.config());
+    plan.width = readout::site_width(plan.site, plan.config());
+    return;
+  }
+  const SaeSite& site = *options.sae_site;
+  plan.sae = sae::find_sae(plan.saes, site.name, "--site " + site.text());
+  if (!options.layers.empty() && std::find(plan.layers.begin(), plan.layers.end(), plan.sae->layer) == plan.layers.end()) {
+    fail_usage("--layers {}: SAE '{}' reads layer {} (include it, or leave --layers out)", options.layers, site.name,
+               plan.sae->layer);
+  }
+  plan.layers = {plan.sae->layer};
+  plan.site = plan.sae->site;
+  plan.sae_output = site.output;
+  plan.sae_top_k = options.sae_storage.stored_top_k(site.output);
+  readout::check_site(plan.site, options.position, plan.layers, plan.config());
+  plan.width = sae::LatentReading{&*plan.sae, plan.sae_output, plan.sae_top_k}.width();
+}
+
+std::unique_ptr<DeviceSae> place_sae(const CapturePlan& plan, at::Device device) {
+  if (!plan.sae) return nullptr;
+  auto placed = std::make_unique<DeviceSae>();
+  placed->sae = plan.sae->to(device);
+  placed->reading = {&placed->sae, plan.sae_output, plan.sae_top_k};
+  return placed;
+}
+
 void check_options(const CaptureOptions& options) {
   if (options.shard_count < 1 || options.shard_index < 0 || options.shard_index >= options.shard_count) {
     fail_usage("--shard {}/{}: expected I/N with 0 <= I < N", options.shard_index, options.shard_count);

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "device/torch/gpu_utils.h"
 #include "loading/model_loading.h"
 #include "readout/readout.h"
+#include "sae/latent_reading.h"
 #include "steering/steering.h"
 
 namespace probekit::capture {
@@ -39,7 +41,12 @@ struct CapturePlan {
   std::optional<TokenMask> mask;            // conversations: the tokens read
   std::string chat_template_sha256;         // conversations: of the template that rendered them
   std::vector<int64_t> layers;
-  int64_t width = 0;  // values per row at the site (readout::site_width)
+  Site site = Site::kResidPost;  // where rows are read: --site, or an SAE site's own
+  int64_t width = 0;             // values per row (readout::site_width, or an SAE site's LatentReading::width)
+  std::vector<sae::SparseAutoencoder> saes;   // --sae, on the host (latent steering names them)
+  std::optional<sae::SparseAutoencoder> sae;  // --site sae:NAME: the SAE, on the host
+  SaeOutput sae_output = SaeOutput::kLatents;
+  int64_t sae_top_k = 0;  // latents stored as their top k; 0: dense
   int64_t leading_specials = 0;
   steering::SteeringVectors steering;  // what the capture writes into the stream
 
@@ -64,6 +71,18 @@ void plan_examples(const CaptureOptions& options, CapturePlan& plan, CaptureSumm
 
 /// Tokenizes every prompt of the run (text + suffix, cut to --max-length).
 void plan_prompts(const CaptureOptions& options, CapturePlan& plan, CaptureSummary& summary);
+
+/// Where rows are read (plan.site, plan.width): --site, checked against the model and the layers; or for --site
+/// sae:NAME the one named among the SAEs of --sae (all loaded and checked into plan.saes), the layers its own.
+void plan_site(const CaptureOptions& options, CapturePlan& plan);
+
+/// An SAE site's dictionary on one model copy's device and the reading the requests of that copy point at.
+struct DeviceSae {
+  sae::SparseAutoencoder sae;
+  sae::LatentReading reading;
+};
+/// The plan's SAE placed on `device` for the readout; null when the plan reads no SAE site.
+std::unique_ptr<DeviceSae> place_sae(const CapturePlan& plan, at::Device device);
 
 /// Refuses, before the model loads, a text whose attention would not fit the memory of a CPU or of a Mac (MPS),
 /// naming the text and the --max-length that fits.

@@ -39,6 +39,13 @@ void check_same_model(const probes::ProbeSet& set, const std::string& dir, const
 }
 
 // Checks that the probes of `dir`, trained on `site`, fit the model and the layer they are run on.
+std::vector<sae::SparseAutoencoder> load_saes_on(const std::vector<sae::SaeSpec>& specs, const model::ModelConfig& config,
+                                                 at::Device device) {
+  std::vector<sae::SparseAutoencoder> saes = sae::load_saes(specs, config);
+  for (sae::SparseAutoencoder& sae : saes) sae = sae.to(device);
+  return saes;
+}
+
 void check_fits(const probes::ProbeSet& set, const std::string& dir, int64_t layer, Site site,
                 const EngineOptions& options, const model::ModelConfig& config) {
   if (set.layer() < 0 && options.layer < 0) {
@@ -59,6 +66,7 @@ void check_fits(const probes::ProbeSet& set, const std::string& dir, int64_t lay
                row.name, layer, options.model_dir, row.routed() ? "with a router" : "that have it",
                having.empty() ? "none" : fmt::format("{}", fmt::join(having, ",")));
   }
+  if (set.recipe().sae) return;  // an SAE site's width is the SAE's (Engine::bind_sae)
   if (set.shape().input_dim != readout::site_width(site, config)) {
     fail_input("{}: the probes take {} inputs but {} (probes of another model?)", dir, set.shape().input_dim,
                readout::site_width_described(site, config, options.model_dir));
@@ -121,6 +129,7 @@ Engine Engine::load(const EngineOptions& options) {
   engine.target_ = targets.front();
   std::future<void> warm_up = device::warm_up(engine.target_);
   spdlog::debug("{:.2f} s: device ready", since_start());
+  engine.saes_ = load_saes_on(options.saes, config, engine.target_.device);
   engine.load_probes(config, read_ahead.checkpoint()->fingerprint());
   engine.index_labels();
   spdlog::debug("{:.2f} s: {} probes of {} layers loaded", since_start(), engine.labels_.size(), engine.layers_.size());
@@ -147,6 +156,7 @@ Engine Engine::attach(const EngineOptions& options, const loading::SharedModel& 
   engine.model_ = model.model;
   engine.tokenizer_ = model.tokenizer;
   const model::ModelConfig& config = model.model->config();
+  engine.saes_ = load_saes_on(options.saes, config, engine.target_.device);
   if (!options.probes_dir.empty()) {
     engine.catalog_ = probes::find_probes(options.probes_dir);
     engine.layers_ = probes::select_layers(engine.catalog_, options.layers, options.layer, options.best_layer);
@@ -224,6 +234,32 @@ void Engine::load_probes(const model::ModelConfig& config, const std::string& fi
     probes_.push_back(LayerProbes{layer, std::move(set), {}});
   }
   request_ = readout::Request{recipe_.site, recipe_.position, layers_, 0};
+  if (recipe_.sae) bind_sae(probes_.front().set, catalog_.layer_dirs.begin()->second);
+}
+
+// Probes trained on an SAE site read it through the SAE of that name given with --sae, which must be the dictionary
+// the rows were read with (its record: layout, architecture, widths, site, layer); latents kept as the file kept them.
+void Engine::bind_sae(const probes::ProbeSet& set, const std::string& dir) {
+  const activations::SaeReading& reading = *recipe_.sae;
+  const std::string what = fmt::format("{}: the probes read {}", dir, reading.site.text());
+  const sae::SparseAutoencoder& found = sae::find_sae(saes_, reading.site.name, what);
+  const Json record = found.record();
+  for (const char* field : {"layout", "architecture", "site", "layer", "d_in", "d_sae", "k", "input_scaling"}) {
+    if (record.value(field, Json()) != reading.dictionary.value(field, Json())) {
+      fail_input("{}, made with an SAE whose {} is {}; --sae {} has {} ({})", what, field,
+                 reading.dictionary.value(field, Json()).dump(), reading.site.name, record.value(field, Json()).dump(),
+                 found.path);
+    }
+  }
+  if (layers_ != std::vector<int64_t>{found.layer}) {
+    fail_input("{}: SAE '{}' reads layer {} only (select it with --layer {})", what, found.name, found.layer, found.layer);
+  }
+  latents_ = std::make_unique<sae::LatentReading>(sae::LatentReading{&found, reading.site.output, reading.top_k, false});
+  if (set.shape().input_dim != latents_->width()) {
+    fail_input("{}: the probes take {} inputs but SAE '{}' gives {}", what, set.shape().input_dim, found.name,
+               latents_->width());
+  }
+  request_.latents = latents_.get();
 }
 
 std::string Engine::threshold_source() const {

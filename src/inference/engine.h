@@ -20,6 +20,7 @@
 #include "probes/probe_files.h"
 #include "readout/prompts.h"
 #include "readout/readout.h"
+#include "sae/sae_flags.h"
 #include "steering/steering.h"
 #include "tokenizer/tokenizer.h"
 
@@ -36,6 +37,7 @@ struct EngineOptions : loading::ModelRequest {
   bool force = false;  // run probes recorded for another model (a warning instead of an error)
   bool generate = false;  // load every layer, the final norm and the LM head too (Engine::generate)
   steering::SteeringSpec steering;  // added to every pass (its probes: probes_dir unless it names its own)
+  std::vector<sae::SaeSpec> saes;   // --sae: probes trained on an SAE site read through the one of its name
 };
 
 /// Every probe's probability for one text: probability[l][k] for layers()[l] and labels()[k]; NaN where a
@@ -166,6 +168,8 @@ class Engine {
   /// Replaces the steering every pass applies.
   void steer(const steering::SteeringSpec& spec);
   const model::TransformerModel& model() const { return *model_; }
+  /// The SAEs of --sae, on the engine's device (latent steering and SAE sites name them).
+  const std::vector<sae::SparseAutoencoder>& saes() const { return saes_; }
 
   Engine(Engine&&) noexcept;
   ~Engine();
@@ -187,6 +191,8 @@ class Engine {
   /// The prompts of `conversations` as the probes read conversations (their mask, no suffix).
   std::vector<readout::Prompt> conversation_prompts(const std::vector<std::string>& conversations) const;
   void load_probes(const model::ModelConfig& config, const std::string& fingerprint);
+  /// Points the readout at the --sae the probes' SAE site names, checked against the one their rows were read with.
+  void bind_sae(const probes::ProbeSet& set, const std::string& dir);
   void warn_of_other_steering() const;
   void index_labels();
   /// Probabilities of rows [N, layers, hidden] into tables[first + n][l][k], for every label with a probe at
@@ -254,6 +260,8 @@ class Engine {
   std::string chat_problem_;
   steering::SteeringVectors steering_;
   std::unique_ptr<model::StreamWrites> writes_;  // request_.writes points here: an address that moves do not change
+  std::vector<sae::SparseAutoencoder> saes_;      // --sae, on the engine's device
+  std::unique_ptr<sae::LatentReading> latents_;   // probes of an SAE site: request_.latents points here
 };
 
 }  // namespace probekit::inference

@@ -324,7 +324,7 @@ void Engine::store_attention(const readout::Sequence& ids, const readout::Reques
 void Engine::steer(const steering::SteeringSpec& spec) {
   steering::SteeringSpec with_probes = spec;
   if (with_probes.probes_dir.empty()) with_probes.probes_dir = options_.probes_dir;
-  steering_ = steering::resolve(with_probes, model_->config());
+  steering_ = steering::resolve(with_probes, model_->config(), saes_);
   writes_ = std::make_unique<model::StreamWrites>(steering::place(steering_, *model_));
   request_.writes = writes_->empty() ? nullptr : writes_.get();
 }

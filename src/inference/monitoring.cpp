@@ -49,7 +49,7 @@ std::shared_ptr<const steering::SteeringVectors> action_steering(const Engine& e
     spec.ops.push_back(steering::SteeringOp::probe(steering::SteeringAction::kAblate, m.policy.label, std::to_string(m.layer)));
   }
   try {
-    return std::make_shared<const steering::SteeringVectors>(steering::resolve(spec, engine.model().config()));
+    return std::make_shared<const steering::SteeringVectors>(steering::resolve(spec, engine.model().config(), engine.saes()));
   } catch (const std::exception& e) {
     throw PolicyError(fmt::format("'{}.steer': {}", field, e.what()), field + ".steer");
   }

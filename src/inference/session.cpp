@@ -469,7 +469,7 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
                  "(the assistant's tokens for probes trained on texts), or with --generate the prompt");
   generation::add_generation_flags(app, r.generation);
   monitor::add_monitor_flags(app, r.monitors);
-  steering::add_steering_flags(app, e.steering, false);
+  steering::add_steering_flags(app, e.steering, false, true);
 }
 
 void add_engine_flags(CLI::App& app, EngineOptions& e, const std::string& batch_help) {
@@ -478,6 +478,7 @@ void add_engine_flags(CLI::App& app, EngineOptions& e, const std::string& batch_
   app.add_option("--batch-size", e.batch_size, batch_help)->capture_default_str()->check(at_least(1));
   add_device_options(app, e.device, e.dtype);
   add_fp8_products_option(app, e.fp8_products);
+  sae::add_sae_flags(app, e.saes);
 }
 
 void run_inference(InferenceRequest& r, std::istream& input, bool input_is_terminal) {

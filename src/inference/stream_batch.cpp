@@ -115,6 +115,7 @@ bool StreamBatch::act_on(Stream& s, const std::vector<monitor::Firing>& firings)
     auto combined = std::make_shared<steering::SteeringVectors>(s.steering ? *s.steering : steering::SteeringVectors());
     combined->additions.insert(combined->additions.end(), m.steering->additions.begin(), m.steering->additions.end());
     combined->ablations.insert(combined->ablations.end(), m.steering->ablations.begin(), m.steering->ablations.end());
+    combined->clamps.insert(combined->clamps.end(), m.steering->clamps.begin(), m.steering->clamps.end());
     s.steered_by_monitor = combined;
     s.steering = combined.get();
     writes_changed_ = true;

@@ -31,6 +31,10 @@ at::Tensor StreamEdit::apply(const at::Tensor& values) const {
     at::Tensor u = over_tokens(unit, out);
     out = out - (out * u).sum(-1, true) * u;
   }
+  if (!value_additions.empty()) {
+    const at::Tensor before = out;
+    for (const auto& change : value_additions) out = out + change(before).to(out.scalar_type());
+  }
   if (addition.defined()) out = out + over_tokens(addition, out);
   if (patched.defined()) {
     if (patched.size(0) != out.size(0) || patched.size(1) != out.size(1)) {
@@ -59,6 +63,10 @@ void StreamWrites::add(Site site, int64_t layer, const at::Tensor& vector) {
 }
 
 void StreamWrites::ablate(Site site, int64_t layer, const at::Tensor& unit) { edit(site, layer).ablations.push_back(unit); }
+
+void StreamWrites::add_by_value(Site site, int64_t layer, std::function<at::Tensor(const at::Tensor&)> change) {
+  edit(site, layer).value_additions.push_back(std::move(change));
+}
 
 void StreamWrites::patch(Site site, int64_t layer, const at::Tensor& values, const at::Tensor& patched) {
   StreamEdit& e = edit(site, layer);

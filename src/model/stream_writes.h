@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <utility>
 #include <vector>
@@ -21,11 +22,14 @@ namespace probekit::model {
 /// a pass or [B, hidden] for one per row of a padded batch; an addition may also be [B or 1, T, hidden], one per token.
 struct StreamEdit {
   std::vector<at::Tensor> ablations;  // unit vectors
+  // Additions that depend on the values they go into: each gives, for values [B, T, width], what to add (an SAE
+  // latent's clamp, (v - z_i(x)) W_dec[i]). Applied after the ablations, each to the same values.
+  std::vector<std::function<at::Tensor(const at::Tensor&)>> value_additions;
   at::Tensor addition;                // undefined: none
   at::Tensor patch_values;  // [T, width] or [B, T, width]: what a patched position takes (cast to the values' dtype)
   at::Tensor patched;       // [B, T] bool: the positions patched; undefined: none
 
-  /// `values` [B, T, width] with the ablations, the addition and then the patch applied.
+  /// `values` [B, T, width] with the ablations, the value additions, the addition and then the patch applied.
   at::Tensor apply(const at::Tensor& values) const;
 };
 
@@ -37,6 +41,8 @@ class StreamWrites {
   void add(Site site, int64_t layer, const at::Tensor& vector);
   /// Adds a direction to project out ([hidden] or [B, hidden], unit length, fp32, on the layer's device).
   void ablate(Site site, int64_t layer, const at::Tensor& unit);
+  /// Adds what `change` gives for the site's values (after the ablations; see StreamEdit::value_additions).
+  void add_by_value(Site site, int64_t layer, std::function<at::Tensor(const at::Tensor&)> change);
   /// Puts `values` ([T, width] or [B, T, width], on the layer's device) in place of the site's values where
   /// `patched` ([B, T] bool) holds; one patch per site and layer.
   void patch(Site site, int64_t layer, const at::Tensor& values, const at::Tensor& patched);

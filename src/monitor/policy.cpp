@@ -13,6 +13,18 @@
 
 namespace probekit::monitor {
 
+steering::SteeringOp steer_op(const server::SteerItem& item, bool ablate) {
+  using steering::SteeringAction;
+  using steering::SteeringOp;
+  if (!item.sae.empty()) {
+    return SteeringOp::sae_latent(item.clamp ? SteeringAction::kClamp : SteeringAction::kAdd, item.sae, item.latent,
+                                  item.coefficient);
+  }
+  const SteeringAction action = ablate ? SteeringAction::kAblate : SteeringAction::kAdd;
+  return item.label.empty() ? SteeringOp::given(action, item.vector, item.layer, item.coefficient)
+                            : SteeringOp::probe(action, item.label, std::to_string(item.layer), item.coefficient);
+}
+
 namespace {
 
 constexpr int64_t kMaxWindow = 1 << 20;  // tokens
@@ -26,12 +38,8 @@ std::vector<steering::SteeringOp> steering_items(const Json& items, const std::s
                                                                 server::kMaxSteeringItems), field);
   }
   std::vector<steering::SteeringOp> ops;
-  const auto action = ablates ? steering::SteeringAction::kAblate : steering::SteeringAction::kAdd;
   for (size_t i = 0; i < items.size(); ++i) {
-    server::SteerItem item = server::steer_item(items[i], fmt::format("{}[{}]", field, i), !ablates);
-    ops.push_back(item.label.empty() ? steering::SteeringOp::given(action, item.vector, item.layer, item.coefficient)
-                                     : steering::SteeringOp::probe(action, item.label, std::to_string(item.layer),
-                                                                   item.coefficient));
+    ops.push_back(steer_op(server::steer_item(items[i], fmt::format("{}[{}]", field, i), !ablates), ablates));
   }
   return ops;
 }

@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/json.h"
+#include "server/api/requests.h"
 #include "steering/steering.h"
 
 namespace probekit::monitor {
@@ -52,6 +53,10 @@ constexpr int64_t kMaxMonitors = 16;
 /// "alpha", "window", "scope", "action", "steer"}). Throws the server's RequestError (400) naming the field
 /// ("monitors[1].aggregate").
 std::vector<MonitorPolicy> parse_policies(const Json& monitors);
+
+/// The steering operation of a request's or a policy's item: a probe's or a given vector's addition (ablation with
+/// `ablate`), or an SAE latent's addition or clamp.
+steering::SteeringOp steer_op(const server::SteerItem& item, bool ablate);
 
 /// --monitor LABEL[@LAYER][=THRESHOLD]:ACTION, with --monitor-aggregate NAME[=PARAMETER] (ema=0.2, rolling=32),
 /// --monitor-scope and the --on-fire-steer / --on-fire-ablate operations (for steer and ablate). A UsageError naming

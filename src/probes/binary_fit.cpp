@@ -50,6 +50,7 @@ void record_fit(const ProbeBank& bank, const BinaryInputs& in, const FitData& da
     h.best_epoch = 1;
     h.best_val_auc = h.val_auc.front();
     t.solver = outcomes.at(static_cast<size_t>(p));
+    t.features = in.shape.kind->fitted_features(bank, p);
     if (!t.solver->converged) {
       spdlog::warn("'{}': the {} fit stopped after {} iterations ({}) with its gradient at {:.1e} of its start; its "
                    "weights may be short of the optimum",

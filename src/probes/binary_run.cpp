@@ -183,6 +183,7 @@ Json label_metrics_json(const TrainedLabel& t, bool with_history) {
                     {"best_val_auc", h.best_val_auc},   {"stopped_early", h.stopped_early}};
   }
   if (t.solver) j["solver"] = solvers::outcome_json(*t.solver);
+  if (!t.features.is_null()) j["features"] = t.features;
   return j;
 }
 

@@ -76,6 +76,7 @@ struct TrainedLabel {
   // (resamples from the seed: the same for every label and kind).
   metrics::TestFigures test_figures;
   std::optional<solvers::ProblemOutcome> solver;  // a kind fitted by its own solver: how its fit ended
+  Json features;  // what the fitted probe kept of its inputs (ProbeKind::fitted_features); null: every column
   std::vector<float> check_logits;       // best-weight logits of the first test rows (see BinaryTrainingResult)
 };
 

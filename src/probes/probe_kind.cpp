@@ -58,6 +58,8 @@ std::vector<solvers::ProblemOutcome> ProbeKind::fit(ProbeBank&, const FitData&) 
   throw std::logic_error(std::string("probe kind '") + name() + "' trains by gradient steps; it has no fit()");
 }
 
+Json ProbeKind::fitted_features(const ProbeBank&, int64_t) const { return Json(); }
+
 at::Tensor FitData::sample_weights() const {
   return (pos_weight.unsqueeze(0) - 1.0) * targets + 1.0;
 }

@@ -43,6 +43,7 @@ struct ProbeShape {
   // Monitor kinds: the ema probe's smoothing (--ema-alpha) and the rolling probe's window (--window-tokens).
   double ema_alpha = 0.1;
   int64_t window_tokens = 16;
+  int64_t sparse_k = 16;  // sparse-logistic: the columns each probe keeps (--k)
 };
 
 /// The token rows of B texts as an every-token kind reads them: packed, text after text.
@@ -133,6 +134,9 @@ class ProbeKind {
   /// Fits every probe of `bank` (whose shape it is) to `data`; returns how each probe's solver ended. Only for a
   /// kind that fits_directly(); the others throw std::logic_error.
   virtual std::vector<solvers::ProblemOutcome> fit(ProbeBank& bank, const FitData& data) const;
+  /// What a fitted probe kept of its inputs, for its metrics (sparse-logistic: [{"index", "weight"}] of the columns
+  /// it reads, largest weight first); null for a kind that reads every column.
+  virtual Json fitted_features(const ProbeBank& bank, int64_t probe) const;
 };
 
 /// What every every-token kind records of how it reads a text's rows (max_tokens, skip_leading), into a

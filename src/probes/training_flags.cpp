@@ -120,6 +120,13 @@ const TrainingFlag kTrainingFlags[] = {
                       "rolling probe: the tokens of each window whose mean score it takes the maximum of")
            ->capture_default_str();
      }},
+    {kBinaryOnly,
+     [](CLI::App& app, const FlagTargets& to) {
+       app.add_option("--k", to.training.sparse_k,
+                      "sparse-logistic probe: the columns (SAE latents) each probe keeps, those whose class means differ "
+                      "the most on the train split")
+           ->capture_default_str();
+     }},
     {kTrainers,
      [](CLI::App& app, const FlagTargets& to) {
        app.add_option("--batch-size", to.training.batch_size, "Training batch size")->capture_default_str();

@@ -21,6 +21,7 @@ void check_training_options(const TrainingOptions& options) {
     fail_usage("--ema-alpha must be in (0, 1], got {}", options.ema_alpha);
   }
   if (options.window_tokens < 1) fail_usage("--window-tokens must be positive, got {}", options.window_tokens);
+  if (options.sparse_k < 1) fail_usage("--k must be positive, got {}", options.sparse_k);
 }
 
 ProbeShape probe_shape(const TrainingOptions& options, int64_t input_dim, int64_t outputs) {
@@ -33,6 +34,7 @@ ProbeShape probe_shape(const TrainingOptions& options, int64_t input_dim, int64_
   shape.max_tokens = options.max_tokens;
   shape.ema_alpha = options.ema_alpha;
   shape.window_tokens = options.window_tokens;
+  shape.sparse_k = options.sparse_k;
   // A fitted probe, or a kind without dropout (attention), never drops inputs; its files say so.
   if (shape.kind->fits_directly() || mask_width(shape) == 0) shape.dropout = 0.0;
   return shape;

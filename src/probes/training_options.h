@@ -21,6 +21,7 @@ struct TrainingOptions {
   int64_t max_tokens = 0;        // of the attention probe: the last rows of a text it reads (0: all)
   double ema_alpha = 0.1;        // of the ema probe
   int64_t window_tokens = 16;    // of the rolling probe
+  int64_t sparse_k = 16;         // of the sparse-logistic probe: the columns each probe keeps
   // Per-row kinds given a --position all file (train_binary_probes --pool): each text's row is its last token
   // ("last") or the mean of its tokens after the leading specials ("mean"), as capture pools them; empty: refused.
   std::string pool;

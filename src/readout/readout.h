@@ -12,6 +12,7 @@
 
 #include "model/transformer.h"
 #include "readout/site_reading.h"
+#include "sae/latent_reading.h"
 
 namespace probekit::readout {
 
@@ -30,6 +31,9 @@ struct Request {
   int64_t skip_leading = 0;     // special tokens in front that mean and max pooling leave out (BOS)
   Layout layout = Layout::kAuto;
   const model::StreamWrites* writes = nullptr;  // steering applied to the passes that read (none: null)
+  // An SAE site: rows made of the site's values by the SAE (its latents, error or sparse latents); `site` and
+  // `layers` are then the SAE's own. None: the site's values.
+  const sae::LatentReading* latents = nullptr;
 };
 
 /// Whether read_rows packs the sequences of `request` for `model` (then it computes no padding).

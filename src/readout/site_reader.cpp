@@ -4,9 +4,32 @@
 
 namespace probekit::readout {
 
+namespace {
+
+// An SAE site's rows: pooled positions pool each token's latents (and input and reconstruction); the others select
+// the tokens first and encode only those.
+std::function<at::Tensor(const at::Tensor&)> through_sae(const Request& request,
+                                                         std::function<at::Tensor(const at::Tensor&)> rows_of) {
+  const sae::LatentReading* latents = request.latents;
+  if (request.position == Position::kMean || request.position == Position::kMax) {
+    return [latents, rows_of](const at::Tensor& values) { return latents->finish(rows_of(latents->per_token(values))); };
+  }
+  return [latents, rows_of](const at::Tensor& values) { return latents->finish(latents->per_token(rows_of(values))); };
+}
+
+}  // namespace
+
 SiteReader::SiteReader(const Request& request, at::Device device, std::function<at::Tensor(const at::Tensor&)> rows_of)
-    : request_(request), device_(device), rows_of_(std::move(rows_of)), rows_(request.layers.size()) {
+    : request_(request), device_(device),
+      rows_of_(request.latents != nullptr ? through_sae(request, std::move(rows_of)) : std::move(rows_of)),
+      rows_(request.layers.size()) {
   if (request.layers.empty()) fail_input("no layers to read");
+  if (request.latents != nullptr) {
+    const sae::SparseAutoencoder& sae = *request.latents->sae;
+    if (request.site != sae.site || request.layers != std::vector<int64_t>{sae.layer}) {
+      fail_input("SAE '{}' reads {} of layer {}, not what the request reads", sae.name, site_name(sae.site), sae.layer);
+    }
+  }
   for (size_t i = 0; i < request.layers.size(); ++i) slot_[request.layers[i]] = i;
   hook_ = [this](Site site, int64_t layer, const at::Tensor& values) {
     auto slot = slot_.find(layer);

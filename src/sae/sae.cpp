@@ -64,6 +64,12 @@ at::Tensor SparseAutoencoder::decode(const at::Tensor& latents, const at::Tensor
   return reconstruction / input_factors(*this, rows.to(w_dec.device(), at::kFloat));
 }
 
+at::Tensor SparseAutoencoder::clamp_change(const at::Tensor& rows, int64_t latent, double value) const {
+  const at::Tensor x = rows.to(w_dec.device(), at::kFloat);
+  const at::Tensor z = encode(x).select(1, latent).unsqueeze(1);  // [N, 1]
+  return (value - z) * w_dec[latent].unsqueeze(0) / input_factors(*this, x);
+}
+
 SparseAutoencoder SparseAutoencoder::to(at::Device device) const {
   SparseAutoencoder moved = *this;
   for (at::Tensor* t : {&moved.w_enc, &moved.b_enc, &moved.w_dec, &moved.b_dec, &moved.threshold, &moved.b_gate,

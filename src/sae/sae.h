@@ -50,6 +50,9 @@ struct SparseAutoencoder {
   at::Tensor encode(const at::Tensor& rows) const;
   /// The reconstruction [rows, d_in] of `latents` for `rows` (whose norms undo an input scaling).
   at::Tensor decode(const at::Tensor& latents, const at::Tensor& rows) const;
+  /// What setting latent `latent` of each row of `rows` [N, d_in] to `value` changes the reconstruction by:
+  /// (value - z_latent) W_dec[latent], scaled back as decode scales; fp32 [N, d_in].
+  at::Tensor clamp_change(const at::Tensor& rows, int64_t latent, double value) const;
   /// The SAE moved to `device` (its tensors).
   SparseAutoencoder to(at::Device device) const;
   /// {"name", "path", "layout", "site", "layer", "architecture", "d_in", "d_sae", ...}: what a file made with it records.

@@ -7,6 +7,7 @@
 
 #include "device/device_select.h"
 #include "inference/session.h"
+#include "monitor/policy.h"
 
 namespace probekit::server {
 
@@ -47,6 +48,9 @@ bool single_layer(const ServerContext& context, const ViewQuery& view) {
 // the item's field.
 steering::SteeringSpec item_spec(const ServerContext& context, const SteerItem& item, const std::string& field,
                                  bool ablate) {
+  steering::SteeringSpec spec;
+  spec.ops.push_back(monitor::steer_op(item, ablate));
+  if (!item.sae.empty()) return spec;
   const model::ModelConfig& config = context.engine.model().config();
   if (item.layer >= config.num_layers) {
     throw RequestError(400, fmt::format("'{}.layer': layer {} is out of range: the model has layers 0 to {}", field,
@@ -58,12 +62,7 @@ steering::SteeringSpec item_spec(const ServerContext& context, const SteerItem& 
                                         item.vector.size(), config.hidden_size),
                        field + ".vector");
   }
-  steering::SteeringSpec spec;
   spec.probes_dir = context.options.engine.probes_dir;
-  const steering::SteeringAction action = ablate ? steering::SteeringAction::kAblate : steering::SteeringAction::kAdd;
-  spec.ops.push_back(item.label.empty()
-                         ? steering::SteeringOp::given(action, item.vector, item.layer, item.coefficient)
-                         : steering::SteeringOp::probe(action, item.label, std::to_string(item.layer), item.coefficient));
   return spec;
 }
 
@@ -79,14 +78,17 @@ std::shared_ptr<const steering::SteeringVectors> resolve_steering(const ServerCo
       const std::string field = fmt::format("{}[{}]", ablate ? "ablate" : "steer", i);
       steering::SteeringVectors item;
       try {
-        item = steering::resolve(item_spec(context, items[i], field, ablate), context.engine.model().config());
+        item = steering::resolve(item_spec(context, items[i], field, ablate), context.engine.model().config(),
+                                 context.engine.saes());
       } catch (const RequestError&) {
         throw;
       } catch (const std::exception& e) {
-        throw RequestError(400, fmt::format("'{}': {}", field, e.what()), field + (items[i].label.empty() ? ".vector" : ".label"));
+        const std::string part = !items[i].sae.empty() ? ".sae" : items[i].label.empty() ? ".vector" : ".label";
+        throw RequestError(400, fmt::format("'{}': {}", field, e.what()), field + part);
       }
       vectors->additions.insert(vectors->additions.end(), item.additions.begin(), item.additions.end());
       vectors->ablations.insert(vectors->ablations.end(), item.ablations.begin(), item.ablations.end());
+      vectors->clamps.insert(vectors->clamps.end(), item.clamps.begin(), item.clamps.end());
     }
   }
   return vectors;

@@ -16,6 +16,7 @@
 #include "probes/probe_catalog.h"
 #include "probes/probe_files.h"
 #include "sites/layers.h"
+#include "steering/latent_steering.h"
 #include "steering/vector_file.h"
 
 namespace probekit::steering {
@@ -92,6 +93,8 @@ std::string described(const SteeringOp& op, int64_t layer) {
     case SteeringSource::kFile:
       return fmt::format("{} {} (layer {})", add ? "--steer-vector" : "--ablate-vector", op.path, layer);
     case SteeringSource::kVector: return fmt::format("{} vector at layer {}", add ? "steer" : "ablate", layer);
+    case SteeringSource::kLatent:
+      return fmt::format("{} {}:{} (layer {})", add ? "--steer-latent" : "--clamp-latent", op.sae, op.latent, layer);
   }
   return "";
 }
@@ -236,12 +239,19 @@ Json SteeringVectors::record() const {
   for (const Addition& a : additions) {
     added.push_back({{"layer", a.layer}, {"coefficient", a.coefficient}, {"norm", a.vector.norm().item<double>()},
                      {"source", a.source}});
+    if (a.site != Site::kResidPost) added.back()["site"] = site_name(a.site);
   }
   for (const Ablation& a : ablations) ablated.push_back({{"layer", a.layer}, {"source", a.source}});
-  return {{"site", site_name(Site::kResidPost)}, {"add", added}, {"ablate", ablated}};
+  Json out = {{"site", site_name(Site::kResidPost)}, {"add", added}, {"ablate", ablated}};
+  for (const Clamp& c : clamps) {
+    out["clamp"].push_back(
+        {{"layer", c.sae->layer}, {"site", site_name(c.sae->site)}, {"value", c.value}, {"source", c.source}});
+  }
+  return out;
 }
 
-SteeringVectors resolve(const SteeringSpec& spec, const model::ModelConfig& config) {
+SteeringVectors resolve(const SteeringSpec& spec, const model::ModelConfig& config,
+                        const std::vector<sae::SparseAutoencoder>& saes) {
   std::optional<ProbeDirections> probes;
   if (spec.needs_probes()) {
     if (spec.probes_dir.empty()) {
@@ -251,6 +261,10 @@ SteeringVectors resolve(const SteeringSpec& spec, const model::ModelConfig& conf
   }
   SteeringVectors vectors;
   for (const SteeringOp& op : spec.ops) {
+    if (op.source == SteeringSource::kLatent) {
+      resolve_latent(op, saes, vectors);
+      continue;
+    }
     for (LayerVector& v : op_vectors(op, config, probes)) {
       if (op.action == SteeringAction::kAdd) {
         vectors.additions.push_back({v.layer, v.vector, op.coefficient, std::move(v.source)});
@@ -263,31 +277,33 @@ SteeringVectors resolve(const SteeringSpec& spec, const model::ModelConfig& conf
 }
 
 model::StreamWrites place(const SteeringVectors& vectors, const model::TransformerModel& model) {
-  std::map<int64_t, at::Tensor> sums;
+  std::map<std::pair<Site, int64_t>, at::Tensor> sums;
   for (const SteeringVectors::Addition& a : vectors.additions) {
     if (a.coefficient == 0) continue;
     at::Tensor scaled = a.vector * a.coefficient;
-    sums[a.layer] = sums[a.layer].defined() ? sums[a.layer] + scaled : scaled;
+    at::Tensor& sum = sums[{a.site, a.layer}];
+    sum = sum.defined() ? sum + scaled : scaled;
   }
   model::StreamWrites writes;
-  for (const auto& [layer, sum] : sums) writes.add(Site::kResidPost, layer, sum.to(device_of(model, layer)));
+  for (const auto& [where, sum] : sums) writes.add(where.first, where.second, sum.to(device_of(model, where.second)));
   for (const SteeringVectors::Ablation& a : vectors.ablations) {
     writes.ablate(Site::kResidPost, a.layer, a.unit.to(device_of(model, a.layer)));
   }
+  place_clamps(vectors, model, at::Tensor(), writes);
   return writes;
 }
 
 model::StreamWrites place_rows(const std::vector<const SteeringVectors*>& rows, const model::TransformerModel& model) {
   const auto batch = static_cast<int64_t>(rows.size());
   const int64_t hidden = model.config().hidden_size;
-  std::map<int64_t, at::Tensor> sums;                    // layer -> [B, hidden]
+  std::map<std::pair<Site, int64_t>, at::Tensor> sums;   // (site, layer) -> [B, hidden]
   std::map<int64_t, std::vector<at::Tensor>> ablations;  // layer -> the k-th direction of each row, [B, hidden]
   for (int64_t b = 0; b < batch; ++b) {
     if (rows[static_cast<size_t>(b)] == nullptr) continue;
     std::map<int64_t, size_t> ablated;  // this row's directions per layer so far
     for (const SteeringVectors::Addition& a : rows[static_cast<size_t>(b)]->additions) {
       if (a.coefficient == 0) continue;
-      at::Tensor& sum = sums[a.layer];
+      at::Tensor& sum = sums[{a.site, a.layer}];
       if (!sum.defined()) sum = at::zeros({batch, hidden}, at::kFloat);
       sum[b] += a.vector * a.coefficient;
     }
@@ -299,9 +315,15 @@ model::StreamWrites place_rows(const std::vector<const SteeringVectors*>& rows, 
     }
   }
   model::StreamWrites writes;
-  for (const auto& [layer, sum] : sums) writes.add(Site::kResidPost, layer, sum.to(device_of(model, layer)));
+  for (const auto& [where, sum] : sums) writes.add(where.first, where.second, sum.to(device_of(model, where.second)));
   for (const auto& [layer, units] : ablations) {
     for (const at::Tensor& u : units) writes.ablate(Site::kResidPost, layer, u.to(device_of(model, layer)));
+  }
+  for (int64_t b = 0; b < batch; ++b) {
+    if (rows[static_cast<size_t>(b)] == nullptr || rows[static_cast<size_t>(b)]->clamps.empty()) continue;
+    at::Tensor only_this_row = at::zeros({batch}, at::kFloat);
+    only_this_row[b] = 1.0f;
+    place_clamps(*rows[static_cast<size_t>(b)], model, only_this_row, writes);
   }
   return writes;
 }

@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "model/config.h"
 #include "model/stream_writes.h"
 #include "model/transformer.h"
+#include "sae/sae.h"
 
 namespace probekit::steering {
 
@@ -22,6 +24,7 @@ namespace probekit::steering {
 enum class SteeringAction {
   kAdd,     // add coefficient times the vector
   kAblate,  // project the direction (the vector, normalized) out: h - (h.u)u
+  kClamp,   // set an SAE latent to the coefficient, adding the reconstruction's change (value - z_i) W_dec[i]
 };
 
 /// Where an operation's vectors come from.
@@ -29,6 +32,7 @@ enum class SteeringSource {
   kProbe,   // a label's probe direction (unit length) at each layer, from the spec's probes directory
   kFile,    // each layer's vector of a .safetensors (layer.{L}) or GGUF control vector (direction.{L}) file
   kVector,  // values given in a request, [hidden]
+  kLatent,  // an SAE latent's decoder row as stored (not normalised), at the SAE's site and layer
 };
 
 /// One steering operation, as a flag or a request's item gives it.
@@ -38,6 +42,8 @@ struct SteeringOp {
   std::string label;          // kProbe
   std::string path;           // kFile
   std::vector<float> vector;  // kVector
+  std::string sae;            // kLatent: the SAE's name (--sae NAME=PATH)
+  int64_t latent = -1;        // kLatent
   std::string layers;         // as --layers takes them (8,17, 21-30, all); empty for a file: each layer it has
   double coefficient = 1;     // kAdd
 
@@ -46,6 +52,8 @@ struct SteeringOp {
   static SteeringOp probe(SteeringAction action, std::string label, std::string layers, double coefficient = 1);
   static SteeringOp file(SteeringAction action, std::string path, double coefficient = 1);
   static SteeringOp given(SteeringAction action, std::vector<float> vector, int64_t layer, double coefficient = 1);
+  /// --steer-latent NAME:INDEX=COEF (kAdd), --clamp-latent NAME:INDEX=VALUE (kClamp).
+  static SteeringOp sae_latent(SteeringAction action, std::string sae, int64_t latent, double coefficient);
 };
 
 /// What to steer with: operations applied in order, and where their labels' probes are.
@@ -71,6 +79,8 @@ void check_coefficient(double coefficient, const std::string& where);
 SteeringOp parse_probe_addition(const std::string& text);
 SteeringOp parse_file_addition(const std::string& text);
 SteeringOp parse_probe_ablation(const std::string& text);
+/// Parses --steer-latent's and --clamp-latent's NAME:INDEX=VALUE (`action` kAdd or kClamp).
+SteeringOp parse_latent_op(const std::string& text, SteeringAction action);
 
 /// The vectors of a spec, in one layer's space each, on the host in fp32.
 struct SteeringVectors {
@@ -78,25 +88,36 @@ struct SteeringVectors {
     int64_t layer = 0;
     at::Tensor vector;  // [hidden], the coefficient not applied
     double coefficient = 0;
-    Json source;        // what it came from: {"label", "probes"} or {"file"} or {"vector"}
+    Json source;        // what it came from: {"label", "probes"} or {"file"} or {"vector"} or {"sae", "latent"}
+    Site site = Site::kResidPost;  // an SAE latent's: the SAE's site
   };
   struct Ablation {
     int64_t layer = 0;
     at::Tensor unit;  // [hidden], unit length
     Json source;
   };
+  struct Clamp {
+    std::shared_ptr<const sae::SparseAutoencoder> sae;  // on the host; its site and layer are where it writes
+    int64_t latent = 0;
+    double value = 0;
+    Json source;  // {"sae", "latent"}
+  };
   std::vector<Addition> additions;
   std::vector<Ablation> ablations;
+  std::vector<Clamp> clamps;
 
-  bool empty() const { return additions.empty() && ablations.empty(); }
-  /// What was applied, as the JSON outputs record it: {"add": [{layer, coefficient, norm, source}], "ablate": [...]}.
+  bool empty() const { return additions.empty() && ablations.empty() && clamps.empty(); }
+  /// What was applied, as the JSON outputs record it: {"add": [{layer, coefficient, norm, source}], "ablate": [...]},
+  /// and "clamp": [{layer, site, value, source}] where latents are clamped.
   Json record() const;
 };
 
 /// Resolves a spec for a model of `config`: probe directions (unit length) from `spec.probes_dir`, files' vectors,
 /// request vectors. A layer out of range, a vector of another width, a label without a probe at that layer, a
 /// probe kind without a direction: each an error naming it (std::invalid_argument).
-SteeringVectors resolve(const SteeringSpec& spec, const model::ModelConfig& config);
+/// Latent operations name SAEs among `saes` (--sae).
+SteeringVectors resolve(const SteeringSpec& spec, const model::ModelConfig& config,
+                        const std::vector<sae::SparseAutoencoder>& saes = {});
 
 /// The stream writes of `vectors` for `model`: one addition per layer (the sum of coefficient * vector) and the
 /// ablations, in fp32 on each layer's device. Additions with coefficient 0 are left out (no steering, bitwise).

@@ -50,7 +50,7 @@ TEST_CASE("training flags: each tool takes its own set, and --help shows the too
     CHECK_MESSAGE(has_flag(multiclass_app, flag), flag);
   }
   for (const char* flag : {"--early-stopping-patience", "--use-scheduler", "--no-scheduler", "--num-workers",
-                           "--pos-weight", "--labels"}) {
+                           "--pos-weight", "--labels", "--k"}) {
     CHECK_MESSAGE(has_flag(binary_app, flag), flag);
     CHECK_MESSAGE(!has_flag(multiclass_app, flag), flag);
     CHECK_MESSAGE(!has_flag(bench_app, flag), flag);
@@ -65,8 +65,8 @@ TEST_CASE("training flags: each tool takes its own set, and --help shows the too
   std::string binary_help = binary_app.help(), multiclass_help = multiclass_app.help();
   INFO(binary_help << "\n" << multiclass_help);
   for (const char* shown : {"--batch-size INT=18", "--epochs INT=50", "--lr FLOAT=0.0005", "--weight-decay FLOAT=0.001",
-                            "--early-stopping-patience INT=10", "--model-type TEXT:{linear,multihead,logistic,mean-diff,attention,ema,rolling,multimax}=linear",
-                            "--C FLOAT=1", "--pos-weight TEXT:{none,auto}=none", "--device TEXT=auto"}) {
+                            "--early-stopping-patience INT=10", "--model-type TEXT:{linear,multihead,logistic,mean-diff,attention,ema,rolling,multimax,sparse-logistic}=linear",
+                            "--C FLOAT=1", "--pos-weight TEXT:{none,auto}=none", "--device TEXT=auto", "--k INT=16"}) {
     CHECK_MESSAGE(binary_help.find(shown) != std::string::npos, shown);
   }
   for (const char* shown : {"--batch-size INT=32", "--epochs INT=20", "--lr FLOAT=0.001", "--weight-decay FLOAT=0.0001"}) {

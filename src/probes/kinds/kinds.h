@@ -15,5 +15,6 @@ std::unique_ptr<ProbeKind> make_attention_kind();
 std::unique_ptr<ProbeKind> make_ema_kind();
 std::unique_ptr<ProbeKind> make_rolling_kind();
 std::unique_ptr<ProbeKind> make_multimax_kind();
+std::unique_ptr<ProbeKind> make_sparse_logistic_kind();
 
 }  // namespace probekit::probes

@@ -21,6 +21,7 @@ const std::vector<std::unique_ptr<ProbeKind>>& registry() {
     all.push_back(make_ema_kind());
     all.push_back(make_rolling_kind());
     all.push_back(make_multimax_kind());
+    all.push_back(make_sparse_logistic_kind());
     return all;
   }();
   return kinds;

@@ -125,8 +125,38 @@ Json monitor_field(BodyFields& fields) {
   return *monitors;
 }
 
+namespace {
+
+// {"sae": NAME, "latent": i, "coefficient": c} adds c times the latent's decoder row; {"sae", "latent", "clamp": v}
+// sets the latent to v (steer only).
+SteerItem latent_item(const Json& item, const std::string& field) {
+  reject_unknown_keys(item, {"sae", "latent", "coefficient", "clamp"}, field);
+  SteerItem steer;
+  if (!item["sae"].is_string()) wrong_type(field + ".sae", "an SAE's name", item["sae"]);
+  steer.sae = item["sae"].get<std::string>();
+  const Json* latent = item.contains("latent") ? &item["latent"] : nullptr;
+  if (latent == nullptr || !latent->is_number_integer() || latent->get<int64_t>() < 0) {
+    throw RequestError(kBadRequest, fmt::format("'{}.latent' must be a latent index", field), field + ".latent");
+  }
+  steer.latent = latent->get<int64_t>();
+  steer.clamp = item.contains("clamp");
+  if (steer.clamp == item.contains("coefficient")) {
+    throw RequestError(kBadRequest, fmt::format("'{}' needs a 'coefficient' or a 'clamp' (one of them)", field), field);
+  }
+  const std::string key = steer.clamp ? "clamp" : "coefficient";
+  const Json& value = item[key];
+  if (!value.is_number() || !std::isfinite(value.get<double>()) || std::abs(value.get<double>()) > 1e6) {
+    throw RequestError(kBadRequest, fmt::format("'{}.{}' must be a number from -1e6 to 1e6", field, key), field + "." + key);
+  }
+  steer.coefficient = value.get<double>();
+  return steer;
+}
+
+}  // namespace
+
 SteerItem steer_item(const Json& item, const std::string& field, bool with_coefficient) {
   if (!item.is_object()) wrong_type(field, "an object", item);
+  if (with_coefficient && item.contains("sae")) return latent_item(item, field);
   reject_unknown_keys(item, with_coefficient ? std::set<std::string>{"label", "vector", "layer", "coefficient"}
                                              : std::set<std::string>{"label", "vector", "layer"},
                       field);

@@ -43,10 +43,14 @@ struct SteerItem {
   std::string label;          // empty: `vector` is the direction
   std::vector<float> vector;
   int64_t layer = 0;
-  double coefficient = 1;
+  double coefficient = 1;     // with `sae` and `clamp`: the value the latent is set to
+  std::string sae;            // an SAE latent ({"sae", "latent", "coefficient" | "clamp"}): the SAE's name (--sae)
+  int64_t latent = -1;
+  bool clamp = false;
 };
 
-/// "steer": [{"label", "layer", "coefficient"} | {"vector": [...], "layer", "coefficient"}] and
+/// "steer": [{"label", "layer", "coefficient"} | {"vector": [...], "layer", "coefficient"} |
+/// {"sae", "latent", "coefficient" | "clamp"}] and
 /// "ablate": [{"label", "layer"} | {"vector": [...], "layer"}], at most kMaxSteeringItems items in all.
 struct SteeringQuery {
   std::vector<SteerItem> steer, ablate;

@@ -1,0 +1,48 @@
+#include "sae/latent_reading.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "activations/readout_recipe.h"
+
+namespace probekit::sae {
+
+int64_t LatentReading::width() const {
+  if (output == SaeOutput::kError) return sae->d_in;
+  return top_k > 0 && packed ? activations::sparse_latent_row_width(top_k) : sae->d_sae;
+}
+
+at::Tensor LatentReading::per_token(const at::Tensor& values) const {
+  const at::Tensor x = values.reshape({-1, sae->d_in}).to(at::kFloat);
+  const at::Tensor latents = sae->encode(x);
+  const at::Tensor reconstruction = sae->decode(latents, x);
+  std::vector<int64_t> shape(values.sizes().begin(), values.sizes().end());
+  shape.back() = sae->d_sae + 2 * sae->d_in;
+  return at::cat({latents, x, reconstruction}, 1).reshape(shape);
+}
+
+at::Tensor LatentReading::finish(const at::Tensor& rows) const {
+  const at::Tensor latents = rows.narrow(1, 0, sae->d_sae);
+  const at::Tensor x = rows.narrow(1, sae->d_sae, sae->d_in);
+  const at::Tensor reconstruction = rows.narrow(1, sae->d_sae + sae->d_in, sae->d_in);
+  if (output == SaeOutput::kError) return x - reconstruction;
+  if (top_k == 0) return latents.contiguous();
+  // Latents are never negative (ReLU, JumpReLU, the gate): a row's first L0 of its top k are its nonzero ones.
+  const int64_t k = std::min(top_k, sae->d_sae);
+  auto [values, indices] = latents.topk(k, 1);
+  if (!packed) return at::zeros_like(latents).scatter_(1, indices, values);
+  const at::Tensor held = values > 0;
+  values = values * held;
+  at::Tensor ids = at::where(held, indices.to(at::kFloat), at::full({}, -1.0f, values.options()));
+  if (k < top_k) {  // a dictionary narrower than K: the slots past it hold nothing
+    const at::Tensor none = at::full({rows.size(0), top_k - k}, -1.0f, values.options());
+    ids = at::cat({ids, none}, 1);
+    values = at::cat({values, at::zeros_like(none)}, 1);
+  }
+  const at::Tensor l0 = (latents > 0).sum(1, true).to(at::kFloat);
+  const at::Tensor error =
+      (x - reconstruction).norm(2, 1, true) / x.norm(2, 1, true).clamp_min(std::numeric_limits<float>::min());
+  return at::cat({ids, values, l0, error}, 1);
+}
+
+}  // namespace probekit::sae

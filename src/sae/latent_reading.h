@@ -1,0 +1,33 @@
+// Rows of an SAE site (--site sae:NAME, sae-error:NAME) as the readout makes them: each token's values at the SAE's
+// site turned into (latents, input, reconstruction), pooled over tokens where the position pools, then kept as the
+// latents, the error x - reconstruction, or the latents' top k with the row's L0 and relative error (the sparse rows
+// activation files store: activations/readout_recipe.h).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+
+#include "sae/sae.h"
+#include "sites/sae_site.h"
+
+namespace probekit::sae {
+
+struct LatentReading {
+  const SparseAutoencoder* sae = nullptr;  // on the device of the values it reads
+  SaeOutput output = SaeOutput::kLatents;
+  int64_t top_k = 0;  // keep each row's k largest latents; 0: every latent
+  bool packed = true;  // with top_k: the sparse rows a file stores; else dense rows holding the top k only (what
+                       // probes trained on such a file read)
+
+  /// Values per row of finish(): d_sae (latents), d_in (error), or 2 K + 2 (packed sparse latents).
+  int64_t width() const;
+  /// Each token's [..., d_in] values at the SAE's site as [..., d_sae + 2 d_in] in fp32: the latents, the input and
+  /// its reconstruction (what mean and max pooling pool, each per token).
+  at::Tensor per_token(const at::Tensor& values) const;
+  /// Rows [N, width()] of per_token's rows [N, d_sae + 2 d_in] (pooled or not). Sparse rows: the K largest latents'
+  /// indices (exact in fp32; -1 past the row's L0) and values, the row's L0, and |x - x_hat| / |x|.
+  at::Tensor finish(const at::Tensor& rows) const;
+};
+
+}  // namespace probekit::sae

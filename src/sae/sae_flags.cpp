@@ -1,0 +1,70 @@
+#include "sae/sae_flags.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <set>
+
+#include "common/error.h"
+
+namespace probekit::sae {
+
+SaeSpec parse_sae_spec(const std::string& text) {
+  const size_t equals = text.find('=');
+  if (equals == std::string::npos || text.substr(0, equals).find('/') != std::string::npos) return {"", text};
+  SaeSpec spec{text.substr(0, equals), text.substr(equals + 1)};
+  if (spec.name.empty() || spec.path.empty()) fail_usage("--sae {}: expected [NAME=]PATH", text);
+  return spec;
+}
+
+void add_sae_flags(CLI::App& app, std::vector<SaeSpec>& specs, SaeStorage* storage) {
+  app.add_option_function<std::vector<std::string>>(
+         "--sae",
+         [&specs](const std::vector<std::string>& values) {
+           for (const std::string& value : values) specs.push_back(parse_sae_spec(value));
+         },
+         "[NAME=]PATH: a sparse autoencoder (SAELens, Gemma Scope, Gemma Scope 2, Llama Scope or sparsify folder); "
+         "NAME (default: the folder's name) is how --site sae:NAME and the latent flags refer to it; repeatable")
+      ->type_name("[NAME=]PATH");
+  if (storage == nullptr) return;
+  app.add_option("--sae-top-k", storage->top_k,
+                 "--site sae:NAME stores each row's K largest latents (latent_indices, latent_values) with its L0 and "
+                 "relative error")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_flag("--sae-dense", storage->dense, "--site sae:NAME stores every latent (activations [rows, d_sae])");
+}
+
+std::vector<SparseAutoencoder> load_saes(const std::vector<SaeSpec>& specs, const model::ModelConfig& config) {
+  std::vector<SparseAutoencoder> saes;
+  std::set<std::string> names;
+  for (const SaeSpec& spec : specs) {
+    SparseAutoencoder sae = load(spec.path, spec.name);
+    if (!names.insert(sae.name).second) {
+      fail_usage("--sae {}: a second SAE named '{}' (give each a name: --sae NAME=PATH)", spec.path, sae.name);
+    }
+    if (sae.layer >= config.num_layers) {
+      fail_input("{}: SAE '{}' reads layer {}, but the model has {} layers", sae.path, sae.name, sae.layer,
+                 config.num_layers);
+    }
+    if (sae.d_in != config.hidden_size) {
+      fail_input("{}: SAE '{}' reads rows of width {}, but the model's {} has width {} (hidden size)", sae.path,
+                 sae.name, sae.d_in, site_name(sae.site), config.hidden_size);
+    }
+    saes.push_back(std::move(sae));
+  }
+  return saes;
+}
+
+const SparseAutoencoder& find_sae(const std::vector<SparseAutoencoder>& saes, const std::string& name,
+                                  const std::string& what) {
+  std::vector<std::string> names;
+  for (const SparseAutoencoder& sae : saes) {
+    if (sae.name == name) return sae;
+    names.push_back(sae.name);
+  }
+  if (names.empty()) fail_usage("{}: no SAE named '{}': load it with --sae {}=PATH", what, name, name);
+  fail_usage("{}: no SAE named '{}' (loaded: {})", what, name, fmt::join(names, ", "));
+}
+
+}  // namespace probekit::sae

@@ -1,0 +1,45 @@
+// The SAE flags, declared once for every tool that runs a model: --sae [NAME=]PATH (repeatable) and, where rows are
+// stored, --sae-top-k and --sae-dense; and the SAEs they name, loaded and checked against the model.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "sae/sae.h"
+#include "sites/sae_site.h"
+
+namespace probekit::sae {
+
+/// One --sae value: the name tools refer to it by (empty: the folder's last component) and where it is.
+struct SaeSpec {
+  std::string name;
+  std::string path;
+};
+
+/// Parses --sae's [NAME=]PATH: NAME= is a prefix without '/' before the first '='.
+SaeSpec parse_sae_spec(const std::string& text);
+
+/// How an SAE site's latents are stored: their top k (K > 0) or dense.
+struct SaeStorage {
+  int64_t top_k = 64;
+  bool dense = false;
+  /// The K stored: 0 for dense latents or for an error site (which is dense).
+  int64_t stored_top_k(SaeOutput output) const { return dense || output == SaeOutput::kError ? 0 : top_k; }
+};
+
+/// Adds --sae bound to `specs`; with `storage`, --sae-top-k and --sae-dense too.
+void add_sae_flags(CLI::App& app, std::vector<SaeSpec>& specs, SaeStorage* storage = nullptr);
+
+/// Loads every spec (names must differ) and checks each against `config`'s model: its layer in range and its input
+/// width the site's (the hidden size). Errors name the SAE's folder.
+std::vector<SparseAutoencoder> load_saes(const std::vector<SaeSpec>& specs, const model::ModelConfig& config);
+
+/// The SAE named `name` among `saes`; a usage error naming `what` (the flag and value) and the names there are.
+const SparseAutoencoder& find_sae(const std::vector<SparseAutoencoder>& saes, const std::string& name,
+                                  const std::string& what);
+
+}  // namespace probekit::sae

@@ -1,0 +1,79 @@
+// Steering by SAE latent: --steer-latent NAME:INDEX=COEF adds COEF times the latent's decoder row as stored (as
+// Neuronpedia and Goodfire steer), --clamp-latent NAME:INDEX=VALUE encodes the site's values, sets the latent to
+// VALUE and adds the change (VALUE - z_i) W_dec[i], keeping what the SAE does not reconstruct. Both at every position,
+// at the SAE's own site and layer.
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "common/units.h"
+#include "sae/sae_flags.h"
+#include "steering/latent_steering.h"
+
+namespace probekit::steering {
+
+SteeringOp SteeringOp::sae_latent(SteeringAction action, std::string sae, int64_t latent, double coefficient) {
+  SteeringOp op;
+  op.action = action;
+  op.source = SteeringSource::kLatent;
+  op.sae = std::move(sae);
+  op.latent = latent;
+  op.coefficient = coefficient;
+  return op;
+}
+
+namespace {
+
+const char* latent_flag(SteeringAction action) { return action == SteeringAction::kClamp ? "--clamp-latent" : "--steer-latent"; }
+
+}  // namespace
+
+SteeringOp parse_latent_op(const std::string& text, SteeringAction action) {
+  const char* flag = latent_flag(action);
+  const char* form = action == SteeringAction::kClamp ? "NAME:INDEX=VALUE, e.g. res16k:1234=8"
+                                                      : "NAME:INDEX=COEF, e.g. res16k:1234=40";
+  const size_t colon = text.rfind(':'), equals = text.rfind('=');
+  if (colon == std::string::npos || equals == std::string::npos || colon == 0 || equals < colon) {
+    fail_usage("{} {}: expected {}", flag, text, form);
+  }
+  const std::string index = text.substr(colon + 1, equals - colon - 1);
+  const std::optional<int> latent = parse_count(index);
+  if (!latent) fail_usage("{} {}: the latent '{}' is not a latent index (expected {})", flag, text, index, form);
+  const std::optional<double> value = parse_number(text.substr(equals + 1));
+  if (!value) fail_usage("{} {}: '{}' is not a number (expected {})", flag, text, text.substr(equals + 1), form);
+  check_coefficient(*value, fmt::format("{} {}", flag, text));
+  return SteeringOp::sae_latent(action, text.substr(0, colon), *latent, *value);
+}
+
+void resolve_latent(const SteeringOp& op, const std::vector<sae::SparseAutoencoder>& saes, SteeringVectors& vectors) {
+  const std::string what = fmt::format("{} {}:{}", latent_flag(op.action), op.sae, op.latent);
+  const sae::SparseAutoencoder& found = sae::find_sae(saes, op.sae, what);
+  if (op.latent < 0 || op.latent >= found.d_sae) {
+    fail_usage("{}: SAE '{}' has latents 0 to {}", what, found.name, found.d_sae - 1);
+  }
+  const Json source = {{"sae", found.name}, {"latent", op.latent}};
+  if (op.action == SteeringAction::kClamp) {
+    vectors.clamps.push_back({std::make_shared<const sae::SparseAutoencoder>(found.to(at::kCPU)), op.latent,
+                              op.coefficient, source});
+    return;
+  }
+  vectors.additions.push_back(
+      {found.layer, found.w_dec[op.latent].to(at::kCPU, at::kFloat).clone(), op.coefficient, source, found.site});
+}
+
+void place_clamps(const SteeringVectors& vectors, const model::TransformerModel& model, const at::Tensor& rows,
+                  model::StreamWrites& writes) {
+  for (const SteeringVectors::Clamp& clamp : vectors.clamps) {
+    const int64_t layer = clamp.sae->layer;
+    const at::Device device = layer < model.loaded_layers() ? model.layer_device(layer) : model.device();
+    auto on_device = std::make_shared<const sae::SparseAutoencoder>(clamp.sae->to(device));
+    // Only the rows that clamp (a batch whose rows steer differently): a [B, 1, 1] mask; undefined for every row.
+    const at::Tensor mask = rows.defined() ? rows.to(device).view({-1, 1, 1}) : at::Tensor();
+    writes.add_by_value(clamp.sae->site, layer, [on_device, clamp, mask](const at::Tensor& values) {
+      const at::Tensor change = on_device->clamp_change(values.reshape({-1, values.size(-1)}), clamp.latent, clamp.value)
+                                    .view(values.sizes());
+      return mask.defined() ? change * mask : change;
+    });
+  }
+}
+
+}  // namespace probekit::steering

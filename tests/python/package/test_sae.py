@@ -1,0 +1,101 @@
+"""SAEs in the package and in capture_activations' files: probekit.load_sae's encode and decode against the formula
+in torch, model.capture at site "sae:NAME" against encode of the resid_post rows, and the sparse latents the tool
+stores (--site sae:NAME --sae-top-k K) read back with h5py."""
+
+import json
+import struct
+
+import pytest
+import torch
+
+import probekit
+
+from conftest import run_tool
+
+h5py = pytest.importorskip("h5py")
+
+LAYER = 2
+
+
+def write_saelens(folder, d_in, d_sae, seed=3):
+    """A standard SAELens SAE of random weights at blocks.LAYER.hook_resid_post: cfg.json + sae_weights.safetensors."""
+    generator = torch.Generator().manual_seed(seed)
+    tensors = {"W_enc": torch.randn(d_in, d_sae, generator=generator) * 0.3,
+               "b_enc": torch.randn(d_sae, generator=generator) * 0.1 - 0.05,
+               "W_dec": torch.randn(d_sae, d_in, generator=generator) * 0.3,
+               "b_dec": torch.randn(d_in, generator=generator) * 0.1}
+    header, data, offset = {}, b"", 0
+    for name, tensor in tensors.items():
+        raw = tensor.contiguous().numpy().tobytes()
+        header[name] = {"dtype": "F32", "shape": list(tensor.shape), "data_offsets": [offset, offset + len(raw)]}
+        data += raw
+        offset += len(raw)
+    encoded = json.dumps(header).encode()
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sae_weights.safetensors").write_bytes(struct.pack("<Q", len(encoded)) + encoded + data)
+    (folder / "cfg.json").write_text(json.dumps({
+        "architecture": "standard", "d_in": d_in, "d_sae": d_sae, "apply_b_dec_to_input": True,
+        "normalize_activations": "none", "metadata": {"hook_name": f"blocks.{LAYER}.hook_resid_post"}}))
+    return tensors
+
+
+@pytest.fixture(scope="module")
+def sae_folder(workdir, model):
+    folder = workdir / "sae_res"
+    write_saelens(folder, model.hidden_size, 48)
+    return folder
+
+
+def test_load_sae_encodes_and_decodes_as_the_formula(sae_folder, model):
+    sae = probekit.load_sae(str(sae_folder))
+    assert (sae.name, sae.layout, sae.site, sae.layer, sae.d_sae) == ("sae_res", "saelens", "resid_post", LAYER, 48)
+    weights = write_saelens(sae_folder.parent / "again", model.hidden_size, 48)
+    rows = torch.randn(5, 3, model.hidden_size)
+    expected = torch.relu((rows - weights["b_dec"]) @ weights["W_enc"] + weights["b_enc"])
+    latents = sae.encode(rows)
+    assert latents.shape == (5, 3, 48)
+    torch.testing.assert_close(latents, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(sae.decode(latents), expected @ weights["W_dec"] + weights["b_dec"], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="the last dimension must be"):
+        sae.encode(torch.zeros(2, 3))
+
+
+def test_capture_at_an_sae_site_gives_the_latents_of_its_layer(model, texts, sae_folder):
+    sae = probekit.load_sae(str(sae_folder))
+    rows = model.capture(texts[:6], layers=[LAYER])[LAYER]
+    latents = model.capture(texts[:6], saes={"res": str(sae_folder)}, site="sae:res")
+    assert list(latents) == [LAYER]
+    torch.testing.assert_close(latents[LAYER], sae.encode(rows), rtol=1e-4, atol=1e-5)
+    errors = model.capture(texts[:6], saes={"res": str(sae_folder)}, site="sae-error:res")[LAYER]
+    torch.testing.assert_close(errors, rows - sae.decode(sae.encode(rows)), rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="no SAE named 'other'"):
+        model.capture(texts[:2], saes={"res": str(sae_folder)}, site="sae:other")
+
+
+def test_the_tools_sparse_latents_read_by_h5py(model, model_dir, dataset, workdir, sae_folder):
+    out = workdir / "sae_capture"
+    run_tool("capture_activations", "--model", model_dir, "--dataset", dataset, "--output-dir", out, "--device", "cpu",
+             "--sae", f"res={sae_folder}", "--site", "sae:res", "--sae-top-k", 4, "--quiet")
+    sae = probekit.load_sae(str(sae_folder))
+    tool_rows = workdir / "sae_rows"
+    run_tool("capture_activations", "--model", model_dir, "--dataset", dataset, "--output-dir", tool_rows,
+             "--device", "cpu", "--layers", LAYER, "--quiet")
+    with h5py.File(out / f"layer_{LAYER}_activations.h5", "r") as latents_file, \
+            h5py.File(tool_rows / f"layer_{LAYER}_activations.h5", "r") as rows_file:
+        assert json.loads(latents_file.attrs["sae"])["site"] == "sae:res"
+        for split in ("train", "val", "test"):
+            group = latents_file[split]
+            assert "activations" not in group
+            indices, values = group["latent_indices"][()], group["latent_values"][()]
+            assert indices.dtype.name == "int32" and values.dtype.name == "float32" and indices.shape[1] == 4
+            full = sae.encode(torch.from_numpy(rows_file[split]["activations"][()]))
+            top = full.topk(4, dim=1)
+            torch.testing.assert_close(torch.from_numpy(values), top.values * (top.values > 0), rtol=1e-4, atol=1e-5)
+            held = torch.from_numpy(values) > 0
+            assert torch.equal(torch.from_numpy(indices)[held], top.indices[held].to(torch.int32))
+            assert (indices[~held.numpy()] == -1).all()
+            assert torch.equal(torch.from_numpy(group["l0"][()]), (full > 0).sum(1).to(torch.int32))
+            reconstruction = sae.decode(full)
+            x = torch.from_numpy(rows_file[split]["activations"][()])
+            error = (x - reconstruction).norm(dim=1) / x.norm(dim=1)
+            torch.testing.assert_close(torch.from_numpy(group["relative_error"][()]), error, rtol=1e-4, atol=1e-5)

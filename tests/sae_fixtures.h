@@ -1,0 +1,28 @@
+// The shared fixtures' nine SAEs (tests/fixtures/saes: random SAEs in the published layouts for the gemma3_text
+// fixture's layer 3, made with NumPy by tools/gen_sae_fixtures.py), by their name in reference.safetensors.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "test_paths.h"
+
+namespace probekit::testing {
+
+inline const std::string kSaes = std::string(PROBEKIT_FIXTURES) + "/saes";
+
+/// (name, folder under kSaes) of each fixture SAE.
+inline const std::vector<std::pair<std::string, std::string>> kFixtureSaes = {
+    {"saelens_standard", "saelens_standard"},
+    {"saelens_standard_no_bdec", "saelens_standard_no_bdec"},
+    {"saelens_topk", "saelens_topk"},
+    {"saelens_jumprelu", "saelens_jumprelu"},
+    {"saelens_gated", "saelens_gated"},
+    {"saelens_norm_rescale", "saelens_norm_rescale"},
+    {"gemma_scope", "gemma_scope/layer_3/width_256/average_l0_20"},
+    {"gemma_scope_2", "gemma_scope_2/resid_post/layer_3_width_256_l0_small"},
+    {"sparsify", "sparsify/layers.3"},
+};
+
+}  // namespace probekit::testing

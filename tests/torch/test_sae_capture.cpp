@@ -1,0 +1,254 @@
+// SAE sites through the readout (--site sae:NAME, sae-error:NAME): the nine fixture SAEs' latents and errors at every
+// token of the gemma3_text fixture's reference texts, captured in memory as model.capture does, against NumPy's on
+// transformers' activations (tests/fixtures/saes); sparse storage in activation files (latent_indices, latent_values,
+// l0, relative_error) read back and densified; pooling latents per token; refusals naming the flag.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "activations/activation_store.h"
+#include "capture/capture.h"
+#include "capture/memory_capture.h"
+#include "common/error.h"
+#include "common/json.h"
+#include "io/safetensors.h"
+#include "steering/steering.h"
+#include "sae_fixtures.h"
+#include "tensor_files.h"
+#include "test_util.h"
+
+using namespace probekit;
+using probekit::testing::fixture_model;
+using probekit::testing::kFixtureSaes;
+using probekit::testing::kSaes;
+using probekit::testing::TempDir;
+
+namespace {
+
+std::vector<sae::SaeSpec> fixture_specs() {
+  std::vector<sae::SaeSpec> specs;
+  for (const auto& fixture : kFixtureSaes) specs.push_back({fixture.first, kSaes + "/" + fixture.second});
+  return specs;
+}
+
+const loading::SharedModel& gemma() {
+  static const loading::SharedModel model = [] {
+    loading::ModelRequest request;
+    request.model_dir = fixture_model("gemma3_text");
+    request.device = "cpu";
+    request.dtype = "fp32";
+    return loading::load_shared_model(request);
+  }();
+  return model;
+}
+
+// The fixture's reference texts (the prompt suffix already in them).
+std::vector<std::string> reference_texts() {
+  std::vector<std::string> texts;
+  const Json meta = read_json_file(fixture_model("gemma3_text") + "/reference.json");
+  for (const Json& text : meta["texts"]) {
+    texts.push_back(text["text"].get<std::string>());
+  }
+  return texts;
+}
+
+at::Tensor reference(const safetensors::File& file, const std::string& name) {
+  return probekit::testing::read_tensor(file, file.at(name)).to(at::kFloat);
+}
+
+// Each text's reference rows, text after text.
+at::Tensor reference_rows(const safetensors::File& file, const std::string& pattern, size_t texts) {
+  std::vector<at::Tensor> rows;
+  for (size_t t = 0; t < texts; ++t) rows.push_back(reference(file, fmt::format(fmt::runtime(pattern), t)));
+  return at::cat(rows);
+}
+
+double worst_row_error(const at::Tensor& ours, const at::Tensor& expected) {
+  const at::Tensor scale = expected.abs().amax(-1).clamp_min(1e-30);
+  return ((ours - expected).abs().amax(-1) / scale).max().item<double>();
+}
+
+capture::CaptureOptions sae_options(const std::string& site, Position position) {
+  capture::CaptureOptions options;
+  options.prompt_suffix = "";
+  options.position = position;
+  options.saes = fixture_specs();
+  options.sae_site = parse_sae_site(site);
+  options.sae_storage.dense = true;
+  return options;
+}
+
+std::string write_dataset(const TempDir& tmp) {
+  std::string lines;
+  const std::vector<std::string> texts = reference_texts();
+  for (size_t i = 0; i < 30; ++i) {
+    lines += Json({{"text", texts[i % texts.size()]}, {"cognitive_action", i % 2 == 0 ? "noticing" : "reframing"}}).dump() + "\n";
+  }
+  const std::string path = tmp.file("data.jsonl");
+  probekit::testing::write_text(path, lines);
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("every fixture SAE's latents and errors at every token, captured through the readout, equal NumPy's" *
+          doctest::test_suite("numeric")) {
+  const safetensors::File references(kSaes + "/reference.safetensors");
+  const safetensors::File activations(fixture_model("gemma3_text") + "/reference.safetensors");
+  const std::vector<std::string> texts = reference_texts();
+  std::vector<at::Tensor> inputs;
+  for (size_t t = 0; t < texts.size(); ++t) inputs.push_back(reference(activations, fmt::format("t{}.layers", t))[3]);
+  const at::Tensor x = at::cat(inputs);
+  for (const auto& fixture : kFixtureSaes) {
+    const std::string& name = fixture.first;
+    CAPTURE(name);
+    const capture::CapturedRows latents = capture::capture_rows(gemma(), texts, sae_options("sae:" + name, Position::kAll));
+    const std::vector<int64_t> sae_layer = {3};
+    REQUIRE(latents.layers == sae_layer);
+    REQUIRE(latents.rows[0].size(0) == x.size(0));
+    CHECK(worst_row_error(latents.rows[0], reference_rows(references, name + ".t{}.latents", texts.size())) <= 1e-4);
+    const capture::CapturedRows error =
+        capture::capture_rows(gemma(), texts, sae_options("sae-error:" + name, Position::kAll));
+    const at::Tensor expected = x - reference_rows(references, name + ".t{}.reconstruction", texts.size());
+    CHECK(worst_row_error(error.rows[0], expected) <= 1e-4 * x.abs().amax().item<double>() /
+                                                          expected.abs().amax().item<double>());
+  }
+}
+
+TEST_CASE("an SAE site's pooled rows pool each token's latents, and the last token's are the last row's") {
+  const std::vector<std::string> texts = reference_texts();
+  const capture::CapturedRows all = capture::capture_rows(gemma(), texts, sae_options("sae:saelens_jumprelu", Position::kAll));
+  const capture::CapturedRows mean = capture::capture_rows(gemma(), texts, sae_options("sae:saelens_jumprelu", Position::kMean));
+  const capture::CapturedRows last = capture::capture_rows(gemma(), texts, sae_options("sae:saelens_jumprelu", Position::kLast));
+  for (size_t t = 0; t < texts.size(); ++t) {
+    CAPTURE(t);
+    const at::Tensor rows = all.rows[0].slice(0, all.offsets[t], all.offsets[t + 1]);
+    // Mean pooling leaves out the BOS (the tokenizer's leading special token).
+    CHECK(at::allclose(mean.rows[0][static_cast<int64_t>(t)], rows.slice(0, 1).mean(0), 1e-5, 1e-6));
+    CHECK(at::allclose(last.rows[0][static_cast<int64_t>(t)], rows[-1], 1e-5, 1e-6));
+  }
+}
+
+TEST_CASE("sparse latents are stored as each row's top k with its L0 and relative error, and read back densified") {
+  TempDir tmp;
+  const std::string dataset = write_dataset(tmp);
+  capture::CaptureOptions options = sae_options("sae:saelens_standard", Position::kAll);
+  options.model_dir = fixture_model("gemma3_text");
+  options.dataset_path = dataset;
+  options.device = "cpu";
+  options.output_dir = tmp.file("dense");
+  const activations::ActivationFile dense = activations::read_activation_file(capture::run_capture(options).files.at(0));
+  options.sae_storage = {8, false};
+  options.output_dir = tmp.file("sparse");
+  const std::string sparse_path = capture::run_capture(options).files.at(0);
+  CHECK(sparse_path == tmp.file("sparse") + "/layer_3_activations.h5");
+  const activations::ActivationFile sparse = activations::read_activation_file(sparse_path);
+  REQUIRE(sparse.attributes.recipe.sae.has_value());
+  CHECK(sparse.attributes.recipe.sae->site.text() == "sae:saelens_standard");
+  CHECK(sparse.attributes.recipe.sae->top_k == 8);
+  CHECK(sparse.attributes.recipe.sae->dictionary["layout"] == "saelens");
+  CHECK(sparse.attributes.recipe.site == Site::kResidPost);
+  CHECK(sparse.attributes.hidden_size == 256);
+  for (activations::Split split : activations::kSplits) {
+    CAPTURE(activations::split_name(split));
+    const activations::SplitData& d = dense.split(split);
+    const activations::SplitData& s = sparse.split(split);
+    REQUIRE(s.rows == d.rows);
+    CHECK(s.top_k == 8);
+    const at::Tensor full = at::from_blob(const_cast<float*>(d.activations.data()), {d.rows, 256});
+    const at::Tensor kept = at::from_blob(const_cast<float*>(s.activations.data()), {s.rows, 256});
+    const at::Tensor top = std::get<0>(full.topk(8, 1));
+    // The 8 largest of each row, the rest zero; L0 counts every nonzero latent.
+    CHECK(at::allclose(std::get<0>(kept.topk(8, 1)), top));
+    CHECK(at::equal((kept > 0).sum(1), (top > 0).sum(1)));
+    const at::Tensor l0 = at::tensor(std::vector<int64_t>(s.l0.begin(), s.l0.end()));
+    CHECK(at::equal(l0, (full > 0).sum(1)));
+    for (float e : s.relative_error) CHECK((e >= 0 && e < 10));
+  }
+}
+
+TEST_CASE("SAE sites are refused where they cannot be read, naming the flag") {
+  const std::vector<std::string> texts = {"one text"};
+  capture::CaptureOptions options = sae_options("sae:missing", Position::kLast);
+  CHECK_THROWS_WITH_AS(capture::capture_rows(gemma(), texts, options),
+                       doctest::Contains("--site sae:missing: no SAE named 'missing' (loaded: saelens_standard"), UsageError);
+  options.saes.clear();
+  CHECK_THROWS_WITH_AS(capture::capture_rows(gemma(), texts, options),
+                       doctest::Contains("load it with --sae missing=PATH"), UsageError);
+  options = sae_options("sae:sparsify", Position::kLast);
+  options.layers = "1,2";
+  CHECK_THROWS_WITH_AS(capture::capture_rows(gemma(), texts, options),
+                       doctest::Contains("--layers 1,2: SAE 'sparsify' reads layer 3"), UsageError);
+  options.saes.push_back({"sparsify", kSaes + "/saelens_topk"});
+  CHECK_THROWS_WITH_AS(capture::capture_rows(gemma(), texts, options), doctest::Contains("a second SAE named 'sparsify'"),
+                       UsageError);
+  CHECK_THROWS_WITH_AS(parse_sae_site("sae:"), doctest::Contains("name the SAE"), UsageError);
+  CHECK(sae::parse_sae_spec("mine=/a/b=c").name == "mine");
+  CHECK(sae::parse_sae_spec("./dir/x=y").path == "./dir/x=y");
+}
+
+namespace {
+
+// The saelens_standard fixture's tensors, read straight from its file (not through sae::SparseAutoencoder).
+struct StandardSae {
+  at::Tensor w_enc, b_enc, w_dec, b_dec;
+  StandardSae() {
+    const safetensors::File file(kSaes + "/saelens_standard/sae_weights.safetensors");
+    w_enc = reference(file, "W_enc");
+    b_enc = reference(file, "b_enc");
+    w_dec = reference(file, "W_dec");
+    b_dec = reference(file, "b_dec");
+  }
+  // SAELens' standard encoding: relu((x - b_dec) W_enc + b_enc).
+  at::Tensor latents(const at::Tensor& x) const { return at::relu(at::matmul(x - b_dec, w_enc) + b_enc); }
+};
+
+capture::CaptureOptions layer_rows(const std::string& op) {
+  capture::CaptureOptions options;
+  options.prompt_suffix = "";
+  options.position = Position::kAll;
+  options.layers = "3";
+  options.saes = fixture_specs();
+  if (!op.empty()) {
+    const bool clamp = op.rfind("clamp ", 0) == 0;
+    options.steering.ops.push_back(steering::parse_latent_op(op.substr(op.find(' ') + 1),
+                                                             clamp ? steering::SteeringAction::kClamp
+                                                                   : steering::SteeringAction::kAdd));
+  }
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE("steering by a latent adds its decoder row as stored; clamping sets it, keeping the SAE's error" *
+          doctest::test_suite("numeric")) {
+  const std::vector<std::string> texts = {reference_texts()[0], reference_texts()[3]};
+  const StandardSae sae;
+  const at::Tensor plain = capture::capture_rows(gemma(), texts, layer_rows("")).rows[0];
+  const at::Tensor added = capture::capture_rows(gemma(), texts, layer_rows("add saelens_standard:5=4")).rows[0];
+  CHECK(at::allclose(added, plain + 4 * sae.w_dec[5], 1e-5, 1e-5));
+  const int64_t latent = std::get<1>(sae.latents(plain).sum(0).max(0)).item<int64_t>();  // one that fires
+  for (const double value : {0.0, 7.5}) {
+    CAPTURE(value);
+    const std::string op = fmt::format("clamp saelens_standard:{}={}", latent, value);
+    const at::Tensor clamped = capture::capture_rows(gemma(), texts, layer_rows(op)).rows[0];
+    const at::Tensor z = sae.latents(plain).select(1, latent).unsqueeze(1);
+    CHECK(at::allclose(clamped, plain + (value - z) * sae.w_dec[latent], 1e-5, 1e-5));
+  }
+}
+
+TEST_CASE("latent steering is refused naming the flag: an unknown SAE, a latent past its width, a malformed value") {
+  const std::vector<std::string> texts = {"one text"};
+  CHECK_THROWS_WITH_AS(capture::capture_rows(gemma(), texts, layer_rows("add nothing:1=2")),
+                       doctest::Contains("--steer-latent nothing:1: no SAE named 'nothing'"), UsageError);
+  CHECK_THROWS_WITH_AS(capture::capture_rows(gemma(), texts, layer_rows("clamp saelens_topk:256=2")),
+                       doctest::Contains("--clamp-latent saelens_topk:256: SAE 'saelens_topk' has latents 0 to 255"),
+                       UsageError);
+  CHECK_THROWS_WITH_AS(steering::parse_latent_op("sae:x=2", steering::SteeringAction::kAdd),
+                       doctest::Contains("the latent 'x' is not a latent index"), UsageError);
+  CHECK_THROWS_WITH_AS(steering::parse_latent_op("sae:3", steering::SteeringAction::kClamp),
+                       doctest::Contains("--clamp-latent sae:3: expected NAME:INDEX=VALUE"), UsageError);
+  CHECK_THROWS_WITH_AS(steering::parse_latent_op("sae:3=1e9", steering::SteeringAction::kAdd),
+                       doctest::Contains("past"), UsageError);
+}
