@@ -38,7 +38,7 @@ void check_same_model(const probes::ProbeSet& set, const std::string& dir, const
   spdlog::warn("{}; running them anyway (--force)", message);
 }
 
-// Checks that the probes of `dir`, trained on `site`, fit the model and the layer they are run on.
+// The SAEs of --sae, checked against the model and moved to the engine's device.
 std::vector<sae::SparseAutoencoder> load_saes_on(const std::vector<sae::SaeSpec>& specs, const model::ModelConfig& config,
                                                  at::Device device) {
   std::vector<sae::SparseAutoencoder> saes = sae::load_saes(specs, config);
@@ -46,6 +46,7 @@ std::vector<sae::SparseAutoencoder> load_saes_on(const std::vector<sae::SaeSpec>
   return saes;
 }
 
+// Checks that the probes of `dir`, trained on `site`, fit the model and the layer they are run on.
 void check_fits(const probes::ProbeSet& set, const std::string& dir, int64_t layer, Site site,
                 const EngineOptions& options, const model::ModelConfig& config) {
   if (set.layer() < 0 && options.layer < 0) {

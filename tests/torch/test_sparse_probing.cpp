@@ -1,6 +1,7 @@
 // Sparse probing (--model-type sparse-logistic --k K) on latent-like rows: each probe keeps the columns whose class
 // means differ the most, fits on those only, and names them in its metrics; on a planted concept it finds the planted
-// latents. Also training straight from an SAE capture (sparse storage densified on reading).
+// latents. Also training straight from an SAE capture (sparse storage densified on reading), and those probes scoring
+// text through the same SAE.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -8,11 +9,15 @@
 
 #include "activations/activation_store.h"
 #include "capture/capture.h"
+#include "capture/memory_capture.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json.h"
+#include "inference/engine.h"
+#include "io/safetensors.h"
 #include "probes/binary_run.h"
 #include "probe_fixture.h"
+#include "tensor_files.h"
 #include "test_util.h"
 
 using namespace probekit;
@@ -132,4 +137,67 @@ TEST_CASE("probes train on an SAE capture stored sparse, densified as it is read
   const Json index = read_json_file(find_file(tmp.file("probes"), "probes.json"));
   INFO(index.dump());
   CHECK(index.dump().find("sae:topk") != std::string::npos);
+}
+
+namespace {
+
+// Each packed sparse row [ids (K), values (K), l0, relative error] as the dense row it stands for [d_sae].
+at::Tensor densified(const at::Tensor& packed, int64_t top_k, int64_t width) {
+  const at::Tensor ids = packed.narrow(1, 0, top_k).to(at::kLong);
+  const at::Tensor held = ids >= 0;
+  return at::zeros({packed.size(0), width}).scatter_(1, ids.clamp_min(0), packed.narrow(1, top_k, top_k) * held);
+}
+
+}  // namespace
+
+TEST_CASE("probes trained on an SAE site score text through the same SAE, its top k kept as the file kept them" *
+          doctest::test_suite("numeric")) {
+  TempDir tmp;
+  const std::string topk = std::string(PROBEKIT_FIXTURES) + "/saes/saelens_jumprelu";
+  capture::CaptureOptions o = three_action_capture(tmp, 60, "cpu");
+  o.saes = {{"jr", topk}};
+  o.sae_site = parse_sae_site("sae:jr");
+  o.sae_storage.top_k = 16;
+  o.output_dir = tmp.file("latents");
+  capture::run_capture(o);
+  BinaryRunOptions run = sparse_run(tmp.file("latents"), tmp.file("probes"), 4);
+  run.kinds = {&probe_kind("logistic")};
+  run.training.kind = run.kinds.front();
+  run_binary_training(run);
+
+  inference::EngineOptions options = cpu_engine_options(tmp.file("probes"));
+  options.saes = {{"jr", topk}};
+  const inference::Engine engine = inference::Engine::load(options);
+  const std::string text = "I examined each part of the problem step by step. Day 3.";
+  const std::vector<inference::TextScores> scores = engine.score({text});
+  // The row capture reads for the text: its top 16 latents, densified.
+  capture::CaptureOptions in_memory;
+  in_memory.saes = o.saes;
+  in_memory.sae_site = o.sae_site;
+  in_memory.sae_storage.top_k = 16;
+  const loading::SharedModel model = [] {
+    loading::ModelRequest request;
+    request.model_dir = kGemmaModel;
+    request.device = "cpu";
+    return loading::load_shared_model(request);
+  }();
+  const at::Tensor h = densified(capture::capture_rows(model, {text}, in_memory).rows[0], 16, 256)[0].to(at::kDouble);
+  for (size_t k = 0; k < engine.labels().size(); ++k) {
+    const std::string& label = engine.labels()[k];
+    CAPTURE(label);
+    const std::string probe = find_file(tmp.file("probes"), "probe_" + label + ".safetensors");
+    REQUIRE_FALSE(probe.empty());
+    const safetensors::File file(probe);
+    const at::Tensor w = read_tensor(file, file.at("linear.weight")).to(at::kDouble)[0];
+    const double b = read_tensor(file, file.at("linear.bias")).to(at::kDouble)[0].item<double>();
+    const double expected = 1.0 / (1.0 + std::exp(-((w * h).sum().item<double>() + b)));
+    CHECK(std::fabs(scores[0].probability[0][k] - expected) < 1e-5);
+  }
+
+  options.saes.clear();
+  CHECK_THROWS_WITH_AS(inference::Engine::load(options), doctest::Contains("load it with --sae jr=PATH"), UsageError);
+  options.saes = {{"jr", std::string(PROBEKIT_FIXTURES) + "/saes/saelens_standard"}};
+  CHECK_THROWS_WITH_AS(inference::Engine::load(options),
+                       doctest::Contains("made with an SAE whose architecture is \"jumprelu\"; --sae jr has \"standard\""),
+                       std::invalid_argument);
 }
