@@ -1,6 +1,6 @@
 // Steering through probe_server: "steer" and "ablate" in /v1/rank, /v1/per-token and /v1/generate give what the
 // engine gives with the same steering; requests that steer differently, queued together, share one batch (a vector
-// per row) and each gets what it gets alone; bad items are 400s naming their field.
+// per row) and each gets what it gets alone, SAE latents added and clamped too; bad items are 400s naming their field.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 #include <httplib.h>
@@ -108,4 +108,49 @@ TEST_CASE("probe_server: steering items are checked, 400 naming the item's field
   check_refused(s, path, body(many), 413, {"hold more than 32 items"}, "steer");
   const Json ablated = post_json(s, path, Json::parse(body(Json::array({{{"label", "reframing"}, {"layer", 2}}}), "ablate")));
   CHECK(ablated["steering"]["ablate"][0]["layer"] == 2);
+}
+
+TEST_CASE("probe_server: SAE latent items steer and clamp; batched with other steering each gets what it gets alone") {
+  TempDir tmp;
+  server::ServerOptions options = options_for(train_probes(tmp));
+  options.engine.saes = {{"jr", std::string(PROBEKIT_FIXTURES) + "/saes/saelens_jumprelu"}};
+  RunningServer s(options);
+  const std::string path = "/v1/rank";
+  auto body = [](const Json& steer) { return Json({{"texts", {"Day 3."}}, {"steer", steer}}).dump(); };
+  check_refused(s, path, body(Json::array({{{"sae", "nosuch"}, {"latent", 1}, {"coefficient", 1}}})), 400,
+                {"no SAE named 'nosuch' (loaded: jr)"}, "steer[0].sae");
+  check_refused(s, path, body(Json::array({{{"sae", "jr"}, {"latent", 256}, {"clamp", 1}}})), 400,
+                {"SAE 'jr' has latents 0 to 255"}, "steer[0].sae");
+  check_refused(s, path, body(Json::array({{{"sae", "jr"}, {"latent", 1}, {"coefficient", 1}, {"clamp", 2}}})), 400,
+                {"needs a 'coefficient' or a 'clamp' (one of them)"}, "steer[0]");
+  check_refused(s, path, body(Json::array({{{"sae", "jr"}, {"latent", -1}, {"clamp", 2}}})), 400,
+                {"'steer[0].latent' must be a latent index"}, "steer[0].latent");
+
+  const std::string text = "I examined each part of the problem step by step.";
+  const std::vector<Json> steers = {Json(), Json::array({{{"sae", "jr"}, {"latent", 5}, {"clamp", 9}}}),
+                                    Json::array({{{"sae", "jr"}, {"latent", 7}, {"coefficient", -4}},
+                                                 {{"label", "reframing"}, {"layer", 2}, {"coefficient", 3}}})};
+  std::vector<Json> alone;
+  for (const Json& steer : steers) alone.push_back(post_json(s, path, rank(text, steer)));
+  CHECK(alone[1]["results"][0] != alone[0]["results"][0]);
+  CHECK(alone[1]["steering"]["clamp"][0]["source"]["latent"] == 5);
+  CHECK(alone[2]["steering"]["add"][0]["source"]["sae"] == "jr");
+  std::vector<std::optional<httplib::Result>> together(steers.size());
+  {
+    std::shared_ptr<void> hold = s.server().scheduler().hold();
+    std::vector<std::thread> clients;
+    for (size_t i = 0; i < steers.size(); ++i) {
+      clients.emplace_back([&, i] { together[i].emplace(post(s, path, rank(text, steers[i]).dump())); });
+    }
+    while (s.server().scheduler().queued_texts() < static_cast<int64_t>(steers.size())) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    hold.reset();
+    for (std::thread& client : clients) client.join();
+  }
+  for (size_t i = 0; i < steers.size(); ++i) {
+    REQUIRE((together[i] && *together[i]));
+    REQUIRE_MESSAGE((*together[i])->status == 200, (*together[i])->body);
+    check_close(Json::parse((*together[i])->body), alone[i], fmt::format("request {}", i));
+  }
 }
