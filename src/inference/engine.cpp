@@ -38,10 +38,8 @@ void check_same_model(const probes::ProbeSet& set, const std::string& dir, const
   spdlog::warn("{}; running them anyway (--force)", message);
 }
 
-// The SAEs of --sae, checked against the model and moved to the engine's device.
-std::vector<sae::SparseAutoencoder> load_saes_on(const std::vector<sae::SaeSpec>& specs, const model::ModelConfig& config,
-                                                 at::Device device) {
-  std::vector<sae::SparseAutoencoder> saes = sae::load_saes(specs, config);
+// SAEs moved to the engine's device.
+std::vector<sae::SparseAutoencoder> on_device(std::vector<sae::SparseAutoencoder> saes, at::Device device) {
   for (sae::SparseAutoencoder& sae : saes) sae = sae.to(device);
   return saes;
 }
@@ -118,6 +116,11 @@ Engine Engine::load(const EngineOptions& options) {
   model::LoadOptions load = loading::load_options(options);
   // Ranking reads the layers up to the deepest probe; generation runs the whole model to its LM head.
   load.last_layer = options.generate ? -1 : *std::max_element(engine.layers_.begin(), engine.layers_.end());
+  // Per-token views show --sae latents, read at the SAEs' own layers.
+  std::vector<sae::SparseAutoencoder> saes = sae::load_saes(options.saes, config);
+  for (const sae::SparseAutoencoder& sae : saes) {
+    if (load.last_layer >= 0) load.last_layer = std::max(load.last_layer, sae.layer);
+  }
   load.final_norm = options.generate;
   load.lm_head = options.generate;
   load.embeddings_on_host = !options.generate;
@@ -130,7 +133,7 @@ Engine Engine::load(const EngineOptions& options) {
   engine.target_ = targets.front();
   std::future<void> warm_up = device::warm_up(engine.target_);
   spdlog::debug("{:.2f} s: device ready", since_start());
-  engine.saes_ = load_saes_on(options.saes, config, engine.target_.device);
+  engine.saes_ = on_device(std::move(saes), engine.target_.device);
   engine.load_probes(config, read_ahead.checkpoint()->fingerprint());
   engine.index_labels();
   spdlog::debug("{:.2f} s: {} probes of {} layers loaded", since_start(), engine.labels_.size(), engine.layers_.size());
@@ -157,7 +160,7 @@ Engine Engine::attach(const EngineOptions& options, const loading::SharedModel& 
   engine.model_ = model.model;
   engine.tokenizer_ = model.tokenizer;
   const model::ModelConfig& config = model.model->config();
-  engine.saes_ = load_saes_on(options.saes, config, engine.target_.device);
+  engine.saes_ = on_device(sae::load_saes(options.saes, config), engine.target_.device);
   if (!options.probes_dir.empty()) {
     engine.catalog_ = probes::find_probes(options.probes_dir);
     engine.layers_ = probes::select_layers(engine.catalog_, options.layers, options.layer, options.best_layer);

@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -65,7 +66,13 @@ struct TokenScores {
   // the probe's score of the text up to the token.
   std::vector<std::vector<std::vector<double>>> token_probability;
   std::vector<uint8_t> mask;  // a conversation's: 1 for each token in the probes' token mask; empty for a text
+  // With --sae: each SAE's largest latents (kShownLatents at most, zeros left out, largest first) at each token, as
+  // the SAE reads its site there (the text up to the token, no suffix): latents[name][t] = [(index, value), ...].
+  std::map<std::string, std::vector<std::vector<std::pair<int64_t, float>>>> latents;
 };
+
+/// The latents shown per token and SAE beside the probe scores (TokenScores::latents).
+constexpr int64_t kShownLatents = 8;
 
 /// One new token of a generation with what the probes give for it.
 struct ScoredToken {
@@ -229,6 +236,8 @@ class Engine {
   /// prefix unless `with_suffix` (a conversation's, whose template writes the turns).
   void score_token_ids(const readout::Sequence& ids, const steering::SteeringVectors* steering, TokenScores& result,
                        bool with_suffix = true) const;
+  /// Each --sae SAE's largest latents at each token of `ids` into result.latents, the pass steered by `writes`.
+  void store_latents(const readout::Sequence& ids, const model::StreamWrites* writes, TokenScores& result) const;
   /// Layer index l's cells of `tables` [t][l][k] set to NaN for the tokens outside [first, end): those the probes
   /// leave out (the leading specials, those past --max-tokens) have no score of their own.
   void hide_unread_tokens(size_t l, int64_t first, int64_t end, std::vector<std::vector<std::vector<double>>>& tables) const;

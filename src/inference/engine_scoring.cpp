@@ -246,10 +246,31 @@ void Engine::score_token_ids(const readout::Sequence& ids, const steering::Steer
   readout::Request steered = request_;
   const model::StreamWrites writes = steering != nullptr ? steering::place(*steering, *model_) : model::StreamWrites();
   if (steering != nullptr) steered.writes = &writes;
+  store_latents(ids, steered.writes, result);
   if (reads_every_token()) return score_prefix_prompts(ids, steered, result);
   at::Tensor rows = readout::read_prefixes(*model_, ids, with_suffix ? prompts_->suffix_ids() : readout::Sequence{}, steered);
   readout::check_finite_rows(rows, 1, request_.layers);
   store_probabilities(rows, result.probability, 0);
+}
+
+// A token's latents at the SAE's site do not depend on what follows it: one pass over the text reads every token's.
+void Engine::store_latents(const readout::Sequence& ids, const model::StreamWrites* writes, TokenScores& result) const {
+  for (const sae::SparseAutoencoder& sae : saes_) {
+    const sae::LatentReading reading{&sae, SaeOutput::kLatents, kShownLatents, true};
+    readout::Request request{sae.site, Position::kAll, {sae.layer}, 0};
+    request.writes = writes;
+    request.latents = &reading;
+    const at::Tensor rows = readout::read_rows(*model_, {ids}, request).select(1, 0).to(at::kCPU);  // [T, 2K + 2]
+    auto& per_token = result.latents[sae.name];
+    for (int64_t t = 0; t < rows.size(0); ++t) {
+      std::vector<std::pair<int64_t, float>> top;
+      for (int64_t j = 0; j < kShownLatents; ++j) {
+        const auto index = static_cast<int64_t>(rows[t][j].item<float>());
+        if (index >= 0) top.emplace_back(index, rows[t][kShownLatents + j].item<float>());
+      }
+      per_token.push_back(std::move(top));
+    }
+  }
 }
 
 // Attention pools every token of its prompt, so prefix t's prompt text[0..t] + suffix is read whole; prefixes go

@@ -375,6 +375,11 @@ Json per_token_json(const std::string& text, const TokenScores& scores, const st
       rows.back()["token_scores"] = token_values_json(scores.token_probability[t], tables[t], "score");
     }
     if (!scores.attention.empty()) rows.back()["attention"] = token_values_json(scores.attention[t], tables[t], "weight");
+    for (const auto& [name, per_token] : scores.latents) {
+      Json top = Json::array();
+      for (const auto& [index, value] : per_token[t]) top.push_back({index, value});
+      rows.back()["latents"][name] = top;
+    }
   }
   Json out = {{"text", text}, {"cut_tokens", scores.cut}, {"tokens", rows}};
   if (!scores.suffix_attention.empty() && !tables.empty()) {

@@ -1,7 +1,8 @@
 // SAE sites through the readout (--site sae:NAME, sae-error:NAME): the nine fixture SAEs' latents and errors at every
 // token of the gemma3_text fixture's reference texts, captured in memory as model.capture does, against NumPy's on
 // transformers' activations (tests/fixtures/saes); sparse storage in activation files (latent_indices, latent_values,
-// l0, relative_error) read back and densified; pooling latents per token; refusals naming the flag.
+// l0, relative_error) read back and densified; pooling latents per token; steering by latent; each token's latents in
+// --per-token; refusals naming the flag.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -12,9 +13,12 @@
 #include "capture/memory_capture.h"
 #include "common/error.h"
 #include "common/json.h"
+#include "inference/engine.h"
+#include "inference_runs.h"
 #include "io/safetensors.h"
-#include "steering/steering.h"
+#include "probe_fixture.h"
 #include "sae_fixtures.h"
+#include "steering/steering.h"
 #include "tensor_files.h"
 #include "test_util.h"
 
@@ -251,4 +255,50 @@ TEST_CASE("latent steering is refused naming the flag: an unknown SAE, a latent 
                        doctest::Contains("--clamp-latent sae:3: expected NAME:INDEX=VALUE"), UsageError);
   CHECK_THROWS_WITH_AS(steering::parse_latent_op("sae:3=1e9", steering::SteeringAction::kAdd),
                        doctest::Contains("past"), UsageError);
+}
+
+TEST_CASE("--per-token with --sae: each token's largest latents, as the SAE reads the text up to it" *
+          doctest::test_suite("numeric")) {
+  TempDir tmp;
+  inference::EngineOptions options = probekit::testing::cpu_engine_options(probekit::testing::train_fixture_probes(tmp));
+  options.saes = {{"jr", kSaes + "/saelens_jumprelu"}};
+  const inference::Engine engine = inference::Engine::load(options);
+  const std::string text = reference_texts()[2];
+  const inference::TokenScores scores = engine.score_tokens(text);
+  REQUIRE(scores.latents.count("jr") == 1);
+  const auto& shown = scores.latents.at("jr");
+  REQUIRE(shown.size() == scores.ids.size());
+  capture::CaptureOptions dense = sae_options("sae:jr", Position::kAll);
+  dense.saes = options.saes;
+  const at::Tensor latents = capture::capture_rows(gemma(), {text}, dense).rows[0];  // [T, 256]
+  REQUIRE(latents.size(0) == static_cast<int64_t>(shown.size()));
+  for (size_t t = 0; t < shown.size(); ++t) {
+    CAPTURE(t);
+    const auto [values, indices] = latents[static_cast<int64_t>(t)].topk(inference::kShownLatents);
+    size_t expected_count = 0;
+    for (int64_t j = 0; j < inference::kShownLatents; ++j) {
+      if (values[j].item<float>() <= 0) continue;
+      REQUIRE(expected_count < shown[t].size());
+      CHECK(shown[t][expected_count].first == indices[j].item<int64_t>());
+      CHECK(std::fabs(shown[t][expected_count].second - values[j].item<float>()) <= 1e-4f * values[0].item<float>());
+      ++expected_count;
+    }
+    CHECK(shown[t].size() == expected_count);
+  }
+  // The tool prints them on each token's row.
+  const probekit::testing::CommandResult r = probekit::testing::run_command(fmt::format(
+      "{} --probes-dir {} --model {} --device cpu --per-token --json --sae jr={} --text \"Day three.\"",
+      probekit::testing::tool("multi_probe_inference"), options.probes_dir, options.model_dir, kSaes + "/saelens_jumprelu"));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  const Json printed = probekit::testing::printed_json(r);
+  const inference::TokenScores day = engine.score_tokens("Day three.");
+  REQUIRE(printed["tokens"].size() == day.latents.at("jr").size());
+  for (size_t t = 0; t < day.latents.at("jr").size(); ++t) {
+    const Json& row = printed["tokens"][t]["latents"]["jr"];
+    REQUIRE(row.size() == day.latents.at("jr")[t].size());
+    for (size_t j = 0; j < row.size(); ++j) {
+      CHECK(row[j][0].get<int64_t>() == day.latents.at("jr")[t][j].first);
+      CHECK(std::fabs(row[j][1].get<double>() - day.latents.at("jr")[t][j].second) < 1e-5);
+    }
+  }
 }
