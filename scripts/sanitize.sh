@@ -8,7 +8,8 @@
 #                                metrics), which builds in minutes
 # CLANG_CXX / CLANG_CC choose the compiler (clang++ / clang).
 #
-# This build is also CI's check that the code is not tied to GCC, as macOS's AppleClang needs (docs/macos.md):
+# This build is also the check that the code is not tied to GCC, as macOS's AppleClang needs (docs/macos.md; CI
+# runs `core`, the whole build by hand):
 # -pedantic-errors refuses GNU extensions in our code (LibTorch's and the other libraries' headers are system
 # headers, exempt). It uses libstdc++, which Debian's LibTorch is built against, and GCC's OpenMP runtime, libgomp,
 # which LibTorch already loads: a process must hold one OpenMP runtime, never libgomp and LLVM's libomp side by
@@ -41,6 +42,7 @@ export UBSAN_OPTIONS="exitcode=87:print_stacktrace=1:halt_on_error=1${UBSAN_OPTI
 # RelWithDebInfo's -O2 -g. -O0 builds a little faster but runs the suite 70 s slower. The benchmarks are not
 # built: they measure, and the normal build's suite already runs the one that is a test (a minute of the build).
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPROBEKIT_SANITIZE=ON -DPROBEKIT_BUILD_BENCHMARKS=OFF \
+  -DCMAKE_UNITY_BUILD=ON \
   -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_CXX_FLAGS=-pedantic-errors \
   -DOpenMP_CXX_FLAGS=-fopenmp=libgomp -DOpenMP_CXX_LIB_NAMES=gomp -DOpenMP_gomp_LIBRARY="$libgomp" \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" ${PROBEKIT_CMAKE_ARGS:-}

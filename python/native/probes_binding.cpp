@@ -71,7 +71,7 @@ std::string per_token(const ModelHandle& model, const ProbeSelection& selection,
 }
 
 // The directory's layers and each label's best layer, checking that it holds probes.
-py::dict describe(const std::string& dir) {
+py::dict describe_probe_dir(const std::string& dir) {
   probes::ProbeCatalog catalog = probes::find_probes(dir);
   std::vector<int64_t> layers;
   for (const auto& entry : catalog.layer_dirs) layers.push_back(entry.first);
@@ -85,7 +85,7 @@ py::dict describe(const std::string& dir) {
 }  // namespace
 
 void bind_probes(py::module_& module) {
-  module.def("describe_probes", &describe, py::arg("dir"));
+  module.def("describe_probes", &describe_probe_dir, py::arg("dir"));
   module.def(
       "rank",
       [](const ModelHandle& model, const std::string& dir, const std::string& layers, int64_t layer, bool best_layer,

@@ -2,12 +2,11 @@
 // raw values into CaptureOptions (usage errors, exit 2, name the flag).
 #pragma once
 
-#include <CLI/CLI.hpp>
-
 #include <string>
 #include <vector>
 
 #include "capture/capture_options.h"
+#include "cli/app_fwd.h"
 
 namespace probekit::capture {
 

@@ -20,4 +20,7 @@ std::optional<double> parse_number(const std::string& text);
 /// A byte count for people, in powers of 1000 as download tools show them: "512 B", "3.4 MB", "1.25 GB".
 std::string format_byte_size(double bytes);
 
+/// Bytes in GiB (powers of 1024), as device memory is reported.
+inline double gib(uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
+
 }  // namespace probekit

@@ -5,12 +5,11 @@
 #include <cctype>
 
 #include "common/error.h"
+#include "common/units.h"
 
 namespace probekit::device {
 
 namespace {
-
-double gib(uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

@@ -8,12 +8,11 @@
 #include <exception>
 
 #include "common/error.h"
+#include "common/units.h"
 
 namespace probekit::device {
 
 namespace {
-
-double gib(uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
 
 // LibTorch's message for an operator without an MPS kernel names it as "The operator 'aten::name' is not ...".
 const char* const kMissingMpsKernel = "is not currently implemented for the MPS device";

@@ -2,10 +2,9 @@
 // multi_probe_inference --generate).
 #pragma once
 
-#include <CLI/CLI.hpp>
-
 #include <string>
 
+#include "cli/app_fwd.h"
 #include "generation/generator.h"
 
 namespace probekit::generation {

@@ -22,8 +22,6 @@ namespace probekit::inference {
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
 // Probes remember the checkpoint they were trained on (its fingerprint); another one, even of the same width,
 // gives meaningless scores.
 void check_same_model(const probes::ProbeSet& set, const std::string& dir, const EngineOptions& options,
@@ -283,7 +281,7 @@ void Engine::index_labels() {
   }
   std::map<std::string, size_t> column;
   for (size_t k = 0; k < labels_.size(); ++k) column[labels_[k]] = k;
-  thresholds_.assign(layers_.size(), std::vector<double>(labels_.size(), kNaN));
+  thresholds_.assign(layers_.size(), std::vector<double>(labels_.size(), std::numeric_limits<double>::quiet_NaN()));
   aucs_ = thresholds_;
   calibrated_.assign(layers_.size(), std::vector<bool>(labels_.size(), false));
   for (size_t l = 0; l < probes_.size(); ++l) {

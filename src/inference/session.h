@@ -3,12 +3,11 @@
 // the tool is a thin main and tests reach every view.
 #pragma once
 
-#include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <istream>
 #include <string>
 
+#include "cli/app_fwd.h"
 #include "common/json.h"
 #include "generation/flags.h"
 #include "inference/engine.h"

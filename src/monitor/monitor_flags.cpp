@@ -1,5 +1,7 @@
 #include "monitor/monitor_flags.h"
 
+#include <CLI/CLI.hpp>
+
 #include "monitor/actions.h"
 #include "monitor/aggregates.h"
 

@@ -2,11 +2,10 @@
 // --monitor-scope, --on-fire-steer and --on-fire-ablate.
 #pragma once
 
-#include <CLI/CLI.hpp>
-
 #include <string>
 #include <vector>
 
+#include "cli/app_fwd.h"
 #include "monitor/policy.h"
 
 namespace probekit::monitor {

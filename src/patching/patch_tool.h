@@ -2,11 +2,10 @@
 // which the tool and the Python package's model.patch share.
 #pragma once
 
-#include <CLI/CLI.hpp>
-
 #include <string>
 #include <vector>
 
+#include "cli/app_fwd.h"
 #include "common/json.h"
 #include "loading/model_loading.h"
 #include "patching/report.h"

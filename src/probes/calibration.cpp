@@ -1,5 +1,6 @@
 #include "probes/calibration.h"
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 

@@ -5,11 +5,10 @@
 // place of the validation-tuned threshold.
 #pragma once
 
-#include <CLI/CLI.hpp>
-
 #include <string>
 #include <vector>
 
+#include "cli/app_fwd.h"
 #include "common/json.h"
 
 namespace probekit::probes {

@@ -4,8 +4,7 @@
 // the flags are added, which are the trainer's reference defaults (or the benchmark's own).
 #pragma once
 
-#include <CLI/CLI.hpp>
-
+#include "cli/app_fwd.h"
 #include "probes/binary_run.h"
 #include "probes/multiclass_trainer.h"
 

@@ -2,12 +2,11 @@
 // stored, --sae-top-k and --sae-dense; and the SAEs they name, loaded and checked against the model.
 #pragma once
 
-#include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "cli/app_fwd.h"
 #include "model/config.h"
 #include "sae/sae.h"
 #include "sites/sae_site.h"

@@ -2,11 +2,10 @@
 // struct (each bound is a flag; docs/probe_server.md lists them with their defaults).
 #pragma once
 
-#include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <string>
 
+#include "cli/app_fwd.h"
 #include "inference/engine.h"
 #include "server/api/limits.h"
 

@@ -3,10 +3,9 @@
 // split, kept at its length, which is part of what users scale) or from the label's probes (their unit directions).
 #pragma once
 
-#include <CLI/CLI.hpp>
-
 #include <string>
 
+#include "cli/app_fwd.h"
 #include "common/json.h"
 #include "steering/vector_file.h"
 

@@ -1,5 +1,7 @@
 #include "steering/steering_flags.h"
 
+#include <CLI/CLI.hpp>
+
 namespace probekit::steering {
 
 void add_steering_flags(CLI::App& app, SteeringSpec& spec, bool probes_dir, bool latents) {

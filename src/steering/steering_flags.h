@@ -3,8 +3,7 @@
 // and where SAEs are loaded --steer-latent and --clamp-latent.
 #pragma once
 
-#include <CLI/CLI.hpp>
-
+#include "cli/app_fwd.h"
 #include "steering/steering.h"
 
 namespace probekit::steering {

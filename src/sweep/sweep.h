@@ -6,12 +6,11 @@
 // generations with a steering vector per row, not one run per cell.
 #pragma once
 
-#include <CLI/CLI.hpp>
-
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "cli/app_fwd.h"
 #include "common/json.h"
 #include "generation/flags.h"
 #include "inference/engine.h"

@@ -1,5 +1,6 @@
 // The training flags' table: which tool takes which flag, the defaults each tool shows, what the flags write,
 // and the one validation of the values both trainers share.
+#include <CLI/CLI.hpp>
 #include <doctest/doctest.h>
 
 #include <algorithm>

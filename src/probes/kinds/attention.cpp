@@ -18,7 +18,8 @@
 
 namespace probekit::probes {
 
-namespace {
+// The kind's own names, in a namespace of their own: the kinds' files share a unity build's translation units.
+namespace attention_kind {
 
 enum Parameter : size_t { kPositionWeight, kQueryWeight, kValueWeight, kValueBias };
 // Positions in TrainActivations::intermediates: weights [R, K*h], values [R, K*h*O], pools [B, K*h*O], and the
@@ -122,8 +123,8 @@ void AttentionKind::backward(const ProbeBank& bank, const TrainActivations& save
   at::sum_out(grads[kPositionWeight], (ds * v[kPosition].unsqueeze(1)).view({rows, k, s.heads}), at::IntArrayRef{0});
 }
 
-}  // namespace
+}  // namespace attention_kind
 
-std::unique_ptr<ProbeKind> make_attention_kind() { return std::make_unique<AttentionKind>(); }
+std::unique_ptr<ProbeKind> make_attention_kind() { return std::make_unique<attention_kind::AttentionKind>(); }
 
 }  // namespace probekit::probes

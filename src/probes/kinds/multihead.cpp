@@ -14,7 +14,8 @@
 
 namespace probekit::probes {
 
-namespace {
+// The kind's own names, in a namespace of their own: the kinds' files share a unity build's translation units.
+namespace multihead_kind {
 
 // Positions in parameters() of the multi-head probe's parameters.
 enum Parameter : size_t {
@@ -134,8 +135,8 @@ void MultiheadKind::backward(const ProbeBank& bank, const TrainActivations& save
   at::sum_out(grads[kEncoder0Bias], grad_pre1, at::IntArrayRef{1});
 }
 
-}  // namespace
+}  // namespace multihead_kind
 
-std::unique_ptr<ProbeKind> make_multihead_kind() { return std::make_unique<MultiheadKind>(); }
+std::unique_ptr<ProbeKind> make_multihead_kind() { return std::make_unique<multihead_kind::MultiheadKind>(); }
 
 }  // namespace probekit::probes

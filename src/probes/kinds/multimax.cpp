@@ -15,7 +15,8 @@
 
 namespace probekit::probes {
 
-namespace {
+// The kind's own names, in a namespace of their own: the kinds' files share a unity build's translation units.
+namespace multimax_kind {
 
 enum Parameter : size_t { kQueryWeight, kValueWeight, kBias };
 // Positions in TrainActivations::intermediates: every row's values [R, K*h*O] and softmax weights [R, K*h], the
@@ -109,8 +110,8 @@ at::Tensor MultimaxKind::token_weights(const ProbeBank& bank, const TrainActivat
   return weights.view({rows, bank.probes(), bank.shape().heads});
 }
 
-}  // namespace
+}  // namespace multimax_kind
 
-std::unique_ptr<ProbeKind> make_multimax_kind() { return std::make_unique<MultimaxKind>(); }
+std::unique_ptr<ProbeKind> make_multimax_kind() { return std::make_unique<multimax_kind::MultimaxKind>(); }
 
 }  // namespace probekit::probes

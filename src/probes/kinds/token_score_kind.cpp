@@ -8,14 +8,6 @@
 
 namespace probekit::probes {
 
-namespace {
-
-enum Parameter : size_t { kWeight, kBias };
-// Positions in TrainActivations::intermediates: each row's weight [R, K*O] and its text [R].
-enum Saved : size_t { kRowWeights, kText };
-
-}  // namespace
-
 std::vector<ParameterSpec> TokenScoreKind::parameters(const ProbeShape& s) const {
   return {{"linear.weight", {s.outputs, s.input_dim}}, {"linear.bias", {s.outputs}}};
 }

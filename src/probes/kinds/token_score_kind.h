@@ -10,6 +10,10 @@
 namespace probekit::probes {
 
 class TokenScoreKind : public ProbeKind {
+  enum Parameter : size_t { kWeight, kBias };
+  // Positions in TrainActivations::intermediates: each row's weight [R, K*O] and its text [R].
+  enum Saved : size_t { kRowWeights, kText };
+
  public:
   bool reads_every_token() const override { return true; }
   int64_t default_heads() const override { return 1; }

@@ -9,7 +9,7 @@
 namespace probekit::tokenizer {
 namespace {
 
-std::unique_ptr<Decoder> build_sequence(const JsonNode& node) {
+std::unique_ptr<Decoder> decoder_sequence(const JsonNode& node) {
   return std::make_unique<SequenceDecoder>(build_each(node.at("decoders"), make_decoder));
 }
 
@@ -49,7 +49,7 @@ constexpr TypeRow<Decoder> kDecoderTypes[] = {
     {"Metaspace", build_metaspace},
     {"WordPiece", build_word_piece},
     {"BPEDecoder", build_bpe},
-    {"Sequence", build_sequence},
+    {"Sequence", decoder_sequence},
     // The crate's types that are not built here yet.
     {"CTC", nullptr},
 };

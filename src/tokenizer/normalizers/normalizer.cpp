@@ -9,7 +9,7 @@
 namespace probekit::tokenizer {
 namespace {
 
-std::unique_ptr<Normalizer> build_sequence(const JsonNode& node) {
+std::unique_ptr<Normalizer> normalizer_sequence(const JsonNode& node) {
   return std::make_unique<SequenceNormalizer>(build_each(node.at("normalizers"), make_normalizer));
 }
 
@@ -42,7 +42,7 @@ constexpr TypeRow<Normalizer> kNormalizerTypes[] = {
     {"StripAccents", build_plain<Normalizer, StripAccentsNormalizer>},
     {"Nmt", build_plain<Normalizer, NmtNormalizer>},
     {"ByteLevel", build_plain<Normalizer, ByteLevelNormalizer>},
-    {"Sequence", build_sequence},
+    {"Sequence", normalizer_sequence},
     // The crate's types that are not built here yet.
     {"BertNormalizer", nullptr},
     {"Bert", nullptr},

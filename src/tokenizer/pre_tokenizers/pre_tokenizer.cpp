@@ -10,7 +10,7 @@
 namespace probekit::tokenizer {
 namespace {
 
-std::unique_ptr<PreTokenizer> build_sequence(const JsonNode& node) {
+std::unique_ptr<PreTokenizer> pre_tokenizer_sequence(const JsonNode& node) {
   return std::make_unique<SequencePreTokenizer>(build_each(node.at("pretokenizers"), make_pre_tokenizer));
 }
 
@@ -62,7 +62,7 @@ constexpr TypeRow<PreTokenizer> kPreTokenizerTypes[] = {
     {"Digits", build_digits},
     {"CharDelimiterSplit", build_char_delimiter_split},
     {"BertPreTokenizer", build_plain<PreTokenizer, BertPreTokenizer>},
-    {"Sequence", build_sequence},
+    {"Sequence", pre_tokenizer_sequence},
     // The crate's types that are not built here yet.
     {"UnicodeScripts", nullptr},
     {"FixedLength", nullptr},

@@ -13,7 +13,7 @@ int32_t read_token_id(const JsonNode& node) {
   return static_cast<int32_t>(pair[1].as_int());
 }
 
-std::unique_ptr<PostProcessor> build_sequence(const JsonNode& node) {
+std::unique_ptr<PostProcessor> post_processor_sequence(const JsonNode& node) {
   return std::make_unique<SequenceProcessor>(build_each(node.at("processors"), make_post_processor));
 }
 
@@ -30,7 +30,7 @@ constexpr TypeRow<PostProcessor> kPostProcessorTypes[] = {
     {"ByteLevel", build_plain<PostProcessor, PassThroughProcessor>},
     {"BertProcessing", build_bert<false>},
     {"RobertaProcessing", build_bert<true>},
-    {"Sequence", build_sequence},
+    {"Sequence", post_processor_sequence},
 };
 
 }  // namespace
