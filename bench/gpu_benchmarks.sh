@@ -73,7 +73,7 @@
 # Usage: bash bench/gpu_benchmarks.sh OUT_DIR [STEP...]
 #   steps: build model capture profile alllayers spread multigpu split train generate server coldstart moe steer sweep
 #          previous python_api chat hybrid attention oss fp8 monitor multimax masked patching sae (default: all but
-#          previous, python_api, chat, hybrid, attention, oss, fp8, monitor, multimax, masked, patching and sae)
+#          previous, python_api, chat, hybrid, attention, oss, fp8, monitor, multimax, masked, patching, sae and saegen)
 # RUNS (default 2) sets the runs of each side; PYTHON_RUNS (default RUNS) those of the Python side, whose
 # capture and training take minutes a run.
 set -euo pipefail
@@ -385,6 +385,25 @@ if has masked; then
       "$tools/capture_activations" --model "$model" --dataset "/tmp/masked_$kind.jsonl" --output-dir "/tmp/masked_capture_$kind" \
         --layers $layers --overwrite --json -q "${flags[@]}" > "$out/masked_capture_${kind}_$run.json"
     done
+  done
+fi
+# Batch-1 chat decode with the 45 probes, without and with the bench SAE's largest latents per token (--sae); one
+# completion's latents kept beside the figures.
+if has saegen; then
+  cp tests/fixtures/models/gemma3_text/chat_template.jinja "$model/"
+  chat_probes
+  sae_dir=$("$python" bench/python/make_bench_sae.py "$model" /tmp/bench_sae)
+  for kind in plain sae; do
+    flags=()
+    [ "$kind" = sae ] && flags=(--sae "res=$sae_dir")
+    start_server 8096 "${flags[@]}"
+    "$python" bench/python/chat_streams_bench.py --port 8096 --streams 1 --tokens 128 --runs "$runs" \
+      | tee "$out/sae_generation_$kind.json"
+    [ "$kind" = sae ] && "$python" -c "import json, urllib.request
+body = json.dumps({'messages': [{'role': 'user', 'content': 'Tell me about rivers.'}], 'max_tokens': 4}).encode()
+request = urllib.request.Request('http://127.0.0.1:8096/v1/chat/completions', body, {'Content-Type': 'application/json'})
+print(json.dumps(json.load(urllib.request.urlopen(request))['probes'][0]['latents']))" > "$out/sae_generation_latents.json"
+    kill "$server"; wait "$server" || true
   done
 fi
 # capture_with_peak NAME MODEL LAYERS RUN [FLAGS...]: capture_activations on the dataset with nvidia-smi's memory

@@ -36,11 +36,6 @@ void check_same_model(const probes::ProbeSet& set, const std::string& dir, const
   spdlog::warn("{}; running them anyway (--force)", message);
 }
 
-// SAEs moved to the engine's device.
-std::vector<sae::SparseAutoencoder> on_device(std::vector<sae::SparseAutoencoder> saes, at::Device device) {
-  for (sae::SparseAutoencoder& sae : saes) sae = sae.to(device);
-  return saes;
-}
 
 // Checks that the probes of `dir`, trained on `site`, fit the model and the layer they are run on.
 void check_fits(const probes::ProbeSet& set, const std::string& dir, int64_t layer, Site site,
@@ -100,6 +95,14 @@ readout::PromptLimit limit_for(int64_t recorded, const model::ModelConfig& confi
 Engine::Engine(Engine&&) noexcept = default;
 Engine::~Engine() = default;
 
+void Engine::set_saes(std::vector<sae::SparseAutoencoder> saes, const std::vector<sae::SaeSpec>& labels) {
+  sae::describe_latents(saes, labels);
+  saes_.clear();
+  for (const sae::SparseAutoencoder& sae : saes) saes_.push_back(sae.to(target_.device));
+  shown_latents_.clear();
+  for (const sae::SparseAutoencoder& sae : saes_) shown_latents_.push_back({&sae, SaeOutput::kLatents, kShownLatents, true});
+}
+
 Engine Engine::load(const EngineOptions& options) {
   auto start = std::chrono::steady_clock::now();
   auto since_start = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
@@ -131,7 +134,7 @@ Engine Engine::load(const EngineOptions& options) {
   engine.target_ = targets.front();
   std::future<void> warm_up = device::warm_up(engine.target_);
   spdlog::debug("{:.2f} s: device ready", since_start());
-  engine.saes_ = on_device(std::move(saes), engine.target_.device);
+  engine.set_saes(std::move(saes), options.sae_labels);
   engine.load_probes(config, read_ahead.checkpoint()->fingerprint());
   engine.index_labels();
   spdlog::debug("{:.2f} s: {} probes of {} layers loaded", since_start(), engine.labels_.size(), engine.layers_.size());
@@ -158,7 +161,7 @@ Engine Engine::attach(const EngineOptions& options, const loading::SharedModel& 
   engine.model_ = model.model;
   engine.tokenizer_ = model.tokenizer;
   const model::ModelConfig& config = model.model->config();
-  engine.saes_ = on_device(sae::load_saes(options.saes, config), engine.target_.device);
+  engine.set_saes(sae::load_saes(options.saes, config), options.sae_labels);
   if (!options.probes_dir.empty()) {
     engine.catalog_ = probes::find_probes(options.probes_dir);
     engine.layers_ = probes::select_layers(engine.catalog_, options.layers, options.layer, options.best_layer);

@@ -21,6 +21,7 @@
 #include "probes/probe_files.h"
 #include "readout/prompts.h"
 #include "readout/readout.h"
+#include "sae/latent_reading.h"
 #include "sae/sae_flags.h"
 #include "steering/steering.h"
 #include "tokenizer/tokenizer.h"
@@ -39,6 +40,7 @@ struct EngineOptions : loading::ModelRequest {
   bool generate = false;  // load every layer, the final norm and the LM head too (Engine::generate)
   steering::SteeringSpec steering;  // added to every pass (its probes: probes_dir unless it names its own)
   std::vector<sae::SaeSpec> saes;   // --sae: probes trained on an SAE site read through the one of its name
+  std::vector<sae::SaeSpec> sae_labels;  // --sae-labels NAME=FILE: descriptions of an SAE's latents
 };
 
 /// Every probe's probability for one text: probability[l][k] for layers()[l] and labels()[k]; NaN where a
@@ -67,9 +69,12 @@ struct TokenScores {
   std::vector<std::vector<std::vector<double>>> token_probability;
   std::vector<uint8_t> mask;  // a conversation's: 1 for each token in the probes' token mask; empty for a text
   // With --sae: each SAE's largest latents (kShownLatents at most, zeros left out, largest first) at each token, as
-  // the SAE reads its site there (the text up to the token, no suffix): latents[name][t] = [(index, value), ...].
-  std::map<std::string, std::vector<std::vector<std::pair<int64_t, float>>>> latents;
+  // the SAE reads its site there (the text up to the token, no suffix): latents[name][t].
+  std::map<std::string, std::vector<sae::TopLatents>> latents;
 };
+
+/// Each --sae SAE's largest latents at one token, by the SAE's name.
+using TokenLatents = std::map<std::string, sae::TopLatents>;
 
 /// The latents shown per token and SAE beside the probe scores (TokenScores::latents).
 constexpr int64_t kShownLatents = 8;
@@ -87,6 +92,7 @@ struct ScoredToken {
   std::vector<monitor::Firing> firings;  // the monitors that fired at this token (and, at the first, on the prompt)
   // [layer][label]: the token's own score for ema and rolling probes (TokenScores::token_probability); else empty
   std::vector<std::vector<double>> token_probability;
+  TokenLatents latents;  // with --sae: each SAE's largest latents at this token (kShownLatents)
 };
 /// Called for each new token as it comes; returning false stops that row.
 using ScoredTokenCallback = std::function<bool(const ScoredToken&)>;
@@ -238,6 +244,11 @@ class Engine {
                        bool with_suffix = true) const;
   /// Each --sae SAE's largest latents at each token of `ids` into result.latents, the pass steered by `writes`.
   void store_latents(const readout::Sequence& ids, const model::StreamWrites* writes, TokenScores& result) const;
+  /// What shows each --sae SAE's largest latents at a token: one request per SAE (its site and layer, the latents'
+  /// top kShownLatents packed), over shown_latents_.
+  std::vector<readout::Request> latent_requests() const;
+  /// saes_ set (on the engine's device, described by `labels`) and shown_latents_ made for them.
+  void set_saes(std::vector<sae::SparseAutoencoder> saes, const std::vector<sae::SaeSpec>& labels);
   /// Layer index l's cells of `tables` [t][l][k] set to NaN for the tokens outside [first, end): those the probes
   /// leave out (the leading specials, those past --max-tokens) have no score of their own.
   void hide_unread_tokens(size_t l, int64_t first, int64_t end, std::vector<std::vector<std::vector<double>>>& tables) const;
@@ -270,6 +281,7 @@ class Engine {
   steering::SteeringVectors steering_;
   std::unique_ptr<model::StreamWrites> writes_;  // request_.writes points here: an address that moves do not change
   std::vector<sae::SparseAutoencoder> saes_;      // --sae, on the engine's device
+  std::vector<sae::LatentReading> shown_latents_;  // per SAE of saes_: its top kShownLatents latents, packed
   std::unique_ptr<sae::LatentReading> latents_;   // probes of an SAE site: request_.latents points here
 };
 

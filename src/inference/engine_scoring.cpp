@@ -253,23 +253,23 @@ void Engine::score_token_ids(const readout::Sequence& ids, const steering::Steer
   store_probabilities(rows, result.probability, 0);
 }
 
+std::vector<readout::Request> Engine::latent_requests() const {
+  std::vector<readout::Request> requests;
+  for (const sae::LatentReading& reading : shown_latents_) {
+    requests.push_back({reading.sae->site, Position::kLast, {reading.sae->layer}, 0});
+    requests.back().latents = &reading;
+  }
+  return requests;
+}
+
 // A token's latents at the SAE's site do not depend on what follows it: one pass over the text reads every token's.
 void Engine::store_latents(const readout::Sequence& ids, const model::StreamWrites* writes, TokenScores& result) const {
-  for (const sae::SparseAutoencoder& sae : saes_) {
-    const sae::LatentReading reading{&sae, SaeOutput::kLatents, kShownLatents, true};
-    readout::Request request{sae.site, Position::kAll, {sae.layer}, 0};
+  for (readout::Request request : latent_requests()) {
+    request.position = Position::kAll;
     request.writes = writes;
-    request.latents = &reading;
     const at::Tensor rows = readout::read_rows(*model_, {ids}, request).select(1, 0).to(at::kCPU);  // [T, 2K + 2]
-    auto& per_token = result.latents[sae.name];
-    for (int64_t t = 0; t < rows.size(0); ++t) {
-      std::vector<std::pair<int64_t, float>> top;
-      for (int64_t j = 0; j < kShownLatents; ++j) {
-        const auto index = static_cast<int64_t>(rows[t][j].item<float>());
-        if (index >= 0) top.emplace_back(index, rows[t][kShownLatents + j].item<float>());
-      }
-      per_token.push_back(std::move(top));
-    }
+    auto& per_token = result.latents[request.latents->sae->name];
+    for (int64_t t = 0; t < rows.size(0); ++t) per_token.push_back(sae::unpack_latents(rows[t], *request.latents->sae));
   }
 }
 
@@ -354,6 +354,8 @@ std::vector<GeneratedText> Engine::generate(const std::vector<std::string>& prom
                                             const generation::GenerationOptions& options,
                                             const ScoredTokenCallback& on_token, bool add_special_tokens) const {
   if (!options_.generate) fail_input("the engine was loaded for ranking, without the LM head");
+  // Streams read each new token's latents in its own pass (StreamBatch); they give the tokens generate gives.
+  if (!saes_.empty() && options.writes == nullptr) return generate_monitored(prompts, options, nullptr, on_token, add_special_tokens);
   std::vector<GeneratedText> texts(prompts.size());
   std::vector<readout::Sequence> ids;
   std::vector<TextStream> streams;

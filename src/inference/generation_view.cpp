@@ -62,6 +62,21 @@ std::string firings_text(const std::vector<monitor::Firing>& firings) {
   return out;
 }
 
+// Each SAE's three largest latents at the token: "  | NAME 17 3.21 \"dogs\", 200 1.05".
+std::string latents_text(const TokenLatents& latents) {
+  constexpr size_t kShown = 3;
+  std::string out;
+  for (const auto& [name, top] : latents) {
+    std::vector<std::string> shown;
+    for (size_t i = 0; i < top.size() && i < kShown; ++i) {
+      const std::string description = top[i].description.empty() ? "" : " " + dump_json(terminal_text(top[i].description));
+      shown.push_back(fmt::format("{} {:.2f}{}", top[i].index, top[i].value, description));
+    }
+    out += fmt::format("  | {} {}", terminal_text(name), shown.empty() ? std::string("-") : fmt::format("{}", fmt::join(shown, ", ")));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string generated_token_line(const ScoredToken& token, const ScoreTable& table, int64_t top_k, bool with_row) {
@@ -72,9 +87,9 @@ std::string generated_token_line(const ScoredToken& token, const ScoreTable& tab
   }
   std::string row = with_row ? fmt::format("[{}] ", token.row) : "";
   std::string quoted = dump_json(token.text);
-  return fmt::format("{}{:>4}  {}{}  {}{}", row, token.index, quoted, std::string(18 - std::min<size_t>(18, columns(quoted)), ' '),
+  return fmt::format("{}{:>4}  {}{}  {}{}{}", row, token.index, quoted, std::string(18 - std::min<size_t>(18, columns(quoted)), ' '),
                      firing.empty() ? std::string("-") : fmt::format("{}", fmt::join(firing, ", ")),
-                     firings_text(token.firings));
+                     latents_text(token.latents), firings_text(token.firings));
 }
 
 Json generated_row_json(size_t row, const std::string& prompt, const GeneratedText& text, const Json& steering) {
@@ -95,6 +110,13 @@ Json generated_token_json(const ScoredToken& token, const ScoreTable& table) {
               {"id", token.id},     {"token", token.token}, {"text", token.text},
               {"last", token.last}, {"predictions", predictions_json(all_predictions(table))}};
   if (!token.firings.empty()) out["monitor_firings"] = monitor::firings_json(token.firings);
+  if (!token.latents.empty()) out["latents"] = token_latents_json(token.latents);
+  return out;
+}
+
+Json token_latents_json(const TokenLatents& latents) {
+  Json out = Json::object();
+  for (const auto& [name, top] : latents) out[name] = sae::latents_json(top);
   return out;
 }
 

@@ -14,13 +14,15 @@
 namespace probekit::inference {
 
 /// The streaming line of one token: "[row] index "token" ✓label 0.912, ..." with the labels that fire (at or
-/// above their threshold, at most `top_k`, most confident first), "-" when none does; the row only when
-/// `with_row`.
+/// above their threshold, at most `top_k`, most confident first), "-" when none does; then with --sae each SAE's
+/// three largest latents ("  | NAME 17 3.21 "description", ..."); the row only when `with_row`.
 std::string generated_token_line(const ScoredToken& token, const ScoreTable& table, int64_t top_k, bool with_row);
 
 /// The JSON line of one token: row, index, position, id, token, text (what it adds), last, and every (label,
 /// layer) prediction, most confident first.
 Json generated_token_json(const ScoredToken& token, const ScoreTable& table);
+/// {NAME: [{"latent", "value", "description"}, ...]}: each SAE's largest latents at a token.
+Json token_latents_json(const TokenLatents& latents);
 
 /// The JSON line of a finished row: row, done, stop, prompt, prompt_ids, generated_ids, text, and the steering the
 /// generation applied (`steering`: its record, null for none).

@@ -375,11 +375,7 @@ Json per_token_json(const std::string& text, const TokenScores& scores, const st
       rows.back()["token_scores"] = token_values_json(scores.token_probability[t], tables[t], "score");
     }
     if (!scores.attention.empty()) rows.back()["attention"] = token_values_json(scores.attention[t], tables[t], "weight");
-    for (const auto& [name, per_token] : scores.latents) {
-      Json top = Json::array();
-      for (const auto& [index, value] : per_token[t]) top.push_back({index, value});
-      rows.back()["latents"][name] = top;
-    }
+    for (const auto& [name, per_token] : scores.latents) rows.back()["latents"][name] = sae::latents_json(per_token[t]);
   }
   Json out = {{"text", text}, {"cut_tokens", scores.cut}, {"tokens", rows}};
   if (!scores.suffix_attention.empty() && !tables.empty()) {
@@ -483,7 +479,7 @@ void add_engine_flags(CLI::App& app, EngineOptions& e, const std::string& batch_
   app.add_option("--batch-size", e.batch_size, batch_help)->capture_default_str()->check(at_least(1));
   add_device_options(app, e.device, e.dtype);
   add_fp8_products_option(app, e.fp8_products);
-  sae::add_sae_flags(app, e.saes);
+  sae::add_sae_flags(app, e.saes, nullptr, &e.sae_labels);
 }
 
 void run_inference(InferenceRequest& r, std::istream& input, bool input_is_terminal) {

@@ -38,17 +38,19 @@ struct StreamBatch::Stream {
 };
 
 // A step on the device: each row's finite flag (of the final norm its token was chosen from), token and scores
-// (unless every-token probes score the whole text on delivery), on their way to the host.
+// (unless every-token probes score the whole text on delivery), and each SAE's largest latents at the token, on
+// their way to the host.
 struct StreamBatch::Launched {
   std::vector<uint64_t> serials;  // each row's stream
-  std::vector<std::unique_ptr<device::HostCopy>> copies;  // finite [B], tokens [B], then scores [B, probes]
+  // finite [B], tokens [B], then scores [B, probes], then per --sae SAE its packed latents [B, 2 K + 2]
+  std::vector<std::unique_ptr<device::HostCopy>> copies;
 };
 
 StreamBatch::StreamBatch(const Engine& engine)
     : engine_(engine),
       // Every-token probes read each stream's whole text so far (step()), not the generation's passes.
       reader_(engine.model(), engine.reads_every_token() ? nullptr : &engine.request_, engine.prompts_->suffix_ids(),
-              nullptr) {}
+              nullptr, engine.latent_requests()) {}
 
 StreamBatch::~StreamBatch() = default;
 
@@ -159,6 +161,7 @@ std::unique_ptr<StreamBatch::Launched> StreamBatch::launch() {
   hidden_ = step.final_norm;
   std::vector<at::Tensor> outputs{finite, tokens};
   if (!engine_.reads_every_token()) outputs.push_back(engine_.probabilities_of(step.rows));
+  outputs.insert(outputs.end(), step.token_rows.begin(), step.token_rows.end());
   for (const at::Tensor& output : outputs) launched->copies.push_back(std::make_unique<device::HostCopy>(output, &pinned_));
   for (auto& s : streams_) {
     launched->serials.push_back(s->serial);
@@ -205,13 +208,23 @@ void StreamBatch::deliver(Launched& launched) {
       continue;
     }
     ended[b] = hand_out(*streams_[b], static_cast<int32_t>(tokens.data_ptr<int64_t>()[row]), scores[score_row],
-                        token_scores.defined() ? token_scores[score_row] : at::Tensor(), errors[b]);
+                        token_scores.defined() ? token_scores[score_row] : at::Tensor(),
+                        latents_of(launched, engine_.reads_every_token() ? 2 : 3, row), errors[b]);
   }
   leave(ended, errors);
 }
 
+TokenLatents StreamBatch::latents_of(Launched& launched, size_t first, size_t row) const {
+  TokenLatents latents;
+  for (size_t i = 0; i < engine_.saes_.size(); ++i) {
+    const at::Tensor& packed = launched.copies[first + i]->wait();
+    latents[engine_.saes_[i].name] = sae::unpack_latents(packed[static_cast<int64_t>(row)], engine_.saes_[i]);
+  }
+  return latents;
+}
+
 bool StreamBatch::hand_out(Stream& s, int32_t id, const at::Tensor& scores, const at::Tensor& token_scores,
-                           std::exception_ptr& error) {
+                           TokenLatents latents, std::exception_ptr& error) {
   const generation::GenerationOptions& o = s.request.options;
   const auto index = static_cast<int64_t>(s.generated.ids.size());
   const bool eos = std::find(o.stop_ids.begin(), o.stop_ids.end(), id) != o.stop_ids.end();
@@ -231,6 +244,7 @@ bool StreamBatch::hand_out(Stream& s, int32_t id, const at::Tensor& scores, cons
                      std::move(s.prompt_firings)};
   scored.firings.insert(scored.firings.end(), firings.begin(), firings.end());
   scored.token_probability = std::move(own);
+  scored.latents = std::move(latents);
   s.prompt_firings.clear();
   s.generated.ids.push_back(id);
   s.generated.text += scored.text;

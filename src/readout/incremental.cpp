@@ -23,11 +23,12 @@ at::Tensor device_ids(const Sequence& ids, at::Device device) {
 }  // namespace
 
 IncrementalReader::IncrementalReader(const model::TransformerModel& model, const Request* request, Sequence suffix,
-                                     const model::StreamWrites* writes)
+                                     const model::StreamWrites* writes, std::vector<Request> token_reads)
     : model_(model),
       request_(request),
       suffix_(std::move(suffix)),
       writes_(writes),
+      token_reads_(std::move(token_reads)),
       fused_attention_(model::cached_attention_is_fused(model.config(), model.device(), model.dtype(), step_span())),
       graphs_(model) {
   graphs_.capture_new_keys_at_once(fused_attention_);
@@ -50,6 +51,24 @@ IncrementalReader::IncrementalReader(const model::TransformerModel& model, const
       return values.select(1, last).to(at::kFloat);
     });
   }
+  hook_step_readers();
+}
+
+void IncrementalReader::hook_step_readers() {
+  std::vector<const SiteReader*> readers;
+  if (step_reader_) readers.push_back(step_reader_.get());
+  for (const Request& read : token_reads_) {
+    check_site(read.site, Position::kLast, read.layers, model_.config());
+    token_readers_.push_back(std::make_unique<SiteReader>(read, model_.device(), [](const at::Tensor& values) {
+      return values.select(1, 0).to(at::kFloat);  // the new token, before the suffix
+    }));
+    readers.push_back(token_readers_.back().get());
+  }
+  for (const SiteReader* reader : readers) step_sites_ |= reader->hook_sites();
+  // The readers live on the heap, as long as this reader: the hook holds them, not `this`.
+  step_hook_ = [readers](Site site, int64_t layer, const at::Tensor& values) {
+    for (const SiteReader* reader : readers) reader->hook()(site, layer, values);
+  };
 }
 
 void IncrementalReader::set_writes(const model::StreamWrites* writes) {
@@ -154,16 +173,21 @@ IncrementalReader::Step IncrementalReader::step(const at::Tensor& tokens, const 
                                         : std::min(capacity_, (longest_ + span + kVisibleStep - 1) / kVisibleStep * kVisibleStep);
   std::vector<at::Tensor> outputs = graphs_.run({epoch_, batch, span, pass.cache_visible}, pass,
                                                 [&](model::ForwardPass& p) { return run_step(p); });
-  Step step{outputs[0], reading ? outputs[1] : at::Tensor()};
+  Step step{outputs[0], reading ? outputs[1] : at::Tensor(), {}};
+  step.token_rows.assign(outputs.begin() + (reading ? 2 : 1), outputs.end());
   lengths_ = lengths_ + advance.to(at::kLong);
   longest_ += 1;
   return step;
 }
 
 std::vector<at::Tensor> IncrementalReader::run_step(model::ForwardPass& pass) const {
-  if (step_reader_) step_reader_->attach_hook(pass);
+  if (step_sites_ != 0) {
+    pass.hook = &step_hook_;
+    pass.hook_sites = step_sites_;
+  }
   std::vector<at::Tensor> outputs{model_.forward(pass).select(1, 0).to(at::kFloat)};
   if (step_reader_) outputs.push_back(step_reader_->stacked());
+  for (const auto& reader : token_readers_) outputs.push_back(reader->stacked().select(1, 0));
   return outputs;
 }
 

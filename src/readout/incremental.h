@@ -21,10 +21,11 @@ namespace probekit::readout {
 class IncrementalReader {
  public:
   /// `request` (position last; may be null: nothing is read but the final norm) is read after each new token
-  /// followed by `suffix`. `writes` (may be null) steer every pass, prompts and new tokens. The model must hold
-  /// every layer and the final norm.
+  /// followed by `suffix`; each of `token_reads` (e.g. an SAE's latents: readout.h's Request::latents) at the new
+  /// token itself, by the same pass. `writes` (may be null) steer every pass, prompts and new tokens. The model must
+  /// hold every layer and the final norm.
   IncrementalReader(const model::TransformerModel& model, const Request* request, Sequence suffix,
-                    const model::StreamWrites* writes = nullptr);
+                    const model::StreamWrites* writes = nullptr, std::vector<Request> token_reads = {});
 
   /// Runs the prompts (each at its own positions, however long the others) through every layer, caching their
   /// keys and values with room for `new_tokens` more tokens each. Returns the final norm at each prompt's last
@@ -34,6 +35,7 @@ class IncrementalReader {
   struct Step {
     at::Tensor final_norm;  // [B, hidden] fp32: at each row's new token
     at::Tensor rows;        // [B, layers, width] fp32: the request's rows for ids[0..p] + suffix; undefined without one
+    std::vector<at::Tensor> token_rows;  // per token read: [B, width] fp32 at the new token
   };
   /// Feeds `tokens` [B] (int64, on the model's device) at each row's next position. A row whose `advance` [B]
   /// (0 or 1, on the device) is 0 keeps its length: its slot is written again at the next step (a row that
@@ -61,6 +63,8 @@ class IncrementalReader {
 
  private:
   void check_cache_memory(int64_t batch, double capacity, int64_t new_tokens) const;
+  /// Makes the readers of token_reads_ and step_hook_, which gives a step's values to them and to step_reader_.
+  void hook_step_readers();
   /// The tokens a step feeds each row: its new token, then the suffix when reading.
   int64_t step_span() const { return 1 + (request_ != nullptr ? static_cast<int64_t>(suffix_.size()) : 0); }
   /// A step's pass run: its final norm at the new tokens, then the request's rows (when reading).
@@ -78,8 +82,13 @@ class IncrementalReader {
   int64_t longest_ = 0;    // an upper bound of lengths_, known on the host
   int64_t capacity_ = 0;
   bool fused_attention_;  // steps attend through fused::cached_attention: the whole cache visible (see step())
-  // The steps' reader of the request's rows, one for every step: a captured step keeps reading through it.
+  // The steps' readers of the request's rows and of the token reads, one each for every step: a captured step keeps
+  // reading through them; step_hook_ gives each pass's values to all of them.
   std::unique_ptr<SiteReader> step_reader_;
+  std::vector<Request> token_reads_;
+  std::vector<std::unique_ptr<SiteReader>> token_readers_;
+  model::TensorHook step_hook_;
+  uint32_t step_sites_ = 0;
   StepGraphs graphs_;
   int64_t epoch_ = 0;  // changes with the batch's rows, cache and writes: the graphs' key
 };

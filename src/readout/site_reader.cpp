@@ -46,7 +46,9 @@ void SiteReader::attach(model::ForwardPass& pass) const {
 
 void SiteReader::attach_hook(model::ForwardPass& pass) const {
   pass.hook = &hook_;
-  pass.hook_sites = site_bit(request_.site);
+  pass.hook_sites = hook_sites();
 }
+
+uint32_t SiteReader::hook_sites() const { return site_bit(request_.site); }
 
 }  // namespace probekit::readout

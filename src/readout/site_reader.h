@@ -28,6 +28,9 @@ class SiteReader {
   /// Gives `pass`'s hook the site only, leaving its layers and writes as they are (a pass that goes on to the LM
   /// head).
   void attach_hook(model::ForwardPass& pass) const;
+  /// The hook attach_hook gives a pass, and the sites it wants (for a pass whose hook feeds several readers).
+  const model::TensorHook& hook() const { return hook_; }
+  uint32_t hook_sites() const;
   const std::vector<at::Tensor>& rows() const { return rows_; }
   /// [rows, layers, width].
   at::Tensor stacked() const { return at::stack(rows_, 1); }

@@ -45,4 +45,26 @@ at::Tensor LatentReading::finish(const at::Tensor& rows) const {
   return at::cat({ids, values, l0, error}, 1);
 }
 
+TopLatents unpack_latents(const at::Tensor& packed_row, const SparseAutoencoder& sae) {
+  const at::Tensor row = packed_row.to(at::kFloat).contiguous();
+  const float* values = row.data_ptr<float>();
+  const int64_t k = (row.numel() - 2) / 2;
+  TopLatents top;
+  for (int64_t j = 0; j < k && values[j] >= 0; ++j) {
+    const auto index = static_cast<int64_t>(values[j]);
+    auto description = sae.descriptions.find(index);
+    top.push_back({index, values[k + j], description != sae.descriptions.end() ? description->second : ""});
+  }
+  return top;
+}
+
+Json latents_json(const TopLatents& latents) {
+  Json out = Json::array();
+  for (const ShownLatent& latent : latents) {
+    out.push_back({{"latent", latent.index}, {"value", latent.value}});
+    if (!latent.description.empty()) out.back()["description"] = latent.description;
+  }
+  return out;
+}
+
 }  // namespace probekit::sae

@@ -7,7 +7,10 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
+#include "common/json.h"
 #include "sae/sae.h"
 #include "sites/sae_site.h"
 
@@ -29,5 +32,19 @@ struct LatentReading {
   /// indices (exact in fp32; -1 past the row's L0) and values, the row's L0, and |x - x_hat| / |x|.
   at::Tensor finish(const at::Tensor& rows) const;
 };
+
+/// A latent shown beside probe scores: its index, its value and what it means where --sae-labels says.
+struct ShownLatent {
+  int64_t index = 0;
+  float value = 0;
+  std::string description;
+};
+using TopLatents = std::vector<ShownLatent>;
+
+/// The latents of a packed row [2 K + 2] of finish() (on the host), largest first, those past its L0 left out, each
+/// with `sae`'s description of it.
+TopLatents unpack_latents(const at::Tensor& packed_row, const SparseAutoencoder& sae);
+/// [{"latent": index, "value": value, "description": text (where there is one)}, ...].
+Json latents_json(const TopLatents& latents);
 
 }  // namespace probekit::sae

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,7 @@ struct SparseAutoencoder {
   // fp32: w_enc [d_in, d_sae], b_enc [d_sae], w_dec [d_sae, d_in], b_dec [d_in]; threshold [d_sae] (kJumpRelu);
   // b_gate, r_mag, b_mag [d_sae] (kGated, which has no b_enc).
   at::Tensor w_enc, b_enc, w_dec, b_dec, threshold, b_gate, r_mag, b_mag;
+  std::map<int64_t, std::string> descriptions;  // --sae-labels: what latents mean, shown beside them (not in record())
 
   /// The latents [rows, d_sae] (fp32) of rows [rows, d_in] of the SAE's site.
   at::Tensor encode(const at::Tensor& rows) const;

@@ -4,9 +4,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <optional>
 #include <set>
 
 #include "common/error.h"
+#include "common/json.h"
+#include "common/units.h"
 
 namespace probekit::sae {
 
@@ -18,7 +21,7 @@ SaeSpec parse_sae_spec(const std::string& text) {
   return spec;
 }
 
-void add_sae_flags(CLI::App& app, std::vector<SaeSpec>& specs, SaeStorage* storage) {
+void add_sae_flags(CLI::App& app, std::vector<SaeSpec>& specs, SaeStorage* storage, std::vector<SaeSpec>* labels) {
   app.add_option_function<std::vector<std::string>>(
          "--sae",
          [&specs](const std::vector<std::string>& values) {
@@ -27,6 +30,20 @@ void add_sae_flags(CLI::App& app, std::vector<SaeSpec>& specs, SaeStorage* stora
          "[NAME=]PATH: a sparse autoencoder (SAELens, Gemma Scope, Gemma Scope 2, Llama Scope or sparsify folder); "
          "NAME (default: the folder's name) is how --site sae:NAME and the latent flags refer to it; repeatable")
       ->type_name("[NAME=]PATH");
+  if (labels != nullptr) {
+    app.add_option_function<std::vector<std::string>>(
+           "--sae-labels",
+           [labels](const std::vector<std::string>& values) {
+             for (const std::string& value : values) {
+               SaeSpec spec = parse_sae_spec(value);
+               if (spec.name.empty()) fail_usage("--sae-labels {}: expected NAME=FILE (NAME: an --sae's name)", value);
+               labels->push_back(std::move(spec));
+             }
+           },
+           "NAME=FILE: descriptions of SAE NAME's latents (a Neuronpedia export: a JSON list of {\"index\", "
+           "\"description\"}), shown beside them; repeatable")
+        ->type_name("NAME=FILE");
+  }
   if (storage == nullptr) return;
   app.add_option("--sae-top-k", storage->top_k,
                  "--site sae:NAME stores each row's K largest latents (latent_indices, latent_values) with its L0 and "
@@ -55,6 +72,39 @@ std::vector<SparseAutoencoder> load_saes(const std::vector<SaeSpec>& specs, cons
     saes.push_back(std::move(sae));
   }
   return saes;
+}
+
+namespace {
+
+// One item's latent index: a number or its digits (Neuronpedia writes them as strings).
+int64_t latent_index(const Json& item, const std::string& where) {
+  const auto index = item.find("index");
+  if (index == item.end()) fail_input("{}: no \"index\"", where);
+  if (index->is_number_integer()) return index->get<int64_t>();
+  if (index->is_string()) {
+    const std::optional<int> digits = parse_count(index->get<std::string>());
+    if (digits) return *digits;
+  }
+  fail_input("{}: \"index\" must be a latent's number, got {}", where, dump_json(*index));
+}
+
+}  // namespace
+
+void describe_latents(std::vector<SparseAutoencoder>& saes, const std::vector<SaeSpec>& labels) {
+  for (const SaeSpec& spec : labels) {
+    SparseAutoencoder& sae = saes[static_cast<size_t>(&find_sae(saes, spec.name, "--sae-labels " + spec.name) - saes.data())];
+    const Json items = read_json_file(spec.path);
+    if (!items.is_array()) fail_input("{}: expected a JSON list of {{\"index\", \"description\"}}", spec.path);
+    for (size_t i = 0; i < items.size(); ++i) {
+      const std::string where = fmt::format("{}: item {}", spec.path, i);
+      if (!items[i].is_object()) fail_input("{}: expected an object with \"index\" and \"description\"", where);
+      const int64_t index = latent_index(items[i], where);
+      if (index < 0 || index >= sae.d_sae) {
+        fail_input("{}: latent {} is past SAE '{}''s {} latents", where, index, sae.name, sae.d_sae);
+      }
+      sae.descriptions[index] = json_at<std::string>(items[i], "description", where);
+    }
+  }
 }
 
 const SparseAutoencoder& find_sae(const std::vector<SparseAutoencoder>& saes, const std::string& name,

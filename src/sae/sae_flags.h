@@ -30,12 +30,19 @@ struct SaeStorage {
   int64_t stored_top_k(SaeOutput output) const { return dense || output == SaeOutput::kError ? 0 : top_k; }
 };
 
-/// Adds --sae bound to `specs`; with `storage`, --sae-top-k and --sae-dense too.
-void add_sae_flags(CLI::App& app, std::vector<SaeSpec>& specs, SaeStorage* storage = nullptr);
+/// Adds --sae bound to `specs`; with `storage`, --sae-top-k and --sae-dense too; with `labels`, --sae-labels
+/// NAME=FILE (the tools that show latents).
+void add_sae_flags(CLI::App& app, std::vector<SaeSpec>& specs, SaeStorage* storage = nullptr,
+                   std::vector<SaeSpec>* labels = nullptr);
 
 /// Loads every spec (names must differ) and checks each against `config`'s model: its layer in range and its input
 /// width the site's (the hidden size). Errors name the SAE's folder.
 std::vector<SparseAutoencoder> load_saes(const std::vector<SaeSpec>& specs, const model::ModelConfig& config);
+
+/// Gives each SAE named by a --sae-labels NAME=FILE the descriptions of its latents in FILE: a Neuronpedia export of
+/// explanations, a JSON list of {"index": latent (a number or its digits), "description": text, ...}. Errors name the
+/// file, the item and the field; an index past the SAE's width is refused.
+void describe_latents(std::vector<SparseAutoencoder>& saes, const std::vector<SaeSpec>& labels);
 
 /// The SAE named `name` among `saes`; a usage error naming `what` (the flag and value) and the names there are.
 const SparseAutoencoder& find_sae(const std::vector<SparseAutoencoder>& saes, const std::string& name,

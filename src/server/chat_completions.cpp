@@ -9,6 +9,7 @@
 #include "chat/render_budget.h"
 #include "chat/template_error.h"
 #include "generation/flags.h"
+#include "inference/generation_view.h"
 #include "inference/reports.h"
 #include "inference/stream_batch.h"
 #include "server/api/stop_text.h"
@@ -100,11 +101,12 @@ const char* finish_reason(const inference::GeneratedText& done, const StopText& 
   return stop.stopped() || done.stop == generation::StopReason::kEos ? "stop" : "length";
 }
 
-// A token's chunk or probe entry with the monitors that fired at it: "monitor" the first, "monitors" all when
-// several did.
-void add_firings(Json& out, const inference::ScoredToken& token) {
+// A token's chunk or probe entry with the monitors that fired at it ("monitor" the first, "monitors" all when
+// several did) and, with --sae, each SAE's largest latents at it ("latents").
+void add_firings_and_latents(Json& out, const inference::ScoredToken& token) {
   if (!token.firings.empty()) out["monitor"] = token.firings.front().to_json();
   if (token.firings.size() > 1) out["monitors"] = monitor::firings_json(token.firings);
+  if (!token.latents.empty()) out["latents"] = inference::token_latents_json(token.latents);
 }
 
 Json usage_json(const inference::GeneratedText& done) {
@@ -156,7 +158,7 @@ Json chat_completion_response(const ServerContext& context, const ChatModel& mod
     state->stop.add(token.text);
     Json entry = {{"index", token.index}, {"token", token.token}, {"text", token.text},
                   {"predictions", token_predictions(context, view, token)}};
-    add_firings(entry, token);
+    add_firings_and_latents(entry, token);
     state->probes.push_back(std::move(entry));
     state->timed_out = Clock::now() >= deadline;
     return !state->stop.stopped() && !state->timed_out;
@@ -242,7 +244,7 @@ void start_chat_stream(const ServerContext& context, const ChatModel& model, con
     if (stream->cancelled() || context.scheduler.stopping()) return false;
     Json chunk = chunk_json(header, {{"content", state->stop.add(token.text)}}, nullptr, usage);
     chunk["probes"] = token_predictions(context, view, token);
-    add_firings(chunk, token);
+    add_firings_and_latents(chunk, token);
     stream->push_data(dump_json(chunk));
     state->timed_out = Clock::now() >= deadline;
     return !state->stop.stopped() && !state->timed_out;

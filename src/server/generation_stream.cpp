@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "generation/flags.h"
+#include "inference/generation_view.h"
 #include "inference/reports.h"
 
 namespace probekit::server {
@@ -105,6 +106,7 @@ void start_generation(const ServerContext& context, const GenerateQuery& query, 
                   {"text", *text}, {"predictions", inference::predictions_json(ranked)}};
     if (!token.firings.empty()) event["monitor"] = token.firings.front().to_json();
     if (token.firings.size() > 1) event["monitors"] = monitor::firings_json(token.firings);
+    if (!token.latents.empty()) event["latents"] = inference::token_latents_json(token.latents);
     stream->push("token", event);
     *timed_out = Clock::now() >= deadline;
     return !*timed_out;

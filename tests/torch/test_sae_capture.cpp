@@ -279,8 +279,8 @@ TEST_CASE("--per-token with --sae: each token's largest latents, as the SAE read
     for (int64_t j = 0; j < inference::kShownLatents; ++j) {
       if (values[j].item<float>() <= 0) continue;
       REQUIRE(expected_count < shown[t].size());
-      CHECK(shown[t][expected_count].first == indices[j].item<int64_t>());
-      CHECK(std::fabs(shown[t][expected_count].second - values[j].item<float>()) <= 1e-4f * values[0].item<float>());
+      CHECK(shown[t][expected_count].index == indices[j].item<int64_t>());
+      CHECK(std::fabs(shown[t][expected_count].value - values[j].item<float>()) <= 1e-4f * values[0].item<float>());
       ++expected_count;
     }
     CHECK(shown[t].size() == expected_count);
@@ -297,8 +297,8 @@ TEST_CASE("--per-token with --sae: each token's largest latents, as the SAE read
     const Json& row = printed["tokens"][t]["latents"]["jr"];
     REQUIRE(row.size() == day.latents.at("jr")[t].size());
     for (size_t j = 0; j < row.size(); ++j) {
-      CHECK(row[j][0].get<int64_t>() == day.latents.at("jr")[t][j].first);
-      CHECK(std::fabs(row[j][1].get<double>() - day.latents.at("jr")[t][j].second) < 1e-5);
+      CHECK(row[j]["latent"].get<int64_t>() == day.latents.at("jr")[t][j].index);
+      CHECK(std::fabs(row[j]["value"].get<double>() - day.latents.at("jr")[t][j].value) < 1e-5);
     }
   }
 }
