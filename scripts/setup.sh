@@ -59,7 +59,7 @@ python=/usr/bin/python3
 if command -v python3 >/dev/null && python3 -c 'import torch' 2>/dev/null; then python=$(command -v python3); fi
 # A first configure also makes it a unity build: each library's files compile eight to a translation unit, which
 # parses the headers and generates their inline code (LibTorch's, nlohmann/json's, fmt's) once per eight files,
-# not once per file: a fresh build in under half the time. A folder's files therefore keep distinct names in their
+# not once per file: a fresh build in about half the time. A folder's files therefore keep distinct names in their
 # anonymous namespaces. A build directory configured otherwise keeps its setting.
 options=()
 [ -f build/CMakeCache.txt ] || options=(-DPROBEKIT_BUILD_TESTS=OFF -DPROBEKIT_BUILD_BENCHMARKS=OFF -DPROBEKIT_BUILD_PYTHON=OFF
