@@ -3,9 +3,10 @@
 import { spawn } from "node:child_process";
 import assert from "node:assert/strict";
 
-// Starts probe_server; `url` resolves with its URL once it prints it, `output()` is what it printed so far.
-export function startServer(serverPath, probesDir) {
-  const server = spawn(serverPath, ["--probes-dir", probesDir, "--device", "cpu", "--port", "0"],
+// Starts probe_server (with `flags` besides); `url` resolves with its URL once it prints it, `output()` is what it
+// printed so far.
+export function startServer(serverPath, probesDir, flags = []) {
+  const server = spawn(serverPath, ["--probes-dir", probesDir, "--device", "cpu", "--port", "0", ...flags],
                        { stdio: ["ignore", "pipe", "pipe"] });
   let output = "";
   const url = new Promise((resolve, reject) => {

@@ -1,12 +1,16 @@
 // The web page of probe_server in a real browser: Debian's Chromium, headless, driven through the DevTools
 // protocol (puppeteer-core). Starts probe_server on a free loopback port, loads the page, types a text, checks
 // the rendered ranking against /v1/rank and the per-token heatmap, starts a generation and watches its tokens
-// arrive (when the server generates), compares steered and unsteered generations, holds a two-turn chat, checks
-// that nothing was fetched from elsewhere, writes a screenshot, and stops the server with SIGTERM, which must end
-// it cleanly.
+// arrive (when the server generates) with the fixture SAE's latents beside them, compares steered and unsteered
+// generations, holds a two-turn chat, checks that nothing was fetched from elsewhere, writes a screenshot, and stops
+// the server with SIGTERM, which must end it cleanly.
 //
 //   node page_test.mjs PROBE_SERVER PROBES_DIR SCREENSHOT.png
 import assert from "node:assert/strict";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
 import { startServer, stopServer } from "../probe_server_process.mjs";
 import puppeteer from "puppeteer-core";
 
@@ -63,6 +67,16 @@ async function checkGeneration(page, info) {
                              { timeout: 120000 });
   const status = await page.$eval("#generate-status", (s) => s.textContent);
   console.log(`generation: ${status}`);
+  // The server reads the fixture SAE (--sae jr=... --sae-labels jr=...): the latest token's latents under the scores,
+  // each described, and every generated token's tooltip names them.
+  const latents = await page.$eval("#live-latents", (box) => box.textContent);
+  const shown = latents.match(/^jr: (\d+) \(latent (\d+)\) [\d.]+/);
+  assert.ok(shown && shown[1] === shown[2], `the live latents: ${latents}`);
+  const titles = await page.$$eval("#generated span", (list) => list.map((span) => span.title));
+  assert.ok(titles.every((title) => /\njr: /.test(title)), "each generated token's tooltip shows its latents");
+  const section = await page.$("#generated");
+  await (await section.evaluateHandle((e) => e.closest("section"))).asElement().screenshot({ path: screenshot.replace(/\.png$/, "_latents.png") });
+  console.log(`latents: ${latents}`);
 }
 
 // The steering panel: the same prompt unsteered and steered along a label's direction at a probe layer, side by
@@ -160,7 +174,11 @@ async function checkChatMonitor(page, base, sent) {
   console.log(`chat monitor: ${note}`);
 }
 
-const { server, url, output } = startServer(serverPath, probesDir);
+// The fixture model's SAE, its latents described as a Neuronpedia export of explanations describes them.
+const labels = path.join(os.tmpdir(), `probekit-page-labels-${process.pid}.json`);
+fs.writeFileSync(labels, JSON.stringify(Array.from({ length: 256 }, (_, i) => ({ index: String(i), description: `latent ${i}` }))));
+const sae = fileURLToPath(new URL("../fixtures/saes/saelens_jumprelu", import.meta.url));
+const { server, url, output } = startServer(serverPath, probesDir, ["--sae", `jr=${sae}`, "--sae-labels", `jr=${labels}`]);
 let browser;
 try {
   const base = await url;
@@ -187,6 +205,7 @@ try {
   await browser.close();
   browser = undefined;
   await stopServer(server);
+  fs.rmSync(labels, { force: true });
 } catch (error) {
   console.error(error);
   console.error("probe_server's output:\n" + output());
