@@ -209,13 +209,14 @@ void StreamBatch::deliver(Launched& launched) {
     }
     ended[b] = hand_out(*streams_[b], static_cast<int32_t>(tokens.data_ptr<int64_t>()[row]), scores[score_row],
                         token_scores.defined() ? token_scores[score_row] : at::Tensor(),
-                        latents_of(launched, engine_.reads_every_token() ? 2 : 3, row), errors[b]);
+                        latents_of(launched, row), errors[b]);
   }
   leave(ended, errors);
 }
 
-TokenLatents StreamBatch::latents_of(Launched& launched, size_t first, size_t row) const {
+TokenLatents StreamBatch::latents_of(Launched& launched, size_t row) const {
   TokenLatents latents;
+  const size_t first = launched.copies.size() - engine_.saes_.size();  // the SAEs' copies come last
   for (size_t i = 0; i < engine_.saes_.size(); ++i) {
     const at::Tensor& packed = launched.copies[first + i]->wait();
     latents[engine_.saes_[i].name] = sae::unpack_latents(packed[static_cast<int64_t>(row)], engine_.saes_[i]);

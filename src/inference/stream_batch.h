@@ -67,8 +67,8 @@ class StreamBatch {
   /// else undefined) with its `latents`; whether it ended (an error its callback threw in `error`).
   bool hand_out(Stream& s, int32_t id, const at::Tensor& scores, const at::Tensor& token_scores, TokenLatents latents,
                 std::exception_ptr& error);
-  /// Row `row`'s latents among a launched step's copies of the SAEs' packed rows (from `first`).
-  TokenLatents latents_of(Launched& launched, size_t first, size_t row) const;
+  /// Row `row`'s latents among a launched step's copies of the SAEs' packed rows.
+  TokenLatents latents_of(Launched& launched, size_t row) const;
   /// Runs `s`'s monitors over `firings`' actions; whether one stops it. A steer changes its steering.
   bool act_on(Stream& s, const std::vector<monitor::Firing>& firings);
   /// Prompt-scope monitors over the prompt's tokens before it runs; whether one stopped the stream.
