@@ -102,6 +102,8 @@ fi
 start_server() {
   "$tools/probe_server" --probes-dir /tmp/probes_1 --model "$model" --port "$1" "${@:2}" -q &
   server=$!
+  # A failed step must not leave the server holding the run's output open (the device call would wait its limit).
+  trap 'kill $server 2>/dev/null || true' EXIT
   for _ in $(seq 120); do
     "$python" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$1/healthz')" 2>/dev/null && break
     sleep 0.5
@@ -397,7 +399,7 @@ if has saegen; then
     flags=()
     [ "$kind" = sae ] && flags=(--sae "res=$sae_dir")
     start_server 8096 "${flags[@]}"
-    "$python" bench/python/chat_streams_bench.py --port 8096 --streams 1 --tokens 128 --runs "$runs" \
+    "$python" bench/python/chat_streams_bench.py --port 8096 --one-stream --tokens 128 --runs "$runs" \
       | tee "$out/sae_generation_$kind.json"
     [ "$kind" = sae ] && "$python" -c "import json, urllib.request
 body = json.dumps({'messages': [{'role': 'user', 'content': 'Tell me about rivers.'}], 'max_tokens': 4}).encode()

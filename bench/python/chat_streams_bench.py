@@ -125,6 +125,8 @@ def main():
                         "chat-template), for /v1/generate; a leading --bos text is dropped (generate adds BOS)")
     parser.add_argument("--bos", default="<bos>")
     parser.add_argument("--print-messages", action="store_true", help="print question 0's messages and exit")
+    parser.add_argument("--one-stream", action="store_true", help="only one stream at a time (batch-1 decode), no "
+                        "/v1/generate side: needs no --prompt-file")
     parser.add_argument("--monitored", action="store_true", help="only the streams, with and without a rolling flag "
                         "monitor on the server's first label each, alternating")
     args = parser.parse_args()
@@ -132,6 +134,8 @@ def main():
         return print(json.dumps(chat_body(0, args.tokens)["messages"]))
     if args.monitored:
         return monitored_runs(args)
+    if args.one_stream:
+        return one_stream_runs(args)
     prompt = open(args.prompt_file, encoding="utf-8").read()
     prompt = prompt[len(args.bos):] if prompt.startswith(args.bos) else prompt
     # Warm-up: the first batch of 16 and the first long stream allocate what later steps reuse.
@@ -162,6 +166,13 @@ def monitored_runs(args):
         monitored = concurrent(args.port, args.streams, args.tokens, 100 * run + 1, monitors)
         runs.append({"many": plain, "monitored": monitored, "ratio": monitored["tokens_per_s"] / plain["tokens_per_s"]})
     print(json.dumps({"tokens": args.tokens, "streams": args.streams, "monitors": monitors, "runs": runs}, indent=1))
+
+
+def one_stream_runs(args):
+    """One chat stream at a time: batch-1 decode, as the SAE generation figure compares with and without --sae."""
+    concurrent(args.port, 1, 32, 2000)
+    runs = [{"one": concurrent(args.port, 1, args.tokens, 100 * run)} for run in range(args.runs)]
+    print(json.dumps({"tokens": args.tokens, "streams": 1, "runs": runs}, indent=1))
 
 
 def concurrent_prompt_chat(port, tokens):

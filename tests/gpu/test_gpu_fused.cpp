@@ -1,6 +1,8 @@
 // The fused CUDA kernels against the same arithmetic in ATen ops, on odd sizes and every float dtype.
 #include <doctest/doctest.h>
 
+#include <c10/core/InferenceMode.h>
+
 #include <cmath>
 
 #include "gpu/gpu_test_util.h"
@@ -14,6 +16,12 @@ using probekit::testing::max_relative_error;
 
 namespace {
 
+// The model's functions take the fused kernels only with gradients off (with autograd on, as attribution patching
+// runs them, the ATen ops take over), so each case runs as a pass does, in inference mode.
+struct KernelsServe {
+  c10::InferenceMode inference_mode;
+};
+
 const at::TensorOptions kCuda = at::TensorOptions().device(at::kCUDA, 0).dtype(at::kFloat);
 
 at::Tensor rms(const at::Tensor& x, const at::Tensor& weight, double eps) {
@@ -23,7 +31,7 @@ at::Tensor rms(const at::Tensor& x, const at::Tensor& weight, double eps) {
 
 }  // namespace
 
-TEST_CASE("fused rms_norm and residual_add equal the ATen arithmetic") {
+TEST_CASE_FIXTURE(KernelsServe, "fused rms_norm and residual_add equal the ATen arithmetic") {
   // Widths a multiple of 4 take the kernel holding the row in registers (2, 4, 8 or 16 quads a thread: 2560 and
   // 9000 take 2 and 8); 333 the plain one; 40000 is past the register kernel's widest row.
   for (int64_t width : {64, 333, 2560, 9000, 40000}) {
@@ -54,7 +62,7 @@ TEST_CASE("fused rms_norm and residual_add equal the ATen arithmetic") {
   }
 }
 
-TEST_CASE("fused residual_add of two branches gives the bits of two adds of one") {
+TEST_CASE_FIXTURE(KernelsServe, "fused residual_add of two branches gives the bits of two adds of one") {
   // 2560 and 9000 take the register kernel, which adds both in one pass; 333 (the plain kernel) and branches of
   // two dtypes write the first sum and add the second to it.
   for (int64_t width : {333, 2560, 9000}) {
@@ -85,7 +93,7 @@ TEST_CASE("fused residual_add of two branches gives the bits of two adds of one"
   }
 }
 
-TEST_CASE("fused gated activations equal act(gate) * up") {
+TEST_CASE_FIXTURE(KernelsServe, "fused gated activations equal act(gate) * up") {
   // 1000 and 5000 columns take the row kernel with vector accesses (5000: several blocks a row, the last partial);
   // 999 the element-wise one.
   for (int64_t inner : {1000, 999, 5000}) {
@@ -110,7 +118,7 @@ TEST_CASE("fused gated activations equal act(gate) * up") {
   }
 }
 
-TEST_CASE("routed experts' biases by each row's expert and their rows combined per token equal the ATen arithmetic") {
+TEST_CASE_FIXTURE(KernelsServe, "routed experts' biases by each row's expert and their rows combined per token equal the ATen arithmetic") {
   const int64_t tokens = 37, k = 4, experts = 6, hidden = 320, inner = 200;
   const at::TensorOptions longs = kCuda.dtype(at::kLong);
   at::Tensor pair_experts = at::randint(0, experts, {tokens * k}, longs);
@@ -142,7 +150,7 @@ TEST_CASE("routed experts' biases by each row's expert and their rows combined p
   }
 }
 
-TEST_CASE("MXFP4 decoded on the GPU gives the CPU's bits: every byte, every scale, every float dtype") {
+TEST_CASE_FIXTURE(KernelsServe, "MXFP4 decoded on the GPU gives the CPU's bits: every byte, every scale, every float dtype") {
   at::Tensor blocks = at::randint(0, 256, {3, 40, 4, 16}, at::TensorOptions().dtype(at::kByte));
   blocks.view(-1).narrow(0, 0, 256).copy_(at::arange(256, at::kLong).to(at::kByte));
   at::Tensor scales = at::randint(0, 255, {3, 40, 4}, at::TensorOptions().dtype(at::kByte));  // 255 is NaN: refused on load
@@ -159,7 +167,7 @@ TEST_CASE("MXFP4 decoded on the GPU gives the CPU's bits: every byte, every scal
   }
 }
 
-TEST_CASE("fused queries and keys: per-head norm and rotary embedding, full and partial") {
+TEST_CASE_FIXTURE(KernelsServe, "fused queries and keys: per-head norm and rotary embedding, full and partial") {
   const int64_t batch = 2;
   // Head sizes 64, 128 and 256 with a rotary width a multiple of 64 take the kernels with a warp per head. The
   // bf16 kernel goes through a token's heads four at a time: 6 heads end in a partial group, Gemma 3's 12 do not;
@@ -210,7 +218,7 @@ TEST_CASE("fused queries and keys: per-head norm and rotary embedding, full and 
   }
 }
 
-TEST_CASE("FP8 rows decoded on the GPU give the CPU's bits: every byte, partial blocks, every float dtype") {
+TEST_CASE_FIXTURE(KernelsServe, "FP8 rows decoded on the GPU give the CPU's bits: every byte, partial blocks, every float dtype") {
   // Widths (and blocks) a multiple of 16 take the kernel with 16-byte loads, others the byte kernel; 40 with blocks of 32 and 130
   // with blocks of 128 end in a partial block.
   for (int64_t in : {64, 40, 130, 256}) {
@@ -234,7 +242,7 @@ TEST_CASE("FP8 rows decoded on the GPU give the CPU's bits: every byte, partial 
   }
 }
 
-TEST_CASE("FP8 activation groups: each row's 128 inputs scaled by their largest over 448 and rounded to e4m3") {
+TEST_CASE_FIXTURE(KernelsServe, "FP8 activation groups: each row's 128 inputs scaled by their largest over 448 and rounded to e4m3") {
   if (!fp8_block_products_run_on(kCuda.device(), at::kBFloat16)) return;  // not a Hopper GPU
   for (at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
     at::Tensor x = (at::randn({3, 7, 384}, kCuda) * at::rand({3, 7, 384}, kCuda).pow(4) * 20).to(dtype);
@@ -252,7 +260,7 @@ TEST_CASE("FP8 activation groups: each row's 128 inputs scaled by their largest 
   }
 }
 
-TEST_CASE("FP8 block products equal the product of the dequantized operands, bias added, any leading shape") {
+TEST_CASE_FIXTURE(KernelsServe, "FP8 block products equal the product of the dequantized operands, bias added, any leading shape") {
   if (!fp8_block_products_run_on(kCuda.device(), at::kBFloat16)) return;  // not a Hopper GPU
   const int64_t out = 384, in = 512;
   at::Tensor bytes = at::randint(0, 256, {out, in}, kCuda.dtype(at::kByte));
@@ -282,7 +290,7 @@ TEST_CASE("FP8 block products equal the product of the dequantized operands, bia
   }
 }
 
-TEST_CASE("cached attention writes the keys and values at their positions and attends as a masked softmax") {
+TEST_CASE_FIXTURE(KernelsServe, "cached attention writes the keys and values at their positions and attends as a masked softmax") {
   const int64_t batch = 3, tokens = 5, capacity = 96, visible = 80;
   for (int64_t head_dim : {64, 128, 256}) {
     for (int64_t window : {0, 7}) {
@@ -349,7 +357,7 @@ DeltaNetWeights delta_net_to(const DeltaNetWeights& w, const at::Device& device)
 
 }  // namespace
 
-TEST_CASE("the Gated DeltaNet kernel equals the ATen mixer: carried and committed states, packed sequences") {
+TEST_CASE_FIXTURE(KernelsServe, "the Gated DeltaNet kernel equals the ATen mixer: carried and committed states, packed sequences") {
   // Qwen3.5-4B's heads, the fixtures', and widths the kernels pad (q and k to 32, 64 or 128, v to a multiple of 8);
   // 45 tokens cross the recurrence's chunks of 32.
   struct Shape {
