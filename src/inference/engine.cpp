@@ -100,7 +100,7 @@ void Engine::set_saes(std::vector<sae::SparseAutoencoder> saes, const std::vecto
   saes_.clear();
   for (const sae::SparseAutoencoder& sae : saes) saes_.push_back(sae.to(target_.device));
   shown_latents_.clear();
-  for (const sae::SparseAutoencoder& sae : saes_) shown_latents_.push_back({&sae, SaeOutput::kLatents, kShownLatents, true});
+  for (const sae::SparseAutoencoder& sae : saes_) shown_latents_.push_back({&sae, SaeOutput::kLatents, kShownLatents, true, false});
 }
 
 Engine Engine::load(const EngineOptions& options) {

@@ -15,17 +15,27 @@ int64_t LatentReading::width() const {
 at::Tensor LatentReading::per_token(const at::Tensor& values) const {
   const at::Tensor x = values.reshape({-1, sae->d_in}).to(at::kFloat);
   const at::Tensor latents = sae->encode(x);
-  const at::Tensor reconstruction = sae->decode(latents, x);
   std::vector<int64_t> shape(values.sizes().begin(), values.sizes().end());
+  if (!measures_error) {
+    shape.back() = sae->d_sae;
+    return latents.reshape(shape);
+  }
+  const at::Tensor reconstruction = sae->decode(latents, x);
   shape.back() = sae->d_sae + 2 * sae->d_in;
   return at::cat({latents, x, reconstruction}, 1).reshape(shape);
 }
 
 at::Tensor LatentReading::finish(const at::Tensor& rows) const {
   const at::Tensor latents = rows.narrow(1, 0, sae->d_sae);
-  const at::Tensor x = rows.narrow(1, sae->d_sae, sae->d_in);
-  const at::Tensor reconstruction = rows.narrow(1, sae->d_sae + sae->d_in, sae->d_in);
-  if (output == SaeOutput::kError) return x - reconstruction;
+  // |x - x_hat| per row, and x - x_hat where the output is the error.
+  auto error = [&](bool relative) {
+    if (!measures_error) return at::full({rows.size(0), 1}, std::numeric_limits<float>::quiet_NaN(), rows.options());
+    const at::Tensor x = rows.narrow(1, sae->d_sae, sae->d_in);
+    const at::Tensor missed = x - rows.narrow(1, sae->d_sae + sae->d_in, sae->d_in);
+    if (!relative) return missed;
+    return missed.norm(2, 1, true) / x.norm(2, 1, true).clamp_min(std::numeric_limits<float>::min());
+  };
+  if (output == SaeOutput::kError) return error(false);
   if (top_k == 0) return latents.contiguous();
   // Latents are never negative (ReLU, JumpReLU, the gate): a row's first L0 of its top k are its nonzero ones.
   const int64_t k = std::min(top_k, sae->d_sae);
@@ -40,9 +50,7 @@ at::Tensor LatentReading::finish(const at::Tensor& rows) const {
     values = at::cat({values, at::zeros_like(none)}, 1);
   }
   const at::Tensor l0 = (latents > 0).sum(1, true).to(at::kFloat);
-  const at::Tensor error =
-      (x - reconstruction).norm(2, 1, true) / x.norm(2, 1, true).clamp_min(std::numeric_limits<float>::min());
-  return at::cat({ids, values, l0, error}, 1);
+  return at::cat({ids, values, l0, error(true)}, 1);
 }
 
 TopLatents unpack_latents(const at::Tensor& packed_row, const SparseAutoencoder& sae) {

@@ -22,11 +22,13 @@ struct LatentReading {
   int64_t top_k = 0;  // keep each row's k largest latents; 0: every latent
   bool packed = true;  // with top_k: the sparse rows a file stores; else dense rows holding the top k only (what
                        // probes trained on such a file read)
+  bool measures_error = true;  // false (latents shown beside tokens, which show no error): nothing is decoded, the
+                               // packed rows' error column is NaN; latents only
 
   /// Values per row of finish(): d_sae (latents), d_in (error), or 2 K + 2 (packed sparse latents).
   int64_t width() const;
   /// Each token's [..., d_in] values at the SAE's site as [..., d_sae + 2 d_in] in fp32: the latents, the input and
-  /// its reconstruction (what mean and max pooling pool, each per token).
+  /// its reconstruction (what mean and max pooling pool, each per token); [..., d_sae] without measures_error.
   at::Tensor per_token(const at::Tensor& values) const;
   /// Rows [N, width()] of per_token's rows [N, d_sae + 2 d_in] (pooled or not). Sparse rows: the K largest latents'
   /// indices (exact in fp32; -1 past the row's L0) and values, the row's L0, and |x - x_hat| / |x|.

@@ -11,6 +11,7 @@
 #include "common/json.h"
 #include "io/npz.h"
 #include "io/safetensors.h"
+#include "sae/latent_reading.h"
 #include "sae/sae.h"
 #include "sae_fixtures.h"
 #include "tensor_files.h"
@@ -65,6 +66,21 @@ TEST_CASE("the nine fixture SAEs in their published layouts encode and decode as
       CHECK(worst_row_error(reconstruction, tensor(references, fmt::format("{}.t{}.reconstruction", name, t))) <= 1e-4);
     }
   }
+}
+
+TEST_CASE("latents shown beside tokens skip the reconstruction: the same top latents and L0, the error column NaN") {
+  const sae::SparseAutoencoder dictionary = sae::load(kSaes + "/saelens_jumprelu");
+  const at::Tensor rows = at::randn({5, dictionary.d_in}) * 4;
+  sae::LatentReading stored{&dictionary, SaeOutput::kLatents, 8, true};
+  sae::LatentReading shown = stored;
+  shown.measures_error = false;
+  CHECK(shown.per_token(rows).size(1) == dictionary.d_sae);  // latents only: nothing decoded
+  const at::Tensor full = stored.finish(stored.per_token(rows));
+  const at::Tensor quick = shown.finish(shown.per_token(rows));
+  REQUIRE(quick.sizes() == full.sizes());
+  CHECK(at::equal(quick.narrow(1, 0, 17), full.narrow(1, 0, 17)));  // 8 indices, 8 values, the L0
+  CHECK(at::isnan(quick.select(1, 17)).all().item<bool>());
+  CHECK(at::isfinite(full.select(1, 17)).all().item<bool>());
 }
 
 TEST_CASE("an SAE's name is its folder's, its layout's tensors are checked, and it records what it is") {
