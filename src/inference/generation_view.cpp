@@ -62,21 +62,6 @@ std::string firings_text(const std::vector<monitor::Firing>& firings) {
   return out;
 }
 
-// Each SAE's three largest latents at the token: "  | NAME 17 3.21 \"dogs\", 200 1.05".
-std::string latents_text(const TokenLatents& latents) {
-  constexpr size_t kShown = 3;
-  std::string out;
-  for (const auto& [name, top] : latents) {
-    std::vector<std::string> shown;
-    for (size_t i = 0; i < top.size() && i < kShown; ++i) {
-      const std::string description = top[i].description.empty() ? "" : " " + dump_json(terminal_text(top[i].description));
-      shown.push_back(fmt::format("{} {:.2f}{}", top[i].index, top[i].value, description));
-    }
-    out += fmt::format("  | {} {}", terminal_text(name), shown.empty() ? std::string("-") : fmt::format("{}", fmt::join(shown, ", ")));
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string generated_token_line(const ScoredToken& token, const ScoreTable& table, int64_t top_k, bool with_row) {

@@ -139,6 +139,20 @@ std::string token_note(const TokenTable& table, size_t t, const Prediction& p) {
 
 }  // namespace
 
+std::string latents_text(const std::map<std::string, sae::TopLatents>& latents) {
+  constexpr size_t kShown = 3;
+  std::string out;
+  for (const auto& [name, top] : latents) {
+    std::vector<std::string> shown;
+    for (size_t i = 0; i < top.size() && i < kShown; ++i) {
+      const std::string description = top[i].description.empty() ? "" : " " + dump_json(terminal_text(top[i].description));
+      shown.push_back(fmt::format("{} {:.2f}{}", top[i].index, top[i].value, description));
+    }
+    out += fmt::format("  | {} {}", terminal_text(name), shown.empty() ? std::string("-") : fmt::format("{}", fmt::join(shown, ", ")));
+  }
+  return out;
+}
+
 std::string per_token_terminal(const TokenTable& table, int64_t top) {
   std::string out = fmt::format("{:>4}  {:<18}  top labels\n", "pos", "token");
   for (size_t t = 0; t < table.tokens.size(); ++t) {
@@ -149,8 +163,12 @@ std::string per_token_terminal(const TokenTable& table, int64_t top) {
       parts.push_back(fmt::format("{}{}{} {:.3f}", p.active ? "✓" : "", terminal_text(p.label),
                                   table.scores[t].layers.size() > 1 ? fmt::format("@L{}", p.layer) : "", p.confidence));
     }
-    out += fmt::format("{:>4}  {}  {}{}\n", t, pad(dump_json(table.tokens[t]), 18), fmt::join(parts, ", "),
-                       ranked.empty() ? "" : token_note(table, t, ranked.front()));
+    std::map<std::string, sae::TopLatents> latents;
+    for (const auto& [name, per_token] : table.latents) {
+      if (t < per_token.size()) latents[name] = per_token[t];
+    }
+    out += fmt::format("{:>4}  {}  {}{}{}\n", t, pad(dump_json(table.tokens[t]), 18), fmt::join(parts, ", "),
+                       ranked.empty() ? "" : token_note(table, t, ranked.front()), latents_text(latents));
   }
   return out;
 }

@@ -2,11 +2,13 @@
 // keep working), JSON for programs, and per-token views (terminal, CSV, a self-contained HTML heatmap).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
 #include "common/json.h"
 #include "inference/ranking.h"
+#include "sae/latent_reading.h"
 
 namespace probekit::inference {
 
@@ -36,9 +38,15 @@ struct TokenTable {
   // Ema and rolling probes: each token's own score [t][l][k] (TokenScores::token_probability) beside `scores`, the
   // probe's score of the text up to the token; empty for other probes.
   std::vector<std::vector<std::vector<double>>> token_scores;
+  // --sae: each SAE's largest latents at each token, by SAE name (TokenScores::latents); empty without.
+  std::map<std::string, std::vector<sae::TopLatents>> latents;
 };
 
-/// Terminal view: each token with its `top` most confident (label, layer) pairs.
+/// Each SAE's three largest latents at a token, by SAE name: "  | NAME 17 3.21 \"description\", 200 1.05"; "" for
+/// none.
+std::string latents_text(const std::map<std::string, sae::TopLatents>& latents);
+
+/// Terminal view: each token with its `top` most confident (label, layer) pairs, and its latents (latents_text).
 std::string per_token_terminal(const TokenTable& table, int64_t top);
 /// CSV: action_name, token_position, token_text, confidence, layer, is_active (one row per token and probe), and
 /// for attention probes a last column `attention` (the token's weight; empty where the probe leaves it out).

@@ -92,7 +92,7 @@ void show_per_token(const Engine& engine, const InferenceRequest& r) {
   const bool conversation = !r.messages.empty();
   TokenScores scores = conversation ? engine.score_conversation_tokens(scored_messages(r.messages))
                                     : engine.score_tokens(r.text);
-  TokenTable tokens{scores.tokens, scores.texts, {}, scores.attention, scores.token_probability};
+  TokenTable tokens{scores.tokens, scores.texts, {}, scores.attention, scores.token_probability, scores.latents};
   for (const auto& p : scores.probability) tokens.scores.push_back(table_of(engine, p, r.display));
   if (!r.csv.empty()) write_file_atomic(r.csv, per_token_csv(tokens));
   if (!r.html.empty()) write_file_atomic(r.html, per_token_html(tokens, "Per-token probe scores"));

@@ -20,6 +20,7 @@ SparseAutoencoder read_saelens(const std::string& dir);
 SparseAutoencoder read_gemma_scope(const std::string& dir);
 SparseAutoencoder read_gemma_scope_2(const std::string& dir);
 SparseAutoencoder read_sparsify(const std::string& dir);
+SparseAutoencoder read_llama_scope(const std::string& dir);
 
 /// Tensor `name` of a safetensors file in fp32 on the host, refused naming the file unless its shape is `shape`.
 at::Tensor read_tensor(const safetensors::File& file, const std::string& name, const std::vector<int64_t>& shape);

@@ -30,6 +30,9 @@ const std::vector<Layout>& layouts() {
        [](const std::string& d) { return has(d, "config.json") && has(d, "params.safetensors"); }, read_gemma_scope_2},
       {"sparsify", "cfg.json + sae.safetensors",
        [](const std::string& d) { return has(d, "cfg.json") && has(d, "sae.safetensors"); }, read_sparsify},
+      {"llama_scope", "hyperparams.json + checkpoints/final.safetensors",
+       [](const std::string& d) { return has(d, "hyperparams.json") && has(d, "checkpoints/final.safetensors"); },
+       read_llama_scope},
   };
   return table;
 }
@@ -125,6 +128,8 @@ SparseAutoencoder load(const std::string& path, const std::string& name) {
   std::string dir = path;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();  // "folder/"
   if (is_regular_file(dir)) dir = parent_directory(dir).empty() ? "." : parent_directory(dir);
+  // Llama Scope's weights sit in the SAE's checkpoints/ folder, beside which its hyperparams.json is.
+  if (folder_name(dir) == "checkpoints" && has(parent_directory(dir), "hyperparams.json")) dir = parent_directory(dir);
   if (!is_directory(dir)) fail_input("--sae {}: no such folder or file", path);
   std::vector<std::string> known;
   for (const Layout& layout : layouts()) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "common/json.h"
 #include "io/npz.h"
 #include "io/safetensors.h"
@@ -119,6 +120,72 @@ TEST_CASE("the .npz reader reads what NumPy's savez and savez_compressed write")
   const std::string truncated = "PK\x03\x04 not a whole archive";
   CHECK_THROWS_WITH_AS(npz::read_bytes(reinterpret_cast<const uint8_t*>(truncated.data()), truncated.size(), "t.npz"),
                        doctest::Contains("t.npz: not a zip archive"), std::runtime_error);
+}
+
+namespace {
+
+// A random SAE in Llama Scope's layout (d_model 64, 256 latents, layer 3's residual stream) with its tensors.
+struct LlamaScopeFolder {
+  at::Tensor encoder = at::randn({256, 64}) * 0.2, encoder_bias = at::randn({256}) * 0.1;
+  at::Tensor decoder = at::randn({64, 256}) * 0.2, decoder_bias = at::randn({64}) * 0.1;
+  double threshold = 0.3, average_norm = 20;
+  Json hyperparams = {{"d_model", 64}, {"d_sae", 256}, {"act_fn", "jumprelu"}, {"jump_relu_threshold", 0.3},
+                      {"hook_point_in", "blocks.3.hook_resid_post"}, {"hook_point_out", "blocks.3.hook_resid_post"},
+                      {"norm_activation", "dataset-wise"}, {"dataset_average_activation_norm", {{"in", 20.0}, {"out", 20.0}}}};
+
+  void write(const std::string& dir) const {
+    make_directories(dir + "/checkpoints");
+    probekit::testing::write_text(dir + "/hyperparams.json", hyperparams.dump());
+    std::vector<safetensors::TensorData> tensors;
+    for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"encoder.weight", &encoder},
+                                  {"encoder.bias", &encoder_bias}, {"decoder.weight", &decoder}, {"decoder.bias", &decoder_bias}}) {
+      tensors.push_back({name, safetensors::DType::kF32, t->sizes().vec(), t->data_ptr(), t->nbytes()});
+    }
+    safetensors::write_file(dir + "/checkpoints/final.safetensors", tensors);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("Llama Scope's layout reads as SAELens reads it: inputs scaled to the training norm, the scalar threshold"
+          * doctest::test_suite("numeric")) {
+  probekit::testing::TempDir tmp;
+  const LlamaScopeFolder folder;
+  const std::string dir = tmp.file("Llama3_1-8B-Base-L3R-8x");
+  folder.write(dir);
+  const sae::SparseAutoencoder dictionary = sae::load(dir + "/checkpoints/final.safetensors");
+  CHECK(dictionary.layout == "llama_scope");
+  CHECK(dictionary.name == "Llama3_1-8B-Base-L3R-8x");
+  CHECK(dictionary.site == Site::kResidPost);
+  CHECK(dictionary.layer == 3);
+  CHECK(dictionary.record()["input_scaling"].get<double>() == doctest::Approx(8.0 / 20));
+  // SAELens: W_enc = encoder.weight^T times s (folded), W_dec and b_dec over s, threshold jump_relu_threshold * s.
+  const double s = std::sqrt(64.0) / folder.average_norm;
+  const at::Tensor rows = at::randn({7, 64}) * 20;
+  const at::Tensor h = at::matmul(rows, folder.encoder.t() * s) + folder.encoder_bias;
+  const at::Tensor latents = h * (h > folder.threshold * s).to(at::kFloat);
+  const at::Tensor reconstruction = at::matmul(latents, folder.decoder.t() / s) + folder.decoder_bias / s;
+  REQUIRE(latents.gt(0).any().item<bool>());
+  CHECK(worst_row_error(dictionary.encode(rows), latents) <= 1e-5);
+  CHECK(worst_row_error(dictionary.decode(dictionary.encode(rows), rows), reconstruction) <= 1e-5);
+
+  auto refused = [&](const std::string& name, const std::function<void(Json&)>& edit) {
+    LlamaScopeFolder damaged;
+    edit(damaged.hyperparams);
+    damaged.write(tmp.file(name));
+    return refusal(tmp.file(name));
+  };
+  CHECK_CONTAINS(refused("tc", [](Json& c) { c["hook_point_in"] = "blocks.3.ln2.hook_normalized"; }),
+                 "hyperparams.json: hook_point_out 'blocks.3.hook_resid_post' differs from hook_point_in");
+  CHECK_CONTAINS(refused("topk", [](Json& c) { c["act_fn"] = "topk"; }), "hyperparams.json: act_fn 'topk' is not read");
+  CHECK_CONTAINS(refused("nonorm", [](Json& c) { c.erase("dataset_average_activation_norm"); }),
+                 "'dataset_average_activation_norm' must be an object");
+  CHECK_CONTAINS(refused("zero", [](Json& c) { c["dataset_average_activation_norm"]["in"] = 0; }),
+                 "dataset_average_activation_norm.in is 0, expected a positive number");
+  CHECK_CONTAINS(refused("nothreshold", [](Json& c) { c.erase("jump_relu_threshold"); }),
+                 "'jump_relu_threshold' must be a number");
+  CHECK_CONTAINS(refused("wide", [](Json& c) { c["d_sae"] = 512; }),
+                 "final.safetensors: tensor 'encoder.weight' has shape [256, 64], expected [512, 64]");
 }
 
 TEST_CASE("SAEs that cannot be read are refused naming the file and the field") {

@@ -4,7 +4,9 @@
 // l0, relative_error) read back and densified; pooling latents per token; steering by latent; each token's latents in
 // --per-token; refusals naming the flag.
 #include <doctest/doctest.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -300,5 +302,17 @@ TEST_CASE("--per-token with --sae: each token's largest latents, as the SAE read
       CHECK(row[j]["latent"].get<int64_t>() == day.latents.at("jr")[t][j].index);
       CHECK(std::fabs(row[j]["value"].get<double>() - day.latents.at("jr")[t][j].value) < 1e-5);
     }
+  }
+  // And in the text view, each token's row ends with the SAE's three largest.
+  const probekit::testing::CommandResult text_view = probekit::testing::run_command(fmt::format(
+      "{} --probes-dir {} --model {} --device cpu --per-token --sae jr={} --text \"Day three.\"",
+      probekit::testing::tool("multi_probe_inference"), options.probes_dir, options.model_dir, kSaes + "/saelens_jumprelu"));
+  REQUIRE_MESSAGE(text_view.exit_code == 0, text_view.output);
+  for (size_t t = 0; t < day.latents.at("jr").size(); ++t) {
+    const sae::TopLatents& top = day.latents.at("jr")[t];
+    std::vector<std::string> shown;
+    for (size_t j = 0; j < std::min<size_t>(3, top.size()); ++j) shown.push_back(fmt::format("{} {:.2f}", top[j].index, top[j].value));
+    CAPTURE(t);
+    CHECK_CONTAINS(text_view.output, fmt::format("  | jr {}\n", top.empty() ? "-" : fmt::format("{}", fmt::join(shown, ", "))));
   }
 }
