@@ -70,6 +70,30 @@ std::optional<HubName> parse_hub_name(const std::string& text) {
   return name;
 }
 
+std::string HubFolder::text() const {
+  return name.repo + "/" + folder + (name.revision_given ? "@" + name.revision : "");
+}
+
+std::optional<HubFolder> parse_hub_folder(const std::string& text) {
+  const size_t at = text.find('@');
+  const std::string path = text.substr(0, at);
+  const size_t first = path.find('/');
+  const size_t second = first == std::string::npos ? std::string::npos : path.find('/', first + 1);
+  if (second == std::string::npos) return std::nullopt;
+  HubFolder folder;
+  folder.folder = path.substr(second + 1);
+  for (size_t start = 0; start <= folder.folder.size();) {
+    const size_t end = std::min(folder.folder.find('/', start), folder.folder.size());
+    const std::string part = folder.folder.substr(start, end - start);
+    if (part.empty() || part == "." || part == "..") return std::nullopt;
+    start = end + 1;
+  }
+  std::optional<HubName> name = parse_hub_name(path.substr(0, second) + (at == std::string::npos ? "" : text.substr(at)));
+  if (!name) return std::nullopt;
+  folder.name = *name;
+  return folder;
+}
+
 bool is_commit_hash(std::string_view text) {
   if (text.size() != 40) return false;
   for (char c : text) {

@@ -24,6 +24,19 @@ struct HubName {
 /// `/abs/dir` or `a/b/c`). A hub name with a revision git would refuse (`..`, spaces) is a UsageError.
 std::optional<HubName> parse_hub_name(const std::string& text);
 
+/// A folder inside a hub repository: `org/name/sub/folder[@revision]` (the SAEs of a release).
+struct HubFolder {
+  HubName name;
+  std::string folder;  // "sub/folder", inside the repository
+
+  /// "org/name/sub/folder", with "@revision" when a revision was given.
+  std::string text() const;
+};
+
+/// Reads `org/name/sub/folder[@revision]`; nullopt when `text` is not shaped so (a hub name without a folder, an
+/// absolute or relative path, a folder with empty, "." or ".." components).
+std::optional<HubFolder> parse_hub_folder(const std::string& text);
+
 /// True for a full commit hash: 40 lower-case hex digits.
 bool is_commit_hash(std::string_view text);
 

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <optional>
@@ -91,30 +92,32 @@ std::string offline_message(const RepoCache& cache, const HubName& name, const s
                      name.text(), what);
 }
 
-// Brings a model's files from the hub into the cache, all from one commit.
-class ModelDownload {
+// Brings files of one repository from the hub into the cache, all from one commit.
+class RepoDownload {
  public:
-  ModelDownload(const RepoCache& cache, const HubName& name, const HubSettings& settings)
+  RepoDownload(const RepoCache& cache, const HubName& name, const HubSettings& settings)
       : cache_(cache), name_(name), settings_(settings), http_(HttpOptions{10, settings.stall_seconds}) {}
 
-  // Returns the commit the files were taken from.
-  std::string run() {
-    // The first answer pins the commit; every other file is asked for by that commit, so a push to the branch
-    // during the download cannot mix two versions in one snapshot.
-    FileMetadata config = *metadata(name_.revision, kConfig, false);
-    std::string commit = config.commit;
-    spdlog::info("{}: commit {}; downloading what the cache lacks into {}", name_.text(), commit, cache_.folder());
+  // The commit the revision names now, from the hub's answer for `file` (an optional one need not exist; one that
+  // does is stored), recorded as the revision's ref. Every other file is then asked for by that commit, so a push to
+  // the branch during the download cannot mix two versions in one snapshot.
+  std::string pin(const std::string& file, bool optional) {
+    std::string commit;
+    std::optional<FileMetadata> found = metadata(name_.revision, file, optional, &commit);
+    if (!is_commit_hash(commit)) fail("{}: {}: the hub's answer names no commit (X-Repo-Commit)", name_.repo, file);
     cache_.write_ref(name_.revision, commit);
-    store(commit, kConfig, config);
-    for (const char* file : kOptionalFiles) fetch(commit, file, true);
-    fetch(commit, kTokenizer, false);
-    if (!fetch(commit, kSingleWeights, true)) {
-      fetch(commit, kWeightIndex, false);
-      for (const std::string& shard : indexed_shards(cache_.snapshot_dir(commit) + "/" + kWeightIndex)) {
-        fetch(commit, shard, false);
-      }
-    }
+    if (found) store(commit, file, *found);
     return commit;
+  }
+
+  // Makes sure the snapshot holds `file`; false when an optional file does not exist.
+  bool fetch(const std::string& commit, const std::string& file, bool optional) {
+    if (cache_.has_file(commit, file)) return true;
+    if (optional && cache_.known_missing(commit, file)) return false;
+    std::optional<FileMetadata> found = metadata(commit, file, optional);
+    if (!found) return false;
+    store(commit, file, *found);
+    return true;
   }
 
  private:
@@ -169,10 +172,13 @@ class ModelDownload {
   }
 
   // A file's commit, etag, size and location; nullopt for an optional file the hub does not have.
-  std::optional<FileMetadata> metadata(const std::string& revision, const std::string& file, bool optional) {
+  // `answered_commit`, when given, gets the commit the hub answered for.
+  std::optional<FileMetadata> metadata(const std::string& revision, const std::string& file, bool optional,
+                                       std::string* answered_commit = nullptr) {
     RequestContext request{name_.repo, file, revision, resolve_url(revision, file)};
     HttpResponse response = head(request);
     check_commit(request, response);
+    if (answered_commit != nullptr) *answered_commit = header(response.headers, "x-repo-commit");
     if (is_missing_entry(response)) {
       std::string commit = header(response.headers, "x-repo-commit");
       if (is_commit_hash(commit)) cache_.mark_missing(commit, file);
@@ -207,21 +213,27 @@ class ModelDownload {
     cache_.link(commit, file, metadata.etag);
   }
 
-  // Makes sure the snapshot holds `file`; false when an optional file does not exist.
-  bool fetch(const std::string& commit, const std::string& file, bool optional) {
-    if (cache_.has_file(commit, file)) return true;
-    if (optional && cache_.known_missing(commit, file)) return false;
-    std::optional<FileMetadata> found = metadata(commit, file, optional);
-    if (!found) return false;
-    store(commit, file, *found);
-    return true;
-  }
-
   const RepoCache& cache_;
   const HubName& name_;
   const HubSettings& settings_;
   HttpClient http_;
 };
+
+// A model's files, all from the commit its revision names now; returns that commit.
+std::string download_model(const RepoCache& cache, const HubName& name, const HubSettings& settings) {
+  RepoDownload download(cache, name, settings);
+  std::string commit = download.pin(kConfig, false);
+  spdlog::info("{}: commit {}; downloading what the cache lacks into {}", name.text(), commit, cache.folder());
+  for (const char* file : kOptionalFiles) download.fetch(commit, file, true);
+  download.fetch(commit, kTokenizer, false);
+  if (!download.fetch(commit, kSingleWeights, true)) {
+    download.fetch(commit, kWeightIndex, false);
+    for (const std::string& shard : indexed_shards(cache.snapshot_dir(commit) + "/" + kWeightIndex)) {
+      download.fetch(commit, shard, false);
+    }
+  }
+  return commit;
+}
 
 }  // namespace
 
@@ -239,10 +251,57 @@ ResolvedModel resolve_model(const std::string& name_or_dir, const HubSettings& s
     return ResolvedModel{cache.snapshot_dir(*commit), name->text(), *commit};
   }
   if (settings.offline) fail("{}", offline_message(cache, *name, commit, missing));
-  std::string downloaded = ModelDownload(cache, *name, settings).run();
+  std::string downloaded = download_model(cache, *name, settings);
   missing = missing_files(cache, downloaded);
   if (!missing.empty()) fail("{}: after the download {} still lacks {}", name->text(), cache.snapshot_dir(downloaded), fmt::join(missing, ", "));
   return ResolvedModel{cache.snapshot_dir(downloaded), name->text(), downloaded};
+}
+
+namespace {
+
+// The first of `file_sets` whose files the snapshot holds, with the folder's prefix; empty when none is complete.
+std::vector<std::string> complete_set(const RepoCache& cache, const std::string& commit, const std::string& folder,
+                                      const std::vector<std::vector<std::string>>& file_sets) {
+  for (const std::vector<std::string>& files : file_sets) {
+    if (std::all_of(files.begin(), files.end(), [&](const std::string& f) { return cache.has_file(commit, folder + "/" + f); })) {
+      return files;
+    }
+  }
+  return {};
+}
+
+std::string file_sets_text(const std::vector<std::vector<std::string>>& file_sets) {
+  std::vector<std::string> sets;
+  for (const std::vector<std::string>& files : file_sets) sets.push_back(fmt::format("{}", fmt::join(files, " + ")));
+  return fmt::format("{}", fmt::join(sets, "; "));
+}
+
+}  // namespace
+
+ResolvedModel resolve_folder(const std::string& hub_folder, const std::vector<std::vector<std::string>>& file_sets,
+                             const HubSettings& settings) {
+  std::optional<HubFolder> where = parse_hub_folder(hub_folder);
+  if (!where || file_sets.empty()) fail_input("{}: no such folder, and not a hub folder (org/name/sub/folder[@revision])", hub_folder);
+  RepoCache cache(settings.cache_dir, where->name.repo);
+  std::optional<std::string> commit = cache.commit_of(where->name.revision);
+  if (commit && !complete_set(cache, *commit, where->folder, file_sets).empty()) {
+    spdlog::info("{}: commit {} from the cache", hub_folder, *commit);
+    return ResolvedModel{cache.snapshot_dir(*commit) + "/" + where->folder, hub_folder, *commit};
+  }
+  if (settings.offline) {
+    fail("{}: not in the cache with one of {}, and offline mode is on (HF_HUB_OFFLINE=1 or --offline), so nothing is "
+         "downloaded: run once with network access, or pass a local folder", hub_folder, file_sets_text(file_sets));
+  }
+  RepoDownload download(cache, where->name, settings);
+  const std::string pinned = download.pin(where->folder + "/" + file_sets.front().front(), true);
+  spdlog::info("{}: commit {}; downloading what the cache lacks into {}", hub_folder, pinned, cache.folder());
+  for (const std::vector<std::string>& files : file_sets) {
+    // A set's first missing file ends it: its later (larger) files are not downloaded.
+    if (std::all_of(files.begin(), files.end(), [&](const std::string& f) { return download.fetch(pinned, where->folder + "/" + f, true); })) {
+      return ResolvedModel{cache.snapshot_dir(pinned) + "/" + where->folder, hub_folder, pinned};
+    }
+  }
+  fail_input("{}: the hub's commit {} holds none of {} in {}", hub_folder, pinned, file_sets_text(file_sets), where->folder);
 }
 
 std::string pinned_model(const std::string& recorded_name, const std::string& revision) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "hub/hub_settings.h"
 
@@ -21,6 +22,12 @@ struct ResolvedModel {
 /// folder is used as it is; a hub name comes from the cache when its snapshot is complete, else from the hub.
 ResolvedModel resolve_model(const std::string& name_or_dir);
 ResolvedModel resolve_model(const std::string& name_or_dir, const HubSettings& settings);
+
+/// Finds or downloads the folder `org/name/sub/folder[@revision]` names (an SAE of a release), holding the files of
+/// one of `file_sets` (paths inside the folder, small files first: the first set complete in the cache, else on the
+/// hub, is the one taken). `name` is the folder as given; refused naming the folder and the sets when none is there.
+ResolvedModel resolve_folder(const std::string& hub_folder, const std::vector<std::vector<std::string>>& file_sets,
+                             const HubSettings& settings);
 
 /// The --model value that names exactly the weights recorded with a result: "org/name@<commit>" for a hub name
 /// recorded with its commit, else the recorded name (a folder's path) as it is.

@@ -1,9 +1,12 @@
 // The table of SAE layouts: how each is recognised by its files, and its reader. A new layout is a reader file and a
 // row here.
+#include <algorithm>
 #include <regex>
 
 #include "common/error.h"
 #include "common/files.h"
+#include "hub/hub_name.h"
+#include "hub/resolve.h"
 #include "model/weights.h"
 #include "sae/layout_readers.h"
 
@@ -13,28 +16,33 @@ namespace {
 
 struct Layout {
   const char* name;
-  const char* files;  // what identifies it, for messages
-  bool (*recognises)(const std::string& dir);
+  const char* where;               // where its files sit in a release, for messages ("" when in the folder itself)
+  std::vector<std::string> files;  // what identifies it: all present in the folder (small files first)
   SparseAutoencoder (*read)(const std::string& dir);
 };
 
-bool has(const std::string& dir, const char* file) { return is_regular_file(dir + "/" + file); }
+bool has(const std::string& dir, const std::string& file) { return is_regular_file(dir + "/" + file); }
 
 const std::vector<Layout>& layouts() {
   static const std::vector<Layout> table = {
-      {"saelens", "cfg.json + sae_weights.safetensors",
-       [](const std::string& d) { return has(d, "cfg.json") && has(d, "sae_weights.safetensors"); }, read_saelens},
-      {"gemma_scope", "params.npz (in layer_L/width_W/average_l0_N/)",
-       [](const std::string& d) { return has(d, "params.npz"); }, read_gemma_scope},
-      {"gemma_scope_2", "config.json + params.safetensors",
-       [](const std::string& d) { return has(d, "config.json") && has(d, "params.safetensors"); }, read_gemma_scope_2},
-      {"sparsify", "cfg.json + sae.safetensors",
-       [](const std::string& d) { return has(d, "cfg.json") && has(d, "sae.safetensors"); }, read_sparsify},
-      {"llama_scope", "hyperparams.json + checkpoints/final.safetensors",
-       [](const std::string& d) { return has(d, "hyperparams.json") && has(d, "checkpoints/final.safetensors"); },
-       read_llama_scope},
+      {"saelens", "", {"cfg.json", "sae_weights.safetensors"}, read_saelens},
+      {"gemma_scope", " (in layer_L/width_W/average_l0_N/)", {"params.npz"}, read_gemma_scope},
+      {"gemma_scope_2", "", {"config.json", "params.safetensors"}, read_gemma_scope_2},
+      {"sparsify", "", {"cfg.json", "sae.safetensors"}, read_sparsify},
+      {"llama_scope", "", {"hyperparams.json", "checkpoints/final.safetensors"}, read_llama_scope},
   };
   return table;
+}
+
+bool recognises(const Layout& layout, const std::string& dir) {
+  return std::all_of(layout.files.begin(), layout.files.end(), [&](const std::string& f) { return has(dir, f); });
+}
+
+// A hub folder (org/name/sub/folder[@revision]) from the hub cache, downloaded with one layout's files if need be.
+std::string hub_folder(const std::string& path) {
+  std::vector<std::vector<std::string>> file_sets;
+  for (const Layout& layout : layouts()) file_sets.push_back(layout.files);
+  return hub::resolve_folder(path, file_sets, hub::settings_from_environment()).dir;
 }
 
 int64_t count(const std::vector<int64_t>& shape) {
@@ -127,14 +135,15 @@ std::string folder_name(const std::string& dir) {
 SparseAutoencoder load(const std::string& path, const std::string& name) {
   std::string dir = path;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();  // "folder/"
+  if (!path_exists(dir) && hub::parse_hub_folder(dir)) dir = hub_folder(dir);
   if (is_regular_file(dir)) dir = parent_directory(dir).empty() ? "." : parent_directory(dir);
   // Llama Scope's weights sit in the SAE's checkpoints/ folder, beside which its hyperparams.json is.
   if (folder_name(dir) == "checkpoints" && has(parent_directory(dir), "hyperparams.json")) dir = parent_directory(dir);
   if (!is_directory(dir)) fail_input("--sae {}: no such folder or file", path);
   std::vector<std::string> known;
   for (const Layout& layout : layouts()) {
-    known.push_back(fmt::format("{} ({})", layout.name, layout.files));
-    if (!layout.recognises(dir)) continue;
+    known.push_back(fmt::format("{} ({}{})", layout.name, fmt::join(layout.files, " + "), layout.where));
+    if (!recognises(layout, dir)) continue;
     SparseAutoencoder sae = layout.read(dir);
     sae.layout = layout.name;
     sae.path = dir;

@@ -27,8 +27,8 @@ void add_sae_flags(CLI::App& app, std::vector<SaeSpec>& specs, SaeStorage* stora
          [&specs](const std::vector<std::string>& values) {
            for (const std::string& value : values) specs.push_back(parse_sae_spec(value));
          },
-         "[NAME=]PATH: a sparse autoencoder (SAELens, Gemma Scope, Gemma Scope 2, Llama Scope or sparsify folder); "
-         "NAME (default: the folder's name) is how --site sae:NAME and the latent flags refer to it; repeatable")
+         "[NAME=]PATH: a sparse autoencoder (SAELens, Gemma Scope, Gemma Scope 2, Llama Scope or sparsify folder, "
+         "or a hub folder org/name/sub/folder[@revision] fetched through the hub cache); NAME (default: the folder's name) is how --site sae:NAME and the latent flags refer to it; repeatable")
       ->type_name("[NAME=]PATH");
   if (labels != nullptr) {
     app.add_option_function<std::vector<std::string>>(

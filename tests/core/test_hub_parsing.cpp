@@ -97,6 +97,25 @@ TEST_CASE("hub names: org/name[@revision], the cache's folder name and URL quoti
   CHECK_FALSE(hub::is_commit_hash("main"));
 }
 
+TEST_CASE("hub folders: org/name/sub/folder[@revision], as --sae names an SAE of a release") {
+  auto folder = hub::parse_hub_folder("google/gemma-scope-2-4b-it/resid_post/layer_17_width_16k_l0_small");
+  REQUIRE(folder);
+  CHECK(folder->name.repo == "google/gemma-scope-2-4b-it");
+  CHECK(folder->name.revision == "main");
+  CHECK(folder->folder == "resid_post/layer_17_width_16k_l0_small");
+  CHECK(folder->text() == "google/gemma-scope-2-4b-it/resid_post/layer_17_width_16k_l0_small");
+  folder = hub::parse_hub_folder("EleutherAI/sae-llama-3-8b-32x/layers.23@v2");
+  REQUIRE(folder);
+  CHECK(folder->name.revision == "v2");
+  CHECK(folder->folder == "layers.23");
+  CHECK(folder->text() == "EleutherAI/sae-llama-3-8b-32x/layers.23@v2");
+  for (const char* not_a_folder : {"org/name", "org/name@main", "./a/b/c", "/a/b/c", "a/b/", "a/b//c", "a/b/./c",
+                                   "a/b/../c", "-a/b/c", "a b/c/d"}) {
+    CHECK_MESSAGE(!hub::parse_hub_folder(not_a_folder), not_a_folder);
+  }
+  CHECK_THROWS_AS(hub::parse_hub_folder("org/name/sub@../x"), UsageError);
+}
+
 TEST_CASE("fuzz regression (fuzz_hub_responses): a revision with '..' inside a component is refused, as git does") {
   // Harmless as a path (no component is ".."), but no branch or tag can be named so, and keeping ".." out of
   // every accepted revision keeps the rule about refs/ simple.

@@ -169,3 +169,49 @@ TEST_CASE("hub names in the tools: a download killed with kill -9 continues wher
   CHECK(read_file(tmp.file("hf/hub/models--probekit-test--gemma3-text/snapshots/" + commit + "/model.safetensors")) ==
         repo.files["model.safetensors"]);
 }
+
+TEST_CASE("--sae with a hub folder: the layout's files downloaded (no other layout's weights), then from the cache offline") {
+  MockHub mock;
+  TempDir tmp;
+  MockRepo repo;
+  const std::string saes = std::string(PROBEKIT_FIXTURES) + "/saes";
+  const std::string gemma_scope_2 = "resid_post/layer_3_width_256_l0_small";
+  for (const char* file : {"config.json", "params.safetensors"}) {
+    repo.files[gemma_scope_2 + "/" + file] = read_file(saes + "/gemma_scope_2/" + gemma_scope_2 + "/" + file);
+  }
+  // sparsify's cfg.json is also SAELens' first file: its absent sae_weights.safetensors makes it sparsify's.
+  for (const char* file : {"cfg.json", "sae.safetensors"}) repo.files[std::string("layers.3/") + file] = read_file(saes + "/sparsify/layers.3/" + file);
+  const std::string commit = mock.add_repo("probekit-test/saes", repo);
+  write_dataset(tmp.file("data.jsonl"));
+  auto capture = [&](const std::string& environment, const std::string& sae, const std::string& out) {
+    return run_command(fmt::format("{} {} --model {} --dataset {} --output-dir {} --device cpu --sae x={} --site sae:x -q",
+                                   environment, tool("capture_activations"), kGemmaModel, tmp.file("data.jsonl"),
+                                   tmp.file(out), sae));
+  };
+  const std::string online = hub_environment(mock.endpoint(), tmp.file("hf"));
+  CommandResult r = capture(online, "probekit-test/saes/" + gemma_scope_2, "g");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  Json record = activations::read_attributes(tmp.file("g/layer_3_activations.h5")).recipe.sae->dictionary;
+  CHECK(record["layout"] == "gemma_scope_2");
+  const std::string snapshot = tmp.file("hf/hub/models--probekit-test--saes/snapshots/" + commit + "/");
+  CHECK(record["path"] == snapshot + gemma_scope_2);
+  r = capture(online, "probekit-test/saes/layers.3@main", "s");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  CHECK(activations::read_attributes(tmp.file("s/layer_3_activations.h5")).recipe.sae->dictionary["layout"] == "sparsify");
+  CHECK(mock.count("GET", "layers.3/sae_weights.safetensors") == 0);
+  CHECK_FALSE(path_exists(snapshot + "layers.3/sae_weights.safetensors"));
+
+  // From the cache, the hub out of reach; a folder the cache lacks is one clear error.
+  const size_t requests = mock.requests().size();
+  const std::string offline = hub_environment("http://127.0.0.1:1", tmp.file("hf")) + " HF_HUB_OFFLINE=1";
+  r = capture(offline, "probekit-test/saes/" + gemma_scope_2, "g2");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  r = capture(offline, "probekit-test/saes/resid_post/layer_9", "none");
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "probekit-test/saes/resid_post/layer_9: not in the cache with one of cfg.json + sae_weights.safetensors;");
+  CHECK(mock.requests().size() == requests);
+  // Online, a folder of no layout: refused naming the commit and the sets.
+  r = capture(online, "probekit-test/saes/resid_post", "none2");
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "probekit-test/saes/resid_post: the hub's commit " + commit + " holds none of cfg.json");
+}
