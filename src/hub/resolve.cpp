@@ -259,15 +259,12 @@ ResolvedModel resolve_model(const std::string& name_or_dir, const HubSettings& s
 
 namespace {
 
-// The first of `file_sets` whose files the snapshot holds, with the folder's prefix; empty when none is complete.
-std::vector<std::string> complete_set(const RepoCache& cache, const std::string& commit, const std::string& folder,
-                                      const std::vector<std::vector<std::string>>& file_sets) {
-  for (const std::vector<std::string>& files : file_sets) {
-    if (std::all_of(files.begin(), files.end(), [&](const std::string& f) { return cache.has_file(commit, folder + "/" + f); })) {
-      return files;
-    }
-  }
-  return {};
+// Whether the snapshot's `folder` holds every file of one of `file_sets`.
+bool holds_a_set(const RepoCache& cache, const std::string& commit, const std::string& folder,
+                 const std::vector<std::vector<std::string>>& file_sets) {
+  return std::any_of(file_sets.begin(), file_sets.end(), [&](const std::vector<std::string>& files) {
+    return std::all_of(files.begin(), files.end(), [&](const std::string& f) { return cache.has_file(commit, folder + "/" + f); });
+  });
 }
 
 std::string file_sets_text(const std::vector<std::vector<std::string>>& file_sets) {
@@ -284,7 +281,7 @@ ResolvedModel resolve_folder(const std::string& hub_folder, const std::vector<st
   if (!where || file_sets.empty()) fail_input("{}: no such folder, and not a hub folder (org/name/sub/folder[@revision])", hub_folder);
   RepoCache cache(settings.cache_dir, where->name.repo);
   std::optional<std::string> commit = cache.commit_of(where->name.revision);
-  if (commit && !complete_set(cache, *commit, where->folder, file_sets).empty()) {
+  if (commit && holds_a_set(cache, *commit, where->folder, file_sets)) {
     spdlog::info("{}: commit {} from the cache", hub_folder, *commit);
     return ResolvedModel{cache.snapshot_dir(*commit) + "/" + where->folder, hub_folder, *commit};
   }
