@@ -224,6 +224,7 @@ if has chat; then
   kill "$server"; wait "$server" || true
 fi
 if has coldstart; then
+  chat_probes
   text="I kept asking myself whether the data really supported the conclusion everyone repeated."
   sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null && echo "page cache dropped" || echo "page cache could not be dropped"
   # Each run's -v log with the time of each line (the profile), then the process's end.
