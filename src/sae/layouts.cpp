@@ -39,10 +39,15 @@ bool recognises(const Layout& layout, const std::string& dir) {
 }
 
 // A hub folder (org/name/sub/folder[@revision]) from the hub cache, downloaded with one layout's files if need be.
+// A mistyped local path reads as one too: the message says it was looked for both ways.
 std::string hub_folder(const std::string& path) {
   std::vector<std::vector<std::string>> file_sets;
   for (const Layout& layout : layouts()) file_sets.push_back(layout.files);
-  return hub::resolve_folder(path, file_sets, hub::settings_from_environment()).dir;
+  try {
+    return hub::resolve_folder(path, file_sets, hub::settings_from_environment()).dir;
+  } catch (const std::exception& e) {
+    fail_input("--sae {}: no such folder here, and as a hub folder (org/name/sub/folder): {}", path, e.what());
+  }
 }
 
 int64_t count(const std::vector<int64_t>& shape) {

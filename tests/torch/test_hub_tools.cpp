@@ -208,7 +208,9 @@ TEST_CASE("--sae with a hub folder: the layout's files downloaded (no other layo
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
   r = capture(offline, "probekit-test/saes/resid_post/layer_9", "none");
   CHECK(r.exit_code == 1);
-  CHECK_CONTAINS(r.output, "probekit-test/saes/resid_post/layer_9: not in the cache with one of cfg.json + sae_weights.safetensors;");
+  CHECK_CONTAINS(r.output, "--sae probekit-test/saes/resid_post/layer_9: no such folder here, and as a hub folder "
+                           "(org/name/sub/folder): probekit-test/saes/resid_post/layer_9: not in the cache with one of "
+                           "cfg.json + sae_weights.safetensors;");
   CHECK(mock.requests().size() == requests);
   // Online, a folder of no layout: refused naming the commit and the sets.
   r = capture(online, "probekit-test/saes/resid_post", "none2");
