@@ -70,10 +70,15 @@
 #   20. sae: the 4-layer capture beside the same texts read through a 16,384-wide JumpReLU SAE at layer 17 (random
 #      weights in Gemma Scope 2's layout, bench/python/make_bench_sae.py) stored as top-64 latents, and layer 17
 #      captured plainly (the same pass without the SAE), alternating (sae_capture_examples_per_s vs both);
+#   21. saegen: one chat stream at a time (chat_streams_bench.py --one-stream) from a server without and with that SAE
+#      (--sae: each token's top latents in every chunk; sae_generation_tokens_per_s vs the plain server);
+#   22. streams64: the chat step's streams at 16 and at 64 on one server started with --max-streams 64
+#      (server_1_stream, server_16_streams and server_64_streams_tokens_per_s with their p99 in one sitting);
 # Usage: bash bench/gpu_benchmarks.sh OUT_DIR [STEP...]
 #   steps: build model capture profile alllayers spread multigpu split train generate server coldstart moe steer sweep
 #          previous python_api chat hybrid attention oss fp8 monitor multimax masked patching sae (default: all but
-#          previous, python_api, chat, hybrid, attention, oss, fp8, monitor, multimax, masked, patching, sae and saegen)
+#          previous, python_api, chat, hybrid, attention, oss, fp8, monitor, multimax, masked, patching, sae, saegen
+#          and streams64)
 # RUNS (default 2) sets the runs of each side; PYTHON_RUNS (default RUNS) those of the Python side, whose
 # capture and training take minutes a run.
 set -euo pipefail
@@ -221,6 +226,19 @@ if has chat; then
   start_server 8094 --max-streams 32 --http-threads 40
   "$python" bench/python/chat_streams_bench.py --port 8094 --prompt-file /tmp/chat_prompt.txt --streams 16 --tokens 128 \
     --runs "$runs" | tee "$out/chat_streams.json"
+  kill "$server"; wait "$server" || true
+fi
+if has streams64; then
+  # The chat step's streams at 16 and at 64 on one server started for 64 (issue 51's server_64_streams figure).
+  chat_probes
+  cp tests/fixtures/models/gemma3_text/chat_template.jinja "$model/"
+  "$python" bench/python/chat_streams_bench.py --print-messages > /tmp/chat_messages.json
+  "$tools/inspect_model" chat-template --model "$model" --messages /tmp/chat_messages.json > /tmp/chat_prompt.txt
+  start_server 8097 --max-streams 64 --http-threads 80
+  for streams in 16 64; do
+    "$python" bench/python/chat_streams_bench.py --port 8097 --prompt-file /tmp/chat_prompt.txt --streams "$streams" \
+      --tokens 128 --runs "$runs" > "$out/chat_streams_$streams.json"
+  done
   kill "$server"; wait "$server" || true
 fi
 if has coldstart; then
