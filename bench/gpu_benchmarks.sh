@@ -76,9 +76,9 @@
 #      (server_1_stream, server_16_streams and server_64_streams_tokens_per_s with their p99 in one sitting);
 # Usage: bash bench/gpu_benchmarks.sh OUT_DIR [STEP...]
 #   steps: build model capture profile alllayers spread multigpu split train generate server coldstart moe steer sweep
-#          previous python_api chat hybrid attention oss fp8 monitor multimax masked patching sae (default: all but
-#          previous, python_api, chat, hybrid, attention, oss, fp8, monitor, multimax, masked, patching, sae, saegen
-#          and streams64)
+#          previous python_api chat hybrid attention oss fp8 monitor multimax masked patching sae saegen streams64
+#          (default: all but previous, python_api, chat, hybrid, attention, oss, fp8, monitor, multimax, masked,
+#          patching, sae, saegen and streams64)
 # RUNS (default 2) sets the runs of each side; PYTHON_RUNS (default RUNS) those of the Python side, whose
 # capture and training take minutes a run.
 set -euo pipefail
