@@ -42,6 +42,10 @@ SparseAutoencoder read_llama_scope(const std::string& dir) {
   }
   const std::string act_fn = config.contains("act_fn") ? config_string(config, "act_fn", config_path) : "jumprelu";
   if (act_fn != "jumprelu") fail_input("{}: act_fn '{}' is not read (read: jumprelu)", config_path, act_fn);
+  // The published SAEs were trained on dataset-wise normalised inputs, the scaling read below.
+  const std::string norm = config.contains("norm_activation") ? config_string(config, "norm_activation", config_path)
+                                                              : "dataset-wise";
+  if (norm != "dataset-wise") fail_input("{}: norm_activation '{}' is not read (read: dataset-wise)", config_path, norm);
   SparseAutoencoder sae;
   sae.architecture = Architecture::kJumpRelu;
   sae.subtract_decoder_bias = false;

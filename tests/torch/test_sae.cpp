@@ -178,6 +178,8 @@ TEST_CASE("Llama Scope's layout reads as SAELens reads it: inputs scaled to the 
   CHECK_CONTAINS(refused("tc", [](Json& c) { c["hook_point_in"] = "blocks.3.ln2.hook_normalized"; }),
                  "hyperparams.json: hook_point_out 'blocks.3.hook_resid_post' differs from hook_point_in");
   CHECK_CONTAINS(refused("topk", [](Json& c) { c["act_fn"] = "topk"; }), "hyperparams.json: act_fn 'topk' is not read");
+  CHECK_CONTAINS(refused("tokenwise", [](Json& c) { c["norm_activation"] = "token-wise"; }),
+                 "hyperparams.json: norm_activation 'token-wise' is not read (read: dataset-wise)");
   CHECK_CONTAINS(refused("nonorm", [](Json& c) { c.erase("dataset_average_activation_norm"); }),
                  "'dataset_average_activation_norm' must be an object");
   CHECK_CONTAINS(refused("zero", [](Json& c) { c["dataset_average_activation_norm"]["in"] = 0; }),
