@@ -41,6 +41,10 @@ SparseAutoencoder read_gemma_scope(const std::string& dir) {
     fail_input("{}: Gemma Scope's path names the layer (layer_L/width_W/average_l0_N/params.npz); this one does not", path);
   }
   sae.layer = std::stoll(match[1].str());
+  if (dir.find("-transcoders") != std::string::npos) {
+    fail_input("{}: a Gemma Scope transcoder (-transcoders: the MLP's input to its output): transcoders are not read yet",
+               path);
+  }
   if (dir.find("-att") != std::string::npos) {
     fail_input("{}: a Gemma Scope attention SAE (-att) reads attention's per-head output (hook_z), which is not read", path);
   }

@@ -211,6 +211,9 @@ TEST_CASE("SAEs that cannot be read are refused naming the file and the field") 
   CHECK_CONTAINS(refusal(variant("transcoder", [](Json& c) { c["d_out"] = 64; })), "transcoder");
   CHECK_CONTAINS(refusal(variant("nohook", [](Json& c) { c["metadata"].erase("hook_name"); })), "'hook_name' must be a string");
   CHECK_CONTAINS(refusal(tmp.path()), "no SAE layout recognised");
+  const std::string transcoder = tmp.file("gemma-scope-2b-pt-transcoders/layer_3/width_256/average_l0_20");
+  probekit::testing::copy_dir(kSaes + "/gemma_scope/layer_3/width_256/average_l0_20", transcoder);
+  CHECK_CONTAINS(refusal(transcoder), "a Gemma Scope transcoder (-transcoders");
   const sae::SparseAutoencoder standard = sae::load(kSaes + "/saelens_standard");
   CHECK_THROWS_WITH_AS(standard.encode(at::zeros({2, 63})), doctest::Contains("expected [rows, 64]"), std::invalid_argument);
 }
