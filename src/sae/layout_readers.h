@@ -31,6 +31,7 @@ at::Tensor read_array(const std::map<std::string, npz::Array>& arrays, const std
 /// A config field, refused naming the file and the field when absent or of another type.
 int64_t config_int(const Json& config, const std::string& field, const std::string& path);
 std::string config_string(const Json& config, const std::string& field, const std::string& path);
+double config_number(const Json& config, const std::string& field, const std::string& path);
 
 /// (site, layer) of a TransformerLens hook name ("blocks.12.hook_resid_post") or a Hugging Face module path
 /// ("model.layers.12.output", "model.layers.12.post_feedforward_layernorm.output", "layers.12.mlp"); per-head

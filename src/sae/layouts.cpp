@@ -96,6 +96,11 @@ int64_t config_int(const Json& config, const std::string& field, const std::stri
   return config[field].get<int64_t>();
 }
 
+double config_number(const Json& config, const std::string& field, const std::string& path) {
+  if (!config.contains(field) || !config[field].is_number()) fail_input("{}: '{}' must be a number", path, field);
+  return config[field].get<double>();
+}
+
 std::string config_string(const Json& config, const std::string& field, const std::string& path) {
   if (!config.contains(field) || !config[field].is_string()) fail_input("{}: '{}' must be a string", path, field);
   return config[field].get<std::string>();

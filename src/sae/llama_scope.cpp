@@ -12,11 +12,6 @@ namespace probekit::sae {
 
 namespace {
 
-double config_number(const Json& config, const std::string& field, const std::string& path) {
-  if (!config.contains(field) || !config[field].is_number()) fail_input("{}: '{}' must be a number", path, field);
-  return config[field].get<double>();
-}
-
 // s = sqrt(d_model) / the dataset's average norm of the SAE's inputs.
 double input_scale(const Json& config, int64_t d_model, const std::string& path) {
   if (!config.contains("dataset_average_activation_norm") || !config["dataset_average_activation_norm"].is_object()) {
