@@ -1,12 +1,15 @@
 // The shared fixtures' nine SAEs (tests/fixtures/saes: random SAEs in the published layouts for the gemma3_text
-// fixture's layer 3, made with NumPy by tools/gen_sae_fixtures.py), by their name in reference.safetensors.
+// fixture's layer 3, made with NumPy by tools/gen_sae_fixtures.py), by their name in reference.safetensors, and the
+// model they read.
 #pragma once
 
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "loading/model_loading.h"
 #include "test_paths.h"
+#include "test_util.h"
 
 namespace probekit::testing {
 
@@ -24,5 +27,17 @@ inline const std::vector<std::pair<std::string, std::string>> kFixtureSaes = {
     {"gemma_scope_2", "gemma_scope_2/resid_post/layer_3_width_256_l0_small"},
     {"sparsify", "sparsify/layers.3"},
 };
+
+/// The gemma3_text fixture the SAEs read, loaded once, on the CPU in fp32.
+inline const loading::SharedModel& sae_fixture_model() {
+  static const loading::SharedModel model = [] {
+    loading::ModelRequest request;
+    request.model_dir = fixture_model("gemma3_text");
+    request.device = "cpu";
+    request.dtype = "fp32";
+    return loading::load_shared_model(request);
+  }();
+  return model;
+}
 
 }  // namespace probekit::testing

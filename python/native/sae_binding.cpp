@@ -35,15 +35,19 @@ py::capsule decode(const SaeHandle& sae, const py::capsule& latents, const py::o
   const at::Tensor z = as_rows(latents, sae->d_sae, "latents", shape);
   at::Tensor x;
   if (rows.is_none()) {
-    if (sae->scaling == sae::InputScaling::kConstantNormRescale) {
+    if (sae->scaling == sae::InputScaling::kConstantNormRescale && !sae->is_transcoder()) {
       throw std::invalid_argument(fmt::format("SAE '{}' rescales each row to norm sqrt(d_in): decode needs the rows "
                                               "(decode(latents, rows))", sae->name));
+    }
+    if (sae->w_skip.defined()) {
+      throw std::invalid_argument(fmt::format("transcoder '{}' adds a skip connection from its input: decode needs the "
+                                              "rows (decode(latents, rows))", sae->name));
     }
     x = at::ones({z.size(0), sae->d_in});
   } else {
     x = as_rows(rows.cast<py::capsule>(), sae->d_in, "rows", row_shape);
   }
-  shape.back() = sae->d_in;
+  shape.back() = sae->d_out;
   py::gil_scoped_release release;
   return to_dlpack(sae->decode(z, x).reshape(shape));
 }

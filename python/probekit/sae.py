@@ -33,7 +33,9 @@ class SparseAutoencoder:
     name = property(lambda self: self.record["name"], doc="How tools and sites refer to it.")
     path = property(lambda self: self.record["path"], doc="The folder it was read from.")
     layout = property(lambda self: self.record["layout"], doc="saelens, gemma_scope, gemma_scope_2, sparsify, ...")
-    site = property(lambda self: self.record["site"], doc="The site it reads: resid_post, mlp_out or attn_out.")
+    site = property(lambda self: self.record["site"], doc="The site it reads: resid_post, mlp_out, attn_out, mlp_in.")
+    output_site = property(lambda self: self.record.get("output_site", self.record["site"]),
+                           doc="The site it reconstructs: its own, or a transcoder's mlp_out.")
     layer = property(lambda self: self.record["layer"], doc="The decoder layer it reads.")
     d_in = property(lambda self: self.record["d_in"], doc="The width of the rows it encodes.")
     d_sae = property(lambda self: self.record["d_sae"], doc="Its latents.")
@@ -43,8 +45,9 @@ class SparseAutoencoder:
         return torch.utils.dlpack.from_dlpack(_native.sae_encode(self._native, _capsule(rows, "rows")))
 
     def decode(self, latents, rows=None):
-        """The reconstruction [..., d_in] of latents [..., d_sae]; rows: the encoded rows, needed by an SAE that
-        rescales its inputs to norm sqrt(d_in) (their norms are put back)."""
+        """The reconstruction [..., d_out] of latents [..., d_sae] (d_out: d_in, or a transcoder's output width);
+        rows: the encoded rows, needed by an SAE that rescales its inputs to norm sqrt(d_in) (their norms are put
+        back) and by a transcoder with a skip connection (which reads them)."""
         rows_capsule = None if rows is None else _capsule(rows, "rows")
         return torch.utils.dlpack.from_dlpack(_native.sae_decode(self._native, _capsule(latents, "latents"), rows_capsule))
 

@@ -272,9 +272,10 @@ struct LayerHook {
   bool wants(Site site) const { return hook != nullptr && (sites & site_bit(site)) != 0; }
   const StreamEdit* edit(Site site) const { return writes != nullptr ? writes->find(site, layer) : nullptr; }
   void emit(Site site, const at::Tensor& t) const { (*hook)(site, layer, t); }
-  /// The site's values with this layer's writes applied, given to the hook when it asks for them.
-  at::Tensor written(Site site, at::Tensor t) const {
-    if (const StreamEdit* e = edit(site)) t = e->apply(t);
+  /// The site's values with this layer's writes applied, given to the hook when it asks for them; `branch_input`:
+  /// what the branch whose output the site is read (a transcoder's clamp encodes it).
+  at::Tensor written(Site site, at::Tensor t, const at::Tensor& branch_input = {}) const {
+    if (const StreamEdit* e = edit(site)) t = e->apply(t, branch_input);
     if (wants(site)) emit(site, t);
     return t;
   }
@@ -494,7 +495,9 @@ ResidualStream decoder_block(const ResidualStream& stream, const LayerPass& pass
   }
 
   if (c.features.parallel_residual) {
-    at::Tensor mlp_out = hook.written(Site::kMlpOut, feed_forward(norm_to(x, w.mlp_input_norm, c, compute), w, c, hook));
+    const at::Tensor mlp_in = norm_to(x, w.mlp_input_norm, c, compute);
+    if (hook.wants(Site::kMlpIn)) hook.emit(Site::kMlpIn, mlp_in);
+    at::Tensor mlp_out = hook.written(Site::kMlpOut, feed_forward(mlp_in, w, c, hook), mlp_in);
     if (hook.wants(Site::kResidMid)) hook.emit(Site::kResidMid, x + attention_out);
     at::Tensor out = mlp_out.to(at::kFloat) + attention_out.to(at::kFloat) + x;  // transformers' order of the sum
     return {hook.written(Site::kResidPost, out), {}, stream.per_layer_inputs};
@@ -506,12 +509,13 @@ ResidualStream decoder_block(const ResidualStream& stream, const LayerPass& pass
                                        hook.wants(Site::kResidMid) || !c.features.input_norms);
   if (hook.wants(Site::kResidMid)) hook.emit(Site::kResidMid, middle);
   if (!c.features.input_norms) mlp_in = middle.to(compute);
+  if (hook.wants(Site::kMlpIn)) hook.emit(Site::kMlpIn, mlp_in);
   at::Tensor mlp_out = feed_forward(mlp_in, w, c, hook);
   Norm mlp_norm = w.mlp_output_norm;
   if (hook.wants(Site::kMlpOut) || hook.edit(Site::kMlpOut) != nullptr) {
     if (mlp_norm.defined()) mlp_out = norm_to(mlp_out, mlp_norm, c, at::kFloat);
     mlp_norm = Norm{};
-    mlp_out = hook.written(Site::kMlpOut, mlp_out);
+    mlp_out = hook.written(Site::kMlpOut, mlp_out, mlp_in);
   }
   const BranchOutput mlp{mlp_out, mlp_norm};
   // A write into the layer's output comes before the next layer's input norm, which then normalizes it itself,

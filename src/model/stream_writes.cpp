@@ -25,7 +25,7 @@ at::Tensor over_tokens(const at::Tensor& vector, const at::Tensor& values) {
 
 }  // namespace
 
-at::Tensor StreamEdit::apply(const at::Tensor& values) const {
+at::Tensor StreamEdit::apply(const at::Tensor& values, const at::Tensor& branch_input) const {
   at::Tensor out = values;
   for (const at::Tensor& unit : ablations) {
     at::Tensor u = over_tokens(unit, out);
@@ -33,7 +33,7 @@ at::Tensor StreamEdit::apply(const at::Tensor& values) const {
   }
   if (!value_additions.empty()) {
     const at::Tensor before = out;
-    for (const auto& change : value_additions) out = out + change(before).to(out.scalar_type());
+    for (const auto& change : value_additions) out = out + change(before, branch_input).to(out.scalar_type());
   }
   if (addition.defined()) out = out + over_tokens(addition, out);
   if (patched.defined()) {
@@ -64,7 +64,7 @@ void StreamWrites::add(Site site, int64_t layer, const at::Tensor& vector) {
 
 void StreamWrites::ablate(Site site, int64_t layer, const at::Tensor& unit) { edit(site, layer).ablations.push_back(unit); }
 
-void StreamWrites::add_by_value(Site site, int64_t layer, std::function<at::Tensor(const at::Tensor&)> change) {
+void StreamWrites::add_by_value(Site site, int64_t layer, ValueAddition change) {
   edit(site, layer).value_additions.push_back(std::move(change));
 }
 

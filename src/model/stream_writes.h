@@ -18,19 +18,24 @@
 
 namespace probekit::model {
 
+/// What an addition that depends on the values adds: (values, the branch's input) -> the change.
+using ValueAddition = std::function<at::Tensor(const at::Tensor& values, const at::Tensor& branch_input)>;
+
 /// What is written at one site of one layer. Each vector is fp32 on that layer's device, [hidden] for every row of
 /// a pass or [B, hidden] for one per row of a padded batch; an addition may also be [B or 1, T, hidden], one per token.
 struct StreamEdit {
   std::vector<at::Tensor> ablations;  // unit vectors
-  // Additions that depend on the values they go into: each gives, for values [B, T, width], what to add (an SAE
-  // latent's clamp, (v - z_i(x)) W_dec[i]). Applied after the ablations, each to the same values.
-  std::vector<std::function<at::Tensor(const at::Tensor&)>> value_additions;
+  // Additions that depend on the values they go into: each gives, for values [B, T, width] and the input of the
+  // branch they are the output of (mlp_out's mlp_in; else undefined), what to add (an SAE latent's clamp,
+  // (v - z_i(x)) W_dec[i], a transcoder's z_i read from the branch's input). Applied after the ablations, each to
+  // the same values.
+  std::vector<ValueAddition> value_additions;
   at::Tensor addition;                // undefined: none
   at::Tensor patch_values;  // [T, width] or [B, T, width]: what a patched position takes (cast to the values' dtype)
   at::Tensor patched;       // [B, T] bool: the positions patched; undefined: none
 
   /// `values` [B, T, width] with the ablations, the value additions, the addition and then the patch applied.
-  at::Tensor apply(const at::Tensor& values) const;
+  at::Tensor apply(const at::Tensor& values, const at::Tensor& branch_input = {}) const;
 };
 
 /// Every edit of a pass, by site and layer; only writable sites (sites.h) take edits.
@@ -42,7 +47,7 @@ class StreamWrites {
   /// Adds a direction to project out ([hidden] or [B, hidden], unit length, fp32, on the layer's device).
   void ablate(Site site, int64_t layer, const at::Tensor& unit);
   /// Adds what `change` gives for the site's values (after the ablations; see StreamEdit::value_additions).
-  void add_by_value(Site site, int64_t layer, std::function<at::Tensor(const at::Tensor&)> change);
+  void add_by_value(Site site, int64_t layer, ValueAddition change);
   /// Puts `values` ([T, width] or [B, T, width], on the layer's device) in place of the site's values where
   /// `patched` ([B, T] bool) holds; one patch per site and layer.
   void patch(Site site, int64_t layer, const at::Tensor& values, const at::Tensor& patched);

@@ -30,11 +30,20 @@ SiteReader::SiteReader(const Request& request, at::Device device, std::function<
       fail_input("SAE '{}' reads {} of layer {}, not what the request reads", sae.name, site_name(sae.site), sae.layer);
     }
   }
+  // A transcoder's error needs its output site too, which its layer emits after the input site.
+  if (request.latents != nullptr && request.latents->reads_output()) paired_output_ = request.latents->sae->output_site;
   for (size_t i = 0; i < request.layers.size(); ++i) slot_[request.layers[i]] = i;
   hook_ = [this](Site site, int64_t layer, const at::Tensor& values) {
     auto slot = slot_.find(layer);
-    if (slot == slot_.end() || site != request_.site) return;
-    rows_[slot->second] = rows_of_(values.to(device_));
+    if (slot == slot_.end() || (site != request_.site && site != paired_output_)) return;
+    if (!paired_output_) {
+      rows_[slot->second] = rows_of_(values.to(device_));
+    } else if (site == request_.site) {
+      pending_input_ = values;
+    } else {
+      rows_[slot->second] = rows_of_(at::cat({pending_input_.to(device_, at::kFloat), values.to(device_, at::kFloat)}, -1));
+      pending_input_ = at::Tensor();
+    }
   };
 }
 
@@ -49,6 +58,8 @@ void SiteReader::attach_hook(model::ForwardPass& pass) const {
   pass.hook_sites = hook_sites();
 }
 
-uint32_t SiteReader::hook_sites() const { return site_bit(request_.site); }
+uint32_t SiteReader::hook_sites() const {
+  return site_bit(request_.site) | (paired_output_ ? site_bit(*paired_output_) : 0u);
+}
 
 }  // namespace probekit::readout

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "model/transformer.h"
@@ -39,6 +40,8 @@ class SiteReader {
   const Request& request_;
   at::Device device_;
   std::function<at::Tensor(const at::Tensor&)> rows_of_;
+  std::optional<Site> paired_output_;  // a transcoder's output site, read with the request's site
+  at::Tensor pending_input_;           // the request's site's values until the paired site comes
   std::map<int64_t, size_t> slot_;
   std::vector<at::Tensor> rows_;
   model::TensorHook hook_;

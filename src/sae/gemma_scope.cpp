@@ -1,7 +1,7 @@
 // Google's Gemma Scope (layer_L/width_W/average_l0_N/params.npz, JumpReLU, no b_dec subtracted from the input; the
-// site from the repository's suffix -res, -mlp or -att where the path has it) and Gemma Scope 2
-// (<site>/layer_L_width_W_l0_S/params.safetensors with lowercase names + config.json naming the Hugging Face module
-// it reads).
+// site from the repository's suffix -res, -mlp, -att or -transcoders where the path has it) and Gemma Scope 2
+// (<site>/layer_L_width_W_l0_S/params.safetensors with lowercase names + config.json naming the Hugging Face modules
+// it reads and, for a transcoder, reconstructs; affine_connection: the skip affine_skip_connection [d_in, d_out]).
 #include <regex>
 
 #include "common/error.h"
@@ -16,11 +16,11 @@ template <typename Read>
 void read_jump_relu(SparseAutoencoder& sae, const std::vector<std::string>& names, Read&& read) {
   sae.architecture = Architecture::kJumpRelu;
   sae.subtract_decoder_bias = false;
-  const int64_t d_in = sae.d_in, d_sae = sae.d_sae;
+  const int64_t d_in = sae.d_in, d_sae = sae.d_sae, d_out = sae.d_out > 0 ? sae.d_out : sae.d_in;
   sae.w_enc = read(names[0], std::vector<int64_t>{d_in, d_sae});
-  sae.w_dec = read(names[1], std::vector<int64_t>{d_sae, d_in});
+  sae.w_dec = read(names[1], std::vector<int64_t>{d_sae, d_out});
   sae.b_enc = read(names[2], std::vector<int64_t>{d_sae});
-  sae.b_dec = read(names[3], std::vector<int64_t>{d_in});
+  sae.b_dec = read(names[3], std::vector<int64_t>{d_out});
   sae.threshold = read(names[4], std::vector<int64_t>{d_sae});
 }
 
@@ -41,10 +41,6 @@ SparseAutoencoder read_gemma_scope(const std::string& dir) {
     fail_input("{}: Gemma Scope's path names the layer (layer_L/width_W/average_l0_N/params.npz); this one does not", path);
   }
   sae.layer = std::stoll(match[1].str());
-  if (dir.find("-transcoders") != std::string::npos) {
-    fail_input("{}: a Gemma Scope transcoder (-transcoders: the MLP's input to its output): transcoders are not read yet",
-               path);
-  }
   if (dir.find("-att") != std::string::npos) {
     fail_input("{}: a Gemma Scope attention SAE (-att) reads attention's per-head output (hook_z), which is not read", path);
   }
@@ -53,6 +49,12 @@ SparseAutoencoder read_gemma_scope(const std::string& dir) {
   auto encoder = arrays.find("W_enc");
   if (encoder == arrays.end()) fail_input("{}: no array 'W_enc'", path);
   widths_from(sae, encoder->second.shape, path);
+  // A transcoder release (-transcoders) reads the MLP's input (after its pre-norm) and reconstructs its output.
+  if (dir.find("-transcoders") != std::string::npos) {
+    sae.site = Site::kMlpIn;
+    sae.output_site = Site::kMlpOut;
+    sae.d_out = sae.d_in;
+  }
   read_jump_relu(sae, {"W_enc", "W_dec", "b_enc", "b_dec", "threshold"},
                  [&](const std::string& name, const std::vector<int64_t>& shape) { return read_array(arrays, name, shape, path); });
   return sae;
@@ -65,18 +67,27 @@ SparseAutoencoder read_gemma_scope_2(const std::string& dir) {
   if (architecture != "jump_relu") fail_input("{}: architecture '{}' is not read (read: jump_relu)", config_path, architecture);
   const std::string in = config_string(config, "hf_hook_point_in", config_path);
   const std::string out = config.contains("hf_hook_point_out") ? config_string(config, "hf_hook_point_out", config_path) : in;
-  if (in != out || (config.contains("affine_connection") && config["affine_connection"].get<bool>())) {
-    fail_input("{}: a transcoder (hf_hook_point_in {} to hf_hook_point_out {}): transcoders are not read yet", config_path,
-               in, out);
-  }
+  const bool skip = config.contains("affine_connection") && config["affine_connection"].is_boolean() &&
+                    config["affine_connection"].get<bool>();
   SparseAutoencoder sae;
   std::tie(sae.site, sae.layer) = hook_site(in, config_path);
   const safetensors::File file(dir + "/params.safetensors");
   const safetensors::TensorInfo* encoder = file.find("w_enc");
   if (encoder == nullptr) fail_input("{}: no tensor 'w_enc'", file.path());
   widths_from(sae, encoder->shape, file.path());
+  if (in != out || skip) {  // a transcoder: hf_hook_point_out is what it reconstructs
+    int64_t layer_out = 0;
+    std::tie(sae.output_site, layer_out) = hook_site(out, config_path);
+    if (layer_out != sae.layer) fail_input("{}: hf_hook_point_in and hf_hook_point_out name different layers", config_path);
+    const safetensors::TensorInfo* decoder = file.find("w_dec");
+    if (decoder == nullptr || decoder->shape.size() != 2) fail_input("{}: no 2-D tensor 'w_dec'", file.path());
+    sae.d_out = decoder->shape[1];
+  }
   read_jump_relu(sae, {"w_enc", "w_dec", "b_enc", "b_dec", "threshold"},
                  [&](const std::string& name, const std::vector<int64_t>& shape) { return read_tensor(file, name, shape); });
+  // Google's definition adds W_skip x with affine_skip_connection [d_in, d_out] (gemma_penzai's Gemma Scope 2
+  // notebook); SAELens multiplies by its transpose.
+  if (skip) sae.w_skip = read_tensor(file, "affine_skip_connection", {sae.d_in, sae.d_out});
   return sae;
 }
 

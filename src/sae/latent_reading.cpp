@@ -7,22 +7,27 @@
 
 namespace probekit::sae {
 
+bool LatentReading::reads_output() const { return sae->is_transcoder() && measures_error; }
+
 int64_t LatentReading::width() const {
-  if (output == SaeOutput::kError) return sae->d_in;
+  if (output == SaeOutput::kError) return sae->d_out;
   return top_k > 0 && packed ? activations::sparse_latent_row_width(top_k) : sae->d_sae;
 }
 
 at::Tensor LatentReading::per_token(const at::Tensor& values) const {
-  const at::Tensor x = values.reshape({-1, sae->d_in}).to(at::kFloat);
+  const int64_t d_in = sae->d_in, d_out = sae->d_out;
+  const at::Tensor rows = values.reshape({-1, values.size(-1)}).to(at::kFloat);
+  const at::Tensor x = reads_output() ? rows.narrow(1, 0, d_in) : rows;
   const at::Tensor latents = sae->encode(x);
   std::vector<int64_t> shape(values.sizes().begin(), values.sizes().end());
   if (!measures_error) {
     shape.back() = sae->d_sae;
     return latents.reshape(shape);
   }
+  const at::Tensor target = reads_output() ? rows.narrow(1, d_in, d_out) : x;
   const at::Tensor reconstruction = sae->decode(latents, x);
-  shape.back() = sae->d_sae + 2 * sae->d_in;
-  return at::cat({latents, x, reconstruction}, 1).reshape(shape);
+  shape.back() = sae->d_sae + 2 * d_out;
+  return at::cat({latents, target, reconstruction}, 1).reshape(shape);
 }
 
 at::Tensor LatentReading::finish(const at::Tensor& rows) const {
@@ -30,8 +35,8 @@ at::Tensor LatentReading::finish(const at::Tensor& rows) const {
   // |x - x_hat| per row, and x - x_hat where the output is the error.
   auto error = [&](bool relative) {
     if (!measures_error) return at::full({rows.size(0), 1}, std::numeric_limits<float>::quiet_NaN(), rows.options());
-    const at::Tensor x = rows.narrow(1, sae->d_sae, sae->d_in);
-    const at::Tensor missed = x - rows.narrow(1, sae->d_sae + sae->d_in, sae->d_in);
+    const at::Tensor x = rows.narrow(1, sae->d_sae, sae->d_out);
+    const at::Tensor missed = x - rows.narrow(1, sae->d_sae + sae->d_out, sae->d_out);
     if (!relative) return missed;
     return missed.norm(2, 1, true) / x.norm(2, 1, true).clamp_min(std::numeric_limits<float>::min());
   };

@@ -25,12 +25,16 @@ struct LatentReading {
   bool measures_error = true;  // false (latents shown beside tokens, which show no error): nothing is decoded, the
                                // packed rows' error column is NaN; latents only
 
-  /// Values per row of finish(): d_sae (latents), d_in (error), or 2 K + 2 (packed sparse latents).
+  /// Whether per_token takes the output site's values beside the input's: a transcoder's error is its output's.
+  bool reads_output() const;
+  /// Values per row of finish(): d_sae (latents), d_out (error), or 2 K + 2 (packed sparse latents).
   int64_t width() const;
-  /// Each token's [..., d_in] values at the SAE's site as [..., d_sae + 2 d_in] in fp32: the latents, the input and
-  /// its reconstruction (what mean and max pooling pool, each per token); [..., d_sae] without measures_error.
+  /// Each token's [..., d_in] values at the SAE's site (with reads_output(): [..., d_in + d_out], the input's then
+  /// the output site's) as [..., d_sae + 2 d_out] in fp32: the latents, what they reconstruct (the input, or the
+  /// output) and its reconstruction (what mean and max pooling pool, each per token); [..., d_sae] without
+  /// measures_error.
   at::Tensor per_token(const at::Tensor& values) const;
-  /// Rows [N, width()] of per_token's rows [N, d_sae + 2 d_in] (pooled or not). Sparse rows: the K largest latents'
+  /// Rows [N, width()] of per_token's rows [N, d_sae + 2 d_out] (pooled or not). Sparse rows: the K largest latents'
   /// indices (exact in fp32; -1 past the row's L0) and values, the row's L0, and |x - x_hat| / |x|.
   at::Tensor finish(const at::Tensor& rows) const;
 };

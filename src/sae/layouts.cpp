@@ -113,6 +113,9 @@ std::pair<Site, int64_t> hook_site(const std::string& hook, const std::string& w
       {std::regex(R"(blocks\.(\d+)\.hook_resid_mid)"), Site::kResidMid},
       {std::regex(R"(blocks\.(\d+)\.hook_mlp_out)"), Site::kMlpOut},
       {std::regex(R"(blocks\.(\d+)\.hook_attn_out)"), Site::kAttnOut},
+      {std::regex(R"(blocks\.(\d+)\.(?:ln2\.hook_normalized|mlp\.hook_in))"), Site::kMlpIn},
+      {std::regex(R"((?:model\.(?:language_model\.)?)?layers\.(\d+)\.(?:pre_feedforward_layernorm\.output|mlp\.input))"),
+       Site::kMlpIn},
       {std::regex(R"((?:model\.(?:language_model\.)?)?layers\.(\d+)(?:\.output)?)"), Site::kResidPost},
       {std::regex(R"((?:model\.(?:language_model\.)?)?layers\.(\d+)\.input)"), Site::kResidPre},
       {std::regex(R"((?:model\.(?:language_model\.)?)?layers\.(\d+)\.(?:post_feedforward_layernorm\.output|mlp(?:\.output)?))"),
@@ -155,6 +158,11 @@ SparseAutoencoder load(const std::string& path, const std::string& name) {
     known.push_back(fmt::format("{} ({}{})", layout.name, fmt::join(layout.files, " + "), layout.where));
     if (!recognises(layout, dir)) continue;
     SparseAutoencoder sae = layout.read(dir);
+    if (sae.d_out == 0) {  // an SAE: it reconstructs what it reads
+      sae.d_out = sae.d_in;
+      sae.output_site = sae.site;
+    }
+    sae.check(dir);
     sae.layout = layout.name;
     sae.path = dir;
     sae.name = name.empty() ? folder_name(dir) : name;

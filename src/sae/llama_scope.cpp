@@ -2,7 +2,9 @@
 // dataset_average_activation_norm) + checkpoints/final.safetensors (encoder.weight [d_sae, d_model], encoder.bias,
 // decoder.weight [d_model, d_sae], decoder.bias). Read as SAELens reads it: trained on inputs scaled to norm
 // sqrt(d_model) on average, so inputs are scaled by s = sqrt(d_model) / the dataset's average input norm (and the
-// reconstruction back), the threshold taken times s for every latent, no b_dec subtracted from the input.
+// reconstruction back), the threshold taken times s for every latent, no b_dec subtracted from the input. A
+// transcoder (hook_point_out blocks.L.hook_mlp_out, in blocks.L.ln2.hook_normalized) reconstructs on its output's
+// scale: divided by sqrt(d_model) / the dataset's average output norm.
 #include <cmath>
 
 #include "common/error.h"
@@ -12,14 +14,14 @@ namespace probekit::sae {
 
 namespace {
 
-// s = sqrt(d_model) / the dataset's average norm of the SAE's inputs.
-double input_scale(const Json& config, int64_t d_model, const std::string& path) {
+// sqrt(d_model) / the dataset's average norm of the SAE's inputs ("in") or of what it reconstructs ("out").
+double norm_scale(const Json& config, const char* which, int64_t d_model, const std::string& path) {
   if (!config.contains("dataset_average_activation_norm") || !config["dataset_average_activation_norm"].is_object()) {
     fail_input("{}: 'dataset_average_activation_norm' must be an object {{\"in\": norm, \"out\": norm}}", path);
   }
-  const double norm = config_number(config["dataset_average_activation_norm"], "in", path + ": dataset_average_activation_norm");
+  const double norm = config_number(config["dataset_average_activation_norm"], which, path + ": dataset_average_activation_norm");
   if (!(norm > 0) || !std::isfinite(norm)) {
-    fail_input("{}: dataset_average_activation_norm.in is {}, expected a positive number", path, norm);
+    fail_input("{}: dataset_average_activation_norm.{} is {}, expected a positive number", path, which, norm);
   }
   return std::sqrt(static_cast<double>(d_model)) / norm;
 }
@@ -31,10 +33,6 @@ SparseAutoencoder read_llama_scope(const std::string& dir) {
   const Json config = read_json_file(config_path);
   const std::string hook_in = config_string(config, "hook_point_in", config_path);
   const std::string hook_out = config.contains("hook_point_out") ? config_string(config, "hook_point_out", config_path) : hook_in;
-  if (hook_out != hook_in) {
-    fail_input("{}: hook_point_out '{}' differs from hook_point_in '{}' (a transcoder): transcoders are not read yet",
-               config_path, hook_out, hook_in);
-  }
   const std::string act_fn = config.contains("act_fn") ? config_string(config, "act_fn", config_path) : "jumprelu";
   if (act_fn != "jumprelu") fail_input("{}: act_fn '{}' is not read (read: jumprelu)", config_path, act_fn);
   // The published SAEs were trained on dataset-wise normalised inputs, the scaling read below.
@@ -48,7 +46,14 @@ SparseAutoencoder read_llama_scope(const std::string& dir) {
   sae.d_sae = config_int(config, "d_sae", config_path);
   std::tie(sae.site, sae.layer) = hook_site(hook_in, config_path);
   sae.scaling = InputScaling::kConstant;
-  sae.input_scale = input_scale(config, sae.d_in, config_path);
+  sae.input_scale = norm_scale(config, "in", sae.d_in, config_path);
+  if (hook_out != hook_in) {  // a transcoder (Llama Scope's TC): its reconstruction on the output's scale
+    int64_t layer_out = 0;
+    std::tie(sae.output_site, layer_out) = hook_site(hook_out, config_path);
+    if (layer_out != sae.layer) fail_input("{}: hook_point_in and hook_point_out name different layers", config_path);
+    sae.d_out = sae.d_in;
+    sae.output_scale = norm_scale(config, "out", sae.d_in, config_path);
+  }
 
   const safetensors::File file(dir + "/checkpoints/final.safetensors");
   const int64_t d_in = sae.d_in, d_sae = sae.d_sae;

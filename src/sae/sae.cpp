@@ -16,6 +16,12 @@ at::Tensor input_factors(const SparseAutoencoder& sae, const at::Tensor& x) {
   return at::full({x.size(0), 1}, sae.scaling == InputScaling::kConstant ? sae.input_scale : 1.0, x.options());
 }
 
+// What divides a reconstruction back onto the values' scale: an SAE's input factors, a transcoder's output scale.
+at::Tensor output_factors(const SparseAutoencoder& sae, const at::Tensor& x) {
+  if (sae.is_transcoder()) return at::full({x.size(0), 1}, sae.output_scale, x.options());
+  return input_factors(sae, x);
+}
+
 void check_rows(const SparseAutoencoder& sae, const at::Tensor& rows, int64_t width, const char* what) {
   if (rows.dim() != 2 || rows.size(1) != width) {
     fail_input("SAE '{}' ({}): {} of shape [{}], expected [rows, {}]", sae.name, sae.path, what,
@@ -60,20 +66,35 @@ at::Tensor SparseAutoencoder::encode(const at::Tensor& rows) const {
 at::Tensor SparseAutoencoder::decode(const at::Tensor& latents, const at::Tensor& rows) const {
   check_rows(*this, latents, d_sae, "latents to decode");
   check_rows(*this, rows, d_in, "rows");
-  const at::Tensor reconstruction = at::matmul(latents.to(w_dec.device(), at::kFloat), w_dec) + b_dec;
-  return reconstruction / input_factors(*this, rows.to(w_dec.device(), at::kFloat));
+  const at::Tensor x = rows.to(w_dec.device(), at::kFloat);
+  const at::Tensor reconstruction = (at::matmul(latents.to(w_dec.device(), at::kFloat), w_dec) + b_dec) / output_factors(*this, x);
+  return w_skip.defined() ? reconstruction + at::matmul(x, w_skip) : reconstruction;
 }
 
 at::Tensor SparseAutoencoder::clamp_change(const at::Tensor& rows, int64_t latent, double value) const {
   const at::Tensor x = rows.to(w_dec.device(), at::kFloat);
   const at::Tensor z = encode(x).select(1, latent).unsqueeze(1);  // [N, 1]
-  return (value - z) * w_dec[latent].unsqueeze(0) / input_factors(*this, x);
+  return (value - z) * w_dec[latent].unsqueeze(0) / output_factors(*this, x);
+}
+
+void SparseAutoencoder::check(const std::string& where) const {
+  if (!is_transcoder()) return;
+  if (site != Site::kMlpIn || output_site != Site::kMlpOut) {
+    fail_input("{}: a transcoder from {} to {} is not read (read: mlp_in to mlp_out, the MLP's input to its output)",
+               where, site_name(site), site_name(output_site));
+  }
+  if (subtract_decoder_bias) {
+    fail_input("{}: a transcoder cannot subtract b_dec (the output's bias) from its input (apply_b_dec_to_input)", where);
+  }
+  if (w_skip.defined() && w_skip.sizes() != at::IntArrayRef{d_in, d_out}) {
+    fail_input("{}: the skip connection has shape [{}], expected [{}, {}]", where, fmt::join(w_skip.sizes(), ", "), d_in, d_out);
+  }
 }
 
 SparseAutoencoder SparseAutoencoder::to(at::Device device) const {
   SparseAutoencoder moved = *this;
   for (at::Tensor* t : {&moved.w_enc, &moved.b_enc, &moved.w_dec, &moved.b_dec, &moved.threshold, &moved.b_gate,
-                        &moved.r_mag, &moved.b_mag}) {
+                        &moved.r_mag, &moved.b_mag, &moved.w_skip}) {
     if (t->defined()) *t = t->to(device);
   }
   return moved;
@@ -89,6 +110,12 @@ Json SparseAutoencoder::record() const {
               {"d_in", d_in},
               {"d_sae", d_sae},
               {"subtract_decoder_bias", subtract_decoder_bias}};
+  if (is_transcoder()) {
+    out["output_site"] = site_name(output_site);
+    out["d_out"] = d_out;
+    out["skip_connection"] = w_skip.defined();
+    if (output_scale != 1.0) out["output_scale"] = output_scale;
+  }
   if (architecture == Architecture::kTopK) out["k"] = k;
   if (scaling == InputScaling::kConstantNormRescale) out["input_scaling"] = "constant_norm_rescale";
   if (scaling == InputScaling::kConstant) out["input_scaling"] = input_scale;

@@ -31,30 +31,41 @@ enum class InputScaling {
   kConstant,             // every row times input_scale (a dataset's average norm folded in)
 };
 
+/// A transcoder reads one site and reconstructs another: the MLP's input (mlp_in) and its output (mlp_out) of one
+/// layer. An SAE reconstructs the site it reads (output_site == site, d_out == d_in).
 struct SparseAutoencoder {
   std::string name;    // how tools refer to it (--sae NAME=PATH)
   std::string path;    // the folder or file it was read from
   std::string layout;  // the layout's name (layouts.cpp)
-  Site site = Site::kResidPost;
+  Site site = Site::kResidPost;         // what it encodes
+  Site output_site = Site::kResidPost;  // what it reconstructs (and where steering by its latents writes)
   int64_t layer = -1;
   Architecture architecture = Architecture::kStandard;
-  int64_t d_in = 0, d_sae = 0;
+  int64_t d_in = 0, d_sae = 0, d_out = 0;
   int64_t k = 0;                     // kTopK
   bool subtract_decoder_bias = true;  // x - b_dec before encoding (SAELens' apply_b_dec_to_input)
   InputScaling scaling = InputScaling::kNone;
-  double input_scale = 1.0;  // kConstant
-  // fp32: w_enc [d_in, d_sae], b_enc [d_sae], w_dec [d_sae, d_in], b_dec [d_in]; threshold [d_sae] (kJumpRelu);
-  // b_gate, r_mag, b_mag [d_sae] (kGated, which has no b_enc).
-  at::Tensor w_enc, b_enc, w_dec, b_dec, threshold, b_gate, r_mag, b_mag;
+  double input_scale = 1.0;   // kConstant
+  double output_scale = 1.0;  // a transcoder's reconstruction is divided by it (Llama Scope's output norm)
+  bool raw_mlp_output = false;  // a transcoder trained on the MLP module's output before any post-norm (sparsify)
+  // fp32: w_enc [d_in, d_sae], b_enc [d_sae], w_dec [d_sae, d_out], b_dec [d_out]; threshold [d_sae] (kJumpRelu);
+  // b_gate, r_mag, b_mag [d_sae] (kGated, which has no b_enc); w_skip [d_in, d_out] (a transcoder's linear skip
+  // connection from its raw input, x w_skip; undefined: none).
+  at::Tensor w_enc, b_enc, w_dec, b_dec, threshold, b_gate, r_mag, b_mag, w_skip;
   std::map<int64_t, std::string> descriptions;  // --sae-labels: what latents mean, shown beside them (not in record())
 
+  bool is_transcoder() const { return output_site != site; }
   /// The latents [rows, d_sae] (fp32) of rows [rows, d_in] of the SAE's site.
   at::Tensor encode(const at::Tensor& rows) const;
-  /// The reconstruction [rows, d_in] of `latents` for `rows` (whose norms undo an input scaling).
+  /// The reconstruction [rows, d_out] of `latents` for `rows` [rows, d_in] (whose norms undo an input scaling; a
+  /// transcoder's skip connection reads them).
   at::Tensor decode(const at::Tensor& latents, const at::Tensor& rows) const;
   /// What setting latent `latent` of each row of `rows` [N, d_in] to `value` changes the reconstruction by:
-  /// (value - z_latent) W_dec[latent], scaled back as decode scales; fp32 [N, d_in].
+  /// (value - z_latent) W_dec[latent], scaled back as decode scales; fp32 [N, d_out].
   at::Tensor clamp_change(const at::Tensor& rows, int64_t latent, double value) const;
+  /// Refuses, naming `path`, what no reader may build: a transcoder that subtracts b_dec (of the output's width) from
+  /// its input or scales its input per row, tensors of other shapes than the widths say.
+  void check(const std::string& path) const;
   /// The SAE moved to `device` (its tensors).
   SparseAutoencoder to(at::Device device) const;
   /// {"name", "path", "layout", "site", "layer", "architecture", "d_in", "d_sae", ...}: what a file made with it records.
@@ -64,7 +75,7 @@ struct SparseAutoencoder {
 const char* architecture_name(Architecture architecture);
 
 /// Reads the SAE at `path` (a folder, or a layout's file), recognising its layout by its files; `name` empty: the
-/// path's last component. Every tensor's shape is checked against d_in and d_sae; a missing tensor or field, an
+/// path's last component. Every tensor's shape is checked against d_in, d_sae and d_out; a missing tensor or field, an
 /// unknown architecture or normalisation, or a per-head attention SAE (hook_z) is refused naming the file and field.
 SparseAutoencoder load(const std::string& path, const std::string& name = "");
 

@@ -1,5 +1,7 @@
 #include "sae/sae_flags.h"
 
+#include <tuple>
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -65,9 +67,15 @@ std::vector<SparseAutoencoder> load_saes(const std::vector<SaeSpec>& specs, cons
       fail_input("{}: SAE '{}' reads layer {}, but the model has {} layers", sae.path, sae.name, sae.layer,
                  config.num_layers);
     }
-    if (sae.d_in != config.hidden_size) {
-      fail_input("{}: SAE '{}' reads rows of width {}, but the model's {} has width {} (hidden size)", sae.path,
-                 sae.name, sae.d_in, site_name(sae.site), config.hidden_size);
+    for (const auto& [width, site, what] : {std::tuple{sae.d_in, sae.site, "reads"}, std::tuple{sae.d_out, sae.output_site, "writes"}}) {
+      if (width != config.hidden_size) {
+        fail_input("{}: SAE '{}' {} rows of width {}, but the model's {} has width {} (hidden size)", sae.path,
+                   sae.name, what, width, site_name(site), config.hidden_size);
+      }
+    }
+    if (sae.raw_mlp_output && config.features.mlp_output_norm) {
+      fail_input("{}: transcoder '{}' predicts the MLP's output before its post-norm, which this model's mlp_out "
+                 "(after the post-norm) is not", sae.path, sae.name);
     }
     saes.push_back(std::move(sae));
   }

@@ -1,5 +1,9 @@
 // SAELens' layout: cfg.json + sae_weights.safetensors (W_enc [d_in, d_sae], W_dec [d_sae, d_in], b_enc, b_dec; the
-// architecture's own tensors), the hook in metadata.hook_name (older configs: a top-level hook_name).
+// architecture's own tensors), the hook in metadata.hook_name (older configs: a top-level hook_name). Transcoders
+// (architecture *_transcoder) add d_out, metadata.hook_name_out and, with a skip connection, W_skip [d_out, d_in];
+// they subtract nothing from their input and decode to z W_dec + b_dec (+ x W_skip^T).
+#include <map>
+
 #include "common/error.h"
 #include "sae/layout_readers.h"
 
@@ -7,13 +11,37 @@ namespace probekit::sae {
 
 namespace {
 
-Architecture architecture_of(const std::string& name, const std::string& path) {
-  if (name == "standard") return Architecture::kStandard;
-  if (name == "topk") return Architecture::kTopK;
-  // BatchTopK is saved for inference as a JumpReLU with the threshold it learned.
-  if (name == "jumprelu" || name == "batchtopk") return Architecture::kJumpRelu;
-  if (name == "gated") return Architecture::kGated;
-  fail_input("{}: architecture '{}' is not read (read: standard, topk, batchtopk, jumprelu, gated)", path, name);
+// SAELens' architecture names: the SAEs' and the transcoders' ("jumprelu_skip_transcoder": JumpReLU, with W_skip).
+struct ArchitectureName {
+  Architecture architecture;
+  bool transcoder = false, skip = false;
+};
+
+ArchitectureName architecture_of(const std::string& name, const std::string& path) {
+  static const std::map<std::string, ArchitectureName> names = {
+      {"standard", {Architecture::kStandard}},
+      {"topk", {Architecture::kTopK}},
+      // BatchTopK is saved for inference as a JumpReLU with the threshold it learned.
+      {"batchtopk", {Architecture::kJumpRelu}},
+      {"jumprelu", {Architecture::kJumpRelu}},
+      {"gated", {Architecture::kGated}},
+      {"transcoder", {Architecture::kStandard, true}},
+      {"skip_transcoder", {Architecture::kStandard, true, true}},
+      {"jumprelu_transcoder", {Architecture::kJumpRelu, true}},
+      {"jumprelu_skip_transcoder", {Architecture::kJumpRelu, true, true}},
+  };
+  auto found = names.find(name);
+  if (found == names.end()) {
+    fail_input("{}: architecture '{}' is not read (read: standard, topk, batchtopk, jumprelu, gated, transcoder, "
+               "skip_transcoder, jumprelu_transcoder, jumprelu_skip_transcoder)", path, name);
+  }
+  return found->second;
+}
+
+// A hook field of the config: in metadata, or at the top level in older configs.
+std::string hook_field(const Json& config, const std::string& field, const std::string& path) {
+  const Json& metadata = config.contains("metadata") && config["metadata"].contains(field) ? config["metadata"] : config;
+  return config_string(metadata, field, path);
 }
 
 InputScaling scaling_of(const Json& config, const std::string& path) {
@@ -34,25 +62,34 @@ InputScaling scaling_of(const Json& config, const std::string& path) {
 SparseAutoencoder read_saelens(const std::string& dir) {
   const std::string config_path = dir + "/cfg.json", weights_path = dir + "/sae_weights.safetensors";
   const Json config = read_json_file(config_path);
-  if (config.contains("d_out") || config.contains("W_skip")) {
-    fail_input("{}: a transcoder (d_out): transcoders are not read yet", config_path);
-  }
+  const ArchitectureName architecture = architecture_of(config_string(config, "architecture", config_path), config_path);
   SparseAutoencoder sae;
-  sae.architecture = architecture_of(config_string(config, "architecture", config_path), config_path);
+  sae.architecture = architecture.architecture;
   sae.d_in = config_int(config, "d_in", config_path);
   sae.d_sae = config_int(config, "d_sae", config_path);
   if (sae.architecture == Architecture::kTopK) sae.k = config_int(config, "k", config_path);
-  sae.subtract_decoder_bias = !config.contains("apply_b_dec_to_input") || config["apply_b_dec_to_input"].get<bool>();
+  sae.subtract_decoder_bias = config.contains("apply_b_dec_to_input") ? config["apply_b_dec_to_input"].get<bool>()
+                                                                       : !architecture.transcoder;
   sae.scaling = scaling_of(config, config_path);
-  const Json& metadata = config.contains("metadata") ? config["metadata"] : config;
-  const std::string hook = config_string(metadata.contains("hook_name") ? metadata : config, "hook_name", config_path);
-  std::tie(sae.site, sae.layer) = hook_site(hook, config_path);
+  std::tie(sae.site, sae.layer) = hook_site(hook_field(config, "hook_name", config_path), config_path);
+  if (architecture.transcoder) {
+    sae.d_out = config_int(config, "d_out", config_path);
+    int64_t layer_out = 0;
+    std::tie(sae.output_site, layer_out) = hook_site(hook_field(config, "hook_name_out", config_path), config_path);
+    if (layer_out != sae.layer) {
+      fail_input("{}: the transcoder reads layer {} and writes layer {}: only one layer's MLP is read", config_path,
+                 sae.layer, layer_out);
+    }
+  } else if (config.contains("d_out")) {
+    fail_input("{}: 'd_out' is a transcoder's, but the architecture '{}' is an SAE's", config_path,
+               config["architecture"].get<std::string>());
+  }
 
   const safetensors::File file(weights_path);
-  const int64_t d_in = sae.d_in, d_sae = sae.d_sae;
+  const int64_t d_in = sae.d_in, d_sae = sae.d_sae, d_out = architecture.transcoder ? sae.d_out : sae.d_in;
   sae.w_enc = read_tensor(file, "W_enc", {d_in, d_sae});
-  sae.w_dec = read_tensor(file, "W_dec", {d_sae, d_in});
-  sae.b_dec = read_tensor(file, "b_dec", {d_in});
+  sae.w_dec = read_tensor(file, "W_dec", {d_sae, d_out});
+  sae.b_dec = read_tensor(file, "b_dec", {d_out});
   if (sae.architecture == Architecture::kGated) {
     sae.b_gate = read_tensor(file, "b_gate", {d_sae});
     sae.r_mag = read_tensor(file, "r_mag", {d_sae});
@@ -61,6 +98,8 @@ SparseAutoencoder read_saelens(const std::string& dir) {
     sae.b_enc = read_tensor(file, "b_enc", {d_sae});
   }
   if (sae.architecture == Architecture::kJumpRelu) sae.threshold = read_tensor(file, "threshold", {d_sae});
+  // SAELens adds x W_skip^T: W_skip is [d_out, d_in].
+  if (architecture.skip) sae.w_skip = read_tensor(file, "W_skip", {d_out, d_in}).t().contiguous();
   return sae;
 }
 

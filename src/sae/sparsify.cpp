@@ -1,6 +1,8 @@
 // EleutherAI's sparsify: <hookpoint>/cfg.json (k, num_latents or expansion_factor) + sae.safetensors
 // (encoder.weight [d_sae, d_in], encoder.bias, W_dec [d_sae, d_in], b_dec): the k largest of
-// relu((x - b_dec) encoder.weight^T + encoder.bias). The folder's name is the hookpoint ("layers.12").
+// relu((x - b_dec) encoder.weight^T + encoder.bias). The folder's name is the hookpoint ("layers.12"). A transcoder
+// (transcode, at an MLP "layers.12.mlp") encodes the MLP's input without subtracting b_dec and reconstructs the MLP
+// module's output, adding x W_skip^T with skip_connection.
 #include "common/error.h"
 #include "common/files.h"
 #include "sae/layout_readers.h"
@@ -10,13 +12,22 @@ namespace probekit::sae {
 SparseAutoencoder read_sparsify(const std::string& dir) {
   const std::string config_path = dir + "/cfg.json";
   const Json config = read_json_file(config_path);
-  if (config.contains("skip_connection") && config["skip_connection"].is_boolean() && config["skip_connection"].get<bool>()) {
-    fail_input("{}: skip_connection true (a transcoder): transcoders are not read yet", config_path);
-  }
+  auto flag = [&](const char* field) { return config.contains(field) && config[field].is_boolean() && config[field].get<bool>(); };
   SparseAutoencoder sae;
   sae.architecture = Architecture::kTopK;
   sae.k = config_int(config, "k", config_path);
   std::tie(sae.site, sae.layer) = hook_site(folder_name(dir), config_path);
+  if (flag("transcode")) {  // the module's input to its output: an MLP's ("layers.12.mlp")
+    if (sae.site != Site::kMlpOut) {
+      fail_input("{}: a transcoder (transcode) at '{}': only an MLP's (layers.L.mlp) is read", config_path, folder_name(dir));
+    }
+    sae.site = Site::kMlpIn;
+    sae.output_site = Site::kMlpOut;
+    sae.raw_mlp_output = true;
+    sae.subtract_decoder_bias = false;
+  } else if (flag("skip_connection")) {
+    fail_input("{}: skip_connection without transcode: a skip connection belongs to a transcoder", config_path);
+  }
   const safetensors::File file(dir + "/sae.safetensors");
   const safetensors::TensorInfo* encoder = file.find("encoder.weight");
   if (encoder == nullptr || encoder->shape.size() != 2) fail_input("{}: no 2-D tensor 'encoder.weight'", file.path());
@@ -30,6 +41,9 @@ SparseAutoencoder read_sparsify(const std::string& dir) {
   sae.b_enc = read_tensor(file, "encoder.bias", {sae.d_sae});
   sae.w_dec = read_tensor(file, "W_dec", {sae.d_sae, sae.d_in});
   sae.b_dec = read_tensor(file, "b_dec", {sae.d_in});
+  if (sae.is_transcoder()) sae.d_out = sae.d_in;
+  // sparsify adds x W_skip^T.
+  if (flag("skip_connection")) sae.w_skip = read_tensor(file, "W_skip", {sae.d_in, sae.d_in}).t().contiguous();
   return sae;
 }
 

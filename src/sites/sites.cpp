@@ -14,6 +14,8 @@ const std::vector<SiteRow>& site_table() {
        "the attention branch's output (after its post-norm, where the family has one)"},
       {Site::kResidMid, "resid_mid", SiteWidth::kHidden, kReadable | kPoolable | kScorable,
        "the residual stream between the attention and the MLP branches"},
+      {Site::kMlpIn, "mlp_in", SiteWidth::kHidden, kReadable | kPoolable | kScorable,
+       "the MLP branch's input: the residual between the branches through the pre-MLP norm (what a transcoder reads)"},
       {Site::kMlpOut, "mlp_out", SiteWidth::kHidden, kReadable | kPoolable | kWritable | kScorable,
        "the MLP (or routed experts) branch's output (after its post-norm, where the family has one)"},
       {Site::kResidPost, "resid_post", SiteWidth::kHidden, kReadable | kPoolable | kWritable | kScorable,

@@ -1,7 +1,7 @@
 // Steering by SAE latent: --steer-latent NAME:INDEX=COEF adds COEF times the latent's decoder row as stored (as
 // Neuronpedia and Goodfire steer), --clamp-latent NAME:INDEX=VALUE encodes the site's values, sets the latent to
 // VALUE and adds the change (VALUE - z_i) W_dec[i], keeping what the SAE does not reconstruct. Both at every position,
-// at the SAE's own site and layer.
+// at the SAE's own layer and the site it reconstructs (a transcoder's mlp_out, its latents read from mlp_in).
 #include <fmt/format.h>
 
 #include "common/error.h"
@@ -57,7 +57,7 @@ void resolve_latent(const SteeringOp& op, const std::vector<sae::SparseAutoencod
     return;
   }
   vectors.additions.push_back(
-      {found.layer, found.w_dec[op.latent].to(at::kCPU, at::kFloat).clone(), op.coefficient, source, found.site});
+      {found.layer, found.w_dec[op.latent].to(at::kCPU, at::kFloat).clone(), op.coefficient, source, found.output_site});
 }
 
 void place_clamps(const SteeringVectors& vectors, const model::TransformerModel& model, const at::Tensor& rows,
@@ -68,11 +68,16 @@ void place_clamps(const SteeringVectors& vectors, const model::TransformerModel&
     auto on_device = std::make_shared<const sae::SparseAutoencoder>(clamp.sae->to(device));
     // Only the rows that clamp (a batch whose rows steer differently): a [B, 1, 1] mask; undefined for every row.
     const at::Tensor mask = rows.defined() ? rows.to(device).view({-1, 1, 1}) : at::Tensor();
-    writes.add_by_value(clamp.sae->site, layer, [on_device, clamp, mask](const at::Tensor& values) {
-      const at::Tensor change = on_device->clamp_change(values.reshape({-1, values.size(-1)}), clamp.latent, clamp.value)
-                                    .view(values.sizes());
-      return mask.defined() ? change * mask : change;
-    });
+    // A transcoder's latents are read from the branch's input, and the change goes into its output.
+    const bool transcoder = clamp.sae->is_transcoder();
+    writes.add_by_value(clamp.sae->output_site, layer,
+                        [on_device, clamp, mask, transcoder](const at::Tensor& values, const at::Tensor& branch_input) {
+                          const at::Tensor& read = transcoder ? branch_input : values;
+                          const at::Tensor change =
+                              on_device->clamp_change(read.reshape({-1, read.size(-1)}), clamp.latent, clamp.value)
+                                  .view(values.sizes());
+                          return mask.defined() ? change * mask : change;
+                        });
   }
 }
 

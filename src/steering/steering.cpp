@@ -245,7 +245,7 @@ Json SteeringVectors::record() const {
   Json out = {{"site", site_name(Site::kResidPost)}, {"add", added}, {"ablate", ablated}};
   for (const Clamp& c : clamps) {
     out["clamp"].push_back(
-        {{"layer", c.sae->layer}, {"site", site_name(c.sae->site)}, {"value", c.value}, {"source", c.source}});
+        {{"layer", c.sae->layer}, {"site", site_name(c.sae->output_site)}, {"value", c.value}, {"source", c.source}});
   }
   return out;
 }

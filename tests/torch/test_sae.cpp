@@ -176,7 +176,13 @@ TEST_CASE("Llama Scope's layout reads as SAELens reads it: inputs scaled to the 
     return refusal(tmp.file(name));
   };
   CHECK_CONTAINS(refused("tc", [](Json& c) { c["hook_point_in"] = "blocks.3.ln2.hook_normalized"; }),
-                 "hyperparams.json: hook_point_out 'blocks.3.hook_resid_post' differs from hook_point_in");
+                 "a transcoder from mlp_in to resid_post is not read (read: mlp_in to mlp_out");
+  CHECK_CONTAINS(refused("nooutnorm", [](Json& c) {
+                   c["hook_point_in"] = "blocks.3.ln2.hook_normalized";
+                   c["hook_point_out"] = "blocks.3.hook_mlp_out";
+                   c["dataset_average_activation_norm"].erase("out");
+                 }),
+                 "dataset_average_activation_norm: 'out' must be a number");
   CHECK_CONTAINS(refused("topk", [](Json& c) { c["act_fn"] = "topk"; }), "hyperparams.json: act_fn 'topk' is not read");
   CHECK_CONTAINS(refused("tokenwise", [](Json& c) { c["norm_activation"] = "token-wise"; }),
                  "hyperparams.json: norm_activation 'token-wise' is not read (read: dataset-wise)");
@@ -188,6 +194,29 @@ TEST_CASE("Llama Scope's layout reads as SAELens reads it: inputs scaled to the 
                  "'jump_relu_threshold' must be a number");
   CHECK_CONTAINS(refused("wide", [](Json& c) { c["d_sae"] = 512; }),
                  "final.safetensors: tensor 'encoder.weight' has shape [256, 64], expected [512, 64]");
+}
+
+TEST_CASE("Llama Scope's transcoders (LXTC) reconstruct mlp_out on its own scale: over sqrt(d_model) / its average norm"
+          * doctest::test_suite("numeric")) {
+  probekit::testing::TempDir tmp;
+  LlamaScopeFolder folder;
+  folder.hyperparams["hook_point_in"] = "blocks.3.ln2.hook_normalized";
+  folder.hyperparams["hook_point_out"] = "blocks.3.hook_mlp_out";
+  folder.hyperparams["dataset_average_activation_norm"] = {{"in", 20.0}, {"out", 5.0}};
+  const std::string dir = tmp.file("Llama3_1-8B-Base-L3TC-8x");
+  folder.write(dir);
+  const sae::SparseAutoencoder dictionary = sae::load(dir);
+  CHECK(dictionary.site == Site::kMlpIn);
+  CHECK(dictionary.output_site == Site::kMlpOut);
+  const double s_in = std::sqrt(64.0) / 20, s_out = std::sqrt(64.0) / 5;
+  const at::Tensor rows = at::randn({7, 64}) * 20;
+  const at::Tensor h = at::matmul(rows * s_in, folder.encoder.t()) + folder.encoder_bias;
+  const at::Tensor latents = h * (h > folder.threshold * s_in).to(at::kFloat);
+  REQUIRE(latents.gt(0).any().item<bool>());
+  CHECK(worst_row_error(dictionary.encode(rows), latents) <= 1e-5);
+  const at::Tensor reconstruction = (at::matmul(latents, folder.decoder.t()) + folder.decoder_bias) / s_out;
+  CHECK(worst_row_error(dictionary.decode(latents, rows), reconstruction) <= 1e-5);
+  CHECK(dictionary.record()["output_scale"].get<double>() == doctest::Approx(s_out));
 }
 
 TEST_CASE("SAEs that cannot be read are refused naming the file and the field") {
@@ -208,12 +237,19 @@ TEST_CASE("SAEs that cannot be read are refused naming the file and the field") 
                  "per-head output (hook_z)");
   CHECK_CONTAINS(refusal(variant("width", [](Json& c) { c["d_in"] = 65; })),
                  "sae_weights.safetensors: tensor 'W_enc' has shape [64, 256], expected [65, 256]");
-  CHECK_CONTAINS(refusal(variant("transcoder", [](Json& c) { c["d_out"] = 64; })), "transcoder");
+  CHECK_CONTAINS(refusal(variant("transcoder", [](Json& c) { c["d_out"] = 64; })),
+                 "cfg.json: 'd_out' is a transcoder's, but the architecture 'standard' is an SAE's");
+  CHECK_CONTAINS(refusal(variant("bdec", [](Json& c) {
+                   c["architecture"] = "transcoder";
+                   c["d_out"] = 64;
+                   c["metadata"]["hook_name"] = "blocks.3.ln2.hook_normalized";
+                   c["metadata"]["hook_name_out"] = "blocks.3.hook_mlp_out";
+                 })),
+                 "a transcoder cannot subtract b_dec (the output's bias) from its input");
+  CHECK_CONTAINS(refusal(variant("noout", [](Json& c) { c["architecture"] = "skip_transcoder"; c["d_out"] = 64; })),
+                 "'hook_name_out' must be a string");
   CHECK_CONTAINS(refusal(variant("nohook", [](Json& c) { c["metadata"].erase("hook_name"); })), "'hook_name' must be a string");
   CHECK_CONTAINS(refusal(tmp.path()), "no SAE layout recognised");
-  const std::string transcoder = tmp.file("gemma-scope-2b-pt-transcoders/layer_3/width_256/average_l0_20");
-  probekit::testing::copy_dir(kSaes + "/gemma_scope/layer_3/width_256/average_l0_20", transcoder);
-  CHECK_CONTAINS(refusal(transcoder), "a Gemma Scope transcoder (-transcoders");
   const sae::SparseAutoencoder standard = sae::load(kSaes + "/saelens_standard");
   CHECK_THROWS_WITH_AS(standard.encode(at::zeros({2, 63})), doctest::Contains("expected [rows, 64]"), std::invalid_argument);
 }

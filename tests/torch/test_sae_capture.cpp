@@ -38,16 +38,7 @@ std::vector<sae::SaeSpec> fixture_specs() {
   return specs;
 }
 
-const loading::SharedModel& gemma() {
-  static const loading::SharedModel model = [] {
-    loading::ModelRequest request;
-    request.model_dir = fixture_model("gemma3_text");
-    request.device = "cpu";
-    request.dtype = "fp32";
-    return loading::load_shared_model(request);
-  }();
-  return model;
-}
+const loading::SharedModel& gemma() { return probekit::testing::sae_fixture_model(); }
 
 // The fixture's reference texts (the prompt suffix already in them).
 std::vector<std::string> reference_texts() {
