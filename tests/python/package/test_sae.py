@@ -17,13 +17,16 @@ h5py = pytest.importorskip("h5py")
 LAYER = 2
 
 
-def write_saelens(folder, d_in, d_sae, seed=3):
-    """A standard SAELens SAE of random weights at blocks.LAYER.hook_resid_post: cfg.json + sae_weights.safetensors."""
+def write_saelens(folder, d_in, d_sae, seed=3, skip_transcoder=False):
+    """A standard SAELens SAE of random weights at blocks.LAYER.hook_resid_post (or a skip transcoder from
+    blocks.LAYER.ln2.hook_normalized to blocks.LAYER.hook_mlp_out): cfg.json + sae_weights.safetensors."""
     generator = torch.Generator().manual_seed(seed)
     tensors = {"W_enc": torch.randn(d_in, d_sae, generator=generator) * 0.3,
                "b_enc": torch.randn(d_sae, generator=generator) * 0.1 - 0.05,
                "W_dec": torch.randn(d_sae, d_in, generator=generator) * 0.3,
                "b_dec": torch.randn(d_in, generator=generator) * 0.1}
+    if skip_transcoder:
+        tensors["W_skip"] = torch.randn(d_in, d_in, generator=generator) * 0.1
     header, data, offset = {}, b"", 0
     for name, tensor in tensors.items():
         raw = tensor.contiguous().numpy().tobytes()
@@ -33,9 +36,13 @@ def write_saelens(folder, d_in, d_sae, seed=3):
     encoded = json.dumps(header).encode()
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "sae_weights.safetensors").write_bytes(struct.pack("<Q", len(encoded)) + encoded + data)
-    (folder / "cfg.json").write_text(json.dumps({
-        "architecture": "standard", "d_in": d_in, "d_sae": d_sae, "apply_b_dec_to_input": True,
-        "normalize_activations": "none", "metadata": {"hook_name": f"blocks.{LAYER}.hook_resid_post"}}))
+    config = {"architecture": "standard", "d_in": d_in, "d_sae": d_sae, "apply_b_dec_to_input": True,
+              "normalize_activations": "none", "metadata": {"hook_name": f"blocks.{LAYER}.hook_resid_post"}}
+    if skip_transcoder:
+        config.update({"architecture": "skip_transcoder", "d_out": d_in, "apply_b_dec_to_input": False,
+                       "metadata": {"hook_name": f"blocks.{LAYER}.ln2.hook_normalized",
+                                    "hook_name_out": f"blocks.{LAYER}.hook_mlp_out"}})
+    (folder / "cfg.json").write_text(json.dumps(config))
     return tensors
 
 
@@ -99,3 +106,16 @@ def test_the_tools_sparse_latents_read_by_h5py(model, model_dir, dataset, workdi
             x = torch.from_numpy(rows_file[split]["activations"][()])
             error = (x - reconstruction).norm(dim=1) / x.norm(dim=1)
             torch.testing.assert_close(torch.from_numpy(group["relative_error"][()]), error, rtol=1e-4, atol=1e-5)
+
+
+def test_a_skip_transcoder_reads_mlp_in_and_decodes_with_its_skip_from_the_rows(workdir, model):
+    weights = write_saelens(workdir / "tc", model.hidden_size, 48, skip_transcoder=True)
+    transcoder = probekit.load_sae(str(workdir / "tc"))
+    assert (transcoder.site, transcoder.output_site) == ("mlp_in", "mlp_out")
+    rows = torch.randn(4, model.hidden_size)
+    latents = transcoder.encode(rows)
+    torch.testing.assert_close(latents, torch.relu(rows @ weights["W_enc"] + weights["b_enc"]), rtol=1e-5, atol=1e-5)
+    expected = latents @ weights["W_dec"] + weights["b_dec"] + rows @ weights["W_skip"].T
+    torch.testing.assert_close(transcoder.decode(latents, rows), expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="adds a skip connection from its input: decode needs the rows"):
+        transcoder.decode(latents)
