@@ -73,7 +73,9 @@
 #   21. saegen: one chat stream at a time (chat_streams_bench.py --one-stream) from a server without and with that SAE
 #      (--sae: each token's top latents in every chunk; sae_generation_tokens_per_s vs the plain server);
 #   22. streams64: the chat step's streams at 16 and at 64 on one server started with --max-streams 64
-#      (server_1_stream, server_16_streams and server_64_streams_tokens_per_s with their p99 in one sitting);
+#      (server_1_stream, server_16_streams and server_64_streams_tokens_per_s with their p99 in one sitting), then
+#      transformers' generate on the same rendered prompt with its static cache compiled (generate_baseline.py
+#      --compiled: hf_compiled_generate_tokens_per_s, its compile time apart);
 # Usage: bash bench/gpu_benchmarks.sh OUT_DIR [STEP...]
 #   steps: build model capture profile alllayers spread multigpu split train generate server coldstart moe steer sweep
 #          previous python_api chat hybrid attention oss fp8 monitor multimax masked patching sae saegen streams64
@@ -240,6 +242,8 @@ if has streams64; then
       --tokens 128 --runs "$runs" > "$out/chat_streams_$streams.json"
   done
   kill "$server"; wait "$server" || true
+  "$python" bench/python/generate_baseline.py "$model" "$(cat /tmp/chat_prompt.txt)" --new-tokens 128 --compiled \
+    > "$out/generate_compiled.json"
 fi
 if has coldstart; then
   chat_probes
