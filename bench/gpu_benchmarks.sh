@@ -76,11 +76,16 @@
 #      (server_1_stream, server_16_streams and server_64_streams_tokens_per_s with their p99 in one sitting), then
 #      transformers' generate on the same rendered prompt with its static cache compiled (generate_baseline.py
 #      --compiled: hf_compiled_generate_tokens_per_s, its compile time apart);
+#   23. split32b (two GPUs or more): a Qwen3-32B-shaped random checkpoint (bench/python/make_split_bench_model.py,
+#      65.5 GB) captured at layers 16/32/48/63 with --devices 0,1 --placement layers beside transformers with
+#      device_map="auto" (moe_baseline.py --device-map auto), on the first SPLIT_TEXTS (1,500) of the dataset, then
+#      45 probes of layer 63 generating 128 tokens through the split model (issue 51's split figures, on two GPUs);
 # Usage: bash bench/gpu_benchmarks.sh OUT_DIR [STEP...]
 #   steps: build model capture profile alllayers spread multigpu split train generate server coldstart moe steer sweep
 #          previous python_api chat hybrid attention oss fp8 monitor multimax masked patching sae saegen streams64
+#          split32b
 #          (default: all but previous, python_api, chat, hybrid, attention, oss, fp8, monitor, multimax, masked,
-#          patching, sae, saegen and streams64)
+#          patching, sae, saegen, streams64 and split32b)
 # RUNS (default 2) sets the runs of each side; PYTHON_RUNS (default RUNS) those of the Python side, whose
 # capture and training take minutes a run.
 set -euo pipefail
@@ -244,6 +249,29 @@ if has streams64; then
   kill "$server"; wait "$server" || true
   "$python" bench/python/generate_baseline.py "$model" "$(cat /tmp/chat_prompt.txt)" --new-tokens 128 --compiled \
     > "$out/generate_compiled.json"
+fi
+if has split32b && [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+  big=/tmp/bench_model_32b
+  [ -s /tmp/qwen3_tokenizer.json ] || gunzip -c .gpu/qwen3_tokenizer.json.gz > /tmp/qwen3_tokenizer.json
+  [ -s "$big/config.json" ] || "$python" bench/python/make_split_bench_model.py "$big" /tmp/qwen3_tokenizer.json
+  [ -s "$dataset" ] || make_dataset
+  head -n "${SPLIT_TEXTS:-1500}" "$dataset" > /tmp/split_dataset.jsonl
+  sync
+  for run in $(seq "$runs"); do
+    start=$(seconds)
+    "$tools/capture_activations" --model "$big" --dataset /tmp/split_dataset.jsonl --output-dir "/tmp/capture_32b_$run" \
+      --layers 16,32,48,63 --devices 0,1 --placement layers --overwrite --json -q > "$out/split32b_probekit_$run.json"
+    echo "{\"run\": $run, \"process_seconds\": $(awk "BEGIN{print $(seconds) - $start}")}" >> "$out/split32b_process.jsonl"
+  done
+  "$python" bench/python/moe_baseline.py "$big" /tmp/split_dataset.jsonl --layers 16 32 48 63 --device-map auto \
+    > "$out/split32b_python.json"
+  "$tools/train_binary_probes" --activations /tmp/capture_32b_1/layer_63_activations.h5 --output-dir /tmp/probes_32b \
+    --overwrite --epochs 20 --early-stopping-patience -1 --device cuda -q
+  start=$(seconds)
+  "$tools/multi_probe_inference" --probes-dir /tmp/probes_32b --model "$big" --devices 0,1 --placement layers --generate \
+    --text "I kept asking myself whether the data really supported the conclusion everyone repeated, so I" \
+    --max-new-tokens 128 --no-stop --json -q | "$python" bench/python/timestamp_lines.py "$start" > "$out/split32b_generate.txt"
+  "$python" bench/python/generation_rate.py "$out/split32b_generate.txt" > "$out/split32b_generate.json"
 fi
 if has coldstart; then
   chat_probes

@@ -1,7 +1,7 @@
 """transformers' batched capture on a MoE or hybrid checkpoint as a user runs it, beside capture_activations in the same
 sitting: from_pretrained with its defaults (bf16, on the GPU), batches of 32 with right padding, forward hooks
 on the captured layers, the last real token of each text.
-  python3 moe_baseline.py MODEL_DIR DATASET_JSONL [--layers 6 12 18 23] [--batch 32]
+  python3 moe_baseline.py MODEL_DIR DATASET_JSONL [--layers 6 12 18 23] [--batch 32] [--device-map cuda|auto]
 Prints one JSON line: the examples, examples/s, and how transformers ran the experts (its experts
 implementation where the version has that setting, the experts module, the attention implementation).
 Its batched capture is python_baseline.py's, repeated rather than shared: that script is the benchmark
@@ -13,11 +13,12 @@ from baselines import SUFFIX, capture_arguments, read_texts, versions
 
 ap = capture_arguments([6, 12, 18, 23])
 ap.add_argument("--batch", type=int, default=32)
+ap.add_argument("--device-map", default="cuda", help='"auto": the layers split over every GPU (a model larger than one)')
 a = ap.parse_args()
 texts = read_texts(a.dataset, a.text_field)
 tok = AutoTokenizer.from_pretrained(a.model)
 tok.padding_side = "right"
-model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16, device_map="cuda").eval()
+model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16, device_map=a.device_map).eval()
 layers = model.model.layers
 sparse = next((layer.mlp for layer in layers if hasattr(layer.mlp, "experts")), None)  # None: a dense model
 
@@ -46,4 +47,5 @@ print(json.dumps({
                               or "not a setting of this version (its experts module's own loop)",
     "experts_module": type(sparse.experts).__module__ + "." + type(sparse.experts).__name__ if sparse else None,
     "linear_attention": type(layers[0].linear_attn).__module__ if hasattr(layers[0], "linear_attn") else None,
-    "attention_implementation": getattr(model.config, "_attn_implementation", None), **versions()}))
+    "attention_implementation": getattr(model.config, "_attn_implementation", None),
+    "devices": sorted({str(p.device) for p in model.parameters()}), **versions()}))
