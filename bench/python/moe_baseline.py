@@ -35,7 +35,8 @@ def capture(ts):
         for h in hs: h.remove()
         last = enc["attention_mask"].sum(1) - 1
         rows = torch.arange(last.shape[0], device="cuda")
-        [saved[k][rows, last].float().cpu() for k in a.layers]
+        # With device_map="auto" a layer's output lies on its own GPU.
+        [saved[k][rows.to(saved[k].device), last.to(saved[k].device)].float().cpu() for k in a.layers]
 
 
 capture(texts[:64]); torch.cuda.synchronize()

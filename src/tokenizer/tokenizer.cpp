@@ -86,6 +86,12 @@ struct Tokenizer::Impl {
 
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const;
   void pad(std::vector<int32_t>& ids, size_t length) const;
+  /// The token string of an id, added tokens first; nullopt past the vocabulary.
+  std::optional<std::string_view> find_token(int32_t id) const {
+    std::optional<std::string_view> token = added.id_to_token(id);
+    return token ? token : model->id_to_token(id);
+  }
+
   int32_t token_to_id(std::string_view token) const {
     int32_t id = added.token_to_id(token);
     return id >= 0 ? id : model->token_to_id(token);
@@ -205,8 +211,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (int32_t id : ids) {
-    std::optional<std::string_view> token = impl_->added.id_to_token(id);
-    if (!token) token = impl_->model->id_to_token(id);
+    std::optional<std::string_view> token = impl_->find_token(id);
     if (!token || (skip_special_tokens && impl_->added.is_special(*token))) continue;
     tokens.emplace_back(*token);
   }
@@ -254,8 +259,7 @@ std::vector<std::pair<size_t, size_t>> Tokenizer::token_spans(const std::vector<
 }
 
 std::string Tokenizer::id_to_token(int32_t id) const {
-  std::optional<std::string_view> token = impl_->added.id_to_token(id);
-  if (!token) token = impl_->model->id_to_token(id);
+  std::optional<std::string_view> token = impl_->find_token(id);
   if (!token) fail_input("token id {} is not in the vocabulary", id);
   return std::string(*token);
 }
@@ -268,7 +272,10 @@ std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
 std::vector<std::string> Tokenizer::tokens(const std::vector<int32_t>& ids) const {
   std::vector<std::string> result;
   result.reserve(ids.size());
-  for (int32_t id : ids) result.push_back(id_to_token(id));
+  for (int32_t id : ids) {
+    std::optional<std::string_view> token = impl_->find_token(id);
+    result.emplace_back(token ? *token : std::string_view());
+  }
   return result;
 }
 

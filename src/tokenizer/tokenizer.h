@@ -41,7 +41,8 @@ class Tokenizer {
   std::string id_to_token(int32_t id) const;
   /// The id of a token string, added tokens first.
   std::optional<int32_t> token_to_id(std::string_view token) const;
-  /// The token strings of ids, for display.
+  /// The token strings of ids, for display; an id past the vocabulary (a model's embedding rows may outnumber its
+  /// tokenizer's tokens, and a model can generate one) shows as "", as decode() skips it.
   std::vector<std::string> tokens(const std::vector<int32_t>& ids) const;
   /// Vocabulary size including the added tokens that are not in the model vocabulary.
   size_t vocab_size() const;

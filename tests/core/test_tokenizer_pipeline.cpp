@@ -154,6 +154,10 @@ TEST_CASE("Tokenizer: encode, decode, special tokens, vocabulary") {
   CHECK(tokenizer.token_to_id("\u0120a") == 3);
   CHECK_FALSE(tokenizer.token_to_id("zz").has_value());
   CHECK(tokenizer.tokens({4, 0, 3}) == std::vector<std::string>{"<s>", "a", "\u0120a"});
+  // Regression (a Qwen3-32B-shaped model generating through the real Qwen 3 tokenizer): an id of the model's
+  // embedding rows past the tokenizer's vocabulary (151,936 rows, 151,669 tokens) shows as nothing, as decode skips
+  // it, instead of ending the generation.
+  CHECK(tokenizer.tokens({0, 99}) == std::vector<std::string>{"a", ""});
   CHECK_THROWS_AS(tokenizer.id_to_token(42), std::invalid_argument);
   // Invalid UTF-8 is read as Python's errors="replace" would: each bad sequence becomes U+FFFD.
   CHECK(tokenizer.encode("a\xff" "b") == tokenizer.encode("a\ufffd" "b"));
