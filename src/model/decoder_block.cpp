@@ -273,7 +273,7 @@ struct LayerHook {
   const StreamEdit* edit(Site site) const { return writes != nullptr ? writes->find(site, layer) : nullptr; }
   void emit(Site site, const at::Tensor& t) const { (*hook)(site, layer, t); }
   /// The site's values with this layer's writes applied, given to the hook when it asks for them; `branch_input`:
-  /// what the branch whose output the site is read (a transcoder's clamp encodes it).
+  /// the input of the branch whose output the site is (mlp_in for mlp_out), which a transcoder's clamp encodes.
   at::Tensor written(Site site, at::Tensor t, const at::Tensor& branch_input = {}) const {
     if (const StreamEdit* e = edit(site)) t = e->apply(t, branch_input);
     if (wants(site)) emit(site, t);

@@ -63,9 +63,9 @@ struct SparseAutoencoder {
   /// What setting latent `latent` of each row of `rows` [N, d_in] to `value` changes the reconstruction by:
   /// (value - z_latent) W_dec[latent], scaled back as decode scales; fp32 [N, d_out].
   at::Tensor clamp_change(const at::Tensor& rows, int64_t latent, double value) const;
-  /// Refuses, naming `path`, what no reader may build: a transcoder that subtracts b_dec (of the output's width) from
+  /// Refuses, naming `where`, what no reader may build: a transcoder that subtracts b_dec (of the output's width) from
   /// its input or scales its input per row, tensors of other shapes than the widths say.
-  void check(const std::string& path) const;
+  void check(const std::string& where) const;
   /// The SAE moved to `device` (its tensors).
   SparseAutoencoder to(at::Device device) const;
   /// {"name", "path", "layout", "site", "layer", "architecture", "d_in", "d_sae", ...}: what a file made with it records.
