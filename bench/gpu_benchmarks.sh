@@ -76,16 +76,17 @@
 #      (server_1_stream, server_16_streams and server_64_streams_tokens_per_s with their p99 in one sitting), then
 #      transformers' generate on the same rendered prompt with its static cache compiled (generate_baseline.py
 #      --compiled: hf_compiled_generate_tokens_per_s, its compile time apart);
-#   23. split32b (two GPUs or more): a Qwen3-32B-shaped random checkpoint (bench/python/make_split_bench_model.py,
-#      65.5 GB) captured at layers 16/32/48/63 with --devices 0,1 --placement layers beside transformers with
-#      device_map="auto" (moe_baseline.py --device-map auto), on the first SPLIT_TEXTS (1,500) of the dataset, then
-#      45 probes of layer 63 generating 128 tokens through the split model (issue 51's split figures, on two GPUs);
+#   23. split32b (two GPUs or more) / split70b (four or more): a Qwen3-32B-shaped (65.5 GB) / Llama-3.3-70B-shaped
+#      (141 GB) random checkpoint (bench/python/make_split_bench_model.py) captured at layers 16/32/48/63 /
+#      20/40/60/79 with --devices 0,1 / 0,1,2,3 --placement layers beside transformers with device_map="auto" on the
+#      same GPUs (moe_baseline.py --device-map auto), on the first SPLIT_TEXTS (1,500) of the dataset, then 45 probes
+#      of the last of those layers generating 128 tokens through the split model (issue 51's split figures);
 # Usage: bash bench/gpu_benchmarks.sh OUT_DIR [STEP...]
 #   steps: build model capture profile alllayers spread multigpu split train generate server coldstart moe steer sweep
 #          previous python_api chat hybrid attention oss fp8 monitor multimax masked patching sae saegen streams64
-#          split32b
+#          split32b split70b
 #          (default: all but previous, python_api, chat, hybrid, attention, oss, fp8, monitor, multimax, masked,
-#          patching, sae, saegen, streams64 and split32b)
+#          patching, sae, saegen, streams64, split32b and split70b)
 # RUNS (default 2) sets the runs of each side; PYTHON_RUNS (default RUNS) those of the Python side, whose
 # capture and training take minutes a run.
 set -euo pipefail
@@ -250,28 +251,37 @@ if has streams64; then
   "$python" bench/python/generate_baseline.py "$model" "$(cat /tmp/chat_prompt.txt)" --new-tokens 128 --compiled \
     > "$out/generate_compiled.json"
 fi
-if has split32b && [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
-  big=/tmp/bench_model_32b
-  [ -s /tmp/qwen3_tokenizer.json ] || gunzip -c .gpu/qwen3_tokenizer.json.gz > /tmp/qwen3_tokenizer.json
-  [ -s "$big/config.json" ] || "$python" bench/python/make_split_bench_model.py "$big" /tmp/qwen3_tokenizer.json
+# split_bench NAME SHAPE TOKENIZER DEVICES LAYERS: step 23's capture, baseline, probes and generation for one shape.
+split_bench() {
+  local name=$1 shape=$2 tokenizer=$3 devices=$4 split_layers=$5
+  local big=/tmp/bench_model_$name last=${5##*,}
+  [ -s "$big/config.json" ] || "$python" bench/python/make_split_bench_model.py "$big" "$tokenizer" --shape "$shape"
   [ -s "$dataset" ] || make_dataset
   head -n "${SPLIT_TEXTS:-1500}" "$dataset" > /tmp/split_dataset.jsonl
   sync
   for run in $(seq "$runs"); do
     start=$(seconds)
-    "$tools/capture_activations" --model "$big" --dataset /tmp/split_dataset.jsonl --output-dir "/tmp/capture_32b_$run" \
-      --layers 16,32,48,63 --devices 0,1 --placement layers --overwrite --json -q > "$out/split32b_probekit_$run.json"
-    echo "{\"run\": $run, \"process_seconds\": $(awk "BEGIN{print $(seconds) - $start}")}" >> "$out/split32b_process.jsonl"
+    "$tools/capture_activations" --model "$big" --dataset /tmp/split_dataset.jsonl --output-dir "/tmp/capture_${name}_$run" \
+      --layers "$split_layers" --devices "$devices" --placement layers --overwrite --json -q > "$out/${name}_probekit_$run.json"
+    echo "{\"run\": $run, \"process_seconds\": $(awk "BEGIN{print $(seconds) - $start}")}" >> "$out/${name}_process.jsonl"
   done
-  "$python" bench/python/moe_baseline.py "$big" /tmp/split_dataset.jsonl --layers 16 32 48 63 --device-map auto \
-    > "$out/split32b_python.json"
-  "$tools/train_binary_probes" --activations /tmp/capture_32b_1/layer_63_activations.h5 --output-dir /tmp/probes_32b \
-    --overwrite --epochs 20 --early-stopping-patience -1 --device cuda -q
+  CUDA_VISIBLE_DEVICES=$devices "$python" bench/python/moe_baseline.py "$big" /tmp/split_dataset.jsonl \
+    --layers ${split_layers//,/ } --device-map auto > "$out/${name}_python.json"
+  "$tools/train_binary_probes" --activations "/tmp/capture_${name}_1/layer_${last}_activations.h5" \
+    --output-dir "/tmp/probes_$name" --overwrite --epochs 20 --early-stopping-patience -1 --device cuda -q
   start=$(seconds)
-  "$tools/multi_probe_inference" --probes-dir /tmp/probes_32b --model "$big" --devices 0,1 --placement layers --generate \
-    --text "I kept asking myself whether the data really supported the conclusion everyone repeated, so I" \
-    --max-new-tokens 128 --no-stop --json -q | "$python" bench/python/timestamp_lines.py "$start" > "$out/split32b_generate.txt"
-  "$python" bench/python/generation_rate.py "$out/split32b_generate.txt" > "$out/split32b_generate.json"
+  "$tools/multi_probe_inference" --probes-dir "/tmp/probes_$name" --model "$big" --devices "$devices" --placement layers \
+    --generate --text "I kept asking myself whether the data really supported the conclusion everyone repeated, so I" \
+    --max-new-tokens 128 --no-stop --json -q | "$python" bench/python/timestamp_lines.py "$start" > "$out/${name}_generate.txt"
+  "$python" bench/python/generation_rate.py "$out/${name}_generate.txt" > "$out/${name}_generate.json"
+}
+if has split32b && [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+  [ -s /tmp/qwen3_tokenizer.json ] || gunzip -c .gpu/qwen3_tokenizer.json.gz > /tmp/qwen3_tokenizer.json
+  split_bench split32b qwen3_32b /tmp/qwen3_tokenizer.json 0,1 16,32,48,63
+fi
+if has split70b && [ "$(nvidia-smi -L | wc -l)" -ge 4 ]; then
+  [ -s /tmp/llama3_tokenizer.json ] || gunzip -c .gpu/llama3_tokenizer.json.gz > /tmp/llama3_tokenizer.json
+  split_bench split70b llama3_70b /tmp/llama3_tokenizer.json 0,1,2,3 20,40,60,79
 fi
 if has coldstart; then
   chat_probes

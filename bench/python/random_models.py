@@ -12,12 +12,22 @@ def random_bf16_model(cfg, cls=AutoModelForCausalLM.from_config):
         return cls(cfg).eval()
 
 
-def write_qwen3_tokenizer(out, tok):
-    """TOK (the real Qwen 3 tokenizer.json) into OUT, with the tokenizer_config.json beside TOK or Qwen 3's own."""
+QWEN3_TOKENIZER_CONFIG = {"tokenizer_class": "Qwen2Tokenizer", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+                          "add_bos_token": False}
+LLAMA3_TOKENIZER_CONFIG = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|begin_of_text|>",
+                           "eos_token": "<|eot_id|>"}
+
+
+def write_tokenizer(out, tok, config):
+    """TOK (a real tokenizer.json) into OUT, with the tokenizer_config.json beside TOK or else CONFIG."""
     shutil.copy(tok, os.path.join(out, "tokenizer.json"))
     beside = os.path.join(os.path.dirname(os.path.abspath(tok)), "tokenizer_config.json")
     if os.path.exists(beside):
         shutil.copy(beside, os.path.join(out, "tokenizer_config.json"))
         return
-    json.dump({"tokenizer_class": "Qwen2Tokenizer", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
-               "add_bos_token": False}, open(os.path.join(out, "tokenizer_config.json"), "w"), indent=1)
+    json.dump(config, open(os.path.join(out, "tokenizer_config.json"), "w"), indent=1)
+
+
+def write_qwen3_tokenizer(out, tok):
+    """TOK (the real Qwen 3 tokenizer.json) into OUT, with the tokenizer_config.json beside TOK or Qwen 3's own."""
+    write_tokenizer(out, tok, QWEN3_TOKENIZER_CONFIG)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run here (Debian): gathers what the GPU machine lacks into .gpu/ (git-ignored), to be carried there:
-# Debian .deb packages of the libraries (unpacked there under /tmp/deps, never into /), and the real Gemma 3
-# and Qwen 3 tokenizers for the benchmarks. See scripts/gpu/build.sh and ../shared/bench/GPU_BUILD.md.
+# Debian .deb packages of the libraries (unpacked there under /tmp/deps, never into /), and the real Gemma 3,
+# Qwen 3 and Llama 3 tokenizers for the benchmarks. See scripts/gpu/build.sh and ../shared/bench/GPU_BUILD.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p .gpu/debs
@@ -19,7 +19,7 @@ packages=(libhdf5-dev libhdf5-103-1 libhdf5-cpp-103-1 libhdf5-hl-100 libhdf5-hl-
 if [ "$(ls .gpu/debs/*.deb 2>/dev/null | wc -l)" -lt "${#packages[@]}" ]; then
   (cd .gpu/debs && apt-get download "${packages[@]}")
 fi
-for name in gemma3 qwen3; do
+for name in gemma3 qwen3 llama3; do
   if [ ! -s .gpu/${name}_tokenizer.json.gz ]; then
     bash scripts/fetch_tokenizers.sh
     gzip -9 -c .cache/tokenizers/$name/tokenizer.json > .gpu/${name}_tokenizer.json.gz
