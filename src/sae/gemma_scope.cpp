@@ -76,9 +76,7 @@ SparseAutoencoder read_gemma_scope_2(const std::string& dir) {
   if (encoder == nullptr) fail_input("{}: no tensor 'w_enc'", file.path());
   widths_from(sae, encoder->shape, file.path());
   if (in != out || skip) {  // a transcoder: hf_hook_point_out is what it reconstructs
-    int64_t layer_out = 0;
-    std::tie(sae.output_site, layer_out) = hook_site(out, config_path);
-    if (layer_out != sae.layer) fail_input("{}: hf_hook_point_in and hf_hook_point_out name different layers", config_path);
+    read_output_site(sae, out, config_path);
     const safetensors::TensorInfo* decoder = file.find("w_dec");
     if (decoder == nullptr || decoder->shape.size() != 2) fail_input("{}: no 2-D tensor 'w_dec'", file.path());
     sae.d_out = decoder->shape[1];

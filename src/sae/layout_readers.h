@@ -38,6 +38,10 @@ double config_number(const Json& config, const std::string& field, const std::st
 /// attention hooks (hook_z, o_proj's input) and names of no site are refused, naming `where`.
 std::pair<Site, int64_t> hook_site(const std::string& hook, const std::string& where);
 
+/// Sets a transcoder's output_site from the hook it reconstructs, refused naming `where` unless that hook is of the
+/// layer it reads (sae.layer).
+void read_output_site(SparseAutoencoder& sae, const std::string& hook, const std::string& where);
+
 /// The last component of a folder path without a trailing slash ("a/layers.12" -> "layers.12").
 std::string folder_name(const std::string& dir);
 

@@ -135,6 +135,15 @@ std::pair<Site, int64_t> hook_site(const std::string& hook, const std::string& w
              where, hook);
 }
 
+void read_output_site(SparseAutoencoder& sae, const std::string& hook, const std::string& where) {
+  const auto [site, layer] = hook_site(hook, where);
+  if (layer != sae.layer) {
+    fail_input("{}: the transcoder reads layer {} and reconstructs layer {} ('{}'): only one layer's MLP is read", where,
+               sae.layer, layer, hook);
+  }
+  sae.output_site = site;
+}
+
 std::string folder_name(const std::string& dir) {
   auto last_component = [](const std::string& p) {
     const size_t slash = p.find_last_of('/');

@@ -48,9 +48,7 @@ SparseAutoencoder read_llama_scope(const std::string& dir) {
   sae.scaling = InputScaling::kConstant;
   sae.input_scale = norm_scale(config, "in", sae.d_in, config_path);
   if (hook_out != hook_in) {  // a transcoder (Llama Scope's TC): its reconstruction on the output's scale
-    int64_t layer_out = 0;
-    std::tie(sae.output_site, layer_out) = hook_site(hook_out, config_path);
-    if (layer_out != sae.layer) fail_input("{}: hook_point_in and hook_point_out name different layers", config_path);
+    read_output_site(sae, hook_out, config_path);
     sae.d_out = sae.d_in;
     sae.output_scale = norm_scale(config, "out", sae.d_in, config_path);
   }

@@ -74,12 +74,7 @@ SparseAutoencoder read_saelens(const std::string& dir) {
   std::tie(sae.site, sae.layer) = hook_site(hook_field(config, "hook_name", config_path), config_path);
   if (architecture.transcoder) {
     sae.d_out = config_int(config, "d_out", config_path);
-    int64_t layer_out = 0;
-    std::tie(sae.output_site, layer_out) = hook_site(hook_field(config, "hook_name_out", config_path), config_path);
-    if (layer_out != sae.layer) {
-      fail_input("{}: the transcoder reads layer {} and writes layer {}: only one layer's MLP is read", config_path,
-                 sae.layer, layer_out);
-    }
+    read_output_site(sae, hook_field(config, "hook_name_out", config_path), config_path);
   } else if (config.contains("d_out")) {
     fail_input("{}: 'd_out' is a transcoder's, but the architecture '{}' is an SAE's", config_path,
                config["architecture"].get<std::string>());

@@ -69,10 +69,9 @@ void place_clamps(const SteeringVectors& vectors, const model::TransformerModel&
     // Only the rows that clamp (a batch whose rows steer differently): a [B, 1, 1] mask; undefined for every row.
     const at::Tensor mask = rows.defined() ? rows.to(device).view({-1, 1, 1}) : at::Tensor();
     // A transcoder's latents are read from the branch's input, and the change goes into its output.
-    const bool transcoder = clamp.sae->is_transcoder();
     writes.add_by_value(clamp.sae->output_site, layer,
-                        [on_device, clamp, mask, transcoder](const at::Tensor& values, const at::Tensor& branch_input) {
-                          const at::Tensor& read = transcoder ? branch_input : values;
+                        [on_device, clamp, mask](const at::Tensor& values, const at::Tensor& branch_input) {
+                          const at::Tensor& read = on_device->is_transcoder() ? branch_input : values;
                           const at::Tensor change =
                               on_device->clamp_change(read.reshape({-1, read.size(-1)}), clamp.latent, clamp.value)
                                   .view(values.sizes());

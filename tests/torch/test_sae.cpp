@@ -248,6 +248,14 @@ TEST_CASE("SAEs that cannot be read are refused naming the file and the field") 
                  "a transcoder cannot subtract b_dec (the output's bias) from its input");
   CHECK_CONTAINS(refusal(variant("noout", [](Json& c) { c["architecture"] = "skip_transcoder"; c["d_out"] = 64; })),
                  "'hook_name_out' must be a string");
+  CHECK_CONTAINS(refusal(variant("twolayers", [](Json& c) {
+                   c["architecture"] = "transcoder";
+                   c["d_out"] = 64;
+                   c["apply_b_dec_to_input"] = false;
+                   c["metadata"]["hook_name"] = "blocks.3.ln2.hook_normalized";
+                   c["metadata"]["hook_name_out"] = "blocks.4.hook_mlp_out";
+                 })),
+                 "cfg.json: the transcoder reads layer 3 and reconstructs layer 4 ('blocks.4.hook_mlp_out')");
   CHECK_CONTAINS(refusal(variant("nohook", [](Json& c) { c["metadata"].erase("hook_name"); })), "'hook_name' must be a string");
   CHECK_CONTAINS(refusal(tmp.path()), "no SAE layout recognised");
   const sae::SparseAutoencoder standard = sae::load(kSaes + "/saelens_standard");
