@@ -54,13 +54,14 @@ def timed_generate(model, inputs, new_tokens):
     return time.perf_counter() - start
 
 
-def generation_rates(model, inputs, new_tokens, runs):
-    """After a warm-up, the best of `runs`: decode tokens/s ((time of N + 1 new tokens - time of 1) / N, so the
-    prompt's pass is left out, as on probekit's side) and whole-call tokens/s ((N + 1) / time of N + 1)."""
-    timed_generate(model, inputs, 8)
+def generation_rates(model, inputs, new_tokens, runs, warm_up_tokens=8):
+    """After a warm-up generate of warm_up_tokens tokens, the best of `runs`: decode tokens/s ((time of N + 1 new
+    tokens - time of 1) / N, so the prompt's pass is left out, as on probekit's side) and whole-call tokens/s
+    ((N + 1) / time of N + 1), then the warm-up's seconds (a compiling model's compile time)."""
+    warm_up_s = timed_generate(model, inputs, warm_up_tokens)
     first = min(timed_generate(model, inputs, 1) for _ in range(runs))
     whole = min(timed_generate(model, inputs, new_tokens + 1) for _ in range(runs))
-    return new_tokens / (whole - first), (new_tokens + 1) / whole
+    return new_tokens / (whole - first), (new_tokens + 1) / whole, warm_up_s
 
 
 def versions():

@@ -10,21 +10,8 @@ Usage: python3 generate_baseline.py MODEL_DIR PROMPT [--new-tokens 128] [--runs 
 """
 import argparse
 import json
-import time
 
-from baselines import generation_rates, load_for_generation, timed_generate, versions
-
-
-def compiled_rates(model, inputs, new_tokens, runs):
-    """Seconds of the first (compiling) generate of new_tokens + 1 tokens, then the rates as generation_rates
-    measures them, every generate of the same length (one static cache shape, compiled once)."""
-    model.generation_config.cache_implementation = "static"
-    start = time.perf_counter()
-    timed_generate(model, inputs, new_tokens + 1)
-    compile_s = time.perf_counter() - start
-    first = min(timed_generate(model, inputs, 1) for _ in range(runs))
-    whole = min(timed_generate(model, inputs, new_tokens + 1) for _ in range(runs))
-    return compile_s, new_tokens / (whole - first), (new_tokens + 1) / whole
+from baselines import generation_rates, load_for_generation, versions
 
 
 def main():
@@ -39,10 +26,12 @@ def main():
     inputs = tokenizer(args.prompt, return_tensors="pt").to("cuda")
     compiled = {}
     if args.compiled:
-        compile_s, decode, whole_call = compiled_rates(model, inputs, args.new_tokens, args.runs)
+        # The warm-up, which compiles, generates as many tokens as the timed calls: one static cache shape.
+        model.generation_config.cache_implementation = "static"
+        decode, whole_call, compile_s = generation_rates(model, inputs, args.new_tokens, args.runs, args.new_tokens + 1)
         compiled = {"cache_implementation": "static", "compile_s": compile_s}
     else:
-        decode, whole_call = generation_rates(model, inputs, args.new_tokens, args.runs)
+        decode, whole_call, _ = generation_rates(model, inputs, args.new_tokens, args.runs)
     print(json.dumps({
         **compiled,
         "new_tokens": args.new_tokens,

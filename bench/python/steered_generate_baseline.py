@@ -63,7 +63,7 @@ def main():
         return
     state["coefficient"] = args.coefficient
     inputs = tokenizer(args.prompt, return_tensors="pt").to("cuda")
-    decode, _ = generation_rates(model, inputs, args.new_tokens, args.runs)
+    decode, _, _ = generation_rates(model, inputs, args.new_tokens, args.runs)
     print(json.dumps({"new_tokens": args.new_tokens, "layer": layer, "coefficient": args.coefficient,
                       "decode_tokens_per_s": decode, "attention_implementation": model.config._attn_implementation,
                       **versions()}))
