@@ -61,11 +61,7 @@ std::map<std::string, at::Tensor> fixture_tensors() {
 void write_checkpoint(const std::string& dir, const Json& config, const std::map<std::string, at::Tensor>& tensors) {
   copy_dir(kDeepseek, dir);
   write_json_file(dir + "/config.json", config);
-  std::vector<safetensors::TensorData> data;
-  for (const auto& [name, tensor] : tensors) {
-    data.push_back({name, safetensors::DType::kF32, tensor.sizes().vec(), tensor.data_ptr(), tensor.nbytes()});
-  }
-  safetensors::write_file(dir + "/model.safetensors", data);
+  probekit::testing::write_fp32_tensors(dir + "/model.safetensors", {tensors.begin(), tensors.end()});
 }
 
 // Each decoder layer's output [L, T, hidden] for `ids`.

@@ -136,12 +136,9 @@ struct LlamaScopeFolder {
   void write(const std::string& dir) const {
     make_directories(dir + "/checkpoints");
     probekit::testing::write_text(dir + "/hyperparams.json", hyperparams.dump());
-    std::vector<safetensors::TensorData> tensors;
-    for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"encoder.weight", &encoder},
-                                  {"encoder.bias", &encoder_bias}, {"decoder.weight", &decoder}, {"decoder.bias", &decoder_bias}}) {
-      tensors.push_back({name, safetensors::DType::kF32, t->sizes().vec(), t->data_ptr(), t->nbytes()});
-    }
-    safetensors::write_file(dir + "/checkpoints/final.safetensors", tensors);
+    probekit::testing::write_fp32_tensors(dir + "/checkpoints/final.safetensors",
+                                          {{"encoder.weight", encoder}, {"encoder.bias", encoder_bias},
+                                           {"decoder.weight", decoder}, {"decoder.bias", decoder_bias}});
   }
 };
 

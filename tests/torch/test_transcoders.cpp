@@ -26,6 +26,7 @@ using namespace probekit;
 using probekit::testing::fixture_model;
 using probekit::testing::kSaes;
 using probekit::testing::TempDir;
+using probekit::testing::write_fp32_tensors;
 
 namespace {
 
@@ -45,12 +46,6 @@ at::Tensor site_rows(const model::TransformerModel& model, Site site, int64_t la
 
 at::Tensor weight(const safetensors::File& file, const std::string& name) {
   return probekit::testing::read_tensor(file, file.at(name)).to(at::kFloat);
-}
-
-void write_tensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
-  std::vector<safetensors::TensorData> data;
-  for (const auto& [name, t] : tensors) data.push_back({name, safetensors::DType::kF32, t.sizes().vec(), t.data_ptr(), t.nbytes()});
-  safetensors::write_file(path, data);
 }
 
 // A random JumpReLU transcoder of the gemma3_text fixture's width (64) with 256 latents and a skip connection.
@@ -79,7 +74,7 @@ std::string write_gemma_scope_2(const TempDir& tmp, const RandomTranscoder& t, c
                                       {"type", "transcoder"},
                                       {"width", 256}})
                                     .dump());
-  write_tensors(dir + "/params.safetensors", {{"w_enc", t.w_enc}, {"w_dec", t.w_dec}, {"b_enc", t.b_enc},
+  write_fp32_tensors(dir + "/params.safetensors", {{"w_enc", t.w_enc}, {"w_dec", t.w_dec}, {"b_enc", t.b_enc},
                                               {"b_dec", t.b_dec}, {"threshold", t.threshold},
                                               {"affine_skip_connection", t.skip}});
   return dir;
@@ -159,7 +154,7 @@ TEST_CASE("each layout's transcoder reads mlp_in and reconstructs mlp_out as its
                          {"apply_b_dec_to_input", false}, {"normalize_activations", "none"},
                          {"metadata", {{"hook_name", "blocks.3.ln2.hook_normalized"}, {"hook_name_out", "blocks.3.hook_mlp_out"}}}};
     probekit::testing::write_text(dir + "/cfg.json", config.dump());
-    write_tensors(dir + "/sae_weights.safetensors", {{"W_enc", t.w_enc}, {"b_enc", t.b_enc}, {"W_dec", t.w_dec},
+    write_fp32_tensors(dir + "/sae_weights.safetensors", {{"W_enc", t.w_enc}, {"b_enc", t.b_enc}, {"W_dec", t.w_dec},
                                                       {"b_dec", t.b_dec}, {"threshold", t.threshold}, {"W_skip", t.skip}});
     check_read(sae::load(dir), z, t.decoded(z) + at::matmul(x, t.skip.t()));
   }
@@ -169,7 +164,7 @@ TEST_CASE("each layout's transcoder reads mlp_in and reconstructs mlp_out as its
     probekit::testing::write_text(dir + "/cfg.json", Json({{"k", 8}, {"num_latents", 256}, {"transcode", true},
                                                            {"skip_connection", true}, {"d_in", 64}}).dump());
     const at::Tensor encoder = t.w_enc.t().contiguous();
-    write_tensors(dir + "/sae.safetensors", {{"encoder.weight", encoder}, {"encoder.bias", t.b_enc},
+    write_fp32_tensors(dir + "/sae.safetensors", {{"encoder.weight", encoder}, {"encoder.bias", t.b_enc},
                                               {"W_dec", t.w_dec}, {"b_dec", t.b_dec}, {"W_skip", t.skip}});
     const at::Tensor h = at::relu(at::matmul(x, t.w_enc) + t.b_enc);
     const auto [values, indices] = h.topk(8, -1);
