@@ -1,7 +1,9 @@
 // The shared fixtures' nine SAEs (tests/fixtures/saes: random SAEs in the published layouts for the gemma3_text
-// fixture's layer 3, made with NumPy by tools/gen_sae_fixtures.py), by their name in reference.safetensors, and the
-// model they read.
+// fixture's layer 3, made with NumPy by tools/gen_sae_fixtures.py), by their name in reference.safetensors, the
+// model they read, and the row-wise bound their tests compare with.
 #pragma once
+
+#include <ATen/ATen.h>
 
 #include <string>
 #include <utility>
@@ -27,6 +29,12 @@ inline const std::vector<std::pair<std::string, std::string>> kFixtureSaes = {
     {"gemma_scope_2", "gemma_scope_2/resid_post/layer_3_width_256_l0_small"},
     {"sparsify", "sparsify/layers.3"},
 };
+
+/// The largest |ours - expected| of a row over the expected row's largest |value|: the SAE tests' bound.
+inline double worst_row_error(const at::Tensor& ours, const at::Tensor& expected) {
+  const at::Tensor scale = expected.abs().amax(-1).clamp_min(1e-30);
+  return ((ours - expected).abs().amax(-1) / scale).max().item<double>();
+}
 
 /// The gemma3_text fixture the SAEs read, loaded once, on the CPU in fp32.
 inline const loading::SharedModel& sae_fixture_model() {

@@ -22,17 +22,12 @@ using namespace probekit;
 using probekit::testing::fixture_model;
 using probekit::testing::kFixtureSaes;
 using probekit::testing::kSaes;
+using probekit::testing::worst_row_error;
 
 namespace {
 
 at::Tensor tensor(const safetensors::File& file, const std::string& name) {
   return probekit::testing::read_tensor(file, file.at(name)).to(at::kFloat);
-}
-
-// The largest |ours - reference| of a row over the reference row's largest |value|.
-double worst_row_error(const at::Tensor& ours, const at::Tensor& reference) {
-  const at::Tensor scale = reference.abs().amax(-1).clamp_min(1e-30);
-  return ((ours - reference).abs().amax(-1) / scale).max().item<double>();
 }
 
 std::string refusal(const std::string& path) {

@@ -28,6 +28,7 @@ using namespace probekit;
 using probekit::testing::fixture_model;
 using probekit::testing::kFixtureSaes;
 using probekit::testing::kSaes;
+using probekit::testing::worst_row_error;
 using probekit::testing::TempDir;
 
 namespace {
@@ -59,11 +60,6 @@ at::Tensor reference_rows(const safetensors::File& file, const std::string& patt
   std::vector<at::Tensor> rows;
   for (size_t t = 0; t < texts; ++t) rows.push_back(reference(file, fmt::format(fmt::runtime(pattern), t)));
   return at::cat(rows);
-}
-
-double worst_row_error(const at::Tensor& ours, const at::Tensor& expected) {
-  const at::Tensor scale = expected.abs().amax(-1).clamp_min(1e-30);
-  return ((ours - expected).abs().amax(-1) / scale).max().item<double>();
 }
 
 capture::CaptureOptions sae_options(const std::string& site, Position position) {

@@ -23,17 +23,9 @@
 #include "test_util.h"
 
 using namespace probekit;
-using probekit::testing::fixture_model;
-using probekit::testing::kSaes;
-using probekit::testing::TempDir;
-using probekit::testing::write_fp32_tensors;
+using namespace probekit::testing;
 
 namespace {
-
-double worst_row_error(const at::Tensor& ours, const at::Tensor& expected) {
-  const at::Tensor scale = expected.abs().amax(-1).clamp_min(1e-30);
-  return ((ours - expected).abs().amax(-1) / scale).max().item<double>();
-}
 
 // Every token's values at `site` of `layer` for one token sequence: [tokens, hidden].
 at::Tensor site_rows(const model::TransformerModel& model, Site site, int64_t layer) {
@@ -45,7 +37,7 @@ at::Tensor site_rows(const model::TransformerModel& model, Site site, int64_t la
 }
 
 at::Tensor weight(const safetensors::File& file, const std::string& name) {
-  return probekit::testing::read_tensor(file, file.at(name)).to(at::kFloat);
+  return read_tensor(file, file.at(name)).to(at::kFloat);
 }
 
 // A random JumpReLU transcoder of the gemma3_text fixture's width (64) with 256 latents and a skip connection.
@@ -66,7 +58,7 @@ struct RandomTranscoder {
 std::string write_gemma_scope_2(const TempDir& tmp, const RandomTranscoder& t, const std::string& name) {
   const std::string dir = tmp.file("gemma-scope-2-270m-pt/transcoder/" + name);
   make_directories(dir);
-  probekit::testing::write_text(dir + "/config.json",
+  write_text(dir + "/config.json",
                                 Json({{"architecture", "jump_relu"},
                                       {"hf_hook_point_in", "model.layers.3.pre_feedforward_layernorm.output"},
                                       {"hf_hook_point_out", "model.layers.3.post_feedforward_layernorm.output"},
@@ -80,7 +72,7 @@ std::string write_gemma_scope_2(const TempDir& tmp, const RandomTranscoder& t, c
   return dir;
 }
 
-const loading::SharedModel& gemma() { return probekit::testing::sae_fixture_model(); }
+const loading::SharedModel& gemma() { return sae_fixture_model(); }
 
 const std::vector<std::string> kTexts = {"The river bends twice before the town.", "Numbers: 3, 17, 42 and a word."};
 
@@ -153,7 +145,7 @@ TEST_CASE("each layout's transcoder reads mlp_in and reconstructs mlp_out as its
     const Json config = {{"architecture", "jumprelu_skip_transcoder"}, {"d_in", 64}, {"d_sae", 256}, {"d_out", 64},
                          {"apply_b_dec_to_input", false}, {"normalize_activations", "none"},
                          {"metadata", {{"hook_name", "blocks.3.ln2.hook_normalized"}, {"hook_name_out", "blocks.3.hook_mlp_out"}}}};
-    probekit::testing::write_text(dir + "/cfg.json", config.dump());
+    write_text(dir + "/cfg.json", config.dump());
     write_fp32_tensors(dir + "/sae_weights.safetensors", {{"W_enc", t.w_enc}, {"b_enc", t.b_enc}, {"W_dec", t.w_dec},
                                                       {"b_dec", t.b_dec}, {"threshold", t.threshold}, {"W_skip", t.skip}});
     check_read(sae::load(dir), z, t.decoded(z) + at::matmul(x, t.skip.t()));
@@ -161,7 +153,7 @@ TEST_CASE("each layout's transcoder reads mlp_in and reconstructs mlp_out as its
   SUBCASE("sparsify's transcode with skip_connection at layers.3.mlp: TopK, nothing subtracted, x W_skip^T") {
     const std::string dir = tmp.file("sae-gemma/layers.3.mlp");
     make_directories(dir);
-    probekit::testing::write_text(dir + "/cfg.json", Json({{"k", 8}, {"num_latents", 256}, {"transcode", true},
+    write_text(dir + "/cfg.json", Json({{"k", 8}, {"num_latents", 256}, {"transcode", true},
                                                            {"skip_connection", true}, {"d_in", 64}}).dump());
     const at::Tensor encoder = t.w_enc.t().contiguous();
     write_fp32_tensors(dir + "/sae.safetensors", {{"encoder.weight", encoder}, {"encoder.bias", t.b_enc},
@@ -178,7 +170,7 @@ TEST_CASE("each layout's transcoder reads mlp_in and reconstructs mlp_out as its
   }
   SUBCASE("Gemma Scope's -transcoders release: the .npz read as the same JumpReLU, from mlp_in to mlp_out") {
     const std::string dir = tmp.file("gemma-scope-2b-pt-transcoders/layer_3/width_256/average_l0_20");
-    probekit::testing::copy_dir(kSaes + "/gemma_scope/layer_3/width_256/average_l0_20", dir);
+    copy_dir(kSaes + "/gemma_scope/layer_3/width_256/average_l0_20", dir);
     const sae::SparseAutoencoder residual = sae::load(kSaes + "/gemma_scope/layer_3/width_256/average_l0_20");
     const at::Tensor latents = residual.encode(x);
     check_read(sae::load(dir), latents, residual.decode(latents, x));
