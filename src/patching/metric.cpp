@@ -53,7 +53,7 @@ MetricSpec parse_metric(const std::string& text) {
 namespace {
 
 // An id (digits), else a token of the vocabulary or a text of one token; quotes ('4' or "4") make digits a string.
-MetricToken named_token(std::string given, const tokenizer::Tokenizer& tokenizer, int64_t vocab) {
+int32_t named_token(std::string given, const tokenizer::Tokenizer& tokenizer, int64_t vocab) {
   int64_t id = -1;
   const bool quoted = given.size() >= 2 && (given.front() == '"' || given.front() == '\'') && given.back() == given.front();
   if (quoted) given = given.substr(1, given.size() - 2);
@@ -71,48 +71,76 @@ MetricToken named_token(std::string given, const tokenizer::Tokenizer& tokenizer
     id = ids[0];
   }
   if (id < 0 || id >= vocab) fail_usage("--metric: token id {} is outside the model's vocabulary of {}", given, vocab);
-  const auto token = static_cast<int32_t>(id);
-  return {token, tokenizer.id_to_token(token)};
+  return static_cast<int32_t>(id);
 }
 
-MetricToken top_token(const at::Tensor& logits, int64_t rank, const tokenizer::Tokenizer& tokenizer) {
-  const auto id = static_cast<int32_t>(std::get<1>(logits.topk(rank + 1))[rank].item<int64_t>());
-  return {id, tokenizer.id_to_token(id)};
+MetricToken spelled(int64_t id, const tokenizer::Tokenizer& tokenizer) {
+  return {static_cast<int32_t>(id), tokenizer.id_to_token(static_cast<int32_t>(id))};
 }
+
+// Ids [k] of the k largest logits, the largest first.
+at::Tensor top_ids(const at::Tensor& logits, int64_t k) { return std::get<1>(logits.topk(k)); }
 
 }  // namespace
 
-Metric resolve_metric(const MetricSpec& spec, const at::Tensor& clean_logits, const at::Tensor& corrupted_logits,
-                      const tokenizer::Tokenizer& tokenizer) {
-  Metric metric;
-  metric.kind = spec.kind;
-  const int64_t vocab = clean_logits.size(-1);
-  if (!spec.tokens.empty()) {
-    metric.answer = named_token(spec.tokens[0], tokenizer, vocab);
-    if (spec.tokens.size() > 1) metric.foil = named_token(spec.tokens[1], tokenizer, vocab);
-  } else if (spec.kind != MetricKind::kKl) {
-    metric.answer = top_token(clean_logits, 0, tokenizer);
-    if (spec.kind == MetricKind::kLogitDiff) {
-      metric.foil = top_token(corrupted_logits, 0, tokenizer);
-      if (metric.foil.id == metric.answer.id) metric.foil = top_token(clean_logits, 1, tokenizer);
-    }
+std::array<int64_t, 2> named_token_ids(const MetricSpec& spec, const tokenizer::Tokenizer& tokenizer, int64_t vocab) {
+  std::array<int64_t, 2> ids = {-1, -1};
+  for (size_t i = 0; i < spec.tokens.size() && i < ids.size(); ++i) ids[i] = named_token(spec.tokens[i], tokenizer, vocab);
+  return ids;
+}
+
+at::Tensor resolve_token_ids(MetricKind kind, const at::Tensor& named, const at::Tensor& clean_logits,
+                             const at::Tensor& corrupted_logits) {
+  const at::Tensor given = named.to(clean_logits.device(), at::kLong);
+  if (kind == MetricKind::kKl) return at::zeros_like(given);
+  const at::Tensor answer = top_ids(clean_logits, 1)[0];
+  at::Tensor foil = at::zeros_like(answer);
+  if (kind == MetricKind::kLogitDiff) {
+    const at::Tensor corrupted_top = top_ids(corrupted_logits, 1)[0];
+    foil = at::where(corrupted_top == answer, top_ids(clean_logits, 2)[1], corrupted_top);
   }
-  if (spec.kind == MetricKind::kKl) metric.clean_log_probs = at::log_softmax(clean_logits.to(at::kFloat), -1);
+  return at::where(given >= 0, given, at::stack({answer, foil}));
+}
+
+Metric resolved_metric(MetricKind kind, const at::Tensor& token_ids, const at::Tensor& clean_logits,
+                       const tokenizer::Tokenizer& tokenizer) {
+  Metric metric;
+  metric.kind = kind;
+  metric.token_ids = token_ids;
+  const at::Tensor ids = token_ids.to(at::kCPU);
+  if (kind != MetricKind::kKl) metric.answer = spelled(ids[0].item<int64_t>(), tokenizer);
+  if (kind == MetricKind::kLogitDiff) metric.foil = spelled(ids[1].item<int64_t>(), tokenizer);
+  if (kind == MetricKind::kKl) metric.clean_log_probs = at::log_softmax(clean_logits.to(at::kFloat), -1);
   return metric;
 }
 
-at::Tensor Metric::operator()(const at::Tensor& logits) const {
+Metric resolve_metric(const MetricSpec& spec, const at::Tensor& clean_logits, const at::Tensor& corrupted_logits,
+                      const tokenizer::Tokenizer& tokenizer) {
+  const std::array<int64_t, 2> named = named_token_ids(spec, tokenizer, clean_logits.size(-1));
+  const at::Tensor ids = resolve_token_ids(spec.kind, at::tensor({named[0], named[1]}, at::kLong), clean_logits,
+                                           corrupted_logits);
+  return resolved_metric(spec.kind, ids, clean_logits, tokenizer);
+}
+
+at::Tensor metric_values(MetricKind kind, const at::Tensor& logits, const at::Tensor& token_ids,
+                         const at::Tensor& clean_log_probs) {
   switch (kind) {
-    case MetricKind::kLogitDiff:
-      return logits.select(-1, answer.id) - logits.select(-1, foil.id);
+    case MetricKind::kLogitDiff: {
+      const at::Tensor picked = logits.index_select(-1, token_ids.to(logits.device()));
+      return picked.select(-1, 0) - picked.select(-1, 1);
+    }
     case MetricKind::kProb:
-      return at::softmax(logits, -1).select(-1, answer.id);
+      return at::softmax(logits, -1).index_select(-1, token_ids.to(logits.device()).narrow(0, 0, 1)).squeeze(-1);
     case MetricKind::kKl: {
       const at::Tensor clean = clean_log_probs.to(logits.device());
       return (clean.exp() * (clean - at::log_softmax(logits, -1))).sum(-1);
     }
   }
   fail_input("no metric of kind {}", static_cast<int>(kind));
+}
+
+at::Tensor Metric::operator()(const at::Tensor& logits) const {
+  return metric_values(kind, logits, token_ids, clean_log_probs);
 }
 
 Json Metric::to_json() const {

@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -44,6 +45,7 @@ struct MetricToken {
 struct Metric {
   MetricKind kind = MetricKind::kLogitDiff;
   MetricToken answer, foil;    // logit-diff reads both, prob the answer
+  at::Tensor token_ids;        // int64 [2]: the answer's and the foil's ids (0 where the metric reads none)
   at::Tensor clean_log_probs;  // kl: the clean run's next-token log-probabilities [vocab]
 
   /// The metric of each row of next-token logits [rows, vocab] (fp32): [rows], differentiable.
@@ -52,9 +54,28 @@ struct Metric {
   Json to_json() const;
 };
 
-/// `spec` resolved against the clean and corrupted runs' next-token logits [vocab]: the tokens it names (an id, a
-/// token of the vocabulary, or a text that encodes to one token), else as the answer the clean run's top token and
-/// as the foil the corrupted run's top token (the clean run's second when the two agree).
+/// The metric of `kind` on each row of logits [rows, vocab] reading `token_ids` [2] and (kl) `clean_log_probs`
+/// [vocab]: [rows], differentiable; device operations only, as a captured pass needs.
+at::Tensor metric_values(MetricKind kind, const at::Tensor& logits, const at::Tensor& token_ids,
+                         const at::Tensor& clean_log_probs);
+
+/// The tokens `spec` names (an id, a token of the vocabulary, or a text that encodes to one token) as {answer, foil},
+/// -1 where it names none; ids outside a vocabulary of `vocab` are refused.
+std::array<int64_t, 2> named_token_ids(const MetricSpec& spec, const tokenizer::Tokenizer& tokenizer, int64_t vocab);
+
+/// The answer's and foil's ids, int64 [2] on the logits' device, without a host synchronisation: `named` [2]'s where
+/// it holds one (>= 0), else as the answer the clean run's top token and as the foil the corrupted run's top token
+/// (the clean run's second when the two agree); zeros for kl.
+at::Tensor resolve_token_ids(MetricKind kind, const at::Tensor& named, const at::Tensor& clean_logits,
+                             const at::Tensor& corrupted_logits);
+
+/// The metric of `kind` reading `token_ids` (as resolve_token_ids gives them; brought to the host for their
+/// spellings), kl against the clean run's next-token logits [vocab].
+Metric resolved_metric(MetricKind kind, const at::Tensor& token_ids, const at::Tensor& clean_logits,
+                       const tokenizer::Tokenizer& tokenizer);
+
+/// `spec` resolved against the clean and corrupted runs' next-token logits [vocab]: named_token_ids, then
+/// resolve_token_ids.
 Metric resolve_metric(const MetricSpec& spec, const at::Tensor& clean_logits, const at::Tensor& corrupted_logits,
                       const tokenizer::Tokenizer& tokenizer);
 

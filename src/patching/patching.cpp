@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -34,12 +35,12 @@ struct ZeroWrites {
   std::vector<at::Tensor> zeros;
 };
 
-ZeroWrites zero_writes(const model::TransformerModel& model, const model::StreamWrites& base, int64_t tokens,
-                       const std::vector<Site>& sites) {
+ZeroWrites zero_writes(const model::TransformerModel& model, const model::StreamWrites& base, int64_t rows,
+                       int64_t tokens, const std::vector<Site>& sites) {
   ZeroWrites out{base, {}, {}};
   for (Site site : sites) {
     for (int64_t layer = 0; layer < model.loaded_layers(); ++layer) {
-      at::Tensor zero = at::zeros({1, tokens, model.config().hidden_size},
+      at::Tensor zero = at::zeros({rows, tokens, model.config().hidden_size},
                                   at::TensorOptions().dtype(at::kFloat).device(model.layer_device(layer)));
       zero.requires_grad_(true);
       out.writes.add(site, layer, zero);
@@ -99,13 +100,34 @@ void exact_grids(const model::TransformerModel& model, const std::vector<int32_t
   }
 }
 
+// Attribution's inputs, tensors on the model's device as a captured pass takes them: the base and the source run's
+// ids as rows 0 and 1 [2, T], their embeddings' noise [2, T, hidden] (undefined: none) and the tokens the metric
+// names [2] (-1: none).
+enum AttributionInput : size_t { kRunIds, kRunNoise, kNamedTokens };
+// Its outputs: each site and layer's terms [sites x layers, T] (fp32), both runs' next-token logits, the metric's
+// token ids [2].
+enum AttributionOutput : size_t { kTerms, kBaseLogits, kSourceLogits, kTokenIds };
+
 // Attribution patching: (source - base) . d metric / d value at every site, layer and position, from the gradient
-// of the base run's metric (its graph recorded through `zeros`), summed over each cell's window.
-void attribution_grids(const model::TransformerModel& model, const readout::SiteRun& base, const ZeroWrites& zeros,
-                       const readout::SiteRun& source, const PatchRequest& request, PatchingResult& result) {
-  const at::Tensor metric = result.metric(base.logits.unsqueeze(0))[0];
+// of the base run's metric (its graph recorded through zeros added at every site). Both runs are rows of one pass in
+// autograd's arithmetic, so that source - base is zero wherever the prompts agree and the weights are read once for
+// the two. No host synchronisation: a CUDA graph can hold the pass and its backward.
+std::vector<at::Tensor> attribution_pass(const model::TransformerModel& model, const PatchRequest& request,
+                                         const std::vector<at::Tensor>& in) {
+  model::StreamWrites noise;
+  if (in[kRunNoise].defined()) noise.add(Site::kEmbeddings, -1, in[kRunNoise]);
+  const ZeroWrites zeros = zero_writes(model, noise, 2, in[kRunIds].size(1), request.sites);
+  const std::vector<readout::SiteRun> runs = readout::read_site_runs(model, in[kRunIds], request.sites, &zeros.writes, true);
+  const readout::SiteRun& base = runs[0];
+  const readout::SiteRun& source = runs[1];
+  const bool denoise = request.direction == Direction::kDenoise;
+  const at::Tensor clean = (denoise ? source : base).logits.detach();
+  const at::Tensor corrupted = (denoise ? base : source).logits.detach();
+  const MetricKind kind = request.metric.kind;
+  const at::Tensor token_ids = resolve_token_ids(kind, in[kNamedTokens], clean, corrupted);
+  const at::Tensor clean_log_probs = kind == MetricKind::kKl ? at::log_softmax(clean, -1) : at::Tensor();
+  const at::Tensor metric = metric_values(kind, base.logits.unsqueeze(0), token_ids, clean_log_probs)[0];
   const std::vector<at::Tensor> gradients = torch::autograd::grad({metric}, zeros.zeros, {}, false, false, true);
-  // Each site and layer's [T] terms, computed on the device and brought to the host at once.
   std::vector<at::Tensor> terms;
   for (size_t i = 0; i < zeros.keys.size(); ++i) {
     const auto& [site, layer] = zeros.keys[i];
@@ -115,7 +137,13 @@ void attribution_grids(const model::TransformerModel& model, const readout::Site
                         ? ((source_values.to(at::kFloat) - base_values.to(at::kFloat)) * gradients[i][0]).sum(-1).to(model.device())
                         : at::zeros({source_values.size(0)}, at::TensorOptions().device(model.device())));
   }
-  const at::Tensor all_terms = at::stack(terms).to(at::kCPU, at::kDouble);  // [sites x layers, T]
+  return {at::stack(terms), base.logits.detach(), source.logits.detach(), token_ids};
+}
+
+// Each cell's estimate from the terms [sites x layers, T]: a cell's window sums its layers' terms.
+void attribution_grids(const model::TransformerModel& model, const at::Tensor& terms, const PatchRequest& request,
+                       PatchingResult& result) {
+  const at::Tensor all_terms = terms.to(at::kCPU, at::kDouble);
   const auto term = all_terms.accessor<double, 2>();
   const int64_t layers = model.loaded_layers();
   for (size_t s = 0; s < result.sites.size(); ++s) {
@@ -173,10 +201,14 @@ class PairRuns {
   const std::vector<int32_t>& source_ids() const { return denoise_ ? pair_.clean : pair_.corrupted; }
   const model::StreamWrites& base_writes() const { return denoise_ ? noise_ : none_; }
   const model::StreamWrites& source_writes() const { return denoise_ ? none_ : noise_; }
-  template <typename Runs>
-  const at::Tensor& clean_logits(const Runs& runs) const { return denoise_ ? runs.source.logits : runs.base.logits; }
-  template <typename Runs>
-  const at::Tensor& corrupted_logits(const Runs& runs) const { return denoise_ ? runs.base.logits : runs.source.logits; }
+  /// The noise on the embeddings of the base and the source run as rows 0 and 1 [2, T, hidden], or undefined.
+  at::Tensor run_noise() const {
+    if (!pair_.noise.defined()) return {};
+    const at::Tensor none = at::zeros_like(pair_.noise);
+    return denoise_ ? at::stack({pair_.noise, none}) : at::stack({none, pair_.noise});
+  }
+  const at::Tensor& clean(const at::Tensor& base, const at::Tensor& source) const { return denoise_ ? source : base; }
+  const at::Tensor& corrupted(const at::Tensor& base, const at::Tensor& source) const { return denoise_ ? base : source; }
 
  private:
   const PromptPair& pair_;
@@ -188,17 +220,37 @@ struct RunPair {
   readout::SiteRun base, source;
 };
 
-// Both runs read at the sites; with `gradients`, in autograd's arithmetic (the base's graph through `base_writes`).
-RunPair read_runs(const model::TransformerModel& model, const PairRuns& pairing, const std::vector<Site>& sites,
-                  const model::StreamWrites& base_writes, bool gradients) {
-  return {readout::read_site_run(model, pairing.base_ids(), sites, &base_writes, gradients),
-          readout::read_site_run(model, pairing.source_ids(), sites, &pairing.source_writes(), gradients)};
+// Both runs read at the sites, by plain passes (the fused kernels where they serve).
+RunPair read_runs(const model::TransformerModel& model, const PairRuns& pairing, const std::vector<Site>& sites) {
+  return {readout::read_site_run(model, pairing.base_ids(), sites, &pairing.base_writes()),
+          readout::read_site_run(model, pairing.source_ids(), sites, &pairing.source_writes())};
 }
 
-// The metric resolved on the two runs, and its value on each; non-finite values are refused.
-void resolve_metrics(const at::Tensor& clean_logits, const at::Tensor& corrupted_logits, const PatchRequest& request,
-                     const tokenizer::Tokenizer& tokenizer, PatchingResult& result) {
-  result.metric = resolve_metric(request.metric, clean_logits.detach(), corrupted_logits.detach(), tokenizer);
+// attribution_pass's outputs for the pair, the metric reading `named_tokens` [2] where they are >= 0; replayed as a
+// CUDA graph from `graphs` when given (a pair of the same shape as the last).
+std::vector<at::Tensor> attribution_outputs(const model::TransformerModel& model, const PairRuns& pairing,
+                                            const PatchRequest& request, const at::Tensor& named_tokens,
+                                            readout::StepGraphs* graphs) {
+  std::vector<int64_t> ids;
+  for (const auto* run : {&pairing.base_ids(), &pairing.source_ids()}) {
+    readout::check_runnable(model, *run);
+    ids.insert(ids.end(), run->begin(), run->end());
+  }
+  const at::Tensor noise = pairing.run_noise();
+  const std::vector<at::Tensor> inputs = {at::tensor(ids, at::kLong).view({2, -1}).to(model.device()), noise,
+                                          named_tokens.to(model.device(), at::kLong)};
+  const auto body = [&](const std::vector<at::Tensor>& in) { return attribution_pass(model, request, in); };
+  if (graphs == nullptr) return body(inputs);
+  int64_t site_bits = 0;
+  for (Site site : request.sites) site_bits |= int64_t{1} << static_cast<int>(site);
+  const readout::StepGraphs::Key key = {static_cast<int64_t>(pairing.base_ids().size()), site_bits,
+                                        static_cast<int64_t>(request.metric.kind),
+                                        static_cast<int64_t>(request.direction), noise.defined()};
+  return graphs->run(key, inputs, body);
+}
+
+// The resolved metric's value on the two runs; non-finite values are refused.
+void measure_metrics(const at::Tensor& clean_logits, const at::Tensor& corrupted_logits, PatchingResult& result) {
   result.clean_metric = result.metric(clean_logits.detach().unsqueeze(0))[0].item<double>();
   result.corrupted_metric = result.metric(corrupted_logits.detach().unsqueeze(0))[0].item<double>();
   if (!std::isfinite(result.clean_metric) || !std::isfinite(result.corrupted_metric)) {
@@ -228,7 +280,7 @@ std::vector<int64_t> window_layers(int64_t layer, int64_t window, int64_t layers
 }
 
 PatchingResult run_patching(const model::TransformerModel& model, const tokenizer::Tokenizer& tokenizer,
-                            const PromptPair& pair, const PatchRequest& request) {
+                            const PromptPair& pair, const PatchRequest& request, readout::StepGraphs* graphs) {
   const auto tokens = static_cast<int64_t>(pair.clean.size());
   check_request(request, model.loaded_layers(), tokens);
   const auto start = std::chrono::steady_clock::now();
@@ -238,24 +290,36 @@ PatchingResult run_patching(const model::TransformerModel& model, const tokenize
   for (Site site : request.sites) result.sites.push_back({site, {}, {}});
 
   const PairRuns pairing(pair, request.direction);
-  // The exact grid and the metrics come from plain passes (the fused kernels, where they serve); attribution reads
-  // both runs with autograd's arithmetic, so that source - base is zero wherever the prompts agree.
-  std::optional<RunPair> plain, attributed;
-  std::optional<ZeroWrites> zeros;
-  if (request.exact) plain = read_runs(model, pairing, request.sites, pairing.base_writes(), false);
-  // Gradients whatever the caller's mode: the zeros are leaves of the graph.
-  c10::InferenceMode not_inference(false);
-  at::AutoGradMode gradient_mode(request.attribution);
-  if (request.attribution) {
-    zeros = zero_writes(model, pairing.base_writes(), tokens, request.sites);
-    attributed = read_runs(model, pairing, request.sites, zeros->writes, true);
+  // The exact grid and the metric come from plain passes (the fused kernels, where they serve); attribution runs
+  // its own in autograd's arithmetic, reading the exact grid's tokens when there is one.
+  std::optional<RunPair> plain;
+  std::vector<at::Tensor> attributed;
+  if (request.exact) {
+    plain = read_runs(model, pairing, request.sites);
+    result.metric = resolve_metric(request.metric, pairing.clean(plain->base.logits, plain->source.logits),
+                                   pairing.corrupted(plain->base.logits, plain->source.logits), tokenizer);
   }
-  const RunPair& measured = plain ? *plain : *attributed;
-  resolve_metrics(pairing.clean_logits(measured), pairing.corrupted_logits(measured), request, tokenizer, result);
+  if (request.attribution) {
+    // Gradients whatever the caller's mode: the zeros are leaves of the graph.
+    c10::InferenceMode not_inference(false);
+    at::AutoGradMode gradient_mode(true);
+    const auto named = [&] {
+      const std::array<int64_t, 2> ids = named_token_ids(request.metric, tokenizer, model.config().vocab_size);
+      return at::tensor({ids[0], ids[1]}, at::kLong);
+    };
+    attributed = attribution_outputs(model, pairing, request, plain ? result.metric.token_ids : named(), graphs);
+    if (!plain) {
+      result.metric = resolved_metric(request.metric.kind, attributed[kTokenIds],
+                                      pairing.clean(attributed[kBaseLogits], attributed[kSourceLogits]), tokenizer);
+    }
+  }
+  const at::Tensor& base_logits = plain ? plain->base.logits : attributed[kBaseLogits];
+  const at::Tensor& source_logits = plain ? plain->source.logits : attributed[kSourceLogits];
+  measure_metrics(pairing.clean(base_logits, source_logits), pairing.corrupted(base_logits, source_logits), result);
 
   const auto cells = static_cast<int64_t>(request.sites.size() * result.layers.size() * result.positions.size());
   ProgressBar progress("patching", request.exact ? cells : 0, "cells");
-  if (attributed) attribution_grids(model, attributed->base, *zeros, attributed->source, request, result);
+  if (request.attribution) attribution_grids(model, attributed[kTerms], request, result);
   if (plain) exact_grids(model, pairing.base_ids(), pairing.base_writes(), plain->source, request, result, progress);
   progress.finish();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

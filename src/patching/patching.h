@@ -13,6 +13,7 @@
 
 #include "model/transformer.h"
 #include "patching/metric.h"
+#include "readout/step_graphs.h"
 #include "sites/sites.h"
 #include "tokenizer/tokenizer.h"
 
@@ -73,9 +74,11 @@ struct PatchingResult {
 };
 
 /// Runs the clean and corrupted prompts, resolves the metric on them and computes the grids `request` asks for,
-/// with a progress bar over the cells.
+/// with a progress bar over the cells. With `graphs` (made for `model`), attribution's passes and backward are
+/// captured as a CUDA graph where the model allows, replayed for the next pair of the same token count and request
+/// (a sweep over a templated dataset): the same numbers, without the host's launches.
 PatchingResult run_patching(const model::TransformerModel& model, const tokenizer::Tokenizer& tokenizer,
-                            const PromptPair& pair, const PatchRequest& request);
+                            const PromptPair& pair, const PatchRequest& request, readout::StepGraphs* graphs = nullptr);
 
 /// The layers a cell at `layer` patches with a window of `window` layers, within [0, layers).
 std::vector<int64_t> window_layers(int64_t layer, int64_t window, int64_t layers);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
 
 #include "common/error.h"
 #include "device/torch/transfers.h"
@@ -100,12 +101,6 @@ at::Tensor to_device_ids(const Sequence& ids, at::Device device) {
 // `rows` copies of one sequence's ids [rows, T]: activation patching's runs, each row with its own writes.
 at::Tensor batch_of(const Sequence& ids, int64_t rows, at::Device device) {
   return to_device_ids(ids, device).unsqueeze(0).expand({rows, -1});
-}
-
-void check_runnable(const model::TransformerModel& model, const Sequence& ids) {
-  if (ids.empty()) fail_input("an empty text has no next token to read");
-  if (!model.has_lm_head()) fail_input("reading logits needs the LM head loaded");
-  model.check_inputs(ids);
 }
 
 
@@ -312,23 +307,36 @@ HiddenStates read_hidden_states(const model::TransformerModel& model, const Sequ
   return states;
 }
 
+void check_runnable(const model::TransformerModel& model, const Sequence& ids) {
+  if (ids.empty()) fail_input("an empty text has no next token to read");
+  if (!model.has_lm_head()) fail_input("reading logits needs the LM head loaded");
+  model.check_inputs(ids);
+}
+
 SiteRun read_site_run(const model::TransformerModel& model, const Sequence& ids, const std::vector<Site>& sites,
                       const model::StreamWrites* writes, bool gradients) {
   check_runnable(model, ids);
-  SiteRun run;
+  return std::move(read_site_runs(model, batch_of(ids, 1, model.device()), sites, writes, gradients)[0]);
+}
+
+std::vector<SiteRun> read_site_runs(const model::TransformerModel& model, const at::Tensor& input_ids,
+                                    const std::vector<Site>& sites, const model::StreamWrites* writes, bool gradients) {
+  std::vector<SiteRun> runs(static_cast<size_t>(input_ids.size(0)));
   uint32_t hook_sites = 0;
   for (Site site : sites) {
     if (!site_row(site).writable() || site == Site::kEmbeddings) {
       fail_input("a run is read at decoder sites that take writes, not at {}", site_name(site));
     }
     hook_sites |= site_bit(site);
-    run.values[site].resize(static_cast<size_t>(model.loaded_layers()));
+    for (SiteRun& run : runs) run.values[site].resize(static_cast<size_t>(model.loaded_layers()));
   }
   model::TensorHook hook = [&](Site site, int64_t layer, const at::Tensor& t) {
-    run.values[site][static_cast<size_t>(layer)] = t[0].detach();
+    for (size_t row = 0; row < runs.size(); ++row) {
+      runs[row].values[site][static_cast<size_t>(layer)] = t[static_cast<int64_t>(row)].detach();
+    }
   };
   model::ForwardPass pass;
-  pass.input_ids = batch_of(ids, 1, model.device());
+  pass.input_ids = input_ids;
   pass.final_norm = true;
   pass.hook = &hook;
   pass.hook_sites = hook_sites;
@@ -336,8 +344,9 @@ SiteRun read_site_run(const model::TransformerModel& model, const Sequence& ids,
   pass.gradients = gradients;
   at::Tensor out = model.forward(pass);
   at::AutoGradMode gradient_mode(gradients);
-  run.logits = model.logits(out.select(1, out.size(1) - 1))[0];
-  return run;
+  const at::Tensor logits = model.logits(out.select(1, out.size(1) - 1));
+  for (size_t row = 0; row < runs.size(); ++row) runs[row].logits = logits[static_cast<int64_t>(row)];
+  return runs;
 }
 
 at::Tensor read_last_logits(const model::TransformerModel& model, const Sequence& ids, int64_t rows,

@@ -84,6 +84,14 @@ struct SiteRun {
 /// require gradients (attribution patching). Needs the final norm and the LM head.
 SiteRun read_site_run(const model::TransformerModel& model, const Sequence& ids, const std::vector<Site>& sites,
                       const model::StreamWrites* writes = nullptr, bool gradients = false);
+/// The same for rows of ids of one length run as one pass (`writes` per row, [rows, ...]), already checked
+/// (check_runnable) and on the model's device, [rows, T] int64: a run per row, without a host synchronisation, as a
+/// captured pass needs.
+std::vector<SiteRun> read_site_runs(const model::TransformerModel& model, const at::Tensor& input_ids,
+                                    const std::vector<Site>& sites, const model::StreamWrites* writes = nullptr,
+                                    bool gradients = false);
+/// Refuses `ids` a run cannot read the next token of: empty, out of the vocabulary, or no LM head loaded.
+void check_runnable(const model::TransformerModel& model, const Sequence& ids);
 
 /// The next-token logits [rows, vocab] (fp32) at the last token of `ids` run as `rows` rows, each with its own
 /// writes (`writes` per row: patches of [rows, T] positions, [rows, ...] additions): activation patching's cells

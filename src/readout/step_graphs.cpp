@@ -34,7 +34,7 @@ bool allowed_by_environment() {
 
 struct StepGraphs::Graph {
   at::cuda::CUDAGraph graph;
-  std::vector<at::Tensor> inputs;   // the captured pass's input_ids, positions, sequence_lengths, commit_tokens
+  std::vector<at::Tensor> inputs;   // the captured body's own copies of its inputs
   std::vector<at::Tensor> outputs;  // what its body returned
 };
 
@@ -69,10 +69,6 @@ c10::cuda::CUDAStream side_stream(std::optional<c10::Stream>& side, at::Device d
   return c10::cuda::CUDAStream(c10::cuda::CUDAStream::UNCHECKED, *side);
 }
 
-std::vector<at::Tensor*> pass_inputs(model::ForwardPass& pass) {
-  return {&pass.input_ids, &pass.positions, &pass.sequence_lengths, &pass.commit_tokens};
-}
-
 void begin_capture(at::cuda::CUDAGraph& graph) {
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
   // Thread-local: another thread's unrelated CUDA call (a server's) must not break the capture.
@@ -84,18 +80,15 @@ void begin_capture(at::cuda::CUDAGraph& graph) {
 
 }  // namespace
 
-std::vector<at::Tensor> StepGraphs::capture_and_replay(const Key& key, model::ForwardPass& pass, const Body& body) {
+std::vector<at::Tensor> StepGraphs::capture_and_replay(const Key& key, const std::vector<at::Tensor>& inputs,
+                                                       const TensorBody& body) {
   auto captured = std::make_unique<Graph>();
-  model::ForwardPass fixed = pass;
-  for (at::Tensor* input : pass_inputs(fixed)) {
-    *input = input->defined() ? input->clone() : *input;
-    captured->inputs.push_back(*input);
-  }
+  captured->inputs = copies(inputs);
   try {
-    on_side_stream(side_stream(side_, pass.input_ids.device()), [&] {
+    on_side_stream(side_stream(side_, device_), [&] {
       begin_capture(captured->graph);
       try {
-        captured->outputs = body(fixed);
+        captured->outputs = body(captured->inputs);
       } catch (...) {
         try {
           captured->graph.capture_end();
@@ -107,10 +100,10 @@ std::vector<at::Tensor> StepGraphs::capture_and_replay(const Key& key, model::Fo
     });
   } catch (const std::exception& e) {
     (void)cudaGetLastError();  // a failed capture leaves its error for the next call to find
-    spdlog::warn("generation steps run without CUDA graphs from now on: capturing one failed ({})", e.what());
+    spdlog::warn("passes run without CUDA graphs from now on: capturing one failed ({})", e.what());
     capture_failed = true;
     enabled_ = false;
-    return body(pass);
+    return body(inputs);
   }
   graph_ = std::move(captured);
   key_ = key;
@@ -120,27 +113,26 @@ std::vector<at::Tensor> StepGraphs::capture_and_replay(const Key& key, model::Fo
   return copies(graph_->outputs);
 }
 
-std::vector<at::Tensor> StepGraphs::run(const Key& key, model::ForwardPass& pass, const Body& body) {
-  if (!enabled_) return body(pass);
+std::vector<at::Tensor> StepGraphs::run(const Key& key, const std::vector<at::Tensor>& inputs, const TensorBody& body) {
+  if (!enabled_) return body(inputs);
   if (graph_ && key == key_) {
-    std::vector<at::Tensor*> inputs = pass_inputs(pass);
     for (size_t i = 0; i < inputs.size(); ++i) {
-      if (inputs[i]->defined()) graph_->inputs[i].copy_(*inputs[i]);
+      if (inputs[i].defined()) graph_->inputs[i].copy_(inputs[i]);
     }
     graph_->graph.replay();
     ++replays_;
     return copies(graph_->outputs);
   }
-  if (warmed_ && key == key_) return capture_and_replay(key, pass, body);
+  if (warmed_ && key == key_) return capture_and_replay(key, inputs, body);
   graph_.reset();
-  if (warmed_up_ && capture_at_once_) return capture_and_replay(key, pass, body);
+  if (warmed_up_ && capture_at_once_) return capture_and_replay(key, inputs, body);
   // A new key: its first step runs eagerly on the stream the captures use, which sets up what the libraries
   // create on first use (handles, workspaces, attention plans) outside any capture.
   key_ = key;
   warmed_ = warmed_up_ = true;
   std::vector<at::Tensor> outputs;
-  c10::cuda::CUDAStream side = side_stream(side_, pass.input_ids.device());
-  on_side_stream(side, [&] { outputs = body(pass); });
+  c10::cuda::CUDAStream side = side_stream(side_, device_);
+  on_side_stream(side, [&] { outputs = body(inputs); });
   // Made on the side stream, used and freed on the current one: not reused before the current stream is done.
   for (at::Tensor& output : outputs) {
     if (output.defined()) output.record_stream(c10::cuda::getCurrentCUDAStream(side.device_index()));
@@ -152,12 +144,30 @@ std::vector<at::Tensor> StepGraphs::run(const Key& key, model::ForwardPass& pass
 
 struct StepGraphs::Graph {};
 
-std::vector<at::Tensor> StepGraphs::run(const Key&, model::ForwardPass& pass, const Body& body) { return body(pass); }
+std::vector<at::Tensor> StepGraphs::run(const Key&, const std::vector<at::Tensor>& inputs, const TensorBody& body) {
+  return body(inputs);
+}
 
 #endif
 
+std::vector<at::Tensor> StepGraphs::run(const Key& key, model::ForwardPass& pass, const Body& body) {
+  auto fields = [](model::ForwardPass& p) {
+    return std::vector<at::Tensor*>{&p.input_ids, &p.positions, &p.sequence_lengths, &p.commit_tokens};
+  };
+  std::vector<at::Tensor> inputs;
+  for (at::Tensor* field : fields(pass)) inputs.push_back(*field);
+  return run(key, inputs, [&](const std::vector<at::Tensor>& given) {
+    model::ForwardPass fixed = pass;
+    const std::vector<at::Tensor*> to_set = fields(fixed);
+    for (size_t i = 0; i < to_set.size(); ++i) *to_set[i] = given[i];
+    return body(fixed);
+  });
+}
+
 StepGraphs::StepGraphs(const model::TransformerModel& model)
-    : supported_(supported(model)), enabled_(supported_ && allowed_by_environment() && !capture_failed) {}
+    : supported_(supported(model)),
+      enabled_(supported_ && allowed_by_environment() && !capture_failed),
+      device_(model.device()) {}
 
 StepGraphs::~StepGraphs() = default;
 

@@ -1,10 +1,10 @@
-// Generation's decode step replayed as a CUDA graph. At batch 1 a step of a few-billion-parameter model is a
-// thousand small kernels, and launching them one by one from the host takes longer than the GPU needs to read the
-// weights; a graph launches them all at once. The step's shapes and addresses are fixed while the batch, its cache,
-// its steering and the cache's visible slots (a multiple of 64, or the whole cache) stay the same: the first step
-// of such a run goes eagerly (it also warms up the libraries' handles and plans), the next is captured, and the rest
-// replay it, their inputs copied into the captured pass's own. A replay computes exactly what the eager step
-// computes (the same kernels on the same shapes).
+// Generation's decode step (and attribution patching's passes with their backward) replayed as a CUDA graph. At
+// batch 1 a step of a few-billion-parameter model is a thousand small kernels, and launching them one by one from
+// the host takes longer than the GPU needs to read the weights; a graph launches them all at once. The step's shapes
+// and addresses are fixed while the batch, its cache, its steering and the cache's visible slots (a multiple of 64,
+// or the whole cache) stay the same: the first step of such a run goes eagerly (it also warms up the libraries'
+// handles and plans), the next is captured, and the rest replay it, their inputs copied into the captured pass's
+// own. A replay computes exactly what the eager step computes (the same kernels on the same shapes).
 //
 // Only models whose step has no host synchronisation and no data-dependent shape are captured: one device, dense
 // attention and MLPs, unquantised weights, a rope that does not depend on the length. The others, and every build
@@ -29,13 +29,11 @@ class StepGraphs {
  public:
   /// A step's outputs, computed from its pass.
   using Body = std::function<std::vector<at::Tensor>(model::ForwardPass&)>;
-  /// What fixes a step's shapes and addresses; a new value captures anew.
-  struct Key {
-    int64_t epoch = 0, batch = 0, span = 0, visible = 0;
-    bool operator==(const Key& other) const {
-      return epoch == other.epoch && batch == other.batch && span == other.span && visible == other.visible;
-    }
-  };
+  /// A step's outputs, computed from its input tensors alone (their shapes fixed by the key).
+  using TensorBody = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
+  /// What fixes a step's shapes and addresses (a generation step: epoch, batch, span, visible slots); a new value
+  /// captures anew.
+  using Key = std::vector<int64_t>;
 
   explicit StepGraphs(const model::TransformerModel& model);
   ~StepGraphs();
@@ -58,12 +56,17 @@ class StepGraphs {
   /// The outputs of `body` on `pass` (input_ids, positions, sequence_lengths and commit_tokens its inputs), run
   /// eagerly or replayed as the graph of `key`; replayed outputs are copies, the caller's to keep.
   std::vector<at::Tensor> run(const Key& key, model::ForwardPass& pass, const Body& body);
+  /// The outputs of `body` on `inputs` (undefined ones stay undefined), run eagerly or replayed as the graph of
+  /// `key`, whose captured body reads its own copies of the inputs.
+  std::vector<at::Tensor> run(const Key& key, const std::vector<at::Tensor>& inputs, const TensorBody& body);
 
  private:
   struct Graph;
-  std::vector<at::Tensor> capture_and_replay(const Key& key, model::ForwardPass& pass, const Body& body);
+  std::vector<at::Tensor> capture_and_replay(const Key& key, const std::vector<at::Tensor>& inputs,
+                                             const TensorBody& body);
 
   bool supported_ = false, enabled_ = false;
+  at::Device device_;  // the model's, where the graphs run
   bool warmed_ = false;  // the current key's eager step ran
   bool warmed_up_ = false;  // some key's eager step ran: the libraries' handles exist on the side stream
   bool capture_at_once_ = false;

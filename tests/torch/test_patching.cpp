@@ -131,6 +131,32 @@ TEST_CASE("the noise direction is denoising with the prompts' roles swapped") {
   }
 }
 
+TEST_CASE("attribution alone resolves the metric's tokens itself and gives the attribution of both methods") {
+  const loading::SharedModel model = load_cpu("llama");
+  const Json reference = read_json_file(fixture_model("llama") + "/patching.json");
+  const PromptPair pair = prompt_pair(*model.model, *model.tokenizer, reference["clean"], reference["corrupted"]);
+  for (const char* metric : {"logit-diff", "prob", "kl", "logit-diff:668,175"}) {
+    for (Direction direction : {Direction::kDenoise, Direction::kNoise}) {
+      if (direction == Direction::kNoise && std::string(metric) == "kl") continue;  // refused: its gradient is zero
+      CAPTURE(metric);
+      PatchRequest request = both_methods();
+      request.metric = parse_metric(metric);
+      request.direction = direction;
+      const PatchingResult both = run_patching(*model.model, *model.tokenizer, pair, request);
+      request.exact = false;
+      const PatchingResult alone = run_patching(*model.model, *model.tokenizer, pair, request);
+      CHECK(alone.metric.answer.id == both.metric.answer.id);
+      CHECK(alone.metric.foil.id == both.metric.foil.id);
+      CHECK(alone.clean_metric == doctest::Approx(both.clean_metric).epsilon(1e-5));
+      CHECK(alone.corrupted_metric == doctest::Approx(both.corrupted_metric).epsilon(1e-5));
+      const double largest = both.sites[0].attribution.abs().max().item<double>();
+      CHECK(largest > 0);
+      CHECK((alone.sites[0].attribution - both.sites[0].attribution).abs().max().item<double>() <= 1e-6 * largest);
+      CHECK(!alone.sites[0].grid.defined());
+    }
+  }
+}
+
 // tests/fixtures/tools/gen_branch_patching.py: transformers with a forward hook on the attention and MLP modules (or
 // the post-norms after them), for the sites patching.json lacks, a layer window and the prob metric.
 TEST_CASE("attn_out and mlp_out grids, a layer window and the prob metric match transformers' module hooks") {
@@ -229,6 +255,18 @@ TEST_CASE("the metric flag names its tokens as ids or strings, and refuses what 
   CHECK(resolve_metric(parse_metric("prob:The"), logits, logits, *model.tokenizer).answer.id == 300);
   CHECK(resolve_metric(parse_metric("logit-diff:The,300"), logits, logits, *model.tokenizer).foil.id == 300);
   CHECK_THROWS_AS(resolve_metric(parse_metric("prob:99999"), logits, logits, *model.tokenizer), UsageError);
+  // The defaults: the clean run's top token, and the corrupted run's as the foil (the clean run's second when the two
+  // agree), resolved on the device.
+  at::Tensor clean = logits.clone(), corrupted = logits.clone();
+  clean[7] = 3.0;
+  clean[9] = 2.0;
+  corrupted[11] = 5.0;
+  const Metric apart = resolve_metric(parse_metric("logit-diff"), clean, corrupted, *model.tokenizer);
+  CHECK((apart.answer.id == 7 && apart.foil.id == 11));
+  corrupted[7] = 9.0;
+  const Metric agreeing = resolve_metric(parse_metric("logit-diff"), clean, corrupted, *model.tokenizer);
+  CHECK((agreeing.answer.id == 7 && agreeing.foil.id == 9));
+  CHECK(agreeing(clean.unsqueeze(0))[0].item<double>() == doctest::Approx(1.0));
   // The KL of a run from itself is 0; its gradient flows.
   const Metric kl = resolve_metric(parse_metric("kl"), logits + 1, logits, *model.tokenizer);
   CHECK(kl(logits.unsqueeze(0) + 3)[0].item<double>() == doctest::Approx(0.0).epsilon(1e-6));
