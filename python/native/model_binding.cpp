@@ -3,6 +3,8 @@
 // (patching::run_patch).
 #include <fmt/format.h>
 
+#include <memory>
+#include <mutex>
 #include <optional>
 
 #include "capture/memory_capture.h"
@@ -118,14 +120,23 @@ void generate(const ModelHandle& model, const std::vector<std::string>& prompts,
   }
 }
 
+// A model's attribution graph, kept between model.patch calls: a sweep over pairs of one token count replays it
+// (run_patching). One call at a time uses it.
+struct PatchGraphs {
+  explicit PatchGraphs(const loading::SharedModel& model) : graphs(*model.model) {}
+  std::mutex lock;
+  readout::StepGraphs graphs;
+};
+
 // model.patch: patch_activations on the loaded model; patching.json as text, also written to output_dir when given.
-std::string patch(const ModelHandle& model, const patching::PatchArguments& arguments, const std::string& output_dir,
-                  bool overwrite, const py::object& progress) {
+std::string patch(const ModelHandle& model, PatchGraphs& graphs, const patching::PatchArguments& arguments,
+                  const std::string& output_dir, bool overwrite, const py::object& progress) {
   ProgressScope scope(progress);
   py::gil_scoped_release release;
+  const std::lock_guard<std::mutex> one_call(graphs.lock);
   std::optional<StagedDirectory> out;
   if (!output_dir.empty()) out.emplace(output_dir, overwrite);
-  const Json patching = patching::run_patch(*model, arguments);
+  const Json patching = patching::run_patch(*model, arguments, &graphs.graphs);
   if (out) {
     patching::write_patching(out->path(), patching);
     out->commit();
@@ -153,6 +164,9 @@ py::dict describe(const ModelHandle& model) {
 
 void bind_model(py::module_& module) {
   py::class_<loading::SharedModel, std::shared_ptr<loading::SharedModel>>(module, "Model");
+  py::class_<PatchGraphs, std::shared_ptr<PatchGraphs>>(module, "PatchGraphs");
+  module.def("patch_graphs", [](const ModelHandle& model) { return std::make_shared<PatchGraphs>(*model); },
+             py::arg("model"));
   module.def("load_model", &load, py::arg("model"), py::arg("device"), py::arg("dtype"), py::arg("devices"),
              py::arg("max_gpu_memory"));
   module.def("describe", &describe, py::arg("model"));
@@ -184,7 +198,8 @@ void bind_model(py::module_& module) {
       py::arg("threshold"), py::arg("calibrated"), py::arg("steer"), py::arg("monitors"), py::arg("on_event"));
   module.def(
       "patch",
-      [](const ModelHandle& model, const std::string& clean, const std::string& corrupted, const std::string& subject,
+      [](const ModelHandle& model, PatchGraphs& graphs, const std::string& clean, const std::string& corrupted,
+         const std::string& subject,
          double noise, uint64_t seed, const std::string& metric, const std::vector<std::string>& sites,
          const std::string& layers, const std::string& positions, int64_t layer_window, const std::string& direction,
          const std::string& method, const std::string& output_dir, bool overwrite, const py::object& progress) {
@@ -200,9 +215,9 @@ void bind_model(py::module_& module) {
         arguments.layer_window = layer_window;
         arguments.direction = direction;
         arguments.method = method;
-        return patch(model, arguments, output_dir, overwrite, progress);
+        return patch(model, graphs, arguments, output_dir, overwrite, progress);
       },
-      py::arg("model"), py::arg("clean"), py::arg("corrupted"), py::arg("subject"), py::arg("noise"), py::arg("seed"),
+      py::arg("model"), py::arg("graphs"), py::arg("clean"), py::arg("corrupted"), py::arg("subject"), py::arg("noise"), py::arg("seed"),
       py::arg("metric"), py::arg("sites"), py::arg("layers"), py::arg("positions"), py::arg("layer_window"),
       py::arg("direction"), py::arg("method"), py::arg("output_dir"), py::arg("overwrite"), py::arg("progress"));
 }

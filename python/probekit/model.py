@@ -38,6 +38,8 @@ class Model:
     def __init__(self, native):
         self._native = native
         self._info = _native.describe(native)
+        # Attribution's CUDA graph, replayed by the next patch of a pair of the same token count (on a GPU).
+        self._patch_graphs = _native.patch_graphs(native)
 
     name = property(lambda self: self._info["name"], doc="The hub name given, or the checkpoint folder's path.")
     dir = property(lambda self: self._info["dir"], doc="The checkpoint folder.")
@@ -115,7 +117,9 @@ class Model:
         patching.html there.
 
         Returns patching.json as a dict, with "grid", "attribution" and "restored" as torch tensors [layers,
-        positions] in float64 (with several sites, a dict of them by site)."""
+        positions] in float64 (with several sites, a dict of them by site). On a GPU, attribution's passes are
+        captured as a CUDA graph by the second call for pairs of one token count (and request) and replayed by the
+        calls after it: a sweep over a templated dataset."""
         sites = [site] if isinstance(site, str) else list(site)
         if (corrupted is None) == (subject is None):
             raise ValueError("give corrupted (the corrupted prompt) or subject (the text of clean to noise), not both")
@@ -124,8 +128,8 @@ class Model:
         if not isinstance(layer_window, int) or layer_window < 1:
             raise ValueError(f"layer_window {layer_window!r}: must be a whole number, 1 or more")
         text = run_interruptibly(
-            _native.patch, self._native, clean, corrupted or "", subject or "", float(noise), int(seed), metric, sites,
-            layer_selection(layers) or "all", layer_selection(positions) or "all", layer_window, direction, method,
+            _native.patch, self._native, self._patch_graphs, clean, corrupted or "", subject or "", float(noise),
+            int(seed), metric, sites, layer_selection(layers) or "all", layer_selection(positions) or "all", layer_window, direction, method,
             output_dir or "", bool(overwrite), progress_callback(progress))
         result = json.loads(text)
         for key in ("grid", "attribution", "restored"):

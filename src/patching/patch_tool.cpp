@@ -72,7 +72,7 @@ void add_patch_flags(CLI::App& app, PatchActivationsOptions& o) {
   add_fp8_products_option(app, o.model.fp8_products);
 }
 
-Json run_patch(const loading::SharedModel& model, const PatchArguments& arguments) {
+Json run_patch(const loading::SharedModel& model, const PatchArguments& arguments, readout::StepGraphs* graphs) {
   PatchRequest request = flag_request(arguments);
   const PromptPair pair = arguments.corruption == "noise"
                               ? noised_pair(*model.model, *model.tokenizer, arguments.clean, arguments.noise)
@@ -80,7 +80,7 @@ Json run_patch(const loading::SharedModel& model, const PatchArguments& argument
   request.layers = parse_index_list("--layers", arguments.layers, model.model->loaded_layers(), "layer", "model");
   request.positions =
       parse_index_list("--positions", arguments.positions, static_cast<int64_t>(pair.clean.size()), "position", "prompt");
-  const PatchingResult result = run_patching(*model.model, *model.tokenizer, pair, request);
+  const PatchingResult result = run_patching(*model.model, *model.tokenizer, pair, request, graphs);
   PatchingInputs inputs{model.source.resolved.name, model.targets.front().device.str(),
                         device::dtype_name(model.targets.front().dtype_choice.dtype), arguments.clean,
                         arguments.corrupted, {}};

@@ -35,8 +35,9 @@ struct PatchActivationsOptions {
 
 void add_patch_flags(CLI::App& app, PatchActivationsOptions& options);
 
-/// Runs the patching `arguments` ask for on a loaded model; returns patching.json.
-Json run_patch(const loading::SharedModel& model, const PatchArguments& arguments);
+/// Runs the patching `arguments` ask for on a loaded model (attribution through `graphs` when given: run_patching);
+/// returns patching.json.
+Json run_patch(const loading::SharedModel& model, const PatchArguments& arguments, readout::StepGraphs* graphs = nullptr);
 
 /// patch_activations: loads the model, runs, writes OUT/patching.json and OUT/patching.html; returns patching.json.
 Json run_patch_activations(const PatchActivationsOptions& options);

@@ -159,6 +159,9 @@ def test_patch_gives_patch_activations_grids(model, workdir):
             tolerance = 0 if key == "grid" else 1e-5 * float(tool_grid.abs().max())
             assert torch.allclose(result[key][site], tool_grid, rtol=0, atol=tolerance)
     assert result["answer"] == expected["answer"] and result["foil"] == expected["foil"]
+    for _ in range(2):  # the calls that capture and replay attribution's graph on a GPU
+        again = model.patch(clean, corrupted, site=["resid_post", "mlp_out"], method="attribution", progress=False)
+        assert torch.equal(again["attribution"]["mlp_out"], result["attribution"]["mlp_out"])
     one = model.patch(clean, corrupted, layers=[1, 2], positions="0-1", progress=False)
     assert one["grid"].shape == (2, 2)
     assert torch.equal(one["grid"], result["grid"]["resid_post"][1:3, 0:2])
