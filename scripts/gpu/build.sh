@@ -12,6 +12,10 @@ if [ ! -e "$deps/usr/include/pybind11/pybind11.h" ]; then  # the last package ad
   # Debian's HDF5 include directory is an absolute symlink into /usr; point it inside the unpacked tree.
   ln -sfn "$deps/usr/include/hdf5/serial" "$deps/usr/lib/x86_64-linux-gnu/hdf5/serial/include"
 fi
+# Debian's libz.so points at Debian's own zlib by an absolute path the host lacks; the linker would then take the
+# static libz.a, which a shared object (the Python module) cannot hold. The host's zlib has the same interface.
+host_zlib=$(readlink -f /lib/x86_64-linux-gnu/libz.so.1 2>/dev/null || true)
+[ -n "$host_zlib" ] && [ -e "$host_zlib" ] && ln -sfn "$host_zlib" "$deps/usr/lib/x86_64-linux-gnu/libz.so"
 python=$(command -v python3)
 [ -x /opt/torch/.venv/bin/python3 ] && python=/opt/torch/.venv/bin/python3
 torch_prefix=$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)')
