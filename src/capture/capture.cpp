@@ -95,6 +95,7 @@ int64_t first_missing(const std::vector<LayerOutput>& outputs, int64_t run_size)
 CaptureSummary run_capture(const CaptureOptions& options) {
   CaptureSummary summary;
   check_options(options);
+  if (!options.dataset_path.empty()) data::require_dataset(options.dataset_path);  // before its output directory
   // Two captures into one directory would both write its files and race to a rename error at the end: the second
   // stops here, before loading anything, naming the first.
   std::string dir = options.output_dir;

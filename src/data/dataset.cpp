@@ -250,11 +250,15 @@ InputBytes read_dataset_bytes(const std::string& path) {
     }
     return InputBytes{read_to_end(STDIN_FILENO, kStandardInputName), true};
   }
-  if (!path_exists(path)) fail_input("{}: cannot open the dataset: no such file", path);
+  require_dataset(path);
   return read_input_once(path);
 }
 
 }  // namespace
+
+void require_dataset(const std::string& path) {
+  if (path != kStandardInput && !path_exists(path)) fail_input("{}: cannot open the dataset: no such file", path);
+}
 
 Dataset read_dataset(const std::string& path, const DatasetOptions& options) {
   InputBytes input = read_dataset_bytes(path);

@@ -80,5 +80,8 @@ void check_label_file_names(const std::vector<std::string>& label_names, const s
 /// each read whole, once; throws std::invalid_argument naming file, line and field on bad input (unless
 /// skip_invalid), and when no example remains.
 Dataset read_dataset(const std::string& path, const DatasetOptions& options);
+/// Throws as read_dataset does when nothing is at `path` ("-": standard input), for a run to check before it makes
+/// its outputs.
+void require_dataset(const std::string& path);
 
 }  // namespace probekit::data

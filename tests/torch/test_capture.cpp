@@ -601,7 +601,12 @@ TEST_CASE("bad input to capture_activations: clear message, exit code 1 (2 for b
   CHECK_CONTAINS(run_with(kGemmaModel, bad).output, "unknown label field");
   probekit::testing::write_text(bad, "\n\n");
   CHECK_CONTAINS(run_with(kGemmaModel, bad).output, "no usable examples");
-  CHECK_CONTAINS(run_with(kGemmaModel, tmp.file("missing.jsonl")).output, "cannot open the dataset");
+  // Refused before the output directory is made (a regression: the directory and its lock file were left behind).
+  const CommandResult missing = run_command(fmt::format("{} --model {} --dataset {} --device cpu --output-dir {}",
+                                                        tool("capture_activations"), kGemmaModel,
+                                                        tmp.file("missing.jsonl"), tmp.file("never_made")));
+  CHECK_CONTAINS(missing.output, "cannot open the dataset");
+  CHECK(!path_exists(tmp.file("never_made")));
   CHECK_CONTAINS(run_with(tmp.path(), good).output, "no config.json");
 
   std::string no_weights = tmp.file("no_weights");
