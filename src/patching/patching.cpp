@@ -240,7 +240,10 @@ std::vector<at::Tensor> attribution_outputs(const model::TransformerModel& model
   const std::vector<at::Tensor> inputs = {at::tensor(ids, at::kLong).view({2, -1}).to(model.device()), noise,
                                           named_tokens.to(model.device(), at::kLong)};
   const auto body = [&](const std::vector<at::Tensor>& in) { return attribution_pass(model, request, in); };
-  if (graphs == nullptr) return body(inputs);
+  // A graph keeps its pass's memory (every layer's values saved for the backward) while it lives: pairs longer than
+  // this run eagerly, where the GPU's arithmetic, not the host's launches, takes most of the time anyway.
+  constexpr size_t kLongestGraphedPair = 128;
+  if (graphs == nullptr || pairing.base_ids().size() > kLongestGraphedPair) return body(inputs);
   int64_t site_bits = 0;
   for (Site site : request.sites) site_bits |= int64_t{1} << static_cast<int>(site);
   const readout::StepGraphs::Key key = {static_cast<int64_t>(pairing.base_ids().size()), site_bits,

@@ -75,8 +75,9 @@ struct PatchingResult {
 
 /// Runs the clean and corrupted prompts, resolves the metric on them and computes the grids `request` asks for,
 /// with a progress bar over the cells. With `graphs` (made for `model`), attribution's passes and backward are
-/// captured as a CUDA graph where the model allows, replayed for the next pair of the same token count and request
-/// (a sweep over a templated dataset): the same numbers, without the host's launches.
+/// captured as a CUDA graph where the model allows and the pair has at most 128 tokens, replayed for the next pair of
+/// the same token count and request (a sweep over a templated dataset): the same numbers, without the host's
+/// launches. The graph holds its pass's memory until `graphs` goes or captures another shape.
 PatchingResult run_patching(const model::TransformerModel& model, const tokenizer::Tokenizer& tokenizer,
                             const PromptPair& pair, const PatchRequest& request, readout::StepGraphs* graphs = nullptr);
 
