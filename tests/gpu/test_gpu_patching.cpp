@@ -1,7 +1,7 @@
 // Attribution patching on a CUDA GPU: its passes and backward captured as a CUDA graph and replayed give what the
 // eager passes give, for the pair captured and for another pair of the same token count (the graph reads its inputs,
 // it does not keep the first pair's numbers); in fp32 both match transformers' attribution (the fixtures'
-// patching.json).
+// patching.json); pairs longer than 128 tokens are never captured.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -75,4 +75,25 @@ TEST_CASE("attribution patching replayed as a CUDA graph gives the eager attribu
     }
     CHECK(difference <= 1e-4 * largest);
   }
+}
+
+TEST_CASE("attribution of a pair longer than 128 tokens runs eagerly: no graph holds its pass's memory") {
+  const loading::SharedModel model = load_on_gpu("llama");
+  const Json reference = read_json_file(std::string(PROBEKIT_FIXTURES) + "/models/llama/patching.json");
+  std::string tail;
+  for (int i = 0; i < 40; ++i) tail += " and the dog sleeps";
+  const PromptPair pair = prompt_pair(*model.model, *model.tokenizer, reference["clean"].get<std::string>() + tail,
+                                      reference["corrupted"].get<std::string>() + tail);
+  REQUIRE(pair.clean.size() > 128);
+  PatchRequest request;
+  request.exact = false;
+  request.attribution = true;
+  readout::StepGraphs graphs(*model.model);
+  const PatchingResult eager = run_patching(*model.model, *model.tokenizer, pair, request);
+  for (int call = 0; call < 3; ++call) {
+    const PatchingResult result = run_patching(*model.model, *model.tokenizer, pair, request, &graphs);
+    CHECK(testing::max_relative_error(result.sites[0].attribution, eager.sites[0].attribution) <= 1e-6);
+  }
+  CHECK(graphs.captures() == 0);
+  CHECK(graphs.replays() == 0);
 }
