@@ -217,9 +217,10 @@ void bind_model(py::module_& module) {
         arguments.method = method;
         return patch(model, graphs, arguments, output_dir, overwrite, progress);
       },
-      py::arg("model"), py::arg("graphs"), py::arg("clean"), py::arg("corrupted"), py::arg("subject"), py::arg("noise"), py::arg("seed"),
-      py::arg("metric"), py::arg("sites"), py::arg("layers"), py::arg("positions"), py::arg("layer_window"),
-      py::arg("direction"), py::arg("method"), py::arg("output_dir"), py::arg("overwrite"), py::arg("progress"));
+      py::arg("model"), py::arg("graphs"), py::arg("clean"), py::arg("corrupted"), py::arg("subject"), py::arg("noise"),
+      py::arg("seed"), py::arg("metric"), py::arg("sites"), py::arg("layers"), py::arg("positions"),
+      py::arg("layer_window"), py::arg("direction"), py::arg("method"), py::arg("output_dir"), py::arg("overwrite"),
+      py::arg("progress"));
 }
 
 }  // namespace probekit::python

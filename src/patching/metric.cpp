@@ -83,9 +83,11 @@ at::Tensor top_ids(const at::Tensor& logits, int64_t k) { return std::get<1>(log
 
 }  // namespace
 
-std::array<int64_t, 2> named_token_ids(const MetricSpec& spec, const tokenizer::Tokenizer& tokenizer, int64_t vocab) {
-  std::array<int64_t, 2> ids = {-1, -1};
-  for (size_t i = 0; i < spec.tokens.size() && i < ids.size(); ++i) ids[i] = named_token(spec.tokens[i], tokenizer, vocab);
+at::Tensor named_token_ids(const MetricSpec& spec, const tokenizer::Tokenizer& tokenizer, int64_t vocab) {
+  at::Tensor ids = at::full({2}, -1, at::kLong);
+  for (size_t i = 0; i < spec.tokens.size() && i < 2; ++i) {
+    ids[static_cast<int64_t>(i)] = named_token(spec.tokens[i], tokenizer, vocab);
+  }
   return ids;
 }
 
@@ -116,10 +118,9 @@ Metric resolved_metric(MetricKind kind, const at::Tensor& token_ids, const at::T
 
 Metric resolve_metric(const MetricSpec& spec, const at::Tensor& clean_logits, const at::Tensor& corrupted_logits,
                       const tokenizer::Tokenizer& tokenizer) {
-  const std::array<int64_t, 2> named = named_token_ids(spec, tokenizer, clean_logits.size(-1));
-  const at::Tensor ids = resolve_token_ids(spec.kind, at::tensor({named[0], named[1]}, at::kLong), clean_logits,
-                                           corrupted_logits);
-  return resolved_metric(spec.kind, ids, clean_logits, tokenizer);
+  const at::Tensor named = named_token_ids(spec, tokenizer, clean_logits.size(-1));
+  return resolved_metric(spec.kind, resolve_token_ids(spec.kind, named, clean_logits, corrupted_logits), clean_logits,
+                         tokenizer);
 }
 
 at::Tensor metric_values(MetricKind kind, const at::Tensor& logits, const at::Tensor& token_ids,

@@ -5,7 +5,6 @@
 
 #include <ATen/ATen.h>
 
-#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -59,9 +58,10 @@ struct Metric {
 at::Tensor metric_values(MetricKind kind, const at::Tensor& logits, const at::Tensor& token_ids,
                          const at::Tensor& clean_log_probs);
 
-/// The tokens `spec` names (an id, a token of the vocabulary, or a text that encodes to one token) as {answer, foil},
-/// -1 where it names none; ids outside a vocabulary of `vocab` are refused.
-std::array<int64_t, 2> named_token_ids(const MetricSpec& spec, const tokenizer::Tokenizer& tokenizer, int64_t vocab);
+/// The tokens `spec` names (an id, a token of the vocabulary, or a text that encodes to one token) as int64 [2] on the
+/// host, {answer, foil}, -1 where it names none (resolve_token_ids' `named`); ids outside a vocabulary of `vocab` are
+/// refused.
+at::Tensor named_token_ids(const MetricSpec& spec, const tokenizer::Tokenizer& tokenizer, int64_t vocab);
 
 /// The answer's and foil's ids, int64 [2] on the logits' device, without a host synchronisation: `named` [2]'s where
 /// it holds one (>= 0), else as the answer the clean run's top token and as the foil the corrupted run's top token

@@ -6,7 +6,6 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -306,11 +305,9 @@ PatchingResult run_patching(const model::TransformerModel& model, const tokenize
     // Gradients whatever the caller's mode: the zeros are leaves of the graph.
     c10::InferenceMode not_inference(false);
     at::AutoGradMode gradient_mode(true);
-    const auto named = [&] {
-      const std::array<int64_t, 2> ids = named_token_ids(request.metric, tokenizer, model.config().vocab_size);
-      return at::tensor({ids[0], ids[1]}, at::kLong);
-    };
-    attributed = attribution_outputs(model, pairing, request, plain ? result.metric.token_ids : named(), graphs);
+    const at::Tensor named = plain ? result.metric.token_ids
+                                   : named_token_ids(request.metric, tokenizer, model.config().vocab_size);
+    attributed = attribution_outputs(model, pairing, request, named, graphs);
     if (!plain) {
       result.metric = resolved_metric(request.metric.kind, attributed[kTokenIds],
                                       pairing.clean(attributed[kBaseLogits], attributed[kSourceLogits]), tokenizer);
