@@ -287,8 +287,11 @@ if has coldstart; then
   chat_probes
   text="I kept asking myself whether the data really supported the conclusion everyone repeated."
   sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null && echo "page cache dropped" || echo "page cache could not be dropped"
-  # Each run's -v log with the time of each line (the profile), then the process's end.
-  for run in cold warm warm2; do
+  # Each run's -v log with the time of each line (the profile), then the process's end: one cold run, then RUNS warm
+  # ones (at least two: the warm figure varies by a few tenths of a second from run to run on one host).
+  warm_runs="warm"
+  for run in $(seq 2 "$(( runs > 2 ? runs : 2 ))"); do warm_runs="$warm_runs warm$run"; done
+  for run in cold $warm_runs; do
     start=$(seconds)
     "$tools/multi_probe_inference" --probes-dir /tmp/probes_1 --model "$model" --text "$text" -v \
       > "$out/coldstart_$run.txt" 2> >("$python" bench/python/timestamp_lines.py "$start" > "$out/coldstart_${run}_profile.txt")

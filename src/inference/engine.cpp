@@ -17,6 +17,7 @@
 #include "common/json.h"
 #include "hub/resolve.h"
 #include "model/placement.h"
+#include "readout/first_pass.h"
 
 namespace probekit::inference {
 
@@ -126,18 +127,18 @@ Engine Engine::load(const EngineOptions& options) {
   load.lm_head = options.generate;
   load.embeddings_on_host = !options.generate;
   // The disk is the slowest part of a cold start: it works while the device, probes and tokenizer get ready.
-  // The tokenizer and the device's first-product set-up each take a fraction of a second of their own: they run
-  // beside the model's load.
+  // The tokenizer and the first pass's one-time set-up on a GPU each take a fraction of a second of their own: they
+  // run beside the model's load.
   model::WeightReadAhead read_ahead(model_dir, load);
   auto tokenizer = std::async(std::launch::async, [&model_dir] { return tokenizer::Tokenizer::from_file(model_dir); });
   const std::vector<device::ComputeTarget> targets = loading::select_targets(options);
   engine.target_ = targets.front();
-  std::future<void> warm_up = device::warm_up(engine.target_);
   spdlog::debug("{:.2f} s: device ready", since_start());
   engine.set_saes(std::move(saes), options.sae_labels);
   engine.load_probes(config, read_ahead.checkpoint()->fingerprint());
   engine.index_labels();
   spdlog::debug("{:.2f} s: {} probes of {} layers loaded", since_start(), engine.labels_.size(), engine.layers_.size());
+  std::future<void> rehearsal = engine.rehearse_first_pass(load);
   // Several devices hold one model's layers: inference runs one pass at a time, so replicas would idle.
   const model::DevicePlan placement = loading::place_model(options, source, targets, load);
   if (placement.replicas.size() > 1) spdlog::info("inference uses the first of {} replicas", placement.replicas.size());
@@ -147,9 +148,16 @@ Engine Engine::load(const EngineOptions& options) {
 
   engine.tokenizer_ = std::make_shared<const tokenizer::Tokenizer>(tokenizer.get());
   engine.prepare(config);
-  warm_up.get();
-  spdlog::debug("{:.2f} s: tokenizer loaded, device warmed up", since_start());
+  rehearsal.get();
+  spdlog::debug("{:.2f} s: tokenizer loaded, first pass rehearsed", since_start());
   return engine;
+}
+
+std::future<void> Engine::rehearse_first_pass(model::LoadOptions load) const {
+  if (!target_.is_gpu()) return std::async(std::launch::deferred, [] {});
+  load.device = target_.device;
+  load.dtype = target_.dtype;
+  return readout::rehearse_first_pass(options_.model_dir, std::move(load), request_);
 }
 
 Engine Engine::attach(const EngineOptions& options, const loading::SharedModel& model) {

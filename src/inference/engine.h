@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <string>
@@ -204,6 +205,9 @@ class Engine {
   /// The prompts of `conversations` as the probes read conversations (their mask, no suffix).
   std::vector<readout::Prompt> conversation_prompts(const std::vector<std::string>& conversations) const;
   void load_probes(const model::ModelConfig& config, const std::string& fingerprint);
+  /// readout::rehearse_first_pass on the engine's GPU with its request, beside the model's load (`load`); nothing on
+  /// the CPU, where there is no set-up to hide.
+  std::future<void> rehearse_first_pass(model::LoadOptions load) const;
   /// Points the readout at the --sae the probes' SAE site names, checked against the one their rows were read with.
   void bind_sae(const probes::ProbeSet& set, const std::string& dir);
   void warn_of_other_steering() const;

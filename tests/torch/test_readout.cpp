@@ -10,6 +10,7 @@
 #include "common/json.h"
 #include "activations/activation_store.h"
 #include "io/safetensors.h"
+#include "readout/first_pass.h"
 #include "readout/prompts.h"
 #include "readout/readout.h"
 #include "tensor_files.h"
@@ -233,6 +234,26 @@ TEST_CASE("packing is refused for a rope that depends on the sequence's length, 
   CHECK_THROWS_WITH_AS(readout::read_rows(longrope, {{1, 2, 3}}, request),
                        doctest::Contains("cannot be packed for a model whose rope depends on the sequence's length"),
                        std::invalid_argument);
+}
+
+TEST_CASE("a first pass's rehearsal runs a stand-in of layer 0 (its site there, else the residual stream) and never throws") {
+  const spdlog::level::level_enum level = spdlog::get_level();
+  spdlog::set_level(spdlog::level::debug);
+  auto rehearse = [](const std::string& dir, Site site) {
+    LoggedLines log;
+    readout::Request request;
+    request.site = site;
+    request.layers = {3};
+    readout::rehearse_first_pass(dir, model::LoadOptions{}, request).get();
+    return log.text();
+  };
+  CHECK(rehearse(kGemmaModel, Site::kMlpIn).find("first pass rehearsed on layer 0") != std::string::npos);
+  CHECK(rehearse(kGemmaModel, Site::kRouter).find("first pass rehearsed on layer 0") != std::string::npos);
+  TempDir empty;
+  const std::string failed = rehearse(empty.path(), Site::kResidPost);
+  CHECK(failed.find("the first pass's rehearsal failed") != std::string::npos);
+  CHECK(failed.find("first pass rehearsed") == std::string::npos);
+  spdlog::set_level(level);
 }
 
 // Regression: multi_probe_inference --generate advised --max-length, a flag of capture_activations. Every message of

@@ -166,16 +166,6 @@ void synchronize(const at::Device& device) {
   (void)device;
 }
 
-std::future<void> warm_up(const ComputeTarget& target) {
-  if (!target.is_gpu()) return std::async(std::launch::deferred, [] {});
-  return std::async(std::launch::async, [device = target.device, dtype = target.dtype] {
-    c10::DeviceGuard guard(device);
-    at::Tensor square = at::ones({64, 64}, at::TensorOptions().device(device).dtype(dtype));
-    at::matmul(square, square);
-    synchronize(device);
-  });
-}
-
 void empty_cache(const at::Device& device) {
 #ifdef PROBEKIT_WITH_CUDA
   if (device.is_cuda()) cuda::empty_cache();

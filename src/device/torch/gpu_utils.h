@@ -5,7 +5,6 @@
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
 
-#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,11 +47,6 @@ int configure_threads(int requested);
 
 /// Waits for queued work on the device to finish (no-op on CPU).
 void synchronize(const at::Device& device);
-
-/// Starts on a thread of its own what a GPU's first matrix product sets up (cuBLAS's handle, workspace and
-/// kernels: a third of a second), so that it overlaps the model's load; the future is ready when that is done.
-/// Nothing to do on other devices.
-std::future<void> warm_up(const ComputeTarget& target);
 
 /// The memory new tensors on `device` may take: a GPU's free memory, the machine's physical memory on the CPU and on
 /// MPS (which shares it); 0 when unknown.
