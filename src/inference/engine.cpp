@@ -157,7 +157,15 @@ std::future<void> Engine::rehearse_first_pass(model::LoadOptions load) const {
   if (!target_.is_gpu()) return std::async(std::launch::deferred, [] {});
   load.device = target_.device;
   load.dtype = target_.dtype;
-  return readout::rehearse_first_pass(options_.model_dir, std::move(load), request_);
+  // The probes' first products are part of the set-up too: they score the stand-in's rows where they take them.
+  auto score_rows = [this](const at::Tensor& rows) {
+    for (const LayerProbes& layer_probes : probes_) {
+      const probes::ProbeShape& shape = layer_probes.set.shape();
+      if (shape.kind->reads_every_token() || shape.input_dim != rows.size(-1)) continue;
+      layer_probes.set.probabilities(rows.select(1, 0).to(at::kFloat));
+    }
+  };
+  return readout::rehearse_first_pass(options_.model_dir, std::move(load), request_, score_rows);
 }
 
 Engine Engine::attach(const EngineOptions& options, const loading::SharedModel& model) {

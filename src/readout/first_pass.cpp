@@ -15,7 +15,8 @@ namespace {
 
 constexpr int64_t kRehearsalTokens = 32;
 
-void rehearse(const std::string& dir, model::LoadOptions load, Request request) {
+void rehearse(const std::string& dir, model::LoadOptions load, Request request,
+              const std::function<void(const at::Tensor&)>& use_rows) {
   const auto start = std::chrono::steady_clock::now();
   c10::DeviceGuard guard(load.device);
   load.last_layer = 0;
@@ -35,7 +36,8 @@ void rehearse(const std::string& dir, model::LoadOptions load, Request request) 
   request.latents = nullptr;
   Sequence tokens(kRehearsalTokens);
   for (int64_t i = 0; i < kRehearsalTokens; ++i) tokens[static_cast<size_t>(i)] = static_cast<int32_t>(i % config.vocab_size);
-  read_rows(stand_in, {tokens}, request);
+  const at::Tensor rows = read_rows(stand_in, {tokens}, request);
+  if (use_rows) use_rows(rows);
   device::synchronize(load.device);
   spdlog::debug("first pass rehearsed on layer 0 beside the load in {:.2f} s",
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
@@ -43,10 +45,11 @@ void rehearse(const std::string& dir, model::LoadOptions load, Request request) 
 
 }  // namespace
 
-std::future<void> rehearse_first_pass(const std::string& dir, model::LoadOptions load, Request request) {
-  return std::async(std::launch::async, [dir, load = std::move(load), request]() {
+std::future<void> rehearse_first_pass(const std::string& dir, model::LoadOptions load, Request request,
+                                      std::function<void(const at::Tensor&)> use_rows) {
+  return std::async(std::launch::async, [dir, load = std::move(load), request, use_rows = std::move(use_rows)]() {
     try {
-      rehearse(dir, load, request);
+      rehearse(dir, load, request, use_rows);
     } catch (const std::exception& e) {
       spdlog::debug("the first pass's rehearsal failed ({}): the first text pays its set-up", e.what());
     }

@@ -5,6 +5,7 @@
 // model's first layer pays it during the load instead.
 #pragma once
 
+#include <functional>
 #include <future>
 #include <string>
 
@@ -15,8 +16,10 @@ namespace probekit::readout {
 
 /// Starts, on a thread of its own, a pass of a few tokens through a stand-in of the model in `dir`: its first
 /// decoder layer loaded again, apart, with `load`'s device, dtype and embeddings, read at layer 0 as `request` reads
-/// (its site where layer 0 has it, else the residual stream). The future is ready when the pass is done and the
-/// stand-in freed; it never throws (a rehearsal that fails only leaves the set-up to the first real pass).
-std::future<void> rehearse_first_pass(const std::string& dir, model::LoadOptions load, Request request);
+/// (its site where layer 0 has it, else the residual stream), the rows [1, 1, width] then given to `use_rows` (the
+/// caller's own first use of rows: its probes). The future is ready when that is done and the stand-in freed; it
+/// never throws (a rehearsal that fails only leaves the set-up to the first real pass).
+std::future<void> rehearse_first_pass(const std::string& dir, model::LoadOptions load, Request request,
+                                      std::function<void(const at::Tensor&)> use_rows = {});
 
 }  // namespace probekit::readout

@@ -239,16 +239,22 @@ TEST_CASE("packing is refused for a rope that depends on the sequence's length, 
 TEST_CASE("a first pass's rehearsal runs a stand-in of layer 0 (its site there, else the residual stream) and never throws") {
   const spdlog::level::level_enum level = spdlog::get_level();
   spdlog::set_level(spdlog::level::debug);
-  auto rehearse = [](const std::string& dir, Site site) {
+  std::vector<int64_t> rows_given;
+  auto rehearse = [&rows_given](const std::string& dir, Site site) {
     LoggedLines log;
     readout::Request request;
     request.site = site;
     request.layers = {3};
-    readout::rehearse_first_pass(dir, model::LoadOptions{}, request).get();
+    rows_given.clear();
+    auto use_rows = [&rows_given](const at::Tensor& rows) { rows_given = rows.sizes().vec(); };
+    readout::rehearse_first_pass(dir, model::LoadOptions{}, request, use_rows).get();
     return log.text();
   };
+  const model::ModelConfig config = model::load_config(kGemmaModel);
   CHECK(rehearse(kGemmaModel, Site::kMlpIn).find("first pass rehearsed on layer 0") != std::string::npos);
+  CHECK(rows_given == std::vector<int64_t>{1, 1, readout::site_width(Site::kMlpIn, config)});
   CHECK(rehearse(kGemmaModel, Site::kRouter).find("first pass rehearsed on layer 0") != std::string::npos);
+  CHECK(rows_given == std::vector<int64_t>{1, 1, config.hidden_size});
   TempDir empty;
   const std::string failed = rehearse(empty.path(), Site::kResidPost);
   CHECK(failed.find("the first pass's rehearsal failed") != std::string::npos);
