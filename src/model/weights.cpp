@@ -166,9 +166,6 @@ Prefetcher::Prefetcher(std::vector<std::pair<std::string, std::pair<uint64_t, ui
         auto open = descriptors.find(range);
         if (open == descriptors.end()) open = descriptors.emplace(range, ::open((*shared_ranges)[range].first.c_str(), O_RDONLY | O_CLOEXEC)).first;
         if (open->second < 0) continue;  // the loader reports unreadable files itself
-        // A warm start's chunks are in the page cache already: reading them again would only copy them, taking
-        // memory bandwidth from the upload running beside.
-        if (in_page_cache(open->second, span.first, span.second)) continue;
         for (uint64_t at = span.first; at < span.second;) {
           ssize_t got = ::pread(open->second, buffer.data(), span.second - at, static_cast<off_t>(at));
           if (got <= 0) break;
