@@ -16,7 +16,7 @@
 using namespace probekit;
 
 int main(int argc, char** argv) {
-  TorchTool tool(argv, "capture_activations under the Kineto profiler (a Chrome trace of the capture)");
+  TorchTool tool("capture_activations under the Kineto profiler (a Chrome trace of the capture)");
   capture::CaptureFlags flags;
   capture::add_capture_flags(tool.app, flags);
   std::string trace;

@@ -80,8 +80,7 @@ void time_template(const std::string& path, int turns, int repeats) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ToolCommandLine tool(argv, "Times chat template renders over a long conversation with tools",
-                            OpenMpWaiting::kAsConfigured);
+  ToolCommandLine tool("Times chat template renders over a long conversation with tools");
   std::vector<std::string> templates;
   int turns = 200;
   int repeats = 50;

@@ -53,7 +53,7 @@ Json measure(const model::TransformerModel& model, const readout::Request& reque
 }  // namespace
 
 int main(int argc, char** argv) {
-  TorchTool tool(argv, "Benchmark: the parts of a generation step on the GPU, CUDA graphs off and on");
+  TorchTool tool("Benchmark: the parts of a generation step on the GPU, CUDA graphs off and on");
   std::string model_dir, trace;
   bool no_cudnn_attention = false;
   int64_t tokens = 128, prompt_tokens = 40, suffix_tokens = 12, layer = 33;

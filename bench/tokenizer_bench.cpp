@@ -76,7 +76,7 @@ size_t count_code_points(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ToolCommandLine tool(argv, "Measure tokenizer load time and encode throughput", OpenMpWaiting::kAsConfigured);
+  ToolCommandLine tool("Measure tokenizer load time and encode throughput");
   std::string tokenizer_path, texts_path, field = "text", suffix, expect_ids;
   int repeat = 3;
   tool.app.add_option("--tokenizer", tokenizer_path, "tokenizer.json or a checkpoint directory")->required();

@@ -39,7 +39,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  TorchTool tool(argv, "Benchmark: 45 one-vs-rest probes, PROTOCOL section 2", OpenMpWaiting::kAsConfigured);
+  TorchTool tool("Benchmark: 45 one-vs-rest probes, PROTOCOL section 2");
   probes::BinaryRunOptions run;
   probes::BinaryTrainingOptions& t = run.training;
   t.epochs = 20;

@@ -32,3 +32,17 @@ function(probekit_reuse_torch_header target)
     target_compile_options(${target} PRIVATE -fPIC)
   endif()
 endfunction()
+
+# probekit_tool_start(<executable> [SPINNING_OPENMP]): what a tool or benchmark does before any library initializes
+# (tools/start/tool_start.cpp): sleeping idle OpenMP threads unless SPINNING_OPENMP, and in a CUDA build the driver
+# started beside LibTorch's initializers.
+function(probekit_tool_start target)
+  cmake_parse_arguments(arg "SPINNING_OPENMP" "" "" ${ARGN})
+  set(source ${PROJECT_SOURCE_DIR}/tools/start/tool_start.cpp)
+  set_source_files_properties(${source} PROPERTIES SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)
+  target_sources(${target} PRIVATE ${source})
+  target_link_libraries(${target} PRIVATE ${CMAKE_DL_LIBS} Threads::Threads)
+  if(arg_SPINNING_OPENMP)
+    target_compile_definitions(${target} PRIVATE PROBEKIT_SPINNING_OPENMP=1)
+  endif()
+endfunction()

@@ -10,7 +10,7 @@
 using namespace probekit;
 
 int main(int argc, char** argv) {
-  TorchTool tool(argv, "Capture a model's activations for labelled texts (JSONL) into one HDF5 file per layer");
+  TorchTool tool("Capture a model's activations for labelled texts (JSONL) into one HDF5 file per layer");
   tool.common.disk_full_advice = "Files already complete are kept; capture_activations continues from its last commit with --resume.";
   capture::CaptureFlags flags;
   capture::add_capture_flags(tool.app, flags);

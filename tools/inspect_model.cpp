@@ -107,7 +107,7 @@ CLI::App* add_chat_template_command(CLI::App& app, std::string& model_dir, std::
 }  // namespace
 
 int main(int argc, char** argv) {
-  TorchTool tool(argv, "Inspect a Hugging Face checkpoint, its tokenizer and the compute device");
+  TorchTool tool("Inspect a Hugging Face checkpoint, its tokenizer and the compute device");
   tool.app.require_subcommand(1);
 
   std::string model_dir, device_request = "auto", dtype_request = "auto", text, output, input, tokenizer_path;

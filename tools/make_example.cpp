@@ -9,7 +9,7 @@
 using namespace probekit;
 
 int main(int argc, char** argv) {
-  TorchTool tool(argv, "Write the built-in example dataset and a small random-weight checkpoint");
+  TorchTool tool("Write the built-in example dataset and a small random-weight checkpoint");
   tool.app.require_subcommand(1);
 
   data::ExampleSetOptions dataset_options;

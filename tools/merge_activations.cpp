@@ -7,7 +7,7 @@
 using namespace probekit;
 
 int main(int argc, char** argv) {
-  ToolCommandLine tool(argv, "Join the activation files of the shards of a capture run (capture_activations --shard I/N)");
+  ToolCommandLine tool("Join the activation files of the shards of a capture run (capture_activations --shard I/N)");
   std::string output_dir;
   std::vector<std::string> shard_dirs;
   std::string compression = "none";

@@ -15,5 +15,5 @@ int main(int argc, char** argv) {
         Json summary = probes::run_binary_training(options);
         if (options.json) fmt::print("{}\n", dump_json(summary));
       },
-      OpenMpWaiting::kAsConfigured, probes::kTrainingInterruptNote);
+      probes::kTrainingInterruptNote);
 }

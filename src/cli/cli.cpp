@@ -4,9 +4,6 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
-#ifdef __APPLE__
-#include <mach-o/dyld.h>
-#endif
 
 #include <cerrno>
 #include <csignal>
@@ -21,33 +18,6 @@
 #include "device/runtime.h"
 
 namespace probekit {
-
-namespace {
-
-// The running program's file, to re-execute it whatever argv[0] and PATH say; empty where unknown.
-std::string own_executable() {
-#if defined(__linux__)
-  return "/proc/self/exe";
-#elif defined(__APPLE__)
-  std::vector<char> path(4096);
-  auto size = static_cast<uint32_t>(path.size());
-  if (_NSGetExecutablePath(path.data(), &size) != 0) return "";
-  return path.data();
-#else
-  return "";
-#endif
-}
-
-}  // namespace
-
-void use_passive_openmp_threads(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
-  std::string executable = own_executable();
-  if (executable.empty()) return;
-  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  execv(executable.c_str(), argv);
-  // If re-executing failed the program simply goes on with spinning threads.
-}
 
 void add_common_options(CLI::App& app, CommonOptions& options) {
   app.set_version_flag("--version", std::string("probekit ") + PROBEKIT_VERSION);
@@ -87,9 +57,7 @@ void add_placement_options(CLI::App& app, std::vector<int>& devices, std::string
       ->check(CLI::IsMember({"auto", "replicas", "layers"}));
 }
 
-ToolCommandLine::ToolCommandLine(char** argv, const std::string& description, OpenMpWaiting waiting)
-    : app(description) {
-  if (waiting == OpenMpWaiting::kPassive) use_passive_openmp_threads(argv);
+ToolCommandLine::ToolCommandLine(const std::string& description) : app(description) {
   add_common_options(app, common);
 }
 

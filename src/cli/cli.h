@@ -24,12 +24,6 @@ struct CommonOptions {
   std::string interrupt_note;
 };
 
-/// Makes idle OpenMP threads sleep rather than spin, by re-executing the program once with
-/// OMP_WAIT_POLICY=PASSIVE unless the user set a policy. Spinning threads of LibTorch's and OpenBLAS's pools
-/// take whole cores from the threads doing the work whenever cores are few or shared, which made small models
-/// run 5x slower on 2 cores. Call it first in main(); the variable must be set before OpenMP starts.
-void use_passive_openmp_threads(char** argv);
-
 /// Adds --verbose, --quiet and --threads to `app`.
 void add_common_options(CLI::App& app, CommonOptions& options);
 
@@ -46,15 +40,12 @@ void add_fp8_products_option(CLI::App& app, std::string& fp8_products);
 void add_placement_options(CLI::App& app, std::vector<int>& devices, std::string& placement,
                            const std::string& devices_help);
 
-/// Whether a tool re-executes itself with sleeping idle OpenMP threads (see use_passive_openmp_threads).
-enum class OpenMpWaiting { kPassive, kAsConfigured };
-
 /// A tool's command line: the app with the common flags declared; a tool's main declares its own flags on
 /// `app` and hands its work to run().
 class ToolCommandLine {
  public:
-  /// Construct it first in main: with kPassive it may re-execute the program before anything else runs.
-  ToolCommandLine(char** argv, const std::string& description, OpenMpWaiting waiting = OpenMpWaiting::kPassive);
+  /// (Idle OpenMP threads sleep or spin as the tool's executable chose before it started: tools/start/tool_start.cpp.)
+  explicit ToolCommandLine(const std::string& description);
 
   /// See run_tool.
   int run(int argc, char** argv, const std::function<void()>& body);

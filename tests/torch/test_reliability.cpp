@@ -469,3 +469,15 @@ TEST_CASE("a second capture into a directory another capture writes stops at the
   CHECK_MESSAGE(r.exit_code == 0, r.output);
   CHECK(path_exists(tmp.file("out/layer_2_activations.h5")));
 }
+
+// Regression for the restart with sleeping OpenMP threads (tools/start/tool_start.cpp), moved before the libraries
+// initialize: without a policy in the environment the tool restarts once and runs; with one it runs as started.
+TEST_CASE("tools run whether or not the environment sets OpenMP's wait policy, spinning trainers too") {
+  for (const std::string& name : {"merge_activations", "inspect_model", "train_probes"}) {
+    CommandResult r = run_command("env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT " + tool(name) + " --version");
+    CHECK_MESSAGE(r.exit_code == 0, name, ": ", r.output);
+    CHECK_CONTAINS(r.output, "probekit");
+    r = run_command("env OMP_WAIT_POLICY=ACTIVE " + tool(name) + " --version");
+    CHECK_MESSAGE(r.exit_code == 0, name, ": ", r.output);
+  }
+}

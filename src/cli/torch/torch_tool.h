@@ -25,9 +25,8 @@ class TorchTool : public ToolCommandLine {
 /// `interrupt_note`, when given, makes Ctrl-C stop the work and say it (CommonOptions::interrupt_note).
 template <typename Flags>
 int run_tool_main(int argc, char** argv, const std::string& description, void (*add_flags)(CLI::App&, Flags&),
-                  const std::function<void(Flags&)>& body, OpenMpWaiting waiting = OpenMpWaiting::kPassive,
-                  const std::string& interrupt_note = "") {
-  TorchTool tool(argv, description, waiting);
+                  const std::function<void(Flags&)>& body, const std::string& interrupt_note = "") {
+  TorchTool tool(description);
   tool.common.interrupt_note = interrupt_note;
   Flags flags;
   add_flags(tool.app, flags);
