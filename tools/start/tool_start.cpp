@@ -32,12 +32,12 @@ namespace {
 
 #ifndef PROBEKIT_SPINNING_OPENMP
 void restart_with_sleeping_openmp_threads(char** argv, char** environment) {
-  std::vector<char*> restarted;
-  for (char** variable = environment; *variable != nullptr; ++variable) {
-    if (std::strncmp(*variable, "OMP_WAIT_POLICY=", 16) == 0 || std::strncmp(*variable, "GOMP_SPINCOUNT=", 15) == 0) return;
-    restarted.push_back(*variable);
+  char** end = environment;
+  for (; *end != nullptr; ++end) {
+    if (std::strncmp(*end, "OMP_WAIT_POLICY=", 16) == 0 || std::strncmp(*end, "GOMP_SPINCOUNT=", 15) == 0) return;
   }
   static char passive[] = "OMP_WAIT_POLICY=PASSIVE";
+  std::vector<char*> restarted(environment, end);
   restarted.push_back(passive);
   restarted.push_back(nullptr);
 #if defined(__linux__)
