@@ -11,7 +11,8 @@
 #   2. probe training: train_binary_probes on the captured layer 33 (45 labels, 20 epochs, no early stop) vs
 #      bench/python/reference_trainer_baseline.py (the reference's trainer: 8 threads, bf16), twice each;
 #   3. cold start: multi_probe_inference --text as a whole process with the 45 probes, page cache dropped and
-#      warm, and the reference's start-up (bench/python/coldstart_baseline.py) likewise;
+#      warm, and the reference's start-up (bench/python/coldstart_baseline.py) likewise; then the weights' upload
+#      by its routes, warm and cold (bench/upload_bench);
 #   1c. profile: the 4-layer capture under LibTorch's Kineto profiler (bench/capture_profile_bench), its GPU
 #      time split by bench/python/summarize_trace.py (products, attention, element-wise, copies, idle);
 #   1d. alllayers: all 34 layers (1.5 GB of HDF5) beside the 4-layer capture, with a profile of its GPU idle time;
@@ -109,7 +110,7 @@ seconds() { date +%s.%N; }
 
 if has build; then
   bash scripts/gpu/build.sh capture_activations train_binary_probes multi_probe_inference make_example train_probes_bench \
-    capture_profile_bench probe_server server_bench make_steering_vectors steering_sweep inspect_model
+    capture_profile_bench upload_bench probe_server server_bench make_steering_vectors steering_sweep inspect_model
 fi
 # start_server PORT [FLAGS...]: probe_server on the chat step's probes in the background ($server), once it answers.
 start_server() {
@@ -301,6 +302,8 @@ if has coldstart; then
     echo "{\"run\": \"$run\", \"seconds\": $(awk "BEGIN{print $end - $start}")}" | tee -a "$out/coldstart.jsonl"
   done
   cat "$out/coldstart_warm.txt" "$out"/coldstart_*_profile.txt
+  /tmp/build/bench/upload_bench --model "$model" --repeats 3 -q | tee "$out/upload_warm.jsonl"
+  /tmp/build/bench/upload_bench --model "$model" --repeats 2 --cold -q | tee "$out/upload_cold.jsonl"
   # The Python side, as a whole process too: imports, from_pretrained, the tokenizer, the text.
   for run in python_cold python_warm; do
     [ "$run" = python_cold ] && { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true; }

@@ -59,6 +59,24 @@ int open_input_file(const std::string& path) {
   return fd;
 }
 
+bool in_page_cache(int fd, uint64_t begin, uint64_t end) {
+#ifdef __linux__
+  if (end <= begin) return true;
+  const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t first = begin / page * page;
+  const auto length = static_cast<size_t>(end - first);
+  void* map = ::mmap(nullptr, length, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(first));
+  if (map == MAP_FAILED) return false;
+  std::vector<unsigned char> resident((length + page - 1) / page);
+  const bool known = ::mincore(map, length, resident.data()) == 0;
+  ::munmap(map, length);
+  return known && std::all_of(resident.begin(), resident.end(), [](unsigned char r) { return (r & 1) != 0; });
+#else
+  (void)fd, (void)begin, (void)end;
+  return false;
+#endif
+}
+
 void require_input_file(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) fail("cannot open {}: {}", path, std::strerror(errno));

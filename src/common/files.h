@@ -37,6 +37,11 @@ class MappedFile {
 /// behind a symlink) is refused naming what it is, where a plain open would wait forever for a FIFO's writer.
 /// Returns the descriptor (close it); throws naming the file.
 int open_input_file(const std::string& path);
+
+/// Whether bytes [begin, end) of the open file `fd` are all in the page cache (false when unknown: off Linux, or
+/// where the kernel does not say).
+bool in_page_cache(int fd, uint64_t begin, uint64_t end);
+
 /// Throws unless `path` is a regular file (or a symlink to one), naming what it is instead; for inputs that
 /// a library opens by name (HDF5, streams).
 void require_input_file(const std::string& path);

@@ -169,6 +169,13 @@ const TensorInfo* File::find(std::string_view name) const {
   return it == by_name_.end() ? nullptr : &header_.tensors[it->second];
 }
 
+std::optional<uint64_t> File::offset_of(const void* bytes, size_t count) const {
+  const auto base = reinterpret_cast<uintptr_t>(mapped_.data());
+  const auto at = reinterpret_cast<uintptr_t>(bytes);
+  if (base == 0 || at < base || count > mapped_.size() || at - base > mapped_.size() - count) return std::nullopt;
+  return at - base;
+}
+
 const TensorInfo& File::at(std::string_view name) const {
   const TensorInfo* info = find(name);
   if (info == nullptr) fail("{}: no tensor named '{}'", path(), name);

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -56,6 +57,8 @@ class File {
   const TensorInfo& at(std::string_view name) const;
   /// Pointer to a tensor's bytes inside the map.
   const uint8_t* data(const TensorInfo& tensor) const { return mapped_.data() + tensor.data_begin; }
+  /// The offset in the file of the `count` bytes at `bytes` when they lie inside its map; nullopt otherwise.
+  std::optional<uint64_t> offset_of(const void* bytes, size_t count) const;
 
  private:
   MappedFile mapped_;

@@ -166,6 +166,9 @@ Prefetcher::Prefetcher(std::vector<std::pair<std::string, std::pair<uint64_t, ui
         auto open = descriptors.find(range);
         if (open == descriptors.end()) open = descriptors.emplace(range, ::open((*shared_ranges)[range].first.c_str(), O_RDONLY | O_CLOEXEC)).first;
         if (open->second < 0) continue;  // the loader reports unreadable files itself
+        // A warm start's chunks are in the page cache already: reading them again would only copy them, taking
+        // memory bandwidth from the upload running beside.
+        if (in_page_cache(open->second, span.first, span.second)) continue;
         for (uint64_t at = span.first; at < span.second;) {
           ssize_t got = ::pread(open->second, buffer.data(), span.second - at, static_cast<off_t>(at));
           if (got <= 0) break;
@@ -186,12 +189,20 @@ Prefetcher::~Prefetcher() {
 }
 
 at::Tensor Checkpoint::load(const at::Tensor& host, at::Device device, at::ScalarType dtype) const {
-  // Pinned staging pays off from a few megabytes on; small tensors go as they are.
+  // Pinned staging pays off from a few megabytes on. Smaller tensors go through a pinned copy of their own: a plain
+  // copy from pageable memory would wait for every copy queued before it, stalling the staged pipeline.
   constexpr int64_t kStagedBytes = int64_t{4} << 20;
   if (device.is_cuda() && static_cast<int64_t>(host.nbytes()) >= kStagedBytes) {
     if (!uploads_) uploads_ = std::make_unique<device::StagedUpload>();
+    // A view of a file's map is read from the file: StagedUpload::upload_from_file says why.
+    for (const auto& file : files_) {
+      if (const std::optional<uint64_t> offset = file->offset_of(host.data_ptr(), host.nbytes())) {
+        return uploads_->upload_from_file(file->path(), *offset, host, device).to(dtype);
+      }
+    }
     return uploads_->upload(host, device).to(dtype);
   }
+  if (device.is_cuda()) return device::to_device(host, device).to(dtype);
   return host.to(at::TensorOptions().device(device).dtype(dtype), /*non_blocking=*/false, /*copy=*/true);
 }
 

@@ -88,7 +88,8 @@ class Checkpoint {
 
 /// Reads byte ranges of files in background threads, so that a model's weights come from disk with many
 /// requests in flight (a single thread faulting pages of the memory map in one at a time reads a cold file
-/// several times slower). The loader, following behind, then finds its pages in the page cache.
+/// several times slower). The loader, following behind, then finds its pages in the page cache. Chunks already
+/// there (a warm start) are skipped: reading them again would only take memory bandwidth from the upload beside.
 class Prefetcher {
  public:
   Prefetcher(std::vector<std::pair<std::string, std::pair<uint64_t, uint64_t>>> ranges, int threads);

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "common/json.h"
 #include "common/sha256.h"
 #include "data/dataset.h"
@@ -352,4 +353,24 @@ TEST_CASE("--keep-fields naming a field no example has: a warning naming the fie
   LoggedLines log;
   CHECK(data::read_dataset(path, options).examples.size() == 1);
   CHECK(log.text().find("--keep-fields") == std::string::npos);
+}
+
+// The weights' read-ahead skips what a warm start has in the page cache (model::Prefetcher).
+TEST_CASE("in_page_cache: bytes written or read are in the page cache, dropped ones are not, a range only whole") {
+  TempDir dir;
+  const std::string path = dir.file("weights.bin");
+  constexpr uint64_t kBytes = 1 << 20;
+  write_text(path, std::string(kBytes, 'w'));
+  const int fd = open_input_file(path);
+  CHECK(in_page_cache(fd, 0, kBytes));
+  CHECK(in_page_cache(fd, 3 * 4096 + 5, 7 * 4096));
+  CHECK(in_page_cache(fd, 100, 100));
+  REQUIRE(::fsync(fd) == 0);
+  REQUIRE(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0);
+  CHECK_FALSE(in_page_cache(fd, 0, kBytes));
+  char head[8192];
+  REQUIRE(::pread(fd, head, sizeof head, 0) == static_cast<ssize_t>(sizeof head));
+  CHECK(in_page_cache(fd, 0, sizeof head));
+  CHECK_FALSE(in_page_cache(fd, 0, kBytes));
+  ::close(fd);
 }

@@ -62,6 +62,20 @@ TEST_CASE("safetensors round trip: names, dtypes, shapes, data and metadata") {
   CHECK((8 + header_length) % 8 == 0);
 }
 
+// The GPU loader reads a tensor of the map from the file at this offset (StagedUpload::upload_from_file).
+TEST_CASE("safetensors: a tensor's bytes in the map give its offset in the file, bytes elsewhere none") {
+  TempDir dir;
+  const std::string path = dir.file("x.safetensors");
+  probekit::testing::write_text(path, two_tensor_file());
+  safetensors::File file(path);
+  const safetensors::TensorInfo& b = file.at("b");
+  CHECK(file.offset_of(file.data(b), b.nbytes()) == std::optional<uint64_t>(b.data_begin));
+  CHECK(file.offset_of(file.data(b) + 1, 2) == std::optional<uint64_t>(b.data_begin + 1));
+  CHECK_FALSE(file.offset_of(file.data(b), b.nbytes() + 1).has_value());  // past the end
+  const float elsewhere[2] = {1, 2};
+  CHECK_FALSE(file.offset_of(elsewhere, sizeof elsewhere).has_value());
+}
+
 TEST_CASE("safetensors: truncated files and header lengths past the end") {
   std::string good = two_tensor_file();
   CHECK_CONTAINS(parse_error(good.substr(0, 5)), "shorter than the 8-byte header length");

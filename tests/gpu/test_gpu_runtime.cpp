@@ -6,6 +6,7 @@
 #include "common/files.h"
 #include "common/json.h"
 #include "device/torch/gpu_utils.h"
+#include "device/torch/transfers.h"
 #include "io/safetensors.h"
 #include "model/quantization.h"
 #include "model/transformer.h"
@@ -249,4 +250,31 @@ TEST_CASE("packed sequences through the variable-length flash kernel read the ro
       CHECK_MESSAGE(error < 1e-2, name);
     }
   }
+}
+
+// Weights of a checkpoint's map reach the GPU read from the file (never faulting the map in), a buffer at a time.
+TEST_CASE("staged uploads from a file and from memory give the bytes; a file ending early is an error naming it") {
+  testing::TempDir dir;
+  const std::string path = dir.file("weights.bin");
+  std::string bytes(3 * (1 << 20) + 4096 + 6, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 7919) % 251);
+  testing::write_text(path, bytes);
+  MappedFile map(path);
+  constexpr int64_t kOffset = 4096 + 6;
+  const int64_t count = (static_cast<int64_t>(bytes.size()) - kOffset) / 2;
+  const at::Tensor like = at::from_blob(const_cast<uint8_t*>(map.data()) + kOffset, {count}, at::kShort);
+  const at::Device gpu(at::kCUDA, 0);
+  device::StagedUpload uploads(int64_t{1} << 20);  // smaller than the tensor: several buffers' turns
+  const at::Tensor from_file = uploads.upload_from_file(path, kOffset, like, gpu);
+  const at::Tensor from_memory = uploads.upload(like, gpu);
+  CHECK(from_file.dtype() == at::kShort);
+  CHECK(at::equal(from_file.cpu(), like));
+  CHECK(at::equal(from_memory.cpu(), like));
+  const at::Tensor past_end = at::empty({count + 8}, at::kShort);
+  const std::string ends_early = fmt::format("cannot read {} at byte {}: the file ends there", path, bytes.size());
+  CHECK_THROWS_WITH_AS(uploads.upload_from_file(path, kOffset, past_end, gpu), doctest::Contains(ends_early.c_str()),
+                       std::runtime_error);
+  const std::string missing = "cannot open " + dir.file("missing.bin");
+  CHECK_THROWS_WITH_AS(uploads.upload_from_file(dir.file("missing.bin"), 0, like, gpu), doctest::Contains(missing.c_str()),
+                       std::runtime_error);
 }

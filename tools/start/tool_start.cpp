@@ -81,7 +81,7 @@ void* start_driver(void*) {
 
 // Registered before any library's exit handlers, so it runs after theirs and before the libraries' destructors (the
 // driver's among them): a tool that ends within the driver's start (--help) waits for the thread rather than
-// unloading the driver under it.
+// unloading the driver under it. (Tools ending through TorchTool::run skip exit's handlers: nothing is unloaded.)
 void join_driver_thread() {
   if (driver_thread_started) pthread_join(driver_thread, nullptr);
 }

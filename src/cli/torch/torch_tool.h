@@ -13,7 +13,8 @@ class TorchTool : public ToolCommandLine {
  public:
   using ToolCommandLine::ToolCommandLine;
 
-  /// Parses the flags, sets the threads (threads() tells how many) and runs `body`.
+  /// Parses the flags, sets the threads (threads() tells how many), runs `body` and ends the process with the exit
+  /// code, its output flushed, without the libraries' teardown (torch_tool.cpp says why): it does not return.
   int run(int argc, char** argv, const std::function<void()>& body);
   int threads() const { return threads_; }
 

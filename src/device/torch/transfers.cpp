@@ -4,10 +4,16 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/api/include/torch/version.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <thread>
+
+#include "common/error.h"
 
 namespace probekit::device {
 
@@ -99,6 +105,7 @@ StagedUpload::StagedUpload(int64_t buffer_bytes) : buffer_bytes_(buffer_bytes) {
 
 StagedUpload::~StagedUpload() {
   for (Buffer& buffer : buffers_) wait_until_free(buffer);
+  for (const auto& [path, fd] : files_) ::close(fd);
 }
 
 void StagedUpload::wait_until_free(Buffer& buffer) {
@@ -107,12 +114,12 @@ void StagedUpload::wait_until_free(Buffer& buffer) {
   buffer.taken.reset();
 }
 
-at::Tensor StagedUpload::upload(const at::Tensor& host, at::Device device) {
+at::Tensor StagedUpload::upload_bytes(const at::Tensor& like, at::Device device,
+                                      const std::function<void(char*, int64_t, int64_t)>& fill) {
   std::lock_guard<std::mutex> lock(mutex_);
-  at::Tensor out = at::empty(host.sizes(), host.options().device(device));
-  const auto total = static_cast<int64_t>(host.nbytes());
+  at::Tensor out = at::empty(like.sizes(), like.options().device(device));
+  const auto total = static_cast<int64_t>(like.nbytes());
   at::Tensor out_bytes = out.view({-1}).view(at::kByte);
-  const char* source = static_cast<const char*>(host.data_ptr());
   auto stream = c10::impl::VirtualGuardImpl(device.type()).getStream(device);
   for (int64_t offset = 0; offset < total; offset += buffer_bytes_) {
     Buffer& buffer = buffers_[next_++ % 2];
@@ -122,15 +129,46 @@ at::Tensor StagedUpload::upload(const at::Tensor& host, at::Device device) {
     }
     const int64_t count = std::min(buffer_bytes_, total - offset);
     char* staging = static_cast<char*>(buffer.pinned.data_ptr());
-    // Reading the memory map in parallel also faults its pages in from disk with several requests in flight.
-    at::parallel_for(0, count, int64_t{1} << 20, [&](int64_t begin, int64_t end) {
-      std::memcpy(staging + begin, source + offset + begin, static_cast<size_t>(end - begin));
-    });
+    // Filled in parallel, which also brings a cold file's pages in from disk with several requests in flight.
+    at::parallel_for(0, count, int64_t{1} << 20,
+                     [&](int64_t begin, int64_t end) { fill(staging + begin, offset + begin, end - begin); });
     out_bytes.narrow(0, offset, count).copy_(buffer.pinned.narrow(0, 0, count), /*non_blocking=*/true);
     buffer.taken.emplace(device.type());
     buffer.taken->record(stream);
   }
   return out;
+}
+
+at::Tensor StagedUpload::upload(const at::Tensor& host, at::Device device) {
+  const char* source = static_cast<const char*>(host.data_ptr());
+  return upload_bytes(host, device, [source](char* staging, int64_t offset, int64_t count) {
+    std::memcpy(staging, source + offset, static_cast<size_t>(count));
+  });
+}
+
+at::Tensor StagedUpload::upload_from_file(const std::string& path, uint64_t offset, const at::Tensor& like,
+                                          at::Device device) {
+  int fd = -1;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto open = files_.find(path);
+    if (open == files_.end()) {
+      const int opened = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (opened < 0) fail("cannot open {}: {}", path, std::strerror(errno));
+      open = files_.emplace(path, opened).first;
+    }
+    fd = open->second;
+  }
+  return upload_bytes(like, device, [&path, fd, offset](char* staging, int64_t at, int64_t count) {
+    for (int64_t done = 0; done < count;) {
+      const auto position = static_cast<off_t>(offset + static_cast<uint64_t>(at + done));
+      const ssize_t got = ::pread(fd, staging + done, static_cast<size_t>(count - done), position);
+      if (got <= 0) {
+        fail("cannot read {} at byte {}: {}", path, position, got == 0 ? "the file ends there" : std::strerror(errno));
+      }
+      done += got;
+    }
+  });
 }
 
 }  // namespace probekit::device

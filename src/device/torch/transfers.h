@@ -6,8 +6,11 @@
 #include <ATen/ATen.h>
 #include <c10/core/Event.h>
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <optional>
 #include <vector>
 
@@ -61,7 +64,7 @@ class HostCopy {
 
 /// Copies large host tensors (a checkpoint's memory map) to CUDA devices through two pinned buffers: the host
 /// fills one with a parallel copy while the device takes the other, several times the rate of a copy from
-/// pageable memory. Holds its pinned buffers until destroyed; one at a time per object.
+/// pageable memory. Holds its pinned buffers (and the files it read) until destroyed; one at a time per object.
 class StagedUpload {
  public:
   explicit StagedUpload(int64_t buffer_bytes = int64_t{64} << 20);
@@ -71,6 +74,10 @@ class StagedUpload {
 
   /// A copy of `host` (contiguous, on the CPU) on the CUDA device `device`, same dtype and shape.
   at::Tensor upload(const at::Tensor& host, at::Device device);
+  /// The same for `like`'s bytes read from the file `path` at `offset` (where `like` is a view of the file's memory
+  /// map): read with pread, the map's pages are never faulted in, which costs as much again when the process
+  /// unmaps them. A read that fails or ends early is an error naming the file and offset.
+  at::Tensor upload_from_file(const std::string& path, uint64_t offset, const at::Tensor& like, at::Device device);
 
  private:
   struct Buffer {
@@ -78,10 +85,15 @@ class StagedUpload {
     std::optional<c10::Event> taken;  // recorded when the device has queued its copy out of the buffer
   };
   void wait_until_free(Buffer& buffer);
+  /// A tensor like `like` on `device` whose bytes [offset, offset + count) `fill(staging, offset, count)` writes
+  /// into pinned staging memory, a buffer at a time.
+  at::Tensor upload_bytes(const at::Tensor& like, at::Device device,
+                          const std::function<void(char*, int64_t, int64_t)>& fill);
 
   int64_t buffer_bytes_;
   Buffer buffers_[2];
   size_t next_ = 0;
+  std::map<std::string, int> files_;  // descriptors of the files read, by path
   std::mutex mutex_;
 };
 
