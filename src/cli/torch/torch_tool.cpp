@@ -16,8 +16,8 @@ int TorchTool::run(int argc, char** argv, const std::function<void()>& body) {
     body();
   });
   // Everything the tool made went with body's scope, its files closed. What exit would still do is the libraries'
-  // own teardown (LibTorch's static state, CUDA's modules and context: a third of a second at the end of a GPU run),
-  // which the system does faster as the process ends: the output is flushed and the process ends here.
+  // own teardown (LibTorch's static state, CUDA's modules and context: 0.15-0.2 s at the end of a GPU run), which
+  // the system does faster as the process ends: the output is flushed and the process ends here.
   spdlog::debug("exiting with code {}", code);
   spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& logger) { logger->flush(); });
   std::cout.flush();

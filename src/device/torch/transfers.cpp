@@ -163,6 +163,7 @@ at::Tensor StagedUpload::upload_from_file(const std::string& path, uint64_t offs
     for (int64_t done = 0; done < count;) {
       const auto position = static_cast<off_t>(offset + static_cast<uint64_t>(at + done));
       const ssize_t got = ::pread(fd, staging + done, static_cast<size_t>(count - done), position);
+      if (got < 0 && errno == EINTR) continue;
       if (got <= 0) {
         fail("cannot read {} at byte {}: {}", path, position, got == 0 ? "the file ends there" : std::strerror(errno));
       }

@@ -75,8 +75,8 @@ class StagedUpload {
   /// A copy of `host` (contiguous, on the CPU) on the CUDA device `device`, same dtype and shape.
   at::Tensor upload(const at::Tensor& host, at::Device device);
   /// The same for `like`'s bytes read from the file `path` at `offset` (where `like` is a view of the file's memory
-  /// map): read with pread, the map's pages are never faulted in, which costs as much again when the process
-  /// unmaps them. A read that fails or ends early is an error naming the file and offset.
+  /// map): read with pread, the map's pages are never faulted in, nor unmapped again at the end (0.2 s for a
+  /// cold 7.8 GB checkpoint). A read that fails or ends early is an error naming the file and offset.
   at::Tensor upload_from_file(const std::string& path, uint64_t offset, const at::Tensor& like, at::Device device);
 
  private:
