@@ -4,7 +4,6 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/api/include/torch/version.h>
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/files.h"
 
 namespace probekit::device {
 
@@ -152,11 +152,7 @@ at::Tensor StagedUpload::upload_from_file(const std::string& path, uint64_t offs
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto open = files_.find(path);
-    if (open == files_.end()) {
-      const int opened = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (opened < 0) fail("cannot open {}: {}", path, std::strerror(errno));
-      open = files_.emplace(path, opened).first;
-    }
+    if (open == files_.end()) open = files_.emplace(path, open_input_file(path)).first;
     fd = open->second;
   }
   return upload_bytes(like, device, [&path, fd, offset](char* staging, int64_t at, int64_t count) {
