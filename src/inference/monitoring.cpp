@@ -98,7 +98,7 @@ std::vector<GeneratedText> Engine::generate_monitored(const std::vector<std::str
   // next prompt joins as a stream leaves.
   const auto most = static_cast<size_t>(std::max<int64_t>(1, options_.batch_size));
   size_t next = 0;
-  auto join = [&](size_t row) {
+  auto request_of = [&](size_t row) {
     StreamRequest request;
     request.prompt_ids = tokenizer_->encode(prompts[row], add_special_tokens);
     request.options = options;
@@ -112,10 +112,12 @@ std::vector<GeneratedText> Engine::generate_monitored(const std::vector<std::str
       results[row] = done;
       errors[row] = error;
     };
-    batch.join(std::move(request));
+    return request;
   };
   while (next < prompts.size() || !batch.empty()) {
-    while (next < prompts.size() && batch.size() < most) join(next++);
+    std::vector<StreamRequest> arriving;
+    while (next < prompts.size() && batch.size() + arriving.size() < most) arriving.push_back(request_of(next++));
+    if (!arriving.empty()) batch.join(std::move(arriving));
     if (!batch.empty()) batch.step();
   }
   for (const std::exception_ptr& error : errors) {

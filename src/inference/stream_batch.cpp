@@ -54,24 +54,68 @@ StreamBatch::StreamBatch(const Engine& engine)
 
 StreamBatch::~StreamBatch() = default;
 
-void StreamBatch::join(StreamRequest request) {
-  if (request.options.max_new_tokens < 1) fail_usage("max_new_tokens must be positive, got {}", request.options.max_new_tokens);
+size_t StreamBatch::join(std::vector<StreamRequest> requests) {
   c10::InferenceMode inference_mode;
-  const steering::SteeringVectors* steering =
-      request.steering ? request.steering.get() : (engine_.steering_.empty() ? nullptr : &engine_.steering_);
-  auto stream = std::make_unique<Stream>(std::move(request), joined_, engine_.tokenizer(), steering, engine_.model().device());
-  if (stream->request.monitors) stream->monitors = std::make_unique<monitor::StreamMonitors>(stream->request.monitors);
-  if (watch_prompt(*stream)) {
-    stream->generated.stop = generation::StopReason::kMonitor;
-    return stream->request.on_end(stream->generated, nullptr);
+  std::vector<std::unique_ptr<Stream>> arriving;
+  size_t taken = 0;
+  for (StreamRequest& request : requests) {
+    auto on_end = request.on_end;
+    try {
+      if (request.options.max_new_tokens < 1) fail_usage("max_new_tokens must be positive, got {}", request.options.max_new_tokens);
+      const steering::SteeringVectors* steering =
+          request.steering ? request.steering.get() : (engine_.steering_.empty() ? nullptr : &engine_.steering_);
+      auto stream = std::make_unique<Stream>(std::move(request), joined_++, engine_.tokenizer(), steering,
+                                             engine_.model().device());
+      if (stream->request.monitors) stream->monitors = std::make_unique<monitor::StreamMonitors>(stream->request.monitors);
+      ++taken;
+      if (!watch_prompt(*stream)) {
+        arriving.push_back(std::move(stream));
+        continue;
+      }
+      stream->generated.stop = generation::StopReason::kMonitor;
+      stream->request.on_end(stream->generated, nullptr);
+    } catch (...) {
+      on_end(GeneratedText{}, std::current_exception());
+    }
   }
-  const model::StreamWrites alone =
-      stream->steering ? steering::place_rows({stream->steering}, engine_.model()) : model::StreamWrites();
-  at::Tensor hidden = reader_.join(stream->request.prompt_ids, stream->request.options.max_new_tokens,
-                                   stream->steering ? &alone : nullptr);
+  if (arriving.empty()) return taken;
+  try {
+    run_prompts(arriving);
+    return taken;
+  } catch (...) {
+    if (arriving.size() == 1) {
+      arriving.front()->request.on_end(GeneratedText{}, std::current_exception());
+      return taken - 1;
+    }
+  }
+  // The pass of them all failed: each runs alone, so that only a prompt the model refuses ends its stream.
+  for (auto& stream : arriving) {
+    std::vector<std::unique_ptr<Stream>> one;
+    one.push_back(std::move(stream));
+    try {
+      run_prompts(one);
+    } catch (...) {
+      one.front()->request.on_end(GeneratedText{}, std::current_exception());
+      --taken;
+    }
+  }
+  return taken;
+}
+
+void StreamBatch::run_prompts(std::vector<std::unique_ptr<Stream>>& arriving) {
+  std::vector<readout::Sequence> prompts;
+  std::vector<const steering::SteeringVectors*> steering;
+  int64_t new_tokens = 0;
+  for (const auto& stream : arriving) {
+    prompts.push_back(stream->request.prompt_ids);
+    steering.push_back(stream->steering);
+    new_tokens = std::max(new_tokens, stream->request.options.max_new_tokens);
+  }
+  const bool steered = std::any_of(steering.begin(), steering.end(), [](const auto* s) { return s != nullptr; });
+  const model::StreamWrites writes = steered ? steering::place_rows(steering, engine_.model()) : model::StreamWrites();
+  at::Tensor hidden = reader_.join(prompts, new_tokens, steered ? &writes : nullptr);
   hidden_ = hidden_.defined() ? at::cat({hidden_, hidden}) : hidden;
-  ++joined_;
-  streams_.push_back(std::move(stream));
+  for (auto& stream : arriving) streams_.push_back(std::move(stream));
   place_writes();
 }
 

@@ -1,6 +1,6 @@
-// Continuous batching of generation streams (the server's): every open stream decodes in one forward per step. A
-// stream joins between two steps (its prompt run alone first, as a generation of one prompt runs it) and leaves
-// when it ends; each keeps its own positions, cache rows, sampler and steering row, so that it gives what it
+// Continuous batching of generation streams (the server's): every open stream decodes in one forward per step.
+// Streams join between two steps (the prompts arriving together run in one pass of their own first, as a
+// generation of those prompts runs them) and leave when they end; each keeps its own positions, cache rows, sampler and steering row, so that it gives what it
 // gives alone. Steps are pipelined: the next step goes to the device before this one's tokens reach the host, so
 // the device computes while the host hands tokens out (and launches a step's graph), never idle between steps.
 // A stream's monitors watch its tokens' scores and act on that stream alone (monitor/actions.h): a stop ends it
@@ -40,9 +40,10 @@ class StreamBatch {
   StreamBatch(const StreamBatch&) = delete;
   StreamBatch& operator=(const StreamBatch&) = delete;
 
-  /// Runs the stream's prompt and adds it: its first token comes with the next step. A prompt the model refuses
-  /// throws, and nothing joins.
-  void join(StreamRequest request);
+  /// Runs the streams' prompts, in one pass, and adds them: their first tokens come with the next step. A stream
+  /// whose prompt the model refuses ends there (its on_end gets the error) and the others join. Returns how many
+  /// were taken (joined, or ended by a prompt monitor), the others having been refused.
+  size_t join(std::vector<StreamRequest> requests);
   /// Hands the streams of the forward launched at the call before (launched now when none is in flight) their
   /// next token and the probes' scores of it, having launched the next forward first, every stream in it (one
   /// that joined since gets its first token at the next call); the streams that end leave. A stream that ends had
@@ -73,6 +74,8 @@ class StreamBatch {
   bool act_on(Stream& s, const std::vector<monitor::Firing>& firings);
   /// Prompt-scope monitors over the prompt's tokens before it runs; whether one stopped the stream.
   bool watch_prompt(Stream& s);
+  /// Runs the prompts of `arriving` in one pass and adds them; throws, adding none, where the pass fails.
+  void run_prompts(std::vector<std::unique_ptr<Stream>>& arriving);
   /// Whether a stream waits for a steering monitor to fire.
   bool steering_pending() const;
   void leave(const std::vector<bool>& ended, const std::vector<std::exception_ptr>& errors);

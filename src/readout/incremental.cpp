@@ -120,15 +120,24 @@ at::Tensor IncrementalReader::start(const std::vector<Sequence>& prompts, int64_
                longest, new_tokens, suffix_length, positions, config.max_positions);
   }
   check_cache_memory(batch, positions + 1, new_tokens);
-  capacity_ = longest + new_tokens + suffix_length + 1;
+  // Right-padded: padding sits after each prompt, in slots its generated tokens overwrite before reading them. On a
+  // GPU the prompts' pass is a multiple of 64 tokens wide: cuDNN's attention builds a plan for each new shape (15
+  // streams arriving together joined in 55 to 91 ms where their prompts' length was new, in 9 to 14 ms where it was
+  // not: bench/results/streams_h200_2026-11-30.md), and the plans of a few widths serve prompts of every length.
+  constexpr int64_t kWidthStep = 64;
+  int64_t width = longest;
+  if (model_.device().is_cuda()) {
+    width = (longest + kWidthStep - 1) / kWidthStep * kWidthStep;
+    if (config.features.learned_positions) width = std::max(longest, std::min<int64_t>(width, config.max_positions));
+  }
+  capacity_ = std::max(width, longest + new_tokens + suffix_length + 1);
   ++epoch_;
 
   cache_ = model_.empty_cache(batch, capacity_);
-  // Right-padded: padding sits after each prompt, in slots its generated tokens overwrite before reading them.
-  at::Tensor ids = at::zeros({batch, longest}, at::kLong), lengths = at::empty({batch}, at::kLong);
+  at::Tensor ids = at::zeros({batch, width}, at::kLong), lengths = at::empty({batch}, at::kLong);
   for (int64_t b = 0; b < batch; ++b) {
     const Sequence& prompt = prompts[static_cast<size_t>(b)];
-    std::copy(prompt.begin(), prompt.end(), ids.data_ptr<int64_t>() + b * longest);
+    std::copy(prompt.begin(), prompt.end(), ids.data_ptr<int64_t>() + b * width);
     lengths.data_ptr<int64_t>()[b] = static_cast<int64_t>(prompt.size());
   }
   lengths_ = lengths.to(model_.device());
@@ -138,7 +147,7 @@ at::Tensor IncrementalReader::start(const std::vector<Sequence>& prompts, int64_
   pass.sequence_lengths = lengths_;
   pass.final_norm = true;
   pass.cache = &cache_;
-  pass.cache_visible = longest;
+  pass.cache_visible = width;
   pass.commit_tokens = lengths_;  // not the padding after a prompt
   pass.writes = writes_;
   at::Tensor hidden = model_.forward(pass);  // [B, T, hidden]
@@ -201,13 +210,14 @@ at::Tensor grown(const at::Tensor& cache, int64_t capacity) {
 
 }  // namespace
 
-at::Tensor IncrementalReader::join(const Sequence& prompt, int64_t new_tokens, const model::StreamWrites* writes) {
+at::Tensor IncrementalReader::join(const std::vector<Sequence>& prompts, int64_t new_tokens,
+                                   const model::StreamWrites* writes) {
   c10::InferenceMode inference_mode;
-  IncrementalReader alone(model_, request_, suffix_, writes);
-  at::Tensor hidden = alone.start({prompt}, new_tokens);
+  IncrementalReader arriving(model_, request_, suffix_, writes);
+  at::Tensor hidden = arriving.start(prompts, new_tokens);
   constexpr int64_t kSlots = 64;
-  const int64_t capacity = (std::max(capacity_, alone.capacity_) + kSlots - 1) / kSlots * kSlots;
-  append_rows(alone, capacity);
+  const int64_t capacity = (std::max(capacity_, arriving.capacity_) + kSlots - 1) / kSlots * kSlots;
+  append_rows(arriving, capacity);
   return hidden;
 }
 

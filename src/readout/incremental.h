@@ -47,11 +47,11 @@ class IncrementalReader {
 
   // Continuous batching: rows join and leave between steps.
 
-  /// Adds `prompt` as a new last row: run alone (a batch of one, steered by `writes`, may be null) exactly as
-  /// start() runs it, then its keys and values join the others'. The cache's capacity is a multiple of 64 large
-  /// enough for every row, so that a row's steps see the same slots however many rows share them. Returns the
-  /// final norm at the prompt's last token [1, hidden] in fp32.
-  at::Tensor join(const Sequence& prompt, int64_t new_tokens, const model::StreamWrites* writes);
+  /// Adds `prompts` as new last rows: run together apart from the rows already here (a batch of their own, steered
+  /// by `writes`, a row each, may be null) exactly as start() runs them, then their keys and values join the
+  /// others'. The cache's capacity is a multiple of 64 large enough for every row, so that a row's steps see the
+  /// same slots however many rows share them. Returns the final norm at each prompt's last token [P, hidden] in fp32.
+  at::Tensor join(const std::vector<Sequence>& prompts, int64_t new_tokens, const model::StreamWrites* writes);
   /// Keeps only `rows` (ascending row indices), in that order; the others leave.
   void keep_rows(const std::vector<int64_t>& rows);
   /// The writes of the next steps (their additions and ablations [B, hidden], a row each), may be null.

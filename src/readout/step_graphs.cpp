@@ -1,8 +1,10 @@
 #include "readout/step_graphs.h"
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -84,6 +86,7 @@ std::vector<at::Tensor> StepGraphs::capture_and_replay(const Key& key, const std
                                                        const TensorBody& body) {
   auto captured = std::make_unique<Graph>();
   captured->inputs = copies(inputs);
+  const auto started = std::chrono::steady_clock::now();
   try {
     on_side_stream(side_stream(side_, device_), [&] {
       begin_capture(captured->graph);
@@ -108,6 +111,8 @@ std::vector<at::Tensor> StepGraphs::capture_and_replay(const Key& key, const std
   graph_ = std::move(captured);
   key_ = key;
   ++captures_;
+  spdlog::debug("captured a pass's CUDA graph ({}) in {:.1f} ms", fmt::join(key, ", "),
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
   graph_->graph.replay();
   ++replays_;
   return copies(graph_->outputs);

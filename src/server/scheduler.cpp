@@ -173,10 +173,10 @@ bool Scheduler::generation_queued() const {
   return holds_ == 0 && std::any_of(queue_.begin(), queue_.end(), [](const auto& job) { return job->generation != nullptr; });
 }
 
-// Each new stream's prompt is run and it joins the batch; the time from its arrival to each token is measured here.
-// Whether any joined.
+// The new streams' prompts run together and they join the batch; the time from each one's arrival to each token is
+// measured here. Whether any joined.
 bool Scheduler::join_streams(std::vector<std::unique_ptr<Job>>& jobs, std::unique_ptr<inference::StreamBatch>& batch) {
-  bool joined = false;
+  std::vector<inference::StreamRequest> requests;
   for (auto& job : jobs) {
     if (!job || !job->generation) continue;
     try {
@@ -193,18 +193,17 @@ bool Scheduler::join_streams(std::vector<std::unique_ptr<Job>>& jobs, std::uniqu
       *previous = now;
       return inner(token);
     };
-    auto on_end = request.on_end;
-    try {
-      batch->join(std::move(request));
-    } catch (...) {
-      on_end(inference::GeneratedText{}, std::current_exception());
-      continue;
-    }
-    joined = true;
-    std::lock_guard<std::mutex> lock(mutex_);
-    ++stats_.streams_joined;
+    requests.push_back(std::move(request));
   }
-  return joined;
+  if (requests.empty()) return false;
+  const size_t arriving = requests.size();
+  const Clock::time_point started = Clock::now();
+  const size_t joined = batch->join(std::move(requests));
+  spdlog::debug("{} of {} arriving streams joined in {:.1f} ms", joined, arriving,
+                std::chrono::duration<double, std::milli>(Clock::now() - started).count());
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.streams_joined += static_cast<int64_t>(joined);
+  return joined > 0;
 }
 
 void Scheduler::decode_step(inference::StreamBatch& batch) {

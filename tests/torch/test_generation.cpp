@@ -483,14 +483,14 @@ TEST_CASE("rotary models generate past max_position_embeddings, as transformers 
                        std::invalid_argument);
 }
 
-TEST_CASE("rows that join and leave between steps generate as alone, Gated DeltaNet states and latent caches included") {
+TEST_CASE("rows that join (one, then two together) and leave between steps generate as alone, Gated DeltaNet states and latent caches included") {
   for (const char* name : {"qwen3_5_text", "qwen3_next", "deepseek_v3"}) {
     CAPTURE(name);
     model::TransformerModel model = load_generator(fixture_model(name));
     const Json reference = read_json_file(fixture_model(name) + "/generation.json");
     std::vector<readout::Sequence> prompts = reference_prompts(name);
     auto greedy = [&](const at::Tensor& final_norm) { return model.logits(final_norm).argmax(-1); };
-    std::vector<std::vector<int64_t>> ids(2);
+    std::vector<std::vector<int64_t>> ids(3);
     readout::IncrementalReader reader(model, nullptr, {});
     auto run = [&](at::Tensor next, const std::vector<size_t>& rows, int steps) {
       for (int s = 0; s < steps; ++s) {
@@ -499,12 +499,13 @@ TEST_CASE("rows that join and leave between steps generate as alone, Gated Delta
       }
       return next;
     };
-    // Prompt 0 alone for 3 tokens; prompt 1 joins for 4 tokens of both; prompt 0 leaves, prompt 1 goes on for 4.
+    // Prompt 0 alone for 3 tokens; prompts 1 and 2 (of other lengths) join together for 4 tokens of all three;
+    // prompt 0 leaves, prompts 1 and 2 go on for 4.
     at::Tensor next = run(greedy(reader.start({prompts[0]}, 12)), {0}, 3);
-    next = run(at::cat({next, greedy(reader.join(prompts[1], 12, nullptr))}), {0, 1}, 4);
-    reader.keep_rows({1});
-    run(next.narrow(0, 1, 1), {1}, 4);
-    for (size_t b = 0; b < 2; ++b) {
+    next = run(at::cat({next, greedy(reader.join({prompts[1], prompts[2]}, 12, nullptr))}), {0, 1, 2}, 4);
+    reader.keep_rows({1, 2});
+    run(next.narrow(0, 1, 2), {1, 2}, 4);
+    for (size_t b = 0; b < 3; ++b) {
       std::vector<int64_t> expected = reference["cases"][b]["generated_ids"].get<std::vector<int64_t>>();
       expected.resize(ids[b].size());
       CHECK_MESSAGE(ids[b] == expected, "row ", b, ": ", fmt::format("{}", ids[b]), " vs ", fmt::format("{}", expected));

@@ -315,7 +315,7 @@ TEST_CASE("ema probes: each token's own score beside the text's, in --per-token 
   CHECK(run.firings[0].score == doctest::Approx(text[0]));
 }
 
-TEST_CASE("monitored streams decoding together give what each gives alone" * doctest::test_suite("numeric")) {
+TEST_CASE("monitored streams joining and decoding together give what each gives alone" * doctest::test_suite("numeric")) {
   TempDir tmp;
   const inference::Engine engine = inference::Engine::load(generating(train_probes(tmp)));
   const std::pair<int64_t, double> point = firing_point(reframing_scores(engine, engine_generation(engine, kPrompt, kTokens)));
@@ -328,6 +328,7 @@ TEST_CASE("monitored streams decoding together give what each gives alone" * doc
   for (size_t i = 0; i < policies.size(); ++i) alone.push_back(monitored(engine, policies[i], prompts[i]));
   std::vector<Run> together(policies.size());
   inference::StreamBatch batch(engine);
+  std::vector<inference::StreamRequest> requests;
   for (size_t i = 0; i < policies.size(); ++i) {
     inference::StreamRequest request;
     request.prompt_ids = engine.tokenizer().encode(prompts[i], true);
@@ -338,8 +339,14 @@ TEST_CASE("monitored streams decoding together give what each gives alone" * doc
       REQUIRE_FALSE(error);
       together[i] = Run{done.ids, done.stop, done.firings, {}};
     };
-    batch.join(std::move(request));
+    requests.push_back(std::move(request));
   }
+  // The first stream joins alone, the other three together (one pass over their prompts, of two lengths).
+  std::vector<inference::StreamRequest> first;
+  first.push_back(std::move(requests.front()));
+  requests.erase(requests.begin());
+  CHECK(batch.join(std::move(first)) == 1);
+  CHECK(batch.join(std::move(requests)) == 3);
   while (!batch.empty()) batch.step();
   for (size_t i = 0; i < policies.size(); ++i) {
     CAPTURE(i);
@@ -368,6 +375,42 @@ TEST_CASE("monitored streams decoding together give what each gives alone" * doc
     CAPTURE(i);
     CHECK(texts[i].ids == monitored(engine, {policy("stop", threshold)}, prompts[i]).ids);
   }
+}
+
+TEST_CASE("streams joining together: one whose prompt the model refuses ends with the error, the others decode as alone") {
+  TempDir tmp;
+  const inference::Engine engine = inference::Engine::load(generating(train_probes(tmp)));
+  const std::vector<std::vector<int32_t>> prompts = {engine.tokenizer().encode(kPrompt, true),
+                                                     {1, static_cast<int32_t>(engine.model().config().vocab_size)},
+                                                     engine.tokenizer().encode("The weather today", true)};
+  std::vector<std::vector<int32_t>> ids(prompts.size());
+  std::vector<std::string> errors(prompts.size());
+  std::vector<inference::StreamRequest> requests;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    inference::StreamRequest request;
+    request.prompt_ids = prompts[i];
+    request.options = greedy(engine);
+    request.on_token = [](const inference::ScoredToken&) { return true; };
+    request.on_end = [&ids, &errors, i](const inference::GeneratedText& done, std::exception_ptr error) {
+      ids[i] = done.ids;
+      try {
+        if (error) std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+    };
+    requests.push_back(std::move(request));
+  }
+  inference::StreamBatch batch(engine);
+  CHECK(batch.join(std::move(requests)) == 2);
+  CHECK(batch.size() == 2);
+  while (!batch.empty()) batch.step();
+  CHECK(errors[1].find("is outside the model's vocabulary") != std::string::npos);
+  CHECK(ids[1].empty());
+  CHECK(errors[0].empty());
+  CHECK(errors[2].empty());
+  CHECK(ids[0] == monitored(engine, {}).ids);
+  CHECK(ids[2] == monitored(engine, {}, "The weather today").ids);
 }
 
 TEST_CASE("probe_server: monitors on /v1/generate and /v1/chat/completions stop, flag and name a bad policy's field" * doctest::test_suite("numeric")) {
