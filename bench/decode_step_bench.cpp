@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
   int64_t tokens = 128, prompt_tokens = 40, suffix_tokens = 12, layer = 33, batch = 1;
   tool.app.add_option("--model", model_dir, "Checkpoint folder")->required();
   tool.app.add_option("--tokens", tokens, "Tokens generated per mode")->capture_default_str();
-  tool.app.add_option("--prompt-tokens", prompt_tokens, "Prompt length")->capture_default_str();
+  tool.app.add_option("--prompt-tokens", prompt_tokens, "Prompt length")->capture_default_str()->check(CLI::Range(5, 100000));
   tool.app.add_option("--suffix-tokens", suffix_tokens, "The probes' prompt suffix length")->capture_default_str();
   tool.app.add_option("--layer", layer, "The layer the probes read")->capture_default_str();
   tool.app.add_option("--batch", batch, "Rows decoding together (prompts of lengths around --prompt-tokens); above 1 "

@@ -116,8 +116,13 @@ std::vector<GeneratedText> Engine::generate_monitored(const std::vector<std::str
   };
   while (next < prompts.size() || !batch.empty()) {
     std::vector<StreamRequest> arriving;
+    const size_t first = next;
     while (next < prompts.size() && batch.size() + arriving.size() < most) arriving.push_back(request_of(next++));
     if (!arriving.empty()) batch.join(std::move(arriving));
+    // A prompt refused is the call's error at once, before the others generate.
+    for (size_t row = first; row < next; ++row) {
+      if (errors[row]) std::rethrow_exception(errors[row]);
+    }
     if (!batch.empty()) batch.step();
   }
   for (const std::exception_ptr& error : errors) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
 
 #include "common/error.h"
 #include "generation/sampling.h"
@@ -60,6 +61,7 @@ size_t StreamBatch::join(std::vector<StreamRequest> requests) {
   size_t taken = 0;
   for (StreamRequest& request : requests) {
     auto on_end = request.on_end;
+    std::unique_ptr<Stream> stopped;  // by a prompt monitor
     try {
       if (request.options.max_new_tokens < 1) fail_usage("max_new_tokens must be positive, got {}", request.options.max_new_tokens);
       const steering::SteeringVectors* steering =
@@ -67,38 +69,40 @@ size_t StreamBatch::join(std::vector<StreamRequest> requests) {
       auto stream = std::make_unique<Stream>(std::move(request), joined_++, engine_.tokenizer(), steering,
                                              engine_.model().device());
       if (stream->request.monitors) stream->monitors = std::make_unique<monitor::StreamMonitors>(stream->request.monitors);
-      ++taken;
-      if (!watch_prompt(*stream)) {
+      if (watch_prompt(*stream)) {
+        stopped = std::move(stream);
+      } else {
         arriving.push_back(std::move(stream));
-        continue;
       }
-      stream->generated.stop = generation::StopReason::kMonitor;
-      stream->request.on_end(stream->generated, nullptr);
     } catch (...) {
       on_end(GeneratedText{}, std::current_exception());
+      continue;
     }
+    ++taken;
+    if (!stopped) continue;
+    stopped->generated.stop = generation::StopReason::kMonitor;
+    stopped->request.on_end(stopped->generated, nullptr);
   }
   if (arriving.empty()) return taken;
   try {
     run_prompts(arriving);
-    return taken;
   } catch (...) {
-    if (arriving.size() == 1) {
-      arriving.front()->request.on_end(GeneratedText{}, std::current_exception());
-      return taken - 1;
+    // The pass of them all failed (adding none): each runs alone, so that only a prompt the model refuses ends its
+    // stream.
+    const std::exception_ptr error = std::current_exception();
+    for (auto& stream : arriving) {
+      std::vector<std::unique_ptr<Stream>> one;
+      one.push_back(std::move(stream));
+      try {
+        if (arriving.size() == 1) std::rethrow_exception(error);
+        run_prompts(one);
+      } catch (...) {
+        one.front()->request.on_end(GeneratedText{}, std::current_exception());
+        --taken;
+      }
     }
   }
-  // The pass of them all failed: each runs alone, so that only a prompt the model refuses ends its stream.
-  for (auto& stream : arriving) {
-    std::vector<std::unique_ptr<Stream>> one;
-    one.push_back(std::move(stream));
-    try {
-      run_prompts(one);
-    } catch (...) {
-      one.front()->request.on_end(GeneratedText{}, std::current_exception());
-      --taken;
-    }
-  }
+  place_writes();
   return taken;
 }
 
@@ -113,10 +117,17 @@ void StreamBatch::run_prompts(std::vector<std::unique_ptr<Stream>>& arriving) {
   }
   const bool steered = std::any_of(steering.begin(), steering.end(), [](const auto* s) { return s != nullptr; });
   const model::StreamWrites writes = steered ? steering::place_rows(steering, engine_.model()) : model::StreamWrites();
+  const size_t before = streams_.size();
   at::Tensor hidden = reader_.join(prompts, new_tokens, steered ? &writes : nullptr);
-  hidden_ = hidden_.defined() ? at::cat({hidden_, hidden}) : hidden;
+  try {
+    hidden_ = hidden_.defined() ? at::cat({hidden_, hidden}) : hidden;
+  } catch (...) {
+    std::vector<int64_t> kept(before);
+    std::iota(kept.begin(), kept.end(), int64_t{0});
+    reader_.keep_rows(kept);  // the rows just joined leave the reader again
+    throw;
+  }
   for (auto& stream : arriving) streams_.push_back(std::move(stream));
-  place_writes();
 }
 
 // A prompt-scope monitor reads the prompt's tokens as --per-token scores them (a pass of its own, before the

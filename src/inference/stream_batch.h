@@ -74,7 +74,8 @@ class StreamBatch {
   bool act_on(Stream& s, const std::vector<monitor::Firing>& firings);
   /// Prompt-scope monitors over the prompt's tokens before it runs; whether one stopped the stream.
   bool watch_prompt(Stream& s);
-  /// Runs the prompts of `arriving` in one pass and adds them; throws, adding none, where the pass fails.
+  /// Runs the prompts of `arriving` in one pass and adds them (moving them into streams_; the caller places the
+  /// writes after); throws, adding none, where the pass fails.
   void run_prompts(std::vector<std::unique_ptr<Stream>>& arriving);
   /// Whether a stream waits for a steering monitor to fire.
   bool steering_pending() const;
@@ -91,7 +92,7 @@ class StreamBatch {
   at::Tensor hidden_;  // [B, hidden] fp32: the final norm at each row's latest token
   model::StreamWrites writes_;  // every row's steering, [B, hidden] each
   bool writes_changed_ = false;  // a monitor steered a stream: writes_ are placed again after the step
-  uint64_t joined_ = 0;  // streams joined so far: each one's serial
+  uint64_t joined_ = 0;  // streams taken so far (refused ones too): each one's serial
   device::PinnedPool pinned_;  // the launched steps' host copies
   std::unique_ptr<Launched> in_flight_;  // the step launched and not yet handed out
 };

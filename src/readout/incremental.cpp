@@ -119,7 +119,6 @@ at::Tensor IncrementalReader::start(const std::vector<Sequence>& prompts, int64_
                "positions, more than the model's {}: ask for fewer new tokens (--max-new-tokens)",
                longest, new_tokens, suffix_length, positions, config.max_positions);
   }
-  check_cache_memory(batch, positions + 1, new_tokens);
   // Right-padded: padding sits after each prompt, in slots its generated tokens overwrite before reading them. On a
   // GPU the prompts' pass is a multiple of 64 tokens wide: cuDNN's attention builds a plan for each new shape (15
   // streams arriving together joined in 55 to 91 ms where their prompts' length was new, in 9 to 14 ms where it was
@@ -130,6 +129,8 @@ at::Tensor IncrementalReader::start(const std::vector<Sequence>& prompts, int64_
     width = (longest + kWidthStep - 1) / kWidthStep * kWidthStep;
     if (config.features.learned_positions) width = std::max(longest, std::min<int64_t>(width, config.max_positions));
   }
+  // Checked in double, as `positions` is: the slots are summed in int64 once they fit the memory.
+  check_cache_memory(batch, std::max(static_cast<double>(width), positions + 1), new_tokens);
   capacity_ = std::max(width, longest + new_tokens + suffix_length + 1);
   ++epoch_;
 
@@ -222,14 +223,10 @@ at::Tensor IncrementalReader::join(const std::vector<Sequence>& prompts, int64_t
 }
 
 void IncrementalReader::append_rows(const IncrementalReader& other, int64_t capacity) {
-  if (rows() == 0) {
-    cache_ = {};
-    lengths_ = other.lengths_;
-    longest_ = other.longest_;
-  } else {
-    lengths_ = at::cat({lengths_, other.lengths_});
-    longest_ = std::max(longest_, other.longest_);
-  }
+  // Built apart and assigned at the end: a failure (the grown caches' memory) leaves the rows as they were.
+  const bool empty = rows() == 0;
+  model::KvCache cache = empty ? model::KvCache{} : cache_;
+  at::Tensor lengths = empty ? other.lengths_ : at::cat({lengths_, other.lengths_});
   // Keys and values grow to the capacity; the states of recurrent layers have no slots.
   auto join = [&](std::vector<at::Tensor>& mine, const std::vector<at::Tensor>& theirs, bool slots) {
     for (size_t layer = 0; layer < theirs.size(); ++layer) {
@@ -241,10 +238,13 @@ void IncrementalReader::append_rows(const IncrementalReader& other, int64_t capa
       }
     }
   };
-  join(cache_.keys, other.cache_.keys, true);
-  join(cache_.values, other.cache_.values, true);
-  join(cache_.conv_states, other.cache_.conv_states, false);
-  join(cache_.recurrent_states, other.cache_.recurrent_states, false);
+  join(cache.keys, other.cache_.keys, true);
+  join(cache.values, other.cache_.values, true);
+  join(cache.conv_states, other.cache_.conv_states, false);
+  join(cache.recurrent_states, other.cache_.recurrent_states, false);
+  cache_ = std::move(cache);
+  lengths_ = lengths;
+  longest_ = empty ? other.longest_ : std::max(longest_, other.longest_);
   capacity_ = capacity;
   ++epoch_;
 }

@@ -198,7 +198,15 @@ bool Scheduler::join_streams(std::vector<std::unique_ptr<Job>>& jobs, std::uniqu
   if (requests.empty()) return false;
   const size_t arriving = requests.size();
   const Clock::time_point started = Clock::now();
-  const size_t joined = batch->join(std::move(requests));
+  size_t joined = 0;
+  try {
+    joined = batch->join(std::move(requests));
+  } catch (...) {
+    // What join leaves to throw (the rows' steering placed again, a stream's callback) ends the batch's streams, as a
+    // failed step does.
+    spdlog::error("streams failed to join; the {} streams of the batch end", batch->size());
+    batch->end_all(std::current_exception());
+  }
   spdlog::debug("{} of {} arriving streams joined in {:.1f} ms", joined, arriving,
                 std::chrono::duration<double, std::milli>(Clock::now() - started).count());
   std::lock_guard<std::mutex> lock(mutex_);

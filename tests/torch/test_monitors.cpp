@@ -385,13 +385,15 @@ TEST_CASE("streams joining together: one whose prompt the model refuses ends wit
                                                      engine.tokenizer().encode("The weather today", true)};
   std::vector<std::vector<int32_t>> ids(prompts.size());
   std::vector<std::string> errors(prompts.size());
+  std::vector<int> ends(prompts.size(), 0);
   std::vector<inference::StreamRequest> requests;
   for (size_t i = 0; i < prompts.size(); ++i) {
     inference::StreamRequest request;
     request.prompt_ids = prompts[i];
     request.options = greedy(engine);
     request.on_token = [](const inference::ScoredToken&) { return true; };
-    request.on_end = [&ids, &errors, i](const inference::GeneratedText& done, std::exception_ptr error) {
+    request.on_end = [&ids, &errors, &ends, i](const inference::GeneratedText& done, std::exception_ptr error) {
+      ++ends[i];
       ids[i] = done.ids;
       try {
         if (error) std::rethrow_exception(error);
@@ -405,6 +407,7 @@ TEST_CASE("streams joining together: one whose prompt the model refuses ends wit
   CHECK(batch.join(std::move(requests)) == 2);
   CHECK(batch.size() == 2);
   while (!batch.empty()) batch.step();
+  CHECK(ends == std::vector<int>{1, 1, 1});
   CHECK(errors[1].find("is outside the model's vocabulary") != std::string::npos);
   CHECK(ids[1].empty());
   CHECK(errors[0].empty());
