@@ -56,6 +56,7 @@ Json measure(const model::TransformerModel& model, const readout::Request& reque
 Json measure_joins(const model::TransformerModel& model, const readout::Request& request,
                    const std::vector<readout::Sequence>& prompts, const readout::Sequence& suffix, int64_t tokens) {
   Json result{{"prompts", prompts.size()}};
+  // Each way twice, alternating: the second time's (plans and kernels loaded) is the one reported.
   for (bool together : {false, true, false, true}) {
     readout::IncrementalReader reader(model, &request, suffix);
     reader.start({prompts.front()}, tokens);

@@ -20,6 +20,12 @@ at::Tensor device_ids(const Sequence& ids, at::Device device) {
   return at::tensor(std::vector<int64_t>(ids.begin(), ids.end()), at::kLong).to(device);
 }
 
+// Attention's widths (a prefill's tokens, a step's visible slots) grow in steps of this many: cuDNN's attention builds
+// a plan for each new shape, and passes then see a few shapes, not one per length.
+constexpr int64_t kShapeStep = 64;
+
+int64_t rounded_up(int64_t value, int64_t step) { return (value + step - 1) / step * step; }
+
 }  // namespace
 
 IncrementalReader::IncrementalReader(const model::TransformerModel& model, const Request* request, Sequence suffix,
@@ -120,13 +126,11 @@ at::Tensor IncrementalReader::start(const std::vector<Sequence>& prompts, int64_
                longest, new_tokens, suffix_length, positions, config.max_positions);
   }
   // Right-padded: padding sits after each prompt, in slots its generated tokens overwrite before reading them. On a
-  // GPU the prompts' pass is a multiple of 64 tokens wide: cuDNN's attention builds a plan for each new shape (15
-  // streams arriving together joined in 55 to 91 ms where their prompts' length was new, in 9 to 14 ms where it was
-  // not: bench/results/streams_h200_2026-11-30.md), and the plans of a few widths serve prompts of every length.
-  constexpr int64_t kWidthStep = 64;
+  // GPU the prompts' pass is a multiple of kShapeStep tokens wide (15 streams arriving together joined in 55 to 91 ms
+  // where their prompts' length was new, in 9 to 14 ms where it was not: bench/results/streams_h200_2026-11-30.md).
   int64_t width = longest;
   if (model_.device().is_cuda()) {
-    width = (longest + kWidthStep - 1) / kWidthStep * kWidthStep;
+    width = rounded_up(longest, kShapeStep);
     if (config.features.learned_positions) width = std::max(longest, std::min<int64_t>(width, config.max_positions));
   }
   // Checked in double, as `positions` is: the slots are summed in int64 once they fit the memory.
@@ -174,13 +178,10 @@ IncrementalReader::Step IncrementalReader::step(const at::Tensor& tokens, const 
   pass.cache = &cache_;
   pass.commit_tokens = advance.to(at::kLong);  // the new token of a row that goes on, never the suffix
   pass.writes = writes_;
-  // Visible slots grow in steps of 64: attention then sees a few shapes, not a new one per token (cuDNN's
-  // attention builds a plan per shape). The slots past every position of the pass are masked, so this changes
-  // no number. The fused attention kernel stops at each query's position by itself: it sees the whole cache, and
-  // a generation's steps keep one shape, one CUDA graph (a new one took 15 to 25 ms, every 64 tokens).
-  constexpr int64_t kVisibleStep = 64;
-  pass.cache_visible = fused_attention_ ? capacity_
-                                        : std::min(capacity_, (longest_ + span + kVisibleStep - 1) / kVisibleStep * kVisibleStep);
+  // Visible slots grow in steps of kShapeStep. The slots past every position of the pass are masked, so this
+  // changes no number. The fused attention kernel stops at each query's position by itself: it sees the whole cache,
+  // and a generation's steps keep one shape, one CUDA graph (a new one took 15 to 25 ms, every 64 tokens).
+  pass.cache_visible = fused_attention_ ? capacity_ : std::min(capacity_, rounded_up(longest_ + span, kShapeStep));
   std::vector<at::Tensor> outputs = graphs_.run({epoch_, batch, span, pass.cache_visible}, pass,
                                                 [&](model::ForwardPass& p) { return run_step(p); });
   Step step{outputs[0], reading ? outputs[1] : at::Tensor(), {}};
@@ -217,7 +218,7 @@ at::Tensor IncrementalReader::join(const std::vector<Sequence>& prompts, int64_t
   IncrementalReader arriving(model_, request_, suffix_, writes);
   at::Tensor hidden = arriving.start(prompts, new_tokens);
   constexpr int64_t kSlots = 64;
-  const int64_t capacity = (std::max(capacity_, arriving.capacity_) + kSlots - 1) / kSlots * kSlots;
+  const int64_t capacity = rounded_up(std::max(capacity_, arriving.capacity_), kSlots);
   append_rows(arriving, capacity);
   return hidden;
 }
