@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <string>
 #include <utility>
 
@@ -216,7 +217,23 @@ at::Tensor IncrementalReader::join(const std::vector<Sequence>& prompts, int64_t
                                    const model::StreamWrites* writes) {
   c10::InferenceMode inference_mode;
   IncrementalReader arriving(model_, request_, suffix_, writes);
-  at::Tensor hidden = arriving.start(prompts, new_tokens);
+  // On a GPU, without rows' writes, the prompts run with copies of the last one up to a power of two: cuDNN builds
+  // an attention plan for each new number of rows in a pass, which took 100-230 ms where 16 streams arrived as
+  // 2 + 14. Passes of powers of two instead (8 + 4 + 2 + 1 of 15) brought 16 streams' first tokens 20-35 ms later
+  // than one padded pass (bench/results/streams_h200_2026-11-30.md).
+  std::vector<Sequence> padded = prompts;
+  if (model_.device().is_cuda() && writes == nullptr) {
+    size_t rows = 1;
+    while (rows < prompts.size()) rows *= 2;
+    padded.resize(rows, prompts.back());
+  }
+  at::Tensor hidden = arriving.start(padded, new_tokens);
+  if (padded.size() > prompts.size()) {
+    std::vector<int64_t> kept(prompts.size());
+    std::iota(kept.begin(), kept.end(), int64_t{0});
+    arriving.keep_rows(kept);
+    hidden = hidden.narrow(0, 0, static_cast<int64_t>(prompts.size()));
+  }
   constexpr int64_t kSlots = 64;
   const int64_t capacity = rounded_up(std::max(capacity_, arriving.capacity_), kSlots);
   append_rows(arriving, capacity);

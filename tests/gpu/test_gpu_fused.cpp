@@ -290,56 +290,85 @@ TEST_CASE_FIXTURE(KernelsServe, "FP8 block products equal the product of the deq
   }
 }
 
+namespace {
+
+// A pass of `tokens` queries a row over a cache, rows starting at `starts`.
+struct CachedAttentionCase {
+  int64_t tokens, capacity, visible, heads;
+  std::vector<int64_t> starts;
+};
+
+// `kernel`'s cached attention against the masked softmax in fp32, with and without sinks, and the cache it writes.
+void check_cached_attention(const CachedAttentionCase& shape, int64_t head_dim, int64_t window, int64_t kv_heads,
+                            fused::CachedAttentionKernel kernel) {
+  const int64_t batch = static_cast<int64_t>(shape.starts.size()), tokens = shape.tokens;
+  const int64_t capacity = shape.capacity, visible = shape.visible, heads = shape.heads;
+  auto bf16 = kCuda.dtype(at::kBFloat16);
+  // Token-major keys (as queries_and_keys writes them) and values sliced from a wider projection.
+  at::Tensor q = at::randn({batch, tokens, heads, head_dim}, bf16).transpose(1, 2);
+  at::Tensor k = at::randn({batch, tokens, kv_heads, head_dim}, bf16).transpose(1, 2);
+  at::Tensor v = at::randn({batch, tokens, 3 * kv_heads * head_dim}, bf16)
+                     .narrow(-1, kv_heads * head_dim, kv_heads * head_dim)
+                     .view({batch, tokens, kv_heads, head_dim})
+                     .transpose(1, 2);
+  at::Tensor cache_keys = at::randn({batch, kv_heads, capacity, head_dim}, bf16);
+  at::Tensor cache_values = at::randn({batch, kv_heads, capacity, head_dim}, bf16);
+  at::Tensor start = at::tensor(shape.starts).view({batch, 1});
+  at::Tensor positions = (start + at::arange(tokens, at::kLong).view({1, tokens})).to(kCuda.device());
+  at::Tensor expected_keys = cache_keys.clone(), expected_values = cache_values.clone();
+  at::Tensor slots = positions.view({batch, 1, tokens, 1}).expand({batch, kv_heads, tokens, head_dim});
+  expected_keys.scatter_(2, slots, k);
+  expected_values.scatter_(2, slots, v);
+  at::Tensor seen = at::arange(visible, positions.options()).view({1, 1, visible}) <= positions.unsqueeze(-1);
+  if (window > 0) seen = seen & ((positions.unsqueeze(-1) - at::arange(visible, positions.options())) < window);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  at::Tensor keys = expected_keys.narrow(2, 0, visible).repeat_interleave(heads / kv_heads, 1).to(at::kFloat);
+  at::Tensor values = expected_values.narrow(2, 0, visible).repeat_interleave(heads / kv_heads, 1).to(at::kFloat);
+  at::Tensor scores = at::matmul(q.to(at::kFloat), keys.transpose(-2, -1)) * scale;
+  scores = scores.masked_fill(seen.unsqueeze(1).logical_not(), -INFINITY);
+  // Sinks (gpt-oss): one more logit per head in the denominator, a column without a value.
+  at::Tensor sinks = at::randn({heads}, kCuda);
+  for (bool with_sinks : {false, true}) {
+    CAPTURE(with_sinks);
+    at::Tensor probabilities = at::softmax(scores, -1);
+    if (with_sinks) {
+      at::Tensor column = sinks.view({1, heads, 1, 1}).expand({batch, heads, tokens, 1});
+      probabilities = at::softmax(at::cat({scores, column}, -1), -1).narrow(-1, 0, visible);
+    }
+    at::Tensor expected = at::matmul(probabilities, values);
+    at::Tensor keys_in = cache_keys.clone(), values_in = cache_values.clone();
+    at::Tensor got = fused::cached_attention(q, k, v, keys_in, values_in, positions, visible, window, scale,
+                                             with_sinks ? sinks : at::Tensor(), kernel);
+    CHECK(at::equal(keys_in, expected_keys));
+    CHECK(at::equal(values_in, expected_values));
+    CHECK(got.transpose(1, 2).is_contiguous());
+    CHECK(max_relative_error(got, expected) < 2e-2);
+  }
+}
+
+}  // namespace
+
 TEST_CASE_FIXTURE(KernelsServe, "cached attention writes the keys and values at their positions and attends as a masked softmax") {
-  const int64_t batch = 3, tokens = 5, capacity = 96, visible = 80;
-  for (int64_t head_dim : {64, 128, 256}) {
-    for (int64_t window : {0, 7}) {
-      for (int64_t kv_heads : {1, 2, 4}) {
-        CAPTURE(head_dim);
-        CAPTURE(window);
-        CAPTURE(kv_heads);
-        const int64_t heads = 4;
-        auto bf16 = kCuda.dtype(at::kBFloat16);
-        // Token-major keys (as queries_and_keys writes them) and values sliced from a wider projection.
-        at::Tensor q = at::randn({batch, tokens, heads, head_dim}, bf16).transpose(1, 2);
-        at::Tensor k = at::randn({batch, tokens, kv_heads, head_dim}, bf16).transpose(1, 2);
-        at::Tensor v = at::randn({batch, tokens, 3 * kv_heads * head_dim}, bf16)
-                           .narrow(-1, kv_heads * head_dim, kv_heads * head_dim)
-                           .view({batch, tokens, kv_heads, head_dim})
-                           .transpose(1, 2);
-        at::Tensor cache_keys = at::randn({batch, kv_heads, capacity, head_dim}, bf16);
-        at::Tensor cache_values = at::randn({batch, kv_heads, capacity, head_dim}, bf16);
-        // Rows at different lengths; the last row's last tokens past the visible slots see only those.
-        at::Tensor start = at::tensor(std::vector<int64_t>{3, 40, visible - 2}).view({batch, 1});
-        at::Tensor positions = (start + at::arange(tokens, at::kLong).view({1, tokens})).to(kCuda.device());
-        at::Tensor expected_keys = cache_keys.clone(), expected_values = cache_values.clone();
-        at::Tensor slots = positions.view({batch, 1, tokens, 1}).expand({batch, kv_heads, tokens, head_dim});
-        expected_keys.scatter_(2, slots, k);
-        expected_values.scatter_(2, slots, v);
-        at::Tensor seen = at::arange(visible, positions.options()).view({1, 1, visible}) <= positions.unsqueeze(-1);
-        if (window > 0) seen = seen & ((positions.unsqueeze(-1) - at::arange(visible, positions.options())) < window);
-        const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
-        at::Tensor keys = expected_keys.narrow(2, 0, visible).repeat_interleave(heads / kv_heads, 1).to(at::kFloat);
-        at::Tensor values = expected_values.narrow(2, 0, visible).repeat_interleave(heads / kv_heads, 1).to(at::kFloat);
-        at::Tensor scores = at::matmul(q.to(at::kFloat), keys.transpose(-2, -1)) * scale;
-        scores = scores.masked_fill(seen.unsqueeze(1).logical_not(), -INFINITY);
-        // Sinks (gpt-oss): one more logit per head in the denominator, a column without a value.
-        at::Tensor sinks = at::randn({heads}, kCuda);
-        for (bool with_sinks : {false, true}) {
-          CAPTURE(with_sinks);
-          at::Tensor probabilities = at::softmax(scores, -1);
-          if (with_sinks) {
-            at::Tensor column = sinks.view({1, heads, 1, 1}).expand({batch, heads, tokens, 1});
-            probabilities = at::softmax(at::cat({scores, column}, -1), -1).narrow(-1, 0, visible);
+  // A step of 5 tokens; a decode step with the probes' 12-token suffix over the tiled kernel's chunks of 64 slots,
+  // up to 8 query heads a kv head (104 queries: more output tiles than its warps). In each, the last row's last
+  // tokens past the visible slots see only those.
+  const std::vector<CachedAttentionCase> cases{{5, 96, 80, 4, {3, 40, 78}}, {13, 320, 300, 8, {0, 63, 150, 290}}};
+  for (auto kernel : {fused::CachedAttentionKernel::kPerQuery, fused::CachedAttentionKernel::kTiled}) {
+    for (const CachedAttentionCase& shape : cases) {
+      for (int64_t head_dim : {64, 128, 256}) {
+        for (int64_t window : {0, 7, 100}) {
+          for (int64_t kv_heads : {1, 2, 4}) {
+            CAPTURE(static_cast<int>(kernel));
+            CAPTURE(shape.tokens);
+            CAPTURE(head_dim);
+            CAPTURE(window);
+            CAPTURE(kv_heads);
+            if (kernel == fused::CachedAttentionKernel::kTiled &&
+                !fused::tiled_cached_attention_takes(shape.heads, kv_heads, head_dim, shape.tokens)) {
+              continue;  // 8 heads of 256 over one: its two buffers of keys and values and 112 queries' tiles
+            }
+            check_cached_attention(shape, head_dim, window, kv_heads, kernel);
           }
-          at::Tensor expected = at::matmul(probabilities, values);
-          at::Tensor keys_in = cache_keys.clone(), values_in = cache_values.clone();
-          at::Tensor got = fused::cached_attention(q, k, v, keys_in, values_in, positions, visible, window, scale,
-                                                   with_sinks ? sinks : at::Tensor());
-          CHECK(at::equal(keys_in, expected_keys));
-          CHECK(at::equal(values_in, expected_values));
-          CHECK(got.transpose(1, 2).is_contiguous());
-          CHECK(max_relative_error(got, expected) < 2e-2);
         }
       }
     }

@@ -138,3 +138,27 @@ TEST_CASE("decode steps replayed as CUDA graphs give bitwise the eager steps' fi
     for (size_t i = 0; i < eager.size(); ++i) CHECK_MESSAGE(at::equal(eager[i], replayed[i]), name, " output ", i);
   }
 }
+
+TEST_CASE("on the GPU three prompts joining (a pass of four rows, the last copied) give each one's rows alone (fp32)") {
+  model::TransformerModel model = load_on_gpu("llama", at::kFloat);
+  const Json reference = read_json_file(fixture("llama") + "/generation.json");
+  std::vector<readout::Sequence> prompts;
+  for (const Json& c : reference["cases"]) prompts.push_back(c["prompt_ids"].get<readout::Sequence>());
+  REQUIRE(prompts.size() == 3);
+  const readout::Request request{Site::kResidPost, Position::kLast, {1, 3}};
+  readout::IncrementalReader together(model, &request, {5, 6, 7});
+  at::Tensor joined = together.join(prompts, 4, nullptr);
+  REQUIRE(together.rows() == 3);
+  at::Tensor tokens = joined.narrow(1, 0, 8).argmax(1);
+  readout::IncrementalReader::Step step = together.step(tokens, at::ones_like(tokens));
+  for (int64_t i = 0; i < 3; ++i) {
+    CAPTURE(i);
+    readout::IncrementalReader alone(model, &request, {5, 6, 7});
+    at::Tensor own = alone.join({prompts[static_cast<size_t>(i)]}, 4, nullptr);
+    CHECK(at::allclose(joined[i], own[0], 1e-4, 1e-4));
+    at::Tensor token = tokens.narrow(0, i, 1);
+    readout::IncrementalReader::Step own_step = alone.step(token, at::ones_like(token));
+    CHECK(at::allclose(step.final_norm[i], own_step.final_norm[0], 1e-4, 1e-4));
+    CHECK(at::allclose(step.rows[i], own_step.rows[0], 1e-4, 1e-4));
+  }
+}

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "model/cuda/cached_attention.cuh"
 #include "model/cuda/cuda_common.cuh"
 #include "model/fused_ops.h"
 
@@ -39,25 +40,6 @@ __device__ __forceinline__ void copy_lanes(const T* from, T* to, int lane) {
   reinterpret_cast<Lanes*>(to)[lane] = reinterpret_cast<const Lanes*>(from)[lane];
 }
 
-// cached_attention_kernel's arguments: the pass's queries [B, T, heads, D] (token-major), keys and values
-// [B, kv_heads, T, D] (views with their strides), the cache [B, kv_heads, capacity, D] and each token's position
-// [B, T] (consecutive within a row).
-template <typename T>
-struct CachedAttentionArguments {
-  const T* queries;
-  const T* keys;
-  const T* values;
-  int64_t k_batch, k_head, k_token, v_batch, v_head, v_token;
-  T* cache_keys;
-  T* cache_values;
-  const int64_t* positions;
-  const float* sinks;  // [heads] or null
-  T* out;
-  int heads, kv_heads, tokens;
-  int64_t capacity, visible, window;
-  float scale;
-};
-
 // One block per query row (batch, head, token), kWarps warps sharing the visible slots round-robin, kAtOnce at a
 // time, their keys and values loaded together: one round of memory latency per group (the values' loads after the
 // scores made two, and a decode step's attention waited on them); lane l holds elements [kPerLane l,
@@ -78,7 +60,8 @@ __global__ void cached_attention_kernel(CachedAttentionArguments<T> a) {
   // The slots this query sees: [first, last] within the visible ones.
   const int64_t last = position < a.visible - 1 ? position : a.visible - 1;
   const int64_t first = a.window > 0 && position - a.window + 1 > 0 ? position - a.window + 1 : 0;
-  const Lanes q_lanes = reinterpret_cast<const Lanes*>(a.queries + ((batch * a.tokens + token) * a.heads + head) * kHeadDim)[lane];
+  const Lanes q_lanes =
+      reinterpret_cast<const Lanes*>(a.queries + batch * a.q_batch + head * a.q_head + token * a.q_token)[lane];
   float q[kPerLane];
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) q[j] = static_cast<float>(q_lanes.v[j]) * a.scale;
@@ -159,7 +142,7 @@ bool cached_attention_serves(const at::Tensor& q, const at::Tensor& k, const at:
                              const at::Tensor& cache_values) {
   const int64_t head_dim = q.size(-1);
   if (!q.is_cuda() || !cached_attention_takes(q.scalar_type(), q.size(1), k.size(1), head_dim, q.size(2))) return false;
-  for (const at::Tensor* t : {&k, &v, &cache_keys, &cache_values}) {
+  for (const at::Tensor* t : {&q, &k, &v, &cache_keys, &cache_values}) {
     if (t->scalar_type() != q.scalar_type() || t->size(-1) != head_dim || t->stride(-1) != 1) return false;
     // Each lane moves its elements as one vector access: rows and their starts on 16-byte boundaries.
     for (int64_t d = 0; d < 3; ++d) {
@@ -170,36 +153,63 @@ bool cached_attention_serves(const at::Tensor& q, const at::Tensor& k, const at:
   return cache_keys.is_contiguous() && cache_values.is_contiguous();
 }
 
-at::Tensor cached_attention(const at::Tensor& q_in, const at::Tensor& k, const at::Tensor& v, at::Tensor& cache_keys,
+namespace {
+
+// The tiled kernel where it takes the shape and the batch has 4 rows or more: at fewer the per-query kernel's
+// blocks (one per query) were the quicker, the Gemma-3-4B-shaped decode step 3.14 against 3.37 ms at one row, 3.34
+// against 3.45 at two, 3.47 against 3.41 at four, 5.51 against 4.28 at 16 (bench/results/streams_h200_2026-11-30.md).
+bool tiled_chosen(CachedAttentionKernel kernel, int64_t batch, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                  int64_t tokens) {
+  if (kernel == CachedAttentionKernel::kPerQuery) return false;
+  const bool takes = tiled_cached_attention_takes(heads, kv_heads, head_dim, tokens);
+  TORCH_CHECK(takes || kernel != CachedAttentionKernel::kTiled, "cached_attention: the tiled kernel does not take ",
+              heads, " heads over ", kv_heads, " of ", head_dim, " at ", tokens, " tokens on this device");
+  return takes && (kernel == CachedAttentionKernel::kTiled || batch >= 4);
+}
+
+}  // namespace
+
+at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& cache_keys,
                             at::Tensor& cache_values, const at::Tensor& positions_in, int64_t visible, int64_t window,
-                            double scale, const at::Tensor& sinks_in) {
-  c10::cuda::CUDAGuard guard(q_in.device());
-  const int64_t batch = q_in.size(0), heads = q_in.size(1), tokens = q_in.size(2), head_dim = q_in.size(3);
+                            double scale, const at::Tensor& sinks_in, CachedAttentionKernel kernel) {
+  c10::cuda::CUDAGuard guard(q.device());
+  const int64_t batch = q.size(0), heads = q.size(1), tokens = q.size(2), head_dim = q.size(3);
   const int64_t kv_heads = k.size(1), capacity = cache_keys.size(2);
-  TORCH_CHECK(cached_attention_serves(q_in, k, v, cache_keys, cache_values), "cached_attention: unsupported inputs");
-  at::Tensor queries = q_in.transpose(1, 2).contiguous();  // token-major [B, T, heads, D]: the kernel's rows
+  TORCH_CHECK(cached_attention_serves(q, k, v, cache_keys, cache_values), "cached_attention: unsupported inputs");
   at::Tensor positions = positions_in.to(at::kLong).contiguous();
-  at::Tensor sinks = sinks_in.defined() ? sinks_in.to(q_in.device(), at::kFloat).contiguous() : at::Tensor();
-  at::Tensor out = at::empty_like(queries);
+  at::Tensor sinks = sinks_in.defined() ? sinks_in.to(q.device(), at::kFloat).contiguous() : at::Tensor();
+  at::Tensor out = at::empty({batch, tokens, heads, head_dim}, q.options());  // token-major: the kernels' rows
+  const bool tiled = tiled_chosen(kernel, batch, heads, kv_heads, head_dim, tokens);
   auto stream = at::cuda::getCurrentCUDAStream();
-  dispatch_float_type(q_in.scalar_type(), [&](auto type) {
+  dispatch_float_type(q.scalar_type(), [&](auto type) {
     using T = decltype(type);
     if constexpr (sizeof(T) == 2) {
       const CachedAttentionArguments<T> arguments{
-          queries.data_ptr<T>(), k.data_ptr<T>(), v.data_ptr<T>(), k.stride(0), k.stride(1), k.stride(2), v.stride(0),
-          v.stride(1), v.stride(2), cache_keys.data_ptr<T>(), cache_values.data_ptr<T>(), positions.data_ptr<int64_t>(),
-          optional_data(sinks), out.data_ptr<T>(), static_cast<int>(heads), static_cast<int>(kv_heads),
-          static_cast<int>(tokens), capacity, visible, window, static_cast<float>(scale)};
+          q.data_ptr<T>(), k.data_ptr<T>(), v.data_ptr<T>(), q.stride(0), q.stride(1), q.stride(2), k.stride(0),
+          k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2), cache_keys.data_ptr<T>(),
+          cache_values.data_ptr<T>(), positions.data_ptr<int64_t>(), optional_data(sinks), out.data_ptr<T>(),
+          static_cast<int>(heads), static_cast<int>(kv_heads), static_cast<int>(tokens), capacity, visible, window,
+          static_cast<float>(scale)};
+      if (tiled) {
+        const int splits = tiled_cached_attention_splits(batch, kv_heads, visible);
+        const int64_t rows = splits > 1 ? batch * kv_heads * splits * (heads / kv_heads) * tokens : 0;
+        at::Tensor statistics = at::empty({rows, 2}, q.options().dtype(at::kFloat));
+        at::Tensor partial = at::empty({rows, head_dim}, q.options().dtype(at::kFloat));
+        launch_tiled_cached_attention(arguments, head_dim, batch,
+                                      TiledScratch{statistics.data_ptr<float>(), partial.data_ptr<float>(), splits},
+                                      stream);
+        return;
+      }
       // 16 warps walking 4 slots at a time: the quickest of the shapes timed at a decode step's 13 tokens
       // (bench/results/chat_server_h200_2026-11-26d.md).
       constexpr int kWarps = 16, kAtOnce = 4;
-      auto kernel = head_dim == 64    ? cached_attention_kernel<T, 2, kWarps, kAtOnce>
-                    : head_dim == 128 ? cached_attention_kernel<T, 4, kWarps, kAtOnce>
-                                      : cached_attention_kernel<T, 8, kWarps, kAtOnce>;
-      kernel<<<batch * heads * tokens, 32 * kWarps, 0, stream>>>(arguments);
+      auto per_query = head_dim == 64    ? cached_attention_kernel<T, 2, kWarps, kAtOnce>
+                       : head_dim == 128 ? cached_attention_kernel<T, 4, kWarps, kAtOnce>
+                                         : cached_attention_kernel<T, 8, kWarps, kAtOnce>;
+      per_query<<<batch * heads * tokens, 32 * kWarps, 0, stream>>>(arguments);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
   });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out.transpose(1, 2);
 }
 

@@ -1,0 +1,435 @@
+// cached_attention's tiled kernel: a block per (row of the batch, kv head, split of the visible slots) reads each
+// key and value once for all the queries that share them (the kv head's query heads times the pass's tokens) and
+// multiplies them on the tensor cores; a second kernel combines the splits. The per-query kernel
+// (cached_attention.cu) reads the slots once per query: at 16 rows of 13 tokens that was 26 reads of each, and its
+// step waited on the L2 (bench/results/streams_h200_2026-11-30.md).
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+#include "model/cuda/cached_attention.cuh"
+#include "model/cuda/cuda_common.cuh"
+#include "model/fused_ops.h"
+
+namespace probekit::model::fused {
+
+namespace {
+
+constexpr int kChunk = 64;     // slots a block holds at a time
+constexpr int kMaxWarps = 16;  // a block's warps: one per 16 queries x 16 slots of a chunk's scores
+constexpr int kMaxTasks = 2;   // output tiles (16 queries x 64 values) a warp accumulates
+static_assert(kChunk == 64, "softmax_chunk gives each lane two slots of a chunk");
+
+__device__ __forceinline__ int64_t smaller(int64_t x, int64_t y) { return x < y ? x : y; }
+
+// The block's shared memory. Rows are padded by 8 elements (4 banks) so that a fragment's 8 rows x 4 words fall in
+// 32 distinct banks.
+struct TileLayout {
+  int head_dim, rows_padded;  // rows_padded: the queries rounded up to the 16 of a tensor-core tile
+  static constexpr int kScoreRow = kChunk + 4;        // floats
+  static constexpr int kProbabilityRow = kChunk + 8;  // elements
+  __host__ __device__ int row() const { return head_dim + 8; }  // elements of a key, value or query row
+  // Two buffers of a chunk's keys and values: the next chunk loads while this one is multiplied.
+  __host__ __device__ size_t keys(int buffer) const { return size_t(buffer) * 2 * kChunk * row() * 2; }
+  __host__ __device__ size_t values(int buffer) const { return keys(buffer) + size_t{kChunk} * row() * 2; }
+  __host__ __device__ size_t queries() const { return keys(2); }
+  __host__ __device__ size_t scores() const { return queries() + size_t(rows_padded) * row() * 2; }
+  __host__ __device__ size_t probabilities() const { return scores() + size_t(rows_padded) * kScoreRow * 4; }
+  // Each query's running maximum, sum and the last chunk's correction of its accumulators.
+  __host__ __device__ size_t row_state() const { return probabilities() + size_t(rows_padded) * kProbabilityRow * 2; }
+  // Each token's first and last visible slot (int64).
+  __host__ __device__ size_t bounds() const { return row_state() + size_t(rows_padded) * 3 * 4; }
+  __host__ __device__ size_t bytes() const { return bounds() + 2 * kCachedAttentionMaxTokens * 8; }
+};
+
+// d += a b on the tensor cores: a 16 x 16 tile of T (row-major fragment), b 16 x 8 (column-major), d fp32.
+template <typename T>
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (std::is_same_v<T, c10::BFloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+#endif
+}
+
+// Two adjacent elements of a shared-memory row as one fragment register.
+template <typename T>
+__device__ __forceinline__ uint32_t pair_at(const T* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+// 16 bytes from global to shared memory without passing through registers; zeros where !real (nothing is read).
+__device__ __forceinline__ void copy_async(void* to, const void* from, bool real) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto address = static_cast<unsigned>(__cvta_generic_to_shared(to));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(from), "r"(real ? 16 : 0));
+#endif
+}
+
+// Waits until at most kPending groups of this thread's copies are in flight.
+template <int kPending>
+__device__ __forceinline__ void wait_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+
+// Where the block works: its row of the batch, kv head and split, and its operands' rows.
+template <typename T, int kHeadDim>
+struct TileBlock {
+  const CachedAttentionArguments<T>& a;
+  TileLayout layout;
+  int group, rows, split, kv_head;
+  int64_t batch, start, end;  // the pass's first slot; the last slot any of its queries sees
+  const T* pass_keys;
+  const T* pass_values;
+  int64_t cache_row;  // the block's kv head's first element in the cache
+
+  __device__ TileBlock(const CachedAttentionArguments<T>& arguments, int splits)
+      : a(arguments),
+        layout{kHeadDim, 0},
+        group(a.heads / a.kv_heads),
+        rows(group * a.tokens),
+        split(static_cast<int>(blockIdx.x % splits)),
+        kv_head(static_cast<int>(blockIdx.x / splits % a.kv_heads)),
+        batch(blockIdx.x / splits / a.kv_heads) {
+    layout.rows_padded = (rows + 15) / 16 * 16;
+    const int64_t* positions = a.positions + batch * a.tokens;
+    start = positions[0];
+    end = smaller(positions[a.tokens - 1], a.visible - 1);
+    pass_keys = a.keys + batch * a.k_batch + kv_head * a.k_head;
+    pass_values = a.values + batch * a.v_batch + kv_head * a.v_head;
+    cache_row = (batch * a.kv_heads + kv_head) * a.capacity * kHeadDim;
+  }
+
+  // Slot `slot`'s key (or value): the pass's own slots from its keys and values, the earlier ones from the cache.
+  __device__ const T* slot_row(int64_t slot, bool value) const {
+    if (slot >= start) return (value ? pass_values : pass_keys) + (slot - start) * (value ? a.v_token : a.k_token);
+    return (value ? a.cache_values : a.cache_keys) + cache_row + slot * kHeadDim;
+  }
+};
+
+// The block's queries into shared memory (row r: token r / group, query head r % group of the kv head; padding rows
+// zero), each token's visible slots, the rows' running state; the first split writes the pass's keys and values
+// into the cache (no block reads those slots: a pass's own slots are read from its keys and values).
+template <typename T, int kHeadDim>
+__device__ void begin_block(const TileBlock<T, kHeadDim>& b, bool has_chunks, unsigned char* shared) {
+  constexpr int kPacks = kHeadDim / 8;
+  const auto& a = b.a;
+  T* queries = reinterpret_cast<T*>(shared + b.layout.queries());
+  for (int i = threadIdx.x; has_chunks && i < b.layout.rows_padded * kPacks; i += blockDim.x) {
+    const int r = i / kPacks, pack = i % kPacks, head = b.kv_head * b.group + r % b.group;
+    const bool real = r < b.rows;
+    const T* from = a.queries + b.batch * a.q_batch + head * a.q_head + (r / b.group) * a.q_token + pack * 8;
+    copy_async(queries + r * b.layout.row() + pack * 8, real ? from : a.queries, real);
+  }
+  auto* bounds = reinterpret_cast<int64_t*>(shared + b.layout.bounds());
+  for (int t = threadIdx.x; t < a.tokens; t += blockDim.x) {
+    const int64_t position = a.positions[b.batch * a.tokens + t];
+    bounds[2 * t] = a.window > 0 && position - a.window + 1 > 0 ? position - a.window + 1 : 0;
+    bounds[2 * t + 1] = smaller(position, a.visible - 1);
+  }
+  auto* state = reinterpret_cast<float*>(shared + b.layout.row_state());
+  for (int r = threadIdx.x; r < b.layout.rows_padded; r += blockDim.x) {
+    state[3 * r] = -INFINITY, state[3 * r + 1] = 0, state[3 * r + 2] = 0;
+  }
+  if (b.split != 0) return;
+  for (int i = threadIdx.x; i < a.tokens * kPacks; i += blockDim.x) {
+    const int t = i / kPacks, pack = i % kPacks;
+    const int64_t to = b.cache_row + a.positions[b.batch * a.tokens + t] * kHeadDim + pack * 8;
+    using P = Pack<T>;
+    *reinterpret_cast<P*>(a.cache_keys + to) = *reinterpret_cast<const P*>(b.pass_keys + t * a.k_token + pack * 8);
+    *reinterpret_cast<P*>(a.cache_values + to) = *reinterpret_cast<const P*>(b.pass_values + t * a.v_token + pack * 8);
+  }
+}
+
+// Starts copying the chunk's keys and values from `chunk_start` into `buffer`, as one group of copies; zeros past
+// the last slot seen.
+template <typename T, int kHeadDim>
+__device__ void load_chunk(const TileBlock<T, kHeadDim>& b, int64_t chunk_start, int buffer, unsigned char* shared) {
+  constexpr int kPacks = kHeadDim / 8;
+  T* keys = reinterpret_cast<T*>(shared + b.layout.keys(buffer));
+  T* values = reinterpret_cast<T*>(shared + b.layout.values(buffer));
+  for (int i = threadIdx.x; i < 2 * kChunk * kPacks; i += blockDim.x) {
+    const bool value = i >= kChunk * kPacks;
+    const int j = value ? i - kChunk * kPacks : i, index = j / kPacks, pack = j % kPacks;
+    const int64_t slot = chunk_start + index;
+    const bool real = slot <= b.end;
+    copy_async((value ? values : keys) + index * b.layout.row() + pack * 8,
+               real ? b.slot_row(slot, value) + pack * 8 : b.a.keys, real);
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Scores of the chunk, scaled, -inf where a query does not see the slot: a warp's task is 16 queries x 16 slots.
+template <typename T, int kHeadDim>
+__device__ void score_chunk(const TileBlock<T, kHeadDim>& b, int64_t chunk_start, int buffer, unsigned char* shared) {
+  const int lane = threadIdx.x % 32, row = b.layout.row();
+  const T* keys = reinterpret_cast<const T*>(shared + b.layout.keys(buffer));
+  const T* queries = reinterpret_cast<const T*>(shared + b.layout.queries());
+  auto* scores = reinterpret_cast<float*>(shared + b.layout.scores());
+  const auto* bounds = reinterpret_cast<const int64_t*>(shared + b.layout.bounds());
+  constexpr int kSlotTiles = kChunk / 16;
+  for (int task = threadIdx.x / 32; task < b.layout.rows_padded / 16 * kSlotTiles; task += blockDim.x / 32) {
+    const int row0 = task / kSlotTiles * 16, slot0 = task % kSlotTiles * 16;
+    const T* q = queries + (row0 + lane / 4) * row + lane % 4 * 2;
+    const T* k = keys + (slot0 + lane / 4) * row + lane % 4 * 2;
+    float d[2][4] = {};
+#pragma unroll 4
+    for (int k0 = 0; k0 < kHeadDim; k0 += 16) {
+      const uint32_t fragment[4] = {pair_at(q + k0), pair_at(q + 8 * row + k0), pair_at(q + k0 + 8),
+                                    pair_at(q + 8 * row + k0 + 8)};
+      mma_m16n8k16<T>(d[0], fragment, pair_at(k + k0), pair_at(k + k0 + 8));
+      mma_m16n8k16<T>(d[1], fragment, pair_at(k + 8 * row + k0), pair_at(k + 8 * row + k0 + 8));
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {  // fragment element i: slots tile i / 4, query row + 8 (i / 2 % 2), slot + i % 2
+      const int r = row0 + lane / 4 + 8 * (i / 2 % 2), column = slot0 + 8 * (i / 4) + lane % 4 * 2 + i % 2;
+      const int64_t slot = chunk_start + column;
+      const int t = r / b.group;
+      const bool seen = r < b.rows && slot >= bounds[2 * t] && slot <= bounds[2 * t + 1];
+      scores[r * TileLayout::kScoreRow + column] = seen ? d[i / 4][i % 4] * b.a.scale : -INFINITY;
+    }
+  }
+}
+
+// The online softmax's step for each query: the chunk's probabilities (rounded to T, as the products take them)
+// against the new running maximum, the sum, and the correction of what the accumulators hold.
+template <typename T, int kHeadDim>
+__device__ void softmax_chunk(const TileBlock<T, kHeadDim>& b, unsigned char* shared) {
+  const int lane = threadIdx.x % 32;
+  const auto* scores = reinterpret_cast<const float*>(shared + b.layout.scores());
+  T* probabilities = reinterpret_cast<T*>(shared + b.layout.probabilities());
+  auto* state = reinterpret_cast<float*>(shared + b.layout.row_state());
+  for (int r = threadIdx.x / 32; r < b.layout.rows_padded; r += blockDim.x / 32) {
+    const float s0 = scores[r * TileLayout::kScoreRow + lane], s1 = scores[r * TileLayout::kScoreRow + lane + 32];
+    float maximum = fmaxf(s0, s1);
+    for (int offset = 16; offset > 0; offset /= 2) maximum = fmaxf(maximum, __shfl_xor_sync(0xffffffff, maximum, offset));
+    const float previous = state[3 * r];
+    maximum = fmaxf(maximum, previous);
+    const T p0 = static_cast<T>(maximum == -INFINITY ? 0.0f : __expf(s0 - maximum));
+    const T p1 = static_cast<T>(maximum == -INFINITY ? 0.0f : __expf(s1 - maximum));
+    probabilities[r * TileLayout::kProbabilityRow + lane] = p0;
+    probabilities[r * TileLayout::kProbabilityRow + lane + 32] = p1;
+    float sum = static_cast<float>(p0) + static_cast<float>(p1);
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffff, sum, offset);
+    if (lane == 0) {
+      const float correction = previous == -INFINITY ? 0.0f : __expf(previous - maximum);
+      state[3 * r] = maximum, state[3 * r + 1] = state[3 * r + 1] * correction + sum, state[3 * r + 2] = correction;
+    }
+  }
+}
+
+// The warp's output tiles (16 queries x 64 values each) times the correction, plus the chunk's probabilities times
+// its values.
+template <typename T, int kHeadDim>
+__device__ void accumulate_chunk(const TileBlock<T, kHeadDim>& b, int buffer, unsigned char* shared,
+                                 float (&out)[kMaxTasks][8][4]) {
+  const int lane = threadIdx.x % 32, row = b.layout.row();
+  const auto* values = reinterpret_cast<const uint16_t*>(shared + b.layout.values(buffer));
+  const T* probabilities = reinterpret_cast<const T*>(shared + b.layout.probabilities());
+  const auto* state = reinterpret_cast<const float*>(shared + b.layout.row_state());
+  constexpr int kValueTiles = kHeadDim / 64;
+#pragma unroll
+  for (int n = 0; n < kMaxTasks; ++n) {
+    const int task = threadIdx.x / 32 + n * (blockDim.x / 32);
+    if (task >= b.layout.rows_padded / 16 * kValueTiles) break;
+    const int row0 = task / kValueTiles * 16, value0 = task % kValueTiles * 64;
+    const float low = state[3 * (row0 + lane / 4) + 2], high = state[3 * (row0 + lane / 4 + 8) + 2];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) out[n][j][0] *= low, out[n][j][1] *= low, out[n][j][2] *= high, out[n][j][3] *= high;
+    const T* p = probabilities + (row0 + lane / 4) * TileLayout::kProbabilityRow + lane % 4 * 2;
+    const uint16_t* v = values + lane % 4 * 2 * row + value0 + lane / 4;
+#pragma unroll
+    for (int k0 = 0; k0 < kChunk; k0 += 16) {
+      constexpr int kBelow = 8 * TileLayout::kProbabilityRow;
+      const uint32_t fragment[4] = {pair_at(p + k0), pair_at(p + kBelow + k0), pair_at(p + k0 + 8),
+                                    pair_at(p + kBelow + k0 + 8)};
+      const uint16_t* slots = v + k0 * row;  // slot k0 + 2 (lane % 4), value value0 + lane / 4
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const uint32_t b0 = slots[8 * j] | static_cast<uint32_t>(slots[row + 8 * j]) << 16;
+        const uint32_t b1 = slots[8 * row + 8 * j] | static_cast<uint32_t>(slots[9 * row + 8 * j]) << 16;
+        mma_m16n8k16<T>(out[n][j], fragment, b0, b1);
+      }
+    }
+  }
+}
+
+// The block's split: its running maxima and sums, and its unnormalized outputs, into the scratch; or where the
+// split is the only one, the outputs themselves (`sinks` in the denominator).
+template <typename T, int kHeadDim>
+__device__ void write_split(const TileBlock<T, kHeadDim>& b, const TiledScratch& scratch, unsigned char* shared,
+                            const float (&out)[kMaxTasks][8][4]) {
+  const int lane = threadIdx.x % 32;
+  const auto& a = b.a;
+  const int64_t first = ((b.batch * a.kv_heads + b.kv_head) * scratch.splits + b.split) * b.rows;
+  auto* state = reinterpret_cast<float*>(shared + b.layout.row_state());
+  for (int r = threadIdx.x; r < b.rows; r += blockDim.x) {
+    const float maximum = state[3 * r], sum = state[3 * r + 1];
+    if (scratch.splits > 1) {
+      scratch.statistics[(first + r) * 2] = maximum, scratch.statistics[(first + r) * 2 + 1] = sum;
+      continue;
+    }
+    const float* sink = a.sinks != nullptr ? &a.sinks[b.kv_head * b.group + r % b.group] : nullptr;
+    const float overall = sink != nullptr ? fmaxf(maximum, *sink) : maximum;
+    const float weight = maximum == -INFINITY ? 0.0f : __expf(maximum - overall);
+    const float denominator = weight * sum + (sink != nullptr ? __expf(*sink - overall) : 0.0f);
+    state[3 * r + 2] = denominator > 0 ? weight / denominator : 0.0f;  // the row's outputs' factor
+  }
+  __syncthreads();
+  constexpr int kValueTiles = kHeadDim / 64;
+#pragma unroll
+  for (int n = 0; n < kMaxTasks; ++n) {
+    const int task = threadIdx.x / 32 + n * (blockDim.x / 32);
+    if (task >= b.layout.rows_padded / 16 * kValueTiles) break;
+    const int row0 = task / kValueTiles * 16, value0 = task % kValueTiles * 64;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = row0 + lane / 4 + 8 * half;
+      if (r >= b.rows) continue;
+      const int column = value0 + lane % 4 * 2;
+      if (scratch.splits > 1) {
+        float* to = scratch.partial + (first + r) * kHeadDim + column;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          *reinterpret_cast<float2*>(to + 8 * j) = make_float2(out[n][j][2 * half], out[n][j][2 * half + 1]);
+        }
+        continue;
+      }
+      const float factor = state[3 * r + 2];
+      const int head = b.kv_head * b.group + r % b.group;
+      T* to = a.out + ((b.batch * a.tokens + r / b.group) * a.heads + head) * kHeadDim + column;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        to[8 * j] = static_cast<T>(out[n][j][2 * half] * factor);
+        to[8 * j + 1] = static_cast<T>(out[n][j][2 * half + 1] * factor);
+      }
+    }
+  }
+}
+
+// The block walks its split's chunks (split, split + splits, ... from the first slot any query sees), loading the
+// next chunk while it multiplies this one.
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(kMaxWarps * 32) tiled_cached_attention_kernel(CachedAttentionArguments<T> a,
+                                                                              TiledScratch scratch) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  const TileBlock<T, kHeadDim> b(a, scratch.splits);
+  const int64_t first = (a.window > 0 && b.start - a.window + 1 > 0 ? b.start - a.window + 1 : 0) / kChunk + b.split;
+  begin_block(b, first * kChunk <= b.end, shared);
+  if (first * kChunk <= b.end) load_chunk(b, first * kChunk, 0, shared);  // one group with the queries
+  float out[kMaxTasks][8][4] = {};
+  int buffer = 0;
+  for (int64_t chunk = first; chunk * kChunk <= b.end; chunk += scratch.splits, buffer ^= 1) {
+    if ((chunk + scratch.splits) * kChunk <= b.end) {
+      load_chunk(b, (chunk + scratch.splits) * kChunk, buffer ^ 1, shared);
+      wait_copies<1>();
+    } else {
+      wait_copies<0>();
+    }
+    __syncthreads();
+    score_chunk(b, chunk * kChunk, buffer, shared);
+    __syncthreads();
+    softmax_chunk(b, shared);
+    __syncthreads();
+    accumulate_chunk(b, buffer, shared, out);
+    __syncthreads();  // the buffer is free for the chunk after next
+  }
+  __syncthreads();  // the rows' state, where no chunk was this block's
+  write_split(b, scratch, shared, out);
+}
+
+// One block per output row (row of the batch, token, head), kHeadDim / 4 threads of 4 values: the splits' outputs
+// weighed by their maxima against the overall one; `sinks` join the denominator.
+template <typename T, int kHeadDim>
+__global__ void combine_splits_kernel(CachedAttentionArguments<T> a, TiledScratch scratch) {
+  const int head = static_cast<int>(blockIdx.x % a.heads);
+  const int64_t token_row = blockIdx.x / a.heads;  // batch * tokens + token
+  const int group = a.heads / a.kv_heads, rows = group * a.tokens;
+  const int64_t batch = token_row / a.tokens;
+  const int r = static_cast<int>(token_row % a.tokens) * group + head % group;
+  const int64_t first = (batch * a.kv_heads + head / group) * scratch.splits;
+  const float* statistics = scratch.statistics + (first * rows + r) * 2;
+  float overall = a.sinks != nullptr ? a.sinks[head] : -INFINITY;
+  for (int s = 0; s < scratch.splits; ++s) overall = fmaxf(overall, statistics[2 * s * rows]);
+  float denominator = a.sinks != nullptr ? __expf(a.sinks[head] - overall) : 0.0f, numerator[4] = {};
+  for (int s = 0; s < scratch.splits; ++s) {
+    const float maximum = statistics[2 * s * rows];
+    if (maximum == -INFINITY) continue;  // nothing seen: its outputs were never written
+    const float weight = __expf(maximum - overall);
+    denominator += weight * statistics[2 * s * rows + 1];
+    const float4 part = reinterpret_cast<const float4*>(scratch.partial + ((first + s) * rows + r) * kHeadDim)[threadIdx.x];
+    numerator[0] += weight * part.x, numerator[1] += weight * part.y;
+    numerator[2] += weight * part.z, numerator[3] += weight * part.w;
+  }
+  T* to = a.out + (token_row * a.heads + head) * kHeadDim + 4 * threadIdx.x;
+  for (int i = 0; i < 4; ++i) to[i] = static_cast<T>(denominator > 0 ? numerator[i] / denominator : 0.0f);
+}
+
+int64_t rows_padded(int64_t heads, int64_t kv_heads, int64_t tokens) { return (heads / kv_heads * tokens + 15) / 16 * 16; }
+
+template <typename T, int kHeadDim>
+void launch(const CachedAttentionArguments<T>& a, int64_t batch, const TiledScratch& scratch, cudaStream_t stream) {
+  const int64_t padded = rows_padded(a.heads, a.kv_heads, a.tokens);
+  const auto bytes = static_cast<int>(TileLayout{kHeadDim, static_cast<int>(padded)}.bytes());
+  auto kernel = tiled_cached_attention_kernel<T, kHeadDim>;
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  const auto warps = static_cast<int>(std::min<int64_t>(kMaxWarps, padded / 16 * (kChunk / 16)));
+  kernel<<<batch * a.kv_heads * scratch.splits, 32 * warps, bytes, stream>>>(a, scratch);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  if (scratch.splits == 1) return;  // the kernel wrote the outputs
+  combine_splits_kernel<T, kHeadDim><<<batch * a.tokens * a.heads, kHeadDim / 4, 0, stream>>>(a, scratch);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+bool tiled_cached_attention_takes(int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t tokens) {
+  const cudaDeviceProp* device = at::cuda::getCurrentDeviceProperties();
+  if (device->major < 8 || tokens > kCachedAttentionMaxTokens) return false;
+  const int64_t padded = rows_padded(heads, kv_heads, tokens);
+  // Each warp holds at most kMaxTasks output tiles.
+  if (padded / 16 * (head_dim / 64) > int64_t{kMaxTasks} * std::min<int64_t>(kMaxWarps, padded / 16 * (kChunk / 16))) {
+    return false;
+  }
+  return TileLayout{static_cast<int>(head_dim), static_cast<int>(padded)}.bytes() <= device->sharedMemPerBlockOptin;
+}
+
+int tiled_cached_attention_splits(int64_t batch, int64_t kv_heads, int64_t visible) {
+  // About a block per multiprocessor (a block's shared memory is most of one's): at 16 rows of 4 kv heads 2 splits
+  // gave the decode step 4.24-4.26 ms, 1 split 4.28-4.33 and 4 4.33-4.35; at 8 rows 2 splits 3.66, 1 split 3.73.
+  const int64_t chunks = (visible + kChunk - 1) / kChunk;
+  const int64_t splits = at::cuda::getCurrentDeviceProperties()->multiProcessorCount / (batch * kv_heads);
+  return static_cast<int>(std::clamp<int64_t>(splits, 1, chunks));
+}
+
+template <typename T>
+void launch_tiled_cached_attention(const CachedAttentionArguments<T>& a, int64_t head_dim, int64_t batch,
+                                   const TiledScratch& scratch, cudaStream_t stream) {
+  if (head_dim == 64) return launch<T, 64>(a, batch, scratch, stream);
+  if (head_dim == 128) return launch<T, 128>(a, batch, scratch, stream);
+  launch<T, 256>(a, batch, scratch, stream);
+}
+
+template void launch_tiled_cached_attention(const CachedAttentionArguments<c10::BFloat16>&, int64_t, int64_t,
+                                            const TiledScratch&, cudaStream_t);
+template void launch_tiled_cached_attention(const CachedAttentionArguments<c10::Half>&, int64_t, int64_t,
+                                            const TiledScratch&, cudaStream_t);
+
+}  // namespace probekit::model::fused
