@@ -220,7 +220,7 @@ at::Tensor IncrementalReader::join(const std::vector<Sequence>& prompts, int64_t
   // On a GPU, without rows' writes, the prompts run with copies of the last one up to a power of two: cuDNN builds
   // an attention plan for each new number of rows in a pass, which took 100-230 ms where 16 streams arrived as
   // 2 + 14. Passes of powers of two instead (8 + 4 + 2 + 1 of 15) brought 16 streams' first tokens 20-35 ms later
-  // than one padded pass (bench/results/streams_h200_2026-11-30.md).
+  // than one padded pass (bench/results/streams_h200_2026-11-30b.md).
   std::vector<Sequence> padded = prompts;
   if (model_.device().is_cuda() && writes == nullptr) {
     size_t rows = 1;

@@ -157,7 +157,8 @@ namespace {
 
 // The tiled kernel where it takes the shape and the batch has 4 rows or more: at fewer the per-query kernel's
 // blocks (one per query) were the quicker, the Gemma-3-4B-shaped decode step 3.14 against 3.37 ms at one row, 3.34
-// against 3.45 at two, 3.47 against 3.41 at four, 5.51 against 4.28 at 16 (bench/results/streams_h200_2026-11-30.md).
+// against 3.45 at two, 3.47 against 3.41 at four, 5.51 against 4.28 at 16
+// (bench/results/streams_h200_2026-11-30b.md).
 bool tiled_chosen(CachedAttentionKernel kernel, int64_t batch, int64_t heads, int64_t kv_heads, int64_t head_dim,
                   int64_t tokens) {
   if (kernel == CachedAttentionKernel::kPerQuery) return false;

@@ -413,7 +413,8 @@ bool tiled_cached_attention_takes(int64_t heads, int64_t kv_heads, int64_t head_
 
 int tiled_cached_attention_splits(int64_t batch, int64_t kv_heads, int64_t visible) {
   // About a block per multiprocessor (a block's shared memory is most of one's): at 16 rows of 4 kv heads 2 splits
-  // gave the decode step 4.24-4.26 ms, 1 split 4.28-4.33 and 4 4.33-4.35; at 8 rows 2 splits 3.66, 1 split 3.73.
+  // gave the decode step 4.24-4.26 ms, 1 split 4.28-4.33 and 4 4.33-4.35; at 8 rows 4 splits 3.59, 2 splits 3.66
+  // and 1 split 3.73-3.74 (bench/results/streams_h200_2026-11-30b.md).
   const int64_t chunks = (visible + kChunk - 1) / kChunk;
   const int64_t splits = at::cuda::getCurrentDeviceProperties()->multiProcessorCount / (batch * kv_heads);
   return static_cast<int>(std::clamp<int64_t>(splits, 1, chunks));
