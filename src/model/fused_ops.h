@@ -97,12 +97,13 @@ bool cached_attention_serves(const at::Tensor& q, const at::Tensor& k, const at:
 /// (`positions` [B, T] consecutive within a row) are read for its own slots and written into cache_keys /
 /// cache_values [B, kv_heads, capacity, D] at them. `sinks` [heads] (gpt-oss; or undefined): each head's logit in the
 /// softmax's denominator. Returns [B, heads, T, D], a transposed view of token-major memory.
-/// Two kernels: the tiled one (tensor cores, each key and value read once for the queries that share it) where the
-/// device and shape allow, else one block per query; `kernel` picks one (the tests compare both).
+/// Two kernels: the tiled one (tensor cores, each key and value read once for the queries that share it) for
+/// batches of 4 rows or more where the device and shape allow, else one block per query; `kernel` picks one (the
+/// tests compare both).
 enum class CachedAttentionKernel { kChosen, kPerQuery, kTiled };
 /// Whether the tiled kernel takes a pass of `tokens` queries a row over `heads` / `kv_heads` heads of `head_dim` on
-/// the current device: tensor cores of compute capability 8.0, a block's shared memory within the device's, its
-/// output tiles within its warps'.
+/// the current device: tensor cores of compute capability 8.0 or later (and code built for them), a block's shared
+/// memory within the device's, its output tiles within its warps'.
 bool tiled_cached_attention_takes(int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t tokens);
 at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& cache_keys,
                             at::Tensor& cache_values, const at::Tensor& positions, int64_t visible, int64_t window,

@@ -217,21 +217,21 @@ at::Tensor IncrementalReader::join(const std::vector<Sequence>& prompts, int64_t
                                    const model::StreamWrites* writes) {
   c10::InferenceMode inference_mode;
   IncrementalReader arriving(model_, request_, suffix_, writes);
-  // On a GPU, without rows' writes, the prompts run with copies of the last one up to a power of two: cuDNN builds
-  // an attention plan for each new number of rows in a pass, which took 100-230 ms where 16 streams arrived as
-  // 2 + 14. Passes of powers of two instead (8 + 4 + 2 + 1 of 15) brought 16 streams' first tokens 20-35 ms later
-  // than one padded pass (bench/results/streams_h200_2026-11-30b.md).
+  // On a GPU the prompts run with copies of the last one up to a power of two (a multiple of 16 past 16): cuDNN
+  // builds an attention plan for each new number of rows in a pass, which took 100-230 ms where 16 streams arrived
+  // as 2 + 14. Passes of powers of two instead (8 + 4 + 2 + 1 of 15) brought 16 streams' first tokens 20-35 ms
+  // later than one padded pass (bench/results/streams_h200_2026-11-30b.md). Rows' writes (each stream's steering)
+  // have no rows for copies: those prompts run as they come.
   std::vector<Sequence> padded = prompts;
-  if (model_.device().is_cuda() && writes == nullptr) {
+  if (model_.device().is_cuda() && writes == nullptr && prompts.size() > 1) {
     size_t rows = 1;
-    while (rows < prompts.size()) rows *= 2;
-    padded.resize(rows, prompts.back());
+    while (rows < prompts.size() && rows < 16) rows *= 2;
+    padded.resize(std::max(rows, (prompts.size() + 15) / 16 * 16), prompts.back());
   }
   at::Tensor hidden = arriving.start(padded, new_tokens);
   if (padded.size() > prompts.size()) {
-    std::vector<int64_t> kept(prompts.size());
-    std::iota(kept.begin(), kept.end(), int64_t{0});
-    arriving.keep_rows(kept);
+    // The copies leave; the longest prompt stays what it was, as each copy repeats a kept one.
+    arriving.select_rows(at::arange(static_cast<int64_t>(prompts.size()), at::kLong));
     hidden = hidden.narrow(0, 0, static_cast<int64_t>(prompts.size()));
   }
   constexpr int64_t kSlots = 64;
@@ -276,14 +276,17 @@ void IncrementalReader::keep_rows(const std::vector<int64_t>& rows) {
     longest_ = capacity_ = 0;
     return;
   }
-  at::Tensor kept = at::tensor(rows, at::kLong);
+  select_rows(at::tensor(rows, at::kLong));
+  longest_ = lengths_.max().item<int64_t>();
+}
+
+void IncrementalReader::select_rows(const at::Tensor& kept) {
   for (std::vector<at::Tensor>* caches : {&cache_.keys, &cache_.values, &cache_.conv_states, &cache_.recurrent_states}) {
     for (at::Tensor& cache : *caches) {
       if (cache.defined()) cache = cache.index_select(0, kept.to(cache.device()));
     }
   }
   lengths_ = lengths_.index_select(0, kept.to(lengths_.device()));
-  longest_ = lengths_.max().item<int64_t>();
 }
 
 }  // namespace probekit::readout

@@ -49,9 +49,10 @@ class IncrementalReader {
 
   /// Adds `prompts` as new last rows: run together apart from the rows already here (a batch of their own, steered
   /// by `writes`, a row each, may be null) exactly as start() runs them (on a GPU without writes, with copies of
-  /// the last prompt up to a power of two, dropped after), then their keys and values join the others'. The
-  /// cache's capacity is a multiple of 64 large enough for every row, so that a row's steps see the same slots
-  /// however many rows share them. Returns the final norm at each prompt's last token [P, hidden] in fp32.
+  /// the last prompt up to a power of two or a multiple of 16, dropped after), then their keys and values join the
+  /// others'. The cache's capacity is a multiple of 64 large enough for every row, so that a row's steps see the
+  /// same slots however many rows share them. Returns the final norm at each prompt's last token [P, hidden] in
+  /// fp32.
   at::Tensor join(const std::vector<Sequence>& prompts, int64_t new_tokens, const model::StreamWrites* writes);
   /// Keeps only `rows` (ascending row indices), in that order; the others leave.
   void keep_rows(const std::vector<int64_t>& rows);
@@ -63,6 +64,8 @@ class IncrementalReader {
   StepGraphs& graphs() { return graphs_; }
 
  private:
+  /// Keeps the rows `kept` [N] (int64 indices) of the caches and lengths, leaving longest_ as it is.
+  void select_rows(const at::Tensor& kept);
   void check_cache_memory(int64_t batch, double capacity, int64_t new_tokens) const;
   /// Makes the readers of token_reads_ and step_hook_, which gives a step's values to them and to step_reader_.
   void hook_step_readers();

@@ -300,19 +300,19 @@ struct CachedAttentionCase {
 
 // `kernel`'s cached attention against the masked softmax in fp32, with and without sinks, and the cache it writes.
 void check_cached_attention(const CachedAttentionCase& shape, int64_t head_dim, int64_t window, int64_t kv_heads,
-                            fused::CachedAttentionKernel kernel) {
+                            fused::CachedAttentionKernel kernel, at::ScalarType dtype) {
   const int64_t batch = static_cast<int64_t>(shape.starts.size()), tokens = shape.tokens;
   const int64_t capacity = shape.capacity, visible = shape.visible, heads = shape.heads;
-  auto bf16 = kCuda.dtype(at::kBFloat16);
+  auto options = kCuda.dtype(dtype);
   // Token-major keys (as queries_and_keys writes them) and values sliced from a wider projection.
-  at::Tensor q = at::randn({batch, tokens, heads, head_dim}, bf16).transpose(1, 2);
-  at::Tensor k = at::randn({batch, tokens, kv_heads, head_dim}, bf16).transpose(1, 2);
-  at::Tensor v = at::randn({batch, tokens, 3 * kv_heads * head_dim}, bf16)
+  at::Tensor q = at::randn({batch, tokens, heads, head_dim}, options).transpose(1, 2);
+  at::Tensor k = at::randn({batch, tokens, kv_heads, head_dim}, options).transpose(1, 2);
+  at::Tensor v = at::randn({batch, tokens, 3 * kv_heads * head_dim}, options)
                      .narrow(-1, kv_heads * head_dim, kv_heads * head_dim)
                      .view({batch, tokens, kv_heads, head_dim})
                      .transpose(1, 2);
-  at::Tensor cache_keys = at::randn({batch, kv_heads, capacity, head_dim}, bf16);
-  at::Tensor cache_values = at::randn({batch, kv_heads, capacity, head_dim}, bf16);
+  at::Tensor cache_keys = at::randn({batch, kv_heads, capacity, head_dim}, options);
+  at::Tensor cache_values = at::randn({batch, kv_heads, capacity, head_dim}, options);
   at::Tensor start = at::tensor(shape.starts).view({batch, 1});
   at::Tensor positions = (start + at::arange(tokens, at::kLong).view({1, tokens})).to(kCuda.device());
   at::Tensor expected_keys = cache_keys.clone(), expected_values = cache_values.clone();
@@ -326,6 +326,15 @@ void check_cached_attention(const CachedAttentionCase& shape, int64_t head_dim, 
   at::Tensor values = expected_values.narrow(2, 0, visible).repeat_interleave(heads / kv_heads, 1).to(at::kFloat);
   at::Tensor scores = at::matmul(q.to(at::kFloat), keys.transpose(-2, -1)) * scale;
   scores = scores.masked_fill(seen.unsqueeze(1).logical_not(), -INFINITY);
+  if (kernel == fused::CachedAttentionKernel::kTiled &&
+      !fused::tiled_cached_attention_takes(heads, kv_heads, head_dim, tokens)) {
+    // Declined only where its two buffers and the queries' tiles outgrow an H200's shared memory.
+    CHECK(head_dim == 256);
+    CHECK(heads / kv_heads * tokens > 96);
+    at::Tensor keys_in = cache_keys.clone(), values_in = cache_values.clone();
+    CHECK_THROWS(fused::cached_attention(q, k, v, keys_in, values_in, positions, visible, window, scale, {}, kernel));
+    return;
+  }
   // Sinks (gpt-oss): one more logit per head in the denominator, a column without a value.
   at::Tensor sinks = at::randn({heads}, kCuda);
   for (bool with_sinks : {false, true}) {
@@ -349,25 +358,29 @@ void check_cached_attention(const CachedAttentionCase& shape, int64_t head_dim, 
 }  // namespace
 
 TEST_CASE_FIXTURE(KernelsServe, "cached attention writes the keys and values at their positions and attends as a masked softmax") {
-  // A step of 5 tokens; a decode step with the probes' 12-token suffix over the tiled kernel's chunks of 64 slots,
-  // up to 8 query heads a kv head (104 queries: more output tiles than its warps). In each, the last row's last
-  // tokens past the visible slots see only those.
-  const std::vector<CachedAttentionCase> cases{{5, 96, 80, 4, {3, 40, 78}}, {13, 320, 300, 8, {0, 63, 150, 290}}};
+  // Steps of 5 tokens over 80 visible slots (the tiled kernel in two splits and a second kernel combining them) and
+  // over 60 (one split, writing the outputs itself); decode steps with the probes' 12-token suffix over the tiled
+  // kernel's chunks of 64 slots, up to 8 query heads a kv head, and 20 tokens of 8 heads over one (160 queries: more
+  // output tiles than its warps). In each, the last row's last tokens past the visible slots see only those.
+  const std::vector<CachedAttentionCase> cases{{5, 96, 80, 4, {3, 40, 78}},
+                                               {5, 96, 60, 4, {3, 20, 58}},
+                                               {13, 320, 300, 8, {0, 63, 150, 290}},
+                                               {20, 320, 300, 8, {0, 100, 279}}};
   for (auto kernel : {fused::CachedAttentionKernel::kPerQuery, fused::CachedAttentionKernel::kTiled}) {
     for (const CachedAttentionCase& shape : cases) {
       for (int64_t head_dim : {64, 128, 256}) {
         for (int64_t window : {0, 7, 100}) {
           for (int64_t kv_heads : {1, 2, 4}) {
-            CAPTURE(static_cast<int>(kernel));
-            CAPTURE(shape.tokens);
-            CAPTURE(head_dim);
-            CAPTURE(window);
-            CAPTURE(kv_heads);
-            if (kernel == fused::CachedAttentionKernel::kTiled &&
-                !fused::tiled_cached_attention_takes(shape.heads, kv_heads, head_dim, shape.tokens)) {
-              continue;  // 8 heads of 256 over one: its two buffers of keys and values and 112 queries' tiles
+            for (at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
+              CAPTURE(static_cast<int>(kernel));
+              CAPTURE(shape.tokens);
+              CAPTURE(shape.visible);
+              CAPTURE(head_dim);
+              CAPTURE(window);
+              CAPTURE(kv_heads);
+              CAPTURE(dtype);
+              check_cached_attention(shape, head_dim, window, kv_heads, kernel, dtype);
             }
-            check_cached_attention(shape, head_dim, window, kv_heads, kernel);
           }
         }
       }

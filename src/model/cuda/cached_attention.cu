@@ -1,5 +1,5 @@
-// cached_attention: generation's attention over its KV cache in one kernel, which also writes the pass's keys and
-// values into the cache.
+// cached_attention: generation's attention over its KV cache, which also writes the pass's keys and values into the
+// cache: the per-query kernel here, and the dispatch between it and the tiled kernel (cached_attention_tiled.cu).
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 

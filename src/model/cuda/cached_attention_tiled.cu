@@ -9,7 +9,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cstring>
 #include <type_traits>
 
 #include "model/cuda/cached_attention.cuh"
@@ -62,6 +61,8 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // tiled_cached_attention_takes declines code built for older devices
 #endif
 }
 
@@ -76,6 +77,8 @@ __device__ __forceinline__ void copy_async(void* to, const void* from, bool real
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const auto address = static_cast<unsigned>(__cvta_generic_to_shared(to));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(from), "r"(real ? 16 : 0));
+#elif defined(__CUDA_ARCH__)
+  __trap();
 #endif
 }
 
@@ -278,12 +281,12 @@ __device__ void write_split(const TileBlock<T, kHeadDim>& b, const TiledScratch&
                             const float (&out)[kMaxTasks][8][4]) {
   const int lane = threadIdx.x % 32;
   const auto& a = b.a;
-  const int64_t first = ((b.batch * a.kv_heads + b.kv_head) * scratch.splits + b.split) * b.rows;
+  const int64_t scratch_row = ((b.batch * a.kv_heads + b.kv_head) * scratch.splits + b.split) * b.rows;
   auto* state = reinterpret_cast<float*>(shared + b.layout.row_state());
   for (int r = threadIdx.x; r < b.rows; r += blockDim.x) {
     const float maximum = state[3 * r], sum = state[3 * r + 1];
     if (scratch.splits > 1) {
-      scratch.statistics[(first + r) * 2] = maximum, scratch.statistics[(first + r) * 2 + 1] = sum;
+      scratch.statistics[(scratch_row + r) * 2] = maximum, scratch.statistics[(scratch_row + r) * 2 + 1] = sum;
       continue;
     }
     const float* sink = a.sinks != nullptr ? &a.sinks[b.kv_head * b.group + r % b.group] : nullptr;
@@ -305,7 +308,7 @@ __device__ void write_split(const TileBlock<T, kHeadDim>& b, const TiledScratch&
       if (r >= b.rows) continue;
       const int column = value0 + lane % 4 * 2;
       if (scratch.splits > 1) {
-        float* to = scratch.partial + (first + r) * kHeadDim + column;
+        float* to = scratch.partial + (scratch_row + r) * kHeadDim + column;
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
           *reinterpret_cast<float2*>(to + 8 * j) = make_float2(out[n][j][2 * half], out[n][j][2 * half + 1]);
@@ -331,12 +334,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tiled_cached_attention_kernel(
                                                                               TiledScratch scratch) {
   extern __shared__ __align__(16) unsigned char shared[];
   const TileBlock<T, kHeadDim> b(a, scratch.splits);
-  const int64_t first = (a.window > 0 && b.start - a.window + 1 > 0 ? b.start - a.window + 1 : 0) / kChunk + b.split;
-  begin_block(b, first * kChunk <= b.end, shared);
-  if (first * kChunk <= b.end) load_chunk(b, first * kChunk, 0, shared);  // one group with the queries
+  const int64_t first_slot = a.window > 0 && b.start - a.window + 1 > 0 ? b.start - a.window + 1 : 0;
+  const int64_t first_chunk = first_slot / kChunk + b.split;
+  begin_block(b, first_chunk * kChunk <= b.end, shared);
+  if (first_chunk * kChunk <= b.end) load_chunk(b, first_chunk * kChunk, 0, shared);  // one group with the queries
   float out[kMaxTasks][8][4] = {};
   int buffer = 0;
-  for (int64_t chunk = first; chunk * kChunk <= b.end; chunk += scratch.splits, buffer ^= 1) {
+  for (int64_t chunk = first_chunk; chunk * kChunk <= b.end; chunk += scratch.splits, buffer ^= 1) {
     if ((chunk + scratch.splits) * kChunk <= b.end) {
       load_chunk(b, (chunk + scratch.splits) * kChunk, buffer ^ 1, shared);
       wait_copies<1>();
@@ -364,17 +368,18 @@ __global__ void combine_splits_kernel(CachedAttentionArguments<T> a, TiledScratc
   const int group = a.heads / a.kv_heads, rows = group * a.tokens;
   const int64_t batch = token_row / a.tokens;
   const int r = static_cast<int>(token_row % a.tokens) * group + head % group;
-  const int64_t first = (batch * a.kv_heads + head / group) * scratch.splits;
-  const float* statistics = scratch.statistics + (first * rows + r) * 2;
+  const int64_t first_split = (batch * a.kv_heads + head / group) * scratch.splits;
+  const float* statistics = scratch.statistics + (first_split * rows + r) * 2;
   float overall = a.sinks != nullptr ? a.sinks[head] : -INFINITY;
   for (int s = 0; s < scratch.splits; ++s) overall = fmaxf(overall, statistics[2 * s * rows]);
   float denominator = a.sinks != nullptr ? __expf(a.sinks[head] - overall) : 0.0f, numerator[4] = {};
   for (int s = 0; s < scratch.splits; ++s) {
     const float maximum = statistics[2 * s * rows];
-    if (maximum == -INFINITY) continue;  // nothing seen: its outputs were never written
+    if (maximum == -INFINITY) continue;  // nothing seen (zeros): its weight would be exp(-inf - -inf), NaN
     const float weight = __expf(maximum - overall);
     denominator += weight * statistics[2 * s * rows + 1];
-    const float4 part = reinterpret_cast<const float4*>(scratch.partial + ((first + s) * rows + r) * kHeadDim)[threadIdx.x];
+    const float* split_row = scratch.partial + ((first_split + s) * rows + r) * kHeadDim;
+    const float4 part = reinterpret_cast<const float4*>(split_row)[threadIdx.x];
     numerator[0] += weight * part.x, numerator[1] += weight * part.y;
     numerator[2] += weight * part.z, numerator[3] += weight * part.w;
   }
@@ -384,36 +389,51 @@ __global__ void combine_splits_kernel(CachedAttentionArguments<T> a, TiledScratc
 
 int64_t rows_padded(int64_t heads, int64_t kv_heads, int64_t tokens) { return (heads / kv_heads * tokens + 15) / 16 * 16; }
 
+// A warp per 16 queries x 16 slots of a chunk's scores, at most kMaxWarps.
+int block_warps(int64_t padded) { return static_cast<int>(std::min<int64_t>(kMaxWarps, padded / 16 * (kChunk / 16))); }
+
 template <typename T, int kHeadDim>
 void launch(const CachedAttentionArguments<T>& a, int64_t batch, const TiledScratch& scratch, cudaStream_t stream) {
   const int64_t padded = rows_padded(a.heads, a.kv_heads, a.tokens);
   const auto bytes = static_cast<int>(TileLayout{kHeadDim, static_cast<int>(padded)}.bytes());
   auto kernel = tiled_cached_attention_kernel<T, kHeadDim>;
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  const auto warps = static_cast<int>(std::min<int64_t>(kMaxWarps, padded / 16 * (kChunk / 16)));
-  kernel<<<batch * a.kv_heads * scratch.splits, 32 * warps, bytes, stream>>>(a, scratch);
+  const cudaError_t set = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  TORCH_CHECK(set == cudaSuccess, "cached_attention: the tiled kernel's ", bytes, " bytes of shared memory: ",
+              cudaGetErrorString(set));
+  const auto blocks = static_cast<unsigned>(batch * a.kv_heads * scratch.splits);
+  kernel<<<blocks, 32 * block_warps(padded), bytes, stream>>>(a, scratch);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (scratch.splits == 1) return;  // the kernel wrote the outputs
-  combine_splits_kernel<T, kHeadDim><<<batch * a.tokens * a.heads, kHeadDim / 4, 0, stream>>>(a, scratch);
+  const auto rows = static_cast<unsigned>(batch * a.tokens * a.heads);
+  combine_splits_kernel<T, kHeadDim><<<rows, kHeadDim / 4, 0, stream>>>(a, scratch);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// Whether the kernel was compiled for tensor cores' mma.sync and cp.async (PTX of compute capability 8.0 or later):
+// code for an older one, run on a newer device by the driver's JIT, would stop at __trap.
+bool compiled_for_tensor_cores() {
+  cudaFuncAttributes attributes{};
+  return cudaFuncGetAttributes(&attributes, tiled_cached_attention_kernel<c10::BFloat16, 128>) == cudaSuccess &&
+         attributes.ptxVersion >= 80;
 }
 
 }  // namespace
 
 bool tiled_cached_attention_takes(int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t tokens) {
+  if (kv_heads < 1 || heads % kv_heads != 0 || tokens < 1 || tokens > kCachedAttentionMaxTokens) return false;
+  if (head_dim != 64 && head_dim != 128 && head_dim != 256) return false;
+  static const bool compiled = compiled_for_tensor_cores();
   const cudaDeviceProp* device = at::cuda::getCurrentDeviceProperties();
-  if (device->major < 8 || tokens > kCachedAttentionMaxTokens) return false;
+  if (!compiled || device->major < 8) return false;
   const int64_t padded = rows_padded(heads, kv_heads, tokens);
   // Each warp holds at most kMaxTasks output tiles.
-  if (padded / 16 * (head_dim / 64) > int64_t{kMaxTasks} * std::min<int64_t>(kMaxWarps, padded / 16 * (kChunk / 16))) {
-    return false;
-  }
+  if (padded / 16 * (head_dim / 64) > int64_t{kMaxTasks} * block_warps(padded)) return false;
   return TileLayout{static_cast<int>(head_dim), static_cast<int>(padded)}.bytes() <= device->sharedMemPerBlockOptin;
 }
 
 int tiled_cached_attention_splits(int64_t batch, int64_t kv_heads, int64_t visible) {
   // About a block per multiprocessor (a block's shared memory is most of one's): at 16 rows of 4 kv heads 2 splits
-  // gave the decode step 4.24-4.26 ms, 1 split 4.28-4.33 and 4 4.33-4.35; at 8 rows 4 splits 3.59, 2 splits 3.66
+  // gave the decode step 4.24-4.26 ms, 1 split 4.28-4.33 and 3 4.33-4.35; at 8 rows 3 splits 3.59, 2 splits 3.66
   // and 1 split 3.73-3.74 (bench/results/streams_h200_2026-11-30b.md).
   const int64_t chunks = (visible + kChunk - 1) / kChunk;
   const int64_t splits = at::cuda::getCurrentDeviceProperties()->multiProcessorCount / (batch * kv_heads);
