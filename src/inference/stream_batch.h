@@ -1,8 +1,9 @@
 // Continuous batching of generation streams (the server's): every open stream decodes in one forward per step.
 // Streams join between two steps (the prompts arriving together run in one pass of their own first, as a
-// generation of those prompts runs them) and leave when they end; each keeps its own positions, cache rows, sampler and steering row, so that it gives what it
-// gives alone. Steps are pipelined: the next step goes to the device before this one's tokens reach the host, so
-// the device computes while the host hands tokens out (and launches a step's graph), never idle between steps.
+// generation of those prompts runs them) and leave when they end; each keeps its own positions, cache rows, sampler
+// and steering row, so that it gives what it gives alone. Steps are pipelined: the next step goes to the device
+// before this one's tokens reach the host, so the device computes while the host hands tokens out (and launches a
+// step's graph), never idle between steps.
 // A stream's monitors watch its tokens' scores and act on that stream alone (monitor/actions.h): a stop ends it
 // before the token that fired, a steer changes its row of the writes from its next token on (while such a monitor
 // waits, steps are not launched ahead, so that the next token's pass is the first steered).
