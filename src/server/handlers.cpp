@@ -226,7 +226,8 @@ Json info_response(const ServerContext& context, int64_t open_streams, bool gene
                       {"max_queued_texts", l.max_queued_texts}, {"request_timeout_s", l.request_timeout_s}}},
           {"stats", {{"cycles", stats.cycles}, {"texts_scored", stats.texts_scored},
                      {"batched_requests", stats.batched_requests}, {"exclusive_jobs", stats.exclusive_jobs},
-                     {"streams_joined", stats.streams_joined}, {"decode_steps", stats.decode_steps},
+                     {"streams_joined", stats.streams_joined}, {"joins", stats.joins},
+                     {"decode_steps", stats.decode_steps},
                      {"largest_batch", stats.largest_batch},
                      {"open_streams", open_streams}}}};
 }

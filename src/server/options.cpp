@@ -49,6 +49,12 @@ void add_server_flags(CLI::App& app, ServerOptions& o) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--max-streams", l.max_streams, "Most /v1/generate streams open at once")->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1000}));
+  app.add_option("--join-window", o.join_window_ms,
+                 "Milliseconds a worker with no stream decoding waits, after a stream arrives, for more arriving within "
+                 "that time of each other (at most 10 times it in all), so that streams started together begin in one "
+                 "pass over their prompts; 0: none")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1000.0));
   app.add_option("--max-queued-texts", l.max_queued_texts, "Most texts waiting for the device, all requests together")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));

@@ -22,6 +22,7 @@ struct ServerOptions {
   int http_threads = 16;  // --http-threads: requests answered at once, streams included
   int64_t max_connections = 512;  // --max-connections: open at once; past it new clients wait to be accepted
   double client_timeout_s = 10;   // --client-timeout: for a request's headers and body, and for an idle connection
+  double join_window_ms = 2;      // --join-window: how long an idle worker waits for streams arriving together
   Limits limits;
 };
 

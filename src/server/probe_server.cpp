@@ -73,7 +73,8 @@ ProbeServer::ProbeServer(const ServerOptions& options)
       engine_(load_engine(options)),
       chat_model_(ChatModel::load(options.engine.model_dir.empty() ? engine_.model_dir() : options.engine.model_dir,
                                   engine_.model_dir())) {
-  scheduler_ = std::make_unique<Scheduler>(engine_, options_.limits.max_queued_texts);
+  scheduler_ = std::make_unique<Scheduler>(engine_, options_.limits.max_queued_texts,
+                                           std::chrono::duration<double, std::milli>(options_.join_window_ms));
   http_ = std::make_unique<HttpService>(service_options(options_));
   routes_ = routes();
   add_error_handlers();

@@ -19,8 +19,8 @@ RequestError timeout_error() {
 
 void fail_timeout() { throw timeout_error(); }
 
-Scheduler::Scheduler(const inference::Engine& engine, int64_t max_queued_texts)
-    : engine_(engine), max_queued_texts_(max_queued_texts), worker_([this] { work(); }) {}
+Scheduler::Scheduler(const inference::Engine& engine, int64_t max_queued_texts, std::chrono::duration<double> join_window)
+    : engine_(engine), max_queued_texts_(max_queued_texts), join_window_(join_window), worker_([this] { work(); }) {}
 
 Scheduler::~Scheduler() {
   stop();
@@ -137,11 +137,31 @@ bool Scheduler::take_queued(std::vector<std::unique_ptr<Job>>& jobs, bool stream
   wake_.wait(lock, [&] { return stopping_ || streaming || (!queue_.empty() && holds_ == 0); });
   if (stopping_) return false;
   if (queue_.empty() || holds_ > 0) return true;
+  take_all(jobs);
+  ++stats_.cycles;
+  return true;
+}
+
+void Scheduler::take_all(std::vector<std::unique_ptr<Job>>& jobs) {
   for (auto& job : queue_) jobs.push_back(std::move(job));
   queue_.clear();
   queued_texts_ = 0;
-  ++stats_.cycles;
-  return true;
+}
+
+// 16 clients started together reached an idle worker over a few milliseconds: the first one's prompt ran alone
+// (13 ms) while the other 15 waited for it, and their first tokens came 20 ms later than in one pass
+// (bench/results/streams_h200_2026-11-30c.md). A stream arriving alone waits one window.
+void Scheduler::gather_arrivals(std::vector<std::unique_ptr<Job>>& jobs) {
+  const bool stream = std::any_of(jobs.begin(), jobs.end(), [](const auto& job) { return job && job->generation; });
+  if (!stream || join_window_ <= std::chrono::duration<double>::zero()) return;
+  const auto window = std::chrono::duration_cast<Clock::duration>(join_window_);
+  const Clock::time_point last = Clock::now() + 10 * window;
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    const Clock::time_point until = std::min(last, Clock::now() + window);
+    if (!wake_.wait_until(lock, until, [&] { return stopping_ || (!queue_.empty() && holds_ == 0); })) return;
+    take_all(jobs);
+  }
 }
 
 void Scheduler::work() {
@@ -149,6 +169,7 @@ void Scheduler::work() {
   while (true) {
     std::vector<std::unique_ptr<Job>> jobs;
     if (!take_queued(jobs, batch && !batch->empty())) break;
+    if (!batch || batch->empty()) gather_arrivals(jobs);
     drop_expired(jobs);
     serve_rankings(jobs);
     for (auto& job : jobs) {
@@ -211,6 +232,7 @@ bool Scheduler::join_streams(std::vector<std::unique_ptr<Job>>& jobs, std::uniqu
                 std::chrono::duration<double, std::milli>(Clock::now() - started).count());
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.streams_joined += static_cast<int64_t>(joined);
+  stats_.joins += joined > 0 ? 1 : 0;
   return joined > 0;
 }
 

@@ -33,13 +33,16 @@ struct SchedulerStats {
   int64_t batched_requests = 0;  // ranking requests served
   int64_t exclusive_jobs = 0;   // per-token jobs run
   int64_t streams_joined = 0;   // generation streams that joined the decode batch
+  int64_t joins = 0;            // times arriving streams joined it (their prompts in one pass)
   int64_t decode_steps = 0;     // decode steps (one forward for every open stream)
   int64_t largest_batch = 0;    // the most streams one step decoded
 };
 
 class Scheduler {
  public:
-  Scheduler(const inference::Engine& engine, int64_t max_queued_texts);
+  /// `join_window`: see gather_arrivals (zero: none).
+  Scheduler(const inference::Engine& engine, int64_t max_queued_texts,
+            std::chrono::duration<double> join_window = std::chrono::duration<double>::zero());
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -98,6 +101,11 @@ class Scheduler {
   std::shared_ptr<std::atomic<bool>> enqueue_alone(std::function<void(std::exception_ptr)> job, Clock::time_point deadline);
   void work();
   bool take_queued(std::vector<std::unique_ptr<Job>>& jobs, bool streaming);
+  /// Moves the queue into `jobs`; the caller holds mutex_.
+  void take_all(std::vector<std::unique_ptr<Job>>& jobs);
+  /// With no stream decoding and a stream among `jobs`, takes what arrives while arrivals keep coming within
+  /// join_window_ of each other (at most 10 windows in all).
+  void gather_arrivals(std::vector<std::unique_ptr<Job>>& jobs);
   void serve_rankings(std::vector<std::unique_ptr<Job>>& jobs);
   /// Whether a stream joined.
   bool join_streams(std::vector<std::unique_ptr<Job>>& jobs, std::unique_ptr<inference::StreamBatch>& batch);
@@ -112,6 +120,7 @@ class Scheduler {
 
   const inference::Engine& engine_;
   int64_t max_queued_texts_;
+  std::chrono::duration<double> join_window_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::unique_ptr<Job>> queue_;

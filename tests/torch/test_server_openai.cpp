@@ -236,6 +236,29 @@ TEST_CASE("probe_server: four streams started together decode in one batch, each
   CHECK(alone[3].back()["steered"] == true);
 }
 
+// 16 clients started together reached an idle worker over a few milliseconds, and the first one's prompt ran alone.
+TEST_CASE("probe_server: streams arriving at an idle worker within --join-window of each other join in one pass") {
+  TempDir tmp;
+  server::ServerOptions o = options_for(train_probes(tmp));
+  o.join_window_ms = 400;  // far above the clients' spacing below, whatever this machine's load
+  RunningServer s(o);
+  const server::SchedulerStats before = s.server().scheduler().stats();
+  std::vector<std::pair<int, std::string>> answers(3);
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < answers.size(); ++i) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    clients.emplace_back([&, i] {
+      answers[i] = post_streamed(s, "/v1/generate", {{"prompt", "Once upon a time"}, {"max_new_tokens", 2}, {"stop", false}});
+    });
+  }
+  for (std::thread& client : clients) client.join();
+  for (const auto& [status, body] : answers) CHECK_MESSAGE(status == 200, body);
+  const server::SchedulerStats after = s.server().scheduler().stats();
+  CHECK(after.streams_joined - before.streams_joined == 3);
+  CHECK(after.joins - before.joins == 1);
+  CHECK(after.largest_batch == 3);
+}
+
 // Steps are pipelined (the next launched before this one's tokens are handed out): a stream joining while another
 // has a step in flight starts at the next launch, and both give what they give alone.
 TEST_CASE("probe_server: a stream that joins while another decodes gives what it gives alone, and so does the other" * doctest::test_suite("numeric")) {

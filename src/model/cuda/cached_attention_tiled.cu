@@ -44,6 +44,13 @@ struct TileLayout {
   // Each token's first and last visible slot (int64).
   __host__ __device__ size_t bounds() const { return row_state() + size_t(rows_padded) * 3 * 4; }
   __host__ __device__ size_t bytes() const { return bounds() + 2 * kCachedAttentionMaxTokens * 8; }
+  // The calling warp's n-th output tile (16 queries x 64 values): its first query row and first value, or false
+  // where the warp has no n-th tile.
+  __device__ bool output_tile(int n, int& row0, int& value0) const {
+    const int value_tiles = head_dim / 64, task = threadIdx.x / 32 + n * (blockDim.x / 32);
+    row0 = task / value_tiles * 16, value0 = task % value_tiles * 64;
+    return task < rows_padded / 16 * value_tiles;
+  }
 };
 
 // d += a b on the tensor cores: a 16 x 16 tile of T (row-major fragment), b 16 x 8 (column-major), d fp32.
@@ -66,10 +73,35 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[
 #endif
 }
 
-// Two adjacent elements of a shared-memory row as one fragment register.
+// Four 8 x 8 matrices of 16-bit elements from shared memory, each row 16 contiguous bytes whose address lane
+// 8 m + r gives (matrix m, row r): register m of each lane holds its fragment of matrix m, the lane's row lane / 4 and
+// columns 2 (lane % 4) + {0, 1}, or with kTransposed those rows of column lane / 4. One instruction where loading
+// each register's pair (or, transposed, each element) took one of its own.
+template <bool kTransposed>
+__device__ __forceinline__ void load_matrices(uint32_t (&r)[4], const void* row_address) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto address = static_cast<unsigned>(__cvta_generic_to_shared(row_address));
+  if constexpr (kTransposed) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address));
+  }
+#elif defined(__CUDA_ARCH__)
+  __trap();
+#endif
+}
+
+// The row this lane addresses in load_matrices for a row-major 16 x 16 tile at (row0, column0) of a matrix with
+// rows `row` elements apart, as mma_m16n8k16's a operand takes it: matrices (rows 0-7, columns 0-7), (8-15, 0-7),
+// (0-7, 8-15), (8-15, 8-15).
 template <typename T>
-__device__ __forceinline__ uint32_t pair_at(const T* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
+__device__ __forceinline__ const T* a_tile_row(const T* matrix, int row, int row0, int column0) {
+  const int lane = threadIdx.x % 32;
+  return matrix + (row0 + lane % 8 + 8 * (lane / 8 % 2)) * row + column0 + 8 * (lane / 16);
 }
 
 // 16 bytes from global to shared memory without passing through registers; zeros where !real (nothing is read).
@@ -190,15 +222,18 @@ __device__ void score_chunk(const TileBlock<T, kHeadDim>& b, int64_t chunk_start
   constexpr int kSlotTiles = kChunk / 16;
   for (int task = threadIdx.x / 32; task < b.layout.rows_padded / 16 * kSlotTiles; task += blockDim.x / 32) {
     const int row0 = task / kSlotTiles * 16, slot0 = task % kSlotTiles * 16;
-    const T* q = queries + (row0 + lane / 4) * row + lane % 4 * 2;
-    const T* k = keys + (slot0 + lane / 4) * row + lane % 4 * 2;
+    const T* q = a_tile_row(queries, row, row0, 0);
+    // The keys' rows are the slots: matrices (slots 0-7, dims 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15) give
+    // b0 and b1 of slots 0-7, then of slots 8-15.
+    const T* k = keys + (slot0 + lane % 8 + 8 * (lane / 16)) * row + 8 * (lane / 8 % 2);
     float d[2][4] = {};
 #pragma unroll 4
     for (int k0 = 0; k0 < kHeadDim; k0 += 16) {
-      const uint32_t fragment[4] = {pair_at(q + k0), pair_at(q + 8 * row + k0), pair_at(q + k0 + 8),
-                                    pair_at(q + 8 * row + k0 + 8)};
-      mma_m16n8k16<T>(d[0], fragment, pair_at(k + k0), pair_at(k + k0 + 8));
-      mma_m16n8k16<T>(d[1], fragment, pair_at(k + 8 * row + k0), pair_at(k + 8 * row + k0 + 8));
+      uint32_t fragment[4], b[4];
+      load_matrices<false>(fragment, q + k0);
+      load_matrices<false>(b, k + k0);
+      mma_m16n8k16<T>(d[0], fragment, b[0], b[1]);
+      mma_m16n8k16<T>(d[1], fragment, b[2], b[3]);
     }
 #pragma unroll
     for (int i = 0; i < 8; ++i) {  // fragment element i: slots tile i / 4, query row + 8 (i / 2 % 2), slot + i % 2
@@ -244,31 +279,30 @@ template <typename T, int kHeadDim>
 __device__ void accumulate_chunk(const TileBlock<T, kHeadDim>& b, int buffer, unsigned char* shared,
                                  float (&out)[kMaxTasks][8][4]) {
   const int lane = threadIdx.x % 32, row = b.layout.row();
-  const auto* values = reinterpret_cast<const uint16_t*>(shared + b.layout.values(buffer));
+  const T* values = reinterpret_cast<const T*>(shared + b.layout.values(buffer));
   const T* probabilities = reinterpret_cast<const T*>(shared + b.layout.probabilities());
   const auto* state = reinterpret_cast<const float*>(shared + b.layout.row_state());
-  constexpr int kValueTiles = kHeadDim / 64;
 #pragma unroll
   for (int n = 0; n < kMaxTasks; ++n) {
-    const int task = threadIdx.x / 32 + n * (blockDim.x / 32);
-    if (task >= b.layout.rows_padded / 16 * kValueTiles) break;
-    const int row0 = task / kValueTiles * 16, value0 = task % kValueTiles * 64;
+    int row0, value0;
+    if (!b.layout.output_tile(n, row0, value0)) break;
     const float low = state[3 * (row0 + lane / 4) + 2], high = state[3 * (row0 + lane / 4 + 8) + 2];
 #pragma unroll
     for (int j = 0; j < 8; ++j) out[n][j][0] *= low, out[n][j][1] *= low, out[n][j][2] *= high, out[n][j][3] *= high;
-    const T* p = probabilities + (row0 + lane / 4) * TileLayout::kProbabilityRow + lane % 4 * 2;
-    const uint16_t* v = values + lane % 4 * 2 * row + value0 + lane / 4;
+    const T* p = a_tile_row(probabilities, TileLayout::kProbabilityRow, row0, 0);
+    // The values' rows are the slots, transposed: matrices (slots 0-7, values 0-7), (8-15, 0-7), (0-7, 8-15),
+    // (8-15, 8-15) give b0 and b1 of values 0-7, then of values 8-15.
+    const T* v = a_tile_row(values, row, 0, value0);
 #pragma unroll
     for (int k0 = 0; k0 < kChunk; k0 += 16) {
-      constexpr int kBelow = 8 * TileLayout::kProbabilityRow;
-      const uint32_t fragment[4] = {pair_at(p + k0), pair_at(p + kBelow + k0), pair_at(p + k0 + 8),
-                                    pair_at(p + kBelow + k0 + 8)};
-      const uint16_t* slots = v + k0 * row;  // slot k0 + 2 (lane % 4), value value0 + lane / 4
+      uint32_t fragment[4];
+      load_matrices<false>(fragment, p + k0);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const uint32_t b0 = slots[8 * j] | static_cast<uint32_t>(slots[row + 8 * j]) << 16;
-        const uint32_t b1 = slots[8 * row + 8 * j] | static_cast<uint32_t>(slots[9 * row + 8 * j]) << 16;
-        mma_m16n8k16<T>(out[n][j], fragment, b0, b1);
+      for (int j = 0; j < 8; j += 2) {
+        uint32_t b[4];
+        load_matrices<true>(b, v + k0 * row + 8 * j);
+        mma_m16n8k16<T>(out[n][j], fragment, b[0], b[1]);
+        mma_m16n8k16<T>(out[n][j + 1], fragment, b[2], b[3]);
       }
     }
   }
@@ -296,12 +330,10 @@ __device__ void write_split(const TileBlock<T, kHeadDim>& b, const TiledScratch&
     state[3 * r + 2] = denominator > 0 ? weight / denominator : 0.0f;  // the row's outputs' factor
   }
   __syncthreads();
-  constexpr int kValueTiles = kHeadDim / 64;
 #pragma unroll
   for (int n = 0; n < kMaxTasks; ++n) {
-    const int task = threadIdx.x / 32 + n * (blockDim.x / 32);
-    if (task >= b.layout.rows_padded / 16 * kValueTiles) break;
-    const int row0 = task / kValueTiles * 16, value0 = task % kValueTiles * 64;
+    int row0, value0;
+    if (!b.layout.output_tile(n, row0, value0)) break;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int r = row0 + lane / 4 + 8 * half;

@@ -25,22 +25,38 @@ __device__ __forceinline__ void store(T* p, int64_t i, float v) {
   p[i] = static_cast<T>(v);
 }
 
-// Sum of `value` over the block; every thread gets the result.
-__device__ float block_sum(float value) {
-  __shared__ float partial[32];
-  __shared__ float total;
-  __syncthreads();  // every thread has read the previous call's total before it is overwritten
-  int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_down_sync(0xffffffff, value, offset);
-  if (lane == 0) partial[warp] = value;
-  __syncthreads();
-  if (warp == 0) {
-    value = lane < (blockDim.x + 31) / 32 ? partial[lane] : 0.0f;
-    for (int offset = 16; offset > 0; offset /= 2) value += __shfl_down_sync(0xffffffff, value, offset);
-    if (lane == 0) total = value;
+// Sums of kCount values over the block, each reduced in the same order as block_sum's one (the same bits); every
+// thread gets the results. Reducing several at once waits on the block's barriers once for all of them.
+template <int kCount>
+__device__ void block_sums(float (&values)[kCount]) {
+  __shared__ float partial[kCount][32];
+  __shared__ float total[kCount];
+  __syncthreads();  // every thread has read the previous call's totals before they are overwritten
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int c = 0; c < kCount; ++c) {
+    for (int offset = 16; offset > 0; offset /= 2) values[c] += __shfl_down_sync(0xffffffff, values[c], offset);
+    if (lane == 0) partial[c][warp] = values[c];
   }
   __syncthreads();
-  return total;
+  if (warp == 0) {
+#pragma unroll
+    for (int c = 0; c < kCount; ++c) {
+      float value = lane < (blockDim.x + 31) / 32 ? partial[c][lane] : 0.0f;
+      for (int offset = 16; offset > 0; offset /= 2) value += __shfl_down_sync(0xffffffff, value, offset);
+      if (lane == 0) total[c] = value;
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int c = 0; c < kCount; ++c) values[c] = total[c];
+}
+
+// Sum of `value` over the block; every thread gets the result.
+__device__ float block_sum(float value) {
+  float values[1] = {value};
+  block_sums(values);
+  return values[0];
 }
 
 // kCount values, loaded and stored as one vector access.

@@ -100,19 +100,50 @@ __device__ __forceinline__ float load_quads(const T* row, float (&v)[kQuads][4],
   return squares;
 }
 
-// The end of the register kernels' RMS norm: a row's quads v (this thread's), whose squares it summed, written
-// normalized and scaled by `weight` into out_row. One function for both kernels keeps their arithmetic the same.
+// A weight's quads for this thread (t, t + blockDim.x, ...), ones for a null weight. Rows of up to 4 quads a thread
+// hold them in registers, loaded with the row before any reduction, so that no reduction then waits on memory; longer
+// rows (no registers to spare) read them where they are used.
+template <int kQuads>
+struct WeightQuads {
+  static constexpr bool kHeld = kQuads <= 4;
+  const float* weight;
+  float4 held[kHeld ? kQuads : 1];
+  __device__ WeightQuads(const float* w, int quads) : weight(w) {
+    if constexpr (kHeld) {
+#pragma unroll
+      for (int q = 0; q < kQuads; ++q) held[q] = read(threadIdx.x + q * blockDim.x, quads);
+    }
+  }
+  __device__ float4 read(int i, int quads) const {
+    return weight != nullptr && i < quads ? reinterpret_cast<const float4*>(weight)[i] : float4{1, 1, 1, 1};
+  }
+  // Quad q of this thread, whose index in the row is i.
+  __device__ float4 at(int q, int i, int quads) const {
+    if constexpr (kHeld) return held[q];
+    return read(i, quads);
+  }
+};
+
+// The RMS norm's factor of a row of `width` whose squares sum to `squares` (summed over the block).
+__device__ __forceinline__ float rms_scale(float squares, int64_t width, float eps) {
+  return rsqrtf(squares / static_cast<float>(width) + eps);
+}
+
+// The end of the register kernels' RMS norm: a row's quads v (this thread's), whose squares the block summed into
+// `squares`, written normalized and scaled by `weight` into out_row. One function for both kernels keeps their
+// arithmetic the same.
 template <typename Out, int kQuads>
-__device__ __forceinline__ void store_normalized(const float (&v)[kQuads][4], float squares, const float* weight,
-                                                 Out* out_row, int64_t width, float eps) {
-  const float scale = rsqrtf(block_sum(squares) / static_cast<float>(width) + eps);
+__device__ __forceinline__ void store_normalized(const float (&v)[kQuads][4], float squares,
+                                                 const WeightQuads<kQuads>& weight, Out* out_row, int64_t width,
+                                                 float eps) {
+  const float scale = rms_scale(squares, width, eps);
   const int quads = static_cast<int>(width / 4);
   auto* normed = reinterpret_cast<Quad<Out>*>(out_row);
 #pragma unroll
   for (int q = 0; q < kQuads; ++q) {
     const int i = threadIdx.x + q * blockDim.x;
     if (i >= quads) continue;
-    const float4 w = reinterpret_cast<const float4*>(weight)[i];
+    const float4 w = weight.at(q, i, quads);
     Quad<Out> result;
     result.v[0] = static_cast<Out>(v[q][0] * scale * w.x);
     result.v[1] = static_cast<Out>(v[q][1] * scale * w.y);
@@ -122,18 +153,16 @@ __device__ __forceinline__ void store_normalized(const float (&v)[kQuads][4], fl
   }
 }
 
-// Adds a branch's quads v (this thread's, whose squares it summed) into `sum` (this thread's quads of the
-// running residual), the branch RMS-normalized with `weight` first when that is not null.
+// Adds a branch's quads v (this thread's) times `scale` and its weight into `sum` (this thread's quads of the
+// running residual).
 template <int kQuads>
-__device__ __forceinline__ void add_quads(float (&sum)[kQuads][4], const float (&v)[kQuads][4], float squares,
-                                          const float* weight, int64_t width, float eps) {
-  const float scale = weight != nullptr ? rsqrtf(block_sum(squares) / static_cast<float>(width) + eps) : 1.0f;
-  const int quads = static_cast<int>(width / 4);
+__device__ __forceinline__ void add_quads(float (&sum)[kQuads][4], const float (&v)[kQuads][4], float scale,
+                                          const WeightQuads<kQuads>& weight, int quads) {
 #pragma unroll
   for (int q = 0; q < kQuads; ++q) {
     const int i = threadIdx.x + q * blockDim.x;
     if (i >= quads) continue;
-    const float4 w = weight != nullptr ? reinterpret_cast<const float4*>(weight)[i] : float4{1, 1, 1, 1};
+    const float4 w = weight.at(q, i, quads);
     sum[q][0] = sum[q][0] + v[q][0] * scale * w.x;
     sum[q][1] = sum[q][1] + v[q][1] * scale * w.y;
     sum[q][2] = sum[q][2] + v[q][2] * scale * w.z;
@@ -144,20 +173,37 @@ __device__ __forceinline__ void add_quads(float (&sum)[kQuads][4], const float (
 // The same as residual_add_kernel with the row held in registers: thread t holds the quads t, t + blockDim.x,
 // ... (kQuads of them), loaded once with vector accesses and never read back from memory. 1.74x the kernel
 // above, which rereads the branch and its own sums (4.1 against 2.3 TB/s on an H200 at width 2560). A second
-// branch is added to the first's sum in registers, as a second call would add it to the sum read back.
+// branch is added to the first's sum in registers, as a second call would add it to the sum read back. Rows of up
+// to 4 quads a thread load every operand first and sum both branches' squares in one reduction: a decode step's
+// few rows are bound by the trips to memory and the barriers, not by the bytes.
 template <typename Branch, typename Out, int kQuads>
 __global__ void residual_add_quads_kernel(ResidualAddArguments<Branch, Out> a) {
+  constexpr bool kHeld = WeightQuads<kQuads>::kHeld;
   const int64_t row = blockIdx.x;
   const int quads = static_cast<int>(a.width / 4);
-  float sum[kQuads][4], v[kQuads][4];
-  const float branch_squares = load_quads(a.branch + row * a.width, v, quads);
-  load_quads(a.residual + row * a.width, sum, quads);
-  add_quads(sum, v, branch_squares, a.branch_weight, a.width, a.eps);
-  if (a.second_branch != nullptr) {
-    const float second_squares = load_quads(a.second_branch + row * a.width, v, quads);
-    add_quads(sum, v, second_squares, a.second_weight, a.width, a.eps);
+  const bool second = a.second_branch != nullptr;
+  float sum[kQuads][4], v[kQuads][4], v2[kQuads][4];
+  const WeightQuads<kQuads> first_weight(a.branch_weight, quads), second_weight(a.second_weight, quads);
+  const WeightQuads<kQuads> norm_weight(a.norm_weight, quads);
+  float squares[2] = {load_quads(a.branch + row * a.width, v, quads), 0.0f};
+  if constexpr (kHeld) {
+    if (second) squares[1] = load_quads(a.second_branch + row * a.width, v2, quads);
   }
-  float squares = 0;
+  load_quads(a.residual + row * a.width, sum, quads);
+  if (kHeld && second) {
+    block_sums(squares);
+  } else if (a.branch_weight != nullptr) {
+    squares[0] = block_sum(squares[0]);
+  }
+  add_quads(sum, v, a.branch_weight != nullptr ? rms_scale(squares[0], a.width, a.eps) : 1.0f, first_weight, quads);
+  if (second) {
+    if constexpr (!kHeld) {  // v's registers, free once the first branch is added, take the second
+      squares[1] = load_quads(a.second_branch + row * a.width, v2, quads);
+      if (a.second_weight != nullptr) squares[1] = block_sum(squares[1]);
+    }
+    add_quads(sum, v2, a.second_weight != nullptr ? rms_scale(squares[1], a.width, a.eps) : 1.0f, second_weight, quads);
+  }
+  float sum_squares = 0;
   auto* sums = reinterpret_cast<float4*>(a.sum + row * a.width);
 #pragma unroll
   for (int q = 0; q < kQuads; ++q) {
@@ -165,10 +211,10 @@ __global__ void residual_add_quads_kernel(ResidualAddArguments<Branch, Out> a) {
     if (i >= quads) continue;
     if (a.sum != nullptr) sums[i] = float4{sum[q][0], sum[q][1], sum[q][2], sum[q][3]};
 #pragma unroll
-    for (int j = 0; j < 4; ++j) squares += sum[q][j] * sum[q][j];
+    for (int j = 0; j < 4; ++j) sum_squares += sum[q][j] * sum[q][j];
   }
   if (a.norm_weight == nullptr) return;
-  store_normalized(sum, squares, a.norm_weight, a.normed + row * a.width, a.width, a.eps);
+  store_normalized(sum, block_sum(sum_squares), norm_weight, a.normed + row * a.width, a.width, a.eps);
 }
 
 // rms_norm of a row held in registers as residual_add_quads_kernel holds it: the same squares summed in the
@@ -177,9 +223,10 @@ template <typename In, typename Out, int kQuads>
 __global__ void rms_norm_quads_kernel(const In* x, const float* weight, Out* out, int64_t width, float eps) {
   const int64_t row = blockIdx.x;
   const int quads = static_cast<int>(width / 4);
+  const WeightQuads<kQuads> weights(weight, quads);
   float v[kQuads][4];
   const float squares = load_quads(x + row * width, v, quads);
-  store_normalized(v, squares, weight, out + row * width, width, eps);
+  store_normalized(v, block_sum(squares), weights, out + row * width, width, eps);
 }
 
 // Whether the register kernels take rows of `width`: whole quads, at most 16 a thread in blocks of 512 threads.
