@@ -157,7 +157,7 @@ void Scheduler::gather_arrivals(std::vector<std::unique_ptr<Job>>& jobs) {
   const auto window = std::chrono::duration_cast<Clock::duration>(join_window_);
   const Clock::time_point last = Clock::now() + 10 * window;
   std::unique_lock<std::mutex> lock(mutex_);
-  while (!stopping_) {
+  while (!stopping_ && Clock::now() < last) {
     const Clock::time_point until = std::min(last, Clock::now() + window);
     if (!wake_.wait_until(lock, until, [&] { return stopping_ || (!queue_.empty() && holds_ == 0); })) return;
     take_all(jobs);

@@ -26,8 +26,8 @@ static_assert(kChunk == 64, "softmax_chunk gives each lane two slots of a chunk"
 
 __device__ __forceinline__ int64_t smaller(int64_t x, int64_t y) { return x < y ? x : y; }
 
-// The block's shared memory. Rows are padded by 8 elements (4 banks) so that a fragment's 8 rows x 4 words fall in
-// 32 distinct banks.
+// The block's shared memory. Rows are padded by 8 elements (4 banks) so that the 8 rows of 16 bytes that ldmatrix
+// reads for one matrix fall in 32 distinct banks.
 struct TileLayout {
   int head_dim, rows_padded;  // rows_padded: the queries rounded up to the 16 of a tensor-core tile
   static constexpr int kScoreRow = kChunk + 4;        // floats
@@ -465,8 +465,8 @@ bool tiled_cached_attention_takes(int64_t heads, int64_t kv_heads, int64_t head_
 
 int tiled_cached_attention_splits(int64_t batch, int64_t kv_heads, int64_t visible) {
   // About a block per multiprocessor (a block's shared memory is most of one's): at 16 rows of 4 kv heads 2 splits
-  // gave the decode step 4.24-4.26 ms, 1 split 4.28-4.33 and 3 4.33-4.35; at 8 rows 3 splits 3.59, 2 splits 3.66
-  // and 1 split 3.73-3.74 (bench/results/streams_h200_2026-11-30b.md).
+  // gave the decode step 4.13-4.19 ms, 1 split 4.18-4.19 and 3 4.29-4.34; at 8 rows (3 splits by this rule, 3.57-3.62)
+  // 2 splits gave 3.50-3.54, two runs each, not enough to make a rule of (bench/results/streams_h200_2026-11-30c.md).
   const int64_t chunks = (visible + kChunk - 1) / kChunk;
   const int64_t splits = at::cuda::getCurrentDeviceProperties()->multiProcessorCount / (batch * kv_heads);
   return static_cast<int>(std::clamp<int64_t>(splits, 1, chunks));

@@ -119,8 +119,11 @@ struct WeightQuads {
   }
   // Quad q of this thread, whose index in the row is i.
   __device__ float4 at(int q, int i, int quads) const {
-    if constexpr (kHeld) return held[q];
-    return read(i, quads);
+    if constexpr (kHeld) {
+      return held[q];
+    } else {
+      return read(i, quads);
+    }
   }
 };
 
@@ -190,18 +193,18 @@ __global__ void residual_add_quads_kernel(ResidualAddArguments<Branch, Out> a) {
     if (second) squares[1] = load_quads(a.second_branch + row * a.width, v2, quads);
   }
   load_quads(a.residual + row * a.width, sum, quads);
-  if (kHeld && second) {
+  if (kHeld && second && (a.branch_weight != nullptr || a.second_weight != nullptr)) {
     block_sums(squares);
   } else if (a.branch_weight != nullptr) {
     squares[0] = block_sum(squares[0]);
   }
   add_quads(sum, v, a.branch_weight != nullptr ? rms_scale(squares[0], a.width, a.eps) : 1.0f, first_weight, quads);
   if (second) {
-    if constexpr (!kHeld) {  // v's registers, free once the first branch is added, take the second
-      squares[1] = load_quads(a.second_branch + row * a.width, v2, quads);
+    if constexpr (!kHeld) {  // no registers to spare: the second branch takes v's once the first is added
+      squares[1] = load_quads(a.second_branch + row * a.width, v, quads);
       if (a.second_weight != nullptr) squares[1] = block_sum(squares[1]);
     }
-    add_quads(sum, v2, a.second_weight != nullptr ? rms_scale(squares[1], a.width, a.eps) : 1.0f, second_weight, quads);
+    add_quads(sum, kHeld ? v2 : v, a.second_weight != nullptr ? rms_scale(squares[1], a.width, a.eps) : 1.0f, second_weight, quads);
   }
   float sum_squares = 0;
   auto* sums = reinterpret_cast<float4*>(a.sum + row * a.width);
