@@ -224,9 +224,10 @@ at::Tensor IncrementalReader::join(const std::vector<Sequence>& prompts, int64_t
   // have no rows for copies: those prompts run as they come.
   std::vector<Sequence> padded = prompts;
   if (model_.device().is_cuda() && writes == nullptr && prompts.size() > 1) {
-    size_t rows = 1;
-    while (rows < prompts.size() && rows < 16) rows *= 2;
-    padded.resize(std::max(rows, (prompts.size() + 15) / 16 * 16), prompts.back());
+    const auto arriving_rows = static_cast<int64_t>(prompts.size());
+    int64_t rows = 1;
+    while (rows < arriving_rows && rows < 16) rows *= 2;
+    padded.resize(static_cast<size_t>(std::max(rows, rounded_up(arriving_rows, 16))), prompts.back());
   }
   at::Tensor hidden = arriving.start(padded, new_tokens);
   if (padded.size() > prompts.size()) {

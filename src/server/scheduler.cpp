@@ -134,13 +134,15 @@ void Scheduler::refuse(Job& job, std::exception_ptr error) {
 // stopping.
 bool Scheduler::take_queued(std::vector<std::unique_ptr<Job>>& jobs, bool streaming) {
   std::unique_lock<std::mutex> lock(mutex_);
-  wake_.wait(lock, [&] { return stopping_ || streaming || (!queue_.empty() && holds_ == 0); });
+  wake_.wait(lock, [&] { return stopping_ || streaming || work_waiting(); });
   if (stopping_) return false;
-  if (queue_.empty() || holds_ > 0) return true;
+  if (!work_waiting()) return true;
   take_all(jobs);
   ++stats_.cycles;
   return true;
 }
+
+bool Scheduler::work_waiting() const { return !queue_.empty() && holds_ == 0; }
 
 void Scheduler::take_all(std::vector<std::unique_ptr<Job>>& jobs) {
   for (auto& job : queue_) jobs.push_back(std::move(job));
@@ -159,7 +161,7 @@ void Scheduler::gather_arrivals(std::vector<std::unique_ptr<Job>>& jobs) {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stopping_ && Clock::now() < last) {
     const Clock::time_point until = std::min(last, Clock::now() + window);
-    if (!wake_.wait_until(lock, until, [&] { return stopping_ || (!queue_.empty() && holds_ == 0); })) return;
+    if (!wake_.wait_until(lock, until, [&] { return stopping_ || work_waiting(); })) return;
     take_all(jobs);
   }
 }

@@ -101,6 +101,8 @@ class Scheduler {
   std::shared_ptr<std::atomic<bool>> enqueue_alone(std::function<void(std::exception_ptr)> job, Clock::time_point deadline);
   void work();
   bool take_queued(std::vector<std::unique_ptr<Job>>& jobs, bool streaming);
+  /// Whether queued work may be taken (no hold keeps it there); the caller holds mutex_.
+  bool work_waiting() const;
   /// Moves the queue into `jobs`; the caller holds mutex_.
   void take_all(std::vector<std::unique_ptr<Job>>& jobs);
   /// With no stream decoding and a stream among `jobs`, takes what arrives while arrivals keep coming within
