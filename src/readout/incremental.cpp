@@ -217,17 +217,14 @@ at::Tensor IncrementalReader::join(const std::vector<Sequence>& prompts, int64_t
                                    const model::StreamWrites* writes) {
   c10::InferenceMode inference_mode;
   IncrementalReader arriving(model_, request_, suffix_, writes);
-  // On a GPU the prompts run with copies of the last one up to a power of two (a multiple of 16 past 16): cuDNN
+  // On a GPU the prompts run with copies of the last one up to a multiple of 16 rows (16 for up to 16 prompts): cuDNN
   // builds an attention plan for each new number of rows in a pass, which took 100-230 ms where 16 streams arrived
   // as 2 + 14. Passes of powers of two instead (8 + 4 + 2 + 1 of 15) brought 16 streams' first tokens 20-35 ms
   // later than one padded pass (bench/results/streams_h200_2026-11-30b.md). Rows' writes (each stream's steering)
   // have no rows for copies: those prompts run as they come.
   std::vector<Sequence> padded = prompts;
   if (model_.device().is_cuda() && writes == nullptr && prompts.size() > 1) {
-    const auto arriving_rows = static_cast<int64_t>(prompts.size());
-    int64_t rows = 1;
-    while (rows < arriving_rows && rows < 16) rows *= 2;
-    padded.resize(static_cast<size_t>(std::max(rows, rounded_up(arriving_rows, 16))), prompts.back());
+    padded.resize(static_cast<size_t>(rounded_up(static_cast<int64_t>(prompts.size()), 16)), prompts.back());
   }
   at::Tensor hidden = arriving.start(padded, new_tokens);
   if (padded.size() > prompts.size()) {

@@ -49,7 +49,7 @@ class IncrementalReader {
 
   /// Adds `prompts` as new last rows: run together apart from the rows already here (a batch of their own, steered
   /// by `writes`, a row each, may be null) exactly as start() runs them (on a GPU without writes, with copies of
-  /// the last prompt up to a power of two or a multiple of 16, dropped after), then their keys and values join the
+  /// the last prompt up to a multiple of 16 rows, dropped after), then their keys and values join the
   /// others'. The cache's capacity is a multiple of 64 large enough for every row, so that a row's steps see the
   /// same slots however many rows share them. Returns the final norm at each prompt's last token [P, hidden] in
   /// fp32.

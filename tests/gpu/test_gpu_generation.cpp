@@ -139,7 +139,7 @@ TEST_CASE("decode steps replayed as CUDA graphs give bitwise the eager steps' fi
   }
 }
 
-TEST_CASE("on the GPU three prompts joining (a pass of four rows, the last copied) give each one's rows alone (fp32)") {
+TEST_CASE("on the GPU three prompts joining (a pass of 16 rows, the last copied) give each one's rows alone (fp32)") {
   model::TransformerModel model = load_on_gpu("llama", at::kFloat);
   const Json reference = read_json_file(fixture("llama") + "/generation.json");
   std::vector<readout::Sequence> prompts;
