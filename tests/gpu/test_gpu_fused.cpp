@@ -33,8 +33,9 @@ at::Tensor rms(const at::Tensor& x, const at::Tensor& weight, double eps) {
 
 TEST_CASE_FIXTURE(KernelsServe, "fused rms_norm and residual_add equal the ATen arithmetic") {
   // Widths a multiple of 4 take the kernel holding the row in registers (2, 4, 8 or 16 quads a thread: 2560 and
-  // 9000 take 2 and 8); 333 the plain one; 40000 is past the register kernel's widest row.
-  for (int64_t width : {64, 333, 2560, 9000, 40000}) {
+  // 9000 take 2 and 8, 24576 and 32768 16 in blocks of 384 and 512 threads, which could not launch before the
+  // kernels' launch bounds); 333 the plain one; 40000 is past the register kernel's widest row.
+  for (int64_t width : {64, 333, 2560, 9000, 24576, 32768, 40000}) {
     CAPTURE(width);
     at::Tensor x = at::randn({7, 5, width}, kCuda), weight = at::randn({width}, kCuda) + 1;
     for (at::ScalarType out : {at::kFloat, at::kBFloat16, at::kHalf}) {
@@ -63,9 +64,9 @@ TEST_CASE_FIXTURE(KernelsServe, "fused rms_norm and residual_add equal the ATen 
 }
 
 TEST_CASE_FIXTURE(KernelsServe, "fused residual_add of two branches gives the bits of two adds of one") {
-  // 2560 and 9000 take the register kernel, which adds both in one pass; 333 (the plain kernel) and branches of
-  // two dtypes write the first sum and add the second to it.
-  for (int64_t width : {333, 2560, 9000}) {
+  // 2560, 9000 and 32768 take the register kernel, which adds both in one pass; 333 (the plain kernel) and branches
+  // of two dtypes write the first sum and add the second to it.
+  for (int64_t width : {333, 2560, 9000, 32768}) {
     for (at::ScalarType second_type : {at::kBFloat16, at::kFloat}) {
       CAPTURE(width);
       CAPTURE(second_type);

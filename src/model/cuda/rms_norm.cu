@@ -100,6 +100,11 @@ __device__ __forceinline__ float load_quads(const T* row, float (&v)[kQuads][4],
   return squares;
 }
 
+// The register kernels' widest block. Their launch bounds hold each thread to the registers a block this wide
+// leaves it (128): the 16-quad kernels wanted up to 188, so rows past 20,480 wide could not launch; they now keep
+// part of the row in local memory (widths past 16,384).
+constexpr int kMaxQuadThreads = 512;
+
 // A weight's quads for this thread (t, t + blockDim.x, ...), ones for a null weight. Rows of up to 4 quads a thread
 // hold them in registers, loaded with the row before any reduction, so that no reduction then waits on memory; longer
 // rows (no registers to spare) read them where they are used.
@@ -180,7 +185,7 @@ __device__ __forceinline__ void add_quads(float (&sum)[kQuads][4], const float (
 // to 4 quads a thread load every operand first and sum both branches' squares in one reduction: a decode step's
 // few rows are bound by the trips to memory and the barriers, not by the bytes.
 template <typename Branch, typename Out, int kQuads>
-__global__ void residual_add_quads_kernel(ResidualAddArguments<Branch, Out> a) {
+__global__ void __launch_bounds__(kMaxQuadThreads) residual_add_quads_kernel(ResidualAddArguments<Branch, Out> a) {
   constexpr bool kHeld = WeightQuads<kQuads>::kHeld;
   const int64_t row = blockIdx.x;
   const int quads = static_cast<int>(a.width / 4);
@@ -223,7 +228,8 @@ __global__ void residual_add_quads_kernel(ResidualAddArguments<Branch, Out> a) {
 // rms_norm of a row held in registers as residual_add_quads_kernel holds it: the same squares summed in the
 // same order (see launch_by_quads).
 template <typename In, typename Out, int kQuads>
-__global__ void rms_norm_quads_kernel(const In* x, const float* weight, Out* out, int64_t width, float eps) {
+__global__ void __launch_bounds__(kMaxQuadThreads)
+    rms_norm_quads_kernel(const In* x, const float* weight, Out* out, int64_t width, float eps) {
   const int64_t row = blockIdx.x;
   const int quads = static_cast<int>(width / 4);
   const WeightQuads<kQuads> weights(weight, quads);
@@ -232,8 +238,8 @@ __global__ void rms_norm_quads_kernel(const In* x, const float* weight, Out* out
   store_normalized(v, block_sum(squares), weights, out + row * width, width, eps);
 }
 
-// Whether the register kernels take rows of `width`: whole quads, at most 16 a thread in blocks of 512 threads.
-bool fits_quads(int64_t width) { return width % 4 == 0 && width / 4 <= 16 * 512; }
+// Whether the register kernels take rows of `width`: whole quads, at most 16 a thread in blocks of kMaxQuadThreads.
+bool fits_quads(int64_t width) { return width % 4 == 0 && width / 4 <= 16 * kMaxQuadThreads; }
 
 // Calls launch(std::integral_constant<int, kQuads>, threads) for the register kernels' layout of a row of
 // `width` (2, 4, 8 or 16 quads a thread, blocks of at most 512 threads: widths up to 32,768); false when the
@@ -249,9 +255,9 @@ bool launch_by_quads(int64_t width, Launch&& launch) {
     return true;
   };
   if (!fits_quads(width)) return false;
-  if (quads <= 2 * 512) return with(std::integral_constant<int, 2>{});
-  if (quads <= 4 * 512) return with(std::integral_constant<int, 4>{});
-  if (quads <= 8 * 512) return with(std::integral_constant<int, 8>{});
+  if (quads <= 2 * kMaxQuadThreads) return with(std::integral_constant<int, 2>{});
+  if (quads <= 4 * kMaxQuadThreads) return with(std::integral_constant<int, 4>{});
+  if (quads <= 8 * kMaxQuadThreads) return with(std::integral_constant<int, 8>{});
   return with(std::integral_constant<int, 16>{});
 }
 
