@@ -94,6 +94,30 @@ TEST_CASE_FIXTURE(KernelsServe, "fused residual_add of two branches gives the bi
   }
 }
 
+TEST_CASE_FIXTURE(KernelsServe, "fused residual_add and rms_norm give a row the same bits in a pass of few rows or many") {
+  // Up to 256 rows of up to 4 quads a thread hold every operand in registers before the reductions (a decode step);
+  // more rows read the weights where they are used (capture): the arithmetic is the same.
+  for (int64_t width : {2560, 8192}) {
+    CAPTURE(width);
+    at::Tensor x = at::randn({300, width}, kCuda);
+    at::Tensor first = at::randn({300, width}, kCuda).to(at::kBFloat16);
+    at::Tensor second = at::randn({300, width}, kCuda).to(at::kBFloat16);
+    at::Tensor first_weight = at::randn({width}, kCuda), second_weight = at::randn({width}, kCuda);
+    at::Tensor norm_weight = at::randn({width}, kCuda);
+    auto add = [&](int64_t rows) {
+      return fused::residual_add(x.narrow(0, 0, rows), {{first.narrow(0, 0, rows), first_weight},
+                                                        {second.narrow(0, 0, rows), second_weight}},
+                                 norm_weight, 1e-6, at::kBFloat16);
+    };
+    auto [many_sum, many_normed] = add(300);
+    auto [few_sum, few_normed] = add(13);
+    CHECK(at::equal(few_sum, many_sum.narrow(0, 0, 13)));
+    CHECK(at::equal(few_normed, many_normed.narrow(0, 0, 13)));
+    CHECK(at::equal(fused::rms_norm(x.narrow(0, 0, 13), norm_weight, 1e-6, at::kBFloat16),
+                    fused::rms_norm(x, norm_weight, 1e-6, at::kBFloat16).narrow(0, 0, 13)));
+  }
+}
+
 TEST_CASE_FIXTURE(KernelsServe, "fused gated activations equal act(gate) * up") {
   // 1000 and 5000 columns take the row kernel with vector accesses (5000: several blocks a row, the last partial);
   // 999 the element-wise one.

@@ -105,12 +105,17 @@ __device__ __forceinline__ float load_quads(const T* row, float (&v)[kQuads][4],
 // part of the row in local memory (widths past 16,384).
 constexpr int kMaxQuadThreads = 512;
 
-// A weight's quads for this thread (t, t + blockDim.x, ...), ones for a null weight. Rows of up to 4 quads a thread
-// hold them in registers, loaded with the row before any reduction, so that no reduction then waits on memory; longer
-// rows (no registers to spare) read them where they are used.
-template <int kQuads>
+// Rows of up to 4 quads a thread, when a pass has at most this many, load every operand before any reduction (the
+// kernels' kHeld), so that no reduction then waits on memory: a decode step's rows (up to 16 streams of 13 tokens)
+// are bound by the trips to memory and the barriers. More rows are bound by the bytes, where the held operands'
+// registers (64 against 32 a thread at 2 quads) halve the blocks a multiprocessor keeps: the 4-layer capture ran at
+// 974.7 against 982.0 examples/s with every pass held (bench/results/prefetch_and_ratios_h200_2026-11-30.md).
+constexpr int64_t kHeldRows = 256;
+
+// A weight's quads for this thread (t, t + blockDim.x, ...), ones for a null weight: held in registers, loaded with
+// the row, or read where they are used.
+template <int kQuads, bool kHeld>
 struct WeightQuads {
-  static constexpr bool kHeld = kQuads <= 4;
   const float* weight;
   float4 held[kHeld ? kQuads : 1];
   __device__ WeightQuads(const float* w, int quads) : weight(w) {
@@ -140,9 +145,9 @@ __device__ __forceinline__ float rms_scale(float squares, int64_t width, float e
 // The end of the register kernels' RMS norm: a row's quads v (this thread's), whose squares the block summed into
 // `squares`, written normalized and scaled by `weight` into out_row. One function for both kernels keeps their
 // arithmetic the same.
-template <typename Out, int kQuads>
+template <typename Out, int kQuads, bool kHeld>
 __device__ __forceinline__ void store_normalized(const float (&v)[kQuads][4], float squares,
-                                                 const WeightQuads<kQuads>& weight, Out* out_row, int64_t width,
+                                                 const WeightQuads<kQuads, kHeld>& weight, Out* out_row, int64_t width,
                                                  float eps) {
   const float scale = rms_scale(squares, width, eps);
   const int quads = static_cast<int>(width / 4);
@@ -163,9 +168,9 @@ __device__ __forceinline__ void store_normalized(const float (&v)[kQuads][4], fl
 
 // Adds a branch's quads v (this thread's) times `scale` and its weight into `sum` (this thread's quads of the
 // running residual).
-template <int kQuads>
+template <int kQuads, bool kHeld>
 __device__ __forceinline__ void add_quads(float (&sum)[kQuads][4], const float (&v)[kQuads][4], float scale,
-                                          const WeightQuads<kQuads>& weight, int quads) {
+                                          const WeightQuads<kQuads, kHeld>& weight, int quads) {
 #pragma unroll
   for (int q = 0; q < kQuads; ++q) {
     const int i = threadIdx.x + q * blockDim.x;
@@ -181,18 +186,16 @@ __device__ __forceinline__ void add_quads(float (&sum)[kQuads][4], const float (
 // The same as residual_add_kernel with the row held in registers: thread t holds the quads t, t + blockDim.x,
 // ... (kQuads of them), loaded once with vector accesses and never read back from memory. 1.74x the kernel
 // above, which rereads the branch and its own sums (4.1 against 2.3 TB/s on an H200 at width 2560). A second
-// branch is added to the first's sum in registers, as a second call would add it to the sum read back. Rows of up
-// to 4 quads a thread load every operand first and sum both branches' squares in one reduction: a decode step's
-// few rows are bound by the trips to memory and the barriers, not by the bytes.
-template <typename Branch, typename Out, int kQuads>
+// branch is added to the first's sum in registers, as a second call would add it to the sum read back. kHeld (see
+// kHeldRows) loads every operand first and sums both branches' squares in one reduction.
+template <typename Branch, typename Out, int kQuads, bool kHeld>
 __global__ void __launch_bounds__(kMaxQuadThreads) residual_add_quads_kernel(ResidualAddArguments<Branch, Out> a) {
-  constexpr bool kHeld = WeightQuads<kQuads>::kHeld;
   const int64_t row = blockIdx.x;
   const int quads = static_cast<int>(a.width / 4);
   const bool second = a.second_branch != nullptr;
   float sum[kQuads][4], v[kQuads][4], v2[kQuads][4];
-  const WeightQuads<kQuads> first_weight(a.branch_weight, quads), second_weight(a.second_weight, quads);
-  const WeightQuads<kQuads> norm_weight(a.norm_weight, quads);
+  const WeightQuads<kQuads, kHeld> first_weight(a.branch_weight, quads), second_weight(a.second_weight, quads);
+  const WeightQuads<kQuads, kHeld> norm_weight(a.norm_weight, quads);
   float squares[2] = {load_quads(a.branch + row * a.width, v, quads), 0.0f};
   if constexpr (kHeld) {
     if (second) squares[1] = load_quads(a.second_branch + row * a.width, v2, quads);
@@ -205,11 +208,12 @@ __global__ void __launch_bounds__(kMaxQuadThreads) residual_add_quads_kernel(Res
   }
   add_quads(sum, v, a.branch_weight != nullptr ? rms_scale(squares[0], a.width, a.eps) : 1.0f, first_weight, quads);
   if (second) {
-    if constexpr (!kHeld) {  // no registers to spare: the second branch takes v's once the first is added
+    if constexpr (!kHeld) {  // the second branch takes v's registers once the first is added
       squares[1] = load_quads(a.second_branch + row * a.width, v, quads);
       if (a.second_weight != nullptr) squares[1] = block_sum(squares[1]);
     }
-    add_quads(sum, kHeld ? v2 : v, a.second_weight != nullptr ? rms_scale(squares[1], a.width, a.eps) : 1.0f, second_weight, quads);
+    const float scale = a.second_weight != nullptr ? rms_scale(squares[1], a.width, a.eps) : 1.0f;
+    add_quads(sum, kHeld ? v2 : v, scale, second_weight, quads);
   }
   float sum_squares = 0;
   auto* sums = reinterpret_cast<float4*>(a.sum + row * a.width);
@@ -227,12 +231,12 @@ __global__ void __launch_bounds__(kMaxQuadThreads) residual_add_quads_kernel(Res
 
 // rms_norm of a row held in registers as residual_add_quads_kernel holds it: the same squares summed in the
 // same order (see launch_by_quads).
-template <typename In, typename Out, int kQuads>
+template <typename In, typename Out, int kQuads, bool kHeld>
 __global__ void __launch_bounds__(kMaxQuadThreads)
     rms_norm_quads_kernel(const In* x, const float* weight, Out* out, int64_t width, float eps) {
   const int64_t row = blockIdx.x;
   const int quads = static_cast<int>(width / 4);
-  const WeightQuads<kQuads> weights(weight, quads);
+  const WeightQuads<kQuads, kHeld> weights(weight, quads);
   float v[kQuads][4];
   const float squares = load_quads(x + row * width, v, quads);
   store_normalized(v, block_sum(squares), weights, out + row * width, width, eps);
@@ -241,17 +245,24 @@ __global__ void __launch_bounds__(kMaxQuadThreads)
 // Whether the register kernels take rows of `width`: whole quads, at most 16 a thread in blocks of kMaxQuadThreads.
 bool fits_quads(int64_t width) { return width % 4 == 0 && width / 4 <= 16 * kMaxQuadThreads; }
 
-// Calls launch(std::integral_constant<int, kQuads>, threads) for the register kernels' layout of a row of
-// `width` (2, 4, 8 or 16 quads a thread, blocks of at most 512 threads: widths up to 32,768); false when the
-// width does not fit it. residual_add and rms_norm share it, so that a norm of the same fp32 row sums its
-// squares in the same order in either: a model split over devices normalizes at its stage boundary in rms_norm
-// what one device normalizes inside residual_add, and gets the same bits.
+// Calls launch(std::integral_constant<int, kQuads>, std::bool_constant<kHeld>, threads) for the register kernels'
+// layout of `rows` rows of `width` (2, 4, 8 or 16 quads a thread, blocks of at most 512 threads: widths up to
+// 32,768; kHeld: see kHeldRows); false when the width does not fit it. residual_add and rms_norm share it, so that
+// a norm of the same fp32 row sums its squares in the same order in either: a model split over devices normalizes
+// at its stage boundary in rms_norm what one device normalizes inside residual_add, and gets the same bits.
 template <typename Launch>
-bool launch_by_quads(int64_t width, Launch&& launch) {
+bool launch_by_quads(int64_t width, int64_t rows, Launch&& launch) {
   const int64_t quads = width / 4;
   auto with = [&](auto quads_per_thread) {
     constexpr int kQuads = decltype(quads_per_thread)::value;
-    launch(quads_per_thread, static_cast<int>((quads + kQuads - 1) / kQuads + 31) / 32 * 32);
+    const int threads = static_cast<int>((quads + kQuads - 1) / kQuads + 31) / 32 * 32;
+    if constexpr (kQuads <= 4) {
+      if (rows <= kHeldRows) {
+        launch(quads_per_thread, std::true_type{}, threads);
+        return true;
+      }
+    }
+    launch(quads_per_thread, std::false_type{}, threads);
     return true;
   };
   if (!fits_quads(width)) return false;
@@ -266,9 +277,9 @@ template <typename Branch, typename Out>
 void launch_residual_add(const ResidualAddArguments<Branch, Out>& a, int64_t rows, bool in_registers,
                          cudaStream_t stream) {
   if (in_registers) {
-    launch_by_quads(a.width, [&](auto quads_per_thread, int threads) {
+    launch_by_quads(a.width, rows, [&](auto quads_per_thread, auto held, int threads) {
       constexpr int kQuads = decltype(quads_per_thread)::value;
-      residual_add_quads_kernel<Branch, Out, kQuads><<<rows, threads, 0, stream>>>(a);
+      residual_add_quads_kernel<Branch, Out, kQuads, decltype(held)::value><<<rows, threads, 0, stream>>>(a);
     });
     return;
   }
@@ -289,9 +300,9 @@ at::Tensor rms_norm(const at::Tensor& x_in, const at::Tensor& weight, double eps
     dispatch_float_type(output, [&](auto out_type) {
       using Out = decltype(out_type);
       const bool aligned = quad_aligned(x.data_ptr()) && quad_aligned(weight.data_ptr()) && quad_aligned(out.data_ptr());
-      if (aligned && launch_by_quads(width, [&](auto quads_per_thread, int threads) {
+      if (aligned && launch_by_quads(width, rows, [&](auto quads_per_thread, auto held, int threads) {
             constexpr int kQuads = decltype(quads_per_thread)::value;
-            rms_norm_quads_kernel<In, Out, kQuads><<<rows, threads, 0, stream>>>(
+            rms_norm_quads_kernel<In, Out, kQuads, decltype(held)::value><<<rows, threads, 0, stream>>>(
                 x.data_ptr<In>(), weight.data_ptr<float>(), out.data_ptr<Out>(), width, static_cast<float>(eps));
           })) {
         return;
