@@ -1,7 +1,7 @@
 // config.json resolution on arbitrary JSON: resolve_config either refuses the config with a message naming the
-// key, or gives a ModelConfig keeping the invariants the runtime relies on
-// (validate_config): positive and bounded dimensions, one layer setting per layer, rotary dims inside heads,
-// routed experts that can be chosen from, longrope factors for every rotary frequency.
+// key, or gives a ModelConfig keeping the invariants the runtime relies on (validate_config): positive and bounded
+// dimensions, one layer setting per layer, each layer's heads bounded and its rotary dims inside them, routed
+// experts that can be chosen from, longrope factors for every rotary frequency.
 #include <cmath>
 #include <cstdint>
 #include <string_view>
@@ -30,10 +30,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!(config.norm_eps > 0) || !(config.attention_scale > 0) || !std::isfinite(config.attention_scale)) {
     fuzz::finding("norm epsilon or attention scale is not a positive number");
   }
-  for (const model::LayerSpec& layer : config.layers) {
+  for (int64_t index = 0; index < config.num_layers; ++index) {
+    const model::LayerSpec& layer = config.layers[static_cast<size_t>(index)];
     if (layer.sliding_window < 0) fuzz::finding("negative sliding window");
+    // A layer may have heads of its own (Gemma 4's full layers): its rotary dims lie inside those.
+    const int64_t head_dim = model::layer_head_dim(config, index), kv_heads = model::layer_kv_heads(config, index);
+    if (head_dim <= 0 || head_dim > 4096) fuzz::finding("a layer's head dimension is not positive or implausible");
+    if (kv_heads <= 0 || config.num_heads % kv_heads != 0) fuzz::finding("a layer's kv heads do not divide the heads");
     if (layer.rope.type != model::RopeType::kNone &&
-        (layer.rope.rotary_dim <= 0 || layer.rope.rotary_dim > config.head_dim || layer.rope.rotary_dim % 2 != 0)) {
+        (layer.rope.rotary_dim <= 0 || layer.rope.rotary_dim > head_dim || layer.rope.rotary_dim % 2 != 0)) {
       fuzz::finding("rotary dimension outside the head");
     }
     if (layer.rope.type == model::RopeType::kLongRope &&

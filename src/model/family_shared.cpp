@@ -58,6 +58,30 @@ void check_core_dimensions(const ModelConfig& c, const std::string& source) {
   }
 }
 
+namespace {
+
+// A layer's own shape (Gemma 4's full layers: 0 means the model's) is bounded as the model's is: a family reading
+// it from the file (global_head_dim, per_layer_config) must not size its caches and products from any number.
+void check_layer(const ModelConfig& c, int64_t index, const std::string& source) {
+  const LayerSpec& layer = c.layers[static_cast<size_t>(index)];
+  if (layer.sliding_window < 0) fail("{}: sliding_window must not be negative", source);
+  if (layer.head_dim < 0 || layer.head_dim > 4096) {
+    fail("{}: layer {}'s head_dim {} must be between 1 and 4096", source, index, layer.head_dim);
+  }
+  if (layer.num_kv_heads < 0 || (layer.num_kv_heads > 0 && c.num_heads % layer.num_kv_heads != 0)) {
+    fail("{}: layer {}'s num_key_value_heads {} must divide num_attention_heads ({})", source, index,
+         layer.num_kv_heads, c.num_heads);
+  }
+  if (layer.rope.type == RopeType::kNone) return;
+  const int64_t head_dim = layer_head_dim(c, index);
+  if (layer.rope.rotary_dim <= 0 || layer.rope.rotary_dim > head_dim || layer.rope.rotary_dim % 2 != 0) {
+    fail("{}: rotary dimension {} must be even and within head_dim {}", source, layer.rope.rotary_dim, head_dim);
+  }
+  if (!(layer.rope.theta > 0) || !(layer.rope.factor > 0)) fail("{}: rope theta and factor must be positive", source);
+}
+
+}  // namespace
+
 void validate_config(const ModelConfig& c, const std::string& source) {
   check_core_dimensions(c, source);
   check_positive(c.vocab_size, "vocab_size", source);
@@ -75,17 +99,7 @@ void validate_config(const ModelConfig& c, const std::string& source) {
   if (!(c.norm_eps > 0) || !(c.attention_scale > 0)) fail("{}: norm epsilon and attention scale must be positive", source);
   if (c.features.learned_positions) check_positive(c.max_positions, "max_position_embeddings", source);
   if (!routed_expert_layers(c).empty()) check_routed_experts(c.routed_experts, source);
-  for (size_t i = 0; i < c.layers.size(); ++i) {
-    const LayerSpec& layer = c.layers[i];
-    if (layer.sliding_window < 0) fail("{}: sliding_window must not be negative", source);
-    if (layer.rope.type != RopeType::kNone) {
-      const int64_t head_dim = layer_head_dim(c, static_cast<int64_t>(i));
-      if (layer.rope.rotary_dim <= 0 || layer.rope.rotary_dim > head_dim || layer.rope.rotary_dim % 2 != 0) {
-        fail("{}: rotary dimension {} must be even and within head_dim {}", source, layer.rope.rotary_dim, head_dim);
-      }
-      if (!(layer.rope.theta > 0) || !(layer.rope.factor > 0)) fail("{}: rope theta and factor must be positive", source);
-    }
-  }
+  for (int64_t i = 0; i < c.num_layers; ++i) check_layer(c, i, source);
 }
 
 Activation read_activation(const ConfigReader& config_json, const char* key, const char* default_name) {

@@ -25,6 +25,17 @@ std::string load_error(const std::string& dir, model::LoadOptions options = {}) 
   return "";
 }
 
+// The message resolve_config refuses a config with.
+std::string resolve_error(const Json& config) {
+  try {
+    model::resolve_config(config, "config.json");
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  FAIL("expected " << config.dump() << " to be refused");
+  return "";
+}
+
 // A copy of a fixture whose config.json keys are replaced (null removes a key).
 std::string with_config(const TempDir& tmp, const std::string& name, const Json& changes) {
   std::string dir = tmp.file(name);
@@ -97,23 +108,34 @@ TEST_CASE("fuzz regression (fuzz_config): layer counts, widths and the rotary fr
   // A negative layer count (found by fuzz_config) sized a vector with 2^64 - 9568 elements; 10^12 layers, a
   // hidden size whose 4x overflowed, and a rotary fraction beyond int64 as a dimension were found by feeding
   // such values to the same target.
-  auto resolve_error = [](const char* text) -> std::string {
-    try {
-      model::resolve_config(Json::parse(text), "config.json");
-    } catch (const std::runtime_error& e) {
-      return e.what();
-    }
-    FAIL("expected " << text << " to be refused");
-    return "";
-  };
-  CHECK(resolve_error(R"({"model_type": "gemma3_text", "num_hidden_layers": -9568})") ==
+  CHECK(resolve_error(Json::parse(R"({"model_type": "gemma3_text", "num_hidden_layers": -9568})")) ==
         "config.json: num_hidden_layers must be positive, got -9568");
-  CHECK_CONTAINS(resolve_error(R"({"model_type": "gemma2", "num_hidden_layers": 1000000000000})"),
+  CHECK_CONTAINS(resolve_error(Json::parse(R"({"model_type": "gemma2", "num_hidden_layers": 1000000000000})")),
                  "config.json: implausible model dimensions (layers 1000000000000, hidden 2304, heads 8)");
-  CHECK_CONTAINS(resolve_error(R"({"model_type": "gpt2", "n_embd": 4611686018427387904, "n_head": 1, "n_layer": 2})"),
-                 "config.json: implausible model dimensions (layers 2, hidden 4611686018427387904, heads 1)");
-  CHECK(resolve_error(R"({"model_type": "gpt_neox", "hidden_size": 64, "num_attention_heads": 4, "rotary_pct": 1e300})") ==
+  CHECK_CONTAINS(
+      resolve_error(Json::parse(R"({"model_type": "gpt2", "n_embd": 4611686018427387904, "n_head": 1, "n_layer": 2})")),
+      "config.json: implausible model dimensions (layers 2, hidden 4611686018427387904, heads 1)");
+  CHECK(resolve_error(Json::parse(
+            R"({"model_type": "gpt_neox", "hidden_size": 64, "num_attention_heads": 4, "rotary_pct": 1e300})")) ==
         "config.json: the rotary fraction 1e+300 must be in (0, 1]");
+}
+
+TEST_CASE("fuzz regression (fuzz_config): a layer's own head_dim is bounded, and its rotary dims lie inside it") {
+  // fuzz_config flagged the Gemma 4 fixture: its full layer rotates within its own 512-wide heads (proportional
+  // rope, a quarter of the frequencies turning), wider than the model's head_dim (16). The target's check was wrong,
+  // not the config; but a layer's own head_dim was not bounded at all, and a negative global_head_dim fell back to
+  // the model's head_dim without a word.
+  const Json fixture = read_json_file(fixture_model("gemma4_text") + "/config.json");
+  const model::ModelConfig config = model::resolve_config(fixture, "config.json");
+  CHECK(model::layer_head_dim(config, 5) == 512);
+  CHECK(config.layers[5].rope.rotary_dim == 512);
+  Json huge = fixture;
+  huge["per_layer_config"]["5"]["head_dim"] = int64_t{1} << 40;
+  CHECK(resolve_error(huge) == "config.json: layer 5's head_dim 1099511627776 must be between 1 and 4096");
+  Json negative = fixture;
+  negative.erase("per_layer_config");
+  negative["global_head_dim"] = -2;
+  CHECK(resolve_error(negative) == "config.json: layer 5's head_dim -2 must be between 1 and 4096");
 }
 
 TEST_CASE("quantized files not read are refused naming quant_method, before any weight is read") {
