@@ -14,6 +14,9 @@ namespace probekit::model {
 
 namespace {
 
+// The widest head a model's or a layer's own head_dim may give: caches and products are sized from it.
+constexpr int64_t kMaxHeadDim = 4096;
+
 void check_positive(int64_t value, const char* what, const std::string& source) {
   if (value <= 0) fail("{}: {} must be positive, got {}", source, what, value);
 }
@@ -65,8 +68,8 @@ namespace {
 void check_layer(const ModelConfig& c, int64_t index, const std::string& source) {
   const LayerSpec& layer = c.layers[static_cast<size_t>(index)];
   if (layer.sliding_window < 0) fail("{}: sliding_window must not be negative", source);
-  if (layer.head_dim < 0 || layer.head_dim > 4096) {
-    fail("{}: layer {}'s head_dim {} must be between 1 and 4096", source, index, layer.head_dim);
+  if (layer.head_dim < 0 || layer.head_dim > kMaxHeadDim) {
+    fail("{}: layer {}'s head_dim {} must be between 1 and {}", source, index, layer.head_dim, kMaxHeadDim);
   }
   if (layer.num_kv_heads < 0 || (layer.num_kv_heads > 0 && c.num_heads % layer.num_kv_heads != 0)) {
     fail("{}: layer {}'s num_key_value_heads {} must divide num_attention_heads ({})", source, index,
@@ -92,7 +95,7 @@ void validate_config(const ModelConfig& c, const std::string& source) {
     fail("{}: num_attention_heads ({}) must be a multiple of num_key_value_heads ({})", source, c.num_heads,
          c.num_kv_heads);
   }
-  if (c.head_dim > 4096) fail("{}: implausible head_dim {}", source, c.head_dim);
+  if (c.head_dim > kMaxHeadDim) fail("{}: implausible head_dim {}", source, c.head_dim);
   if (static_cast<int64_t>(c.layers.size()) != c.num_layers) {
     fail("{}: {} layer settings for {} layers", source, c.layers.size(), c.num_layers);
   }
