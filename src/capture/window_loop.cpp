@@ -18,6 +18,7 @@
 #include "common/background_worker.h"
 #include "common/error.h"
 #include "common/progress.h"
+#include "device/torch/gpu_utils.h"
 #include "device/torch/transfers.h"
 #include "readout/readout.h"
 
@@ -75,6 +76,13 @@ void check_finite(const at::Tensor& rows, const std::vector<int64_t>& batch, con
   }
 }
 
+// The host memory the rows of window [begin, end) take.
+double window_row_bytes(const CapturePlan& plan, int64_t begin, int64_t end, Position position) {
+  int64_t rows = 0;
+  for (int64_t p = begin; p < end; ++p) rows += plan.rows_of(static_cast<size_t>(p), position);
+  return static_cast<double>(rows) * static_cast<double>(plan.width) * static_cast<double>(plan.layers.size()) * 4.0;
+}
+
 std::shared_ptr<WindowRows> make_window(const CapturePlan& plan, int64_t begin, int64_t end, Position position) {
   auto window = std::make_shared<WindowRows>();
   window->begin = begin;
@@ -114,9 +122,14 @@ class WindowLoop {
     ProgressBar progress("capture", run_size - start, "examples");
     RECORD_FUNCTION("capture loop", std::vector<c10::IValue>());  // where a profile's timed part begins
     start_ = Clock::now();
-    // Two windows open at once, whatever the number of workers: a worker takes the next window's first batches
-    // while the last batches of the window before are still being stored.
-    WindowQueue queue(start, run_size, batching.window, 2, [&](int64_t begin, int64_t end) {
+    // A worker takes the next window's first batches while the last batches of the window before are still
+    // computing or being stored (windows_open).
+    const double window_bytes =
+        window_row_bytes(plan_, start, std::min(start + batching.window, run_size), options_.position);
+    const size_t open = windows_open(runners_.size(), window_bytes,
+                                     static_cast<double>(device::memory_for_tensors(at::Device(at::kCPU))));
+    spdlog::debug("{} windows open at most, {:.2f} GB of rows each", open, window_bytes / 1e9);
+    WindowQueue queue(start, run_size, batching.window, open, [&](int64_t begin, int64_t end) {
       auto batches = plan_window_batches(plan_.lengths, begin, end, batching);
       // The run's last batches in quarters when replicas share it (with_finer_tail); a single model, split or not,
       // keeps the batches of a one-device run.

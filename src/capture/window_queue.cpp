@@ -1,8 +1,18 @@
 #include "capture/window_queue.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace probekit::capture {
+
+size_t windows_open(size_t workers, double window_bytes, double host_bytes) {
+  size_t open = std::max<size_t>(2, workers);
+  if (host_bytes > 0 && window_bytes > 0) {
+    const double fit = std::floor(host_bytes / 4 / window_bytes);
+    open = std::min(open, static_cast<size_t>(std::max(2.0, fit)));
+  }
+  return open;
+}
 
 WindowQueue::WindowQueue(int64_t start, int64_t end, int64_t window, size_t max_open, MakeWindow make)
     : next_begin_(start), end_(end), window_(window), max_open_(std::max<size_t>(1, max_open)), make_(std::move(make)) {}

@@ -23,6 +23,12 @@ struct WindowWork {
   std::vector<std::vector<int64_t>> batches;
 };
 
+/// How many windows a run keeps open: one a worker and at least two, so that a worker seldom finds every open window's
+/// batches handed out while the oldest one's last batch still runs elsewhere (four replicas sharing two open windows
+/// of about five batches ran at 3.24x one GPU, with windows of seven or eight batches at 3.69x); fewer where their
+/// rows, `window_bytes` each, would take more than a quarter of the host's `host_bytes` (0: unknown, no limit).
+size_t windows_open(size_t workers, double window_bytes, double host_bytes);
+
 class WindowQueue {
  public:
   /// Makes window [begin, end) when the first batch of it is asked for.

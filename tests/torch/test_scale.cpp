@@ -261,6 +261,15 @@ TEST_CASE("the window queue hands out batches across window boundaries and finis
   CHECK_FALSE(queue.next().has_value());
 }
 
+TEST_CASE("a run keeps a window open a worker, at least two, within a quarter of the host's memory") {
+  CHECK(capture::windows_open(1, 1e9, 64e9) == 2);
+  CHECK(capture::windows_open(2, 1e9, 64e9) == 2);
+  CHECK(capture::windows_open(4, 1e9, 64e9) == 4);
+  CHECK(capture::windows_open(8, 3.9e9, 64e9) == 4);   // four windows of rows take 15.6 of the 16 GB allowed
+  CHECK(capture::windows_open(4, 10e9, 16e9) == 2);    // two at least, whatever they take
+  CHECK(capture::windows_open(4, 1e9, 0) == 4);        // the host's memory unknown
+}
+
 TEST_CASE("--shard auto: the launch's rank is the shard, its local rank the GPU when the device is left to it") {
   LaunchRank launch{"torchrun", 5, 16, 3, "RANK=5 WORLD_SIZE=16 LOCAL_RANK=3"};
   capture::CaptureOptions o;
