@@ -76,11 +76,12 @@ void check_finite(const at::Tensor& rows, const std::vector<int64_t>& batch, con
   }
 }
 
-// The host memory the rows of window [begin, end) take.
+// The host memory the rows of window [begin, end) take, as make_window allocates them (floats).
 double window_row_bytes(const CapturePlan& plan, int64_t begin, int64_t end, Position position) {
   int64_t rows = 0;
   for (int64_t p = begin; p < end; ++p) rows += plan.rows_of(static_cast<size_t>(p), position);
-  return static_cast<double>(rows) * static_cast<double>(plan.width) * static_cast<double>(plan.layers.size()) * 4.0;
+  const auto layers = static_cast<double>(plan.layers.size());
+  return static_cast<double>(rows) * static_cast<double>(plan.width) * layers * sizeof(float);
 }
 
 std::shared_ptr<WindowRows> make_window(const CapturePlan& plan, int64_t begin, int64_t end, Position position) {
