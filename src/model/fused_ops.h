@@ -81,6 +81,11 @@ at::Tensor fp8_block_linear(const at::Tensor& x, const at::Tensor& bytes, const 
 
 /// The most queries a row of a pass may bring to cached_attention (a decode step and the probes' suffix).
 constexpr int64_t kCachedAttentionMaxTokens = 32;
+/// Up to this many visible slots, rows of fewer than 4 take cached_attention's per-query kernel; past it the tiled
+/// one, which reads each slot once for all the queries of its kv head (at one row of the Gemma-3-4B-shaped step,
+/// 3.02 against 3.17 ms at 181 slots, 3.26 against 3.37 at 441, 3.32 against 3.99 at 1,141:
+/// bench/results/decode_persistent_h200_2026-12-01.md).
+constexpr int64_t kCachedAttentionShortSlots = 256;
 
 /// Whether cached_attention's kernel takes heads of `head_dim` in `dtype`, `heads` query heads over `kv_heads` key
 /// and value heads, and `tokens` queries a row: 2-byte floats, D 64, 128 or 256, at most kCachedAttentionMaxTokens.
@@ -98,8 +103,8 @@ bool cached_attention_serves(const at::Tensor& q, const at::Tensor& k, const at:
 /// cache_values [B, kv_heads, capacity, D] at them. `sinks` [heads] (gpt-oss; or undefined): each head's logit in the
 /// softmax's denominator. Returns [B, heads, T, D], a transposed view of token-major memory.
 /// Two kernels: the tiled one (tensor cores, each key and value read once for the queries that share it) for
-/// batches of 4 rows or more where the device and shape allow, else one block per query; `kernel` picks one (the
-/// tests compare both).
+/// batches of 4 rows or more, or more than kCachedAttentionShortSlots visible slots, where the device and shape
+/// allow, else one block per query; `kernel` picks one (the tests compare both).
 enum class CachedAttentionKernel { kChosen, kPerQuery, kTiled };
 /// Whether the tiled kernel takes a pass of `tokens` queries a row over `heads` / `kv_heads` heads of `head_dim` on
 /// the current device: tensor cores of compute capability 8.0 or later (and code built for them), a block's shared

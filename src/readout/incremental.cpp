@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "device/torch/gpu_utils.h"
 #include "model/decoder_block.h"
+#include "model/fused_ops.h"
 #include "readout/site_reader.h"
 
 namespace probekit::readout {
@@ -28,6 +29,12 @@ constexpr int64_t kShapeStep = 64;
 int64_t rounded_up(int64_t value, int64_t step) { return (value + step - 1) / step * step; }
 
 }  // namespace
+
+int64_t step_visible_slots(bool fused, int64_t reach, int64_t capacity) {
+  if (!fused) return std::min(capacity, rounded_up(reach, kShapeStep));
+  return reach <= model::fused::kCachedAttentionShortSlots ? std::min(capacity, model::fused::kCachedAttentionShortSlots)
+                                                            : capacity;
+}
 
 IncrementalReader::IncrementalReader(const model::TransformerModel& model, const Request* request, Sequence suffix,
                                      const model::StreamWrites* writes, std::vector<Request> token_reads)
@@ -179,10 +186,7 @@ IncrementalReader::Step IncrementalReader::step(const at::Tensor& tokens, const 
   pass.cache = &cache_;
   pass.commit_tokens = advance.to(at::kLong);  // the new token of a row that goes on, never the suffix
   pass.writes = writes_;
-  // Visible slots grow in steps of kShapeStep. The slots past every position of the pass are masked, so this
-  // changes no number. The fused attention kernel stops at each query's position by itself: it sees the whole cache,
-  // and a generation's steps keep one shape, one CUDA graph (a new one took 15 to 25 ms, every 64 tokens).
-  pass.cache_visible = fused_attention_ ? capacity_ : std::min(capacity_, rounded_up(longest_ + span, kShapeStep));
+  pass.cache_visible = step_visible_slots(fused_attention_, longest_ + span, capacity_);
   std::vector<at::Tensor> outputs = graphs_.run({epoch_, batch, span, pass.cache_visible}, pass,
                                                 [&](model::ForwardPass& p) { return run_step(p); });
   Step step{outputs[0], reading ? outputs[1] : at::Tensor(), {}};

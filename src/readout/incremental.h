@@ -85,7 +85,7 @@ class IncrementalReader {
   at::Tensor lengths_;
   int64_t longest_ = 0;    // an upper bound of lengths_, known on the host
   int64_t capacity_ = 0;
-  bool fused_attention_;  // steps attend through fused::cached_attention: the whole cache visible (see step())
+  bool fused_attention_;  // steps attend through fused::cached_attention (see step_visible_slots)
   // The steps' readers of the request's rows and of the token reads, one each for every step: a captured step keeps
   // reading through them; step_hook_ gives each pass's values to all of them.
   std::unique_ptr<SiteReader> step_reader_;
@@ -96,5 +96,13 @@ class IncrementalReader {
   StepGraphs graphs_;
   int64_t epoch_ = 0;  // changes with the batch's rows, cache and writes: the graphs' key
 };
+
+/// The cache slots a decode step makes visible, when its rows reach `reach` slots (the longest row's length and the
+/// step's tokens) of `capacity`. The slots past every position of the pass are masked, so this changes no number,
+/// only the step's shape: each new shape is a new CUDA graph (15 to 25 ms) and, without fused attention, a new cuDNN
+/// plan. With fused attention (`fused`) the kernel stops at each query's position by itself, so short rows see
+/// kCachedAttentionShortSlots (fused_ops.h) and longer ones the whole cache: at most two graphs a generation, and the
+/// kernel that suits each length. Without it, the visible slots grow in steps of 64.
+int64_t step_visible_slots(bool fused, int64_t reach, int64_t capacity);
 
 }  // namespace probekit::readout

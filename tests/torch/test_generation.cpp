@@ -12,6 +12,7 @@
 #include "common/json.h"
 #include "generation/generator.h"
 #include "generation/sampling.h"
+#include "model/fused_ops.h"
 #include "model/transformer.h"
 #include "readout/readout.h"
 #include "readout/incremental.h"
@@ -511,4 +512,19 @@ TEST_CASE("rows that join (one, then two together) and leave between steps gener
       CHECK_MESSAGE(ids[b] == expected, "row ", b, ": ", fmt::format("{}", ids[b]), " vs ", fmt::format("{}", expected));
     }
   }
+}
+
+TEST_CASE("a step's visible slots: two shapes with fused attention (short rows, then the whole cache), else steps of 64") {
+  const int64_t short_slots = model::fused::kCachedAttentionShortSlots;
+  // Fused attention: short rows see the short slots (or the whole cache when it is smaller), longer rows all of it.
+  CHECK(readout::step_visible_slots(true, 14, 1024) == short_slots);
+  CHECK(readout::step_visible_slots(true, short_slots, 1024) == short_slots);
+  CHECK(readout::step_visible_slots(true, short_slots + 1, 1024) == 1024);
+  CHECK(readout::step_visible_slots(true, 900, 1024) == 1024);
+  CHECK(readout::step_visible_slots(true, 14, 192) == 192);
+  // Without it: the reach rounded up to 64, never past the capacity.
+  CHECK(readout::step_visible_slots(false, 14, 1024) == 64);
+  CHECK(readout::step_visible_slots(false, 64, 1024) == 64);
+  CHECK(readout::step_visible_slots(false, 65, 1024) == 128);
+  CHECK(readout::step_visible_slots(false, 1000, 1000) == 1000);
 }

@@ -155,17 +155,19 @@ bool cached_attention_serves(const at::Tensor& q, const at::Tensor& k, const at:
 
 namespace {
 
-// The tiled kernel where it takes the shape and the batch has 4 rows or more: at fewer the per-query kernel's
-// blocks (one per query) were the quicker, the Gemma-3-4B-shaped decode step 3.14 against 3.37 ms at one row, 3.34
-// against 3.45 at two, 3.47 against 3.41 at four, 5.51 against 4.28 at 16
-// (bench/results/streams_h200_2026-11-30b.md).
+// The tiled kernel where it takes the shape, and the batch has 4 rows or more or the rows see more than
+// kCachedAttentionShortSlots slots. With few rows over few slots the per-query kernel's blocks (one per query) were
+// the quicker: the Gemma-3-4B-shaped decode step at 185 slots 3.14 against 3.37 ms at one row, 3.34 against 3.45 at
+// two, 3.47 against 3.41 at four, 5.51 against 4.28 at 16 (bench/results/streams_h200_2026-11-30b.md). Over long rows
+// each of those blocks reads all its kv head's slots, and one row's step at 1,141 slots took 3.99 ms against the
+// tiled kernel's 3.32 (bench/results/decode_persistent_h200_2026-12-01.md).
 bool tiled_chosen(CachedAttentionKernel kernel, int64_t batch, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                  int64_t tokens) {
+                  int64_t tokens, int64_t visible) {
   if (kernel == CachedAttentionKernel::kPerQuery) return false;
   const bool takes = tiled_cached_attention_takes(heads, kv_heads, head_dim, tokens);
   TORCH_CHECK(takes || kernel != CachedAttentionKernel::kTiled, "cached_attention: the tiled kernel does not take ",
               heads, " heads over ", kv_heads, " of ", head_dim, " at ", tokens, " tokens on this device");
-  return takes && (kernel == CachedAttentionKernel::kTiled || batch >= 4);
+  return takes && (kernel == CachedAttentionKernel::kTiled || batch >= 4 || visible > kCachedAttentionShortSlots);
 }
 
 }  // namespace
@@ -180,7 +182,7 @@ at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::
   at::Tensor positions = positions_in.to(at::kLong).contiguous();
   at::Tensor sinks = sinks_in.defined() ? sinks_in.to(q.device(), at::kFloat).contiguous() : at::Tensor();
   at::Tensor out = at::empty({batch, tokens, heads, head_dim}, q.options());  // token-major: the kernels' rows
-  const bool tiled = tiled_chosen(kernel, batch, heads, kv_heads, head_dim, tokens);
+  const bool tiled = tiled_chosen(kernel, batch, heads, kv_heads, head_dim, tokens, visible);
   auto stream = at::cuda::getCurrentCUDAStream();
   dispatch_float_type(q.scalar_type(), [&](auto type) {
     using T = decltype(type);
