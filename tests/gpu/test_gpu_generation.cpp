@@ -1,7 +1,8 @@
 // Generation on a CUDA GPU: in fp32 the same greedy ids and top-5 logits as transformers' generate (the fixtures'
 // generation.json, within 1e-4 x the step's largest |logit|); in bf16 the probes' rows read while generating
-// agree with read_prefixes over the finished text, and a batch of prompts of different lengths runs; decode steps
-// replayed as CUDA graphs give bitwise what eager steps give.
+// agree with read_prefixes over the finished text, a batch of prompts of different lengths and a row growing from the
+// per-query attention kernel's short rows into the tiled kernel's long ones included; decode steps replayed as CUDA
+// graphs give bitwise what eager steps give.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
@@ -9,12 +10,17 @@
 
 #include "common/json.h"
 #include "generation/generator.h"
+#include "model/decoder_block.h"
+#include "model/fused_ops.h"
+#include "model/random_checkpoint.h"
 #include "model/transformer.h"
 #include "readout/incremental.h"
 #include "readout/readout.h"
 #include "test_paths.h"
+#include "test_util.h"
 
 using namespace probekit;
+using namespace probekit::testing;
 
 namespace {
 
@@ -30,12 +36,52 @@ const char* const kFixtures[] = {"llama",       "llama_bf16",        "mistral",
 
 std::string fixture(const std::string& name) { return std::string(PROBEKIT_FIXTURES) + "/models/" + name; }
 
-model::TransformerModel load_on_gpu(const std::string& name, at::ScalarType dtype) {
+model::TransformerModel load_dir_on_gpu(const std::string& dir, at::ScalarType dtype) {
   model::LoadOptions options;
   options.lm_head = true;
   options.device = at::Device(at::kCUDA, 0);
   options.dtype = dtype;
-  return model::TransformerModel::load(fixture(name), options);
+  return model::TransformerModel::load(dir, options);
+}
+
+model::TransformerModel load_on_gpu(const std::string& name, at::ScalarType dtype) {
+  return load_dir_on_gpu(fixture(name), dtype);
+}
+
+std::vector<readout::Sequence> fixture_prompts(const std::string& name) {
+  std::vector<readout::Sequence> prompts;
+  for (const Json& c : read_json_file(fixture(name) + "/generation.json")["cases"]) {
+    prompts.push_back(c["prompt_ids"].get<readout::Sequence>());
+  }
+  return prompts;
+}
+
+const generation::ProbeReadout kProbes{{Site::kResidPost, Position::kLast, {1, 3}, 0}, {5, 6, 7, 8}, {}};
+
+// The rows kProbes read at each new token while `model` generates from `prompts` against read_prefixes over each
+// finished text at that token: a cosine of 0.999 or more.
+void check_rows_while_generating(const model::TransformerModel& model, const std::string& name,
+                                 const std::vector<readout::Sequence>& prompts, int64_t new_tokens) {
+  generation::GenerationOptions options;
+  options.max_new_tokens = new_tokens;
+  std::vector<std::vector<generation::GeneratedToken>> tokens(prompts.size());
+  std::vector<generation::Generation> results =
+      generation::generate(model, prompts, options, &kProbes, [&](const generation::GeneratedToken& token) {
+        tokens[token.row].push_back(token);
+        return true;
+      });
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    REQUIRE(static_cast<int64_t>(tokens[b].size()) == new_tokens);
+    readout::Sequence text = prompts[b];
+    text.insert(text.end(), results[b].ids.begin(), results[b].ids.end());
+    at::Tensor afterwards = readout::read_prefixes(model, text, kProbes.suffix, kProbes.request).to(at::kCPU);
+    for (const generation::GeneratedToken& token : tokens[b]) {
+      at::Tensor expected = afterwards[token.position];
+      double cosine = at::cosine_similarity(token.rows.flatten().to(at::kDouble), expected.flatten().to(at::kDouble), 0)
+                          .item<double>();
+      CHECK_MESSAGE(cosine >= 0.999, name, " row ", b, " token ", token.index, ": cosine ", cosine);
+    }
+  }
 }
 
 // Steps of one case that agree with the reference, up to the first near tie (either id right there).
@@ -76,31 +122,34 @@ TEST_CASE("fp32 generation on the GPU matches transformers' greedy generate for 
 
 TEST_CASE("bf16 on the GPU: probe rows read while generating a batch agree with read_prefixes afterwards") {
   for (const char* name : {"gemma3_text", "qwen3_moe", "llama"}) {
-    model::TransformerModel model = load_on_gpu(name, at::kBFloat16);
-    const Json reference = read_json_file(fixture(name) + "/generation.json");
-    std::vector<readout::Sequence> prompts;
-    for (const Json& c : reference["cases"]) prompts.push_back(c["prompt_ids"].get<readout::Sequence>());
-    generation::ProbeReadout probes{{Site::kResidPost, Position::kLast, {1, 3}, 0}, {5, 6, 7, 8}, {}};
-    generation::GenerationOptions options;
-    options.max_new_tokens = 8;
-    std::vector<std::vector<generation::GeneratedToken>> tokens(prompts.size());
-    std::vector<generation::Generation> results =
-        generation::generate(model, prompts, options, &probes, [&](const generation::GeneratedToken& token) {
-          tokens[token.row].push_back(token);
-          return true;
-        });
-    for (size_t b = 0; b < prompts.size(); ++b) {
-      readout::Sequence text = prompts[b];
-      text.insert(text.end(), results[b].ids.begin(), results[b].ids.end());
-      at::Tensor afterwards = readout::read_prefixes(model, text, probes.suffix, probes.request).to(at::kCPU);
-      for (const generation::GeneratedToken& token : tokens[b]) {
-        at::Tensor expected = afterwards[token.position];
-        double cosine = at::cosine_similarity(token.rows.flatten().to(at::kDouble), expected.flatten().to(at::kDouble), 0)
-                            .item<double>();
-        CHECK_MESSAGE(cosine >= 0.999, name, " row ", b, " token ", token.index, ": cosine ", cosine);
-      }
-    }
+    check_rows_while_generating(load_on_gpu(name, at::kBFloat16), name, fixture_prompts(name), 8);
   }
+}
+
+TEST_CASE("bf16 on the GPU: a row growing past the short rows' slots reads the same rows as read_prefixes") {
+  // A random Gemma 3 checkpoint with heads of 64, which the fused attention takes (the fixtures' heads, 8 to 32, are
+  // too small for it), so that its steps move from the per-query kernel to the tiled one.
+  TempDir tmp;
+  model::RandomCheckpointOptions options;
+  options.tokenizer_json = kGemmaModel + "/tokenizer.json";
+  model::write_random_checkpoint(tmp.file("gemma3"), options);
+  model::TransformerModel model = load_dir_on_gpu(tmp.file("gemma3"), at::kBFloat16);
+  const model::ModelConfig& c = model.config();
+  const int64_t span = 1 + static_cast<int64_t>(kProbes.suffix.size());
+  REQUIRE(model::cached_attention_is_fused(c, model.device(), model.dtype(), span));
+  REQUIRE(model::fused::tiled_cached_attention_takes(c.num_heads, c.num_kv_heads, c.head_dim, span));
+  // 246 prompt tokens: the steps reach past kCachedAttentionShortSlots (256) slots from the 7th new token on.
+  const int64_t prompt_tokens = model::fused::kCachedAttentionShortSlots - 10, new_tokens = 16;
+  readout::Sequence prompt;
+  for (int64_t i = 0; i < prompt_tokens; ++i) prompt.push_back(static_cast<int32_t>(100 + (i * 37) % 1000));
+  check_rows_while_generating(model, "random gemma3", {prompt}, new_tokens);
+  // The steps' shapes: the short rows' slots, then the whole cache; one graph each.
+  readout::IncrementalReader reader(model, &kProbes.request, kProbes.suffix);
+  at::Tensor tokens = reader.start({prompt}, new_tokens).narrow(1, 0, 8).argmax(1);
+  for (int64_t step = 0; step < new_tokens; ++step) {
+    tokens = reader.step(tokens, at::ones_like(tokens)).final_norm.narrow(1, 0, 8).argmax(1);
+  }
+  CHECK(reader.graphs().captures() == 2);
 }
 
 TEST_CASE("decode steps replayed as CUDA graphs give bitwise the eager steps' final norms and probe rows (fp32)") {
