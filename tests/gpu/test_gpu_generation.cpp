@@ -49,10 +49,9 @@ model::TransformerModel load_on_gpu(const std::string& name, at::ScalarType dtyp
 }
 
 std::vector<readout::Sequence> fixture_prompts(const std::string& name) {
+  const Json reference = read_json_file(fixture(name) + "/generation.json");
   std::vector<readout::Sequence> prompts;
-  for (const Json& c : read_json_file(fixture(name) + "/generation.json")["cases"]) {
-    prompts.push_back(c["prompt_ids"].get<readout::Sequence>());
-  }
+  for (const Json& c : reference["cases"]) prompts.push_back(c["prompt_ids"].get<readout::Sequence>());
   return prompts;
 }
 
@@ -141,7 +140,7 @@ TEST_CASE("bf16 on the GPU: a row growing past the short rows' slots reads the s
   // 246 prompt tokens: the steps reach past kCachedAttentionShortSlots (256) slots from the 7th new token on.
   const int64_t prompt_tokens = model::fused::kCachedAttentionShortSlots - 10, new_tokens = 16;
   readout::Sequence prompt;
-  for (int64_t i = 0; i < prompt_tokens; ++i) prompt.push_back(static_cast<int32_t>(100 + (i * 37) % 1000));
+  for (int64_t i = 0; i < prompt_tokens; ++i) prompt.push_back(static_cast<int32_t>((i * 37 + 11) % c.vocab_size));
   check_rows_while_generating(model, "random gemma3", {prompt}, new_tokens);
   // The steps' shapes: the short rows' slots, then the whole cache; one graph each.
   readout::IncrementalReader reader(model, &kProbes.request, kProbes.suffix);
