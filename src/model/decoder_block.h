@@ -50,7 +50,8 @@ bool packed_attention_is_fast(const ModelConfig& config, at::Device device, at::
 /// Whether generation's attention over its cache runs fused::cached_attention on every layer for passes of up to
 /// `tokens` tokens a row: a CUDA build, attention layers only whose heads the kernel takes
 /// (fused::cached_attention_takes), no attention soft-capping. That kernel reads each query's slots up to its position and no further, so such a step need not
-/// bound the cache's visible slots.
+/// bound the cache's visible slots for its numbers (generation still bounds them, to choose the kernel:
+/// readout::step_visible_slots).
 bool cached_attention_is_fused(const ModelConfig& config, at::Device device, at::ScalarType dtype, int64_t tokens);
 
 /// Everything attention needs to know about positions in one forward pass; built once, shared by all layers.

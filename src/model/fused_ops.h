@@ -81,9 +81,9 @@ at::Tensor fp8_block_linear(const at::Tensor& x, const at::Tensor& bytes, const 
 
 /// The most queries a row of a pass may bring to cached_attention (a decode step and the probes' suffix).
 constexpr int64_t kCachedAttentionMaxTokens = 32;
-/// Up to this many visible slots, rows of fewer than 4 take cached_attention's per-query kernel; past it the tiled
-/// one, which reads each slot once for all the queries of its kv head (at one row of the Gemma-3-4B-shaped step,
-/// 3.02 against 3.17 ms at 181 slots, 3.26 against 3.37 at 441, 3.32 against 3.99 at 1,141:
+/// Up to this many visible slots, batches of fewer than 4 rows take cached_attention's per-query kernel; past it the
+/// tiled one, which reads each slot once for all the queries of its kv head (one row of the Gemma-3-4B-shaped step,
+/// per-query against tiled: 3.02 and 3.17 ms at 181 slots, 3.37 and 3.26 at 441, 3.99 and 3.32 at 1,141:
 /// bench/results/decode_persistent_h200_2026-12-01.md).
 constexpr int64_t kCachedAttentionShortSlots = 256;
 

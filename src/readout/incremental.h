@@ -50,9 +50,9 @@ class IncrementalReader {
   /// Adds `prompts` as new last rows: run together apart from the rows already here (a batch of their own, steered
   /// by `writes`, a row each, may be null) exactly as start() runs them (on a GPU without writes, with copies of
   /// the last prompt up to a multiple of 16 rows, dropped after), then their keys and values join the
-  /// others'. The cache's capacity is a multiple of 64 large enough for every row, so that a row's steps see the
-  /// same slots however many rows share them. Returns the final norm at each prompt's last token [P, hidden] in
-  /// fp32.
+  /// others'. The cache's capacity is a multiple of 64 large enough for every row; a step's visible slots, and so
+  /// its attention kernel, follow the batch's longest row (step_visible_slots). Returns the final norm at each
+  /// prompt's last token [P, hidden] in fp32.
   at::Tensor join(const std::vector<Sequence>& prompts, int64_t new_tokens, const model::StreamWrites* writes);
   /// Keeps only `rows` (ascending row indices), in that order; the others leave.
   void keep_rows(const std::vector<int64_t>& rows);

@@ -415,6 +415,43 @@ TEST_CASE_FIXTURE(KernelsServe, "cached attention writes the keys and values at 
 
 namespace {
 
+// fused::cached_attention's output from `kernel` over one pass of 13 tokens a row (a decode step and the probes'
+// suffix), the rows' last tokens at slot `visible` - 1.
+at::Tensor cached_attention_output(int64_t batch, int64_t visible, fused::CachedAttentionKernel kernel) {
+  const int64_t heads = 8, kv_heads = 2, head_dim = 128, tokens = 13, capacity = 512;
+  at::manual_seed(5);
+  auto options = kCuda.dtype(at::kBFloat16);
+  at::Tensor q = at::randn({batch, heads, tokens, head_dim}, options);
+  at::Tensor k = at::randn({batch, kv_heads, tokens, head_dim}, options);
+  at::Tensor v = at::randn({batch, kv_heads, tokens, head_dim}, options);
+  at::Tensor cache_keys = at::randn({batch, kv_heads, capacity, head_dim}, options);
+  at::Tensor cache_values = at::randn({batch, kv_heads, capacity, head_dim}, options);
+  at::Tensor positions = (visible - tokens + at::arange(tokens, kCuda.dtype(at::kLong))).view({1, tokens}).repeat({batch, 1});
+  return fused::cached_attention(q, k, v, cache_keys, cache_values, positions, visible, 0,
+                                 1.0 / std::sqrt(static_cast<double>(head_dim)), {}, kernel);
+}
+
+}  // namespace
+
+TEST_CASE_FIXTURE(KernelsServe, "cached attention's choice: one block per query for 1-3 rows over up to 256 visible slots, else tiled") {
+  REQUIRE(fused::tiled_cached_attention_takes(8, 2, 128, 13));
+  for (int64_t batch : {1, 3, 4}) {
+    for (int64_t visible : {fused::kCachedAttentionShortSlots, fused::kCachedAttentionShortSlots + 1}) {
+      CAPTURE(batch);
+      CAPTURE(visible);
+      const bool tiled = batch >= 4 || visible > fused::kCachedAttentionShortSlots;
+      at::Tensor chosen = cached_attention_output(batch, visible, fused::CachedAttentionKernel::kChosen);
+      at::Tensor per_query = cached_attention_output(batch, visible, fused::CachedAttentionKernel::kPerQuery);
+      at::Tensor tiled_output = cached_attention_output(batch, visible, fused::CachedAttentionKernel::kTiled);
+      // The two kernels round differently (the tiled one its probabilities to bf16), so equal bits name the kernel.
+      REQUIRE_FALSE(at::equal(per_query, tiled_output));
+      CHECK(at::equal(chosen, tiled ? tiled_output : per_query));
+    }
+  }
+}
+
+namespace {
+
 DeltaNetWeights delta_net_to(const DeltaNetWeights& w, const at::Device& device) {
   DeltaNetWeights moved;
   moved.conv = w.conv.to(device), moved.A_log = w.A_log.to(device), moved.dt_bias = w.dt_bias.to(device);

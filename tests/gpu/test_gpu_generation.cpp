@@ -144,6 +144,8 @@ TEST_CASE("bf16 on the GPU: a row growing past the short rows' slots reads the s
   check_rows_while_generating(model, "random gemma3", {prompt}, new_tokens);
   // The steps' shapes: the short rows' slots, then the whole cache; one graph each.
   readout::IncrementalReader reader(model, &kProbes.request, kProbes.suffix);
+  reader.graphs().enable(true);
+  REQUIRE(reader.graphs().enabled());
   at::Tensor tokens = reader.start({prompt}, new_tokens).narrow(1, 0, 8).argmax(1);
   for (int64_t step = 0; step < new_tokens; ++step) {
     tokens = reader.step(tokens, at::ones_like(tokens)).final_norm.narrow(1, 0, 8).argmax(1);
