@@ -98,11 +98,12 @@ class IncrementalReader {
 };
 
 /// The cache slots a decode step makes visible, when its rows reach `reach` slots (the longest row's length and the
-/// step's tokens) of `capacity`. The slots past every position of the pass are masked, so this changes no number,
-/// only the step's shape: each new shape is a new CUDA graph (15 to 25 ms) and, without fused attention, a new cuDNN
-/// plan. With fused attention (`fused`) the kernel stops at each query's position by itself, so short rows see
-/// kCachedAttentionShortSlots (fused_ops.h) and longer ones the whole cache: at most two graphs a generation, and the
-/// kernel that suits each length. Without it, the visible slots grow in steps of 64.
+/// step's tokens) of `capacity`. The slots past every position of the pass are masked, so this changes the step's
+/// shape and, with fused attention, its kernel (the same values to their rounding), not what it computes. Each new
+/// shape is a new CUDA graph (15 to 25 ms) and, without fused attention, a new cuDNN plan. With fused attention
+/// (`fused`) the kernel stops at each query's position by itself, so short rows see kCachedAttentionShortSlots
+/// (fused_ops.h) and longer ones the whole cache: at most two graphs a generation, and the kernel that suits each
+/// length. Without it, the visible slots grow in steps of 64.
 int64_t step_visible_slots(bool fused, int64_t reach, int64_t capacity);
 
 }  // namespace probekit::readout
