@@ -11,8 +11,18 @@
 #include <vector>
 
 #include "common/json.h"
+#include "readout/readout.h"
+#include "test_util.h"
 
 namespace probekit::testing {
+
+/// The prompts of the cases of a fixture model's generation.json.
+inline std::vector<readout::Sequence> fixture_prompts(const std::string& name) {
+  const Json reference = read_json_file(fixture_model(name) + "/generation.json");
+  std::vector<readout::Sequence> prompts;
+  for (const Json& c : reference["cases"]) prompts.push_back(c["prompt_ids"].get<readout::Sequence>());
+  return prompts;
+}
 
 // A text as one shell word: in single quotes, each ' written as '\''.
 inline std::string shell_quoted(const std::string& text) {

@@ -16,6 +16,7 @@
 #include "model/transformer.h"
 #include "readout/incremental.h"
 #include "readout/readout.h"
+#include "generation_checks.h"
 #include "test_paths.h"
 #include "test_util.h"
 
@@ -46,13 +47,6 @@ model::TransformerModel load_dir_on_gpu(const std::string& dir, at::ScalarType d
 
 model::TransformerModel load_on_gpu(const std::string& name, at::ScalarType dtype) {
   return load_dir_on_gpu(fixture(name), dtype);
-}
-
-std::vector<readout::Sequence> fixture_prompts(const std::string& name) {
-  const Json reference = read_json_file(fixture(name) + "/generation.json");
-  std::vector<readout::Sequence> prompts;
-  for (const Json& c : reference["cases"]) prompts.push_back(c["prompt_ids"].get<readout::Sequence>());
-  return prompts;
 }
 
 const generation::ProbeReadout kProbes{{Site::kResidPost, Position::kLast, {1, 3}, 0}, {5, 6, 7, 8}, {}};
@@ -158,9 +152,7 @@ TEST_CASE("decode steps replayed as CUDA graphs give bitwise the eager steps' fi
   for (const char* name : {"llama", "gemma3_text", "gemma2"}) {
     model::TransformerModel model = load_on_gpu(name, at::kFloat);
     REQUIRE(readout::StepGraphs::supported(model));
-    const Json reference = read_json_file(fixture(name) + "/generation.json");
-    std::vector<readout::Sequence> prompts;
-    for (const Json& c : reference["cases"]) prompts.push_back(c["prompt_ids"].get<readout::Sequence>());
+    const std::vector<readout::Sequence> prompts = fixture_prompts(name);
     const readout::Request request{Site::kResidPost, Position::kLast, {1, 3}};
     auto run = [&](bool graphs) {
       readout::IncrementalReader reader(model, &request, {5, 6, 7});
@@ -191,9 +183,7 @@ TEST_CASE("decode steps replayed as CUDA graphs give bitwise the eager steps' fi
 
 TEST_CASE("on the GPU three prompts joining (a pass of 16 rows, the last copied) give each one's rows alone (fp32)") {
   model::TransformerModel model = load_on_gpu("llama", at::kFloat);
-  const Json reference = read_json_file(fixture("llama") + "/generation.json");
-  std::vector<readout::Sequence> prompts;
-  for (const Json& c : reference["cases"]) prompts.push_back(c["prompt_ids"].get<readout::Sequence>());
+  const std::vector<readout::Sequence> prompts = fixture_prompts("llama");
   REQUIRE(prompts.size() == 3);
   const readout::Request request{Site::kResidPost, Position::kLast, {1, 3}};
   readout::IncrementalReader together(model, &request, {5, 6, 7});

@@ -16,6 +16,7 @@
 #include "readout/readout.h"
 #include "capture_runs.h"
 #include "engine_checks.h"
+#include "generation_checks.h"
 #include "probe_fixture.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -98,11 +99,7 @@ TEST_CASE("a model split over cuda:0 and cuda:1 generates bitwise the ids, logit
     model::TransformerModel split = model::TransformerModel::load(fixture_model(name), load);
     // The fixture's prompts (of different lengths) in one batch, every row running all its tokens; the probes
     // read the first layer, the first on cuda:1 and the last, after the prompt suffix.
-    const Json reference = read_json_file(fixture_model(name) + "/generation.json");
-    std::vector<readout::Sequence> prompts;
-    for (const Json& c : reference["cases"]) {
-      prompts.push_back(c["prompt_ids"].get<readout::Sequence>());
-    }
+    const std::vector<readout::Sequence> prompts = fixture_prompts(name);
     generation::GenerationOptions options;
     options.max_new_tokens = 8;
     options.top_logits = 5;

@@ -100,15 +100,6 @@ GENERATION_TEST("deepseek_v3")
 
 namespace {
 
-std::vector<readout::Sequence> reference_prompts(const std::string& name) {
-  std::vector<readout::Sequence> prompts;
-  const Json reference = read_json_file(fixture_model(name) + "/generation.json");
-  for (const Json& c : reference["cases"]) {
-    prompts.push_back(c["prompt_ids"].get<readout::Sequence>());
-  }
-  return prompts;
-}
-
 // Every new token of every row, by row.
 struct Collected {
   std::vector<std::vector<generation::GeneratedToken>> tokens;
@@ -135,7 +126,7 @@ TEST_CASE("prompts of different lengths generated in one batch give each prompt'
   // after a shorter prompt's padding (deepseek_v3).
   for (const char* name : {"gemma3_text", "mixtral", "phi3_longrope", "gpt2", "qwen3_5_text", "deepseek_v3"}) {
     model::TransformerModel model = load_generator(fixture_model(name));
-    std::vector<readout::Sequence> prompts = reference_prompts(name);
+    std::vector<readout::Sequence> prompts = fixture_prompts(name);
     generation::GenerationOptions options;
     options.max_new_tokens = 12;
     options.top_logits = 5;
@@ -161,7 +152,7 @@ TEST_CASE("prompts of different lengths generated in one batch give each prompt'
 
 TEST_CASE("each row stops at its own eos id, keeps it, and the others go on, and a callback can stop one row") {
   model::TransformerModel model = load_generator(fixture_model("llama"));
-  std::vector<readout::Sequence> prompts = reference_prompts("llama");
+  std::vector<readout::Sequence> prompts = fixture_prompts("llama");
   std::vector<int32_t> free_run = generate_alone(model, prompts[1], 16).first;
   generation::GenerationOptions options;
   options.max_new_tokens = 16;
@@ -220,7 +211,7 @@ TEST_CASE("sampling: temperature, top-k and top-p draw from the distribution the
 
 TEST_CASE("sampled generation: a seed repeats its tokens, top-k 1 is greedy") {
   model::TransformerModel model = load_generator(fixture_model("qwen3"));
-  std::vector<readout::Sequence> prompts = reference_prompts("qwen3");
+  std::vector<readout::Sequence> prompts = fixture_prompts("qwen3");
   generation::GenerationOptions options;
   options.max_new_tokens = 16;
   options.sampling = {1.0, 0, 0.95, 11};
@@ -244,7 +235,7 @@ namespace {
 void check_rows_while_generating(const std::string& name, const readout::Request& request, const readout::Sequence& suffix,
                                  double tolerance = 1e-5) {
   model::TransformerModel model = load_generator(fixture_model(name));
-  std::vector<readout::Sequence> prompts = reference_prompts(name);
+  std::vector<readout::Sequence> prompts = fixture_prompts(name);
   generation::GenerationOptions options;
   options.max_new_tokens = 6;
   generation::ProbeReadout probes{request, suffix};
@@ -310,7 +301,7 @@ TEST_CASE("a model split over two devices generates the ids, logits and probe ro
     model::TransformerModel split = model::TransformerModel::load(fixture_model(name), options);
     // Prompts of different lengths in one batch; every row runs all its tokens (eos ids suppressed). The probes
     // read a layer of each stage: the first, the first on cpu:0, the last.
-    std::vector<readout::Sequence> prompts = reference_prompts(name);
+    std::vector<readout::Sequence> prompts = fixture_prompts(name);
     generation::GenerationOptions generating;
     generating.max_new_tokens = 8;
     generating.top_logits = 5;
@@ -471,7 +462,7 @@ TEST_CASE("rotary models generate past max_position_embeddings, as transformers 
   Json config = read_json_file(dir.file("config.json"));
   config["max_position_embeddings"] = 8;
   write_json_file(dir.file("config.json"), config);
-  readout::Sequence prompt = reference_prompts("qwen3").front();
+  readout::Sequence prompt = fixture_prompts("qwen3").front();
   auto [capped, steps] = generate_alone(load_generator(dir.path()), prompt, 16);
   CHECK(static_cast<int64_t>(prompt.size()) + 16 > 8);
   CHECK(capped == generate_alone(load_generator(fixture_model("qwen3")), prompt, 16).first);
@@ -489,7 +480,7 @@ TEST_CASE("rows that join (one, then two together) and leave between steps gener
     CAPTURE(name);
     model::TransformerModel model = load_generator(fixture_model(name));
     const Json reference = read_json_file(fixture_model(name) + "/generation.json");
-    std::vector<readout::Sequence> prompts = reference_prompts(name);
+    std::vector<readout::Sequence> prompts = fixture_prompts(name);
     auto greedy = [&](const at::Tensor& final_norm) { return model.logits(final_norm).argmax(-1); };
     std::vector<std::vector<int64_t>> ids(3);
     readout::IncrementalReader reader(model, nullptr, {});
