@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "fuzz_util.h"
+#include "request_refusal.h"
 #include "server/api/requests.h"
 
 using namespace probekit;
@@ -25,20 +26,6 @@ void check_view(const server::ViewQuery& view) {
 
 void check_text(const std::string& text) {
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) fuzz::finding("an empty text was accepted");
-}
-
-template <typename Parse>
-void parse_or_refuse(Parse&& parse) {
-  try {
-    parse();
-  } catch (const server::RequestError& e) {
-    if (e.status() < 400 || e.status() > 499) fuzz::finding("a refusal without a 4xx status");
-    if (std::string(e.what()).empty()) fuzz::finding("a refusal without a message");
-    // A message quotes values cut short, however long or deep the body.
-    if (std::string(e.what()).size() > 1000 || e.field().size() > 200) fuzz::finding("a refusal that quotes too much");
-  } catch (const std::exception& e) {
-    fuzz::finding(std::string("a body refused without a RequestError: ") + e.what());
-  }
 }
 
 // `body` inside `levels` arrays, or as the value of 'texts' inside them.
@@ -79,7 +66,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   switch (data[0] % 4) {
     case 0:
     case 1:
-      parse_or_refuse([&] {
+      fuzz::parses_or_refuses_with_4xx([&] {
         server::RankQuery q = server::parse_rank_query(body, limits);
         if (q.texts.empty() || static_cast<int64_t>(q.texts.size()) > limits.max_texts) fuzz::finding("texts past --max-texts");
         for (const std::string& text : q.texts) check_text(text);
@@ -87,14 +74,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       });
       break;
     case 2:
-      parse_or_refuse([&] {
+      fuzz::parses_or_refuses_with_4xx([&] {
         server::PerTokenQuery q = server::parse_per_token_query(body, limits);
         check_text(q.text);
         check_view(q.view);
       });
       break;
     default:
-      parse_or_refuse([&] {
+      fuzz::parses_or_refuses_with_4xx([&] {
         server::GenerateQuery q = server::parse_generate_query(body, limits);
         check_text(q.prompt);
         check_view(q.view);

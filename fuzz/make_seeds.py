@@ -218,6 +218,40 @@ def chat_template_seeds(out):
             write(out, "fuzz_chat_template", f"template_{number}_{choice}", bytes([choice]) + source.encode("utf-8"))
 
 
+def chat_request_seeds(out):
+    """Request bodies of /v1/chat/completions: the dialogue fixtures' conversations, and bodies with tools, stop
+    strings, probes and monitors; and conversations' turns (bit 5). The first byte: bits 0-2 the checkpoint, bit 3 tight
+    bounds, bit 4 no generation prompt, bit 5 turns split at \\x01 in place of a body."""
+    bodies = []
+    for path in sorted(glob.glob(os.path.join(FIXTURES, "dialogues", "*.json"))):
+        for conversation in json.load(open(path, encoding="utf-8"))["conversations"][:4]:
+            bodies.append({"model": "m", "messages": conversation["messages"]})
+    tools = [{"type": "function", "function": {"name": "lookup", "description": "Finds a fact.",
+                                               "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
+    bodies += [
+        {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Caf\u00e9 \u65e5\u672c \U0001F916"}],
+         "tools": tools, "tool_choice": "auto", "max_tokens": 3, "stop": ["\n", "."], "stream": True,
+         "stream_options": {"include_usage": True}},
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "Look it up."}]},
+                      {"role": "assistant", "content": None, "tool_calls": [{"type": "function", "id": "c1", "function":
+                                                                              {"name": "lookup", "arguments": "{\"q\": \"x\"}"}}]},
+                      {"role": "tool", "tool_call_id": "c1", "content": "42"}, {"role": "user", "content": "  and?  "}],
+         "tools": tools, "temperature": 0.5, "top_p": 0.9, "seed": 3},
+        {"messages": [{"role": "user", "content": "Hi"}], "probes": {"top_k": 3, "threshold": 0.2, "calibrated": True},
+         "monitors": [{"label": "a", "threshold": 0.5, "aggregate": "ema", "alpha": 0.2, "action": "stop"}],
+         "steer": [{"label": "a", "coefficient": 2.0}]},
+    ]
+    for number, body in enumerate(bodies):
+        for choice in (number % 5, 8 + number % 5, 16 + number % 5):
+            write(out, "fuzz_chat_request", f"body_{number}_{choice}", bytes([choice]) + json.dumps(body).encode())
+    turns = ["Hi\x01Hello there\x01Again", "  spaced  \x01<think>\nhidden\n</think>\n\nshown\x01Next",
+             "Caf\u00e9 \u65e5\u672c\x01\U0001F916 <start_of_turn> <|im_end|> <|eot_id|>\x01\u00e9t\u00e9"]
+    for number, text in enumerate(turns):
+        for checkpoint in range(5):
+            choice = 32 + checkpoint
+            write(out, "fuzz_chat_request", f"turns_{number}_{choice}", bytes([choice]) + text.encode("utf-8"))
+
+
 def npz_seeds(out):
     """The SAE fixtures' .npz archives, stored and deflated, as NumPy wrote them."""
     for path in sorted(glob.glob(os.path.join(FIXTURES, "saes", "**", "*.npz"), recursive=True)):
@@ -239,6 +273,7 @@ def main():
     server_requests_seeds(out)
     request_framing_seeds(out)
     chat_template_seeds(out)
+    chat_request_seeds(out)
     npz_seeds(out)
 
 

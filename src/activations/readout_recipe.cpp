@@ -126,7 +126,7 @@ std::string json_text(const RecipeField& field, const Json& value, const std::st
 // A value for messages: text quoted as JSON quotes it (a suffix's newlines stay visible), "none" when empty.
 std::string shown(const RecipeField& field, const std::string& text) {
   if (text.empty()) return "none";
-  return field.type == FieldType::kText ? Json(text).dump() : text;
+  return field.type == FieldType::kText ? dump_json(Json(text)) : text;
 }
 
 }  // namespace

@@ -25,6 +25,13 @@ std::vector<std::string> content_texts(const OrderedJson& message) {
   return texts;
 }
 
+// The first `bytes` bytes of `text`, cut back to the start of the character there: a quote in a message.
+std::string prefix_of_whole_characters(const std::string& text, size_t bytes) {
+  size_t end = std::min(bytes, text.size());
+  while (end > 0 && end < text.size() && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return text.substr(0, end);
+}
+
 bool overlaps(const std::pair<size_t, size_t>& token, const ContentSpan& content) {
   return token.first < content.end && content.begin < token.second;
 }
@@ -42,7 +49,7 @@ std::vector<ContentSpan> content_spans(const OrderedJson& messages, const std::s
       if (found == std::string::npos) {
         fail_input("messages[{}] ({}): its content {} is not in the rendered conversation as written after byte {} (the "
                    "chat template rewrites it), so its tokens cannot be masked",
-                   i, role, Json(text.substr(0, 60)).dump(), cursor);
+                   i, role, dump_json(Json(prefix_of_whole_characters(text, 60))), cursor);
       }
       spans.push_back(ContentSpan{i, role, found, found + text.size()});
       cursor = found + text.size();

@@ -249,7 +249,7 @@ std::vector<std::pair<size_t, size_t>> Tokenizer::token_spans(const std::vector<
     if (text.compare(at, bytes.size(), bytes) != 0) {
       fail_input("token {} (id {}, {}) does not spell the text at byte {}: the tokenizer rewrites the text, so its "
                  "tokens' spans are unknown",
-                 i, ids[i], Json(bytes).dump(), at);
+                 i, ids[i], dump_json(Json(bytes)), at);
     }
     spans.emplace_back(at, at + bytes.size());
     at += bytes.size();

@@ -3,6 +3,7 @@
 // text without added special tokens, and which tokens are assistant or user content must equal theirs.
 #include <doctest/doctest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,20 @@ TEST_CASE("last-assistant reads the last assistant message only; a rewritten con
                     doctest::Contains("messages[1] (assistant): its content \"<think>\\nhidden"));
 }
 
+TEST_CASE("regression: a rewritten content quoted in the error is cut at a character's start, not inside one") {
+  // The quote was the content's first 60 bytes, serialized strictly: a character across byte 60 made the serializer
+  // throw its own invalid UTF-8 error in place of the message naming the message.
+  const std::string dir = tokenizer_dir("qwen3");
+  const std::string content = "<think>\n" + std::string(51, 'a') + "日本</think>\n\nshown";
+  chat::OrderedJson messages = chat::OrderedJson::array();
+  messages.push_back({{"role", "user"}, {"content", "Hi"}});
+  messages.push_back({{"role", "assistant"}, {"content", content}});
+  messages.push_back({{"role", "user"}, {"content", "Next"}});
+  const std::string rendered = chat::render_conversation(dir, messages, false);
+  const std::string quoted = "messages[1] (assistant): its content \"<think>\\n" + std::string(51, 'a') + "\" is not";
+  CHECK_THROWS_WITH(chat::content_spans(messages, rendered), doctest::Contains(quoted.c_str()));
+}
+
 TEST_CASE("token spans: every token's bytes in the text, one after the other; a rewritten text is refused") {
   const tokenizer::Tokenizer gemma = tokenizer::Tokenizer::from_file(tokenizer_dir("gemma3") + "/tokenizer.json");
   const std::string text = "<bos>Café 日本 🤖 a  b\n";
@@ -95,6 +110,14 @@ TEST_CASE("token spans: every token's bytes in the text, one after the other; a 
   const std::string decomposed = "Cafe\xCC\x81";
   CHECK_THROWS_WITH(qwen.token_spans(qwen.encode(decomposed, false), decomposed),
                     doctest::Contains("does not spell the text at byte"));
+}
+
+TEST_CASE("regression: a byte token that does not spell the text is named in the error, not a serializer's failure") {
+  // The token's bytes were serialized strictly: a lone byte of a character made the serializer throw its own error.
+  const tokenizer::Tokenizer gemma = tokenizer::Tokenizer::from_file(tokenizer_dir("gemma3") + "/tokenizer.json");
+  const std::optional<int32_t> byte_token = gemma.token_to_id("<0xE6>");
+  REQUIRE(byte_token.has_value());
+  CHECK_THROWS_WITH(gemma.token_spans({*byte_token}, "x"), doctest::Contains("does not spell the text at byte 0"));
 }
 
 TEST_CASE("token spans of SentencePiece tokenizers: the prepended space is not in the text, byte tokens are bytes") {

@@ -114,3 +114,11 @@ TEST_CASE("recipe_difference names the first field rows depend on, and ignores t
   CHECK_CONTAINS(activations::recipe_difference(a, b, "A", "B"), "steering: {\"ablate\":[]");
   CHECK_CONTAINS(activations::recipe_difference(a, b, "A", "B"), "in A, none in B");
 }
+
+TEST_CASE("regression: recipe_difference shows a suffix that is not UTF-8 (read from a file's attribute) instead of failing") {
+  // The suffix was serialized strictly: its stray byte made the serializer throw its own error in place of the difference.
+  const ReadoutRecipe a = steered_recipe();
+  ReadoutRecipe b = a;
+  b.prompt_suffix = "\nAnswer\xE6:";
+  CHECK(activations::recipe_difference(a, b, "A", "B") == "prompt_suffix: \"\\nAnswer:\" in A, \"\\nAnswer\xEF\xBF\xBD:\" in B");
+}
