@@ -109,7 +109,8 @@ inline CommandResult run_command(const std::string& command) {
 }
 
 /// Asserts that `text` contains `part`, showing both otherwise.
-#define CHECK_CONTAINS(text, part) CHECK_MESSAGE((text).find(part) != std::string::npos, "expected to find [", part, "] in [", text, "]")
+#define CHECK_CONTAINS(text, part) \
+  CHECK_MESSAGE((text).find(part) != std::string::npos, "expected to find [", std::string(part), "] in [", text, "]")
 
 /// Asserts that a command exited with `exit_code` and that its output holds each of `parts`.
 inline void check_failure(const CommandResult& r, int exit_code, std::initializer_list<const char*> parts) {

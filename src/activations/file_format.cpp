@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/json.h"
+#include "common/utf8_text.h"
 
 namespace probekit::activations::format {
 
@@ -103,6 +105,13 @@ void read_attribute_values(hid_t file, const std::string& path, FileAttributes& 
   if (layer) check_layer_attribute("layer", *layer);
   a.layer = layer.value_or(layer_from_file_name(path));
   a.label_names = hdf5::get_string_list_attribute(file, "label_names").value_or(std::vector<std::string>{});
+  // Labels name probes in JSON and in probe files' headers, which hold only UTF-8.
+  for (size_t i = 0; i < a.label_names.size(); ++i) {
+    if (!is_valid_utf8(a.label_names[i])) {
+      fail("label_names[{}] ({}) is not UTF-8 text: labels name probes in JSON files, which hold only UTF-8", i,
+           dump_json(Json(a.label_names[i])));
+    }
+  }
   // Two labels of one name would write one probe file over the other, or drop a probe.
   for (size_t i = 0; i < a.label_names.size(); ++i) {
     for (size_t j = i + 1; j < a.label_names.size(); ++j) {

@@ -7,7 +7,7 @@
 #include "common/files.h"
 #include "common/json.h"
 #include "common/sha256.h"
-#include "tokenizer/utf8.h"
+#include "common/utf8_text.h"
 
 namespace probekit::chat {
 
@@ -74,7 +74,7 @@ namespace {
 
 // transformers reads a template file as UTF-8 and fails on anything else; jinja2 works on Python's str.
 const std::string& checked_utf8(const std::string& source) {
-  if (!tokenizer::is_valid_utf8(source)) {
+  if (!is_valid_utf8(source)) {
     fail_input("the chat template is not UTF-8 text (transformers refuses it too): re-save the template as UTF-8");
   }
   return source;
@@ -82,7 +82,7 @@ const std::string& checked_utf8(const std::string& source) {
 
 std::string read_template_file(const std::string& path) {
   std::string source = read_file(path);
-  if (!tokenizer::is_valid_utf8(source)) fail_input("{}: not UTF-8 text (transformers refuses such a template too)", path);
+  if (!is_valid_utf8(source)) fail_input("{}: not UTF-8 text (transformers refuses such a template too)", path);
   return source;
 }
 

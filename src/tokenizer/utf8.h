@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/utf8_text.h"  // is_valid_utf8, to_valid_utf8
+
 namespace probekit::tokenizer {
 
 /// Length of the UTF-8 sequence that starts with `lead` (1 for ASCII and for stray continuation bytes).
@@ -41,13 +43,6 @@ char32_t last_code_point(std::string_view text);
 
 /// Appends the UTF-8 encoding of `cp`.
 void append_utf8(std::string& out, char32_t cp);
-
-/// True when `bytes` is well-formed UTF-8 (no surrogates, no overlong forms).
-bool is_valid_utf8(std::string_view bytes);
-
-/// Replaces each maximal invalid subsequence with U+FFFD, exactly as Rust's String::from_utf8_lossy and
-/// Python's bytes.decode("utf-8", errors="replace") do.
-std::string to_valid_utf8(std::string_view bytes);
 
 /// Rust's char::is_whitespace: the Unicode White_Space property.
 bool is_whitespace(char32_t cp);

@@ -71,6 +71,26 @@ std::string inference(const std::string& probes, const std::string& model, const
                      probes, model, extra);
 }
 
+// Writes `names` as the activation file's label_names in place of its own, bytes as given (as another program could).
+void replace_label_names(const std::string& file, const std::vector<std::string>& names) {
+  hid_t h5 = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  REQUIRE(h5 >= 0);
+  H5Adelete(h5, "label_names");
+  std::vector<const char*> pointers;
+  for (const std::string& n : names) pointers.push_back(n.c_str());
+  hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, H5T_VARIABLE);
+  H5Tset_cset(type, H5T_CSET_UTF8);
+  hsize_t count = names.size();
+  hid_t space = H5Screate_simple(1, &count, nullptr);
+  hid_t attribute = H5Acreate2(h5, "label_names", type, space, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(attribute, type, pointers.data());
+  H5Aclose(attribute);
+  H5Sclose(space);
+  H5Tclose(type);
+  H5Fclose(h5);
+}
+
 }  // namespace
 
 TEST_CASE("a dataset on a pipe or standard input is read once, the same as from a file; --resume is refused for it") {
@@ -390,29 +410,7 @@ TEST_CASE("two labels of one name are refused, naming the label: an activation f
   capture_and_train(tmp);
   // Regression: an edited label_names with a repeated name trained two probes into one file.
   const std::string file = tmp.file("act/layer_2_activations.h5");
-  {
-    hid_t h5 = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-    REQUIRE(h5 >= 0);
-    H5Adelete(h5, "label_names");
-    H5Fclose(h5);
-  }
-  {
-    std::vector<std::string> names = {"analyzing", "noticing", "analyzing"};
-    hid_t h5 = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-    std::vector<const char*> pointers;
-    for (const std::string& n : names) pointers.push_back(n.c_str());
-    hid_t type = H5Tcopy(H5T_C_S1);
-    H5Tset_size(type, H5T_VARIABLE);
-    H5Tset_cset(type, H5T_CSET_UTF8);
-    hsize_t count = names.size();
-    hid_t space = H5Screate_simple(1, &count, nullptr);
-    hid_t attribute = H5Acreate2(h5, "label_names", type, space, H5P_DEFAULT, H5P_DEFAULT);
-    H5Awrite(attribute, type, pointers.data());
-    H5Aclose(attribute);
-    H5Sclose(space);
-    H5Tclose(type);
-    H5Fclose(h5);
-  }
+  replace_label_names(file, {"analyzing", "noticing", "analyzing"});
   CommandResult r = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 2 --device cpu -q",
                                             tool("train_binary_probes"), tmp.file("act"), tmp.file("again")));
   check_failure(r, 1, {"label_names holds 'analyzing' twice (labels 0 and 2)"});
@@ -424,6 +422,19 @@ TEST_CASE("two labels of one name are refused, naming the label: an activation f
   r = run_command(inference(tmp.file("probes"), kGemmaModel, ""));
   CHECK(r.exit_code == 1);
   CHECK_CONTAINS(r.output, fmt::format("lists label '{}' twice (entries 0 and 1)", label));
+}
+
+TEST_CASE("regression: an activation file's label that is not UTF-8 is refused when read, naming it") {
+  // A label of stray bytes (Latin-1 "analyz\xE9", written by hand or another program) trained, then failed writing its
+  // probe file: the safetensors header's serializer threw its own invalid UTF-8 error, and the training was lost.
+  TempDir tmp;
+  CommandResult r = run_command(capture_command(kGemmaModel, write_labelled(tmp, "data.jsonl", {"a", "b", "c"}, 8), tmp.file("act")));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  const std::string file = tmp.file("act/layer_2_activations.h5");
+  replace_label_names(file, {"analyz\xE9", "noticing", "other"});
+  r = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 2 --device cpu -q", tool("train_binary_probes"),
+                              tmp.file("act"), tmp.file("again")));
+  check_failure(r, 1, {"label_names[0]", "is not UTF-8 text"});
 }
 
 TEST_CASE("labels and texts on a terminal show their control characters escaped; JSON escapes them as JSON") {

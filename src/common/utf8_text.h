@@ -1,0 +1,17 @@
+// Whether bytes are UTF-8, and their repair: for text from files and users (labels, tokenizer input, templates) that
+// goes on to JSON, which holds only UTF-8.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace probekit {
+
+/// True when `bytes` is well-formed UTF-8 (no surrogates, no overlong forms).
+bool is_valid_utf8(std::string_view bytes);
+
+/// Replaces each maximal invalid subsequence with U+FFFD, exactly as Rust's String::from_utf8_lossy and
+/// Python's bytes.decode("utf-8", errors="replace") do.
+std::string to_valid_utf8(std::string_view bytes);
+
+}  // namespace probekit
