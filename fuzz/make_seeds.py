@@ -252,6 +252,51 @@ def chat_request_seeds(out):
             write(out, "fuzz_chat_request", f"turns_{number}_{choice}", bytes([choice]) + text.encode("utf-8"))
 
 
+def sae_files_seeds(out):
+    """The SAE fixtures' layouts cut to d_in 4 and d_sae 8: the first byte picks the layout (0 SAELens, 1 sparsify,
+    2 Gemma Scope 2, 3 Llama Scope, 4 Gemma Scope), then the config's length (4 bytes, little-endian), the config and
+    the weights."""
+    def seed(layout, config, weights):
+        config_bytes = json.dumps(config).encode() if config is not None else b""
+        return bytes([layout]) + struct.pack("<I", len(config_bytes)) + config_bytes + weights
+
+    def cut(shape):
+        return [{64: 4, 256: 8}.get(d, d) for d in shape]
+
+    for path in sorted(glob.glob(os.path.join(FIXTURES, "saes", "saelens_*", "cfg.json"))):
+        config = json.load(open(path))
+        config.update({"d_in": 4, "d_sae": 8})
+        if "k" in config:
+            config["k"] = 3
+        header = read_safetensors_header(os.path.join(os.path.dirname(path), "sae_weights.safetensors"))
+        header.pop("__metadata__", None)
+        tensors = [(name, "F32", cut(entry["shape"])) for name, entry in header.items()]
+        name = os.path.basename(os.path.dirname(path))
+        write(out, "fuzz_sae_files", name, seed(0, config, safetensors_bytes(tensors)))
+    sparsify = json.load(open(os.path.join(FIXTURES, "saes", "sparsify", "layers.3", "cfg.json")))
+    sparsify.update({"num_latents": 8, "k": 3, "d_in": 4})
+    write(out, "fuzz_sae_files", "sparsify", seed(1, sparsify, safetensors_bytes(
+        [("encoder.weight", "F32", [8, 4]), ("encoder.bias", "F32", [8]), ("W_dec", "F32", [8, 4]), ("b_dec", "F32", [4])])))
+    sparsify.update({"transcode": True, "skip_connection": True})
+    write(out, "fuzz_sae_files", "sparsify_transcoder", seed(1, sparsify, safetensors_bytes(
+        [("encoder.weight", "F32", [8, 4]), ("encoder.bias", "F32", [8]), ("W_dec", "F32", [8, 4]), ("b_dec", "F32", [4]),
+         ("W_skip", "F32", [4, 4])])))
+    gemma_scope_2 = glob.glob(os.path.join(FIXTURES, "saes", "gemma_scope_2", "*", "*", "config.json"))[0]
+    write(out, "fuzz_sae_files", "gemma_scope_2", seed(2, json.load(open(gemma_scope_2)), safetensors_bytes(
+        [("w_enc", "F32", [4, 8]), ("w_dec", "F32", [8, 4]), ("b_enc", "F32", [8]), ("b_dec", "F32", [4]),
+         ("threshold", "F32", [8])])))
+    llama_scope = {"d_model": 4, "d_sae": 8, "hook_point_in": "blocks.3.ln2.hook_normalized",
+                   "hook_point_out": "blocks.3.hook_mlp_out", "act_fn": "jumprelu", "norm_activation": "dataset-wise",
+                   "jump_relu_threshold": 0.5, "dataset_average_activation_norm": {"in": 2.5, "out": 1.5}}
+    weights = safetensors_bytes([("encoder.weight", "F32", [8, 4]), ("encoder.bias", "F32", [8]),
+                                 ("decoder.weight", "F32", [4, 8]), ("decoder.bias", "F32", [4])])
+    write(out, "fuzz_sae_files", "llama_scope_transcoder", seed(3, llama_scope, weights))
+    llama_scope["hook_point_out"] = llama_scope["hook_point_in"] = "blocks.3.hook_resid_post"
+    write(out, "fuzz_sae_files", "llama_scope", seed(3, llama_scope, weights))
+    for path in glob.glob(os.path.join(FIXTURES, "saes", "gemma_scope", "**", "params.npz"), recursive=True):
+        write(out, "fuzz_sae_files", "gemma_scope", seed(4, None, open(path, "rb").read()))
+
+
 def npz_seeds(out):
     """The SAE fixtures' .npz archives, stored and deflated, as NumPy wrote them."""
     for path in sorted(glob.glob(os.path.join(FIXTURES, "saes", "**", "*.npz"), recursive=True)):
@@ -275,6 +320,7 @@ def main():
     chat_template_seeds(out)
     chat_request_seeds(out)
     npz_seeds(out)
+    sae_files_seeds(out)
 
 
 if __name__ == "__main__":

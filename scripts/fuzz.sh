@@ -17,7 +17,7 @@ which_target=${1:-all}
 seconds=${2:-60}
 targets=(fuzz_safetensors fuzz_config fuzz_tokenizer_json fuzz_tokenizer_encode fuzz_dataset fuzz_activation_file
          fuzz_probe_files fuzz_hub_responses fuzz_server_requests fuzz_request_framing fuzz_chat_template fuzz_chat_request
-         fuzz_npz)
+         fuzz_npz fuzz_sae_files)
 
 cxx=${FUZZ_CXX:-clang++-14}
 cc=${FUZZ_CC:-clang-14}

@@ -41,7 +41,7 @@ ProbeCatalog find_probes(const std::string& dir) {
   ProbeCatalog catalog;
   catalog.dir = dir;
   std::vector<std::string> names = list_directory(dir);
-  static const std::regex layer_dir(R"(layer_(\d+))");
+  static const std::regex layer_dir(R"(layer_(\d{1,9}))");  // longer: no layer (nor an int64)
   bool pickles = false;
   for (const std::string& name : names) {
     std::smatch match;
@@ -63,9 +63,12 @@ ProbeCatalog find_probes(const std::string& dir) {
   }
   std::string analysis = dir + "/per_action_layer_analysis.json";
   if (is_regular_file(analysis)) {
-    Json json = read_json_file(analysis);
-    for (const Json& entry : json.value("per_action_best_layers", Json::array())) {
-      catalog.best_layer[entry.at("action").get<std::string>()] = entry.at("best_layer").get<int64_t>();
+    const Json json = read_json_file(analysis);
+    if (!json.is_object()) fail_input("{}: expected a JSON object holding 'per_action_best_layers'", analysis);
+    const Json entries = json.value("per_action_best_layers", Json::array());
+    if (!entries.is_array()) fail_json_type(analysis, "per_action_best_layers", "a list", entries);
+    for (const Json& entry : entries) {
+      catalog.best_layer[json_at<std::string>(entry, "action", analysis)] = json_at<int64_t>(entry, "best_layer", analysis);
     }
   }
   return catalog;

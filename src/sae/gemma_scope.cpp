@@ -37,7 +37,7 @@ SparseAutoencoder read_gemma_scope(const std::string& dir) {
   const std::string path = dir + "/params.npz";
   SparseAutoencoder sae;
   std::smatch match;
-  if (!std::regex_search(dir, match, std::regex(R"((?:^|/)layer_(\d+)/)"))) {
+  if (!std::regex_search(dir, match, std::regex(R"((?:^|/)layer_(\d{1,9})/)"))) {
     fail_input("{}: Gemma Scope's path names the layer (layer_L/width_W/average_l0_N/params.npz); this one does not", path);
   }
   sae.layer = std::stoll(match[1].str());

@@ -129,7 +129,10 @@ std::pair<Site, int64_t> hook_site(const std::string& hook, const std::string& w
   }
   std::smatch match;
   for (const auto& [pattern, site] : names) {
-    if (std::regex_match(hook, match, pattern)) return {site, std::stoll(match[1].str())};
+    if (!std::regex_match(hook, match, pattern)) continue;
+    const std::string layer = match[1].str();
+    if (layer.size() > 7) fail_input("{}: hook '{}' names layer {}, past any model's layers", where, hook, layer);
+    return {site, std::stoll(layer)};
   }
   fail_input("{}: hook '{}' names no site this runtime reads (blocks.L.hook_resid_post, model.layers.L.output, ...)",
              where, hook);

@@ -68,8 +68,7 @@ SparseAutoencoder read_saelens(const std::string& dir) {
   sae.d_in = config_int(config, "d_in", config_path);
   sae.d_sae = config_int(config, "d_sae", config_path);
   if (sae.architecture == Architecture::kTopK) sae.k = config_int(config, "k", config_path);
-  sae.subtract_decoder_bias = config.contains("apply_b_dec_to_input") ? config["apply_b_dec_to_input"].get<bool>()
-                                                                       : !architecture.transcoder;
+  sae.subtract_decoder_bias = json_value<bool>(config, "apply_b_dec_to_input", !architecture.transcoder, config_path);
   sae.scaling = scaling_of(config, config_path);
   std::tie(sae.site, sae.layer) = hook_site(hook_field(config, "hook_name", config_path), config_path);
   if (architecture.transcoder) {

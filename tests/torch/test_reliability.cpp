@@ -13,10 +13,12 @@
 
 #include "activations/activation_store.h"
 #include "capture/capture.h"
+#include "capture/merge.h"
 #include "common/files.h"
 #include "common/json.h"
 #include "common/run_lock.h"
 #include "io/safetensors.h"
+#include "probes/probe_catalog.h"
 #include "probes/synthetic_activations.h"
 #include "test_paths.h"
 #include "test_util.h"
@@ -435,6 +437,31 @@ TEST_CASE("regression: an activation file's label that is not UTF-8 is refused w
   r = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 2 --device cpu -q", tool("train_binary_probes"),
                               tmp.file("act"), tmp.file("again")));
   check_failure(r, 1, {"label_names[0]", "is not UTF-8 text"});
+}
+
+TEST_CASE("regression: numbers past int64 in folder and file names, and a damaged layer analysis, are refused naming them") {
+  // layer_N and shard_I_of_N folders with N past int64 threw std::stoll's out_of_range ("stoll"), naming nothing: no
+  // layer or shard has such a number, so they are not layers' or shards'.
+  TempDir tmp;
+  const std::string huge = "99999999999999999999";
+  make_directories(tmp.file("probes/layer_" + huge));
+  write_text(tmp.file("probes/layer_" + huge + "/probes.json"), R"({"layer": 2})");
+  CHECK_THROWS_WITH(probes::find_probes(tmp.file("probes")), doctest::Contains("no probes.json and no layer_{L}/probes.json"));
+  make_directories(tmp.file("sharded/shard_" + huge + "_of_2"));
+  CHECK_THROWS_WITH(capture::find_shard_dirs(tmp.file("sharded")), doctest::Contains("no shard_I_of_N directories"));
+  CHECK(activations::layer_from_file_name("act/layer_" + huge + "_activations.h5") == -1);
+  // An analysis entry without its action threw the JSON library's out_of_range, naming neither the file nor the key.
+  make_directories(tmp.file("analysed"));
+  write_text(tmp.file("analysed/probes.json"), R"({"layer": 2})");
+  const std::string analysis = tmp.file("analysed/per_action_layer_analysis.json");
+  write_text(analysis, R"({"per_action_best_layers": [{"best_layer": 3}]})");
+  CHECK_THROWS_WITH(probes::find_probes(tmp.file("analysed")), doctest::Contains((analysis + ": missing 'action'").c_str()));
+  write_text(analysis, R"({"per_action_best_layers": {"action": "a"}})");
+  CHECK_THROWS_WITH(probes::find_probes(tmp.file("analysed")), doctest::Contains("'per_action_best_layers' must be a list"));
+  write_text(analysis, R"([{"action": "a", "best_layer": 3}])");
+  CHECK_THROWS_WITH(probes::find_probes(tmp.file("analysed")), doctest::Contains("expected a JSON object"));
+  write_text(analysis, R"({"per_action_best_layers": [{"action": "a", "best_layer": 3}]})");
+  CHECK(probes::find_probes(tmp.file("analysed")).best_layer.at("a") == 3);
 }
 
 TEST_CASE("labels and texts on a terminal show their control characters escaped; JSON escapes them as JSON") {

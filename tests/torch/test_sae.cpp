@@ -250,6 +250,17 @@ TEST_CASE("SAEs that cannot be read are refused naming the file and the field") 
                  "cfg.json: the transcoder reads layer 3 and reconstructs layer 4 ('blocks.4.hook_mlp_out')");
   CHECK_CONTAINS(refusal(variant("nohook", [](Json& c) { c["metadata"].erase("hook_name"); })), "'hook_name' must be a string");
   CHECK_CONTAINS(refusal(tmp.path()), "no SAE layout recognised");
+  // Regression: a Gemma Scope path naming a layer past int64 threw std::stoll's out_of_range ("stoll").
+  const std::string huge_layer = tmp.file("layer_99999999999999999999/width_256/average_l0_20");
+  probekit::testing::copy_dir(kSaes + "/gemma_scope/layer_3/width_256/average_l0_20", huge_layer);
+  CHECK_CONTAINS(refusal(huge_layer), "Gemma Scope's path names the layer");
+  // Fuzz regression (fuzz_sae_files): a flag of another type threw the JSON library's own type error, naming nothing.
+  CHECK_CONTAINS(refusal(variant("flag", [](Json& c) { c["apply_b_dec_to_input"] = "yes"; })),
+                 "cfg.json: 'apply_b_dec_to_input' must be true or false, got \"yes\"");
+  CHECK(sae::load(variant("nullflag", [](Json& c) { c["apply_b_dec_to_input"] = nullptr; })).subtract_decoder_bias);
+  // Regression: a layer number past int64 threw std::stoll's out_of_range ("stoll"), naming nothing.
+  CHECK_CONTAINS(refusal(variant("layer", [](Json& c) { c["metadata"]["hook_name"] = "blocks.99999999999999999999.hook_resid_post"; })),
+                 "cfg.json: hook 'blocks.99999999999999999999.hook_resid_post' names layer 99999999999999999999");
   const sae::SparseAutoencoder standard = sae::load(kSaes + "/saelens_standard");
   CHECK_THROWS_WITH_AS(standard.encode(at::zeros({2, 63})), doctest::Contains("expected [rows, 64]"), std::invalid_argument);
 }
