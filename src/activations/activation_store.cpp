@@ -71,7 +71,7 @@ std::string FileAttributes::identity_difference(const FileAttributes& made) cons
 std::string layer_file_name(int64_t layer) { return fmt::format("layer_{}_activations.h5", layer); }
 
 int64_t layer_from_file_name(const std::string& path) {
-  static const std::regex pattern(R"(layer_(\d{1,9})_activations\.h5$)");
+  static const std::regex pattern(R"(layer_(\d{1,9})_activations\.h5$)");  // more digits: no layer's
   std::smatch match;
   if (std::regex_search(path, match, pattern)) return std::stoll(match[1].str());
   return -1;

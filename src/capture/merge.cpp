@@ -178,7 +178,7 @@ void check_output_apart(const std::vector<std::string>& shard_dirs, const std::s
 }  // namespace
 
 std::vector<std::string> find_shard_dirs(const std::string& dir) {
-  static const std::regex shard_name(R"(shard_(\d{1,9})_of_(\d{1,9}))");
+  static const std::regex shard_name(R"(shard_(\d{1,9})_of_(\d{1,9}))");  // more digits: no shard's
   std::vector<std::pair<int64_t, std::string>> found;
   for (const std::string& name : list_directory(dir)) {
     std::smatch match;

@@ -41,7 +41,7 @@ ProbeCatalog find_probes(const std::string& dir) {
   ProbeCatalog catalog;
   catalog.dir = dir;
   std::vector<std::string> names = list_directory(dir);
-  static const std::regex layer_dir(R"(layer_(\d{1,9}))");  // longer: no layer (nor an int64)
+  static const std::regex layer_dir(R"(layer_(\d{1,9}))");  // more digits: no layer's (nor an int64)
   bool pickles = false;
   for (const std::string& name : names) {
     std::smatch match;
