@@ -18,6 +18,7 @@
 #include "common/files.h"
 #include "common/json.h"
 #include "fuzz_util.h"
+#include "render_bounds.h"
 #include "request_refusal.h"
 #include "server/api/chat_request.h"
 #include "tokenizer/tokenizer.h"
@@ -70,10 +71,7 @@ bool render(const Checkpoint& checkpoint, chat::ChatTemplateInputs& inputs, std:
   } catch (const std::exception& e) {
     fuzz::finding(std::string("a render failed with an exception the server answers with a 500: ") + e.what());
   }
-  if (static_cast<int64_t>(rendered.size()) > inputs.limits.max_bytes) fuzz::finding("a render longer than its byte budget");
-  if (usage.steps > inputs.limits.max_steps || usage.bytes > inputs.limits.max_bytes || usage.deepest > inputs.limits.max_depth) {
-    fuzz::finding("a render that passed its bounds was accepted");
-  }
+  fuzz::check_render_within_bounds(rendered, usage, inputs.limits);
   return true;
 }
 

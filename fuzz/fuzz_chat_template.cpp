@@ -7,6 +7,7 @@
 
 #include "chat/chat_template.h"
 #include "fuzz_util.h"
+#include "render_bounds.h"
 
 using namespace probekit;
 
@@ -32,9 +33,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   chat::RenderUsage usage;
   std::string rendered;
   if (!fuzz::completes_or_refuses_cleanly([&] { rendered = chat::ChatTemplate(source).render(inputs, &usage); })) return 0;
-  if (static_cast<int64_t>(rendered.size()) > inputs.limits.max_bytes) fuzz::finding("a render longer than its byte budget");
-  if (usage.steps > inputs.limits.max_steps || usage.bytes > inputs.limits.max_bytes || usage.deepest > inputs.limits.max_depth) {
-    fuzz::finding("a render that passed its bounds was accepted");
-  }
+  fuzz::check_render_within_bounds(rendered, usage, inputs.limits);
   return 0;
 }
