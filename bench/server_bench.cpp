@@ -105,9 +105,9 @@ Json concurrent(const BenchOptions& o, const std::string& body) {
 int main(int argc, char** argv) {
   CLI::App app("Latency of a running probe_server's /v1/rank, one client and many");
   BenchOptions o;
-  app.add_option("--host", o.host)->capture_default_str();
-  app.add_option("--port", o.port)->capture_default_str();
-  app.add_option("--api-key", o.api_key);
+  app.add_option("--host", o.host, "The server's address")->capture_default_str();
+  app.add_option("--port", o.port, "The server's port")->capture_default_str();
+  app.add_option("--api-key", o.api_key, "Sent as the bearer token, for a server started with --api-key");
   app.add_option("--requests", o.requests, "Sequential requests measured")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--clients", o.clients, "Concurrent clients")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--seconds", o.seconds, "How long the concurrent clients send")->capture_default_str();

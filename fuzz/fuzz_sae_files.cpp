@@ -30,7 +30,7 @@ const std::vector<LayoutFiles>& layouts() {
       {"sparsify/layers.3", "cfg.json", "sae.safetensors"},
       {"gemma_scope_2/resid_post/layer_3_width_8_l0_small", "config.json", "params.safetensors"},
       {"llama_scope", "hyperparams.json", "checkpoints/final.safetensors"},
-      {"gemma_scope/layer_3/width_8/average_l0_2", "", "params.npz"},
+      {"gemma_scope/gemma-scope-2b-pt-res/layer_3/width_8/average_l0_2", "", "params.npz"},
   };
   return table;
 }

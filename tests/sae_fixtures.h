@@ -25,7 +25,7 @@ inline const std::vector<std::pair<std::string, std::string>> kFixtureSaes = {
     {"saelens_jumprelu", "saelens_jumprelu"},
     {"saelens_gated", "saelens_gated"},
     {"saelens_norm_rescale", "saelens_norm_rescale"},
-    {"gemma_scope", "gemma_scope/layer_3/width_256/average_l0_20"},
+    {"gemma_scope", "gemma_scope/gemma-scope-2b-pt-res/layer_3/width_256/average_l0_20"},
     {"gemma_scope_2", "gemma_scope_2/resid_post/layer_3_width_256_l0_small"},
     {"sparsify", "sparsify/layers.3"},
 };

@@ -29,13 +29,13 @@ int main(int argc, char** argv) {
   CLI::App* model_cmd = tool.app.add_subcommand("model", "A random-weight Gemma 3 text checkpoint with the given tokenizer");
   model_cmd->add_option("--output", model_output, "Checkpoint directory to write")->required();
   model_cmd->add_option("--tokenizer", model_options.tokenizer_json, "tokenizer.json to ship with it")->required();
-  model_cmd->add_option("--hidden-size", model_options.hidden_size)->capture_default_str();
-  model_cmd->add_option("--layers", model_options.layers)->capture_default_str();
-  model_cmd->add_option("--heads", model_options.heads)->capture_default_str();
-  model_cmd->add_option("--kv-heads", model_options.kv_heads)->capture_default_str();
-  model_cmd->add_option("--head-dim", model_options.head_dim)->capture_default_str();
-  model_cmd->add_option("--intermediate-size", model_options.intermediate_size)->capture_default_str();
-  model_cmd->add_option("--seed", model_options.seed)->capture_default_str();
+  model_cmd->add_option("--hidden-size", model_options.hidden_size, "The hidden size")->capture_default_str();
+  model_cmd->add_option("--layers", model_options.layers, "Decoder layers")->capture_default_str();
+  model_cmd->add_option("--heads", model_options.heads, "Query heads")->capture_default_str();
+  model_cmd->add_option("--kv-heads", model_options.kv_heads, "Key-value heads")->capture_default_str();
+  model_cmd->add_option("--head-dim", model_options.head_dim, "Each head's width")->capture_default_str();
+  model_cmd->add_option("--intermediate-size", model_options.intermediate_size, "The MLP's width")->capture_default_str();
+  model_cmd->add_option("--seed", model_options.seed, "Seed of the random weights")->capture_default_str();
   model_cmd->add_flag("--overwrite", model_options.overwrite, "Replace an existing, non-empty directory");
 
   return tool.run(argc, argv, [&] {

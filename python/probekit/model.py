@@ -59,7 +59,7 @@ class Model:
 
         texts: a string or a list of strings. layers: [8, 17], 8, "21-30", "all" or None (capture's default:
         n/4, n/2, 3n/4, n-1). site: resid_post, resid_mid, attn_out, mlp_out, ... (capture_activations --site).
-        position: last, mean, first or all. prompt_suffix: None for capture's default, "" for none.
+        position: last, mean, max or all. prompt_suffix: None for capture's default, "" for none.
         batch_size: texts per forward pass (None: chosen from the memory). steer: [(label or vector, layer,
         coefficient), ...] added to the stream while capturing (labels take their direction from probes).
         max_length: cut prompts to this many tokens (0: no limit). progress: a tqdm bar (when tqdm is installed).

@@ -301,7 +301,7 @@ void Engine::index_labels() {
   std::map<std::string, size_t> column;
   for (size_t k = 0; k < labels_.size(); ++k) column[labels_[k]] = k;
   thresholds_.assign(layers_.size(), std::vector<double>(labels_.size(), std::numeric_limits<double>::quiet_NaN()));
-  aucs_ = thresholds_;
+  aucs_ = validation_thresholds_ = per_token_thresholds_ = thresholds_;
   calibrated_.assign(layers_.size(), std::vector<bool>(labels_.size(), false));
   for (size_t l = 0; l < probes_.size(); ++l) {
     LayerProbes& layer_probes = probes_[l];
@@ -315,6 +315,8 @@ void Engine::index_labels() {
         // A threshold set at a target false-positive rate (calibrate_probes) replaces the validation-tuned one.
         const bool calibrated = !std::isnan(probe.calibrated_threshold);
         thresholds_[l][k] = calibrated ? probe.calibrated_threshold : probe.threshold;
+        validation_thresholds_[l][k] = probe.threshold;
+        per_token_thresholds_[l][k] = probe.per_token_threshold;
         calibrated_[l][k] = calibrated;
         aucs_[l][k] = probe.val_auc;
         (calibrated ? calibrated_count_ : validation_count_) += 1;

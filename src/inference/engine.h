@@ -253,6 +253,12 @@ class Engine {
   std::vector<readout::Request> latent_requests() const;
   /// saes_ set (on the engine's device, described by `labels`) and shown_latents_ made for them.
   void set_saes(std::vector<sae::SparseAutoencoder> saes, const std::vector<sae::SaeSpec>& labels);
+  /// Without a suffix after each prefix, a prefix of only the leading special tokens (the BOS) holds no token the
+  /// probes read: those tokens' scores in result.probability become NaN, not the score of a row never trained on.
+  void hide_leading_prefixes(TokenScores& result) const;
+  /// A resolved monitor's threshold and where it came from: the request's; the probe's per-token calibration; its
+  /// whole-text calibration where it has no per-token one; else its validation-tuned threshold.
+  void set_threshold(monitor::ResolvedMonitor& m) const;
   /// Layer index l's cells of `tables` [t][l][k] set to NaN for the tokens outside [first, end): those the probes
   /// leave out (the leading specials, those past --max-tokens) have no score of their own.
   void hide_unread_tokens(size_t l, int64_t first, int64_t end, std::vector<std::vector<std::vector<double>>>& tables) const;
@@ -274,7 +280,8 @@ class Engine {
   std::vector<int64_t> layers_;
   std::vector<std::string> labels_;
   std::vector<LayerProbes> probes_;
-  std::vector<std::vector<double>> thresholds_, aucs_;
+  std::vector<std::vector<double>> thresholds_, validation_thresholds_, aucs_;
+  std::vector<std::vector<double>> per_token_thresholds_;  // a monitor's calibrated threshold; NaN where none
   std::vector<std::vector<bool>> calibrated_;  // thresholds_[l][k] set at a target false-positive rate
   int64_t calibrated_count_ = 0, validation_count_ = 0;  // probes in use with each kind of threshold
   activations::ReadoutRecipe recipe_;

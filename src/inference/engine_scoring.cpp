@@ -251,6 +251,13 @@ void Engine::score_token_ids(const readout::Sequence& ids, const steering::Steer
   at::Tensor rows = readout::read_prefixes(*model_, ids, with_suffix ? prompts_->suffix_ids() : readout::Sequence{}, steered);
   readout::check_finite_rows(rows, 1, request_.layers);
   store_probabilities(rows, result.probability, 0);
+  if (!with_suffix || prompts_->suffix_ids().empty()) hide_leading_prefixes(result);
+}
+
+void Engine::hide_leading_prefixes(TokenScores& result) const {
+  const auto ids = static_cast<int64_t>(result.probability.size());
+  const int64_t unread = std::min(ids, prompts_->leading_specials());
+  for (size_t l = 0; l < layers_.size(); ++l) hide_unread_tokens(l, unread, ids, result.probability);
 }
 
 std::vector<readout::Request> Engine::latent_requests() const {
@@ -292,6 +299,7 @@ void Engine::score_prefix_prompts(const readout::Sequence& ids, const readout::R
     readout::check_finite_rows(rows, 1, request_.layers);
     store_columns(text_probabilities(rows, offsets), result.probability, start);
   }
+  if (suffix.empty()) hide_leading_prefixes(result);
   store_attention(ids, request, result);
 }
 

@@ -2,6 +2,7 @@
 // as a stream batch (inference/stream_batch.h), where each stream's monitors watch the scores of its tokens.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cmath>
@@ -57,6 +58,27 @@ std::shared_ptr<const steering::SteeringVectors> action_steering(const Engine& e
 
 }  // namespace
 
+void Engine::set_threshold(monitor::ResolvedMonitor& m) const {
+  const size_t l = m.layer_index, k = m.column;
+  const bool calibrated = m.policy.calibrated && calibrated_[l][k];
+  if (m.policy.threshold) {
+    m.threshold = *m.policy.threshold;
+    m.threshold_source = "request";
+  } else if (calibrated && !std::isnan(per_token_thresholds_[l][k])) {
+    m.threshold = per_token_thresholds_[l][k];
+    m.threshold_source = "calibration";
+  } else if (calibrated) {
+    // Calibrated on one row per text: a monitor comparing every token flags more texts than the calibration's share.
+    m.threshold = thresholds_[l][k];
+    m.threshold_source = "calibration of whole texts";
+    spdlog::debug("monitor '{}' at layer {}: the probe's calibration holds no per-token threshold; its whole-text one "
+                  "bounds the share of texts flagged at their last token only", m.policy.label, m.layer);
+  } else {
+    m.threshold = validation_thresholds_[l][k];
+    m.threshold_source = "validation";
+  }
+}
+
 std::shared_ptr<const monitor::MonitorSet> Engine::resolve_monitors(const std::vector<monitor::MonitorPolicy>& policies) const {
   auto set = std::make_shared<monitor::MonitorSet>();
   if (policies.empty()) return set;
@@ -73,8 +95,7 @@ std::shared_ptr<const monitor::MonitorSet> Engine::resolve_monitors(const std::v
     m.column = static_cast<size_t>(label - labels_.begin());
     m.layer_index = monitor_layer(*this, m.policy, m.column, field);
     m.layer = layers_[m.layer_index];
-    m.threshold = m.policy.threshold ? *m.policy.threshold : thresholds_[m.layer_index][m.column];
-    m.threshold_source = m.policy.threshold ? "request" : calibrated_[m.layer_index][m.column] ? "calibration" : "validation";
+    set_threshold(m);
     m.aggregate = monitor::find_aggregate(m.policy.aggregate);
     m.action = monitor::find_action(m.policy.action);
     if (m.aggregate == nullptr || m.action == nullptr) {

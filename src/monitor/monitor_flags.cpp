@@ -24,8 +24,9 @@ void add_monitor_flags(CLI::App& app, MonitorFlags& flags) {
 
 std::vector<MonitorPolicy> monitor_policies(const MonitorFlags& flags) {
   if (flags.monitors.empty()) {
-    if (!flags.on_fire_steer.empty() || !flags.on_fire_ablate.empty() || !flags.aggregate.empty()) {
-      fail_usage("--on-fire-steer, --on-fire-ablate and --monitor-aggregate go with --monitor");
+    if (!flags.on_fire_steer.empty() || !flags.on_fire_ablate.empty() || !flags.aggregate.empty() ||
+        flags.scope != MonitorFlags().scope) {
+      fail_usage("--on-fire-steer, --on-fire-ablate, --monitor-aggregate and --monitor-scope go with --monitor");
     }
     return {};
   }

@@ -75,15 +75,26 @@ MonitorPolicy policy_fields(server::BodyFields& fields) {
   if (!label.is_string() || label.get<std::string>().empty()) server::wrong_type("label", "a label's name", label);
   policy.label = label.get<std::string>();
   if (fields.take("layer") != nullptr) policy.layer = fields.integer("layer", 0, 0, kMaxLayer);
-  const bool calibrated = fields.boolean("calibrated", false);
+  const Json* calibrated = fields.take("calibrated");
+  if (calibrated != nullptr) policy.calibrated = fields.boolean("calibrated", true);
   if (fields.take("threshold") != nullptr) {
-    if (calibrated) throw server::RequestError(server::kBadRequest, "give 'threshold' or 'calibrated', not both", "threshold");
+    if (calibrated != nullptr) {
+      throw server::RequestError(server::kBadRequest, "give 'threshold' or 'calibrated', not both", "threshold");
+    }
     policy.threshold = fields.number("threshold", 0, 0, 1);
   }
   std::set<std::string> aggregates_named, actions_named;
   for (const AggregateRow& row : aggregates()) aggregates_named.insert(row.name);
   for (const ActionRow& row : actions()) actions_named.insert(row.name);
   policy.aggregate = fields.choice("aggregate", policy.aggregate, aggregates_named);
+  // Each parameter belongs to one aggregate, as --monitor-aggregate's do: elsewhere it would be ignored.
+  for (const auto& [parameter, owner] : {std::pair{"alpha", "ema"}, std::pair{"window", "rolling"}}) {
+    if (fields.take(parameter) != nullptr && policy.aggregate != owner) {
+      throw server::RequestError(server::kBadRequest,
+                                 fmt::format("'{}' goes with the aggregate '{}', not '{}'", parameter, owner, policy.aggregate),
+                                 parameter);
+    }
+  }
   policy.alpha = fields.number("alpha", policy.alpha, std::numeric_limits<double>::min(), 1);
   policy.window = fields.integer("window", policy.window, 1, kMaxWindow);
   policy.scope = fields.choice("scope", "completion", {"completion", "prompt"}) == "prompt" ? Scope::kPrompt : Scope::kCompletion;

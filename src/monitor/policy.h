@@ -38,6 +38,7 @@ struct MonitorPolicy {
   std::string label;
   std::optional<int64_t> layer;      // none: the label's layer with the best validation AUC
   std::optional<double> threshold;   // none: the probe's calibrated threshold where set, else its validation one
+  bool calibrated = true;            // false ("calibrated": false): the validation threshold, calibrated or not
   std::string aggregate = "token";   // a row of aggregates()
   double alpha = 0.1;                // ema
   int64_t window = 16;               // rolling

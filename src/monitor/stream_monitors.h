@@ -24,7 +24,7 @@ struct ResolvedMonitor {
   size_t column = 0;
   int64_t layer = 0;
   double threshold = 0;
-  std::string threshold_source;  // "request", "calibration" or "validation"
+  std::string threshold_source;  // "request", "calibration", "calibration of whole texts" or "validation"
   const AggregateRow* aggregate = nullptr;
   const ActionRow* action = nullptr;
   std::shared_ptr<const steering::SteeringVectors> steering;  // what steer and ablate apply; null for the others

@@ -38,7 +38,10 @@ MetricSpec parse_metric(const std::string& text) {
     if (colon == std::string::npos) return spec;
     if (row.tokens == 0) fail_usage("--metric {}: {} takes nothing after a colon", text, row.name);
     const std::string tokens = text.substr(colon + 1);
-    const size_t comma = tokens.find(',');
+    // A quoted answer may be a comma: the comma that parts the two is the first after its closing quote.
+    const bool quoted = !tokens.empty() && (tokens[0] == '"' || tokens[0] == '\'');
+    const size_t closing = quoted ? tokens.find(tokens[0], 1) : std::string::npos;
+    const size_t comma = tokens.find(',', closing == std::string::npos ? 0 : closing + 1);
     if (row.tokens == 2 && comma != std::string::npos) spec.tokens = {tokens.substr(0, comma), tokens.substr(comma + 1)};
     if (row.tokens == 1) spec.tokens = {tokens};
     if (spec.tokens.size() != row.tokens) {
@@ -71,11 +74,14 @@ int32_t named_token(std::string given, const tokenizer::Tokenizer& tokenizer, in
     id = ids[0];
   }
   if (id < 0 || id >= vocab) fail_usage("--metric: token id {} is outside the model's vocabulary of {}", given, vocab);
+  if (!tokenizer.find_token(static_cast<int32_t>(id))) {
+    fail_usage("--metric: token id {} is a row of the model's logits but not a token of its tokenizer", id);
+  }
   return static_cast<int32_t>(id);
 }
 
 MetricToken spelled(int64_t id, const tokenizer::Tokenizer& tokenizer) {
-  return {static_cast<int32_t>(id), tokenizer.id_to_token(static_cast<int32_t>(id))};
+  return {static_cast<int32_t>(id), tokenizer.find_token(static_cast<int32_t>(id))};
 }
 
 // Ids [k] of the k largest logits, the largest first.
@@ -146,7 +152,7 @@ at::Tensor Metric::operator()(const at::Tensor& logits) const {
 
 Json Metric::to_json() const {
   Json out = {{"name", metric_row(kind).name}, {"formula", metric_row(kind).formula}};
-  auto token = [](const MetricToken& t) { return Json{{"id", t.id}, {"token", t.text}}; };
+  auto token = [](const MetricToken& t) { return Json{{"id", t.id}, {"token", t.text ? Json(*t.text) : Json()}}; };
   if (answer.id >= 0) out["answer"] = token(answer);
   if (foil.id >= 0) out["foil"] = token(foil);
   return out;

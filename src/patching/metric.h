@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,10 +35,11 @@ struct MetricSpec {
 /// Parses "logit-diff", "logit-diff:ANSWER,FOIL", "prob", "prob:TOKEN" or "kl"; anything else is a usage error.
 MetricSpec parse_metric(const std::string& text);
 
-/// A token a metric reads: its id and the tokenizer's spelling of it.
+/// A token a metric reads: its id and the tokenizer's spelling of it (none for an id past the tokenizer's tokens,
+/// which a model's padded embedding rows can be, and the clean run's top logit can pick).
 struct MetricToken {
   int32_t id = -1;
-  std::string text;
+  std::optional<std::string> text;
 };
 
 /// A metric with its tokens resolved.

@@ -18,6 +18,7 @@ PatchRequest flag_request(const PatchArguments& a) {
   } else if (a.corruption == "noise") {
     if (!a.corrupted.empty()) fail_usage("--corrupted and --corruption noise exclude each other");
     if (a.noise.subject.empty()) fail_usage("--corruption noise needs --subject: the text whose tokens get the noise");
+    check_noise(a.noise);
   } else {
     fail_usage("--corruption {}: expected prompt or noise", a.corruption);
   }
@@ -35,6 +36,7 @@ PatchRequest flag_request(const PatchArguments& a) {
   request.metric = parse_metric(a.metric);
   if (a.rows_per_batch < 0) fail_usage("--rows-per-batch {}: must be 0 (chosen) or more", a.rows_per_batch);
   request.rows_per_batch = a.rows_per_batch;
+  check_request_flags(request);
   return request;
 }
 
@@ -42,7 +44,7 @@ PatchRequest flag_request(const PatchArguments& a) {
 
 void add_patch_flags(CLI::App& app, PatchActivationsOptions& o) {
   PatchArguments& a = o.patch;
-  add_model_options(app, o.model.model_dir, "Checkpoint (a folder or a hub name)")->required();
+  add_model_options(app, o.model.model_dir, "The checkpoint to patch")->required();
   app.add_option("--clean", a.clean, "The clean prompt (tokenized with special tokens, no template)")->required();
   app.add_option("--corrupted", a.corrupted, "The corrupted prompt: as many tokens as the clean one");
   app.add_option("--corruption", a.corruption, "prompt (--corrupted) or noise (ROME: noise on --subject's embeddings)")
@@ -50,7 +52,9 @@ void add_patch_flags(CLI::App& app, PatchActivationsOptions& o) {
   app.add_option("--subject", a.noise.subject, "With --corruption noise: the clean prompt's text whose tokens are noised");
   app.add_option("--noise", a.noise.scale, "With --corruption noise: the noise's size in embedding standard deviations")
       ->capture_default_str();
-  app.add_option("--seed", a.noise.seed, "With --corruption noise: the noise's seed")->capture_default_str();
+  app.add_option("--seed", a.noise.seed, "With --corruption noise: the noise's seed")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--metric", a.metric, "logit-diff[:ANSWER,FOIL], prob[:TOKEN] or kl (tokens as ids or strings)")
       ->capture_default_str();
   app.add_option("--site", a.sites, "resid_post, attn_out or mlp_out; several give a grid each")

@@ -160,24 +160,7 @@ void attribution_grids(const model::TransformerModel& model, const at::Tensor& t
 }
 
 void check_request(const PatchRequest& request, int64_t layers, int64_t tokens) {
-  if (request.sites.empty()) fail_usage("--site: name at least one site");
-  std::set<Site> seen;
-  for (Site site : request.sites) {
-    if (site != Site::kResidPost && site != Site::kAttnOut && site != Site::kMlpOut) {
-      fail_usage("--site {}: patching takes resid_post, attn_out or mlp_out", site_name(site));
-    }
-    if (!seen.insert(site).second) fail_usage("--site: {} is named twice", site_name(site));
-  }
-  // A window's layers interact (a patch at layer l changes what layer l + 1 sees at that position), so the sum of
-  // their first-order estimates is not the window's.
-  if (request.attribution && request.layer_window > 1) {
-    fail_usage("--layer-window {} with --method attribution: attribution patching estimates single layers' patches; "
-               "use --method exact for a window", request.layer_window);
-  }
-  if (request.attribution && request.direction == Direction::kNoise && request.metric.kind == MetricKind::kKl) {
-    fail_usage("--metric kl with --direction noise and --method attribution: the KL divergence's gradient at the clean "
-               "run is zero, so attribution estimates nothing; use the exact grid or another metric");
-  }
+  check_request_flags(request);
   for (int64_t layer : request.layers) {
     if (layer < 0 || layer >= layers) fail_usage("--layers: layer {} is outside the model's 0 to {}", layer, layers - 1);
   }
@@ -186,8 +169,6 @@ void check_request(const PatchRequest& request, int64_t layers, int64_t tokens) 
       fail_usage("--positions: position {} is outside the prompts' {} tokens (0 to {})", position, tokens, tokens - 1);
     }
   }
-  if (request.layer_window < 1) fail_usage("--layer-window {}: must be 1 or more", request.layer_window);
-  if (!request.exact && !request.attribution) fail_usage("--method: ask for exact, attribution or both");
 }
 
 // The base run (the one patched) and the source run (whose values are put in) of a pair, for a direction.
@@ -243,11 +224,11 @@ std::vector<at::Tensor> attribution_outputs(const model::TransformerModel& model
   // this run eagerly, where the GPU's arithmetic, not the host's launches, takes most of the time anyway.
   constexpr size_t kLongestGraphedPair = 128;
   if (graphs == nullptr || pairing.base_ids().size() > kLongestGraphedPair) return body(inputs);
-  int64_t site_bits = 0;
-  for (Site site : request.sites) site_bits |= int64_t{1} << static_cast<int>(site);
-  const readout::StepGraphs::Key key = {static_cast<int64_t>(pairing.base_ids().size()), site_bits,
-                                        static_cast<int64_t>(request.metric.kind),
-                                        static_cast<int64_t>(request.direction), noise.defined()};
+  // The sites in their order: the graph stacks its terms in the order of the request it captured.
+  readout::StepGraphs::Key key = {static_cast<int64_t>(pairing.base_ids().size()),
+                                  static_cast<int64_t>(request.metric.kind), static_cast<int64_t>(request.direction),
+                                  noise.defined()};
+  for (Site site : request.sites) key.push_back(static_cast<int64_t>(site));
   return graphs->run(key, inputs, body);
 }
 
@@ -273,11 +254,35 @@ std::vector<int64_t> all_below(int64_t count) {
 
 }  // namespace
 
-std::vector<int64_t> window_layers(int64_t layer, int64_t window, int64_t layers) {
-  std::vector<int64_t> out;
-  for (int64_t l = layer - window / 2; l < layer - window / 2 + window; ++l) {
-    if (l >= 0 && l < layers) out.push_back(l);
+void check_request_flags(const PatchRequest& request) {
+  if (request.sites.empty()) fail_usage("--site: name at least one site");
+  std::set<Site> seen;
+  for (Site site : request.sites) {
+    if (site != Site::kResidPost && site != Site::kAttnOut && site != Site::kMlpOut) {
+      fail_usage("--site {}: patching takes resid_post, attn_out or mlp_out", site_name(site));
+    }
+    if (!seen.insert(site).second) fail_usage("--site: {} is named twice", site_name(site));
   }
+  if (request.layer_window < 1) fail_usage("--layer-window {}: must be 1 or more", request.layer_window);
+  // A window's layers interact (a patch at layer l changes what layer l + 1 sees at that position), so the sum of
+  // their first-order estimates is not the window's.
+  if (request.attribution && request.layer_window > 1) {
+    fail_usage("--layer-window {} with --method attribution: attribution patching estimates single layers' patches; "
+               "use --method exact for a window", request.layer_window);
+  }
+  if (request.attribution && request.direction == Direction::kNoise && request.metric.kind == MetricKind::kKl) {
+    fail_usage("--metric kl with --direction noise and --method attribution: the KL divergence's gradient at the clean "
+               "run is zero, so attribution estimates nothing; use the exact grid or another metric");
+  }
+  if (!request.exact && !request.attribution) fail_usage("--method: ask for exact, attribution or both");
+}
+
+std::vector<int64_t> window_layers(int64_t layer, int64_t window, int64_t layers) {
+  // Bounded by the model's layers first: a window may be far wider than the model.
+  const int64_t first = std::max<int64_t>(0, layer - window / 2);
+  const int64_t last = std::min<int64_t>(layers - 1, layer - window / 2 + window - 1);
+  std::vector<int64_t> out;
+  for (int64_t l = first; l <= last; ++l) out.push_back(l);
   return out;
 }
 
@@ -292,22 +297,24 @@ PatchingResult run_patching(const model::TransformerModel& model, const tokenize
   for (Site site : request.sites) result.sites.push_back({site, {}, {}});
 
   const PairRuns pairing(pair, request.direction);
+  // The tokens the metric names are checked before any pass runs.
+  const at::Tensor named = named_token_ids(request.metric, tokenizer, model.config().vocab_size);
   // The exact grid and the metric come from plain passes (the fused kernels, where they serve); attribution runs
   // its own in autograd's arithmetic, reading the exact grid's tokens when there is one.
   std::optional<RunPair> plain;
   std::vector<at::Tensor> attributed;
   if (request.exact) {
     plain = read_runs(model, pairing, request.sites);
-    result.metric = resolve_metric(request.metric, pairing.clean(plain->base.logits, plain->source.logits),
-                                   pairing.corrupted(plain->base.logits, plain->source.logits), tokenizer);
+    const at::Tensor& clean = pairing.clean(plain->base.logits, plain->source.logits);
+    const at::Tensor token_ids =
+        resolve_token_ids(request.metric.kind, named, clean, pairing.corrupted(plain->base.logits, plain->source.logits));
+    result.metric = resolved_metric(request.metric.kind, token_ids, clean, tokenizer);
   }
   if (request.attribution) {
     // Gradients whatever the caller's mode: the zeros are leaves of the graph.
     c10::InferenceMode not_inference(false);
     at::AutoGradMode gradient_mode(true);
-    const at::Tensor named = plain ? result.metric.token_ids
-                                   : named_token_ids(request.metric, tokenizer, model.config().vocab_size);
-    attributed = attribution_outputs(model, pairing, request, named, graphs);
+    attributed = attribution_outputs(model, pairing, request, plain ? result.metric.token_ids : named, graphs);
     if (!plain) {
       result.metric = resolved_metric(request.metric.kind, attributed[kTokenIds],
                                       pairing.clean(attributed[kBaseLogits], attributed[kSourceLogits]), tokenizer);

@@ -73,6 +73,12 @@ struct PatchingResult {
   double seconds = 0;  // the grids' computation, the model loaded
 };
 
+/// Refuses what `request` asks for that no model is needed to judge (sites that cannot be patched or are named twice,
+/// a window below 1 or with attribution, attribution of KL when noising, no method), as a usage error.
+void check_request_flags(const PatchRequest& request);
+/// Refuses a noise scale that is not a finite number above 0, as a usage error.
+void check_noise(const NoiseCorruption& noise);
+
 /// Runs the clean and corrupted prompts, resolves the metric on them and computes the grids `request` asks for,
 /// with a progress bar over the cells. With `graphs` (made for `model`), attribution's passes and backward are
 /// captured as a CUDA graph where the model allows and the pair has at most 128 tokens, replayed for the next pair of

@@ -66,9 +66,13 @@ PromptPair prompt_pair(const model::TransformerModel& model, const tokenizer::To
   return pair;
 }
 
+void check_noise(const NoiseCorruption& noise) {
+  if (!(noise.scale > 0) || !std::isfinite(noise.scale)) fail_usage("--noise {}: must be a finite number above 0", noise.scale);
+}
+
 PromptPair noised_pair(const model::TransformerModel& model, const tokenizer::Tokenizer& tokenizer,
                        const std::string& clean, const NoiseCorruption& noise) {
-  if (!(noise.scale > 0) || !std::isfinite(noise.scale)) fail_usage("--noise {}: must be a finite number above 0", noise.scale);
+  check_noise(noise);
   PromptPair pair;
   pair.clean = pair.corrupted = tokenizer.encode(clean, true);
   if (pair.clean.empty()) fail_usage("the clean prompt has no tokens");

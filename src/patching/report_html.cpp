@@ -116,8 +116,12 @@ std::string summary(const Json& p) {
                               ? p["corrupted"].get<std::string>()
                               : fmt::format("noise x{} on \"{}\"", p["corruption"]["noise"].get<double>(),
                                             p["corruption"]["subject"].get<std::string>());
-  std::string answer = p.contains("answer") ? p["answer"]["token"].get<std::string>() : "";
-  if (p.contains("foil")) answer += " vs " + p["foil"]["token"].get<std::string>();
+  auto spelled = [&](const char* name) {
+    const Json& token = p[name]["token"];
+    return token.is_string() ? token.get<std::string>() : fmt::format("id {}", p[name]["id"].get<int64_t>());
+  };
+  std::string answer = p.contains("answer") ? spelled("answer") : "";
+  if (p.contains("foil")) answer += " vs " + spelled("foil");
   std::string html = "<section><dl>" + item("model", p["model"].get<std::string>()) + item("clean", p["clean"].get<std::string>()) +
                      item("corrupted", corrupted) + item("metric", p["metric"]["formula"].get<std::string>());
   if (!answer.empty()) html += item("answer", answer);

@@ -4,9 +4,12 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <optional>
+
 #include "activations/activation_store.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "common/units.h"
 #include "metrics/intervals.h"
 #include "probes/binary_paths.h"
 #include "probes/file_scores.h"
@@ -15,11 +18,27 @@
 
 namespace probekit::probes {
 
-Json calibrate_layer(const std::string& dir, const std::string& activation_file, double target_fpr) {
+namespace {
+
+// A layer's probes.json with its probes' calibrations in, not yet written, and the calibrations.
+struct CalibratedIndex {
+  std::string path;
+  Json index, calibrations;
+};
+
+Json threshold_record(const metrics::FprThreshold& point) {
+  return {{"threshold", point.threshold}, {"fpr", point.fpr}, {"fpr_ci95", {point.ci95.low, point.ci95.high}},
+          {"examples", point.examples}};
+}
+
+CalibratedIndex calibrated_index(const std::string& dir, const std::string& activation_file, double target_fpr) {
   if (!(target_fpr > 0.0 && target_fpr < 1.0)) fail_usage("--target-fpr must be in (0, 1), got {}", target_fpr);
   const LayerFileScores scored = score_layer_file(dir, activation_file, "the calibration data",
-                                                  "a multiclass probe has no per-label thresholds to calibrate");
+                                                  "a multiclass probe has no per-label thresholds to calibrate", true);
   const ProbeSet& set = scored.set;
+  if (!scored.no_token_maxima.empty()) {
+    spdlog::info("{}: thresholds for whole texts only, none per token for monitors: {}", dir, scored.no_token_maxima);
+  }
   // In fp32, as inference computes the probabilities it compares with the threshold (a double's sigmoid would
   // tell apart scores that inference rounds to one value, 1.0 from a logit of about 17).
   const at::Tensor probabilities = at::sigmoid(scored.logits.to(at::kFloat));
@@ -27,16 +46,38 @@ Json calibrate_layer(const std::string& dir, const std::string& activation_file,
   Json index = read_json_file(index_path);
   Json calibrations = Json::array();
   for (size_t k = 0; k < set.probes().size(); ++k) {
-    const metrics::FprThreshold point =
-        metrics::threshold_at_fpr(column_scores(probabilities, static_cast<int64_t>(k)), target_fpr);
-    Json calibration = {{"threshold", point.threshold}, {"target_fpr", target_fpr}, {"fpr", point.fpr},
-                        {"fpr_ci95", {point.ci95.low, point.ci95.high}}, {"examples", point.examples},
-                        {"source", activation_file}};
+    const auto column = static_cast<int64_t>(k);
+    Json calibration = threshold_record(metrics::threshold_at_fpr(column_scores(probabilities, column), target_fpr));
+    calibration["target_fpr"] = target_fpr;
+    calibration["source"] = activation_file;
+    // What a monitor compares at every token: each text's highest, so that at most the target share of texts fire.
+    if (scored.token_maxima.defined()) {
+      calibration["per_token"] =
+          threshold_record(metrics::threshold_at_fpr(column_scores(scored.token_maxima, column), target_fpr));
+    }
     index.at("probes")[k]["calibration"] = calibration;
     calibrations.push_back({{"label", set.probes()[k].label}, {"calibration", calibration}});
   }
-  write_json_file(index_path, index);
-  return calibrations;
+  return {index_path, std::move(index), std::move(calibrations)};
+}
+
+}  // namespace
+
+Json calibrate_layer(const std::string& dir, const std::string& activation_file, double target_fpr) {
+  CalibratedIndex calibrated = calibrated_index(dir, activation_file, target_fpr);
+  write_json_file(calibrated.path, calibrated.index);
+  return calibrated.calibrations;
+}
+
+CLI::Option* add_target_fpr_option(CLI::App& app, double& target_fpr, const std::string& help) {
+  return app.add_option("--target-fpr", target_fpr, help)
+      ->check(CLI::Validator(
+          [](const std::string& text) -> std::string {
+            const std::optional<double> rate = parse_number(text);
+            return rate && *rate > 0 && *rate < 1 ? "" : "must be a number in (0, 1)";
+          },
+          "in (0, 1)"))
+      ->capture_default_str();
 }
 
 void add_calibration_flags(CLI::App& app, CalibrationOptions& o) {
@@ -44,18 +85,22 @@ void add_calibration_flags(CLI::App& app, CalibrationOptions& o) {
   app.add_option("--activations", o.activations,
                  "A capture of ordinary data, read as the probes' activations were (a directory or a layer file)")
       ->required();
-  app.add_option("--target-fpr", o.target_fpr, "The share of its examples each probe may flag")->capture_default_str();
+  add_target_fpr_option(app, o.target_fpr, "The share of its examples each probe may flag");
 }
 
 Json calibrate(const CalibrationOptions& options) {
   const ProbeCatalog catalog = find_probes(options.probes_dir);
+  // Every layer is calibrated before any probes.json is written: a failing layer leaves none half-calibrated.
+  std::vector<CalibratedIndex> calibrated;
   Json layers = Json::array();
   for (const auto& [layer, dir] : catalog.layer_dirs) {
     const std::string file = layer_file_of(options.activations, layer, "--activations");
-    layers.push_back({{"layer", layer}, {"probes", calibrate_layer(dir, file, options.target_fpr)}});
+    calibrated.push_back(calibrated_index(dir, file, options.target_fpr));
+    layers.push_back({{"layer", layer}, {"probes", calibrated.back().calibrations}});
     spdlog::info("layer {}: {} probes calibrated at {:g} false positives on {}", layer, layers.back()["probes"].size(),
                  options.target_fpr, file);
   }
+  for (const CalibratedIndex& c : calibrated) write_json_file(c.path, c.index);
   return {{"target_fpr", options.target_fpr}, {"layers", layers}};
 }
 

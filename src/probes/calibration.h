@@ -24,6 +24,9 @@ struct CalibrationOptions {
 /// activations is refused naming the field, as is a multiclass probe.
 Json calibrate_layer(const std::string& dir, const std::string& activation_file, double target_fpr);
 
+/// --target-fpr, refused (a usage error) outside (0, 1) as it is parsed.
+CLI::Option* add_target_fpr_option(CLI::App& app, double& target_fpr, const std::string& help);
+
 /// calibrate_probes' flags.
 void add_calibration_flags(CLI::App& app, CalibrationOptions& options);
 

@@ -1,6 +1,8 @@
 #include "probes/file_scores.h"
 
 #include "common/error.h"
+#include "probes/token_streams.h"
+#include "probes/training_data.h"
 
 namespace probekit::probes {
 
@@ -22,10 +24,9 @@ at::Tensor file_logits(const ProbeSet& set, const activations::ActivationFile& f
   return at::cat(parts).to(at::kDouble).contiguous();
 }
 
-void check_read_alike(const ProbeSet& set, const std::string& dir, const activations::ActivationFile& file,
-                      const std::string& use) {
-  const std::string difference =
-      activations::recipe_difference(set.recipe(), file.attributes.recipe, "the probes' activations", file.path);
+void check_read_alike(const ProbeSet& set, const std::string& dir, const activations::ReadoutRecipe& recipe,
+                      const std::string& path, const std::string& use) {
+  const std::string difference = activations::recipe_difference(set.recipe(), recipe, "the probes' activations", path);
   if (!difference.empty()) {
     fail_input("{}: {} was read otherwise than the probes' activations ({}); capture it with the probes' recipe", dir,
                use, difference);
@@ -33,13 +34,25 @@ void check_read_alike(const ProbeSet& set, const std::string& dir, const activat
 }
 
 LayerFileScores score_layer_file(const std::string& dir, const std::string& path, const std::string& use,
-                                 const std::string& why_binary) {
+                                 const std::string& why_binary, bool token_maxima) {
   ProbeSet set = ProbeSet::load(dir, at::kCPU, at::kFloat);
   if (set.multiclass()) fail_input("{}: {}", dir, why_binary);
   activations::ActivationFile file = activations::read_activation_file(path);
-  check_read_alike(set, dir, file, use);
-  at::Tensor logits = file_logits(set, file);
-  return {std::move(set), std::move(file), std::move(logits)};
+  const ProbeKind& kind = *set.shape().kind;
+  const bool last_of_tokens = !kind.reads_every_token() && set.recipe().position == Position::kLast &&
+                              file.attributes.recipe.position == Position::kAll;
+  activations::ReadoutRecipe as_read = file.attributes.recipe;
+  if (last_of_tokens) as_read.position = Position::kLast;
+  check_read_alike(set, dir, as_read, file.path, use);
+  LayerFileScores scored{std::move(set), {}, {}, {}, {}};
+  if (token_maxima) {
+    scored.no_token_maxima = token_stream_problem(scored.set, file);
+    if (scored.no_token_maxima.empty()) scored.token_maxima = token_stream_maxima(scored.set, file);
+  }
+  if (last_of_tokens) file = pooled_rows(std::move(file), Position::kLast);
+  scored.logits = file_logits(scored.set, file);
+  scored.file = std::move(file);
+  return scored;
 }
 
 std::string layer_file_of(const std::string& capture, int64_t layer, const std::string& flag) {

@@ -94,6 +94,9 @@ struct ProbeInfo {
   // The threshold on the probability set at a target false-positive rate on ordinary data (calibration.h); NaN
   // for a probe not calibrated.
   double calibrated_threshold = std::numeric_limits<double>::quiet_NaN();
+  // The threshold on every token's score that flags at most that share of ordinary texts (a monitor's); NaN where
+  // the calibration data held one row per text.
+  double per_token_threshold = std::numeric_limits<double>::quiet_NaN();
 };
 
 /// A probes directory loaded for inference, evaluated in eval mode (no dropout): the binary probes of
@@ -124,6 +127,9 @@ class ProbeSet {
                           at::Tensor* weights = nullptr) const;
   /// The rows of each text token_logits reads.
   TokenLayout token_layout(const std::vector<int64_t>& offsets) const;
+  /// Every-token probes: the logits [P, K] of every prefix of each text (prefix_layout's: the text cut after each row
+  /// it reads, text after text), what they score token by token as a text grows; `counts` gets each text's P.
+  at::Tensor prefix_logits(const at::Tensor& rows, const std::vector<int64_t>& offsets, std::vector<int64_t>& counts) const;
   /// Every-token probes that score each token and aggregate (ema, rolling): each row's own logit [R, K] of
   /// `rows` [R, H], the score the aggregation weighs. Undefined for the other kinds (attention, multimax: their
   /// tokens have no score of their own).

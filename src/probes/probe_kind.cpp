@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "probes/probe_bank.h"
+#include "probes/token_rows.h"
 
 
 namespace probekit::probes {
@@ -49,6 +50,10 @@ TrainActivations ProbeKind::forward_tokens(const ProbeBank&, const TokenBatch&) 
 }
 
 at::Tensor ProbeKind::row_logits(const ProbeBank&, const at::Tensor&) const { return {}; }
+
+at::Tensor ProbeKind::prefix_logits(const ProbeBank& bank, const at::Tensor& values, const TokenLayout& prefixes) const {
+  return token_logits(bank, values, prefixes);
+}
 
 at::Tensor ProbeKind::token_weights(const ProbeBank&, const TrainActivations&) const {
   throw std::logic_error(std::string("probe kind '") + name() + "' has no attention over tokens");

@@ -21,12 +21,13 @@ namespace probekit::probes {
 
 class ProbeBank;
 class ProbeKind;
+struct TokenLayout;
 struct TrainActivations;
 
 /// The kind named `name`; a usage error listing the kinds otherwise.
 const ProbeKind& probe_kind(const std::string& name);
-/// Every kind's name, in the registry's order.
-std::vector<std::string> probe_kind_names();
+/// Every kind's name, in the registry's order; with `multiclass`, only the kinds train_probes trains.
+std::vector<std::string> probe_kind_names(bool multiclass = false);
 
 /// The architecture of every probe in a bank.
 struct ProbeShape {
@@ -123,6 +124,10 @@ class ProbeKind {
   /// Each row's own logit [R, K*O] of rows [R, H], for an every-token kind whose text logit aggregates per-token
   /// scores (ema, rolling: the linear score w . x + b it weighs); undefined for a kind without such scores.
   virtual at::Tensor row_logits(const ProbeBank& bank, const at::Tensor& rows) const;
+  /// An every-token kind's logits [P, K, O] of the texts of `prefixes` (prefix_layout's: each text cut after each row
+  /// it reads), rows from `values`: what it scores token by token as a text grows. By default token_logits over
+  /// them, whose work grows with the square of a text's length; a kind may keep a running state instead.
+  virtual at::Tensor prefix_logits(const ProbeBank& bank, const at::Tensor& values, const TokenLayout& prefixes) const;
   /// --heads when not given: the kind's own default.
   virtual int64_t default_heads() const { return 8; }
   /// The unit direction [H] (fp32, on the bank's device) in the layer's space along which output `output` of probe

@@ -58,7 +58,11 @@ std::vector<ProbeInfo> binary_probes(const Json& index, const std::string& index
     info.val_auc = json_at<double>(entry, "val_auc", where);
     info.best_epoch = json_at<int64_t>(entry, "best_epoch", where);
     if (entry.contains("calibration")) {
-      info.calibrated_threshold = json_at<double>(entry.at("calibration"), "threshold", where + ": calibration");
+      const Json& calibration = entry.at("calibration");
+      info.calibrated_threshold = json_at<double>(calibration, "threshold", where + ": calibration");
+      if (calibration.contains("per_token")) {
+        info.per_token_threshold = json_at<double>(calibration.at("per_token"), "threshold", where + ": calibration.per_token");
+      }
     }
     probes.push_back(std::move(info));
   }
@@ -203,6 +207,15 @@ at::Tensor ProbeSet::token_logits(const at::Tensor& rows, const std::vector<int6
   TrainActivations saved = kind.forward_tokens(bank_, token_batch(input, token_index(layout, texts.data(), layout.texts())));
   *weights = kind.token_weights(bank_, saved);
   return saved.logits.reshape({layout.texts(), -1});
+}
+
+at::Tensor ProbeSet::prefix_logits(const at::Tensor& rows, const std::vector<int64_t>& offsets,
+                                   std::vector<int64_t>& counts) const {
+  const ProbeKind& kind = *bank_.shape().kind;
+  if (!kind.reads_every_token()) fail_input("{} probes read one row per text, not its prefixes", kind.name());
+  const TokenLayout prefixes = prefix_layout(offsets, bank_.shape(), counts);
+  const at::Tensor input = rows.to(bank_.values().device(), bank_.values().scalar_type());
+  return kind.prefix_logits(bank_, input, prefixes).reshape({prefixes.texts(), -1});
 }
 
 at::Tensor ProbeSet::row_logits(const at::Tensor& rows) const {

@@ -32,6 +32,24 @@ TokenLayout token_layout(const std::vector<int64_t>& offsets, const ProbeShape& 
   return layout;
 }
 
+TokenLayout prefix_layout(const std::vector<int64_t>& offsets, const ProbeShape& shape, std::vector<int64_t>& counts) {
+  TokenLayout layout;
+  counts.clear();
+  for (size_t e = 0; e + 1 < offsets.size(); ++e) {
+    const int64_t begin = offsets[e], end = offsets[e + 1];
+    if (end <= begin) fail_input("text {} holds no token row (offsets {} to {})", e, begin, end);
+    const int64_t read_from = std::min(begin + shape.skip_leading, end - 1);
+    for (int64_t last = read_from; last < end; ++last) {
+      const int64_t first = shape.max_tokens > 0 ? std::max(read_from, last + 1 - shape.max_tokens) : read_from;
+      layout.first.push_back(first);
+      layout.length.push_back(last + 1 - first);
+      layout.position.push_back(first - begin);
+    }
+    counts.push_back(end - read_from);
+  }
+  return layout;
+}
+
 int64_t leading_specials_of(const std::vector<const std::vector<int64_t>*>& token_ids,
                             const std::vector<const std::vector<int64_t>*>& offsets) {
   int64_t first_id = -1;

@@ -24,6 +24,12 @@ struct TokenLayout {
 /// max_tokens). A text keeps at least its last row (a text of special tokens only is read as it is).
 TokenLayout token_layout(const std::vector<int64_t>& offsets, const ProbeShape& shape);
 
+/// The prefixes of the texts at `offsets` as a probe of `shape` reads them: for each text, one entry per row from its
+/// first read row (after the leading specials; a text of specials only, its last row) to its end, that row the
+/// prefix's last, the rows before it read as token_layout reads a text cut there. Text after text; `counts` gets
+/// each text's number of prefixes.
+TokenLayout prefix_layout(const std::vector<int64_t>& offsets, const ProbeShape& shape, std::vector<int64_t>& counts);
+
 /// How many leading special tokens a --position all file's texts start with: 1 when every text of every split
 /// starts with the same token id (a BOS) and holds more than one token, else 0.
 int64_t leading_specials_of(const std::vector<const std::vector<int64_t>*>& token_ids,

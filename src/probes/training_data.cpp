@@ -88,15 +88,19 @@ void pool_split(activations::SplitData& split, bool mean, int64_t skip) {
 
 }  // namespace
 
+activations::ActivationFile pooled_rows(activations::ActivationFile file, Position position) {
+  // A conversation's rows are its masked tokens, none of them the template's BOS.
+  const int64_t skip = file.attributes.recipe.mask ? 0 : leading_specials(file);
+  for (activations::SplitData& split : file.splits) pool_split(split, position == Position::kMean, skip);
+  file.attributes.recipe.position = position;
+  return file;
+}
+
 activations::ActivationFile rows_for_kind(activations::ActivationFile file, const TrainingOptions& training) {
   if (training.pool.empty() || training.kind->reads_every_token() || file.split(activations::Split::kTrain).offsets.empty()) {
     return file;
   }
-  // A conversation's rows are its masked tokens, none of them the template's BOS.
-  const int64_t skip = file.attributes.recipe.mask ? 0 : leading_specials(file);
-  for (activations::SplitData& split : file.splits) pool_split(split, training.pool == "mean", skip);
-  file.attributes.recipe.position = parse_position(training.pool);
-  return file;
+  return pooled_rows(std::move(file), parse_position(training.pool));
 }
 
 std::vector<int64_t> select_labels(const std::vector<std::string>& names, const std::vector<std::string>& subset) {

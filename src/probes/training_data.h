@@ -47,6 +47,10 @@ void check_rows(const activations::ActivationFile& file, const ProbeKind& kind);
 /// over its splits).
 int64_t leading_specials(const activations::ActivationFile& file);
 
+/// A --position all `file` as one row per text, as a capture at `position` (last or mean) would have held it: its last
+/// token, or the mean of its tokens after the leading specials (a conversation's: all its masked tokens).
+activations::ActivationFile pooled_rows(activations::ActivationFile file, Position position);
+
 /// `file` as a per-row kind trains on it: a --position all file pooled per `training.pool` (one row per text: its
 /// last token, or the mean of its tokens after the leading specials, with position "last" or "mean" as a capture
 /// at that position records it) when the kind reads one row per text; otherwise `file` itself.

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "cli/cli.h"
+#include "probes/calibration.h"
 
 namespace probekit::probes {
 
@@ -44,11 +45,12 @@ const TrainingFlag kTrainingFlags[] = {
            ->required();
        app.add_option("--output-dir", to.binary->output_dir, "Where probes, metrics and report.html go")
            ->capture_default_str();
-       app.add_option("--calibrate-on", to.binary->calibrate_on,
-                      "A capture of ordinary data (read as the training data was): each probe's threshold is set to "
-                      "flag at most --target-fpr of its examples, and recorded in probes.json");
-       app.add_option("--target-fpr", to.binary->target_fpr, "The false-positive rate --calibrate-on allows")
-           ->capture_default_str();
+       CLI::Option* calibrate_on =
+           app.add_option("--calibrate-on", to.binary->calibrate_on,
+                          "A capture of ordinary data (read as the training data was): each probe's threshold is set "
+                          "to flag at most --target-fpr of its examples, and recorded in probes.json");
+       add_target_fpr_option(app, to.binary->target_fpr, "The false-positive rate --calibrate-on allows")
+           ->needs(calibrate_on);
        app.add_option("--eval-file", to.binary->eval_file,
                       "A second capture (read as the training data was) each layer's probes are also scored on: "
                       "AUROC and recall at 1% and 5% false positives in eval_metrics.json");
@@ -64,7 +66,7 @@ const TrainingFlag kTrainingFlags[] = {
        app.add_option_function<std::string>(
               "--model-type", [&kind = to.training.kind](const std::string& name) { kind = &probe_kind(name); },
               "Probe architecture")
-           ->check(CLI::IsMember(probe_kind_names()))
+           ->check(CLI::IsMember(probe_kind_names(to.multiclass != nullptr)))
            ->default_str(to.training.kind->name());
      }},
     {kBinaryOnly,
@@ -111,7 +113,7 @@ const TrainingFlag kTrainingFlags[] = {
                       "every token)")
            ->capture_default_str();
      }},
-    {kAllTools,
+    {kBinaryOnly | tool_bit(TrainingTool::kBench),
      [](CLI::App& app, const FlagTargets& to) {
        app.add_option("--ema-alpha", to.training.ema_alpha,
                       "ema probe: the weight of each new token's score in the moving average")

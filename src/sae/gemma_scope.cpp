@@ -1,5 +1,5 @@
 // Google's Gemma Scope (layer_L/width_W/average_l0_N/params.npz, JumpReLU, no b_dec subtracted from the input; the
-// site from the repository's suffix -res, -mlp, -att or -transcoders where the path has it) and Gemma Scope 2
+// site from the release's folder: its suffix -res, -mlp, -att or -transcoders) and Gemma Scope 2
 // (<site>/layer_L_width_W_l0_S/params.safetensors with lowercase names + config.json naming the Hugging Face modules
 // it reads and, for a transcoder, reconstructs; affine_connection: the skip affine_skip_connection [d_in, d_out]).
 #include <regex>
@@ -31,6 +31,19 @@ void widths_from(SparseAutoencoder& sae, const std::vector<int64_t>& encoder, co
   sae.d_sae = encoder[1];
 }
 
+// The release's kind (res, mlp, att or transcoders) from the folder named after the repository (gemma-scope-2b-pt-res,
+// gemma-scope-9b-pt-res-canonical, a hub cache's models--google--gemma-scope-2b-pt-mlp): the files name no site.
+std::string release_kind(const std::string& dir, const std::string& path) {
+  static const std::regex release(R"((?:^|/)[^/]*gemma-scope-[^/]*-(res|mlp|att|transcoders)(?:-canonical)?(?:/|$))");
+  std::smatch match;
+  if (!std::regex_search(dir, match, release)) {
+    fail_input("{}: Gemma Scope's files name no site: it comes from the release's folder (gemma-scope-2b-pt-res, "
+               "-mlp, -att or -transcoders) above layer_L, which this path lacks; keep the release's name, as in "
+               "gemma-scope-2b-pt-res/layer_12/width_16k/average_l0_82", path);
+  }
+  return match[1].str();
+}
+
 }  // namespace
 
 SparseAutoencoder read_gemma_scope(const std::string& dir) {
@@ -41,16 +54,17 @@ SparseAutoencoder read_gemma_scope(const std::string& dir) {
     fail_input("{}: Gemma Scope's path names the layer (layer_L/width_W/average_l0_N/params.npz); this one does not", path);
   }
   sae.layer = std::stoll(match[1].str());
-  if (dir.find("-att") != std::string::npos) {
+  const std::string release = release_kind(dir, path);
+  if (release == "att") {
     fail_input("{}: a Gemma Scope attention SAE (-att) reads attention's per-head output (hook_z), which is not read", path);
   }
-  sae.site = dir.find("-mlp") != std::string::npos ? Site::kMlpOut : Site::kResidPost;
+  sae.site = release == "mlp" ? Site::kMlpOut : Site::kResidPost;
   const std::map<std::string, npz::Array> arrays = npz::read_file(path);
   auto encoder = arrays.find("W_enc");
   if (encoder == arrays.end()) fail_input("{}: no array 'W_enc'", path);
   widths_from(sae, encoder->second.shape, path);
   // A transcoder release (-transcoders) reads the MLP's input (after its pre-norm) and reconstructs its output.
-  if (dir.find("-transcoders") != std::string::npos) {
+  if (release == "transcoders") {
     sae.site = Site::kMlpIn;
     sae.output_site = Site::kMlpOut;
     sae.d_out = sae.d_in;

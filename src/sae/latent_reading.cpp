@@ -25,9 +25,11 @@ at::Tensor LatentReading::per_token(const at::Tensor& values) const {
     return latents.reshape(shape);
   }
   const at::Tensor target = reads_output() ? rows.narrow(1, d_in, d_out) : x;
-  const at::Tensor reconstruction = sae->decode(latents, x);
+  // The error per token, so that a pooling position pools it as it pools any site (a max of x less a max of its
+  // reconstruction is not the error's max).
+  const at::Tensor missed = target - sae->decode(latents, x);
   shape.back() = sae->d_sae + 2 * d_out;
-  return at::cat({latents, target, reconstruction}, 1).reshape(shape);
+  return at::cat({latents, target, missed}, 1).reshape(shape);
 }
 
 at::Tensor LatentReading::finish(const at::Tensor& rows) const {
@@ -36,7 +38,7 @@ at::Tensor LatentReading::finish(const at::Tensor& rows) const {
   auto error = [&](bool relative) {
     if (!measures_error) return at::full({rows.size(0), 1}, std::numeric_limits<float>::quiet_NaN(), rows.options());
     const at::Tensor x = rows.narrow(1, sae->d_sae, sae->d_out);
-    const at::Tensor missed = x - rows.narrow(1, sae->d_sae + sae->d_out, sae->d_out);
+    const at::Tensor missed = rows.narrow(1, sae->d_sae + sae->d_out, sae->d_out);
     if (!relative) return missed;
     return missed.norm(2, 1, true) / x.norm(2, 1, true).clamp_min(std::numeric_limits<float>::min());
   };

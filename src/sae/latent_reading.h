@@ -31,7 +31,7 @@ struct LatentReading {
   int64_t width() const;
   /// Each token's [..., d_in] values at the SAE's site (with reads_output(): [..., d_in + d_out], the input's then
   /// the output site's) as [..., d_sae + 2 d_out] in fp32: the latents, what they reconstruct (the input, or the
-  /// output) and its reconstruction (what mean and max pooling pool, each per token); [..., d_sae] without
+  /// output) and the error x - x_hat (what mean and max pooling pool, each per token); [..., d_sae] without
   /// measures_error.
   at::Tensor per_token(const at::Tensor& values) const;
   /// Rows [N, width()] of per_token's rows [N, d_sae + 2 d_out] (pooled or not). Sparse rows: the K largest latents'

@@ -78,6 +78,7 @@ at::Tensor SparseAutoencoder::clamp_change(const at::Tensor& rows, int64_t laten
 }
 
 void SparseAutoencoder::check(const std::string& where) const {
+  if (architecture == Architecture::kTopK && k < 1) fail_input("{}: TopK's k is {}, expected 1 or more", where, k);
   if (!is_transcoder()) return;
   if (site != Site::kMlpIn || output_site != Site::kMlpOut) {
     fail_input("{}: a transcoder from {} to {} is not read (read: mlp_in to mlp_out, the MLP's input to its output)",

@@ -47,7 +47,9 @@ struct SparseAutoencoder {
   InputScaling scaling = InputScaling::kNone;
   double input_scale = 1.0;   // kConstant
   double output_scale = 1.0;  // a transcoder's reconstruction is divided by it (Llama Scope's output norm)
-  bool raw_mlp_output = false;  // a transcoder trained on the MLP module's output before any post-norm (sparsify)
+  // Reads (or, a transcoder, reconstructs) an attention or MLP module's own output, before any post-norm (sparsify's
+  // hookpoints layers.L.self_attn and layers.L.mlp): on Gemma 2/3 that is not attn_out or mlp_out.
+  bool raw_module_output = false;
   // fp32: w_enc [d_in, d_sae], b_enc [d_sae], w_dec [d_sae, d_out], b_dec [d_out]; threshold [d_sae] (kJumpRelu);
   // b_gate, r_mag, b_mag [d_sae] (kGated, which has no b_enc); w_skip [d_in, d_out] (a transcoder's linear skip
   // connection from its raw input, x w_skip; undefined: none).

@@ -73,9 +73,12 @@ std::vector<SparseAutoencoder> load_saes(const std::vector<SaeSpec>& specs, cons
                    sae.name, what, width, site_name(site), config.hidden_size);
       }
     }
-    if (sae.raw_mlp_output && config.features.mlp_output_norm) {
-      fail_input("{}: transcoder '{}' predicts the MLP's output before its post-norm, which this model's mlp_out "
-                 "(after the post-norm) is not", sae.path, sae.name);
+    const Site module = sae.is_transcoder() ? sae.output_site : sae.site;
+    if (sae.raw_module_output && ((module == Site::kMlpOut && config.features.mlp_output_norm) ||
+                                  (module == Site::kAttnOut && config.features.attention_output_norm))) {
+      fail_input("{}: SAE '{}' {} the {} module's output before its post-norm, which this model's {} (after the "
+                 "post-norm) is not", sae.path, sae.name, sae.is_transcoder() ? "predicts" : "reads",
+                 module == Site::kMlpOut ? "MLP" : "attention", site_name(module));
     }
     saes.push_back(std::move(sae));
   }

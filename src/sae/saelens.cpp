@@ -41,6 +41,10 @@ ArchitectureName architecture_of(const std::string& name, const std::string& pat
 // A hook field of the config: in metadata, or at the top level in older configs.
 std::string hook_field(const Json& config, const std::string& field, const std::string& path) {
   const Json& metadata = config.contains("metadata") && config["metadata"].contains(field) ? config["metadata"] : config;
+  // Before SAELens 6.0 the input's hook was also called hook_point.
+  if (field == "hook_name" && !metadata.contains(field) && metadata.contains("hook_point")) {
+    return config_string(metadata, "hook_point", path);
+  }
   return config_string(metadata, field, path);
 }
 
@@ -57,17 +61,49 @@ InputScaling scaling_of(const Json& config, const std::string& path) {
              path, name);
 }
 
+// The activation: SAELens before 6.0 saved a TopK SAE as architecture "standard" with activation_fn_str "topk" and
+// its k in activation_fn_kwargs (6.0 reads it so); both names of the field, and k in either place, are read.
+void read_activation(const Json& config, SparseAutoencoder& sae, const std::string& path) {
+  const char* field = config.contains("activation_fn_str") ? "activation_fn_str" : "activation_fn";
+  const std::string activation =
+      config.contains(field) && !config[field].is_null() ? config_string(config, field, path) : "relu";
+  if (activation == "topk" && sae.architecture == Architecture::kStandard) sae.architecture = Architecture::kTopK;
+  if (activation != "relu" && !(activation == "topk" && sae.architecture == Architecture::kTopK)) {
+    fail_input("{}: '{}' is '{}' with architecture '{}', which is not read (read: relu, and topk with standard or topk)",
+               path, field, activation, architecture_name(sae.architecture));
+  }
+  if (sae.architecture != Architecture::kTopK) return;
+  const bool in_kwargs = !config.contains("k") && config.contains("activation_fn_kwargs") &&
+                         config["activation_fn_kwargs"].is_object() && config["activation_fn_kwargs"].contains("k");
+  sae.k = in_kwargs ? config_int(config["activation_fn_kwargs"], "k", path + " activation_fn_kwargs")
+                    : config_int(config, "k", path);
+}
+
+// Training-time scalings that files saved for inference fold into their weights: a file that still holds one is
+// refused rather than read without it.
+void refuse_unfolded_scalings(const Json& config, const std::string& path) {
+  for (const char* field : {"finetuning_scaling_factor", "rescale_acts_by_decoder_norm"}) {
+    if (json_value<bool>(config, field, false, path)) {
+      fail_input("{}: '{}' is true: a training checkpoint whose scaling is not folded into its weights is not read "
+                 "(save the SAE for inference first)", path, field);
+    }
+  }
+}
+
 }  // namespace
 
 SparseAutoencoder read_saelens(const std::string& dir) {
   const std::string config_path = dir + "/cfg.json", weights_path = dir + "/sae_weights.safetensors";
   const Json config = read_json_file(config_path);
-  const ArchitectureName architecture = architecture_of(config_string(config, "architecture", config_path), config_path);
+  // Configs older than SAELens 1.0 name no architecture: SAELens reads them as standard.
+  const ArchitectureName architecture = architecture_of(
+      config.contains("architecture") ? config_string(config, "architecture", config_path) : "standard", config_path);
   SparseAutoencoder sae;
   sae.architecture = architecture.architecture;
   sae.d_in = config_int(config, "d_in", config_path);
   sae.d_sae = config_int(config, "d_sae", config_path);
-  if (sae.architecture == Architecture::kTopK) sae.k = config_int(config, "k", config_path);
+  read_activation(config, sae, config_path);
+  refuse_unfolded_scalings(config, config_path);
   sae.subtract_decoder_bias = json_value<bool>(config, "apply_b_dec_to_input", !architecture.transcoder, config_path);
   sae.scaling = scaling_of(config, config_path);
   std::tie(sae.site, sae.layer) = hook_site(hook_field(config, "hook_name", config_path), config_path);

@@ -15,15 +15,20 @@ SparseAutoencoder read_sparsify(const std::string& dir) {
   auto flag = [&](const char* field) { return config.contains(field) && config[field].is_boolean() && config[field].get<bool>(); };
   SparseAutoencoder sae;
   sae.architecture = Architecture::kTopK;
+  if (config.contains("activation") && config_string(config, "activation", config_path) != "topk") {
+    fail_input("{}: activation '{}' is not read (read: topk)", config_path, config["activation"].get<std::string>());
+  }
   sae.k = config_int(config, "k", config_path);
   std::tie(sae.site, sae.layer) = hook_site(folder_name(dir), config_path);
-  if (flag("transcode")) {  // the module's input to its output: an MLP's ("layers.12.mlp")
+  // The hookpoint is a module: an attention or MLP block's output is its own, before any post-norm.
+  sae.raw_module_output = sae.site == Site::kMlpOut || sae.site == Site::kAttnOut;
+  const bool transcoder = flag("transcode");
+  if (transcoder) {  // the module's input to its output: an MLP's ("layers.12.mlp")
     if (sae.site != Site::kMlpOut) {
       fail_input("{}: a transcoder (transcode) at '{}': only an MLP's (layers.L.mlp) is read", config_path, folder_name(dir));
     }
     sae.site = Site::kMlpIn;
     sae.output_site = Site::kMlpOut;
-    sae.raw_mlp_output = true;
     sae.subtract_decoder_bias = false;
   } else if (flag("skip_connection")) {
     fail_input("{}: skip_connection without transcode: a skip connection belongs to a transcoder", config_path);
@@ -41,7 +46,8 @@ SparseAutoencoder read_sparsify(const std::string& dir) {
   sae.b_enc = read_tensor(file, "encoder.bias", {sae.d_sae});
   sae.w_dec = read_tensor(file, "W_dec", {sae.d_sae, sae.d_in});
   sae.b_dec = read_tensor(file, "b_dec", {sae.d_in});
-  if (sae.is_transcoder()) sae.d_out = sae.d_in;
+  // Not is_transcoder(): sae::load sets a plain SAE's output site, to the one it reads, only after this.
+  if (transcoder) sae.d_out = sae.d_in;
   // sparsify adds x W_skip^T.
   if (flag("skip_connection")) sae.w_skip = read_tensor(file, "W_skip", {sae.d_in, sae.d_in}).t().contiguous();
   return sae;

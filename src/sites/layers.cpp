@@ -35,11 +35,16 @@ std::vector<int64_t> parse_index_list(const std::string& flag, const std::string
     }
     return std::stoll(s);
   };
+  auto out_of_range = [&](int64_t index) {
+    fail_usage("{} {}: {} {} is out of range: the {} has {} {}s (0 to {})", flag, text, noun, index, owner, count, noun,
+               count - 1);
+  };
   while (stream >> item) {
     auto dash = item.find('-');
     if (dash != std::string::npos && dash > 0) {
       int64_t first = number(item.substr(0, dash)), last = number(item.substr(dash + 1));
       if (last < first) fail_usage("{} {}: range {} is empty", flag, text, item);
+      if (last >= count) out_of_range(last);  // before the range is spelled out: it may be a billion long
       for (int64_t i = first; i <= last; ++i) indices.push_back(i);
     } else {
       indices.push_back(number(item));
@@ -48,10 +53,7 @@ std::vector<int64_t> parse_index_list(const std::string& flag, const std::string
   if (indices.empty()) fail_usage("{} {}: no {} given", flag, text, noun);
   std::sort(indices.begin(), indices.end());
   indices.erase(std::unique(indices.begin(), indices.end()), indices.end());
-  if (indices.back() >= count) {
-    fail_usage("{} {}: {} {} is out of range: the {} has {} {}s (0 to {})", flag, text, noun, indices.back(), owner, count,
-               noun, count - 1);
-  }
+  if (indices.back() >= count) out_of_range(indices.back());
   return indices;
 }
 

@@ -4,6 +4,8 @@
 // at the SAE's own layer and the site it reconstructs (a transcoder's mlp_out, its latents read from mlp_in).
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "common/units.h"
 #include "sae/sae_flags.h"
@@ -44,11 +46,22 @@ SteeringOp parse_latent_op(const std::string& text, SteeringAction action) {
   return SteeringOp::sae_latent(action, text.substr(0, colon), *latent, *value);
 }
 
+std::pair<Site, int64_t> written_at(const sae::SparseAutoencoder& sae) {
+  if (sae.output_site != Site::kResidPre) return {sae.output_site, sae.layer};
+  if (sae.layer == 0) return {Site::kEmbeddings, -1};
+  return {Site::kResidPost, sae.layer - 1};
+}
+
 void resolve_latent(const SteeringOp& op, const std::vector<sae::SparseAutoencoder>& saes, SteeringVectors& vectors) {
   const std::string what = fmt::format("{} {}:{}", latent_flag(op.action), op.sae, op.latent);
   const sae::SparseAutoencoder& found = sae::find_sae(saes, op.sae, what);
   if (op.latent < 0 || op.latent >= found.d_sae) {
     fail_usage("{}: SAE '{}' has latents 0 to {}", what, found.name, found.d_sae - 1);
+  }
+  const auto [site, layer] = written_at(found);
+  if (!site_row(site).writable()) {
+    fail_usage("{}: SAE '{}' reconstructs {}, where nothing can be written (writable: {}, and resid_pre through the "
+               "layer before)", what, found.name, site_name(found.output_site), site_names(true));
   }
   const Json source = {{"sae", found.name}, {"latent", op.latent}};
   if (op.action == SteeringAction::kClamp) {
@@ -56,20 +69,19 @@ void resolve_latent(const SteeringOp& op, const std::vector<sae::SparseAutoencod
                               op.coefficient, source});
     return;
   }
-  vectors.additions.push_back(
-      {found.layer, found.w_dec[op.latent].to(at::kCPU, at::kFloat).clone(), op.coefficient, source, found.output_site});
+  vectors.additions.push_back({layer, found.w_dec[op.latent].to(at::kCPU, at::kFloat).clone(), op.coefficient, source, site});
 }
 
 void place_clamps(const SteeringVectors& vectors, const model::TransformerModel& model, const at::Tensor& rows,
                   model::StreamWrites& writes) {
   for (const SteeringVectors::Clamp& clamp : vectors.clamps) {
-    const int64_t layer = clamp.sae->layer;
-    const at::Device device = layer < model.loaded_layers() ? model.layer_device(layer) : model.device();
+    const auto [site, layer] = written_at(*clamp.sae);
+    const at::Device device = model.layer_device(std::clamp<int64_t>(layer, 0, model.loaded_layers() - 1));
     auto on_device = std::make_shared<const sae::SparseAutoencoder>(clamp.sae->to(device));
     // Only the rows that clamp (a batch whose rows steer differently): a [B, 1, 1] mask; undefined for every row.
     const at::Tensor mask = rows.defined() ? rows.to(device).view({-1, 1, 1}) : at::Tensor();
     // A transcoder's latents are read from the branch's input, and the change goes into its output.
-    writes.add_by_value(clamp.sae->output_site, layer,
+    writes.add_by_value(site, layer,
                         [on_device, clamp, mask](const at::Tensor& values, const at::Tensor& branch_input) {
                           const at::Tensor& read = on_device->is_transcoder() ? branch_input : values;
                           const at::Tensor change =

@@ -147,8 +147,9 @@ std::vector<LayerVector> op_vectors(const SteeringOp& op, const model::ModelConf
   return out;
 }
 
+// The device of a write at `layer` (-1: the embeddings, on the first layer's).
 at::Device device_of(const model::TransformerModel& model, int64_t layer) {
-  return layer < model.loaded_layers() ? model.layer_device(layer) : model.device();
+  return layer < model.loaded_layers() ? model.layer_device(std::max<int64_t>(layer, 0)) : model.device();
 }
 
 }  // namespace
@@ -244,8 +245,8 @@ Json SteeringVectors::record() const {
   for (const Ablation& a : ablations) ablated.push_back({{"layer", a.layer}, {"source", a.source}});
   Json out = {{"site", site_name(Site::kResidPost)}, {"add", added}, {"ablate", ablated}};
   for (const Clamp& c : clamps) {
-    out["clamp"].push_back(
-        {{"layer", c.sae->layer}, {"site", site_name(c.sae->output_site)}, {"value", c.value}, {"source", c.source}});
+    const auto [site, layer] = written_at(*c.sae);
+    out["clamp"].push_back({{"layer", layer}, {"site", site_name(site)}, {"value", c.value}, {"source", c.source}});
   }
   return out;
 }

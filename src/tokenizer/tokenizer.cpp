@@ -259,9 +259,14 @@ std::vector<std::pair<size_t, size_t>> Tokenizer::token_spans(const std::vector<
 }
 
 std::string Tokenizer::id_to_token(int32_t id) const {
-  std::optional<std::string_view> token = impl_->find_token(id);
+  std::optional<std::string> token = find_token(id);
   if (!token) fail_input("token id {} is not in the vocabulary", id);
-  return std::string(*token);
+  return *token;
+}
+
+std::optional<std::string> Tokenizer::find_token(int32_t id) const {
+  std::optional<std::string_view> token = impl_->find_token(id);
+  return token ? std::optional<std::string>(*token) : std::nullopt;
 }
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {

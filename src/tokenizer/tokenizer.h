@@ -39,6 +39,8 @@ class Tokenizer {
 
   /// The token string of an id (added tokens first); throws std::invalid_argument for an unknown id.
   std::string id_to_token(int32_t id) const;
+  /// The token string of an id, or nothing for an id the tokenizer does not have.
+  std::optional<std::string> find_token(int32_t id) const;
   /// The id of a token string, added tokens first.
   std::optional<int32_t> token_to_id(std::string_view token) const;
   /// The token strings of ids, for display; an id past the vocabulary (a model's embedding rows may outnumber its

@@ -97,3 +97,28 @@ TEST_CASE("attribution of a pair longer than 128 tokens runs eagerly: no graph h
   CHECK(graphs.captures() == 0);
   CHECK(graphs.replays() == 0);
 }
+
+TEST_CASE("a graph is replayed only for the sites in the order it captured them") {
+  const loading::SharedModel model = load_on_gpu("llama");
+  const Json reference = read_json_file(std::string(PROBEKIT_FIXTURES) + "/models/llama/patching.json");
+  const PromptPair pair = prompt_pair(*model.model, *model.tokenizer, reference["clean"], reference["corrupted"]);
+  PatchRequest forward;
+  forward.exact = false;
+  forward.attribution = true;
+  forward.sites = {Site::kResidPost, Site::kAttnOut};
+  PatchRequest reversed = forward;
+  reversed.sites = {Site::kAttnOut, Site::kResidPost};
+  const PatchingResult eager = run_patching(*model.model, *model.tokenizer, pair, reversed);
+  readout::StepGraphs graphs(*model.model);
+  for (int call = 0; call < 3; ++call) run_patching(*model.model, *model.tokenizer, pair, forward, &graphs);
+  // Regression: the key held the sites as a set, so the reversed request replayed the forward one's graph and got
+  // each site's terms under the other's name.
+  for (int call = 0; call < 3; ++call) {
+    const PatchingResult result = run_patching(*model.model, *model.tokenizer, pair, reversed, &graphs);
+    for (size_t s = 0; s < reversed.sites.size(); ++s) {
+      CAPTURE(s);
+      CHECK(result.sites[s].site == reversed.sites[s]);
+      CHECK(testing::max_relative_error(result.sites[s].attribution, eager.sites[s].attribution) <= 1e-6);
+    }
+  }
+}

@@ -193,3 +193,33 @@ TEST_CASE("multimax probes learn a marker token anywhere in a text") {
   options.heads = 2;
   CHECK(marker_auroc(testing::marker_activations(tmp), "multimax", options) > 0.95);
 }
+
+TEST_CASE("a multimax probe's running maximum scores every prefix as the text cut there, scored whole, scores it") {
+  for (const int64_t max_tokens : {0, 3}) {
+    for (const int64_t skip : {0, 1}) {
+      CAPTURE(max_tokens);
+      CAPTURE(skip);
+      ProbeShape shape = MonitorRun::small_shape("multimax", 2, 3);
+      shape.max_tokens = max_tokens;
+      shape.skip_leading = skip;
+      ProbeBank bank(shape, 2, at::TensorOptions().dtype(at::kDouble));
+      bank.values().copy_(at::randn_like(bank.values()));
+      const at::Tensor rows = at::randn({kOffsets.back(), 5}, at::kDouble);
+      std::vector<int64_t> counts;
+      const TokenLayout prefixes = prefix_layout(kOffsets, shape, counts);
+      const at::Tensor running = shape.kind->prefix_logits(bank, rows, prefixes);
+      CHECK(at::allclose(running, shape.kind->ProbeKind::prefix_logits(bank, rows, prefixes), 1e-12, 1e-12));
+      int64_t p = 0;
+      for (size_t e = 0; e + 1 < kOffsets.size(); ++e) {
+        const int64_t begin = kOffsets[e], end = kOffsets[e + 1], from = std::min(begin + skip, end - 1);
+        CHECK(counts[e] == end - from);
+        for (int64_t last = from; last < end; ++last, ++p) {
+          INFO("text " << e << " cut after row " << last);
+          const at::Tensor whole = token_logits(bank, rows, token_layout({begin, last + 1}, shape));
+          CHECK(at::allclose(running[p], whole[0], 1e-12, 1e-12));
+        }
+      }
+      CHECK(p == running.size(0));
+    }
+  }
+}

@@ -16,6 +16,7 @@
 #include "monitor/monitor_flags.h"
 #include "monitor/policy.h"
 #include "probe_fixture.h"
+#include "probes/calibration.h"
 #include "server_runs.h"
 
 namespace probekit::testing {
@@ -181,6 +182,18 @@ TEST_CASE("monitor policies: a request's list and --monitor read, each mistake n
   bad_aggregate.monitors = {"d:flag"};
   bad_aggregate.aggregate = "max=3";
   CHECK_THROWS_WITH_AS(monitor::monitor_policies(bad_aggregate), doctest::Contains("takes no parameter"), UsageError);
+  // Regression: a parameter of another aggregate was taken and ignored, where --monitor-aggregate refuses it.
+  refused(R"([{"label": "x", "window": 4}])", "monitors[0].window", "'monitors[0].window' goes with the aggregate 'rolling', not 'token'");
+  refused(R"([{"label": "x", "aggregate": "rolling", "alpha": 0.5}])", "monitors[0].alpha", "goes with the aggregate 'ema'");
+  // Regression: "calibrated": false was read and then ignored.
+  CHECK_FALSE(monitor::parse_policies(Json::parse(R"([{"label": "x", "calibrated": false}])"))[0].calibrated);
+  CHECK(monitor::parse_policies(Json::parse(R"([{"label": "x"}])"))[0].calibrated);
+  refused(R"([{"label": "x", "threshold": 0.5, "calibrated": false}])", "monitors[0].threshold", "not both");
+  // Regression: --monitor-scope without --monitor was accepted and did nothing.
+  monitor::MonitorFlags scope_alone;
+  scope_alone.scope = "prompt";
+  CHECK_THROWS_WITH_AS(monitor::monitor_policies(scope_alone), doctest::Contains("--monitor-scope go with --monitor"),
+                       UsageError);
 }
 
 TEST_CASE("monitors on the fixture model: flag, stop, steer and prompt policies fire where the scores say" * doctest::test_suite("numeric")) {
@@ -489,6 +502,48 @@ TEST_CASE("multi_probe_inference --generate --monitor: the firing in each output
                               tool("multi_probe_inference"), probes, kPrompt));
   CHECK(r.exit_code == 2);
   CHECK_CONTAINS(r.output, "goes with --generate");
+}
+
+TEST_CASE("a prompt monitor on probes read without a suffix never fires on the BOS, which they do not read" *
+          doctest::test_suite("numeric")) {
+  TempDir tmp;
+  capture::CaptureOptions capture = three_action_capture(tmp, 60, "cpu");
+  capture.model_dir = kGemmaModel;
+  capture.output_dir = tmp.file("activations");
+  capture.layers = "2";
+  capture.position = Position::kAll;
+  capture.prompt_suffix = "";
+  capture::run_capture(capture);
+  CommandResult r = run_command(fmt::format("{} --activations {} --output-dir {} --epochs 3 --device cpu --quiet "
+                                            "--model-type multimax",
+                                            tool("train_binary_probes"), tmp.file("activations"), tmp.file("probes")));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  const inference::Engine engine = inference::Engine::load(generating(tmp.file("probes")));
+  // Regression: the prefix of the BOS alone was scored on the BOS's row, which multimax probes never saw, and a
+  // prompt monitor stopped every prompt there.
+  const inference::TokenScores scores = engine.score_tokens(kPrompt);
+  for (double score : scores.probability[0][0]) CHECK(std::isnan(score));
+  for (size_t t = 1; t < scores.probability.size(); ++t) CHECK_FALSE(std::isnan(scores.probability[t][0][0]));
+  monitor::MonitorPolicy anything = policy("stop", 0.0);
+  anything.layer.reset();
+  anything.scope = monitor::Scope::kPrompt;
+  for (const char* aggregate : {"token", "probe"}) {
+    CAPTURE(aggregate);
+    anything.aggregate = aggregate;
+    Run run = monitored(engine, {anything});
+    REQUIRE(run.firings.size() == 1);
+    CHECK(run.firings[0].index == 1);
+  }
+  // Calibrated on that capture, every token of it: a monitor compares each token with the per-token threshold.
+  probes::calibrate({tmp.file("probes"), tmp.file("activations"), 0.05});
+  const Json calibration = read_json_file(tmp.file("probes/probes.json"))["probes"][0]["calibration"];
+  REQUIRE(calibration.contains("per_token"));
+  const inference::Engine calibrated = inference::Engine::load(generating(tmp.file("probes")));
+  monitor::MonitorPolicy watch;
+  watch.label = read_json_file(tmp.file("probes/probes.json"))["probes"][0]["label"].get<std::string>();
+  const monitor::ResolvedMonitor resolved = calibrated.resolve_monitors({watch})->front();
+  CHECK(resolved.threshold_source == "calibration");
+  CHECK(resolved.threshold == calibration["per_token"]["threshold"].get<double>());
 }
 
 }  // namespace probekit::testing

@@ -13,6 +13,7 @@
 #include "loading/model_loading.h"
 #include "patching/patch_tool.h"
 #include "patching/patching.h"
+#include "sites/layers.h"
 #include "test_util.h"
 
 using namespace probekit;
@@ -356,4 +357,55 @@ TEST_CASE("requests patching cannot honour are refused naming the flag") {
   const at::Tensor logits = at::zeros({model.model->config().vocab_size});
   CHECK(resolve_metric(parse_metric("prob:'0'"), logits, logits, *model.tokenizer).answer.id == 17);
   CHECK(resolve_metric(parse_metric("prob:0"), logits, logits, *model.tokenizer).answer.id == 0);
+}
+
+TEST_CASE("a window wider than the model, and a range past the prompt, are bounded before they are spelled out") {
+  // Regression: window_layers looped over every layer of the window, hanging on --layer-window 9e18.
+  CHECK(window_layers(2, int64_t{9000000000000000000}, 4) == std::vector<int64_t>{0, 1, 2, 3});
+  CHECK(window_layers(0, 3, 4) == std::vector<int64_t>{0, 1});
+  CHECK(window_layers(3, 4, 4) == std::vector<int64_t>{1, 2, 3});
+  // Regression: a range was expanded element by element before its bound was checked (8 GB for 0-999999999).
+  CHECK_THROWS_WITH_AS(parse_index_list("--positions", "0-999999999", 12, "position", "prompt"),
+                       doctest::Contains("--positions 0-999999999: position 999999999 is out of range: the prompt has 12 "
+                                         "positions (0 to 11)"),
+                       UsageError);
+}
+
+TEST_CASE("the metric's tokens: a quoted comma, and ids past the tokenizer's tokens named or chosen") {
+  // Regression: the comma that parts ANSWER from FOIL was the first, even inside quotes.
+  CHECK(parse_metric("logit-diff:',',x").tokens == std::vector<std::string>{"','", "x"});
+  CHECK(parse_metric("logit-diff:\",\",\"x\"").tokens == std::vector<std::string>{"\",\"", "\"x\""});
+  const loading::SharedModel model = load_cpu("llama");
+  const auto tokens = static_cast<int64_t>(model.tokenizer->vocab_size());
+  // Regression: a logits row the tokenizer has no token for (Qwen's padded vocabulary) failed after both passes with
+  // "token id N is not in the vocabulary", exit 1; it is the --metric flag's error, before any pass.
+  const std::string refusal =
+      fmt::format("--metric: token id {} is a row of the model's logits but not a token of its tokenizer", tokens + 1);
+  CHECK_THROWS_WITH_AS(named_token_ids(parse_metric(fmt::format("prob:{}", tokens + 1)), *model.tokenizer, tokens + 10),
+                       doctest::Contains(refusal.c_str()), UsageError);
+  // Chosen by the clean run's logits, such an id is kept, its token null.
+  at::Tensor logits = at::zeros({tokens + 10});
+  logits[tokens + 2] = 5.0;
+  const Metric chosen = resolve_metric(parse_metric("prob"), logits, logits, *model.tokenizer);
+  CHECK(chosen.answer.id == tokens + 2);
+  CHECK_FALSE(chosen.answer.text.has_value());
+  CHECK(chosen.to_json()["answer"]["token"].is_null());
+}
+
+TEST_CASE("patch_activations refuses flags no model is needed to judge before it loads one") {
+  using probekit::testing::run_command;
+  using probekit::testing::tool;
+  probekit::testing::TempDir tmp;
+  // A model folder that does not exist: a flag's refusal (exit 2) comes first, where it had loaded the model.
+  const std::string base = fmt::format("{} --model {} --device cpu --clean 'a b' --output-dir {} ", tool("patch_activations"),
+                                       tmp.file("no_model"), tmp.file("out"));
+  probekit::testing::check_failure(run_command(base + "--corrupted 'a c' --layer-window 0"), 2, {"--layer-window 0: must be 1 or more"});
+  probekit::testing::check_failure(run_command(base + "--corrupted 'a c' --site resid_pre"), 2,
+                                   {"--site resid_pre: patching takes resid_post, attn_out or mlp_out"});
+  probekit::testing::check_failure(run_command(base + "--corrupted 'a c' --method attribution --layer-window 3"), 2,
+                                   {"--layer-window 3 with --method attribution"});
+  probekit::testing::check_failure(run_command(base + "--corruption noise --subject a --noise -1"), 2,
+                                   {"--noise -1: must be a finite number above 0"});
+  // Regression: --seed -1 wrapped to 18446744073709551615.
+  probekit::testing::check_failure(run_command(base + "--corruption noise --subject a --seed -1"), 2, {"--seed"});
 }

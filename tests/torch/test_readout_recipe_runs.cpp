@@ -9,11 +9,13 @@
 #include "common/files.h"
 #include "common/json.h"
 #include "inference/engine.h"
+#include "monitor/stream_monitors.h"
 #include "io/hdf5.h"
 #include "probes/binary_run.h"
 #include "probes/calibration.h"
 #include "probes/probe_files.h"
 #include "probes/synthetic_activations.h"
+#include "probes/token_streams.h"
 #include "probe_fixture.h"
 #include "test_util.h"
 
@@ -135,12 +137,116 @@ TEST_CASE("calibration: each probe flags at most the target share of ordinary da
   }
   inference::Engine engine = inference::Engine::load(cpu_engine_options(probes_dir));
   CHECK(engine.threshold_source() == "calibration");
+  // A monitor takes the calibrated threshold unless its policy says "calibrated": false (regression: ignored); these
+  // probes read a suffix after the text, so their calibration holds no per-token threshold.
+  CHECK_FALSE(index["probes"][0]["calibration"].contains("per_token"));
+  monitor::MonitorPolicy watch;
+  watch.label = index["probes"][0]["label"].get<std::string>();
+  const monitor::ResolvedMonitor calibrated = engine.resolve_monitors({watch})->front();
+  CHECK(calibrated.threshold_source == "calibration of whole texts");
+  CHECK(calibrated.threshold == index["probes"][0]["calibration"]["threshold"].get<double>());
+  watch.calibrated = false;
+  const monitor::ResolvedMonitor validated = engine.resolve_monitors({watch})->front();
+  CHECK(validated.threshold_source == "validation");
+  CHECK(validated.threshold == index["probes"][0]["threshold"].get<double>());
   const probes::ProbeSet set = probes::ProbeSet::load(probes_dir, at::kCPU, at::kFloat);
   CHECK(set.probes()[0].calibrated_threshold == index["probes"][0]["calibration"]["threshold"].get<double>());
 
   // Ordinary data read otherwise (another site) is refused, naming the field.
   set_file_attribute(tmp.file("activations/layer_2_activations.h5"), "site", "mlp_out");
   CHECK_THROWS_WITH(probes::calibrate(options), doctest::Contains("(site: \"resid_post\" in the probes' activations"));
+}
+
+namespace {
+
+// The share of `scores` at or above `threshold`.
+double share_at_or_above(const at::Tensor& scores, double threshold) {
+  return (scores >= threshold).to(at::kDouble).mean().item<double>();
+}
+
+}  // namespace
+
+TEST_CASE("calibration on every token of texts read without a suffix sets the per-token thresholds monitors compare") {
+  TempDir tmp;
+  const std::string path = tmp.file("layer_0_activations.h5");
+  marker_activations(tmp);
+  set_file_attribute(path, "prompt_suffix", "");  // as conversations are read
+  for (const char* kind : {"multimax", "ema", "linear"}) {
+    CAPTURE(kind);
+    probes::BinaryRunOptions run = cpu_binary_run(path, tmp.file(kind), 2);
+    run.training.kind = &probes::probe_kind(kind);
+    run.kinds = {run.training.kind};
+    if (std::string(kind) == "multimax") run.training.heads = 2;
+    if (std::string(kind) == "linear") run.training.pool = "last";
+    probes::run_binary_training(run);
+    probes::CalibrationOptions options;
+    options.probes_dir = tmp.file(kind);
+    options.activations = path;
+    options.target_fpr = 0.05;
+    probes::calibrate(options);
+    const Json calibration = read_json_file(tmp.file(kind) + "/probes.json")["probes"][0]["calibration"];
+    REQUIRE(calibration.contains("per_token"));
+    const double per_token = calibration["per_token"]["threshold"].get<double>();
+    // A text's highest per-token score is at least its whole score (its last token's, or the text's, one of them).
+    CHECK(per_token >= calibration["threshold"].get<double>());
+    const probes::ProbeSet set = probes::ProbeSet::load(tmp.file(kind), at::kCPU, at::kFloat);
+    const activations::ActivationFile file = activations::read_activation_file(path);
+    const at::Tensor maxima = probes::token_stream_maxima(set, file).select(1, 0);
+    CHECK(maxima.size(0) == 600);
+    CHECK(share_at_or_above(maxima, per_token) <= 0.05);
+    CHECK(share_at_or_above(maxima, per_token) == doctest::Approx(calibration["per_token"]["fpr"].get<double>()));
+    // Each text's maximum is over what a monitor reads at each of its tokens (the first text of the train split).
+    const activations::SplitData& train = file.split(activations::Split::kTrain);
+    const at::Tensor rows = at::from_blob(const_cast<float*>(train.activations.data()), {train.rows, train.hidden}, at::kFloat);
+    const int64_t begin = train.offsets[0], end = train.offsets[1];
+    at::Tensor expected;
+    if (std::string(kind) == "multimax") {
+      std::vector<at::Tensor> prefixes;
+      for (int64_t last = begin + 1; last < end; ++last) {
+        prefixes.push_back(set.token_logits(rows.narrow(0, begin, last + 1 - begin), {0, last + 1 - begin}));
+      }
+      expected = at::cat(prefixes).select(1, 0).max();
+    } else if (std::string(kind) == "ema") {
+      expected = set.row_logits(rows).narrow(0, begin + 1, end - begin - 1).select(1, 0).max();
+    } else {
+      expected = set.logits(rows).narrow(0, begin + 1, end - begin - 1).select(1, 0).max();
+    }
+    CHECK(maxima[0].item<double>() == doctest::Approx(at::sigmoid(expected).item<double>()).epsilon(1e-6));
+  }
+  // Texts read with a suffix have no per-token stream: their thresholds are for whole texts only.
+  set_file_attribute(path, "prompt_suffix", "\n\nThe answer is");
+  probes::BinaryRunOptions suffixed = cpu_binary_run(path, tmp.file("suffixed"), 2);
+  suffixed.training.kind = &probes::probe_kind("ema");
+  suffixed.kinds = {suffixed.training.kind};
+  probes::run_binary_training(suffixed);
+  probes::calibrate({tmp.file("suffixed"), path, 0.05});
+  CHECK_FALSE(read_json_file(tmp.file("suffixed") + "/probes.json")["probes"][0]["calibration"].contains("per_token"));
+}
+
+TEST_CASE("calibration that fails at a layer leaves every layer's probes as they were") {
+  TempDir tmp;
+  ProbeFixture fixture;
+  fixture.epochs = 2;
+  fixture.in_process = true;
+  const std::string probes_dir = train_fixture_probes(tmp, fixture);  // layers 2 and 5
+  const std::string before = read_text(probes_dir + "/layer_2/probes.json");
+  probes::CalibrationOptions options;
+  options.probes_dir = probes_dir;
+  options.activations = tmp.file("activations/layer_2_activations.h5");  // no file of layer 5
+  // Regression: layer 2's probes.json was rewritten with a calibration before layer 5 failed.
+  CHECK_THROWS_WITH(probes::calibrate(options), doctest::Contains("no layer 5 file for that layer's probes"));
+  CHECK(read_text(probes_dir + "/layer_2/probes.json") == before);
+}
+
+TEST_CASE("--target-fpr is refused as a flag: outside (0, 1), or without --calibrate-on in training") {
+  TempDir tmp;
+  const std::string activations = synthetic_layer(tmp, 3);
+  CommandResult r = run_command(fmt::format("{} --probes-dir {} --activations {} --target-fpr 2",
+                                            tool("calibrate_probes"), tmp.file("nowhere"), activations));
+  check_failure(r, 2, {"--target-fpr"});
+  r = run_command(fmt::format("{} --activations {} --output-dir {} --target-fpr 0.05 --device cpu",
+                              tool("train_binary_probes"), activations, tmp.file("out")));
+  check_failure(r, 2, {"--target-fpr requires --calibrate-on"});
 }
 
 TEST_CASE("train_binary_probes --calibrate-on sets each layer's thresholds on that capture's file of the layer") {

@@ -80,7 +80,7 @@ TEST_CASE("latents shown beside tokens skip the reconstruction: the same top lat
 }
 
 TEST_CASE("an SAE's name is its folder's, its layout's tensors are checked, and it records what it is") {
-  const sae::SparseAutoencoder gemma = sae::load(kSaes + "/gemma_scope/layer_3/width_256/average_l0_20/");
+  const sae::SparseAutoencoder gemma = sae::load(kSaes + "/gemma_scope/gemma-scope-2b-pt-res/layer_3/width_256/average_l0_20/");
   CHECK(gemma.name == "average_l0_20");
   CHECK(gemma.layout == "gemma_scope");
   CHECK_FALSE(gemma.subtract_decoder_bias);
@@ -97,7 +97,7 @@ TEST_CASE("an SAE's name is its folder's, its layout's tensors are checked, and 
 }
 
 TEST_CASE("the .npz reader reads what NumPy's savez and savez_compressed write") {
-  const auto stored = npz::read_file(kSaes + "/gemma_scope/layer_3/width_256/average_l0_20/params.npz");
+  const auto stored = npz::read_file(kSaes + "/gemma_scope/gemma-scope-2b-pt-res/layer_3/width_256/average_l0_20/params.npz");
   const std::vector<int64_t> encoder_shape = {64, 256}, threshold_shape = {256};
   CHECK(stored.at("W_enc").shape == encoder_shape);
   CHECK(stored.at("threshold").shape == threshold_shape);
@@ -252,7 +252,7 @@ TEST_CASE("SAEs that cannot be read are refused naming the file and the field") 
   CHECK_CONTAINS(refusal(tmp.path()), "no SAE layout recognised");
   // Regression: a Gemma Scope path naming a layer past int64 threw std::stoll's out_of_range ("stoll").
   const std::string huge_layer = tmp.file("layer_99999999999999999999/width_256/average_l0_20");
-  probekit::testing::copy_dir(kSaes + "/gemma_scope/layer_3/width_256/average_l0_20", huge_layer);
+  probekit::testing::copy_dir(kSaes + "/gemma_scope/gemma-scope-2b-pt-res/layer_3/width_256/average_l0_20", huge_layer);
   CHECK_CONTAINS(refusal(huge_layer), "Gemma Scope's path names the layer");
   // Fuzz regression (fuzz_sae_files): a flag of another type threw the JSON library's own type error, naming nothing.
   CHECK_CONTAINS(refusal(variant("flag", [](Json& c) { c["apply_b_dec_to_input"] = "yes"; })),
@@ -263,4 +263,101 @@ TEST_CASE("SAEs that cannot be read are refused naming the file and the field") 
                  "cfg.json: hook 'blocks.99999999999999999999.hook_resid_post' names layer 99999999999999999999");
   const sae::SparseAutoencoder standard = sae::load(kSaes + "/saelens_standard");
   CHECK_THROWS_WITH_AS(standard.encode(at::zeros({2, 63})), doctest::Contains("expected [rows, 64]"), std::invalid_argument);
+}
+
+namespace {
+
+// A copy of fixture SAE `fixture` whose cfg.json `edit` changed, at tmp/`name` (sparsify's: its layers.3 folder).
+std::string edited_copy(const probekit::testing::TempDir& tmp, const std::string& fixture, const std::string& name,
+                        const std::function<void(Json&)>& edit) {
+  const bool sparsify = fixture == "sparsify";
+  const std::string dir = tmp.file(sparsify ? name + "/layers.3" : name);
+  probekit::testing::copy_dir(kSaes + "/" + fixture + (sparsify ? "/layers.3" : ""), dir);
+  Json config = read_json_file(dir + "/cfg.json");
+  edit(config);
+  probekit::testing::write_text(dir + "/cfg.json", config.dump());
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("SAELens configs from before 6.0 read as SAELens reads them: TopK under activation_fn_str, hook_point") {
+  probekit::testing::TempDir tmp;
+  const sae::SparseAutoencoder topk = sae::load(kSaes + "/saelens_topk");
+  const at::Tensor rows = at::randn({5, 64}, at::TensorOptions().dtype(at::kFloat)) * 3;
+  // Regression: architecture "standard" with activation_fn_str "topk" kept every positive latent (ReLU).
+  const sae::SparseAutoencoder legacy = sae::load(edited_copy(tmp, "saelens_topk", "legacy", [](Json& c) {
+    c["architecture"] = "standard";
+    c["activation_fn_str"] = "topk";
+    c["activation_fn_kwargs"] = {{"k", 8}};
+    c.erase("k");
+  }));
+  CHECK(legacy.architecture == sae::Architecture::kTopK);
+  CHECK(legacy.k == 8);
+  CHECK(at::equal(legacy.encode(rows), topk.encode(rows)));
+  CHECK(((legacy.encode(rows) > 0).sum(1) <= 8).all().item<bool>());
+  // Regression: "topk" with k only in activation_fn_kwargs was refused.
+  const sae::SparseAutoencoder kwargs = sae::load(edited_copy(tmp, "saelens_topk", "kwargs", [](Json& c) {
+    c["activation_fn"] = "topk";
+    c["activation_fn_kwargs"] = {{"k", 8}};
+    c.erase("k");
+  }));
+  CHECK(at::equal(kwargs.encode(rows), topk.encode(rows)));
+  // The oldest configs: no architecture (standard) and the hook as hook_point.
+  const sae::SparseAutoencoder oldest = sae::load(edited_copy(tmp, "saelens_standard", "oldest", [](Json& c) {
+    c.erase("architecture");
+    c["hook_point"] = c["metadata"]["hook_name"];
+    c["metadata"].erase("hook_name");
+  }));
+  CHECK(oldest.architecture == sae::Architecture::kStandard);
+  CHECK(oldest.site == Site::kResidPost);
+  CHECK(oldest.layer == 3);
+  CHECK(at::equal(oldest.encode(rows), sae::load(kSaes + "/saelens_standard").encode(rows)));
+}
+
+TEST_CASE("what an SAE's config asks for that is not read is refused, not read as something else") {
+  probekit::testing::TempDir tmp;
+  auto refused = [&](const std::string& fixture, const std::string& name, const std::function<void(Json&)>& edit) {
+    return refusal(edited_copy(tmp, fixture, name, edit));
+  };
+  CHECK_CONTAINS(refused("saelens_standard", "tanh", [](Json& c) { c["activation_fn_str"] = "tanh-relu"; }),
+                 "cfg.json: 'activation_fn_str' is 'tanh-relu' with architecture 'standard', which is not read");
+  CHECK_CONTAINS(refused("saelens_jumprelu", "jumptopk", [](Json& c) { c["activation_fn"] = "topk"; }),
+                 "'activation_fn' is 'topk' with architecture 'jumprelu'");
+  // Regression: training checkpoints' unfolded scalings were ignored.
+  CHECK_CONTAINS(refused("saelens_standard", "scaling", [](Json& c) { c["finetuning_scaling_factor"] = true; }),
+                 "'finetuning_scaling_factor' is true");
+  CHECK_CONTAINS(refused("saelens_topk", "rescale", [](Json& c) { c["rescale_acts_by_decoder_norm"] = true; }),
+                 "'rescale_acts_by_decoder_norm' is true");
+  // Regression: k of 0 gave all-zero latents, k of -1 LibTorch's "selected index k out of range".
+  for (int k : {0, -1}) {
+    CAPTURE(k);
+    CHECK_CONTAINS(refused("saelens_topk", "k" + std::to_string(k + 1), [k](Json& c) { c["k"] = k; }),
+                   fmt::format("TopK's k is {}, expected 1 or more", k));
+    CHECK_CONTAINS(refused("sparsify", "sparsify_k" + std::to_string(k + 1), [k](Json& c) { c["k"] = k; }),
+                   fmt::format("TopK's k is {}, expected 1 or more", k));
+  }
+  // Regression: sparsify's groupmax activation was encoded as TopK.
+  CHECK_CONTAINS(refused("sparsify", "groupmax", [](Json& c) { c["activation"] = "groupmax"; }),
+                 "cfg.json: activation 'groupmax' is not read (read: topk)");
+  CHECK(sae::load(edited_copy(tmp, "sparsify", "topk", [](Json& c) { c["activation"] = "topk"; })).k == 8);
+}
+
+TEST_CASE("Gemma Scope's site comes from the release's folder, and a path without one is refused") {
+  probekit::testing::TempDir tmp;
+  const std::string fixture = kSaes + "/gemma_scope/gemma-scope-2b-pt-res/layer_3/width_256/average_l0_20";
+  auto copied = [&](const std::string& path) {
+    probekit::testing::copy_dir(fixture, tmp.file(path));
+    return tmp.file(path);
+  };
+  CHECK(sae::load(copied("gemma-scope-9b-pt-res-canonical/layer_3/width_256/average_l0_20")).site == Site::kResidPost);
+  CHECK(sae::load(copied("models--google--gemma-scope-2b-pt-mlp/snapshots/0a1b/layer_3/width_256/average_l0_20")).site ==
+        Site::kMlpOut);
+  CHECK(sae::load(copied("gemma-scope-2b-pt-transcoders/layer_3/width_256/average_l0_20")).site == Site::kMlpIn);
+  // Regression: a folder without the release's name was read as resid_post, whatever the SAE's site.
+  CHECK_CONTAINS(refusal(copied("gs/layer_3/width_256/average_l0_20")),
+                 "Gemma Scope's files name no site: it comes from the release's folder");
+  // Regression: "-att" anywhere in the path (my-attic) made it an attention SAE.
+  CHECK(sae::load(copied("my-attic/gemma-scope-2b-pt-res/layer_3/width_256/average_l0_20")).site == Site::kResidPost);
+  CHECK_CONTAINS(refusal(copied("gemma-scope-2b-pt-att/layer_3/width_256/average_l0_20")), "attention SAE (-att)");
 }

@@ -303,3 +303,64 @@ TEST_CASE("--per-token with --sae: each token's largest latents, as the SAE read
     CHECK_CONTAINS(text_view.output, fmt::format("  | jr {}\n", top.empty() ? "-" : fmt::format("{}", fmt::join(shown, ", "))));
   }
 }
+
+TEST_CASE("max pooling of an SAE's error pools each token's error, not the input and the reconstruction apart") {
+  const std::vector<std::string> texts = reference_texts();
+  const std::string site = "sae-error:saelens_standard";
+  const capture::CapturedRows all = capture::capture_rows(gemma(), texts, sae_options(site, Position::kAll));
+  const capture::CapturedRows max = capture::capture_rows(gemma(), texts, sae_options(site, Position::kMax));
+  for (size_t t = 0; t < texts.size(); ++t) {
+    CAPTURE(t);
+    // Regression: the row was max(x) - max(x_hat), off by up to 15 where the activations reach 12. The BOS is left
+    // out, as max pooling leaves it out of any site.
+    const at::Tensor errors = all.rows[0].slice(0, all.offsets[t] + 1, all.offsets[t + 1]);
+    CHECK(at::allclose(max.rows[0][static_cast<int64_t>(t)], std::get<0>(errors.max(0)), 1e-5, 1e-6));
+  }
+}
+
+TEST_CASE("latents of an SAE on resid_pre steer the stream leaving the layer before; resid_mid is refused") {
+  TempDir tmp;
+  auto at_hook = [&](const std::string& name, const std::string& hook) {
+    const std::string dir = tmp.file(name);
+    probekit::testing::copy_dir(kSaes + "/saelens_standard", dir);
+    Json config = read_json_file(dir + "/cfg.json");
+    config["metadata"]["hook_name"] = hook;
+    probekit::testing::write_text(dir + "/cfg.json", config.dump());
+    return dir;
+  };
+  const std::vector<std::string> texts = {reference_texts()[0], reference_texts()[3]};
+  const StandardSae sae;
+  auto rows = [&](const std::string& sae_dir, const std::string& op) {
+    capture::CaptureOptions options = layer_rows("");
+    options.site = Site::kResidPre;
+    options.saes = {{"pre", sae_dir}};
+    if (!op.empty()) options.steering.ops.push_back(steering::parse_latent_op(op, steering::SteeringAction::kAdd));
+    return capture::capture_rows(gemma(), texts, options).rows[0];
+  };
+  // Regression: resid_pre cannot be written, and the run stopped after the model had loaded, exit 1.
+  for (const auto& [layer, hook] : {std::pair{"3", "blocks.3.hook_resid_pre"}, std::pair{"0", "blocks.0.hook_resid_pre"}}) {
+    CAPTURE(hook);
+    const std::string dir = at_hook(std::string("pre") + layer, hook);
+    const at::Tensor plain = [&] {
+      capture::CaptureOptions options = layer_rows("");
+      options.site = Site::kResidPre;
+      options.layers = layer;
+      options.saes = {{"pre", dir}};
+      return capture::capture_rows(gemma(), texts, options).rows[0];
+    }();
+    capture::CaptureOptions steered = layer_rows("");
+    steered.site = Site::kResidPre;
+    steered.layers = layer;
+    steered.saes = {{"pre", dir}};
+    steered.steering.ops.push_back(steering::parse_latent_op("pre:5=4", steering::SteeringAction::kAdd));
+    CHECK(at::allclose(capture::capture_rows(gemma(), texts, steered).rows[0], plain + 4 * sae.w_dec[5], 1e-5, 1e-5));
+    const int64_t latent = std::get<1>(sae.latents(plain).sum(0).max(0)).item<int64_t>();  // one that fires
+    steered.steering.ops = {steering::parse_latent_op(fmt::format("pre:{}=0", latent), steering::SteeringAction::kClamp)};
+    const at::Tensor z = sae.latents(plain).select(1, latent).unsqueeze(1);
+    CHECK(at::allclose(capture::capture_rows(gemma(), texts, steered).rows[0], plain - z * sae.w_dec[latent], 1e-5, 1e-5));
+  }
+  CHECK_THROWS_WITH_AS(rows(at_hook("mid", "blocks.3.hook_resid_mid"), "pre:5=4"),
+                       doctest::Contains("--steer-latent pre:5: SAE 'pre' reconstructs resid_mid, where nothing can be "
+                                         "written"),
+                       UsageError);
+}

@@ -163,15 +163,23 @@ TEST_CASE("each layout's transcoder reads mlp_in and reconstructs mlp_out as its
     const at::Tensor topk = at::zeros_like(h).scatter_(-1, indices, values);
     const sae::SparseAutoencoder read = sae::load(dir);
     check_read(read, topk, t.decoded(topk) + at::matmul(x, t.skip.t()));
-    CHECK(read.raw_mlp_output);
+    CHECK(read.raw_module_output);
     // Gemma's mlp_out is after a post-norm the transcoder never saw.
     CHECK_THROWS_WITH(sae::load_saes({{"tc", dir}}, gemma().model->config()),
-                         doctest::Contains("predicts the MLP's output before its post-norm"));
+                         doctest::Contains("predicts the MLP module's output before its post-norm"));
+    // Regression: a plain SAE at a module's hookpoint was taken for a transcoder to resid_post and refused as one; it
+    // reads the module's own output, which Gemma's post-normed attn_out is not.
+    const std::string attention = tmp.file("sparsify-attn/layers.3.self_attn");
+    copy_dir(kSaes + "/sparsify/layers.3", attention);
+    CHECK(sae::load(attention).site == Site::kAttnOut);
+    CHECK_THROWS_WITH(sae::load_saes({{"attn", attention}}, gemma().model->config()),
+                      doctest::Contains("SAE 'attn' reads the attention module's output before its post-norm, which this "
+                                        "model's attn_out (after the post-norm) is not"));
   }
   SUBCASE("Gemma Scope's -transcoders release: the .npz read as the same JumpReLU, from mlp_in to mlp_out") {
     const std::string dir = tmp.file("gemma-scope-2b-pt-transcoders/layer_3/width_256/average_l0_20");
-    copy_dir(kSaes + "/gemma_scope/layer_3/width_256/average_l0_20", dir);
-    const sae::SparseAutoencoder residual = sae::load(kSaes + "/gemma_scope/layer_3/width_256/average_l0_20");
+    copy_dir(kSaes + "/gemma_scope/gemma-scope-2b-pt-res/layer_3/width_256/average_l0_20", dir);
+    const sae::SparseAutoencoder residual = sae::load(kSaes + "/gemma_scope/gemma-scope-2b-pt-res/layer_3/width_256/average_l0_20");
     const at::Tensor latents = residual.encode(x);
     check_read(sae::load(dir), latents, residual.decode(latents, x));
   }

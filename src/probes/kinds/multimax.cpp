@@ -47,6 +47,9 @@ class MultimaxKind : public ProbeKind {
                 std::vector<at::Tensor>& grads) const override;
   /// Each read row's weight per head: 1 for the token the head chose, 0 elsewhere, [R, K, h].
   at::Tensor token_weights(const ProbeBank& bank, const TrainActivations& saved) const override;
+  /// A running maximum per head: each row's query and values computed once, a prefix that grows its predecessor by
+  /// a row compares that row alone.
+  at::Tensor prefix_logits(const ProbeBank& bank, const at::Tensor& values, const TokenLayout& prefixes) const override;
 
   void describe(const ProbeShape& s, Json& fields) const override {
     fields["num_heads"] = s.heads;
@@ -108,6 +111,37 @@ at::Tensor MultimaxKind::token_weights(const ProbeBank& bank, const TrainActivat
   at::Tensor weights = at::zeros({rows, heads}, v[kValues].options());
   weights.scatter_(0, v[kChosen], 1.0);
   return weights.view({rows, bank.probes(), bank.shape().heads});
+}
+
+at::Tensor MultimaxKind::prefix_logits(const ProbeBank& bank, const at::Tensor& values, const TokenLayout& prefixes) const {
+  const ProbeShape& s = bank.shape();
+  const int64_t k = bank.probes(), heads = k * s.heads;
+  // The queries in the bank's dtype, as forward_tokens compares them (a double's ties would fall otherwise).
+  const at::Tensor queries = at::mm(values, bank.parameter(kQueryWeight).reshape({heads, s.input_dim}).t())
+                                 .to(at::kCPU, at::kDouble).contiguous();
+  const at::Tensor head_values = at::mm(values, bank.parameter(kValueWeight).reshape({heads * s.outputs, s.input_dim}).t())
+                                     .to(at::kCPU, at::kDouble).contiguous();
+  const auto q = queries.accessor<double, 2>();
+  const auto v = head_values.accessor<double, 2>();
+  at::Tensor out = at::zeros({prefixes.texts(), k, s.outputs}, at::kDouble);
+  auto o = out.accessor<double, 3>();
+  std::vector<int64_t> best(static_cast<size_t>(heads));
+  for (int64_t p = 0; p < prefixes.texts(); ++p) {
+    const int64_t first = prefixes.first[p], last = first + prefixes.length[p] - 1;
+    const bool grows = p > 0 && first == prefixes.first[p - 1] && prefixes.length[p] == prefixes.length[p - 1] + 1;
+    const int64_t from = grows ? last : first;
+    if (!grows) std::fill(best.begin(), best.end(), first);
+    for (int64_t row = from; row <= last; ++row) {
+      for (int64_t h = 0; h < heads; ++h) {
+        if (q[row][h] > q[best[h]][h]) best[h] = row;  // the first of equal maxima, as argmax keeps
+      }
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t c = 0; c < s.outputs; ++c) o[p][h / s.heads][c] += v[best[h]][h * s.outputs + c];
+    }
+  }
+  const at::Tensor bias = bank.parameter(kBias).to(at::kCPU, at::kDouble).reshape({k, s.outputs});
+  return (out + bias.unsqueeze(0)).to(values.device(), values.scalar_type());
 }
 
 }  // namespace multimax_kind

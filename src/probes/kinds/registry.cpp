@@ -36,9 +36,15 @@ const ProbeKind& probe_kind(const std::string& name) {
   fail_usage("unknown probe model type '{}' (expected one of {})", name, fmt::join(probe_kind_names(), ", "));
 }
 
-std::vector<std::string> probe_kind_names() {
+std::vector<std::string> probe_kind_names(bool multiclass) {
   std::vector<std::string> names;
-  for (const auto& kind : registry()) names.emplace_back(kind->name());
+  ProbeShape classes;
+  classes.outputs = 2;
+  for (const auto& kind : registry()) {
+    // Every-token kinds and those whose shape has no multiclass form train one-vs-rest only.
+    if (multiclass && (kind->reads_every_token() || !kind->shape_problem(classes).empty())) continue;
+    names.emplace_back(kind->name());
+  }
   return names;
 }
 
