@@ -44,7 +44,7 @@ bool flag_of(const std::string& text, const char* name, const std::string& where
   return text == "true";
 }
 
-int64_t max_length_of(const std::string& text, const std::string& where) {
+int64_t count_of(const std::string& text, const char* field, const std::string& where) {
   size_t used = 0;
   int64_t value = -1;
   try {
@@ -52,7 +52,7 @@ int64_t max_length_of(const std::string& text, const std::string& where) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used != text.size() || value < 0) fail_input("{}: 'max_length' is {}, expected a non-negative integer", where, text);
+  if (used != text.size() || value < 0) fail_input("{}: '{}' is {}, expected a non-negative integer", where, field, text);
   return value;
 }
 
@@ -83,7 +83,7 @@ const std::vector<RecipeField>& recipe_fields() {
       {"prompt_suffix", FieldType::kText, true, false, [](const R& r) { return r.prompt_suffix; },
        [](R& r, W text, W) { r.prompt_suffix = text; }},
       {"max_length", FieldType::kInteger, true, false, [](const R& r) { return std::to_string(r.max_length); },
-       [](R& r, W text, W where) { r.max_length = max_length_of(text, where); }},
+       [](R& r, W text, W where) { r.max_length = count_of(text, "max_length", where); }},
       {"dtype", FieldType::kText, false, false, [](const R& r) { return r.dtype; },
        [](R& r, W text, W) { r.dtype = text; }},
       {"mask", FieldType::kText, true, true, [](const R& r) { return r.mask ? token_mask_name(*r.mask) : std::string(); },
@@ -96,6 +96,11 @@ const std::vector<RecipeField>& recipe_fields() {
       {"steering", FieldType::kJson, true, true,
        [](const R& r) { return r.steering.is_null() ? std::string() : r.steering.dump(); },
        [](R& r, W text, W where) { r.steering = steering_of(text, where); }},
+      {"leading_specials", FieldType::kInteger, false, true,
+       [](const R& r) { return r.leading_specials ? std::to_string(*r.leading_specials) : std::string(); },
+       [](R& r, W text, W where) {
+         r.leading_specials = text.empty() ? std::nullopt : std::optional<int64_t>(count_of(text, "leading_specials", where));
+       }},
       {"sae", FieldType::kJson, true, true, [](const R& r) { return r.sae ? r.sae->to_json().dump() : std::string(); },
        [](R& r, W text, W where) {
          r.sae = text.empty() ? std::nullopt
@@ -112,6 +117,7 @@ std::string json_text(const RecipeField& field, const Json& value, const std::st
       if (!value.is_string()) fail_input("{}: '{}' must be a string, got {}", where, field.name, value.dump());
       return value.get<std::string>();
     case FieldType::kInteger:
+      if (value.is_null() && field.omitted_when_empty) return "";
       if (!value.is_number_integer()) fail_input("{}: '{}' must be an integer, got {}", where, field.name, value.dump());
       return std::to_string(value.get<int64_t>());
     case FieldType::kJson:
@@ -163,7 +169,7 @@ Json ReadoutRecipe::to_json() const {
     const std::string text = field.text(*this);
     switch (field.type) {
       case FieldType::kText: out[field.name] = text; break;
-      case FieldType::kInteger: out[field.name] = std::stoll(text); break;
+      case FieldType::kInteger: out[field.name] = text.empty() ? Json() : Json(std::stoll(text)); break;
       case FieldType::kJson: out[field.name] = text.empty() ? Json() : Json::parse(text); break;
     }
   }

@@ -56,6 +56,9 @@ struct ReadoutRecipe {
   std::string chat_template_sha256;  // conversations: of the chat template that rendered them
   bool add_generation_prompt = false;  // conversations: rendered with the template's generation prompt
   std::optional<SaeReading> sae;       // rows of an SAE site; none for a site of the model
+  // Texts: the special tokens the tokenizer puts in front of each (its BOS), which pooling and every-token probes
+  // leave out; none in files made before it was recorded.
+  std::optional<int64_t> leading_specials;
 
   /// The --site value: the site's name, or "sae:NAME" / "sae-error:NAME".
   std::string site_text() const;

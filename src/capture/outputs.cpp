@@ -136,6 +136,7 @@ activations::FileAttributes file_attributes(const CaptureOptions& options, const
   recipe.chat_template_sha256 = plan.chat_template_sha256;
   recipe.add_generation_prompt = plan.mask.has_value() && options.add_generation_prompt;
   recipe.max_length = options.max_length;
+  if (!plan.mask) recipe.leading_specials = plan.leading_specials;
   recipe.dtype = dtype;
   if (!plan.steering.empty()) recipe.steering = plan.steering.record();
   attributes.layers = plan.layers;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "common/error.h"
 #include "common/json.h"
@@ -32,6 +33,27 @@ std::string prefix_of_whole_characters(const std::string& text, size_t bytes) {
   return text.substr(0, end);
 }
 
+// Calls `visit` on each non-empty text of a message's content (the string, or each text part's text), in order, as
+// content_texts lists them.
+template <typename Visit>
+void for_each_text(OrderedJson& message, Visit&& visit) {
+  if (!message.contains("content")) return;
+  OrderedJson& content = message.at("content");
+  auto text_of = [&](OrderedJson& value) {
+    std::string text = value.get<std::string>();
+    if (text.empty()) return;
+    visit(text);
+    value = text;
+  };
+  if (content.is_string()) return text_of(content);
+  if (!content.is_array()) return;
+  for (OrderedJson& part : content) {
+    if (part.is_object() && part.value("type", "") == "text" && part.contains("text") && part.at("text").is_string()) {
+      text_of(part.at("text"));
+    }
+  }
+}
+
 bool overlaps(const std::pair<size_t, size_t>& token, const ContentSpan& content) {
   return token.first < content.end && content.begin < token.second;
 }
@@ -43,6 +65,7 @@ std::vector<ContentSpan> content_spans(const OrderedJson& messages, const std::s
   size_t cursor = 0;
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string role = messages[i].value("role", "");
+    const size_t before = spans.size();
     for (const std::string& text : content_texts(messages[i])) {
       if (text.empty()) continue;
       const size_t found = rendered.find(text, cursor);
@@ -54,6 +77,46 @@ std::vector<ContentSpan> content_spans(const OrderedJson& messages, const std::s
       spans.push_back(ContentSpan{i, role, found, found + text.size()});
       cursor = found + text.size();
     }
+    if (spans.size() == before) spans.push_back(ContentSpan{i, role, std::string::npos, std::string::npos});
+  }
+  return spans;
+}
+
+std::vector<ContentSpan> locate_contents(const ChatTemplate& chat, const ChatTemplateInputs& inputs,
+                                         const std::string& rendered) {
+  std::vector<ContentSpan> spans = content_spans(inputs.messages, rendered);
+  ChatTemplateInputs marked = inputs;
+  std::vector<std::string> markers;
+  for (OrderedJson& message : marked.messages) {
+    for_each_text(message, [&](std::string& text) {
+      markers.push_back(fmt::format("\u27e6probekit-content-{}\u27e7", markers.size()));
+      text = markers.back();
+    });
+  }
+  std::string template_text;
+  try {
+    template_text = chat.render(marked);
+  } catch (const std::exception&) {
+    return spans;  // a template that refuses the markers: the search's spans
+  }
+  // The template's text between the markers, with the contents put back, must be `rendered` itself.
+  std::string rebuilt;
+  std::vector<std::pair<size_t, size_t>> placed;
+  size_t cursor = 0, k = 0;
+  for (ContentSpan& span : spans) {
+    if (span.begin == std::string::npos) continue;
+    const size_t at = template_text.find(markers[k], cursor);
+    if (at == std::string::npos) return spans;
+    rebuilt += template_text.substr(cursor, at - cursor);
+    placed.emplace_back(rebuilt.size(), rebuilt.size() + (span.end - span.begin));
+    rebuilt += rendered.substr(span.begin, span.end - span.begin);
+    cursor = at + markers[k++].size();
+  }
+  rebuilt += template_text.substr(cursor);
+  if (rebuilt != rendered) return spans;
+  k = 0;
+  for (ContentSpan& span : spans) {
+    if (span.begin != std::string::npos) std::tie(span.begin, span.end) = placed[k++];
   }
   return spans;
 }
@@ -63,7 +126,7 @@ std::vector<uint8_t> token_mask(const std::vector<std::pair<size_t, size_t>>& to
   std::vector<uint8_t> out(token_spans.size(), mask == TokenMask::kAll ? 1 : 0);
   if (mask == TokenMask::kAll) return out;
   const std::string role = mask == TokenMask::kUser ? "user" : "assistant";
-  size_t last_assistant = 0;
+  size_t last_assistant = 0;  // every message has a span, an empty one where it has no text
   for (const ContentSpan& c : contents) {
     if (c.role == "assistant") last_assistant = std::max(last_assistant, c.message);
   }

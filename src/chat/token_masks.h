@@ -21,12 +21,22 @@ struct ContentSpan {
 };
 
 /// The spans of every message's content (a string, or each text part of a list) in `rendered`, found in order, each
-/// search starting where the previous one ended. A content the template rewrites (so that it is not in the text as
-/// written) is an error naming the message (std::invalid_argument).
+/// search starting where the previous one ended; a message without text has an empty span at npos (no token is in
+/// it). A content the template rewrites (so that it is not in the text as written) is an error naming the message
+/// (std::invalid_argument).
 std::vector<ContentSpan> content_spans(const OrderedJson& messages, const std::string& rendered);
 
+/// content_spans of `rendered` (`inputs` rendered by `chat`), each content placed where the template printed it: the
+/// conversation is rendered again with a marker in place of each content, so that a content that also occurs in the
+/// template's own text before it (a reply "d" in "<end_of_turn>") is not taken for it. A template whose text depends
+/// on the contents (Qwen 3's looks for "</think>" in them) does not give `rendered` back around the markers: its
+/// contents are searched for as content_spans does.
+std::vector<ContentSpan> locate_contents(const ChatTemplate& chat, const ChatTemplateInputs& inputs,
+                                         const std::string& rendered);
+
 /// 1 for each token (its byte span in the rendered text, Tokenizer::token_spans) that `mask` reads: one overlapping
-/// a content of the role (kLastAssistant: of the last assistant message), or every token (kAll).
+/// a content of the role (kLastAssistant: of the last assistant message, none when it has no text), or every token
+/// (kAll).
 std::vector<uint8_t> token_mask(const std::vector<std::pair<size_t, size_t>>& token_spans,
                                 const std::vector<ContentSpan>& contents, TokenMask mask);
 

@@ -8,6 +8,19 @@
 
 namespace probekit {
 
+void refuse_inputs_inside(const std::string& output_dir, const std::vector<std::string>& inputs) {
+  if (!path_exists(output_dir)) return;  // nothing there for --overwrite to delete
+  const std::string output = absolute_path(output_dir);
+  for (const std::string& input : inputs) {
+    if (input.empty() || !path_exists(input)) continue;
+    const std::string path = absolute_path(input);
+    if (path == output || path.rfind(output + "/", 0) == 0) {
+      fail_usage("--output-dir {}: it holds the input {}, which --overwrite would delete; write the outputs elsewhere",
+                 output_dir, input);
+    }
+  }
+}
+
 namespace {
 
 // What is at `path` (following symlinks): 0 when nothing is.

@@ -5,12 +5,16 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace probekit {
 
 /// Checks `path` before anything is computed: refuses a device, FIFO, socket, directory or a symlink to one
 /// always, and an existing file unless `overwrite` (the message names --overwrite).
 void check_output_file(const std::string& path, bool overwrite);
+
+/// Refuses (a usage error) an `output_dir` that is one of `inputs` or holds one: --overwrite would replace it.
+void refuse_inputs_inside(const std::string& output_dir, const std::vector<std::string>& inputs);
 
 /// A directory of outputs built under a temporary sibling name and moved into place whole by commit(). Until
 /// then the final directory is untouched; without commit() (an error) the temporary one is removed.

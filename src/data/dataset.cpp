@@ -142,6 +142,9 @@ void read_input(const Json& object, const DatasetOptions& options, Dataset& data
                  messages->dump().substr(0, 80));
     }
     example.messages = messages->dump();
+    // The tools a row offers the model go to the template with its messages (checked where they are rendered).
+    auto tools = object.find("tools");
+    if (tools != object.end() && !tools->is_null()) example.messages = Json{{"messages", *messages}, {"tools", *tools}}.dump();
     auto spans = object.find("spans");
     if (spans != object.end()) example.spans = read_spans(*spans, *messages, where);
     return;

@@ -132,6 +132,8 @@ class Engine {
   /// validation".
   std::string threshold_source() const;
   double validation_auc(size_t l, size_t k) const { return aucs_[l][k]; }
+  /// True when the probes read every token of a text (attention, multimax, ema, rolling).
+  bool reads_every_token() const;
   const probes::ProbeCatalog& catalog() const { return catalog_; }
   /// True when the probes are a multiclass probe (train_probes): labels() are its classes, and each text's
   /// probabilities at a layer are a softmax that sums to 1.
@@ -227,8 +229,6 @@ class Engine {
   /// Scores built prompts (a conversation's with its token mask) in batches, each row steered as `steering` says.
   std::vector<TextScores> score_prompts(const std::vector<readout::Prompt>& prompts,
                                         const std::vector<const steering::SteeringVectors*>& steering) const;
-  /// True when the probes read every token of a text (attention).
-  bool reads_every_token() const;
   /// Every-token probes: each text's probabilities [texts, probes] as the prompt text + suffix, read whole, steered
   /// by `writes` (the engine's own when null; `per_row`: one vector per text, [texts, hidden] each). With
   /// `last_token`, also each text's last token's own probabilities [texts, probes] (row_probabilities; undefined

@@ -76,16 +76,12 @@ Json show(const Engine& engine, const std::string& text, const ScoreTable& table
   return {};
 }
 
-// The messages of --messages for scoring. Probes read a conversation as capture rendered their dataset's rows, which
-// offer no tools: a file offering some is refused rather than scored without them.
+// The conversation of --messages for scoring: its messages, with the tools it offers (rendered as capture renders a
+// dataset row's).
 std::string scored_messages(const std::string& path) {
   chat::Conversation conversation = chat::read_conversation(path);
-  if (!conversation.tools.is_null()) {
-    fail_input("{}: \"tools\" are rendered only when generating (--generate --messages) and by inspect_model "
-               "chat-template; probes score conversations without them, as their dataset's rows were captured",
-               path);
-  }
-  return conversation.messages.dump();
+  if (conversation.tools.is_null()) return conversation.messages.dump();
+  return chat::OrderedJson{{"messages", conversation.messages}, {"tools", conversation.tools}}.dump();
 }
 
 void show_per_token(const Engine& engine, const InferenceRequest& r) {
@@ -283,7 +279,12 @@ void show_generation(const Engine& engine, const InferenceRequest& r) {
   }
   GenerationPrinter printer(prompts, r.display.top_k, r.display.json, r.live_view,
                            engine.steering().empty() ? Json() : engine.steering().record());
-  std::shared_ptr<const monitor::MonitorSet> monitors = engine.resolve_monitors(monitor::monitor_policies(r.monitors));
+  std::shared_ptr<const monitor::MonitorSet> monitors;
+  try {
+    monitors = engine.resolve_monitors(monitor::monitor_policies(r.monitors));
+  } catch (const monitor::PolicyError& e) {
+    throw monitor::as_flag_error(r.monitors, e);
+  }
   auto show = [&](const ScoredToken& token) {
     ScoreTable table = table_of(engine, token.probability, r.display);
     printer.show(token, table);

@@ -1,6 +1,11 @@
 #include "monitor/monitor_flags.h"
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <optional>
+
+#include "common/units.h"
 
 #include "monitor/actions.h"
 #include "monitor/aggregates.h"
@@ -43,6 +48,18 @@ std::vector<MonitorPolicy> monitor_policies(const MonitorFlags& flags) {
   if (!flags.on_fire_steer.empty() && !steers) fail_usage("--on-fire-steer: no --monitor has the action steer");
   if (!flags.on_fire_ablate.empty() && !ablates) fail_usage("--on-fire-ablate: no --monitor has the action ablate");
   return policies;
+}
+
+UsageError as_flag_error(const MonitorFlags& flags, const PolicyError& error) {
+  // "'monitors[1].layer': label 'x' has no probe at layer 5" -> "--monitor x@5:flag: label 'x' has no probe at layer 5"
+  const std::string& field = error.field();
+  const std::string message = error.what();
+  const size_t open = field.find('['), close = field.find(']');
+  const std::optional<int> index =
+      open == std::string::npos || close == std::string::npos ? std::nullopt : parse_count(field.substr(open + 1, close - open - 1));
+  const size_t colon = message.find("': ");
+  if (!index || static_cast<size_t>(*index) >= flags.monitors.size() || colon == std::string::npos) return UsageError(message);
+  return UsageError(fmt::format("--monitor {}: {}", flags.monitors[static_cast<size_t>(*index)], message.substr(colon + 3)));
 }
 
 }  // namespace probekit::monitor

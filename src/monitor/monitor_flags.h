@@ -24,4 +24,7 @@ void add_monitor_flags(CLI::App& app, MonitorFlags& flags);
 /// The policies the flags give (none without --monitor); a UsageError naming the flag for anything malformed.
 std::vector<MonitorPolicy> monitor_policies(const MonitorFlags& flags);
 
+/// A policy's refusal by the probes (its field "monitors[i]..."), said of the --monitor flag that gave it.
+UsageError as_flag_error(const MonitorFlags& flags, const PolicyError& error);
+
 }  // namespace probekit::monitor

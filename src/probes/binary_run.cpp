@@ -84,8 +84,10 @@ Json config_json(const BinaryRunOptions& options, const device::ComputeTarget& t
 Json training_summary_json(const std::vector<LayerOutcome>& layers, const Json& config, int64_t num_workers) {
   Json results = Json::array();
   int64_t probes = 0;
-  double minutes = 0.0, best_auc = -1.0, worst_auc = 2.0, auc_sum = 0.0;
-  int64_t best_layer = -1;
+  double minutes = 0.0, auc_sum = 0.0;
+  int64_t defined = 0;
+  // Over the layers whose mean test AUROC is defined; null where none is.
+  Json best_auc, worst_auc, best_layer;
   for (const LayerOutcome& layer : layers) {
     double auc = mean_over(layer.labels, [](const TrainedLabel& t) { return t.test_auc_roc; });
     results.push_back({{"layer", layer.layer},
@@ -99,12 +101,14 @@ Json training_summary_json(const std::vector<LayerOutcome>& layers, const Json& 
                        {"success", true}});
     probes += static_cast<int64_t>(layer.labels.size());
     minutes += layer.seconds / 60.0;
+    if (std::isnan(auc)) continue;
     auc_sum += auc;
-    if (auc > best_auc) {
+    ++defined;
+    if (best_auc.is_null() || auc > best_auc.get<double>()) {
       best_auc = auc;
       best_layer = layer.layer;
     }
-    worst_auc = std::min(worst_auc, auc);
+    if (worst_auc.is_null() || auc < worst_auc.get<double>()) worst_auc = auc;
   }
   return {{"total_layers", layers.size()},
           {"total_probes", probes},
@@ -114,7 +118,7 @@ Json training_summary_json(const std::vector<LayerOutcome>& layers, const Json& 
           {"layer_results", results},
           {"config", config},
           {"statistics",
-           {{"avg_auc", auc_sum / static_cast<double>(layers.size())},
+           {{"avg_auc", defined > 0 ? Json(auc_sum / static_cast<double>(defined)) : Json()},
             {"best_auc", best_auc},
             {"worst_auc", worst_auc},
             {"best_layer", best_layer}}}};
@@ -379,6 +383,9 @@ BinaryRunPlan plan_binary_run(const BinaryRunOptions& options) {
   BinaryRunPlan plan;
   plan.files = activations::find_activation_files(options.activations);
   if (plan.files.empty()) fail_usage("--activations: no activation file given");
+  std::vector<std::string> inputs = plan.files;
+  inputs.insert(inputs.end(), {options.calibrate_on, options.eval_file});
+  refuse_inputs_inside(options.output_dir, inputs);
   check_same_recipe(plan.files);
   plan.target = select_training_compute(options.device, options.dtype);
   if (options.num_workers != 8) {

@@ -45,7 +45,11 @@ Json evaluate_layer(const std::string& dir, const std::string& eval_file, uint64
                     {"auc_roc_ci95", interval_json(figures[k].auc_roc_ci95)},
                     {"auc_pr", metrics::average_precision(truths[k], scores[k])},
                     {"recall_at_fpr", recall_at_fpr_json(figures[k].recall_at_fpr)}});
-    if (positives == 0) spdlog::warn("{}: '{}' has no example in {}: its figures are undefined", dir, set.probes()[k].label, eval_file);
+    // The layer, not `dir`: that is the run's staging folder, gone once the run ends.
+    if (positives == 0) {
+      spdlog::warn("layer {}: '{}' has no example in {}: its figures are undefined", set.layer(), set.probes()[k].label,
+                   eval_file);
+    }
   }
   Json out = {{"source", eval_file}, {"examples", labels.size()}, {"labels", rows}};
   write_json_file(dir + "/eval_metrics.json", out);

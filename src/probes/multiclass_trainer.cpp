@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <optional>
 
 #include "common/error.h"
@@ -50,10 +51,11 @@ std::vector<int64_t> argmax_rows(const at::Tensor& logits_cpu) {
   return out;
 }
 
+// NaN without examples: no accuracy, not a zero one.
 double accuracy_of(const std::vector<int64_t>& predicted, const std::vector<int64_t>& truth) {
   int64_t correct = 0;
   for (size_t i = 0; i < truth.size(); ++i) correct += predicted[i] == truth[i] ? 1 : 0;
-  return truth.empty() ? 0.0 : static_cast<double>(correct) / static_cast<double>(truth.size());
+  return truth.empty() ? std::numeric_limits<double>::quiet_NaN() : static_cast<double>(correct) / static_cast<double>(truth.size());
 }
 
 // Throws unless the file has two labels or more. Says in one line which labels have no example at all (a
@@ -62,6 +64,13 @@ double accuracy_of(const std::vector<int64_t>& predicted, const std::vector<int6
 void check_classes(const activations::ActivationFile& file) {
   const auto& names = file.attributes.label_names;
   if (names.size() < 2) fail_input("{}: a multiclass probe needs at least 2 labels, the file has {}", file.path, names.size());
+  if (file.split(activations::Split::kTrain).examples() == 0) {
+    fail_input("{}: the train split has no examples (capture with a train share in --split)", file.path);
+  }
+  if (file.split(activations::Split::kVal).examples() == 0) {
+    spdlog::warn("{}: the validation split has no examples: no epoch can be chosen on it, so best_probe is the last "
+                 "epoch's (as final_probe)", file.path);
+  }
   std::vector<int64_t> train_counts(names.size(), 0), other_counts(names.size(), 0);
   for (int64_t label : file.split(activations::Split::kTrain).labels) ++train_counts[label];
   for (activations::Split split : {activations::Split::kVal, activations::Split::kTest}) {
@@ -142,9 +151,9 @@ double record_epoch(ProbeTraining& training, const SplitTensors& data, const std
   history.train_loss.push_back(loss);
   history.val_loss.push_back(host[val_logits.numel()].item<double>());
   history.val_accuracy.push_back(val_accuracy);
-  // The first epoch is the best so far whatever it scores (an accuracy of 0, or NaN without validation examples),
-  // so a best epoch is always saved.
-  if (history.best_epoch == 0 || val_accuracy > history.best_val_accuracy) {
+  // The first epoch is the best so far whatever it scores (an accuracy of 0), so a best epoch is always saved; without
+  // validation examples (NaN) every epoch replaces the one before: the best is the last.
+  if (history.best_epoch == 0 || val_accuracy > history.best_val_accuracy || std::isnan(val_accuracy)) {
     history.best_val_accuracy = val_accuracy;
     history.best_epoch = epoch + 1;
     training.best_values.copy_(training.bank.values());
@@ -287,6 +296,7 @@ Json multiclass_metrics_json(const MulticlassTrainingResult& result) {
 Json run_multiclass_training(const MulticlassRunOptions& options) {
   check_training_options(options.training);
   device::ComputeTarget target = select_training_compute(options.device, options.dtype);
+  refuse_inputs_inside(options.output_dir, {options.activations});
   activations::ActivationFile file = activations::read_activation_file(options.activations);
   StagedDirectory output(options.output_dir, options.overwrite);
   const std::string& directory = output.path();

@@ -46,7 +46,6 @@ at::Tensor split_maxima(const ProbeSet& set, const activations::SplitData& split
 
 std::string token_stream_problem(const ProbeSet& set, const activations::ActivationFile& file) {
   const activations::ReadoutRecipe& probes = set.recipe();
-  if (set.multiclass()) return "a multiclass probe has no per-label thresholds";
   if (file.attributes.recipe.position != Position::kAll) {
     return "the capture holds one row per text; a --position all capture holds every token";
   }
@@ -62,9 +61,8 @@ std::string token_stream_problem(const ProbeSet& set, const activations::Activat
 }
 
 at::Tensor token_stream_maxima(const ProbeSet& set, const activations::ActivationFile& file) {
-  // A per-row probe reads a text's last token: a conversation's rows are its masked tokens, none of them the
-  // template's BOS; a text's first rows may be the tokenizer's leading specials, which no prefix ends at.
-  const int64_t skip = file.attributes.recipe.mask ? 0 : leading_specials(file);
+  // A per-row probe reads a text's last token: no prefix ends at the tokenizer's leading specials.
+  const int64_t skip = leading_specials(file);
   std::vector<at::Tensor> parts;
   for (const activations::SplitData& split : file.splits) {
     if (split.examples() > 0) parts.push_back(split_maxima(set, split, skip));

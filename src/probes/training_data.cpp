@@ -44,8 +44,8 @@ void check_rows(const activations::ActivationFile& file, const ProbeKind& kind) 
     const bool per_token = !file.split(split).offsets.empty();
     if (per_token && !kind.reads_every_token()) {
       fail_input("{}: group '{}' holds per-token activations (position \"{}\"); {} probes train on one row per "
-                 "example, captured with position \"last\" (pool this file's tokens with --pool last|mean, or train "
-                 "--model-type attention on it)",
+                 "example, captured with position \"last\" (train_binary_probes pools this file's tokens with --pool "
+                 "last|mean, or trains an every-token kind such as --model-type attention on it)",
                  file.path, activations::split_name(split), position_name(file.attributes.recipe.position), kind.name());
     }
     if (!per_token && kind.reads_every_token()) {
@@ -57,6 +57,11 @@ void check_rows(const activations::ActivationFile& file, const ProbeKind& kind) 
 }
 
 int64_t leading_specials(const activations::ActivationFile& file) {
+  const activations::ReadoutRecipe& recipe = file.attributes.recipe;
+  // A conversation's rows are its masked tokens, none of them the template's BOS.
+  if (recipe.mask) return 0;
+  if (recipe.leading_specials) return *recipe.leading_specials;
+  // Files made before the capture recorded it: a first token every text shares.
   std::vector<const std::vector<int64_t>*> ids, offsets;
   for (activations::Split split : activations::kSplits) {
     ids.push_back(&file.split(split).token_ids);
@@ -68,10 +73,11 @@ int64_t leading_specials(const activations::ActivationFile& file) {
 namespace {
 
 // One split's texts as one row each: the last token, or the mean of the tokens after `skip` (at least the last).
-void pool_split(activations::SplitData& split, bool mean, int64_t skip) {
+void pool_split(activations::SplitData& split, bool mean, int64_t skip, const std::string& where) {
   std::vector<float> pooled(static_cast<size_t>(split.examples() * split.hidden), 0.0f);
   for (int64_t e = 0; e < split.examples(); ++e) {
     const int64_t end = split.offsets[e + 1];
+    if (end <= split.offsets[e]) fail_input("{}: text {} holds no token row (offsets {} to {})", where, e, split.offsets[e], end);
     const int64_t first = mean ? std::min(split.offsets[e] + skip, end - 1) : end - 1;
     float* out = pooled.data() + e * split.hidden;
     for (int64_t r = first; r < end; ++r) {
@@ -89,16 +95,20 @@ void pool_split(activations::SplitData& split, bool mean, int64_t skip) {
 }  // namespace
 
 activations::ActivationFile pooled_rows(activations::ActivationFile file, Position position) {
-  // A conversation's rows are its masked tokens, none of them the template's BOS.
-  const int64_t skip = file.attributes.recipe.mask ? 0 : leading_specials(file);
-  for (activations::SplitData& split : file.splits) pool_split(split, position == Position::kMean, skip);
+  const int64_t skip = leading_specials(file);
+  for (activations::Split name : activations::kSplits) {
+    pool_split(file.split(name), position == Position::kMean, skip,
+               fmt::format("{} group '{}'", file.path, activations::split_name(name)));
+  }
   file.attributes.recipe.position = position;
   return file;
 }
 
 activations::ActivationFile rows_for_kind(activations::ActivationFile file, const TrainingOptions& training) {
-  if (training.pool.empty() || training.kind->reads_every_token() || file.split(activations::Split::kTrain).offsets.empty()) {
-    return file;
+  if (training.pool.empty() || training.kind->reads_every_token()) return file;
+  if (file.split(activations::Split::kTrain).offsets.empty()) {
+    fail_usage("--pool {}: {} holds one row per text already (position \"{}\"); --pool pools a --position all capture's "
+               "tokens", training.pool, file.path, position_name(file.attributes.recipe.position));
   }
   return pooled_rows(std::move(file), parse_position(training.pool));
 }

@@ -54,23 +54,38 @@ std::vector<Prompt> PromptBuilder::build(const std::vector<std::string>& texts) 
   return out;
 }
 
+namespace {
+
+// A conversation's template inputs from its JSON: a list of messages, or an object of "messages" and the "tools" the
+// template offers the model (as inspect_model chat-template and the server render them).
+chat::ChatTemplateInputs conversation_inputs(const std::string& conversation) {
+  const chat::OrderedJson parsed = chat::OrderedJson::parse(conversation);
+  chat::ChatTemplateInputs inputs;
+  inputs.messages = parsed.is_object() && parsed.contains("messages") ? parsed.at("messages") : parsed;
+  if (std::optional<chat::MessageProblem> problem = chat::find_message_problem(inputs.messages)) {
+    fail_input("{}", problem->message);
+  }
+  if (parsed.is_object() && parsed.contains("tools") && !parsed.at("tools").is_null()) {
+    inputs.tools = parsed.at("tools");
+    if (std::optional<chat::MessageProblem> problem = chat::find_tools_problem(inputs.tools)) fail_input("{}", problem->message);
+  }
+  return inputs;
+}
+
+}  // namespace
+
 std::vector<Prompt> PromptBuilder::build_conversations(const std::vector<std::string>& conversations,
                                                        const chat::ChatTemplate& chat, TokenMask mask,
                                                        bool add_generation_prompt,
                                                        const std::function<std::string(size_t)>& where) const {
   if (!suffix_.empty()) fail_usage("conversations take no prompt suffix: the chat template writes the turns");
-  std::vector<chat::OrderedJson> messages(conversations.size());
+  std::vector<chat::ChatTemplateInputs> inputs(conversations.size());
   std::vector<std::string> rendered(conversations.size());
   for (size_t i = 0; i < conversations.size(); ++i) {
     try {
-      messages[i] = chat::OrderedJson::parse(conversations[i]);
-      if (std::optional<chat::MessageProblem> problem = chat::find_message_problem(messages[i])) {
-        fail_input("{}", problem->message);
-      }
-      chat::ChatTemplateInputs inputs;
-      inputs.messages = messages[i];
-      inputs.add_generation_prompt = add_generation_prompt;
-      rendered[i] = chat.render(inputs);
+      inputs[i] = conversation_inputs(conversations[i]);
+      inputs[i].add_generation_prompt = add_generation_prompt;
+      rendered[i] = chat.render(inputs[i]);
     } catch (const std::exception&) {
       rethrow_with_context(where(i));
     }
@@ -80,9 +95,9 @@ std::vector<Prompt> PromptBuilder::build_conversations(const std::vector<std::st
   for (size_t i = 0; i < ids.size(); ++i) {
     try {
       out[i].token_bytes = tokenizer_->token_spans(ids[i], rendered[i]);
-      const std::vector<chat::ContentSpan> contents = chat::content_spans(messages[i], rendered[i]);
+      const std::vector<chat::ContentSpan> contents = chat::locate_contents(chat, inputs[i], rendered[i]);
       out[i].mask = chat::token_mask(out[i].token_bytes, contents, mask);
-      out[i].content_begin.assign(messages[i].size(), std::string::npos);
+      out[i].content_begin.assign(inputs[i].messages.size(), std::string::npos);
       for (auto c = contents.rbegin(); c != contents.rend(); ++c) out[i].content_begin.at(c->message) = c->begin;
     } catch (const std::exception&) {
       rethrow_with_context(where(i));

@@ -51,16 +51,29 @@ std::vector<float> mean_difference(const activations::ActivationFile& file, int6
   return difference;
 }
 
+// The layers --layers keeps, of those up to `layers` (empty: all of them).
+std::vector<int64_t> wanted_layers(const std::string& text, int64_t layers) {
+  if (text.empty() || text == "all") return {};
+  return parse_index_list("--layers", text, layers, "layer", "input");
+}
+
 VectorFile from_activations(const MakeVectorsOptions& o) {
   VectorFile out;
-  std::vector<int64_t> wanted;
-  for (const std::string& path : activations::find_activation_files({o.activations})) {
-    activations::FileAttributes attributes = activations::read_attributes(path);
-    if (attributes.recipe.site != Site::kResidPost) {
+  const std::vector<std::string> paths = activations::find_activation_files({o.activations});
+  std::vector<activations::FileAttributes> files;
+  int64_t layers = 0;
+  for (const std::string& path : paths) {
+    files.push_back(activations::read_attributes(path));
+    layers = std::max(layers, files.back().layer + 1);
+  }
+  const std::vector<int64_t> wanted = wanted_layers(o.layers, layers);
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const std::string& path = paths[i];
+    const activations::FileAttributes& attributes = files[i];
+    if (attributes.recipe.site != Site::kResidPost || attributes.recipe.sae) {
       fail_input("{}: read at site {}; steering writes a layer's output ({}), so its vector comes from rows of that site",
-                 path, site_name(attributes.recipe.site), site_name(Site::kResidPost));
+                 path, attributes.recipe.site_text(), site_name(Site::kResidPost));
     }
-    if (!o.layers.empty() && wanted.empty()) wanted = parse_layers(o.layers, std::numeric_limits<int>::max());
     if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), attributes.layer) == wanted.end()) continue;
     const activations::ActivationFile file = activations::read_activation_file(path);
     out.layers[attributes.layer] = mean_difference(file, label_index(attributes, o.label, path));
@@ -71,8 +84,8 @@ VectorFile from_activations(const MakeVectorsOptions& o) {
 
 VectorFile from_probes(const MakeVectorsOptions& o) {
   const probes::ProbeCatalog catalog = probes::find_probes(o.probes_dir);
-  const std::vector<int64_t> wanted = o.layers.empty() ? std::vector<int64_t>{}
-                                                       : parse_layers(o.layers, std::numeric_limits<int>::max());
+  const std::vector<int64_t> wanted =
+      wanted_layers(o.layers, catalog.layer_dirs.empty() ? 0 : catalog.layer_dirs.rbegin()->first + 1);
   VectorFile out;
   for (const auto& [layer, dir] : catalog.layer_dirs) {
     if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), layer) == wanted.end()) continue;

@@ -107,7 +107,7 @@ std::vector<int64_t> op_layers(const SteeringOp& op, const model::ModelConfig& c
                    text.find('-', 1) == std::string::npos && text != "-";
   if (one && text.size() < 10) return {std::stoll(text)};
   try {
-    return parse_layers(text, text == "all" ? config.num_layers : std::numeric_limits<int>::max());
+    return parse_layers(text, config.num_layers);
   } catch (const UsageError& e) {
     // parse_layers speaks of --layers; the layers came with this operation's own flag or field.
     const std::string message = e.what();
@@ -145,6 +145,28 @@ std::vector<LayerVector> op_vectors(const SteeringOp& op, const model::ModelConf
     }
   }
   return out;
+}
+
+// Each layer's ablated directions, in the order given.
+std::map<int64_t, std::vector<at::Tensor>> ablated_by_layer(const SteeringVectors& vectors) {
+  std::map<int64_t, std::vector<at::Tensor>> by_layer;
+  for (const SteeringVectors::Ablation& a : vectors.ablations) by_layer[a.layer].push_back(a.unit);
+  return by_layer;
+}
+
+// An orthonormal basis of the units' span (Gram-Schmidt, in fp64; a unit already in the span of those before it adds
+// nothing): projecting these out one after another removes the whole span, where the units themselves, unless
+// orthogonal, leave part of the earlier ones behind.
+std::vector<at::Tensor> orthonormal(const std::vector<at::Tensor>& units) {
+  std::vector<at::Tensor> basis;
+  for (const at::Tensor& unit : units) {
+    at::Tensor v = unit.to(at::kDouble);
+    for (const at::Tensor& b : basis) v = v - (v * b).sum() * b;
+    const double norm = v.norm().item<double>();
+    if (norm > 1e-6) basis.push_back(v / norm);
+  }
+  for (at::Tensor& b : basis) b = b.to(at::kFloat);
+  return basis;
 }
 
 // The device of a write at `layer` (-1: the embeddings, on the first layer's).
@@ -287,8 +309,8 @@ model::StreamWrites place(const SteeringVectors& vectors, const model::Transform
   }
   model::StreamWrites writes;
   for (const auto& [where, sum] : sums) writes.add(where.first, where.second, sum.to(device_of(model, where.second)));
-  for (const SteeringVectors::Ablation& a : vectors.ablations) {
-    writes.ablate(Site::kResidPost, a.layer, a.unit.to(device_of(model, a.layer)));
+  for (const auto& [layer, units] : ablated_by_layer(vectors)) {
+    for (const at::Tensor& u : orthonormal(units)) writes.ablate(Site::kResidPost, layer, u.to(device_of(model, layer)));
   }
   place_clamps(vectors, model, at::Tensor(), writes);
   return writes;
@@ -308,11 +330,13 @@ model::StreamWrites place_rows(const std::vector<const SteeringVectors*>& rows, 
       if (!sum.defined()) sum = at::zeros({batch, hidden}, at::kFloat);
       sum[b] += a.vector * a.coefficient;
     }
-    for (const SteeringVectors::Ablation& a : rows[static_cast<size_t>(b)]->ablations) {
-      std::vector<at::Tensor>& units = ablations[a.layer];
-      const size_t k = ablated[a.layer]++;
-      if (units.size() <= k) units.push_back(at::zeros({batch, hidden}, at::kFloat));
-      units[k][b].copy_(a.unit);
+    for (const auto& [layer, directions] : ablated_by_layer(*rows[static_cast<size_t>(b)])) {
+      std::vector<at::Tensor>& units = ablations[layer];
+      for (const at::Tensor& u : orthonormal(directions)) {
+        const size_t k = ablated[layer]++;
+        if (units.size() <= k) units.push_back(at::zeros({batch, hidden}, at::kFloat));
+        units[k][b].copy_(u);
+      }
     }
   }
   model::StreamWrites writes;

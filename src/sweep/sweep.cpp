@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <map>
 
 #include "cli/cli.h"
@@ -191,17 +192,20 @@ Json summary_point(const std::string& label, double coefficient, const std::vect
       shift[k] += (mean_score(steered, k) - mean_score(baseline, k)) / static_cast<double>(prompts);
     }
   }
-  double low = 0, high = 0, off_abs = 0, off_low = 1, off_high = 0;
+  // Over the other labels (0 where there are none): each starts from the first of them, not from 0.
+  const double inf = std::numeric_limits<double>::infinity();
+  double low = inf, high = -inf, off_abs = 0, off_low = inf, off_high = -inf;
   for (size_t k = 0; k < labels.size(); ++k) {
     if (k == target) continue;
     low = std::min(low, shift[k]), high = std::max(high, shift[k]), off_abs += std::abs(shift[k]);
     off_low = std::min(off_low, level[k]), off_high = std::max(off_high, level[k]);
   }
+  const bool others_exist = labels.size() > 1;
   const double others = std::max<double>(1, static_cast<double>(labels.size()) - 1);
   return {{"label", label}, {"coefficient", coefficient}, {"score_mean", mean_of(score)}, {"score_shift", shift[target]},
-          {"off_target_shift_min", low}, {"off_target_shift_max", high}, {"off_target_mean_abs_shift", off_abs / others},
-          {"off_target_score_min", labels.size() > 1 ? off_low : 0.0},
-          {"off_target_score_max", labels.size() > 1 ? off_high : 0.0}, {"kl_mean", mean_of(kl)},
+          {"off_target_shift_min", others_exist ? low : 0.0}, {"off_target_shift_max", others_exist ? high : 0.0},
+          {"off_target_mean_abs_shift", off_abs / others}, {"off_target_score_min", others_exist ? off_low : 0.0},
+          {"off_target_score_max", others_exist ? off_high : 0.0}, {"kl_mean", mean_of(kl)},
           {"perplexity_mean", mean_of(perplexity)}};
 }
 
@@ -250,7 +254,12 @@ Json run_sweep(SweepOptions o) {
   std::vector<CellResult> results(cells.size());
   ProgressBar progress("sweep", static_cast<int64_t>(cells.size()), "generations");
   const auto start = std::chrono::steady_clock::now();
-  const auto batch = static_cast<size_t>(o.rows_per_batch);
+  // Every-token probes score each generated token's whole text again, steered as its own row: one generation at a time
+  // (regression: the batch's per-row vectors went to that one-row pass).
+  const auto batch = engine.reads_every_token() ? size_t{1} : static_cast<size_t>(o.rows_per_batch);
+  if (batch < static_cast<size_t>(o.rows_per_batch)) {
+    spdlog::info("the probes read every token: generations are decoded one at a time, not --rows-per-batch {}", o.rows_per_batch);
+  }
   for (size_t first = 0; first < cells.size(); first += batch) {
     run_batch(engine, prompts, cells, first, std::min(cells.size(), first + batch), directions, generation, results);
     progress.update(static_cast<int64_t>(std::min(cells.size(), first + batch)));

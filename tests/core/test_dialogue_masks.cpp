@@ -3,6 +3,7 @@
 // text without added special tokens, and which tokens are assistant or user content must equal theirs.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -79,6 +80,45 @@ TEST_CASE("last-assistant reads the last assistant message only; a rewritten con
       {"role": "assistant", "content": "<think>\nhidden\n</think>\n\nshown"}, {"role": "user", "content": "Next"}])");
   CHECK_THROWS_WITH(chat::content_spans(rewritten, chat::render_conversation(dir, rewritten, false)),
                     doctest::Contains("messages[1] (assistant): its content \"<think>\\nhidden"));
+}
+
+TEST_CASE("a content that also occurs in the template's text before it is masked where the template printed it") {
+  for (const char* name : {"gemma3", "qwen3", "llama3"}) {
+    const std::string dir = tokenizer_dir(name);
+    const tokenizer::Tokenizer tokenizer = tokenizer::Tokenizer::from_file(dir + "/tokenizer.json");
+    const chat::ChatTemplate chat = chat::ChatTemplate::from_tokenizer_dir(dir);
+    for (const char* reply : {"d", "a", "model", "start", "user", "assistant", "|", "<", "end"}) {
+      INFO(name << " reply " << reply);
+      chat::ChatTemplateInputs inputs;
+      inputs.add_generation_prompt = false;
+      inputs.messages = chat::OrderedJson::parse(R"([{"role": "user", "content": "Which is right? a, b, c or d"}])");
+      inputs.messages.push_back({{"role", "assistant"}, {"content", reply}});
+      const std::string rendered = chat.render(inputs);
+      const std::vector<int32_t> ids = tokenizer.encode(rendered, false);
+      const auto spans = tokenizer.token_spans(ids, rendered);
+      // Regression: the search from the end of the user's content found the reply in the turn markers or the
+      // assistant's header ("<end_of_turn>", "<|im_start|>", "model"), and masked those tokens.
+      const std::vector<uint8_t> mask = chat::token_mask(spans, chat::locate_contents(chat, inputs, rendered), TokenMask::kAssistant);
+      std::string read;
+      for (size_t t = 0; t < ids.size(); ++t) {
+        if (mask[t]) read += rendered.substr(spans[t].first, spans[t].second - spans[t].first);
+      }
+      CHECK(read == reply);
+    }
+  }
+}
+
+TEST_CASE("last-assistant reads nothing of earlier replies when the last assistant message has no text") {
+  const std::string dir = tokenizer_dir("gemma3");
+  const tokenizer::Tokenizer tokenizer = tokenizer::Tokenizer::from_file(dir + "/tokenizer.json");
+  const chat::OrderedJson messages = chat::OrderedJson::parse(R"([{"role": "user", "content": "Hi"},
+      {"role": "assistant", "content": "Yes"}, {"role": "user", "content": "Go on"}, {"role": "assistant", "content": ""}])");
+  const std::string rendered = chat::render_conversation(dir, messages, false);
+  const std::vector<int32_t> ids = tokenizer.encode(rendered, false);
+  // Regression: the last assistant message with text ("Yes") was read in its place.
+  const std::vector<uint8_t> last =
+      chat::token_mask(tokenizer.token_spans(ids, rendered), chat::content_spans(messages, rendered), TokenMask::kLastAssistant);
+  CHECK(std::count(last.begin(), last.end(), 1) == 0);
 }
 
 TEST_CASE("regression: a rewritten content quoted in the error is cut at a character's start, not inside one") {

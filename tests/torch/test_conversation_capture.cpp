@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -352,4 +353,80 @@ TEST_CASE("conversations with spans: position all stores each read token's label
   CHECK_CONTAINS(capture_error(o), "chats.jsonl:1: spans[0]: characters [1, 5) are not a stretch of message 1's content");
   write_text(o.dataset_path, R"({"text": "hi", "spans": [], "label": "a"})" "\n");
   CHECK_CONTAINS(capture_error(o), "'spans' label the messages of a conversation");
+}
+
+namespace {
+
+// Each example's rows' tokens, decoded and joined, by the example's line in the dataset.
+std::map<int64_t, std::string> read_texts(const activations::ActivationFile& file, const tokenizer::Tokenizer& tok) {
+  std::map<int64_t, std::string> texts;
+  for (const activations::SplitData& split : file.splits) {
+    for (int64_t e = 0; e < split.examples(); ++e) {
+      std::string& text = texts[split.example_index[static_cast<size_t>(e)]];
+      for (int64_t row = split.offsets[e]; row < split.offsets[e + 1]; ++row) {
+        text += tok.decode({static_cast<int32_t>(split.token_ids[static_cast<size_t>(row)])});
+      }
+    }
+  }
+  return texts;
+}
+
+}  // namespace
+
+TEST_CASE("conversations: a reply that also occurs in the template's own text is read where the template printed it") {
+  TempDir tmp;
+  // Regression: each content was searched for from the end of the one before, so a reply "d" was found in
+  // "<end_of_turn>" and "model" in the assistant's header, and those tokens were stored as the reply's.
+  const std::vector<std::string> replies = {"d", "b", "model", "e", "n", "t"};
+  std::string lines;
+  for (size_t i = 0; i < 2 * replies.size(); ++i) {
+    const std::string& reply = replies[i % replies.size()];
+    Json messages = Json::array({{{"role", "user"}, {"content", "Which is right? a, b, c or d"}},
+                                 {{"role", "assistant"}, {"content", reply}}});
+    lines += Json({{"messages", messages}, {"label", i % 2 == 0 ? "even" : "odd"}}).dump() + "\n";
+  }
+  capture::CaptureOptions o = conversation_capture(tmp, Position::kAll, "replies");
+  o.dataset_path = tmp.file("replies.jsonl");
+  write_text(o.dataset_path, lines);
+  capture::run_capture(o);
+  const auto tok = tokenizer::Tokenizer::from_file(kGemmaModel);
+  const std::map<int64_t, std::string> texts =
+      read_texts(activations::read_activation_file(tmp.file("replies/layer_2_activations.h5")), tok);
+  REQUIRE(texts.size() == 2 * replies.size());
+  for (const auto& [line, text] : texts) CHECK(text == replies[static_cast<size_t>(line) % replies.size()]);
+}
+
+TEST_CASE("conversations: a row's tools reach the chat template with its messages") {
+  TempDir tmp;
+  const std::string model = tmp.file("model");
+  copy_dir(kGemmaModel, model);
+  write_text(model + "/chat_template.jinja",
+             "{% if tools %}[tools {{ tools | length }}: {{ tools[0].function.name }}]{% endif %}"
+             "{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endfor %}");
+  const Json tools = Json::parse(R"([{"type": "function", "function": {"name": "get_weather", "parameters": {}}}])");
+  std::string lines;
+  for (int i = 0; i < 12; ++i) {
+    Json messages = Json::array({{{"role", "user"}, {"content", "Weather in Oslo?"}}, {{"role", "assistant"}, {"content", "Sunny"}}});
+    lines += Json({{"messages", messages}, {"tools", tools}, {"label", i % 2 == 0 ? "a" : "b"}}).dump() + "\n";
+  }
+  capture::CaptureOptions o = conversation_capture(tmp, Position::kAll, "tools");
+  o.model_dir = model;
+  o.mask = TokenMask::kAll;
+  o.dataset_path = tmp.file("tools.jsonl");
+  write_text(o.dataset_path, lines);
+  capture::run_capture(o);
+  const auto tok = tokenizer::Tokenizer::from_file(model);
+  // Regression: the row's "tools" were dropped, the conversation rendered as if the model had none.
+  for (const auto& [line, text] : read_texts(activations::read_activation_file(tmp.file("tools/layer_2_activations.h5")), tok)) {
+    CAPTURE(line);
+    CHECK(text.rfind("[tools 1: get_weather]<user>Weather in Oslo?", 0) == 0);
+  }
+  lines.clear();
+  for (int i = 0; i < 12; ++i) {
+    lines += R"({"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "web"}], "label": ")" +
+             std::string(i % 2 == 0 ? "a" : "b") + "\"}\n";
+  }
+  write_text(o.dataset_path, lines);
+  o.output_dir = tmp.file("bad");
+  CHECK_CONTAINS(capture_error(o), "'tools[0].type' must be \"function\"");
 }

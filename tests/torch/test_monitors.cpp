@@ -502,6 +502,11 @@ TEST_CASE("multi_probe_inference --generate --monitor: the firing in each output
                               tool("multi_probe_inference"), probes, kPrompt));
   CHECK(r.exit_code == 2);
   CHECK_CONTAINS(r.output, "goes with --generate");
+  // Regression: the probes' refusal named the policy's JSON field ('monitors[0].layer'), not the flag.
+  r = run_command(fmt::format("{} --probes-dir {} --text '{}' --generate --max-new-tokens 2 --monitor reframing@3:flag "
+                              "--device cpu",
+                              tool("multi_probe_inference"), probes, kPrompt));
+  check_failure(r, 2, {"--monitor reframing@3:flag: label 'reframing' has no probe at layer 3"});
 }
 
 TEST_CASE("a prompt monitor on probes read without a suffix never fires on the BOS, which they do not read" *

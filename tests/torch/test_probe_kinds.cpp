@@ -287,7 +287,7 @@ TEST_CASE("attention probes: wrong captures and flags are refused, naming what t
   TempDir tmp;
   activations::ActivationFile file = testing::marker_activations(tmp);
   CHECK_THROWS_WITH(train_kind(pooled(file, false), "attention"), doctest::Contains("capture with --position all"));
-  CHECK_THROWS_WITH(train_kind(file, "linear"), doctest::Contains("or train --model-type attention on it"));
+  CHECK_THROWS_WITH(train_kind(file, "linear"), doctest::Contains("or trains an every-token kind such as --model-type attention on it"));
   MulticlassTrainingOptions multiclass;
   multiclass.kind = &probe_kind("attention");
   CHECK_THROWS_WITH(train_multiclass_probe(file, multiclass, at::kCPU, at::kFloat, "t"),

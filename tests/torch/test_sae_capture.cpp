@@ -364,3 +364,19 @@ TEST_CASE("latents of an SAE on resid_pre steer the stream leaving the layer bef
                                          "written"),
                        UsageError);
 }
+
+TEST_CASE("make_steering_vectors refuses a capture of SAE latents, whose rows are not the layer's output") {
+  TempDir tmp;
+  capture::CaptureOptions options = sae_options("sae:saelens_standard", Position::kLast);
+  options.model_dir = fixture_model("gemma3_text");
+  options.dataset_path = write_dataset(tmp);
+  options.device = "cpu";
+  options.output_dir = tmp.file("latents");
+  capture::run_capture(options);
+  // Regression: the SAE reads resid_post, so the file passed the site check and a 256-wide "vector" was written.
+  probekit::testing::check_failure(
+      probekit::testing::run_command(fmt::format("{} --activations {} --label noticing --output {}",
+                                                 probekit::testing::tool("make_steering_vectors"), tmp.file("latents"),
+                                                 tmp.file("v.safetensors"))),
+      1, {"read at site sae:saelens_standard"});
+}

@@ -379,10 +379,88 @@ TEST_CASE("steering_sweep: every cell of one batched run gives what it gives alo
     CHECK(score[8] > score[0]);
     CHECK(score[0] > score[-8]);
   }
+  // Each point's off-target shifts are the other labels' mean score changes from the prompts' baselines; their least
+  // and most (regression: both started at 0, so a shift below 0 was never the maximum, nor one above 0 the minimum).
+  for (const Json& p : sweep["summary"]) {
+    if (p["coefficient"] == 0) continue;
+    std::vector<double> shifts;
+    for (const auto& [other, score] : sweep["cells"][0]["mean_scores"].items()) {
+      if (other == p["label"]) continue;
+      double shift = 0;
+      for (const Json& cell : sweep["cells"]) {
+        if (cell["label"] != p["label"] || cell["coefficient"] != p["coefficient"]) continue;
+        for (const Json& base : sweep["cells"]) {
+          if (base["label"].is_null() && base["prompt"] == cell["prompt"]) {
+            shift += (cell["mean_scores"][other].get<double>() - base["mean_scores"][other].get<double>()) / 2;
+          }
+        }
+      }
+      shifts.push_back(shift);
+    }
+    REQUIRE(shifts.size() == 2);
+    CHECK(p["off_target_shift_min"].get<double>() == doctest::Approx(*std::min_element(shifts.begin(), shifts.end())));
+    CHECK(p["off_target_shift_max"].get<double>() == doctest::Approx(*std::max_element(shifts.begin(), shifts.end())));
+  }
   const std::string html = read_file(tmp.file("sweep/sweep.html"));
   CHECK(html.find("<svg") != std::string::npos);
   size_t charts = 0;
   for (size_t at = html.find("class=\"dose\""); at != std::string::npos; at = html.find("class=\"dose\"", at + 1)) ++charts;
   CHECK(charts == 2);
   CHECK(html.find("http") == std::string::npos);  // self-contained
+}
+
+TEST_CASE("two directions ablated at one layer leave its rows orthogonal to both, not only to the last") {
+  TempDir tmp;
+  std::vector<float> first(64), second(64);
+  for (size_t i = 0; i < 64; ++i) {
+    first[i] = std::sin(0.7f * static_cast<float>(i)) + 0.2f;
+    second[i] = first[i] + std::cos(1.3f * static_cast<float>(i));  // far from orthogonal to the first
+  }
+  capture::CaptureOptions o = three_action_capture(tmp, 30, "cpu");
+  o.layers = "2";
+  o.position = Position::kAll;
+  o.output_dir = tmp.file("ablated");
+  for (const std::vector<float>& v : {first, second}) o.steering.ops.push_back(SteeringOp::given(SteeringAction::kAblate, v, 2));
+  capture::run_capture(o);
+  const activations::ActivationFile file = activations::read_activation_file(tmp.file("ablated/layer_2_activations.h5"));
+  const activations::SplitData& train = file.split(activations::Split::kTrain);
+  const at::Tensor rows = at::from_blob(const_cast<float*>(train.activations.data()), {train.rows, train.hidden}, at::kFloat);
+  // Regression: each direction was projected out in turn, so the second put part of the first back.
+  for (const std::vector<float>& v : {first, second}) {
+    at::Tensor u = at::tensor(v);
+    u = u / u.norm();
+    CHECK(at::matmul(rows, u).abs().max().item<double>() <= 1e-5 * rows.abs().max().item<double>());
+  }
+}
+
+TEST_CASE("steering and vector layers past the model, or 'all' for a vector file, are bounded before they are spelled out") {
+  TempDir tmp;
+  const std::string probes = train_three_action_probes(tmp);
+  // Regression: the range was spelled out up to a billion layers (std::bad_alloc) before its bound was checked.
+  check_failure(run_command(fmt::format("{} --probes-dir {} --text hi --device cpu --ablate reframing@0-999999999",
+                                        tool("multi_probe_inference"), probes)),
+                2, {"--ablate reframing@0-999999999: layer 999999999 is out of range"});
+  CommandResult r = run_command(fmt::format("{} --method probe --probes-dir {} --label reframing --layers all --output {}",
+                                            tool("make_steering_vectors"), probes, tmp.file("all.safetensors")));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  CHECK(steering::read_vector_file(tmp.file("all.safetensors")).layers.size() == 1);  // the probes' layer 2
+  check_failure(run_command(fmt::format("{} --method probe --probes-dir {} --label reframing --layers 0-999999999 --output {}",
+                                        tool("make_steering_vectors"), probes, tmp.file("x.safetensors"))),
+                2, {"--layers 0-999999999: layer 999999999 is out of range"});
+}
+
+TEST_CASE("steering_sweep with probes that read every token decodes each generation with its own steering") {
+  TempDir tmp;
+  ProbeFixture fixture = attention_fixture(3);
+  fixture.flags = "--model-type ema";
+  const std::string probes = train_fixture_probes(tmp, fixture);
+  write_text(tmp.file("prompts.txt"), "I kept asking myself whether it was true\nLet me step back\n");
+  // Regression: the batch's per-row vectors went to the one-row pass that scores each new token's text, which
+  // refused them ("a steering vector per row holds 6 rows for a pass of 1 rows").
+  CommandResult r = run_command(fmt::format("{} --probes-dir {} --model {} --layer 2 --labels reframing --coefficients=-8,0,8 "
+                                            "--file {} --max-new-tokens 3 --device cpu --output-dir {} -q",
+                                            tool("steering_sweep"), probes, kGemmaModel, tmp.file("prompts.txt"),
+                                            tmp.file("sweep")));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  CHECK(read_json_file(tmp.file("sweep/sweep.json"))["cells"].size() == 6);
 }
