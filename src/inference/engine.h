@@ -253,6 +253,8 @@ class Engine {
   std::vector<readout::Request> latent_requests() const;
   /// saes_ set (on the engine's device, described by `labels`) and shown_latents_ made for them.
   void set_saes(std::vector<sae::SparseAutoencoder> saes, const std::vector<sae::SaeSpec>& labels);
+  /// Warns when `prompt` and `new_tokens` more (the suffix after them) pass the probes' --max-length.
+  void warn_past_limit(const readout::Sequence& prompt, int64_t new_tokens) const;
   /// Without a suffix after each prefix, a prefix of only the leading special tokens (the BOS) holds no token the
   /// probes read: those tokens' scores in result.probability become NaN, not the score of a row never trained on.
   void hide_leading_prefixes(TokenScores& result) const;

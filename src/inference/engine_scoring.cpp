@@ -254,6 +254,15 @@ void Engine::score_token_ids(const readout::Sequence& ids, const steering::Steer
   if (!with_suffix || prompts_->suffix_ids().empty()) hide_leading_prefixes(result);
 }
 
+void Engine::warn_past_limit(const readout::Sequence& prompt, int64_t new_tokens) const {
+  const readout::PromptLimit& limit = prompts_->limit();
+  const auto longest = static_cast<int64_t>(prompt.size() + prompts_->suffix_ids().size()) + new_tokens;
+  if (limit.max_length <= 0 || longest <= limit.max_length) return;
+  spdlog::warn("a prompt of {} tokens with {} new ones passes {}: generation scores the whole text, where ranking and "
+               "--per-token cut it from the start as the probes' training texts were",
+               prompt.size(), new_tokens, limit.description);
+}
+
 void Engine::hide_leading_prefixes(TokenScores& result) const {
   const auto ids = static_cast<int64_t>(result.probability.size());
   const int64_t unread = std::min(ids, prompts_->leading_specials());
@@ -369,6 +378,7 @@ std::vector<GeneratedText> Engine::generate(const std::vector<std::string>& prom
   std::vector<TextStream> streams;
   for (size_t i = 0; i < prompts.size(); ++i) {
     texts[i].prompt_ids = tokenizer_->encode(prompts[i], add_special_tokens);
+    warn_past_limit(texts[i].prompt_ids, options.max_new_tokens);
     ids.push_back(texts[i].prompt_ids);
     streams.emplace_back(*tokenizer_, texts[i].prompt_ids);
   }

@@ -122,6 +122,7 @@ std::vector<GeneratedText> Engine::generate_monitored(const std::vector<std::str
   auto request_of = [&](size_t row) {
     StreamRequest request;
     request.prompt_ids = tokenizer_->encode(prompts[row], add_special_tokens);
+    warn_past_limit(request.prompt_ids, options.max_new_tokens);
     request.options = options;
     request.monitors = monitors;
     request.on_token = [row, &on_token](const ScoredToken& token) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "common/html.h"
@@ -78,7 +79,7 @@ std::string format_by_label(const std::vector<LabelSummary>& summaries, int64_t 
   return out;
 }
 
-std::string format_by_layer(const std::vector<LayerGroup>& groups, double threshold) {
+std::string format_by_layer(const std::vector<LayerGroup>& groups, const std::string& threshold) {
   std::string out = fmt::format("\nPredictions by layer (threshold={}):\n", threshold);
   for (const LayerGroup& group : groups) {
     out += fmt::format("\n  Layer {} ({} active actions):\n", group.layer, group.active);
@@ -233,7 +234,8 @@ std::string attention_section(const TokenTable& table, size_t l, size_t k) {
 
 std::string per_token_html(const TokenTable& table, const std::string& title) {
   if (table.tokens.empty()) return "<!doctype html><title>empty</title>";
-  // Columns: (label, layer) pairs, the 30 with the highest peak over the text.
+  // Columns: (label, layer) pairs, the 30 with the highest peak over the text; a pair no token has a score for
+  // (best-layer mode) is none. A token may have none (the BOS before a text read without a suffix): its cells are empty.
   struct Column {
     size_t l, k;
     double peak;
@@ -242,10 +244,11 @@ std::string per_token_html(const TokenTable& table, const std::string& title) {
   const ScoreTable& first = table.scores.front();
   for (size_t l = 0; l < first.layers.size(); ++l) {
     for (size_t k = 0; k < first.labels.size(); ++k) {
-      if (std::isnan(first.probability[l][k])) continue;
-      double peak = 0;
-      for (const ScoreTable& s : table.scores) peak = std::max(peak, s.probability[l][k]);
-      columns.push_back({l, k, peak});
+      double peak = std::numeric_limits<double>::quiet_NaN();
+      for (const ScoreTable& s : table.scores) {
+        if (!std::isnan(s.probability[l][k])) peak = std::isnan(peak) ? s.probability[l][k] : std::max(peak, s.probability[l][k]);
+      }
+      if (!std::isnan(peak)) columns.push_back({l, k, peak});
     }
   }
   std::stable_sort(columns.begin(), columns.end(), [](const Column& a, const Column& b) { return a.peak > b.peak; });
@@ -260,6 +263,7 @@ std::string per_token_html(const TokenTable& table, const std::string& title) {
     const ScoreTable& s = table.scores[t];
     const Column* best = nullptr;
     for (const Column& c : columns) {
+      if (std::isnan(s.probability[c.l][c.k])) continue;
       if (best == nullptr || s.probability[c.l][c.k] > s.probability[best->l][best->k]) best = &c;
     }
     double top = best ? s.probability[best->l][best->k] : 0.0;
@@ -268,6 +272,10 @@ std::string per_token_html(const TokenTable& table, const std::string& title) {
     rows += fmt::format("<tr><td class=\"pos\">{}</td><td class=\"token\">{}</td>", t, html_escape(dump_json(table.tokens[t])));
     for (const Column& c : columns) {
       double p = s.probability[c.l][c.k];
+      if (std::isnan(p)) {
+        rows += "<td></td>";
+        continue;
+      }
       bool active = p >= s.threshold[c.l][c.k];
       rows += fmt::format("<td style=\"background:{}\" class=\"{}\" title=\"{} at token {}: {:.4f}\">{:.2f}</td>", heat(p),
                           active ? "on" : "", html_escape(column_name(c)), t, p, p);

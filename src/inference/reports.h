@@ -20,7 +20,7 @@ std::string format_all_layers(const std::vector<Prediction>& shown);
 /// Labels aggregated over layers, with their three best layers.
 std::string format_by_label(const std::vector<LabelSummary>& summaries, int64_t top_k, Aggregate aggregate);
 /// Each layer's five most confident labels.
-std::string format_by_layer(const std::vector<LayerGroup>& groups, double threshold);
+std::string format_by_layer(const std::vector<LayerGroup>& groups, const std::string& threshold);
 /// The biggest differences between two texts.
 std::string format_comparison(const std::vector<Difference>& differences, int64_t top_k);
 

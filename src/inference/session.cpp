@@ -56,7 +56,7 @@ void show_layers(const ScoreTable& table, const Display& d) {
                d.aggregate == Aggregate::kMax ? "max" : "mean",
                format_by_label(by_label(table, d.aggregate), d.top_k, d.aggregate));
   } else if (d.mode == "by-layer") {
-    fmt::print("{}\n", format_by_layer(by_layer(table), d.threshold));
+    fmt::print("{}\n", format_by_layer(by_layer(table), d.calibrated ? "each probe's own" : fmt::format("{}", d.threshold)));
   } else {
     std::vector<Prediction> ranked = all_predictions(table);
     ranked.resize(std::min<size_t>(ranked.size(), static_cast<size_t>(d.top_k)));
@@ -96,11 +96,13 @@ void show_per_token(const Engine& engine, const InferenceRequest& r) {
                                      engine.prompt_limit().description, scores.cut);
   if (r.display.json) {
     const std::string shown = conversation ? "conversation" : r.text;
-    fmt::print("{}\n", dump_json(with_steering(per_token_json(shown, scores, tokens.scores), engine), 2));
+    Json out = with_steering(per_token_json(shown, scores, tokens.scores), engine);
+    if (r.display.calibrated) out["thresholds"] = engine.threshold_source();
+    fmt::print("{}\n", dump_json(out, 2));
     return;
   }
   if (scores.cut > 0) fmt::print("{}", cut_note);
-  fmt::print("{}", per_token_terminal(tokens, 3));
+  fmt::print("{}", per_token_terminal(tokens, r.display.top_k));
   if (!r.csv.empty()) fmt::print("wrote {}\n", r.csv);
   if (!r.html.empty()) fmt::print("wrote {}\n", r.html);
 }
@@ -205,6 +207,10 @@ void check_request(InferenceRequest& r) {
     fail_usage("--csv and --html report a plain prompt: leave out --chat and --messages");
   }
   if (r.generate && (r.per_token || !r.compare.empty())) fail_usage("--generate excludes --per-token and --compare");
+  if (r.per_token && !r.compare.empty()) fail_usage("--per-token excludes --compare");
+  if (r.engine.best_layer && (r.engine.layer >= 0 || !r.engine.layers.empty())) {
+    fail_usage("--best-layer scores each label at its best layer: it excludes --layer and --layers");
+  }
   if (!r.monitors.empty() && !r.generate) fail_usage("--monitor watches a generation: it goes with --generate");
   monitor::monitor_policies(r.monitors);  // a malformed --monitor is refused before the model loads
   if ((!r.csv.empty() || !r.html.empty()) && !r.per_token && !r.generate) {
@@ -213,8 +219,13 @@ void check_request(InferenceRequest& r) {
   if ((!r.csv.empty() || !r.html.empty()) && r.generate && !r.file.empty()) {
     fail_usage("--csv and --html with --generate report one prompt: give it with --text");
   }
+  if (!r.csv.empty() && r.csv == r.html) fail_usage("--csv and --html name the same file {}", r.csv);
   for (const std::string* output : {&r.csv, &r.html}) {
-    if (!output->empty()) check_output_file(*output, r.overwrite);
+    if (output->empty()) continue;
+    check_output_file(*output, r.overwrite);
+    // Before the model loads: a missing folder would lose the report after all the work.
+    const std::string folder = parent_directory(*output);
+    if (!folder.empty() && !is_directory(folder)) fail_input("{}: the folder {} does not exist", *output, folder);
   }
 }
 

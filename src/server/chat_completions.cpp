@@ -118,11 +118,15 @@ RequestError timeout() {
   return RequestError(408, "the reply took longer than this server's time limit per request (--request-timeout)");
 }
 
+// A reply the server's shutdown ended: not finished, so no finish_reason (regression: it was "length").
+RequestError shutting_down() { return RequestError(503, "the server is shutting down: the reply was not finished"); }
+
 // What a reply's callbacks share: they run on the worker, one after another.
 struct ReplyState {
   explicit ReplyState(std::vector<std::string> stops) : stop(std::move(stops)) {}
   StopText stop;
   bool timed_out = false;
+  bool shut_down = false;  // the server began stopping while the reply was generated
   std::atomic<bool> abandoned{false};
   Json probes = Json::array();
   std::promise<Json> completion;
@@ -154,7 +158,8 @@ Json chat_completion_response(const ServerContext& context, const ChatModel& mod
   auto state = std::make_shared<ReplyState>(query.stop);
   const ViewQuery view = query.probes;
   request.on_token = [context, view, state, deadline](const inference::ScoredToken& token) {
-    if (state->abandoned || context.scheduler.stopping()) return false;
+    state->shut_down = context.scheduler.stopping();
+    if (state->abandoned || state->shut_down) return false;
     state->stop.add(token.text);
     Json entry = {{"index", token.index}, {"token", token.token}, {"text", token.text},
                   {"predictions", token_predictions(context, view, token)}};
@@ -168,6 +173,7 @@ Json chat_completion_response(const ServerContext& context, const ChatModel& mod
   request.on_end = [state, header, steering, monitored](const inference::GeneratedText& done, std::exception_ptr error) {
     if (error) return state->completion.set_exception(error);
     if (state->timed_out) return state->completion.set_exception(std::make_exception_ptr(timeout()));
+    if (state->shut_down) return state->completion.set_exception(std::make_exception_ptr(shutting_down()));
     const std::string text = state->stop.sent() + state->stop.flush();
     Json reply = header_json(header, "chat.completion");
     reply["choices"] = Json::array({{{"index", 0}, {"message", {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}}},
@@ -213,6 +219,7 @@ Json chunk_json(const ReplyHeader& header, Json delta, const char* reason, bool 
 void end_stream(EventStream& stream, const ReplyHeader& header, ReplyState& state, bool include_usage, bool monitored,
                 const inference::GeneratedText& done, std::exception_ptr error) {
   if (!error && state.timed_out) error = std::make_exception_ptr(timeout());
+  if (!error && state.shut_down) error = std::make_exception_ptr(shutting_down());
   if (error) {
     stream.push_data(dump_json(openai_error_body(status_of(error), message_of(error), "")));
     return stream.push_data("[DONE]", true);
@@ -241,7 +248,8 @@ void start_chat_stream(const ServerContext& context, const ChatModel& model, con
   const ViewQuery view = query.probes;
   const bool usage = query.include_usage;
   request.on_token = [context, view, state, stream, header, usage, deadline](const inference::ScoredToken& token) {
-    if (stream->cancelled() || context.scheduler.stopping()) return false;
+    state->shut_down = context.scheduler.stopping();
+    if (stream->cancelled() || state->shut_down) return false;
     Json chunk = chunk_json(header, {{"content", state->stop.add(token.text)}}, nullptr, usage);
     chunk["probes"] = token_predictions(context, view, token);
     add_firings_and_latents(chunk, token);

@@ -169,8 +169,14 @@ void ConnectionIntake::frame(std::unique_ptr<Connection>& connection) {
   }
 }
 
+std::string ConnectionIntake::refusal(const Connection& connection, int status, const std::string& message) const {
+  if (!options_.refusal) return error_response(status, message);
+  const std::string& target = connection.framer->target();
+  return options_.refusal(status, message, target.substr(0, target.find('?')));
+}
+
 void ConnectionIntake::refuse(Connection& connection, int status, const std::string& message) {
-  send_best_effort(connection.fd, error_response(status, message));
+  send_best_effort(connection.fd, refusal(connection, status, message));
   ::shutdown(connection.fd, SHUT_WR);
   connection.draining = true;
   connection.received.clear();
@@ -183,9 +189,9 @@ bool ConnectionIntake::expired(Connection& connection, Clock::time_point now) {
   if (!connection.draining && !connection.received.empty()) {
     auto seconds = std::chrono::duration<double>(options_.client_timeout).count();
     send_best_effort(connection.fd,
-                     error_response(408, fmt::format("the request did not arrive whole within this server's time limit of "
-                                                     "{:g} s for a request's headers and body (--client-timeout)",
-                                                     seconds)));
+                     refusal(connection, 408, fmt::format("the request did not arrive whole within this server's time limit "
+                                                          "of {:g} s for a request's headers and body (--client-timeout)",
+                                                          seconds)));
   }
   return true;
 }

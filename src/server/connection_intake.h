@@ -22,6 +22,9 @@ struct IntakeOptions {
   FramingLimits framing;
   std::chrono::milliseconds client_timeout{10000};
   std::string api_key;  // empty: none
+  // The whole response to a request refused before it is whole (its status, the message, the path asked for, empty
+  // when the request line did not arrive): the endpoint's error shape, counted; unset: error_response.
+  std::function<std::string(int, const std::string&, const std::string&)> refusal;
 };
 
 class ConnectionIntake {
@@ -46,6 +49,8 @@ class ConnectionIntake {
   bool take_arrivals();
   bool read_from(Connection& connection);
   void frame(std::unique_ptr<Connection>& connection);
+  /// The response refusing `connection`'s request (options_.refusal, else error_response).
+  std::string refusal(const Connection& connection, int status, const std::string& message) const;
   void refuse(Connection& connection, int status, const std::string& message);
   bool expired(Connection& connection, Connection::Clock::time_point now);
   int wait_ms(Connection::Clock::time_point now) const;

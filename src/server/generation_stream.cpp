@@ -88,12 +88,13 @@ std::string message_of(std::exception_ptr error) {
 void start_generation(const ServerContext& context, const GenerateQuery& query, std::shared_ptr<EventStream> stream,
                       Clock::time_point deadline) {
   check_view(context, query.view);
-  check_text_length(context, query.prompt, "prompt");
   inference::StreamRequest request;
+  // Counted as generated from: with the special tokens in front (regression: counted without them, one over).
+  request.prompt_ids = context.engine.tokenizer().encode(query.prompt, true);
+  check_token_count(context, request.prompt_ids.size(), "prompt");
   request.options = options_for(context, query);
   request.steering = resolve_steering(context, query.steering);
   request.monitors = resolve_monitors(context, query.monitors);
-  request.prompt_ids = context.engine.tokenizer().encode(query.prompt, true);
   auto text = std::make_shared<std::string>();
   auto timed_out = std::make_shared<bool>(false);
   const ViewQuery view = query.view;

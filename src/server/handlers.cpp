@@ -131,7 +131,11 @@ void check_text_length(const ServerContext& context, const std::string& text, co
   // Every token covers at least one byte, so a text of no more bytes than the bound is within it untokenized.
   auto limit = static_cast<size_t>(context.options.limits.max_tokens);
   if (text.size() <= limit) return;
-  size_t tokens = context.engine.tokenizer().encode(text, false).size();
+  check_token_count(context, context.engine.tokenizer().encode(text, false).size(), field);
+}
+
+void check_token_count(const ServerContext& context, size_t tokens, const std::string& field) {
+  auto limit = static_cast<size_t>(context.options.limits.max_tokens);
   if (tokens > limit) {
     throw RequestError(413,
                        fmt::format("'{}' is {} tokens long, more than this server's limit of {} tokens per text (--max-tokens)",
@@ -140,9 +144,30 @@ void check_text_length(const ServerContext& context, const std::string& text, co
   }
 }
 
+namespace {
+
+// A conversation's contents as one text (what its tokens are counted by against --max-tokens; the template's few
+// tokens aside).
+std::string message_contents(const std::string& messages) {
+  std::string text;
+  for (const Json& message : Json::parse(messages)) {
+    const Json content = message.value("content", Json());
+    if (content.is_string()) text += content.get<std::string>() + "\n";
+    if (!content.is_array()) continue;
+    for (const Json& part : content) {
+      if (part.is_object() && part.contains("text") && part["text"].is_string()) text += part["text"].get<std::string>() + "\n";
+    }
+  }
+  return text;
+}
+
+}  // namespace
+
 Json rank_response(const ServerContext& context, const RankQuery& query, Clock::time_point deadline) {
   check_view(context, query.view);
   for (size_t i = 0; i < query.texts.size(); ++i) check_text_length(context, query.texts[i], fmt::format("texts[{}]", i));
+  // Regression: a conversation's length went unchecked here, as /v1/per-token checks it.
+  if (!query.messages.empty()) check_text_length(context, message_contents(query.messages), "messages");
   std::shared_ptr<const steering::SteeringVectors> steering = resolve_steering(context, query.steering);
   const inference::Engine& engine = context.engine;
   const bool conversation = !query.messages.empty();
@@ -165,24 +190,6 @@ Json rank_response(const ServerContext& context, const RankQuery& query, Clock::
   return response;
 }
 
-namespace {
-
-// A conversation's contents as one text (what its tokens are counted by against --max-tokens; the template's few
-// tokens aside).
-std::string message_contents(const std::string& messages) {
-  std::string text;
-  for (const Json& message : Json::parse(messages)) {
-    const Json content = message.value("content", Json());
-    if (content.is_string()) text += content.get<std::string>() + "\n";
-    if (!content.is_array()) continue;
-    for (const Json& part : content) {
-      if (part.is_object() && part.contains("text") && part["text"].is_string()) text += part["text"].get<std::string>() + "\n";
-    }
-  }
-  return text;
-}
-
-}  // namespace
 
 Json per_token_response(const ServerContext& context, const PerTokenQuery& query, Clock::time_point deadline) {
   check_view(context, query.view);

@@ -41,6 +41,8 @@ std::shared_ptr<const monitor::MonitorSet> resolve_monitors(const ServerContext&
 
 /// Refuses a text longer than --max-tokens, naming `field`.
 void check_text_length(const ServerContext& context, const std::string& text, const std::string& field);
+/// The same bound on a count of tokens already made (a prompt with its special tokens).
+void check_token_count(const ServerContext& context, size_t tokens, const std::string& field);
 
 /// POST /v1/rank: {"results": [one ranking per text, as multi_probe_inference --json shows it]}.
 Json rank_response(const ServerContext& context, const RankQuery& query, Clock::time_point deadline);

@@ -18,6 +18,8 @@
 #include "server/handlers.h"
 #include "server/http_service.h"
 #include "server/routes.h"
+#include "server/api/chat_request.h"
+#include "server/api/request_framing.h"
 #include "server/api/requests.h"
 
 namespace probekit::server {
@@ -30,8 +32,10 @@ void check_json_body(const httplib::Request& req) {
   }
 }
 
-ServiceOptions service_options(const ServerOptions& options) {
+ServiceOptions service_options(const ServerOptions& options,
+                               std::function<std::string(int, const std::string&, const std::string&)> refusal) {
   ServiceOptions service;
+  service.intake.refusal = std::move(refusal);
   service.workers = options.http_threads;
   service.max_connections = options.max_connections;
   service.intake.framing.max_body_bytes = options.limits.max_body_bytes;
@@ -75,8 +79,15 @@ ProbeServer::ProbeServer(const ServerOptions& options)
                                   engine_.model_dir())) {
   scheduler_ = std::make_unique<Scheduler>(engine_, options_.limits.max_queued_texts,
                                            std::chrono::duration<double, std::milli>(options_.join_window_ms));
-  http_ = std::make_unique<HttpService>(service_options(options_));
   routes_ = routes();
+  // Refusals before a request is whole come in its endpoint's error shape (OpenAI's on /v1/chat/completions) and
+  // are counted as every answer is.
+  http_ = std::make_unique<HttpService>(
+      service_options(options_, [this](int status, const std::string& message, const std::string& path) {
+        scheduler_->metrics().count_request(endpoint_of(routes_, path), status);
+        const bool openai = error_style_of(routes_, path) == ErrorStyle::kOpenAI;
+        return json_response(status, openai ? openai_error_body(status, message, "") : error_body(message, ""));
+      }));
   add_error_handlers();
   add_routes();
 }

@@ -218,6 +218,16 @@ TEST_CASE("multi-layer modes, best layers and comparisons") {
   CommandResult compared = run_command(fmt::format("{} --probes-dir {} --model {} --device cpu --text \"{}\" --compare \"I noticed a crack.\"",
                                                    tool("multi_probe_inference"), probes, kGemmaModel, kReframingText));
   CHECK_CONTAINS(compared.output, "Biggest differences");
+  CHECK_CONTAINS(run("--mode by-layer --calibrated"), "Predictions by layer (threshold=each probe's own)");
+  // Regressions: flags that were ignored, and outputs refused only once the work was done.
+  const std::string base = fmt::format("{} --probes-dir {} --model {} --device cpu --text \"{}\" ", tool("multi_probe_inference"),
+                                       probes, kGemmaModel, kReframingText);
+  check_failure(run_command(base + "--best-layer --layer 2"), 2, {"--best-layer scores each label at its best layer"});
+  check_failure(run_command(base + "--per-token --compare 'a crack'"), 2, {"--per-token excludes --compare"});
+  check_failure(run_command(base + "--per-token --csv " + tmp.file("same") + " --html " + tmp.file("same")), 2,
+                {"--csv and --html name the same file"});
+  check_failure(run_command(base + "--generate --max-new-tokens 1 --csv " + tmp.file("nowhere/g.csv")), 1,
+                {"the folder", "does not exist"});
 }
 
 TEST_CASE("texts read from a pipe until quit: no prompts in the output, JSON lines with --json; --text \"\" is an error") {

@@ -11,6 +11,8 @@
 #include <optional>
 
 #include "generation/flags.h"
+#include "inference/reports.h"
+#include "inference/session.h"
 #include "inference/stream_batch.h"
 #include "monitor/aggregates.h"
 #include "monitor/monitor_flags.h"
@@ -529,6 +531,12 @@ TEST_CASE("a prompt monitor on probes read without a suffix never fires on the B
   const inference::TokenScores scores = engine.score_tokens(kPrompt);
   for (double score : scores.probability[0][0]) CHECK(std::isnan(score));
   for (size_t t = 1; t < scores.probability.size(); ++t) CHECK_FALSE(std::isnan(scores.probability[t][0][0]));
+  // Regression: the heatmap took its columns from the first token's scores, the BOS's, and had none.
+  inference::TokenTable table;
+  table.tokens = scores.tokens;
+  table.texts = scores.texts;
+  for (const auto& p : scores.probability) table.scores.push_back(inference::table_of(engine, p, inference::Display{}));
+  CHECK_CONTAINS(inference::per_token_html(table, "scores"), "<th><div>" + engine.labels()[0] + "</div></th>");
   monitor::MonitorPolicy anything = policy("stop", 0.0);
   anything.layer.reset();
   anything.scope = monitor::Scope::kPrompt;

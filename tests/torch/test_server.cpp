@@ -171,6 +171,20 @@ TEST_CASE("probe_server: bad requests get 400 naming the field; requests past a 
   check_refused(s, "/v1/per-token", Json({{"text", long_text}}).dump(), 413, {"limit of 20 tokens per text (--max-tokens)"}, "text");
   check_refused(s, "/v1/rank", Json({{"texts", {std::string(5000, 'a')}}}).dump(), 413,
                 {"larger than this server's limit of 4000 bytes (--max-body-bytes)"});
+  // Regression: a conversation given to /v1/rank was not held to --max-tokens, as /v1/per-token holds it.
+  const Json long_chat = Json::array({{{"role", "user"}, {"content", "Hi"}}, {{"role", "assistant"}, {"content", long_text}}});
+  check_refused(s, "/v1/rank", Json({{"messages", long_chat}}).dump(), 413, {"'messages' is", "(--max-tokens)"}, "messages");
+  // Regression: refused before the request was whole, /v1/chat/completions answered in probekit's shape, uncounted.
+  httplib::Result big = post(s, "/v1/chat/completions",
+                             Json({{"messages", {{{"role", "user"}, {"content", std::string(5000, 'a')}}}}}).dump());
+  REQUIRE(big);
+  CHECK(big->status == 413);
+  const Json openai = Json::parse(big->body);
+  REQUIRE(openai["error"].is_object());
+  CHECK_CONTAINS(openai["error"]["message"].get<std::string>(), "(--max-body-bytes)");
+  httplib::Result metrics = s.client().Get("/metrics");
+  REQUIRE(metrics);
+  CHECK_CONTAINS(metrics->body, "probekit_requests_total{endpoint=\"/v1/chat/completions\",status=\"413\"} 1");
   // Not JSON, no such endpoint.
   httplib::Result r = s.client().Post("/v1/rank", R"({"texts": ["a"]})", "text/plain");
   REQUIRE(r);
@@ -364,6 +378,18 @@ TEST_CASE("probe_server: /v1/generate streams tokens with their probe scores; it
                 {"asks for 9 tokens, more than this server's limit of 8 (--max-new-tokens)"}, "max_new_tokens");
   check_refused(s, "/v1/generate", Json({{"prompt", std::string(30, 'a') + " b c d e f g h i j k l m n o p q r s t u v"}}).dump(),
                 413, {"(--max-tokens)"}, "prompt");
+  // Regression: the prompt was counted without the BOS it is generated with, so one of exactly --max-tokens tokens ran
+  // with one more.
+  const tokenizer::Tokenizer& tokenizer = s.server().engine().tokenizer();
+  auto tokens = [&](const std::string& text) { return static_cast<int64_t>(tokenizer.encode(text, false).size()); };
+  std::string exact;
+  for (const char* word : {" w", " the", " cat", " a"}) {
+    for (exact = "Once"; tokens(exact) < o.limits.max_tokens;) exact += word;
+    if (tokens(exact) == o.limits.max_tokens) break;
+  }
+  REQUIRE(tokens(exact) == o.limits.max_tokens);
+  check_refused(s, "/v1/generate", Json({{"prompt", exact}}).dump(), 413,
+                {fmt::format("'prompt' is {} tokens long", o.limits.max_tokens + 1).c_str()}, "prompt");
   check_refused(s, "/v1/generate", R"({"prompt": "Once", "temperature": -1})", 400, {"'temperature' must be a number from 0"},
                 "temperature");
   check_refused(s, "/v1/generate", R"({"prompt": "Once", "layers": [4]})", 400, {"layer 4 has no probes loaded"}, "layers[0]");

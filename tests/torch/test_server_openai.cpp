@@ -439,3 +439,26 @@ TEST_CASE("probe_server /v1/chat/completions: a hostile chat template fails its 
   CHECK(r->status == 408);
   CHECK_CONTAINS(r->body, "did not finish rendering these messages within the request's time (--request-timeout)");
 }
+
+TEST_CASE("probe_server: a chat completion the server's shutdown cuts short is an error, not a finish by length") {
+  TempDir tmp;
+  server::ServerOptions o = options_for(train_probes(tmp));
+  o.limits.max_new_tokens = 100000;
+  RunningServer s(o);
+  const std::string body = Json({{"messages", {{{"role", "user"}, {"content", "Tell me a long story"}}}},
+                                 {"max_tokens", 100000}, {"temperature", 0}}).dump();
+  int status = 0;
+  std::string answer;
+  std::thread client([&] {
+    httplib::Result result = post(s, "/v1/chat/completions", body);
+    if (result) status = result->status, answer = result->body;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  s.server().stop();
+  client.join();
+  // Regression: the reply cut short by the shutdown came back as a normal one, finish_reason "length".
+  CHECK(status == 503);
+  const Json error = Json::parse(answer);
+  REQUIRE(error["error"].is_object());
+  CHECK_CONTAINS(error["error"]["message"].get<std::string>(), "the server is shutting down");
+}

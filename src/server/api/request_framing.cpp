@@ -222,8 +222,10 @@ std::string RequestFramer::plain_headers(size_t content_length) const {
 
 std::string RequestFramer::headers_only() const { return plain_headers(0); }
 
-std::string error_response(int status, const std::string& message) {
-  std::string body = dump_json(error_body(message, ""));
+std::string error_response(int status, const std::string& message) { return json_response(status, error_body(message, "")); }
+
+std::string json_response(int status, const Json& json) {
+  const std::string body = dump_json(json);
   return fmt::format("HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
                      status, reason_phrase(status), body.size(), body);
 }

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/json.h"
+
 namespace probekit::server {
 
 struct FramingLimits {
@@ -75,8 +77,10 @@ class RequestFramer {
   std::string message_;
 };
 
-/// A whole HTTP/1.1 response carrying {"error": message} with `status`, closing the connection: what the server
-/// sends for a request refused before it reached a handler.
+/// A whole HTTP/1.1 response carrying `body` (JSON) with `status`, closing the connection: what the server sends for a
+/// request refused before it reached a handler.
+std::string json_response(int status, const Json& body);
+/// json_response of {"error": message}.
 std::string error_response(int status, const std::string& message);
 
 }  // namespace probekit::server
