@@ -18,7 +18,6 @@
 #include "server/handlers.h"
 #include "server/http_service.h"
 #include "server/routes.h"
-#include "server/api/chat_request.h"
 #include "server/api/request_framing.h"
 #include "server/api/requests.h"
 
@@ -85,8 +84,7 @@ ProbeServer::ProbeServer(const ServerOptions& options)
   http_ = std::make_unique<HttpService>(
       service_options(options_, [this](int status, const std::string& message, const std::string& path) {
         scheduler_->metrics().count_request(endpoint_of(routes_, path), status);
-        const bool openai = error_style_of(routes_, path) == ErrorStyle::kOpenAI;
-        return json_response(status, openai ? openai_error_body(status, message, "") : error_body(message, ""));
+        return json_response(status, error_json(status, message, "", error_style_of(routes_, path)));
       }));
   add_error_handlers();
   add_routes();

@@ -33,8 +33,12 @@ void send_json(httplib::Response& res, int status, const Json& body) {
   res.set_content(dump_json(body), "application/json");
 }
 
+Json error_json(int status, const std::string& message, const std::string& field, ErrorStyle style) {
+  return style == ErrorStyle::kOpenAI ? openai_error_body(status, message, field) : error_body(message, field);
+}
+
 void send_error(httplib::Response& res, int status, const std::string& message, const std::string& field, ErrorStyle style) {
-  send_json(res, status, style == ErrorStyle::kOpenAI ? openai_error_body(status, message, field) : error_body(message, field));
+  send_json(res, status, error_json(status, message, field, style));
 }
 
 void answer(const Route& route, const httplib::Request& req, httplib::Response& res) {

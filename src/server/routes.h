@@ -43,6 +43,9 @@ std::string endpoint_list(const std::vector<Route>& routes);
 /// Writes `body` as the JSON answer with `status`.
 void send_json(httplib::Response& res, int status, const Json& body);
 
+/// An error's body in `style`: probekit's {"error", "field"}, or OpenAI's {"error": {"message", "type", "param", "code"}}.
+Json error_json(int status, const std::string& message, const std::string& field, ErrorStyle style);
+
 /// Writes an error answer in `style`.
 void send_error(httplib::Response& res, int status, const std::string& message, const std::string& field, ErrorStyle style);
 

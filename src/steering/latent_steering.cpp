@@ -52,6 +52,10 @@ std::pair<Site, int64_t> written_at(const sae::SparseAutoencoder& sae) {
   return {Site::kResidPost, sae.layer - 1};
 }
 
+at::Device device_of(const model::TransformerModel& model, int64_t layer) {
+  return layer < model.loaded_layers() ? model.layer_device(std::max<int64_t>(layer, 0)) : model.device();
+}
+
 void resolve_latent(const SteeringOp& op, const std::vector<sae::SparseAutoencoder>& saes, SteeringVectors& vectors) {
   const std::string what = fmt::format("{} {}:{}", latent_flag(op.action), op.sae, op.latent);
   const sae::SparseAutoencoder& found = sae::find_sae(saes, op.sae, what);
@@ -76,7 +80,7 @@ void place_clamps(const SteeringVectors& vectors, const model::TransformerModel&
                   model::StreamWrites& writes) {
   for (const SteeringVectors::Clamp& clamp : vectors.clamps) {
     const auto [site, layer] = written_at(*clamp.sae);
-    const at::Device device = model.layer_device(std::clamp<int64_t>(layer, 0, model.loaded_layers() - 1));
+    const at::Device device = device_of(model, layer);
     auto on_device = std::make_shared<const sae::SparseAutoencoder>(clamp.sae->to(device));
     // Only the rows that clamp (a batch whose rows steer differently): a [B, 1, 1] mask; undefined for every row.
     const at::Tensor mask = rows.defined() ? rows.to(device).view({-1, 1, 1}) : at::Tensor();

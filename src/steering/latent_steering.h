@@ -18,6 +18,9 @@ void resolve_latent(const SteeringOp& op, const std::vector<sae::SparseAutoencod
 /// L is the one leaving layer L - 1 (the embeddings, layer -1, before layer 0), so an SAE on resid_pre writes there.
 std::pair<Site, int64_t> written_at(const sae::SparseAutoencoder& sae);
 
+/// The device of a write at `layer` (-1: the embeddings, on the first layer's; past the loaded layers: the model's).
+at::Device device_of(const model::TransformerModel& model, int64_t layer);
+
 /// Places the clamps of `vectors` into `writes`, each SAE on its layer's device; `rows` (a [B] 0/1 float mask) limits
 /// them to the rows of a batch that clamp, undefined: every row.
 void place_clamps(const SteeringVectors& vectors, const model::TransformerModel& model, const at::Tensor& rows,

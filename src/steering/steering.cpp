@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <cstdlib>
 #include <map>
 #include <optional>
@@ -167,11 +166,6 @@ std::vector<at::Tensor> orthonormal(const std::vector<at::Tensor>& units) {
   }
   for (at::Tensor& b : basis) b = b.to(at::kFloat);
   return basis;
-}
-
-// The device of a write at `layer` (-1: the embeddings, on the first layer's).
-at::Device device_of(const model::TransformerModel& model, int64_t layer) {
-  return layer < model.loaded_layers() ? model.layer_device(std::max<int64_t>(layer, 0)) : model.device();
 }
 
 }  // namespace
