@@ -23,7 +23,7 @@ TokenLayout token_layout(const std::vector<int64_t>& offsets, const ProbeShape& 
   for (size_t e = 0; e + 1 < offsets.size(); ++e) {
     const int64_t begin = offsets[e], end = offsets[e + 1];
     if (end <= begin) fail_input("text {} holds no token row (offsets {} to {})", e, begin, end);
-    int64_t first = std::min(begin + shape.skip_leading, end - 1);
+    int64_t first = first_read_row(begin, end, shape.skip_leading);
     if (shape.max_tokens > 0) first = std::max(first, end - shape.max_tokens);
     layout.first.push_back(first);
     layout.length.push_back(end - first);
@@ -38,7 +38,7 @@ TokenLayout prefix_layout(const std::vector<int64_t>& offsets, const ProbeShape&
   for (size_t e = 0; e + 1 < offsets.size(); ++e) {
     const int64_t begin = offsets[e], end = offsets[e + 1];
     if (end <= begin) fail_input("text {} holds no token row (offsets {} to {})", e, begin, end);
-    const int64_t read_from = std::min(begin + shape.skip_leading, end - 1);
+    const int64_t read_from = first_read_row(begin, end, shape.skip_leading);
     for (int64_t last = read_from; last < end; ++last) {
       const int64_t first = shape.max_tokens > 0 ? std::max(read_from, last + 1 - shape.max_tokens) : read_from;
       layout.first.push_back(first);

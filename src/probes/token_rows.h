@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -19,6 +20,10 @@ struct TokenLayout {
   std::vector<int64_t> first, length, position;
   int64_t texts() const { return static_cast<int64_t>(first.size()); }
 };
+
+/// The first row read of the text of rows [begin, end): the one after its `skip` leading specials, or its last row
+/// when it holds nothing else (a text of special tokens only is read as it is).
+inline int64_t first_read_row(int64_t begin, int64_t end, int64_t skip) { return std::min(begin + skip, end - 1); }
 
 /// The layout of texts at `offsets` ([texts + 1] row offsets) for a probe of `shape` (its skip_leading and
 /// max_tokens). A text keeps at least its last row (a text of special tokens only is read as it is).

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "probes/token_rows.h"
 #include "probes/training_data.h"
 
 namespace probekit::probes {
@@ -25,7 +26,7 @@ at::Tensor maxima_by_text(const at::Tensor& scores, const std::vector<int64_t>& 
 at::Tensor own_maxima(const at::Tensor& scores, const std::vector<int64_t>& offsets, int64_t skip) {
   std::vector<int64_t> kept, counts;
   for (size_t e = 0; e + 1 < offsets.size(); ++e) {
-    const int64_t from = std::min(offsets[e] + skip, offsets[e + 1] - 1);
+    const int64_t from = first_read_row(offsets[e], offsets[e + 1], skip);
     for (int64_t row = from; row < offsets[e + 1]; ++row) kept.push_back(row);
     counts.push_back(offsets[e + 1] - from);
   }

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "probes/token_rows.h"
 
 namespace probekit::probes {
 
@@ -78,7 +79,7 @@ void pool_split(activations::SplitData& split, bool mean, int64_t skip, const st
   for (int64_t e = 0; e < split.examples(); ++e) {
     const int64_t end = split.offsets[e + 1];
     if (end <= split.offsets[e]) fail_input("{}: text {} holds no token row (offsets {} to {})", where, e, split.offsets[e], end);
-    const int64_t first = mean ? std::min(split.offsets[e] + skip, end - 1) : end - 1;
+    const int64_t first = mean ? first_read_row(split.offsets[e], end, skip) : end - 1;
     float* out = pooled.data() + e * split.hidden;
     for (int64_t r = first; r < end; ++r) {
       const float* row = split.activations.data() + r * split.hidden;
