@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cstdio>
 
+#include <sys/ioctl.h>
+#include <unistd.h>
+
 #include "common/terminal_text.h"
 #include "generation/generator.h"
 #include "inference/reports.h"
@@ -14,25 +17,51 @@ namespace probekit::inference {
 
 namespace {
 
-// A UTF-8 string's width in code points (continuation bytes do not count).
-size_t columns(const std::string& text) {
-  return static_cast<size_t>(std::count_if(text.begin(), text.end(), [](char c) { return (c & 0xC0) != 0x80; }));
+// The code point whose UTF-8 starts at text[i] (a stray continuation byte or a cut sequence as itself).
+char32_t code_point_at(const std::string& text, size_t i) {
+  const auto lead = static_cast<unsigned char>(text[i]);
+  const size_t length = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+  if (length == 1 || i + length > text.size()) return lead;
+  char32_t cp = lead & (0x7F >> length);
+  for (size_t k = 1; k < length; ++k) cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
+  return cp;
 }
 
-// `text` cut into lines of at most `width` code points, at its own line breaks too; control characters (an
+// Columns a code point takes on a terminal: two for the wide East Asian scripts and emoji, else one.
+size_t cell_width(char32_t cp) {
+  const bool wide = (cp >= 0x1100 && cp <= 0x115F) || (cp >= 0x2E80 && cp <= 0xA4CF) || (cp >= 0xAC00 && cp <= 0xD7A3) ||
+                    (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0xFE30 && cp <= 0xFE4F) || (cp >= 0xFF00 && cp <= 0xFF60) ||
+                    (cp >= 0xFFE0 && cp <= 0xFFE6) || (cp >= 0x1F300 && cp <= 0x1F64F) ||
+                    (cp >= 0x1F900 && cp <= 0x1F9FF) || (cp >= 0x20000 && cp <= 0x3FFFD);
+  return wide ? 2 : 1;
+}
+
+// A UTF-8 string's width in terminal columns.
+size_t columns(const std::string& text) {
+  size_t used = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if ((text[i] & 0xC0) != 0x80) used += cell_width(code_point_at(text, i));
+  }
+  return used;
+}
+
+// `text` cut into lines of at most `width` columns, at its own line breaks too; control characters (an
 // escape sequence in generated text would take the terminal over) become spaces.
 std::vector<std::string> wrap(const std::string& text, size_t width) {
   std::vector<std::string> lines(1);
   size_t used = 0;
-  for (char c : text) {
-    if (c == '\n' || (used >= width && (c & 0xC0) != 0x80)) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    const bool starts = (c & 0xC0) != 0x80;
+    const size_t cells = starts ? cell_width(code_point_at(text, i)) : 0;
+    if (c == '\n' || (starts && used > 0 && used + cells > width)) {
       lines.emplace_back();
       used = 0;
       if (c == '\n') continue;
     }
     const auto byte = static_cast<unsigned char>(c);
     lines.back() += byte < 0x20 || byte == 0x7F ? ' ' : c;
-    if ((c & 0xC0) != 0x80) ++used;
+    used += cells;
   }
   return lines;
 }
@@ -46,6 +75,14 @@ std::string bar(double fraction, size_t width) {
   out += kEighths[eighths % 8];
   size_t drawn = eighths / 8 + (eighths % 8 > 0 ? 1 : 0);
   return out + std::string(width - std::min(width, drawn), ' ');
+}
+
+// The terminal's width in columns, less one (a line filling the last column wraps early on some terminals); 100
+// when stdout is not a terminal that says.
+size_t terminal_columns() {
+  winsize size{};
+  if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) != 0 || size.ws_col == 0) return 100;
+  return static_cast<size_t>(size.ws_col) - 1;
 }
 
 std::string layer_suffix(const ScoreTable& table, const Prediction& p) {
@@ -106,24 +143,27 @@ Json token_latents_json(const TokenLatents& latents) {
 }
 
 std::string live_frame(const std::vector<LiveRow>& rows, int64_t top_k, size_t width, size_t text_lines) {
+  width = std::max<size_t>(width, 8);
+  // A line longer than the terminal would wrap there, and the redraw would move up fewer lines than it drew.
+  auto fitted = [width](const std::string& line) { return wrap(line, width).front() + "\n"; };
+  const size_t bar_cells = std::clamp<size_t>(width > 40 ? width - 40 : 1, 1, 30);
   std::string out;
   for (size_t r = 0; r < rows.size(); ++r) {
     const LiveRow& row = rows[r];
-    std::string heading = rows.size() > 1 ? fmt::format("[{}] ", r) : "";
-    out += fmt::format("{}{}\n", heading, wrap(dump_json(row.prompt), width).front());
-    std::vector<std::string> lines = wrap(row.text, width);
+    out += fitted(fmt::format("{}{}", rows.size() > 1 ? fmt::format("[{}] ", r) : "", dump_json(row.prompt)));
+    std::vector<std::string> lines = wrap(row.text, width - 2);
     for (size_t i = lines.size() > text_lines ? lines.size() - text_lines : 0; i < lines.size(); ++i) {
       out += fmt::format("  {}\n", lines[i]);
     }
     std::string state = row.stop.empty() ? "" : fmt::format(", stopped: {}", row.stop);
-    out += fmt::format("  -- {} tokens{}; latest {}\n", row.tokens, state, dump_json(row.token));
+    out += fitted(fmt::format("  -- {} tokens{}; latest {}", row.tokens, state, dump_json(row.token)));
     if (row.latest.labels.empty()) continue;
     std::vector<Prediction> ranked = all_predictions(row.latest);
     for (size_t i = 0; i < ranked.size() && static_cast<int64_t>(i) < top_k; ++i) {
       const Prediction& p = ranked[i];
       std::string name = terminal_text(p.label) + layer_suffix(row.latest, p);
-      out += fmt::format("  {:<28} {} {:.3f}{}\n", name.substr(0, 28), bar(p.confidence, 30), p.confidence,
-                         p.active ? " ✓" : "");
+      out += fitted(fmt::format("  {:<28} {} {:.3f}{}", name.substr(0, 28), bar(p.confidence, bar_cells), p.confidence,
+                                p.active ? " ✓" : ""));
     }
   }
   return out;
@@ -152,7 +192,7 @@ void GenerationPrinter::show(const ScoredToken& token, const ScoreTable& table) 
 
 void GenerationPrinter::redraw() {
   // Back to the first line of the frame on screen, cleared to the end of the screen, then the new frame.
-  std::string frame = live_frame(rows_, top_k_, 100, 6);
+  std::string frame = live_frame(rows_, top_k_, terminal_columns(), 6);
   std::string back = frame_lines_ > 0 ? fmt::format("\x1b[{}F\x1b[J", frame_lines_) : "";
   fmt::print("{}{}", back, frame);
   frame_lines_ = static_cast<size_t>(std::count(frame.begin(), frame.end(), '\n'));

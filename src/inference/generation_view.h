@@ -37,8 +37,8 @@ struct LiveRow {
   std::string stop;        // once the row has stopped: why
 };
 
-/// The live view's frame: for each row its prompt, its text so far (wrapped at `width` columns, the last
-/// `text_lines` lines, control characters shown as spaces) and its latest token's `top_k` labels as bars.
+/// The live view's frame, each line at most `width` terminal columns: for each row its prompt, its text so far (its
+/// last `text_lines` lines, control characters shown as spaces) and its latest token's `top_k` labels as bars.
 std::string live_frame(const std::vector<LiveRow>& rows, int64_t top_k, size_t width, size_t text_lines);
 
 /// Prints the tokens as they come in the view the display asks for, and each row's text at the end.

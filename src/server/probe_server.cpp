@@ -215,7 +215,6 @@ std::vector<Route> ProbeServer::openai_routes(const ServerContext& context) {
 }
 
 void ProbeServer::add_error_handlers() {
-  const Limits& limits = options_.limits;
   std::string api_key = options_.api_key;
   const std::vector<Route>& routes = routes_;
   http_->set_pre_routing_handler([api_key, &routes](const httplib::Request& req, httplib::Response& res) {
@@ -227,17 +226,14 @@ void ProbeServer::add_error_handlers() {
                error_style_of(routes, req.path));
     return httplib::Server::HandlerResponse::Handled;
   });
-  // httplib's own refusals (no such route, a body past the limit, a malformed request) come without a body.
-  http_->set_error_handler(httplib::Server::HandlerWithResponse([&limits, &routes](const httplib::Request& req,
-                                                                                    httplib::Response& res) {
+  // httplib's own refusals (no such route, a malformed request) come without a body. A body past --max-body-bytes
+  // never reaches httplib: the request framing refuses it first.
+  http_->set_error_handler(httplib::Server::HandlerWithResponse([&routes](const httplib::Request& req,
+                                                                          httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    const ErrorStyle style = error_style_of(routes, req.path);
     if (res.status == 404) {
       send_error(res, 404, fmt::format("no endpoint {} {} (the endpoints: {})", req.method, req.path, endpoint_list(routes)),
-                 "", style);
-    } else if (res.status == 413) {
-      send_error(res, 413, fmt::format("the request body is larger than this server's limit of {} bytes (--max-body-bytes)",
-                                       limits.max_body_bytes), "", style);
+                 "", error_style_of(routes, req.path));
     } else {
       send_error(res, res.status, fmt::format("the server could not read the request (HTTP {})", res.status), "",
                  ErrorStyle::kProbekit);

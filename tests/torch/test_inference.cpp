@@ -436,11 +436,17 @@ TEST_CASE("the live view: each row's text so far and its latest token's labels a
                  "  -- 3 tokens; latest \"Ġit\"\n"
                  "  analyzing                    ██████████████████████▌        0.750 ✓\n"
                  "  noticing                     ███▊                           0.125\n");
-  // Long text keeps its last lines, wrapped at the width.
-  row.text = std::string(25, 'a');
+  // Long text keeps its last lines; every line fits the terminal's width, wide characters taking two columns.
+  row.text = std::string(21, 'a');
   row.stop = "eos";
   std::string wrapped = inference::live_frame({row}, 0, 10, 2);
-  CHECK(wrapped == "\"Think\"\n  aaaaaaaaaa\n  aaaaa\n  -- 3 tokens, stopped: eos; latest \"Ġit\"\n");
+  CHECK(wrapped == "\"Think\"\n  aaaaaaaa\n  aaaaa\n  -- 3 tok\n");
+  row.text = "日本語のテキスト";
+  CHECK(inference::live_frame({row}, 0, 10, 3) == "\"Think\"\n  日本語の\n  テキスト\n  -- 3 tok\n");
+  // A narrow terminal narrows the bars and cuts the labels' lines.
+  row.text = "x";
+  std::string narrow = inference::live_frame({row}, 1, 50, 1);
+  CHECK(narrow.find("  analyzing                    ███████▌   0.750 ✓\n") != std::string::npos);
   inference::ScoredToken token;
   token.index = 2;
   token.text = " it";
