@@ -184,7 +184,9 @@ void MockHub::serve_resolve(const httplib::Request& request, httplib::Response& 
 
 void MockHub::serve_endless(const httplib::Request& request, httplib::Response& response, const std::string& bytes,
                             Oversize how) {
-  if (request.method == "HEAD" && how != Oversize::kInMetadata) return response.set_content(bytes, "application/octet-stream");
+  const bool lying_head = how == Oversize::kInMetadata || how == Oversize::kMetadataOnly;
+  if (request.method == "HEAD" && !lying_head) return response.set_content(bytes, "application/octet-stream");
+  if (request.method != "HEAD" && how == Oversize::kMetadataOnly) return response.set_content(bytes, "application/octet-stream");
   auto write_piece = [bytes, this](size_t offset, httplib::DataSink& sink) {
     std::string piece = offset < bytes.size() ? bytes.substr(offset, kPiece) : std::string(kPiece, ' ');
     return !stopping_ && sink.write(piece.data(), piece.size());

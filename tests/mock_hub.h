@@ -64,6 +64,7 @@ class MockHub {
     kInMetadata,   // the metadata (HEAD) and the download announce kOversize bytes (Content-Length)
     kInDownload,   // the metadata tells the truth, the download announces kOversize bytes
     kUnannounced,  // the metadata tells the truth, the download is chunked (no Content-Length)
+    kMetadataOnly,  // the metadata announces kOversize bytes, the download sends the file as it is
   };
   static constexpr int64_t kOversize = 1000000000000;
   void oversize(const std::string& file, Oversize how);

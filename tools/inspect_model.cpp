@@ -177,7 +177,8 @@ int main(int argc, char** argv) {
       tokenize(tokenizer_path, text, input, output, !no_special);
     }
     if (chat_cmd->parsed()) {
-      fmt::print("{}", chat::render_conversation(model_dir, chat::read_conversation(input), !no_generation_prompt));
+      fmt::print("{}", chat::render_conversation(hub::resolve_model(model_dir).dir, chat::read_conversation(input),
+                                                 !no_generation_prompt));
     }
     if (device_cmd->parsed()) {
       device::ComputeTarget target = device::select_compute(device_request, dtype_request);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -73,8 +74,19 @@ class PartialBlob {
     return {"", ""};
   }
 
-  /// Makes the checked bytes the blob: flushed to disk, then renamed into place in one step.
+  /// Makes the checked bytes the blob: flushed to disk, then renamed into place in one step. The hash covers the
+  /// bytes this process wrote; a file longer than them holds another writer's too (on a file system where the
+  /// download's flock does not hold, as NFS mounted nolock): it is dropped, never published.
   void publish(const std::string& blob_path) {
+    struct stat status {};
+    if (::fstat(fd_, &status) != 0) fail("cannot read the size of {}: {}", path_, std::strerror(errno));
+    if (status.st_size != size_) {
+      const auto found = static_cast<int64_t>(status.st_size);
+      discard();
+      fail("{} holds {} bytes, of which this download wrote or read {}: another process wrote into it at the same time, though "
+           "the download held its lock (does this file system honour flock?); it was deleted and nothing was stored",
+           path_, found, size_);
+    }
     if (::fsync(fd_) != 0) fail("cannot flush {}: {}", path_, std::strerror(errno));
     ::close(fd_);
     fd_ = -1;

@@ -15,7 +15,8 @@ namespace probekit::hub {
 
 FileLock::FileLock(const std::string& path, const std::string& waiting) {
   make_directories(parent_directory(path));
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // 0664 as huggingface_hub: a cache shared by a group is locked by each of its users.
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0664);
   if (fd_ < 0) fail("cannot open the lock file {}: {}", path, std::strerror(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) return;
   if (errno != EWOULDBLOCK) {

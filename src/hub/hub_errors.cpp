@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "hub/http_client.h"
+
 namespace probekit::hub {
 
 namespace {
@@ -29,6 +31,11 @@ std::string explain_code(const RequestContext& request, const HttpResponse& resp
     return fmt::format("{} has no file {} at revision {}", request.model, request.file, request.revision);
   }
   bool unauthorized = response.status == 401 || response.status == 403;
+  if (unauthorized && code.empty() && url_origin(request.url) != url_origin(settings.endpoint)) {
+    // The hub named the file and sent us to the host that serves it; the token is never sent there.
+    return fmt::format("the file's host refused the download, after the hub had described the file: a signed link "
+                       "that expired (run again), or a network that blocks {}", url_origin(request.url));
+  }
   if (code == "RepoNotFound" || (unauthorized && code.empty())) {
     if (settings.token.empty()) {
       return fmt::format("{} does not exist, or it is private and no token was sent: check the name; if you have "

@@ -10,14 +10,14 @@ namespace probekit::hub {
 
 namespace {
 
-constexpr size_t kMaxRepoLength = 96;  // the hub's limit on "org/name"
+constexpr size_t kMaxPartLength = 96;  // huggingface_hub's REPO_ID_REGEX bounds the name; we bound the org alike
 
 bool is_word_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; }
 
 // One half of "org/name" as the hub accepts it: word characters, '-' and '.', starting and ending with a word
 // character, without "--" (the cache's separator) or "..".
 bool is_repo_part(std::string_view part) {
-  if (part.empty() || !is_word_char(part.front()) || !is_word_char(part.back())) return false;
+  if (part.empty() || part.size() > kMaxPartLength || !is_word_char(part.front()) || !is_word_char(part.back())) return false;
   for (char c : part) {
     if (!is_word_char(c) && c != '-' && c != '.') return false;
   }
@@ -55,7 +55,7 @@ std::optional<HubName> parse_hub_name(const std::string& text) {
   size_t at = text.find('@');
   std::string repo = text.substr(0, at);
   size_t slash = repo.find('/');
-  if (slash == std::string::npos || repo.size() > kMaxRepoLength) return std::nullopt;
+  if (slash == std::string::npos) return std::nullopt;
   if (!is_repo_part(std::string_view(repo).substr(0, slash)) || !is_repo_part(std::string_view(repo).substr(slash + 1))) {
     return std::nullopt;
   }

@@ -64,6 +64,10 @@ HubSettings settings_from_environment() {
   std::string endpoint = environment("HF_ENDPOINT");
   if (!endpoint.empty()) settings.endpoint = endpoint;
   while (!settings.endpoint.empty() && settings.endpoint.back() == '/') settings.endpoint.pop_back();
+  // Without a scheme libcurl would guess http://, and the token would travel in the clear.
+  if (settings.endpoint.rfind("https://", 0) != 0 && settings.endpoint.rfind("http://", 0) != 0) {
+    fail("HF_ENDPOINT={} names no scheme: write https://{}", endpoint, endpoint);
+  }
 
   // HUGGINGFACE_HUB_CACHE is the older name huggingface_hub still honours.
   std::string cache = environment("HF_HUB_CACHE");

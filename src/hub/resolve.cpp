@@ -27,15 +27,19 @@ constexpr const char* kTokenizer = "tokenizer.json";
 constexpr const char* kSingleWeights = "model.safetensors";
 constexpr const char* kWeightIndex = "model.safetensors.index.json";
 // Read by transformers when present; a checkpoint without them is complete.
-const char* const kOptionalFiles[] = {"generation_config.json", "tokenizer_config.json", "special_tokens_map.json"};
+const char* const kOptionalFiles[] = {"generation_config.json", "tokenizer_config.json", "special_tokens_map.json",
+                                      "chat_template.jinja"};
 constexpr int kMaxRelativeRedirects = 5;
-// Every file but the weights is JSON read into memory: the largest real tokenizer.json is some 35 MB, so a hub
-// announcing more is not to be trusted with the disk or the memory.
+// Configs, tokenizers and templates are read into memory whole: the largest real tokenizer.json is some 35 MB, so a
+// hub announcing more is not to be trusted with the disk or the memory. Weights (.safetensors, an SAE's .npz) are
+// mapped or streamed, and may be any size.
 constexpr int64_t kMaxJsonFileBytes = int64_t{256} << 20;
 
-bool is_weights(const std::string& file) {
-  return file.size() > 12 && file.compare(file.size() - 12, 12, ".safetensors") == 0;
+bool ends_with(const std::string& text, const std::string& end) {
+  return text.size() >= end.size() && text.compare(text.size() - end.size(), end.size(), end) == 0;
 }
+
+bool is_read_whole(const std::string& file) { return ends_with(file, ".json") || ends_with(file, ".jinja"); }
 
 // The shards the snapshot's index names, read within the bound of a JSON file.
 std::vector<std::string> indexed_shards(const std::string& index) {
@@ -190,7 +194,7 @@ class RepoDownload {
     if (response.status < 200 || response.status >= 400) fail("{}", explain_http_failure(request, response, settings_));
     FileMetadata metadata = read_file_metadata(response.headers, fmt::format("{}: {}: {}", name_.repo, file, request.url));
     if (metadata.location.empty() || metadata.location[0] == '/') metadata.location = request.url;
-    if (!is_weights(file) && metadata.size > kMaxJsonFileBytes) {
+    if (is_read_whole(file) && metadata.size > kMaxJsonFileBytes) {
       fail("{}: {}: {}: the hub announces {} bytes, more than the {} bytes a JSON file may have; nothing was "
            "downloaded",
            name_.repo, file, request.url, metadata.size, kMaxJsonFileBytes);
@@ -235,26 +239,40 @@ std::string download_model(const RepoCache& cache, const HubName& name, const Hu
   return commit;
 }
 
+// A hub name's snapshot: from the cache when it is complete there, else downloaded.
+ResolvedModel resolve_hub_model(const HubName& name, const HubSettings& settings) {
+  RepoCache cache(settings.cache_dir, name.repo);
+  std::optional<std::string> commit = cache.commit_of(name.revision);
+  std::vector<std::string> missing = commit ? missing_files(cache, *commit) : std::vector<std::string>{};
+  if (commit && missing.empty()) {
+    spdlog::info("{}: commit {} from the cache ({})", name.text(), *commit, cache.snapshot_dir(*commit));
+    return ResolvedModel{cache.snapshot_dir(*commit), name.text(), *commit};
+  }
+  if (settings.offline) fail("{}", offline_message(cache, name, commit, missing));
+  std::string downloaded = download_model(cache, name, settings);
+  missing = missing_files(cache, downloaded);
+  if (!missing.empty()) fail("{}: after the download {} still lacks {}", name.text(), cache.snapshot_dir(downloaded), fmt::join(missing, ", "));
+  return ResolvedModel{cache.snapshot_dir(downloaded), name.text(), downloaded};
+}
+
 }  // namespace
 
-ResolvedModel resolve_model(const std::string& name_or_dir) { return resolve_model(name_or_dir, settings_from_environment()); }
+ResolvedModel resolve_model(const std::string& name_or_dir) {
+  // The environment (a token file among it) is read for hub names only: a local folder needs none of it.
+  if (is_directory(name_or_dir)) return local_folder(name_or_dir);
+  return resolve_model(name_or_dir, settings_from_environment());
+}
 
 ResolvedModel resolve_model(const std::string& name_or_dir, const HubSettings& settings) {
   if (is_directory(name_or_dir)) return local_folder(name_or_dir);
   std::optional<HubName> name = parse_hub_name(name_or_dir);
   if (!name) fail_input("{}: no such folder, and not a hub name (org/name or org/name@revision)", name_or_dir);
-  RepoCache cache(settings.cache_dir, name->repo);
-  std::optional<std::string> commit = cache.commit_of(name->revision);
-  std::vector<std::string> missing = commit ? missing_files(cache, *commit) : std::vector<std::string>{};
-  if (commit && missing.empty()) {
-    spdlog::info("{}: commit {} from the cache ({})", name->text(), *commit, cache.snapshot_dir(*commit));
-    return ResolvedModel{cache.snapshot_dir(*commit), name->text(), *commit};
+  try {
+    return resolve_hub_model(*name, settings);
+  } catch (const std::exception&) {
+    // A mistyped local path reads as a hub name too: the message says it was looked for both ways.
+    rethrow_with_context(fmt::format("no folder {} here, so it was read as a hub name", name_or_dir));
   }
-  if (settings.offline) fail("{}", offline_message(cache, *name, commit, missing));
-  std::string downloaded = download_model(cache, *name, settings);
-  missing = missing_files(cache, downloaded);
-  if (!missing.empty()) fail("{}: after the download {} still lacks {}", name->text(), cache.snapshot_dir(downloaded), fmt::join(missing, ", "));
-  return ResolvedModel{cache.snapshot_dir(downloaded), name->text(), downloaded};
 }
 
 namespace {

@@ -28,7 +28,8 @@ namespace {
 const std::vector<std::string> kShardedFiles = {"config.json", "tokenizer.json", "tokenizer_config.json",
                                                 "model.safetensors.index.json", "model-00001-of-00003.safetensors",
                                                 "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors"};
-const std::vector<std::string> kGemmaFiles = {"config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"};
+const std::vector<std::string> kGemmaFiles = {"config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
+                                              "model.safetensors"};
 const std::string kShard2 = "model-00002-of-00003.safetensors";
 
 // A fixture checkpoint as a hub repository, with files a run must never download beside it.
@@ -97,14 +98,23 @@ void check_cache_layout(const std::string& cache, const std::string& repo_folder
 
 TEST_CASE_FIXTURE(HubCase, "hub download into an empty cache: huggingface_hub's layout, then the cache alone, offline too") {
   std::string commit = mock.add_repo("probekit-test/qwen3-sharded", fixture_repo(kShardedModel, kShardedFiles));
+  const mode_t umask_before = ::umask(002);  // a cache shared by a group
   hub::ResolvedModel model = hub::resolve_model("probekit-test/qwen3-sharded", settings);
+  ::umask(umask_before);
   std::string folder = settings.cache_dir + "/models--probekit-test--qwen3-sharded";
   CHECK(model.dir == folder + "/snapshots/" + commit);
   CHECK(model.name == "probekit-test/qwen3-sharded");
   CHECK(model.revision == commit);
   check_cache_layout(settings.cache_dir, "models--probekit-test--qwen3-sharded", commit, kShardedModel, kShardedFiles);
+  // Each user of a cache shared by a group can take its locks: made 0664 (less the umask), as huggingface_hub does.
+  const std::string locks = settings.cache_dir + "/.locks/models--probekit-test--qwen3-sharded";
+  for (const std::string& lock : list_directory(locks)) {
+    struct stat status {};
+    REQUIRE(::stat((locks + "/" + lock).c_str(), &status) == 0);
+    CHECK_MESSAGE((status.st_mode & 0777) == 0664, lock);
+  }
   // Optional files the hub lacks are remembered as huggingface_hub does; the single-file weights too.
-  for (const char* absent : {"generation_config.json", "special_tokens_map.json", "model.safetensors"}) {
+  for (const char* absent : {"generation_config.json", "special_tokens_map.json", "chat_template.jinja", "model.safetensors"}) {
     CHECK_MESSAGE(is_regular_file(folder + "/.no_exist/" + commit + "/" + absent), absent);
   }
   // Only what a run reads: never a pickle, code or the README.
@@ -132,6 +142,8 @@ TEST_CASE_FIXTURE(HubCase, "hub download by tag and by commit; a snapshot missin
   CHECK(read_file(folder + "/refs/v1.0") == commit);
   CHECK_FALSE(path_exists(folder + "/refs/main"));
   CHECK(mock.count("HEAD", "model.safetensors.index.json") == 0);  // a single file needs no index
+  // The chat template, which recent transformers save in a file of its own, comes with the model.
+  CHECK(read_file(tagged.dir + "/chat_template.jinja") == read_file(kGemmaModel + "/chat_template.jinja"));
 
   hub::ResolvedModel pinned = hub::resolve_model("probekit-test/gemma@" + commit, settings);
   CHECK(pinned.dir == tagged.dir);
@@ -279,6 +291,51 @@ TEST_CASE_FIXTURE(HubCase, "hub errors: a gated model needs a token; a missing o
                                       "/probekit-test/no-tokenizer/resolve/" + commit +
                                       "/tokenizer.json: probekit-test/no-tokenizer has no file tokenizer.json at "
                                       "revision " + commit));
+  // The host LFS files are served from refuses: not the repository's or the token's fault (it is not sent there).
+  mock.add_repo("probekit-test/cdn", fixture_repo(kGemmaModel, kGemmaFiles));
+  mock.fail_next("GET", "model.safetensors", 403, 2);
+  CHECK_THROWS_WITH(hub::resolve_model("probekit-test/cdn", settings),
+                    contains("HTTP 403 from http://localhost:" + mock.endpoint().substr(mock.endpoint().rfind(':') + 1) + "/lfs/"));
+  CHECK_THROWS_WITH(hub::resolve_model("probekit-test/cdn", settings),
+                    contains(": the file's host refused the download, after the hub had described the file"));
+}
+
+TEST_CASE_FIXTURE(HubCase, "hub names and local folders: a folder is used without reading the hub's settings; a missing one is said to be looked for both ways") {
+  ScopedEnvironment env;
+  env.set("HF_ENDPOINT", "hf-mirror.com");  // refused when read: a local folder never reads it
+  CHECK(hub::resolve_model(kGemmaModel).dir.size() > 0);
+  mock.add_repo("probekit-test/gemma", fixture_repo(kGemmaModel, kGemmaFiles));
+  CHECK_THROWS_WITH(hub::resolve_model("runs/mymodel", settings),
+                    contains("no folder runs/mymodel here, so it was read as a hub name: runs/mymodel: config.json: "
+                             "HTTP 401 from "));
+}
+
+TEST_CASE_FIXTURE(HubCase, "hub download: bytes another process appended to the same .incomplete (a lock that did not hold) are never published") {
+  std::string commit = mock.add_repo("probekit-test/gemma", fixture_repo(kGemmaModel, kGemmaFiles));
+  mock.set_pause_per_piece_ms(5);
+  const std::string sha = testing::sha256_hex(read_file(kGemmaModel + "/model.safetensors"));
+  const std::string blob = settings.cache_dir + "/models--probekit-test--gemma/blobs/" + sha;
+  std::string error;
+  std::thread download([&] {
+    try {
+      hub::resolve_model("probekit-test/gemma", settings);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  // Another writer, as a process on a file system where flock is a no-op would be.
+  while (!is_regular_file(blob + ".incomplete") || file_size(blob + ".incomplete") == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  FILE* other = std::fopen((blob + ".incomplete").c_str(), "ab");
+  REQUIRE(other != nullptr);
+  std::fputs("bytes of another download", other);
+  std::fclose(other);
+  download.join();
+  CHECK_CONTAINS(error, "another process wrote into it at the same time, though the download held its lock");
+  CHECK_FALSE(path_exists(blob));
+  CHECK_FALSE(path_exists(blob + ".incomplete"));
+  CHECK_FALSE(path_exists(settings.cache_dir + "/models--probekit-test--gemma/snapshots/" + commit + "/model.safetensors"));
 }
 
 TEST_CASE_FIXTURE(HubCase, "hub download: two downloads of one model at once share the cache, each blob fetched once") {
@@ -465,6 +522,18 @@ TEST_CASE_FIXTURE(HubCase, "hub sizes: a small file announced as 10^12 bytes is 
   SUBCASE("config.json") { check_refused("config.json", "main"); }
   SUBCASE("tokenizer.json") { check_refused("tokenizer.json", commit); }
   SUBCASE("the weights' index") { check_refused("model.safetensors.index.json", commit); }
+  SUBCASE("a file that is not read whole is not held to that bound") {
+    // Gemma Scope's params.npz is 300 MB and more: the download is asked for, and held to the metadata's size.
+    MockRepo repo = fixture_repo(kShardedModel, kShardedFiles);
+    const std::string npz = "layer_3/width_16k/average_l0_71/params.npz";
+    repo.files[npz] = "npz bytes";
+    mock.add_repo("probekit-test/scope", repo);
+    mock.oversize(npz, MockHub::Oversize::kMetadataOnly);
+    CHECK_THROWS_WITH(hub::resolve_folder("probekit-test/scope/layer_3/width_16k/average_l0_71", {{"params.npz"}}, settings),
+                      contains("the download announces 9 bytes (Content-Length) from byte 0 on, the hub's metadata "
+                               "1000000000000 bytes in all"));
+    CHECK(mock.count("GET", "/params.npz") == 1);
+  }
 }
 
 TEST_CASE_FIXTURE(HubCase, "hub sizes: a download that exceeds the metadata's size stops at once, naming the file, the URL and both sizes") {

@@ -28,34 +28,6 @@ using namespace probekit::testing;
 
 namespace {
 
-// Sets environment variables for one test and puts the old values back.
-class ScopedEnvironment {
- public:
-  void set(const std::string& name, const std::optional<std::string>& value) {
-    if (!saved_.count(name)) {
-      const char* old = std::getenv(name.c_str());
-      saved_[name] = old ? std::optional<std::string>(old) : std::nullopt;
-    }
-    if (value) {
-      setenv(name.c_str(), value->c_str(), 1);
-    } else {
-      unsetenv(name.c_str());
-    }
-  }
-  ~ScopedEnvironment() {
-    for (const auto& [name, value] : saved_) {
-      if (value) {
-        setenv(name.c_str(), value->c_str(), 1);
-      } else {
-        unsetenv(name.c_str());
-      }
-    }
-  }
-
- private:
-  std::map<std::string, std::optional<std::string>> saved_;
-};
-
 std::string trimmed_output(const std::string& command) {
   testing::CommandResult result = testing::run_command(command);
   REQUIRE_MESSAGE(result.exit_code == 0, command, ": ", result.output);
@@ -85,6 +57,9 @@ TEST_CASE("hub names: org/name[@revision], the cache's folder name and URL quoti
                                  "org--x/name", "org/na..me", "org/name with space"}) {
     CHECK_MESSAGE(!hub::parse_hub_name(not_a_name), not_a_name);
   }
+  // As huggingface_hub's REPO_ID_REGEX, 96 characters bound the name, not "org/name" together.
+  CHECK(hub::parse_hub_name("mlx-community/" + std::string(90, 'a')));
+  CHECK_FALSE(hub::parse_hub_name("org/" + std::string(97, 'a')));
   // A hub name with a revision no branch can have is the user's mistake.
   for (const char* bad : {"org/name@", "org/name@../../etc", "org/name@a b", "org/name@x//y", "org/name@~1"}) {
     CHECK_THROWS_AS_MESSAGE(hub::parse_hub_name(bad), UsageError, bad);
@@ -294,6 +269,10 @@ TEST_CASE("hub settings: the cache, the token and offline mode come from hugging
   s = hub::settings_from_environment();
   CHECK(s.cache_dir == tmp.file("cache"));
   CHECK(s.endpoint == "http://127.0.0.1:9");
+  // Without a scheme libcurl would send the token over plain http.
+  env.set("HF_ENDPOINT", "hf-mirror.com");
+  CHECK_THROWS_WITH(hub::settings_from_environment(), "HF_ENDPOINT=hf-mirror.com names no scheme: write https://hf-mirror.com");
+  env.set("HF_ENDPOINT", "http://127.0.0.1:9/");
 
   // The token file as `hf auth login` writes it, unless HF_TOKEN is set.
   make_directories(tmp.path() + "/hf");
