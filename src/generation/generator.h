@@ -29,6 +29,7 @@ struct GenerationOptions {
   // min_new_tokens does, so that every row runs max_new_tokens tokens).
   std::vector<int32_t> suppressed_ids;
   int64_t top_logits = 0;         // how many of each step's largest logits to report
+  uint64_t first_row = 0;         // the first prompt's index among all prompts: a row samples as itself, however batched
   const model::StreamWrites* writes = nullptr;  // steering, on every pass of the prompts and the new tokens
 };
 

@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/counter_random.h"
 #include "common/error.h"
 
 namespace probekit::generation {
@@ -25,11 +26,12 @@ at::Tensor scaled_logits(const at::Tensor& logits, double temperature) {
   return at::where(shifted < 0, shifted / temperature, at::zeros_like(shifted));
 }
 
-TokenSampler::TokenSampler(const Sampling& sampling) : sampling_(sampling), random_(sampling.seed) {
+TokenSampler::TokenSampler(const Sampling& sampling, uint64_t first_row) : sampling_(sampling), first_row_(first_row) {
   check_sampling(sampling);
 }
 
 at::Tensor TokenSampler::choose(const at::Tensor& logits) {
+  const uint64_t step = step_++;
   if (sampling_.temperature == 0) return logits.argmax(-1);
   const int64_t batch = logits.size(0), vocab = logits.size(1);
   // Most probable first; top-k and top-p then cut the sorted rows from the end.
@@ -46,9 +48,8 @@ at::Tensor TokenSampler::choose(const at::Tensor& logits) {
     probabilities = probabilities.masked_fill(before >= sampling_.top_p, 0.0);
   }
   at::Tensor cumulative = probabilities.cumsum(-1);
-  std::uniform_real_distribution<double> uniform(0.0, 1.0);
   std::vector<double> draws(static_cast<size_t>(batch));
-  for (double& draw : draws) draw = uniform(random_);
+  for (size_t b = 0; b < draws.size(); ++b) draws[b] = draw_uniform(draw_bits(sampling_.seed, first_row_ + b), step);
   // Inverse transform sampling: the first token whose cumulative probability passes the draw (scaled to the
   // kept mass); the last kept token when rounding leaves the draw above every sum.
   at::Tensor target = at::tensor(draws, at::kDouble).to(logits.device(), at::kFloat).unsqueeze(1) *

@@ -1,12 +1,12 @@
 // Choosing the next token from the logits: greedy, or sampled with a temperature, top-k and top-p (nucleus)
-// applied in transformers' order. All on the logits' device; the random numbers come from a seeded generator on
-// the host (one per row and step), so a seed gives the same tokens on every device.
+// applied in transformers' order. All on the logits' device; the random numbers are drawn on the host, each a pure
+// function of (seed, row, step) (common/counter_random.h), so a seed gives the same tokens on every device, and a
+// prompt the same tokens however the prompts are batched, streamed or monitored.
 #pragma once
 
 #include <ATen/ATen.h>
 
 #include <cstdint>
-#include <random>
 
 namespace probekit::generation {
 
@@ -26,13 +26,16 @@ at::Tensor scaled_logits(const at::Tensor& logits, double temperature);
 
 class TokenSampler {
  public:
-  explicit TokenSampler(const Sampling& sampling);
-  /// The next token of each row [B] (int64, on the logits' device) from logits [B, vocab] in fp32.
+  /// Row b of each call's logits is row `first_row` + b of the generation (its prompt's index among all prompts).
+  explicit TokenSampler(const Sampling& sampling, uint64_t first_row = 0);
+  /// The next token of each row [B] (int64, on the logits' device) from logits [B, vocab] in fp32; each call is the
+  /// next step.
   at::Tensor choose(const at::Tensor& logits);
 
  private:
   Sampling sampling_;
-  std::mt19937_64 random_;
+  uint64_t first_row_;
+  uint64_t step_ = 0;
 };
 
 }  // namespace probekit::generation

@@ -397,6 +397,7 @@ std::vector<GeneratedText> Engine::generate(const std::vector<std::string>& prom
     const size_t end = std::min(prompts.size(), first + batch_size);
     std::vector<readout::Sequence> batch(ids.begin() + static_cast<std::ptrdiff_t>(first),
                                          ids.begin() + static_cast<std::ptrdiff_t>(end));
+    steered.first_row = first;
     std::vector<generation::Generation> generated =
         generation::generate(*model_, batch, steered, readout, [&](const generation::GeneratedToken& token) {
           const size_t row = first + token.row;

@@ -222,6 +222,17 @@ TEST_CASE("sampled generation: a seed repeats its tokens, top-k 1 is greedy") {
   CHECK(first[0].ids == again[0].ids);
   CHECK(first[2].ids == again[2].ids);
   CHECK((first[0].ids != other[0].ids || first[1].ids != other[1].ids || first[2].ids != other[2].ids));
+  // A row samples as itself: prompt b generated alone as row b draws the numbers it drew in the batch.
+  options.sampling.seed = 11;
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    generation::GenerationOptions alone = options;
+    alone.first_row = b;
+    CHECK(generate_batch(model, {prompts[b]}, alone).results[0].ids == first[b].ids);
+  }
+  // Two rows of one prompt draw numbers of their own.
+  auto twice = generate_batch(model, {prompts[0], prompts[0]}, options).results;
+  CHECK(twice[0].ids == first[0].ids);
+  CHECK(twice[1].ids != twice[0].ids);
   options.sampling = {1.0, 1, 1.0, 13};
   auto top1 = generate_batch(model, prompts, options).results;
   for (size_t b = 0; b < prompts.size(); ++b) CHECK(top1[b].ids == generate_alone(model, prompts[b], 16).first);

@@ -390,6 +390,19 @@ TEST_CASE("monitored streams joining and decoding together give what each gives 
     CAPTURE(i);
     CHECK(texts[i].ids == monitored(engine, {policy("stop", threshold)}, prompts[i]).ids);
   }
+
+  // Sampled: each prompt draws as row i of generate does, whatever --batch-size and with monitors that never fire.
+  generation::GenerationOptions sampled = greedy(narrow);
+  sampled.sampling = {1.0, 0, 1.0, 7};
+  std::vector<std::string> same(3, rows.front());
+  const std::vector<inference::GeneratedText> plain = engine.generate(same, sampled, [](const inference::ScoredToken&) { return true; });
+  const std::vector<inference::GeneratedText> streamed = narrow.generate_monitored(
+      same, sampled, narrow.resolve_monitors({policy("flag", 1.0)}), [](const inference::ScoredToken&) { return true; });
+  for (size_t i = 0; i < same.size(); ++i) {
+    CAPTURE(i);
+    CHECK(streamed[i].ids == plain[i].ids);
+  }
+  CHECK(plain[0].ids != plain[1].ids);
 }
 
 TEST_CASE("streams joining together: one whose prompt the model refuses ends with the error, the others decode as alone") {
