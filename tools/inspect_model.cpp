@@ -104,6 +104,11 @@ CLI::App* add_chat_template_command(CLI::App& app, std::string& model_dir, std::
   return command;
 }
 
+// The conversation in `input` as the model's chat template renders it (a hub name's template downloaded first).
+void print_chat(const std::string& model, const std::string& input, bool add_generation_prompt) {
+  fmt::print("{}", chat::render_conversation(hub::resolve_model(model).dir, chat::read_conversation(input), add_generation_prompt));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -177,8 +182,7 @@ int main(int argc, char** argv) {
       tokenize(tokenizer_path, text, input, output, !no_special);
     }
     if (chat_cmd->parsed()) {
-      fmt::print("{}", chat::render_conversation(hub::resolve_model(model_dir).dir, chat::read_conversation(input),
-                                                 !no_generation_prompt));
+      print_chat(model_dir, input, !no_generation_prompt);
     }
     if (device_cmd->parsed()) {
       device::ComputeTarget target = device::select_compute(device_request, dtype_request);

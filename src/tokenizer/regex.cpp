@@ -2,6 +2,9 @@
 
 #include <pcre2.h>
 
+#include <algorithm>
+#include <cctype>
+
 #include "common/error.h"
 #include "tokenizer/utf8.h"
 
@@ -36,7 +39,8 @@ constexpr const char* kWordClass = R"(\p{L}\p{M}\p{Nd}\p{Pc})";
 constexpr const char* kHexClass = "0-9a-fA-F";
 
 // Rewrites \s, \S, \w, \W, \h and \H with Oniguruma's classes. Inside a character class only the positive
-// ones can be spelled out; a negated one there keeps PCRE2's meaning.
+// ones can be spelled out; a negated one there keeps PCRE2's meaning. Oniguruma's \uHHHH (PCRE2 has no \u) becomes
+// \x{HHHH}, and its \v, the vertical tab alone (PCRE2: every vertical space), \x{0B}.
 std::string translate_oniguruma(const std::string& pattern) {
   std::string out;
   bool in_class = false;
@@ -49,6 +53,17 @@ std::string translate_oniguruma(const std::string& pattern) {
         end = end == std::string::npos ? pattern.size() : end + 2;
         out.append("\\").append(pattern, i, end - i);
         i = end - 1;
+        continue;
+      }
+      if (next == 'u' && i + 4 < pattern.size() &&
+          std::all_of(pattern.begin() + static_cast<std::ptrdiff_t>(i) + 1, pattern.begin() + static_cast<std::ptrdiff_t>(i) + 5,
+                      [](char h) { return std::isxdigit(static_cast<unsigned char>(h)) != 0; })) {
+        out.append("\\x{").append(pattern, i + 1, 4).append("}");
+        i += 4;
+        continue;
+      }
+      if (next == 'v') {
+        out.append("\\x{0B}");
         continue;
       }
       const char* contents = next == 's' || next == 'S' ? kSpaceClass

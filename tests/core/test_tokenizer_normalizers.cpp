@@ -121,6 +121,10 @@ TEST_CASE("pre-tokenizer Split: \\s, \\w and \\h mean what they mean in Onigurum
   CHECK(split(R"([\\w]+)", "e\u0301x\u00b2y") == Pieces{"e\u0301x", "\u00b2", "y"});
   // \h is a hex digit in Ruby syntax.
   CHECK(split(R"(\\h+)", "zz0fA q") == Pieces{"zz", "0fA", " q"});
+  // \uHHHH is a code point; \v the vertical tab alone, not a line feed.
+  CHECK(split(R"(\\u00e9+)", "caf\u00e9\u00e9s") == Pieces{"caf", "\u00e9\u00e9", "s"});
+  CHECK(split(R"([\\u0041-\\u0043]+)", "xABCy") == Pieces{"x", "ABC", "y"});
+  CHECK(split(R"(\\v)", "a\vb\nc") == Pieces{"a", "\v", "b\nc"});
   // Escaped backslashes, quoted literals and classes starting with ']' are left alone.
   CHECK(split(R"(\\\\s|[]s]+)", "a\\sb]sc") == Pieces{"a", "\\s", "b", "]s", "c"});
   CHECK(split(R"(\\Q\\s\\E)", "a\\sb") == Pieces{"a", "\\s", "b"});
