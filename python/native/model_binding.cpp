@@ -89,6 +89,7 @@ struct GenerateArguments {
 // `on_event` returning False stops that row.
 void generate(const ModelHandle& model, const std::vector<std::string>& prompts, const ProbeSelection& probes,
               const GenerateArguments& arguments, const py::list& steer, const py::function& on_event) {
+  check_shown(arguments.top_k, arguments.threshold);
   inference::EngineOptions engine_options = selected_engine_options(probes, steer);
   generation::GenerationFlags flags;
   flags.options.max_new_tokens = arguments.max_new_tokens;
@@ -101,6 +102,7 @@ void generate(const ModelHandle& model, const std::vector<std::string>& prompts,
   py::gil_scoped_release release;
   if (!model->model->has_lm_head()) throw std::invalid_argument("this model has no LM head: it cannot generate");
   inference::Engine engine = inference::Engine::attach(engine_options, *model);
+  check_calibrated(engine, arguments.calibrated, probes.dir);
   const generation::GenerationOptions options = generation::resolve_generation_flags(flags, engine.model_dir());
   auto emit = [&on_event](const Json& event) {
     py::gil_scoped_acquire gil;
@@ -135,7 +137,7 @@ std::string patch(const ModelHandle& model, PatchGraphs& graphs, const patching:
   py::gil_scoped_release release;
   const std::lock_guard<std::mutex> one_call(graphs.lock);
   std::optional<StagedDirectory> out;
-  if (!output_dir.empty()) out.emplace(output_dir, overwrite);
+  if (!output_dir.empty()) out.emplace(output_dir, overwrite, std::vector<std::string>{model->source.resolved.dir});
   const Json patching = patching::run_patch(*model, arguments, &graphs.graphs);
   if (out) {
     patching::write_patching(out->path(), patching);

@@ -123,6 +123,7 @@ PYBIND11_MODULE(_native, module) {
   module.doc() = "probekit's native library (use the probekit package, not this module)";
   py::register_exception_translator(translate_exception);
   module.def("request_interrupt", &request_interrupt, "Asks the running capture or training to stop at its next step");
+  module.def("clear_interrupt", &clear_interrupt, "Forgets an interruption request (once the interrupted call ended)");
   bind_model(module);
   bind_probes(module);
   bind_tools(module);

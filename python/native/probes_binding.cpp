@@ -19,10 +19,7 @@ struct DisplayArguments {
 };
 
 inference::Display display_of(const DisplayArguments& arguments) {
-  if (arguments.top_k < 1) throw std::invalid_argument("top_k " + std::to_string(arguments.top_k) + ": must be 1 or more");
-  if (!(arguments.threshold >= 0 && arguments.threshold <= 1)) {
-    throw std::invalid_argument("threshold " + std::to_string(arguments.threshold) + ": must be a number from 0 to 1");
-  }
+  check_shown(arguments.top_k, arguments.threshold);
   if (arguments.mode != "all" && arguments.mode != "by-action" && arguments.mode != "by-layer") {
     throw std::invalid_argument("mode '" + arguments.mode + "': expected all, by-action or by-layer");
   }
@@ -43,6 +40,7 @@ std::string rank(const ModelHandle& model, const ProbeSelection& selection, cons
                  const std::vector<std::string>& conversations, const DisplayArguments& arguments, const py::list& steer) {
   const inference::Display display = display_of(arguments);
   inference::Engine engine = engine_for(model, selection, steer);
+  check_calibrated(engine, display.calibrated, selection.dir);
   py::gil_scoped_release release;
   const bool conversation = !conversations.empty();
   std::vector<inference::TextScores> scores = conversation ? engine.score_conversations(conversations) : engine.score(texts);
@@ -61,13 +59,16 @@ std::string per_token(const ModelHandle& model, const ProbeSelection& selection,
                       const std::string& conversation, const DisplayArguments& arguments, const py::list& steer) {
   const inference::Display display = display_of(arguments);
   inference::Engine engine = engine_for(model, selection, steer);
+  check_calibrated(engine, display.calibrated, selection.dir);
   py::gil_scoped_release release;
   inference::TokenScores scores =
       conversation.empty() ? engine.score_tokens(text) : engine.score_conversation_tokens(conversation);
   std::vector<inference::ScoreTable> tables;
   for (const auto& probability : scores.probability) tables.push_back(inference::table_of(engine, probability, display));
   const std::string shown = conversation.empty() ? text : "conversation";
-  return dump_json(inference::with_steering(inference::per_token_json(shown, scores, tables), engine));
+  Json out = inference::with_steering(inference::per_token_json(shown, scores, tables), engine);
+  if (display.calibrated) out["thresholds"] = engine.threshold_source();  // as --per-token --calibrated --json
+  return dump_json(out);
 }
 
 // The directory's layers and each label's best layer, checking that it holds probes.
@@ -83,6 +84,20 @@ py::dict describe_probe_dir(const std::string& dir) {
 }
 
 }  // namespace
+
+void check_shown(int64_t top_k, double threshold) {
+  if (top_k < 1) throw std::invalid_argument("top_k " + std::to_string(top_k) + ": must be 1 or more");
+  if (!(threshold >= 0 && threshold <= 1)) {
+    throw std::invalid_argument("threshold " + std::to_string(threshold) + ": must be a number from 0 to 1");
+  }
+}
+
+void check_calibrated(const inference::Engine& engine, bool calibrated, const std::string& probes_dir) {
+  if (calibrated && engine.multiclass()) {
+    throw std::invalid_argument("calibrated: " + probes_dir + " holds a multiclass probe (train_probes), whose classes "
+                                "have no thresholds of their own; use threshold");
+  }
+}
 
 void bind_probes(py::module_& module) {
   module.def("describe_probes", &describe_probe_dir, py::arg("dir"));

@@ -2,6 +2,8 @@
 // DLPack capsules.
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 #include "native.h"
 #include "sae/sae.h"
 
@@ -26,8 +28,12 @@ py::capsule encode(const SaeHandle& sae, const py::capsule& rows) {
   std::vector<int64_t> shape;
   const at::Tensor x = as_rows(rows, sae->d_in, "rows", shape);
   shape.back() = sae->d_sae;
-  py::gil_scoped_release release;
-  return to_dlpack(sae->encode(x).reshape(shape));
+  at::Tensor latents;
+  {
+    py::gil_scoped_release release;
+    latents = sae->encode(x).reshape(shape);
+  }
+  return to_dlpack(latents);  // a Python object: made with the GIL
 }
 
 py::capsule decode(const SaeHandle& sae, const py::capsule& latents, const py::object& rows) {
@@ -46,10 +52,20 @@ py::capsule decode(const SaeHandle& sae, const py::capsule& latents, const py::o
     x = at::ones({z.size(0), sae->d_in});
   } else {
     x = as_rows(rows.cast<py::capsule>(), sae->d_in, "rows", row_shape);
+    // Each row of latents decodes with the row it was encoded from: no broadcasting of one over the other.
+    if (!std::equal(shape.begin(), shape.end() - 1, row_shape.begin(), row_shape.end() - 1)) {
+      throw std::invalid_argument(fmt::format("latents of shape [{}] and rows of shape [{}]: the rows must be the ones "
+                                              "encoded, of the latents' shape but the last dimension",
+                                              fmt::join(shape, ", "), fmt::join(row_shape, ", ")));
+    }
   }
   shape.back() = sae->d_out;
-  py::gil_scoped_release release;
-  return to_dlpack(sae->decode(z, x).reshape(shape));
+  at::Tensor reconstruction;
+  {
+    py::gil_scoped_release release;
+    reconstruction = sae->decode(z, x).reshape(shape);
+  }
+  return to_dlpack(reconstruction);  // a Python object: made with the GIL
 }
 
 }  // namespace

@@ -52,23 +52,47 @@ py::capsule adopt(std::vector<T>&& values, std::vector<int64_t> shape, at::Scala
   return to_dlpack(tensor);
 }
 
-py::dict split_dict(activations::SplitData& split) {
+// The optional arrays a file holds. A split without examples holds them too, empty, where the reader cannot tell an
+// empty array from a missing one: what the other splits hold says.
+struct HeldArrays {
+  bool expert_choices = false, example_index = false, positions = false, token_labels = false;
+};
+
+HeldArrays held_arrays(const activations::ActivationFile& file) {
+  HeldArrays held;
+  held.expert_choices = file.attributes.holds_expert_choices();
+  for (const activations::SplitData& split : file.splits) {
+    held.example_index |= !split.example_index.empty();
+    held.positions |= !split.positions.empty();
+    held.token_labels |= !split.token_labels.empty();
+  }
+  return held;
+}
+
+py::dict split_dict(activations::SplitData& split, const HeldArrays& held) {
   const auto examples = split.examples();
   py::dict out;
-  if (split.expert_ids.empty()) {
+  if (!held.expert_choices) {
     out["activations"] = adopt(std::move(split.activations), {split.rows, split.hidden}, at::kFloat);
   } else {
-    const auto k = static_cast<int64_t>(split.expert_ids.size()) / std::max<int64_t>(split.rows, 1);
-    out["expert_ids"] = adopt(std::move(split.expert_ids), {split.rows, k}, at::kInt);
-    out["expert_weights"] = adopt(std::move(split.expert_weights), {split.rows, k}, at::kFloat);
+    // The reader's `hidden` of a router's choices is their width, k.
+    out["expert_ids"] = adopt(std::move(split.expert_ids), {split.rows, split.hidden}, at::kInt);
+    out["expert_weights"] = adopt(std::move(split.expert_weights), {split.rows, split.hidden}, at::kFloat);
   }
   out["labels"] = adopt(std::move(split.labels), {examples}, at::kLong);
-  if (!split.example_index.empty()) out["example_index"] = adopt(std::move(split.example_index), {examples}, at::kLong);
-  if (!split.offsets.empty()) out["offsets"] = adopt(std::move(split.offsets), {examples + 1}, at::kLong);
-  if (!split.token_ids.empty()) out["token_ids"] = adopt(std::move(split.token_ids), {split.rows}, at::kLong);
-  if (!split.positions.empty()) out["positions"] = adopt(std::move(split.positions), {split.rows}, at::kLong);
-  if (!split.token_labels.empty()) out["token_labels"] = adopt(std::move(split.token_labels), {split.rows}, at::kLong);
-  for (auto& [field, values] : split.metadata) out[py::str(field)] = std::move(values);
+  if (held.example_index) out["example_index"] = adopt(std::move(split.example_index), {examples}, at::kLong);
+  if (!split.offsets.empty()) {  // position "all": offsets [examples + 1], [0] without examples
+    out["offsets"] = adopt(std::move(split.offsets), {examples + 1}, at::kLong);
+    out["token_ids"] = adopt(std::move(split.token_ids), {split.rows}, at::kLong);
+    if (held.positions) out["positions"] = adopt(std::move(split.positions), {split.rows}, at::kLong);
+    if (held.token_labels) out["token_labels"] = adopt(std::move(split.token_labels), {split.rows}, at::kLong);
+  }
+  // Metadata columns apart, as in the file (group metadata): a column may have any name, "labels" too.
+  if (!split.metadata.empty()) {
+    py::dict columns;
+    for (auto& [field, values] : split.metadata) columns[py::str(field)] = std::move(values);
+    out["metadata"] = columns;
+  }
   return out;
 }
 
@@ -89,9 +113,10 @@ py::tuple read_activations(const std::string& path) {
     py::gil_scoped_release release;
     file = activations::read_activation_file(path);
   }
+  const HeldArrays held = held_arrays(file);
   py::dict splits;
   for (activations::Split split : activations::kSplits) {
-    splits[activations::split_name(split)] = split_dict(file.split(split));
+    splits[activations::split_name(split)] = split_dict(file.split(split), held);
   }
   return py::make_tuple(splits, attributes_dict(file.attributes), file.attributes.recipe.to_json().dump());
 }

@@ -1,6 +1,7 @@
 """How the package runs the library: work on a thread of its own (so Ctrl-C reaches Python and stops it cleanly),
 progress as tqdm bars, and keyword arguments spelled as the tools' flags."""
 
+import operator
 import sys
 import threading
 import warnings
@@ -10,28 +11,46 @@ from . import _native
 
 def run_interruptibly(function, *args):
     """Runs function(*args) on a worker thread and returns its result. The native call releases the GIL, so the main
-    thread keeps receiving Ctrl-C: then the library is asked to stop at its next step, the worker is waited for, and
-    KeyboardInterrupt is raised. The worker's own exception is raised here as it is."""
+    thread keeps receiving Ctrl-C: then the library is asked to stop at its next step, the worker is waited for until
+    its call has ended, and KeyboardInterrupt is raised. The worker's own exception is raised here as it is."""
     outcome = {}
+    finished = threading.Event()
 
     def work():
         try:
             outcome["value"] = function(*args)
         except BaseException as error:  # handed to the caller's thread
             outcome["error"] = error
+        finally:
+            finished.set()
 
     worker = threading.Thread(target=work, name="probekit", daemon=True)
     worker.start()
     try:
-        while worker.is_alive():
-            worker.join(0.1)
+        # Not Thread.join: on CPython 3.11 a join that Ctrl-C interrupts marks the thread stopped while it still runs.
+        while not finished.is_set():
+            finished.wait(0.1)
     except KeyboardInterrupt:
-        _native.request_interrupt()
-        worker.join()
+        _stop_and_wait(finished)
         raise
     if "error" in outcome:
         raise outcome["error"]
     return outcome.get("value")
+
+
+def _stop_and_wait(finished):
+    """Asks the library to stop and waits until the worker's call has ended, letting no further Ctrl-C cut the wait
+    short (a call left running holds its run's lock, and aborts the process at exit); then forgets the request, so
+    that it stops no later call."""
+    while True:
+        try:
+            while not finished.is_set():
+                _native.request_interrupt()  # again and again: a call just starting forgets the requests made before it
+                finished.wait(0.1)
+            break
+        except KeyboardInterrupt:
+            continue
+    _native.clear_interrupt()
 
 
 def _shows_progress():
@@ -123,12 +142,27 @@ def text_list(texts, name="texts"):
     return texts
 
 
-def layer_selection(layers):
-    """layers as the tools take them: None -> the default, 8 -> "8", [8, 17] -> "8,17", "21-30" or "all" as is."""
+def layer_selection(layers, name="layers"):
+    """layers as the tools take them: None -> the default, 8 -> "8", [8, 17] -> "8,17", "21-30" or "all" as is; an
+    empty list, which would read as the default, is refused."""
     if layers is None:
         return ""
     if isinstance(layers, str):
         return layers
     if isinstance(layers, int):
         return str(layers)
-    return ",".join(str(int(layer)) for layer in layers)
+    selected = ",".join(str(int(layer)) for layer in layers)
+    if not selected:
+        raise ValueError(f"{name}: an empty list selects nothing (leave {name} out for its default)")
+    return selected
+
+
+def seed_value(seed):
+    """seed as the native calls take it, an unsigned 64-bit number; anything else is refused with a ValueError."""
+    try:
+        value = operator.index(seed)
+    except TypeError:  # 1.5, "3": not a whole number
+        value = -1
+    if not 0 <= value < 2**64:
+        raise ValueError(f"seed {seed!r}: must be a whole number from 0 to 2**64 - 1")
+    return value

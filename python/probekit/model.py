@@ -7,7 +7,7 @@ import threading
 import torch.utils.dlpack
 
 from . import _native
-from ._running import layer_selection, progress_callback, run_interruptibly, steer_items, text_list
+from ._running import layer_selection, progress_callback, run_interruptibly, seed_value, steer_items, text_list
 
 
 def load_model(model, device="auto", dtype="auto", devices=None, max_gpu_memory=0):
@@ -99,7 +99,7 @@ class Model:
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens {max_new_tokens!r}: must be a whole number, 1 or more")
         arguments = (self._native, prompts, _probes_dir(probes), *_probe_selection(probes), max_new_tokens, bool(stop), float(temperature),
-                     int(sample_top_k), float(top_p), int(seed), int(top_k), float(threshold), bool(calibrated),
+                     int(sample_top_k), float(top_p), seed_value(seed), int(top_k), float(threshold), bool(calibrated),
                      steer_items(steer), _monitor_policies(monitors, probes))
         return _generation_events(arguments)
 
@@ -129,8 +129,9 @@ class Model:
             raise ValueError(f"layer_window {layer_window!r}: must be a whole number, 1 or more")
         text = run_interruptibly(
             _native.patch, self._native, self._patch_graphs, clean, corrupted or "", subject or "", float(noise),
-            int(seed), metric, sites, layer_selection(layers) or "all", layer_selection(positions) or "all", layer_window, direction, method,
-            output_dir or "", bool(overwrite), progress_callback(progress))
+            seed_value(seed), metric, sites, layer_selection(layers) or "all",
+            layer_selection(positions, "positions") or "all", layer_window, direction, method, output_dir or "",
+            bool(overwrite), progress_callback(progress))
         result = json.loads(text)
         for key in ("grid", "attribution", "restored"):
             if key in result:

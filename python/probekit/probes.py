@@ -23,6 +23,8 @@ class Probes:
     prints."""
 
     def __init__(self, directory, layers=None, layer=None, best_layer=False):
+        if best_layer and (layer is not None or layers is not None):
+            raise ValueError("best_layer scores each label at its best layer: it excludes layer and layers")
         self._info = _native.describe_probes(directory)
         self._selection = (layer_selection(layers), -1 if layer is None else int(layer), bool(best_layer))
         # Layers the directory has no probes for are refused here, as --layer and --layers refuse them.

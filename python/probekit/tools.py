@@ -7,7 +7,7 @@ import os
 import torch.utils.dlpack
 
 from . import _native
-from ._running import flag_arguments, progress_callback, run_interruptibly
+from ._running import flag_arguments, progress_callback, run_interruptibly, seed_value
 from .model import Model
 
 _DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
@@ -42,8 +42,9 @@ def train_binary_probes(activations_dir, output_dir, progress=True, **flags):
 
 class Activations(dict):
     """A layer's activation file: {"train" | "val" | "test": {"activations": [N, H], "labels": [N], "example_index",
-    "offsets", "token_ids", "positions" (position "all"), "token_labels" (conversations with "spans"), metadata
-    columns}}; `attributes` says how it was made (model, layer, label_names, site, position, ...)."""
+    "offsets", "token_ids", "positions" (position "all"), "token_labels" (conversations with "spans"), "metadata":
+    {column: [str]} (--keep-fields)}}, each split with the same arrays (empty ones for a split without examples);
+    `attributes` says how it was made (model, layer, label_names, site, position, ...)."""
 
     def __init__(self, splits, attributes):
         super().__init__(splits)
@@ -66,9 +67,10 @@ def read_activations(path):
 def example_model(directory, overwrite=False, hidden_size=256, layers=6, seed=0):
     """The built-in example model: a small random-weight Gemma 3 checkpoint (make_example model), written to
     directory unless it is there already. Returns directory, for load_model."""
+    seed = seed_value(seed)
     if overwrite or not os.path.exists(os.path.join(directory, "model.safetensors")):
         _native.write_example_model(str(directory), os.path.join(_DATA, "example_tokenizer.json"), int(hidden_size),
-                                    int(layers), int(seed), bool(overwrite))
+                                    int(layers), seed, bool(overwrite))
     return str(directory)
 
 

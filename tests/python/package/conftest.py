@@ -75,6 +75,15 @@ def probes_dir(workdir, tool_activations):
 
 
 @pytest.fixture(scope="session")
+def multiclass_probes_dir(workdir, tool_activations):
+    """train_probes' multiclass probe of the tool's activations at LAYERS[1]."""
+    output = workdir / "multiclass_probes"
+    run_tool("train_probes", "--activations", tool_activations / f"layer_{LAYERS[1]}_activations.h5", "--output-dir",
+             output, "--epochs", 2, "--quiet")
+    return str(output)
+
+
+@pytest.fixture(scope="session")
 def attention_probes_dir(workdir, model, dataset):
     """Attention probes (train_binary_probes --model-type attention, through the package) on every token of LAYERS[1]."""
     activations = workdir / "every_token"

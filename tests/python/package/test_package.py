@@ -4,9 +4,14 @@ Numbers are compared within 1e-6 (assert_json_close): the package and the tools 
 rows, and in fp32 on the CPU the products and attention are bitwise independent of batching and of OpenBLAS's kernel
 (docs/testing.md), so what is left is the printing's rounding; .ci/run runs these tests under a second kernel."""
 
+import ast
 import json
 import math
+import os
 import shutil
+import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -118,7 +123,12 @@ def test_per_token_gives_multi_probe_inferences_numbers(model, texts, probes_dir
     text = texts[1][:80]
     expected = json.loads(run_tool("multi_probe_inference", "--probes-dir", probes_dir, "--model", model.dir,
                                    "--layer", LAYERS[1], "--text", text, "--per-token", "--json"))
-    assert_json_close(expected, probekit.load_probes(probes_dir, layer=LAYERS[1]).per_token(model, text))
+    probes = probekit.load_probes(probes_dir, layer=LAYERS[1])
+    assert_json_close(expected, probes.per_token(model, text))
+    calibrated = json.loads(run_tool("multi_probe_inference", "--probes-dir", probes_dir, "--model", model.dir,
+                                     "--layer", LAYERS[1], "--text", text, "--per-token", "--calibrated", "--json"))
+    assert "thresholds" in calibrated
+    assert_json_close(calibrated, probes.per_token(model, text, calibrated=True))
 
 
 def test_attention_probes_rank_and_per_token_as_multi_probe_inference(model, texts, attention_probes_dir):
@@ -219,6 +229,8 @@ def test_conversations_ranked_and_scored_per_token_as_the_tool(model, probes_dir
         assert_json_close(json.loads(run_tool("multi_probe_inference", *flags)), probes.rank(model, messages=messages))
         per_token = probes.per_token(model, messages=messages)
         assert_json_close(json.loads(run_tool("multi_probe_inference", *flags, "--per-token")), per_token)
+        assert_json_close(json.loads(run_tool("multi_probe_inference", *flags, "--per-token", "--calibrated")),
+                          probes.per_token(model, messages=messages, calibrated=True))
         assert any(token["in_mask"] for token in per_token["tokens"])
         with pytest.raises(ValueError, match="not both"):
             probes.rank(model, ["a text"], messages=messages)
@@ -240,6 +252,11 @@ def test_layers_and_texts_refused_as_the_tools_refuse_them(model, probes_dir):
         probekit.load_probes(probes_dir, layer=99)
     with pytest.raises(ValueError, match=r"layers: .* has no probes for layer 98, 99"):
         probekit.load_probes(probes_dir, layers=[LAYERS[0], 98, 99])
+    for selection in ({"layer": LAYERS[0]}, {"layers": LAYERS}, {"layers": "all"}):
+        with pytest.raises(ValueError, match="best_layer scores each label at its best layer: it excludes layer and"):
+            probekit.load_probes(probes_dir, best_layer=True, **selection)
+    with pytest.raises(ValueError, match="layers: an empty list selects nothing"):
+        probekit.load_probes(probes_dir, layers=[])
     probes = probekit.load_probes(probes_dir, layers=LAYERS)
     for call in (lambda: probes.rank(model, ["a text", "  "]), lambda: probes.per_token(model, ""),
                  lambda: model.capture(["", "a text"], layers=LAYERS[0])):
@@ -277,6 +294,87 @@ def test_ctrl_c_interrupts_capture_activations_which_then_resumes(model, dataset
     assert summary["layers"] == [2] and (output / "layer_2_activations.h5").exists()
 
 
+def test_a_real_ctrl_c_raises_once_the_interrupted_call_has_ended(model):
+    """SIGINT itself, from another thread, during a long capture: KeyboardInterrupt comes once the native call has
+    stopped, and the next call runs. (CPython 3.11's Thread.join, interrupted, once let KeyboardInterrupt through
+    while the capture ran on; the next call then forgot the request and the capture ran to its end.)"""
+    with open(probekit.example_dataset()) as source:
+        texts = [json.loads(line)["text"] for line in source] * 4  # far longer than the 0.2 s before Ctrl-C
+    interrupted = []
+
+    def ctrl_c_while_capturing():
+        deadline = time.monotonic() + 60
+        while not interrupted and time.monotonic() < deadline:
+            interrupted.extend(thread for thread in threading.enumerate() if thread.name == "probekit")
+            time.sleep(0.01)
+        if interrupted:
+            time.sleep(0.2)  # into the capture
+            os.kill(os.getpid(), signal.SIGINT)
+
+    sender = threading.Thread(target=ctrl_c_while_capturing)
+    sender.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            model.capture(texts, layers=2, batch_size=1, progress=False)
+    finally:
+        sender.join()
+    assert model.capture(texts[:2], layers=2, progress=False)[2].shape[0] == 2  # the next call, at once
+    running = [thread for thread in interrupted if thread in threading.enumerate()]
+    assert not running, f"the interrupted capture's worker still runs after the next call: {running}"
+
+
+def test_calibrated_is_refused_for_a_multiclass_probe_as_the_tool_refuses_it(model, multiclass_probes_dir):
+    probes = probekit.load_probes(multiclass_probes_dir)
+    assert probes.rank(model, "The garage was")["predictions"]
+    for call in (lambda: probes.rank(model, "The garage was", calibrated=True),
+                 lambda: probes.per_token(model, "The garage was", calibrated=True),
+                 lambda: list(model.generate("The garage was", max_new_tokens=1, probes=probes, calibrated=True))):
+        with pytest.raises(ValueError, match="calibrated: .* holds a multiclass probe"):
+            call()
+
+
+def test_read_activations_keeps_metadata_apart_and_every_array_in_an_empty_split(model, dataset, workdir):
+    """Metadata columns named as arrays ("labels", "activations") do not replace them; val and test, without examples
+    (split 1,0,0), have every array train has, empty."""
+    with open(dataset) as source:
+        lines = [json.loads(line) for line in source][:8]
+    named_as_arrays = workdir / "named_as_arrays.jsonl"
+    named_as_arrays.write_text("".join(json.dumps({**line, "labels": f"x{index}", "activations": "y"}) + "\n"
+                                       for index, line in enumerate(lines)))
+    output = workdir / "metadata_columns"
+    probekit.capture_activations(model, str(named_as_arrays), str(output), progress=False, layers=[2], position="all",
+                                 split="1,0,0", keep_fields=["labels", "activations", "domain"])
+    read = probekit.read_activations(str(output / "layer_2_activations.h5"))
+    train = read["train"]
+    assert sorted(train) == ["activations", "example_index", "labels", "metadata", "offsets", "positions", "token_ids"]
+    assert train["labels"].dtype == torch.int64 and train["activations"].shape[1] == model.hidden_size
+    assert train["metadata"] == {"labels": [f"x{int(index)}" for index in train["example_index"]],
+                                 "activations": ["y"] * len(lines),
+                                 "domain": [lines[int(index)]["domain"] for index in train["example_index"]]}
+    for split in ("val", "test"):
+        arrays = read[split]
+        assert sorted(arrays) == sorted(train), split
+        assert arrays["metadata"] == {"labels": [], "activations": [], "domain": []}
+        for name, value in arrays.items():
+            if name == "metadata":
+                continue
+            expected = (1 if name == "offsets" else 0, *train[name].shape[1:])
+            assert value.dtype == train[name].dtype and value.shape == expected, \
+                f"{split}/{name}: {value.dtype} {tuple(value.shape)}, expected {train[name].dtype} {expected}"
+
+
+def test_the_type_stubs_declare_every_public_name():
+    stubs = ast.parse(Path(probekit.__file__).with_name("__init__.pyi").read_text())
+    declared = {node.name: node for node in stubs.body if isinstance(node, (ast.ClassDef, ast.FunctionDef))}
+    for name in probekit.__all__:
+        assert name in declared, f"{name} is not in __init__.pyi"
+        if isinstance(declared[name], ast.ClassDef):
+            members = {item.name if isinstance(item, ast.FunctionDef) else item.target.id
+                       for item in declared[name].body if isinstance(item, (ast.FunctionDef, ast.AnnAssign))}
+            public = {member for member in vars(getattr(probekit, name)) if not member.startswith("_")}
+            assert public <= members, f"{name}: {sorted(public - members)} not in __init__.pyi"
+
+
 @pytest.mark.parametrize("call, error, message", [
     (lambda m: m.capture(["a"], layers=[2], position="middle"), ValueError, "middle"),
     (lambda m: m.capture(["a"], layers=[99]), ValueError, "99"),
@@ -287,6 +385,17 @@ def test_ctrl_c_interrupts_capture_activations_which_then_resumes(model, dataset
     (lambda m: m.capture(["a"], steer=[([1.0, 2.0], 2, 1.0)]), ValueError, "2"),
     (lambda m: list(m.generate("a", max_new_tokens=0)), ValueError, "max_new_tokens"),
     (lambda m: list(m.generate("a", temperature=-1)), ValueError, "temperature"),
+    (lambda m: list(m.generate("a", top_k=0)), ValueError, "top_k 0: must be 1 or more"),
+    (lambda m: list(m.generate("a", threshold=2)), ValueError, "threshold 2.000000: must be a number from 0 to 1"),
+    (lambda m: list(m.generate("a", threshold=-5)), ValueError, "threshold -5.000000: must be a number from 0 to 1"),
+    (lambda m: list(m.generate("a", threshold=float("nan"))), ValueError, "must be a number from 0 to 1"),
+    (lambda m: m.capture(["a"], layers=[]), ValueError, "layers: an empty list selects nothing"),
+    (lambda m: m.patch("a b", "a c", layers=[]), ValueError, "layers: an empty list selects nothing"),
+    (lambda m: m.patch("a b", "a c", positions=[]), ValueError, "positions: an empty list selects nothing"),
+    (lambda m: list(m.generate("a", seed=-1)), ValueError, "seed -1: must be a whole number"),
+    (lambda m: m.patch("a b", subject="a", seed=-1), ValueError, "seed -1: must be a whole number"),
+    (lambda m: probekit.example_model("/nonexistent/example", seed=-1), ValueError, "seed -1: must be a whole number"),
+    (lambda m: probekit.example_model("/nonexistent/example", seed=2**64), ValueError, "seed 18446744073709551616"),
     (lambda m: probekit.capture_activations(m, "d.jsonl", "out", no_such_flag=1), ValueError, "--no-such-flag"),
     (lambda m: probekit.capture_activations(m, "/nonexistent.jsonl", "out"), ValueError, "/nonexistent.jsonl"),
     (lambda m: probekit.load_model("/nonexistent/model"), ValueError, "/nonexistent/model"),

@@ -3,7 +3,10 @@ in torch, model.capture at site "sae:NAME" against encode of the resid_post rows
 stores (--site sae:NAME --sae-top-k K) read back with h5py."""
 
 import json
+import os
 import struct
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -65,6 +68,26 @@ def test_load_sae_encodes_and_decodes_as_the_formula(sae_folder, model):
     torch.testing.assert_close(sae.decode(latents), expected @ weights["W_dec"] + weights["b_dec"], rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="the last dimension must be"):
         sae.encode(torch.zeros(2, 3))
+
+
+def test_decode_refuses_rows_of_another_shape_than_the_latents(sae_folder, model):
+    sae = probekit.load_sae(str(sae_folder))
+    latents, width = torch.zeros(4, 48), model.hidden_size
+    for rows in (torch.zeros(1, width), torch.zeros(2, 2, width), torch.zeros(3, width)):  # broadcast, mixed, wrong
+        shape = ", ".join(map(str, rows.shape))
+        with pytest.raises(ValueError, match=rf"latents of shape \[4, 48\] and rows of shape \[{shape}\]"):
+            sae.decode(latents, rows)
+    assert sae.decode(latents.reshape(2, 2, 48), torch.zeros(2, 2, width)).shape == (2, 2, width)
+
+
+def test_encode_and_decode_make_their_tensors_with_the_gil(sae_folder):
+    """Under PYTHONMALLOC=debug, a Python object made without the GIL aborts the process (encode's and decode's
+    capsules once were)."""
+    script = ("import sys, torch, probekit; sae = probekit.load_sae(sys.argv[1]); rows = torch.randn(3, sae.d_in); "
+              "sae.decode(sae.encode(rows), rows)")
+    done = subprocess.run([sys.executable, "-c", script, str(sae_folder)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONMALLOC": "debug"})
+    assert done.returncode == 0, f"exit {done.returncode}:\n{done.stderr[-3000:]}"
 
 
 def test_capture_at_an_sae_site_gives_the_latents_of_its_layer(model, texts, sae_folder):
