@@ -1,5 +1,5 @@
-// The capture tests' labelled dataset, their CPU run of kGemmaModel, and the activations of a run's files, shared by
-// the capture tests' two files.
+// The capture tests' labelled dataset, their CPU run of kGemmaModel, the activations of a run's files, and a resumed
+// run with nothing left to run, shared by the capture tests' files (and the GPU tests').
 #pragma once
 
 #include <fmt/format.h>
@@ -50,6 +50,26 @@ inline std::vector<std::vector<float>> layer_activations(const std::string& dir,
     for (activations::Split split : activations::kSplits) out.push_back(file.split(split).activations);
   }
   return out;
+}
+
+/// Captures layers 1 and 5 of a 16-text dataset with `o` (its model and device) into tmp/out, leaves layer 5's file as a
+/// kill between the two layers' finish() leaves it (every example committed to its .partial file, not yet renamed),
+/// and checks that --resume finishes it without running a batch.
+inline void check_resume_with_nothing_left(capture::CaptureOptions o, const TempDir& tmp) {
+  o.dataset_path = write_action_dataset(tmp, 16);
+  o.output_dir = tmp.file("out");
+  o.layers = "1,5";
+  capture::run_capture(o);
+  const std::vector<std::vector<float>> expected = layer_activations(o.output_dir, {1, 5});
+  const std::string partial = activations::partial_path_for(o.output_dir + "/" + activations::layer_file_name(5));
+  rename_path(o.output_dir + "/" + activations::layer_file_name(5), partial);
+  write_text(partial + ".progress", "examples_done=16\n");
+  o.resume = true;
+  const capture::CaptureSummary resumed = capture::run_capture(o);
+  CHECK(resumed.processed == 0);
+  CHECK(resumed.batches == 0);
+  CHECK(layer_activations(o.output_dir, {1, 5}) == expected);
+  CHECK_FALSE(path_exists(partial));
 }
 
 }  // namespace probekit::testing

@@ -108,6 +108,7 @@ CaptureSummary run_capture(const CaptureOptions& options) {
   plan_examples(options, plan, summary);
   plan.layers = parse_layers(options.layers, plan.config().num_layers);
   plan_site(options, plan);
+  refuse_other_layers(options, dir, plan.layers);
   summary.layers = plan.layers;
   plan.steering = steering::resolve(options.steering, plan.config(), plan.saes);
 

@@ -34,7 +34,10 @@ void add_data_flags(CLI::App& app, CaptureFlags& f) {
   app.add_flag("--add-generation-prompt", o.add_generation_prompt,
                "Conversations: render them with the chat template's generation prompt (the assistant's turn opened)");
   app.add_option("--split", f.split, "Train,val,test ratios")->capture_default_str();
-  app.add_option("--seed", o.seed, "Seed of the stratified split (Python's random)")->capture_default_str();
+  // Python's random.seed(-1) seeds with abs(-1); read as a uint64, -1 became 2^64 - 1: negative seeds are refused.
+  app.add_option("--seed", o.seed, "Seed of the stratified split (Python's random)")
+      ->capture_default_str()
+      ->check(at_least(0));
   app.add_option("--max-length", o.max_length, "Cut longer prompts from the start of the text (tokens; 0: no limit)")
       ->check(at_least(0));
   steering::add_steering_flags(app, o.steering, true, true);
@@ -44,7 +47,8 @@ void add_data_flags(CLI::App& app, CaptureFlags& f) {
 
 void add_run_flags(CLI::App& app, CaptureFlags& f) {
   CaptureOptions& o = f.options;
-  app.add_option("--batch-size", o.batch_size, "Examples per forward pass (default: chosen from device memory)")
+  app.add_option("--batch-size", o.batch_size,
+                 fmt::format("Examples per forward pass, at most {} (default: chosen from device memory)", kMaxBatchSize))
       ->check(at_least(0));
   app.add_option("--max-gpu-memory", f.max_gpu_memory,
                  "GPU memory the capture may use, weights included, e.g. 40GB (default: what is free; on MPS "

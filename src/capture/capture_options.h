@@ -20,6 +20,10 @@
 
 namespace probekit::capture {
 
+/// The most examples --batch-size may ask for in one forward pass: far past what any device holds, and small enough
+/// that the batch's token budget (examples x the longest prompt) cannot overflow.
+constexpr int64_t kMaxBatchSize = int64_t{1} << 20;
+
 /// The model and its devices (loading::ModelRequest), and what to capture.
 struct CaptureOptions : loading::ModelRequest {
   std::string dataset_path;
@@ -37,7 +41,7 @@ struct CaptureOptions : loading::ModelRequest {
   std::optional<SaeSite> sae_site;  // --site sae:NAME or sae-error:NAME: read through that SAE instead of `site`
   sae::SaeStorage sae_storage;      // --sae-top-k, --sae-dense
   int64_t max_length = 0;       // tokens; 0: no limit
-  int64_t batch_size = 0;       // examples per forward pass; 0: chosen from a token budget
+  int64_t batch_size = 0;       // examples per forward pass, at most kMaxBatchSize; 0: chosen from a token budget
   int64_t window = 1024;        // examples per commit: the unit of length sorting and of resumption
   bool gzip = false;
   bool resume = false;

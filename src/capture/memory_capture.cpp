@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "capture/batch_runner.h"
+#include "capture/plan.h"
 #include "common/error.h"
 #include "common/progress.h"
 #include "device/torch/transfers.h"
@@ -155,6 +156,7 @@ void run_batches(const BatchRunner& runner, device::OutOfMemoryRetry& retry, con
 
 CapturedRows capture_rows(const loading::SharedModel& model, const std::vector<std::string>& texts,
                           const CaptureOptions& options) {
+  check_options(options);  // a batch size past kMaxBatchSize would overflow the batches' token budget
   CapturedRows out;
   const CapturePlan plan = plan_texts(model, texts, options, out);
   if (options.position == Position::kAll) {

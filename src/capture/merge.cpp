@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <regex>
+#include <set>
 
 #include <fmt/ranges.h>
 
@@ -80,6 +81,59 @@ std::vector<ShardFile> read_shards(const std::vector<std::string>& shard_dirs, c
                missing.size() > 1 ? "their" : "its");
   }
   return shards;
+}
+
+// The layers whose files, complete or interrupted (.partial), are in any of the shard directories.
+std::set<int64_t> layers_named_in(const std::vector<std::string>& shard_dirs) {
+  const std::string partial_suffix = activations::partial_path_for("");
+  std::set<int64_t> layers;
+  for (const std::string& dir : shard_dirs) {
+    if (!is_directory(dir)) continue;  // read_shard names its files missing
+    for (std::string name : list_directory(dir)) {
+      const size_t stem = name.size() - std::min(name.size(), partial_suffix.size());
+      if (name.compare(stem, std::string::npos, partial_suffix) == 0) name.erase(stem);
+      const int64_t layer = activations::layer_from_file_name(name);
+      if (layer >= 0) layers.insert(layer);
+    }
+  }
+  return layers;
+}
+
+// One layer file of the run: its name and its file in every shard, sorted by shard.
+struct LayerShards {
+  std::string name;
+  std::vector<ShardFile> shards;
+};
+
+// Every layer file of the run, each checked complete in every shard: the layers named in any shard directory and those
+// the files' `layers` attribute lists. A layer one shard lacks (its file deleted, or left .partial by a kill between
+// two layers' finish()) is an error naming it, never a layer left out of the merge.
+std::vector<LayerShards> read_run_layers(const std::vector<std::string>& shard_dirs) {
+  const std::set<int64_t> named = layers_named_in(shard_dirs);
+  if (named.empty()) {
+    fail_input("{}: no layer_{{L}}_activations.h5 files in the shard directories", fmt::join(shard_dirs, ", "));
+  }
+  std::vector<LayerShards> layers;
+  for (int64_t layer : named) {
+    const std::string name = activations::layer_file_name(layer);
+    layers.push_back({name, read_shards(shard_dirs, name)});
+  }
+  const ShardFile run = layers.front().shards.front();
+  for (int64_t layer : run.attributes.layers) {
+    if (named.count(layer) == 0) {
+      fail_input("{}/{} is missing: the run captured layers {} (its files' layers attribute), and no shard directory "
+                 "holds layer {}'s file",
+                 shard_dirs.front(), activations::layer_file_name(layer), fmt::join(run.attributes.layers, ", "), layer);
+    }
+  }
+  for (const LayerShards& layer : layers) {
+    activations::FileAttributes attributes = layer.shards.front().attributes;
+    attributes.layer = run.attributes.layer;
+    if (attributes.identity() != run.attributes.identity()) {
+      fail_input("{} and {} come from different capture runs", layer.shards.front().path, run.path);
+    }
+  }
+  return layers;
 }
 
 // Shards are consecutive ranges of the run's order (train, then val, then test), so each split is its shards'
@@ -198,16 +252,20 @@ std::vector<std::string> merge_shards(const std::vector<std::string>& shard_dirs
   if (shard_dirs.empty()) fail_input("nothing to merge: no shard directories");
   if (options.virtual_files && options.gzip) fail_usage("--virtual and --compression gzip exclude each other: virtual files copy nothing to compress");
   check_output_apart(shard_dirs, output_dir);
+  const std::vector<LayerShards> layers = read_run_layers(shard_dirs);
+  // Every output is checked before any is written: a refusal leaves the output directory as it was.
+  for (const LayerShards& layer : layers) {
+    const std::string path = output_dir + "/" + layer.name;
+    if (is_regular_file(path) && !options.overwrite) fail("{} already exists; pass --overwrite to replace it", path);
+  }
   make_directories(output_dir);
   std::vector<std::string> written;
-  for (const std::string& first_file : activations::find_activation_files({shard_dirs.front()})) {
-    std::string name = first_file.substr(first_file.rfind('/') + 1);
-    std::vector<ShardFile> shards = read_shards(shard_dirs, name);
+  for (const LayerShards& layer : layers) {
+    const std::vector<ShardFile>& shards = layer.shards;
     std::vector<activations::ShardRows> parts;
     for (const ShardFile& shard : shards) parts.push_back({shard.path, activations::read_layouts(shard.path)});
     std::array<activations::SplitLayout, 3> merged = join_layouts(parts, shards.front().attributes.recipe.position == Position::kAll);
-    std::string path = output_dir + "/" + name;
-    if (is_regular_file(path) && !options.overwrite) fail("{} already exists; pass --overwrite to replace it", path);
+    std::string path = output_dir + "/" + layer.name;
     activations::FileAttributes attributes = shards.front().attributes;
     attributes.shard = "";
     if (options.virtual_files) {

@@ -15,8 +15,9 @@ struct MergeOptions {
   bool virtual_files = false;
 };
 
-/// Merges `shard_dirs` (all N shards of one run, in any order) into layer files in `output_dir`; returns the
-/// files written. Throws naming the shards that are missing, incomplete or from another run.
+/// Merges `shard_dirs` (all N shards of one run, in any order) into layer files in `output_dir`, one for every layer
+/// the run captured; returns the files written. Throws naming the shard files that are missing, incomplete or from
+/// another run, and the outputs that exist without `overwrite`, before anything is written.
 std::vector<std::string> merge_shards(const std::vector<std::string>& shard_dirs, const std::string& output_dir,
                                       const MergeOptions& options);
 

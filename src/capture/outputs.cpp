@@ -1,7 +1,9 @@
 #include "capture/outputs.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "common/error.h"
@@ -24,22 +26,29 @@ bool settle_existing(const CaptureOptions& options, LayerOutput& out, const acti
   for (const std::string* path : {&out.path, &partial}) check_output_file(*path, true);  // never a device or FIFO
   bool complete = is_regular_file(out.path), interrupted = is_regular_file(partial);
   if (options.overwrite) {
-    std::remove(out.path.c_str());
+    // The complete file stays until its successor is complete (finish() renames the new file over it), so a failed or
+    // interrupted --overwrite run leaves the earlier capture whole; an earlier interrupted run's partial file goes.
     std::remove(partial.c_str());
-  } else if (options.resume && interrupted && activations::has_progress_record(out.path)) {
-    out.writer = activations::ActivationWriter::resume(out.path, attributes);
-    *batching = Batching::decode(out.writer->attributes().batching);
-    return true;
-  } else if (options.resume && interrupted) {
+    return false;
+  }
+  if (options.resume && interrupted) {
+    if (activations::has_progress_record(out.path)) {
+      out.writer = activations::ActivationWriter::resume(out.path, attributes);
+      *batching = Batching::decode(out.writer->attributes().batching);
+      return true;
+    }
     std::remove(partial.c_str());  // killed while being created: nothing was committed
-    return complete;
-  } else if (options.resume && complete) {
+    interrupted = false;
+  }
+  // A complete file kept by --resume must be this run's: one left by an --overwrite run killed before its first commit
+  // is the earlier capture's.
+  if (options.resume && complete) {
     std::string difference = attributes.identity_difference(activations::read_attributes(out.path));
     if (!difference.empty()) fail("{} is complete but {}; use --overwrite to replace it", out.path, difference);
     return true;
-  } else if (complete) {
-    fail("{} already exists; pass --overwrite to replace it (or --resume to keep complete files)", out.path);
-  } else if (interrupted) {
+  }
+  if (complete) fail("{} already exists; pass --overwrite to replace it (or --resume to keep complete files)", out.path);
+  if (interrupted) {
     fail("{} is an interrupted capture; pass --resume to continue it or --overwrite to start again", partial);
   }
   return false;
@@ -68,6 +77,18 @@ std::vector<LayerOutput> open_outputs(const CaptureOptions& options, const std::
     outputs[i].writer = activations::ActivationWriter::create(outputs[i].path, attributes, layouts, options.gzip);
   }
   return outputs;
+}
+
+void refuse_other_layers(const CaptureOptions& options, const std::string& dir, const std::vector<int64_t>& layers) {
+  if (!options.overwrite) return;
+  for (const std::string& name : list_directory(dir)) {
+    const int64_t layer = activations::layer_from_file_name(name);
+    if (layer < 0 || std::find(layers.begin(), layers.end(), layer) != layers.end()) continue;
+    fail_usage("--overwrite: {}/{} holds layer {}, which this run (layers {}) does not capture: it would stay beside "
+               "this run's files, and a trainer given {} would train on both; remove it (or add its layer to "
+               "--layers), or capture into another --output-dir",
+               dir, name, layer, fmt::join(layers, ","), dir);
+  }
 }
 
 void write_window(std::vector<LayerOutput>& outputs, const WindowRows& window, const std::vector<RunItem>& run,

@@ -27,6 +27,11 @@ std::vector<LayerOutput> open_outputs(const CaptureOptions& options, const std::
                                       const std::vector<int64_t>& layers, activations::FileAttributes attributes,
                                       const std::array<activations::SplitLayout, 3>& layouts, Batching* batching);
 
+/// With --overwrite, refuses (a usage error) a complete layer file in `dir` of a layer other than `layers`, before the
+/// model loads: the run would leave it beside its own files, and the trainers, which take every layer file of a
+/// directory, would train on files of two captures. Without --overwrite the run adds its layers to those there.
+void refuse_other_layers(const CaptureOptions& options, const std::string& dir, const std::vector<int64_t>& layers);
+
 /// Rows of one window, per layer, in run order: [layers][rows x width].
 struct WindowRows {
   int64_t begin = 0, end = 0;      // run positions

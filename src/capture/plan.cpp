@@ -115,11 +115,35 @@ std::unique_ptr<DeviceSae> place_sae(const CapturePlan& plan, at::Device device)
   return placed;
 }
 
+namespace {
+
+// Each --keep-fields name becomes a column, the HDF5 dataset metadata/NAME: a name given twice would make one column of
+// twice the values, and an empty name, "." or one holding '/' is not a dataset's name (HDF5 failed on it once the
+// model had loaded, leaving a .partial file).
+void check_keep_fields(const std::vector<std::string>& fields) {
+  std::set<std::string> named;
+  for (const std::string& field : fields) {
+    if (field.empty() || field == "." || field.find('/') != std::string::npos) {
+      fail_usage("--keep-fields: '{}' cannot name a metadata column (stored as metadata/NAME in the HDF5 files, a name "
+                 "that is not empty, not '.' and holds no '/')",
+                 field);
+    }
+    if (!named.insert(field).second) fail_usage("--keep-fields: '{}' is named twice; each field makes one column", field);
+  }
+}
+
+}  // namespace
+
 void check_options(const CaptureOptions& options) {
   if (options.shard_count < 1 || options.shard_index < 0 || options.shard_index >= options.shard_count) {
     fail_usage("--shard {}/{}: expected I/N with 0 <= I < N", options.shard_index, options.shard_count);
   }
   if (options.window <= 0) fail_usage("--window must be positive");
+  if (options.batch_size < 0 || options.batch_size > kMaxBatchSize) {
+    fail_usage("--batch-size {}: expected 0 (chosen from device memory) to {} examples per forward pass",
+               options.batch_size, kMaxBatchSize);
+  }
+  check_keep_fields(options.dataset.keep_fields);
 }
 
 namespace {

@@ -63,7 +63,8 @@ struct CapturePlan {
   const model::ModelConfig& config() const { return model.config; }
 };
 
-/// Refuses options that cannot make a run (the shard, the window).
+/// Refuses options that cannot make a run (the shard, the window, the batch size, the kept fields), before anything
+/// is read or loaded.
 void check_options(const CaptureOptions& options);
 
 /// Reads the dataset, splits it and picks this shard's examples in run order.

@@ -113,7 +113,9 @@ class WindowLoop {
            const Batching& batching, int64_t start) {
     auto run_size = static_cast<int64_t>(plan_.run.size());
     BackgroundWorker writer(1, targets_.front().is_gpu());
-    if (targets_.front().is_gpu()) {
+    // A resumed run whose files hold every example already (killed between two layers' finish()) has no batch to
+    // warm up on, nor any to run: its files are only finished.
+    if (targets_.front().is_gpu() && start < run_size) {
       auto warm_up_start = Clock::now();
       reserve_row_buffers(batching);
       warm_up(plan_window_batches(plan_.lengths, start, std::min(start + batching.window, run_size), batching).front());

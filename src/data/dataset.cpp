@@ -23,10 +23,14 @@ constexpr const char* kStandardInput = "-";
 constexpr const char* kStandardInputName = "<stdin>";  // as Python names it in messages
 constexpr const char* kMessagesField = "messages";     // a conversation row's messages, in place of its text
 
-// A label may be written as a string or as an integer class id.
+// A label may be written as a string or as an integer class id, kept as its decimal digits.
 bool label_text(const Json& value, std::string* out) {
   if (value.is_string()) {
     *out = value.get<std::string>();
+    return true;
+  }
+  if (value.is_number_unsigned()) {  // up to 2^64 - 1, which an int64 would wrap
+    *out = std::to_string(value.get<uint64_t>());
     return true;
   }
   if (value.is_number_integer()) {
@@ -34,6 +38,31 @@ bool label_text(const Json& value, std::string* out) {
     return true;
   }
   return false;
+}
+
+// Python's order of integers written in decimal without leading zeros: -10 < -2 < 1 < 2 < 10, whatever their size.
+bool integer_text_less(const std::string& a, const std::string& b) {
+  const bool a_negative = a[0] == '-', b_negative = b[0] == '-';
+  if (a_negative != b_negative) return a_negative;
+  auto magnitude_less = [](const std::string& x, const std::string& y) {
+    return x.size() != y.size() ? x.size() < y.size() : x < y;
+  };
+  return a_negative ? magnitude_less(b.substr(1), a.substr(1)) : magnitude_less(a, b);
+}
+
+// Refuses the row's field `field` when its arrays and objects nest deeper than kMaxFieldDepth, walking it with a
+// stack of its own: the walk must not recurse where the dump it guards would.
+void check_depth(const Json& value, const std::string& field, const std::string& where) {
+  std::vector<std::pair<const Json*, int>> pending{{&value, 1}};
+  while (!pending.empty()) {
+    const auto [node, depth] = pending.back();
+    pending.pop_back();
+    if (!node->is_structured()) continue;
+    if (depth > kMaxFieldDepth) {
+      fail_input("{}: field '{}' nests arrays and objects more than {} levels deep", where, field, kMaxFieldDepth);
+    }
+    for (const Json& child : *node) pending.emplace_back(&child, depth + 1);
+  }
 }
 
 std::string field_list(const Json& object) {
@@ -137,6 +166,7 @@ void read_input(const Json& object, const DatasetOptions& options, Dataset& data
                conversation ? "'messages' (a conversation)" : "a text", conversation ? "texts" : "conversations");
   }
   if (conversation) {
+    check_depth(*messages, kMessagesField, where);
     if (!messages->is_array() || messages->empty()) {
       fail_input("{}: field '{}' must be a non-empty list of messages, found {}", where, kMessagesField,
                  messages->dump().substr(0, 80));
@@ -144,7 +174,10 @@ void read_input(const Json& object, const DatasetOptions& options, Dataset& data
     example.messages = messages->dump();
     // The tools a row offers the model go to the template with its messages (checked where they are rendered).
     auto tools = object.find("tools");
-    if (tools != object.end() && !tools->is_null()) example.messages = Json{{"messages", *messages}, {"tools", *tools}}.dump();
+    if (tools != object.end() && !tools->is_null()) {
+      check_depth(*tools, "tools", where);
+      example.messages = Json{{"messages", *messages}, {"tools", *tools}}.dump();
+    }
     auto spans = object.find("spans");
     if (spans != object.end()) example.spans = read_spans(*spans, *messages, where);
     return;
@@ -162,6 +195,22 @@ void read_input(const Json& object, const DatasetOptions& options, Dataset& data
   }
 }
 
+// Labels are strings or integers, as the first row's is: the reference orders them with sorted(set(labels)), which
+// raises for the two kinds together (and here 1 and "1" became one label). Span labels are strings, so a row with
+// spans takes a string label.
+void check_label_kind(bool integer, const Example& example, Dataset& dataset, const std::string& where) {
+  if (dataset.examples.empty()) dataset.integer_labels = integer;
+  if (integer != dataset.integer_labels) {
+    fail_input("{}: label field '{}' holds {}, the rows before it {}: labels are strings or integers, not both",
+               where, dataset.label_field, integer ? "an integer" : "a string", integer ? "strings" : "integers");
+  }
+  if (integer && !example.spans.empty()) {
+    fail_input("{}: this row's label is an integer and its 'spans' label tokens with strings: labels are strings or "
+               "integers, not both",
+               where);
+  }
+}
+
 Example read_example(const Json& object, const DatasetOptions& options, Dataset& dataset, const std::string& where) {
   if (dataset.label_field.empty()) dataset.label_field = choose_label_field(object, options, where);
   Example example;
@@ -170,11 +219,15 @@ Example read_example(const Json& object, const DatasetOptions& options, Dataset&
   if (label == object.end()) {
     fail_input("{}: missing label field '{}' (fields: {})", where, dataset.label_field, field_list(object));
   }
+  check_depth(*label, dataset.label_field, where);
   if (!label_text(*label, &example.label) || example.label.empty()) {
-    fail_input("{}: label field '{}' must be a non-empty string, found {}", where, dataset.label_field, label->dump());
+    fail_input("{}: label field '{}' must be a non-empty string or an integer, found {}", where, dataset.label_field,
+               label->dump());
   }
+  check_label_kind(label->is_number_integer(), example, dataset, where);
   for (const std::string& field : options.keep_fields) {
     auto value = object.find(field);
+    if (value != object.end()) check_depth(*value, field, where);
     example.kept.push_back(value == object.end() ? "" : value->is_string() ? value->get<std::string>() : value->dump());
   }
   return example;
@@ -239,6 +292,8 @@ void index_labels(Dataset& dataset) {
     dataset.label_names = reference_label_names();
   } else {
     dataset.label_names.assign(present.begin(), present.end());
+    // As the reference's sorted() orders ints: 1, 2, 10, not "1", "10", "2".
+    if (dataset.integer_labels) std::sort(dataset.label_names.begin(), dataset.label_names.end(), integer_text_less);
   }
   std::map<std::string, int64_t> index;
   for (size_t i = 0; i < dataset.label_names.size(); ++i) index.emplace(dataset.label_names[i], static_cast<int64_t>(i));

@@ -11,6 +11,10 @@
 
 namespace probekit::data {
 
+/// The deepest a field the reader uses (label, kept fields, messages, tools) may nest arrays and objects: storing or
+/// printing a value (Json::dump) recurses once per level, and 200,000 levels overflowed the stack.
+constexpr int kMaxFieldDepth = 256;
+
 struct DatasetOptions {
   std::string text_field = "text";
   std::string label_field;               // empty: cognitive_action, or sentiment when the file has that
@@ -49,9 +53,10 @@ struct Dataset {
   std::string label_field;
   bool conversations = false;  // rows hold "messages" (conversations) instead of texts; a file holds one kind
   bool labelled_spans = false;  // some row has "spans": position all stores each read token's label
+  bool integer_labels = false;  // the labels are JSON integers (class ids), not strings: a file holds one kind
   std::vector<Example> examples;
-  // The sorted distinct labels; all 45 of the reference's actions for its cognitive-action datasets
-  // (uses_reference_label_names), as the reference indexes them.
+  // The sorted distinct labels (integer labels sorted as numbers, as Python sorts ints); all 45 of the reference's
+  // actions for its cognitive-action datasets (uses_reference_label_names), as the reference indexes them.
   std::vector<std::string> label_names;
   std::vector<int64_t> labels;           // index into label_names, per example
   std::vector<SkippedLine> skipped;
@@ -77,8 +82,9 @@ std::string label_file_name_problem(const std::string& label);
 void check_label_file_names(const std::vector<std::string>& label_names, const std::string& source);
 
 /// Reads a JSONL dataset from a file, from standard input ("-"), or from a pipe or FIFO (`<(zcat d.jsonl.gz)`),
-/// each read whole, once; throws std::invalid_argument naming file, line and field on bad input (unless
-/// skip_invalid), and when no example remains.
+/// each read whole, once; throws std::invalid_argument naming file, line and field on bad input (a label neither a
+/// string nor an integer, labels of both kinds in one file, a field read that nests deeper than kMaxFieldDepth, ...)
+/// unless skip_invalid, and when no example remains.
 Dataset read_dataset(const std::string& path, const DatasetOptions& options);
 /// Throws as read_dataset does when nothing is at `path` ("-": standard input), for a run to check before it makes
 /// its outputs.

@@ -177,6 +177,75 @@ TEST_CASE("skip_invalid counts and reports bad lines instead of failing") {
   CHECK_CONTAINS(d.skipped[1].reason, "is empty");
 }
 
+TEST_CASE("integer labels sort as numbers, as the reference's sorted() sorts ints; a file mixing them with strings is "
+          "refused") {
+  TempDir tmp;
+  std::string path = tmp.file("ids.jsonl");
+  data::DatasetOptions options;
+  options.label_field = "topic";
+  // Regression: they sorted as text (2, 10, 1 gave ["1", "10", "2"]), so an index named another label than the
+  // reference's.
+  write_text(path, "{\"text\": \"a\", \"topic\": 2}\n{\"text\": \"b\", \"topic\": 10}\n{\"text\": \"c\", \"topic\": 1}\n"
+                   "{\"text\": \"d\", \"topic\": -3}\n{\"text\": \"e\", \"topic\": 18446744073709551615}\n");
+  data::Dataset d = data::read_dataset(path, options);
+  CHECK(d.integer_labels);
+  CHECK(d.label_names == std::vector<std::string>{"-3", "1", "2", "10", "18446744073709551615"});
+  CHECK(d.labels == std::vector<int64_t>{2, 3, 1, 0, 4});
+  // Strings keep Python's order of strings.
+  write_text(path, "{\"text\": \"a\", \"topic\": \"2\"}\n{\"text\": \"b\", \"topic\": \"10\"}\n");
+  CHECK(data::read_dataset(path, options).label_names == std::vector<std::string>{"10", "2"});
+
+  // Regression: 1 and "1" became one label (Python's sorted() raises on the two kinds together).
+  write_text(path, "{\"text\": \"a\", \"topic\": 1}\n{\"text\": \"b\", \"topic\": \"1\"}\n");
+  CHECK_THROWS_WITH_AS(data::read_dataset(path, options),
+                       doctest::Contains("ids.jsonl:2: label field 'topic' holds a string, the rows before it integers: "
+                                         "labels are strings or integers, not both"),
+                       std::invalid_argument);
+  write_text(path,
+             "{\"text\": \"a\", \"topic\": \"x\"}\n\n{\"text\": \"b\", \"topic\": 7}\n{\"text\": \"c\", \"topic\": \"y\"}\n");
+  CHECK_THROWS_WITH_AS(data::read_dataset(path, options),
+                       doctest::Contains("ids.jsonl:3: label field 'topic' holds an integer"), std::invalid_argument);
+  options.skip_invalid = true;
+  d = data::read_dataset(path, options);
+  CHECK(d.label_names == std::vector<std::string>{"x", "y"});
+  REQUIRE(d.skipped.size() == 1);
+  CHECK(d.skipped[0].line == 2);
+  options.skip_invalid = false;
+  // Floating-point labels stay refused, the message naming both kinds a label may be.
+  write_text(path, "{\"text\": \"a\", \"topic\": 0.5}\n");
+  CHECK_THROWS_WITH_AS(data::read_dataset(path, options),
+                       doctest::Contains("ids.jsonl:1: label field 'topic' must be a non-empty string or an integer, found 0.5"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("regression: a field nested past 256 levels is refused naming the file, the line and the field, not a crash") {
+  // Storing a kept field (Json::dump) recursed once per level: 200,000 levels overflowed the stack.
+  auto nested = [](size_t levels) { return std::string(levels, '[') + std::string(levels, ']'); };
+  TempDir tmp;
+  std::string path = tmp.file("deep.jsonl");
+  std::string good = "{\"text\": \"fine\", \"cognitive_action\": \"noticing\", \"domain\": " + nested(256) + "}\n";
+  data::DatasetOptions options;
+  options.keep_fields = {"domain"};
+  write_text(path, good);
+  CHECK(data::read_dataset(path, options).examples[0].kept[0] == nested(256));
+  write_text(path, good + "{\"text\": \"deep\", \"cognitive_action\": \"noticing\", \"domain\": " + nested(200000) + "}\n");
+  CHECK_THROWS_WITH_AS(data::read_dataset(path, options),
+                       doctest::Contains("deep.jsonl:2: field 'domain' nests arrays and objects more than 256 levels deep"),
+                       std::invalid_argument);
+  // The label (quoted in its error) and a conversation's messages (stored as text) are read the same way.
+  write_text(path, good + "{\"text\": \"deep\", \"cognitive_action\": " + nested(257) + "}\n");
+  CHECK_THROWS_WITH_AS(data::read_dataset(path, options), doctest::Contains("deep.jsonl:2: field 'cognitive_action' nests"),
+                       std::invalid_argument);
+  write_text(path, "{\"messages\": " + nested(200000) + ", \"cognitive_action\": \"noticing\"}\n");
+  CHECK_THROWS_WITH_AS(data::read_dataset(path, {}), doctest::Contains("deep.jsonl:1: field 'messages' nests"),
+                       std::invalid_argument);
+  options.skip_invalid = true;
+  write_text(path, good + "{\"text\": \"deep\", \"cognitive_action\": \"noticing\", \"domain\": " + nested(200000) + "}\n");
+  data::Dataset d = data::read_dataset(path, options);
+  CHECK(d.examples.size() == 1);
+  CHECK(d.skipped.size() == 1);
+}
+
 namespace {
 
 // `count` lines in the reference's format, more than a pipe's buffer holds when count is large.

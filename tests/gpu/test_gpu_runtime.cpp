@@ -1,8 +1,9 @@
-// Checks that need a CUDA GPU (built only against a CUDA LibTorch): the device layer on real hardware, and
-// the model runtime in bf16 and fp32 on the GPU against transformers' fp32 reference.
+// Checks that need a CUDA GPU (built only against a CUDA LibTorch): the device layer on real hardware, the model
+// runtime in bf16 and fp32 on the GPU against transformers' fp32 reference, and a capture resumed on the GPU.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include "capture/capture.h"
 #include "common/files.h"
 #include "common/json.h"
 #include "device/torch/gpu_utils.h"
@@ -11,6 +12,7 @@
 #include "model/quantization.h"
 #include "model/transformer.h"
 #include "readout/readout.h"
+#include "capture_dataset.h"
 #include "gpu_test_util.h"
 #include "tensor_files.h"
 #include "test_paths.h"
@@ -277,4 +279,12 @@ TEST_CASE("staged uploads from a file and from memory give the bytes; a file end
   const std::string missing = "cannot open " + dir.file("missing.bin");
   CHECK_THROWS_WITH_AS(uploads.upload_from_file(dir.file("missing.bin"), 0, like, gpu), doctest::Contains(missing.c_str()),
                        std::runtime_error);
+}
+
+// Regression: the GPUs were warmed up on the first batch of no batches (front() of an empty list).
+TEST_CASE("a resumed capture on the GPU whose files hold every example only finishes them, warming nothing up") {
+  testing::TempDir tmp;
+  capture::CaptureOptions o = testing::cpu_capture_options("", "");
+  o.device = "cuda:0";
+  testing::check_resume_with_nothing_left(o, tmp);
 }

@@ -187,6 +187,79 @@ TEST_CASE("existing outputs are never overwritten or ignored silently") {
   CHECK(run_command(common + " --overwrite").exit_code == 0);
 }
 
+TEST_CASE("--overwrite replaces a layer file only once its successor is complete, and refuses other layers' files") {
+  TempDir tmp;
+  std::string dataset = write_action_dataset(tmp, 300);
+  const std::string out = tmp.file("out"), file = out + "/" + activations::layer_file_name(1);
+  // Per-token rows make a file of a few megabytes, which a file size limit stops as it is created.
+  auto capture = [&](const std::string& layers, const std::string& extra) {
+    return fmt::format("{} --model {} --dataset {} --device cpu --layers {} --position all --threads 1 --quiet "
+                       "--output-dir {} {}",
+                       tool("capture_activations"), kGemmaModel, dataset, layers, out, extra);
+  };
+  CommandResult first = run_command(capture("1", "--max-examples 100"));
+  REQUIRE_MESSAGE(first.exit_code == 0, first.output);
+  const std::string earlier = probekit::testing::read_text(file);
+  // Regression: --overwrite deleted the earlier files before its run, so a run that failed lost them.
+  CommandResult failed = run_command(fmt::format("bash -c 'ulimit -f 1024 && exec {}'", capture("1", "--overwrite")));
+  CHECK(failed.exit_code == 1);
+  CHECK_CONTAINS(failed.output, "File too large");
+  CHECK(probekit::testing::read_text(file) == earlier);
+  // Nor does --resume keep the earlier file as this run's (the failed run committed nothing to resume).
+  check_failure(run_command(capture("1", "--resume")), 1,
+                {"is complete but was made with max_examples=100 but this run has max_examples=0"});
+  CommandResult replaced = run_command(capture("1", "--overwrite"));
+  REQUIRE_MESSAGE(replaced.exit_code == 0, replaced.output);
+  const activations::ActivationFile now = activations::read_activation_file(file);
+  CHECK(now.attributes.max_examples == 0);
+  CHECK(now.split(Split::kTrain).examples() + now.split(Split::kVal).examples() + now.split(Split::kTest).examples() == 300);
+  CHECK_FALSE(path_exists(activations::partial_path_for(file)));
+  // Regression: the files of layers not in --layers stayed beside the new ones, and a trainer took both captures.
+  check_failure(run_command(capture("3", "--overwrite")), 2,
+                {"layer_1_activations.h5 holds layer 1, which this run (layers 3) does not capture"});
+  CHECK_FALSE(path_exists(out + "/" + activations::layer_file_name(3)));
+  CHECK(is_regular_file(file));
+}
+
+TEST_CASE("a resumed run whose files hold every example (killed between two layers' finish) only finishes them") {
+  TempDir tmp;
+  check_resume_with_nothing_left(cpu_capture_options("", ""), tmp);
+}
+
+TEST_CASE("flags capture cannot use are refused before the model loads: --keep-fields twice or unfit to name a column, "
+          "--batch-size past 1048576, a negative --seed") {
+  TempDir tmp;
+  std::string dataset = write_action_dataset(tmp, 16);
+  auto run_with = [&](const std::string& flags) {
+    return run_command(fmt::format("{} --model {} --dataset {} --device cpu --layers 1 --output-dir {} {}",
+                                   tool("capture_activations"), kGemmaModel, dataset, tmp.file("out"), flags));
+  };
+  // Regression: a name given twice made a column of twice the values, which train_binary_probes refused.
+  check_failure(run_with("--keep-fields domain,domain"), 2, {"--keep-fields: 'domain' is named twice"});
+  // Regression: these failed once the model had loaded, with HDF5's error and a .partial file left behind.
+  for (const char* name : {"a/b", ".", "./domain"}) {
+    CAPTURE(name);
+    const std::string expected = fmt::format("--keep-fields: '{}' cannot name a metadata column", name);
+    check_failure(run_with(fmt::format("--keep-fields '{}'", name)), 2, {expected.c_str()});
+  }
+  // Regression: the batches' token budget (examples x the longest prompt) overflowed, and a later --resume failed.
+  check_failure(run_with("--batch-size 1048577"), 2,
+                {"--batch-size 1048577: expected 0 (chosen from device memory) to 1048576 examples per forward pass"});
+  // Regression: -1 was read as 2^64 - 1 (Python's random.seed(-1) seeds with 1).
+  check_failure(run_with("--seed -1"), 2, {"--seed: must be 0 or more, got -1"});
+  CHECK_FALSE(path_exists(tmp.file("out")));
+  // The library refuses them too (the Python package fills the options itself); the largest batch size runs.
+  capture::CaptureOptions o = cpu_capture_options(dataset, tmp.file("out"));
+  o.layers = "1";
+  o.dataset.keep_fields = {"domain", "domain"};
+  CHECK_THROWS_WITH_AS(capture::run_capture(o), doctest::Contains("'domain' is named twice"), UsageError);
+  o.dataset.keep_fields = {"domain"};
+  o.batch_size = capture::kMaxBatchSize + 1;
+  CHECK_THROWS_WITH_AS(capture::run_capture(o), doctest::Contains("--batch-size 1048577"), UsageError);
+  o.batch_size = capture::kMaxBatchSize;
+  CHECK(capture::run_capture(o).batches == 1);
+}
+
 TEST_CASE("bad input to capture_activations: clear message, exit code 1 (2 for bad flags)") {
   TempDir tmp;
   std::string good = write_action_dataset(tmp, 16);

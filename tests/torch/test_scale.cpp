@@ -386,3 +386,41 @@ TEST_CASE("a virtual merge records its sources: a shard captured again since is 
   remove_tree(shards[1] + "/" + activations::layer_file_name(2));
   CHECK_THROWS_WITH_AS(activations::read_attributes(merged), doctest::Contains("layer_2_activations.h5, which is missing; put it back"), std::runtime_error);
 }
+
+TEST_CASE("merge: every layer the run captured, in every shard, or an error naming the file; outputs checked before "
+          "any is written") {
+  TempDir tmp;
+  capture::CaptureOptions o = three_action_capture(tmp, 30, "cpu");
+  o.layers = "1,3";
+  o.output_dir = tmp.file("sharded");
+  o.shard_count = 3;
+  for (int i = 0; i < 3; ++i) {
+    o.shard_index = i;
+    capture::run_capture(o);
+  }
+  const std::vector<std::string> shards = capture::find_shard_dirs(tmp.file("sharded"));
+  const std::string merged = tmp.file("merged");
+  REQUIRE(capture::merge_shards(shards, merged, {}).size() == 2);
+  // Regression: layer 1's file was written before layer 3's, which exists, was refused.
+  const std::string merged_1 = merged + "/" + activations::layer_file_name(1);
+  remove_tree(merged_1);
+  CHECK_THROWS_WITH_AS(capture::merge_shards(shards, merged, {}),
+                       doctest::Contains("layer_3_activations.h5 already exists; pass --overwrite"), std::runtime_error);
+  CHECK_FALSE(path_exists(merged_1));
+
+  // Regression: the layers merged were those of shard 0's directory, so shard 0 without layer 3 (left .partial by a
+  // kill between its two layers' finish(), or deleted) merged layer 1 alone, exit 0.
+  const std::string layer_3 = shards[0] + "/" + activations::layer_file_name(3);
+  rename_path(layer_3, activations::partial_path_for(layer_3));
+  const std::string merge = fmt::format("{} --output-dir {} {} {} {}", tool("merge_activations"), tmp.file("again"),
+                                        shards[0], shards[1], shards[2]);
+  check_failure(run_command(merge), 1,
+                {"shard_0_of_3/layer_3_activations.h5 is incomplete: its capture was interrupted", "--resume"});
+  remove_tree(activations::partial_path_for(layer_3));
+  check_failure(run_command(merge), 1, {"shard_0_of_3/layer_3_activations.h5 is missing"});
+  // Gone from every shard, layer 3 is still named by the files' layers attribute.
+  for (const std::string& dir : shards) remove_tree(dir + "/" + activations::layer_file_name(3));
+  check_failure(run_command(merge), 1, {"layer_3_activations.h5 is missing: the run captured layers 1, 3"});
+  CHECK_FALSE(path_exists(tmp.file("again")));
+}
+
