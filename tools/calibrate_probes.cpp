@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "cli/torch/torch_tool.h"
+#include "common/terminal_text.h"
 #include "probes/calibration.h"
 
 using namespace probekit;
@@ -16,7 +17,7 @@ int main(int argc, char** argv) {
           for (const Json& probe : layer["probes"]) {
             const Json& c = probe["calibration"];
             fmt::print("layer {} {}: threshold {:.6g}, flags {:.4f} of {} examples (95% {:.4f}-{:.4f})\n",
-                       layer["layer"].get<int64_t>(), probe["label"].get<std::string>(), c["threshold"].get<double>(),
+                       layer["layer"].get<int64_t>(), terminal_text(probe["label"].get<std::string>()), c["threshold"].get<double>(),
                        c["fpr"].get<double>(), c["examples"].get<int64_t>(), c["fpr_ci95"][0].get<double>(),
                        c["fpr_ci95"][1].get<double>());
           }

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "cli/torch/torch_tool.h"
+#include "common/terminal_text.h"
 #include "sweep/sweep.h"
 
 using namespace probekit;
@@ -15,9 +16,11 @@ int main(int argc, char** argv) {
         const Json summary = sweep::run_sweep(options);
         fmt::print("{:<28} {:>8} {:>8} {:>8} {:>12} {:>8}\n", "label", "coef", "score", "shift", "off-target", "KL");
         for (const Json& p : summary["summary"]) {
-          fmt::print("{:<28} {:>8g} {:>8.4f} {:>+8.4f} {:>12.4f} {:>8.4f}\n", p["label"].get<std::string>(),
+          const Json& off_target = p["off_target_mean_abs_shift"];  // null: no other label
+          fmt::print("{:<28} {:>8g} {:>8.4f} {:>+8.4f} {:>12} {:>8.4f}\n", terminal_text(p["label"].get<std::string>()),
                      p["coefficient"].get<double>(), p["score_mean"].get<double>(), p["score_shift"].get<double>(),
-                     p["off_target_mean_abs_shift"].get<double>(), p["kl_mean"].get<double>());
+                     off_target.is_null() ? std::string("-") : fmt::format("{:.4f}", off_target.get<double>()),
+                     p["kl_mean"].get<double>());
         }
         fmt::print("{:g} cells in {:.2f} s ({:.1f} cells/s); wrote {}/sweep.json and sweep.html\n",
                    summary["cells"].get<double>(), summary["seconds"].get<double>(),

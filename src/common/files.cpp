@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -158,22 +159,39 @@ InputBytes read_input_once(const std::string& path) {
   return InputBytes{read_to_end(stream.fd, path), true};
 }
 
+namespace {
+
+// A new file beside `path`, of a name no one else holds: O_EXCL refuses a name that exists, a symlink put there
+// included, so the write never follows a link nor truncates another's file.
+int create_temporary(const std::string& path, std::string& temporary) {
+  static std::atomic<uint64_t> serial{0};
+  for (int attempt = 0;; ++attempt) {
+    temporary = fmt::format("{}.tmp-{}-{}", path, ::getpid(), serial.fetch_add(1));
+    int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0 || errno != EEXIST || attempt == 100) return fd;
+  }
+}
+
+}  // namespace
+
 void write_file_atomic(const std::string& path, std::string_view contents) {
-  std::string temporary = path + ".tmp";
+  std::string temporary;
   // POSIX writes rather than a stream, so a failure reports the system's reason (a full disk, a size limit).
-  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  int fd = create_temporary(path, temporary);
   if (fd < 0) fail("cannot write {}: {}", temporary, std::strerror(errno));
+  auto give_up = [&](int err) {
+    ::close(fd);
+    std::remove(temporary.c_str());
+    fail("cannot write {}: {}", temporary, std::strerror(err));
+  };
   for (size_t written = 0; written < contents.size();) {
     ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int err = n < 0 ? errno : ENOSPC;
-      ::close(fd);
-      std::remove(temporary.c_str());
-      fail("cannot write {}: {}", temporary, std::strerror(err));
-    }
+    if (n <= 0) give_up(n < 0 ? errno : ENOSPC);
     written += static_cast<size_t>(n);
   }
+  // On disk before the rename: after a crash the name holds the old file or the whole new one, never an empty one.
+  if (::fsync(fd) != 0) give_up(errno);
   if (::close(fd) != 0) {
     int err = errno;
     std::remove(temporary.c_str());

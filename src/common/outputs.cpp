@@ -1,7 +1,11 @@
 #include "common/outputs.h"
 
+#include <fmt/format.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include "common/error.h"
 #include "common/files.h"
@@ -55,10 +59,39 @@ void check_output_file(const std::string& path, bool overwrite) {
   if (!overwrite) fail_input("{} already exists; pass --overwrite to replace it", path);
 }
 
-StagedDirectory::StagedDirectory(std::string final_path, bool overwrite)
-    : final_(std::move(final_path)), staging_(final_ + ".partial") {
+namespace {
+
+// Marks a staging directory as one of ours, holding the host that made it: only such a directory is ever removed as
+// stale, never a folder of the user's that happens to bear a similar name.
+constexpr const char* kStagingMarker = ".probekit-staging";
+
+std::string host_name() {
+  char name[256] = {};
+  return ::gethostname(name, sizeof(name) - 1) == 0 ? std::string(name) : std::string();
+}
+
+// The staging directories a run into `final_path` left when it was killed: ours, made on this host by a process that
+// is gone.
+void remove_stale_staging(const std::string& final_path) {
+  std::string parent = parent_directory(final_path);
+  if (parent.empty()) parent = ".";
+  const std::string prefix = final_path.substr(final_path.rfind('/') + 1) + ".partial-";
+  if (!is_directory(parent)) return;
+  for (const std::string& name : list_directory(parent)) {
+    const std::string pid = name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : "";
+    if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string path = parent + "/" + name, marker = path + "/" + kStagingMarker;
+    if (!is_regular_file(marker) || read_file(marker, 4096) != host_name()) continue;
+    if (::kill(static_cast<pid_t>(std::stol(pid)), 0) == 0 || errno != ESRCH) continue;  // its run goes on
+    remove_tree(path);
+  }
+}
+
+}  // namespace
+
+StagedDirectory::StagedDirectory(std::string final_path, bool overwrite, const std::vector<std::string>& inputs)
+    : final_(std::move(final_path)) {
   while (final_.size() > 1 && final_.back() == '/') final_.pop_back();
-  staging_ = final_ + ".partial";
   mode_t type = file_type(final_);
   if (type != 0 && type != S_IFDIR) {
     fail_input("{}: is {}, not a directory; choose another output directory", final_, kind_of(type));
@@ -67,8 +100,13 @@ StagedDirectory::StagedDirectory(std::string final_path, bool overwrite)
     fail_input("{} already exists and is not empty; pass --overwrite to replace it (or choose another --output-dir)",
                final_);
   }
-  remove_tree(staging_);  // left by an interrupted run
+  refuse_inputs_inside(final_, inputs);
+  remove_stale_staging(final_);
+  // One staging directory per process: two runs into one output directory never write into each other's.
+  staging_ = fmt::format("{}.partial-{}", final_, ::getpid());
+  remove_tree(staging_);
   make_directories(staging_);
+  write_file_atomic(staging_ + "/" + kStagingMarker, host_name());
 }
 
 StagedDirectory::~StagedDirectory() {
@@ -80,12 +118,12 @@ StagedDirectory::~StagedDirectory() {
 }
 
 void StagedDirectory::commit() {
-  std::string old = final_ + ".replaced";
-  bool replacing = path_exists(final_);
-  if (replacing) {
-    remove_tree(old);
-    rename_path(final_, old);
-  }
+  std::remove((staging_ + "/" + kStagingMarker).c_str());
+  const bool replacing = path_exists(final_);
+  // The earlier directory moves aside under a name no one holds, and goes once the new one is in place.
+  std::string old;
+  for (int n = 0; replacing && (old.empty() || path_exists(old)); ++n) old = fmt::format("{}.replaced-{}-{}", final_, ::getpid(), n);
+  if (replacing) rename_path(final_, old);
   rename_path(staging_, final_);
   committed_ = true;
   if (replacing) remove_tree(old);

@@ -241,7 +241,13 @@ void Engine::score_token_ids(const readout::Sequence& ids, const steering::Steer
                              TokenScores& result, bool with_suffix) const {
   result.ids = ids;
   result.tokens = tokenizer_->tokens(result.ids);
-  for (int32_t id : result.ids) result.texts.push_back(tokenizer_->decode({id}));
+  // Each token's text is what it adds to the text (a character split over byte tokens comes with the last of them,
+  // as in generation), a special token its own spelling.
+  TextStream pieces(*tokenizer_, {});
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::string piece = pieces.add(ids[i], i + 1 == ids.size());
+    result.texts.push_back(tokenizer_->is_special(ids[i]) ? tokenizer_->decode({ids[i]}) : piece);
+  }
   result.probability = empty_tables(result.ids.size());
   readout::Request steered = request_;
   const model::StreamWrites writes = steering != nullptr ? steering::place(*steering, *model_) : model::StreamWrites();

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <string_view>
 
 #include "common/html.h"
 #include "common/terminal_text.h"
@@ -26,9 +27,12 @@ std::string pad(const std::string& name, size_t width) {
   return columns >= width ? text : text + std::string(width - columns, ' ');
 }
 
+// A text field (a label, a token) as RFC 4180 quotes it. One that a spreadsheet would read as a formula (starting with
+// = + - @, a tab or a carriage return: "=HYPERLINK(...)" in a text) gets a leading ' and is quoted, as OWASP advises.
 std::string csv_field(const std::string& value) {
-  if (value.find_first_of(",\"\n\r") == std::string::npos) return value;
-  std::string out = "\"";
+  const bool formula = !value.empty() && std::string_view("=+-@\t\r").find(value.front()) != std::string_view::npos;
+  if (!formula && value.find_first_of(",\"\n\r") == std::string::npos) return value;
+  std::string out = formula ? "\"'" : "\"";
   for (char c : value) {
     if (c == '"') out += '"';
     out += c;

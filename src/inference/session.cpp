@@ -219,14 +219,21 @@ void check_request(InferenceRequest& r) {
   if ((!r.csv.empty() || !r.html.empty()) && r.generate && !r.file.empty()) {
     fail_usage("--csv and --html with --generate report one prompt: give it with --text");
   }
-  if (!r.csv.empty() && r.csv == r.html) fail_usage("--csv and --html name the same file {}", r.csv);
+  std::vector<std::string> where;  // each report's path, its folder resolved: ./F and F are one file
   for (const std::string* output : {&r.csv, &r.html}) {
     if (output->empty()) continue;
     check_output_file(*output, r.overwrite);
     // Before the model loads: a missing folder would lose the report after all the work.
     const std::string folder = parent_directory(*output);
     if (!folder.empty() && !is_directory(folder)) fail_input("{}: the folder {} does not exist", *output, folder);
+    const size_t slash = output->rfind('/');
+    where.push_back(absolute_path(folder.empty() ? "." : folder) + "/" +
+                    (slash == std::string::npos ? *output : output->substr(slash + 1)));
+    if (is_directory(r.engine.probes_dir) && where.back().rfind(absolute_path(r.engine.probes_dir) + "/", 0) == 0) {
+      fail_usage("{}: it is inside --probes-dir {}, whose files a report must not replace", *output, r.engine.probes_dir);
+    }
   }
+  if (where.size() == 2 && where[0] == where[1]) fail_usage("--csv and --html name the same file {}", r.csv);
 }
 
 // A probability: a finite number from 0 to 1 (CLI::Range lets NaN through).

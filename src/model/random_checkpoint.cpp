@@ -23,7 +23,7 @@ void write_random_checkpoint(const std::string& dir, const RandomCheckpointOptio
   }
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_file(o.tokenizer_json);
   auto vocab = static_cast<int64_t>(tok.vocab_size());
-  StagedDirectory output(dir, o.overwrite);
+  StagedDirectory output(dir, o.overwrite, {o.tokenizer_json});
 
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(o.seed);
   std::list<at::Tensor> storage;  // keeps tensors alive until they are written

@@ -94,7 +94,7 @@ Json run_patch(const loading::SharedModel& model, const PatchArguments& argument
 
 Json run_patch_activations(const PatchActivationsOptions& options) {
   flag_request(options.patch);  // bad flags and outputs are refused before the model loads
-  StagedDirectory out(options.output_dir, options.overwrite);
+  StagedDirectory out(options.output_dir, options.overwrite, {options.model.model_dir});
   const loading::SharedModel model = loading::load_shared_model(options.model);
   const Json patching = run_patch(model, options.patch);
   write_patching(out.path(), patching);

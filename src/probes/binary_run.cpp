@@ -383,9 +383,9 @@ BinaryRunPlan plan_binary_run(const BinaryRunOptions& options) {
   BinaryRunPlan plan;
   plan.files = activations::find_activation_files(options.activations);
   if (plan.files.empty()) fail_usage("--activations: no activation file given");
-  std::vector<std::string> inputs = plan.files;
-  inputs.insert(inputs.end(), {options.calibrate_on, options.eval_file});
-  refuse_inputs_inside(options.output_dir, inputs);
+  plan.inputs = plan.files;
+  plan.inputs.insert(plan.inputs.end(), {options.calibrate_on, options.eval_file});
+  refuse_inputs_inside(options.output_dir, plan.inputs);  // before the training, not once it is done
   check_same_recipe(plan.files);
   plan.target = select_training_compute(options.device, options.dtype);
   if (options.num_workers != 8) {
@@ -429,7 +429,7 @@ Json run_binary_training(const BinaryRunOptions& options) {
   auto started = std::chrono::steady_clock::now();
   BinaryRunPlan plan = plan_binary_run(options);
   if (options.kinds.size() > 1) return run_kind_comparison(options, plan);
-  StagedDirectory output(options.output_dir, options.overwrite);
+  StagedDirectory output(options.output_dir, options.overwrite, plan.inputs);
   KindRun run = train_kind(options, plan, output.path(), options.output_dir);
   output.commit();
   std::string report = options.output_dir + "/report.html";

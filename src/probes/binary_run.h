@@ -45,6 +45,7 @@ Json run_binary_training(const BinaryRunOptions& options);
 /// What a run reads and where it trains, checked before any training.
 struct BinaryRunPlan {
   std::vector<std::string> files;  // the activation files
+  std::vector<std::string> inputs;  // every file the run reads: the output directory may hold none of them
   std::vector<int64_t> layers;     // of each file
   device::ComputeTarget target;
 };

@@ -146,7 +146,7 @@ Json run_kind_comparison(const BinaryRunOptions& options, const BinaryRunPlan& p
       if (options.kinds[a] == options.kinds[b]) fail_usage("--model-type lists '{}' twice", options.kinds[a]->name());
     }
   }
-  StagedDirectory output(options.output_dir, options.overwrite);
+  StagedDirectory output(options.output_dir, options.overwrite, plan.inputs);
   KindRuns runs;
   Json summaries = Json::object();
   for (const ProbeKind* kind : options.kinds) {

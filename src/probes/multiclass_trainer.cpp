@@ -296,9 +296,9 @@ Json multiclass_metrics_json(const MulticlassTrainingResult& result) {
 Json run_multiclass_training(const MulticlassRunOptions& options) {
   check_training_options(options.training);
   device::ComputeTarget target = select_training_compute(options.device, options.dtype);
-  refuse_inputs_inside(options.output_dir, {options.activations});
+  refuse_inputs_inside(options.output_dir, {options.activations});  // before the file is read
   activations::ActivationFile file = activations::read_activation_file(options.activations);
-  StagedDirectory output(options.output_dir, options.overwrite);
+  StagedDirectory output(options.output_dir, options.overwrite, {options.activations});
   const std::string& directory = output.path();
   std::string progress_label = fmt::format("layer {}", file.attributes.layer);
   MulticlassTrainingResult result =

@@ -192,7 +192,7 @@ Json summary_point(const std::string& label, double coefficient, const std::vect
       shift[k] += (mean_score(steered, k) - mean_score(baseline, k)) / static_cast<double>(prompts);
     }
   }
-  // Over the other labels (0 where there are none): each starts from the first of them, not from 0.
+  // Over the other labels (null where there are none): each starts from the first of them, not from 0.
   const double inf = std::numeric_limits<double>::infinity();
   double low = inf, high = -inf, off_abs = 0, off_low = inf, off_high = -inf;
   for (size_t k = 0; k < labels.size(); ++k) {
@@ -201,11 +201,12 @@ Json summary_point(const std::string& label, double coefficient, const std::vect
     off_low = std::min(off_low, level[k]), off_high = std::max(off_high, level[k]);
   }
   const bool others_exist = labels.size() > 1;
-  const double others = std::max<double>(1, static_cast<double>(labels.size()) - 1);
+  auto over_others = [others_exist](double value) { return others_exist ? Json(value) : Json(); };
+  const double others = static_cast<double>(labels.size()) - 1;
   return {{"label", label}, {"coefficient", coefficient}, {"score_mean", mean_of(score)}, {"score_shift", shift[target]},
-          {"off_target_shift_min", others_exist ? low : 0.0}, {"off_target_shift_max", others_exist ? high : 0.0},
-          {"off_target_mean_abs_shift", off_abs / others}, {"off_target_score_min", others_exist ? off_low : 0.0},
-          {"off_target_score_max", others_exist ? off_high : 0.0}, {"kl_mean", mean_of(kl)},
+          {"off_target_shift_min", over_others(low)}, {"off_target_shift_max", over_others(high)},
+          {"off_target_mean_abs_shift", over_others(off_abs / others)}, {"off_target_score_min", over_others(off_low)},
+          {"off_target_score_max", over_others(off_high)}, {"kl_mean", mean_of(kl)},
           {"perplexity_mean", mean_of(perplexity)}};
 }
 
@@ -243,7 +244,7 @@ void add_sweep_flags(CLI::App& app, SweepOptions& o) {
 
 Json run_sweep(SweepOptions o) {
   check_options(o);
-  StagedDirectory out(o.output_dir, o.overwrite);
+  StagedDirectory out(o.output_dir, o.overwrite, {o.engine.probes_dir, o.engine.model_dir, o.prompts_file});
   o.engine.generate = true;
   o.engine.batch_size = o.rows_per_batch;
   const inference::Engine engine = inference::Engine::load(o.engine);

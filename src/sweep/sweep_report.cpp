@@ -61,22 +61,23 @@ std::string polyline(const Plot& plot, const std::vector<double>& xs, const std:
   return fmt::format(R"(<polyline fill="none" stroke="{}" stroke-width="2" points="{}"/>)", colour, points) + dots;
 }
 
-// The label's score against the coefficient, over the band the other labels' scores span.
+// The label's score against the coefficient, over the band the other labels' scores span (none with one label).
 std::string dose_response(const std::vector<Json>& points) {
-  std::vector<double> xs, score, low, high;
+  std::vector<double> xs, score;
   for (const Json& p : points) {
     xs.push_back(p["coefficient"].get<double>());
     score.push_back(p["score_mean"].get<double>());
-    low.push_back(p["off_target_score_min"].get<double>());
-    high.push_back(p["off_target_score_max"].get<double>());
   }
   const Plot plot{xs.front(), xs.back(), 0.0, 1.0};
   std::string band;
-  for (size_t i = 0; i < xs.size(); ++i) band += fmt::format("{:.1f},{:.1f} ", plot.x(xs[i]), plot.y(high[i]));
-  for (size_t i = xs.size(); i-- > 0;) band += fmt::format("{:.1f},{:.1f} ", plot.x(xs[i]), plot.y(low[i]));
-  return fmt::format(R"(<svg width="{}" height="{}" role="img" class="dose">{}<polygon points="{}" fill="#c9ced8" opacity="0.6"><title>other labels' scores</title></polygon>{}</svg>)",
-                     kWidth, kHeight, axes(plot, xs, "probe score (mean over generated tokens)"), band,
-                     polyline(plot, xs, score, "#2563eb"));
+  if (!points.front()["off_target_score_min"].is_null()) {
+    std::string corners;
+    for (size_t i = 0; i < xs.size(); ++i) corners += fmt::format("{:.1f},{:.1f} ", plot.x(xs[i]), plot.y(points[i]["off_target_score_max"].get<double>()));
+    for (size_t i = xs.size(); i-- > 0;) corners += fmt::format("{:.1f},{:.1f} ", plot.x(xs[i]), plot.y(points[i]["off_target_score_min"].get<double>()));
+    band = fmt::format(R"(<polygon points="{}" fill="#c9ced8" opacity="0.6"><title>other labels' scores</title></polygon>)", corners);
+  }
+  return fmt::format(R"(<svg width="{}" height="{}" role="img" class="dose">{}{}{}</svg>)", kWidth, kHeight,
+                     axes(plot, xs, "probe score (mean over generated tokens)"), band, polyline(plot, xs, score, "#2563eb"));
 }
 
 std::string fluency_chart(const std::vector<Json>& points) {

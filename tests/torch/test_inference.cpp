@@ -14,6 +14,7 @@
 #include "common/json.h"
 #include "inference/engine.h"
 #include "inference/generation_view.h"
+#include "inference/reports.h"
 #include "io/safetensors.h"
 #include "model/random_checkpoint.h"
 #include "model/transformer.h"
@@ -228,6 +229,11 @@ TEST_CASE("multi-layer modes, best layers and comparisons") {
                 {"--csv and --html name the same file"});
   check_failure(run_command(base + "--generate --max-new-tokens 1 --csv " + tmp.file("nowhere/g.csv")), 1,
                 {"the folder", "does not exist"});
+  // One file spelled two ways; a report written over the probes' own files.
+  check_failure(run_command(base + "--per-token --csv " + tmp.file("same") + " --html " + tmp.path() + "/./same"), 2,
+                {"--csv and --html name the same file"});
+  check_failure(run_command(base + "--per-token --overwrite --csv " + probes + "/probes.json"), 2,
+                {"it is inside --probes-dir"});
 }
 
 TEST_CASE("texts read from a pipe until quit: no prompts in the output, JSON lines with --json; --text \"\" is an error") {
@@ -425,6 +431,18 @@ TEST_CASE("--generate --file: several prompts in one batch, each generating as i
                                    2, {"--csv and --html with --generate report one prompt"});
   probekit::testing::check_failure(run_command(base + " --generate --text hi --sample-top-k -2 --temperature 1"), 2,
                                    {"--sample-top-k must be 0 (all) or positive, got -2"});
+}
+
+TEST_CASE("per-token CSV: a label or token a spreadsheet would run as a formula is quoted behind a '") {
+  inference::ScoreTable table{{4}, {"@SUM(1)", "plain"}, {{0.75, 0.125}}, {{0.5, 0.5}}, {{0.9, 0.8}}};
+  inference::TokenTable tokens;
+  tokens.tokens = {"=HYPERLINK(1)", "-based", "ok, \"fine\""};
+  tokens.texts = tokens.tokens;
+  tokens.scores = {table, table, table};
+  const std::string csv = inference::per_token_csv(tokens);
+  CHECK_CONTAINS(csv, "\n\"'@SUM(1)\",0,\"'=HYPERLINK(1)\",0.750000,4,True\n");
+  CHECK_CONTAINS(csv, "\nplain,1,\"'-based\",0.125000,4,False\n");
+  CHECK_CONTAINS(csv, "\nplain,2,\"ok, \"\"fine\"\"\",0.125000,4,False\n");
 }
 
 TEST_CASE("the live view: each row's text so far and its latest token's labels as bars, control characters shown as spaces") {

@@ -323,6 +323,14 @@ TEST_CASE("patch_activations writes patching.json and a heatmap page per site, a
       run_command(base + fmt::format("--corrupted '{}' --output-dir {}", reference["corrupted"].get<std::string>(),
                                      tmp.file("out"))),
       1, {"--overwrite"});
+  // An --output-dir that holds the model: --overwrite would have deleted the checkpoint once the grid was written.
+  copy_tree(fixture_model("gemma3_text"), tmp.file("model_copy"));
+  probekit::testing::check_failure(
+      run_command(fmt::format("{} --model {} --device cpu --clean '{}' --corrupted '{}' --output-dir {} --overwrite",
+                              tool("patch_activations"), tmp.file("model_copy"), reference["clean"].get<std::string>(),
+                              reference["corrupted"].get<std::string>(), tmp.file("model_copy"))),
+      2, {"it holds the input", "which --overwrite would delete"});
+  CHECK(is_regular_file(tmp.file("model_copy/model.safetensors")));
 }
 
 TEST_CASE("requests patching cannot honour are refused naming the flag") {

@@ -409,6 +409,34 @@ TEST_CASE("steering_sweep: every cell of one batched run gives what it gives alo
   CHECK(html.find("http") == std::string::npos);  // self-contained
 }
 
+TEST_CASE("a sweep of probes with one label has no off-target figures, and never writes over its inputs") {
+  TempDir tmp;
+  ProbeFixture fixture;
+  fixture.layers = "2";
+  fixture.epochs = 5;
+  fixture.flags = "--labels reframing";
+  fixture.output = "probes_one";
+  const std::string probes = train_fixture_probes(tmp, fixture);
+  testing::write_text(tmp.file("prompts.txt"), "The plan\n");
+  const std::string base = fmt::format("{} --probes-dir {} --model {} --layer 2 --coefficients=0,4 --file {} "
+                                       "--max-new-tokens 2 --device cpu -q --output-dir ",
+                                       tool("steering_sweep"), probes, kGemmaModel, tmp.file("prompts.txt"));
+  CommandResult r = run_command(base + tmp.file("sweep"));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  CHECK_CONTAINS(r.output, "reframing");
+  const Json sweep = read_json_file(tmp.file("sweep/sweep.json"));
+  for (const Json& p : sweep["summary"]) {
+    for (const char* key : {"off_target_shift_min", "off_target_shift_max", "off_target_mean_abs_shift",
+                            "off_target_score_min", "off_target_score_max"}) {
+      CHECK_MESSAGE(p[key].is_null(), key);  // regression: 0, and a grey band drawn at 0
+    }
+  }
+  CHECK(read_file(tmp.file("sweep/sweep.html")).find("<title>other labels' scores</title>") == std::string::npos);
+  // --output-dir holding the probes: --overwrite would have deleted them once the sweep was written.
+  check_failure(run_command(base + probes + " --overwrite"), 2, {"it holds the input", "which --overwrite would delete"});
+  CHECK(is_regular_file(probes + "/probes.json"));
+}
+
 TEST_CASE("two directions ablated at one layer leave its rows orthogonal to both, not only to the last") {
   TempDir tmp;
   std::vector<float> first(64), second(64);
