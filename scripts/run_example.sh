@@ -7,12 +7,19 @@
 #   4. ranks the labels a new text shows.
 # Idempotent: what exists is reused (the capture resumes or is already complete; training is rerun).
 set -euo pipefail
+caller=$(pwd)
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 tools=build/tools
 out=data/generated
-model=${PROBEKIT_MODEL:-$out/example_model}
-if [ -z "${PROBEKIT_MODEL:-}" ] && [ ! -s "$model/model.safetensors" ]; then
+model=$out/example_model
+if [ -n "${PROBEKIT_MODEL:-}" ]; then
+  model=$PROBEKIT_MODEL
+  # A folder named from where the command ran, not from the repository (else it would be read as a hub name).
+  if [ "${model#/}" = "$model" ] && [ -d "$caller/$model" ]; then model=$caller/$model; fi
+  # Each model's run in a folder of its own: one capture folder resumed with another model is refused.
+  out=$out/models/$(printf '%s' "$PROBEKIT_MODEL" | tr -c 'A-Za-z0-9._-' '_')
+elif [ ! -s "$model/model.safetensors" ]; then
   "$tools/make_example" model --output "$model" --tokenizer data/example_tokenizer.json
 fi
 start=$(date +%s)

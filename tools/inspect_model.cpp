@@ -10,6 +10,7 @@
 #include "common/files.h"
 #include "common/json.h"
 #include "common/outputs.h"
+#include "common/utf8_text.h"
 #include "device/torch/gpu_utils.h"
 #include "generation/flags.h"
 #include "generation/transcript.h"
@@ -29,6 +30,9 @@ namespace {
 void write_hidden(const std::string& dir, const std::string& text, const std::string& output,
                   const std::string& device_request, const std::string& dtype_request,
                   const steering::SteeringSpec& steering) {
+  // Before the model loads: a missing folder would lose the states after the work.
+  const std::string folder = parent_directory(output);
+  if (!folder.empty() && !is_directory(folder)) fail_input("{}: the folder {} does not exist", output, folder);
   loading::ModelRequest request;
   request.model_dir = dir;
   request.device = device_request;
@@ -58,7 +62,7 @@ void write_hidden(const std::string& dir, const std::string& text, const std::st
       tensor("embeddings", states.embeddings), tensor("layers", states.layers), tensor("final_norm", states.final_norm)};
   if (states.router_logits.defined()) tensors.push_back(tensor("router_logits", states.router_logits));
   std::map<std::string, std::string> metadata = {
-      {"model", dir}, {"text", text}, {"dtype", device::dtype_name(target.dtype_choice.dtype)}};
+      {"model", dir}, {"text", to_valid_utf8(text)}, {"dtype", device::dtype_name(target.dtype_choice.dtype)}};
   if (!vectors.empty()) metadata["steering"] = vectors.record().dump();
   safetensors::write_file(output, tensors, metadata);
   std::vector<std::string> shapes;
@@ -68,6 +72,7 @@ void write_hidden(const std::string& dir, const std::string& text, const std::st
 
 void tokenize(const std::string& path, const std::string& text, const std::string& input, const std::string& output,
               bool add_special_tokens) {
+  if (input.empty() && !output.empty()) fail_usage("tokenize --output takes --input's id lists; --text's ids are printed");
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_file(path);
   if (!input.empty()) {
     Json texts = read_json_file(input);
@@ -104,9 +109,11 @@ CLI::App* add_chat_template_command(CLI::App& app, std::string& model_dir, std::
   return command;
 }
 
-// The conversation in `input` as the model's chat template renders it (a hub name's template downloaded first).
+// The conversation in `input` as the model's chat template renders it: a local folder's, whose template files alone
+// are read (a hub name would download the whole checkpoint for them).
 void print_chat(const std::string& model, const std::string& input, bool add_generation_prompt) {
-  fmt::print("{}", chat::render_conversation(hub::resolve_model(model).dir, chat::read_conversation(input), add_generation_prompt));
+  if (!is_directory(model)) fail_input("--model {}: no such folder (chat-template reads a local checkpoint or tokenizer folder)", model);
+  fmt::print("{}", chat::render_conversation(model, chat::read_conversation(input), add_generation_prompt));
 }
 
 }  // namespace

@@ -46,6 +46,7 @@ const char* kind_of(mode_t type) {
     case S_IFCHR: return "a character device";
     case S_IFBLK: return "a block device";
     case S_IFSOCK: return "a socket";
+    case S_IFREG: return "a regular file";
     default: return "not a regular file";
   }
 }
@@ -97,7 +98,7 @@ StagedDirectory::StagedDirectory(std::string final_path, bool overwrite, const s
     fail_input("{}: is {}, not a directory; choose another output directory", final_, kind_of(type));
   }
   if (type == S_IFDIR && !list_directory(final_).empty() && !overwrite) {
-    fail_input("{} already exists and is not empty; pass --overwrite to replace it (or choose another --output-dir)",
+    fail_input("{} already exists and is not empty; pass --overwrite to replace it (or choose another output directory)",
                final_);
   }
   refuse_inputs_inside(final_, inputs);

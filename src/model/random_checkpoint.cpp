@@ -21,6 +21,8 @@ void write_random_checkpoint(const std::string& dir, const RandomCheckpointOptio
       o.head_dim <= 0 || o.intermediate_size <= 0) {
     fail_usage("random checkpoint: dimensions must be positive and heads a multiple of kv_heads");
   }
+  // Every tool would refuse the checkpoint: rotary rotates pairs of dimensions.
+  if (o.head_dim % 2 != 0) fail_usage("random checkpoint: --head-dim {} must be even (rotary turns pairs of dimensions)", o.head_dim);
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_file(o.tokenizer_json);
   auto vocab = static_cast<int64_t>(tok.vocab_size());
   StagedDirectory output(dir, o.overwrite, {o.tokenizer_json});

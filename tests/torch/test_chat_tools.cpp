@@ -95,6 +95,17 @@ TEST_CASE("a model without a chat template, and bad messages, are errors naming 
   write_text(tmp.file("twice.json"), R"([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])");
   r = run_command(fmt::format("{} chat-template --model {} --messages {}", tool("inspect_model"), kGemmaModel, tmp.file("twice.json")));
   check_failure(r, 1, {"Conversation roles must alternate user/assistant/user/assistant/..."});
+  // Not a folder: a hub name would have downloaded the whole checkpoint for its template files.
+  r = run_command(fmt::format("{} chat-template --model org/model --messages {}", tool("inspect_model"), tmp.file("messages.json")));
+  check_failure(r, 1, {"--model org/model: no such folder (chat-template reads a local checkpoint or tokenizer folder)"});
+  // The other subcommands' outputs: --output with --text, and a missing folder found before the model loads.
+  r = run_command(fmt::format("{} tokenize --tokenizer {} --text hi --output {}", tool("inspect_model"), kGemmaModel, tmp.file("ids.json")));
+  check_failure(r, 2, {"tokenize --output takes --input's id lists"});
+  r = run_command(fmt::format("{} hidden --model {} --text hi --output {}", tool("inspect_model"), kGemmaModel, tmp.file("nowhere/h.safetensors")));
+  check_failure(r, 1, {"the folder", "nowhere does not exist"});
+  r = run_command(fmt::format("{} model --output {} --tokenizer {}/tokenizer.json --head-dim 3 -q", tool("make_example"),
+                              tmp.file("odd"), kGemmaModel));
+  check_failure(r, 2, {"--head-dim 3 must be even"});
 }
 
 TEST_CASE("multi_probe_inference --generate --chat and --messages: the rendered prompt, without a second BOS") {
