@@ -304,18 +304,21 @@ TEST_CASE("--shard auto: the launch's rank is the shard, its local rank the GPU 
 
 namespace {
 
-// Two shards of a 30-example capture of layer 2 (seed 42) in tmp/sharded; their directories.
-std::vector<std::string> two_shards(const TempDir& tmp) {
+// `count` shards of a 30-example capture of `layers` (seed 42) in tmp/sharded; their directories.
+std::vector<std::string> capture_shards(const TempDir& tmp, int64_t count, const std::string& layers) {
   capture::CaptureOptions o = three_action_capture(tmp, 30, "cpu");
-  o.layers = "2";
+  o.layers = layers;
   o.output_dir = tmp.file("sharded");
-  o.shard_count = 2;
-  for (int i = 0; i < 2; ++i) {
+  o.shard_count = count;
+  for (int64_t i = 0; i < count; ++i) {
     o.shard_index = i;
     capture::run_capture(o);
   }
   return capture::find_shard_dirs(tmp.file("sharded"));
 }
+
+// Two shards of layer 2.
+std::vector<std::string> two_shards(const TempDir& tmp) { return capture_shards(tmp, 2, "2"); }
 
 }  // namespace
 
@@ -390,15 +393,7 @@ TEST_CASE("a virtual merge records its sources: a shard captured again since is 
 TEST_CASE("merge: every layer the run captured, in every shard, or an error naming the file; outputs checked before "
           "any is written") {
   TempDir tmp;
-  capture::CaptureOptions o = three_action_capture(tmp, 30, "cpu");
-  o.layers = "1,3";
-  o.output_dir = tmp.file("sharded");
-  o.shard_count = 3;
-  for (int i = 0; i < 3; ++i) {
-    o.shard_index = i;
-    capture::run_capture(o);
-  }
-  const std::vector<std::string> shards = capture::find_shard_dirs(tmp.file("sharded"));
+  const std::vector<std::string> shards = capture_shards(tmp, 3, "1,3");
   const std::string merged = tmp.file("merged");
   REQUIRE(capture::merge_shards(shards, merged, {}).size() == 2);
   // Regression: layer 1's file was written before layer 3's, which exists, was refused.
