@@ -1,10 +1,12 @@
 #include "generation/generator.h"
 
 #include <c10/core/InferenceMode.h>
-#include <malloc.h>
 
 #include <algorithm>
 #include <limits>
+#if defined(__GLIBC__)  // defined by the C++ headers above on glibc
+#include <malloc.h>
+#endif
 
 #include "common/error.h"
 #include "common/files.h"
@@ -17,6 +19,13 @@ namespace probekit::generation {
 namespace {
 
 constexpr int64_t kTrimSteps = 256;  // steps between two returns of the CPU's freed memory
+
+// glibc's malloc_trim; other C libraries (macOS's) return freed memory themselves.
+void return_freed_memory() {
+#if defined(__GLIBC__)
+  ::malloc_trim(0);
+#endif
+}
 
 // eos_token_id as written: a number, a list of numbers, or null.
 std::vector<int32_t> eos_ids(const Json& object, const std::string& where) {
@@ -150,7 +159,7 @@ std::vector<Generation> generate(const model::TransformerModel& model, const std
   for (int64_t index = 0; index < options.max_new_tokens && loop.any_going(); ++index) {
     // On the CPU each step's buffers grow with the cache; glibc keeps the smaller ones they outgrew, which a long
     // generation piled up by gigabytes (10,000 tokens of a 0.2M-parameter model held 3 GB): handed back now and then.
-    if (model.device().is_cpu() && index % kTrimSteps == kTrimSteps - 1) ::malloc_trim(0);
+    if (model.device().is_cpu() && index % kTrimSteps == kTrimSteps - 1) return_freed_memory();
     // One small copy to the host per step, beside the token's: a model whose numbers go non-finite is refused as
     // everywhere, not sampled from NaN.
     if (!at::isfinite(hidden).all().item<bool>()) {
