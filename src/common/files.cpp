@@ -191,7 +191,7 @@ void write_file_atomic(const std::string& path, std::string_view contents) {
     written += static_cast<size_t>(n);
   }
   // On disk before the rename: after a crash the name holds the old file or the whole new one, never an empty one.
-  if (::fsync(fd) != 0) give_up(errno);
+  if (::fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP) give_up(errno);  // some file systems cannot sync
   if (::close(fd) != 0) {
     int err = errno;
     std::remove(temporary.c_str());

@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 
 #include "common/error.h"
@@ -71,20 +73,24 @@ std::string host_name() {
   return ::gethostname(name, sizeof(name) - 1) == 0 ? std::string(name) : std::string();
 }
 
-// The staging directories a run into `final_path` left when it was killed: ours, made on this host by a process that
-// is gone.
+// The staging directories (`final_path`.partial-<pid>-<n>) that runs into `final_path` left when they were killed:
+// ours, made on this host by a process that is gone. Best effort: what cannot be read or removed stays.
 void remove_stale_staging(const std::string& final_path) {
   std::string parent = parent_directory(final_path);
   if (parent.empty()) parent = ".";
   const std::string prefix = final_path.substr(final_path.rfind('/') + 1) + ".partial-";
-  if (!is_directory(parent)) return;
-  for (const std::string& name : list_directory(parent)) {
-    const std::string pid = name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : "";
-    if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    const std::string path = parent + "/" + name, marker = path + "/" + kStagingMarker;
-    if (!is_regular_file(marker) || read_file(marker, 4096) != host_name()) continue;
-    if (::kill(static_cast<pid_t>(std::stol(pid)), 0) == 0 || errno != ESRCH) continue;  // its run goes on
-    remove_tree(path);
+  try {
+    if (!is_directory(parent)) return;
+    for (const std::string& name : list_directory(parent)) {
+      const std::string pid = name.rfind(prefix, 0) == 0 ? name.substr(prefix.size(), name.find('-', prefix.size()) - prefix.size()) : "";
+      if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+      const std::string path = parent + "/" + name, marker = path + "/" + kStagingMarker;
+      if (!is_regular_file(marker) || read_file(marker, 4096) != host_name()) continue;
+      if (::kill(static_cast<pid_t>(std::stol(pid)), 0) == 0 || errno != ESRCH) continue;  // its run goes on
+      remove_tree(path);
+    }
+  } catch (const std::exception& e) {
+    spdlog::debug("{}: leftovers of killed runs not removed: {}", final_path, e.what());
   }
 }
 
@@ -103,8 +109,10 @@ StagedDirectory::StagedDirectory(std::string final_path, bool overwrite, const s
   }
   refuse_inputs_inside(final_, inputs);
   remove_stale_staging(final_);
-  // One staging directory per process: two runs into one output directory never write into each other's.
-  staging_ = fmt::format("{}.partial-{}", final_, ::getpid());
+  // One staging directory per run: two runs into one output directory (two processes, or two threads of the Python
+  // package) never write into each other's.
+  static std::atomic<uint64_t> serial{0};
+  staging_ = fmt::format("{}.partial-{}-{}", final_, ::getpid(), serial.fetch_add(1));
   remove_tree(staging_);
   make_directories(staging_);
   write_file_atomic(staging_ + "/" + kStagingMarker, host_name());
@@ -119,7 +127,6 @@ StagedDirectory::~StagedDirectory() {
 }
 
 void StagedDirectory::commit() {
-  std::remove((staging_ + "/" + kStagingMarker).c_str());
   const bool replacing = path_exists(final_);
   // The earlier directory moves aside under a name no one holds, and goes once the new one is in place.
   std::string old;
@@ -127,6 +134,8 @@ void StagedDirectory::commit() {
   if (replacing) rename_path(final_, old);
   rename_path(staging_, final_);
   committed_ = true;
+  // Removed once in place: a staging directory killed before its rename keeps the marker its cleanup looks for.
+  std::remove((final_ + "/" + kStagingMarker).c_str());
   if (replacing) remove_tree(old);
 }
 

@@ -21,8 +21,8 @@ void refuse_inputs_inside(const std::string& output_dir, const std::vector<std::
 class StagedDirectory {
  public:
   /// Refuses an existing non-empty `final_path` unless `overwrite`, anything there that is not a directory, and
-  /// `inputs` inside it (refuse_inputs_inside: the commit would delete them). Stages into `final_path`.partial-<pid>,
-  /// removing those that runs killed on this host left.
+  /// `inputs` inside it (refuse_inputs_inside: the commit would delete them). Stages into
+  /// `final_path`.partial-<pid>-<n>, removing those that runs killed on this host left.
   StagedDirectory(std::string final_path, bool overwrite, const std::vector<std::string>& inputs);
   ~StagedDirectory();
   StagedDirectory(const StagedDirectory&) = delete;

@@ -245,8 +245,14 @@ void Engine::score_token_ids(const readout::Sequence& ids, const steering::Steer
   // as in generation), a special token its own spelling.
   TextStream pieces(*tokenizer_, {});
   for (size_t i = 0; i < ids.size(); ++i) {
-    const std::string piece = pieces.add(ids[i], i + 1 == ids.size());
-    result.texts.push_back(tokenizer_->is_special(ids[i]) ? tokenizer_->decode({ids[i]}) : piece);
+    const bool last = i + 1 == ids.size();
+    if (!tokenizer_->is_special(ids[i])) {
+      result.texts.push_back(pieces.add(ids[i], last));
+      continue;
+    }
+    if (!result.texts.empty()) result.texts.back() += pieces.flush();  // the byte run before it ends here
+    pieces.add(ids[i], last);
+    result.texts.push_back(tokenizer_->decode({ids[i]}));
   }
   result.probability = empty_tables(result.ids.size());
   readout::Request steered = request_;
@@ -403,7 +409,7 @@ std::vector<GeneratedText> Engine::generate(const std::vector<std::string>& prom
     const size_t end = std::min(prompts.size(), first + batch_size);
     std::vector<readout::Sequence> batch(ids.begin() + static_cast<std::ptrdiff_t>(first),
                                          ids.begin() + static_cast<std::ptrdiff_t>(end));
-    steered.first_row = first;
+    steered.first_row = options.first_row + first;
     std::vector<generation::Generation> generated =
         generation::generate(*model_, batch, steered, readout, [&](const generation::GeneratedToken& token) {
           const size_t row = first + token.row;
@@ -424,6 +430,7 @@ std::vector<GeneratedText> Engine::generate(const std::vector<std::string>& prom
     for (size_t i = first; i < end; ++i) {
       texts[i].ids = generated[i - first].ids;
       texts[i].stop = generated[i - first].stop;
+      texts[i].text += streams[i].flush();  // byte tokens held back when a callback stopped the row
     }
   }
   return texts;

@@ -124,7 +124,7 @@ std::vector<GeneratedText> Engine::generate_monitored(const std::vector<std::str
     request.prompt_ids = tokenizer_->encode(prompts[row], add_special_tokens);
     warn_past_limit(request.prompt_ids, options.max_new_tokens);
     request.options = options;
-    request.options.first_row = row;
+    request.options.first_row = options.first_row + row;
     request.monitors = monitors;
     request.on_token = [row, &on_token](const ScoredToken& token) {
       ScoredToken numbered = token;

@@ -81,6 +81,7 @@ size_t StreamBatch::join(std::vector<StreamRequest> requests) {
     ++taken;
     if (!stopped) continue;
     stopped->generated.stop = generation::StopReason::kMonitor;
+    stopped->generated.text += stopped->text.flush();
     stopped->request.on_end(stopped->generated, nullptr);
   }
   if (arriving.empty()) return taken;
@@ -348,7 +349,10 @@ void StreamBatch::leave(const std::vector<bool>& ended, const std::vector<std::e
     hidden_ = kept.empty() ? at::Tensor() : hidden_.index_select(0, at::tensor(kept, at::kLong).to(hidden_.device()));
     place_writes();
   }
-  for (size_t i = 0; i < gone.size(); ++i) gone[i]->request.on_end(gone[i]->generated, gone_errors[i]);
+  for (size_t i = 0; i < gone.size(); ++i) {
+    gone[i]->generated.text += gone[i]->text.flush();  // byte tokens held back when the row stopped early
+    gone[i]->request.on_end(gone[i]->generated, gone_errors[i]);
+  }
 }
 
 void StreamBatch::end_all(std::exception_ptr error) {
@@ -360,6 +364,7 @@ void StreamBatch::end_all(std::exception_ptr error) {
   place_writes();
   for (auto& s : gone) {
     s->generated.stop = generation::StopReason::kCancelled;
+    s->generated.text += s->text.flush();
     s->request.on_end(s->generated, error);
   }
 }

@@ -31,6 +31,16 @@ class TextStream {
   std::string add(int32_t id, bool last) {
     ids_.push_back(id);
     if (!last && in_byte_run(id)) return {};
+    return next_piece(last);
+  }
+
+  /// What a row that ended without its last token (stopped by a monitor, a callback, a deadline) still holds back.
+  std::string flush() { return read_ < ids_.size() ? next_piece(true) : std::string(); }
+
+ private:
+  static constexpr size_t kContext = 5;
+
+  std::string next_piece(bool last) {
     std::string shown = decode(prefix_, read_);
     std::string decoded = decode(prefix_, ids_.size());
     static const std::string kReplacement = "\xEF\xBF\xBD";
@@ -45,9 +55,6 @@ class TextStream {
     read_ = ids_.size();
     return decoded.substr(common);
   }
-
- private:
-  static constexpr size_t kContext = 5;
 
   std::string decode(size_t begin, size_t end) const {
     return tokenizer_->decode(std::vector<int32_t>(ids_.begin() + static_cast<std::ptrdiff_t>(begin),

@@ -120,6 +120,7 @@ void run_batch(const inference::Engine& engine, const std::vector<std::string>& 
   const model::StreamWrites writes = steering::place_rows(row_steering, engine.model());
   generation::GenerationOptions options = generation;
   options.writes = &writes;
+  options.first_row = first;  // a cell samples as itself, whatever --rows-per-batch
   const std::vector<inference::GeneratedText> generated =
       engine.generate(texts, options, [&](const inference::ScoredToken& token) {
         results[first + token.row].scores.push_back(token.probability.front());
@@ -244,7 +245,10 @@ void add_sweep_flags(CLI::App& app, SweepOptions& o) {
 
 Json run_sweep(SweepOptions o) {
   check_options(o);
-  StagedDirectory out(o.output_dir, o.overwrite, {o.engine.probes_dir, o.engine.model_dir, o.prompts_file});
+  std::vector<std::string> inputs = {o.engine.probes_dir, o.engine.model_dir, o.prompts_file};
+  for (const sae::SaeSpec& sae : o.engine.saes) inputs.push_back(sae.path);
+  for (const steering::SteeringOp& op : o.engine.steering.ops) inputs.push_back(op.path);  // --steer-vector files
+  StagedDirectory out(o.output_dir, o.overwrite, inputs);
   o.engine.generate = true;
   o.engine.batch_size = o.rows_per_batch;
   const inference::Engine engine = inference::Engine::load(o.engine);

@@ -72,3 +72,11 @@ TEST_CASE("text stream: random tokens, byte tokens among them, stream as the who
     }
   }
 }
+
+TEST_CASE("text stream: a row stopped before its last token gives what it held back, once") {
+  const Tokenizer tokenizer = Tokenizer::from_file(PROBEKIT_FIXTURES "/models/gemma3_text");
+  TextStream stream(tokenizer, tokenizer.encode("Say it", true));
+  CHECK(stream.add(*tokenizer.token_to_id("<0x5B>"), false).empty());  // a byte run waits for its end
+  CHECK(stream.flush() == "[");
+  CHECK(stream.flush().empty());
+}
