@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <limits>
-#if defined(__GLIBC__)  // defined by the C++ headers above on glibc
-#include <malloc.h>
+#ifdef __linux__
+#include <malloc.h>  // malloc_trim
+#else
+#include <cstdlib>
 #endif
 
 #include "common/error.h"
@@ -20,10 +22,12 @@ namespace {
 
 constexpr int64_t kTrimSteps = 256;  // steps between two returns of the CPU's freed memory
 
-// glibc's malloc_trim; other C libraries (macOS's) return freed memory themselves.
+// glibc's malloc_trim (Debian's C library); macOS's allocator returns freed memory to the system itself.
 void return_freed_memory() {
-#if defined(__GLIBC__)
+#ifdef __linux__
   ::malloc_trim(0);
+#else
+  // Nothing to do.
 #endif
 }
 
