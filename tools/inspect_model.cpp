@@ -30,9 +30,7 @@ namespace {
 void write_hidden(const std::string& dir, const std::string& text, const std::string& output,
                   const std::string& device_request, const std::string& dtype_request,
                   const steering::SteeringSpec& steering) {
-  // Before the model loads: a missing folder would lose the states after the work.
-  const std::string folder = parent_directory(output);
-  if (!folder.empty() && !is_directory(folder)) fail_input("{}: the folder {} does not exist", output, folder);
+  check_output_folder(output);  // before the model loads
   loading::ModelRequest request;
   request.model_dir = dir;
   request.device = device_request;

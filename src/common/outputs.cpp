@@ -55,6 +55,11 @@ const char* kind_of(mode_t type) {
 
 }  // namespace
 
+void check_output_folder(const std::string& path) {
+  const std::string folder = parent_directory(path);
+  if (!folder.empty() && !is_directory(folder)) fail_input("{}: the folder {} does not exist", path, folder);
+}
+
 void check_output_file(const std::string& path, bool overwrite) {
   mode_t type = file_type(path);
   if (type == 0) return;

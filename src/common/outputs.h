@@ -16,6 +16,9 @@ void check_output_file(const std::string& path, bool overwrite);
 /// Refuses (a usage error) an `output_dir` that is one of `inputs` or holds one: --overwrite would replace it.
 void refuse_inputs_inside(const std::string& output_dir, const std::vector<std::string>& inputs);
 
+/// Refuses an output file whose folder does not exist: checked before the work, whose result would be lost.
+void check_output_folder(const std::string& path);
+
 /// A directory of outputs built under a temporary sibling name and moved into place whole by commit(). Until
 /// then the final directory is untouched; without commit() (an error) the temporary one is removed.
 class StagedDirectory {

@@ -223,9 +223,8 @@ void check_request(InferenceRequest& r) {
   for (const std::string* output : {&r.csv, &r.html}) {
     if (output->empty()) continue;
     check_output_file(*output, r.overwrite);
-    // Before the model loads: a missing folder would lose the report after all the work.
+    check_output_folder(*output);  // before the model loads
     const std::string folder = parent_directory(*output);
-    if (!folder.empty() && !is_directory(folder)) fail_input("{}: the folder {} does not exist", *output, folder);
     const size_t slash = output->rfind('/');
     where.push_back(absolute_path(folder.empty() ? "." : folder) + "/" +
                     (slash == std::string::npos ? *output : output->substr(slash + 1)));
