@@ -72,6 +72,22 @@ std::optional<MessageProblem> find_tools_problem(const OrderedJson& tools) {
   return std::nullopt;
 }
 
+Conversation conversation_of(const OrderedJson& json, const std::string& where) {
+  const std::string prefix = where.empty() ? "" : where + ": ";
+  Conversation conversation;
+  conversation.messages = json.is_object() && json.contains("messages") ? json.at("messages") : json;
+  if (auto problem = find_message_problem(conversation.messages)) {
+    fail_input("{}{} (expected a JSON list of {{\"role\": ..., \"content\": ...}} messages, or an object with "
+               "\"messages\")",
+               prefix, problem->message);
+  }
+  if (json.is_object() && json.contains("tools") && !json.at("tools").is_null()) {
+    conversation.tools = json.at("tools");
+    if (auto problem = find_tools_problem(conversation.tools)) fail_input("{}{}", prefix, problem->message);
+  }
+  return conversation;
+}
+
 Conversation read_conversation(const std::string& path) {
   require_input_file(path);
   OrderedJson json;
@@ -80,18 +96,12 @@ Conversation read_conversation(const std::string& path) {
   } catch (const nlohmann::json::parse_error& e) {
     fail_input("{}: not JSON: {}", path, e.what());
   }
-  Conversation conversation;
-  conversation.messages = json.is_object() && json.contains("messages") ? json.at("messages") : json;
-  if (auto problem = find_message_problem(conversation.messages)) {
-    fail_input("{}: {} (expected a JSON list of {{\"role\": ..., \"content\": ...}} messages, or an object with "
-               "\"messages\")",
-               path, problem->message);
-  }
-  if (json.is_object() && json.contains("tools") && !json.at("tools").is_null()) {
-    conversation.tools = json.at("tools");
-    if (auto problem = find_tools_problem(conversation.tools)) fail_input("{}: {}", path, problem->message);
-  }
-  return conversation;
+  return conversation_of(json, path);
+}
+
+std::string conversation_text(const Conversation& conversation) {
+  if (conversation.tools.is_null()) return conversation.messages.dump();
+  return OrderedJson{{"messages", conversation.messages}, {"tools", conversation.tools}}.dump();
 }
 
 OrderedJson user_message(const std::string& text) {

@@ -31,9 +31,18 @@ struct Conversation {
   OrderedJson tools;
 };
 
-/// The conversation of a file: a JSON list of messages, or an object with a "messages" list and optionally
-/// "tools" (an OpenAI request body). A problem is an error naming the file and the field.
+/// The conversation `json` holds: a list of messages, or an object with a "messages" list and optionally "tools" (an
+/// OpenAI request body). A problem is an error naming `where` (when not empty) and the field.
+Conversation conversation_of(const OrderedJson& json, const std::string& where);
+
+/// The conversation of a file, as conversation_of reads it.
 Conversation read_conversation(const std::string& path);
+
+/// A conversation as one JSON text, the form in which dataset rows, --file rows, --messages and requests reach
+/// scoring: its messages alone, or {"messages", "tools"} where it offers tools. Objects keep the order of their keys,
+/// as written: a template's tojson prints a tool's schema and a call's arguments in that order, as transformers'
+/// json.dumps does.
+std::string conversation_text(const Conversation& conversation);
 
 /// One user message holding `text`.
 OrderedJson user_message(const std::string& text);

@@ -4,8 +4,6 @@
 // attributes, which `set ns.x = ...` assigns.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -14,11 +12,13 @@
 #include <variant>
 #include <vector>
 
+#include "common/json.h"
+
 namespace probekit::chat {
 
 /// JSON that keeps the order of an object's keys, as Python's dicts do: a tool's schema printed by tojson
 /// lists its keys in the order they were given.
-using OrderedJson = nlohmann::ordered_json;
+using OrderedJson = probekit::OrderedJson;
 
 class Value;
 

@@ -21,16 +21,27 @@ std::string describe_position(std::string_view text, size_t byte_offset) {
   return fmt::format("line {}, column {}", line, column);
 }
 
-Json parse_json(std::string_view text, const std::string& source) {
+namespace {
+
+template <typename AnyJson>
+AnyJson parse_any_json(std::string_view text, const std::string& source) {
   try {
-    return Json::parse(text.begin(), text.end());
-  } catch (const Json::parse_error& e) {
+    return AnyJson::parse(text.begin(), text.end());
+  } catch (const nlohmann::json::parse_error& e) {
     // nlohmann reports the byte just past the offending character.
     size_t at = e.byte > 0 ? e.byte - 1 : 0;
     fail("{}: invalid JSON at {}: {}", source, describe_position(text, at), e.what());
-  } catch (const Json::out_of_range& e) {  // a number beyond a double's range, as 1e400
+  } catch (const nlohmann::json::out_of_range& e) {  // a number beyond a double's range, as 1e400
     fail("{}: invalid JSON: {}", source, e.what());
   }
+}
+
+}  // namespace
+
+Json parse_json(std::string_view text, const std::string& source) { return parse_any_json<Json>(text, source); }
+
+OrderedJson parse_ordered_json(std::string_view text, const std::string& source) {
+  return parse_any_json<OrderedJson>(text, source);
 }
 
 Json read_json_file(const std::string& path) { return parse_json(read_file(path), path); }

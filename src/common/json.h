@@ -10,9 +10,14 @@
 namespace probekit {
 
 using Json = nlohmann::json;
+/// JSON whose objects keep their keys in the order written: what reaches a chat template, whose tojson prints them so.
+using OrderedJson = nlohmann::ordered_json;
 
 /// Parses JSON text; a syntax error names `source` with line and column.
 Json parse_json(std::string_view text, const std::string& source);
+
+/// The same, keeping the order of each object's keys.
+OrderedJson parse_ordered_json(std::string_view text, const std::string& source);
 
 /// Reads and parses a JSON file; errors name the file, line and column.
 Json read_json_file(const std::string& path);

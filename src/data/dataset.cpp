@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 
+#include "chat/conversation.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json.h"
@@ -155,8 +156,8 @@ std::vector<LabelledSpan> read_spans(const Json& spans, const Json& messages, co
 // One line's example; `dataset.label_field` is chosen from the first line.
 // A row's text, or its conversation: "messages" where the row has no text field. The first row decides which kind
 // the file holds; a row of the other kind is an error naming its line.
-void read_input(const Json& object, const DatasetOptions& options, Dataset& dataset, const std::string& where,
-                Example& example) {
+void read_input(const Json& object, const std::string& line, const DatasetOptions& options, Dataset& dataset,
+                const std::string& where, Example& example) {
   auto text = object.find(options.text_field);
   auto messages = object.find(kMessagesField);
   const bool conversation = text == object.end() && messages != object.end();
@@ -171,13 +172,13 @@ void read_input(const Json& object, const DatasetOptions& options, Dataset& data
       fail_input("{}: field '{}' must be a non-empty list of messages, found {}", where, kMessagesField,
                  messages->dump().substr(0, 80));
     }
-    example.messages = messages->dump();
     // The tools a row offers the model go to the template with its messages (checked where they are rendered).
     auto tools = object.find("tools");
-    if (tools != object.end() && !tools->is_null()) {
-      check_depth(*tools, "tools", where);
-      example.messages = Json{{"messages", *messages}, {"tools", *tools}}.dump();
-    }
+    if (tools != object.end() && !tools->is_null()) check_depth(*tools, "tools", where);
+    // Read again keeping the line's key order, which a template's tojson prints (a tool's schema, a call's arguments).
+    const OrderedJson ordered = OrderedJson::parse(line);
+    const bool offers_tools = tools != object.end() && !tools->is_null();
+    example.messages = chat::conversation_text({ordered.at(kMessagesField), offers_tools ? ordered.at("tools") : nullptr});
     auto spans = object.find("spans");
     if (spans != object.end()) example.spans = read_spans(*spans, *messages, where);
     return;
@@ -211,10 +212,11 @@ void check_label_kind(bool integer, const Example& example, Dataset& dataset, co
   }
 }
 
-Example read_example(const Json& object, const DatasetOptions& options, Dataset& dataset, const std::string& where) {
+Example read_example(const Json& object, const std::string& line, const DatasetOptions& options, Dataset& dataset,
+                     const std::string& where) {
   if (dataset.label_field.empty()) dataset.label_field = choose_label_field(object, options, where);
   Example example;
-  read_input(object, options, dataset, where, example);
+  read_input(object, line, options, dataset, where, example);
   auto label = object.find(dataset.label_field);
   if (label == object.end()) {
     fail_input("{}: missing label field '{}' (fields: {})", where, dataset.label_field, field_list(object));
@@ -265,7 +267,7 @@ void read_examples(const std::string& bytes, const std::string& source, const Da
     std::string where = fmt::format("{}:{}", source, number + 1);
     try {
       Json object = parse_line(line, where);
-      Example example = read_example(object, options, dataset, where);
+      Example example = read_example(object, line, options, dataset, where);
       example.line = number;
       dataset.examples.push_back(std::move(example));
       if (first_fields.empty()) first_fields = field_list(object);

@@ -35,7 +35,7 @@ struct LabelledSpan {
 struct Example {
   int64_t line = 0;  // 0-based line of the example in the file
   std::string text;      // a text row's text
-  std::string messages;  // a conversation row's "messages" (the OpenAI chat format), as JSON text
+  std::string messages;  // a conversation row's "messages" with any "tools" (chat::conversation_text), as JSON text
   std::vector<LabelledSpan> spans;  // a conversation row's token-level labels; tokens outside them take `label`
   std::string label;
   std::vector<std::string> kept;  // values of keep_fields, in order ("" when absent)

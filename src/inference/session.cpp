@@ -78,11 +78,7 @@ Json show(const Engine& engine, const std::string& text, const ScoreTable& table
 
 // The conversation of --messages for scoring: its messages, with the tools it offers (rendered as capture renders a
 // dataset row's).
-std::string scored_messages(const std::string& path) {
-  chat::Conversation conversation = chat::read_conversation(path);
-  if (conversation.tools.is_null()) return conversation.messages.dump();
-  return chat::OrderedJson{{"messages", conversation.messages}, {"tools", conversation.tools}}.dump();
-}
+std::string scored_messages(const std::string& path) { return chat::conversation_text(chat::read_conversation(path)); }
 
 void show_per_token(const Engine& engine, const InferenceRequest& r) {
   const bool conversation = !r.messages.empty();
@@ -137,7 +133,7 @@ void show_conversation(const Engine& engine, const InferenceRequest& r) {
 // --file of conversations: each ranked at the probes' token mask, shown as "conversation N" (N its line).
 void show_conversation_file(const Engine& engine, const InferenceRequest& r, const std::vector<ConversationRow>& rows) {
   std::vector<std::string> conversations;
-  for (const ConversationRow& row : rows) conversations.push_back(row.messages);
+  for (const ConversationRow& row : rows) conversations.push_back(row.conversation);
   const std::vector<TextScores> scores = engine.score_conversations(conversations);
   Json all = Json::array();
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -435,12 +431,13 @@ std::vector<ConversationRow> read_conversation_rows(const std::string& path, con
   for (int64_t number = 1; std::getline(in, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     if (rows.empty() && line.front() != '{') return {};
-    Json object = parse_json(line, fmt::format("{}:{}", path, number));
+    const std::string where = fmt::format("{}:{}", path, number);
+    const OrderedJson object = parse_ordered_json(line, where);
     const bool conversation = object.is_object() && object.contains("messages") && !object.contains(field);
     if (rows.empty() && !conversation) return {};
-    if (!conversation) fail_input("{}:{}: no \"messages\" (the rows before it are conversations)", path, number);
-    if (!object["messages"].is_array()) fail_input("{}:{}: \"messages\" must be a list of messages", path, number);
-    rows.push_back(ConversationRow{number, object["messages"].dump()});
+    if (!conversation) fail_input("{}: no \"messages\" (the rows before it are conversations)", where);
+    // As capture reads a dataset's row: its messages with the tools it offers, in the order written.
+    rows.push_back(ConversationRow{number, chat::conversation_text(chat::conversation_of(object, where))});
   }
   return rows;
 }

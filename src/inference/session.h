@@ -84,10 +84,11 @@ Json per_token_json(const std::string& text, const TokenScores& scores, const st
 /// --file: one text per line, or JSON objects with a text field; blank lines skipped.
 std::vector<std::string> read_texts(const std::string& path, const std::string& field);
 
-/// One row of a --file of conversations: its 1-based line and its messages as JSON text.
+/// One row of a --file of conversations: its 1-based line and its conversation (chat::conversation_text: the
+/// messages with any tools the row offers).
 struct ConversationRow {
   int64_t line = 0;
-  std::string messages;
+  std::string conversation;
 };
 
 /// --file of conversations (JSONL rows with "messages" and no text field, as capture reads them); empty when the file

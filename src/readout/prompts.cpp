@@ -56,19 +56,12 @@ std::vector<Prompt> PromptBuilder::build(const std::vector<std::string>& texts) 
 
 namespace {
 
-// A conversation's template inputs from its JSON: a list of messages, or an object of "messages" and the "tools" the
-// template offers the model (as inspect_model chat-template and the server render them).
-chat::ChatTemplateInputs conversation_inputs(const std::string& conversation) {
-  const chat::OrderedJson parsed = chat::OrderedJson::parse(conversation);
+// A conversation's template inputs from its JSON text (chat::conversation_text).
+chat::ChatTemplateInputs conversation_inputs(const std::string& text) {
+  const chat::Conversation conversation = chat::conversation_of(chat::OrderedJson::parse(text), "");
   chat::ChatTemplateInputs inputs;
-  inputs.messages = parsed.is_object() && parsed.contains("messages") ? parsed.at("messages") : parsed;
-  if (std::optional<chat::MessageProblem> problem = chat::find_message_problem(inputs.messages)) {
-    fail_input("{}", problem->message);
-  }
-  if (parsed.is_object() && parsed.contains("tools") && !parsed.at("tools").is_null()) {
-    inputs.tools = parsed.at("tools");
-    if (std::optional<chat::MessageProblem> problem = chat::find_tools_problem(inputs.tools)) fail_input("{}", problem->message);
-  }
+  inputs.messages = conversation.messages;
+  inputs.tools = conversation.tools;
   return inputs;
 }
 

@@ -41,8 +41,8 @@ std::string completion_id() {
 std::string render_prompt(const ChatModel& model, const ChatQuery& query, Clock::time_point deadline) {
   if (!model.chat_template) throw RequestError(400, model.problem, "messages");
   chat::ChatTemplateInputs inputs;
-  inputs.messages = chat::OrderedJson::parse(query.messages.dump());
-  if (!query.tools.is_null()) inputs.tools = chat::OrderedJson::parse(query.tools.dump());
+  inputs.messages = query.messages;
+  inputs.tools = query.tools;
   inputs.add_generation_prompt = true;
   inputs.limits.deadline = deadline;
   try {

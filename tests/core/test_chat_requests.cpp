@@ -54,6 +54,27 @@ TEST_CASE("chat requests: OpenAI's fields, their defaults, and the probes and st
             .stop.size() == 2);
 }
 
+TEST_CASE("chat requests keep their tools' and messages' keys in the order sent, which a template's tojson prints") {
+  // Regression: the body was read with sorted keys, so a template printing a tool or a call's arguments rendered a
+  // prompt transformers and vLLM never render ({"function": ..., "type": ...}).
+  const std::string messages =
+      R"([{"role":"user","content":"Weather?"},{"role":"assistant","content":null,"tool_calls":[{"type":"function",)"
+      R"("function":{"name":"get_weather","arguments":{"unit":"C","city":"Oslo"}}}]}])";
+  const std::string tools = R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",)"
+                            R"("properties":{"unit":{"type":"string"},"city":{"type":"string"}}}}}])";
+  server::Limits limits;
+  limits.max_new_tokens = 100;
+  const server::ChatQuery q =
+      server::parse_chat_query(R"({"tools": )" + tools + R"(, "messages": )" + messages + "}", limits);
+  CHECK(q.messages.dump() == messages);
+  CHECK(q.tools.dump() == tools);
+  CHECK(server::parse_rank_query(R"({"messages": )" + messages + "}", limits).messages == messages);
+  CHECK(server::parse_per_token_query(R"({"messages": )" + messages + "}", limits).messages == messages);
+  // The last of a repeated key wins, as in the sorted reading of the other fields.
+  CHECK(server::parse_chat_query(R"({"messages": [{"role": "user", "content": "a"}], "messages": )" + messages + "}", limits)
+            .messages.dump() == messages);
+}
+
 TEST_CASE("chat requests: each refusal names its field") {
   const std::string m = R"("messages": [{"role": "user", "content": "Hi"}])";
   check_refusal("{}", 400, "messages", "'messages' is missing");

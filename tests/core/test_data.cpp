@@ -246,6 +246,20 @@ TEST_CASE("regression: a field nested past 256 levels is refused naming the file
   CHECK(d.skipped.size() == 1);
 }
 
+TEST_CASE("a conversation row keeps its keys in the order written: a chat template's tojson prints them so") {
+  TempDir tmp;
+  const std::string path = tmp.file("tools.jsonl");
+  const std::string messages = R"([{"role":"assistant","content":null,"tool_calls":[{"type":"function",)"
+                               R"("function":{"name":"f","arguments":{"zeta":1,"alpha":2}}}]}])";
+  const std::string tools = R"([{"type":"function","function":{"name":"f","parameters":{}}}])";
+  write_text(path, R"({"messages": )" + messages + R"(, "cognitive_action": "noticing", "tools": )" + tools + "}\n" +
+                       R"({"messages": )" + messages + R"(, "cognitive_action": "noticing"})" + "\n");
+  const data::Dataset d = data::read_dataset(path, {});
+  REQUIRE(d.examples.size() == 2);
+  CHECK(d.examples[0].messages == R"({"messages":)" + messages + R"(,"tools":)" + tools + "}");
+  CHECK(d.examples[1].messages == messages);
+}
+
 namespace {
 
 // `count` lines in the reference's format, more than a pipe's buffer holds when count is large.

@@ -17,6 +17,7 @@
 #include "capture_runs.h"
 #include "common/json.h"
 #include "inference/engine.h"
+#include "inference/session.h"
 #include "probes/binary_run.h"
 #include "probes/probe_files.h"
 #include "readout/readout.h"
@@ -396,19 +397,21 @@ TEST_CASE("conversations: a reply that also occurs in the template's own text is
   for (const auto& [line, text] : texts) CHECK(text == replies[static_cast<size_t>(line) % replies.size()]);
 }
 
-TEST_CASE("conversations: a row's tools reach the chat template with its messages") {
+TEST_CASE("conversations: a row's tools reach the chat template with its messages, their keys in the order written") {
   TempDir tmp;
   const std::string model = tmp.file("model");
   copy_dir(kGemmaModel, model);
   write_text(model + "/chat_template.jinja",
-             "{% if tools %}[tools {{ tools | length }}: {{ tools[0].function.name }}]{% endif %}"
-             "{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endfor %}");
-  const Json tools = Json::parse(R"([{"type": "function", "function": {"name": "get_weather", "parameters": {}}}])");
+             "{% if tools %}[tools {{ tools | length }}: {{ tools[0] | tojson }}]{% endif %}"
+             "{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+             "{% if m.tool_calls %}{{ m.tool_calls[0].function.arguments | tojson }}{% endif %}</{{ m.role }}>{% endfor %}");
+  // Keys out of sorted order, as OpenAI's clients write a tool and a call: transformers' tojson prints them so.
+  const std::string conversation =
+      R"("messages": [{"role": "user", "content": "Weather in Oslo?"}, {"role": "assistant", "content": "Sunny", )"
+      R"("tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"unit": "C", "city": "Oslo"}}}]}], )"
+      R"("tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}])";
   std::string lines;
-  for (int i = 0; i < 12; ++i) {
-    Json messages = Json::array({{{"role", "user"}, {"content", "Weather in Oslo?"}}, {{"role", "assistant"}, {"content", "Sunny"}}});
-    lines += Json({{"messages", messages}, {"tools", tools}, {"label", i % 2 == 0 ? "a" : "b"}}).dump() + "\n";
-  }
+  for (int i = 0; i < 12; ++i) lines += "{" + conversation + R"(, "label": ")" + (i % 2 == 0 ? "a" : "b") + "\"}\n";
   capture::CaptureOptions o = conversation_capture(tmp, Position::kAll, "tools");
   o.model_dir = model;
   o.mask = TokenMask::kAll;
@@ -416,11 +419,20 @@ TEST_CASE("conversations: a row's tools reach the chat template with its message
   write_text(o.dataset_path, lines);
   capture::run_capture(o);
   const auto tok = tokenizer::Tokenizer::from_file(model);
-  // Regression: the row's "tools" were dropped, the conversation rendered as if the model had none.
+  // Regressions: the row's "tools" were dropped, the conversation rendered as if the model had none; then their keys
+  // (and a call's arguments') were printed sorted, a prompt transformers never renders.
+  const std::string rendered = R"([tools 1: {"type": "function", "function": {"name": "get_weather", "parameters": {}}}])"
+                               R"(<user>Weather in Oslo?</user><assistant>Sunny{"unit": "C", "city": "Oslo"}</assistant>)";
   for (const auto& [line, text] : read_texts(activations::read_activation_file(tmp.file("tools/layer_2_activations.h5")), tok)) {
     CAPTURE(line);
-    CHECK(text.rfind("[tools 1: get_weather]<user>Weather in Oslo?", 0) == 0);
+    CHECK(text.rfind(rendered, 0) == 0);
   }
+  // multi_probe_inference --file reads such a row as capture does: the tools with the messages, in the same order.
+  const std::vector<inference::ConversationRow> rows = inference::read_conversation_rows(o.dataset_path, "text");
+  REQUIRE(rows.size() == 12);
+  CHECK(rows[0].conversation == data::read_dataset(o.dataset_path, {"text", "label"}).examples[0].messages);
+  CHECK(Json::parse(rows[0].conversation) == Json::parse("{" + conversation + "}"));
+  CHECK_CONTAINS(rows[0].conversation, R"({"unit":"C","city":"Oslo"})");
   lines.clear();
   for (int i = 0; i < 12; ++i) {
     lines += R"({"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "web"}], "label": ")" +

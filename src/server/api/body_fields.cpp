@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <set>
+#include <stdexcept>
 
 #include "chat/conversation.h"
 
@@ -196,7 +197,7 @@ std::string shown(const Json& value) {
   throw RequestError(kBadRequest, fmt::format("'{}' must be {}, got {}", field, expected, shown(value)), field);
 }
 
-BodyFields::BodyFields(std::string_view body) {
+BodyFields::BodyFields(std::string_view body) : body_(body) {
   check_nesting(body);
   try {
     object_ = parse_json(body, "the request body");
@@ -217,6 +218,13 @@ const Json* BodyFields::take(const std::string& key) {
   taken_.insert(key);
   auto found = object_.find(key);
   return found == object_.end() || found->is_null() ? nullptr : &*found;
+}
+
+OrderedJson BodyFields::take_ordered(const std::string& key) {
+  if (take(key) == nullptr) return nullptr;
+  if (body_.empty()) throw std::logic_error("take_ordered reads a whole body's fields");
+  if (!ordered_) ordered_ = OrderedJson::parse(body_);
+  return ordered_->at(key);
 }
 
 const Json& BodyFields::required(const std::string& key) {
@@ -283,8 +291,8 @@ void BodyFields::reject_unknown() const {
 }
 
 
-Json checked_messages(const Json& messages) {
-  if (auto problem = chat::find_message_problem(chat::OrderedJson::parse(messages.dump()))) {
+OrderedJson checked_messages(const OrderedJson& messages) {
+  if (auto problem = chat::find_message_problem(messages)) {
     throw RequestError(kBadRequest, problem->message, problem->field);
   }
   return messages;

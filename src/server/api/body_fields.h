@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -32,6 +33,9 @@ class BodyFields {
 
   /// The field's value, or nullptr when it is absent or null.
   const Json* take(const std::string& key);
+  /// take()'s value with its objects' keys in the order the body wrote them, for what a chat template prints (its
+  /// tojson keeps that order); null when absent. Only a whole body's fields.
+  OrderedJson take_ordered(const std::string& key);
   const Json& required(const std::string& key);
   int64_t integer(const std::string& key, int64_t fallback, int64_t low, int64_t high);
   double number(const std::string& key, double fallback, double low, double high);
@@ -43,10 +47,12 @@ class BodyFields {
  private:
   Json object_;
   std::set<std::string> taken_;
+  std::string body_;                    // a whole body's text, which take_ordered reads again; empty inside a body
+  std::optional<OrderedJson> ordered_;  // the body read by take_ordered
 };
 
 /// A conversation's messages, checked as a chat template needs them (a 400 naming the message's field).
-Json checked_messages(const Json& messages);
+OrderedJson checked_messages(const OrderedJson& messages);
 
 /// A text to score: a string that is not blank.
 std::string text_value(const Json& value, const std::string& field);

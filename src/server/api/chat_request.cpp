@@ -65,17 +65,15 @@ ViewQuery probe_view(BodyFields& fields) {
 
 // "tools": functions the template offers the model, as transformers' apply_chat_template(tools=...) renders them.
 // The reply's tool calls come back as the text the model writes: "tool_choice" can only leave the choice to it.
-Json offered_tools(BodyFields& fields) {
-  const Json* tools = fields.take("tools");
+OrderedJson offered_tools(BodyFields& fields) {
+  const OrderedJson tools = fields.take_ordered("tools");
   if (const Json* choice = fields.take("tool_choice"); choice != nullptr && *choice != "auto") {
     throw RequestError(kBadRequest, "'tool_choice' can only be \"auto\" here: the template offers the tools and the model "
                                     "chooses (its calls come back as the text it writes)", "tool_choice");
   }
-  if (tools == nullptr || tools->is_null()) return nullptr;
-  if (auto problem = chat::find_tools_problem(chat::OrderedJson::parse(tools->dump()))) {
-    throw RequestError(kBadRequest, problem->message, problem->field);
-  }
-  return *tools;
+  if (tools.is_null()) return nullptr;
+  if (auto problem = chat::find_tools_problem(tools)) throw RequestError(kBadRequest, problem->message, problem->field);
+  return tools;
 }
 
 // Fields OpenAI's clients may send that change nothing here at their defaults; other values are refused.
@@ -103,7 +101,8 @@ ChatQuery parse_chat_query(std::string_view body, const Limits& limits) {
   const Json* model = fields.take("model");
   if (model != nullptr && !model->is_string()) wrong_type("model", "a model's name", *model);
   if (model != nullptr) query.model = model->get<std::string>();
-  query.messages = checked_messages(fields.required("messages"));
+  fields.required("messages");
+  query.messages = checked_messages(fields.take_ordered("messages"));
   query.tools = offered_tools(fields);
   query.max_tokens = reply_tokens(fields, limits);
   query.temperature = fields.number("temperature", query.temperature, 0, 2);

@@ -20,8 +20,9 @@ constexpr int64_t kMaxStopStrings = 4;  // as OpenAI allows
 
 struct ChatQuery {
   std::string model;      // any name: the loaded model answers
-  Json messages;          // checked: a non-empty list of {"role", "content"} messages
-  Json tools;             // checked: functions offered to the template (apply_chat_template(tools=...)); null: none
+  // Both keep their objects' keys in the order sent, which the template's tojson prints.
+  OrderedJson messages;   // checked: a non-empty list of {"role", "content"} messages
+  OrderedJson tools;      // checked: functions offered to the template (apply_chat_template(tools=...)); null: none
   int64_t max_tokens = 0;  // max_completion_tokens or max_tokens; 0: up to --max-new-tokens
   double temperature = 1;  // OpenAI's default
   double top_p = 1;

@@ -11,8 +11,8 @@ namespace probekit::server {
 RankQuery parse_rank_query(std::string_view body, const Limits& limits) {
   BodyFields fields(body);
   RankQuery query;
-  if (const Json* messages = fields.take("messages")) {
-    query.messages = checked_messages(*messages).dump();
+  if (const OrderedJson messages = fields.take_ordered("messages"); !messages.is_null()) {
+    query.messages = checked_messages(messages).dump();
     if (fields.take("texts") != nullptr) {
       throw RequestError(kBadRequest, "give 'texts' or 'messages' (one conversation), not both", "messages");
     }
@@ -40,8 +40,8 @@ RankQuery parse_rank_query(std::string_view body, const Limits& limits) {
 PerTokenQuery parse_per_token_query(std::string_view body, const Limits&) {
   BodyFields fields(body);
   PerTokenQuery query;
-  if (const Json* messages = fields.take("messages")) {
-    query.messages = checked_messages(*messages).dump();
+  if (const OrderedJson messages = fields.take_ordered("messages"); !messages.is_null()) {
+    query.messages = checked_messages(messages).dump();
     if (fields.take("text") != nullptr) {
       throw RequestError(kBadRequest, "give 'text' or 'messages' (one conversation), not both", "messages");
     }
