@@ -26,7 +26,8 @@ int main(int argc, char** argv) {
 
   model::RandomCheckpointOptions model_options;
   std::string model_output;
-  CLI::App* model_cmd = tool.app.add_subcommand("model", "A random-weight Gemma 3 text checkpoint with the given tokenizer");
+  CLI::App* model_cmd = tool.app.add_subcommand(
+      "model", "A random-weight Gemma 3 text checkpoint with the given tokenizer (one with Gemma's special tokens)");
   model_cmd->add_option("--output", model_output, "Checkpoint directory to write")->required();
   model_cmd->add_option("--tokenizer", model_options.tokenizer_json, "tokenizer.json to ship with it")->required();
   model_cmd->add_option("--hidden-size", model_options.hidden_size, "The hidden size")->capture_default_str();

@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <list>
+#include <map>
+#include <optional>
 
 #include "common/error.h"
 #include "common/files.h"
@@ -16,6 +18,30 @@
 
 namespace probekit::model {
 
+namespace {
+
+// The ids of Gemma's special tokens in `tok`, which the checkpoint's config and tokenizer_config name; a tokenizer
+// without them is refused, as its ids would be another model's.
+std::map<std::string, int32_t> gemma_special_tokens(const tokenizer::Tokenizer& tok, const std::string& path) {
+  std::map<std::string, int32_t> ids;
+  std::string missing;
+  for (const char* token : {"<bos>", "<eos>", "<pad>", "<unk>"}) {
+    if (std::optional<int32_t> id = tok.token_to_id(token)) {
+      ids.emplace(token, *id);
+    } else {
+      missing += (missing.empty() ? "" : ", ") + std::string(token);
+    }
+  }
+  if (!missing.empty()) {
+    fail_input("{}: the tokenizer has no {}: a Gemma 3 checkpoint needs Gemma's special tokens (<bos>, <eos>, <pad>, "
+               "<unk>); give a Gemma tokenizer.json",
+               path, missing);
+  }
+  return ids;
+}
+
+}  // namespace
+
 void write_random_checkpoint(const std::string& dir, const RandomCheckpointOptions& o) {
   if (o.hidden_size <= 0 || o.layers <= 0 || o.heads <= 0 || o.kv_heads <= 0 || o.heads % o.kv_heads != 0 ||
       o.head_dim <= 0 || o.intermediate_size <= 0) {
@@ -25,6 +51,7 @@ void write_random_checkpoint(const std::string& dir, const RandomCheckpointOptio
   if (o.head_dim % 2 != 0) fail_usage("random checkpoint: --head-dim {} must be even (rotary turns pairs of dimensions)", o.head_dim);
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_file(o.tokenizer_json);
   auto vocab = static_cast<int64_t>(tok.vocab_size());
+  const std::map<std::string, int32_t> specials = gemma_special_tokens(tok, o.tokenizer_json);
   StagedDirectory output(dir, o.overwrite, {o.tokenizer_json});
 
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(o.seed);
@@ -82,9 +109,9 @@ void write_random_checkpoint(const std::string& dir, const RandomCheckpointOptio
                  {"final_logit_softcapping", nullptr},
                  {"tie_word_embeddings", true},
                  {"torch_dtype", "bfloat16"},
-                 {"bos_token_id", 2},
-                 {"eos_token_id", 1},
-                 {"pad_token_id", 0},
+                 {"bos_token_id", specials.at("<bos>")},
+                 {"eos_token_id", specials.at("<eos>")},
+                 {"pad_token_id", specials.at("<pad>")},
                  {"probekit_random_weights", true}};
   write_json_file(output.path() + "/config.json", config);
   write_file_atomic(output.path() + "/tokenizer.json", read_file(o.tokenizer_json));

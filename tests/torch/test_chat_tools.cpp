@@ -106,6 +106,11 @@ TEST_CASE("a model without a chat template, and bad messages, are errors naming 
   r = run_command(fmt::format("{} model --output {} --tokenizer {}/tokenizer.json --head-dim 3 -q", tool("make_example"),
                               tmp.file("odd"), kGemmaModel));
   check_failure(r, 2, {"--head-dim 3 must be even"});
+  // Regression: another model's tokenizer was written with Gemma's special-token ids in config.json.
+  r = run_command(fmt::format("{} model --output {} --tokenizer {}/tokenizer.json -q", tool("make_example"),
+                              tmp.file("qwen_tokenizer"), kShardedModel));
+  check_failure(r, 1, {"tokenizer.json: the tokenizer has no <bos>, <eos>, <pad>, <unk>", "give a Gemma tokenizer.json"});
+  CHECK(!path_exists(tmp.file("qwen_tokenizer")));
 }
 
 TEST_CASE("multi_probe_inference --generate --chat and --messages: the rendered prompt, without a second BOS") {
