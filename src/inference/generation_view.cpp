@@ -17,35 +17,6 @@ namespace probekit::inference {
 
 namespace {
 
-// The code point whose UTF-8 starts at text[i] (a stray continuation byte or a cut sequence as itself).
-char32_t code_point_at(const std::string& text, size_t i) {
-  const auto lead = static_cast<unsigned char>(text[i]);
-  const size_t length = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
-  if (length == 1 || i + length > text.size()) return lead;
-  char32_t cp = lead & (0x7F >> length);
-  for (size_t k = 1; k < length; ++k) cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
-  return cp;
-}
-
-// Columns a code point takes on a terminal: two for the wide East Asian scripts and emoji, else one.
-size_t cell_width(char32_t cp) {
-  const bool wide = (cp >= 0x1100 && cp <= 0x115F) || (cp >= 0x2E80 && cp <= 0xA4CF) || (cp >= 0xAC00 && cp <= 0xD7A3) ||
-                    (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0xFE30 && cp <= 0xFE4F) || (cp >= 0xFF00 && cp <= 0xFF60) ||
-                    (cp >= 0xFFE0 && cp <= 0xFFE6) || (cp >= 0x1F300 && cp <= 0x1F64F) || (cp >= 0x1F680 && cp <= 0x1F6FF) ||
-                    (cp >= 0x1F900 && cp <= 0x1F9FF) || (cp >= 0x1FA70 && cp <= 0x1FAFF) ||
-                    (cp >= 0x20000 && cp <= 0x3FFFD) || cp == 0x26A1 || cp == 0x2705 || cp == 0x274C || cp == 0x2B50;
-  return wide ? 2 : 1;
-}
-
-// A UTF-8 string's width in terminal columns.
-size_t columns(const std::string& text) {
-  size_t used = 0;
-  for (size_t i = 0; i < text.size(); ++i) {
-    if ((text[i] & 0xC0) != 0x80) used += cell_width(code_point_at(text, i));
-  }
-  return used;
-}
-
 // `text` cut into lines of at most `width` columns, at its own line breaks too; control characters (an
 // escape sequence in generated text would take the terminal over) become spaces.
 std::vector<std::string> wrap(const std::string& text, size_t width) {
@@ -54,7 +25,7 @@ std::vector<std::string> wrap(const std::string& text, size_t width) {
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     const bool starts = (c & 0xC0) != 0x80;
-    const size_t cells = starts ? cell_width(code_point_at(text, i)) : 0;
+    const size_t cells = code_point_columns(text, i);
     if (c == '\n' || (starts && used > 0 && used + cells > width)) {
       lines.emplace_back();
       used = 0;
@@ -110,7 +81,7 @@ std::string generated_token_line(const ScoredToken& token, const ScoreTable& tab
   }
   std::string row = with_row ? fmt::format("[{}] ", token.row) : "";
   std::string quoted = dump_json(token.text);
-  return fmt::format("{}{:>4}  {}{}  {}{}{}", row, token.index, quoted, std::string(18 - std::min<size_t>(18, columns(quoted)), ' '),
+  return fmt::format("{}{:>4}  {}{}  {}{}{}", row, token.index, quoted, std::string(18 - std::min<size_t>(18, display_columns(quoted)), ' '),
                      firing.empty() ? std::string("-") : fmt::format("{}", fmt::join(firing, ", ")),
                      latents_text(token.latents), firings_text(token.firings));
 }

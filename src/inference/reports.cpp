@@ -18,12 +18,11 @@ namespace {
 
 const char* mark(bool active) { return active ? "✓" : " "; }
 
-// Left-aligns to `width` display columns: label names are ASCII, but a UTF-8 name should not break alignment.
-// A label (or other name) in a column of a terminal table, its control characters escaped.
+// A label (or other name) in a column of a terminal table, its control characters escaped, left-aligned to `width`
+// terminal columns (a CJK character or an emoji takes two).
 std::string pad(const std::string& name, size_t width) {
   std::string text = terminal_text(name);
-  size_t columns = 0;
-  for (unsigned char c : text) columns += (c & 0xC0) != 0x80 ? 1 : 0;
+  const size_t columns = display_columns(text);
   return columns >= width ? text : text + std::string(width - columns, ' ');
 }
 

@@ -19,3 +19,19 @@ TEST_CASE("terminal text: C0, DEL and C1 controls escaped, line breaks kept on r
   CHECK(terminal_text("a\nb\tc\x1b", true) == "a\nb\tc\\x1b");
   CHECK(terminal_text("") == "");
 }
+
+TEST_CASE("display columns: wide East Asian characters and emoji take two, other code points one, bytes inside none") {
+  using probekit::code_point_columns;
+  using probekit::display_columns;
+  CHECK(display_columns("") == 0);
+  CHECK(display_columns("café") == 4);
+  CHECK(display_columns("東京") == 4);
+  CHECK(display_columns("한국어") == 6);
+  CHECK(display_columns("a🙂b") == 4);
+  CHECK(display_columns("Ångström") == 8);
+  const std::string tokyo = "東京";
+  CHECK(code_point_columns(tokyo, 0) == 2);
+  CHECK(code_point_columns(tokyo, 1) == 0);
+  // A cut sequence counts as one column, as a terminal shows its replacement character.
+  CHECK(display_columns(std::string("\xe6\x9d")) == 1);
+}

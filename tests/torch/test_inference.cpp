@@ -12,6 +12,7 @@
 #include "common/files.h"
 #include "capture/capture.h"
 #include "common/json.h"
+#include "common/terminal_text.h"
 #include "inference/engine.h"
 #include "inference/generation_view.h"
 #include "inference/reports.h"
@@ -443,6 +444,17 @@ TEST_CASE("per-token CSV: a label or token a spreadsheet would run as a formula 
   CHECK_CONTAINS(csv, "\n\"'@SUM(1)\",0,\"'=HYPERLINK(1)\",0.750000,4,True\n");
   CHECK_CONTAINS(csv, "\nplain,1,\"'-based\",0.125000,4,False\n");
   CHECK_CONTAINS(csv, "\nplain,2,\"ok, \"\"fine\"\"\",0.125000,4,False\n");
+}
+
+TEST_CASE("the ranking's columns line up in terminal columns: a wide label takes two a character") {
+  // Regression: labels were padded by code points, so a CJK label's score stood its characters' count further right.
+  const std::string text = inference::format_ranking({{"東京", 5, 0.5, true}, {"tokyo", 5, 0.25, false}}, false);
+  const size_t wide = text.find("東京"), narrow = text.find("tokyo");
+  REQUIRE(wide != std::string::npos);
+  REQUIRE(narrow != std::string::npos);
+  const std::string wide_line = text.substr(text.rfind('\n', wide) + 1), narrow_line = text.substr(text.rfind('\n', narrow) + 1);
+  CHECK(display_columns(wide_line.substr(0, wide_line.find("0.5"))) ==
+        display_columns(narrow_line.substr(0, narrow_line.find("0.25"))));
 }
 
 TEST_CASE("the live view: each row's text so far and its latest token's labels as bars, control characters shown as spaces") {
