@@ -97,7 +97,11 @@ def _conversation(texts, messages, steer, name):
         raise ValueError("messages: expected one conversation, a list of {'role', 'content'} dicts")
     if steer:
         raise ValueError("steer applies to texts, not to messages")
-    return json.dumps(list(messages))
+    try:
+        # NaN and infinities are not JSON: refused here, where the value is named, not as a parse error natively.
+        return json.dumps(list(messages), allow_nan=False)
+    except ValueError as error:
+        raise ValueError(f"messages: {error}") from None
 
 
 def _model_of(model):

@@ -9,10 +9,12 @@ namespace probekit::chat {
 
 namespace {
 
+// Content the templates take: a string, a list of parts, null, or an object (Llama 3.1's template prints a tool's
+// result given as one with tojson).
 std::optional<MessageProblem> content_problem(const OrderedJson& content, const std::string& field) {
-  if (content.is_string() || content.is_null()) return std::nullopt;
+  if (content.is_string() || content.is_null() || content.is_object()) return std::nullopt;
   if (!content.is_array()) {
-    return MessageProblem{field, fmt::format("'{}' must be a string, a list of parts or null", field)};
+    return MessageProblem{field, fmt::format("'{}' must be a string, a list of parts, an object or null", field)};
   }
   for (size_t i = 0; i < content.size(); ++i) {
     const OrderedJson& part = content[i];
@@ -40,6 +42,7 @@ std::optional<MessageProblem> find_message_problem(const OrderedJson& messages) 
       return MessageProblem{field + ".role", fmt::format("'{}.role' must be a role's name (system, user, assistant, ...)", field)};
     }
     if (!message.contains("content")) {
+      if (message.contains("tool_calls")) continue;  // an assistant turn that only calls tools may leave it out (OpenAI)
       return MessageProblem{field + ".content", fmt::format("'{}.content' is missing", field)};
     }
     if (auto problem = content_problem(message.at("content"), field + ".content")) return problem;
@@ -90,13 +93,7 @@ Conversation conversation_of(const OrderedJson& json, const std::string& where) 
 
 Conversation read_conversation(const std::string& path) {
   require_input_file(path);
-  OrderedJson json;
-  try {
-    json = OrderedJson::parse(read_file(path));
-  } catch (const nlohmann::json::parse_error& e) {
-    fail_input("{}: not JSON: {}", path, e.what());
-  }
-  return conversation_of(json, path);
+  return conversation_of(parse_ordered_json(read_file(path), path), path);
 }
 
 std::string conversation_text(const Conversation& conversation) {

@@ -227,8 +227,13 @@ Value to_int(const Value& operand, const CallArgs& args) {
   } else if (operand.is_float()) {
     number = operand.as_float();
   }
-  if (!number || !std::isfinite(*number) || std::fabs(*number) >= 9.2e18) return values[0];
-  return Value(static_cast<int64_t>(std::trunc(*number)));
+  if (!number || !std::isfinite(*number)) return values[0];
+  // Python's int() is exact at any size; past 64 bits this fails as the template's other integer overflows do.
+  const double whole = std::trunc(*number);
+  if (whole < -9223372036854775808.0 || whole >= 9223372036854775808.0) {
+    fail_render("integer overflow (the template's numbers are 64-bit here): int({})", *number);
+  }
+  return Value(static_cast<int64_t>(whole));
 }
 
 Value to_float(const Value& operand, const CallArgs& args) {

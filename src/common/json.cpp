@@ -23,14 +23,41 @@ std::string describe_position(std::string_view text, size_t byte_offset) {
 
 namespace {
 
-template <typename AnyJson>
-AnyJson parse_any_json(std::string_view text, const std::string& source) {
+// nlohmann reads an integer literal past 64 bits as a double, which a chat template would print as
+// 1.8446744073709552e+19 where Python keeps the integer exact: such a literal is refused instead, naming it.
+class ExactIntegers : public nlohmann::detail::json_sax_dom_parser<OrderedJson> {
+ public:
+  ExactIntegers(OrderedJson& root, const std::string& source) : json_sax_dom_parser(root), source_(source) {}
+
+  bool number_float(double value, const std::string& literal) {
+    if (literal.find_first_of(".eE") == std::string::npos) {
+      fail_input("{}: the integer {} does not fit in 64 bits (give it as a string)", source_, literal);
+    }
+    return json_sax_dom_parser::number_float(value, literal);
+  }
+
+ private:
+  const std::string& source_;
+};
+
+// `parse()`'s value; its syntax errors name `source` and say the position once.
+template <typename Parse>
+auto parse_reporting(std::string_view text, const std::string& source, const Parse& parse) -> decltype(parse()) {
   try {
-    return AnyJson::parse(text.begin(), text.end());
+    return parse();
   } catch (const nlohmann::json::parse_error& e) {
-    // nlohmann reports the byte just past the offending character.
+    // nlohmann reports the byte just past the offending character, and prefixes its own id and position, which
+    // are left out: the position is said once, as a column alone in a text of one line (a JSONL line, named by
+    // `source`).
     size_t at = e.byte > 0 ? e.byte - 1 : 0;
-    fail("{}: invalid JSON at {}: {}", source, describe_position(text, at), e.what());
+    std::string detail = e.what();
+    const size_t own_position = detail.find("parse error");
+    if (own_position != std::string::npos && detail.find(": ", own_position) != std::string::npos) {
+      detail = detail.substr(detail.find(": ", own_position) + 2);
+    }
+    const std::string position = text.find('\n') == std::string_view::npos ? fmt::format("column {}", at + 1)
+                                                                               : describe_position(text, at);
+    fail("{}: invalid JSON at {}: {}", source, position, detail);
   } catch (const nlohmann::json::out_of_range& e) {  // a number beyond a double's range, as 1e400
     fail("{}: invalid JSON: {}", source, e.what());
   }
@@ -38,10 +65,17 @@ AnyJson parse_any_json(std::string_view text, const std::string& source) {
 
 }  // namespace
 
-Json parse_json(std::string_view text, const std::string& source) { return parse_any_json<Json>(text, source); }
+Json parse_json(std::string_view text, const std::string& source) {
+  return parse_reporting(text, source, [&] { return Json::parse(text.begin(), text.end()); });
+}
 
 OrderedJson parse_ordered_json(std::string_view text, const std::string& source) {
-  return parse_any_json<OrderedJson>(text, source);
+  return parse_reporting(text, source, [&] {
+    OrderedJson root;
+    ExactIntegers builder(root, source);
+    OrderedJson::sax_parse(text.begin(), text.end(), &builder);
+    return root;
+  });
 }
 
 Json read_json_file(const std::string& path) { return parse_json(read_file(path), path); }

@@ -16,7 +16,8 @@ using OrderedJson = nlohmann::ordered_json;
 /// Parses JSON text; a syntax error names `source` with line and column.
 Json parse_json(std::string_view text, const std::string& source);
 
-/// The same, keeping the order of each object's keys.
+/// The same, keeping the order of each object's keys, as what reaches a chat template is read: an integer past 64
+/// bits is refused (read as a double, it would print otherwise than Python's exact integer).
 OrderedJson parse_ordered_json(std::string_view text, const std::string& source);
 
 /// Reads and parses a JSON file; errors name the file, line and column.

@@ -174,10 +174,10 @@ void read_input(const Json& object, const std::string& line, const DatasetOption
     }
     // The tools a row offers the model go to the template with its messages (checked where they are rendered).
     auto tools = object.find("tools");
-    if (tools != object.end() && !tools->is_null()) check_depth(*tools, "tools", where);
-    // Read again keeping the line's key order, which a template's tojson prints (a tool's schema, a call's arguments).
-    const OrderedJson ordered = OrderedJson::parse(line);
     const bool offers_tools = tools != object.end() && !tools->is_null();
+    if (offers_tools) check_depth(*tools, "tools", where);
+    // Read again keeping the line's key order, which a template's tojson prints (a tool's schema, a call's arguments).
+    const OrderedJson ordered = parse_ordered_json(line, where);
     example.messages = chat::conversation_text({ordered.at(kMessagesField), offers_tools ? ordered.at("tools") : nullptr});
     auto spans = object.find("spans");
     if (spans != object.end()) example.spans = read_spans(*spans, *messages, where);
@@ -302,6 +302,43 @@ void index_labels(Dataset& dataset) {
   for (const Example& example : dataset.examples) dataset.labels.push_back(index.at(example.label));
 }
 
+// A cognitive-action dataset whose labels are partly the reference's 45: most likely a misspelt label, which moves the
+// whole file from the reference's indexing to its sorted distinct labels. A dataset of other actions under that
+// field (none of the 45) is indexed as any other, without a word.
+void check_cognitive_actions(const Dataset& dataset, const DatasetOptions& options, const std::string& source) {
+  const std::vector<std::string>& names = reference_label_names();
+  if (dataset.label_field != "cognitive_action" || dataset.label_names == names) return;
+  std::set<std::string> unknown;
+  for (const std::string& label : dataset.label_names) {
+    if (!std::binary_search(names.begin(), names.end(), label)) unknown.insert(label);
+  }
+  if (unknown.size() == dataset.label_names.size()) return;
+  std::vector<std::string> shown;
+  size_t more = 0;
+  for (const Example& example : dataset.examples) {
+    if (unknown.erase(example.label) == 0) continue;
+    if (shown.size() < 5) {
+      shown.push_back(fmt::format("'{}' (line {})", example.label, example.line + 1));
+    } else {
+      ++more;
+    }
+  }
+  for (const std::string& label : unknown) {  // labels of spans only
+    if (shown.size() < 5) {
+      shown.push_back(fmt::format("'{}' (a span's)", label));
+    } else {
+      ++more;
+    }
+  }
+  const std::string message = fmt::format(
+      "{}: {}{} {} not among the reference's 45 cognitive actions, while the file's other labels are; so its labels "
+      "are indexed as a custom dataset's (sorted), not as the reference indexes them: check their spelling",
+      source, fmt::join(shown, ", "), more == 0 ? "" : fmt::format(" and {} more", more),
+      shown.size() + more == 1 ? "is" : "are");
+  if (options.strict_fields) fail_input("{}", message);
+  spdlog::warn("{} (--strict makes this an error)", message);
+}
+
 // The dataset's bytes, read once: standard input for "-", else the file, pipe or FIFO at `path`.
 InputBytes read_dataset_bytes(const std::string& path) {
   if (path == kStandardInput) {
@@ -335,6 +372,7 @@ Dataset read_dataset(const std::string& path, const DatasetOptions& options) {
                dataset.skipped.empty() ? "" : fmt::format(" ({} invalid lines skipped)", dataset.skipped.size()));
   }
   index_labels(dataset);
+  check_cognitive_actions(dataset, options, source);
   return dataset;
 }
 

@@ -58,7 +58,7 @@ namespace {
 
 // A conversation's template inputs from its JSON text (chat::conversation_text).
 chat::ChatTemplateInputs conversation_inputs(const std::string& text) {
-  const chat::Conversation conversation = chat::conversation_of(chat::OrderedJson::parse(text), "");
+  const chat::Conversation conversation = chat::conversation_of(parse_ordered_json(text, "the conversation"), "");
   chat::ChatTemplateInputs inputs;
   inputs.messages = conversation.messages;
   inputs.tools = conversation.tools;

@@ -70,6 +70,13 @@ TEST_CASE("chat requests keep their tools' and messages' keys in the order sent,
   CHECK(q.tools.dump() == tools);
   CHECK(server::parse_rank_query(R"({"messages": )" + messages + "}", limits).messages == messages);
   CHECK(server::parse_per_token_query(R"({"messages": )" + messages + "}", limits).messages == messages);
+  // As OpenAI's clients send a tool round: an assistant turn with tool_calls and no content, and the tool's result
+  // as an object (which Llama 3.1's template prints with tojson). Regression: both were refused with a 400.
+  const std::string round =
+      R"([{"role":"user","content":"Weather?"},{"role":"assistant","tool_calls":[{"id":"c1","type":"function",)"
+      R"("function":{"name":"get_weather","arguments":"{\"city\":\"Oslo\"}"}}]},)"
+      R"({"role":"tool","tool_call_id":"c1","content":{"temperature":21,"unit":"C"}}])";
+  CHECK(server::parse_chat_query(R"({"messages": )" + round + "}", limits).messages.dump() == round);
   // The last of a repeated key wins, as in the sorted reading of the other fields.
   CHECK(server::parse_chat_query(R"({"messages": [{"role": "user", "content": "a"}], "messages": )" + messages + "}", limits)
             .messages.dump() == messages);
@@ -81,6 +88,8 @@ TEST_CASE("chat requests: each refusal names its field") {
   check_refusal(R"({"messages": []})", 400, "messages", "'messages' is empty");
   check_refusal(R"({"messages": [{"role": "user"}]})", 400, "messages[0].content", "'messages[0].content' is missing");
   check_refusal(R"({"messages": [{"content": "a"}]})", 400, "messages[0].role", "'messages[0].role'");
+  check_refusal(R"({"messages": [{"role": "user", "content": "a", "n": 123456789012345678901234567890}]})", 400, "messages",
+                "the integer 123456789012345678901234567890 does not fit in 64 bits");
   check_refusal("{" + m + R"(, "n": 2})", 400, "n", "'n' must be 1");
   check_refusal("{" + m + R"(, "max_tokens": 101})", 413, "max_tokens", "--max-new-tokens");
   check_refusal("{" + m + R"(, "max_completion_tokens": 0})", 400, "max_completion_tokens", "from 1");

@@ -111,6 +111,10 @@ TEST_CASE("chat template sandbox: what stays within the bounds renders as jinja2
   CHECK(ChatTemplate("{{ 1 ** 10 ** 18 }} {{ (-1) ** (10 ** 18 + 1) }} {{ 2 ** 62 }} {{ 3 ** 39 }}").render({}) ==
         "1 -1 4611686018427387904 4052555153018976267");
   CHECK(failure_of("{{ 3 ** 40 }}") == "chat template line 1: integer overflow (the template's numbers are 64-bit here)");
+  // int() of a float past 64 bits fails the same way (regression: it gave 0, the default, without a word); just
+  // under the bound it is exact.
+  CHECK(failure_of("{{ 9.3e18|int }}").rfind("chat template line 1: integer overflow (the template's numbers are 64-bit here)", 0) == 0);
+  CHECK(ChatTemplate("{{ 9.21e18|int }} {{ -9.2e18|int }}").render({}) == "9210000000000000000 -9200000000000000000");
   CHECK(ChatTemplate("{{ 'ab' * -1 }}|{{ [1] * 0 }}|{{ 'ab' * 2 }}").render({}) == "|[]|abab");
   // Nesting just under the bounds parses and renders.
   CHECK(ChatTemplate("{{ " + repeated("(", 60) + "1" + repeated(")", 60) + " }}").render({}) == "1");

@@ -143,7 +143,7 @@ TEST_CASE("probe_server: bad requests get 400 naming the field; requests past a 
   o.limits.max_tokens = 20;
   o.limits.max_new_tokens = 8;
   RunningServer s(o);
-  check_refused(s, "/v1/rank", "{\"texts\": [\"a\"", 400, {"invalid JSON at line 1, column"});
+  check_refused(s, "/v1/rank", "{\"texts\": [\"a\"", 400, {"invalid JSON at column", "syntax error while parsing array"});
   check_refused(s, "/v1/rank", "[\"a\"]", 400, {"the request body must be a JSON object"});
   check_refused(s, "/v1/rank", "{}", 400, {"'texts' is missing"}, "texts");
   check_refused(s, "/v1/rank", R"({"texts": "a text"})", 400, {"'texts' must be a list of strings"}, "texts");

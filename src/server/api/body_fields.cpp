@@ -223,7 +223,13 @@ const Json* BodyFields::take(const std::string& key) {
 OrderedJson BodyFields::take_ordered(const std::string& key) {
   if (take(key) == nullptr) return nullptr;
   if (body_.empty()) throw std::logic_error("take_ordered reads a whole body's fields");
-  if (!ordered_) ordered_ = OrderedJson::parse(body_);
+  if (!ordered_) {
+    try {
+      ordered_ = parse_ordered_json(body_, "the request body");
+    } catch (const std::exception& e) {  // an integer past 64 bits, which the sorted reading took as a double
+      throw RequestError(kBadRequest, e.what(), key);
+    }
+  }
   return ordered_->at(key);
 }
 
