@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -152,15 +153,69 @@ std::string nearest_flag_hints(const CLI::App& app, const std::vector<std::strin
   for (std::string given : unexpected) {
     given = given.substr(0, given.find('='));
     if (given.rfind("--", 0) != 0) continue;
-    std::string best;
-    size_t best_distance = 3;  // suggest only flags within two edits
-    for (const std::string& name : known_flags(app)) {
-      size_t distance = edit_distance(given, name);
-      if (distance < best_distance) best_distance = distance, best = name;
-    }
+    std::string best = nearest_name(given, known_flags(app));
     if (!best.empty()) hints += "\n" + given + ": did you mean " + best + "?";
   }
   return hints;
+}
+
+// "-x", "--name" or "--name=value", not "--" nor a negative number.
+bool looks_like_flag(const std::string& argument) {
+  return argument.size() > 1 && argument[0] == '-' && argument != "--" &&
+         std::isdigit(static_cast<unsigned char>(argument[1])) == 0;
+}
+
+// "unknown subcommand 'inf' (expected one of: info, hidden, ...)" for the first word CLI11 could not use, or ""
+// where there is none. A word straight after a flag (the subcommand's, given before its name) is that flag's value.
+std::string unknown_subcommand_line(const CLI::App& app, const std::vector<std::string>& unused) {
+  auto word = unused.end();
+  for (auto it = unused.begin(); it != unused.end() && word == unused.end(); ++it) {
+    bool after_flag = it != unused.begin() && looks_like_flag(*(it - 1)) && (it - 1)->find('=') == std::string::npos;
+    if (*it != "--" && !looks_like_flag(*it) && !after_flag) word = it;
+  }
+  if (word == unused.end()) return "";
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    if (!sub->get_name().empty() && !sub->get_disabled()) names.push_back(sub->get_name());  // unnamed: option groups
+  }
+  return fmt::format("unknown subcommand '{}' (expected one of: {})", *word, fmt::join(names, ", "));
+}
+
+// "--modle: unknown flag (did you mean --model?)" for each unused flag; where there are none, each unused word.
+std::vector<std::string> unknown_flag_lines(const CLI::App& app, const std::vector<std::string>& unused) {
+  const std::vector<std::string> flags = known_flags(app);
+  std::vector<std::string> lines;
+  for (const std::string& argument : unused) {
+    if (!looks_like_flag(argument)) continue;
+    const std::string given = argument.substr(0, argument.find('='));
+    bool known = std::find(flags.begin(), flags.end(), given) != flags.end();
+    if (known && !app.get_subcommands().empty()) {  // the subcommand's flag, given before the subcommand's name
+      lines.push_back(given + ": a flag of the subcommand; give it after the subcommand's name");
+      continue;
+    }
+    const std::string best = given.rfind("--", 0) == 0 ? nearest_name(given, flags) : "";
+    lines.push_back(given + ": unknown flag" + (best.empty() ? "" : " (did you mean " + best + "?)"));
+  }
+  // Words after an unknown flag are most likely its values, not worth a line each.
+  if (!lines.empty()) return lines;
+  for (const std::string& argument : unused) {
+    if (argument != "--") lines.push_back(fmt::format("unexpected argument '{}'", argument));
+  }
+  return lines;
+}
+
+// CLI11 checks required flags and subcommands before it refuses the arguments it could not use, so a misspelt
+// flag or subcommand read as the one it was meant to be, missing: what was not used is named first.
+std::vector<std::string> required_error_lines(const CLI::App& app, const CLI::RequiredError& error) {
+  const std::vector<std::string> unused = app.remaining(true);
+  if (unused.empty()) return {error.what()};
+  if (app.get_require_subcommand_min() > 0 && app.get_subcommands().empty()) {
+    std::string line = unknown_subcommand_line(app, unused);
+    return {line.empty() ? std::string(error.what()) : line};
+  }
+  std::vector<std::string> lines = unknown_flag_lines(app, unused);
+  lines.push_back(error.what());
+  return lines;
 }
 
 // Output written with printf-style calls is only known to have reached its destination once flushed: a full
@@ -181,12 +236,27 @@ extern "C" void request_interrupt_on_signal(int signal) {
 
 }  // namespace
 
+std::string nearest_name(const std::string& given, const std::vector<std::string>& names) {
+  std::string best;
+  size_t best_distance = 3;  // only names within two edits: further off, a suggestion is more likely wrong than right
+  for (const std::string& name : names) {
+    size_t distance = edit_distance(given, name);
+    if (distance < best_distance) best_distance = distance, best = name;
+  }
+  return best;
+}
+
 int run_tool(CLI::App& app, int argc, char** argv, const CommonOptions& options, const std::function<void()>& body) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ExtrasError& e) {
     configure_logging(false, false);
     spdlog::error("{}{}", e.what(), nearest_flag_hints(app, app.remaining(true)));
+    spdlog::error("Run with --help for the flags.");
+    return 2;
+  } catch (const CLI::RequiredError& e) {
+    configure_logging(false, false);
+    for (const std::string& line : required_error_lines(app, e)) spdlog::error("{}", line);
     spdlog::error("Run with --help for the flags.");
     return 2;
   } catch (const CLI::ParseError& e) {

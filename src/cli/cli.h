@@ -66,6 +66,9 @@ CLI::Option* add_model_options(CLI::App& app, std::string& model, const std::str
 /// commas and ranges (`8,17`, `21-30`, `all`); they are written to `layers` joined by commas.
 CLI::Option* add_layers_option(CLI::App& app, std::string& layers, const std::string& help);
 
+/// The one of `names` nearest to `given`, within two edits, for a "did you mean ...?"; "" where none is that near.
+std::string nearest_name(const std::string& given, const std::vector<std::string>& names);
+
 /// Parses the command line, sets up logging, runs `body` and maps failures to exit codes:
 /// CLI11 parse errors and UsageError exit 2, every other exception exits 1 after one "error: ..." line; an
 /// interruption the tool catches (options.interrupt_note) exits 130.

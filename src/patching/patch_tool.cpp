@@ -1,14 +1,26 @@
 #include "patching/patch_tool.h"
 
+#include <optional>
+
 #include "cli/cli.h"
 #include "common/error.h"
 #include "common/outputs.h"
 #include "device/torch/gpu_utils.h"
 #include "sites/layers.h"
+#include "sites/sites.h"
 
 namespace probekit::patching {
 
 namespace {
+
+// A --site name with patching's own sites in the refusal: capture's parse_site lists sites patching refuses.
+Site parse_patch_site(const std::string& name) {
+  if (std::optional<Site> site = find_site(name)) return *site;  // a site patching cannot take: check_request_flags
+  std::vector<std::string> names;
+  for (Site site : patch_sites()) names.emplace_back(site_name(site));
+  const std::string best = nearest_name(name, names);
+  fail_usage("--site {}: patching takes {}{}", name, patch_site_names(), best.empty() ? "" : " (did you mean " + best + "?)");
+}
 
 // What the flags ask for that needs no model (checked before the model loads): all but the layers and positions.
 PatchRequest flag_request(const PatchArguments& a) {
@@ -24,7 +36,7 @@ PatchRequest flag_request(const PatchArguments& a) {
   }
   PatchRequest request;
   request.sites.clear();
-  for (const std::string& name : a.sites) request.sites.push_back(parse_site(name));
+  for (const std::string& name : a.sites) request.sites.push_back(parse_patch_site(name));
   request.layer_window = a.layer_window;
   if (a.direction != "denoise" && a.direction != "noise") fail_usage("--direction {}: expected denoise or noise", a.direction);
   request.direction = a.direction == "denoise" ? Direction::kDenoise : Direction::kNoise;

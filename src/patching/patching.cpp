@@ -254,12 +254,26 @@ std::vector<int64_t> all_below(int64_t count) {
 
 }  // namespace
 
+const std::vector<Site>& patch_sites() {
+  static const std::vector<Site> sites = {Site::kResidPost, Site::kAttnOut, Site::kMlpOut};
+  return sites;
+}
+
+std::string patch_site_names() {
+  const std::vector<Site>& sites = patch_sites();
+  std::string names;
+  for (size_t i = 0; i < sites.size(); ++i) {
+    names += (i == 0 ? "" : i + 1 == sites.size() ? " or " : ", ") + std::string(site_name(sites[i]));
+  }
+  return names;
+}
+
 void check_request_flags(const PatchRequest& request) {
   if (request.sites.empty()) fail_usage("--site: name at least one site");
   std::set<Site> seen;
   for (Site site : request.sites) {
-    if (site != Site::kResidPost && site != Site::kAttnOut && site != Site::kMlpOut) {
-      fail_usage("--site {}: patching takes resid_post, attn_out or mlp_out", site_name(site));
+    if (std::find(patch_sites().begin(), patch_sites().end(), site) == patch_sites().end()) {
+      fail_usage("--site {}: patching takes {}", site_name(site), patch_site_names());
     }
     if (!seen.insert(site).second) fail_usage("--site: {} is named twice", site_name(site));
   }

@@ -73,6 +73,10 @@ struct PatchingResult {
   double seconds = 0;  // the grids' computation, the model loaded
 };
 
+/// The sites a patch can replace, and their names as messages list them ("resid_post, attn_out or mlp_out").
+const std::vector<Site>& patch_sites();
+std::string patch_site_names();
+
 /// Refuses what `request` asks for that no model is needed to judge (sites that cannot be patched or are named twice,
 /// a window below 1 or with attribution, attribution of KL when noising, no method), as a usage error.
 void check_request_flags(const PatchRequest& request);

@@ -417,3 +417,21 @@ TEST_CASE("patch_activations refuses flags no model is needed to judge before it
   // Regression: --seed -1 wrapped to 18446744073709551615.
   probekit::testing::check_failure(run_command(base + "--corruption noise --subject a --seed -1"), 2, {"--seed"});
 }
+
+TEST_CASE("patch_activations refuses a misspelt --site with patching's own sites, naming the nearest") {
+  // Regression: a name that is no site got capture's list (resid_pre, ..., router, experts), sites patching refuses.
+  using probekit::testing::run_command;
+  using probekit::testing::tool;
+  probekit::testing::TempDir tmp;
+  const std::string base = fmt::format("{} --model {} --device cpu --clean 'a b' --corrupted 'a c' --output-dir {} ",
+                                       tool("patch_activations"), tmp.file("no_model"), tmp.file("out"));
+  probekit::testing::CommandResult r = run_command(base + "--site resid_postt");
+  probekit::testing::check_failure(
+      r, 2, {"--site resid_postt: patching takes resid_post, attn_out or mlp_out (did you mean resid_post?)"});
+  CHECK_MESSAGE(r.output.find("router") == std::string::npos, r.output);
+  probekit::testing::check_failure(run_command(base + "--site resid_post,mlp_outt"), 2,
+                                   {"--site mlp_outt: patching takes resid_post, attn_out or mlp_out (did you mean mlp_out?)"});
+  r = run_command(base + "--site nonsense");
+  probekit::testing::check_failure(r, 2, {"--site nonsense: patching takes resid_post, attn_out or mlp_out"});
+  CHECK_MESSAGE(r.output.find("did you mean") == std::string::npos, r.output);
+}
