@@ -14,6 +14,7 @@
 #include "common/outputs.h"
 #include "common/json.h"
 #include "io/safetensors.h"
+#include "model/gemma3_chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace probekit::model {
@@ -115,6 +116,7 @@ void write_random_checkpoint(const std::string& dir, const RandomCheckpointOptio
                  {"probekit_random_weights", true}};
   write_json_file(output.path() + "/config.json", config);
   write_file_atomic(output.path() + "/tokenizer.json", read_file(o.tokenizer_json));
+  write_file_atomic(output.path() + "/chat_template.jinja", kGemma3ChatTemplate);
   write_json_file(output.path() + "/tokenizer_config.json", Json{{"bos_token", "<bos>"}, {"eos_token", "<eos>"}, {"pad_token", "<pad>"},
                                                       {"unk_token", "<unk>"}, {"tokenizer_class", "GemmaTokenizer"}});
   output.commit();

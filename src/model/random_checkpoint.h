@@ -1,6 +1,6 @@
 // A small random-weight checkpoint in the Gemma 3 text layout (config.json in the published layout,
-// model.safetensors, tokenizer files), for the built-in example and for benchmarks on machines where no real
-// weights can be downloaded.
+// model.safetensors, tokenizer files and Gemma 3's chat template), for the built-in example and for benchmarks on
+// machines where no real weights can be downloaded.
 #pragma once
 
 #include <cstdint>

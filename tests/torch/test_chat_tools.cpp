@@ -111,6 +111,16 @@ TEST_CASE("a model without a chat template, and bad messages, are errors naming 
                               tmp.file("qwen_tokenizer"), kShardedModel));
   check_failure(r, 1, {"tokenizer.json: the tokenizer has no <bos>, <eos>, <pad>, <unk>", "give a Gemma tokenizer.json"});
   CHECK(!path_exists(tmp.file("qwen_tokenizer")));
+  // The example model chats: it carries Gemma 3's template, the one transformers' Gemma 3 checkpoints carry.
+  r = run_command(fmt::format("{} model --output {} --tokenizer {}/tokenizer.json --hidden-size 32 --layers 1 -q",
+                              tool("make_example"), tmp.file("example"), kGemmaModel));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  CHECK(read_text(tmp.file("example/chat_template.jinja")) == read_text(kGemmaModel + "/chat_template.jinja"));
+  r = run_command(fmt::format("{} chat-template --model {} --messages {}", tool("inspect_model"), tmp.file("example"),
+                              tmp.file("messages.json")));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  CHECK(r.output == run_command(fmt::format("{} chat-template --model {} --messages {}", tool("inspect_model"), kGemmaModel,
+                                            tmp.file("messages.json"))).output);
 }
 
 TEST_CASE("multi_probe_inference --generate --chat and --messages: the rendered prompt, without a second BOS") {

@@ -8,7 +8,6 @@ import ast
 import json
 import math
 import os
-import shutil
 import signal
 import threading
 import time
@@ -215,29 +214,28 @@ def test_monitored_generation_gives_multi_probe_inferences_events(model, probes_
 
 
 def test_conversations_ranked_and_scored_per_token_as_the_tool(model, probes_dir, workdir):
-    template = Path(__file__).resolve().parents[2] / "fixtures" / "models" / "gemma3_text" / "chat_template.jinja"
-    installed = Path(model.dir) / "chat_template.jinja"
+    # The example model carries Gemma 3's chat template (make_example model writes it).
+    assert (Path(model.dir) / "chat_template.jinja").is_file()
     messages = [{"role": "user", "content": "How did the review go?"},
                 {"role": "assistant", "content": "I looked again and saw a chance to learn."}]
     conversation = workdir / "chat.json"
     conversation.write_text(json.dumps(messages))
-    shutil.copy(template, installed)
-    try:
-        probes = probekit.load_probes(probes_dir, layer=LAYERS[1])
-        flags = ("--probes-dir", probes_dir, "--model", model.dir, "--layer", LAYERS[1], "--messages", conversation,
-                 "--json")
-        assert_json_close(json.loads(run_tool("multi_probe_inference", *flags)), probes.rank(model, messages=messages))
-        per_token = probes.per_token(model, messages=messages)
-        assert_json_close(json.loads(run_tool("multi_probe_inference", *flags, "--per-token")), per_token)
-        assert_json_close(json.loads(run_tool("multi_probe_inference", *flags, "--per-token", "--calibrated")),
-                          probes.per_token(model, messages=messages, calibrated=True))
-        assert any(token["in_mask"] for token in per_token["tokens"])
-        with pytest.raises(ValueError, match="not both"):
-            probes.rank(model, ["a text"], messages=messages)
-        with pytest.raises(ValueError, match="steer applies to texts"):
-            probes.rank(model, messages=messages, steer=[("reframing", LAYERS[0], 2.0)])
-    finally:
-        installed.unlink()
+    probes = probekit.load_probes(probes_dir, layer=LAYERS[1])
+    flags = ("--probes-dir", probes_dir, "--model", model.dir, "--layer", LAYERS[1], "--messages", conversation,
+             "--json")
+    assert_json_close(json.loads(run_tool("multi_probe_inference", *flags)), probes.rank(model, messages=messages))
+    per_token = probes.per_token(model, messages=messages)
+    assert_json_close(json.loads(run_tool("multi_probe_inference", *flags, "--per-token")), per_token)
+    assert_json_close(json.loads(run_tool("multi_probe_inference", *flags, "--per-token", "--calibrated")),
+                      probes.per_token(model, messages=messages, calibrated=True))
+    assert any(token["in_mask"] for token in per_token["tokens"])
+    with pytest.raises(ValueError, match="not both"):
+        probes.rank(model, ["a text"], messages=messages)
+    with pytest.raises(ValueError, match="steer applies to texts"):
+        probes.rank(model, messages=messages, steer=[("reframing", LAYERS[0], 2.0)])
+    # NaN is not JSON (Python's json.dumps writes it anyway by default): refused naming messages.
+    with pytest.raises(ValueError, match="messages: Out of range float values"):
+        probes.rank(model, messages=[{"role": "user", "content": "a", "score": float("nan")}])
 
 
 def test_a_coefficient_past_the_bound_is_refused_naming_the_item(model):
