@@ -109,7 +109,8 @@ void generate(const ModelHandle& model, const std::vector<std::string>& prompts,
     return on_event(dump_json(event)).cast<bool>();
   };
   auto on_token = [&](const inference::ScoredToken& token) {
-    return emit(inference::generated_token_json(token, inference::table_of(engine, token.probability, display)));
+    return emit(inference::generated_token_json(token, inference::table_of(engine, token.probability, display),
+                                                display.top_k));
   };
   std::vector<monitor::MonitorPolicy> policies;
   if (!arguments.monitors.empty()) policies = monitor::parse_policies(parse_json(arguments.monitors, "monitors"));

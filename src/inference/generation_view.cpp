@@ -99,10 +99,12 @@ Json generated_row_json(size_t row, const std::string& prompt, const GeneratedTe
   return done;
 }
 
-Json generated_token_json(const ScoredToken& token, const ScoreTable& table) {
+Json generated_token_json(const ScoredToken& token, const ScoreTable& table, int64_t top_k) {
+  std::vector<Prediction> ranked = all_predictions(table);
+  ranked.resize(std::min<size_t>(ranked.size(), static_cast<size_t>(top_k)));
   Json out = {{"row", token.row},   {"index", token.index}, {"position", token.position},
               {"id", token.id},     {"token", token.token}, {"text", token.text},
-              {"last", token.last}, {"predictions", predictions_json(all_predictions(table))}};
+              {"last", token.last}, {"predictions", predictions_json(ranked)}};
   if (!token.firings.empty()) out["monitor_firings"] = monitor::firings_json(token.firings);
   if (!token.latents.empty()) out["latents"] = token_latents_json(token.latents);
   return out;
@@ -153,7 +155,7 @@ void GenerationPrinter::show(const ScoredToken& token, const ScoreTable& table) 
   row.tokens = token.index + 1;
   row.latest = table;
   if (json_) {
-    fmt::print("{}\n", dump_json(generated_token_json(token, table)));
+    fmt::print("{}\n", dump_json(generated_token_json(token, table, top_k_)));
   } else if (live_) {
     redraw();
   } else {

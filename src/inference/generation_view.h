@@ -18,9 +18,9 @@ namespace probekit::inference {
 /// three largest latents ("  | NAME 17 3.21 "description", ..."); the row only when `with_row`.
 std::string generated_token_line(const ScoredToken& token, const ScoreTable& table, int64_t top_k, bool with_row);
 
-/// The JSON line of one token: row, index, position, id, token, text (what it adds), last, and every (label,
-/// layer) prediction, most confident first.
-Json generated_token_json(const ScoredToken& token, const ScoreTable& table);
+/// The JSON line of one token: row, index, position, id, token, text (what it adds), last, and its `top_k` most
+/// confident (label, layer) predictions, most confident first (as /v1/generate's events).
+Json generated_token_json(const ScoredToken& token, const ScoreTable& table, int64_t top_k);
 /// {NAME: [{"latent", "value", "description"}, ...]}: each SAE's largest latents at a token.
 Json token_latents_json(const TokenLatents& latents);
 

@@ -82,11 +82,11 @@ std::string format_by_label(const std::vector<LabelSummary>& summaries, int64_t 
   return out;
 }
 
-std::string format_by_layer(const std::vector<LayerGroup>& groups, const std::string& threshold) {
+std::string format_by_layer(const std::vector<LayerGroup>& groups, int64_t top_k, const std::string& threshold) {
   std::string out = fmt::format("\nPredictions by layer (threshold={}):\n", threshold);
   for (const LayerGroup& group : groups) {
     out += fmt::format("\n  Layer {} ({} active actions):\n", group.layer, group.active);
-    for (size_t i = 0; i < group.predictions.size() && i < 5; ++i) {
+    for (size_t i = 0; i < group.predictions.size() && i < static_cast<size_t>(top_k); ++i) {
       out += fmt::format("    {}. {} {:.4f}\n", i + 1, pad(group.predictions[i].label, 30), group.predictions[i].confidence);
     }
   }

@@ -19,8 +19,8 @@ std::string format_ranking(const std::vector<Prediction>& shown, bool with_layer
 std::string format_all_layers(const std::vector<Prediction>& shown);
 /// Labels aggregated over layers, with their three best layers.
 std::string format_by_label(const std::vector<LabelSummary>& summaries, int64_t top_k, Aggregate aggregate);
-/// Each layer's five most confident labels.
-std::string format_by_layer(const std::vector<LayerGroup>& groups, const std::string& threshold);
+/// Each layer's top_k most confident labels (the reference shows five: --top-k's default).
+std::string format_by_layer(const std::vector<LayerGroup>& groups, int64_t top_k, const std::string& threshold);
 /// The biggest differences between two texts.
 std::string format_comparison(const std::vector<Difference>& differences, int64_t top_k);
 

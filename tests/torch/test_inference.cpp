@@ -349,8 +349,8 @@ TEST_CASE("--generate: each new token's printed scores equal the probes run on t
   std::string probes = train_fixture_probes(tmp);
   std::string command = fmt::format("{} --probes-dir {} --model {} --device cpu --generate --max-new-tokens 6 --no-stop",
                                     tool("multi_probe_inference"), probes, kGemmaModel);
-  CommandResult r = run_command(fmt::format("{} --text \"{}\" --json --csv {} --html {}", command, kReframingText,
-                                            tmp.file("g.csv"), tmp.file("g.html")));
+  CommandResult r = run_command(fmt::format("{} --text \"{}\" --json --top-k 100 --csv {} --html {}", command,
+                                            kReframingText, tmp.file("g.csv"), tmp.file("g.html")));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
   std::vector<Json> lines = json_lines(r.output);
   REQUIRE(lines.size() == 7);
@@ -389,6 +389,13 @@ TEST_CASE("--generate: each new token's printed scores equal the probes run on t
   const size_t rows = done["prompt_ids"].size() + 6;
   CHECK(std::count(csv.begin(), csv.end(), '\n') == 1 + static_cast<long>(rows * 2 * sets[0].probes().size()));
   CHECK_CONTAINS(probekit::testing::read_text(tmp.file("g.html")), "<table>");
+  // --top-k bounds each token's predictions, the most confident first (regression: every one was listed).
+  const std::vector<Json> top = json_lines(run_command(fmt::format("{} --text \"{}\" --json --top-k 2", command, kReframingText)).output);
+  REQUIRE(top.size() == 7);
+  for (size_t i = 0; i < 6; ++i) {
+    REQUIRE(top[i]["predictions"].size() == 2);
+    for (size_t k = 0; k < 2; ++k) CHECK(top[i]["predictions"][k] == lines[i]["predictions"][k]);
+  }
 
   // Without --json: a line per token with the labels that fire, then the text.
   CommandResult plain = run_command(fmt::format("{} --text \"{}\" --threshold 0", command, kReframingText));
