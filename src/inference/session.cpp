@@ -1,6 +1,7 @@
 #include "inference/session.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cctype>
 #include <cmath>
@@ -56,7 +57,8 @@ void show_layers(const ScoreTable& table, const Display& d) {
                d.aggregate == Aggregate::kMax ? "max" : "mean",
                format_by_label(by_label(table, d.aggregate), d.top_k, d.aggregate));
   } else if (d.mode == "by-layer") {
-    fmt::print("{}\n", format_by_layer(by_layer(table), d.calibrated ? "each probe's own" : fmt::format("{}", d.threshold)));
+    fmt::print("{}\n", format_by_layer(by_layer(table), d.top_k,
+                                       d.calibrated ? "each probe's own" : fmt::format("{}", d.threshold)));
   } else {
     std::vector<Prediction> ranked = all_predictions(table);
     ranked.resize(std::min<size_t>(ranked.size(), static_cast<size_t>(d.top_k)));
@@ -400,6 +402,9 @@ Json per_token_json(const std::string& text, const TokenScores& scores, const st
   return out;
 }
 
+// Editors on Windows start a UTF-8 file with one; it is not part of the first text.
+const std::string kByteOrderMark = "\xEF\xBB\xBF";
+
 std::vector<std::string> read_texts(const std::string& path, const std::string& field) {
   require_input_file(path);
   std::ifstream in(path, std::ios::binary);
@@ -407,6 +412,7 @@ std::vector<std::string> read_texts(const std::string& path, const std::string& 
   std::vector<std::string> texts;
   std::string line;
   for (int64_t number = 1; std::getline(in, line); ++number) {
+    if (number == 1 && line.rfind(kByteOrderMark, 0) == 0) line.erase(0, kByteOrderMark.size());
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     if (line.front() != '{') {
@@ -415,7 +421,14 @@ std::vector<std::string> read_texts(const std::string& path, const std::string& 
     }
     Json object = parse_json(line, fmt::format("{}:{}", path, number));
     auto text = object.find(field);
-    if (text == object.end() || !text->is_string()) fail_input("{}:{}: no string field '{}'", path, number, field);
+    if (text == object.end() || !text->is_string()) {
+      std::vector<std::string> fields;
+      if (object.is_object()) {
+        for (const auto& item : object.items()) fields.push_back(item.key());
+      }
+      fail_input("{}:{}: no string field '{}' (fields: {}; choose another with --text-field)", path, number, field,
+                 fmt::join(fields, ", "));
+    }
     texts.push_back(text->get<std::string>());
   }
   if (texts.empty()) fail_input("{}: no texts", path);
@@ -429,8 +442,10 @@ std::vector<ConversationRow> read_conversation_rows(const std::string& path, con
   std::vector<ConversationRow> rows;
   std::string line;
   for (int64_t number = 1; std::getline(in, line); ++number) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    if (rows.empty() && line.front() != '{') return {};
+    if (number == 1 && line.rfind(kByteOrderMark, 0) == 0) line.erase(0, kByteOrderMark.size());
+    const size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos) continue;
+    if (rows.empty() && line[first] != '{') return {};
     const std::string where = fmt::format("{}:{}", path, number);
     const OrderedJson object = parse_ordered_json(line, where);
     const bool conversation = object.is_object() && object.contains("messages") && !object.contains(field);

@@ -1,6 +1,7 @@
 #include "probes/binary_trainer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -112,7 +113,12 @@ std::vector<TrainedLabel> plan_labels(const activations::ActivationFile& file, c
     }
     trained.push_back(std::move(t));
   }
-  if (trained.empty()) fail_input("{}: no label can be trained (every selected label was skipped)", file.path);
+  if (trained.empty()) {
+    std::vector<std::string> reasons;
+    for (const std::string& label : without_examples) reasons.push_back(fmt::format("'{}' has no example", label));
+    for (const SkippedLabel& s : skipped) reasons.push_back(fmt::format("'{}': {}", s.label, s.reason));
+    fail_input("{}: no label can be trained: {}", file.path, fmt::join(reasons, "; "));
+  }
   return trained;
 }
 

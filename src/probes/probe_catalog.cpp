@@ -23,7 +23,10 @@ std::vector<std::string> list_directory(const std::string& dir) {
   DIR* handle = ::opendir(dir.c_str());
   if (handle == nullptr) fail_input("{}: no such directory", dir);
   std::vector<std::string> names;
-  while (dirent* entry = ::readdir(handle)) names.emplace_back(entry->d_name);
+  while (dirent* entry = ::readdir(handle)) {
+    const std::string name = entry->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
   ::closedir(handle);
   std::sort(names.begin(), names.end());
   return names;
@@ -33,6 +36,36 @@ std::vector<std::string> list_directory(const std::string& dir) {
 int64_t recorded_layer(const std::string& dir) {
   std::string path = dir + "/" + kIndex;
   return json_value<int64_t>(read_json_file(path), "layer", -1, path);
+}
+
+// Whether `dir` holds probes as find_probes reads them: probes.json, or a layer_{L}/probes.json.
+bool holds_probes(const std::string& dir) {
+  if (is_regular_file(dir + "/" + kIndex)) return true;
+  if (!is_directory(dir)) return false;
+  for (const std::string& name : list_directory(dir)) {
+    if (name.rfind("layer_", 0) == 0 && is_regular_file(dir + "/" + name + "/" + kIndex)) return true;
+  }
+  return false;
+}
+
+// Why `dir` holds no probes: pickled ones, or several kinds' folders (train_binary_probes --model-type a,b), or none.
+[[noreturn]] void fail_no_probes(const std::string& dir, const std::vector<std::string>& names, bool pickles) {
+  if (pickles) {
+    fail_input("{}: holds pickled PyTorch probes (probe_*.pth); probekit never unpickles files (that can run "
+               "arbitrary code). Convert them once with: python3 scripts/convert_reference_probes.py {}",
+               dir, dir);
+  }
+  std::vector<std::string> kinds;
+  for (const std::string& name : names) {
+    if (name.rfind("layer_", 0) != 0 && holds_probes(dir + "/" + name)) kinds.push_back(name);
+  }
+  if (!kinds.empty()) {
+    fail_input("{}: holds probes of several kinds, one folder each ({}): pass one of them, as {}/{}", dir,
+               fmt::join(kinds, ", "), dir, kinds.front());
+  }
+  fail_input("{}: no probes.json and no layer_{{L}}/probes.json (train probes with train_binary_probes or "
+             "train_probes)",
+             dir);
 }
 
 }  // namespace
@@ -51,16 +84,7 @@ ProbeCatalog find_probes(const std::string& dir) {
     pickles = pickles || (name.rfind("probe_", 0) == 0 && name.size() > 4 && name.substr(name.size() - 4) == ".pth");
   }
   if (is_regular_file(dir + "/" + kIndex)) catalog.layer_dirs[recorded_layer(dir)] = dir;
-  if (catalog.layer_dirs.empty()) {
-    if (pickles) {
-      fail_input("{}: holds pickled PyTorch probes (probe_*.pth); probekit never unpickles files (that can run "
-                 "arbitrary code). Convert them once with: python3 scripts/convert_reference_probes.py {}",
-                 dir, dir);
-    }
-    fail_input("{}: no probes.json and no layer_{{L}}/probes.json (train probes with train_binary_probes or "
-               "train_probes)",
-               dir);
-  }
+  if (catalog.layer_dirs.empty()) fail_no_probes(dir, names, pickles);
   std::string analysis = dir + "/per_action_layer_analysis.json";
   if (is_regular_file(analysis)) {
     const Json json = read_json_file(analysis);

@@ -1,6 +1,7 @@
 #include "steering/make_vectors.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -19,13 +20,15 @@ namespace {
 
 int64_t label_index(const activations::FileAttributes& attributes, const std::string& label, const std::string& path) {
   auto found = std::find(attributes.label_names.begin(), attributes.label_names.end(), label);
-  if (found == attributes.label_names.end()) fail_input("{}: no label '{}' among its label_names", path, label);
+  if (found == attributes.label_names.end()) {
+    fail_input("{}: no label '{}' among its label_names ({})", path, label, fmt::join(attributes.label_names, ", "));
+  }
   return found - attributes.label_names.begin();
 }
 
 // mean(rows of the label) - mean(the other rows) of a file's train split, in doubles; per-token files give each
 // token's row its example's label.
-std::vector<float> mean_difference(const activations::ActivationFile& file, int64_t label) {
+std::vector<float> mean_difference(const activations::ActivationFile& file, int64_t label, const std::string& name) {
   const activations::SplitData& train = file.split(activations::Split::kTrain);
   const auto hidden = static_cast<size_t>(train.hidden);
   std::vector<double> sums[2] = {std::vector<double>(hidden), std::vector<double>(hidden)};
@@ -41,7 +44,7 @@ std::vector<float> mean_difference(const activations::ActivationFile& file, int6
     }
   }
   if (counts[0] == 0 || counts[1] == 0) {
-    fail_input("{}: the train split has no rows {} the label", file.path, counts[1] == 0 ? "of" : "other than");
+    fail_input("{}: the train split has no rows {} the label '{}'", file.path, counts[1] == 0 ? "of" : "other than", name);
   }
   std::vector<float> difference(hidden);
   for (size_t j = 0; j < hidden; ++j) {
@@ -75,7 +78,7 @@ VectorFile from_activations(const MakeVectorsOptions& o) {
     }
     if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), attributes.layer) == wanted.end()) continue;
     const activations::ActivationFile file = activations::read_activation_file(path);
-    out.layers[attributes.layer] = mean_difference(file, label_index(attributes, o.label, path));
+    out.layers[attributes.layer] = mean_difference(file, label_index(attributes, o.label, path), o.label);
     out.model_hint = attributes.recipe.model_name;
   }
   return out;

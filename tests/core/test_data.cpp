@@ -438,6 +438,36 @@ TEST_CASE("--keep-fields naming a field no example has: a warning naming the fie
   CHECK(log.text().find("--keep-fields") == std::string::npos);
 }
 
+TEST_CASE("a cognitive-action dataset with a label outside the reference's 45: a warning naming it and its line") {
+  // Regression: one misspelt label moved every label's index (the file's labels sorted instead of the reference's
+  // list of 45) without a word.
+  TempDir tmp;
+  const std::string path = tmp.file("typo.jsonl");
+  write_text(path,
+             "{\"text\": \"a\", \"cognitive_action\": \"noticing\"}\n"
+             "{\"text\": \"b\", \"cognitive_action\": \"analysing\"}\n"
+             "{\"text\": \"c\", \"cognitive_action\": \"analysing\"}\n");
+  data::DatasetOptions options;
+  {
+    LoggedLines log;
+    const data::Dataset d = data::read_dataset(path, options);
+    CHECK(d.label_names == std::vector<std::string>{"analysing", "noticing"});
+    CHECK_CONTAINS(log.text(), path + ": 'analysing' (line 2) is not among the reference's 45 cognitive actions, while "
+                                      "the file's other labels are");
+  }
+  options.strict_fields = true;
+  CHECK_THROWS_WITH_AS(data::read_dataset(path, options), doctest::Contains("'analysing' (line 2) is not among"),
+                       std::invalid_argument);
+  // Another taxonomy under the same field, and the reference's own labels, are read without a word.
+  for (const char* other : {"{\"text\": \"a\", \"cognitive_action\": \"x\"}\n{\"text\": \"b\", \"cognitive_action\": \"y\"}\n",
+                            "{\"text\": \"a\", \"cognitive_action\": \"noticing\"}\n"}) {
+    write_text(path, other);
+    LoggedLines log;
+    CHECK_NOTHROW(data::read_dataset(path, options));
+    CHECK(log.text().find("cognitive actions") == std::string::npos);
+  }
+}
+
 // The weights' read-ahead skips what a warm start has in the page cache (model::Prefetcher).
 TEST_CASE("in_page_cache: bytes written or read are in the page cache, dropped ones are not, a range only whole") {
   TempDir dir;

@@ -433,6 +433,11 @@ TEST_CASE("conversations: a row's tools reach the chat template with its message
   CHECK(rows[0].conversation == data::read_dataset(o.dataset_path, {"text", "label"}).examples[0].messages);
   CHECK(Json::parse(rows[0].conversation) == Json::parse("{" + conversation + "}"));
   CHECK_CONTAINS(rows[0].conversation, R"({"unit":"C","city":"Oslo"})");
+  // A byte-order mark and an indented first row (regression: both read as a file of plain texts).
+  write_text(tmp.file("marked.jsonl"), "\xEF\xBB\xBF  {" + conversation + "}\n");
+  const std::vector<inference::ConversationRow> marked = inference::read_conversation_rows(tmp.file("marked.jsonl"), "text");
+  REQUIRE(marked.size() == 1);
+  CHECK(marked[0].conversation == rows[0].conversation);
   lines.clear();
   for (int i = 0; i < 12; ++i) {
     lines += R"({"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "web"}], "label": ")" +

@@ -358,6 +358,15 @@ TEST_CASE("labels without any example: no probe and one log line for all layer f
   CHECK(aggregate.at("num_probes") == 3);
   CHECK(aggregate.at("labels_without_examples") == Json({"label_01", "label_03"}));
   CHECK(!path_exists(dir.path() + "/b/layer_1/probe_label_01.safetensors"));
+  // Only labels without examples selected: the refusal says why each was left out.
+  ToolResult none = run_tool_process("train_binary_probes",
+                                     "--activations " + dir.path() + "/acts --epochs 2 --labels label_01,label_03 "
+                                     "--output-dir " + dir.path() + "/none",
+                                     dir.path() + "/none.log");
+  CHECK(none.exit_code == 1);
+  CHECK_MESSAGE(none.log.find("no label can be trained: 'label_01' has no example; 'label_03' has no example") !=
+                    std::string::npos,
+                none.log);
 
   ToolResult multiclass = run_tool_process("train_probes",
                                            "--activations " + dir.path() + "/acts/layer_0_activations.h5 --epochs 1 "

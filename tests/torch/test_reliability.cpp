@@ -338,6 +338,24 @@ TEST_CASE("inputs in the wrong encoding or shape, and flags out of range, are na
   CHECK_MESSAGE(info.exit_code == 0, info.output);
 }
 
+TEST_CASE("a misspelt flag or subcommand is named first, not reported as a required one missing") {
+  // Regression: CLI11 checks required flags and subcommands before the arguments it could not use, so `--modle M`
+  // read "--model is required" and `inspect_model inf` read "A subcommand is required", the typo never named.
+  CommandResult r = run_command(fmt::format("{} --modle {} --dataset d.jsonl", tool("capture_activations"), kGemmaModel));
+  check_failure(r, 2, {"--modle: unknown flag (did you mean --model?)"});
+  CHECK_MESSAGE(r.output.find("--modle: unknown flag") < r.output.find("--model is required"), r.output);
+  check_failure(run_command(tool("train_binary_probes") + " --activation x"), 2,
+                {"--activation: unknown flag (did you mean --activations?)"});
+  r = run_command(fmt::format("{} inf --model {}", tool("inspect_model"), kGemmaModel));
+  check_failure(r, 2, {"unknown subcommand 'inf' (expected one of: info, hidden, generate, tokenize, chat-template, device)"});
+  CHECK_MESSAGE(r.output.find("A subcommand is required") == std::string::npos, r.output);
+  check_failure(run_command(tool("make_example") + " modl --output x"), 2,
+                {"unknown subcommand 'modl' (expected one of: dataset, model)"});
+  // With nothing left unused, a missing flag or subcommand reads as before.
+  check_failure(run_command(tool("train_binary_probes")), 2, {"--activations is required"});
+  check_failure(run_command(tool("make_example")), 2, {"A subcommand is required"});
+}
+
 TEST_CASE("a text too long for the CPU's memory is refused before the model loads, naming the line and --max-length") {
   TempDir tmp;
   std::string lines;
@@ -465,6 +483,20 @@ TEST_CASE("regression: numbers past int64 in folder and file names, and a damage
   CHECK_THROWS_WITH(probes::find_probes(tmp.file("analysed")), doctest::Contains("expected a JSON object"));
   write_text(analysis, R"({"per_action_best_layers": [{"action": "a", "best_layer": 3}]})");
   CHECK(probes::find_probes(tmp.file("analysed")).best_layer.at("a") == 3);
+}
+
+TEST_CASE("a directory of several probe kinds (train_binary_probes --model-type a,b) names its kinds' folders") {
+  // Regression: it was refused as holding no probes, telling the user to train some.
+  TempDir tmp;
+  for (const std::string folder : {"kinds/linear", "kinds/logistic/layer_3"}) {
+    make_directories(tmp.file(folder));
+    write_text(tmp.file(folder + "/probes.json"), R"({"layer": 3})");
+  }
+  write_text(tmp.file("kinds/comparison.json"), "{}");
+  CHECK_THROWS_WITH(probes::find_probes(tmp.file("kinds")),
+                    doctest::Contains((tmp.file("kinds") + ": holds probes of several kinds, one folder each (linear, "
+                                                           "logistic): pass one of them, as " + tmp.file("kinds/linear"))
+                                          .c_str()));
 }
 
 TEST_CASE("labels and texts on a terminal show their control characters escaped; JSON escapes them as JSON") {

@@ -312,7 +312,7 @@ TEST_CASE("make_steering_vectors: mean-diff is the train split's mean difference
 
   check_failure(run_command(fmt::format("{} --activations {} --label nosuch --output {}", tool("make_steering_vectors"),
                                         tmp.file("activations"), tmp.file("x.safetensors"))),
-                1, {"no label 'nosuch' among its label_names"});
+                1, {"no label 'nosuch' among its label_names (", "reframing"});
   check_failure(run_command(fmt::format("{} --method probe --label reframing --output {}", tool("make_steering_vectors"),
                                         tmp.file("x.safetensors"))),
                 2, {"--method probe needs --probes-dir"});
