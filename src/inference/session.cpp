@@ -191,6 +191,9 @@ void check_request(InferenceRequest& r) {
     fail_usage("--text is empty: give the text to analyze (without --text, texts are read from stdin)");
   }
   if (!r.text.empty() && !r.file.empty()) fail_usage("--text and --file exclude each other");
+  for (const std::string* input : {&r.file, &r.messages}) {
+    if (!input->empty()) require_input_file(*input);  // before the model loads
+  }
   if (!r.compare.empty() && r.text.empty()) fail_usage("--compare needs --text");
   if (r.per_token && r.text.empty() && r.messages.empty()) fail_usage("--per-token needs --text or --messages");
   if (r.chat && !r.generate) fail_usage("--chat goes with --generate (--messages ranks a conversation without it)");

@@ -3,6 +3,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstring>
+#include <fstream>
 #include <limits>
 #include <mutex>
 
@@ -120,6 +122,24 @@ void Handle::reset() {
   id_ = H5I_INVALID_HID;
 }
 
+namespace {
+
+// Whether HDF5's 8-byte signature is where HDF5 puts it: at byte 0, or after a user block at 512, 1024, 2048, ...
+bool has_hdf5_signature(const std::string& path) {
+  static const char kSignature[] = "\x89HDF\r\n\x1a\n";
+  std::ifstream in(path, std::ios::binary);
+  const uint64_t size = file_size(path);
+  for (uint64_t offset = 0; offset + 8 <= size; offset = offset == 0 ? 512 : offset * 2) {
+    char bytes[8] = {};
+    in.seekg(static_cast<std::streamoff>(offset));
+    if (!in.read(bytes, 8)) return false;
+    if (std::memcmp(bytes, kSignature, 8) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 void prepare_library() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -137,9 +157,10 @@ Handle create_file(const std::string& path) {
 Handle open_file(const std::string& path, bool writable) {
   require_input_file(path);
   prepare_library();
-  return Handle(check(H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT),
-                      "cannot open HDF5 file " + path),
-                H5Fclose);
+  const hid_t file = H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT);
+  // HDF5's own word for another kind of file is "file signature not found": said plainly, naming the file.
+  if (file < 0 && !has_hdf5_signature(path)) fail("{}: not an HDF5 file (it does not start as one)", path);
+  return Handle(check(file, "cannot open HDF5 file " + path), H5Fclose);
 }
 
 Handle create_group(hid_t parent, const std::string& name) {

@@ -297,6 +297,11 @@ Json run_multiclass_training(const MulticlassRunOptions& options) {
   check_training_options(options.training);
   device::ComputeTarget target = select_training_compute(options.device, options.dtype);
   refuse_inputs_inside(options.output_dir, {options.activations});  // before the file is read
+  if (is_directory(options.activations)) {
+    fail_usage("--activations {}: a directory; train_probes trains on one layer's file, as "
+               "{}/layer_{{L}}_activations.h5 (train_binary_probes takes a directory)",
+               options.activations, options.activations);
+  }
   activations::ActivationFile file = activations::read_activation_file(options.activations);
   StagedDirectory output(options.output_dir, options.overwrite, {options.activations});
   const std::string& directory = output.path();

@@ -66,6 +66,7 @@ void add_server_flags(CLI::App& app, ServerOptions& o) {
 void resolve_api_key(ServerOptions& o) {
   std::string source = "--api-key";
   if (!o.api_key_file.empty()) {
+    if (!path_exists(o.api_key_file)) fail_usage("--api-key-file {}: no such file (it holds the API key)", o.api_key_file);
     std::string text = read_file(o.api_key_file, 4096);
     o.api_key = text.substr(0, text.find('\n'));
     if (!o.api_key.empty() && o.api_key.back() == '\r') o.api_key.pop_back();

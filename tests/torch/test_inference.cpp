@@ -291,6 +291,14 @@ TEST_CASE("bad input to multi_probe_inference: probe files of the wrong size are
   CHECK_CONTAINS(r.output, "damaged/probe_noticing.safetensors: tensor");
   CHECK_CONTAINS(r.output, "(file truncated?)");
 
+  // A missing --file or --messages is refused before the model loads (regression: after it).
+  for (const char* flag : {"--file", "--messages"}) {
+    r = run(probes + "/layer_5", fmt::format("{} {}", flag, tmp.file("missing.jsonl")));
+    CHECK(r.exit_code == 1);
+    CHECK_CONTAINS(r.output, "missing.jsonl");
+    CHECK_MESSAGE(r.output.find("device cpu") == std::string::npos, r.output);
+  }
+
   // Bytes that are not UTF-8 are read as Python's errors="replace" reads them: each becomes U+FFFD. Byte-level
   // tokens of one emoji are not UTF-8 on their own either, and JSON output must survive both.
   r = run(probes + "/layer_5", "--json --text \"$(printf 'caf\\351 \\377!')\"");

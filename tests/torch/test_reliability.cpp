@@ -336,6 +336,17 @@ TEST_CASE("inputs in the wrong encoding or shape, and flags out of range, are na
   CHECK_CONTAINS(run_command(tool("capture_activations") + " --version").output, "probekit ");
   CommandResult info = run_command(fmt::format("{} info --model {} -q --json", tool("inspect_model"), kGemmaModel));
   CHECK_MESSAGE(info.exit_code == 0, info.output);
+
+  // Regressions: a dataset given as activations read "cannot open HDF5 file ...: file signature not found", and a
+  // capture's folder given to train_probes "is a directory, expected a regular file".
+  make_directories(tmp.file("act"));
+  write_text(tmp.file("act/layer_3_activations.h5"), "{\"text\": \"a\"}\n");
+  check_failure(run_command(fmt::format("{} --activations {} --output-dir {} --device cpu", tool("train_binary_probes"),
+                                        tmp.file("act"), tmp.file("p1"))),
+                1, {"layer_3_activations.h5: not an HDF5 file (it does not start as one)"});
+  check_failure(run_command(fmt::format("{} --activations {} --output-dir {} --device cpu", tool("train_probes"),
+                                        tmp.file("act"), tmp.file("p2"))),
+                2, {"a directory; train_probes trains on one layer's file, as", "(train_binary_probes takes a directory)"});
 }
 
 TEST_CASE("a misspelt flag or subcommand is named first, not reported as a required one missing") {

@@ -368,6 +368,8 @@ TEST_CASE("probe_server the tool: the API key from the command line (then blanke
   std::string run = fmt::format("{} --probes-dir {} --device cpu --port 0", tool("probe_server"), probes);
   check_failure(run_command(run + " --api-key a --api-key-file " + tmp.file("key")), 2, {"excludes"});
   check_failure(run_command(run + " --api-key-file " + tmp.file("empty")), 2, {"the file's first line is empty"});
+  const std::string missing = "--api-key-file " + tmp.file("nokey") + ": no such file (it holds the API key)";
+  check_failure(run_command(run + " --api-key-file " + tmp.file("nokey")), 2, {missing.c_str()});
   check_failure(run_command(run + " --api-key-file " + tmp.file("spaced")), 2, {"holds a space or a control character"});
   check_failure(run_command("PROBE_SERVER_API_KEY= " + run), 2, {"$PROBE_SERVER_API_KEY is set but empty"});
 }
