@@ -91,9 +91,10 @@ class Model:
         prompt: a string or a list of strings (rows). stop: stop at the model's end-of-sequence tokens (False: run
         max_new_tokens). temperature: 0 is greedy; sample_top_k, top_p, seed: sampling. probes: Probes scoring every
         new token. steer: [(label or vector, layer, coefficient), ...] (labels take their direction from probes).
-        top_k, threshold, calibrated: what each token's predictions show. monitors: policies as the server's
-        "monitors" take them ([{"label": "deception", "threshold": 0.8, "action": "stop"}, ...]; needs probes): a
-        token where one fires carries "monitor_firings", and a row a monitor stopped ends with stop "monitor".
+        top_k, threshold, calibrated: what each token's predictions show (the top_k most confident). monitors:
+        policies as the server's "monitors" take them ([{"label": "deception", "threshold": 0.8, "action": "stop"},
+        ...]; needs probes): a token where one fires carries "monitor_firings", and a row a monitor stopped ends with
+        stop "monitor".
         Leaving the loop early stops the generation."""
         prompts = text_list(prompt, "prompt")
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:

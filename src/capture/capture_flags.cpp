@@ -41,7 +41,9 @@ void add_data_flags(CLI::App& app, CaptureFlags& f) {
   app.add_option("--max-length", o.max_length, "Cut longer prompts from the start of the text (tokens; 0: no limit)")
       ->check(at_least(0));
   steering::add_steering_flags(app, o.steering, true, true);
-  app.add_flag("--strict", o.dataset.strict_fields, "A --keep-fields field that no line has is an error, not a warning");
+  app.add_flag("--strict", o.dataset.strict_fields,
+               "A --keep-fields field that no line has, or a cognitive_action label outside the reference's 45 beside "
+               "others inside it, is an error, not a warning");
   app.add_flag("--skip-invalid", o.dataset.skip_invalid, "Skip bad dataset lines (reported at the end) instead of stopping");
 }
 

@@ -42,7 +42,10 @@ std::optional<MessageProblem> find_message_problem(const OrderedJson& messages) 
       return MessageProblem{field + ".role", fmt::format("'{}.role' must be a role's name (system, user, assistant, ...)", field)};
     }
     if (!message.contains("content")) {
-      if (message.contains("tool_calls")) continue;  // an assistant turn that only calls tools may leave it out (OpenAI)
+      // An assistant turn that only calls tools may leave its content out (OpenAI).
+      const bool only_calls = message.at("role") == "assistant" && message.contains("tool_calls") &&
+                              message.at("tool_calls").is_array() && !message.at("tool_calls").empty();
+      if (only_calls) continue;
       return MessageProblem{field + ".content", fmt::format("'{}.content' is missing", field)};
     }
     if (auto problem = content_problem(message.at("content"), field + ".content")) return problem;

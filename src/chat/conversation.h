@@ -16,8 +16,9 @@ struct MessageProblem {
 };
 
 /// The first problem of `messages`, or nothing when it is a non-empty list of objects, each with a string "role"
-/// and a "content" that is a string, a list of parts ({"type": "text", "text": ...}, ...) or null (an assistant's
-/// turn that only calls tools). Other keys (name, tool_calls, reasoning_content) are the template's to read.
+/// and a "content" that is a string, a list of parts ({"type": "text", "text": ...}, ...), an object (a tool's
+/// result) or null; an assistant's turn that only calls tools ("tool_calls") may leave it out. Other keys (name,
+/// tool_calls, reasoning_content) are the template's to read.
 std::optional<MessageProblem> find_message_problem(const OrderedJson& messages);
 
 /// The first problem of `tools` (an OpenAI request's "tools"), or nothing when it is a list of functions as

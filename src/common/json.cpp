@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <set>
+
 #include "common/error.h"
 #include "common/files.h"
 
@@ -24,20 +26,40 @@ std::string describe_position(std::string_view text, size_t byte_offset) {
 namespace {
 
 // nlohmann reads an integer literal past 64 bits as a double, which a chat template would print as
-// 1.8446744073709552e+19 where Python keeps the integer exact: such a literal is refused instead, naming it.
+// 1.8446744073709552e+19 where Python keeps the integer exact: such a literal is refused instead, naming it, within
+// the top-level fields `exact` names (everywhere when it is empty).
 class ExactIntegers : public nlohmann::detail::json_sax_dom_parser<OrderedJson> {
  public:
-  ExactIntegers(OrderedJson& root, const std::string& source) : json_sax_dom_parser(root), source_(source) {}
+  ExactIntegers(OrderedJson& root, const std::string& source, const std::set<std::string>& exact)
+      : json_sax_dom_parser(root), source_(source), exact_(exact) {}
 
   bool number_float(double value, const std::string& literal) {
-    if (literal.find_first_of(".eE") == std::string::npos) {
-      fail_input("{}: the integer {} does not fit in 64 bits (give it as a string)", source_, literal);
+    const bool checked = exact_.empty() || (depth_ > 0 && exact_.count(field_) > 0);
+    if (checked && literal.find_first_of(".eE") == std::string::npos) {
+      fail_input("{}: {}the integer {} does not fit in 64 bits (give it as a string)", source_,
+                 field_.empty() ? "" : "in '" + field_ + "', ", literal);
     }
     return json_sax_dom_parser::number_float(value, literal);
   }
+  bool key(std::string& name) {
+    if (depth_ == 1) field_ = name;
+    return json_sax_dom_parser::key(name);
+  }
+  bool start_object(std::size_t size) { return nest(1) && json_sax_dom_parser::start_object(size); }
+  bool end_object() { return nest(-1) && json_sax_dom_parser::end_object(); }
+  bool start_array(std::size_t size) { return nest(1) && json_sax_dom_parser::start_array(size); }
+  bool end_array() { return nest(-1) && json_sax_dom_parser::end_array(); }
 
  private:
+  bool nest(int step) {
+    depth_ += step;
+    return true;
+  }
+
   const std::string& source_;
+  const std::set<std::string>& exact_;
+  int depth_ = 0;      // of the containers open around the value being read
+  std::string field_;  // the top-level object's key the value is under
 };
 
 // `parse()`'s value; its syntax errors name `source` and say the position once.
@@ -69,10 +91,10 @@ Json parse_json(std::string_view text, const std::string& source) {
   return parse_reporting(text, source, [&] { return Json::parse(text.begin(), text.end()); });
 }
 
-OrderedJson parse_ordered_json(std::string_view text, const std::string& source) {
+OrderedJson parse_ordered_json(std::string_view text, const std::string& source, const std::set<std::string>& exact) {
   return parse_reporting(text, source, [&] {
     OrderedJson root;
-    ExactIntegers builder(root, source);
+    ExactIntegers builder(root, source, exact);
     OrderedJson::sax_parse(text.begin(), text.end(), &builder);
     return root;
   });

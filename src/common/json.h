@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -13,12 +14,13 @@ using Json = nlohmann::json;
 /// JSON whose objects keep their keys in the order written: what reaches a chat template, whose tojson prints them so.
 using OrderedJson = nlohmann::ordered_json;
 
-/// Parses JSON text; a syntax error names `source` with line and column.
+/// Parses JSON text; a syntax error names `source` and where (line and column, or the column in a text of one line).
 Json parse_json(std::string_view text, const std::string& source);
 
 /// The same, keeping the order of each object's keys, as what reaches a chat template is read: an integer past 64
-/// bits is refused (read as a double, it would print otherwise than Python's exact integer).
-OrderedJson parse_ordered_json(std::string_view text, const std::string& source);
+/// bits is refused (read as a double, it would print otherwise than Python's exact integer), within the top-level
+/// fields `exact` names, or anywhere when it names none.
+OrderedJson parse_ordered_json(std::string_view text, const std::string& source, const std::set<std::string>& exact = {});
 
 /// Reads and parses a JSON file; errors name the file, line and column.
 Json read_json_file(const std::string& path);

@@ -177,7 +177,7 @@ void read_input(const Json& object, const std::string& line, const DatasetOption
     const bool offers_tools = tools != object.end() && !tools->is_null();
     if (offers_tools) check_depth(*tools, "tools", where);
     // Read again keeping the line's key order, which a template's tojson prints (a tool's schema, a call's arguments).
-    const OrderedJson ordered = parse_ordered_json(line, where);
+    const OrderedJson ordered = parse_ordered_json(line, where, {kMessagesField, "tools"});
     example.messages = chat::conversation_text({ordered.at(kMessagesField), offers_tools ? ordered.at("tools") : nullptr});
     auto spans = object.find("spans");
     if (spans != object.end()) example.spans = read_spans(*spans, *messages, where);

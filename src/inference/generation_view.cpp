@@ -100,8 +100,7 @@ Json generated_row_json(size_t row, const std::string& prompt, const GeneratedTe
 }
 
 Json generated_token_json(const ScoredToken& token, const ScoreTable& table, int64_t top_k) {
-  std::vector<Prediction> ranked = all_predictions(table);
-  ranked.resize(std::min<size_t>(ranked.size(), static_cast<size_t>(top_k)));
+  const std::vector<Prediction> ranked = top_predictions(table, top_k);
   Json out = {{"row", token.row},   {"index", token.index}, {"position", token.position},
               {"id", token.id},     {"token", token.token}, {"text", token.text},
               {"last", token.last}, {"predictions", predictions_json(ranked)}};

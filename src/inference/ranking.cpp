@@ -26,6 +26,12 @@ std::vector<Prediction> all_predictions(const ScoreTable& table) {
   return out;
 }
 
+std::vector<Prediction> top_predictions(const ScoreTable& table, int64_t top_k) {
+  std::vector<Prediction> ranked = all_predictions(table);
+  ranked.resize(std::min<size_t>(ranked.size(), static_cast<size_t>(top_k)));
+  return ranked;
+}
+
 std::vector<Prediction> shown_predictions(const std::vector<Prediction>& ranked, int64_t top_k) {
   std::vector<Prediction> first(ranked.begin(), ranked.begin() + std::min<std::ptrdiff_t>(top_k, static_cast<std::ptrdiff_t>(ranked.size())));
   std::vector<Prediction> active;

@@ -33,6 +33,8 @@ Aggregate parse_aggregate(const std::string& name);
 
 /// Every (label, layer) prediction, most confident first (ties keep layer-then-label order).
 std::vector<Prediction> all_predictions(const ScoreTable& table);
+/// The first `top_k` of all_predictions.
+std::vector<Prediction> top_predictions(const ScoreTable& table, int64_t top_k);
 
 /// The reference's choice of what to show: of the first top_k, those that are active; if none is, the first
 /// top_k anyway.

@@ -29,10 +29,8 @@ bool single_layer_view(const Engine& engine, bool best_layer) { return engine.la
 // detect, each on its own (multi_probe_inference.py: the active ones of the top k, or the top k when none is), or
 // the top k classes of a multiclass probe by their softmax probabilities (probe_inference.py).
 std::vector<Prediction> single_layer_shown(const ScoreTable& table, const Display& d, bool multiclass) {
-  std::vector<Prediction> shown = all_predictions(table);
-  if (!multiclass) return shown_predictions(shown, d.top_k);
-  shown.resize(std::min<size_t>(shown.size(), static_cast<size_t>(d.top_k)));
-  return shown;
+  if (!multiclass) return shown_predictions(all_predictions(table), d.top_k);
+  return top_predictions(table, d.top_k);
 }
 
 // The ranked view of one text in the single-layer (or best-layer) layout.
@@ -60,8 +58,7 @@ void show_layers(const ScoreTable& table, const Display& d) {
     fmt::print("{}\n", format_by_layer(by_layer(table), d.top_k,
                                        d.calibrated ? "each probe's own" : fmt::format("{}", d.threshold)));
   } else {
-    std::vector<Prediction> ranked = all_predictions(table);
-    ranked.resize(std::min<size_t>(ranked.size(), static_cast<size_t>(d.top_k)));
+    std::vector<Prediction> ranked = top_predictions(table, d.top_k);
     fmt::print("\nTop {} predictions across all layers:\n\n{}\n", ranked.size(), format_all_layers(ranked));
   }
 }
@@ -354,9 +351,7 @@ Json ranking_view(const ScoreTable& table, const std::string& text, const Displa
     }
     return {{"text", text}, {"layers", layers}};
   }
-  std::vector<Prediction> ranked = all_predictions(table);
-  ranked.resize(std::min<size_t>(ranked.size(), static_cast<size_t>(d.top_k)));
-  return {{"text", text}, {"predictions", predictions_json(ranked)}};
+  return {{"text", text}, {"predictions", predictions_json(top_predictions(table, d.top_k))}};
 }
 
 }  // namespace
@@ -450,12 +445,13 @@ std::vector<ConversationRow> read_conversation_rows(const std::string& path, con
     if (first == std::string::npos) continue;
     if (rows.empty() && line[first] != '{') return {};
     const std::string where = fmt::format("{}:{}", path, number);
-    const OrderedJson object = parse_ordered_json(line, where);
+    const Json object = parse_json(line, where);
     const bool conversation = object.is_object() && object.contains("messages") && !object.contains(field);
     if (rows.empty() && !conversation) return {};
     if (!conversation) fail_input("{}: no \"messages\" (the rows before it are conversations)", where);
     // As capture reads a dataset's row: its messages with the tools it offers, in the order written.
-    rows.push_back(ConversationRow{number, chat::conversation_text(chat::conversation_of(object, where))});
+    const OrderedJson ordered = parse_ordered_json(line, where, {"messages", "tools"});
+    rows.push_back(ConversationRow{number, chat::conversation_text(chat::conversation_of(ordered, where))});
   }
   return rows;
 }

@@ -125,9 +125,11 @@ void Handle::reset() {
 namespace {
 
 // Whether HDF5's 8-byte signature is where HDF5 puts it: at byte 0, or after a user block at 512, 1024, 2048, ...
+// (or the file cannot be read to tell).
 bool has_hdf5_signature(const std::string& path) {
   static const char kSignature[] = "\x89HDF\r\n\x1a\n";
   std::ifstream in(path, std::ios::binary);
+  if (!in) return true;  // unreadable: HDF5's own message says why
   const uint64_t size = file_size(path);
   for (uint64_t offset = 0; offset + 8 <= size; offset = offset == 0 ? 512 : offset * 2) {
     char bytes[8] = {};

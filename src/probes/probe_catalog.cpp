@@ -60,8 +60,9 @@ bool holds_probes(const std::string& dir) {
     if (name.rfind("layer_", 0) != 0 && holds_probes(dir + "/" + name)) kinds.push_back(name);
   }
   if (!kinds.empty()) {
-    fail_input("{}: holds probes of several kinds, one folder each ({}): pass one of them, as {}/{}", dir,
-               fmt::join(kinds, ", "), dir, kinds.front());
+    fail_input("{}: holds no probes itself, but in {} ({}): pass {}, as {}/{}", dir,
+               kinds.size() == 1 ? "a folder" : "a folder of each kind", fmt::join(kinds, ", "),
+               kinds.size() == 1 ? "it" : "one of them", dir, kinds.front());
   }
   fail_input("{}: no probes.json and no layer_{{L}}/probes.json (train probes with train_binary_probes or "
              "train_probes)",

@@ -90,8 +90,8 @@ inference::StreamRequest prepare(const ServerContext& context, const ChatModel& 
 }
 
 Json token_predictions(const ServerContext& context, const ViewQuery& view, const inference::ScoredToken& token) {
-  std::vector<inference::Prediction> ranked = inference::all_predictions(query_table(context, token.probability, view));
-  ranked.resize(std::min<size_t>(ranked.size(), static_cast<size_t>(view.top_k)));
+  std::vector<inference::Prediction> ranked =
+      inference::top_predictions(query_table(context, token.probability, view), view.top_k);
   return inference::predictions_json(ranked);
 }
 

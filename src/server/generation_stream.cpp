@@ -101,8 +101,8 @@ void start_generation(const ServerContext& context, const GenerateQuery& query, 
   request.on_token = [context, view, stream, deadline, text, timed_out](const inference::ScoredToken& token) {
     if (stream->cancelled() || context.scheduler.stopping()) return false;
     *text += token.text;
-    std::vector<inference::Prediction> ranked = inference::all_predictions(query_table(context, token.probability, view));
-    ranked.resize(std::min<size_t>(ranked.size(), static_cast<size_t>(view.top_k)));
+    std::vector<inference::Prediction> ranked =
+        inference::top_predictions(query_table(context, token.probability, view), view.top_k);
     Json event = {{"index", token.index}, {"id", token.id}, {"token", token.token}, {"token_text", token.text},
                   {"text", *text}, {"predictions", inference::predictions_json(ranked)}};
     if (!token.firings.empty()) event["monitor"] = token.firings.front().to_json();

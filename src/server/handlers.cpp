@@ -153,6 +153,9 @@ std::string message_contents(const std::string& messages) {
   for (const Json& message : Json::parse(messages)) {
     const Json content = message.value("content", Json());
     if (content.is_string()) text += content.get<std::string>() + "\n";
+    // What the template prints with tojson: a tool's result given as an object, the calls an assistant turn makes.
+    if (content.is_object()) text += content.dump() + "\n";
+    if (message.contains("tool_calls")) text += message.at("tool_calls").dump() + "\n";
     if (!content.is_array()) continue;
     for (const Json& part : content) {
       if (part.is_object() && part.contains("text") && part["text"].is_string()) text += part["text"].get<std::string>() + "\n";

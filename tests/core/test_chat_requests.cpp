@@ -89,7 +89,14 @@ TEST_CASE("chat requests: each refusal names its field") {
   check_refusal(R"({"messages": [{"role": "user"}]})", 400, "messages[0].content", "'messages[0].content' is missing");
   check_refusal(R"({"messages": [{"content": "a"}]})", 400, "messages[0].role", "'messages[0].role'");
   check_refusal(R"({"messages": [{"role": "user", "content": "a", "n": 123456789012345678901234567890}]})", 400, "messages",
-                "the integer 123456789012345678901234567890 does not fit in 64 bits");
+                "in 'messages', the integer 123456789012345678901234567890 does not fit in 64 bits");
+  // Outside messages and tools, a field's own check speaks (regression: the integer was blamed on 'messages').
+  check_refusal("{" + m + R"(, "seed": 123456789012345678901234567890})", 400, "seed", "'seed'");
+  // Only an assistant's turn that calls tools may leave its content out.
+  check_refusal(R"({"messages": [{"role": "user", "tool_calls": [{"type": "function"}]}]})", 400, "messages[0].content",
+                "'messages[0].content' is missing");
+  check_refusal(R"({"messages": [{"role": "assistant", "tool_calls": []}]})", 400, "messages[0].content",
+                "'messages[0].content' is missing");
   check_refusal("{" + m + R"(, "n": 2})", 400, "n", "'n' must be 1");
   check_refusal("{" + m + R"(, "max_tokens": 101})", 413, "max_tokens", "--max-new-tokens");
   check_refusal("{" + m + R"(, "max_completion_tokens": 0})", 400, "max_completion_tokens", "from 1");

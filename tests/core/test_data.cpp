@@ -258,6 +258,14 @@ TEST_CASE("a conversation row keeps its keys in the order written: a chat templa
   REQUIRE(d.examples.size() == 2);
   CHECK(d.examples[0].messages == R"({"messages":)" + messages + R"(,"tools":)" + tools + "}");
   CHECK(d.examples[1].messages == messages);
+  // An integer past 64 bits is refused within the conversation, and left to the other fields' own reading elsewhere.
+  write_text(path, R"({"messages": [{"role": "user", "content": "a", "id": 18446744073709551616}], "cognitive_action": "noticing"})"
+                   "\n");
+  CHECK_THROWS_WITH_AS(data::read_dataset(path, {}), doctest::Contains("tools.jsonl:1: in 'messages', the integer 18446744073709551616"),
+                       std::invalid_argument);
+  write_text(path, R"({"messages": [{"role": "user", "content": "a"}], "cognitive_action": "noticing", "id": 18446744073709551616})"
+                   "\n");
+  CHECK(data::read_dataset(path, {}).examples.size() == 1);
 }
 
 namespace {

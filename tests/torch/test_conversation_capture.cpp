@@ -438,6 +438,10 @@ TEST_CASE("conversations: a row's tools reach the chat template with its message
   const std::vector<inference::ConversationRow> marked = inference::read_conversation_rows(tmp.file("marked.jsonl"), "text");
   REQUIRE(marked.size() == 1);
   CHECK(marked[0].conversation == rows[0].conversation);
+  // A file of texts is told apart without reading its rows as a template would (regression: a text row's integer
+  // past 64 bits stopped the run).
+  write_text(tmp.file("texts.jsonl"), R"({"text": "a", "id": 123456789012345678901234567890})" "\n");
+  CHECK(inference::read_conversation_rows(tmp.file("texts.jsonl"), "text").empty());
   lines.clear();
   for (int i = 0; i < 12; ++i) {
     lines += R"({"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "web"}], "label": ")" +

@@ -505,7 +505,7 @@ TEST_CASE("a directory of several probe kinds (train_binary_probes --model-type 
   }
   write_text(tmp.file("kinds/comparison.json"), "{}");
   CHECK_THROWS_WITH(probes::find_probes(tmp.file("kinds")),
-                    doctest::Contains((tmp.file("kinds") + ": holds probes of several kinds, one folder each (linear, "
+                    doctest::Contains((tmp.file("kinds") + ": holds no probes itself, but in a folder of each kind (linear, "
                                                            "logistic): pass one of them, as " + tmp.file("kinds/linear"))
                                           .c_str()));
 }

@@ -225,9 +225,9 @@ OrderedJson BodyFields::take_ordered(const std::string& key) {
   if (body_.empty()) throw std::logic_error("take_ordered reads a whole body's fields");
   if (!ordered_) {
     try {
-      ordered_ = parse_ordered_json(body_, "the request body");
-    } catch (const std::exception& e) {  // an integer past 64 bits, which the sorted reading took as a double
-      throw RequestError(kBadRequest, e.what(), key);
+      ordered_ = parse_ordered_json(body_, "the request body", {"messages", "tools"});
+    } catch (const std::invalid_argument& e) {  // an integer past 64 bits, which the sorted reading took as a double
+      throw RequestError(kBadRequest, cut_message(e.what()), key);
     }
   }
   return ordered_->at(key);
