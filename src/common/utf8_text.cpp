@@ -74,4 +74,8 @@ std::string to_valid_utf8(std::string_view bytes) {
   return out;
 }
 
+std::string_view without_byte_order_mark(std::string_view text) {
+  return text.substr(0, 3) == "\xEF\xBB\xBF" ? text.substr(3) : text;
+}
+
 }  // namespace probekit

@@ -14,4 +14,7 @@ bool is_valid_utf8(std::string_view bytes);
 /// Python's bytes.decode("utf-8", errors="replace") do.
 std::string to_valid_utf8(std::string_view bytes);
 
+/// `text` without the UTF-8 byte-order mark some editors put at a file's start (it is no part of the text).
+std::string_view without_byte_order_mark(std::string_view text);
+
 }  // namespace probekit

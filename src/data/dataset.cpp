@@ -14,6 +14,7 @@
 #include "common/files.h"
 #include "common/json.h"
 #include "common/sha256.h"
+#include "common/utf8_text.h"
 #include "data/reference_labels.h"
 
 namespace probekit::data {
@@ -84,7 +85,7 @@ std::string choose_label_field(const Json& first, const DatasetOptions& options,
 
 // A UTF-8 byte-order mark (as some editors write) is skipped; a UTF-16 or UTF-32 file is refused: JSONL is UTF-8.
 void skip_byte_order_mark(std::string& first_line, const std::string& path) {
-  if (first_line.rfind("\xEF\xBB\xBF", 0) == 0) first_line.erase(0, 3);
+  first_line = std::string(without_byte_order_mark(first_line));
   bool wide = first_line.size() >= 2 && (first_line[0] == '\0' || first_line[1] == '\0');  // UTF-16/32 without a mark
   if (first_line.rfind("\xFF\xFE", 0) == 0 || first_line.rfind("\xFE\xFF", 0) == 0 || wide) {
     fail_input("{}: the file is UTF-16 or UTF-32 text (a byte-order mark or NUL bytes in its first line); "

@@ -15,6 +15,7 @@
 #include "common/json.h"
 #include "common/outputs.h"
 #include "common/terminal_text.h"
+#include "common/utf8_text.h"
 #include "inference/generation_view.h"
 #include "steering/steering_flags.h"
 #include "inference/reports.h"
@@ -400,9 +401,6 @@ Json per_token_json(const std::string& text, const TokenScores& scores, const st
   return out;
 }
 
-// Editors on Windows start a UTF-8 file with one; it is not part of the first text.
-const std::string kByteOrderMark = "\xEF\xBB\xBF";
-
 std::vector<std::string> read_texts(const std::string& path, const std::string& field) {
   require_input_file(path);
   std::ifstream in(path, std::ios::binary);
@@ -410,7 +408,7 @@ std::vector<std::string> read_texts(const std::string& path, const std::string& 
   std::vector<std::string> texts;
   std::string line;
   for (int64_t number = 1; std::getline(in, line); ++number) {
-    if (number == 1 && line.rfind(kByteOrderMark, 0) == 0) line.erase(0, kByteOrderMark.size());
+    if (number == 1) line = std::string(without_byte_order_mark(line));
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     if (line.front() != '{') {
@@ -440,7 +438,7 @@ std::vector<ConversationRow> read_conversation_rows(const std::string& path, con
   std::vector<ConversationRow> rows;
   std::string line;
   for (int64_t number = 1; std::getline(in, line); ++number) {
-    if (number == 1 && line.rfind(kByteOrderMark, 0) == 0) line.erase(0, kByteOrderMark.size());
+    if (number == 1) line = std::string(without_byte_order_mark(line));
     const size_t first = line.find_first_not_of(" \t\r");
     if (first == std::string::npos) continue;
     if (rows.empty() && line[first] != '{') return {};

@@ -1,6 +1,5 @@
 #include "probes/probe_catalog.h"
 
-#include <dirent.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -19,17 +18,10 @@ namespace {
 
 constexpr const char* kIndex = "probes.json";
 
-std::vector<std::string> list_directory(const std::string& dir) {
-  DIR* handle = ::opendir(dir.c_str());
-  if (handle == nullptr) fail_input("{}: no such directory", dir);
-  std::vector<std::string> names;
-  while (dirent* entry = ::readdir(handle)) {
-    const std::string name = entry->d_name;
-    if (name != "." && name != "..") names.push_back(name);
-  }
-  ::closedir(handle);
-  std::sort(names.begin(), names.end());
-  return names;
+// The sorted entries of a probes directory; a missing one is the caller's mistake, named as such.
+std::vector<std::string> probe_dir_entries(const std::string& dir) {
+  if (!is_directory(dir)) fail_input("{}: no such directory", dir);
+  return list_directory(dir);
 }
 
 // A probes.json's layer; -1 when it records none.
@@ -74,7 +66,7 @@ bool holds_probes(const std::string& dir) {
 ProbeCatalog find_probes(const std::string& dir) {
   ProbeCatalog catalog;
   catalog.dir = dir;
-  std::vector<std::string> names = list_directory(dir);
+  std::vector<std::string> names = probe_dir_entries(dir);
   static const std::regex layer_dir(R"(layer_(\d{1,9}))");  // more digits: no layer's (nor an int64)
   bool pickles = false;
   for (const std::string& name : names) {

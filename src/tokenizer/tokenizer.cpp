@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json.h"
+#include "common/utf8_text.h"
 #include "tokenizer/added_vocabulary.h"
 #include "tokenizer/decoders/decoder.h"
 #include "tokenizer/models/model.h"
@@ -105,7 +106,7 @@ Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::from_json(std::string_view json, const std::string& source) {
   // Some editors save JSON with a UTF-8 byte-order mark; config.json is accepted with one, and so is this.
-  if (json.substr(0, 3) == "\xEF\xBB\xBF") json.remove_prefix(3);
+  json = without_byte_order_mark(json);
   simdjson::padded_string text(json);
   simdjson::dom::parser parser;
   JsonNode root = parse_json_document(parser, text, &source);
