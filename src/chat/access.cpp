@@ -11,20 +11,21 @@ namespace probekit::chat {
 
 namespace {
 
-// jinja2 names an object's type "'dict object'", or "'None'" for None, when something is missing from it.
-std::string missing_from(const Value& object) {
-  if (object.is_none()) return "'None'";
-  if (object.is_dict() && object.as_dict().kind == DictKind::name_space) return "'jinja2.utils.Namespace object'";
-  if (object.is_dict() && object.as_dict().kind == DictKind::loop) return "'jinja2.runtime.LoopContext object'";
-  return "'" + type_name(object) + " object'";
+// jinja2's object_type_repr: how its Undefined names the object something is missing from ("dict object",
+// "None"). A missing attribute quotes it, a missing element does not.
+std::string object_type_repr(const Value& object) {
+  if (object.is_none()) return "None";
+  if (object.is_dict() && object.as_dict().kind == DictKind::name_space) return "jinja2.utils.Namespace object";
+  if (object.is_dict() && object.as_dict().kind == DictKind::loop) return "jinja2.runtime.LoopContext object";
+  return type_name(object) + " object";
 }
 
 Value missing_attribute(const Value& object, const std::string& name) {
-  return Value::undefined(missing_from(object) + " has no attribute '" + name + "'");
+  return Value::undefined("'" + object_type_repr(object) + "' has no attribute '" + name + "'");
 }
 
 Value missing_element(const Value& object, const Value& key) {
-  return Value::undefined(missing_from(object) + " has no element " + python_repr(key));
+  return Value::undefined(object_type_repr(object) + " has no element " + python_repr(key));
 }
 
 // Python's index into a sequence of `size`, negative from the end; -1 when out of range.
@@ -72,7 +73,7 @@ Value get_attribute(const Value& object, const std::string& name) {
 
 Value get_item(const Value& object, const Value& key) {
   if (object.is_undefined()) fail_undefined(object);
-  if (object.is_list() && (key.is_int() || key.is_bool())) {
+  if (object.is_list_or_tuple() && (key.is_int() || key.is_bool())) {
     const auto& items = object.as_list().items;
     int64_t at = resolve_index(key.is_bool() ? int64_t{key.as_bool()} : key.as_int(), int64_t(items.size()));
     return at < 0 ? missing_element(object, key) : items[at];
@@ -97,7 +98,9 @@ Value get_slice(const Value& object, const Value& start, const Value& stop, cons
     for (int64_t i : slice_positions(int64_t(cps.size()), start, stop, step)) picked += cps[i];
     return Value(encode_utf8(picked));
   }
-  if (!object.is_list()) return Value::undefined(missing_from(object) + " has no element slice");
+  // jinja2 slices with Python's own [], not through its getitem: what cannot be sliced fails, not Undefined.
+  if (object.is_mapping()) fail_render("unhashable type: 'slice'");
+  if (!object.is_list_or_tuple()) fail_render("'{}' object is not subscriptable", type_name(object));
   const auto& items = object.as_list().items;
   std::vector<Value> picked;
   for (int64_t i : slice_positions(int64_t(items.size()), start, stop, step)) picked.push_back(items[i]);

@@ -197,9 +197,13 @@ class ExpressionParser {
     s_.fail("unexpected '" + describe_token(token) + "'");
   }
 
+  // A decimal integer, or one with a 0b, 0o or 0x prefix (the lexer dropped the underscores).
   int64_t integer_value(const Token& token) {
+    const std::string& text = token.value;
+    char prefix = text.size() > 2 && text[0] == '0' ? text[1] : 0;
+    int base = prefix == 'b' ? 2 : prefix == 'o' ? 8 : prefix == 'x' ? 16 : 10;
     errno = 0;
-    long long value = std::strtoll(token.value.c_str(), nullptr, 10);
+    long long value = std::strtoll(text.c_str() + (base == 10 ? 0 : 2), nullptr, base);
     if (errno == ERANGE) s_.fail("integer " + token.value + " does not fit in 64 bits");
     return value;
   }

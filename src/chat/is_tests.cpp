@@ -39,9 +39,12 @@ const TestRow kTests[] = {
     {"number", [](const Value& v, const CallArgs&) { return v.is_number(); }},
     {"string", [](const Value& v, const CallArgs&) { return v.is_string(); }},
     {"mapping", [](const Value& v, const CallArgs&) { return v.is_mapping(); }},
-    // Undefined defines __iter__, __len__ and __getitem__, so jinja2 finds it iterable and a sequence.
+    // Undefined defines __iter__, __len__ and __getitem__, so jinja2 finds it iterable and a sequence; a dict's
+    // view has no __getitem__, so it is iterable and no sequence.
     {"iterable", [](const Value& v, const CallArgs&) { return v.is_string() || v.is_list() || v.is_mapping() || v.is_undefined(); }},
-    {"sequence", [](const Value& v, const CallArgs&) { return v.is_string() || v.is_list() || v.is_mapping() || v.is_undefined(); }},
+    {"sequence", [](const Value& v, const CallArgs&) {
+       return v.is_string() || v.is_list_or_tuple() || v.is_mapping() || v.is_undefined();
+     }},
     {"callable", [](const Value& v, const CallArgs&) { return v.is_callable() || v.is_undefined(); }},
     // Python's `is`: the same list, dict or function; None, booleans and (as CPython caches and interns
     // them) equal ints and strings are the same object.

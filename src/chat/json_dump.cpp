@@ -129,9 +129,9 @@ struct Writer {
       case Value::Kind::integer: out += std::to_string(value.as_int()); return;
       case Value::Kind::floating: write_float(value.as_float()); return;
       case Value::Kind::string: write_string(value.as_string()); return;
-      case Value::Kind::list: write_list(value.as_list(), depth); return;
       default: break;
     }
+    if (value.is_list_or_tuple()) return write_list(value.as_list(), depth);
     if (!value.is_mapping()) fail_render("Object of type {} is not JSON serializable", type_name(value));
     write_dict(value.as_dict(), depth);
   }

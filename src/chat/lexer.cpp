@@ -218,9 +218,34 @@ class Lexer {
     }
   }
 
+  // jinja2's 0b, 0o and 0x integers (either case), with an underscore allowed before each digit: "0x_1f". The
+  // token keeps the prefix and drops the underscores; false when no digit follows the prefix.
+  bool lex_prefixed_integer() {
+    if (source_[pos_] != '0' || pos_ + 1 >= source_.size()) return false;
+    char prefix = static_cast<char>(std::tolower(static_cast<unsigned char>(source_[pos_ + 1])));
+    auto is_base_digit = [prefix](char c) {
+      if (prefix == 'b') return c == '0' || c == '1';
+      if (prefix == 'o') return c >= '0' && c <= '7';
+      return std::isxdigit(static_cast<unsigned char>(c)) != 0;
+    };
+    if (prefix != 'b' && prefix != 'o' && prefix != 'x') return false;
+    std::string text = {'0', prefix};
+    size_t end = pos_ + 2;
+    while (true) {
+      size_t digit = end < source_.size() && source_[end] == '_' ? end + 1 : end;
+      if (digit >= source_.size() || !is_base_digit(source_[digit])) break;
+      text += source_[digit];
+      end = digit + 1;
+    }
+    if (text.size() == 2) return false;
+    push(TokenType::integer, text, end);
+    return true;
+  }
+
   // Digits with optional underscores; a fraction or an exponent makes a float (not right after a '.', so
   // that `messages.0.content` is two lookups).
   void lex_number() {
+    if (lex_prefixed_integer()) return;
     auto digits_end = [&](size_t at) {
       while (at < source_.size() && (is_digit(source_[at]) || (source_[at] == '_' && at + 1 < source_.size() && is_digit(source_[at + 1])))) at++;
       return at;

@@ -2,11 +2,10 @@
 
 #include <array>
 
-#include "chat/access.h"
 #include "chat/arguments.h"
 #include "chat/operators.h"
+#include "chat/string_methods.h"
 #include "chat/template_error.h"
-#include "chat/unicode_text.h"
 #include "chat/value_text.h"
 #include "chat/render_budget.h"
 
@@ -22,101 +21,14 @@ struct MethodRow {
   Method method;
 };
 
-std::optional<std::string> optional_string(const Value& value, const char* function, const char* parameter) {
-  if (value.is_none() || value.is_undefined()) return std::nullopt;
-  return string_argument(value, function, parameter);
-}
-
-// startswith/endswith take one string or a tuple of them.
-template <bool at_start>
-Value affix_test(const Value& self, const CallArgs& args) {
-  const char* function = at_start ? "startswith" : "endswith";
-  Value affix = bind_arguments(function, args, {{"affix", Value()}}, 1)[0];
-  const std::string& text = self.as_string();
-  auto matches = [&](const Value& candidate) {
-    const std::string& a = string_argument(candidate, function, "affix");
-    if (a.size() > text.size()) return false;
-    return at_start ? text.compare(0, a.size(), a) == 0 : text.compare(text.size() - a.size(), a.size(), a) == 0;
-  };
-  if (!affix.is_tuple()) return Value(matches(affix));
-  for (const Value& candidate : affix.as_list().items) {
-    if (matches(candidate)) return Value(true);
-  }
-  return Value(false);
-}
-
-template <bool left, bool right>
-Value strip_method(const Value& self, const CallArgs& args) {
-  const char* function = left && right ? "strip" : left ? "lstrip" : "rstrip";
-  Value chars = bind_arguments(function, args, {{"chars", Value(nullptr)}})[0];
-  return Value(python_strip(self.as_string(), optional_string(chars, function, "chars"), left, right));
-}
-
-Value split_method(const Value& self, const CallArgs& args) {
-  auto values = bind_arguments("split", args, {{"sep", Value(nullptr)}, {"maxsplit", Value(-1)}});
-  std::optional<std::string> sep = optional_string(values[0], "split", "sep");
-  if (sep && sep->empty()) fail_render("empty separator");
-  std::vector<Value> pieces;
-  for (std::string& piece : python_split(self.as_string(), sep, int_argument(values[1], "split", "maxsplit"))) {
-    pieces.emplace_back(std::move(piece));
-  }
-  return Value::list(std::move(pieces));
-}
-
-template <std::string (*convert)(std::string_view)>
-Value case_method(const Value& self, const CallArgs& args) {
-  bind_arguments("str method", args, {});
-  return Value(convert(self.as_string()));
-}
-
-template <bool (*predicate)(std::string_view)>
-Value predicate_method(const Value& self, const CallArgs& args) {
-  bind_arguments("str method", args, {});
-  return Value(predicate(self.as_string()));
-}
-
-Value replace_method(const Value& self, const CallArgs& args) {
-  auto values = bind_arguments("replace", args, {{"old", Value()}, {"new", Value()}, {"count", Value(-1)}}, 2);
-  return Value(python_replace(self.as_string(), string_argument(values[0], "replace", "old"),
-                              string_argument(values[1], "replace", "new"), int_argument(values[2], "replace", "count")));
-}
-
-Value find_method_of_str(const Value& self, const CallArgs& args) {
-  Value sub = bind_arguments("find", args, {{"sub", Value()}}, 1)[0];
-  return Value(python_find(self.as_string(), string_argument(sub, "find", "sub")));
-}
-
-Value count_method_of_str(const Value& self, const CallArgs& args) {
-  Value sub = bind_arguments("count", args, {{"sub", Value()}}, 1)[0];
-  return Value(python_count(self.as_string(), string_argument(sub, "count", "sub")));
-}
-
-Value join_method(const Value& self, const CallArgs& args) {
-  Value iterable = bind_arguments("join", args, {{"iterable", Value()}}, 1)[0];
-  std::string out;
-  size_t index = 0;
-  for (const Value& item : iterate(iterable)) {
-    if (!item.is_string()) fail_render("sequence item {}: expected str instance, {} found", index, type_name(item));
-    spend_bytes(int64_t(self.as_string().size() + item.as_string().size()));
-    if (index++ > 0) out += self.as_string();
-    out += item.as_string();
-  }
-  return Value(out);
-}
-
-Value items_method(const Value& self, const CallArgs& args) {
-  bind_arguments("items", args, {});
-  std::vector<Value> pairs;
-  for (const auto& [key, value] : self.as_dict().items) pairs.push_back(Value::tuple({key, value}));
-  return Value::list(std::move(pairs));
-}
-
-template <bool keys>
-Value keys_or_values_method(const Value& self, const CallArgs& args) {
-  bind_arguments(keys ? "keys" : "values", args, {});
-  std::vector<Value> out;
-  for (const auto& [key, value] : self.as_dict().items) out.push_back(keys ? key : value);
-  return Value::list(std::move(out));
+// keys(), values() and items() give views, which print, compare and serialize unlike lists.
+template <SequenceKind view>
+Value view_method(const Value& self, const CallArgs& args) {
+  constexpr bool keys = view == SequenceKind::dict_keys, values = view == SequenceKind::dict_values;
+  bind_arguments(keys ? "keys" : values ? "values" : "items", args, {});
+  std::vector<Value> items;
+  for (const auto& [key, value] : self.as_dict().items) items.push_back(keys ? key : values ? value : Value::tuple({key, value}));
+  return Value::sequence(view, std::move(items));
 }
 
 Value get_method(const Value& self, const CallArgs& args) {
@@ -144,29 +56,9 @@ Value count_method_of_list(const Value& self, const CallArgs& args) {
 }
 
 constexpr MethodRow kMethods[] = {
-    {Value::Kind::string, "startswith", affix_test<true>},
-    {Value::Kind::string, "endswith", affix_test<false>},
-    {Value::Kind::string, "strip", strip_method<true, true>},
-    {Value::Kind::string, "lstrip", strip_method<true, false>},
-    {Value::Kind::string, "rstrip", strip_method<false, true>},
-    {Value::Kind::string, "split", split_method},
-    {Value::Kind::string, "upper", case_method<python_upper>},
-    {Value::Kind::string, "lower", case_method<python_lower>},
-    {Value::Kind::string, "title", case_method<python_title>},
-    {Value::Kind::string, "capitalize", case_method<python_capitalize>},
-    {Value::Kind::string, "replace", replace_method},
-    {Value::Kind::string, "isdigit", predicate_method<python_is_digit>},
-    {Value::Kind::string, "isalpha", predicate_method<python_is_alpha>},
-    {Value::Kind::string, "isalnum", predicate_method<python_is_alnum>},
-    {Value::Kind::string, "isspace", predicate_method<python_is_space>},
-    {Value::Kind::string, "islower", predicate_method<python_is_lower>},
-    {Value::Kind::string, "isupper", predicate_method<python_is_upper>},
-    {Value::Kind::string, "find", find_method_of_str},
-    {Value::Kind::string, "count", count_method_of_str},
-    {Value::Kind::string, "join", join_method},
-    {Value::Kind::dict, "items", items_method},
-    {Value::Kind::dict, "keys", keys_or_values_method<true>},
-    {Value::Kind::dict, "values", keys_or_values_method<false>},
+    {Value::Kind::dict, "items", view_method<SequenceKind::dict_items>},
+    {Value::Kind::dict, "keys", view_method<SequenceKind::dict_keys>},
+    {Value::Kind::dict, "values", view_method<SequenceKind::dict_values>},
     {Value::Kind::dict, "get", get_method},
     {Value::Kind::list, "index", index_method},
     {Value::Kind::list, "count", count_method_of_list},
@@ -187,17 +79,19 @@ bool listed(const std::array<const char*, N>& names, const std::string& name) {
 }  // namespace
 
 std::optional<Value> find_method(const Value& object, const std::string& name) {
-  bool plain = !object.is_dict() || object.is_mapping();  // a namespace's attributes are only its own
+  if (object.is_string()) return find_string_method(object, name);
+  // A namespace's attributes are only its own; a dict's view has none of a list's methods.
+  bool plain = (!object.is_dict() || object.is_mapping()) && !object.is_dict_view();
   for (const MethodRow& row : kMethods) {
     if (plain && row.kind == object.kind() && name == row.name) {
       Method method = row.method;
       return Value::function(name, [object, method](const CallArgs& args) { return method(object, args); });
     }
   }
-  if ((object.is_mapping() && listed(kDictMutators, name)) || (object.is_list() && !object.is_tuple() && listed(kListMutators, name))) {
+  bool is_plain_list = object.is_list_or_tuple() && !object.is_tuple();
+  if ((object.is_mapping() && listed(kDictMutators, name)) || (is_plain_list && listed(kListMutators, name))) {
     return Value::undefined("access to attribute '" + name + "' of '" + type_name(object) + "' object is unsafe.");
   }
-  if (object.is_string() && name == "format") return Value::undefined("str.format is not supported");
   return std::nullopt;
 }
 

@@ -1,6 +1,6 @@
-// The Python methods a template may call on its values: str's (strip, split, startswith, ...), dict's (items,
-// keys, values, get) and list's (index, count). Methods that change a list or a dict are refused as
-// ImmutableSandboxedEnvironment refuses them: the attribute is an Undefined that fails when called.
+// The Python methods a template may call on its values: str's (in string_methods), dict's (items, keys and
+// values, which give views, and get) and list's and tuple's (index, count). Methods that change a list or a dict
+// are refused as ImmutableSandboxedEnvironment refuses them: the attribute is an Undefined that fails when called.
 #pragma once
 
 #include <optional>

@@ -1,5 +1,6 @@
 #include "chat/operators.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "chat/render_budget.h"
@@ -19,8 +20,28 @@ bool numbers_equal(const Value& a, const Value& b) {
   return a.to_double() == b.to_double();
 }
 
+// A dict's keys or items view: compared and ordered as the set of its items.
+bool is_set_like(const ListData& list) {
+  return list.kind == SequenceKind::dict_keys || list.kind == SequenceKind::dict_items;
+}
+
+bool is_set_like_view(const Value& value) { return value.is_list() && is_set_like(value.as_list()); }
+
+// Every item of `a` is one of `b`'s: a view's items are distinct, so this is a <= b as sets.
+bool is_subset(const ListData& a, const ListData& b) {
+  spend_steps(int64_t(a.items.size()) * int64_t(b.items.size()));
+  for (const Value& item : a.items) {
+    if (std::none_of(b.items.begin(), b.items.end(), [&](const Value& other) { return python_equal(item, other); })) {
+      return false;
+    }
+  }
+  return true;
+}
+
 bool sequences_equal(const ListData& a, const ListData& b) {
-  if (a.is_tuple != b.is_tuple || a.items.size() != b.items.size()) return false;
+  if (is_set_like(a) && is_set_like(b)) return a.items.size() == b.items.size() && is_subset(a, b);
+  if (a.kind == SequenceKind::dict_values) return &a == &b;  // a values view is equal only to itself
+  if (a.kind != b.kind || a.items.size() != b.items.size()) return false;
   spend_steps(int64_t(a.items.size()));  // lists shared many times over compare as long as all their copies
   for (size_t i = 0; i < a.items.size(); i++) {
     if (!python_equal(a.items[i], b.items[i])) return false;
@@ -43,6 +64,17 @@ bool dicts_equal(const DictData& a, const DictData& b) {
   fail_render("'{}' not supported between instances of '{}' and '{}'", op, type_name(a), type_name(b));
 }
 
+// Keys and items views order as sets: `a <= b` when a is a subset of b, `a < b` when a proper one.
+bool views_ordered(const std::string& op, const Value& a, const Value& b) {
+  if (!is_set_like_view(a) || !is_set_like_view(b)) fail_unordered(op, a, b);
+  const ListData& x = a.as_list();
+  const ListData& y = b.as_list();
+  if (op == "<=") return is_subset(x, y);
+  if (op == "<") return x.items.size() < y.items.size() && is_subset(x, y);
+  if (op == ">=") return is_subset(y, x);
+  return y.items.size() < x.items.size() && is_subset(y, x);
+}
+
 // The outcome of `a op b` for two orderable values of one family.
 bool ordered(const std::string& op, const Value& a, const Value& b) {
   spend_steps();
@@ -60,6 +92,8 @@ bool ordered(const std::string& op, const Value& a, const Value& b) {
     sign = integral(a) < integral(b) ? -1 : integral(a) > integral(b) ? 1 : 0;
   } else if (a.is_string() && b.is_string()) {
     sign = a.as_string().compare(b.as_string());  // UTF-8 byte order is code point order
+  } else if (a.is_dict_view() || b.is_dict_view()) {
+    return views_ordered(op, a, b);
   } else if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
     const auto& x = a.as_list().items;
     const auto& y = b.as_list().items;
@@ -88,12 +122,12 @@ Value add(const Value& a, const Value& b) {
     spend_bytes(int64_t(a.as_string().size() + b.as_string().size()));
     return Value(a.as_string() + b.as_string());
   }
-  if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+  if (a.is_list_or_tuple() && b.is_list_or_tuple() && a.is_tuple() == b.is_tuple()) {
     std::vector<Value> items = a.as_list().items;
     items.insert(items.end(), b.as_list().items.begin(), b.as_list().items.end());
     return a.is_tuple() ? Value::tuple(std::move(items)) : Value::list(std::move(items));
   }
-  if (a.is_string() || a.is_list()) {
+  if (a.is_string() || a.is_list_or_tuple()) {
     fail_render("can only concatenate {} (not \"{}\") to {}", type_name(a), type_name(b), type_name(a));
   }
   fail_operands("+", a, b);
@@ -243,8 +277,11 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     return float_arithmetic(op, a.to_double(), b.to_double());
   }
   if (op == "+") return add(a, b);
-  if (op == "*" && (a.is_string() || a.is_list()) && is_integral(b)) return repeat(a, integral(b));
-  if (op == "*" && (b.is_string() || b.is_list()) && is_integral(a)) return repeat(b, integral(a));
+  if (op == "*" && (a.is_string() || a.is_list_or_tuple()) && is_integral(b)) return repeat(a, integral(b));
+  if (op == "*" && (b.is_string() || b.is_list_or_tuple()) && is_integral(a)) return repeat(b, integral(a));
+  if (op == "-" && (is_set_like_view(a) || is_set_like_view(b))) {
+    fail_render("'-' with a dict's keys() or items() gives a set, which chat templates here do not have");
+  }
   if (op == "%" && a.is_string()) fail_render("string formatting with % is not supported");
   fail_operands(op, a, b);
 }

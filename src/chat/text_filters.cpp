@@ -78,28 +78,6 @@ std::optional<double> parse_float(const std::string& raw) {
   return value;
 }
 
-// Python's str.splitlines() boundaries.
-bool is_line_break(char32_t cp) {
-  return cp == '\n' || cp == '\r' || cp == '\v' || cp == '\f' || (cp >= 0x1C && cp <= 0x1E) || cp == 0x85 ||
-         cp == 0x2028 || cp == 0x2029;
-}
-
-std::vector<std::u32string> split_lines(const std::u32string& text) {
-  std::vector<std::u32string> lines;
-  std::u32string line;
-  for (size_t i = 0; i < text.size(); i++) {
-    if (!is_line_break(text[i])) {
-      line += text[i];
-      continue;
-    }
-    if (text[i] == '\r' && i + 1 < text.size() && text[i + 1] == '\n') i++;
-    lines.push_back(std::move(line));
-    line.clear();
-  }
-  if (!line.empty()) lines.push_back(std::move(line));
-  return lines;
-}
-
 // Python's round(int, precision): itself unless the precision is negative, then to a multiple of
 // 10**-precision, halves to even.
 Value round_integer(int64_t value, int64_t precision) {
@@ -152,10 +130,10 @@ Value replace(const Value& operand, const CallArgs& args) {
 Value indent(const Value& operand, const CallArgs& args) {
   auto values = bind_arguments("indent", args, {{"width", Value(4)}, {"first", Value(false)}, {"blank", Value(false)}});
   std::string indentation = values[0].is_string() ? values[0].as_string() : spaces(int_argument(values[0], "indent", "width"));
-  std::vector<std::u32string> lines = split_lines(decode_utf8(python_str(operand) + "\n"));
+  std::vector<std::string> lines = python_splitlines(python_str(operand) + "\n", false);
   std::string out;
   for (size_t i = 0; i < lines.size(); i++) {
-    std::string line = encode_utf8(lines[i]);
+    const std::string& line = lines[i];
     spend_bytes(int64_t(indentation.size() + line.size()) + 1);
     if (i > 0) out += "\n" + (truthy(values[2]) || !line.empty() ? indentation : "");
     out += line;

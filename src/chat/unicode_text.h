@@ -32,12 +32,16 @@ std::string python_title(std::string_view text);
 /// upper-cased and the rest lower-cased.
 std::string jinja_title(std::string_view text);
 
-/// str.islower() / str.isupper(): some cased character, and every cased one in that case.
+/// str.islower() / str.isupper(): some cased character, and every cased one in that case (by Unicode's
+/// Lowercase and Uppercase properties, as Python: 'ª' is lower case, 'Ⅰ' upper case).
 bool python_is_lower(std::string_view text);
 bool python_is_upper(std::string_view text);
-/// str.isdigit(), isalpha(), isalnum(), isspace(): not empty, and every character a decimal digit (Nd), a
-/// letter (L*), a letter or number (L*, N*), or whitespace.
-bool python_is_digit(std::string_view text);
+/// str.isdecimal() (and isdigit(), which Python also grants superscript and circled digits), isalpha(), isalnum(),
+/// isspace(): not empty, and every character a decimal digit (Nd), a letter (L*), a letter or number (L*, N*), or
+/// whitespace.
+bool python_is_decimal(std::string_view text);
+/// str.isascii(): every byte below 0x80 (the empty text too).
+bool python_is_ascii(std::string_view text);
 bool python_is_alpha(std::string_view text);
 bool python_is_alnum(std::string_view text);
 bool python_is_space(std::string_view text);
@@ -52,9 +56,40 @@ std::vector<std::string> python_split(std::string_view text, const std::optional
                                       int64_t maxsplit);
 /// str.replace(old, new, count); count < 0 replaces all.
 std::string python_replace(std::string_view text, std::string_view old, std::string_view replacement, int64_t count);
-/// str.find(sub) as a code point index, -1 when absent.
-int64_t python_find(std::string_view text, std::string_view sub);
-/// str.count(sub): non-overlapping occurrences.
-int64_t python_count(std::string_view text, std::string_view sub);
+/// str.rsplit(sep, maxsplit): split from the end; without `sep` as split() does.
+std::vector<std::string> python_rsplit(std::string_view text, const std::optional<std::string>& sep,
+                                       int64_t maxsplit);
+/// str.splitlines(keepends): cut at \n, \r, \r\n, \v, \f, \x1c-\x1e, \x85, U+2028 and U+2029.
+std::vector<std::string> python_splitlines(std::string_view text, bool keepends);
+
+/// The start and end a str method (find, count, index) takes, as Python's slice bounds: absent for the text's
+/// start or end, negative from the end.
+struct SliceBounds {
+  std::optional<int64_t> start;
+  std::optional<int64_t> end;
+};
+/// str.find(sub, start, end), or rfind with `last`: a code point index, -1 when absent.
+int64_t python_find(std::string_view text, std::string_view sub, const SliceBounds& bounds = {}, bool last = false);
+/// str.startswith(affix, start, end), or endswith with `at_end`, for one affix.
+bool python_has_affix(std::string_view text, std::string_view affix, const SliceBounds& bounds, bool at_end);
+/// str.count(sub, start, end): non-overlapping occurrences.
+int64_t python_count(std::string_view text, std::string_view sub, const SliceBounds& bounds = {});
+
+/// str.swapcase(): upper case to lower and lower to upper, one code point for one as upper() and lower().
+std::string python_swapcase(std::string_view text);
+/// str.casefold(): Unicode's full case folding, as Python's ('ß' gives 'ss').
+std::string python_casefold(std::string_view text);
+/// str.istitle(): some cased character; upper and title case ones only after uncased ones, lower case ones
+/// only after cased ones.
+bool python_is_title(std::string_view text);
+
+enum class Justify { left, center, right };
+/// str.ljust / center / rjust(width, fill): `text` padded with `fill` to `width` code points.
+std::string python_justify(std::string_view text, int64_t width, char32_t fill, Justify justify);
+/// str.zfill(width): zeros on the left, after a leading sign, to `width` code points.
+std::string python_zfill(std::string_view text, int64_t width);
+/// str.expandtabs(tabsize): each tab to spaces up to the next multiple of `tabsize` columns; \n and \r start a
+/// new line's columns.
+std::string python_expandtabs(std::string_view text, int64_t tabsize);
 
 }  // namespace probekit::chat

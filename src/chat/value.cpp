@@ -24,8 +24,8 @@ namespace {
   fail_render("a value nests lists and dicts deeper than {} levels", kMaxValueNesting);
 }
 
-Value sequence(std::vector<Value> items, bool is_tuple) {
-  auto data = std::make_shared<ListData>(ListData{std::move(items), is_tuple});
+Value make_sequence(SequenceKind kind, std::vector<Value> items) {
+  auto data = std::make_shared<ListData>(ListData{std::move(items), kind});
   int64_t bytes = 0;
   for (const Value& item : data->items) {
     bytes += item.held_bytes();
@@ -59,9 +59,11 @@ void DictData::set(const Value& key, Value value) {
   items.emplace_back(key, std::move(value));
 }
 
-Value Value::list(std::vector<Value> items) { return sequence(std::move(items), false); }
+Value Value::list(std::vector<Value> items) { return make_sequence(SequenceKind::list, std::move(items)); }
 
-Value Value::tuple(std::vector<Value> items) { return sequence(std::move(items), true); }
+Value Value::tuple(std::vector<Value> items) { return make_sequence(SequenceKind::tuple, std::move(items)); }
+
+Value Value::sequence(SequenceKind kind, std::vector<Value> items) { return make_sequence(kind, std::move(items)); }
 
 Value Value::dict(DictKind kind) {
   auto data = std::make_shared<DictData>();

@@ -22,11 +22,18 @@ using OrderedJson = probekit::OrderedJson;
 
 class Value;
 
-/// A list or a tuple (Python prints them differently and == tells them apart). `depth` (1 + the deepest item's)
-/// and `holds_namespace` are set when it is made: lists never change after.
+/// What a ListData is: a list, a tuple, or one of the views a dict's keys(), values() and items() return. A
+/// view iterates, has a length and answers `in` as a list does, but prints as `dict_keys([...])` and is no
+/// sequence: no index or slice, no + or *, no JSON; keys and items views compare as sets, values views by
+/// identity.
+enum class SequenceKind { list, tuple, dict_keys, dict_values, dict_items };
+
+/// A list, a tuple or a dict's view (Python prints them differently and == tells them apart). `depth` (1 + the
+/// deepest item's) and `holds_namespace` are set when it is made: lists never change after, and a view can hold
+/// a copy of its dict's items because the sandbox never changes a dict.
 struct ListData {
   std::vector<Value> items;
-  bool is_tuple = false;
+  SequenceKind kind = SequenceKind::list;
   int depth = 1;
   bool holds_namespace = false;
 };
@@ -87,6 +94,8 @@ class Value {
   static Value undefined(std::string hint) { return Value(Undefined{std::move(hint)}); }
   static Value list(std::vector<Value> items);
   static Value tuple(std::vector<Value> items);
+  /// A list, a tuple or a dict's view of `items`.
+  static Value sequence(SequenceKind kind, std::vector<Value> items);
   static Value dict(DictKind kind = DictKind::plain);
   static Value function(std::string name, std::function<Value(const CallArgs&)> call);
   /// Converts JSON as Python's json.loads would: objects to dicts in key order, arrays to lists. JSON nested
@@ -103,7 +112,13 @@ class Value {
   bool is_number() const { return is_int() || is_float() || is_bool(); }
   bool is_string() const { return kind() == Kind::string; }
   bool is_list() const { return kind() == Kind::list; }
-  bool is_tuple() const { return is_list() && as_list().is_tuple; }
+  bool is_tuple() const { return is_list() && as_list().kind == SequenceKind::tuple; }
+  /// A dict's keys(), values() or items() view.
+  bool is_dict_view() const {
+    return is_list() && as_list().kind != SequenceKind::list && as_list().kind != SequenceKind::tuple;
+  }
+  /// A list or a tuple, not a view: what takes an index, a slice, + and *.
+  bool is_list_or_tuple() const { return is_list() && !is_dict_view(); }
   bool is_dict() const { return kind() == Kind::dict; }
   /// A plain dict (not a namespace or a loop): jinja2's `mapping` test.
   bool is_mapping() const { return is_dict() && as_dict().kind == DictKind::plain; }

@@ -63,16 +63,30 @@ std::string string_repr(const std::string& text) {
   return out + quote;
 }
 
+const char* sequence_type_name(SequenceKind kind) {
+  switch (kind) {
+    case SequenceKind::list: return "list";
+    case SequenceKind::tuple: return "tuple";
+    case SequenceKind::dict_keys: return "dict_keys";
+    case SequenceKind::dict_values: return "dict_values";
+    case SequenceKind::dict_items: return "dict_items";
+  }
+  return "list";
+}
+
+// A view prints as its type around the list of its items: dict_keys(['a', 'b']).
 std::string sequence_repr(const ListData& list) {
-  std::string out = list.is_tuple ? "(" : "[";
+  bool is_tuple = list.kind == SequenceKind::tuple;
+  bool is_view = !is_tuple && list.kind != SequenceKind::list;
+  std::string out = is_view ? std::string(sequence_type_name(list.kind)) + "([" : is_tuple ? "(" : "[";
   for (size_t i = 0; i < list.items.size(); i++) {
     if (i > 0) out += ", ";
     std::string item = python_repr(list.items[i]);
     spend_bytes(int64_t(item.size()) + 2);  // a list shared many times over prints as long as all its copies
     out += item;
   }
-  if (list.is_tuple && list.items.size() == 1) out += ",";
-  return out + (list.is_tuple ? ")" : "]");
+  if (is_tuple && list.items.size() == 1) out += ",";
+  return out + (is_view ? "])" : is_tuple ? ")" : "]");
 }
 
 std::string dict_repr(const DictData& dict) {
@@ -164,7 +178,7 @@ std::string type_name(const Value& value) {
     case Value::Kind::string:
       return "str";
     case Value::Kind::list:
-      return value.is_tuple() ? "tuple" : "list";
+      return sequence_type_name(value.as_list().kind);
     case Value::Kind::dict:
       return value.as_dict().kind == DictKind::name_space ? "Namespace"
              : value.as_dict().kind == DictKind::loop    ? "LoopContext"
