@@ -41,16 +41,17 @@ class Probes:
         return f"probekit.Probes({self.dir!r}, layers {self.layers})"
 
     def rank(self, model, texts=None, top_k=5, threshold=0.1, calibrated=False, mode="all", aggregate="max", steer=None,
-             messages=None):
+             messages=None, tools=None):
         """What multi_probe_inference --json prints for each text: the labels ranked by the probes' confidence.
 
         texts: a list of strings (a list of results) or one string (its result). messages: instead of texts, one
         conversation ([{"role", "content"}, ...]) ranked at the probes' token mask, as --messages ranks it (its
-        result). top_k: how many labels each shows; threshold: the confidence a label needs to count as shown
-        (calibrated=True: each probe's tuned threshold). mode, aggregate: the layout over several layers (all,
-        by-action, by-layer; max or mean). steer: [(label or vector, layer, coefficient), ...] added to the stream
-        while scoring (texts only)."""
-        conversation = _conversation(texts, messages, steer, "texts")
+        result); tools: the functions it offers ([{"type": "function", "function": {"name", ...}}, ...]), rendered
+        by the chat template as apply_chat_template(tools=...) renders them (messages only). top_k: how many labels
+        each shows; threshold: the confidence a label needs to count as shown (calibrated=True: each probe's tuned
+        threshold). mode, aggregate: the layout over several layers (all, by-action, by-layer; max or mean). steer:
+        [(label or vector, layer, coefficient), ...] added to the stream while scoring (texts only)."""
+        conversation = _conversation(texts, messages, tools, steer, "texts")
         one = conversation is not None or isinstance(texts, str)
         found = json.loads(run_interruptibly(
             _native.rank, _model_of(model), self.dir, *self._selection, [] if conversation else text_list(texts),
@@ -58,13 +59,15 @@ class Probes:
             steer_items(steer)))
         return found[0] if one else found
 
-    def per_token(self, model, text=None, top_k=5, threshold=0.1, calibrated=False, steer=None, messages=None):
+    def per_token(self, model, text=None, top_k=5, threshold=0.1, calibrated=False, steer=None, messages=None,
+                  tools=None):
         """What multi_probe_inference --per-token --json prints for text: each token with every (label, layer)
         prediction for the text up to that token. Attention probes add each token's "attention" ([{label, layer,
         weight}]: the weight the whole text's pool puts on it, the mean over heads) and a top-level
         "suffix_attention" for the prompt suffix's tokens. messages: instead of text, one conversation, as
-        --per-token --messages scores it (each token "in_mask" or not)."""
-        conversation = _conversation(text, messages, steer, "text")
+        --per-token --messages scores it (each token "in_mask" or not), with the tools it offers (tools=, as in
+        rank)."""
+        conversation = _conversation(text, messages, tools, steer, "text")
         if conversation is None:
             text = text_list(text, "text")[0] if isinstance(text, str) else text
             if not isinstance(text, str):
@@ -85,9 +88,13 @@ def _layer_numbers(layers, layer):
     return [int(number) for number in layers]
 
 
-def _conversation(texts, messages, steer, name):
-    """messages= as the native side takes it (JSON text), or None for texts; one of the two must be given."""
+def _conversation(texts, messages, tools, steer, name):
+    """messages= (with tools=) as the native side takes it, JSON text as chat::conversation_text writes it: the list
+    of messages, or {"messages", "tools"}; None for texts. One of texts and messages must be given."""
     if messages is None:
+        if tools is not None:
+            raise ValueError(f"tools need messages: the chat template renders them into a conversation, and {name}= "
+                             "is scored as written")
         if texts is None:
             raise ValueError(f"give {name} or messages")
         return None
@@ -95,13 +102,21 @@ def _conversation(texts, messages, steer, name):
         raise ValueError(f"give {name} or messages (one conversation), not both")
     if not isinstance(messages, (list, tuple)) or not messages or not all(isinstance(m, dict) for m in messages):
         raise ValueError("messages: expected one conversation, a list of {'role', 'content'} dicts")
+    if tools is not None and (not isinstance(tools, (list, tuple)) or not all(isinstance(t, dict) for t in tools)):
+        raise ValueError("tools: expected a list of functions, {'type': 'function', 'function': {'name', ...}} dicts")
     if steer:
         raise ValueError("steer applies to texts, not to messages")
+    text = _json_text(list(messages), "messages")
+    return text if tools is None else f'{{"messages": {text}, "tools": {_json_text(list(tools), "tools")}}}'
+
+
+def _json_text(value, name):
+    """value as JSON text; NaN and infinities, which are not JSON, refused here naming the argument (natively they
+    would be a parse error)."""
     try:
-        # NaN and infinities are not JSON: refused here, where the value is named, not as a parse error natively.
-        return json.dumps(list(messages), allow_nan=False)
+        return json.dumps(value, allow_nan=False)
     except ValueError as error:
-        raise ValueError(f"messages: {error}") from None
+        raise ValueError(f"{name}: {error}") from None
 
 
 def _model_of(model):

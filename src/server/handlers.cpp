@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "chat/conversation.h"
 #include "device/device_select.h"
 #include "inference/session.h"
 #include "monitor/policy.h"
@@ -147,18 +148,20 @@ void check_token_count(const ServerContext& context, size_t tokens, const std::s
 namespace {
 
 // A conversation's contents as one text (what its tokens are counted by against --max-tokens; the template's few
-// tokens aside).
-std::string message_contents(const std::string& messages) {
-  std::string text;
-  for (const Json& message : Json::parse(messages)) {
-    const Json content = message.value("content", Json());
+// tokens aside), with the tools it offers, which the template prints with tojson.
+std::string conversation_contents(const chat::Conversation& conversation) {
+  std::string text = conversation.tools.is_null() ? "" : conversation.tools.dump() + "\n";
+  for (const OrderedJson& message : conversation.messages) {
+    const OrderedJson content = message.value("content", OrderedJson());
     if (content.is_string()) text += content.get<std::string>() + "\n";
     // What the template prints with tojson: a tool's result given as an object, the calls an assistant turn makes.
     if (content.is_object()) text += content.dump() + "\n";
     if (message.contains("tool_calls")) text += message.at("tool_calls").dump() + "\n";
     if (!content.is_array()) continue;
-    for (const Json& part : content) {
-      if (part.is_object() && part.contains("text") && part["text"].is_string()) text += part["text"].get<std::string>() + "\n";
+    for (const OrderedJson& part : content) {
+      if (part.is_object() && part.contains("text") && part.at("text").is_string()) {
+        text += part.at("text").get<std::string>() + "\n";
+      }
     }
   }
   return text;
@@ -169,16 +172,16 @@ std::string message_contents(const std::string& messages) {
 Json rank_response(const ServerContext& context, const RankQuery& query, Clock::time_point deadline) {
   check_view(context, query.view);
   for (size_t i = 0; i < query.texts.size(); ++i) check_text_length(context, query.texts[i], fmt::format("texts[{}]", i));
+  const bool conversation = !query.conversation.messages.is_null();
   // Regression: a conversation's length went unchecked here, as /v1/per-token checks it.
-  if (!query.messages.empty()) check_text_length(context, message_contents(query.messages), "messages");
+  if (conversation) check_text_length(context, conversation_contents(query.conversation), "messages");
   std::shared_ptr<const steering::SteeringVectors> steering = resolve_steering(context, query.steering);
   const inference::Engine& engine = context.engine;
-  const bool conversation = !query.messages.empty();
   if (conversation && steering) throw RequestError(400, "steering applies to 'texts', not to 'messages'", "steer");
-  const std::string messages = query.messages;
+  const std::string scored = conversation ? chat::conversation_text(query.conversation) : "";
   std::vector<inference::TextScores> scores =
       conversation ? context.scheduler.run_alone<std::vector<inference::TextScores>>(
-                         [&engine, messages] { return engine.score_conversations({messages}); }, deadline)
+                         [&engine, scored] { return engine.score_conversations({scored}); }, deadline)
                    : context.scheduler.score(query.texts, steering, deadline);
   inference::Display display = display_of(query.view);
   bool one_layer = single_layer(context, query.view);
@@ -196,11 +199,11 @@ Json rank_response(const ServerContext& context, const RankQuery& query, Clock::
 
 Json per_token_response(const ServerContext& context, const PerTokenQuery& query, Clock::time_point deadline) {
   check_view(context, query.view);
-  const bool conversation = !query.messages.empty();
+  const bool conversation = !query.conversation.messages.is_null();
   if (!conversation) check_text_length(context, query.text, "text");
-  if (conversation) check_text_length(context, message_contents(query.messages), "messages");
+  if (conversation) check_text_length(context, conversation_contents(query.conversation), "messages");
   const inference::Engine& engine = context.engine;
-  std::string text = conversation ? query.messages : query.text;
+  std::string text = conversation ? chat::conversation_text(query.conversation) : query.text;
   std::shared_ptr<const steering::SteeringVectors> steering = resolve_steering(context, query.steering);
   if (conversation && steering) throw RequestError(400, "steering applies to 'text', not to 'messages'", "steer");
   inference::TokenScores scores = context.scheduler.run_alone<inference::TokenScores>(

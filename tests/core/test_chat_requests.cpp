@@ -68,8 +68,11 @@ TEST_CASE("chat requests keep their tools' and messages' keys in the order sent,
       server::parse_chat_query(R"({"tools": )" + tools + R"(, "messages": )" + messages + "}", limits);
   CHECK(q.messages.dump() == messages);
   CHECK(q.tools.dump() == tools);
-  CHECK(server::parse_rank_query(R"({"messages": )" + messages + "}", limits).messages == messages);
-  CHECK(server::parse_per_token_query(R"({"messages": )" + messages + "}", limits).messages == messages);
+  CHECK(server::parse_rank_query(R"({"messages": )" + messages + "}", limits).conversation.messages.dump() == messages);
+  const server::PerTokenQuery per_token =
+      server::parse_per_token_query(R"({"tools": )" + tools + R"(, "messages": )" + messages + "}", limits);
+  CHECK(per_token.conversation.messages.dump() == messages);
+  CHECK(per_token.conversation.tools.dump() == tools);
   // As OpenAI's clients send a tool round: an assistant turn with tool_calls and no content, and the tool's result
   // as an object (which Llama 3.1's template prints with tojson). Regression: both were refused with a 400.
   const std::string round =

@@ -123,3 +123,27 @@ TEST_CASE("server requests: nesting past the depth bound is refused before parsi
     CHECK_CONTAINS(std::string(e.what()), "invalid JSON");
   }
 }
+
+TEST_CASE("server requests: /v1/rank and /v1/per-token take a conversation's tools with its messages, and only then") {
+  server::Limits limits;
+  const std::string messages = R"([{"role": "user", "content": "Weather in Oslo?"}])";
+  const std::string tools = R"([{"type": "function", "function": {"name": "get_weather"}}])";
+  const server::RankQuery rank =
+      server::parse_rank_query(R"({"messages": )" + messages + R"(, "tools": )" + tools + "}", limits);
+  CHECK(rank.texts.empty());
+  CHECK(rank.conversation.messages == OrderedJson::parse(messages));
+  CHECK(rank.conversation.tools == OrderedJson::parse(tools));
+  CHECK(server::parse_rank_query(R"({"messages": )" + messages + "}", limits).conversation.tools.is_null());
+  // Regression: both endpoints answered "unknown field 'tools'"; given without messages, nothing would render them.
+  auto rank_body = [&](const std::string& body) { return [&limits, body] { server::parse_rank_query(body, limits); }; };
+  auto per_token_body = [&](const std::string& body) {
+    return [&limits, body] { server::parse_per_token_query(body, limits); };
+  };
+  check_refusal(rank_body(R"({"texts": ["a"], "tools": )" + tools + "}"), 400, "tools", "'tools' need 'messages'");
+  check_refusal(per_token_body(R"({"text": "a", "tools": )" + tools + "}"), 400, "tools",
+                "and 'text' is scored as written");
+  check_refusal(per_token_body(R"({"messages": )" + messages + R"(, "tools": [{"type": "web"}]})"), 400,
+                "tools[0].type", "'tools[0].type' must be \"function\"");
+  check_refusal(rank_body(R"({"messages": )" + messages + R"(, "tools": {"name": "f"}})"), 400, "tools",
+                "'tools' must be a list of functions");
+}

@@ -135,6 +135,52 @@ TEST_CASE("probe_server: /v1/rank and /v1/per-token equal multi_probe_inference 
   CHECK_CONTAINS(page->get_header_value("Content-Security-Policy"), "default-src 'none'");
 }
 
+TEST_CASE("probe_server: a conversation's tools reach the template in /v1/rank and /v1/per-token, as in --messages") {
+  TempDir tmp;
+  const std::string probes = train_probes(tmp);
+  // The fixture's Gemma 3 template prints no tools: this one prints them before the turns, as Qwen 3's does.
+  const std::string model = tmp.file("model");
+  copy_dir(kGemmaModel, model);
+  probekit::testing::write_text(
+      model + "/chat_template.jinja",
+      "{{ bos_token }}{% if tools %}<tools>{{ tools | tojson }}</tools>\n{% endif %}{% for m in messages %}"
+      "<start_of_turn>{% if m.role == 'assistant' %}model{% else %}{{ m.role }}{% endif %}\n{{ m.content }}"
+      "<end_of_turn>\n{% endfor %}");
+  server::ServerOptions o = options_for(probes);
+  o.engine.model_dir = model;
+  o.engine.force = true;
+  RunningServer s(o);
+  const Json messages = Json::array({{{"role", "user"}, {"content", "How did the review go?"}},
+                                     {{"role", "assistant"}, {"content", kTexts[1]}}});
+  const Json tools =
+      Json::parse(R"([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}])");
+  probekit::testing::write_text(tmp.file("chat.json"), Json({{"messages", messages}, {"tools", tools}}).dump());
+  const std::string cli = fmt::format("{} --probes-dir {} --model {} --force --device cpu --json --messages {}",
+                                      tool("multi_probe_inference"), probes, model, tmp.file("chat.json"));
+  // Regression: both endpoints answered "unknown field 'tools'" (capture, --messages and chat completions took them).
+  const Json ranked = post_json(s, "/v1/rank", {{"messages", messages}, {"tools", tools}});
+  CommandResult printed = run_command(cli);
+  REQUIRE_MESSAGE(printed.exit_code == 0, printed.output);
+  check_same_json(ranked["results"], Json::array({printed_json(printed)}), "rank with tools");
+  // The tools are rendered, not dropped: the assistant's tokens read them, so the scores move.
+  const Json ranked_without = post_json(s, "/v1/rank", {{"messages", messages}});
+  CHECK(ranked_without["results"] != ranked["results"]);
+  const Json tokens = post_json(s, "/v1/per-token", {{"messages", messages}, {"tools", tools}});
+  CommandResult printed_tokens = run_command(cli + " --per-token");
+  REQUIRE_MESSAGE(printed_tokens.exit_code == 0, printed_tokens.output);
+  check_same_json(tokens, printed_json(printed_tokens), "per-token with tools");
+  const Json tokens_without = post_json(s, "/v1/per-token", {{"messages", messages}});
+  CHECK(tokens["tokens"].size() > tokens_without["tokens"].size() + 5);  // the tools' tokens
+  // Tools without messages: no template would render them.
+  check_refused(s, "/v1/rank", Json({{"texts", Json::array({"a"})}, {"tools", tools}}).dump(), 400,
+                {"'tools' need 'messages'"}, "tools");
+  check_refused(s, "/v1/per-token", Json({{"text", "a"}, {"tools", tools}}).dump(), 400, {"'tools' need 'messages'"},
+                "tools");
+  const Json web_tools = Json::parse(R"([{"type": "web"}])");
+  check_refused(s, "/v1/per-token", Json({{"messages", messages}, {"tools", web_tools}}).dump(), 400,
+                {"'tools[0].type' must be \"function\""}, "tools[0].type");
+}
+
 TEST_CASE("probe_server: bad requests get 400 naming the field; requests past a bound get a 4xx naming the bound") {
   TempDir tmp;
   server::ServerOptions o = options_for(train_probes(tmp));

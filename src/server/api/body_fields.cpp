@@ -304,6 +304,13 @@ OrderedJson checked_messages(const OrderedJson& messages) {
   return messages;
 }
 
+OrderedJson tools_field(BodyFields& fields) {
+  OrderedJson tools = fields.take_ordered("tools");
+  if (tools.is_null()) return tools;
+  if (auto problem = chat::find_tools_problem(tools)) throw RequestError(kBadRequest, problem->message, problem->field);
+  return tools;
+}
+
 // A text to score: a non-empty string, at most --max-body-bytes long anyway (the body holds it).
 std::string text_value(const Json& value, const std::string& field) {
   if (!value.is_string()) wrong_type(field, "a string", value);

@@ -54,6 +54,10 @@ class BodyFields {
 /// A conversation's messages, checked as a chat template needs them (a 400 naming the message's field).
 OrderedJson checked_messages(const OrderedJson& messages);
 
+/// "tools": the functions a conversation offers its chat template (apply_chat_template(tools=...)), their keys in the
+/// order sent, checked (a 400 naming the tool's field); null when absent.
+OrderedJson tools_field(BodyFields& fields);
+
 /// A text to score: a string that is not blank.
 std::string text_value(const Json& value, const std::string& field);
 

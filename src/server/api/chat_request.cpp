@@ -4,7 +4,6 @@
 
 #include <limits>
 
-#include "chat/conversation.h"
 #include "server/api/body_fields.h"
 
 namespace probekit::server {
@@ -66,13 +65,11 @@ ViewQuery probe_view(BodyFields& fields) {
 // "tools": functions the template offers the model, as transformers' apply_chat_template(tools=...) renders them.
 // The reply's tool calls come back as the text the model writes: "tool_choice" can only leave the choice to it.
 OrderedJson offered_tools(BodyFields& fields) {
-  const OrderedJson tools = fields.take_ordered("tools");
+  OrderedJson tools = tools_field(fields);
   if (const Json* choice = fields.take("tool_choice"); choice != nullptr && *choice != "auto") {
     throw RequestError(kBadRequest, "'tool_choice' can only be \"auto\" here: the template offers the tools and the model "
                                     "chooses (its calls come back as the text it writes)", "tool_choice");
   }
-  if (tools.is_null()) return nullptr;
-  if (auto problem = chat::find_tools_problem(tools)) throw RequestError(kBadRequest, problem->message, problem->field);
   return tools;
 }
 

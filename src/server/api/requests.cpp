@@ -8,14 +8,37 @@
 
 namespace probekit::server {
 
+namespace {
+
+// "messages" (one conversation, in place of the field `instead`) with the "tools" it offers, read as
+// /v1/chat/completions reads them; the messages are null when the body gives none. Tools without messages are
+// refused: only a chat template renders them.
+chat::Conversation conversation_fields(BodyFields& fields, const std::string& instead) {
+  const OrderedJson messages = fields.take_ordered("messages");
+  if (messages.is_null()) {
+    if (fields.take("tools") != nullptr) {
+      throw RequestError(kBadRequest,
+                         fmt::format("'tools' need 'messages': the chat template renders them into a conversation, "
+                                     "and '{}' is scored as written", instead),
+                         "tools");
+    }
+    return {};
+  }
+  chat::Conversation conversation{checked_messages(messages), tools_field(fields)};
+  if (fields.take(instead) != nullptr) {
+    throw RequestError(kBadRequest, fmt::format("give '{}' or 'messages' (one conversation), not both", instead),
+                       "messages");
+  }
+  return conversation;
+}
+
+}  // namespace
+
 RankQuery parse_rank_query(std::string_view body, const Limits& limits) {
   BodyFields fields(body);
   RankQuery query;
-  if (const OrderedJson messages = fields.take_ordered("messages"); !messages.is_null()) {
-    query.messages = checked_messages(messages).dump();
-    if (fields.take("texts") != nullptr) {
-      throw RequestError(kBadRequest, "give 'texts' or 'messages' (one conversation), not both", "messages");
-    }
+  query.conversation = conversation_fields(fields, "texts");
+  if (!query.conversation.messages.is_null()) {
     query.view = view_fields(fields, true);
     query.steering = steering_fields(fields);
     fields.reject_unknown();
@@ -40,14 +63,8 @@ RankQuery parse_rank_query(std::string_view body, const Limits& limits) {
 PerTokenQuery parse_per_token_query(std::string_view body, const Limits&) {
   BodyFields fields(body);
   PerTokenQuery query;
-  if (const OrderedJson messages = fields.take_ordered("messages"); !messages.is_null()) {
-    query.messages = checked_messages(messages).dump();
-    if (fields.take("text") != nullptr) {
-      throw RequestError(kBadRequest, "give 'text' or 'messages' (one conversation), not both", "messages");
-    }
-  } else {
-    query.text = text_value(fields.required("text"), "text");
-  }
+  query.conversation = conversation_fields(fields, "text");
+  if (query.conversation.messages.is_null()) query.text = text_value(fields.required("text"), "text");
   query.view = view_fields(fields, false);
   query.steering = steering_fields(fields);
   fields.reject_unknown();

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "chat/conversation.h"
 #include "common/json.h"
 #include "server/api/limits.h"
 
@@ -59,19 +60,20 @@ struct SteeringQuery {
 constexpr int64_t kMaxSteeringItems = 32;
 constexpr int64_t kMaxSteeringVector = 1 << 16;  // values of one vector
 
-/// POST /v1/rank: {"texts": [...] or "messages": [...] (one conversation), "top_k", "threshold", "calibrated",
-/// "layers", "mode", "aggregate", "steer", "ablate"}.
+/// POST /v1/rank: {"texts": [...] or "messages": [...] (one conversation) with its "tools", "top_k", "threshold",
+/// "calibrated", "layers", "mode", "aggregate", "steer", "ablate"}.
 struct RankQuery {
   std::vector<std::string> texts;
-  std::string messages;  // a conversation's messages as JSON text, in place of texts; empty: texts
+  chat::Conversation conversation;  // checked messages and tools, in place of texts; messages null: texts
   ViewQuery view;
   SteeringQuery steering;
 };
 
-/// POST /v1/per-token: {"text": "..." or "messages": [...] (one conversation), "threshold", "calibrated", "layers"}.
+/// POST /v1/per-token: {"text": "..." or "messages": [...] (one conversation) with its "tools", "threshold",
+/// "calibrated", "layers"}.
 struct PerTokenQuery {
   std::string text;
-  std::string messages;  // a conversation's messages as JSON text, in place of the text; empty: the text
+  chat::Conversation conversation;  // checked messages and tools, in place of the text; messages null: the text
   ViewQuery view;
   SteeringQuery steering;
 };

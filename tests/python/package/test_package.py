@@ -8,6 +8,7 @@ import ast
 import json
 import math
 import os
+import shutil
 import signal
 import threading
 import time
@@ -236,6 +237,38 @@ def test_conversations_ranked_and_scored_per_token_as_the_tool(model, probes_dir
     # NaN is not JSON (Python's json.dumps writes it anyway by default): refused naming messages.
     with pytest.raises(ValueError, match="messages: Out of range float values"):
         probes.rank(model, messages=[{"role": "user", "content": "a", "score": float("nan")}])
+
+
+def test_a_conversations_tools_reach_the_template_as_the_tool_renders_them(model_dir, probes_dir, workdir):
+    # Gemma 3's template prints no tools: a copy of the example model whose template prints them before the turns.
+    tools_model_dir = workdir / "tools_model"
+    shutil.copytree(model_dir, tools_model_dir)
+    (tools_model_dir / "chat_template.jinja").write_text(
+        "{{ bos_token }}{% if tools %}<tools>{{ tools | tojson }}</tools>\n{% endif %}{% for m in messages %}"
+        "<start_of_turn>{% if m.role == 'assistant' %}model{% else %}{{ m.role }}{% endif %}\n{{ m.content }}"
+        "<end_of_turn>\n{% endfor %}")
+    model = probekit.load_model(str(tools_model_dir), device="cpu")
+    messages = [{"role": "user", "content": "How did the review go?"},
+                {"role": "assistant", "content": "I looked again and saw a chance to learn."}]
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    conversation = workdir / "chat_with_tools.json"
+    conversation.write_text(json.dumps({"messages": messages, "tools": tools}))
+    probes = probekit.load_probes(probes_dir, layer=LAYERS[1])
+    flags = ("--probes-dir", probes_dir, "--model", tools_model_dir, "--layer", LAYERS[1], "--messages", conversation,
+             "--json")
+    ranked = probes.rank(model, messages=messages, tools=tools)
+    assert_json_close(json.loads(run_tool("multi_probe_inference", *flags)), ranked)
+    # Rendered, not dropped (regression: rank and per_token took no tools): the assistant's tokens read them.
+    assert ranked != probes.rank(model, messages=messages)
+    per_token = probes.per_token(model, messages=messages, tools=tools)
+    assert_json_close(json.loads(run_tool("multi_probe_inference", *flags, "--per-token")), per_token)
+    assert len(per_token["tokens"]) > len(probes.per_token(model, messages=messages)["tokens"]) + 5
+    with pytest.raises(ValueError, match="tools need messages"):
+        probes.rank(model, ["a text"], tools=tools)
+    with pytest.raises(ValueError, match=r"'tools\[0\]\.type' must be \"function\""):
+        probes.per_token(model, messages=messages, tools=[{"type": "web"}])
+    with pytest.raises(ValueError, match="tools: Out of range float values"):
+        probes.rank(model, messages=messages, tools=[{"name": "f", "parameters": {"maximum": float("inf")}}])
 
 
 def test_a_coefficient_past_the_bound_is_refused_naming_the_item(model):
