@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
       argc, argv, "Set probes' thresholds at a target false-positive rate on ordinary data", probes::add_calibration_flags,
       [](probes::CalibrationOptions& options) {
         const Json summary = probes::calibrate(options);
+        if (options.json) return fmt::print("{}\n", dump_json(summary, 2));
         for (const Json& layer : summary["layers"]) {
           for (const Json& probe : layer["probes"]) {
             const Json& c = probe["calibration"];

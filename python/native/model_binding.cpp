@@ -102,7 +102,7 @@ void generate(const ModelHandle& model, const std::vector<std::string>& prompts,
   py::gil_scoped_release release;
   if (!model->model->has_lm_head()) throw std::invalid_argument("this model has no LM head: it cannot generate");
   inference::Engine engine = inference::Engine::attach(engine_options, *model);
-  check_calibrated(engine, arguments.calibrated, probes.dir);
+  inference::check_calibrated(engine, arguments.calibrated, probes.dir, "calibrated", "threshold");
   const generation::GenerationOptions options = generation::resolve_generation_flags(flags, engine.model_dir());
   auto emit = [&on_event](const Json& event) {
     py::gil_scoped_acquire gil;

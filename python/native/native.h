@@ -58,9 +58,6 @@ class ProgressScope {
 /// Refuses a top_k under 1 and a threshold outside [0, 1] (NaN too), as multi_probe_inference's --top-k and
 /// --threshold do.
 void check_shown(int64_t top_k, double threshold);
-/// Refuses calibrated=True for a multiclass probe, which every label would show inactive, as multi_probe_inference's
-/// --calibrated does.
-void check_calibrated(const inference::Engine& engine, bool calibrated, const std::string& probes_dir);
 
 /// Parses a tool's flags given as strings (the Python keyword arguments, already spelled as flags) onto `app`,
 /// throwing UsageError with CLI11's message for a flag the tool does not take or a bad value.

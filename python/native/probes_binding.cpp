@@ -34,13 +34,13 @@ inference::Engine engine_for(const ModelHandle& model, const ProbeSelection& sel
   return inference::Engine::attach(options, *model);
 }
 
-// What --json prints for each text (or conversation, a JSON list of messages: then texts are empty), as one JSON
-// array.
+// What --json prints for each text (or conversation, as chat::conversation_text writes it: its messages, or
+// {"messages", "tools"}; then texts are empty), as one JSON array.
 std::string rank(const ModelHandle& model, const ProbeSelection& selection, const std::vector<std::string>& texts,
                  const std::vector<std::string>& conversations, const DisplayArguments& arguments, const py::list& steer) {
   const inference::Display display = display_of(arguments);
   inference::Engine engine = engine_for(model, selection, steer);
-  check_calibrated(engine, display.calibrated, selection.dir);
+  inference::check_calibrated(engine, display.calibrated, selection.dir, "calibrated", "threshold");
   py::gil_scoped_release release;
   const bool conversation = !conversations.empty();
   std::vector<inference::TextScores> scores = conversation ? engine.score_conversations(conversations) : engine.score(texts);
@@ -53,13 +53,13 @@ std::string rank(const ModelHandle& model, const ProbeSelection& selection, cons
   return dump_json(all);
 }
 
-// What --per-token --json prints for one text, or for one conversation (`conversation`: its messages as JSON; then
-// the text is empty).
+// What --per-token --json prints for one text, or for one conversation (`conversation`: as chat::conversation_text
+// writes it; then the text is empty).
 std::string per_token(const ModelHandle& model, const ProbeSelection& selection, const std::string& text,
                       const std::string& conversation, const DisplayArguments& arguments, const py::list& steer) {
   const inference::Display display = display_of(arguments);
   inference::Engine engine = engine_for(model, selection, steer);
-  check_calibrated(engine, display.calibrated, selection.dir);
+  inference::check_calibrated(engine, display.calibrated, selection.dir, "calibrated", "threshold");
   py::gil_scoped_release release;
   inference::TokenScores scores =
       conversation.empty() ? engine.score_tokens(text) : engine.score_conversation_tokens(conversation);
@@ -89,13 +89,6 @@ void check_shown(int64_t top_k, double threshold) {
   if (top_k < 1) throw std::invalid_argument("top_k " + std::to_string(top_k) + ": must be 1 or more");
   if (!(threshold >= 0 && threshold <= 1)) {
     throw std::invalid_argument("threshold " + std::to_string(threshold) + ": must be a number from 0 to 1");
-  }
-}
-
-void check_calibrated(const inference::Engine& engine, bool calibrated, const std::string& probes_dir) {
-  if (calibrated && engine.multiclass()) {
-    throw std::invalid_argument("calibrated: " + probes_dir + " holds a multiclass probe (train_probes), whose classes "
-                                "have no thresholds of their own; use threshold");
   }
 }
 

@@ -114,6 +114,7 @@ CaptureSummary run_capture(const CaptureOptions& options) {
 
   auto load_start = Clock::now();
   plan_prompts(options, plan, summary);
+  if (!options.overwrite) refuse_other_captures(dir, plan.layers, file_attributes(options, plan, ""), false);
   LoadedReplicas loaded = load_for_capture(options, plan, summary);
   summary.load_seconds = seconds_since(load_start);
   spdlog::info("{}: {} ({} layers, hidden {}), capturing layers {} at {} ({}) in {:.1f} s", plan.model_dir(),

@@ -62,6 +62,7 @@ std::vector<LayerOutput> open_outputs(const CaptureOptions& options, const std::
   std::vector<LayerOutput> outputs;
   std::vector<bool> settled;
   make_directories(dir);
+  if (!options.overwrite) refuse_other_captures(dir, layers, attributes, true);
   for (int64_t layer : layers) {
     LayerOutput out;
     out.layer = layer;
@@ -88,6 +89,23 @@ void refuse_other_layers(const CaptureOptions& options, const std::string& dir, 
                "this run's files, and a trainer given {} would train on both; remove it (or add its layer to "
                "--layers), or capture into another --output-dir",
                dir, name, layer, fmt::join(layers, ","), dir);
+  }
+}
+
+void refuse_other_captures(const std::string& dir, const std::vector<int64_t>& layers,
+                           const activations::FileAttributes& attributes, bool dtype_resolved) {
+  for (const std::string& name : list_directory(dir)) {
+    const int64_t layer = activations::layer_from_file_name(name);
+    if (layer < 0 || std::find(layers.begin(), layers.end(), layer) != layers.end()) continue;
+    activations::FileAttributes there = activations::read_attributes(dir + "/" + name);
+    there.layers = attributes.layers;
+    there.layer = attributes.layer;
+    if (!dtype_resolved) there.recipe.dtype = attributes.recipe.dtype;
+    const std::string difference = attributes.identity_difference(there);
+    if (difference.empty()) continue;
+    fail_usage("--output-dir {}: {} (layer {}) {}: the trainers take every layer file of a directory as one capture's; "
+               "capture into another --output-dir, or remove it",
+               dir, name, layer, difference);
   }
 }
 

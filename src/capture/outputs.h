@@ -29,8 +29,16 @@ std::vector<LayerOutput> open_outputs(const CaptureOptions& options, const std::
 
 /// With --overwrite, refuses (a usage error) a complete layer file in `dir` of a layer other than `layers`, before the
 /// model loads: the run would leave it beside its own files, and the trainers, which take every layer file of a
-/// directory, would train on files of two captures. Without --overwrite the run adds its layers to those there.
+/// directory, would train on files of two captures. Without --overwrite the run adds its layers to those there, and
+/// refuse_other_captures refuses those of another capture.
 void refuse_other_layers(const CaptureOptions& options, const std::string& dir, const std::vector<int64_t>& layers);
+
+/// Without --overwrite, refuses (a usage error naming the field) a layer file in `dir` of a layer other than `layers`
+/// made otherwise than `attributes` say (recipe, model, dataset, split, fields): the trainers take every layer file of
+/// a directory as one capture's. Before the model loads the dtype is not yet resolved (`dtype_resolved` false): that
+/// field is checked again by open_outputs.
+void refuse_other_captures(const std::string& dir, const std::vector<int64_t>& layers,
+                           const activations::FileAttributes& attributes, bool dtype_resolved);
 
 /// Rows of one window, per layer, in run order: [layers][rows x width].
 struct WindowRows {

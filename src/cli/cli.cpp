@@ -10,12 +10,15 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <regex>
+#include <sstream>
 #include <vector>
 #include <algorithm>
 
 #include "common/error.h"
 #include "common/interrupt.h"
 #include "common/logging.h"
+#include "common/units.h"
 #include "device/runtime.h"
 
 namespace probekit {
@@ -218,6 +221,57 @@ std::vector<std::string> required_error_lines(const CLI::App& app, const CLI::Re
   return lines;
 }
 
+// The type CLI11 names for a flag's value (INT, UINT, FLOAT, ...) in words; empty for no flag of that name.
+std::string value_type_words(const CLI::App& app, const std::string& flag) {
+  const size_t name_start = flag.find_first_not_of('-');
+  if (name_start == std::string::npos) return "";
+  std::vector<const CLI::App*> apps = {&app};
+  for (const CLI::App* sub : app.get_subcommands()) apps.push_back(sub);
+  for (const CLI::App* a : apps) {
+    for (const CLI::Option* option : a->get_options()) {
+      const std::vector<std::string>& names = option->get_lnames();
+      if (std::find(names.begin(), names.end(), flag.substr(name_start)) == names.end()) continue;
+      const std::string type = option->get_type_name();
+      if (type.find("UINT") != std::string::npos) return "a whole number, 0 or more";
+      if (type.find("INT") != std::string::npos) return "an integer";
+      if (type.find("FLOAT") != std::string::npos) return "a number";
+      return "a value of type " + type;
+    }
+  }
+  return "";
+}
+
+// CLI11's words for a value it could not take ("Could not convert: --epochs = abc", "--threads: Value abc not in range
+// 0 to 4096", "--mode: by-actoin not in {by-action,by-layer}") as the tools' own usage errors say it: the flag, the
+// value, what was expected.
+std::string readable_value_error(const CLI::App& app, const std::string& message) {
+  static const std::regex conversion(R"(Could not convert: (\S+) = (.*))");
+  static const std::regex range(R"((\S+): Value (.*) not in range (\S+) to (\S+))");
+  static const std::regex choice(R"((\S+): (.*) not in \{(.*)\})");
+  std::smatch m;
+  if (std::regex_match(message, m, conversion)) {
+    const std::string expected = value_type_words(app, m[1].str());
+    return expected.empty() ? message : fmt::format("{} {}: expected {}", m[1].str(), m[2].str(), expected);
+  }
+  if (std::regex_match(message, m, range)) {
+    const auto shortest = [](const std::string& bound) {  // a range of doubles prints as 0.001000
+      const std::optional<double> number = parse_number(bound);
+      return number ? fmt::format("{:g}", *number) : bound;
+    };
+    return fmt::format("{} {}: expected a number from {} to {}", m[1].str(), m[2].str(), shortest(m[3].str()),
+                       shortest(m[4].str()));
+  }
+  if (std::regex_match(message, m, choice)) {
+    std::vector<std::string> choices;
+    std::stringstream list(m[3].str());
+    for (std::string item; std::getline(list, item, ',');) choices.push_back(item);
+    const std::string best = nearest_name(m[2].str(), choices);
+    return fmt::format("{} {}: expected one of {}{}", m[1].str(), m[2].str(), fmt::join(choices, ", "),
+                       best.empty() ? "" : " (did you mean " + best + "?)");
+  }
+  return message;
+}
+
 // Output written with printf-style calls is only known to have reached its destination once flushed: a full
 // disk or a closed pipe shows up here, and must not end in a zero exit code.
 void flush_standard_output() {
@@ -263,7 +317,7 @@ int run_tool(CLI::App& app, int argc, char** argv, const CommonOptions& options,
     // --help and --version print through CLI11; every flag error reads as the tools' own usage errors do.
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
     configure_logging(false, false);
-    spdlog::error("{}", e.what());
+    spdlog::error("{}", readable_value_error(app, e.what()));
     spdlog::error("Run with --help for the flags.");
     return 2;
   } catch (const UsageError& e) {  // a flag's own parser (a callback) refused its value

@@ -159,6 +159,16 @@ InputBytes read_input_once(const std::string& path) {
   return InputBytes{read_to_end(stream.fd, path), true};
 }
 
+InputBytes read_flag_input(const std::string& path, const std::string& flag) {
+  if (path != "-") return read_input_once(path);
+  if (::isatty(STDIN_FILENO)) {
+    fail_input("{} -: standard input is a terminal; pipe the input in (zcat data.jsonl.gz | ... {} -)", flag, flag);
+  }
+  return InputBytes{read_to_end(STDIN_FILENO, input_name(path)), true};
+}
+
+std::string input_name(const std::string& path) { return path == "-" ? "<stdin>" : path; }
+
 namespace {
 
 // A new file beside `path`, of a name no one else holds: O_EXCL refuses a name that exists, a symlink put there

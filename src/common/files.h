@@ -65,6 +65,13 @@ struct InputBytes {
 /// writer is waited for as `cat` waits). A directory, a device or a socket is refused naming what it is.
 InputBytes read_input_once(const std::string& path);
 
+/// An input flag's value read whole: "-" is standard input (refused when it is a terminal, naming `flag`), anything
+/// else as read_input_once reads it.
+InputBytes read_flag_input(const std::string& path, const std::string& flag);
+
+/// How messages name an input flag's value: "<stdin>" for "-" (as Python names it), else the path.
+std::string input_name(const std::string& path);
+
 /// Writes `contents` to `path` through a temporary file in the same directory and a rename, so readers
 /// see either the old file or the complete new one.
 void write_file_atomic(const std::string& path, std::string_view contents);

@@ -1,6 +1,9 @@
 #include "common/terminal_text.h"
 
 #include <fmt/format.h>
+#include <utf8proc.h>
+
+#include <algorithm>
 
 namespace probekit {
 
@@ -16,19 +19,14 @@ char32_t code_point_at(std::string_view text, size_t i) {
   return cp;
 }
 
-bool is_wide(char32_t cp) {
-  return (cp >= 0x1100 && cp <= 0x115F) || (cp >= 0x2E80 && cp <= 0xA4CF) || (cp >= 0xAC00 && cp <= 0xD7A3) ||
-         (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0xFE30 && cp <= 0xFE4F) || (cp >= 0xFF00 && cp <= 0xFF60) ||
-         (cp >= 0xFFE0 && cp <= 0xFFE6) || (cp >= 0x1F300 && cp <= 0x1F64F) || (cp >= 0x1F680 && cp <= 0x1F6FF) ||
-         (cp >= 0x1F900 && cp <= 0x1F9FF) || (cp >= 0x1FA70 && cp <= 0x1FAFF) || (cp >= 0x20000 && cp <= 0x3FFFD) ||
-         cp == 0x26A1 || cp == 0x2705 || cp == 0x274C || cp == 0x2B50;
-}
-
 }  // namespace
 
 size_t code_point_columns(std::string_view text, size_t i) {
   if ((static_cast<unsigned char>(text[i]) & 0xC0) == 0x80) return 0;
-  return is_wide(code_point_at(text, i)) ? 2 : 1;
+  const char32_t cp = code_point_at(text, i);
+  if (cp < 0x80) return 1;  // ASCII, its control characters as terminal_text shows them escaped
+  // Unicode's East Asian widths, with emoji wide and combining marks, joiners and variation selectors of no width.
+  return static_cast<size_t>(std::max(0, utf8proc_charwidth(static_cast<utf8proc_int32_t>(cp))));
 }
 
 size_t display_columns(std::string_view text) {

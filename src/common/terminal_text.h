@@ -13,7 +13,8 @@ namespace probekit {
 std::string terminal_text(std::string_view text, bool keep_line_breaks = false);
 
 /// The terminal columns of the code point whose UTF-8 starts at text[i]: two for the wide East Asian scripts and
-/// emoji, else one; none for a byte inside a code point.
+/// emoji, none for a combining mark, a joiner or a variation selector (utf8proc's widths), else one; none for a byte
+/// inside a code point.
 size_t code_point_columns(std::string_view text, size_t i);
 
 /// A UTF-8 text's width in terminal columns, for aligning and cutting what a terminal shows.

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <map>
@@ -22,7 +21,6 @@ namespace probekit::data {
 namespace {
 
 constexpr const char* kStandardInput = "-";
-constexpr const char* kStandardInputName = "<stdin>";  // as Python names it in messages
 constexpr const char* kMessagesField = "messages";     // a conversation row's messages, in place of its text
 
 // A label may be written as a string or as an integer class id, kept as its decimal digits.
@@ -342,14 +340,8 @@ void check_cognitive_actions(const Dataset& dataset, const DatasetOptions& optio
 
 // The dataset's bytes, read once: standard input for "-", else the file, pipe or FIFO at `path`.
 InputBytes read_dataset_bytes(const std::string& path) {
-  if (path == kStandardInput) {
-    if (::isatty(STDIN_FILENO)) {
-      fail_input("--dataset -: standard input is a terminal; pipe the dataset in (zcat data.jsonl.gz | ... --dataset -)");
-    }
-    return InputBytes{read_to_end(STDIN_FILENO, kStandardInputName), true};
-  }
   require_dataset(path);
-  return read_input_once(path);
+  return read_flag_input(path, "--dataset");
 }
 
 }  // namespace
@@ -366,7 +358,7 @@ Dataset read_dataset(const std::string& path, const DatasetOptions& options) {
   Sha256 hash;
   hash.update(input.bytes);
   dataset.sha256 = hash.hex_digest();
-  std::string source = path == kStandardInput ? kStandardInputName : path;
+  std::string source = input_name(path);
   read_examples(input.bytes, source, options, dataset);
   if (dataset.examples.empty()) {
     fail_input("{}: the dataset has no usable examples{}", source,

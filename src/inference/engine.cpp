@@ -48,8 +48,10 @@ void check_fits(const probes::ProbeSet& set, const std::string& dir, int64_t lay
     spdlog::warn("{}: probes trained on layer {} are run on layer {} (--layer)", dir, set.layer(), layer);
   }
   if (layer >= config.num_layers) {
-    fail_input("{}: probes of layer {}, but the model in {} has {} layers (0 to {})", dir, layer, options.model_dir,
-               config.num_layers, config.num_layers - 1);
+    const std::string message = fmt::format("{}: probes of layer {}, but the model in {} has {} layers (0 to {})", dir,
+                                            layer, options.model_dir, config.num_layers, config.num_layers - 1);
+    if (options.layer >= 0) throw UsageError("--layer " + std::to_string(options.layer) + ": " + message);
+    throw std::invalid_argument(message);  // the probes' own record names it
   }
   const SiteRow& row = site_row(site);
   if (!row.scorable()) fail_input("{}: probes of site '{}' ({}) cannot score text", dir, row.name, row.meaning);

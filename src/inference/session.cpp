@@ -6,7 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
+#include <sstream>
 
 #include "chat/conversation.h"
 #include "cli/cli.h"
@@ -145,10 +145,12 @@ void show_conversation_file(const Engine& engine, const InferenceRequest& r, con
 
 void show_texts(const Engine& engine, const InferenceRequest& r) {
   if (!r.file.empty()) {
-    const std::vector<ConversationRow> conversations = read_conversation_rows(r.file, r.text_field);
+    const std::vector<ConversationRow> conversations =
+        read_conversation_rows(r.file_bytes, input_name(r.file), r.text_field);
     if (!conversations.empty()) return show_conversation_file(engine, r, conversations);
   }
-  std::vector<std::string> texts = r.text.empty() ? read_texts(r.file, r.text_field) : std::vector<std::string>{r.text};
+  std::vector<std::string> texts =
+      r.text.empty() ? read_texts(r.file_bytes, input_name(r.file), r.text_field) : std::vector<std::string>{r.text};
   std::vector<TextScores> scores = engine.score(texts);
   Json all = Json::array();
   for (size_t i = 0; i < texts.size(); ++i) {
@@ -189,9 +191,7 @@ void check_request(InferenceRequest& r) {
     fail_usage("--text is empty: give the text to analyze (without --text, texts are read from stdin)");
   }
   if (!r.text.empty() && !r.file.empty()) fail_usage("--text and --file exclude each other");
-  for (const std::string* input : {&r.file, &r.messages}) {
-    if (!input->empty()) require_input_file(*input);  // before the model loads
-  }
+  if (!r.messages.empty()) require_input_file(r.messages);  // before the model loads
   if (!r.compare.empty() && r.text.empty()) fail_usage("--compare needs --text");
   if (r.per_token && r.text.empty() && r.messages.empty()) fail_usage("--per-token needs --text or --messages");
   if (r.chat && !r.generate) fail_usage("--chat goes with --generate (--messages ranks a conversation without it)");
@@ -232,6 +232,8 @@ void check_request(InferenceRequest& r) {
     }
   }
   if (where.size() == 2 && where[0] == where[1]) fail_usage("--csv and --html name the same file {}", r.csv);
+  // Last, once every flag is known good (standard input or a pipe is consumed), and before the model loads.
+  if (!r.file.empty()) r.file_bytes = read_flag_input(r.file, "--file").bytes;
 }
 
 // A probability: a finite number from 0 to 1 (CLI::Range lets NaN through).
@@ -250,7 +252,8 @@ CLI::Validator unit_interval() {
 // a user message; --messages: the file's conversation).
 std::vector<std::string> generation_prompts(const Engine& engine, const InferenceRequest& r) {
   if (!r.messages.empty()) return {chat::render_conversation(engine.model_dir(), chat::read_conversation(r.messages))};
-  std::vector<std::string> prompts = r.text.empty() ? read_texts(r.file, r.text_field) : std::vector<std::string>{r.text};
+  std::vector<std::string> prompts =
+      r.text.empty() ? read_texts(r.file_bytes, input_name(r.file), r.text_field) : std::vector<std::string>{r.text};
   if (r.chat) {
     for (std::string& prompt : prompts) prompt = chat::render_conversation(engine.model_dir(), chat::user_message(prompt));
   }
@@ -401,10 +404,15 @@ Json per_token_json(const std::string& text, const TokenScores& scores, const st
   return out;
 }
 
-std::vector<std::string> read_texts(const std::string& path, const std::string& field) {
-  require_input_file(path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_input("{}: cannot open", path);
+void check_calibrated(const Engine& engine, bool calibrated, const std::string& probes_dir,
+                      const std::string& calibrated_name, const std::string& threshold_name) {
+  if (!calibrated || !engine.multiclass()) return;
+  fail_usage("{}: {} holds a multiclass probe (train_probes), whose classes have no thresholds of their own; use {}",
+             calibrated_name, probes_dir, threshold_name);
+}
+
+std::vector<std::string> read_texts(const std::string& contents, const std::string& path, const std::string& field) {
+  std::istringstream in(contents);
   std::vector<std::string> texts;
   std::string line;
   for (int64_t number = 1; std::getline(in, line); ++number) {
@@ -431,10 +439,9 @@ std::vector<std::string> read_texts(const std::string& path, const std::string& 
   return texts;
 }
 
-std::vector<ConversationRow> read_conversation_rows(const std::string& path, const std::string& field) {
-  require_input_file(path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_input("{}: cannot open", path);
+std::vector<ConversationRow> read_conversation_rows(const std::string& contents, const std::string& path,
+                                                   const std::string& field) {
+  std::istringstream in(contents);
   std::vector<ConversationRow> rows;
   std::string line;
   for (int64_t number = 1; std::getline(in, line); ++number) {
@@ -443,12 +450,15 @@ std::vector<ConversationRow> read_conversation_rows(const std::string& path, con
     if (first == std::string::npos) continue;
     if (rows.empty() && line[first] != '{') return {};
     const std::string where = fmt::format("{}:{}", path, number);
-    const Json object = parse_json(line, where);
-    const bool conversation = object.is_object() && object.contains("messages") && !object.contains(field);
-    if (rows.empty() && !conversation) return {};
-    if (!conversation) fail_input("{}: no \"messages\" (the rows before it are conversations)", where);
-    // As capture reads a dataset's row: its messages with the tools it offers, in the order written.
+    const auto is_conversation = [&field](const auto& object) {
+      return object.is_object() && object.contains("messages") && !object.contains(field);
+    };
+    // The first row tells texts from conversations without reading it as a template would (a text row's other
+    // fields may hold what a template refuses); then each row is read once as capture reads a dataset's row: its
+    // messages with the tools it offers, in the order written.
+    if (rows.empty() && !is_conversation(parse_json(line, where))) return {};
     const OrderedJson ordered = parse_ordered_json(line, where, {"messages", "tools"});
+    if (!is_conversation(ordered)) fail_input("{}: no \"messages\" (the rows before it are conversations)", where);
     rows.push_back(ConversationRow{number, chat::conversation_text(chat::conversation_of(ordered, where))});
   }
   return rows;
@@ -466,7 +476,7 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
   app.add_option_function<std::string>(
       "--text", [&r](const std::string& text) { r.text = text, r.text_given = true; },
       "Text to analyze (without --text or --file: texts are read from stdin, one per line)");
-  app.add_option("--file", r.file, "Texts to analyze: one per line, or JSONL with a text field");
+  app.add_option("--file", r.file, "Texts to analyze: one per line, or JSONL with a text field (- reads stdin)");
   app.add_option("--text-field", r.text_field, "JSON field of the texts in --file")->capture_default_str();
   app.add_option("--top-k", d.top_k, "How many labels to show")->capture_default_str()->check(at_least(1));
   app.add_option("--threshold", d.threshold, "Confidence at which a label is marked")
@@ -514,11 +524,7 @@ void run_inference(InferenceRequest& r, std::istream& input, bool input_is_termi
   r.engine.generate = r.generate;
   for (int index : r.devices) r.engine.devices.push_back(fmt::format("cuda:{}", index));
   Engine engine = Engine::load(r.engine);
-  if (r.display.calibrated && engine.multiclass()) {
-    fail_usage("--calibrated: {} holds a multiclass probe (train_probes), whose classes have no thresholds of their own; "
-               "use --threshold",
-               r.engine.probes_dir);
-  }
+  check_calibrated(engine, r.display.calibrated, r.engine.probes_dir);
   if (r.per_token) return show_per_token(engine, r);
   if (r.generate) return show_generation(engine, r);
   if (!r.compare.empty()) return show_comparison(engine, r);

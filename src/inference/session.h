@@ -41,6 +41,7 @@ struct InferenceRequest {
   bool generate = false;    // --generate: generate after --text (or each --file text) while the probes score
   bool chat = false;        // --chat: each text is a user message, rendered with the model's chat template
   std::string messages;     // --messages FILE: a conversation (JSON list of messages) rendered as the one prompt
+  std::string file_bytes;   // --file's contents, read once before the model loads ("-": standard input, or a pipe)
   generation::GenerationFlags generation;
   monitor::MonitorFlags monitors;  // --monitor and its flags, with --generate
   bool live_view = false;   // --generate redraws a live view in place (the tool sets it when stdout is a terminal)
@@ -81,8 +82,14 @@ Json with_steering(Json out, const Engine& engine);
 /// prediction of its table, most confident first.
 Json per_token_json(const std::string& text, const TokenScores& scores, const std::vector<ScoreTable>& tables);
 
-/// --file: one text per line, or JSON objects with a text field; blank lines skipped.
-std::vector<std::string> read_texts(const std::string& path, const std::string& field);
+/// Refuses (a usage error) calibrated thresholds for a multiclass probe, whose classes have none of their own;
+/// `calibrated` and `threshold` name the options as the caller spells them (--calibrated, or a keyword argument).
+void check_calibrated(const Engine& engine, bool calibrated, const std::string& probes_dir,
+                      const std::string& calibrated_name = "--calibrated", const std::string& threshold_name = "--threshold");
+
+/// --file's contents (`source` names them in messages): one text per line, or JSON objects with a text field; blank
+/// lines skipped.
+std::vector<std::string> read_texts(const std::string& contents, const std::string& source, const std::string& field);
 
 /// One row of a --file of conversations: its 1-based line and its conversation (chat::conversation_text: the
 /// messages with any tools the row offers).
@@ -93,6 +100,7 @@ struct ConversationRow {
 
 /// --file of conversations (JSONL rows with "messages" and no text field, as capture reads them); empty when the file
 /// holds texts. A later row without messages is an error naming its line.
-std::vector<ConversationRow> read_conversation_rows(const std::string& path, const std::string& field);
+std::vector<ConversationRow> read_conversation_rows(const std::string& contents, const std::string& source,
+                                                   const std::string& field);
 
 }  // namespace probekit::inference

@@ -104,11 +104,31 @@ FprThreshold threshold_at_fpr(const std::vector<double>& scores, double max_fpr)
 
 Interval wilson_interval(int64_t successes, int64_t trials) {
   if (trials <= 0) return {};
+  return wilson_interval_at(static_cast<double>(successes) / static_cast<double>(trials), trials);
+}
+
+Interval wilson_interval_at(double proportion, int64_t trials) {
+  if (trials <= 0) return {};
   constexpr double z = 1.959963984540054;
-  const double n = static_cast<double>(trials), p = static_cast<double>(successes) / n;
+  const double n = static_cast<double>(trials), p = proportion;
   const double centre = (p + z * z / (2 * n)) / (1 + z * z / n);
   const double half = z / (1 + z * z / n) * std::sqrt(p * (1 - p) / n + z * z / (4 * n * n));
   return {std::max(0.0, centre - half), std::min(1.0, centre + half)};
+}
+
+int64_t examples_to_resolve_rate(double rate) {
+  // The interval at a fixed proportion narrows as the trials grow: the first count that resolves it is found by
+  // doubling, then halving the gap. A rate too small for any data stops at 2^50 examples.
+  const auto resolved = [rate](int64_t n) { return wilson_interval_at(rate, n).high <= 2 * rate; };
+  constexpr int64_t kMostExamples = int64_t{1} << 50;
+  int64_t high = 1;
+  while (!resolved(high) && high < kMostExamples) high *= 2;
+  int64_t low = high / 2;  // not resolved (or 0)
+  while (high - low > 1) {
+    const int64_t middle = low + (high - low) / 2;
+    (resolved(middle) ? high : low) = middle;
+  }
+  return high;
 }
 
 RecallAtFpr recall_at_fpr(const std::vector<int>& labels, const std::vector<double>& scores, double max_fpr) {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <optional>
 
 #include "activations/activation_store.h"
@@ -20,11 +21,41 @@ namespace probekit::probes {
 
 namespace {
 
-// A layer's probes.json with its probes' calibrations in, not yet written, and the calibrations.
+// A layer's probes.json with its probes' calibrations in, not yet written, the calibrations and what the data
+// earned in warnings.
 struct CalibratedIndex {
   std::string path;
   Json index, calibrations;
+  std::vector<std::string> warnings;
 };
+
+// What is wrong with data that calibrates without failing: too few examples to tell the rate from zero or from
+// twice it, and rows labelled with a probe's own label (the concept itself, counted as false positives).
+std::vector<std::string> calibration_warnings(const LayerFileScores& scored, double target_fpr) {
+  std::vector<std::string> warnings;
+  const int64_t examples = scored.logits.size(0), needed = metrics::examples_to_resolve_rate(target_fpr);
+  if (examples < needed) {
+    const metrics::Interval interval = metrics::wilson_interval_at(target_fpr, examples);
+    warnings.push_back(fmt::format(
+        "{}: {} examples cannot resolve a false-positive rate of {:g} (even at exactly that rate, the 95% interval would "
+        "be {:.3g} to {:.3g}); about {} examples bring it within twice the rate",
+        scored.file.path, examples, target_fpr, interval.low, interval.high, needed));
+  }
+  const std::vector<std::string>& names = scored.file.attributes.label_names;
+  const std::vector<int64_t> labels = file_labels(scored.file);
+  for (const auto& probe : scored.set.probes()) {
+    const auto name = std::find(names.begin(), names.end(), probe.label);
+    if (name == names.end()) continue;
+    const int64_t index = name - names.begin();
+    const auto rows = std::count(labels.begin(), labels.end(), index);
+    if (rows == 0) continue;
+    warnings.push_back(fmt::format(
+        "{}: {} of its {} examples are labelled '{}', which the probe detects: calibration counts them as false "
+        "positives (calibrate on ordinary data without the concept)",
+        scored.file.path, rows, examples, probe.label));
+  }
+  return warnings;
+}
 
 Json threshold_record(const metrics::FprThreshold& point) {
   return {{"threshold", point.threshold}, {"fpr", point.fpr}, {"fpr_ci95", {point.ci95.low, point.ci95.high}},
@@ -58,7 +89,9 @@ CalibratedIndex calibrated_index(const std::string& dir, const std::string& acti
     index.at("probes")[k]["calibration"] = calibration;
     calibrations.push_back({{"label", set.probes()[k].label}, {"calibration", calibration}});
   }
-  return {index_path, std::move(index), std::move(calibrations)};
+  std::vector<std::string> warnings = calibration_warnings(scored, target_fpr);
+  for (const std::string& warning : warnings) spdlog::warn("{}", warning);
+  return {index_path, std::move(index), std::move(calibrations), std::move(warnings)};
 }
 
 }  // namespace
@@ -86,6 +119,7 @@ void add_calibration_flags(CLI::App& app, CalibrationOptions& o) {
                  "A capture of ordinary data, read as the probes' activations were (a directory or a layer file)")
       ->required();
   add_target_fpr_option(app, o.target_fpr, "The share of its examples each probe may flag");
+  app.add_flag("--json", o.json, "Print the calibrations and warnings as JSON on stdout");
 }
 
 Json calibrate(const CalibrationOptions& options) {
@@ -96,7 +130,8 @@ Json calibrate(const CalibrationOptions& options) {
   for (const auto& [layer, dir] : catalog.layer_dirs) {
     const std::string file = layer_file_of(options.activations, layer, "--activations");
     calibrated.push_back(calibrated_index(dir, file, options.target_fpr));
-    layers.push_back({{"layer", layer}, {"probes", calibrated.back().calibrations}});
+    const CalibratedIndex& last = calibrated.back();
+    layers.push_back({{"layer", layer}, {"probes", last.calibrations}, {"warnings", last.warnings}});
     spdlog::info("layer {}: {} probes calibrated at {:g} false positives on {}", layer, layers.back()["probes"].size(),
                  options.target_fpr, file);
   }

@@ -17,6 +17,7 @@ struct CalibrationOptions {
   std::string probes_dir;    // probes.json, or layer_{L}/ folders
   std::string activations;   // the ordinary data's capture: a directory of layer files, or one file
   double target_fpr = 0.01;
+  bool json = false;         // --json: the summary on stdout in place of a line per probe
 };
 
 /// Calibrates the binary probes of one layer's directory `dir` on `activation_file` (every split's examples):
@@ -31,7 +32,8 @@ CLI::Option* add_target_fpr_option(CLI::App& app, double& target_fpr, const std:
 void add_calibration_flags(CLI::App& app, CalibrationOptions& options);
 
 /// Calibrates every layer of `options.probes_dir` on the layer file of the same number in `options.activations`
-/// (a layer without one is an error naming it); returns {"target_fpr", "layers": [{layer, probes: [...]}]}.
+/// (a layer without one is an error naming it); returns {"target_fpr", "layers": [{layer, probes: [...], warnings}]},
+/// the warnings each layer's data earned (too few examples for the rate, rows of a probe's own label) also logged.
 Json calibrate(const CalibrationOptions& options);
 
 }  // namespace probekit::probes

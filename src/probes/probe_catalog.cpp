@@ -30,12 +30,20 @@ int64_t recorded_layer(const std::string& dir) {
   return json_value<int64_t>(read_json_file(path), "layer", -1, path);
 }
 
+// The layer of a folder named layer_{L} holding probes.json in `dir`; -1 for any other entry.
+int64_t probe_layer_folder(const std::string& dir, const std::string& name) {
+  static const std::regex layer_dir(R"(layer_(\d{1,9}))");  // more digits: no layer's (nor an int64)
+  std::smatch match;
+  if (!std::regex_match(name, match, layer_dir) || !is_regular_file(dir + "/" + name + "/" + kIndex)) return -1;
+  return std::stoll(match[1].str());
+}
+
 // Whether `dir` holds probes as find_probes reads them: probes.json, or a layer_{L}/probes.json.
 bool holds_probes(const std::string& dir) {
   if (is_regular_file(dir + "/" + kIndex)) return true;
   if (!is_directory(dir)) return false;
   for (const std::string& name : list_directory(dir)) {
-    if (name.rfind("layer_", 0) == 0 && is_regular_file(dir + "/" + name + "/" + kIndex)) return true;
+    if (probe_layer_folder(dir, name) >= 0) return true;
   }
   return false;
 }
@@ -67,13 +75,10 @@ ProbeCatalog find_probes(const std::string& dir) {
   ProbeCatalog catalog;
   catalog.dir = dir;
   std::vector<std::string> names = probe_dir_entries(dir);
-  static const std::regex layer_dir(R"(layer_(\d{1,9}))");  // more digits: no layer's (nor an int64)
   bool pickles = false;
   for (const std::string& name : names) {
-    std::smatch match;
-    if (std::regex_match(name, match, layer_dir) && is_regular_file(dir + "/" + name + "/" + kIndex)) {
-      catalog.layer_dirs[std::stoll(match[1].str())] = dir + "/" + name;
-    }
+    const int64_t layer = probe_layer_folder(dir, name);
+    if (layer >= 0) catalog.layer_dirs[layer] = dir + "/" + name;
     pickles = pickles || (name.rfind("probe_", 0) == 0 && name.size() > 4 && name.substr(name.size() - 4) == ".pth");
   }
   if (is_regular_file(dir + "/" + kIndex)) catalog.layer_dirs[recorded_layer(dir)] = dir;
@@ -110,14 +115,16 @@ std::vector<int64_t> select_layers(const ProbeCatalog& catalog, const std::strin
   } else if (selection.empty() || selection == "all") {
     layers = available;
   } else {
-    int64_t largest = available.back() + 1;
-    layers = parse_layers(selection, std::max<int64_t>(largest, 1));
+    // Any layer number below a bound no model reaches (a range past it is refused before it is spelled out): one
+    // without probes is named below, with the layers that have them.
+    constexpr int64_t kLayerBound = int64_t{1} << 16;
+    layers = parse_index_list("--layers", selection, kLayerBound, "layer", "");
   }
   for (int64_t layer : layers) {
     if (!catalog.layer_dirs.count(layer)) {
       // A single-layer directory's probes may be run on another layer's activations on purpose.
       if (single_layer >= 0 && catalog.layer_dirs.size() == 1) continue;
-      fail_input("{}: no probes for layer {} (probes exist for layers {})", catalog.dir, layer, fmt::join(available, ", "));
+      fail_usage("{}: no probes for layer {} (probes exist for layers {})", catalog.dir, layer, fmt::join(available, ", "));
     }
   }
   return layers;

@@ -36,6 +36,7 @@ std::vector<int64_t> parse_index_list(const std::string& flag, const std::string
     return std::stoll(s);
   };
   auto out_of_range = [&](int64_t index) {
+    if (owner.empty()) fail_usage("{} {}: {} {} is out of range (at most {})", flag, text, noun, index, count - 1);
     fail_usage("{} {}: {} {} is out of range: the {} has {} {}s (0 to {})", flag, text, noun, index, owner, count, noun,
                count - 1);
   };

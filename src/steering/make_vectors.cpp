@@ -21,7 +21,7 @@ namespace {
 int64_t label_index(const activations::FileAttributes& attributes, const std::string& label, const std::string& path) {
   auto found = std::find(attributes.label_names.begin(), attributes.label_names.end(), label);
   if (found == attributes.label_names.end()) {
-    fail_input("{}: no label '{}' among its label_names ({})", path, label, fmt::join(attributes.label_names, ", "));
+    fail_usage("--label {}: {} has no such label (its labels: {})", label, path, fmt::join(attributes.label_names, ", "));
   }
   return found - attributes.label_names.begin();
 }
@@ -94,7 +94,11 @@ VectorFile from_probes(const MakeVectorsOptions& o) {
     const probes::ProbeSet set = probes::ProbeSet::load(dir, at::kCPU, at::kFloat);
     auto found = std::find_if(set.probes().begin(), set.probes().end(),
                               [&](const probes::ProbeInfo& p) { return p.label == o.label; });
-    if (found == set.probes().end()) fail_input("{}: no probe for the label '{}'", dir, o.label);
+    if (found == set.probes().end()) {
+      std::vector<std::string> labels;
+      for (const probes::ProbeInfo& probe : set.probes()) labels.push_back(probe.label);
+      fail_usage("--label {}: {} has no probe for it (its labels: {})", o.label, dir, fmt::join(labels, ", "));
+    }
     const at::Tensor direction = set.direction(static_cast<size_t>(found - set.probes().begin())).contiguous();
     out.layers[layer] = std::vector<float>(direction.data_ptr<float>(), direction.data_ptr<float>() + direction.numel());
     out.model_hint = set.recipe().model_name;
@@ -151,7 +155,7 @@ VectorFile make_vectors(const MakeVectorsOptions& o) {
   const std::string& source = o.*method.source;
   if (source.empty()) fail_usage("--method {} needs {}", method.name, method.source_flag);
   VectorFile out = method.make(o);
-  if (out.layers.empty()) fail_input("no layer of {} is among --layers {}", source, o.layers);
+  if (out.layers.empty()) fail_usage("--layers {}: no layer of {} is among them", o.layers, source);
   out.metadata = {{"method", o.method}, {"label", o.label}, {"source", source}};
   return out;
 }

@@ -29,11 +29,13 @@ std::pair<std::string, std::string> split_at(const std::string& text, const char
   return {text.substr(0, at), text.substr(at + 1)};
 }
 
-void check_layer(int64_t layer, const model::ModelConfig& config, const std::string& what) {
-  if (layer < 0 || layer >= config.num_layers) {
-    fail_input("{}: layer {} is out of range: the model ({}) has layers 0 to {}", what, layer, config.text_model_type,
-               config.num_layers - 1);
-  }
+// A layer named by a flag or a request's field is a usage error (exit 2); one read from a vector file is the file's.
+void check_layer(int64_t layer, const model::ModelConfig& config, const std::string& what, bool from_file) {
+  if (layer >= 0 && layer < config.num_layers) return;
+  const std::string message = fmt::format("{}: layer {} is out of range: the model ({}) has layers 0 to {}", what, layer,
+                                          config.text_model_type, config.num_layers - 1);
+  if (from_file) throw std::invalid_argument(message);
+  throw UsageError(message);
 }
 
 at::Tensor checked_vector(std::vector<float> values, const model::ModelConfig& config, const std::string& what) {
@@ -56,12 +58,14 @@ class ProbeDirections {
  public:
   explicit ProbeDirections(const std::string& dir) : dir_(dir), catalog_(probes::find_probes(dir)) {}
 
-  at::Tensor direction(const std::string& label, int64_t layer, const model::ModelConfig& config) {
+  // `what` names the operation as it was given (the flag and its value), for messages.
+  at::Tensor direction(const std::string& label, int64_t layer, const model::ModelConfig& config,
+                       const std::string& what) {
     auto found = catalog_.layer_dirs.find(layer);
     if (found == catalog_.layer_dirs.end()) {
       std::vector<int64_t> layers;
       for (const auto& [l, dir] : catalog_.layer_dirs) layers.push_back(l);
-      fail_input("{}@{}: {} has no probes for layer {} (it has layers {})", label, layer, dir_, layer, fmt::join(layers, ","));
+      fail_usage("{}: {} has no probes for layer {} (it has layers {})", what, dir_, layer, fmt::join(layers, ","));
     }
     auto loaded = sets_.find(layer);
     if (loaded == sets_.end()) loaded = sets_.emplace(layer, probes::ProbeSet::load(found->second, at::kCPU, at::kFloat)).first;
@@ -70,10 +74,13 @@ class ProbeDirections {
       if (set.probes()[i].label != label) continue;
       at::Tensor direction = set.direction(i);
       checked_vector(std::vector<float>(direction.data_ptr<float>(), direction.data_ptr<float>() + direction.numel()),
-                     config, fmt::format("{}@{} ({})", label, layer, found->second));
+                     config, fmt::format("{} ({})", what, found->second));
       return direction;
     }
-    fail_input("{}@{}: {} has no probe for the label '{}'", label, layer, found->second, label);
+    std::vector<std::string> labels;
+    for (const auto& probe : set.probes()) labels.push_back(probe.label);
+    fail_usage("{}: {} has no probe for the label '{}' (its labels: {})", what, found->second, label,
+               fmt::join(labels, ", "));
   }
 
   Json source(const std::string& label) const { return {{"label", label}, {"probes", dir_}}; }
@@ -88,7 +95,9 @@ class ProbeDirections {
 std::string described(const SteeringOp& op, int64_t layer) {
   const bool add = op.action == SteeringAction::kAdd;
   switch (op.source) {
-    case SteeringSource::kProbe: return fmt::format("{} {}@{}", add ? "--steer" : "--ablate", op.label, layer);
+    case SteeringSource::kProbe:
+      if (!op.from_flag) return fmt::format("{}@{}", op.label, layer);
+      return fmt::format("{} {}@{}", add ? "--steer" : "--ablate", op.label, layer);
     case SteeringSource::kFile:
       return fmt::format("{} {} (layer {})", add ? "--steer-vector" : "--ablate-vector", op.path, layer);
     case SteeringSource::kVector: return fmt::format("{} vector at layer {}", add ? "steer" : "ablate", layer);
@@ -130,17 +139,17 @@ std::vector<LayerVector> op_vectors(const SteeringOp& op, const model::ModelConf
   std::vector<LayerVector> out;
   if (op.source == SteeringSource::kFile) {
     for (auto& [layer, values] : read_vector_file(op.path).layers) {
-      check_layer(layer, config, described(op, layer));
+      check_layer(layer, config, described(op, layer), true);
       out.push_back({layer, checked_vector(values, config, described(op, layer)), {{"file", op.path}}});
     }
     return out;
   }
   for (int64_t layer : op_layers(op, config)) {
-    check_layer(layer, config, described(op, layer));
+    check_layer(layer, config, described(op, layer), false);
     if (op.source == SteeringSource::kVector) {
       out.push_back({layer, checked_vector(op.vector, config, described(op, layer)), {{"vector", true}}});
     } else {
-      out.push_back({layer, probes->direction(op.label, layer, config), probes->source(op.label)});
+      out.push_back({layer, probes->direction(op.label, layer, config, described(op, layer)), probes->source(op.label)});
     }
   }
   return out;
@@ -232,7 +241,9 @@ SteeringOp parse_probe_addition(const std::string& text) {
   std::optional<int> layer_number = parse_count(layer);
   if (!layer_number) fail_usage("--steer {}: the layer '{}' is not a layer number (expected {})", text, layer, kForm);
   const double coefficient = coefficient_of(text, text.substr(equals + 1), "--steer", kForm);
-  return SteeringOp::probe(SteeringAction::kAdd, label, std::to_string(*layer_number), coefficient);
+  SteeringOp op = SteeringOp::probe(SteeringAction::kAdd, label, std::to_string(*layer_number), coefficient);
+  op.from_flag = true;
+  return op;
 }
 
 // A file whose whole name holds '=' is that file when it exists; otherwise what follows the last '=' is the
@@ -248,7 +259,9 @@ SteeringOp parse_file_addition(const std::string& text) {
 
 SteeringOp parse_probe_ablation(const std::string& text) {
   auto [label, layers] = split_at(text, "--ablate", "LABEL@LAYERS, e.g. refusal@10-20");
-  return SteeringOp::probe(SteeringAction::kAblate, label, layers);
+  SteeringOp op = SteeringOp::probe(SteeringAction::kAblate, label, layers);
+  op.from_flag = true;
+  return op;
 }
 
 Json SteeringVectors::record() const {

@@ -46,6 +46,7 @@ struct SteeringOp {
   int64_t latent = -1;        // kLatent
   std::string layers;         // as --layers takes them (8,17, 21-30, all); empty for a file: each layer it has
   double coefficient = 1;     // kAdd
+  bool from_flag = false;     // kProbe given as --steer or --ablate (messages name the flag), not by a request
 
   /// --steer LABEL@LAYER=COEF, --ablate LABEL@LAYERS, --steer-vector FILE[=COEF], --ablate-vector FILE, and a
   /// request's {"vector", "layer", "coefficient"}.

@@ -227,9 +227,13 @@ void add_sweep_flags(CLI::App& app, SweepOptions& o) {
   inference::EngineOptions& e = o.engine;
   app.add_option("--probes-dir", e.probes_dir, "Probes directory (probes.json, or layer_{L}/ folders)")->required();
   add_model_options(app, e.model_dir, "The checkpoint the probes were trained on (default: the one recorded with them)");
-  app.add_option_function<std::string>(
-      "--labels", [&o](const std::string& labels) { o.labels = labels; },
-      "Labels to steer, comma-separated (default: every label with a probe at --layer)");
+  // Comma- or space-separated, as the trainers take --labels.
+  const auto take_labels = [&o](const std::vector<std::string>& labels) {
+    o.labels = fmt::format("{}", fmt::join(labels, ","));
+  };
+  app.add_option_function<std::vector<std::string>>(
+         "--labels", take_labels, "Labels to steer, comma-separated (default: every label with a probe at --layer)")
+      ->expected(1, -1);
   app.add_option("--layer", e.layer, "The layer steered and read: its probes give the directions and the scores")->required();
   app.add_option("--coefficients", o.coefficients, "Coefficients of the unit directions, comma-separated")
       ->delimiter(',')

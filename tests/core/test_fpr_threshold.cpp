@@ -47,3 +47,19 @@ TEST_CASE("wilson_interval: the 95% score interval of a proportion") {
   CHECK(half.high == doctest::Approx(0.596168).epsilon(1e-4));
   CHECK(std::isnan(wilson_interval(0, 0).low));
 }
+
+TEST_CASE("examples_to_resolve_rate: the fewest examples whose interval at the rate reaches at most twice it") {
+  // Found by stepping n one at a time in Python over the same interval.
+  CHECK(examples_to_resolve_rate(0.01) == 753);
+  CHECK(examples_to_resolve_rate(0.05) == 139);
+  CHECK(examples_to_resolve_rate(0.1) == 62);
+  CHECK(examples_to_resolve_rate(0.001) == 7668);
+  CHECK(examples_to_resolve_rate(1e-6) == 7682903);
+  CHECK(examples_to_resolve_rate(0.6) == 1);
+  CHECK(examples_to_resolve_rate(1e-300) >= int64_t{1} << 50);  // no data resolves it: the search stops
+  // Every larger count resolves it too (regression: counting flagged examples rounded down, 581 passed at 1% while
+  // most of 600 to 717 did not, and a calibration of 650 examples got no warning).
+  for (int64_t n = 753; n < 3000; ++n) REQUIRE(wilson_interval_at(0.01, n).high <= 0.02);
+  CHECK(wilson_interval_at(0.01, 752).high > 0.02);
+  CHECK(wilson_interval_at(0.05, 20).low == doctest::Approx(wilson_interval(1, 20).low));
+}

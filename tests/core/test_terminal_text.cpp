@@ -20,7 +20,7 @@ TEST_CASE("terminal text: C0, DEL and C1 controls escaped, line breaks kept on r
   CHECK(terminal_text("") == "");
 }
 
-TEST_CASE("display columns: wide East Asian characters and emoji take two, other code points one, bytes inside none") {
+TEST_CASE("display columns: wide East Asian characters and emoji take two, marks none, other code points one, bytes inside none") {
   using probekit::code_point_columns;
   using probekit::display_columns;
   CHECK(display_columns("") == 0);
@@ -29,6 +29,11 @@ TEST_CASE("display columns: wide East Asian characters and emoji take two, other
   CHECK(display_columns("한국어") == 6);
   CHECK(display_columns("a🙂b") == 4);
   CHECK(display_columns("Ångström") == 8);
+  // Combining marks, joiners and variation selectors take no column (regression: one each, misaligning tables).
+  CHECK(display_columns("e\u0301te\u0301") == 3);  // "été" with combining acute accents
+  CHECK(display_columns("\u0e01\u0e34\u0e19") == 2);  // Thai "kin": the vowel sign sits above its consonant
+  CHECK(display_columns("a\u200db\ufe0f\u2060") == 2);
+  CHECK(display_columns("\u0928\u092e\u0938\u094d\u0924\u0947") == 4);  // Devanagari "namaste": virama, vowel sign
   const std::string tokyo = "東京";
   CHECK(code_point_columns(tokyo, 0) == 2);
   CHECK(code_point_columns(tokyo, 1) == 0);

@@ -219,6 +219,15 @@ TEST_CASE("--overwrite replaces a layer file only once its successor is complete
                 {"layer_1_activations.h5 holds layer 1, which this run (layers 3) does not capture"});
   CHECK_FALSE(path_exists(out + "/" + activations::layer_file_name(3)));
   CHECK(is_regular_file(file));
+  // A plain run adds its layers to a capture of the same recipe and data, and refuses one of another before writing
+  // (regression: it wrote them beside each other, and only training refused the directory).
+  check_failure(run_command(capture("3", "--max-examples 100")), 2,
+                {"--output-dir ", "layer_1_activations.h5 (layer 1) was made with max_examples=0 but this run has "
+                                  "max_examples=100: the trainers take every layer file"});
+  CHECK_FALSE(path_exists(out + "/" + activations::layer_file_name(3)));
+  CommandResult added = run_command(capture("3", ""));
+  REQUIRE_MESSAGE(added.exit_code == 0, added.output);
+  CHECK(activations::read_attributes(out + "/" + activations::layer_file_name(3)).layer == 3);
 }
 
 TEST_CASE("a resumed run whose files hold every example (killed between two layers' finish) only finishes them") {

@@ -15,6 +15,7 @@
 #include "chat/conversation.h"
 #include "chat/token_masks.h"
 #include "capture_runs.h"
+#include "common/files.h"
 #include "common/json.h"
 #include "inference/engine.h"
 #include "inference/session.h"
@@ -428,20 +429,22 @@ TEST_CASE("conversations: a row's tools reach the chat template with its message
     CHECK(text.rfind(rendered, 0) == 0);
   }
   // multi_probe_inference --file reads such a row as capture does: the tools with the messages, in the same order.
-  const std::vector<inference::ConversationRow> rows = inference::read_conversation_rows(o.dataset_path, "text");
+  const std::vector<inference::ConversationRow> rows =
+      inference::read_conversation_rows(read_file(o.dataset_path), o.dataset_path, "text");
   REQUIRE(rows.size() == 12);
   CHECK(rows[0].conversation == data::read_dataset(o.dataset_path, {"text", "label"}).examples[0].messages);
   CHECK(Json::parse(rows[0].conversation) == Json::parse("{" + conversation + "}"));
   CHECK_CONTAINS(rows[0].conversation, R"({"unit":"C","city":"Oslo"})");
   // A byte-order mark and an indented first row (regression: both read as a file of plain texts).
   write_text(tmp.file("marked.jsonl"), "\xEF\xBB\xBF  {" + conversation + "}\n");
-  const std::vector<inference::ConversationRow> marked = inference::read_conversation_rows(tmp.file("marked.jsonl"), "text");
+  const std::vector<inference::ConversationRow> marked =
+      inference::read_conversation_rows(read_file(tmp.file("marked.jsonl")), "marked.jsonl", "text");
   REQUIRE(marked.size() == 1);
   CHECK(marked[0].conversation == rows[0].conversation);
   // A file of texts is told apart without reading its rows as a template would (regression: a text row's integer
   // past 64 bits stopped the run).
   write_text(tmp.file("texts.jsonl"), R"({"text": "a", "id": 123456789012345678901234567890})" "\n");
-  CHECK(inference::read_conversation_rows(tmp.file("texts.jsonl"), "text").empty());
+  CHECK(inference::read_conversation_rows(read_file(tmp.file("texts.jsonl")), "texts.jsonl", "text").empty());
   lines.clear();
   for (int i = 0; i < 12; ++i) {
     lines += R"({"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "web"}], "label": ")" +

@@ -298,6 +298,9 @@ TEST_CASE("bad input to multi_probe_inference: probe files of the wrong size are
     CHECK_CONTAINS(r.output, "missing.jsonl");
     CHECK_MESSAGE(r.output.find("device cpu") == std::string::npos, r.output);
   }
+  r = run(probes + "/layer_5", "--file " + tmp.file(""));
+  CHECK(r.exit_code == 1);
+  CHECK_CONTAINS(r.output, "is a directory, expected a regular file, a pipe or a FIFO");
 
   // Bytes that are not UTF-8 are read as Python's errors="replace" reads them: each becomes U+FFFD. Byte-level
   // tokens of one emoji are not UTF-8 on their own either, and JSON output must survive both.
@@ -422,6 +425,10 @@ TEST_CASE("--generate --file: several prompts in one batch, each generating as i
   probekit::testing::write_text(tmp.file("prompts.txt"), std::string(kReframingText) + "\n" + second + "\n");
   std::vector<Json> batch = json_lines(run_command(fmt::format("{} --file {}", command, tmp.file("prompts.txt"))).output);
   REQUIRE(batch.size() == 12);
+  // Standard input and a pipe read as the file is (regression: "cannot open -", and a FIFO refused).
+  CHECK(json_lines(run_command(fmt::format("cat {} | {} --file -", tmp.file("prompts.txt"), command)).output) == batch);
+  CHECK(json_lines(run_command(fmt::format("bash -c '{} --file <(cat {})'", command, tmp.file("prompts.txt"))).output) ==
+        batch);
   std::vector<Json> one_by_one =
       json_lines(run_command(fmt::format("{} --file {} --batch-size 1", command, tmp.file("prompts.txt"))).output);
   REQUIRE(one_by_one.size() == 12);

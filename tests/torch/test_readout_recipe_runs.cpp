@@ -127,6 +127,17 @@ TEST_CASE("calibration: each probe flags at most the target share of ordinary da
   options.target_fpr = 0.05;
   const Json summary = probes::calibrate(options);
   REQUIRE(summary["layers"].size() == 1);
+  // The probes' own capture is no ordinary data, and its 60 examples cannot resolve 5% (regression: both silent).
+  const Json& warnings = summary["layers"][0]["warnings"];
+  REQUIRE(warnings.size() >= 2);
+  CHECK_CONTAINS(warnings[0].get<std::string>(), "60 examples cannot resolve a false-positive rate of 0.05");
+  CHECK_CONTAINS(warnings[0].get<std::string>(), "about 139 examples bring it within twice the rate");
+  CHECK_CONTAINS(warnings[1].get<std::string>(), "examples are labelled '");
+  // The tool's --json prints that summary alone on stdout, its warnings with it.
+  CommandResult printed = run_command(fmt::format("( {} --probes-dir {} --activations {} --target-fpr 0.05 --json 2>/dev/null )",
+                                                  tool("calibrate_probes"), probes_dir, tmp.file("activations")));
+  REQUIRE_MESSAGE(printed.exit_code == 0, printed.output);
+  CHECK(Json::parse(printed.output) == summary);
   const Json index = read_json_file(probes_dir + "/probes.json");
   for (const Json& probe : index["probes"]) {
     const Json& c = probe.at("calibration");

@@ -367,6 +367,19 @@ TEST_CASE("a misspelt flag or subcommand is named first, not reported as a requi
   check_failure(run_command(tool("make_example")), 2, {"A subcommand is required"});
 }
 
+TEST_CASE("a flag's value CLI11 cannot take is named with what was expected") {
+  // Regression: CLI11's own words, "Could not convert: --epochs = abc" and "--threads: Value abc not in range".
+  const std::string train = tool("train_binary_probes") + " --activations x ";
+  check_failure(run_command(train + "--epochs abc"), 2, {"--epochs abc: expected an integer"});
+  check_failure(run_command(train + "--C abc"), 2, {"--C abc: expected a number"});
+  check_failure(run_command(train + "--model-type linaer"), 2,
+                {"--model-type linaer: expected one of ", "linear, ", "(did you mean linear?)"});
+  check_failure(run_command(tool("inspect_model") + " --threads abc device"), 2,
+                {"--threads abc: expected a number from 0 to 4096"});
+  check_failure(run_command(tool("probe_server") + " --probes-dir x --request-timeout abc"), 2,
+                {"--request-timeout abc: expected a number from 0.001 to 86400"});
+}
+
 TEST_CASE("a text too long for the CPU's memory is refused before the model loads, naming the line and --max-length") {
   TempDir tmp;
   std::string lines;

@@ -312,7 +312,7 @@ TEST_CASE("make_steering_vectors: mean-diff is the train split's mean difference
 
   check_failure(run_command(fmt::format("{} --activations {} --label nosuch --output {}", tool("make_steering_vectors"),
                                         tmp.file("activations"), tmp.file("x.safetensors"))),
-                1, {"no label 'nosuch' among its label_names (", "reframing"});
+                2, {"--label nosuch: ", "has no such label (its labels: ", "reframing"});
   check_failure(run_command(fmt::format("{} --method probe --label reframing --output {}", tool("make_steering_vectors"),
                                         tmp.file("x.safetensors"))),
                 2, {"--method probe needs --probes-dir"});
@@ -340,10 +340,22 @@ TEST_CASE("steering_sweep: every cell of one batched run gives what it gives alo
                                              tool("steering_sweep"), probes, kGemmaModel, tmp.file("prompts.txt"),
                                              tmp.file("sweep2"));
   check_failure(run_command(sweep_base + " --labels ''"), 2, {"--labels is empty"});
+  // Space-separated as the trainers take them (regression: "The following argument was not expected: nosuch").
+  check_failure(run_command(sweep_base + " --labels reframing nosuch"), 2, {"has no probe for 'nosuch' at layer 2"});
   check_failure(run_command(sweep_base + " --coefficients=0,1e9"), 2, {"--coefficients: the coefficient 1000000000 is past"});
   check_failure(run_command(fmt::format("{} --probes-dir {} --text hi --device cpu --ablate reframing@2-x",
                                         tool("multi_probe_inference"), probes)),
                 2, {"--ablate reframing@2-x: 'x' is not a layer number"});
+  // Regression: a layer or a label the flags name that the model or the probes lack exited 1 in some tools, 2 in others.
+  const std::string inference = fmt::format("{} --probes-dir {} --text hi --device cpu ", tool("multi_probe_inference"), probes);
+  check_failure(run_command(inference + "--steer reframing@9=4"), 2, {"--steer reframing@9: layer 9 is out of range"});
+  check_failure(run_command(inference + "--steer reframeing@2=4"), 2,
+                {"--steer reframeing@2: ", "has no probe for the label 'reframeing' (its labels: ", "reframing"});
+  check_failure(run_command(inference + "--layers 2,3"), 2, {"no probes for layer 3 (probes exist for layers 2)"});
+  check_failure(run_command(inference + "--layer 9"), 2, {"--layer 9: ", "probes of layer 9, but the model in"});
+  check_failure(run_command(fmt::format("{} --method probe --probes-dir {} --label nosuch --output {}",
+                                        tool("make_steering_vectors"), probes, tmp.file("x.safetensors"))),
+                2, {"--label nosuch: ", "has no probe for it (its labels: ", "reframing"});
 
   inference::EngineOptions options = cpu_engine_options(probes);
   options.layer = 2;
