@@ -5,6 +5,7 @@
 
 #include "chat/access.h"
 #include "chat/arguments.h"
+#include "chat/operators.h"
 #include "chat/render_budget.h"
 #include "chat/template_error.h"
 #include "chat/unicode_text.h"
@@ -87,7 +88,8 @@ Value split_method(const char* name, const std::string& text, const CallArgs& ar
 
 Value splitlines_method(const char* name, const std::string& text, const CallArgs& args) {
   Value keepends = bind_arguments(name, args, {{"keepends", Value(false)}})[0];
-  return string_list(python_splitlines(text, int_argument(keepends, name, "keepends") != 0));
+  // Python 3.12 and later take any value by its truth (3.11 took only integers): the version transformers runs on.
+  return string_list(python_splitlines(text, truthy(keepends)));
 }
 
 // partition cuts at the first `sep`, rpartition at the last, into a (before, sep, after) tuple.

@@ -150,13 +150,13 @@ class Engine {
   /// text, null for none).
   std::vector<TextScores> score(const std::vector<std::string>& texts,
                                 const std::vector<const steering::SteeringVectors*>& steering = {}) const;
-  /// Scores conversations (each a JSON list of messages) as capture read them: rendered with the model's chat
-  /// template and read at the probes' token mask (assistant for probes trained on texts). Probes whose template
-  /// was another are refused, naming the field.
+  /// Scores conversations (each JSON: a list of messages, or {"messages", "tools"} as chat::conversation_text writes
+  /// it) as capture read them: rendered with the model's chat template and read at the probes' token mask (assistant
+  /// for probes trained on texts). Probes whose template was another are refused, naming the field.
   std::vector<TextScores> score_conversations(const std::vector<std::string>& conversations) const;
-  /// Scores every token position of a conversation (a JSON list of messages) rendered as score_conversations renders
-  /// it: each token's score is the probes' for the conversation up to it, with no suffix; `mask` says which tokens
-  /// the probes' mask reads.
+  /// Scores every token position of a conversation (JSON, as score_conversations takes it) rendered as
+  /// score_conversations renders it: each token's score is the probes' for the conversation up to it, with no suffix;
+  /// `mask` says which tokens the probes' mask reads.
   TokenScores score_conversation_tokens(const std::string& conversation) const;
   /// Scores every token position of a text: one pass over the text records its keys and values, then one
   /// batched pass runs the suffix after each prefix on top of them (not one forward per prefix).

@@ -502,8 +502,8 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
   app.add_flag("--chat", r.chat,
                "With --generate: each text is a user message, rendered with the model's chat template (and its reply prompt)");
   app.add_option("--messages", r.messages,
-                 "A conversation (a JSON list of {\"role\", \"content\"} messages, or an object with \"messages\" and, "
-                 "with --generate, \"tools\") rendered with the model's chat template: ranked at the probes' token mask "
+                 "A conversation (a JSON list of {\"role\", \"content\"} messages, or an object with \"messages\" and "
+                 "\"tools\") rendered with the model's chat template: ranked at the probes' token mask "
                  "(the assistant's tokens for probes trained on texts), or with --generate the prompt");
   generation::add_generation_flags(app, r.generation);
   monitor::add_monitor_flags(app, r.monitors);

@@ -94,6 +94,21 @@ CalibratedIndex calibrated_index(const std::string& dir, const std::string& acti
   return {index_path, std::move(index), std::move(calibrations), std::move(warnings)};
 }
 
+// A calibration is an output like any other: replaced only with --overwrite, naming what it would replace.
+void refuse_calibrated(const std::string& dir) {
+  const std::string path = dir + "/" + kProbeIndexFile;
+  const Json index = read_json_file(path);
+  const Json probes = index.is_object() ? index.value("probes", Json::array()) : Json::array();
+  if (!probes.is_array()) return;  // the probes' loading names what is wrong with it
+  for (const Json& probe : probes) {
+    if (!probe.is_object() || !probe.contains("calibration") || !probe["calibration"].is_object()) continue;
+    const Json& calibration = probe["calibration"];
+    fail_usage("{}: the probes are calibrated already (at a false-positive rate of {} on {}); pass --overwrite to "
+               "replace the calibrations",
+               path, dump_json(calibration.value("target_fpr", Json())), dump_json(calibration.value("source", Json())));
+  }
+}
+
 }  // namespace
 
 Json calibrate_layer(const std::string& dir, const std::string& activation_file, double target_fpr) {
@@ -120,6 +135,7 @@ void add_calibration_flags(CLI::App& app, CalibrationOptions& o) {
       ->required();
   add_target_fpr_option(app, o.target_fpr, "The share of its examples each probe may flag");
   app.add_flag("--json", o.json, "Print the calibrations and warnings as JSON on stdout");
+  app.add_flag("--overwrite", o.overwrite, "Replace the calibrations probes.json already holds");
 }
 
 Json calibrate(const CalibrationOptions& options) {
@@ -128,6 +144,7 @@ Json calibrate(const CalibrationOptions& options) {
   std::vector<CalibratedIndex> calibrated;
   Json layers = Json::array();
   for (const auto& [layer, dir] : catalog.layer_dirs) {
+    if (!options.overwrite) refuse_calibrated(dir);
     const std::string file = layer_file_of(options.activations, layer, "--activations");
     calibrated.push_back(calibrated_index(dir, file, options.target_fpr));
     const CalibratedIndex& last = calibrated.back();

@@ -18,6 +18,7 @@ struct CalibrationOptions {
   std::string activations;   // the ordinary data's capture: a directory of layer files, or one file
   double target_fpr = 0.01;
   bool json = false;         // --json: the summary on stdout in place of a line per probe
+  bool overwrite = false;    // --overwrite: replace calibrations already in probes.json
 };
 
 /// Calibrates the binary probes of one layer's directory `dir` on `activation_file` (every split's examples):
@@ -32,7 +33,7 @@ CLI::Option* add_target_fpr_option(CLI::App& app, double& target_fpr, const std:
 void add_calibration_flags(CLI::App& app, CalibrationOptions& options);
 
 /// Calibrates every layer of `options.probes_dir` on the layer file of the same number in `options.activations`
-/// (a layer without one is an error naming it); returns {"target_fpr", "layers": [{layer, probes: [...], warnings}]},
+/// (a layer without one is an error naming it; probes calibrated already are refused without `overwrite`); returns {"target_fpr", "layers": [{layer, probes: [...], warnings}]},
 /// the warnings each layer's data earned (too few examples for the rate, rows of a probe's own label) also logged.
 Json calibrate(const CalibrationOptions& options);
 

@@ -133,9 +133,13 @@ TEST_CASE("calibration: each probe flags at most the target share of ordinary da
   CHECK_CONTAINS(warnings[0].get<std::string>(), "60 examples cannot resolve a false-positive rate of 0.05");
   CHECK_CONTAINS(warnings[0].get<std::string>(), "about 139 examples bring it within twice the rate");
   CHECK_CONTAINS(warnings[1].get<std::string>(), "examples are labelled '");
-  // The tool's --json prints that summary alone on stdout, its warnings with it.
-  CommandResult printed = run_command(fmt::format("( {} --probes-dir {} --activations {} --target-fpr 0.05 --json 2>/dev/null )",
-                                                  tool("calibrate_probes"), probes_dir, tmp.file("activations")));
+  // Calibrations are replaced only with --overwrite (regression: silently); the tool's --json prints the summary
+  // alone on stdout, its warnings with it.
+  const std::string again = fmt::format("{} --probes-dir {} --activations {} --target-fpr 0.05 --json",
+                                        tool("calibrate_probes"), probes_dir, tmp.file("activations"));
+  check_failure(run_command(again), 2, {"/probes.json: the probes are calibrated already (at a false-positive "
+                                        "rate of 0.05 on \"", "pass --overwrite"});
+  CommandResult printed = run_command("( " + again + " --overwrite 2>/dev/null )");
   REQUIRE_MESSAGE(printed.exit_code == 0, printed.output);
   CHECK(Json::parse(printed.output) == summary);
   const Json index = read_json_file(probes_dir + "/probes.json");
@@ -165,6 +169,7 @@ TEST_CASE("calibration: each probe flags at most the target share of ordinary da
 
   // Ordinary data read otherwise (another site) is refused, naming the field.
   set_file_attribute(tmp.file("activations/layer_2_activations.h5"), "site", "mlp_out");
+  options.overwrite = true;
   CHECK_THROWS_WITH(probes::calibrate(options), doctest::Contains("(site: \"resid_post\" in the probes' activations"));
 }
 
