@@ -137,15 +137,20 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
+// The options of `app` and of the subcommand that was given.
+std::vector<const CLI::Option*> given_options(const CLI::App& app) {
+  std::vector<const CLI::Option*> options = app.get_options();
+  for (const CLI::App* sub : app.get_subcommands()) {
+    for (const CLI::Option* option : sub->get_options()) options.push_back(option);
+  }
+  return options;
+}
+
 // The flags of `app` and of the subcommand that was given.
 std::vector<std::string> known_flags(const CLI::App& app) {
   std::vector<std::string> names;
-  std::vector<const CLI::App*> apps = {&app};
-  for (const CLI::App* sub : app.get_subcommands()) apps.push_back(sub);
-  for (const CLI::App* a : apps) {
-    for (const CLI::Option* option : a->get_options()) {
-      for (const std::string& name : option->get_lnames()) names.push_back("--" + name);
-    }
+  for (const CLI::Option* option : given_options(app)) {
+    for (const std::string& name : option->get_lnames()) names.push_back("--" + name);
   }
   return names;
 }
@@ -225,18 +230,14 @@ std::vector<std::string> required_error_lines(const CLI::App& app, const CLI::Re
 std::string value_type_words(const CLI::App& app, const std::string& flag) {
   const size_t name_start = flag.find_first_not_of('-');
   if (name_start == std::string::npos) return "";
-  std::vector<const CLI::App*> apps = {&app};
-  for (const CLI::App* sub : app.get_subcommands()) apps.push_back(sub);
-  for (const CLI::App* a : apps) {
-    for (const CLI::Option* option : a->get_options()) {
-      const std::vector<std::string>& names = option->get_lnames();
-      if (std::find(names.begin(), names.end(), flag.substr(name_start)) == names.end()) continue;
-      const std::string type = option->get_type_name();
-      if (type.find("UINT") != std::string::npos) return "a whole number, 0 or more";
-      if (type.find("INT") != std::string::npos) return "an integer";
-      if (type.find("FLOAT") != std::string::npos) return "a number";
-      return "a value of type " + type;
-    }
+  for (const CLI::Option* option : given_options(app)) {
+    const std::vector<std::string>& names = option->get_lnames();
+    if (std::find(names.begin(), names.end(), flag.substr(name_start)) == names.end()) continue;
+    const std::string type = option->get_type_name();
+    if (type.find("UINT") != std::string::npos) return "a whole number, 0 or more";
+    if (type.find("INT") != std::string::npos) return "an integer";
+    if (type.find("FLOAT") != std::string::npos) return "a number";
+    return "a value of type " + type;
   }
   return "";
 }

@@ -130,6 +130,12 @@ void show_conversation(const Engine& engine, const InferenceRequest& r) {
   if (r.display.json) fmt::print("{}\n", dump_json(shown, 2));
 }
 
+// --text as given, or --file's texts (read before the model loaded).
+std::vector<std::string> request_texts(const InferenceRequest& r) {
+  if (!r.text.empty()) return {r.text};
+  return read_texts(r.file_bytes, input_name(r.file), r.text_field);
+}
+
 // --file of conversations: each ranked at the probes' token mask, shown as "conversation N" (N its line).
 void show_conversation_file(const Engine& engine, const InferenceRequest& r, const std::vector<ConversationRow>& rows) {
   std::vector<std::string> conversations;
@@ -149,8 +155,7 @@ void show_texts(const Engine& engine, const InferenceRequest& r) {
         read_conversation_rows(r.file_bytes, input_name(r.file), r.text_field);
     if (!conversations.empty()) return show_conversation_file(engine, r, conversations);
   }
-  std::vector<std::string> texts =
-      r.text.empty() ? read_texts(r.file_bytes, input_name(r.file), r.text_field) : std::vector<std::string>{r.text};
+  std::vector<std::string> texts = request_texts(r);
   std::vector<TextScores> scores = engine.score(texts);
   Json all = Json::array();
   for (size_t i = 0; i < texts.size(); ++i) {
@@ -252,8 +257,7 @@ CLI::Validator unit_interval() {
 // a user message; --messages: the file's conversation).
 std::vector<std::string> generation_prompts(const Engine& engine, const InferenceRequest& r) {
   if (!r.messages.empty()) return {chat::render_conversation(engine.model_dir(), chat::read_conversation(r.messages))};
-  std::vector<std::string> prompts =
-      r.text.empty() ? read_texts(r.file_bytes, input_name(r.file), r.text_field) : std::vector<std::string>{r.text};
+  std::vector<std::string> prompts = request_texts(r);
   if (r.chat) {
     for (std::string& prompt : prompts) prompt = chat::render_conversation(engine.model_dir(), chat::user_message(prompt));
   }

@@ -109,6 +109,8 @@ class ProbeSet {
 
   /// The outputs, one per label or class.
   const std::vector<ProbeInfo>& probes() const { return probes_; }
+  /// Their labels, in the order of probes().
+  std::vector<std::string> labels() const;
   const ProbeShape& shape() const { return bank_.shape(); }
   /// The index's fields (format, layer, the probes, ...).
   const Json& index() const { return index_; }

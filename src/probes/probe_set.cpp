@@ -225,6 +225,12 @@ at::Tensor ProbeSet::row_logits(const at::Tensor& rows) const {
   return scores.defined() ? scores.reshape({rows.size(0), -1}) : scores;
 }
 
+std::vector<std::string> ProbeSet::labels() const {
+  std::vector<std::string> out;
+  for (const ProbeInfo& probe : probes_) out.push_back(probe.label);
+  return out;
+}
+
 at::Tensor ProbeSet::direction(size_t index) const {
   const auto output = static_cast<int64_t>(index);
   return multiclass_ ? bank_.shape().kind->direction(bank_, 0, output) : bank_.shape().kind->direction(bank_, output, 0);

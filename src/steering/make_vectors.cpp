@@ -95,9 +95,7 @@ VectorFile from_probes(const MakeVectorsOptions& o) {
     auto found = std::find_if(set.probes().begin(), set.probes().end(),
                               [&](const probes::ProbeInfo& p) { return p.label == o.label; });
     if (found == set.probes().end()) {
-      std::vector<std::string> labels;
-      for (const probes::ProbeInfo& probe : set.probes()) labels.push_back(probe.label);
-      fail_usage("--label {}: {} has no probe for it (its labels: {})", o.label, dir, fmt::join(labels, ", "));
+      fail_usage("--label {}: {} has no probe for it (its labels: {})", o.label, dir, fmt::join(set.labels(), ", "));
     }
     const at::Tensor direction = set.direction(static_cast<size_t>(found - set.probes().begin())).contiguous();
     out.layers[layer] = std::vector<float>(direction.data_ptr<float>(), direction.data_ptr<float>() + direction.numel());

@@ -77,10 +77,8 @@ class ProbeDirections {
                      config, fmt::format("{} ({})", what, found->second));
       return direction;
     }
-    std::vector<std::string> labels;
-    for (const auto& probe : set.probes()) labels.push_back(probe.label);
     fail_usage("{}: {} has no probe for the label '{}' (its labels: {})", what, found->second, label,
-               fmt::join(labels, ", "));
+               fmt::join(set.labels(), ", "));
   }
 
   Json source(const std::string& label) const { return {{"label", label}, {"probes", dir_}}; }
