@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "cli/torch/torch_tool.h"
+#include "probes/run_summary.h"
 #include "probes/training_flags.h"
 
 using namespace probekit;
@@ -13,7 +14,7 @@ int main(int argc, char** argv) {
       probes::add_binary_training_flags,
       [](probes::BinaryRunOptions& options) {
         Json summary = probes::run_binary_training(options);
-        if (options.json) fmt::print("{}\n", dump_json(summary));
+        fmt::print("{}", options.json ? dump_json(summary) + "\n" : probes::binary_summary_text(summary));
       },
       probes::kTrainingInterruptNote);
 }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "cli/torch/torch_tool.h"
+#include "probes/run_summary.h"
 #include "probes/training_flags.h"
 
 using namespace probekit;
@@ -12,7 +13,7 @@ int main(int argc, char** argv) {
       argc, argv, "Train a multiclass probe on an HDF5 activation file", probes::add_multiclass_training_flags,
       [](probes::MulticlassRunOptions& options) {
         Json summary = probes::run_multiclass_training(options);
-        if (options.json) fmt::print("{}\n", dump_json(summary));
+        fmt::print("{}", options.json ? dump_json(summary) + "\n" : probes::multiclass_summary_text(summary));
       },
       probes::kTrainingInterruptNote);
 }

@@ -76,7 +76,7 @@ Json config_json(const BinaryRunOptions& options, const device::ComputeTarget& t
           {"num_workers", options.num_workers},
           {"pin_activations_to_gpu", target.is_gpu() && t.pin_activations},
           {"device", target.device.str()},
-          {"dtype", dtype_label(target.dtype)},
+          {"dtype", device::precision_name(target.dtype)},
           {"model_name", model_name},
           {"output_dir", options.output_dir}};
 }
@@ -438,7 +438,7 @@ Json run_binary_training(const BinaryRunOptions& options) {
   return {{"output_dir", options.output_dir},
           {"report", report},
           {"device", plan.target.device.str()},
-          {"dtype", dtype_label(plan.target.dtype)},
+          {"dtype", device::precision_name(plan.target.dtype)},
           {"layers", run.summary_layers},
           {"total_seconds", seconds}};
 }

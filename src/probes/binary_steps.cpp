@@ -209,7 +209,7 @@ TrainedWeights train_by_steps(const BinaryInputs& in, std::vector<TrainedLabel>&
   std::vector<double> rates = epoch_learning_rates(options.lr, options.epochs, options.cosine_schedule, options.eta_min);
   spdlog::info("{}: training {} {} probes on {} examples x {} ({}, {}{}{}), batch {}, up to {} epochs", in.progress_label,
                k, in.shape.kind->name(), train_split.examples(), in.shape.input_dim, device.str(),
-               dtype_label(in.tensor_options.dtype().toScalarType()),
+               device::precision_name(in.tensor_options.dtype().toScalarType()),
                group_count > 1 ? fmt::format(", {} groups of probes in parallel", group_count) : "",
                data.train_x.activations().held_on() != device ? ", activations in host memory" : "", options.batch_size, options.epochs);
 

@@ -168,7 +168,7 @@ Json run_kind_comparison(const BinaryRunOptions& options, const BinaryRunPlan& p
           {"report", report},
           {"comparison", options.output_dir + "/comparison.json"},
           {"device", plan.target.device.str()},
-          {"dtype", dtype_label(plan.target.dtype)},
+          {"dtype", device::precision_name(plan.target.dtype)},
           {"kinds", summaries},
           {"total_seconds", seconds}};
 }

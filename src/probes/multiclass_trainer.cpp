@@ -187,7 +187,7 @@ void train_by_steps(ProbeTraining& training, const activations::ActivationFile& 
   const auto& train_split = file.split(activations::Split::kTrain);
   spdlog::info("{}: training a {} probe over {} classes on {} examples x {} ({}, {}{}), batch {}, {} epochs",
                progress_label, shape.kind->name(), shape.outputs, train_split.examples(), shape.input_dim,
-               device.str(), dtype_label(training.bank.values().scalar_type()),
+               device.str(), device::precision_name(training.bank.values().scalar_type()),
                data.train_x.held_on() != device ? ", activations in host memory" : "", options.batch_size, options.epochs);
   ThreadCountGuard step_threads(device.is_cpu() ? threads_for_steps(shape, options.batch_size) : at::get_num_threads());
   ProgressBar bar(progress_label, options.epochs, "epochs");
@@ -340,7 +340,7 @@ Json run_multiclass_training(const MulticlassRunOptions& options) {
                result.seconds, options.output_dir);
   return {{"output_dir", options.output_dir},
           {"device", target.device.str()},
-          {"dtype", dtype_label(target.dtype)},
+          {"dtype", device::precision_name(target.dtype)},
           {"layer", file.attributes.layer},
           {"classes", result.class_names.size()},
           {"best_epoch", h.best_epoch},

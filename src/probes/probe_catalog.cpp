@@ -115,8 +115,8 @@ std::vector<int64_t> select_layers(const ProbeCatalog& catalog, const std::strin
   } else if (selection.empty() || selection == "all") {
     layers = available;
   } else {
-    // Any layer number below a bound no model reaches (a range past it is refused before it is spelled out): one
-    // without probes is named below, with the layers that have them.
+    // Any layer number: one without probes is named below, with the layers that have them. A range past a bound no
+    // model reaches is refused before it is spelled out.
     constexpr int64_t kLayerBound = int64_t{1} << 16;
     layers = parse_index_list("--layers", selection, kLayerBound, "layer", "");
   }

@@ -36,7 +36,7 @@ std::vector<int64_t> parse_index_list(const std::string& flag, const std::string
     return std::stoll(s);
   };
   auto out_of_range = [&](int64_t index) {
-    if (owner.empty()) fail_usage("{} {}: {} {} is out of range (at most {})", flag, text, noun, index, count - 1);
+    if (owner.empty()) fail_usage("{} {}: {} {} is past what any model has (at most {})", flag, text, noun, index, count - 1);
     fail_usage("{} {}: {} {} is out of range: the {} has {} {}s (0 to {})", flag, text, noun, index, owner, count, noun,
                count - 1);
   };
@@ -54,7 +54,7 @@ std::vector<int64_t> parse_index_list(const std::string& flag, const std::string
   if (indices.empty()) fail_usage("{} {}: no {} given", flag, text, noun);
   std::sort(indices.begin(), indices.end());
   indices.erase(std::unique(indices.begin(), indices.end()), indices.end());
-  if (indices.back() >= count) out_of_range(indices.back());
+  if (!owner.empty() && indices.back() >= count) out_of_range(indices.back());
   return indices;
 }
 

@@ -43,16 +43,25 @@ TEST_CASE("the reference's README commands run unchanged against a fixture model
                   "--lr 5e-4 --weight-decay 1e-3 --early-stopping-patience 10 --num-workers 8 --pin-activations-to-gpu",
                   activations, tmp.file("probes")));
   CHECK_CONTAINS(binary, "42 labels have no example and get no probe");
+  // Results on stdout, as every tool prints them (regression: the trainers printed them only with --json).
+  CHECK_CONTAINS(binary, "Trained probes at layer 3 in ");
+  CHECK_CONTAINS(binary, "  layer  probes  test AUROC  F1 at 0.5  F1 tuned  skipped  seconds\n      3       3      0.");
+  CHECK_CONTAINS(binary, "42 labels without an example got no probe");
+  CHECK_CONTAINS(binary, "Report: " + tmp.file("probes") + "/report.html");
   CHECK(read_json_file(tmp.file("probes/probes.json")).at("probes").size() == 3);
   // Its training script: every layer file of a capture, the activations kept in host memory.
-  run_reference_command("train_binary_probes",
-                        fmt::format("--activations {} --output-dir {} --model-type linear --batch-size 18 --epochs 3 "
-                                    "--early-stopping-patience 10 --no-pin-activations",
-                                    activations, tmp.file("probes_all")));
-  run_reference_command("train_probes",
+  std::string all = run_reference_command(
+      "train_binary_probes", fmt::format("--activations {} --output-dir {} --model-type linear --batch-size 18 --epochs 3 "
+                                         "--early-stopping-patience 10 --no-pin-activations",
+                                         activations, tmp.file("probes_all")));
+  CHECK_CONTAINS(all, "Trained probes at 2 layers in ");
+  CHECK_CONTAINS(all, "  best layer by mean test AUROC: ");
+  std::string multiclass = run_reference_command("train_probes",
                         fmt::format("--activations {}/layer_3_activations.h5 --output-dir {} --model-type linear "
                                     "--batch-size 32 --epochs 3 --lr 1e-3 --weight-decay 1e-4",
                                     activations, tmp.file("multiclass")));
+  CHECK_CONTAINS(multiclass, "Trained a 45-class probe at layer 3 in ");
+  CHECK_CONTAINS(multiclass, "  test accuracy 0.");
 
   // No --model: the probes know it.
   std::string ranked =

@@ -352,6 +352,10 @@ TEST_CASE("steering_sweep: every cell of one batched run gives what it gives alo
   check_failure(run_command(inference + "--steer reframeing@2=4"), 2,
                 {"--steer reframeing@2: ", "has no probe for the label 'reframeing' (its labels: ", "reframing"});
   check_failure(run_command(inference + "--layers 2,3"), 2, {"no probes for layer 3 (probes exist for layers 2)"});
+  // Regression: a layer past 65535 read "out of range (at most 65535)", as if some probes could reach it.
+  check_failure(run_command(inference + "--layers 70000"), 2, {"no probes for layer 70000 (probes exist for layers 2)"});
+  check_failure(run_command(inference + "--layers 0-99999999"), 2,
+                {"--layers 0-99999999: layer 99999999 is past what any model has (at most 65535)"});
   check_failure(run_command(inference + "--layer 9"), 2, {"--layer 9: ", "probes of layer 9, but the model in"});
   check_failure(run_command(fmt::format("{} --method probe --probes-dir {} --label nosuch --output {}",
                                         tool("make_steering_vectors"), probes, tmp.file("x.safetensors"))),

@@ -13,6 +13,7 @@
 #include "common/json.h"
 #include "probes/binary_run.h"
 #include "probes/multiclass_trainer.h"
+#include "probes/run_summary.h"
 #include "probes/synthetic_activations.h"
 #include "probes/training_data.h"
 #include "probe_fixture.h"
@@ -108,11 +109,19 @@ TEST_CASE("--pool on a capture of one row per text, and an output folder holding
   CHECK(path_exists(inside));
 }
 
-TEST_CASE("a training summary over layers whose test AUROC is undefined says null, not -1 or 2") {
+TEST_CASE("a training summary over layers whose test AUROC is undefined says null, not -1 or 2, and \"-\" on stdout") {
   TempDir tmp;
   make_directories(tmp.file("no_test"));
   for (int64_t layer : {1, 2}) synthetic_file(tmp, {20, 10, 0}, fmt::format("no_test/layer_{}_activations.h5", layer), layer);
-  probes::run_binary_training(cpu_binary_run(tmp.file("no_test"), tmp.file("out"), 1));
+  const Json summary = probes::run_binary_training(cpu_binary_run(tmp.file("no_test"), tmp.file("out"), 1));
+  // What train_binary_probes prints without --json: the undefined figures as "-", no best layer.
+  const std::string text = probes::binary_summary_text(summary);
+  CHECK_CONTAINS(text, "Trained probes at 2 layers in ");
+  CHECK_CONTAINS(text, "(cpu, fp32) -> " + tmp.file("out"));
+  CHECK_CONTAINS(text, "      1       3           -");
+  CHECK_CONTAINS(text, "      2       3           -");
+  CHECK(text.find("best layer") == std::string::npos);
+  CHECK_CONTAINS(text, "Report: " + tmp.file("out") + "/report.html");
   const Json statistics = read_json_file(tmp.file("out/training_summary.json"))["statistics"];
   CHECK(statistics["avg_auc"].is_null());
   CHECK(statistics["best_auc"].is_null());

@@ -78,6 +78,15 @@ at::ScalarType to_scalar_type(DType dtype) {
   return at::kFloat;
 }
 
+std::string precision_name(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return dtype_name(DType::kFloat32);
+    case at::kBFloat16: return dtype_name(DType::kBFloat16);
+    case at::kHalf: return dtype_name(DType::kFloat16);
+    default: return c10::toString(type);
+  }
+}
+
 at::Device to_device(const DeviceChoice& choice) {
   switch (choice.backend) {
     case Backend::kCpu: return at::Device(at::kCPU);

@@ -57,6 +57,9 @@ void empty_cache(const at::Device& device);
 
 at::ScalarType to_scalar_type(DType dtype);
 
+/// A compute precision's name as --dtype spells it (fp32, bf16, fp16); other types as torch names them.
+std::string precision_name(at::ScalarType type);
+
 /// For one worker thread of a pipeline, while it lives: makes `devices.front()` current and, on CUDA, gives
 /// the thread a stream of its own on each of `devices` (a split model's stages), so that two workers' batches
 /// overlap: one on the first stage while the other runs on the second.
