@@ -63,6 +63,21 @@ std::string map_code_points(std::string_view text, Map map) {
 bool is_letter(char32_t cp) { return category(cp) >= UTF8PROC_CATEGORY_LU && category(cp) <= UTF8PROC_CATEGORY_LO; }
 bool is_number(char32_t cp) { return category(cp) >= UTF8PROC_CATEGORY_ND && category(cp) <= UTF8PROC_CATEGORY_NO; }
 
+#include "chat/python_char_tables.inc"
+
+bool is_digit(char32_t cp) { return category(cp) == UTF8PROC_CATEGORY_ND || in_intervals(kDigitsBeyondNd, cp); }
+bool is_numeric(char32_t cp) { return is_number(cp) || in_intervals(kNumericBeyondN, cp); }
+bool is_identifier_start(char32_t cp) {
+  bool rule = is_letter(cp) || category(cp) == UTF8PROC_CATEGORY_NL || cp == '_';
+  return rule != in_intervals(kIdentifierStartFlips, cp);
+}
+bool is_identifier_continue(char32_t cp) {
+  utf8proc_category_t c = category(cp);
+  bool rule = is_letter(cp) || c == UTF8PROC_CATEGORY_NL || cp == '_' || c == UTF8PROC_CATEGORY_MN ||
+              c == UTF8PROC_CATEGORY_MC || c == UTF8PROC_CATEGORY_ND || c == UTF8PROC_CATEGORY_PC;
+  return rule != in_intervals(kIdentifierContinueFlips, cp);
+}
+
 template <typename Predicate>
 bool all_of_non_empty(std::string_view text, Predicate predicate) {
   if (text.empty()) return false;
@@ -194,6 +209,40 @@ bool python_is_alnum(std::string_view text) {
   return all_of_non_empty(text, [](char32_t cp) { return is_letter(cp) || is_number(cp); });
 }
 bool python_is_space(std::string_view text) { return all_of_non_empty(text, is_python_space); }
+bool python_is_digit(std::string_view text) { return all_of_non_empty(text, is_digit); }
+bool python_is_numeric(std::string_view text) { return all_of_non_empty(text, is_numeric); }
+bool python_is_identifier(std::string_view text) {
+  if (text.empty()) return false;
+  size_t pos = 0;
+  if (!is_identifier_start(next_code_point(text, pos))) return false;
+  while (pos < text.size()) {
+    if (!is_identifier_continue(next_code_point(text, pos))) return false;
+  }
+  return true;
+}
+
+bool is_printable(char32_t cp) {
+  if (cp == ' ') return true;
+  switch (category(cp)) {
+    case UTF8PROC_CATEGORY_CC:
+    case UTF8PROC_CATEGORY_CF:
+    case UTF8PROC_CATEGORY_CS:
+    case UTF8PROC_CATEGORY_CO:
+    case UTF8PROC_CATEGORY_CN:
+    case UTF8PROC_CATEGORY_ZL:
+    case UTF8PROC_CATEGORY_ZP:
+    case UTF8PROC_CATEGORY_ZS:
+      return false;
+    default:
+      return true;
+  }
+}
+bool python_is_printable(std::string_view text) {
+  for (size_t pos = 0; pos < text.size();) {
+    if (!is_printable(next_code_point(text, pos))) return false;
+  }
+  return true;
+}
 
 int64_t python_word_count(std::string_view text) {
   int64_t words = 0;

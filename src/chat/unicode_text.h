@@ -36,15 +36,23 @@ std::string jinja_title(std::string_view text);
 /// Lowercase and Uppercase properties, as Python: 'ª' is lower case, 'Ⅰ' upper case).
 bool python_is_lower(std::string_view text);
 bool python_is_upper(std::string_view text);
-/// str.isdecimal() (and isdigit(), which Python also grants superscript and circled digits), isalpha(), isalnum(),
-/// isspace(): not empty, and every character a decimal digit (Nd), a letter (L*), a letter or number (L*, N*), or
-/// whitespace.
+/// str.isdecimal(), isdigit(), isnumeric(), isalpha(), isalnum(), isspace(): not empty, and every character a
+/// decimal digit (Nd), a digit (Nd, superscripts, circled digits), numeric (N*, CJK numerals), a letter (L*), a
+/// letter or number (L*, N*), or whitespace.
 bool python_is_decimal(std::string_view text);
+bool python_is_digit(std::string_view text);
+bool python_is_numeric(std::string_view text);
 /// str.isascii(): every byte below 0x80 (the empty text too).
 bool python_is_ascii(std::string_view text);
 bool python_is_alpha(std::string_view text);
 bool python_is_alnum(std::string_view text);
 bool python_is_space(std::string_view text);
+/// str.isidentifier(): not empty, a first character of XID_Start or '_', the others XID_Continue.
+bool python_is_identifier(std::string_view text);
+/// str.isprintable(): no control, format, surrogate, private-use, unassigned or separator character but the space
+/// (the empty text too).
+bool is_printable(char32_t cp);
+bool python_is_printable(std::string_view text);
 
 /// The number of runs of word characters (Python's regex \w: letters, numbers, '_'), as jinja2's wordcount.
 int64_t python_word_count(std::string_view text);

@@ -1,39 +1,18 @@
 #include "chat/value_text.h"
 
 #include <fmt/format.h>
-#include <utf8proc.h>
 
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 
-#include "tokenizer/utf8.h"
 #include "chat/render_budget.h"
+#include "chat/unicode_text.h"
+#include "tokenizer/utf8.h"
 
 namespace probekit::chat {
 
 namespace {
-
-// str.isprintable() for one code point: not a control, format, surrogate, private-use, unassigned or
-// separator character, the space excepted.
-bool is_printable(char32_t cp) {
-  if (cp == ' ') return true;
-  if (cp < 0x20 || cp == 0x7F) return false;
-  if (cp < 0x7F) return true;
-  switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
-    case UTF8PROC_CATEGORY_CC:
-    case UTF8PROC_CATEGORY_CF:
-    case UTF8PROC_CATEGORY_CS:
-    case UTF8PROC_CATEGORY_CO:
-    case UTF8PROC_CATEGORY_CN:
-    case UTF8PROC_CATEGORY_ZL:
-    case UTF8PROC_CATEGORY_ZP:
-    case UTF8PROC_CATEGORY_ZS:
-      return false;
-    default:
-      return true;
-  }
-}
 
 std::string string_repr(const std::string& text) {
   bool has_single = text.find('\'') != std::string::npos;

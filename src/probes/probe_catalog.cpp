@@ -57,7 +57,7 @@ bool holds_probes(const std::string& dir) {
   }
   std::vector<std::string> kinds;
   for (const std::string& name : names) {
-    if (name.rfind("layer_", 0) != 0 && holds_probes(dir + "/" + name)) kinds.push_back(name);
+    if (holds_probes(dir + "/" + name)) kinds.push_back(name);  // no layer_{L} folder: find_probes read those
   }
   if (!kinds.empty()) {
     fail_input("{}: holds no probes itself, but in {} ({}): pass {}, as {}/{}", dir,

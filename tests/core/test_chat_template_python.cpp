@@ -78,6 +78,16 @@ const RenderCase kStringMethodCases[] = {
     {"isascii and isdecimal", "{{ ''.isascii() }}{{ 'abc'.isascii() }}{{ 'é'.isascii() }}|{{ '12'.isdecimal() }}"
                               "{{ '١٢'.isdecimal() }}{{ ''.isdecimal() }}{{ '1a'.isdecimal() }}",
      "TrueTrueFalse|TrueTrueFalseFalse"},
+    {"isdigit, isnumeric, isidentifier and isprintable by Unicode's properties, as Python",
+     "{{ '²³'.isdigit() }}{{ '²'.isdecimal() }}{{ '①'.isdigit() }}{{ '١٢'.isdigit() }}{{ ''.isdigit() }}{{ '½'.isdigit() }}|"
+     "{{ '½'.isnumeric() }}{{ '一二三'.isnumeric() }}{{ 'Ⅻ'.isnumeric() }}{{ '12'.isnumeric() }}{{ '1.5'.isnumeric() }}"
+     "{{ ''.isnumeric() }}|{{ 'name_1'.isidentifier() }}{{ '_x'.isidentifier() }}{{ '1x'.isidentifier() }}"
+     "{{ 'é名'.isidentifier() }}{{ 'a-b'.isidentifier() }}{{ ''.isidentifier() }}{{ '℘'.isidentifier() }}"
+     "{{ 'a·'.isidentifier() }}{{ 'ﱞ'.isidentifier() }}{{ 'a\u0301'.isidentifier() }}|{{ 'abc é'.isprintable() }}"
+     "{{ ''.isprintable() }}{{ 'a\\n'.isprintable() }}{{ 'a\\tb'.isprintable() }}{{ 'a\u200bb'.isprintable() }}"
+     "{{ 'a\u00a0b'.isprintable() }}{{ '\u2028'.isprintable() }}|{{ 'x'.isalnum() }}{{ '²'.isalnum() }}",
+     "TrueFalseTrueTrueFalseFalse|TrueTrueTrueTrueFalseFalse|TrueTrueFalseTrueFalseFalseTrueTrueFalseTrue|"
+     "TrueTrueFalseFalseFalseFalseFalse|TrueTrue"},
     {"partition and rpartition",
      "{{ 'a=b=c'.partition('=') }}|{{ 'a=b=c'.rpartition('=') }}|{{ 'abc'.partition('=') }}|{{ 'abc'.rpartition('=') }}|"
      "{{ 'héllo wörld'.partition('ö') }}|{% set k, _, v = 'key: value'.partition(': ') %}{{ v }}={{ k }}",
