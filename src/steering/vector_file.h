@@ -16,7 +16,9 @@ namespace probekit::steering {
 
 struct VectorFile {
   std::map<int64_t, std::vector<float>> layers;  // layer -> vector [hidden]
-  std::string model_hint;                        // the model type the vectors were made for ("gemma3_text")
+  // The model the vectors were made for, as the activations or probes recorded it: a hub name or a folder's path
+  // (repeng writes a model type there; llama.cpp reads the field for nothing).
+  std::string model_hint;
   std::map<std::string, std::string> metadata;   // what made them (method, label, activations)
 
   /// The vectors' width (every layer's is the same).
