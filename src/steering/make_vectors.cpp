@@ -2,12 +2,15 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "activations/activation_store.h"
 #include "common/error.h"
+#include "common/json.h"
+#include "hub/resolve.h"
 #include "common/outputs.h"
 #include "probes/probe_catalog.h"
 #include "probes/probe_files.h"
@@ -51,6 +54,22 @@ std::vector<float> mean_difference(const activations::ActivationFile& file, int6
     difference[j] = static_cast<float>(sums[1][j] / static_cast<double>(counts[1]) - sums[0][j] / static_cast<double>(counts[0]));
   }
   return difference;
+}
+
+// llama.cpp's control vectors and repeng's name the model by its type in controlvector.model_hint ("gemma3_text"),
+// and loaders compare it with theirs. The recorded model's config.json has it, from its folder or the hub cache
+// (never the network); where neither holds one, the recorded name stands in.
+std::string model_type_of(const std::string& model_name) {
+  hub::HubSettings settings = hub::settings_from_environment();
+  settings.offline = true;
+  try {
+    const std::string config = hub::resolve_model(model_name, settings).dir + "/config.json";
+    const Json type = read_json_file(config).value("model_type", Json());
+    if (type.is_string()) return type.get<std::string>();
+  } catch (const std::exception& error) {
+    spdlog::debug("model_hint: no config.json of {} at hand ({}); the name stands in", model_name, error.what());
+  }
+  return model_name;
 }
 
 // The layers --layers keeps, of those up to `layers` (empty: all of them).
@@ -154,7 +173,8 @@ VectorFile make_vectors(const MakeVectorsOptions& o) {
   if (source.empty()) fail_usage("--method {} needs {}", method.name, method.source_flag);
   VectorFile out = method.make(o);
   if (out.layers.empty()) fail_usage("--layers {}: no layer of {} is among them", o.layers, source);
-  out.metadata = {{"method", o.method}, {"label", o.label}, {"source", source}};
+  out.metadata = {{"method", o.method}, {"label", o.label}, {"source", source}, {"model", out.model_hint}};
+  out.model_hint = model_type_of(out.model_hint);
   return out;
 }
 

@@ -16,9 +16,7 @@ namespace probekit::steering {
 
 struct VectorFile {
   std::map<int64_t, std::vector<float>> layers;  // layer -> vector [hidden]
-  // The model the vectors were made for, as the activations or probes recorded it: a hub name or a folder's path
-  // (repeng writes a model type there; llama.cpp reads the field for nothing).
-  std::string model_hint;
+  std::string model_hint;  // the type of the model they were made for, as its config.json says ("gemma3_text")
   std::map<std::string, std::string> metadata;   // what made them (method, label, activations)
 
   /// The vectors' width (every layer's is the same).

@@ -284,6 +284,9 @@ TEST_CASE("make_steering_vectors: mean-diff is the train split's mean difference
   CHECK((at::tensor(mean.layers.at(2)).to(at::kDouble) - expected).abs().max().item<double>() <=
         1e-6 * expected.abs().max().item<double>());
   CHECK(mean.metadata.at("method") == "mean-diff");
+  // Regression: model_hint held the model's path, where llama.cpp's and repeng's files hold its type.
+  CHECK(mean.model_hint == "gemma3_text");
+  CHECK(mean.metadata.at("model") == file.attributes.recipe.model_name);
 
   r = run_command(fmt::format("{} --method probe --probes-dir {} --label noticing --output {}", tool("make_steering_vectors"),
                               probes, tmp.file("probe.gguf")));
@@ -293,6 +296,7 @@ TEST_CASE("make_steering_vectors: mean-diff is the train split's mean difference
   while (set.probes()[index].label != "noticing") ++index;
   const steering::VectorFile probe = steering::read_vector_file(tmp.file("probe.gguf"));
   CHECK(at::equal(at::tensor(probe.layers.at(2)), set.direction(index)));
+  CHECK(probe.model_hint == "gemma3_text");
 
   // The label's mean difference added at the layer the probe reads moves the probe's logit by w . v exactly.
   inference::Engine engine = inference::Engine::load(cpu_engine_options(probes));
