@@ -60,9 +60,9 @@ std::vector<float> mean_difference(const activations::ActivationFile& file, int6
 // and loaders compare it with theirs. The recorded model's config.json has it, from its folder or the hub cache
 // (never the network); where neither holds one, the recorded name stands in.
 std::string model_type_of(const std::string& model_name) {
-  hub::HubSettings settings = hub::settings_from_environment();
-  settings.offline = true;
   try {
+    hub::HubSettings settings = hub::settings_from_environment();
+    settings.offline = true;
     const std::string config = hub::resolve_model(model_name, settings).dir + "/config.json";
     const Json type = read_json_file(config).value("model_type", Json());
     if (type.is_string()) return type.get<std::string>();
