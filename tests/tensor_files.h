@@ -25,4 +25,19 @@ inline void write_fp32_tensors(const std::string& path, const std::vector<std::p
   safetensors::write_file(path, data);
 }
 
+/// Rewrites the safetensors file `path` in fp32 with element 0 of its tensor `name` set to `value` (a damaged or
+/// retrained copy of a fixture).
+inline void set_first_element(const std::string& path, const std::string& name, float value) {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  {
+    const safetensors::File file(path);
+    for (const safetensors::TensorInfo& info : file.tensors()) {
+      at::Tensor t = read_tensor(file, info).to(at::kFloat).contiguous();
+      if (info.name == name) t.view(-1)[0] = value;
+      tensors.emplace_back(info.name, t);
+    }
+  }
+  write_fp32_tensors(path, tensors);
+}
+
 }  // namespace probekit::testing

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <vector>
 #include <algorithm>
+#include <limits>
 
 #include "common/error.h"
 #include "common/interrupt.h"
@@ -227,19 +228,25 @@ std::vector<std::string> required_error_lines(const CLI::App& app, const CLI::Re
 }
 
 // The type CLI11 names for a flag's value (INT, UINT, FLOAT, ...) in words; empty for no flag of that name.
-std::string value_type_words(const CLI::App& app, const std::string& flag) {
+// The type CLI11 gives the option `flag` names ("UINT", "FLOAT:POSITIVE": the type, then its validators); empty when
+// none of the given options has that name.
+std::string option_type(const CLI::App& app, const std::string& flag) {
   const size_t name_start = flag.find_first_not_of('-');
   if (name_start == std::string::npos) return "";
   for (const CLI::Option* option : given_options(app)) {
     const std::vector<std::string>& names = option->get_lnames();
-    if (std::find(names.begin(), names.end(), flag.substr(name_start)) == names.end()) continue;
-    const std::string type = option->get_type_name();
-    if (type.find("UINT") != std::string::npos) return "a whole number, 0 or more";
-    if (type.find("INT") != std::string::npos) return "an integer";
-    if (type.find("FLOAT") != std::string::npos) return "a number";
-    return "a value of type " + type;
+    if (std::find(names.begin(), names.end(), flag.substr(name_start)) != names.end()) return option->get_type_name();
   }
   return "";
+}
+
+std::string value_type_words(const CLI::App& app, const std::string& flag) {
+  const std::string type = option_type(app, flag);
+  if (type.empty()) return "";
+  if (type.find("UINT") != std::string::npos) return "a whole number, 0 or more";
+  if (type.find("INT") != std::string::npos) return "an integer";
+  if (type.find("FLOAT") != std::string::npos) return "a number";
+  return "a value of type " + type;
 }
 
 // CLI11's words for a value it could not take ("Could not convert: --epochs = abc", "--threads: Value abc not in range
@@ -259,6 +266,14 @@ std::string readable_value_error(const CLI::App& app, const std::string& message
       const std::optional<double> number = parse_number(bound);
       return number ? fmt::format("{:g}", *number) : bound;
     };
+    // CLI11's PositiveNumber and NonNegativeNumber: from the smallest double (printed 0.000000) or 0 to the largest.
+    const std::optional<double> high = parse_number(m[4].str());
+    if (high && *high >= std::numeric_limits<double>::max()) {
+      const std::string type = option_type(app, m[1].str());
+      const char* kind = type.find("INT") != std::string::npos ? "a whole number" : "a number";
+      const bool positive = type.find(":POSITIVE") != std::string::npos;
+      return fmt::format("{} {}: expected {}{}", m[1].str(), m[2].str(), kind, positive ? " above 0" : ", 0 or more");
+    }
     return fmt::format("{} {}: expected a number from {} to {}", m[1].str(), m[2].str(), shortest(m[3].str()),
                        shortest(m[4].str()));
   }

@@ -14,7 +14,7 @@ void add_generation_flags(CLI::App& app, GenerationFlags& flags) {
       ->capture_default_str();
   app.add_option("--top-p", o.sampling.top_p, "Sample among the most probable tokens whose probabilities reach p")
       ->capture_default_str();
-  app.add_option("--seed", o.sampling.seed, "Seed of the sampling")->capture_default_str();
+  app.add_option("--seed", o.sampling.seed, "Seed of the sampling")->capture_default_str()->check(at_least(0));
   app.add_flag("--no-stop", flags.no_stop,
                "Never choose the model's eos tokens (generation_config.json), so that every prompt gets "
                "--max-new-tokens tokens (transformers' min_new_tokens)");

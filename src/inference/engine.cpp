@@ -267,7 +267,10 @@ void Engine::bind_sae(const probes::ProbeSet& set, const std::string& dir) {
   const std::string what = fmt::format("{}: the probes read {}", dir, reading.site.text());
   const sae::SparseAutoencoder& found = sae::find_sae(saes_, reading.site.name, what);
   const Json record = found.record();
-  for (const char* field : {"layout", "architecture", "site", "output_site", "layer", "d_in", "d_sae", "d_out", "k", "input_scaling"}) {
+  for (const char* field : {"layout", "architecture", "site", "output_site", "layer", "d_in", "d_sae", "d_out", "k",
+                            "input_scaling", "subtract_decoder_bias", "skip_connection", "output_scale", "fingerprint"}) {
+    // Files written before SAEs had a fingerprint record none: their weights cannot be compared.
+    if (std::string(field) == "fingerprint" && !reading.dictionary.contains(field)) continue;
     if (record.value(field, Json()) != reading.dictionary.value(field, Json())) {
       fail_input("{}, made with an SAE whose {} is {}; --sae {} has {} ({})", what, field,
                  reading.dictionary.value(field, Json()).dump(), reading.site.name, record.value(field, Json()).dump(),

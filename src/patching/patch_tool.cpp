@@ -65,7 +65,7 @@ void add_patch_flags(CLI::App& app, PatchActivationsOptions& o) {
   app.add_option("--noise", a.noise.scale, "With --corruption noise: the noise's size in embedding standard deviations")
       ->capture_default_str();
   app.add_option("--seed", a.noise.seed, "With --corruption noise: the noise's seed")
-      ->check(CLI::NonNegativeNumber)
+      ->check(at_least(0))
       ->capture_default_str();
   app.add_option("--metric", a.metric, "logit-diff[:ANSWER,FOIL], prob[:TOKEN] or kl (tokens as ids or strings)")
       ->capture_default_str();

@@ -232,10 +232,17 @@ std::vector<at::Tensor> attribution_outputs(const model::TransformerModel& model
   return graphs->run(key, inputs, body);
 }
 
-// The resolved metric's value on the two runs; non-finite values are refused.
-void measure_metrics(const at::Tensor& clean_logits, const at::Tensor& corrupted_logits, PatchingResult& result) {
+// The resolved metric's value on the two runs; non-finite values are refused, blaming --noise where only the noised
+// run's are (noise of 1e39 standard deviations is a finite double, but overflows the model's float32 norms).
+void measure_metrics(const at::Tensor& clean_logits, const at::Tensor& corrupted_logits, double noise_std,
+                     PatchingResult& result) {
   result.clean_metric = result.metric(clean_logits.detach().unsqueeze(0))[0].item<double>();
   result.corrupted_metric = result.metric(corrupted_logits.detach().unsqueeze(0))[0].item<double>();
+  if (noise_std > 0 && std::isfinite(result.clean_metric) && !std::isfinite(result.corrupted_metric)) {
+    fail_usage("--noise: the noised run's logits hold NaN or Inf: noise of standard deviation {:g} on the subject's "
+               "embeddings overflows the model's float32 arithmetic; give a smaller --noise",
+               noise_std);
+  }
   if (!std::isfinite(result.clean_metric) || !std::isfinite(result.corrupted_metric)) {
     fail_input("the metric is not finite (clean {}, corrupted {}): the model's logits hold NaN or Inf", result.clean_metric,
                result.corrupted_metric);
@@ -336,7 +343,8 @@ PatchingResult run_patching(const model::TransformerModel& model, const tokenize
   }
   const at::Tensor& base_logits = plain ? plain->base.logits : attributed[kBaseLogits];
   const at::Tensor& source_logits = plain ? plain->source.logits : attributed[kSourceLogits];
-  measure_metrics(pairing.clean(base_logits, source_logits), pairing.corrupted(base_logits, source_logits), result);
+  measure_metrics(pairing.clean(base_logits, source_logits), pairing.corrupted(base_logits, source_logits),
+                  pair.noise_std, result);
 
   const auto cells = static_cast<int64_t>(request.sites.size() * result.layers.size() * result.positions.size());
   ProgressBar progress("patching", request.exact ? cells : 0, "cells");

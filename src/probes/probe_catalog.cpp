@@ -57,7 +57,8 @@ bool holds_probes(const std::string& dir) {
   }
   std::vector<std::string> kinds;
   for (const std::string& name : names) {
-    if (holds_probes(dir + "/" + name)) kinds.push_back(name);  // no layer_{L} folder: find_probes read those
+    // Not a layer_ folder: those find_probes did not read have a layer number no model has.
+    if (name.rfind("layer_", 0) != 0 && holds_probes(dir + "/" + name)) kinds.push_back(name);
   }
   if (!kinds.empty()) {
     fail_input("{}: holds no probes itself, but in {} ({}): pass {}, as {}/{}", dir,

@@ -188,7 +188,9 @@ const TrainingFlag kTrainingFlags[] = {
      }},
     {kTrainers,
      [](CLI::App& app, const FlagTargets& to) {
-       app.add_option("--seed", to.training.seed, "Seed of initialisation, batch order and dropout")->capture_default_str();
+       app.add_option("--seed", to.training.seed, "Seed of initialisation, batch order and dropout")
+           ->capture_default_str()
+           ->check(at_least(0));
      }},
     {kBinaryOnly,
      [](CLI::App& app, const FlagTargets& to) {

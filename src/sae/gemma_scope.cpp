@@ -76,7 +76,7 @@ SparseAutoencoder read_gemma_scope(const std::string& dir) {
 
 SparseAutoencoder read_gemma_scope_2(const std::string& dir) {
   const std::string config_path = dir + "/config.json";
-  const Json config = read_json_file(config_path);
+  const Json config = read_config(config_path);
   const std::string architecture = config_string(config, "architecture", config_path);
   if (architecture != "jump_relu") fail_input("{}: architecture '{}' is not read (read: jump_relu)", config_path, architecture);
   const std::string in = config_string(config, "hf_hook_point_in", config_path);

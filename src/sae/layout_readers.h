@@ -28,6 +28,8 @@ at::Tensor read_tensor(const safetensors::File& file, const std::string& name, c
 at::Tensor read_array(const std::map<std::string, npz::Array>& arrays, const std::string& name,
                       const std::vector<int64_t>& shape, const std::string& path);
 
+/// An SAE's config file: a JSON object, refused naming the file otherwise.
+Json read_config(const std::string& path);
 /// A config field, refused naming the file and the field when absent or of another type.
 int64_t config_int(const Json& config, const std::string& field, const std::string& path);
 std::string config_string(const Json& config, const std::string& field, const std::string& path);

@@ -91,19 +91,22 @@ at::Tensor read_array(const std::map<std::string, npz::Array>& arrays, const std
       .clone();
 }
 
+Json read_config(const std::string& path) {
+  Json config = read_json_file(path);
+  if (!config.is_object()) fail_input("{}: expected a JSON object (the SAE's config), got {}", path, config.type_name());
+  return config;
+}
+
 int64_t config_int(const Json& config, const std::string& field, const std::string& path) {
-  if (!config.contains(field) || !config[field].is_number_integer()) fail_input("{}: '{}' must be a whole number", path, field);
-  return config[field].get<int64_t>();
+  return json_at<int64_t>(config, field, path);
 }
 
 double config_number(const Json& config, const std::string& field, const std::string& path) {
-  if (!config.contains(field) || !config[field].is_number()) fail_input("{}: '{}' must be a number", path, field);
-  return config[field].get<double>();
+  return json_at<double>(config, field, path);
 }
 
 std::string config_string(const Json& config, const std::string& field, const std::string& path) {
-  if (!config.contains(field) || !config[field].is_string()) fail_input("{}: '{}' must be a string", path, field);
-  return config[field].get<std::string>();
+  return json_at<std::string>(config, field, path);
 }
 
 std::pair<Site, int64_t> hook_site(const std::string& hook, const std::string& where) {
@@ -175,6 +178,7 @@ SparseAutoencoder load(const std::string& path, const std::string& name) {
       sae.output_site = sae.site;
     }
     sae.check(dir);
+    sae.fingerprint = sae.weights_fingerprint();
     sae.layout = layout.name;
     sae.path = dir;
     sae.name = name.empty() ? folder_name(dir) : name;

@@ -30,7 +30,7 @@ double norm_scale(const Json& config, const char* which, int64_t d_model, const 
 
 SparseAutoencoder read_llama_scope(const std::string& dir) {
   const std::string config_path = dir + "/hyperparams.json";
-  const Json config = read_json_file(config_path);
+  const Json config = read_config(config_path);
   const std::string hook_in = config_string(config, "hook_point_in", config_path);
   const std::string hook_out = config.contains("hook_point_out") ? config_string(config, "hook_point_out", config_path) : hook_in;
   const std::string act_fn = config.contains("act_fn") ? config_string(config, "act_fn", config_path) : "jumprelu";

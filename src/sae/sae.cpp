@@ -1,8 +1,16 @@
 #include "sae/sae.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <cmath>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "common/error.h"
+#include "common/sha256.h"
 
 namespace probekit::sae {
 
@@ -77,8 +85,28 @@ at::Tensor SparseAutoencoder::clamp_change(const at::Tensor& rows, int64_t laten
   return (value - z) * w_dec[latent].unsqueeze(0) / output_factors(*this, x);
 }
 
+namespace {
+
+// The tensors an SAE may hold, by the role names its record and messages use.
+std::vector<std::pair<const char*, const at::Tensor*>> named_tensors(const SparseAutoencoder& sae) {
+  return {{"W_enc", &sae.w_enc},     {"b_enc", &sae.b_enc},   {"W_dec", &sae.w_dec},
+          {"b_dec", &sae.b_dec},     {"threshold", &sae.threshold}, {"b_gate", &sae.b_gate},
+          {"r_mag", &sae.r_mag},     {"b_mag", &sae.b_mag},   {"W_skip", &sae.w_skip}};
+}
+
+}  // namespace
+
 void SparseAutoencoder::check(const std::string& where) const {
   if (architecture == Architecture::kTopK && k < 1) fail_input("{}: TopK's k is {}, expected 1 or more", where, k);
+  if (architecture == Architecture::kTopK && k > d_sae) {
+    fail_input("{}: TopK's k is {}, but the dictionary has {} latents", where, k, d_sae);
+  }
+  for (const auto& [role, tensor] : named_tensors(*this)) {
+    if (!tensor->defined() || at::isfinite(*tensor).all().item<bool>()) continue;
+    const int64_t first = at::logical_not(at::isfinite(*tensor)).flatten().nonzero()[0][0].item<int64_t>();
+    fail_input("{}: {} holds NaN or Inf (first at flat index {} of [{}])", where, role, first,
+               fmt::join(tensor->sizes(), ", "));
+  }
   if (!is_transcoder()) return;
   if (site != Site::kMlpIn || output_site != Site::kMlpOut) {
     fail_input("{}: a transcoder from {} to {} is not read (read: mlp_in to mlp_out, the MLP's input to its output)",
@@ -101,6 +129,20 @@ SparseAutoencoder SparseAutoencoder::to(at::Device device) const {
   return moved;
 }
 
+std::string SparseAutoencoder::weights_fingerprint() const {
+  constexpr int64_t kSample = 65536;
+  Sha256 hash;
+  for (const auto& [role, tensor] : named_tensors(*this)) {
+    if (!tensor->defined()) continue;
+    const at::Tensor flat = tensor->to(at::kCPU, at::kFloat).flatten();
+    const int64_t step = std::max<int64_t>(1, flat.numel() / kSample);
+    const at::Tensor sample = flat.slice(0, 0, flat.numel(), step).contiguous();
+    hash.update(fmt::format("{}[{}]", role, fmt::join(tensor->sizes(), ",")));
+    hash.update(std::string_view(static_cast<const char*>(sample.data_ptr()), sample.nbytes()));
+  }
+  return hash.hex_digest();
+}
+
 Json SparseAutoencoder::record() const {
   Json out = {{"name", name},
               {"path", path},
@@ -118,6 +160,7 @@ Json SparseAutoencoder::record() const {
     if (output_scale != 1.0) out["output_scale"] = output_scale;
   }
   if (architecture == Architecture::kTopK) out["k"] = k;
+  if (!fingerprint.empty()) out["fingerprint"] = fingerprint;
   if (scaling == InputScaling::kConstantNormRescale) out["input_scaling"] = "constant_norm_rescale";
   if (scaling == InputScaling::kConstant) out["input_scaling"] = input_scale;
   return out;

@@ -55,6 +55,7 @@ struct SparseAutoencoder {
   // connection from its raw input, x w_skip; undefined: none).
   at::Tensor w_enc, b_enc, w_dec, b_dec, threshold, b_gate, r_mag, b_mag, w_skip;
   std::map<int64_t, std::string> descriptions;  // --sae-labels: what latents mean, shown beside them (not in record())
+  std::string fingerprint;  // weights_fingerprint() at load: which weights, where the widths cannot tell two SAEs apart
 
   bool is_transcoder() const { return output_site != site; }
   /// The latents [rows, d_sae] (fp32) of rows [rows, d_in] of the SAE's site.
@@ -66,8 +67,12 @@ struct SparseAutoencoder {
   /// (value - z_latent) W_dec[latent], scaled back as decode scales; fp32 [N, d_out].
   at::Tensor clamp_change(const at::Tensor& rows, int64_t latent, double value) const;
   /// Refuses, naming `where`, what no reader may build: a transcoder that subtracts b_dec (of the output's width) from
-  /// its input or scales its input per row, tensors of other shapes than the widths say.
+  /// its input or scales its input per row, tensors of other shapes than the widths say, a TopK k past the width, a
+  /// tensor holding NaN or Inf.
   void check(const std::string& where) const;
+  /// SHA-256 of each tensor's role, shape and a strided sample of its values (up to 64 Ki of each, the biases whole
+  /// where small): cheap at load, and different for any two trained dictionaries.
+  std::string weights_fingerprint() const;
   /// The SAE moved to `device` (its tensors).
   SparseAutoencoder to(at::Device device) const;
   /// {"name", "path", "layout", "site", "layer", "architecture", "d_in", "d_sae", ...}: what a file made with it records.

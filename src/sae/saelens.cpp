@@ -42,8 +42,11 @@ ArchitectureName architecture_of(const std::string& name, const std::string& pat
 std::string hook_field(const Json& config, const std::string& field, const std::string& path) {
   const Json& metadata = config.contains("metadata") && config["metadata"].contains(field) ? config["metadata"] : config;
   // Before SAELens 6.0 the input's hook was also called hook_point.
-  if (field == "hook_name" && !metadata.contains(field) && metadata.contains("hook_point")) {
-    return config_string(metadata, "hook_point", path);
+  if (field == "hook_name" && !metadata.contains(field)) {
+    if (metadata.contains("hook_point")) return config_string(metadata, "hook_point", path);
+    fail_input("{}: missing 'metadata.hook_name' (or, in configs before SAELens 6.0, a top-level 'hook_name' or "
+               "'hook_point')",
+               path);
   }
   return config_string(metadata, field, path);
 }
@@ -94,7 +97,7 @@ void refuse_unfolded_scalings(const Json& config, const std::string& path) {
 
 SparseAutoencoder read_saelens(const std::string& dir) {
   const std::string config_path = dir + "/cfg.json", weights_path = dir + "/sae_weights.safetensors";
-  const Json config = read_json_file(config_path);
+  const Json config = read_config(config_path);
   // Configs older than SAELens 1.0 name no architecture: SAELens reads them as standard.
   const ArchitectureName architecture = architecture_of(
       config.contains("architecture") ? config_string(config, "architecture", config_path) : "standard", config_path);

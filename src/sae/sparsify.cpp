@@ -11,7 +11,7 @@ namespace probekit::sae {
 
 SparseAutoencoder read_sparsify(const std::string& dir) {
   const std::string config_path = dir + "/cfg.json";
-  const Json config = read_json_file(config_path);
+  const Json config = read_config(config_path);
   auto flag = [&](const char* field) { return config.contains(field) && config[field].is_boolean() && config[field].get<bool>(); };
   SparseAutoencoder sae;
   sae.architecture = Architecture::kTopK;

@@ -51,7 +51,16 @@ steering::SteeringSpec item_spec(const ServerContext& context, const SteerItem& 
                                  bool ablate) {
   steering::SteeringSpec spec;
   spec.ops.push_back(monitor::steer_op(item, ablate));
-  if (!item.sae.empty()) return spec;
+  if (!item.sae.empty()) {
+    for (const sae::SparseAutoencoder& sae : context.engine.saes()) {
+      if (sae.name == item.sae && (item.latent < 0 || item.latent >= sae.d_sae)) {
+        throw RequestError(400, fmt::format("'{}.latent' is {}: SAE '{}' has latents 0 to {}", field, item.latent,
+                                            sae.name, sae.d_sae - 1),
+                           field + ".latent");
+      }
+    }
+    return spec;
+  }
   const model::ModelConfig& config = context.engine.model().config();
   if (item.layer >= config.num_layers) {
     throw RequestError(400, fmt::format("'{}.layer': layer {} is out of range: the model has layers 0 to {}", field,
@@ -89,7 +98,15 @@ std::shared_ptr<const steering::SteeringVectors> resolve_steering(const ServerCo
       }
       vectors->additions.insert(vectors->additions.end(), item.additions.begin(), item.additions.end());
       vectors->ablations.insert(vectors->ablations.end(), item.ablations.begin(), item.ablations.end());
-      vectors->clamps.insert(vectors->clamps.end(), item.clamps.begin(), item.clamps.end());
+      for (const steering::SteeringVectors::Clamp& clamp : item.clamps) {
+        if (vectors->clamps_latent(clamp.sae->name, clamp.latent)) {
+          throw RequestError(400, fmt::format("'{}': latent {} of SAE '{}' is clamped by an earlier item too; a clamp "
+                                              "sets its value once",
+                                              field, clamp.latent, clamp.sae->name),
+                             field + ".latent");
+        }
+        vectors->clamps.push_back(clamp);
+      }
     }
   }
   return vectors;

@@ -43,7 +43,14 @@ SteeringOp parse_latent_op(const std::string& text, SteeringAction action) {
   const std::optional<double> value = parse_number(text.substr(equals + 1));
   if (!value) fail_usage("{} {}: '{}' is not a number (expected {})", flag, text, text.substr(equals + 1), form);
   check_coefficient(*value, fmt::format("{} {}", flag, text));
-  return SteeringOp::sae_latent(action, text.substr(0, colon), *latent, *value);
+  SteeringOp op = SteeringOp::sae_latent(action, text.substr(0, colon), *latent, *value);
+  op.from_flag = true;
+  return op;
+}
+
+bool SteeringVectors::clamps_latent(const std::string& sae, int64_t latent) const {
+  return std::any_of(clamps.begin(), clamps.end(),
+                     [&](const Clamp& clamp) { return clamp.sae->name == sae && clamp.latent == latent; });
 }
 
 std::pair<Site, int64_t> written_at(const sae::SparseAutoencoder& sae) {
@@ -57,7 +64,8 @@ at::Device device_of(const model::TransformerModel& model, int64_t layer) {
 }
 
 void resolve_latent(const SteeringOp& op, const std::vector<sae::SparseAutoencoder>& saes, SteeringVectors& vectors) {
-  const std::string what = fmt::format("{} {}:{}", latent_flag(op.action), op.sae, op.latent);
+  const std::string what = op.from_flag ? fmt::format("{} {}:{}", latent_flag(op.action), op.sae, op.latent)
+                                        : fmt::format("latent {} of SAE '{}'", op.latent, op.sae);
   const sae::SparseAutoencoder& found = sae::find_sae(saes, op.sae, what);
   if (op.latent < 0 || op.latent >= found.d_sae) {
     fail_usage("{}: SAE '{}' has latents 0 to {}", what, found.name, found.d_sae - 1);
@@ -69,6 +77,10 @@ void resolve_latent(const SteeringOp& op, const std::vector<sae::SparseAutoencod
   }
   const Json source = {{"sae", found.name}, {"latent", op.latent}};
   if (op.action == SteeringAction::kClamp) {
+    // Regression: a latent clamped twice had both changes added, as if set to the sum.
+    if (vectors.clamps_latent(found.name, op.latent)) {
+      fail_usage("{}: the latent is clamped twice; a clamp sets its value once", what);
+    }
     vectors.clamps.push_back({std::make_shared<const sae::SparseAutoencoder>(found.to(at::kCPU)), op.latent,
                               op.coefficient, source});
     return;

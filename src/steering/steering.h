@@ -46,7 +46,8 @@ struct SteeringOp {
   int64_t latent = -1;        // kLatent
   std::string layers;         // as --layers takes them (8,17, 21-30, all); empty for a file: each layer it has
   double coefficient = 1;     // kAdd
-  bool from_flag = false;     // kProbe given as --steer or --ablate (messages name the flag), not by a request
+  bool from_flag = false;     // given as a flag (--steer, --ablate, --steer-latent, --clamp-latent: messages name it),
+                              // not by a request or a monitor
 
   /// --steer LABEL@LAYER=COEF, --ablate LABEL@LAYERS, --steer-vector FILE[=COEF], --ablate-vector FILE, and a
   /// request's {"vector", "layer", "coefficient"}.
@@ -108,6 +109,8 @@ struct SteeringVectors {
   std::vector<Clamp> clamps;
 
   bool empty() const { return additions.empty() && ablations.empty() && clamps.empty(); }
+  /// Whether a clamp sets latent `latent` of the SAE named `sae`.
+  bool clamps_latent(const std::string& sae, int64_t latent) const;
   /// What was applied, as the JSON outputs record it: {"add": [{layer, coefficient, norm, source}], "ablate": [...]},
   /// and "clamp": [{layer, site, value, source}] where latents are clamped.
   Json record() const;

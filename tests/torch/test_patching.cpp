@@ -218,6 +218,10 @@ TEST_CASE("ROME's noise corruption: the subject's tokens only, its size, and the
   const PatchingResult again = run_patching(*model.model, *model.tokenizer, noised_pair(*model.model, *model.tokenizer, clean, noise), request);
   CHECK(at::equal(first.sites[0].grid, again.sites[0].grid));
   CHECK(first.corrupted_metric != first.clean_metric);
+  // Regression: noise a double holds but float32 does not gave "the model's logits hold NaN or Inf".
+  CHECK_THROWS_WITH_AS(run_patching(*model.model, *model.tokenizer,
+                                    noised_pair(*model.model, *model.tokenizer, clean, {"Eiffel Tower", 1e39, 7}), request),
+                       doctest::Contains("--noise: the noised run's logits hold NaN or Inf"), UsageError);
 }
 
 TEST_CASE("prompts of different token counts are refused with both counts and the tokens where they differ") {
@@ -415,7 +419,11 @@ TEST_CASE("patch_activations refuses flags no model is needed to judge before it
   probekit::testing::check_failure(run_command(base + "--corruption noise --subject a --noise -1"), 2,
                                    {"--noise -1: must be a finite number above 0"});
   // Regression: --seed -1 wrapped to 18446744073709551615.
-  probekit::testing::check_failure(run_command(base + "--corruption noise --subject a --seed -1"), 2, {"--seed"});
+  probekit::testing::check_failure(run_command(base + "--corruption noise --subject a --seed -1"), 2,
+                                   {"--seed: must be 0 or more, got -1"});
+  // Regression: a seed past 2^64 - 1 ran as 2^64 - 1.
+  probekit::testing::check_failure(run_command(base + "--corruption noise --subject a --seed 18446744073709551616"), 2,
+                                   {"--seed: must be a whole number, got 18446744073709551616"});
 }
 
 TEST_CASE("patch_activations refuses a misspelt --site with patching's own sites, naming the nearest") {

@@ -378,6 +378,9 @@ TEST_CASE("a flag's value CLI11 cannot take is named with what was expected") {
                 {"--threads abc: expected a number from 0 to 4096"});
   check_failure(run_command(tool("probe_server") + " --probes-dir x --request-timeout abc"), 2,
                 {"--request-timeout abc: expected a number from 0.001 to 86400"});
+  // Regression: CLI11's PositiveNumber read "expected a number from 0 to 1.79769e+308", 0 inside it.
+  check_failure(run_command(tool("capture_activations") + " --model x --dataset x --sae-top-k 0"), 2,
+                {"--sae-top-k 0: expected a whole number above 0"});
 }
 
 TEST_CASE("a text too long for the CPU's memory is refused before the model loads, naming the line and --max-length") {

@@ -174,7 +174,7 @@ TEST_CASE("Llama Scope's layout reads as SAELens reads it: inputs scaled to the 
                    c["hook_point_out"] = "blocks.3.hook_mlp_out";
                    c["dataset_average_activation_norm"].erase("out");
                  }),
-                 "dataset_average_activation_norm: 'out' must be a number");
+                 "dataset_average_activation_norm: missing 'out'");
   CHECK_CONTAINS(refused("topk", [](Json& c) { c["act_fn"] = "topk"; }), "hyperparams.json: act_fn 'topk' is not read");
   CHECK_CONTAINS(refused("tokenwise", [](Json& c) { c["norm_activation"] = "token-wise"; }),
                  "hyperparams.json: norm_activation 'token-wise' is not read (read: dataset-wise)");
@@ -183,7 +183,7 @@ TEST_CASE("Llama Scope's layout reads as SAELens reads it: inputs scaled to the 
   CHECK_CONTAINS(refused("zero", [](Json& c) { c["dataset_average_activation_norm"]["in"] = 0; }),
                  "dataset_average_activation_norm.in is 0, expected a positive number");
   CHECK_CONTAINS(refused("nothreshold", [](Json& c) { c.erase("jump_relu_threshold"); }),
-                 "'jump_relu_threshold' must be a number");
+                 "hyperparams.json: missing 'jump_relu_threshold'");
   CHECK_CONTAINS(refused("wide", [](Json& c) { c["d_sae"] = 512; }),
                  "final.safetensors: tensor 'encoder.weight' has shape [256, 64], expected [512, 64]");
 }
@@ -239,7 +239,7 @@ TEST_CASE("SAEs that cannot be read are refused naming the file and the field") 
                  })),
                  "a transcoder cannot subtract b_dec (the output's bias) from its input");
   CHECK_CONTAINS(refusal(variant("noout", [](Json& c) { c["architecture"] = "skip_transcoder"; c["d_out"] = 64; })),
-                 "'hook_name_out' must be a string");
+                 "cfg.json: missing 'hook_name_out'");
   CHECK_CONTAINS(refusal(variant("twolayers", [](Json& c) {
                    c["architecture"] = "transcoder";
                    c["d_out"] = 64;
@@ -248,8 +248,23 @@ TEST_CASE("SAEs that cannot be read are refused naming the file and the field") 
                    c["metadata"]["hook_name_out"] = "blocks.4.hook_mlp_out";
                  })),
                  "cfg.json: the transcoder reads layer 3 and reconstructs layer 4 ('blocks.4.hook_mlp_out')");
-  CHECK_CONTAINS(refusal(variant("nohook", [](Json& c) { c["metadata"].erase("hook_name"); })), "'hook_name' must be a string");
+  // Regression: a field left out read "'d_sae' must be a whole number", and a hook left out did not name hook_point.
+  CHECK_CONTAINS(refusal(variant("nohook", [](Json& c) { c["metadata"].erase("hook_name"); })),
+                 "cfg.json: missing 'metadata.hook_name' (or, in configs before SAELens 6.0, a top-level 'hook_name' or "
+                 "'hook_point')");
+  CHECK_CONTAINS(refusal(variant("nowidth", [](Json& c) { c.erase("d_sae"); })), "cfg.json: missing 'd_sae'");
+  CHECK_CONTAINS(refusal(variant("list", [](Json& c) { c = Json::array({1, 2, 3}); })),
+                 "cfg.json: expected a JSON object (the SAE's config), got array");
+  CHECK_CONTAINS(refusal(variant("bigk", [](Json& c) {
+                   c["architecture"] = "topk";
+                   c["k"] = 100000;
+                 })),
+                 "TopK's k is 100000, but the dictionary has 256 latents");
   CHECK_CONTAINS(refusal(tmp.path()), "no SAE layout recognised");
+  // Regression: a NaN in a dictionary was blamed on the model's checkpoint once it reached the activations.
+  const std::string nan = variant("nan", [](Json&) {});
+  probekit::testing::set_first_element(nan + "/sae_weights.safetensors", "W_dec", std::nanf(""));
+  CHECK_CONTAINS(refusal(nan), "nan: W_dec holds NaN or Inf (first at flat index 0 of [256, 64])");
   // Regression: a Gemma Scope path naming a layer past int64 threw std::stoll's out_of_range ("stoll").
   const std::string huge_layer = tmp.file("layer_99999999999999999999/width_256/average_l0_20");
   probekit::testing::copy_dir(kSaes + "/gemma_scope/gemma-scope-2b-pt-res/layer_3/width_256/average_l0_20", huge_layer);

@@ -177,6 +177,11 @@ TEST_CASE("SAE sites are refused where they cannot be read, naming the flag") {
   CHECK_THROWS_WITH_AS(capture::capture_rows(gemma(), texts, options), doctest::Contains("a second SAE named 'sparsify'"),
                        UsageError);
   CHECK_THROWS_WITH_AS(parse_sae_site("sae:"), doctest::Contains("name the SAE"), UsageError);
+  // Regression: a K past the width stored columns of -1, or failed in HDF5 or the allocator.
+  options = sae_options("sae:saelens_standard", Position::kLast);
+  options.sae_storage = {1000, false};
+  CHECK_THROWS_WITH_AS(capture::capture_rows(gemma(), texts, options),
+                       doctest::Contains("--sae-top-k 1000: SAE 'saelens_standard' has 256 latents"), UsageError);
   CHECK(sae::parse_sae_spec("mine=/a/b=c").name == "mine");
   CHECK(sae::parse_sae_spec("./dir/x=y").path == "./dir/x=y");
 }
@@ -244,6 +249,18 @@ TEST_CASE("latent steering is refused naming the flag: an unknown SAE, a latent 
                        doctest::Contains("--clamp-latent sae:3: expected NAME:INDEX=VALUE"), UsageError);
   CHECK_THROWS_WITH_AS(steering::parse_latent_op("sae:3=1e9", steering::SteeringAction::kAdd),
                        doctest::Contains("past"), UsageError);
+  // Regression: a latent clamped twice had both changes added, as if set to the sum of the two values.
+  capture::CaptureOptions twice = layer_rows("clamp saelens_standard:5=1");
+  twice.steering.ops.push_back(steering::parse_latent_op("saelens_standard:5=5", steering::SteeringAction::kClamp));
+  CHECK_THROWS_WITH_AS(capture::capture_rows(gemma(), texts, twice),
+                       doctest::Contains("--clamp-latent saelens_standard:5: the latent is clamped twice"), UsageError);
+  // A request's latent is named as the request's, not as a flag.
+  steering::SteeringSpec request;
+  request.ops.push_back(steering::SteeringOp::sae_latent(steering::SteeringAction::kAdd, "saelens_topk", 256, 1));
+  const std::vector<sae::SparseAutoencoder> saes = {sae::load(kSaes + "/saelens_topk")};
+  CHECK_THROWS_WITH_AS(steering::resolve(request, gemma().model->config(), saes),
+                       doctest::Contains("latent 256 of SAE 'saelens_topk': SAE 'saelens_topk' has latents 0 to 255"),
+                       UsageError);
 }
 
 TEST_CASE("--per-token with --sae: each token's largest latents, as the SAE reads the text up to it" *

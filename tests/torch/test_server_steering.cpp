@@ -119,8 +119,12 @@ TEST_CASE("probe_server: SAE latent items steer and clamp; batched with other st
   auto body = [](const Json& steer) { return Json({{"texts", {"Day 3."}}, {"steer", steer}}).dump(); };
   check_refused(s, path, body(Json::array({{{"sae", "nosuch"}, {"latent", 1}, {"coefficient", 1}}})), 400,
                 {"no SAE named 'nosuch' (loaded: jr)"}, "steer[0].sae");
+  // Regression: named steer[0].sae and worded as --clamp-latent, a flag no request has.
   check_refused(s, path, body(Json::array({{{"sae", "jr"}, {"latent", 256}, {"clamp", 1}}})), 400,
-                {"SAE 'jr' has latents 0 to 255"}, "steer[0].sae");
+                {"'steer[0].latent' is 256: SAE 'jr' has latents 0 to 255"}, "steer[0].latent");
+  check_refused(s, path,
+                body(Json::array({{{"sae", "jr"}, {"latent", 5}, {"clamp", 1}}, {{"sae", "jr"}, {"latent", 5}, {"clamp", 2}}})),
+                400, {"'steer[1]': latent 5 of SAE 'jr' is clamped by an earlier item too"}, "steer[1].latent");
   check_refused(s, path, body(Json::array({{{"sae", "jr"}, {"latent", 1}, {"coefficient", 1}, {"clamp", 2}}})), 400,
                 {"needs a 'coefficient' or a 'clamp' (one of them)"}, "steer[0]");
   check_refused(s, path, body(Json::array({{{"sae", "jr"}, {"latent", -1}, {"clamp", 2}}})), 400,

@@ -200,4 +200,14 @@ TEST_CASE("probes trained on an SAE site score text through the same SAE, its to
   CHECK_THROWS_WITH_AS(inference::Engine::load(options),
                        doctest::Contains("made with an SAE whose architecture is \"jumprelu\"; --sae jr has \"standard\""),
                        std::invalid_argument);
+  // The same dictionary elsewhere serves; one of the same layout and widths with other weights does not (regression:
+  // only the layout and widths were compared).
+  copy_dir(topk, tmp.file("moved"));
+  options.saes = {{"jr", tmp.file("moved")}};
+  CHECK(inference::Engine::load(options).labels() == engine.labels());
+  copy_dir(topk, tmp.file("retrained"));
+  set_first_element(tmp.file("retrained/sae_weights.safetensors"), "W_enc", 0.5F);
+  options.saes = {{"jr", tmp.file("retrained")}};
+  CHECK_THROWS_WITH_AS(inference::Engine::load(options), doctest::Contains("made with an SAE whose fingerprint is"),
+                       std::invalid_argument);
 }
