@@ -152,12 +152,14 @@ class Engine {
                                 const std::vector<const steering::SteeringVectors*>& steering = {}) const;
   /// Scores conversations (each JSON: a list of messages, or {"messages", "tools"} as chat::conversation_text writes
   /// it) as capture read them: rendered with the model's chat template and read at the probes' token mask (assistant
-  /// for probes trained on texts). Probes whose template was another are refused, naming the field.
-  std::vector<TextScores> score_conversations(const std::vector<std::string>& conversations) const;
-  /// Scores every token position of a conversation (JSON, as score_conversations takes it) rendered as
-  /// score_conversations renders it: each token's score is the probes' for the conversation up to it, with no suffix;
-  /// `mask` says which tokens the probes' mask reads.
-  TokenScores score_conversation_tokens(const std::string& conversation) const;
+  /// for probes trained on texts). Probes whose template was another are refused, naming the field. A conversation
+  /// that cannot be read is named by `name` (its index: "conversation 1" for the first unless given).
+  std::vector<TextScores> score_conversations(const std::vector<std::string>& conversations,
+                                              const std::function<std::string(size_t)>& name = {}) const;
+  /// Scores every token position of a conversation (JSON, as score_conversations takes it, named `name` in errors)
+  /// rendered as score_conversations renders it: each token's score is the probes' for the conversation up to it,
+  /// with no suffix, pooling only its tokens in the probes' mask (as capture read them); `mask` says which those are.
+  TokenScores score_conversation_tokens(const std::string& conversation, const std::string& name = "conversation") const;
   /// Scores every token position of a text: one pass over the text records its keys and values, then one
   /// batched pass runs the suffix after each prefix on top of them (not one forward per prefix).
   TokenScores score_tokens(const std::string& text, const steering::SteeringVectors* steering = nullptr) const;
@@ -205,7 +207,8 @@ class Engine {
   /// rendered with another (by SHA-256), or when the model has none (the reason the reading gave).
   const chat::ChatTemplate& checked_chat_template() const;
   /// The prompts of `conversations` as the probes read conversations (their mask, no suffix).
-  std::vector<readout::Prompt> conversation_prompts(const std::vector<std::string>& conversations) const;
+  std::vector<readout::Prompt> conversation_prompts(const std::vector<std::string>& conversations,
+                                                    const std::function<std::string(size_t)>& name) const;
   void load_probes(const model::ModelConfig& config, const std::string& fingerprint);
   /// readout::rehearse_first_pass on the engine's GPU with its request, beside the model's load (`load`); nothing on
   /// the CPU, where there is no set-up to hide.

@@ -149,26 +149,28 @@ const chat::ChatTemplate& Engine::checked_chat_template() const {
   return chat;
 }
 
-std::vector<readout::Prompt> Engine::conversation_prompts(const std::vector<std::string>& conversations) const {
+std::vector<readout::Prompt> Engine::conversation_prompts(const std::vector<std::string>& conversations,
+                                                          const std::function<std::string(size_t)>& name) const {
   // Probes trained on texts read conversations' assistant tokens, which is what a chat model's answer is; the
   // template writes the turns, so no prompt suffix follows.
   const readout::PromptBuilder builder(*tokenizer_, "", prompts_->limit());
   std::vector<readout::Prompt> prompts = builder.build_conversations(
       conversations, checked_chat_template(), recipe_.mask.value_or(TokenMask::kAssistant), recipe_.add_generation_prompt,
-      [](size_t i) { return fmt::format("conversation {}", i); });
+      name ? name : [](size_t i) { return fmt::format("conversation {}", i + 1); });
   builder.warn_if_cut(prompts);
   return prompts;
 }
 
-std::vector<TextScores> Engine::score_conversations(const std::vector<std::string>& conversations) const {
+std::vector<TextScores> Engine::score_conversations(const std::vector<std::string>& conversations,
+                                                    const std::function<std::string(size_t)>& name) const {
   require_probes();
-  return score_prompts(conversation_prompts(conversations), {});
+  return score_prompts(conversation_prompts(conversations, name), {});
 }
 
-TokenScores Engine::score_conversation_tokens(const std::string& conversation) const {
+TokenScores Engine::score_conversation_tokens(const std::string& conversation, const std::string& name) const {
   require_probes();
   require_per_token_position();
-  readout::Prompt prompt = conversation_prompts({conversation}).front();
+  readout::Prompt prompt = conversation_prompts({conversation}, [&name](size_t) { return name; }).front();
   TokenScores result;
   result.cut = prompt.cut;
   result.mask = prompt.mask;
@@ -302,25 +304,33 @@ void Engine::store_latents(const readout::Sequence& ids, const model::StreamWrit
 }
 
 // Attention pools every token of its prompt, so prefix t's prompt text[0..t] + suffix is read whole; prefixes go
-// --batch-size at a time (a forward per prefix, batched: exact, and a per-token view is of one text).
+// --batch-size at a time (a forward per prefix, batched: exact, and a per-token view is of one text). A conversation's
+// prefix pools only its tokens in the probes' mask, as capture read them and calibration scored them: prefixes before
+// the first such token have nothing to pool and no score.
 void Engine::score_prefix_prompts(const readout::Sequence& ids, const readout::Request& request,
                                   TokenScores& result) const {
-  const readout::Sequence& suffix = prompts_->suffix_ids();
+  const std::vector<uint8_t>& mask = result.mask;
+  const readout::Sequence suffix = mask.empty() ? prompts_->suffix_ids() : readout::Sequence{};
+  const size_t first = mask.empty() ? 0 : static_cast<size_t>(std::find(mask.begin(), mask.end(), 1) - mask.begin());
   auto batch_size = static_cast<size_t>(std::max<int64_t>(1, options_.batch_size));
-  for (size_t start = 0; start < ids.size(); start += batch_size) {
+  for (size_t start = first; start < ids.size(); start += batch_size) {
     std::vector<readout::Sequence> batch;
+    std::vector<std::vector<uint8_t>> masks;
     std::vector<int64_t> offsets = {0};
     for (size_t t = start; t < std::min(ids.size(), start + batch_size); ++t) {
-      readout::Sequence prompt(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(t + 1));
+      const auto end = static_cast<std::ptrdiff_t>(t + 1);
+      readout::Sequence prompt(ids.begin(), ids.begin() + end);
       prompt.insert(prompt.end(), suffix.begin(), suffix.end());
-      offsets.push_back(offsets.back() + static_cast<int64_t>(prompt.size()));
+      if (!mask.empty()) masks.emplace_back(mask.begin(), mask.begin() + end);
+      const auto rows = mask.empty() ? prompt.size() : std::count(masks.back().begin(), masks.back().end(), 1);
+      offsets.push_back(offsets.back() + static_cast<int64_t>(rows));
       batch.push_back(std::move(prompt));
     }
-    at::Tensor rows = readout::read_rows(*model_, batch, request);
+    at::Tensor rows = readout::read_rows(*model_, batch, request, masks);
     readout::check_finite_rows(rows, 1, request_.layers);
     store_columns(text_probabilities(rows, offsets), result.probability, start);
   }
-  if (suffix.empty()) hide_leading_prefixes(result);
+  if (mask.empty() && suffix.empty()) hide_leading_prefixes(result);
   store_attention(ids, request, result);
 }
 
@@ -338,16 +348,29 @@ void Engine::hide_unread_tokens(size_t l, int64_t first, int64_t end,
   }
 }
 
+// The probes' own view of the whole text: each token's attention weight (the mean over heads) and, for ema and
+// rolling probes, each token's own score; a conversation's at the tokens in the probes' mask only.
 void Engine::store_attention(const readout::Sequence& ids, const readout::Request& request, TokenScores& result) const {
+  const std::vector<uint8_t>& mask = result.mask;
   readout::Sequence prompt = ids;
-  const readout::Sequence& suffix = prompts_->suffix_ids();
+  const readout::Sequence suffix = mask.empty() ? prompts_->suffix_ids() : readout::Sequence{};
   prompt.insert(prompt.end(), suffix.begin(), suffix.end());
+  std::vector<int64_t> tokens;  // the token of each row read
+  for (size_t t = 0; t < prompt.size(); ++t) {
+    if (mask.empty() || (t < mask.size() && mask[t] != 0)) tokens.push_back(static_cast<int64_t>(t));
+  }
+  if (tokens.empty()) return;
   const auto text_tokens = static_cast<int64_t>(ids.size());
-  const std::vector<int64_t> offsets = {0, static_cast<int64_t>(prompt.size())};
-  at::Tensor rows = readout::read_rows(*model_, {prompt}, request);
-  if (at::Tensor own = row_probabilities(rows.narrow(0, 0, text_tokens)); own.defined()) {
+  const std::vector<int64_t> offsets = {0, static_cast<int64_t>(tokens.size())};
+  std::vector<std::vector<uint8_t>> masks;
+  if (!mask.empty()) masks.push_back(mask);
+  at::Tensor rows = readout::read_rows(*model_, {prompt}, request, masks);
+  const auto text_rows = static_cast<int64_t>(std::count_if(tokens.begin(), tokens.end(), [&](int64_t t) { return t < text_tokens; }));
+  if (at::Tensor own = row_probabilities(rows.narrow(0, 0, text_rows)); own.defined()) {
     result.token_probability = empty_tables(ids.size());
-    store_columns(own, result.token_probability, 0);
+    for (int64_t r = 0; r < text_rows; ++r) {
+      store_columns(own.narrow(0, r, 1), result.token_probability, static_cast<size_t>(tokens[static_cast<size_t>(r)]));
+    }
   }
   result.attention = empty_tables(ids.size());
   result.suffix_attention = empty_tables(suffix.size());
@@ -358,9 +381,13 @@ void Engine::store_attention(const readout::Sequence& ids, const readout::Reques
     at::Tensor mean_host = weights.mean(2).to(at::kCPU, at::kDouble).contiguous();  // [rows read, K]
     auto mean = mean_host.accessor<double, 2>();
     const int64_t first = set.token_layout(offsets).position.front();
-    if (!result.token_probability.empty()) hide_unread_tokens(l, first, first + mean_host.size(0), result.token_probability);
-    for (int64_t r = 0; r < mean_host.size(0); ++r) {
-      const int64_t token = first + r;
+    const int64_t read = mean_host.size(0);  // the rows the probe reads: tokens[first, first + read)
+    if (!result.token_probability.empty()) {
+      hide_unread_tokens(l, read > 0 ? tokens[static_cast<size_t>(first)] : 0,
+                         read > 0 ? tokens[static_cast<size_t>(first + read - 1)] + 1 : 0, result.token_probability);
+    }
+    for (int64_t r = 0; r < read; ++r) {
+      const int64_t token = tokens[static_cast<size_t>(first + r)];
       auto& table = token < text_tokens ? result.attention[static_cast<size_t>(token)]
                                         : result.suffix_attention[static_cast<size_t>(token - text_tokens)];
       for (size_t k = 0; k < probes_[l].label_column.size(); ++k) {

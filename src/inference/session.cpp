@@ -82,7 +82,7 @@ std::string scored_messages(const std::string& path) { return chat::conversation
 
 void show_per_token(const Engine& engine, const InferenceRequest& r) {
   const bool conversation = !r.messages.empty();
-  TokenScores scores = conversation ? engine.score_conversation_tokens(scored_messages(r.messages))
+  TokenScores scores = conversation ? engine.score_conversation_tokens(scored_messages(r.messages), "--messages " + r.messages)
                                     : engine.score_tokens(r.text);
   TokenTable tokens{scores.tokens, scores.texts, {}, scores.attention, scores.token_probability, scores.latents};
   for (const auto& p : scores.probability) tokens.scores.push_back(table_of(engine, p, r.display));
@@ -123,7 +123,8 @@ void show_comparison(const Engine& engine, const InferenceRequest& r) {
 }
 
 void show_conversation(const Engine& engine, const InferenceRequest& r) {
-  const std::vector<TextScores> scores = engine.score_conversations({scored_messages(r.messages)});
+  const std::vector<TextScores> scores =
+      engine.score_conversations({scored_messages(r.messages)}, [&r](size_t) { return "--messages " + r.messages; });
   // "conversation" where a text's ranking holds the text, as probe_server's /v1/rank answers "messages".
   Json shown = show(engine, "conversation", table_of(engine, scores[0].probability, r.display), r.display,
                     r.engine.best_layer, false);
@@ -140,7 +141,8 @@ std::vector<std::string> request_texts(const InferenceRequest& r) {
 void show_conversation_file(const Engine& engine, const InferenceRequest& r, const std::vector<ConversationRow>& rows) {
   std::vector<std::string> conversations;
   for (const ConversationRow& row : rows) conversations.push_back(row.conversation);
-  const std::vector<TextScores> scores = engine.score_conversations(conversations);
+  const std::vector<TextScores> scores = engine.score_conversations(
+      conversations, [&](size_t i) { return fmt::format("{}:{}", input_name(r.file), rows[i].line); });
   Json all = Json::array();
   for (size_t i = 0; i < rows.size(); ++i) {
     const std::string name = fmt::format("conversation {}", rows[i].line);
@@ -196,7 +198,13 @@ void check_request(InferenceRequest& r) {
     fail_usage("--text is empty: give the text to analyze (without --text, texts are read from stdin)");
   }
   if (!r.text.empty() && !r.file.empty()) fail_usage("--text and --file exclude each other");
-  if (!r.messages.empty()) require_input_file(r.messages);  // before the model loads
+  if (!r.messages.empty()) {  // before the model loads
+    try {
+      require_input_file(r.messages);
+    } catch (const std::exception&) {
+      rethrow_with_context("--messages");
+    }
+  }
   if (!r.compare.empty() && r.text.empty()) fail_usage("--compare needs --text");
   if (r.per_token && r.text.empty() && r.messages.empty()) fail_usage("--per-token needs --text or --messages");
   if (r.chat && !r.generate) fail_usage("--chat goes with --generate (--messages ranks a conversation without it)");
@@ -506,9 +514,10 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
   app.add_flag("--chat", r.chat,
                "With --generate: each text is a user message, rendered with the model's chat template (and its reply prompt)");
   app.add_option("--messages", r.messages,
-                 "A conversation (a JSON list of {\"role\", \"content\"} messages, or an object with \"messages\" and "
+                 "A file holding a conversation (a JSON list of {\"role\", \"content\"} messages, or an object with \"messages\" and "
                  "\"tools\") rendered with the model's chat template: ranked at the probes' token mask "
-                 "(the assistant's tokens for probes trained on texts), or with --generate the prompt");
+                 "(the assistant's tokens for probes trained on texts), or with --generate the prompt")
+      ->type_name("FILE");
   generation::add_generation_flags(app, r.generation);
   monitor::add_monitor_flags(app, r.monitors);
   steering::add_steering_flags(app, e.steering, false, true);

@@ -113,7 +113,10 @@ Interval wilson_interval_at(double proportion, int64_t trials) {
   const double n = static_cast<double>(trials), p = proportion;
   const double centre = (p + z * z / (2 * n)) / (1 + z * z / n);
   const double half = z / (1 + z * z / n) * std::sqrt(p * (1 - p) / n + z * z / (4 * n * n));
-  return {std::max(0.0, centre - half), std::min(1.0, centre + half)};
+  // At p = 0 (or 1) the bound is 0 (or 1) exactly; centre - half rounds to a few ulps beside it.
+  const double low = p <= 0 ? 0.0 : std::max(0.0, centre - half);
+  const double high = p >= 1 ? 1.0 : std::min(1.0, centre + half);
+  return {low, high};
 }
 
 int64_t examples_to_resolve_rate(double rate) {

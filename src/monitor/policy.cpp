@@ -64,7 +64,7 @@ void check_policy(const MonitorPolicy& policy, const std::string& field) {
     throw PolicyError(fmt::format("'{}steer' applies to the actions steer and ablate, not to {}", field, policy.action),
                       field + "steer");
   }
-  if (policy.threshold && !(*policy.threshold >= 0 && *policy.threshold <= 1)) {
+  if (policy.threshold && !valid_threshold(*policy.threshold)) {
     throw PolicyError(fmt::format("'{}threshold' must be from 0 to 1, got {}", field, *policy.threshold), field + "threshold");
   }
 }
@@ -81,7 +81,7 @@ MonitorPolicy policy_fields(server::BodyFields& fields) {
     if (calibrated != nullptr) {
       throw server::RequestError(server::kBadRequest, "give 'threshold' or 'calibrated', not both", "threshold");
     }
-    policy.threshold = fields.number("threshold", 0, 0, 1);
+    policy.threshold = fields.number("threshold", 0, 0, kMaxThreshold);
   }
   std::set<std::string> aggregates_named, actions_named;
   for (const AggregateRow& row : aggregates()) aggregates_named.insert(row.name);
@@ -171,7 +171,7 @@ MonitorPolicy parse_monitor_flag(const std::string& text, const std::string& agg
   const size_t equals = head.rfind('=');
   if (equals != std::string::npos) {
     std::optional<double> threshold = parse_number(head.substr(equals + 1));
-    if (!threshold || !(*threshold >= 0 && *threshold <= 1)) {
+    if (!threshold || !valid_threshold(*threshold)) {
       fail_usage("--monitor {}: the threshold must be a number from 0 to 1 ({})", text, kForm);
     }
     policy.threshold = *threshold;

@@ -4,6 +4,7 @@
 // the command line's --monitor LABEL[@LAYER][=THRESHOLD]:ACTION.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -49,6 +50,12 @@ struct MonitorPolicy {
 
 /// The most policies one request may give.
 constexpr int64_t kMaxMonitors = 16;
+/// A monitor fires once its aggregate is at or above its threshold, as ranking and calibration count (score >=
+/// threshold). Thresholds run from 0 to 1, and to the double just above 1: what calibration sets where no example
+/// may be flagged and the top scores are 1.
+inline const double kMaxThreshold = std::nextafter(1.0, 2.0);
+/// Whether `threshold` is one a monitor takes.
+inline bool valid_threshold(double threshold) { return threshold >= 0 && threshold <= kMaxThreshold; }
 
 /// A request's "monitors": a list of policy objects ({"label", "layer", "threshold" | "calibrated", "aggregate",
 /// "alpha", "window", "scope", "action", "steer"}). Throws the server's RequestError (400) naming the field

@@ -45,7 +45,7 @@ std::vector<Firing> StreamMonitors::observe(const std::vector<std::vector<double
     const double token_score = probability[m.layer_index][m.column];
     if (std::isnan(token_score)) continue;  // a token the probe does not read (a leading special token)
     const double score = aggregates_[i]->add(token_score);
-    if (!(score > m.threshold)) continue;
+    if (!(score >= m.threshold)) continue;  // as ranking and calibration count
     fired_[i] = true;
     firings.push_back(Firing{i, m.policy.label, m.layer, score, m.threshold, index, scope, m.policy.action});
   }

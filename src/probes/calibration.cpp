@@ -144,8 +144,9 @@ Json calibrate(const CalibrationOptions& options) {
   std::vector<CalibratedIndex> calibrated;
   Json layers = Json::array();
   for (const auto& [layer, dir] : catalog.layer_dirs) {
-    if (!options.overwrite) refuse_calibrated(dir);
+    // The data is found first: a user told to pass --overwrite should not be told next that it is missing.
     const std::string file = layer_file_of(options.activations, layer, "--activations");
+    if (!options.overwrite) refuse_calibrated(dir);
     calibrated.push_back(calibrated_index(dir, file, options.target_fpr));
     const CalibratedIndex& last = calibrated.back();
     layers.push_back({{"layer", layer}, {"probes", last.calibrations}, {"warnings", last.warnings}});

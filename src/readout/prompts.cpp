@@ -101,7 +101,7 @@ std::vector<Prompt> PromptBuilder::build_conversations(const std::vector<std::st
                              out[i].token_bytes.begin() + leading_specials_ + out[i].cut);
     out[i].ids = std::move(ids[i]);
     if (std::find(out[i].mask.begin(), out[i].mask.end(), 1) == out[i].mask.end()) {
-      fail_input("{}: no token of this conversation is in the {} mask (--mask){}", where(i), token_mask_name(mask),
+      fail_input("{}: no token of this conversation is in the {} mask{}", where(i), token_mask_name(mask),
                  out[i].cut > 0 ? fmt::format(" after {} tokens were cut to fit {}", out[i].cut, limit_.description) : "");
     }
   }

@@ -198,7 +198,10 @@ Json rank_response(const ServerContext& context, const RankQuery& query, Clock::
   const std::string scored = conversation ? chat::conversation_text(query.conversation) : "";
   std::vector<inference::TextScores> scores =
       conversation ? context.scheduler.run_alone<std::vector<inference::TextScores>>(
-                         [&engine, scored] { return engine.score_conversations({scored}); }, deadline)
+                         [&engine, scored] {
+                           return engine.score_conversations({scored}, [](size_t) { return "'messages'"; });
+                         },
+                         deadline)
                    : context.scheduler.score(query.texts, steering, deadline);
   inference::Display display = display_of(query.view);
   bool one_layer = single_layer(context, query.view);
@@ -225,7 +228,7 @@ Json per_token_response(const ServerContext& context, const PerTokenQuery& query
   if (conversation && steering) throw RequestError(400, "steering applies to 'text', not to 'messages'", "steer");
   inference::TokenScores scores = context.scheduler.run_alone<inference::TokenScores>(
       [&engine, text, steering, conversation] {
-        return conversation ? engine.score_conversation_tokens(text) : engine.score_tokens(text, steering.get());
+        return conversation ? engine.score_conversation_tokens(text, "'messages'") : engine.score_tokens(text, steering.get());
       },
       deadline);
   std::vector<inference::ScoreTable> tables;

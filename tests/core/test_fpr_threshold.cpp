@@ -46,6 +46,11 @@ TEST_CASE("wilson_interval: the 95% score interval of a proportion") {
   CHECK(half.low == doctest::Approx(0.403832).epsilon(1e-4));
   CHECK(half.high == doctest::Approx(0.596168).epsilon(1e-4));
   CHECK(std::isnan(wilson_interval(0, 0).low));
+  // Regression: none of 12 flagged gave a lower bound of 2.8e-17, not 0; all of them an upper bound below 1.
+  for (const int64_t n : {int64_t{1}, int64_t{12}, int64_t{200}, int64_t{753}}) {
+    CHECK(wilson_interval(0, n).low == 0.0);
+    CHECK(wilson_interval(n, n).high == 1.0);
+  }
 }
 
 TEST_CASE("examples_to_resolve_rate: the fewest examples whose interval at the rate reaches at most twice it") {

@@ -20,6 +20,7 @@
 #include "inference/engine.h"
 #include "inference/session.h"
 #include "probes/binary_run.h"
+#include "probes/probe_kind.h"
 #include "probes/probe_files.h"
 #include "readout/readout.h"
 #include "test_util.h"
@@ -167,7 +168,7 @@ TEST_CASE("conversations: what makes no sense is refused, naming the line or the
                    {"label", kLabels[i % 3]}}).dump() + "\n";
   }
   write_text(o.dataset_path, lines);
-  CHECK_CONTAINS(capture_error(o), "no token of this conversation is in the assistant mask (--mask)");
+  CHECK_CONTAINS(capture_error(o), "no token of this conversation is in the assistant mask");
 
   // Gemma's template trims each content: a reply with spaces around it is not in the text as written.
   lines.clear();
@@ -186,6 +187,39 @@ TEST_CASE("conversations: what makes no sense is refused, naming the line or the
   texts.mask.reset();
   texts.add_generation_prompt = true;
   CHECK_CONTAINS(capture_error(texts), "--add-generation-prompt reads conversations");
+}
+
+TEST_CASE("every-token probes on conversations score each prefix over its masked tokens only, as calibration reads them") {
+  TempDir tmp;
+  capture::CaptureOptions o = conversation_capture(tmp, Position::kAll, "act");
+  capture::run_capture(o);
+  probes::BinaryRunOptions run;
+  run.activations = {tmp.file("act")};
+  run.output_dir = tmp.file("probes");
+  run.device = "cpu";
+  run.training.epochs = 3;
+  run.training.kind = &probes::probe_kind("multimax");
+  run.kinds = {run.training.kind};
+  probes::run_binary_training(run);
+  inference::EngineOptions options;
+  options.model_dir = kGemmaModel;
+  options.probes_dir = tmp.file("probes");
+  options.device = "cpu";
+  const inference::Engine engine = inference::Engine::load(options);
+  const std::string messages = data::read_dataset(o.dataset_path, {"text", "label"}).examples[0].messages;
+  const inference::TokenScores tokens = engine.score_conversation_tokens(messages);
+  const std::vector<inference::TextScores> whole = engine.score_conversations({messages});
+  REQUIRE(tokens.mask.size() == tokens.ids.size());
+  const auto first = static_cast<size_t>(std::find(tokens.mask.begin(), tokens.mask.end(), 1) - tokens.mask.begin());
+  const size_t last = tokens.mask.size() - 1 -
+                      static_cast<size_t>(std::find(tokens.mask.rbegin(), tokens.mask.rend(), 1) - tokens.mask.rbegin());
+  REQUIRE(first > 0);
+  for (size_t k = 0; k < engine.labels().size(); ++k) {
+    CAPTURE(k);
+    // Regression: prefixes pooled the user's turn and the template's tokens, which capture never read.
+    for (size_t t = 0; t < first; ++t) CHECK(std::isnan(tokens.probability[t][0][k]));
+    CHECK(tokens.probability[last][0][k] == doctest::Approx(whole[0].probability[0][k]).epsilon(1e-5));
+  }
 }
 
 TEST_CASE("texts at position all record each row's position too: 0 to the prompt's length - 1") {

@@ -139,6 +139,10 @@ TEST_CASE("calibration: each probe flags at most the target share of ordinary da
                                         tool("calibrate_probes"), probes_dir, tmp.file("activations"));
   check_failure(run_command(again), 2, {"/probes.json: the probes are calibrated already (at a false-positive "
                                         "rate of 0.05 on \"", "pass --overwrite"});
+  // Regression: data that is not there was named only after --overwrite, which the refusal above asks for.
+  check_failure(run_command(fmt::format("{} --probes-dir {} --activations {} --target-fpr 0.05", tool("calibrate_probes"),
+                                        probes_dir, tmp.file("nowhere"))),
+                1, {"/nowhere: no such file or directory"});
   CommandResult printed = run_command("( " + again + " --overwrite 2>/dev/null )");
   REQUIRE_MESSAGE(printed.exit_code == 0, printed.output);
   CHECK(Json::parse(printed.output) == summary);
