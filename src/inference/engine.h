@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "chat/conversation.h"
 #include "device/torch/gpu_utils.h"
 #include "generation/generator.h"
 #include "probes/probe_catalog.h"
@@ -160,6 +161,14 @@ class Engine {
   /// rendered as score_conversations renders it: each token's score is the probes' for the conversation up to it,
   /// with no suffix, pooling only its tokens in the probes' mask (as capture read them); `mask` says which those are.
   TokenScores score_conversation_tokens(const std::string& conversation, const std::string& name = "conversation") const;
+  /// For probes trained on conversations, which tokens of a chat prompt (`conversation` rendered with the generation
+  /// prompt as `rendered`, tokenized as `ids`) their mask reads: generation's text so far then pools those and the
+  /// reply's, as capture pooled a conversation's. Empty for other probes, which read the whole text.
+  std::vector<uint8_t> chat_prompt_mask(const chat::Conversation& conversation, const std::string& rendered,
+                                        const std::vector<int32_t>& ids) const;
+  /// The mask of a text so far: `prompt_mask` (empty: none), then `generated` reply tokens, in the mask unless the
+  /// probes read the user's tokens. Empty when `prompt_mask` is.
+  std::vector<uint8_t> text_so_far_mask(const std::vector<uint8_t>& prompt_mask, size_t generated) const;
   /// Scores every token position of a text: one pass over the text records its keys and values, then one
   /// batched pass runs the suffix after each prefix on top of them (not one forward per prefix).
   TokenScores score_tokens(const std::string& text, const steering::SteeringVectors* steering = nullptr) const;
@@ -175,10 +184,12 @@ class Engine {
   std::shared_ptr<const monitor::MonitorSet> resolve_monitors(const std::vector<monitor::MonitorPolicy>& policies) const;
   /// generate with monitors: every prompt a stream of a StreamBatch (each with its own steering once a monitor
   /// steers it), the tokens handed to `on_token` with their row and firings. Needs EngineOptions::generate.
+  /// `prompt_masks`: each chat prompt's chat_prompt_mask (none: every prompt read whole).
   std::vector<GeneratedText> generate_monitored(const std::vector<std::string>& prompts,
                                                 const generation::GenerationOptions& options,
                                                 std::shared_ptr<const monitor::MonitorSet> monitors,
-                                                const ScoredTokenCallback& on_token, bool add_special_tokens = true) const;
+                                                const ScoredTokenCallback& on_token, bool add_special_tokens = true,
+                                                const std::vector<std::vector<uint8_t>>& prompt_masks = {}) const;
   /// The directory of the model in use.
   const std::string& model_dir() const { return options_.model_dir; }
   /// The steering every pass applies (EngineOptions::steering), as resolved; empty without any.
@@ -235,9 +246,11 @@ class Engine {
   /// Every-token probes: each text's probabilities [texts, probes] as the prompt text + suffix, read whole, steered
   /// by `writes` (the engine's own when null; `per_row`: one vector per text, [texts, hidden] each). With
   /// `last_token`, also each text's last token's own probabilities [texts, probes] (row_probabilities; undefined
-  /// for probes without them).
+  /// for probes without them; NaN where the token is not in the text's mask). With `masks` (a chat's, as
+  /// text_so_far_mask gives them), each text pools its tokens in the probes' mask only, with no suffix.
   at::Tensor prompt_probabilities(const std::vector<readout::Sequence>& texts, const model::StreamWrites* writes,
-                                  bool per_row, at::Tensor* last_token = nullptr) const;
+                                  bool per_row, at::Tensor* last_token = nullptr,
+                                  const std::vector<std::vector<uint8_t>>& masks = {}) const;
   /// Every-token probes that score each token (ema, rolling): each row's own probability [R, probes] of rows
   /// [R, layers, width], layer after layer; undefined for the other kinds.
   at::Tensor row_probabilities(const at::Tensor& rows) const;

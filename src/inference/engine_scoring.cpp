@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "chat/chat_template.h"
+#include "chat/token_masks.h"
 #include "common/error.h"
 #include "inference/text_stream.h"
 
@@ -50,26 +51,55 @@ at::Tensor Engine::text_probabilities(const at::Tensor& rows, const std::vector<
 }
 
 at::Tensor Engine::prompt_probabilities(const std::vector<readout::Sequence>& texts, const model::StreamWrites* writes,
-                                        bool per_row, at::Tensor* last_token) const {
-  const readout::Sequence& suffix = prompts_->suffix_ids();
+                                        bool per_row, at::Tensor* last_token,
+                                        const std::vector<std::vector<uint8_t>>& masks) const {
+  const readout::Sequence suffix = masks.empty() ? prompts_->suffix_ids() : readout::Sequence{};
   std::vector<readout::Sequence> prompts;
   std::vector<int64_t> offsets = {0};
-  for (const readout::Sequence& text : texts) {
-    prompts.push_back(text);
+  for (size_t i = 0; i < texts.size(); ++i) {
+    prompts.push_back(texts[i]);
     prompts.back().insert(prompts.back().end(), suffix.begin(), suffix.end());
-    offsets.push_back(offsets.back() + static_cast<int64_t>(prompts.back().size()));
+    const auto rows = masks.empty() ? static_cast<int64_t>(prompts.back().size())
+                                    : static_cast<int64_t>(std::count(masks[i].begin(), masks[i].end(), 1));
+    if (rows == 0) fail_input("a text so far has no token in the probes' {} mask", token_mask_name(*recipe_.mask));
+    offsets.push_back(offsets.back() + rows);
   }
   readout::Request request = request_;
   if (writes != nullptr) request.writes = writes;
   if (per_row) request.layout = readout::Layout::kPadded;
-  at::Tensor rows = readout::read_rows(*model_, prompts, request);
+  at::Tensor rows = readout::read_rows(*model_, prompts, request, masks);
   readout::check_finite_rows(rows, 1, request_.layers);
   if (last_token != nullptr) {
-    std::vector<int64_t> last;  // each text's last token, before the suffix
-    for (size_t i = 0; i < texts.size(); ++i) last.push_back(offsets[i] + static_cast<int64_t>(texts[i].size()) - 1);
+    std::vector<int64_t> last;  // each text's last token (before the suffix), or its last masked one
+    for (size_t i = 0; i < texts.size(); ++i) {
+      last.push_back(masks.empty() ? offsets[i] + static_cast<int64_t>(texts[i].size()) - 1 : offsets[i + 1] - 1);
+    }
     *last_token = row_probabilities(rows.index_select(0, at::tensor(last, at::kLong).to(rows.device())));
+    for (size_t i = 0; i < masks.size() && last_token->defined(); ++i) {
+      if (masks[i].back() == 0) last_token->select(0, static_cast<int64_t>(i)).fill_(kNaN);  // read no row of its own
+    }
   }
   return text_probabilities(rows, offsets);
+}
+
+std::vector<uint8_t> Engine::chat_prompt_mask(const chat::Conversation& conversation, const std::string& rendered,
+                                              const std::vector<int32_t>& ids) const {
+  if (!recipe_.mask) return {};
+  chat::ChatTemplateInputs inputs;
+  inputs.messages = conversation.messages;
+  inputs.tools = conversation.tools;
+  inputs.add_generation_prompt = true;
+  // The last assistant message is the reply being generated, not one of the prompt's.
+  if (*recipe_.mask == TokenMask::kLastAssistant) return std::vector<uint8_t>(ids.size(), 0);
+  return chat::token_mask(tokenizer_->token_spans(ids, rendered),
+                          chat::locate_contents(checked_chat_template(), inputs, rendered), *recipe_.mask);
+}
+
+std::vector<uint8_t> Engine::text_so_far_mask(const std::vector<uint8_t>& prompt_mask, size_t generated) const {
+  if (prompt_mask.empty()) return {};
+  std::vector<uint8_t> mask = prompt_mask;
+  mask.insert(mask.end(), generated, *recipe_.mask == TokenMask::kUser ? 0 : 1);
+  return mask;
 }
 
 at::Tensor Engine::row_probabilities(const at::Tensor& rows) const {

@@ -110,7 +110,8 @@ std::shared_ptr<const monitor::MonitorSet> Engine::resolve_monitors(const std::v
 std::vector<GeneratedText> Engine::generate_monitored(const std::vector<std::string>& prompts,
                                                       const generation::GenerationOptions& options,
                                                       std::shared_ptr<const monitor::MonitorSet> monitors,
-                                                      const ScoredTokenCallback& on_token, bool add_special_tokens) const {
+                                                      const ScoredTokenCallback& on_token, bool add_special_tokens,
+                                                      const std::vector<std::vector<uint8_t>>& prompt_masks) const {
   if (!options_.generate) fail_input("generation needs the engine loaded for generation (EngineOptions::generate)");
   std::vector<GeneratedText> results(prompts.size());
   std::vector<std::exception_ptr> errors(prompts.size());
@@ -122,6 +123,7 @@ std::vector<GeneratedText> Engine::generate_monitored(const std::vector<std::str
   auto request_of = [&](size_t row) {
     StreamRequest request;
     request.prompt_ids = tokenizer_->encode(prompts[row], add_special_tokens);
+    if (!prompt_masks.empty()) request.prompt_mask = prompt_masks[row];
     warn_past_limit(request.prompt_ids, options.max_new_tokens);
     request.options = options;
     request.options.first_row = options.first_row + row;

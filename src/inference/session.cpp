@@ -261,15 +261,34 @@ CLI::Validator unit_interval() {
       "[0, 1]");
 }
 
-// The prompts to generate after: the texts as given, or rendered with the model's chat template (--chat: each text
-// a user message; --messages: the file's conversation).
-std::vector<std::string> generation_prompts(const Engine& engine, const InferenceRequest& r) {
-  if (!r.messages.empty()) return {chat::render_conversation(engine.model_dir(), chat::read_conversation(r.messages))};
-  std::vector<std::string> prompts = request_texts(r);
+// The conversations to generate after: --messages' one, or with --chat each text a user message; none for texts.
+std::vector<chat::Conversation> generation_conversations(const InferenceRequest& r) {
+  if (!r.messages.empty()) return {chat::read_conversation(r.messages)};
+  std::vector<chat::Conversation> conversations;
   if (r.chat) {
-    for (std::string& prompt : prompts) prompt = chat::render_conversation(engine.model_dir(), chat::user_message(prompt));
+    for (const std::string& text : request_texts(r)) conversations.push_back({chat::user_message(text), OrderedJson()});
   }
+  return conversations;
+}
+
+// The prompts to generate after: the texts as given, or the conversations rendered with the model's chat template.
+std::vector<std::string> generation_prompts(const Engine& engine, const InferenceRequest& r,
+                                            const std::vector<chat::Conversation>& conversations) {
+  if (conversations.empty()) return request_texts(r);
+  std::vector<std::string> prompts;
+  for (const chat::Conversation& c : conversations) prompts.push_back(chat::render_conversation(engine.model_dir(), c));
   return prompts;
+}
+
+// Each chat prompt's tokens in the probes' mask, for probes trained on conversations; none otherwise.
+std::vector<std::vector<uint8_t>> generation_masks(const Engine& engine, const std::vector<chat::Conversation>& conversations,
+                                                   const std::vector<std::string>& prompts) {
+  std::vector<std::vector<uint8_t>> masks;
+  for (size_t i = 0; i < conversations.size(); ++i) {
+    masks.push_back(engine.chat_prompt_mask(conversations[i], prompts[i], engine.tokenizer().encode(prompts[i], false)));
+    if (masks.back().empty()) return {};
+  }
+  return masks;
 }
 
 }  // namespace
@@ -297,8 +316,10 @@ Json text_json(const Engine& engine, const std::string& text, const ScoreTable& 
 }
 
 void show_generation(const Engine& engine, const InferenceRequest& r) {
-  std::vector<std::string> prompts = generation_prompts(engine, r);
-  const bool chat = r.chat || !r.messages.empty();
+  const std::vector<chat::Conversation> conversations = generation_conversations(r);
+  std::vector<std::string> prompts = generation_prompts(engine, r, conversations);
+  const std::vector<std::vector<uint8_t>> masks = generation_masks(engine, conversations, prompts);
+  const bool chat = !conversations.empty();
   generation::GenerationOptions options = generation::resolve_generation_flags(r.generation, engine.model_dir());
   const bool report = !r.csv.empty() || !r.html.empty();
   // The report covers the prompt's tokens (scored as --per-token scores them) and then the new ones.
@@ -326,8 +347,10 @@ void show_generation(const Engine& engine, const InferenceRequest& r) {
     }
     return true;
   };
-  std::vector<GeneratedText> texts = monitors->empty() ? engine.generate(prompts, options, show, !chat)
-                                                       : engine.generate_monitored(prompts, options, monitors, show, !chat);
+  // A chat's masked text so far is what the streams read (generate reads every prompt whole).
+  std::vector<GeneratedText> texts = monitors->empty() && masks.empty()
+                                         ? engine.generate(prompts, options, show, !chat)
+                                         : engine.generate_monitored(prompts, options, monitors, show, !chat, masks);
   printer.finish(texts);
   if (!r.csv.empty()) write_file_atomic(r.csv, per_token_csv(tokens));
   if (!r.html.empty()) write_file_atomic(r.html, per_token_html(tokens, "Probe scores of a generation"));

@@ -136,6 +136,7 @@ void StreamBatch::run_prompts(std::vector<std::unique_ptr<Stream>>& arriving) {
 bool StreamBatch::watch_prompt(Stream& s) {
   if (!s.monitors || !s.monitors->watches(monitor::Scope::kPrompt)) return false;
   TokenScores scores;
+  scores.mask = s.request.prompt_mask;  // a chat's prompt pools its masked tokens only, as capture read them
   engine_.score_token_ids(s.request.prompt_ids, s.steering, scores);
   for (size_t t = 0; t < scores.probability.size(); ++t) {
     const auto& own = scores.token_probability.empty() ? scores.probability[t] : scores.token_probability[t];
@@ -319,14 +320,19 @@ bool StreamBatch::hand_out(Stream& s, int32_t id, const at::Tensor& scores, cons
 at::Tensor StreamBatch::whole_text_scores(const std::vector<Stream*>& rows, const std::vector<int32_t>& ids,
                                           at::Tensor* token_scores) const {
   std::vector<readout::Sequence> texts;
+  std::vector<std::vector<uint8_t>> masks;  // a chat's: its prompt's masked tokens and the reply's
   for (size_t i = 0; i < rows.size(); ++i) {
     const GeneratedText& g = rows[i]->generated;
     texts.push_back(g.prompt_ids);
     texts.back().insert(texts.back().end(), g.ids.begin(), g.ids.end());
     texts.back().push_back(ids[i]);
+    masks.push_back(engine_.text_so_far_mask(rows[i]->request.prompt_mask, g.ids.size() + 1));
+    if (masks.back().empty()) masks.back().assign(texts.back().size(), 1);
   }
+  const bool masked = std::any_of(rows.begin(), rows.end(), [](const Stream* s) { return !s->request.prompt_mask.empty(); });
   const bool steered = !writes_.empty();
-  return engine_.prompt_probabilities(texts, steered ? &writes_ : nullptr, steered, token_scores);
+  return engine_.prompt_probabilities(texts, steered ? &writes_ : nullptr, steered, token_scores,
+                                      masked ? masks : std::vector<std::vector<uint8_t>>{});
 }
 
 void StreamBatch::leave(const std::vector<bool>& ended, const std::vector<std::exception_ptr>& errors) {

@@ -26,6 +26,7 @@ namespace probekit::inference {
 /// One stream to generate.
 struct StreamRequest {
   std::vector<int32_t> prompt_ids;  // tokenized as the caller wants it (special tokens or not)
+  std::vector<uint8_t> prompt_mask;  // a chat prompt's tokens in the probes' mask (Engine::chat_prompt_mask); empty: all
   generation::GenerationOptions options;  // its `writes` are ignored: `steering` steers the stream
   std::shared_ptr<const steering::SteeringVectors> steering;  // null: the engine's own steering
   std::shared_ptr<const monitor::MonitorSet> monitors;  // null: none (Engine::resolve_monitors)

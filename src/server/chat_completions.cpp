@@ -69,7 +69,9 @@ inference::StreamRequest prepare(const ServerContext& context, const ChatModel& 
                                  Clock::time_point deadline) {
   check_view(context, query.probes);
   inference::StreamRequest request;
-  request.prompt_ids = context.engine.tokenizer().encode(render_prompt(model, query, deadline), false);
+  const std::string rendered = render_prompt(model, query, deadline);
+  request.prompt_ids = context.engine.tokenizer().encode(rendered, false);
+  request.prompt_mask = context.engine.chat_prompt_mask({query.messages, query.tools}, rendered, request.prompt_ids);
   const int64_t limit = context.options.limits.max_tokens;
   if (static_cast<int64_t>(request.prompt_ids.size()) > limit) {
     throw RequestError(413, fmt::format("the rendered 'messages' are {} tokens long, more than this server's limit of {} "

@@ -19,6 +19,8 @@
 #include "common/json.h"
 #include "inference/engine.h"
 #include "inference/session.h"
+#include "generation/flags.h"
+#include "monitor/policy.h"
 #include "probes/binary_run.h"
 #include "probes/probe_kind.h"
 #include "probes/probe_files.h"
@@ -220,6 +222,40 @@ TEST_CASE("every-token probes on conversations score each prefix over its masked
     for (size_t t = 0; t < first; ++t) CHECK(std::isnan(tokens.probability[t][0][k]));
     CHECK(tokens.probability[last][0][k] == doctest::Approx(whole[0].probability[0][k]).epsilon(1e-5));
   }
+
+  // Generation pools a chat prompt's masked tokens and the reply's (regression: the user's turn and the template's
+  // tokens too): a prompt monitor firing on any score never fires on a one-turn chat, which has no assistant token,
+  // and fires inside the earlier reply of a chat that has one.
+  options.generate = true;
+  const inference::Engine generator = inference::Engine::load(options);
+  monitor::MonitorPolicy any;
+  any.label = generator.labels()[0];
+  any.threshold = 0.0;
+  any.action = "flag";
+  any.scope = monitor::Scope::kPrompt;
+  const std::shared_ptr<const monitor::MonitorSet> monitors = generator.resolve_monitors({any});
+  generation::GenerationFlags flags;
+  flags.options.max_new_tokens = 2;
+  flags.no_stop = true;
+  const generation::GenerationOptions greedy = generation::resolve_generation_flags(flags, generator.model_dir());
+  auto prompt_firings = [&](const OrderedJson& messages) {
+    const chat::Conversation conversation{messages, OrderedJson()};
+    const std::string rendered = chat::render_conversation(kGemmaModel, conversation);
+    const std::vector<uint8_t> mask =
+        generator.chat_prompt_mask(conversation, rendered, generator.tokenizer().encode(rendered, false));
+    const std::vector<inference::GeneratedText> texts = generator.generate_monitored(
+        {rendered}, greedy, monitors, [](const inference::ScoredToken&) { return true; }, false, {mask});
+    return std::make_pair(mask, texts.front().firings);
+  };
+  const auto [one_turn_mask, one_turn] = prompt_firings(chat::user_message("How was the day?"));
+  CHECK(std::count(one_turn_mask.begin(), one_turn_mask.end(), 1) == 0);
+  CHECK(one_turn.empty());
+  const OrderedJson history = OrderedJson::array({{{"role", "user"}, {"content", "Hi"}},
+                                                  {{"role", "assistant"}, {"content", "I feel calm today"}},
+                                                  {{"role", "user"}, {"content", "And now?"}}});
+  const auto [mask, fired] = prompt_firings(history);
+  REQUIRE(fired.size() == 1);
+  CHECK(mask.at(static_cast<size_t>(fired[0].index)) == 1);
 }
 
 TEST_CASE("texts at position all record each row's position too: 0 to the prompt's length - 1") {
