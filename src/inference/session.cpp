@@ -215,8 +215,10 @@ void check_request(InferenceRequest& r) {
   if (r.generate && r.text.empty() && r.file.empty() && r.messages.empty()) {
     fail_usage("--generate needs --text, --file or --messages");
   }
-  if ((!r.csv.empty() || !r.html.empty()) && (r.chat || !r.messages.empty())) {
-    fail_usage("--csv and --html report a plain prompt: leave out --chat and --messages");
+  // A generation's report scores its prompt as --per-token --text does; a conversation's tokens, --per-token --messages.
+  if ((!r.csv.empty() || !r.html.empty()) && r.generate && (r.chat || !r.messages.empty())) {
+    fail_usage("--csv and --html report a generation after a plain prompt: leave out --chat and --messages (--per-token "
+               "--messages reports a conversation's tokens)");
   }
   if (r.generate && (r.per_token || !r.compare.empty())) fail_usage("--generate excludes --per-token and --compare");
   if (r.per_token && !r.compare.empty()) fail_usage("--per-token excludes --compare");

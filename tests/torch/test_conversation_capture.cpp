@@ -329,6 +329,13 @@ TEST_CASE("probes trained on conversations score a conversation as capture read 
   const Json shown = Json::parse(per_token.output.substr(per_token.output.find("{\n")));
   REQUIRE(shown["tokens"].size() == tokens.ids.size());
   for (size_t t = 0; t < tokens.ids.size(); ++t) CHECK(shown["tokens"][t]["in_mask"] == (tokens.mask[t] == 1));
+  // Regression: --csv and --html were refused with --messages, which reports only a generation cannot make.
+  CommandResult report = run_command(fmt::format("{} --probes-dir {} --model {} --device cpu --per-token --messages {} "
+                                                 "--csv {} --html {}", tool("multi_probe_inference"), tmp.file("probes"),
+                                                 kGemmaModel, tmp.file("one.json"), tmp.file("t.csv"), tmp.file("t.html")));
+  REQUIRE_MESSAGE(report.exit_code == 0, report.output);
+  CHECK(is_regular_file(tmp.file("t.csv")));
+  CHECK(is_regular_file(tmp.file("t.html")));
   write_text(tmp.file("chats.jsonl"), read_text(o.dataset_path));
   CommandResult file_ranking = run_command(base + " --file " + tmp.file("chats.jsonl"));
   CommandResult one_ranking = run_command(base + " --messages " + tmp.file("one.json"));
