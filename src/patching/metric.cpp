@@ -94,6 +94,11 @@ at::Tensor named_token_ids(const MetricSpec& spec, const tokenizer::Tokenizer& t
   for (size_t i = 0; i < spec.tokens.size() && i < 2; ++i) {
     ids[static_cast<int64_t>(i)] = named_token(spec.tokens[i], tokenizer, vocab);
   }
+  // Regression: the same token twice measured 0 on every run, and left a grid of nothing to compare.
+  if (spec.tokens.size() == 2 && ids[0].item<int64_t>() == ids[1].item<int64_t>()) {
+    fail_usage("--metric: the answer {} and the foil {} are the same token (id {}): their logit difference is always 0",
+               spec.tokens[0], spec.tokens[1], ids[0].item<int64_t>());
+  }
   return ids;
 }
 

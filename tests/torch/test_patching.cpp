@@ -258,7 +258,9 @@ TEST_CASE("the metric flag names its tokens as ids or strings, and refuses what 
   CHECK(by_id.answer.text == "The");
   // A vocabulary token, and a text that encodes to one token (digits are read as an id).
   CHECK(resolve_metric(parse_metric("prob:The"), logits, logits, *model.tokenizer).answer.id == 300);
-  CHECK(resolve_metric(parse_metric("logit-diff:The,300"), logits, logits, *model.tokenizer).foil.id == 300);
+  const Metric named = resolve_metric(parse_metric("logit-diff:The,301"), logits, logits, *model.tokenizer);
+  CHECK(named.answer.id == 300);
+  CHECK(named.foil.id == 301);
   CHECK_THROWS_AS(resolve_metric(parse_metric("prob:99999"), logits, logits, *model.tokenizer), UsageError);
   // The defaults: the clean run's top token, and the corrupted run's as the foil (the clean run's second when the two
   // agree), resolved on the device.
@@ -395,6 +397,9 @@ TEST_CASE("the metric's tokens: a quoted comma, and ids past the tokenizer's tok
       fmt::format("--metric: token id {} is a row of the model's logits but not a token of its tokenizer", tokens + 1);
   CHECK_THROWS_WITH_AS(named_token_ids(parse_metric(fmt::format("prob:{}", tokens + 1)), *model.tokenizer, tokens + 10),
                        doctest::Contains(refusal.c_str()), UsageError);
+  // Regression: an answer that is its own foil only warned, and every cell measured 0.
+  CHECK_THROWS_WITH_AS(named_token_ids(parse_metric("logit-diff:2,2"), *model.tokenizer, tokens),
+                       doctest::Contains("--metric: the answer 2 and the foil 2 are the same token (id 2)"), UsageError);
   // Chosen by the clean run's logits, such an id is kept, its token null.
   at::Tensor logits = at::zeros({tokens + 10});
   logits[tokens + 2] = 5.0;
