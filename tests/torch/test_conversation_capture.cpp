@@ -78,6 +78,25 @@ Rendered rendered_line(const std::string& dataset, int64_t line, const model::Tr
   return r;
 }
 
+// Captures `o` and trains probes of `kind` on it, 3 epochs, into `output`: the options of an engine on them (CPU).
+inference::EngineOptions train_conversation_probes(const capture::CaptureOptions& o, const std::string& output,
+                                                   const char* kind) {
+  capture::run_capture(o);
+  probes::BinaryRunOptions run;
+  run.activations = {o.output_dir};
+  run.output_dir = output;
+  run.device = "cpu";
+  run.training.epochs = 3;
+  run.training.kind = &probes::probe_kind(kind);
+  run.kinds = {run.training.kind};
+  probes::run_binary_training(run);
+  inference::EngineOptions options;
+  options.model_dir = kGemmaModel;
+  options.probes_dir = output;
+  options.device = "cpu";
+  return options;
+}
+
 std::string capture_error(const capture::CaptureOptions& o) {
   try {
     capture::run_capture(o);
@@ -193,20 +212,8 @@ TEST_CASE("conversations: what makes no sense is refused, naming the line or the
 
 TEST_CASE("every-token probes on conversations score each prefix over its masked tokens only, as calibration reads them") {
   TempDir tmp;
-  capture::CaptureOptions o = conversation_capture(tmp, Position::kAll, "act");
-  capture::run_capture(o);
-  probes::BinaryRunOptions run;
-  run.activations = {tmp.file("act")};
-  run.output_dir = tmp.file("probes");
-  run.device = "cpu";
-  run.training.epochs = 3;
-  run.training.kind = &probes::probe_kind("multimax");
-  run.kinds = {run.training.kind};
-  probes::run_binary_training(run);
-  inference::EngineOptions options;
-  options.model_dir = kGemmaModel;
-  options.probes_dir = tmp.file("probes");
-  options.device = "cpu";
+  const capture::CaptureOptions o = conversation_capture(tmp, Position::kAll, "act");
+  inference::EngineOptions options = train_conversation_probes(o, tmp.file("probes"), "multimax");
   const inference::Engine engine = inference::Engine::load(options);
   const std::string messages = data::read_dataset(o.dataset_path, {"text", "label"}).examples[0].messages;
   const inference::TokenScores tokens = engine.score_conversation_tokens(messages);
@@ -280,19 +287,8 @@ TEST_CASE("texts at position all record each row's position too: 0 to the prompt
 
 TEST_CASE("probes trained on conversations score a conversation as capture read it; texts are refused") {
   TempDir tmp;
-  capture::CaptureOptions o = conversation_capture(tmp, Position::kLast, "act");
-  capture::run_capture(o);
-  probes::BinaryRunOptions run;
-  run.activations = {tmp.file("act")};
-  run.output_dir = tmp.file("probes");
-  run.device = "cpu";
-  run.training.epochs = 3;
-  probes::run_binary_training(run);
-
-  inference::EngineOptions options;
-  options.model_dir = kGemmaModel;
-  options.probes_dir = tmp.file("probes");
-  options.device = "cpu";
+  const capture::CaptureOptions o = conversation_capture(tmp, Position::kLast, "act");
+  inference::EngineOptions options = train_conversation_probes(o, tmp.file("probes"), "linear");
   const inference::Engine engine = inference::Engine::load(options);
   CHECK(engine.recipe().mask == TokenMask::kAssistant);
   const auto file = activations::read_activation_file(tmp.file("act/layer_2_activations.h5"));
