@@ -103,6 +103,7 @@ void plan_site(const CaptureOptions& options, CapturePlan& plan) {
   plan.site = plan.sae->site;
   plan.sae_output = site.output;
   plan.sae_top_k = options.sae_storage.stored_top_k(site.output);
+  if (plan.sae_top_k == sae::SaeStorage::kDefaultTopK) plan.sae_top_k = std::min(plan.sae_top_k, plan.sae->d_sae);
   if (plan.sae_top_k > plan.sae->d_sae) {
     fail_usage("--sae-top-k {}: SAE '{}' has {} latents (a row keeps at most all of them)", plan.sae_top_k, site.name,
                plan.sae->d_sae);

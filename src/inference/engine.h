@@ -164,11 +164,12 @@ class Engine {
   /// For probes trained on conversations, which tokens of a chat prompt (`conversation` rendered with the generation
   /// prompt as `rendered`, tokenized as `ids`) their mask reads: generation's text so far then pools those and the
   /// reply's, as capture pooled a conversation's. Empty for other probes, which read the whole text.
+  /// The template runs within `limits` (a request's deadline).
   std::vector<uint8_t> chat_prompt_mask(const chat::Conversation& conversation, const std::string& rendered,
-                                        const std::vector<int32_t>& ids) const;
-  /// The mask of a text so far: `prompt_mask` (empty: none), then `generated` reply tokens, in the mask unless the
-  /// probes read the user's tokens. Empty when `prompt_mask` is.
-  std::vector<uint8_t> text_so_far_mask(const std::vector<uint8_t>& prompt_mask, size_t generated) const;
+                                        const std::vector<int32_t>& ids, const chat::RenderLimits& limits = {}) const;
+  /// The mask of a text so far: `prompt_mask` (empty: none), then the `generated` reply's tokens, in the mask unless
+  /// the probes read the user's tokens or the token is a special one (a turn's end). Empty when `prompt_mask` is.
+  std::vector<uint8_t> text_so_far_mask(const std::vector<uint8_t>& prompt_mask, const std::vector<int32_t>& generated) const;
   /// Scores every token position of a text: one pass over the text records its keys and values, then one
   /// batched pass runs the suffix after each prefix on top of them (not one forward per prefix).
   TokenScores score_tokens(const std::string& text, const steering::SteeringVectors* steering = nullptr) const;

@@ -53,16 +53,43 @@ at::Tensor Engine::text_probabilities(const at::Tensor& rows, const std::vector<
 at::Tensor Engine::prompt_probabilities(const std::vector<readout::Sequence>& texts, const model::StreamWrites* writes,
                                         bool per_row, at::Tensor* last_token,
                                         const std::vector<std::vector<uint8_t>>& masks) const {
+  // A masked text without a token in the mask (a chat whose prompt and reply have none yet) has nothing to pool: its
+  // scores are NaN, and the batch's other texts are read without it.
+  std::vector<int64_t> read;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    if (masks.empty() || std::find(masks[i].begin(), masks[i].end(), 1) != masks[i].end()) read.push_back(static_cast<int64_t>(i));
+  }
+  if (read.size() < texts.size()) {
+    std::vector<readout::Sequence> kept_texts;
+    std::vector<std::vector<uint8_t>> kept_masks;
+    for (int64_t i : read) {
+      kept_texts.push_back(texts[static_cast<size_t>(i)]);
+      kept_masks.push_back(masks[static_cast<size_t>(i)]);
+    }
+    int64_t columns = 0;
+    for (const LayerProbes& layer : probes_) columns += static_cast<int64_t>(layer.label_column.size());
+    const auto all = static_cast<int64_t>(texts.size());
+    at::Tensor out = at::full({all, columns}, kNaN, at::kFloat);
+    at::Tensor kept_last;
+    if (!read.empty()) {
+      const at::Tensor kept = at::tensor(read, at::kLong);
+      out.index_copy_(0, kept, prompt_probabilities(kept_texts, writes, per_row, last_token ? &kept_last : nullptr, kept_masks)
+                                   .to(at::kCPU, at::kFloat));
+      if (kept_last.defined()) {
+        *last_token = at::full({all, kept_last.size(1)}, kNaN, at::kFloat);
+        last_token->index_copy_(0, kept, kept_last.to(at::kCPU, at::kFloat));
+      }
+    }
+    return out;
+  }
   const readout::Sequence suffix = masks.empty() ? prompts_->suffix_ids() : readout::Sequence{};
   std::vector<readout::Sequence> prompts;
   std::vector<int64_t> offsets = {0};
   for (size_t i = 0; i < texts.size(); ++i) {
     prompts.push_back(texts[i]);
     prompts.back().insert(prompts.back().end(), suffix.begin(), suffix.end());
-    const auto rows = masks.empty() ? static_cast<int64_t>(prompts.back().size())
-                                    : static_cast<int64_t>(std::count(masks[i].begin(), masks[i].end(), 1));
-    if (rows == 0) fail_input("a text so far has no token in the probes' {} mask", token_mask_name(*recipe_.mask));
-    offsets.push_back(offsets.back() + rows);
+    offsets.push_back(offsets.back() + (masks.empty() ? static_cast<int64_t>(prompts.back().size())
+                                                      : static_cast<int64_t>(std::count(masks[i].begin(), masks[i].end(), 1))));
   }
   readout::Request request = request_;
   if (writes != nullptr) request.writes = writes;
@@ -83,22 +110,25 @@ at::Tensor Engine::prompt_probabilities(const std::vector<readout::Sequence>& te
 }
 
 std::vector<uint8_t> Engine::chat_prompt_mask(const chat::Conversation& conversation, const std::string& rendered,
-                                              const std::vector<int32_t>& ids) const {
+                                              const std::vector<int32_t>& ids, const chat::RenderLimits& limits) const {
   if (!recipe_.mask) return {};
+  // The last assistant message is the reply being generated, not one of the prompt's.
+  if (*recipe_.mask == TokenMask::kLastAssistant) return std::vector<uint8_t>(ids.size(), 0);
   chat::ChatTemplateInputs inputs;
   inputs.messages = conversation.messages;
   inputs.tools = conversation.tools;
   inputs.add_generation_prompt = true;
-  // The last assistant message is the reply being generated, not one of the prompt's.
-  if (*recipe_.mask == TokenMask::kLastAssistant) return std::vector<uint8_t>(ids.size(), 0);
+  inputs.limits = limits;
   return chat::token_mask(tokenizer_->token_spans(ids, rendered),
                           chat::locate_contents(checked_chat_template(), inputs, rendered), *recipe_.mask);
 }
 
-std::vector<uint8_t> Engine::text_so_far_mask(const std::vector<uint8_t>& prompt_mask, size_t generated) const {
+std::vector<uint8_t> Engine::text_so_far_mask(const std::vector<uint8_t>& prompt_mask,
+                                              const std::vector<int32_t>& generated) const {
   if (prompt_mask.empty()) return {};
   std::vector<uint8_t> mask = prompt_mask;
-  mask.insert(mask.end(), generated, *recipe_.mask == TokenMask::kUser ? 0 : 1);
+  // The reply's content, as capture's mask reads a message's: not a turn's end or any other special token.
+  for (int32_t id : generated) mask.push_back(*recipe_.mask != TokenMask::kUser && !tokenizer_->is_special(id) ? 1 : 0);
   return mask;
 }
 
@@ -295,6 +325,10 @@ void Engine::score_token_ids(const readout::Sequence& ids, const steering::Steer
   at::Tensor rows = readout::read_prefixes(*model_, ids, with_suffix ? prompts_->suffix_ids() : readout::Sequence{}, steered);
   readout::check_finite_rows(rows, 1, request_.layers);
   store_probabilities(rows, result.probability, 0);
+  // A conversation's tokens outside the probes' mask are none they were trained or calibrated on.
+  for (size_t t = 0; t < result.mask.size() && t < result.probability.size(); ++t) {
+    if (result.mask[t] == 0) result.probability[t] = empty_tables(1).front();
+  }
   if (!with_suffix || prompts_->suffix_ids().empty()) hide_leading_prefixes(result);
 }
 

@@ -64,6 +64,9 @@ size_t StreamBatch::join(std::vector<StreamRequest> requests) {
     std::unique_ptr<Stream> stopped;  // by a prompt monitor
     try {
       if (request.options.max_new_tokens < 1) fail_usage("max_new_tokens must be positive, got {}", request.options.max_new_tokens);
+      if (!request.prompt_mask.empty() && request.prompt_mask.size() != request.prompt_ids.size()) {
+        fail_input("the prompt's mask has {} tokens, the prompt {}", request.prompt_mask.size(), request.prompt_ids.size());
+      }
       const steering::SteeringVectors* steering =
           request.steering ? request.steering.get() : (engine_.steering_.empty() ? nullptr : &engine_.steering_);
       auto stream = std::make_unique<Stream>(std::move(request), joined_++, engine_.tokenizer(), steering,
@@ -174,7 +177,16 @@ bool StreamBatch::act_on(Stream& s, const std::vector<monitor::Firing>& firings)
     auto combined = std::make_shared<steering::SteeringVectors>(s.steering ? *s.steering : steering::SteeringVectors());
     combined->additions.insert(combined->additions.end(), m.steering->additions.begin(), m.steering->additions.end());
     combined->ablations.insert(combined->ablations.end(), m.steering->ablations.begin(), m.steering->ablations.end());
-    combined->clamps.insert(combined->clamps.end(), m.steering->clamps.begin(), m.steering->clamps.end());
+    // A monitor's clamp of a latent the stream clamps already replaces it: two clamps would add both changes.
+    for (const steering::SteeringVectors::Clamp& clamp : m.steering->clamps) {
+      auto& clamps = combined->clamps;
+      clamps.erase(std::remove_if(clamps.begin(), clamps.end(),
+                                  [&](const steering::SteeringVectors::Clamp& c) {
+                                    return c.sae->name == clamp.sae->name && c.latent == clamp.latent;
+                                  }),
+                   clamps.end());
+      clamps.push_back(clamp);
+    }
     s.steered_by_monitor = combined;
     s.steering = combined.get();
     writes_changed_ = true;
@@ -326,7 +338,9 @@ at::Tensor StreamBatch::whole_text_scores(const std::vector<Stream*>& rows, cons
     texts.push_back(g.prompt_ids);
     texts.back().insert(texts.back().end(), g.ids.begin(), g.ids.end());
     texts.back().push_back(ids[i]);
-    masks.push_back(engine_.text_so_far_mask(rows[i]->request.prompt_mask, g.ids.size() + 1));
+    std::vector<int32_t> reply = g.ids;
+    reply.push_back(ids[i]);
+    masks.push_back(engine_.text_so_far_mask(rows[i]->request.prompt_mask, reply));
     if (masks.back().empty()) masks.back().assign(texts.back().size(), 1);
   }
   const bool masked = std::any_of(rows.begin(), rows.end(), [](const Stream* s) { return !s->request.prompt_mask.empty(); });

@@ -1,5 +1,7 @@
 #include "probes/calibration.h"
 
+#include <map>
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -141,12 +143,16 @@ void add_calibration_flags(CLI::App& app, CalibrationOptions& o) {
 Json calibrate(const CalibrationOptions& options) {
   const ProbeCatalog catalog = find_probes(options.probes_dir);
   // Every layer is calibrated before any probes.json is written: a failing layer leaves none half-calibrated.
+  // Every layer's data is found first: a user told to pass --overwrite should not be told next that it is missing.
+  std::map<int64_t, std::string> files;
+  for (const auto& [layer, dir] : catalog.layer_dirs) files[layer] = layer_file_of(options.activations, layer, "--activations");
+  if (!options.overwrite) {
+    for (const auto& [layer, dir] : catalog.layer_dirs) refuse_calibrated(dir);
+  }
   std::vector<CalibratedIndex> calibrated;
   Json layers = Json::array();
   for (const auto& [layer, dir] : catalog.layer_dirs) {
-    // The data is found first: a user told to pass --overwrite should not be told next that it is missing.
-    const std::string file = layer_file_of(options.activations, layer, "--activations");
-    if (!options.overwrite) refuse_calibrated(dir);
+    const std::string& file = files.at(layer);
     calibrated.push_back(calibrated_index(dir, file, options.target_fpr));
     const CalibratedIndex& last = calibrated.back();
     layers.push_back({{"layer", layer}, {"probes", last.calibrations}, {"warnings", last.warnings}});

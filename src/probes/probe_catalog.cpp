@@ -57,7 +57,7 @@ bool holds_probes(const std::string& dir) {
   }
   std::vector<std::string> kinds;
   for (const std::string& name : names) {
-    // Not a layer_ folder: those find_probes did not read have a layer number no model has.
+    // Not a layer_ folder: one find_probes did not read is no other kind's either (its layer number is past any).
     if (name.rfind("layer_", 0) != 0 && holds_probes(dir + "/" + name)) kinds.push_back(name);
   }
   if (!kinds.empty()) {

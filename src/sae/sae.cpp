@@ -134,9 +134,9 @@ std::string SparseAutoencoder::weights_fingerprint() const {
   Sha256 hash;
   for (const auto& [role, tensor] : named_tensors(*this)) {
     if (!tensor->defined()) continue;
-    const at::Tensor flat = tensor->to(at::kCPU, at::kFloat).flatten();
-    const int64_t step = std::max<int64_t>(1, flat.numel() / kSample);
-    const at::Tensor sample = flat.slice(0, 0, flat.numel(), step).contiguous();
+    const at::Tensor flat = tensor->flatten();
+    const int64_t step = (flat.numel() + kSample - 1) / kSample;  // at most kSample values
+    const at::Tensor sample = flat.slice(0, 0, flat.numel(), std::max<int64_t>(1, step)).to(at::kCPU, at::kFloat).contiguous();
     hash.update(fmt::format("{}[{}]", role, fmt::join(tensor->sizes(), ",")));
     hash.update(std::string_view(static_cast<const char*>(sample.data_ptr()), sample.nbytes()));
   }

@@ -70,7 +70,7 @@ struct SparseAutoencoder {
   /// its input or scales its input per row, tensors of other shapes than the widths say, a TopK k past the width, a
   /// tensor holding NaN or Inf.
   void check(const std::string& where) const;
-  /// SHA-256 of each tensor's role, shape and a strided sample of its values (up to 64 Ki of each, the biases whole
+  /// SHA-256 of each tensor's role, shape and a strided sample of its values (at most 64 Ki of each, the biases whole
   /// where small): cheap at load, and different for any two trained dictionaries.
   std::string weights_fingerprint() const;
   /// The SAE moved to `device` (its tensors).

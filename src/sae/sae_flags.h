@@ -24,7 +24,8 @@ SaeSpec parse_sae_spec(const std::string& text);
 
 /// How an SAE site's latents are stored: their top k (K > 0) or dense.
 struct SaeStorage {
-  int64_t top_k = 64;
+  static constexpr int64_t kDefaultTopK = 64;  // a dictionary narrower than this stores all of its latents
+  int64_t top_k = kDefaultTopK;
   bool dense = false;
   /// The K stored: 0 for dense latents or for an error site (which is dense).
   int64_t stored_top_k(SaeOutput output) const { return dense || output == SaeOutput::kError ? 0 : top_k; }

@@ -71,12 +71,18 @@ inference::StreamRequest prepare(const ServerContext& context, const ChatModel& 
   inference::StreamRequest request;
   const std::string rendered = render_prompt(model, query, deadline);
   request.prompt_ids = context.engine.tokenizer().encode(rendered, false);
-  request.prompt_mask = context.engine.chat_prompt_mask({query.messages, query.tools}, rendered, request.prompt_ids);
   const int64_t limit = context.options.limits.max_tokens;
   if (static_cast<int64_t>(request.prompt_ids.size()) > limit) {
     throw RequestError(413, fmt::format("the rendered 'messages' are {} tokens long, more than this server's limit of {} "
                                         "tokens per prompt (--max-tokens)", request.prompt_ids.size(), limit),
                        "messages");
+  }
+  chat::RenderLimits limits;
+  limits.deadline = deadline;
+  try {
+    request.prompt_mask = context.engine.chat_prompt_mask({query.messages, query.tools}, rendered, request.prompt_ids, limits);
+  } catch (const std::exception& e) {  // the probes' template is another, or the messages cannot be located in it
+    throw RequestError(400, fmt::format("the probes cannot read these messages: {}", e.what()), "messages");
   }
   generation::GenerationFlags flags;
   flags.options.max_new_tokens = query.max_tokens;

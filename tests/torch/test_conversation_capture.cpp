@@ -235,6 +235,11 @@ TEST_CASE("every-token probes on conversations score each prefix over its masked
   // and fires inside the earlier reply of a chat that has one.
   options.generate = true;
   const inference::Engine generator = inference::Engine::load(options);
+  // The reply's tokens are the assistant's content, its turn's end not (capture's mask never holds it).
+  const std::optional<int32_t> end_of_turn = generator.tokenizer().token_to_id("<end_of_turn>");
+  REQUIRE(end_of_turn);
+  CHECK(generator.text_so_far_mask({0, 1}, {tokens.ids[last], *end_of_turn}) == std::vector<uint8_t>{0, 1, 1, 0});
+  CHECK(generator.text_so_far_mask({}, {tokens.ids[last]}).empty());
   monitor::MonitorPolicy any;
   any.label = generator.labels()[0];
   any.threshold = 0.0;
@@ -315,6 +320,10 @@ TEST_CASE("probes trained on conversations score a conversation as capture read 
   for (size_t k = 0; k < engine.labels().size(); ++k) {
     if (std::isnan(scores[0].probability[0][k])) continue;
     CHECK(tokens.probability[last_masked][0][k] == doctest::Approx(scores[0].probability[0][k]).epsilon(1e-5));
+    // Regression: the user's and the template's tokens were scored, which neither training nor calibration read.
+    for (size_t t = 0; t < tokens.mask.size(); ++t) {
+      if (tokens.mask[t] == 0) CHECK(std::isnan(tokens.probability[t][0][k]));
+    }
   }
   // The tool: --per-token --messages marks the mask; a --file of conversations ranks each as --messages does.
   write_text(tmp.file("one.json"), messages);
