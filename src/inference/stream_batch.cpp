@@ -331,22 +331,22 @@ bool StreamBatch::hand_out(Stream& s, int32_t id, const at::Tensor& scores, cons
 
 at::Tensor StreamBatch::whole_text_scores(const std::vector<Stream*>& rows, const std::vector<int32_t>& ids,
                                           at::Tensor* token_scores) const {
+  const bool masked = std::any_of(rows.begin(), rows.end(), [](const Stream* s) { return !s->request.prompt_mask.empty(); });
   std::vector<readout::Sequence> texts;
-  std::vector<std::vector<uint8_t>> masks;  // a chat's: its prompt's masked tokens and the reply's
+  std::vector<std::vector<uint8_t>> masks;  // with a chat among the rows: its prompt's masked tokens and the reply's
   for (size_t i = 0; i < rows.size(); ++i) {
     const GeneratedText& g = rows[i]->generated;
     texts.push_back(g.prompt_ids);
     texts.back().insert(texts.back().end(), g.ids.begin(), g.ids.end());
     texts.back().push_back(ids[i]);
+    if (!masked) continue;
     std::vector<int32_t> reply = g.ids;
     reply.push_back(ids[i]);
     masks.push_back(engine_.text_so_far_mask(rows[i]->request.prompt_mask, reply));
     if (masks.back().empty()) masks.back().assign(texts.back().size(), 1);
   }
-  const bool masked = std::any_of(rows.begin(), rows.end(), [](const Stream* s) { return !s->request.prompt_mask.empty(); });
   const bool steered = !writes_.empty();
-  return engine_.prompt_probabilities(texts, steered ? &writes_ : nullptr, steered, token_scores,
-                                      masked ? masks : std::vector<std::vector<uint8_t>>{});
+  return engine_.prompt_probabilities(texts, steered ? &writes_ : nullptr, steered, token_scores, masks);
 }
 
 void StreamBatch::leave(const std::vector<bool>& ended, const std::vector<std::exception_ptr>& errors) {

@@ -1,12 +1,11 @@
 #include "probes/calibration.h"
 
-#include <map>
-
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <map>
 #include <optional>
 
 #include "activations/activation_store.h"
