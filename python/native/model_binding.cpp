@@ -48,7 +48,7 @@ capture::CaptureOptions capture_options(const CaptureArguments& arguments, const
   options.sae_site = parse_sae_site(arguments.site);
   if (!options.sae_site) options.site = parse_site(arguments.site);
   for (const auto& [name, path] : arguments.saes) options.saes.push_back({name, path});
-  options.sae_storage.dense = true;  // rows in memory: every latent
+  options.sae_storage.dense = options.sae_site.has_value();  // rows in memory: every latent
   options.position = parse_position(arguments.position);
   if (arguments.prompt_suffix) options.prompt_suffix = *arguments.prompt_suffix;
   if (arguments.batch_size < 0) throw std::invalid_argument(fmt::format("batch_size {}: must be 1 or more", arguments.batch_size));

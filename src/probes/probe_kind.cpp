@@ -16,6 +16,13 @@ int64_t ParameterSpec::numel() const {
   return n;
 }
 
+std::vector<std::string> ProbeKind::own_flags() const {
+  std::vector<std::string> flags;
+  if (reads_every_token()) flags.emplace_back("--max-tokens");
+  if (fits_directly()) flags.emplace_back("--C");
+  return flags;
+}
+
 std::string ProbeKind::shape_problem(const ProbeShape&) const { return ""; }
 
 double ProbeKind::initial_bound(const std::vector<ParameterSpec>& specs, size_t index) const {

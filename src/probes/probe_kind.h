@@ -94,6 +94,9 @@ class ProbeKind {
   virtual const char* name() const = 0;
   /// The reference's class name (BinaryLinearProbe for a binary one, LinearProbe for a multiclass one).
   virtual std::string reference_class(bool binary) const = 0;
+  /// The training flags only this kind and some others read (--heads, --k; every-token kinds --max-tokens, kinds
+  /// fitted by a solver --C): given to a run that trains no kind reading them, they are refused, not ignored.
+  virtual std::vector<std::string> own_flags() const;
   /// Why the kind's own shape fields cannot make a probe of this kind (naming the flags that set them); empty
   /// when they can.
   virtual std::string shape_problem(const ProbeShape& shape) const;

@@ -1,5 +1,6 @@
 #include "probes/training_flags.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "cli/cli.h"
@@ -211,6 +212,18 @@ void add_flags(CLI::App& app, TrainingTool tool, const FlagTargets& targets) {
   for (const TrainingFlag& flag : kTrainingFlags) {
     if ((flag.tools & tool_bit(tool)) != 0) flag.add(app, targets);
   }
+  app.parse_complete_callback([&app, kind = &targets.training.kind, binary = targets.binary] {
+    std::vector<std::string> given;
+    for (const std::string& name : probe_kind_names()) {
+      for (const std::string& flag : probe_kind(name).own_flags()) {
+        const CLI::Option* option = app.get_option_no_throw(flag);
+        if (option != nullptr && option->count() > 0 && std::find(given.begin(), given.end(), flag) == given.end()) {
+          given.push_back(flag);
+        }
+      }
+    }
+    check_own_flags(binary != nullptr ? binary->kinds : std::vector<const ProbeKind*>{*kind}, given);
+  });
 }
 
 }  // namespace

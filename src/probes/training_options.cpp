@@ -1,5 +1,8 @@
 #include "probes/training_options.h"
 
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <cmath>
 
 #include "common/error.h"
@@ -22,6 +25,23 @@ void check_training_options(const TrainingOptions& options) {
   }
   if (options.window_tokens < 1) fail_usage("--window-tokens must be positive, got {}", options.window_tokens);
   if (options.sparse_k < 1) fail_usage("--k must be positive, got {}", options.sparse_k);
+}
+
+void check_own_flags(const std::vector<const ProbeKind*>& kinds, const std::vector<std::string>& given) {
+  const auto reads = [](const ProbeKind& kind, const std::string& flag) {
+    const std::vector<std::string> flags = kind.own_flags();
+    return std::find(flags.begin(), flags.end(), flag) != flags.end();
+  };
+  for (const std::string& flag : given) {
+    if (std::any_of(kinds.begin(), kinds.end(), [&](const ProbeKind* kind) { return reads(*kind, flag); })) continue;
+    std::vector<std::string> readers, trained;
+    for (const std::string& name : probe_kind_names()) {
+      if (reads(probe_kind(name), flag)) readers.push_back(name);
+    }
+    for (const ProbeKind* kind : kinds) trained.emplace_back(kind->name());
+    fail_usage("{} applies to {} probes only, and --model-type is {}", flag, fmt::join(readers, ", "),
+               fmt::join(trained, ","));
+  }
 }
 
 ProbeShape probe_shape(const TrainingOptions& options, int64_t input_dim, int64_t outputs) {

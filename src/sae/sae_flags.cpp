@@ -1,13 +1,13 @@
 #include "sae/sae_flags.h"
 
-#include <tuple>
-
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include "common/error.h"
 #include "common/json.h"
@@ -47,12 +47,33 @@ void add_sae_flags(CLI::App& app, std::vector<SaeSpec>& specs, SaeStorage* stora
         ->type_name("NAME=FILE");
   }
   if (storage == nullptr) return;
-  app.add_option("--sae-top-k", storage->top_k,
-                 "--site sae:NAME stores each row's K largest latents (latent_indices, latent_values) with its L0 and "
-                 "relative error")
+  app.add_option_function<int64_t>(
+         "--sae-top-k", [storage](int64_t k) { storage->top_k = k; },
+         "--site sae:NAME stores each row's K largest latents (latent_indices, latent_values) with its L0 and "
+         "relative error")
       ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+      ->default_str(std::to_string(SaeStorage::kDefaultTopK));
   app.add_flag("--sae-dense", storage->dense, "--site sae:NAME stores every latent (activations [rows, d_sae])");
+}
+
+int64_t SaeStorage::stored_top_k(const std::optional<SaeSite>& site, const std::string& site_text,
+                                 int64_t d_sae) const {
+  if (!site && (top_k || dense)) {
+    fail_usage("{}: it says how an SAE site's latents are stored, and --site is {}", dense ? "--sae-dense" : "--sae-top-k",
+               site_text);
+  }
+  if (!site) return 0;
+  if (top_k && dense) fail_usage("--sae-top-k {} with --sae-dense: give one (K latents a row, or all of them)", *top_k);
+  if (top_k && site->output == SaeOutput::kError) {
+    fail_usage("--sae-top-k {}: --site {} stores the SAE's error, a row as wide as the model's, not latents", *top_k,
+               site_text);
+  }
+  if (dense || site->output == SaeOutput::kError) return 0;
+  if (!top_k) return std::min(kDefaultTopK, d_sae);
+  if (*top_k > d_sae) {
+    fail_usage("--sae-top-k {}: SAE '{}' has {} latents (a row keeps at most all of them)", *top_k, site->name, d_sae);
+  }
+  return *top_k;
 }
 
 std::vector<SparseAutoencoder> load_saes(const std::vector<SaeSpec>& specs, const model::ModelConfig& config) {
@@ -113,7 +134,8 @@ void describe_latents(std::vector<SparseAutoencoder>& saes, const std::vector<Sa
       if (index < 0 || index >= sae.d_sae) {
         fail_input("{}: latent {} is past SAE '{}''s {} latents", where, index, sae.name, sae.d_sae);
       }
-      sae.descriptions[index] = json_at<std::string>(items[i], "description", where);
+      // Exports may hold several explainers' descriptions of one latent: the first is shown.
+      sae.descriptions.emplace(index, json_at<std::string>(items[i], "description", where));
     }
   }
 }

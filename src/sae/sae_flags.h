@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,10 +26,12 @@ SaeSpec parse_sae_spec(const std::string& text);
 /// How an SAE site's latents are stored: their top k (K > 0) or dense.
 struct SaeStorage {
   static constexpr int64_t kDefaultTopK = 64;  // a dictionary narrower than this stores all of its latents
-  int64_t top_k = kDefaultTopK;
+  std::optional<int64_t> top_k;                // --sae-top-k; unset: kDefaultTopK, at most the SAE's width
   bool dense = false;
-  /// The K stored: 0 for dense latents or for an error site (which is dense).
-  int64_t stored_top_k(SaeOutput output) const { return dense || output == SaeOutput::kError ? 0 : top_k; }
+  /// The K stored of an SAE `d_sae` wide: 0 for dense latents, an error site (which is dense) or no SAE site. Usage errors
+  /// for flags that cannot apply: any of them without an SAE site (`site`: what --site is), --sae-top-k beside
+  /// --sae-dense or with an error site, a K past the width.
+  int64_t stored_top_k(const std::optional<SaeSite>& site, const std::string& site_text, int64_t d_sae) const;
 };
 
 /// Adds --sae bound to `specs`; with `storage`, --sae-top-k and --sae-dense too; with `labels`, --sae-labels

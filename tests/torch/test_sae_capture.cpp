@@ -182,6 +182,20 @@ TEST_CASE("SAE sites are refused where they cannot be read, naming the flag") {
   options.sae_storage = {1000, false};
   CHECK_THROWS_WITH_AS(capture::capture_rows(gemma(), texts, options),
                        doctest::Contains("--sae-top-k 1000: SAE 'saelens_standard' has 256 latents"), UsageError);
+  // Regression: the storage flags were ignored without a word where they could not apply.
+  options.sae_storage = {8, true};
+  CHECK_THROWS_WITH_AS(capture::capture_rows(gemma(), texts, options),
+                       doctest::Contains("--sae-top-k 8 with --sae-dense: give one"), UsageError);
+  options = sae_options("sae-error:saelens_standard", Position::kLast);
+  options.sae_storage = {8, false};
+  CHECK_THROWS_WITH_AS(capture::capture_rows(gemma(), texts, options),
+                       doctest::Contains("--site sae-error:saelens_standard stores the SAE's error"), UsageError);
+  options = sae_options("sae:saelens_standard", Position::kLast);
+  options.sae_site.reset();
+  options.sae_storage = {std::nullopt, true};
+  CHECK_THROWS_WITH_AS(capture::capture_rows(gemma(), texts, options),
+                       doctest::Contains("--sae-dense: it says how an SAE site's latents are stored, and --site is resid_post"),
+                       UsageError);
   CHECK(sae::parse_sae_spec("mine=/a/b=c").name == "mine");
   CHECK(sae::parse_sae_spec("./dir/x=y").path == "./dir/x=y");
 }

@@ -151,7 +151,8 @@ TEST_CASE("--sae-labels files are refused naming the file, the item and the fiel
   refused(R"([{"index": 2}])", "item 0: missing 'description'");
   CHECK_THROWS_WITH_AS(sae::describe_latents(saes, {{"nosuch", tmp.file("labels.json")}}),
                        doctest::Contains("no SAE named 'nosuch' (loaded: jr)"), UsageError);
-  probekit::testing::write_text(tmp.file("labels.json"), R"([{"index": 7, "description": "sevens"}])");
+  probekit::testing::write_text(tmp.file("labels.json"),
+                                R"([{"index": 7, "description": "sevens"}, {"index": "7", "description": "later"}])");
   sae::describe_latents(saes, {{"jr", tmp.file("labels.json")}});
   CHECK(saes[0].descriptions.at(7) == "sevens");
 }

@@ -184,3 +184,37 @@ TEST_CASE("training flags: --model-type takes a list for train_binary_probes onl
   bad.C = 0.0;
   CHECK(usage_error(bad).find("--C must be finite and positive") != std::string::npos);
 }
+
+TEST_CASE("training flags: a kind's own flag is refused where no kind trained reads it, naming those that do") {
+  const auto refusal = [](std::vector<std::string> arguments) -> std::string {
+    BinaryRunOptions options;
+    CLI::App app;
+    add_binary_training_flags(app, options);
+    arguments.insert(arguments.end(), {"--activations", "x"});
+    try {
+      parse(app, arguments);
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  // Regression: each was ignored without a word.
+  CHECK(refusal({"--k", "8"}) == "--k applies to sparse-logistic probes only, and --model-type is linear");
+  CHECK(refusal({"--model-type", "linear,logistic", "--heads", "4"}) ==
+        "--heads applies to multihead, attention, multimax probes only, and --model-type is linear,logistic");
+  CHECK(refusal({"--model-type", "multihead", "--max-tokens", "4"}).find("--max-tokens applies to attention, ema, "
+                                                                         "rolling, multimax probes only") == 0);
+  CHECK(refusal({"--ema-alpha", "0.5", "--model-type", "rolling"}).find("--ema-alpha applies to ema probes") == 0);
+  CHECK(refusal({"--window-tokens", "3"}).find("--window-tokens applies to rolling probes") == 0);
+  CHECK(refusal({"--C", "2"}) == "--C applies to logistic, mean-diff, sparse-logistic probes only, and --model-type is linear");
+  CHECK(refusal({"--model-type", "multihead", "--hidden-dim", "64", "--heads", "4"}).empty());
+  CHECK(refusal({"--model-type", "linear,multimax", "--heads", "4", "--max-tokens", "9"}).empty());
+  CHECK(refusal({"--model-type", "sparse-logistic", "--k", "4", "--C", "2"}).empty());
+  CHECK(refusal({"--model-type", "ema,rolling", "--ema-alpha", "0.2", "--window-tokens", "3"}).empty());
+
+  MulticlassRunOptions multiclass;
+  CLI::App multiclass_app;
+  add_multiclass_training_flags(multiclass_app, multiclass);
+  CHECK_THROWS_WITH_AS(parse(multiclass_app, {"--hidden-dim", "64", "--activations", "x"}),
+                       "--hidden-dim applies to multihead probes only, and --model-type is linear", UsageError);
+}

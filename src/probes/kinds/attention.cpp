@@ -40,6 +40,7 @@ class AttentionKind : public ProbeKind {
   std::string reference_class(bool) const override { return "AttentionProbe"; }
   bool reads_every_token() const override { return true; }
   int64_t default_heads() const override { return 1; }
+  std::vector<std::string> own_flags() const override { return {"--heads", "--max-tokens"}; }
 
   std::string shape_problem(const ProbeShape& s) const override {
     if (s.heads < 1) return fmt::format("--heads must be positive, got {}", s.heads);

@@ -18,6 +18,7 @@ class EmaKind : public TokenScoreKind {
  public:
   const char* name() const override { return "ema"; }
   std::string reference_class(bool) const override { return "EmaProbe"; }
+  std::vector<std::string> own_flags() const override { return {"--ema-alpha", "--max-tokens"}; }
 
   std::string shape_problem(const ProbeShape& s) const override {
     if (!(s.ema_alpha > 0.0 && s.ema_alpha <= 1.0)) return fmt::format("--ema-alpha must be in (0, 1], got {}", s.ema_alpha);

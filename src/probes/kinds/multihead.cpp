@@ -34,6 +34,7 @@ class MultiheadKind : public ProbeKind {
  public:
   const char* name() const override { return "multihead"; }
   std::string reference_class(bool binary) const override { return binary ? "BinaryMultiHeadProbe" : "MultiHeadProbe"; }
+  std::vector<std::string> own_flags() const override { return {"--hidden-dim", "--heads"}; }
 
   std::string shape_problem(const ProbeShape& s) const override {
     if (s.heads > 0 && s.hidden_dim > 0 && s.hidden_dim % s.heads == 0) return "";

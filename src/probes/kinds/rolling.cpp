@@ -17,6 +17,7 @@ class RollingKind : public TokenScoreKind {
  public:
   const char* name() const override { return "rolling"; }
   std::string reference_class(bool) const override { return "RollingMeanProbe"; }
+  std::vector<std::string> own_flags() const override { return {"--window-tokens", "--max-tokens"}; }
 
   std::string shape_problem(const ProbeShape& s) const override {
     if (s.window_tokens < 1) return fmt::format("--window-tokens must be positive, got {}", s.window_tokens);

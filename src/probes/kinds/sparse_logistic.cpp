@@ -19,6 +19,7 @@ class SparseLogisticKind : public LinearKind {
  public:
   const char* name() const override { return "sparse-logistic"; }
   bool fits_directly() const override { return true; }
+  std::vector<std::string> own_flags() const override { return {"--k", "--C"}; }
 
   std::string shape_problem(const ProbeShape& s) const override {
     if (s.sparse_k < 1) return fmt::format("--k must be at least 1, got {}", s.sparse_k);
