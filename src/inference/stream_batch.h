@@ -31,6 +31,7 @@ struct StreamRequest {
   std::shared_ptr<const steering::SteeringVectors> steering;  // null: the engine's own steering
   std::shared_ptr<const monitor::MonitorSet> monitors;  // null: none (Engine::resolve_monitors)
   ScoredTokenCallback on_token;  // each new token; returning false ends the stream (cancelled)
+  std::function<bool()> abandoned;  // whether its reader has gone (null: never); the server joins no such stream
   /// Called once when the stream has ended: its generation, and the error that ended it (null when none).
   std::function<void(const GeneratedText&, std::exception_ptr)> on_end;
 };

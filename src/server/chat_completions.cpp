@@ -133,12 +133,26 @@ RequestError shutting_down() { return RequestError(503, "the server is shutting 
 struct ReplyState {
   explicit ReplyState(std::vector<std::string> stops) : stop(std::move(stops)) {}
   StopText stop;
+  size_t streamed = 0;  // bytes of the tokens' texts given to `stop`
   bool timed_out = false;
   bool shut_down = false;  // the server began stopping while the reply was generated
   std::atomic<bool> abandoned{false};
   Json probes = Json::array();
   std::promise<Json> completion;
 };
+
+// The text `stop` holds back, after the reply's last piece: the bytes of a character whose tokens the reply stopped
+// inside, which only the finished text holds (regression: a monitor's stop after a byte token sent no text for it).
+std::string rest_of_reply(ReplyState& state, const inference::GeneratedText& done) {
+  std::string rest = done.text.size() > state.streamed ? state.stop.add(done.text.substr(state.streamed)) : "";
+  return rest + state.stop.flush();
+}
+
+// Gives a token's text to the stop strings; returns what may be sent now.
+std::string add_piece(ReplyState& state, const std::string& piece) {
+  state.streamed += piece.size();
+  return state.stop.add(piece);
+}
 
 }  // namespace
 
@@ -168,7 +182,7 @@ Json chat_completion_response(const ServerContext& context, const ChatModel& mod
   request.on_token = [context, view, state, deadline](const inference::ScoredToken& token) {
     state->shut_down = context.scheduler.stopping();
     if (state->abandoned || state->shut_down) return false;
-    state->stop.add(token.text);
+    add_piece(*state, token.text);
     Json entry = {{"index", token.index}, {"token", token.token}, {"text", token.text},
                   {"predictions", token_predictions(context, view, token)}};
     add_firings_and_latents(entry, token);
@@ -182,7 +196,8 @@ Json chat_completion_response(const ServerContext& context, const ChatModel& mod
     if (error) return state->completion.set_exception(error);
     if (state->timed_out) return state->completion.set_exception(std::make_exception_ptr(timeout()));
     if (state->shut_down) return state->completion.set_exception(std::make_exception_ptr(shutting_down()));
-    const std::string text = state->stop.sent() + state->stop.flush();
+    rest_of_reply(*state, done);
+    const std::string& text = state->stop.sent();
     Json reply = header_json(header, "chat.completion");
     reply["choices"] = Json::array({{{"index", 0}, {"message", {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}}},
                                      {"logprobs", nullptr}, {"finish_reason", finish_reason(done, state->stop)}}});
@@ -192,6 +207,7 @@ Json chat_completion_response(const ServerContext& context, const ChatModel& mod
     if (monitored) reply["monitor_firings"] = monitor::firings_json(done.firings);
     state->completion.set_value(std::move(reply));
   };
+  request.abandoned = [state] { return state->abandoned.load(); };
   std::future<Json> completion = state->completion.get_future();
   context.scheduler.submit_generation(std::move(request), deadline);
   // The callbacks end the reply at the deadline; a worker busy past it gets a second more.
@@ -228,11 +244,8 @@ void end_stream(EventStream& stream, const ReplyHeader& header, ReplyState& stat
                 const inference::GeneratedText& done, std::exception_ptr error) {
   if (!error && state.timed_out) error = std::make_exception_ptr(timeout());
   if (!error && state.shut_down) error = std::make_exception_ptr(shutting_down());
-  if (error) {
-    stream.push_data(dump_json(openai_error_body(status_of(error), message_of(error), "")));
-    return stream.push_data("[DONE]", true);
-  }
-  const std::string rest = state.stop.flush();
+  if (error) return stream.push_data({dump_json(openai_error_body(status_of(error), message_of(error), "")), "[DONE]"}, true);
+  const std::string rest = rest_of_reply(state, done);
   if (!rest.empty()) stream.push_data(dump_json(chunk_json(header, {{"content", rest}}, nullptr, include_usage)));
   Json last = chunk_json(header, Json::object(), finish_reason(done, state.stop), include_usage);
   if (monitored) last["monitor_firings"] = monitor::firings_json(done.firings);
@@ -258,7 +271,7 @@ void start_chat_stream(const ServerContext& context, const ChatModel& model, con
   request.on_token = [context, view, state, stream, header, usage, deadline](const inference::ScoredToken& token) {
     state->shut_down = context.scheduler.stopping();
     if (stream->cancelled() || state->shut_down) return false;
-    Json chunk = chunk_json(header, {{"content", state->stop.add(token.text)}}, nullptr, usage);
+    Json chunk = chunk_json(header, {{"content", add_piece(*state, token.text)}}, nullptr, usage);
     chunk["probes"] = token_predictions(context, view, token);
     add_firings_and_latents(chunk, token);
     stream->push_data(dump_json(chunk));
@@ -269,6 +282,7 @@ void start_chat_stream(const ServerContext& context, const ChatModel& model, con
                        const inference::GeneratedText& done, std::exception_ptr error) {
     end_stream(*stream, header, *state, usage, monitored, done, error);
   };
+  request.abandoned = [stream] { return stream->cancelled(); };
   stream->push_data(dump_json(chunk_json(header, {{"role", "assistant"}, {"content", ""}}, nullptr, usage)));
   context.scheduler.submit_generation(std::move(request), deadline);
 }

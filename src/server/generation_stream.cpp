@@ -8,6 +8,10 @@
 
 namespace probekit::server {
 
+EventStream::~EventStream() {
+  if (on_release_) on_release_();
+}
+
 void EventStream::push(const std::string& name, const Json& data, bool last) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -16,10 +20,14 @@ void EventStream::push(const std::string& name, const Json& data, bool last) {
   ready_.notify_all();
 }
 
-void EventStream::push_data(const std::string& text, bool last) {
+void EventStream::push_data(const std::string& text, bool last) { push_data(std::vector<std::string>{text}, last); }
+
+void EventStream::push_data(const std::vector<std::string>& texts, bool last) {
+  std::string events;
+  for (const std::string& text : texts) events += fmt::format("data: {}\n\n", text);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    events_.emplace_back(fmt::format("data: {}\n\n", text), last);
+    events_.emplace_back(std::move(events), last);
   }
   ready_.notify_all();
 }
@@ -116,6 +124,7 @@ void start_generation(const ServerContext& context, const GenerateQuery& query, 
                        const inference::GeneratedText& done, std::exception_ptr error) {
     push_end(*stream, done, error, *timed_out, steered, monitored, context.scheduler.stopping());
   };
+  request.abandoned = [stream] { return stream->cancelled(); };
   context.scheduler.submit_generation(std::move(request), deadline);
 }
 

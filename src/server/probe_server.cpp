@@ -162,17 +162,14 @@ void ProbeServer::take_stream_slot() {
   }
 }
 
-// A generation as server-sent events. The slot taken here (--max-streams) is given back when the connection ends,
-// however it ends; a client that goes away cancels the generation at its next token.
+// A generation as server-sent events. The slot taken here (--max-streams) is given back once the connection has
+// ended and the worker has let the generation go, however each ends: a client that goes away cancels the
+// generation (before its prompt runs, or at its next token), and until then it holds the slot. Given back when the
+// connection ended, it let clients that hung up at once put any number of prompts on the device.
 void ProbeServer::serve_stream(httplib::Response& res, const std::function<void(std::shared_ptr<EventStream>)>& start) {
   take_stream_slot();
-  auto stream = std::make_shared<EventStream>();
-  try {
-    start(stream);
-  } catch (...) {
-    --open_streams_;
-    throw;
-  }
+  auto stream = std::make_shared<EventStream>([this] { --open_streams_; });
+  start(stream);
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
@@ -185,10 +182,7 @@ void ProbeServer::serve_stream(httplib::Response& res, const std::function<void(
         if (last) sink.done();
         return true;
       },
-      [this, stream](bool) {
-        stream->cancel();
-        --open_streams_;
-      });
+      [stream](bool) { stream->cancel(); });
 }
 
 // GET /v1/models and POST /v1/chat/completions, errors in OpenAI's shape.

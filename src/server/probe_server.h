@@ -54,18 +54,18 @@ class ProbeServer {
   std::vector<Route> openai_routes(const ServerContext& context);
   void add_routes();
   void add_error_handlers();
-  /// Takes a stream slot (--max-streams) for the connection's life, or throws 429.
+  /// Takes a stream slot (--max-streams), or throws 429.
   void take_stream_slot();
   /// Answers with the events `start` queues on a new stream (server-sent events), the slot freed at the end.
   void serve_stream(httplib::Response& res, const std::function<void(std::shared_ptr<EventStream>)>& start);
 
   ServerOptions options_;
+  std::atomic<int64_t> open_streams_{0};  // before the scheduler: its streams give their slots back as it ends
   inference::Engine engine_;
   ChatModel chat_model_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<HttpService> http_;
   std::vector<Route> routes_;
-  std::atomic<int64_t> open_streams_{0};
   std::atomic<bool> stopping_{false};
 };
 

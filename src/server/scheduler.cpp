@@ -202,6 +202,10 @@ bool Scheduler::join_streams(std::vector<std::unique_ptr<Job>>& jobs, std::uniqu
   std::vector<inference::StreamRequest> requests;
   for (auto& job : jobs) {
     if (!job || !job->generation) continue;
+    if (job->generation->abandoned && job->generation->abandoned()) {
+      refuse(*job, std::make_exception_ptr(RequestError(499, "the client went away before the stream's prompt ran")));
+      continue;
+    }
     try {
       if (!batch) batch = std::make_unique<inference::StreamBatch>(engine_);
     } catch (...) {

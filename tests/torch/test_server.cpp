@@ -446,8 +446,17 @@ TEST_CASE("probe_server: /v1/generate streams tokens with their probe scores; it
     while (s.server().open_streams() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     check_refused(s, "/v1/generate", body.dump(), 429, {"1 generation streams are open, this server's limit (--max-streams)"});
     hanging_up.join();
+    // The server sees the hang-up when a write fails (it writes a comment every second), and ends the connection.
+    for (int i = 0; i < 300 && s.server().open_connections() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    REQUIRE(s.server().open_connections() == 0);
+    // Its generation still waits for the worker, so it keeps the slot (regression: the slot was freed when the
+    // connection ended, and streams whose clients hung up at once put any number of prompts on the device).
+    check_refused(s, "/v1/generate", body.dump(), 429, {"(--max-streams)"});
+    const int64_t joined = s.server().scheduler().stats().streams_joined;
+    hold.reset();
     for (int i = 0; i < 300 && s.server().open_streams() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     CHECK(s.server().open_streams() == 0);
+    CHECK(s.server().scheduler().stats().streams_joined == joined);  // refused before its prompt ran
   }
   received.clear();
   r = generate(s, {{"prompt", "Once upon a time"}, {"max_new_tokens", 2}}, [&](const char* data, size_t size, uint64_t, uint64_t) {

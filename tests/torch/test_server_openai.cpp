@@ -149,6 +149,79 @@ TEST_CASE("probe_server /v1/chat/completions: a completion and a stream agree at
   Json reply = post_json(s, "/v1/chat/completions", stopped);
   CHECK(reply["choices"][0]["message"]["content"] == content.substr(0, content.find(stop)));
   CHECK(reply["choices"][0]["finish_reason"] == "stop");
+  // A stop string the reply ends with the start of: held back, then part of the reply (regression: sent twice).
+  size_t last_character = content.size() - 1;
+  while (last_character > 0 && (static_cast<unsigned char>(content[last_character]) & 0xC0) == 0x80) --last_character;
+  stopped["stop"] = content.substr(last_character) + "\x01\x02";
+  reply = post_json(s, "/v1/chat/completions", stopped);
+  CHECK(reply["choices"][0]["message"]["content"] == content);
+  CHECK(reply["choices"][0]["finish_reason"] == "length");
+}
+
+namespace {
+
+// A monitor that stops `reply` (a chat completion with every probe's score) at its first token k > 0 that follows a
+// byte token whose text is held back (its piece empty): the first such k where some probe's score passes all of its
+// scores before; nullopt when there is none. Returns the monitor and k.
+std::optional<std::pair<Json, size_t>> stop_after_held_byte(const Json& reply) {
+  const Json& tokens = reply["probes"];
+  const std::regex byte_token("<0x[0-9A-F]{2}>");
+  for (size_t k = 1; k < tokens.size(); ++k) {
+    const Json& before = tokens[k - 1];
+    if (!std::regex_match(before["token"].get<std::string>(), byte_token) || !before["text"].get<std::string>().empty()) {
+      continue;
+    }
+    for (const Json& prediction : tokens[k]["predictions"]) {
+      const double score = prediction["confidence"];
+      bool highest = true;
+      for (size_t i = 0; i < k; ++i) {
+        for (const Json& earlier : tokens[i]["predictions"]) {
+          if (earlier["label"] == prediction["label"] && earlier["layer"] == prediction["layer"]) {
+            highest = highest && earlier["confidence"].get<double>() < score;
+          }
+        }
+      }
+      if (!highest) continue;
+      return std::pair{Json{{"label", prediction["label"]}, {"layer", prediction["layer"]}, {"threshold", score},
+                            {"aggregate", "max"}, {"action", "stop"}},
+                       k};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+TEST_CASE("probe_server /v1/chat/completions: a monitor's stop after a held-back byte token keeps that token's text") {
+  TempDir tmp;
+  RunningServer s(options_for(train_probes(tmp)));
+  const tokenizer::Tokenizer tokenizer = tokenizer::Tokenizer::from_file(kGemmaModel);
+  for (int seed = 0; seed < 200; ++seed) {
+    Json request = {{"messages", kMessages}, {"max_tokens", 6}, {"temperature", 1}, {"seed", seed}, {"probes", {{"top_k", 32}}}};
+    const std::optional<std::pair<Json, size_t>> found = stop_after_held_byte(post_json(s, "/v1/chat/completions", request));
+    if (!found) continue;
+    const auto& [monitor, k] = *found;
+    request["monitors"] = Json::array({monitor});
+    const Json reply = post_json(s, "/v1/chat/completions", request);
+    REQUIRE(reply["choices"][0]["finish_reason"] == "content_filter");
+    REQUIRE(reply["probes"].size() == k);
+    std::vector<int32_t> ids;
+    for (const Json& token : reply["probes"]) ids.push_back(*tokenizer.token_to_id(token["token"].get<std::string>()));
+    const std::string expected = tokenizer.decode(ids);
+    REQUIRE(!expected.empty());
+    // Regression: the held-back bytes reached neither the reply nor the stream.
+    CHECK(reply["choices"][0]["message"]["content"] == expected);
+    request["stream"] = true;
+    std::string streamed;
+    for (const std::string& data : data_lines(post_stream(s, "/v1/chat/completions", request))) {
+      if (data == "[DONE]") continue;
+      const Json chunk = Json::parse(data);
+      if (!chunk["choices"].empty()) streamed += chunk["choices"][0]["delta"].value("content", "");
+    }
+    CHECK(streamed == expected);
+    return;
+  }
+  FAIL("no seed of 200 gave a reply with a byte token held back before a probe's new highest score");
 }
 
 TEST_CASE("probe_server /v1/chat/completions: errors in OpenAI's shape, naming the parameter") {
