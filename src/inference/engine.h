@@ -160,7 +160,8 @@ class Engine {
   /// Scores every token position of a conversation (JSON, as score_conversations takes it, named `name` in errors)
   /// rendered as score_conversations renders it: each token's score is the probes' for the conversation up to it,
   /// with no suffix, pooling only its tokens in the probes' mask (as capture read them); `mask` says which those are.
-  TokenScores score_conversation_tokens(const std::string& conversation, const std::string& name = "conversation") const;
+  TokenScores score_conversation_tokens(const std::string& conversation, const std::string& name = "conversation",
+                                        const std::function<void()>& before_pass = {}) const;
   /// For probes trained on conversations, which tokens of a chat prompt (`conversation` rendered with the generation
   /// prompt as `rendered`, tokenized as `ids`) their mask reads: generation's text so far then pools those and the
   /// reply's, as capture pooled a conversation's. Empty for other probes, which read the whole text.
@@ -171,8 +172,10 @@ class Engine {
   /// the probes read the user's tokens or the token is a special one (a turn's end). Empty when `prompt_mask` is.
   std::vector<uint8_t> text_so_far_mask(const std::vector<uint8_t>& prompt_mask, const std::vector<int32_t>& generated) const;
   /// Scores every token position of a text: one pass over the text records its keys and values, then one
-  /// batched pass runs the suffix after each prefix on top of them (not one forward per prefix).
-  TokenScores score_tokens(const std::string& text, const steering::SteeringVectors* steering = nullptr) const;
+  /// batched pass runs the suffix after each prefix on top of them (not one forward per prefix). `before_pass` (as
+  /// readout::Request's, for both) may end a long text's scoring early by throwing.
+  TokenScores score_tokens(const std::string& text, const steering::SteeringVectors* steering = nullptr,
+                           const std::function<void()>& before_pass = {}) const;
   /// Generates after each prompt (tokenized with special tokens unless `add_special_tokens` is false, as for a
   /// rendered chat template, which writes its own; --batch-size prompts at a time) while the probes score every new
   /// token as the last token of the text so far followed by the prompt suffix, read from the generation's own
@@ -262,7 +265,7 @@ class Engine {
   /// for every-token probes, result.attention), steered by `steering` (null: none); without the suffix after each
   /// prefix unless `with_suffix` (a conversation's, whose template writes the turns).
   void score_token_ids(const readout::Sequence& ids, const steering::SteeringVectors* steering, TokenScores& result,
-                       bool with_suffix = true) const;
+                       bool with_suffix, const std::function<void()>& before_pass) const;
   /// Each --sae SAE's largest latents at each token of `ids` into result.latents, the pass steered by `writes`.
   void store_latents(const readout::Sequence& ids, const model::StreamWrites* writes, TokenScores& result) const;
   /// What shows each --sae SAE's largest latents at a token: one request per SAE (its site and layer, the latents'

@@ -227,14 +227,15 @@ std::vector<TextScores> Engine::score_conversations(const std::vector<std::strin
   return score_prompts(conversation_prompts(conversations, name), {});
 }
 
-TokenScores Engine::score_conversation_tokens(const std::string& conversation, const std::string& name) const {
+TokenScores Engine::score_conversation_tokens(const std::string& conversation, const std::string& name,
+                                              const std::function<void()>& before_pass) const {
   require_probes();
   require_per_token_position();
   readout::Prompt prompt = conversation_prompts({conversation}, [&name](size_t) { return name; }).front();
   TokenScores result;
   result.cut = prompt.cut;
   result.mask = prompt.mask;
-  score_token_ids(prompt.ids, nullptr, result, false);
+  score_token_ids(prompt.ids, nullptr, result, false, before_pass);
   return result;
 }
 
@@ -277,7 +278,8 @@ std::vector<TextScores> Engine::score_prompts(const std::vector<readout::Prompt>
   return scores;
 }
 
-TokenScores Engine::score_tokens(const std::string& text, const steering::SteeringVectors* steering) const {
+TokenScores Engine::score_tokens(const std::string& text, const steering::SteeringVectors* steering,
+                                 const std::function<void()>& before_pass) const {
   require_probes();
   require_texts();
   require_per_token_position();
@@ -288,7 +290,7 @@ TokenScores Engine::score_tokens(const std::string& text, const steering::Steeri
     spdlog::warn("the text is longer than {}: its first {} tokens were cut from the start and are not scored",
                  prompts_->limit().description, prompt.cut);
   }
-  score_token_ids(prompt.ids, steering, result);
+  score_token_ids(prompt.ids, steering, result, true, before_pass);
   return result;
 }
 
@@ -300,7 +302,7 @@ void Engine::require_per_token_position() const {
 }
 
 void Engine::score_token_ids(const readout::Sequence& ids, const steering::SteeringVectors* steering,
-                             TokenScores& result, bool with_suffix) const {
+                             TokenScores& result, bool with_suffix, const std::function<void()>& before_pass) const {
   result.ids = ids;
   result.tokens = tokenizer_->tokens(result.ids);
   // Each token's text is what it adds to the text (a character split over byte tokens comes with the last of them,
@@ -318,6 +320,7 @@ void Engine::score_token_ids(const readout::Sequence& ids, const steering::Steer
   }
   result.probability = empty_tables(result.ids.size());
   readout::Request steered = request_;
+  steered.before_pass = before_pass;
   const model::StreamWrites writes = steering != nullptr ? steering::place(*steering, *model_) : model::StreamWrites();
   if (steering != nullptr) steered.writes = &writes;
   store_latents(ids, steered.writes, result);
@@ -378,6 +381,7 @@ void Engine::score_prefix_prompts(const readout::Sequence& ids, const readout::R
   const size_t first = mask.empty() ? 0 : static_cast<size_t>(std::find(mask.begin(), mask.end(), 1) - mask.begin());
   auto batch_size = static_cast<size_t>(std::max<int64_t>(1, options_.batch_size));
   for (size_t start = first; start < ids.size(); start += batch_size) {
+    if (request.before_pass) request.before_pass();
     std::vector<readout::Sequence> batch;
     std::vector<std::vector<uint8_t>> masks;
     std::vector<int64_t> offsets = {0};

@@ -140,7 +140,7 @@ bool StreamBatch::watch_prompt(Stream& s) {
   if (!s.monitors || !s.monitors->watches(monitor::Scope::kPrompt)) return false;
   TokenScores scores;
   scores.mask = s.request.prompt_mask;  // a chat's prompt pools its masked tokens only, as capture read them
-  engine_.score_token_ids(s.request.prompt_ids, s.steering, scores);
+  engine_.score_token_ids(s.request.prompt_ids, s.steering, scores, true, {});
   for (size_t t = 0; t < scores.probability.size(); ++t) {
     const auto& own = scores.token_probability.empty() ? scores.probability[t] : scores.token_probability[t];
     std::vector<monitor::Firing> firings =

@@ -181,6 +181,7 @@ at::Tensor read_prefixes_as_rows(const model::TransformerModel& model, const Seq
                                  const Request& request, int64_t first, int64_t end) {
   std::vector<at::Tensor> parts;
   for (int64_t start = first; start < end; start += kPrefixesPerPass) {
+    if (request.before_pass) request.before_pass();
     std::vector<Sequence> prompts;
     for (int64_t t = start; t < std::min(end, start + kPrefixesPerPass); ++t) {
       Sequence prompt(text.begin(), text.begin() + t + 1);
@@ -221,6 +222,7 @@ at::Tensor read_prefix_range(const model::TransformerModel& model, const Sequenc
   at::Tensor suffix_ids = to_device_ids(suffix, model.device());
   std::vector<at::Tensor> parts;
   for (int64_t start = first; start < end; start += kPrefixesPerPass) {
+    if (request.before_pass) request.before_pass();
     int64_t count = std::min(kPrefixesPerPass, end - start);
     at::Tensor prefix_lengths = at::arange(start + 1, start + count + 1, options);
     model::ForwardPass pass;

@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -34,6 +35,9 @@ struct Request {
   // An SAE site: rows made of the site's values by the SAE (its latents, error or sparse latents); `site` and
   // `layers` are then the SAE's own. None: the site's values.
   const sae::LatentReading* latents = nullptr;
+  // Called before each forward pass of a read that takes several (read_prefixes); it throws to end the read early
+  // (a request past its deadline). None: never.
+  std::function<void()> before_pass;
 };
 
 /// Whether read_rows packs the sequences of `request` for `model` (then it computes no padding).

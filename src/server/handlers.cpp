@@ -226,9 +226,17 @@ Json per_token_response(const ServerContext& context, const PerTokenQuery& query
   std::string text = conversation ? chat::conversation_text(query.conversation) : query.text;
   std::shared_ptr<const steering::SteeringVectors> steering = resolve_steering(context, query.steering);
   if (conversation && steering) throw RequestError(400, "steering applies to 'text', not to 'messages'", "steer");
+  // A request that stopped waiting (408) or a server that is stopping ends its scoring at the next pass: a long text's
+  // prefixes otherwise kept the device from everyone for their whole time.
+  const Scheduler& scheduler = context.scheduler;
+  auto before_pass = [&scheduler, deadline] {
+    if (scheduler.stopping()) throw RequestError(503, "the server is shutting down");
+    if (Clock::now() >= deadline) fail_timeout();
+  };
   inference::TokenScores scores = context.scheduler.run_alone<inference::TokenScores>(
-      [&engine, text, steering, conversation] {
-        return conversation ? engine.score_conversation_tokens(text, "'messages'") : engine.score_tokens(text, steering.get());
+      [&engine, text, steering, conversation, before_pass] {
+        return conversation ? engine.score_conversation_tokens(text, "'messages'", before_pass)
+                            : engine.score_tokens(text, steering.get(), before_pass);
       },
       deadline);
   std::vector<inference::ScoreTable> tables;

@@ -175,6 +175,17 @@ TEST_CASE("per-token scores equal running each prefix followed by the suffix on 
       }
     }
   }
+  // A long text's scoring takes a pass per 64 prefixes, each announced to before_pass, which may end it (the server's
+  // deadline; regression: a request past it kept the device for the whole text).
+  std::string long_text;
+  while (engine.tokenizer().encode(long_text).size() < 200) long_text += kReframingText;
+  int passes = 0;
+  engine.score_tokens(long_text, nullptr, [&] { ++passes; });
+  CHECK(passes >= 3);
+  passes = 0;
+  CHECK_THROWS_WITH(engine.score_tokens(long_text, nullptr, [&] { if (++passes == 2) throw std::runtime_error("late"); }),
+                    "late");
+  CHECK(passes == 2);
   CommandResult r = run_command(fmt::format("{} --probes-dir {} --model {} --device cpu --per-token --text \"{}\" --csv {} --html {}",
                                             tool("multi_probe_inference"), probes, kGemmaModel, kReframingText,
                                             tmp.file("t.csv"), tmp.file("t.html")));
