@@ -67,7 +67,7 @@ std::string render_prompt(const ChatModel& model, const ChatQuery& query, Clock:
 // holds its special tokens: none are added), the sampling, the model's eos ids, the steering.
 inference::StreamRequest prepare(const ServerContext& context, const ChatModel& model, const ChatQuery& query,
                                  Clock::time_point deadline) {
-  check_view(context, query.probes);
+  check_view(context, query.probes, "probes.");
   inference::StreamRequest request;
   const std::string rendered = render_prompt(model, query, deadline);
   request.prompt_ids = context.engine.tokenizer().encode(rendered, false);

@@ -19,13 +19,14 @@ inference::Display display_of(const ViewQuery& view) {
 }
 
 // The rows of the loaded layers a query names, in the order they are loaded.
-std::vector<size_t> layer_rows(const inference::Engine& engine, const std::vector<int64_t>& asked) {
+std::vector<size_t> layer_rows(const inference::Engine& engine, const std::vector<int64_t>& asked,
+                               const std::string& field_prefix = "") {
   const std::vector<int64_t>& loaded = engine.layers();
   std::vector<size_t> rows;
   for (size_t i = 0; i < asked.size(); ++i) {
     auto found = std::find(loaded.begin(), loaded.end(), asked[i]);
     if (found == loaded.end()) {
-      std::string field = fmt::format("layers[{}]", i);
+      std::string field = fmt::format("{}layers[{}]", field_prefix, i);
       throw RequestError(400, fmt::format("'{}': layer {} has no probes loaded (loaded layers: {})", field, asked[i],
                                           fmt::join(loaded, ", ")),
                          field);
@@ -136,13 +137,15 @@ inference::ScoreTable query_table(const ServerContext& context, const std::vecto
   return table;
 }
 
-void check_view(const ServerContext& context, const ViewQuery& view) {
+void check_view(const ServerContext& context, const ViewQuery& view, const std::string& field_prefix) {
   if (view.calibrated && context.engine.multiclass()) {
-    throw RequestError(400, "'calibrated': the probes are a multiclass probe (train_probes), whose classes have no "
-                            "thresholds of their own; use 'threshold'",
-                       "calibrated");
+    throw RequestError(400,
+                       fmt::format("'{}calibrated': the probes are a multiclass probe (train_probes), whose classes have "
+                                   "no thresholds of their own; use '{}threshold'",
+                                   field_prefix, field_prefix),
+                       field_prefix + "calibrated");
   }
-  layer_rows(context.engine, view.layers);
+  layer_rows(context.engine, view.layers, field_prefix);
 }
 
 void check_text_length(const ServerContext& context, const std::string& text, const std::string& field) {
@@ -184,6 +187,19 @@ std::string conversation_contents(const chat::Conversation& conversation) {
   return text;
 }
 
+// A conversation's scoring on the worker: what the engine refuses of it (the template's error, a mask the probes
+// cannot place) is a 400 on 'messages', as in chat completions (regression: it named no field).
+template <typename Result>
+Result score_messages(const ServerContext& context, std::function<Result()> work, Clock::time_point deadline) {
+  try {
+    return context.scheduler.run_alone<Result>(std::move(work), deadline);
+  } catch (const RequestError&) {
+    throw;
+  } catch (const std::invalid_argument& e) {
+    throw RequestError(400, e.what(), "messages");
+  }
+}
+
 }  // namespace
 
 Json rank_response(const ServerContext& context, const RankQuery& query, Clock::time_point deadline) {
@@ -197,7 +213,8 @@ Json rank_response(const ServerContext& context, const RankQuery& query, Clock::
   if (conversation && steering) throw RequestError(400, "steering applies to 'texts', not to 'messages'", "steer");
   const std::string scored = conversation ? chat::conversation_text(query.conversation) : "";
   std::vector<inference::TextScores> scores =
-      conversation ? context.scheduler.run_alone<std::vector<inference::TextScores>>(
+      conversation ? score_messages<std::vector<inference::TextScores>>(
+                         context,
                          [&engine, scored] {
                            return engine.score_conversations({scored}, [](size_t) { return "'messages'"; });
                          },
@@ -233,12 +250,12 @@ Json per_token_response(const ServerContext& context, const PerTokenQuery& query
     if (scheduler.stopping()) throw RequestError(503, "the server is shutting down");
     if (Clock::now() >= deadline) fail_timeout();
   };
-  inference::TokenScores scores = context.scheduler.run_alone<inference::TokenScores>(
-      [&engine, text, steering, conversation, before_pass] {
-        return conversation ? engine.score_conversation_tokens(text, "'messages'", before_pass)
-                            : engine.score_tokens(text, steering.get(), before_pass);
-      },
-      deadline);
+  auto work = [&engine, text, steering, conversation, before_pass] {
+    return conversation ? engine.score_conversation_tokens(text, "'messages'", before_pass)
+                        : engine.score_tokens(text, steering.get(), before_pass);
+  };
+  inference::TokenScores scores = conversation ? score_messages<inference::TokenScores>(context, work, deadline)
+                                               : context.scheduler.run_alone<inference::TokenScores>(work, deadline);
   std::vector<inference::ScoreTable> tables;
   for (const auto& probability : scores.probability) tables.push_back(query_table(context, probability, query.view));
   Json response = inference::per_token_json(conversation ? "conversation" : query.text, scores, tables);

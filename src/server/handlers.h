@@ -27,8 +27,9 @@ struct ServerContext {
 inference::ScoreTable query_table(const ServerContext& context, const std::vector<std::vector<double>>& probability,
                                   const ViewQuery& view);
 
-/// Refuses a view the probes cannot give: a layer without probes, calibrated thresholds of a multiclass probe.
-void check_view(const ServerContext& context, const ViewQuery& view);
+/// Refuses a view the probes cannot give: a layer without probes, calibrated thresholds of a multiclass probe. The
+/// error's field is the view's own ("layers[0]") after `field_prefix` (where the request nests it: "probes.").
+void check_view(const ServerContext& context, const ViewQuery& view, const std::string& field_prefix = "");
 
 /// A request's "steer" and "ablate" resolved against the model and the server's probes (null when it has none); a
 /// label without a probe at the layer, a layer out of range, a vector of the wrong width is a 400 naming the item.

@@ -111,6 +111,11 @@ TEST_CASE("probe_server: /v1/rank and /v1/per-token equal multi_probe_inference 
   check_same_json(chat_tokens, printed_json(printed_tokens), "per-token messages");
   CHECK(chat_tokens["tokens"][0]["in_mask"] == false);
   check_refused(s, "/v1/per-token", Json({{"messages", messages}, {"text", "a"}}).dump(), 400, {"not both"}, "messages");
+  // A conversation the template refuses names 'messages' as its field (regression: none).
+  const Json unordered = Json::array({{{"role", "user"}, {"content", "a"}}, {{"role", "user"}, {"content", "b"}}});
+  for (const char* path : {"/v1/rank", "/v1/per-token"}) {
+    check_refused(s, path, Json({{"messages", unordered}}).dump(), 400, {"Conversation roles must alternate"}, "messages");
+  }
 
   httplib::Result info = s.client().Get("/v1/info");
   REQUIRE(info);

@@ -241,7 +241,9 @@ TEST_CASE("probe_server /v1/chat/completions: errors in OpenAI's shape, naming t
   refused({{"messages", kMessages}, {"max_tokens", 100000}}, 413, "max_tokens", "--max-new-tokens");
   refused({{"messages", Json::parse(R"([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])")}}, 400,
           "messages", "Conversation roles must alternate");
-  refused({{"messages", kMessages}, {"probes", {{"layers", {3}}}}}, 400, "layers[0]", "layer 3 has no probes loaded");
+  // Regression: named "layers[0]", not where the request holds it.
+  refused({{"messages", kMessages}, {"probes", {{"layers", {3}}}}}, 400, "probes.layers[0]",
+          "'probes.layers[0]': layer 3 has no probes loaded");
   httplib::Result missing = s.client().Get("/v1/models/none");
   REQUIRE(missing);
   CHECK(missing->status == 404);
