@@ -14,7 +14,7 @@ void check_sampling(const Sampling& s) {
     fail_usage("--temperature must be 0 (greedy) or positive, got {}", s.temperature);
   }
   if (s.top_k < 0) fail_usage("--sample-top-k must be 0 (all) or positive, got {}", s.top_k);
-  if (!(s.top_p > 0 && s.top_p <= 1)) fail_usage("--top-p must be in (0, 1], got {}", s.top_p);
+  if (!(s.top_p >= 0 && s.top_p <= 1)) fail_usage("--top-p must be from 0 to 1, got {}", s.top_p);
 }
 
 at::Tensor scaled_logits(const at::Tensor& logits, double temperature) {
@@ -43,9 +43,11 @@ at::Tensor TokenSampler::choose(const at::Tensor& logits) {
   }
   at::Tensor probabilities = at::softmax(sorted, -1);
   if (sampling_.top_p < 1.0) {
-    // A token stays when the tokens before it hold less than p (so the first always stays).
-    at::Tensor before = probabilities.cumsum(-1) - probabilities;
-    probabilities = probabilities.masked_fill(before >= sampling_.top_p, 0.0);
+    // A token stays when the tokens before it hold less than p, and the most probable always stays (p = 0 keeps it
+    // alone, as transformers' min_tokens_to_keep does).
+    at::Tensor dropped = (probabilities.cumsum(-1) - probabilities) >= sampling_.top_p;
+    dropped.select(1, 0).fill_(false);
+    probabilities = probabilities.masked_fill(dropped, 0.0);
   }
   at::Tensor cumulative = probabilities.cumsum(-1);
   std::vector<double> draws(static_cast<size_t>(batch));

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 
@@ -27,11 +28,17 @@ void send_best_effort(int fd, const std::string& bytes) { ::send(fd, bytes.data(
 
 }  // namespace
 
+// The scheme's name is case-insensitive (RFC 9110 11.1); the key is compared in constant time.
 bool bearer_matches(const std::string& authorization, const std::string& key) {
-  const std::string expected = "Bearer " + key;
-  unsigned char difference = authorization.size() == expected.size() ? 0 : 1;
-  for (size_t i = 0; i < authorization.size(); ++i) {
-    difference |= static_cast<unsigned char>(authorization[i] ^ expected[i % expected.size()]);
+  const std::string scheme = "bearer ";
+  if (key.empty() || authorization.size() < scheme.size()) return false;
+  for (size_t i = 0; i < scheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(authorization[i])) != scheme[i]) return false;
+  }
+  const std::string given = authorization.substr(scheme.size());
+  unsigned char difference = given.size() == key.size() ? 0 : 1;
+  for (size_t i = 0; i < given.size(); ++i) {
+    difference |= static_cast<unsigned char>(given[i] ^ key[i % key.size()]);
   }
   return difference == 0;
 }

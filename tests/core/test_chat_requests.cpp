@@ -100,6 +100,12 @@ TEST_CASE("chat requests: each refusal names its field") {
                 "'messages[0].content' is missing");
   check_refusal(R"({"messages": [{"role": "assistant", "tool_calls": []}]})", 400, "messages[0].content",
                 "'messages[0].content' is missing");
+  // Parts the models cannot read are refused (regression: an image's part reached the template without a word).
+  check_refusal(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "What is it?"},
+                 {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]})",
+                400, "messages[0].content[1].type", "is \"image_url\": the models here read text only");
+  check_refusal(R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})", 400, "messages[0].content[0].text",
+                "'messages[0].content[0].text' must be a string");
   check_refusal("{" + m + R"(, "n": 2})", 400, "n", "'n' must be 1");
   check_refusal("{" + m + R"(, "max_tokens": 101})", 413, "max_tokens", "--max-new-tokens");
   check_refusal("{" + m + R"(, "max_completion_tokens": 0})", 400, "max_completion_tokens", "from 1");
@@ -118,6 +124,7 @@ TEST_CASE("chat errors in OpenAI's shape") {
   CHECK(body == Json::parse(R"({"error": {"message": "'n' must be 1", "type": "invalid_request_error", "param": "n", "code": null}})"));
   CHECK(server::openai_error_body(500, "x", "")["error"]["type"] == "server_error");
   CHECK(server::openai_error_body(500, "x", "")["error"]["param"].is_null());
+  CHECK(server::openai_error_body(429, "x", "")["error"]["code"] == "rate_limit_exceeded");
 }
 
 TEST_CASE("stop strings: the reply ends before the first, text that may start one is held back until it cannot") {

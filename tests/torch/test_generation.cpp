@@ -206,7 +206,10 @@ TEST_CASE("sampling: temperature, top-k and top-p draw from the distribution the
   CHECK(share_of_second({0.0, 0, 1.0, 6}) == 1.0);  // greedy
   CHECK_THROWS_WITH_AS(generation::TokenSampler({-1.0, 0, 1.0, 0}), doctest::Contains("--temperature"),
                        std::invalid_argument);
-  CHECK_THROWS_WITH_AS(generation::TokenSampler({1.0, 0, 0.0, 0}), doctest::Contains("--top-p"), std::invalid_argument);
+  // p = 0 keeps the most probable token alone, as transformers and OpenAI's API take it (regression: refused).
+  CHECK(share_of_second({1.0, 0, 0.0, 7}) == 1.0);
+  CHECK_THROWS_WITH_AS(generation::TokenSampler({1.0, 0, -0.1, 0}), doctest::Contains("--top-p must be from 0 to 1"),
+                       std::invalid_argument);
 }
 
 TEST_CASE("sampled generation: a seed repeats its tokens, top-k 1 is greedy") {
@@ -360,7 +363,7 @@ TEST_CASE("inspect_model generate writes generation.json's format: transformers'
                          2, {"--temperature must be 0 (greedy) or positive, got -1"});
   testing::check_failure(testing::run_command(fmt::format("{} generate --model {} --text hi --top-p 1.5 --output {}",
                                                           testing::tool("inspect_model"), dir, out.file("x.json"))),
-                         2, {"--top-p must be in (0, 1], got 1.5"});
+                         2, {"--top-p must be from 0 to 1, got 1.5"});
 }
 
 TEST_CASE("the LM head is read only for generation: untied from its own weight, tied from the embeddings") {

@@ -273,6 +273,10 @@ TEST_CASE("probe_server: the time limit per request, the queue's bound and the A
   httplib::Client wrong = s.client();
   wrong.set_bearer_token_auth("s3cres");
   CHECK(wrong.Get("/v1/info")->status == 401);
+  // The scheme's name in any case (regression: only "Bearer" was taken).
+  CHECK(s.client().Get("/v1/info", {{"Authorization", "bearer s3cret"}})->status == 200);
+  CHECK(s.client().Get("/v1/info", {{"Authorization", "BEARER s3cres"}})->status == 401);
+  CHECK(s.client().Get("/v1/info", {{"Authorization", "Basic s3cret"}})->status == 401);
   CHECK(with_key().Get("/v1/info")->status == 200);
   CHECK(s.client().Get("/healthz")->status == 200);
   CHECK(s.client().Get("/")->status == 200);

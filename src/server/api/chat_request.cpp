@@ -104,7 +104,6 @@ ChatQuery parse_chat_query(std::string_view body, const Limits& limits) {
   query.max_tokens = reply_tokens(fields, limits);
   query.temperature = fields.number("temperature", query.temperature, 0, 2);
   query.top_p = fields.number("top_p", query.top_p, 0, 1);
-  if (query.top_p == 0) throw RequestError(kBadRequest, "'top_p' must be above 0 (1 keeps every token)", "top_p");
   if (fields.take("seed") != nullptr) {
     query.seed = static_cast<uint64_t>(fields.integer("seed", 0, std::numeric_limits<int64_t>::min(),
                                                       std::numeric_limits<int64_t>::max()));
@@ -128,7 +127,7 @@ ChatQuery parse_chat_query(std::string_view body, const Limits& limits) {
 Json openai_error_body(int status, const std::string& message, const std::string& field) {
   const char* type = status == 401 ? "authentication_error" : status < 500 ? "invalid_request_error" : "server_error";
   return {{"error", {{"message", message}, {"type", type}, {"param", field.empty() ? Json() : Json(field)},
-                     {"code", status == 404 ? Json("not_found") : Json()}}}};
+                     {"code", status == 404 ? Json("not_found") : status == 429 ? Json("rate_limit_exceeded") : Json()}}}};
 }
 
 }  // namespace probekit::server

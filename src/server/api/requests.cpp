@@ -86,7 +86,6 @@ GenerateQuery parse_generate_query(std::string_view body, const Limits& limits) 
   query.temperature = fields.number("temperature", query.temperature, 0, 100);
   query.sample_top_k = fields.integer("sample_top_k", query.sample_top_k, 0, std::numeric_limits<int32_t>::max());
   query.top_p = fields.number("top_p", query.top_p, 0, 1);
-  if (query.top_p == 0) throw RequestError(kBadRequest, "'top_p' must be above 0 (1 keeps every token)", "top_p");
   query.seed = static_cast<uint64_t>(fields.integer("seed", 0, 0, std::numeric_limits<int64_t>::max()));
   query.stop = fields.boolean("stop", query.stop);
   query.view = view_fields(fields, false);
