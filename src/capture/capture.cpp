@@ -95,7 +95,10 @@ int64_t first_missing(const std::vector<LayerOutput>& outputs, int64_t run_size)
 CaptureSummary run_capture(const CaptureOptions& options) {
   CaptureSummary summary;
   check_options(options);
-  if (!options.dataset_path.empty()) data::require_dataset(options.dataset_path);  // before its output directory
+  // The dataset and the model are found before the output directory is made: a run that cannot start leaves none.
+  if (!options.dataset_path.empty()) data::require_dataset(options.dataset_path);
+  CapturePlan plan;
+  plan.model = options.loaded != nullptr ? options.loaded->source : loading::find_model(options.model_dir);
   // Two captures into one directory would both write its files and race to a rename error at the end: the second
   // stops here, before loading anything, naming the first.
   std::string dir = options.output_dir;
@@ -103,8 +106,6 @@ CaptureSummary run_capture(const CaptureOptions& options) {
   make_directories(dir);
   RunLock lock(dir + "/.capture.lock", fmt::format("another capture_activations is writing into {}", dir),
                "wait for it to finish, or capture into another --output-dir");
-  CapturePlan plan;
-  plan.model = options.loaded != nullptr ? options.loaded->source : loading::find_model(options.model_dir);
   plan_examples(options, plan, summary);
   plan.layers = parse_layers(options.layers, plan.config().num_layers);
   plan_site(options, plan);

@@ -304,6 +304,22 @@ extern "C" void request_interrupt_on_signal(int signal) {
   std::signal(signal, SIG_DFL);
 }
 
+// The flags whose empty value means something (--prompt-suffix "": no suffix). Any other flag given an empty value
+// is refused: it read as the flag left out (--csv "" wrote no file, --file "" read stdin) or failed late naming
+// no flag (--output-dir "" after training).
+const char* const kFlagsTakingEmpty[] = {"--prompt-suffix"};
+
+void refuse_empty_values(const CLI::App& app) {
+  for (const CLI::Option* option : app.get_options()) {
+    if (option->count() == 0 || option->get_type_size() == 0) continue;
+    const std::string name = option->get_name();
+    if (std::find(std::begin(kFlagsTakingEmpty), std::end(kFlagsTakingEmpty), name) != std::end(kFlagsTakingEmpty)) continue;
+    for (const std::string& value : option->results()) {
+      if (value.empty()) fail_usage("{} is empty: give a value, or leave the flag out", name);
+    }
+  }
+}
+
 }  // namespace
 
 std::string nearest_name(const std::string& given, const std::vector<std::string>& names) {
@@ -319,6 +335,7 @@ std::string nearest_name(const std::string& given, const std::vector<std::string
 int run_tool(CLI::App& app, int argc, char** argv, const CommonOptions& options, const std::function<void()>& body) {
   try {
     app.parse(argc, argv);
+    refuse_empty_values(app);
   } catch (const CLI::ExtrasError& e) {
     configure_logging(false, false);
     spdlog::error("{}{}", e.what(), nearest_flag_hints(app, app.remaining(true)));

@@ -14,6 +14,7 @@
 #include "chat/chat_template.h"
 #include "chat/token_masks.h"
 #include "common/error.h"
+#include "device/torch/row_stable.h"
 #include "inference/text_stream.h"
 
 namespace probekit::inference {
@@ -45,7 +46,7 @@ at::Tensor Engine::text_probabilities(const at::Tensor& rows, const std::vector<
   std::vector<at::Tensor> columns;
   for (size_t l = 0; l < layers_.size(); ++l) {
     at::Tensor layer_rows = rows.select(1, static_cast<int64_t>(l)).to(at::kFloat);
-    columns.push_back(at::sigmoid(probes_[l].set.token_logits(layer_rows, offsets).to(at::kFloat)));
+    columns.push_back(device::row_stable_sigmoid(probes_[l].set.token_logits(layer_rows, offsets).to(at::kFloat)));
   }
   return at::cat(columns, 1);
 }
@@ -137,7 +138,7 @@ at::Tensor Engine::row_probabilities(const at::Tensor& rows) const {
   for (size_t l = 0; l < layers_.size(); ++l) {
     at::Tensor logits = probes_[l].set.row_logits(rows.select(1, static_cast<int64_t>(l)).to(at::kFloat));
     if (!logits.defined()) return {};
-    columns.push_back(at::sigmoid(logits.to(at::kFloat)));
+    columns.push_back(device::row_stable_sigmoid(logits.to(at::kFloat)));
   }
   return at::cat(columns, 1);
 }

@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/units.h"
+#include "device/torch/row_stable.h"
 #include "metrics/intervals.h"
 #include "probes/binary_paths.h"
 #include "probes/file_scores.h"
@@ -73,7 +74,7 @@ CalibratedIndex calibrated_index(const std::string& dir, const std::string& acti
   }
   // In fp32, as inference computes the probabilities it compares with the threshold (a double's sigmoid would
   // tell apart scores that inference rounds to one value, 1.0 from a logit of about 17).
-  const at::Tensor probabilities = at::sigmoid(scored.logits.to(at::kFloat));
+  const at::Tensor probabilities = device::row_stable_sigmoid(scored.logits.to(at::kFloat));
   const std::string index_path = dir + "/" + kProbeIndexFile;
   Json index = read_json_file(index_path);
   Json calibrations = Json::array();

@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "data/dataset.h"
+#include "device/torch/row_stable.h"
 #include "io/safetensors.h"
 
 namespace probekit::probes {
@@ -238,7 +239,7 @@ at::Tensor ProbeSet::direction(size_t index) const {
 
 at::Tensor ProbeSet::probabilities(const at::Tensor& activations) const {
   at::Tensor logits = this->logits(activations).to(at::kFloat);
-  return multiclass_ ? at::softmax(logits, 1) : at::sigmoid(logits);
+  return multiclass_ ? device::row_stable_softmax(logits) : device::row_stable_sigmoid(logits);
 }
 
 }  // namespace probekit::probes

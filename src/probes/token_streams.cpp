@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "device/torch/row_stable.h"
 #include "probes/token_rows.h"
 #include "probes/training_data.h"
 
@@ -68,7 +69,7 @@ at::Tensor token_stream_maxima(const ProbeSet& set, const activations::Activatio
   for (const activations::SplitData& split : file.splits) {
     if (split.examples() > 0) parts.push_back(split_maxima(set, split, skip));
   }
-  return at::sigmoid(at::cat(parts).to(at::kCPU, at::kFloat));
+  return device::row_stable_sigmoid(at::cat(parts).to(at::kCPU, at::kFloat));
 }
 
 }  // namespace probekit::probes

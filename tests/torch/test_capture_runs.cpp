@@ -297,6 +297,11 @@ TEST_CASE("bad input to capture_activations: clear message, exit code 1 (2 for b
                                                         tmp.file("missing.jsonl"), tmp.file("never_made")));
   CHECK_CONTAINS(missing.output, "cannot open the dataset");
   CHECK(!path_exists(tmp.file("never_made")));
+  const CommandResult no_model = run_command(fmt::format("{} --model {} --dataset {} --device cpu --offline --output-dir {}",
+                                                         tool("capture_activations"), tmp.file("no_such_model"), good,
+                                                         tmp.file("never_made")));
+  CHECK(no_model.exit_code == 1);
+  CHECK(!path_exists(tmp.file("never_made")));  // and a model not found (regression: it was made first)
   CHECK_CONTAINS(run_with(tmp.path(), good).output, "no config.json");
 
   std::string no_weights = tmp.file("no_weights");

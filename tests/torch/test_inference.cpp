@@ -276,6 +276,15 @@ TEST_CASE("texts read from a pipe until quit: no prompts in the output, JSON lin
                               probes, kGemmaModel));
   CHECK(r.exit_code == 2);
   CHECK_CONTAINS(r.output, "--text is empty");
+  // Regression: an empty value read as the flag left out (--compare and --csv did nothing, --file read stdin,
+  // --model took the probes' model) or failed late naming no flag (the trainers' --output-dir after training).
+  for (const char* flags : {"--text hi --compare ''", "--file ''", "--text hi --per-token --csv ''", "--text hi --model ''"}) {
+    check_failure(run_command(fmt::format("{} --probes-dir {}/layer_2 --device cpu {} < /dev/null",
+                                          tool("multi_probe_inference"), probes, flags)),
+                  2, {"is empty: give a value, or leave the flag out"});
+  }
+  check_failure(run_command(fmt::format("{} --activations {} --output-dir ''", tool("train_binary_probes"), probes)), 2,
+                {"--output-dir is empty"});
 }
 
 TEST_CASE("bad input to multi_probe_inference: probe files of the wrong size are refused, non-UTF-8 text is scored") {

@@ -45,16 +45,16 @@ Json printed_json(const CommandResult& r) {
 }
 
 // Equal JSON, numbers within 1e-6 (texts batched with others are padded to another length).
-void check_same_json(const Json& got, const Json& expected, const std::string& where) {
+void check_same_json(const Json& got, const Json& expected, const std::string& where, double tolerance = 1e-6) {
   if (expected.is_number_float()) {
     REQUIRE_MESSAGE(got.is_number(), where, ": ", got.dump());
-    CHECK_MESSAGE(std::fabs(got.get<double>() - expected.get<double>()) < 1e-6, where, ": ", got, " vs ", expected);
+    CHECK_MESSAGE(std::fabs(got.get<double>() - expected.get<double>()) <= tolerance, where, ": ", got, " vs ", expected);
   } else if (expected.is_object() || expected.is_array()) {
     REQUIRE_MESSAGE(got.size() == expected.size(), where, ": ", got.dump(), " vs ", expected.dump());
     for (auto it = expected.begin(); it != expected.end(); ++it) {
       std::string key = expected.is_object() ? it.key() : std::to_string(std::distance(expected.begin(), it));
       const Json& mine = expected.is_object() ? got.at(it.key()) : got.at(static_cast<size_t>(std::distance(expected.begin(), it)));
-      check_same_json(mine, *it, where + "/" + key);
+      check_same_json(mine, *it, where + "/" + key, tolerance);
     }
   } else {
     CHECK_MESSAGE(got == expected, where, ": ", got.dump(), " vs ", expected.dump());
@@ -329,7 +329,9 @@ TEST_CASE("probe_server: concurrent requests are scored in one cycle and get the
     REQUIRE((together[i] && *together[i]));
     const httplib::Response& response = **together[i];
     REQUIRE_MESSAGE(response.status == 200, response.body);
-    check_same_json(Json::parse(response.body), alone[i], kTexts[i]);
+    // To the bit on the CPU in fp32 (regression: 18 scores a layer took ATen's vectorized sigmoid, one text's 3 its
+    // scalar one, a bit apart).
+    check_same_json(Json::parse(response.body), alone[i], kTexts[i], 0.0);
   }
 }
 

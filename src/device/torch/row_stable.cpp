@@ -233,6 +233,38 @@ void fixed_order_products(const float* x, int64_t rows, const float* w, int64_t 
   }
 }
 
+namespace {
+
+bool takes_fixed_elementwise(const at::Tensor& x) { return x.device().is_cpu() && x.scalar_type() == at::kFloat; }
+
+}  // namespace
+
+at::Tensor row_stable_sigmoid(const at::Tensor& x) {
+  if (!takes_fixed_elementwise(x)) return at::sigmoid(x);
+  const at::Tensor in = x.contiguous();
+  at::Tensor out = at::empty_like(in);
+  const float* from = in.data_ptr<float>();
+  float* to = out.data_ptr<float>();
+  for (int64_t i = 0; i < in.numel(); ++i) to[i] = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(from[i]))));
+  return out;
+}
+
+at::Tensor row_stable_softmax(const at::Tensor& x) {
+  if (!takes_fixed_elementwise(x) || x.dim() == 0) return at::softmax(x, -1);
+  const at::Tensor in = x.contiguous();
+  at::Tensor out = at::empty_like(in);
+  const int64_t width = in.size(-1), rows = width == 0 ? 0 : in.numel() / width;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* from = in.data_ptr<float>() + r * width;
+    float* to = out.data_ptr<float>() + r * width;
+    const double highest = *std::max_element(from, from + width);
+    double sum = 0;
+    for (int64_t i = 0; i < width; ++i) sum += std::exp(from[i] - highest);
+    for (int64_t i = 0; i < width; ++i) to[i] = static_cast<float>(std::exp(from[i] - highest) / sum);
+  }
+  return out;
+}
+
 at::Tensor row_stable_linear_portable(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   if (!takes_fixed_order(x, weight, bias)) return bias.defined() ? at::linear(x, weight, bias) : at::linear(x, weight);
   return fixed_order_linear(x, weight, bias, kPortable.tiles);

@@ -22,6 +22,13 @@ void fixed_order_products(const float* x, int64_t rows, const float* w, int64_t 
 /// row_stable_linear on the portable path whatever the CPU: the bits the AVX2 path gives (tests check both).
 at::Tensor row_stable_linear_portable(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
 
+/// The sigmoid of each value, and the softmax over the last dimension: for fp32 on the CPU each output one fixed
+/// function of its own value (its row's, for the softmax), computed in double and rounded once. ATen's vectorized
+/// loops leave a tensor's last values (fewer than two vectors) to their scalar path, whose exp rounds apart, so a
+/// text's probe score changed in its last bit with the number of texts scored beside it. Elsewhere ATen's.
+at::Tensor row_stable_sigmoid(const at::Tensor& x);
+at::Tensor row_stable_softmax(const at::Tensor& x);
+
 /// Whether row_stable_linear's fixed-order kernel uses AVX2 here (the portable path gives the same bits, slower).
 bool row_stable_uses_avx2();
 
