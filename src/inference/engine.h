@@ -240,7 +240,8 @@ class Engine {
   at::Tensor probabilities_of(const at::Tensor& rows) const;
   /// Every-token probes: every probe's probability for texts whose token rows [R, layers, width] (all of them, as
   /// read with position all) start at `offsets` [texts + 1]: [texts, probes], layer after layer, on the device.
-  at::Tensor text_probabilities(const at::Tensor& rows, const std::vector<int64_t>& offsets) const;
+  /// `masked`: the rows are conversations' tokens in the probes' mask (ProbeSet::token_logits).
+  at::Tensor text_probabilities(const at::Tensor& rows, const std::vector<int64_t>& offsets, bool masked) const;
   /// Where the batch of prompts starting at `start` ends: --batch-size texts, and for every-token probes at most
   /// 1 GiB of token rows (every layer's).
   size_t batch_end(const std::vector<readout::Prompt>& prompts, size_t start) const;

@@ -42,11 +42,11 @@ bool Engine::reads_every_token() const {
   return !probes_.empty() && probes_.front().set.shape().kind->reads_every_token();
 }
 
-at::Tensor Engine::text_probabilities(const at::Tensor& rows, const std::vector<int64_t>& offsets) const {
+at::Tensor Engine::text_probabilities(const at::Tensor& rows, const std::vector<int64_t>& offsets, bool masked) const {
   std::vector<at::Tensor> columns;
   for (size_t l = 0; l < layers_.size(); ++l) {
     at::Tensor layer_rows = rows.select(1, static_cast<int64_t>(l)).to(at::kFloat);
-    columns.push_back(device::row_stable_sigmoid(probes_[l].set.token_logits(layer_rows, offsets).to(at::kFloat)));
+    columns.push_back(device::row_stable_sigmoid(probes_[l].set.token_logits(layer_rows, offsets, nullptr, masked).to(at::kFloat)));
   }
   return at::cat(columns, 1);
 }
@@ -107,7 +107,7 @@ at::Tensor Engine::prompt_probabilities(const std::vector<readout::Sequence>& te
       if (masks[i].back() == 0) last_token->select(0, static_cast<int64_t>(i)).fill_(kNaN);  // read no row of its own
     }
   }
-  return text_probabilities(rows, offsets);
+  return text_probabilities(rows, offsets, !masks.empty());
 }
 
 std::vector<uint8_t> Engine::chat_prompt_mask(const chat::Conversation& conversation, const std::string& rendered,
@@ -270,7 +270,7 @@ std::vector<TextScores> Engine::score_prompts(const std::vector<readout::Prompt>
     if (request_.position != Position::kAll) {
       store_probabilities(rows, tables, start);
     } else {
-      store_columns(text_probabilities(rows, offsets), tables, start);
+      store_columns(text_probabilities(rows, offsets, !masks.empty()), tables, start);
     }
   }
   spdlog::debug("{} prompts scored", prompts.size());
@@ -397,7 +397,7 @@ void Engine::score_prefix_prompts(const readout::Sequence& ids, const readout::R
     }
     at::Tensor rows = readout::read_rows(*model_, batch, request, masks);
     readout::check_finite_rows(rows, 1, request_.layers);
-    store_columns(text_probabilities(rows, offsets), result.probability, start);
+    store_columns(text_probabilities(rows, offsets, !mask.empty()), result.probability, start);
   }
   if (mask.empty() && suffix.empty()) hide_leading_prefixes(result);
   store_attention(ids, request, result);
@@ -446,10 +446,10 @@ void Engine::store_attention(const readout::Sequence& ids, const readout::Reques
   for (size_t l = 0; l < layers_.size(); ++l) {
     const probes::ProbeSet& set = probes_[l].set;
     at::Tensor weights;
-    set.token_logits(rows.select(1, static_cast<int64_t>(l)).to(at::kFloat), offsets, &weights);
+    set.token_logits(rows.select(1, static_cast<int64_t>(l)).to(at::kFloat), offsets, &weights, !mask.empty());
     at::Tensor mean_host = weights.mean(2).to(at::kCPU, at::kDouble).contiguous();  // [rows read, K]
     auto mean = mean_host.accessor<double, 2>();
-    const int64_t first = set.token_layout(offsets).position.front();
+    const int64_t first = set.token_layout(offsets, !mask.empty()).position.front();
     const int64_t read = mean_host.size(0);  // the rows the probe reads: tokens[first, first + read)
     if (!result.token_probability.empty()) {
       hide_unread_tokens(l, read > 0 ? tokens[static_cast<size_t>(first)] : 0,

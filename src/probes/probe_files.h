@@ -123,15 +123,18 @@ class ProbeSet {
   /// Logits [N, K] of activations [N, H], in the order of probes(). Not for every-token probes (token_logits).
   at::Tensor logits(const at::Tensor& activations) const;
   /// Every-token probes: logits [B, K] of B texts whose token rows (every token, as captured with --position
-  /// all) are `rows` [R, H] at row offsets `offsets` [B + 1]; the recorded skip_leading and max_tokens apply.
-  /// With `weights`, also each read row's attention weights [R', K, heads] (R' the rows read, text after text).
-  at::Tensor token_logits(const at::Tensor& rows, const std::vector<int64_t>& offsets,
-                          at::Tensor* weights = nullptr) const;
+  /// all) are `rows` [R, H] at row offsets `offsets` [B + 1]; the recorded skip_leading and max_tokens apply, but
+  /// for `masked` rows (a conversation's tokens in its mask, none of them a BOS: probes trained on texts left out
+  /// the first of those), which skip none. With `weights`, also each read row's attention weights [R', K, heads]
+  /// (R' the rows read, text after text).
+  at::Tensor token_logits(const at::Tensor& rows, const std::vector<int64_t>& offsets, at::Tensor* weights = nullptr,
+                          bool masked = false) const;
   /// The rows of each text token_logits reads.
-  TokenLayout token_layout(const std::vector<int64_t>& offsets) const;
+  TokenLayout token_layout(const std::vector<int64_t>& offsets, bool masked = false) const;
   /// Every-token probes: the logits [P, K] of every prefix of each text (prefix_layout's: the text cut after each row
   /// it reads, text after text), what they score token by token as a text grows; `counts` gets each text's P.
-  at::Tensor prefix_logits(const at::Tensor& rows, const std::vector<int64_t>& offsets, std::vector<int64_t>& counts) const;
+  at::Tensor prefix_logits(const at::Tensor& rows, const std::vector<int64_t>& offsets, std::vector<int64_t>& counts,
+                           bool masked = false) const;
   /// Every-token probes that score each token and aggregate (ema, rolling): each row's own logit [R, K] of
   /// `rows` [R, H], the score the aggregation weighs. Undefined for the other kinds (attention, multimax: their
   /// tokens have no score of their own).

@@ -188,12 +188,23 @@ at::Tensor ProbeSet::logits(const at::Tensor& activations) const {
   return bank_.forward(input).reshape({activations.size(0), -1});
 }
 
-TokenLayout ProbeSet::token_layout(const std::vector<int64_t>& offsets) const {
-  return probes::token_layout(offsets, bank_.shape());
+namespace {
+
+// How the probes read texts' rows: their shape, with no leading special left out of masked rows.
+ProbeShape reading_shape(const ProbeShape& shape, bool masked) {
+  ProbeShape reading = shape;
+  if (masked) reading.skip_leading = 0;
+  return reading;
 }
 
-at::Tensor ProbeSet::token_logits(const at::Tensor& rows, const std::vector<int64_t>& offsets,
-                                  at::Tensor* weights) const {
+}  // namespace
+
+TokenLayout ProbeSet::token_layout(const std::vector<int64_t>& offsets, bool masked) const {
+  return probes::token_layout(offsets, reading_shape(bank_.shape(), masked));
+}
+
+at::Tensor ProbeSet::token_logits(const at::Tensor& rows, const std::vector<int64_t>& offsets, at::Tensor* weights,
+                                  bool masked) const {
   const ProbeKind& kind = *bank_.shape().kind;
   if (!kind.reads_every_token()) fail_input("{} probes read one row per text, not every token", kind.name());
   if (rows.dim() != 2 || rows.size(1) != bank_.shape().input_dim || offsets.empty() || offsets.back() != rows.size(0)) {
@@ -201,7 +212,7 @@ at::Tensor ProbeSet::token_logits(const at::Tensor& rows, const std::vector<int6
                bank_.shape().input_dim, fmt::join(rows.sizes(), ", "), offsets.size());
   }
   at::Tensor input = rows.to(bank_.values().device(), bank_.values().scalar_type());
-  TokenLayout layout = token_layout(offsets);
+  TokenLayout layout = token_layout(offsets, masked);
   if (weights == nullptr) return probes::token_logits(bank_, input, layout).reshape({layout.texts(), -1});
   std::vector<int64_t> texts(static_cast<size_t>(layout.texts()));
   for (int64_t e = 0; e < layout.texts(); ++e) texts[e] = e;
@@ -211,10 +222,10 @@ at::Tensor ProbeSet::token_logits(const at::Tensor& rows, const std::vector<int6
 }
 
 at::Tensor ProbeSet::prefix_logits(const at::Tensor& rows, const std::vector<int64_t>& offsets,
-                                   std::vector<int64_t>& counts) const {
+                                   std::vector<int64_t>& counts, bool masked) const {
   const ProbeKind& kind = *bank_.shape().kind;
   if (!kind.reads_every_token()) fail_input("{} probes read one row per text, not its prefixes", kind.name());
-  const TokenLayout prefixes = prefix_layout(offsets, bank_.shape(), counts);
+  const TokenLayout prefixes = prefix_layout(offsets, reading_shape(bank_.shape(), masked), counts);
   const at::Tensor input = rows.to(bank_.values().device(), bank_.values().scalar_type());
   return kind.prefix_logits(bank_, input, prefixes).reshape({prefixes.texts(), -1});
 }

@@ -53,6 +53,20 @@ TEST_CASE("attention probes: ranking, per-token prefixes and attention, and gene
   probes::ProbeSet set = probes::ProbeSet::load(probes, at::kCPU, at::kFloat);
   CHECK(set.shape().kind->name() == std::string("attention"));
   CHECK(set.shape().skip_leading == 1);
+  {
+    // A conversation's masked rows hold no BOS: all are read, as a text's rows after its BOS (regression: probes
+    // trained on texts left out each conversation's first masked token).
+    at::manual_seed(3);
+    const at::Tensor rows = at::randn({6, set.shape().input_dim});
+    const at::Tensor after_bos = at::cat({at::randn({1, set.shape().input_dim}), rows});
+    CHECK(at::equal(set.token_logits(rows, {0, 6}, nullptr, true), set.token_logits(after_bos, {0, 7})));
+    CHECK(!at::equal(set.token_logits(rows, {0, 6}), set.token_logits(after_bos, {0, 7})));
+    std::vector<int64_t> counts;
+    const at::Tensor prefixes = set.prefix_logits(rows, {0, 6}, counts, true);
+    CHECK(counts == std::vector<int64_t>{6});
+    CHECK(at::equal(prefixes, set.prefix_logits(after_bos, {0, 7}, counts)));
+    CHECK(set.token_layout({0, 6}, true).position == std::vector<int64_t>{0});
+  }
   auto m = model::TransformerModel::load(kGemmaModel, {});
   auto tok = tokenizer::Tokenizer::from_file(kGemmaModel);
   inference::EngineOptions engine_options = cpu_engine_options(probes);

@@ -84,7 +84,7 @@ capture::CaptureOptions rows_at(const std::string& site, const std::string& dir)
   options.saes = {{"tc", dir}};
   options.sae_site = parse_sae_site(site);
   if (!options.sae_site) options.site = parse_site(site);
-  options.sae_storage.dense = true;
+  options.sae_storage.dense = options.sae_site.has_value();
   return options;
 }
 
