@@ -88,7 +88,6 @@ std::vector<int64_t> CapturePlan::read_positions(size_t position) const {
 void plan_site(const CaptureOptions& options, CapturePlan& plan) {
   plan.saes = sae::load_saes(options.saes, plan.config());
   if (!options.sae_site) {
-    plan.sae_top_k = options.sae_storage.stored_top_k(std::nullopt, site_name(options.site), 0);
     plan.site = options.site;
     readout::check_site(plan.site, options.position, plan.layers, plan.config());
     plan.width = readout::site_width(plan.site, plan.config());
@@ -103,7 +102,7 @@ void plan_site(const CaptureOptions& options, CapturePlan& plan) {
   plan.layers = {plan.sae->layer};
   plan.site = plan.sae->site;
   plan.sae_output = site.output;
-  plan.sae_top_k = options.sae_storage.stored_top_k(site, site.text(), plan.sae->d_sae);
+  plan.sae_top_k = options.sae_storage.stored_top_k(site, plan.sae->d_sae);
   readout::check_site(plan.site, options.position, plan.layers, plan.config());
   plan.width = sae::LatentReading{&*plan.sae, plan.sae_output, plan.sae_top_k}.width();
 }
@@ -145,6 +144,7 @@ void check_options(const CaptureOptions& options) {
                options.batch_size, kMaxBatchSize);
   }
   check_keep_fields(options.dataset.keep_fields);
+  options.sae_storage.check(options.sae_site, options.sae_site ? options.sae_site->text() : site_name(options.site));
 }
 
 namespace {

@@ -23,15 +23,15 @@ std::optional<MessageProblem> content_problem(const OrderedJson& content, const 
       return MessageProblem{part_field, fmt::format("'{}' must be an object with a string 'type'", part_field)};
     }
     const std::string type = part.at("type").get<std::string>();
-    // The models read text: an image, audio or file part would reach the template and the model would be scored on
-    // its placeholder (or nothing) as if it had seen it.
-    if (type != "text" && type != "refusal") {
+    // The models and the token masks read text parts: an image, audio, file or refusal part would be left out by the
+    // template or the mask, and the model scored as if it had seen it.
+    if (type != "text") {
       return MessageProblem{part_field + ".type",
                             fmt::format("'{}.type' is \"{}\": the models here read text only (parts of type \"text\")",
                                         part_field, type)};
     }
-    if (!(part.contains(type) && part.at(type).is_string())) {
-      return MessageProblem{part_field + "." + type, fmt::format("'{}.{}' must be a string", part_field, type)};
+    if (!(part.contains("text") && part.at("text").is_string())) {
+      return MessageProblem{part_field + ".text", fmt::format("'{}.text' must be a string", part_field)};
     }
   }
   return std::nullopt;

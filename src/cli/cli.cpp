@@ -5,16 +5,17 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <regex>
 #include <sstream>
+#include <utility>
 #include <vector>
-#include <algorithm>
-#include <limits>
 
 #include "common/error.h"
 #include "common/interrupt.h"
@@ -304,20 +305,27 @@ extern "C" void request_interrupt_on_signal(int signal) {
   std::signal(signal, SIG_DFL);
 }
 
-// The flags whose empty value means something (--prompt-suffix "": no suffix). Any other flag given an empty value
-// is refused: it read as the flag left out (--csv "" wrote no file, --file "" read stdin) or failed late naming
-// no flag (--output-dir "" after training).
-const char* const kFlagsTakingEmpty[] = {"--prompt-suffix"};
+// The flags whose empty value means something: --prompt-suffix "" (no suffix), inspect_model tokenize --text ""
+// (the empty text's ids), as {subcommand, flag}, "" for any. Any other flag given an empty value is refused: it read
+// as the flag left out (--csv "" wrote no file, --file "" read stdin) or failed late naming no flag (--output-dir ""
+// after training).
+const std::pair<const char*, const char*> kFlagsTakingEmpty[] = {{"", "--prompt-suffix"}, {"tokenize", "--text"}};
 
+bool takes_empty(const CLI::App& app, const std::string& flag) {
+  return std::any_of(std::begin(kFlagsTakingEmpty), std::end(kFlagsTakingEmpty), [&](const auto& taking) {
+    return flag == taking.second && (taking.first[0] == '\0' || app.get_name() == taking.first);
+  });
+}
+
+// The app's flags and those of the subcommands given.
 void refuse_empty_values(const CLI::App& app) {
   for (const CLI::Option* option : app.get_options()) {
-    if (option->count() == 0 || option->get_type_size() == 0) continue;
-    const std::string name = option->get_name();
-    if (std::find(std::begin(kFlagsTakingEmpty), std::end(kFlagsTakingEmpty), name) != std::end(kFlagsTakingEmpty)) continue;
+    if (option->count() == 0 || option->get_expected_max() == 0 || takes_empty(app, option->get_name())) continue;
     for (const std::string& value : option->results()) {
-      if (value.empty()) fail_usage("{} is empty: give a value, or leave the flag out", name);
+      if (value.empty()) fail_usage("{} is empty: give a value, or leave the flag out", option->get_name());
     }
   }
+  for (const CLI::App* subcommand : app.get_subcommands()) refuse_empty_values(*subcommand);
 }
 
 }  // namespace

@@ -194,9 +194,6 @@ void interactive_session(const Engine& engine, const InferenceRequest& r, std::i
 
 void check_request(InferenceRequest& r) {
   r.display.aggregate = parse_aggregate(r.aggregate);
-  if (r.text_given && r.text.empty()) {
-    fail_usage("--text is empty: give the text to analyze (without --text, texts are read from stdin)");
-  }
   if (!r.text.empty() && !r.file.empty()) fail_usage("--text and --file exclude each other");
   if (!r.messages.empty()) {  // before the model loads
     try {
@@ -510,9 +507,7 @@ void add_inference_flags(CLI::App& app, InferenceRequest& r) {
   add_model_options(app, e.model_dir, "The checkpoint the probes were trained on (default: the one recorded with them)");
   app.add_option("--layer", e.layer, "Layer to read (default: the layer recorded in the probes)");
   add_layers_option(app, e.layers, "Layers of a multi-layer probes directory: 8 17, 8,17, 21-30 or all (default: all)");
-  app.add_option_function<std::string>(
-      "--text", [&r](const std::string& text) { r.text = text, r.text_given = true; },
-      "Text to analyze (without --text or --file: texts are read from stdin, one per line)");
+  app.add_option("--text", r.text, "Text to analyze (without --text or --file: texts are read from stdin, one per line)");
   app.add_option("--file", r.file, "Texts to analyze: one per line, or JSONL with a text field (- reads stdin)");
   app.add_option("--text-field", r.text_field, "JSON field of the texts in --file")->capture_default_str();
   app.add_option("--top-k", d.top_k, "How many labels to show")->capture_default_str()->check(at_least(1));

@@ -36,7 +36,6 @@ struct InferenceRequest {
   std::string text, file, compare, csv, html, text_field = "text", aggregate = "max";
   std::vector<int> devices;  // --devices: GPU indices, into engine.devices
   bool per_token = false;
-  bool text_given = false;  // --text was on the command line (possibly empty)
   bool overwrite = false;   // replace existing --csv / --html files
   bool generate = false;    // --generate: generate after --text (or each --file text) while the probes score
   bool chat = false;        // --chat: each text is a user message, rendered with the model's chat template

@@ -109,6 +109,9 @@ const TrainingFlag kTrainingFlags[] = {
            "--heads", [&heads = to.training.heads](int64_t value) { heads = value; },
            "Attention heads of the multihead probe (default 8), queries of the attention probe (default 1) or heads of the "
            "multimax probe (default 8)");
+     }},
+    {kBinaryOnly | tool_bit(TrainingTool::kBench),
+     [](CLI::App& app, const FlagTargets& to) {
        app.add_option("--max-tokens", to.training.max_tokens,
                       "Every-token probes (attention, ema, rolling, multimax): read only the last N tokens of each text (0: "
                       "every token)")
@@ -212,9 +215,11 @@ void add_flags(CLI::App& app, TrainingTool tool, const FlagTargets& targets) {
   for (const TrainingFlag& flag : kTrainingFlags) {
     if ((flag.tools & tool_bit(tool)) != 0) flag.add(app, targets);
   }
-  app.parse_complete_callback([&app, kind = &targets.training.kind, binary = targets.binary] {
+  // train_binary_probes trains the kinds of its --model-type list; the others the one kind.
+  const std::vector<const ProbeKind*>* listed = tool == TrainingTool::kBinary ? &targets.binary->kinds : nullptr;
+  app.parse_complete_callback([&app, kind = &targets.training.kind, listed, multiclass = tool == TrainingTool::kMulticlass] {
     std::vector<std::string> given;
-    for (const std::string& name : probe_kind_names()) {
+    for (const std::string& name : probe_kind_names(multiclass)) {
       for (const std::string& flag : probe_kind(name).own_flags()) {
         const CLI::Option* option = app.get_option_no_throw(flag);
         if (option != nullptr && option->count() > 0 && std::find(given.begin(), given.end(), flag) == given.end()) {
@@ -222,7 +227,7 @@ void add_flags(CLI::App& app, TrainingTool tool, const FlagTargets& targets) {
         }
       }
     }
-    check_own_flags(binary != nullptr ? binary->kinds : std::vector<const ProbeKind*>{*kind}, given);
+    check_own_flags(listed != nullptr ? *listed : std::vector<const ProbeKind*>{*kind}, given, multiclass);
   });
 }
 

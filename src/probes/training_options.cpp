@@ -27,7 +27,8 @@ void check_training_options(const TrainingOptions& options) {
   if (options.sparse_k < 1) fail_usage("--k must be positive, got {}", options.sparse_k);
 }
 
-void check_own_flags(const std::vector<const ProbeKind*>& kinds, const std::vector<std::string>& given) {
+void check_own_flags(const std::vector<const ProbeKind*>& kinds, const std::vector<std::string>& given,
+                     bool multiclass) {
   const auto reads = [](const ProbeKind& kind, const std::string& flag) {
     const std::vector<std::string> flags = kind.own_flags();
     return std::find(flags.begin(), flags.end(), flag) != flags.end();
@@ -35,7 +36,7 @@ void check_own_flags(const std::vector<const ProbeKind*>& kinds, const std::vect
   for (const std::string& flag : given) {
     if (std::any_of(kinds.begin(), kinds.end(), [&](const ProbeKind* kind) { return reads(*kind, flag); })) continue;
     std::vector<std::string> readers, trained;
-    for (const std::string& name : probe_kind_names()) {
+    for (const std::string& name : probe_kind_names(multiclass)) {
       if (reads(probe_kind(name), flag)) readers.push_back(name);
     }
     for (const ProbeKind* kind : kinds) trained.emplace_back(kind->name());

@@ -44,9 +44,10 @@ struct TrainingOptions {
 /// finite and positive.
 void check_training_options(const TrainingOptions& options);
 
-/// Throws UsageError for a flag of `given` that no kind of `kinds` reads, naming the kinds that do (--k with
-/// --model-type linear): such a flag would be ignored without a word.
-void check_own_flags(const std::vector<const ProbeKind*>& kinds, const std::vector<std::string>& given);
+/// Throws UsageError for a flag of `given` that no kind of `kinds` reads, naming the kinds that do (those train_probes
+/// trains, for `multiclass`): such a flag would be ignored without a word (--k with --model-type linear).
+void check_own_flags(const std::vector<const ProbeKind*>& kinds, const std::vector<std::string>& given,
+                     bool multiclass = false);
 
 /// The shape of the probes these options train over `input_dim` activations, with `outputs` logits each.
 ProbeShape probe_shape(const TrainingOptions& options, int64_t input_dim, int64_t outputs);

@@ -56,22 +56,23 @@ void add_sae_flags(CLI::App& app, std::vector<SaeSpec>& specs, SaeStorage* stora
   app.add_flag("--sae-dense", storage->dense, "--site sae:NAME stores every latent (activations [rows, d_sae])");
 }
 
-int64_t SaeStorage::stored_top_k(const std::optional<SaeSite>& site, const std::string& site_text,
-                                 int64_t d_sae) const {
+void SaeStorage::check(const std::optional<SaeSite>& site, const std::string& site_text) const {
   if (!site && (top_k || dense)) {
     fail_usage("{}: it says how an SAE site's latents are stored, and --site is {}", dense ? "--sae-dense" : "--sae-top-k",
                site_text);
   }
-  if (!site) return 0;
   if (top_k && dense) fail_usage("--sae-top-k {} with --sae-dense: give one (K latents a row, or all of them)", *top_k);
-  if (top_k && site->output == SaeOutput::kError) {
+  if (top_k && site && site->output == SaeOutput::kError) {
     fail_usage("--sae-top-k {}: --site {} stores the SAE's error, a row as wide as the model's, not latents", *top_k,
                site_text);
   }
-  if (dense || site->output == SaeOutput::kError) return 0;
+}
+
+int64_t SaeStorage::stored_top_k(const SaeSite& site, int64_t d_sae) const {
+  if (dense || site.output == SaeOutput::kError) return 0;
   if (!top_k) return std::min(kDefaultTopK, d_sae);
   if (*top_k > d_sae) {
-    fail_usage("--sae-top-k {}: SAE '{}' has {} latents (a row keeps at most all of them)", *top_k, site->name, d_sae);
+    fail_usage("--sae-top-k {}: SAE '{}' has {} latents (a row keeps at most all of them)", *top_k, site.name, d_sae);
   }
   return *top_k;
 }

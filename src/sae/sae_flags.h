@@ -28,10 +28,12 @@ struct SaeStorage {
   static constexpr int64_t kDefaultTopK = 64;  // a dictionary narrower than this stores all of its latents
   std::optional<int64_t> top_k;                // --sae-top-k; unset: kDefaultTopK, at most the SAE's width
   bool dense = false;
-  /// The K stored of an SAE `d_sae` wide: 0 for dense latents, an error site (which is dense) or no SAE site. Usage errors
-  /// for flags that cannot apply: any of them without an SAE site (`site`: what --site is), --sae-top-k beside
-  /// --sae-dense or with an error site, a K past the width.
-  int64_t stored_top_k(const std::optional<SaeSite>& site, const std::string& site_text, int64_t d_sae) const;
+  /// Usage errors for the flags where they cannot apply, before anything is read: any of them without an SAE site
+  /// (`site_text`: what --site is), --sae-top-k beside --sae-dense or with an error site.
+  void check(const std::optional<SaeSite>& site, const std::string& site_text) const;
+  /// The K stored of SAE `site` (`d_sae` wide): 0 for dense latents or an error site (which is dense); a K past
+  /// the width is a usage error.
+  int64_t stored_top_k(const SaeSite& site, int64_t d_sae) const;
 };
 
 /// Adds --sae bound to `specs`; with `storage`, --sae-top-k and --sae-dense too; with `labels`, --sae-labels

@@ -137,6 +137,7 @@ struct ReplyState {
   bool timed_out = false;
   bool shut_down = false;  // the server began stopping while the reply was generated
   std::atomic<bool> abandoned{false};
+  std::shared_ptr<void> slot;  // the request's --max-streams slot, given back when the worker lets the reply go
   Json probes = Json::array();
   std::promise<Json> completion;
 };
@@ -174,10 +175,11 @@ Json models_response(const ChatModel& model) {
 }
 
 Json chat_completion_response(const ServerContext& context, const ChatModel& model, const ChatQuery& query,
-                              Clock::time_point deadline) {
+                              Clock::time_point deadline, std::shared_ptr<void> slot) {
   inference::StreamRequest request = prepare(context, model, query, deadline);
   const ReplyHeader header{completion_id(), static_cast<int64_t>(std::time(nullptr)), model.name};
   auto state = std::make_shared<ReplyState>(query.stop);
+  state->slot = std::move(slot);
   const ViewQuery view = query.probes;
   request.on_token = [context, view, state, deadline](const inference::ScoredToken& token) {
     state->shut_down = context.scheduler.stopping();

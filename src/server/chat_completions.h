@@ -29,9 +29,10 @@ struct ChatModel {
 /// GET /v1/models: {"object": "list", "data": [the loaded model]}.
 Json models_response(const ChatModel& model);
 
-/// POST /v1/chat/completions without "stream": the completion once the reply has ended.
+/// POST /v1/chat/completions without "stream": the completion once the reply has ended. `slot` (the request's
+/// --max-streams slot) is held until the worker lets the reply go, past an answer by timeout too.
 Json chat_completion_response(const ServerContext& context, const ChatModel& model, const ChatQuery& query,
-                              Clock::time_point deadline);
+                              Clock::time_point deadline, std::shared_ptr<void> slot);
 
 /// POST /v1/chat/completions with "stream": queues the reply, whose chunks go onto `stream` ("data: {chunk}"), the
 /// last one "data: [DONE]". Throws RequestError before anything is queued.

@@ -187,8 +187,8 @@ std::string conversation_contents(const chat::Conversation& conversation) {
   return text;
 }
 
-// A conversation's scoring on the worker: what the engine refuses of it (the template's error, a mask the probes
-// cannot place) is a 400 on 'messages', as in chat completions (regression: it named no field).
+// A conversation's scoring on the worker: what the engine refuses of it, naming it 'messages' (the template's error,
+// a mask the probes cannot place), is a 400 on that field, as in chat completions (regression: it named none).
 template <typename Result>
 Result score_messages(const ServerContext& context, std::function<Result()> work, Clock::time_point deadline) {
   try {
@@ -196,6 +196,7 @@ Result score_messages(const ServerContext& context, std::function<Result()> work
   } catch (const RequestError&) {
     throw;
   } catch (const std::invalid_argument& e) {
+    if (std::string(e.what()).find("'messages'") == std::string::npos) throw;
     throw RequestError(400, e.what(), "messages");
   }
 }

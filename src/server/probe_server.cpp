@@ -203,7 +203,7 @@ std::vector<Route> ProbeServer::openai_routes(const ServerContext& context) {
          }
          take_stream_slot();
          std::shared_ptr<void> slot(nullptr, [this](void*) { --open_streams_; });
-         send_json(res, 200, chat_completion_response(context, chat_model_, query, deadline));
+         send_json(res, 200, chat_completion_response(context, chat_model_, query, deadline, std::move(slot)));
        }},
   };
 }

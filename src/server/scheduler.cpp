@@ -204,6 +204,7 @@ bool Scheduler::join_streams(std::vector<std::unique_ptr<Job>>& jobs, std::uniqu
     if (!job || !job->generation) continue;
     if (job->generation->abandoned && job->generation->abandoned()) {
       refuse(*job, std::make_exception_ptr(RequestError(499, "the client went away before the stream's prompt ran")));
+      job.reset();  // its stream, and the slot with it, go now
       continue;
     }
     try {

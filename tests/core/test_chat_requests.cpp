@@ -104,6 +104,8 @@ TEST_CASE("chat requests: each refusal names its field") {
   check_refusal(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "What is it?"},
                  {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]})",
                 400, "messages[0].content[1].type", "is \"image_url\": the models here read text only");
+  check_refusal(R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": [{"type": "refusal",
+                 "refusal": "No."}]}]})", 400, "messages[1].content[0].type", "is \"refusal\"");
   check_refusal(R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})", 400, "messages[0].content[0].text",
                 "'messages[0].content[0].text' must be a string");
   check_refusal("{" + m + R"(, "n": 2})", 400, "n", "'n' must be 1");

@@ -217,4 +217,26 @@ TEST_CASE("training flags: a kind's own flag is refused where no kind trained re
   add_multiclass_training_flags(multiclass_app, multiclass);
   CHECK_THROWS_WITH_AS(parse(multiclass_app, {"--hidden-dim", "64", "--activations", "x"}),
                        "--hidden-dim applies to multihead probes only, and --model-type is linear", UsageError);
+  // train_probes names only the kinds it trains, and takes no flag of the every-token kinds it refuses.
+  MulticlassRunOptions fitted;
+  CLI::App fitted_app;
+  add_multiclass_training_flags(fitted_app, fitted);
+  CHECK_THROWS_WITH_AS(parse(fitted_app, {"--C", "2", "--activations", "x"}),
+                       "--C applies to logistic probes only, and --model-type is linear", UsageError);
+  CHECK(!has_flag(fitted_app, "--max-tokens"));
+  // The benchmark's single --model-type (regression: read as train_binary_probes' list, left at linear).
+  for (const std::vector<std::string>& arguments : std::vector<std::vector<std::string>>{
+           {"--model-type", "logistic", "--C", "2"}, {"--model-type", "attention", "--max-tokens", "8"},
+           {"--model-type", "ema", "--ema-alpha", "0.2"}}) {
+    BinaryRunOptions bench;
+    CLI::App bench_app;
+    add_training_flags(bench_app, TrainingTool::kBench, bench);
+    CHECK_NOTHROW(parse(bench_app, arguments));
+  }
+  BinaryRunOptions bench;
+  CLI::App bench_app;
+  add_training_flags(bench_app, TrainingTool::kBench, bench);
+  CHECK_THROWS_WITH_AS(parse(bench_app, {"--model-type", "logistic", "--heads", "2"}),
+                       "--heads applies to multihead, attention, multimax probes only, and --model-type is logistic",
+                       UsageError);
 }
