@@ -182,16 +182,8 @@ bool StreamBatch::act_on(Stream& s, const std::vector<monitor::Firing>& firings)
     auto combined = std::make_shared<steering::SteeringVectors>(s.steering ? *s.steering : steering::SteeringVectors());
     combined->additions.insert(combined->additions.end(), m.steering->additions.begin(), m.steering->additions.end());
     combined->ablations.insert(combined->ablations.end(), m.steering->ablations.begin(), m.steering->ablations.end());
-    // A monitor's clamp of a latent the stream clamps already replaces it: two clamps would add both changes.
-    for (const steering::SteeringVectors::Clamp& clamp : m.steering->clamps) {
-      auto& clamps = combined->clamps;
-      clamps.erase(std::remove_if(clamps.begin(), clamps.end(),
-                                  [&](const steering::SteeringVectors::Clamp& c) {
-                                    return c.sae->name == clamp.sae->name && c.latent == clamp.latent;
-                                  }),
-                   clamps.end());
-      clamps.push_back(clamp);
-    }
+    // A monitor's clamp of a latent the stream clamps already replaces it.
+    for (const steering::SteeringVectors::Clamp& clamp : m.steering->clamps) combined->replace_clamp(clamp);
     s.steered_by_monitor = combined;
     s.steering = combined.get();
     writes_changed_ = true;

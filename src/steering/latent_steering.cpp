@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string>
+#include <utility>
 
 #include "common/error.h"
 #include "common/units.h"
@@ -48,9 +50,24 @@ SteeringOp parse_latent_op(const std::string& text, SteeringAction action) {
   return op;
 }
 
+namespace {
+
+// Whether a clamp sets latent `latent` of the SAE named `sae`.
+auto of_latent(std::string sae, int64_t latent) {
+  return [sae = std::move(sae), latent](const SteeringVectors::Clamp& clamp) {
+    return clamp.sae->name == sae && clamp.latent == latent;
+  };
+}
+
+}  // namespace
+
 bool SteeringVectors::clamps_latent(const std::string& sae, int64_t latent) const {
-  return std::any_of(clamps.begin(), clamps.end(),
-                     [&](const Clamp& clamp) { return clamp.sae->name == sae && clamp.latent == latent; });
+  return std::any_of(clamps.begin(), clamps.end(), of_latent(sae, latent));
+}
+
+void SteeringVectors::replace_clamp(const Clamp& clamp) {
+  clamps.erase(std::remove_if(clamps.begin(), clamps.end(), of_latent(clamp.sae->name, clamp.latent)), clamps.end());
+  clamps.push_back(clamp);
 }
 
 std::pair<Site, int64_t> written_at(const sae::SparseAutoencoder& sae) {

@@ -111,6 +111,8 @@ struct SteeringVectors {
   bool empty() const { return additions.empty() && ablations.empty() && clamps.empty(); }
   /// Whether a clamp sets latent `latent` of the SAE named `sae`.
   bool clamps_latent(const std::string& sae, int64_t latent) const;
+  /// Adds `clamp` in place of any clamp of the same latent: two would add both changes.
+  void replace_clamp(const Clamp& clamp);
   /// What was applied, as the JSON outputs record it: {"add": [{layer, coefficient, norm, source}], "ablate": [...]},
   /// and "clamp": [{layer, site, value, source}] where latents are clamped.
   Json record() const;
