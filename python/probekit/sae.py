@@ -1,4 +1,5 @@
-"""SparseAutoencoder: a published SAE (SAELens, Gemma Scope, Gemma Scope 2, sparsify) read by probekit's readers."""
+"""SparseAutoencoder: a published SAE (SAELens, Gemma Scope, Gemma Scope 2, Llama Scope, sparsify) read by probekit's
+readers."""
 
 import json
 
@@ -11,7 +12,8 @@ from ._running import run_interruptibly
 def load_sae(path, name=None):
     """Reads the SAE in folder (or file) path, recognising its layout by its files; name: how model.capture's site
     "sae:NAME" and steering refer to it (default: the folder's name).
-    Raises RuntimeError for a missing or unreadable SAE, naming the file and the field."""
+    Raises ValueError (a missing folder, a tensor of the wrong shape) or RuntimeError (an unreadable file, a field of
+    the wrong type) for an SAE that cannot be read, naming the file and the field."""
     if not isinstance(path, str) or not path:
         raise ValueError(f"path: expected an SAE folder, got {path!r}")
     return SparseAutoencoder(run_interruptibly(_native.load_sae, path, name or ""))

@@ -95,9 +95,10 @@ void plan_site(const CaptureOptions& options, CapturePlan& plan) {
   }
   const SaeSite& site = *options.sae_site;
   plan.sae = sae::find_sae(plan.saes, site.name, "--site " + site.text());
-  if (!options.layers.empty() && std::find(plan.layers.begin(), plan.layers.end(), plan.sae->layer) == plan.layers.end()) {
-    fail_usage("--layers {}: SAE '{}' reads layer {} (include it, or leave --layers out)", options.layers, site.name,
-               plan.sae->layer);
+  // One layer's file: other layers named would silently make none.
+  if (!options.layers.empty() && plan.layers != std::vector<int64_t>{plan.sae->layer}) {
+    fail_usage("--layers {}: SAE '{}' reads layer {} alone (give --layers {}, or leave --layers out)", options.layers,
+               site.name, plan.sae->layer, plan.sae->layer);
   }
   plan.layers = {plan.sae->layer};
   plan.site = plan.sae->site;

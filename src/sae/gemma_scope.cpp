@@ -5,6 +5,7 @@
 #include <regex>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "sae/layout_readers.h"
 
 namespace probekit::sae {
@@ -49,12 +50,14 @@ std::string release_kind(const std::string& dir, const std::string& path) {
 SparseAutoencoder read_gemma_scope(const std::string& dir) {
   const std::string path = dir + "/params.npz";
   SparseAutoencoder sae;
+  // The folders above the one given name the layer and the release ("." in average_l0_20 is read as its full path).
+  const std::string full = absolute_path(dir);
   std::smatch match;
-  if (!std::regex_search(dir, match, std::regex(R"((?:^|/)layer_(\d{1,9})/)"))) {
+  if (!std::regex_search(full, match, std::regex(R"((?:^|/)layer_(\d{1,9})/)"))) {
     fail_input("{}: Gemma Scope's path names the layer (layer_L/width_W/average_l0_N/params.npz); this one does not", path);
   }
   sae.layer = std::stoll(match[1].str());
-  const std::string release = release_kind(dir, path);
+  const std::string release = release_kind(full, path);
   if (release == "att") {
     fail_input("{}: a Gemma Scope attention SAE (-att) reads attention's per-head output (hook_z), which is not read", path);
   }
@@ -81,10 +84,9 @@ SparseAutoencoder read_gemma_scope_2(const std::string& dir) {
   if (architecture != "jump_relu") fail_input("{}: architecture '{}' is not read (read: jump_relu)", config_path, architecture);
   const std::string in = config_string(config, "hf_hook_point_in", config_path);
   const std::string out = config.contains("hf_hook_point_out") ? config_string(config, "hf_hook_point_out", config_path) : in;
-  const bool skip = config.contains("affine_connection") && config["affine_connection"].is_boolean() &&
-                    config["affine_connection"].get<bool>();
+  const bool skip = json_value<bool>(config, "affine_connection", false, config_path);
   SparseAutoencoder sae;
-  std::tie(sae.site, sae.layer) = hook_site(in, config_path);
+  read_input_site(sae, in, config_path);
   const safetensors::File file(dir + "/params.safetensors");
   const safetensors::TensorInfo* encoder = file.find("w_enc");
   if (encoder == nullptr) fail_input("{}: no tensor 'w_enc'", file.path());

@@ -35,13 +35,14 @@ int64_t config_int(const Json& config, const std::string& field, const std::stri
 std::string config_string(const Json& config, const std::string& field, const std::string& path);
 double config_number(const Json& config, const std::string& field, const std::string& path);
 
-/// (site, layer) of a TransformerLens hook name ("blocks.12.hook_resid_post") or a Hugging Face module path
-/// ("model.layers.12.output", "model.layers.12.post_feedforward_layernorm.output", "layers.12.mlp"); per-head
+/// Sets the site and layer an SAE reads from its hook: a TransformerLens hook name ("blocks.12.hook_resid_post") or a
+/// Hugging Face module path ("model.layers.12.output", "model.layers.12.post_feedforward_layernorm.output",
+/// "layers.12.mlp": an attention or MLP module's own output, before any post-norm, sets raw_module_output); per-head
 /// attention hooks (hook_z, o_proj's input) and names of no site are refused, naming `where`.
-std::pair<Site, int64_t> hook_site(const std::string& hook, const std::string& where);
+void read_input_site(SparseAutoencoder& sae, const std::string& hook, const std::string& where);
 
-/// Sets a transcoder's output_site from the hook it reconstructs, refused naming `where` unless that hook is of the
-/// layer it reads (sae.layer).
+/// Sets a transcoder's output_site from the hook it reconstructs (raw_module_output as read_input_site sets it),
+/// refused naming `where` unless that hook is of the layer it reads (sae.layer).
 void read_output_site(SparseAutoencoder& sae, const std::string& hook, const std::string& where);
 
 /// The last component of a folder path without a trailing slash ("a/layers.12" -> "layers.12").

@@ -72,6 +72,11 @@ at::Tensor read_tensor(const safetensors::File& file, const std::string& name, c
   if (info == nullptr) fail_input("{}: no tensor '{}'", file.path(), name);
   check_shape(info->shape, shape, name, file.path());
   const at::ScalarType type = model::aten_dtype(info->dtype);
+  // FP8 comes as its raw bytes, and integers are no weights: converted, either would give wrong latents.
+  if (!at::isFloatingType(type)) {
+    fail_input("{}: tensor '{}' is {}: SAE weights are read in F64, F32, F16 or BF16", file.path(), name,
+               safetensors::dtype_name(info->dtype));
+  }
   return at::from_blob(const_cast<uint8_t*>(file.data(*info)), info->shape, at::TensorOptions().dtype(type))
       .to(at::kFloat)
       .clone();
@@ -109,6 +114,9 @@ std::string config_string(const Json& config, const std::string& field, const st
   return json_at<std::string>(config, field, path);
 }
 
+namespace {
+
+// (site, layer) of a hook, as read_input_site describes.
 std::pair<Site, int64_t> hook_site(const std::string& hook, const std::string& where) {
   static const std::vector<std::pair<std::regex, Site>> names = {
       {std::regex(R"(blocks\.(\d+)\.hook_resid_post)"), Site::kResidPost},
@@ -141,6 +149,20 @@ std::pair<Site, int64_t> hook_site(const std::string& hook, const std::string& w
              where, hook);
 }
 
+// Whether a hook is a Hugging Face attention or MLP module's own output: on Gemma 2/3 that is before the post-norm,
+// which attn_out and mlp_out are after.
+bool names_module_output(const std::string& hook) {
+  static const std::regex module(R"((?:model\.(?:language_model\.)?)?layers\.\d+\.(?:mlp|self_attn)(?:\.output)?)");
+  return std::regex_match(hook, module);
+}
+
+}  // namespace
+
+void read_input_site(SparseAutoencoder& sae, const std::string& hook, const std::string& where) {
+  std::tie(sae.site, sae.layer) = hook_site(hook, where);
+  sae.raw_module_output = names_module_output(hook);
+}
+
 void read_output_site(SparseAutoencoder& sae, const std::string& hook, const std::string& where) {
   const auto [site, layer] = hook_site(hook, where);
   if (layer != sae.layer) {
@@ -148,6 +170,7 @@ void read_output_site(SparseAutoencoder& sae, const std::string& hook, const std
                sae.layer, layer, hook);
   }
   sae.output_site = site;
+  sae.raw_module_output = names_module_output(hook);
 }
 
 std::string folder_name(const std::string& dir) {
@@ -160,6 +183,29 @@ std::string folder_name(const std::string& dir) {
   return last;
 }
 
+namespace {
+
+// The layout whose files `dir` holds (null: none). A folder holding two layouts' files is read as the one whose file
+// was given (`file`, "" for the folder), else refused: reading either would be a guess.
+const Layout* choose_layout(const std::string& dir, const std::string& file) {
+  std::vector<const Layout*> found;
+  for (const Layout& layout : layouts()) {
+    if (recognises(layout, dir)) found.push_back(&layout);
+  }
+  if (found.size() > 1 && !file.empty()) {
+    found.erase(std::remove_if(found.begin(), found.end(), [&](const Layout* layout) {
+      return std::find(layout->files.begin(), layout->files.end(), file) == layout->files.end();
+    }), found.end());
+  }
+  if (found.size() <= 1) return found.empty() ? nullptr : found.front();
+  std::vector<std::string> files;
+  for (const Layout* layout : found) files.push_back(fmt::format("{}/{} ({})", dir, layout->files.back(), layout->name));
+  fail_input("{}: holds the files of {} SAE layouts: give the file of the one to read: {}", dir, found.size(),
+             fmt::join(files, ", "));
+}
+
+}  // namespace
+
 SparseAutoencoder load(const std::string& path, const std::string& name) {
   std::string dir = path;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();  // "folder/"
@@ -168,23 +214,23 @@ SparseAutoencoder load(const std::string& path, const std::string& name) {
   // Llama Scope's weights sit in the SAE's checkpoints/ folder, beside which its hyperparams.json is.
   if (folder_name(dir) == "checkpoints" && has(parent_directory(dir), "hyperparams.json")) dir = parent_directory(dir);
   if (!is_directory(dir)) fail_input("--sae {}: no such folder or file", path);
-  std::vector<std::string> known;
-  for (const Layout& layout : layouts()) {
-    known.push_back(fmt::format("{} ({}{})", layout.name, fmt::join(layout.files, " + "), layout.where));
-    if (!recognises(layout, dir)) continue;
-    SparseAutoencoder sae = layout.read(dir);
-    if (sae.d_out == 0) {  // an SAE: it reconstructs what it reads
-      sae.d_out = sae.d_in;
-      sae.output_site = sae.site;
-    }
-    sae.check(dir);
-    sae.fingerprint = sae.weights_fingerprint();
-    sae.layout = layout.name;
-    sae.path = dir;
-    sae.name = name.empty() ? folder_name(dir) : name;
-    return sae;
+  const Layout* layout = choose_layout(dir, is_regular_file(path) ? folder_name(path) : "");
+  if (layout == nullptr) {
+    std::vector<std::string> known;
+    for (const Layout& l : layouts()) known.push_back(fmt::format("{} ({}{})", l.name, fmt::join(l.files, " + "), l.where));
+    fail_input("{}: no SAE layout recognised (layouts: {})", dir, fmt::join(known, "; "));
   }
-  fail_input("{}: no SAE layout recognised (layouts: {})", dir, fmt::join(known, "; "));
+  SparseAutoencoder sae = layout->read(dir);
+  if (sae.d_out == 0) {  // an SAE: it reconstructs what it reads
+    sae.d_out = sae.d_in;
+    sae.output_site = sae.site;
+  }
+  sae.check(dir);
+  sae.fingerprint = sae.weights_fingerprint();
+  sae.layout = layout->name;
+  sae.path = dir;
+  sae.name = name.empty() ? folder_name(dir) : name;
+  return sae;
 }
 
 }  // namespace probekit::sae

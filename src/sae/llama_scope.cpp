@@ -44,7 +44,7 @@ SparseAutoencoder read_llama_scope(const std::string& dir) {
   sae.subtract_decoder_bias = false;
   sae.d_in = config_int(config, "d_model", config_path);
   sae.d_sae = config_int(config, "d_sae", config_path);
-  std::tie(sae.site, sae.layer) = hook_site(hook_in, config_path);
+  read_input_site(sae, hook_in, config_path);
   sae.scaling = InputScaling::kConstant;
   sae.input_scale = norm_scale(config, "in", sae.d_in, config_path);
   if (hook_out != hook_in) {  // a transcoder (Llama Scope's TC): its reconstruction on the output's scale

@@ -61,8 +61,13 @@ at::Tensor SparseAutoencoder::encode(const at::Tensor& rows) const {
   const at::Tensor h = at::matmul(x, w_enc) + b_enc;
   switch (architecture) {
     case Architecture::kTopK: {
-      const auto [values, indices] = h.topk(std::min(k, d_sae), -1);
-      return at::zeros_like(h).scatter_(-1, indices, at::relu(values));
+      // at::topk keeps no stated one of tied values: the k-th largest value decides, and of the latents equal to it
+      // the lower indices fill what is left of k.
+      const int64_t kept = std::min(k, d_sae);
+      const at::Tensor kth = std::get<0>(h.topk(kept, -1)).narrow(-1, kept - 1, 1);
+      const at::Tensor above = h > kth, tied = h == kth;
+      const at::Tensor keep = above | (tied & (tied.cumsum(-1) <= kept - above.sum(-1, true)));
+      return at::relu(h) * keep.to(at::kFloat);
     }
     case Architecture::kJumpRelu:
       return at::relu(h) * (h > threshold).to(at::kFloat);

@@ -133,7 +133,7 @@ void describe_latents(std::vector<SparseAutoencoder>& saes, const std::vector<Sa
       if (!items[i].is_object()) fail_input("{}: expected an object with \"index\" and \"description\"", where);
       const int64_t index = latent_index(items[i], where);
       if (index < 0 || index >= sae.d_sae) {
-        fail_input("{}: latent {} is past SAE '{}''s {} latents", where, index, sae.name, sae.d_sae);
+        fail_input("{}: latent {} is not one of SAE '{}': its latents are 0 to {}", where, index, sae.name, sae.d_sae - 1);
       }
       // Exports may hold several explainers' descriptions of one latent: the first is shown.
       sae.descriptions.emplace(index, json_at<std::string>(items[i], "description", where));

@@ -52,9 +52,7 @@ std::string hook_field(const Json& config, const std::string& field, const std::
 }
 
 InputScaling scaling_of(const Json& config, const std::string& path) {
-  const std::string name = config.contains("normalize_activations") && config["normalize_activations"].is_string()
-                               ? config["normalize_activations"].get<std::string>()
-                               : "none";
+  const std::string name = json_value<std::string>(config, "normalize_activations", "none", path);
   if (name == "none") return InputScaling::kNone;
   if (name == "constant_norm_rescale") return InputScaling::kConstantNormRescale;
   // SAELens folds expected_average_only_in's factor into the weights when it loads for inference; files saved for
@@ -99,8 +97,8 @@ SparseAutoencoder read_saelens(const std::string& dir) {
   const std::string config_path = dir + "/cfg.json", weights_path = dir + "/sae_weights.safetensors";
   const Json config = read_config(config_path);
   // Configs older than SAELens 1.0 name no architecture: SAELens reads them as standard.
-  const ArchitectureName architecture = architecture_of(
-      config.contains("architecture") ? config_string(config, "architecture", config_path) : "standard", config_path);
+  const std::string architecture_name = json_value<std::string>(config, "architecture", "standard", config_path);
+  const ArchitectureName architecture = architecture_of(architecture_name, config_path);
   SparseAutoencoder sae;
   sae.architecture = architecture.architecture;
   sae.d_in = config_int(config, "d_in", config_path);
@@ -109,13 +107,12 @@ SparseAutoencoder read_saelens(const std::string& dir) {
   refuse_unfolded_scalings(config, config_path);
   sae.subtract_decoder_bias = json_value<bool>(config, "apply_b_dec_to_input", !architecture.transcoder, config_path);
   sae.scaling = scaling_of(config, config_path);
-  std::tie(sae.site, sae.layer) = hook_site(hook_field(config, "hook_name", config_path), config_path);
+  read_input_site(sae, hook_field(config, "hook_name", config_path), config_path);
   if (architecture.transcoder) {
     sae.d_out = config_int(config, "d_out", config_path);
     read_output_site(sae, hook_field(config, "hook_name_out", config_path), config_path);
   } else if (config.contains("d_out")) {
-    fail_input("{}: 'd_out' is a transcoder's, but the architecture '{}' is an SAE's", config_path,
-               config["architecture"].get<std::string>());
+    fail_input("{}: 'd_out' is a transcoder's, but the architecture '{}' is an SAE's", config_path, architecture_name);
   }
 
   const safetensors::File file(weights_path);

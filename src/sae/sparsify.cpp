@@ -12,16 +12,15 @@ namespace probekit::sae {
 SparseAutoencoder read_sparsify(const std::string& dir) {
   const std::string config_path = dir + "/cfg.json";
   const Json config = read_config(config_path);
-  auto flag = [&](const char* field) { return config.contains(field) && config[field].is_boolean() && config[field].get<bool>(); };
+  auto flag = [&](const char* field) { return json_value<bool>(config, field, false, config_path); };
   SparseAutoencoder sae;
   sae.architecture = Architecture::kTopK;
   if (config.contains("activation") && config_string(config, "activation", config_path) != "topk") {
     fail_input("{}: activation '{}' is not read (read: topk)", config_path, config["activation"].get<std::string>());
   }
   sae.k = config_int(config, "k", config_path);
-  std::tie(sae.site, sae.layer) = hook_site(folder_name(dir), config_path);
   // The hookpoint is a module: an attention or MLP block's output is its own, before any post-norm.
-  sae.raw_module_output = sae.site == Site::kMlpOut || sae.site == Site::kAttnOut;
+  read_input_site(sae, folder_name(dir), config_path);
   const bool transcoder = flag("transcode");
   if (transcoder) {  // the module's input to its output: an MLP's ("layers.12.mlp")
     if (sae.site != Site::kMlpOut) {

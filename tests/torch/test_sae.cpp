@@ -2,10 +2,12 @@
 // gemma3_text fixture's layer 3, made with NumPy by tools/gen_sae_fixtures.py): each layout read, its latents and
 // reconstructions of the fixture's reference activations against NumPy's; the .npz reader; refusals naming the field.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "common/files.h"
@@ -278,6 +280,27 @@ TEST_CASE("SAEs that cannot be read are refused naming the file and the field") 
                  "cfg.json: hook 'blocks.99999999999999999999.hook_resid_post' names layer 99999999999999999999");
   const sae::SparseAutoencoder standard = sae::load(kSaes + "/saelens_standard");
   CHECK_THROWS_WITH_AS(standard.encode(at::zeros({2, 63})), doctest::Contains("expected [rows, 64]"), std::invalid_argument);
+  // Regression: with no architecture (standard) a d_out read a missing key (undefined behaviour), naming nothing.
+  CHECK_CONTAINS(refusal(variant("noarch", [](Json& c) {
+                   c.erase("architecture");
+                   c["d_out"] = 64;
+                 })),
+                 "cfg.json: 'd_out' is a transcoder's, but the architecture 'standard' is an SAE's");
+  // Regression: FP8 weights were read as their raw bytes (0x38, 1.0 in e4m3, as 56).
+  const std::string fp8 = variant("fp8", [](Json&) {});
+  {
+    const safetensors::File fixture(kSaes + "/saelens_standard/sae_weights.safetensors");
+    std::vector<at::Tensor> kept;
+    std::vector<safetensors::TensorData> data;
+    for (const safetensors::TensorInfo& info : fixture.tensors()) {
+      const bool encoder = info.name == "W_enc";
+      kept.push_back(encoder ? at::full(info.shape, 0x38, at::kByte) : probekit::testing::read_tensor(fixture, info));
+      data.push_back({info.name, encoder ? safetensors::DType::kF8E4M3 : info.dtype, info.shape, kept.back().data_ptr(),
+                      kept.back().nbytes()});
+    }
+    safetensors::write_file(fp8 + "/sae_weights.safetensors", data);
+  }
+  CHECK_CONTAINS(refusal(fp8), "sae_weights.safetensors: tensor 'W_enc' is F8_E4M3: SAE weights are read in F64, F32");
 }
 
 namespace {
@@ -356,6 +379,43 @@ TEST_CASE("what an SAE's config asks for that is not read is refused, not read a
   CHECK_CONTAINS(refused("sparsify", "groupmax", [](Json& c) { c["activation"] = "groupmax"; }),
                  "cfg.json: activation 'groupmax' is not read (read: topk)");
   CHECK(sae::load(edited_copy(tmp, "sparsify", "topk", [](Json& c) { c["activation"] = "topk"; })).k == 8);
+  // Regression: fields of another type were read as left out (no normalisation, no transcoder, no skip connection).
+  CHECK_CONTAINS(refused("saelens_norm_rescale", "norm5", [](Json& c) { c["normalize_activations"] = 5; }),
+                 "cfg.json: 'normalize_activations' must be a string, got 5");
+  CHECK_CONTAINS(refused("sparsify", "transcode", [](Json& c) { c["transcode"] = "true"; }),
+                 "cfg.json: 'transcode' must be true or false, got \"true\"");
+  CHECK_CONTAINS(refused("sparsify", "skip", [](Json& c) { c["skip_connection"] = "yes"; }),
+                 "cfg.json: 'skip_connection' must be true or false, got \"yes\"");
+  const std::string scope2 = tmp.file("scope2/resid_post/layer_3_width_256_l0_small");
+  probekit::testing::copy_dir(kSaes + "/gemma_scope_2/resid_post/layer_3_width_256_l0_small", scope2);
+  Json config = read_json_file(scope2 + "/config.json");
+  config["affine_connection"] = "true";
+  probekit::testing::write_text(scope2 + "/config.json", config.dump());
+  CHECK_CONTAINS(refusal(scope2), "config.json: 'affine_connection' must be true or false, got \"true\"");
+}
+
+TEST_CASE("TopK keeps the lower indices of latents tied at its k-th value") {
+  // Every latent the same: the first k are kept (regression: at::topk kept latents 168 to 175).
+  sae::SparseAutoencoder same = sae::load(kSaes + "/saelens_topk");
+  const at::Tensor column = same.w_enc.select(1, 0);
+  same.w_enc = column.unsqueeze(1).repeat({1, same.d_sae}).contiguous();
+  same.b_enc = at::zeros_like(same.b_enc);
+  same.subtract_decoder_bias = false;
+  at::Tensor rows = at::randn({4, same.d_in});
+  rows = rows * at::sign(at::matmul(rows, column)).unsqueeze(1);  // each row's shared value positive
+  const at::Tensor latents = same.encode(rows);
+  for (int64_t r = 0; r < rows.size(0); ++r) {
+    CAPTURE(r);
+    CHECK(at::equal(latents[r].nonzero().view(-1), at::arange(same.k, at::kLong)));
+  }
+  // Ties past the k-th value are kept whole; at it, the lower ones fill k.
+  const at::Tensor h = at::tensor({1.0f, 3.0f, 2.0f, 2.0f, 3.0f, 2.0f});
+  same.d_in = 6;
+  same.d_sae = 6;
+  same.k = 3;
+  same.w_enc = at::eye(6);
+  same.b_enc = at::zeros({6});
+  CHECK(at::equal(same.encode(h.unsqueeze(0))[0], at::tensor({0.0f, 3.0f, 2.0f, 0.0f, 3.0f, 0.0f})));
 }
 
 TEST_CASE("Gemma Scope's site comes from the release's folder, and a path without one is refused") {
@@ -375,4 +435,24 @@ TEST_CASE("Gemma Scope's site comes from the release's folder, and a path withou
   // Regression: "-att" anywhere in the path (my-attic) made it an attention SAE.
   CHECK(sae::load(copied("my-attic/gemma-scope-2b-pt-res/layer_3/width_256/average_l0_20")).site == Site::kResidPost);
   CHECK_CONTAINS(refusal(copied("gemma-scope-2b-pt-att/layer_3/width_256/average_l0_20")), "attention SAE (-att)");
+  // Regression: a relative path ("." inside the folder) was refused as naming no layer.
+  const std::string inside = copied("gemma-scope-2b-pt-mlp/layer_3/width_256/average_l0_20");
+  const std::string here = absolute_path(".");
+  REQUIRE(chdir(inside.c_str()) == 0);
+  const std::string dot = refusal(".");
+  const std::string file = refusal("params.npz");
+  REQUIRE(chdir(here.c_str()) == 0);
+  CHECK(dot == "loaded");
+  CHECK(file == "loaded");
+}
+
+TEST_CASE("a folder holding two layouts' files is read as the one whose file is given, else refused") {
+  probekit::testing::TempDir tmp;
+  const std::string both = tmp.file("both/layers.3");  // sparsify's hookpoint
+  probekit::testing::copy_dir(kSaes + "/saelens_topk", both);
+  probekit::testing::write_text(both + "/sae.safetensors", probekit::testing::read_text(kSaes + "/sparsify/layers.3/sae.safetensors"));
+  CHECK_CONTAINS(refusal(both), "layers.3: holds the files of 2 SAE layouts: give the file of the one to read: ");
+  CHECK_CONTAINS(refusal(both), "/sae_weights.safetensors (saelens), ");
+  CHECK(sae::load(both + "/sae_weights.safetensors").layout == "saelens");
+  CHECK(sae::load(both + "/sae.safetensors").layout == "sparsify");
 }

@@ -172,7 +172,11 @@ TEST_CASE("SAE sites are refused where they cannot be read, naming the flag") {
   options = sae_options("sae:sparsify", Position::kLast);
   options.layers = "1,2";
   CHECK_THROWS_WITH_AS(capture::capture_rows(gemma(), texts, options),
-                       doctest::Contains("--layers 1,2: SAE 'sparsify' reads layer 3"), UsageError);
+                       doctest::Contains("--layers 1,2: SAE 'sparsify' reads layer 3 alone (give --layers 3"), UsageError);
+  // Regression: layers beside the SAE's were dropped without a word.
+  options.layers = "2-4";
+  CHECK_THROWS_WITH_AS(capture::capture_rows(gemma(), texts, options),
+                       doctest::Contains("--layers 2-4: SAE 'sparsify' reads layer 3 alone"), UsageError);
   options.saes.push_back({"sparsify", kSaes + "/saelens_topk"});
   CHECK_THROWS_WITH_AS(capture::capture_rows(gemma(), texts, options), doctest::Contains("a second SAE named 'sparsify'"),
                        UsageError);

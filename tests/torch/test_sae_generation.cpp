@@ -147,7 +147,8 @@ TEST_CASE("--sae-labels files are refused naming the file, the item and the fiel
   refused(R"({"index": 1})", "labels.json: expected a JSON list");
   refused(R"([{"index": "3", "description": "x"}, {"description": "y"}])", "labels.json: item 1: no \"index\"");
   refused(R"([{"index": "three", "description": "x"}])", "item 0: \"index\" must be a latent's number, got \"three\"");
-  refused(R"([{"index": 256, "description": "x"}])", "item 0: latent 256 is past SAE 'jr''s 256 latents");
+  refused(R"([{"index": 256, "description": "x"}])", "item 0: latent 256 is not one of SAE 'jr': its latents are 0 to 255");
+  refused(R"([{"index": -1, "description": "x"}])", "item 0: latent -1 is not one of SAE 'jr': its latents are 0 to 255");
   refused(R"([{"index": 2}])", "item 0: missing 'description'");
   CHECK_THROWS_WITH_AS(sae::describe_latents(saes, {{"nosuch", tmp.file("labels.json")}}),
                        doctest::Contains("no SAE named 'nosuch' (loaded: jr)"), UsageError);

@@ -175,6 +175,23 @@ TEST_CASE("each layout's transcoder reads mlp_in and reconstructs mlp_out as its
     CHECK_THROWS_WITH(sae::load_saes({{"attn", attention}}, gemma().model->config()),
                       doctest::Contains("SAE 'attn' reads the attention module's output before its post-norm, which this "
                                         "model's attn_out (after the post-norm) is not"));
+    // Regression: a SAELens config naming a Hugging Face module's own output was read as Gemma's post-normed mlp_out,
+    // where sparsify's was refused.
+    const std::string module = tmp.file("hf-mlp");
+    copy_dir(kSaes + "/saelens_standard", module);
+    Json config = read_json_file(module + "/cfg.json");
+    for (const char* hook : {"model.layers.3.mlp", "model.layers.3.post_feedforward_layernorm.output"}) {
+      CAPTURE(hook);
+      config["metadata"]["hook_name"] = hook;
+      write_text(module + "/cfg.json", config.dump());
+      const sae::SparseAutoencoder read = sae::load(module);
+      CHECK(read.site == Site::kMlpOut);
+      CHECK(read.raw_module_output == (std::string(hook) == "model.layers.3.mlp"));
+    }
+    config["metadata"]["hook_name"] = "model.layers.3.mlp";
+    write_text(module + "/cfg.json", config.dump());
+    CHECK_THROWS_WITH(sae::load_saes({{"hf", module}}, gemma().model->config()),
+                      doctest::Contains("SAE 'hf' reads the MLP module's output before its post-norm"));
   }
   SUBCASE("Gemma Scope's -transcoders release: the .npz read as the same JumpReLU, from mlp_in to mlp_out") {
     const std::string dir = tmp.file("gemma-scope-2b-pt-transcoders/layer_3/width_256/average_l0_20");
