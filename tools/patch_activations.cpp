@@ -18,5 +18,6 @@ int main(int argc, char** argv) {
         fmt::print("wrote {}/patching.json and patching.html: {} site(s) x {} layers x {} positions in {:.2f} s\n",
                    options.output_dir, patched["sites"].size(), patched["layers"].size(), patched["positions"].size(),
                    result["seconds"].get<double>());
-      });
+      },
+      patching::kPatchInterruptNote);
 }

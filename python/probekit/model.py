@@ -122,7 +122,9 @@ class Model:
         captured as a CUDA graph by the second call for pairs of one token count (and request) and replayed by the
         calls after it: a sweep over a templated dataset."""
         sites = [site] if isinstance(site, str) else list(site)
-        if (corrupted is None) == (subject is None):
+        if corrupted is None and subject is None:
+            raise ValueError("give corrupted (the corrupted prompt) or subject (the text of clean to noise)")
+        if corrupted is not None and subject is not None:
             raise ValueError("give corrupted (the corrupted prompt) or subject (the text of clean to noise), not both")
         if subject is not None and not subject:
             raise ValueError("subject: an empty text names no token to noise")

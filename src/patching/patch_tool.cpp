@@ -27,6 +27,10 @@ PatchRequest flag_request(const PatchArguments& a) {
   if (a.corruption == "prompt") {
     if (a.corrupted.empty()) fail_usage("--corrupted: give the corrupted prompt (or --corruption noise --subject TEXT)");
     if (!a.noise.subject.empty()) fail_usage("--subject goes with --corruption noise");
+    const NoiseCorruption defaults;
+    if (a.noise.scale != defaults.scale || a.noise.seed != defaults.seed) {
+      fail_usage("--noise and --seed go with --corruption noise (a corrupted prompt draws no noise)");
+    }
   } else if (a.corruption == "noise") {
     if (!a.corrupted.empty()) fail_usage("--corrupted and --corruption noise exclude each other");
     if (a.noise.subject.empty()) fail_usage("--corruption noise needs --subject: the text whose tokens get the noise");

@@ -12,6 +12,11 @@
 
 namespace probekit::patching {
 
+/// What patch_activations says when Ctrl-C stops it: its output is staged and moved into place whole.
+constexpr const char* kPatchInterruptNote =
+    "the output directory is as it was before this run: patching.json and patching.html are written together once "
+    "every cell is computed";
+
 /// What to patch, in the flags' terms (a loaded model aside).
 struct PatchArguments {
   std::string clean, corrupted;

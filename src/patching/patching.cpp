@@ -140,8 +140,10 @@ std::vector<at::Tensor> attribution_pass(const model::TransformerModel& model, c
 }
 
 // Each cell's estimate from the terms [sites x layers, T]: a cell's window sums its layers' terms.
+// Positions before `first_difference` hold the same values in both runs (the model is causal): their terms are the
+// two batch rows' rounding, not an effect, and are left at 0.
 void attribution_grids(const model::TransformerModel& model, const at::Tensor& terms, const PatchRequest& request,
-                       PatchingResult& result) {
+                       int64_t first_difference, PatchingResult& result) {
   const at::Tensor all_terms = terms.to(at::kCPU, at::kDouble);
   const auto term = all_terms.accessor<double, 2>();
   const int64_t layers = model.loaded_layers();
@@ -151,6 +153,7 @@ void attribution_grids(const model::TransformerModel& model, const at::Tensor& t
     for (size_t l = 0; l < result.layers.size(); ++l) {
       for (int64_t layer : window_layers(result.layers[l], request.layer_window, layers)) {
         for (size_t p = 0; p < result.positions.size(); ++p) {
+          if (result.positions[p] < first_difference) continue;
           cell[static_cast<int64_t>(l)][static_cast<int64_t>(p)] += term[static_cast<int64_t>(s) * layers + layer][result.positions[p]];
         }
       }
@@ -247,10 +250,20 @@ void measure_metrics(const at::Tensor& clean_logits, const at::Tensor& corrupted
     fail_input("the metric is not finite (clean {}, corrupted {}): the model's logits hold NaN or Inf", result.clean_metric,
                result.corrupted_metric);
   }
-  if (result.clean_metric == result.corrupted_metric) {
-    spdlog::warn("the clean and corrupted runs give the same metric ({}): `restored` has nothing to divide by and is null",
-                 result.clean_metric);
+  if (result.metrics_agree()) {
+    spdlog::warn("the clean and corrupted runs give the same metric (clean {}, corrupted {}): `restored` has nothing to "
+                 "divide by and is null", result.clean_metric, result.corrupted_metric);
   }
+}
+
+// The first position whose token (or noise) differs between the runs; the prompt's length where none does.
+int64_t first_difference(const PromptPair& pair) {
+  if (pair.noise.defined()) {
+    return pair.noised_positions.empty() ? static_cast<int64_t>(pair.clean.size())
+                                         : *std::min_element(pair.noised_positions.begin(), pair.noised_positions.end());
+  }
+  const auto differ = std::mismatch(pair.clean.begin(), pair.clean.end(), pair.corrupted.begin());
+  return static_cast<int64_t>(differ.first - pair.clean.begin());
 }
 
 std::vector<int64_t> all_below(int64_t count) {
@@ -288,8 +301,8 @@ void check_request_flags(const PatchRequest& request) {
   // A window's layers interact (a patch at layer l changes what layer l + 1 sees at that position), so the sum of
   // their first-order estimates is not the window's.
   if (request.attribution && request.layer_window > 1) {
-    fail_usage("--layer-window {} with --method attribution: attribution patching estimates single layers' patches; "
-               "use --method exact for a window", request.layer_window);
+    fail_usage("--layer-window {} with --method {}: attribution patching estimates single layers' patches; "
+               "use --method exact for a window", request.layer_window, request.exact ? "both" : "attribution");
   }
   if (request.attribution && request.direction == Direction::kNoise && request.metric.kind == MetricKind::kKl) {
     fail_usage("--metric kl with --direction noise and --method attribution: the KL divergence's gradient at the clean "
@@ -305,6 +318,10 @@ std::vector<int64_t> window_layers(int64_t layer, int64_t window, int64_t layers
   std::vector<int64_t> out;
   for (int64_t l = first; l <= last; ++l) out.push_back(l);
   return out;
+}
+
+bool PatchingResult::metrics_agree() const {
+  return std::abs(clean_metric - corrupted_metric) <= 1e-5 * std::max({1.0, std::abs(clean_metric), std::abs(corrupted_metric)});
 }
 
 PatchingResult run_patching(const model::TransformerModel& model, const tokenizer::Tokenizer& tokenizer,
@@ -348,7 +365,7 @@ PatchingResult run_patching(const model::TransformerModel& model, const tokenize
 
   const auto cells = static_cast<int64_t>(request.sites.size() * result.layers.size() * result.positions.size());
   ProgressBar progress("patching", request.exact ? cells : 0, "cells");
-  if (request.attribution) attribution_grids(model, attributed[kTerms], request, result);
+  if (request.attribution) attribution_grids(model, attributed[kTerms], request, first_difference(pair), result);
   if (plain) exact_grids(model, pairing.base_ids(), pairing.base_writes(), plain->source, request, result, progress);
   progress.finish();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -71,6 +71,10 @@ struct PatchingResult {
   std::vector<int64_t> layers, positions;
   std::vector<SiteGrids> sites;
   double seconds = 0;  // the grids' computation, the model loaded
+
+  /// Whether the clean and corrupted metrics agree to fp32's rounding (relative 1e-5): `restored` has nothing to divide
+  /// by and is null. Attribution's two runs are rows of one batch, which the CPU need not round alike.
+  bool metrics_agree() const;
 };
 
 /// The sites a patch can replace, and their names as messages list them ("resid_post, attn_out or mlp_out").

@@ -66,7 +66,7 @@ Json patching_json(const PatchingResult& result, const PromptPair& pair, const P
                     {"what", denoise ? "the corrupted run with a site's value at (layer, position) replaced by the clean run's"
                                      : "the clean run with a site's value at (layer, position) replaced by the corrupted run's"}};
   const double base = denoise ? result.corrupted_metric : result.clean_metric;
-  const double span = result.clean_metric - result.corrupted_metric;
+  const double span = result.metrics_agree() ? 0.0 : result.clean_metric - result.corrupted_metric;  // 0: null
   auto restored = [&](const at::Tensor& values) { return (values - result.corrupted_metric) / span; };
   if (request.exact) out["grid"] = per_site(result, [](const SiteGrids& g) { return g.grid; });
   if (request.attribution) out["attribution"] = per_site(result, [](const SiteGrids& g) { return g.attribution; });

@@ -9,12 +9,15 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "common/json.h"
 #include "loading/model_loading.h"
 #include "patching/patch_tool.h"
 #include "patching/patching.h"
+#include "patching/report.h"
 #include "sites/layers.h"
 #include "test_util.h"
+#include "tokenizer/tokenizer.h"
 
 using namespace probekit;
 using namespace probekit::patching;
@@ -156,6 +159,31 @@ TEST_CASE("attribution alone resolves the metric's tokens itself and gives the a
       CHECK(!alone.sites[0].grid.defined());
     }
   }
+}
+
+TEST_CASE("attribution alone measures no effect where the runs agree, on a routed model too") {
+  const loading::SharedModel model = load_cpu("mixtral");
+  const std::string clean = "The quick brown fox jumps over the lazy dog because it";
+  PatchRequest request = both_methods();
+  request.exact = false;
+  // The same prompt twice: attribution's two batch rows round apart on the CPU (regression: 0.128618 against
+  // 0.12862, and `restored` up to 1.14 where nothing was patched).
+  const PromptPair same = prompt_pair(*model.model, *model.tokenizer, clean, clean);
+  const PatchingResult nothing = run_patching(*model.model, *model.tokenizer, same, request);
+  CHECK(nothing.metrics_agree());
+  CHECK(nothing.sites[0].attribution.abs().max().item<double>() == 0);
+  const Json report = patching_json(nothing, same, request, {"mixtral", "cpu", "fp32", clean, clean, {}}, *model.tokenizer);
+  for (const Json& row : Json::parse(report.dump())["restored"]) {
+    for (const Json& cell : row) CHECK(cell.is_null());
+  }
+  // Prompts that differ at the last token: every position before it holds no effect (regression: up to 3e-6).
+  const PromptPair pair =
+      prompt_pair(*model.model, *model.tokenizer, clean, "The quick brown fox jumps over the lazy dog because he");
+  const PatchingResult last = run_patching(*model.model, *model.tokenizer, pair, request);
+  const int64_t tokens = static_cast<int64_t>(pair.clean.size());
+  CHECK_FALSE(last.metrics_agree());
+  CHECK(last.sites[0].attribution.narrow(1, 0, tokens - 1).abs().max().item<double>() == 0);
+  CHECK(last.sites[0].attribution.select(1, tokens - 1).abs().max().item<double>() > 0);
 }
 
 // tests/fixtures/tools/gen_branch_patching.py: transformers with a forward hook on the attention and MLP modules (or
@@ -353,6 +381,8 @@ TEST_CASE("requests patching cannot honour are refused naming the flag") {
   };
   PatchRequest window = both_methods();
   window.layer_window = 3;
+  CHECK_CONTAINS(refusal(window), "--layer-window 3 with --method both");
+  window.exact = false;
   CHECK_CONTAINS(refusal(window), "--layer-window 3 with --method attribution");
   PatchRequest kl = both_methods();
   kl.direction = Direction::kNoise;
@@ -383,6 +413,19 @@ TEST_CASE("a window wider than the model, and a range past the prompt, are bound
                        doctest::Contains("--positions 0-999999999: position 999999999 is out of range: the prompt has 12 "
                                          "positions (0 to 11)"),
                        UsageError);
+  // Regression: ten digits were "not a position number", and a list thousands of items long was quoted whole.
+  CHECK_THROWS_WITH_AS(parse_index_list("--positions", "9999999999", 12, "position", "prompt"),
+                       doctest::Contains("--positions 9999999999: position 9999999999 is out of range"), UsageError);
+  std::string many;
+  for (int i = 0; i < 20000; ++i) many += std::to_string(i) + ",";
+  try {
+    parse_index_list("--positions", many, 12, "position", "prompt");
+    FAIL("accepted");
+  } catch (const UsageError& e) {
+    CHECK(std::string(e.what()).size() < 200);
+    CHECK_CONTAINS(std::string(e.what()), "--positions 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,2...: position 19999 "
+                             "is out of range");
+  }
 }
 
 TEST_CASE("the metric's tokens: a quoted comma, and ids past the tokenizer's tokens named or chosen") {
@@ -421,6 +464,13 @@ TEST_CASE("patch_activations refuses flags no model is needed to judge before it
                                    {"--site resid_pre: patching takes resid_post, attn_out or mlp_out"});
   probekit::testing::check_failure(run_command(base + "--corrupted 'a c' --method attribution --layer-window 3"), 2,
                                    {"--layer-window 3 with --method attribution"});
+  probekit::testing::check_failure(run_command(base + "--corrupted 'a c' --method both --layer-window 3"), 2,
+                                   {"--layer-window 3 with --method both"});
+  // Regression: --noise and --seed with a corrupted prompt were ignored.
+  for (const char* noise : {"--noise 5", "--seed 4"}) {
+    probekit::testing::check_failure(run_command(base + "--corrupted 'a c' " + noise), 2,
+                                     {"--noise and --seed go with --corruption noise"});
+  }
   probekit::testing::check_failure(run_command(base + "--corruption noise --subject a --noise -1"), 2,
                                    {"--noise -1: must be a finite number above 0"});
   // Regression: --seed -1 wrapped to 18446744073709551615.
@@ -447,4 +497,22 @@ TEST_CASE("patch_activations refuses a misspelt --site with patching's own sites
   r = run_command(base + "--site nonsense");
   probekit::testing::check_failure(r, 2, {"--site nonsense: patching takes resid_post, attn_out or mlp_out"});
   CHECK_MESSAGE(r.output.find("did you mean") == std::string::npos, r.output);
+}
+
+TEST_CASE("Ctrl-C during patching stops it, leaving the output directory as it was") {
+  probekit::testing::TempDir tmp;
+  // A prompt of about 400 tokens, three sites: tens of seconds of cells (regression: the tool died of the signal,
+  // saying nothing and leaving its staging directory behind).
+  const tokenizer::Tokenizer tokenizer = tokenizer::Tokenizer::from_file(fixture_model("llama"));
+  std::string prompt;
+  while (tokenizer.encode(prompt, true).size() < 400) prompt += "the cat sat on the mat and ";
+  const std::string patch = fmt::format("{} --model {} --device cpu --clean '{} x' --corrupted '{} y' --site "
+                                        "resid_post,attn_out,mlp_out --output-dir {} -q",
+                                        probekit::testing::tool("patch_activations"), fixture_model("llama"), prompt,
+                                        prompt, tmp.file("out"));
+  const probekit::testing::CommandResult r = probekit::testing::run_command(
+      fmt::format("{{ {} & pid=$!; sleep 2; kill -INT $pid; wait $pid; echo \"exit $?\"; }}", patch));
+  CHECK_CONTAINS(r.output, std::string("interrupted: ") + kPatchInterruptNote);
+  CHECK_CONTAINS(r.output, "exit 130");
+  CHECK(list_directory(tmp.path()).empty());
 }
