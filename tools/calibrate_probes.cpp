@@ -17,10 +17,13 @@ int main(int argc, char** argv) {
         for (const Json& layer : summary["layers"]) {
           for (const Json& probe : layer["probes"]) {
             const Json& c = probe["calibration"];
-            fmt::print("layer {} {}: threshold {:.6g}, flags {:.4f} of {} examples (95% {:.4f}-{:.4f})\n",
-                       layer["layer"].get<int64_t>(), terminal_text(probe["label"].get<std::string>()), c["threshold"].get<double>(),
-                       c["fpr"].get<double>(), c["examples"].get<int64_t>(), c["fpr_ci95"][0].get<double>(),
-                       c["fpr_ci95"][1].get<double>());
+            // Monitors compare each token with the per-token threshold, where there is one.
+            const std::string per_token =
+                c.contains("per_token") ? fmt::format(", per token {:.6g}", c["per_token"]["threshold"].get<double>()) : "";
+            fmt::print("layer {} {}: threshold {:.6g}{}, flags {:.4f} of {} examples (95% {:.4f}-{:.4f})\n",
+                       layer["layer"].get<int64_t>(), terminal_text(probe["label"].get<std::string>()),
+                       c["threshold"].get<double>(), per_token, c["fpr"].get<double>(), c["examples"].get<int64_t>(),
+                       c["fpr_ci95"][0].get<double>(), c["fpr_ci95"][1].get<double>());
           }
         }
       });

@@ -78,6 +78,7 @@ void parse_flags(CLI::App& app, const std::vector<std::string>& flags) {
   } catch (const CLI::ParseError& e) {
     throw UsageError(e.what());
   }
+  refuse_empty_values(app);
 }
 
 inference::EngineOptions selected_engine_options(const ProbeSelection& selection, const py::list& steer) {

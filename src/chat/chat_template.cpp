@@ -99,14 +99,22 @@ ChatTemplate ChatTemplate::from_tokenizer_dir(const std::string& dir, const std:
   std::string named_path = dir + "/additional_chat_templates/" + name + ".jinja";
   OrderedJson config = is_regular_file(config_path) ? OrderedJson(read_json_file(config_path)) : OrderedJson::object();
   OrderedJson tokens = read_special_tokens(config, config_path);
-  if ((name.empty() || name == "default") && is_regular_file(jinja_path)) return ChatTemplate(read_template_file(jinja_path), tokens);
-  if (!name.empty() && is_regular_file(named_path)) return ChatTemplate(read_template_file(named_path), tokens);
+  // A template that does not parse is named by its file, whose lines the message counts.
+  auto parsed = [&tokens](const std::string& source, const std::string& where) {
+    try {
+      return ChatTemplate(source, tokens);
+    } catch (const std::exception&) {
+      rethrow_with_context(where);
+    }
+  };
+  if ((name.empty() || name == "default") && is_regular_file(jinja_path)) return parsed(read_template_file(jinja_path), jinja_path);
+  if (!name.empty() && is_regular_file(named_path)) return parsed(read_template_file(named_path), named_path);
   std::string source = template_in_config(config, name, config_path);
   if (source.empty()) {
     fail_input("no chat template{} in {}: looked at {}, {}'chat_template' in {}", name.empty() ? "" : " named '" + name + "'",
                dir, jinja_path, name.empty() ? "" : named_path + ", ", config_path);
   }
-  return ChatTemplate(source, tokens);
+  return parsed(source, config_path + " 'chat_template'");
 }
 
 OrderedJson ChatTemplate::variables(const ChatTemplateInputs& inputs) const {

@@ -54,28 +54,56 @@ void for_each_text(OrderedJson& message, Visit&& visit) {
   }
 }
 
+// `text` without the whitespace around it, as Jinja's trim leaves it.
+std::string trimmed(const std::string& text) {
+  const char* space = " \t\n\r\f\v";
+  const size_t first = text.find_first_not_of(space);
+  if (first == std::string::npos) return "";
+  return text.substr(first, text.find_last_not_of(space) - first + 1);
+}
+
 bool overlaps(const std::pair<size_t, size_t>& token, const ContentSpan& content) {
   return token.first < content.end && content.begin < token.second;
 }
 
 }  // namespace
 
-std::vector<ContentSpan> content_spans(const OrderedJson& messages, const std::string& rendered) {
+std::vector<ContentSpan> content_spans(const OrderedJson& messages, const std::string& rendered,
+                                       const std::optional<TokenMask>& mask) {
+  size_t last_assistant = std::string::npos;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (messages[i].value("role", "") == "assistant") last_assistant = i;
+  }
+  auto read = [&](size_t i, const std::string& role) {
+    if (!mask) return true;
+    switch (*mask) {
+      case TokenMask::kUser: return role == "user";
+      case TokenMask::kAssistant: return role == "assistant";
+      case TokenMask::kLastAssistant: return i == last_assistant;
+      default: return false;
+    }
+  };
   std::vector<ContentSpan> spans;
-  size_t cursor = 0;
+  size_t cursor = 0, text_index = 0;
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string role = messages[i].value("role", "");
     const size_t before = spans.size();
     for (const std::string& text : content_texts(messages[i])) {
       if (text.empty()) continue;
-      const size_t found = rendered.find(text, cursor);
+      const size_t index = text_index++;
+      const bool needed = read(i, role);
+      const std::string sought = needed ? text : trimmed(text);
+      size_t found = rendered.find(text, cursor);
+      if (found == std::string::npos && !needed && !sought.empty()) found = rendered.find(sought, cursor);
       if (found == std::string::npos) {
+        if (!needed) continue;
         fail_input("messages[{}] ({}): its content {} is not in the rendered conversation as written after byte {} (the "
                    "chat template rewrites it), so its tokens cannot be masked",
                    i, role, dump_json(Json(prefix_of_whole_characters(text, 60))), cursor);
       }
-      spans.push_back(ContentSpan{i, role, found, found + text.size()});
-      cursor = found + text.size();
+      const size_t length = rendered.compare(found, text.size(), text) == 0 ? text.size() : sought.size();
+      spans.push_back(ContentSpan{i, role, found, found + length, index});
+      cursor = found + length;
     }
     if (spans.size() == before) spans.push_back(ContentSpan{i, role, std::string::npos, std::string::npos});
   }
@@ -83,8 +111,8 @@ std::vector<ContentSpan> content_spans(const OrderedJson& messages, const std::s
 }
 
 std::vector<ContentSpan> locate_contents(const ChatTemplate& chat, const ChatTemplateInputs& inputs,
-                                         const std::string& rendered) {
-  std::vector<ContentSpan> spans = content_spans(inputs.messages, rendered);
+                                         const std::string& rendered, const std::optional<TokenMask>& mask) {
+  std::vector<ContentSpan> spans = content_spans(inputs.messages, rendered, mask);
   ChatTemplateInputs marked = inputs;
   std::vector<std::string> markers;
   for (OrderedJson& message : marked.messages) {
@@ -102,19 +130,19 @@ std::vector<ContentSpan> locate_contents(const ChatTemplate& chat, const ChatTem
   // The template's text between the markers, with the contents put back, must be `rendered` itself.
   std::string rebuilt;
   std::vector<std::pair<size_t, size_t>> placed;
-  size_t cursor = 0, k = 0;
+  size_t cursor = 0;
   for (ContentSpan& span : spans) {
     if (span.begin == std::string::npos) continue;
-    const size_t at = template_text.find(markers[k], cursor);
+    const size_t at = template_text.find(markers.at(span.text), cursor);
     if (at == std::string::npos) return spans;
     rebuilt += template_text.substr(cursor, at - cursor);
     placed.emplace_back(rebuilt.size(), rebuilt.size() + (span.end - span.begin));
     rebuilt += rendered.substr(span.begin, span.end - span.begin);
-    cursor = at + markers[k++].size();
+    cursor = at + markers[span.text].size();
   }
   rebuilt += template_text.substr(cursor);
   if (rebuilt != rendered) return spans;
-  k = 0;
+  size_t k = 0;
   for (ContentSpan& span : spans) {
     if (span.begin != std::string::npos) std::tie(span.begin, span.end) = placed[k++];
   }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,13 +19,17 @@ struct ContentSpan {
   size_t message = 0;
   std::string role;
   size_t begin = 0, end = 0;
+  size_t text = std::string::npos;  // which of the conversation's non-empty texts, in order (npos: none)
 };
 
 /// The spans of every message's content (a string, or each text part of a list) in `rendered`, found in order, each
 /// search starting where the previous one ended; a message without text has an empty span at npos (no token is in
 /// it). A content the template rewrites (so that it is not in the text as written) is an error naming the message
-/// (std::invalid_argument).
-std::vector<ContentSpan> content_spans(const OrderedJson& messages, const std::string& rendered);
+/// (std::invalid_argument) where `mask` reads it (none given: every message). One it does not read is looked for
+/// without the whitespace around it (Gemma's and Llama's templates trim each content), else left at npos: a user's
+/// trailing newline does not keep the assistant's tokens from being masked.
+std::vector<ContentSpan> content_spans(const OrderedJson& messages, const std::string& rendered,
+                                       const std::optional<TokenMask>& mask = std::nullopt);
 
 /// content_spans of `rendered` (`inputs` rendered by `chat`), each content placed where the template printed it: the
 /// conversation is rendered again with a marker in place of each content, so that a content that also occurs in the
@@ -32,7 +37,7 @@ std::vector<ContentSpan> content_spans(const OrderedJson& messages, const std::s
 /// on the contents (Qwen 3's looks for "</think>" in them) does not give `rendered` back around the markers: its
 /// contents are searched for as content_spans does.
 std::vector<ContentSpan> locate_contents(const ChatTemplate& chat, const ChatTemplateInputs& inputs,
-                                         const std::string& rendered);
+                                         const std::string& rendered, const std::optional<TokenMask>& mask = std::nullopt);
 
 /// 1 for each token (its byte span in the rendered text, Tokenizer::token_spans) that `mask` reads: one overlapping
 /// a content of the role (kLastAssistant: of the last assistant message, none when it has no text), or every token

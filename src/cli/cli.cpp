@@ -317,7 +317,8 @@ bool takes_empty(const CLI::App& app, const std::string& flag) {
   });
 }
 
-// The app's flags and those of the subcommands given.
+}  // namespace
+
 void refuse_empty_values(const CLI::App& app) {
   for (const CLI::Option* option : app.get_options()) {
     if (option->count() == 0 || option->get_expected_max() == 0 || takes_empty(app, option->get_name())) continue;
@@ -327,8 +328,6 @@ void refuse_empty_values(const CLI::App& app) {
   }
   for (const CLI::App* subcommand : app.get_subcommands()) refuse_empty_values(*subcommand);
 }
-
-}  // namespace
 
 std::string nearest_name(const std::string& given, const std::vector<std::string>& names) {
   std::string best;

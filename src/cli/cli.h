@@ -66,6 +66,10 @@ CLI::Option* add_model_options(CLI::App& app, std::string& model, const std::str
 /// commas and ranges (`8,17`, `21-30`, `all`); they are written to `layers` joined by commas.
 CLI::Option* add_layers_option(CLI::App& app, std::string& layers, const std::string& help);
 
+/// Throws UsageError for a flag given an empty value, in `app` or a subcommand given (an empty value would read as the
+/// flag left out: `--csv ""` wrote nothing); --prompt-suffix and `tokenize --text` take one.
+void refuse_empty_values(const CLI::App& app);
+
 /// The one of `names` nearest to `given`, within two edits, for a "did you mean ...?"; "" where none is that near.
 std::string nearest_name(const std::string& given, const std::vector<std::string>& names);
 

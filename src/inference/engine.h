@@ -204,6 +204,11 @@ class Engine {
   /// The SAEs of --sae, on the engine's device (latent steering and SAE sites name them).
   const std::vector<sae::SparseAutoencoder>& saes() const { return saes_; }
 
+  /// Refuses texts (UsageError) for probes trained on conversations' masked tokens: they read a conversation's tokens
+  /// in their mask, which a text has none of (ranking, per-token scores, and generation after a prompt that is no
+  /// chat).
+  void require_texts() const;
+
   Engine(Engine&&) noexcept;
   ~Engine();
 
@@ -214,8 +219,6 @@ class Engine {
   void prepare(const model::ModelConfig& config);
   /// Refuses scoring with an engine that has no probes.
   void require_probes() const;
-  /// Refuses texts for probes trained on conversations' masked tokens.
-  void require_texts() const;
   /// Refuses per-token scores of probes that pool (they read no single token's prefix).
   void require_per_token_position() const;
   /// The model's chat template (read once, when the engine is made), refused when the probes' conversations were

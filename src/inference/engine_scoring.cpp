@@ -121,7 +121,7 @@ std::vector<uint8_t> Engine::chat_prompt_mask(const chat::Conversation& conversa
   inputs.add_generation_prompt = true;
   inputs.limits = limits;
   return chat::token_mask(tokenizer_->token_spans(ids, rendered),
-                          chat::locate_contents(checked_chat_template(), inputs, rendered), *recipe_.mask);
+                          chat::locate_contents(checked_chat_template(), inputs, rendered, recipe_.mask), *recipe_.mask);
 }
 
 std::vector<uint8_t> Engine::text_so_far_mask(const std::vector<uint8_t>& prompt_mask,
@@ -479,6 +479,7 @@ std::vector<GeneratedText> Engine::generate(const std::vector<std::string>& prom
                                             const generation::GenerationOptions& options,
                                             const ScoredTokenCallback& on_token, bool add_special_tokens) const {
   if (!options_.generate) fail_input("the engine was loaded for ranking, without the LM head");
+  require_texts();  // a chat's prompt comes with its mask, through generate_monitored
   // Streams read each new token's latents in its own pass (StreamBatch); they give the tokens generate gives.
   if (!saes_.empty() && options.writes == nullptr) return generate_monitored(prompts, options, nullptr, on_token, add_special_tokens);
   std::vector<GeneratedText> texts(prompts.size());

@@ -113,6 +113,7 @@ std::vector<GeneratedText> Engine::generate_monitored(const std::vector<std::str
                                                       const ScoredTokenCallback& on_token, bool add_special_tokens,
                                                       const std::vector<std::vector<uint8_t>>& prompt_masks) const {
   if (!options_.generate) fail_input("generation needs the engine loaded for generation (EngineOptions::generate)");
+  if (prompt_masks.empty()) require_texts();
   std::vector<GeneratedText> results(prompts.size());
   std::vector<std::exception_ptr> errors(prompts.size());
   StreamBatch batch(*this);

@@ -141,11 +141,7 @@ bool StreamBatch::watch_prompt(Stream& s) {
   if (!s.monitors || !s.monitors->watches(monitor::Scope::kPrompt)) return false;
   TokenScores scores;
   scores.mask = s.request.prompt_mask;  // a chat's prompt pools its masked tokens only, as capture read them
-  // A long prompt's prefixes take a pass each batch of them: a stream whose reader has gone ends at the next.
-  const std::function<void()> before_pass = [&s] {
-    if (s.request.abandoned && s.request.abandoned()) throw std::runtime_error("the stream's reader went away");
-  };
-  engine_.score_token_ids(s.request.prompt_ids, s.steering, scores, true, before_pass);
+  engine_.score_token_ids(s.request.prompt_ids, s.steering, scores, true, s.request.before_pass);
   for (size_t t = 0; t < scores.probability.size(); ++t) {
     const auto& own = scores.token_probability.empty() ? scores.probability[t] : scores.token_probability[t];
     std::vector<monitor::Firing> firings =

@@ -32,6 +32,9 @@ struct StreamRequest {
   std::shared_ptr<const monitor::MonitorSet> monitors;  // null: none (Engine::resolve_monitors)
   ScoredTokenCallback on_token;  // each new token; returning false ends the stream (cancelled)
   std::function<bool()> abandoned;  // whether its reader has gone (null: never); the server joins no such stream
+  /// Called before each pass of a prompt monitor's reading (a long prompt's prefixes take several); throwing ends the
+  /// stream there with that error (the server's: its reader has gone, its deadline has passed). Null: never.
+  std::function<void()> before_pass;
   /// Called once when the stream has ended: its generation, and the error that ended it (null when none).
   std::function<void(const GeneratedText&, std::exception_ptr)> on_end;
 };

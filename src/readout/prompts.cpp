@@ -88,7 +88,7 @@ std::vector<Prompt> PromptBuilder::build_conversations(const std::vector<std::st
   for (size_t i = 0; i < ids.size(); ++i) {
     try {
       out[i].token_bytes = tokenizer_->token_spans(ids[i], rendered[i]);
-      const std::vector<chat::ContentSpan> contents = chat::locate_contents(chat, inputs[i], rendered[i]);
+      const std::vector<chat::ContentSpan> contents = chat::locate_contents(chat, inputs[i], rendered[i], mask);
       out[i].mask = chat::token_mask(out[i].token_bytes, contents, mask);
       out[i].content_begin.assign(inputs[i].messages.size(), std::string::npos);
       for (auto c = contents.rbegin(); c != contents.rend(); ++c) out[i].content_begin.at(c->message) = c->begin;

@@ -96,6 +96,7 @@ std::string message_of(std::exception_ptr error) {
 void start_generation(const ServerContext& context, const GenerateQuery& query, std::shared_ptr<EventStream> stream,
                       Clock::time_point deadline) {
   check_view(context, query.view);
+  require_texts(context, "prompt");  // a chat's prompt is /v1/chat/completions'
   inference::StreamRequest request;
   // Counted as generated from: with the special tokens in front (regression: counted without them, one over).
   request.prompt_ids = context.engine.tokenizer().encode(query.prompt, true);

@@ -137,6 +137,14 @@ inference::ScoreTable query_table(const ServerContext& context, const std::vecto
   return table;
 }
 
+void require_texts(const ServerContext& context, const std::string& field) {
+  try {
+    context.engine.require_texts();
+  } catch (const UsageError& e) {
+    throw RequestError(400, e.what(), field);
+  }
+}
+
 void check_view(const ServerContext& context, const ViewQuery& view, const std::string& field_prefix) {
   if (view.calibrated && context.engine.multiclass()) {
     throw RequestError(400,
@@ -207,6 +215,7 @@ Json rank_response(const ServerContext& context, const RankQuery& query, Clock::
   check_view(context, query.view);
   for (size_t i = 0; i < query.texts.size(); ++i) check_text_length(context, query.texts[i], fmt::format("texts[{}]", i));
   const bool conversation = !query.conversation.messages.is_null();
+  if (!conversation) require_texts(context, "texts");
   // Regression: a conversation's length went unchecked here, as /v1/per-token checks it.
   if (conversation) check_text_length(context, conversation_contents(query.conversation), "messages");
   std::shared_ptr<const steering::SteeringVectors> steering = resolve_steering(context, query.steering);
@@ -238,6 +247,7 @@ Json rank_response(const ServerContext& context, const RankQuery& query, Clock::
 Json per_token_response(const ServerContext& context, const PerTokenQuery& query, Clock::time_point deadline) {
   check_view(context, query.view);
   const bool conversation = !query.conversation.messages.is_null();
+  if (!conversation) require_texts(context, "text");
   if (!conversation) check_text_length(context, query.text, "text");
   if (conversation) check_text_length(context, conversation_contents(query.conversation), "messages");
   const inference::Engine& engine = context.engine;
@@ -246,11 +256,7 @@ Json per_token_response(const ServerContext& context, const PerTokenQuery& query
   if (conversation && steering) throw RequestError(400, "steering applies to 'text', not to 'messages'", "steer");
   // A request that stopped waiting (408) or a server that is stopping ends its scoring at the next pass: a long text's
   // prefixes otherwise kept the device from everyone for their whole time.
-  const Scheduler& scheduler = context.scheduler;
-  auto before_pass = [&scheduler, deadline] {
-    if (scheduler.stopping()) throw RequestError(503, "the server is shutting down");
-    if (Clock::now() >= deadline) fail_timeout();
-  };
+  const std::function<void()> before_pass = context.scheduler.pass_guard(deadline);
   auto work = [&engine, text, steering, conversation, before_pass] {
     return conversation ? engine.score_conversation_tokens(text, "'messages'", before_pass)
                         : engine.score_tokens(text, steering.get(), before_pass);

@@ -31,6 +31,10 @@ inference::ScoreTable query_table(const ServerContext& context, const std::vecto
 /// error's field is the view's own ("layers[0]") after `field_prefix` (where the request nests it: "probes.").
 void check_view(const ServerContext& context, const ViewQuery& view, const std::string& field_prefix = "");
 
+/// Refuses the text in `field` (400 naming it) where the probes were trained on conversations, which read a chat's
+/// masked tokens (Engine::require_texts).
+void require_texts(const ServerContext& context, const std::string& field);
+
 /// A request's "steer" and "ablate" resolved against the model and the server's probes (null when it has none); a
 /// label without a probe at the layer, a layer out of range, a vector of the wrong width is a 400 naming the item.
 std::shared_ptr<const steering::SteeringVectors> resolve_steering(const ServerContext& context,

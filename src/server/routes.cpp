@@ -26,6 +26,13 @@ size_t shared_folders(const std::string& route, const std::string& path) {
   return shared;
 }
 
+// The OpenAI API's endpoint folders besides chat and models, which this server serves: an OpenAI client asking for
+// one gets its 404 in the shape it reads.
+constexpr const char* kOpenAIFoldersNotServed[] = {
+    "/v1/assistants", "/v1/audio",    "/v1/batches", "/v1/completions", "/v1/containers", "/v1/conversations",
+    "/v1/embeddings", "/v1/evals",    "/v1/files",   "/v1/fine_tuning", "/v1/images",     "/v1/moderations",
+    "/v1/realtime",   "/v1/responses", "/v1/threads", "/v1/uploads",    "/v1/vector_stores"};
+
 }  // namespace
 
 void send_json(httplib::Response& res, int status, const Json& body) {
@@ -55,6 +62,9 @@ void answer(const Route& route, const httplib::Request& req, httplib::Response& 
 }
 
 ErrorStyle error_style_of(const std::vector<Route>& routes, const std::string& path) {
+  for (const char* folder : kOpenAIFoldersNotServed) {
+    if (shared_folders(folder, path) == std::char_traits<char>::length(folder) + 1) return ErrorStyle::kOpenAI;
+  }
   ErrorStyle style = ErrorStyle::kProbekit;
   size_t best = 0;
   for (const Route& route : routes) {

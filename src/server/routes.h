@@ -15,7 +15,7 @@ struct Response;
 
 namespace probekit::server {
 
-/// How a route's errors are shaped: ours ({"error": {"message", "field"}}) or the OpenAI API's.
+/// How a route's errors are shaped: ours ({"error": message, "field"}) or the OpenAI API's.
 enum class ErrorStyle { kProbekit, kOpenAI };
 
 struct Route {
@@ -30,8 +30,9 @@ struct Route {
 /// other exception 500 (logged), each in the route's error style.
 void answer(const Route& route, const httplib::Request& req, httplib::Response& res);
 
-/// The error style of a path no route serves exactly: that of the route sharing the longest leading folders with it
-/// ("/v1/chat/x" is the OpenAI API's, "/v1/x" ours), ours on a tie.
+/// The error style of a path no route serves exactly: the OpenAI API's for its endpoints that this server does not
+/// serve (/v1/completions, /v1/embeddings, ...: their clients read only that shape), else that of the route sharing the
+/// longest leading folders with it ("/v1/chat/x" is the OpenAI API's, "/v1/x" ours), ours on a tie.
 ErrorStyle error_style_of(const std::vector<Route>& routes, const std::string& path);
 
 /// The route serving `path` exactly ("other" for none), as /metrics counts requests.

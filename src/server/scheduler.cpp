@@ -71,6 +71,7 @@ void Scheduler::submit_alone(std::function<void(std::exception_ptr)> job, Clock:
 }
 
 void Scheduler::submit_generation(inference::StreamRequest request, Clock::time_point deadline) {
+  request.before_pass = pass_guard(deadline, request.abandoned);
   auto job = std::make_unique<Job>();
   job->generation = std::make_unique<inference::StreamRequest>(std::move(request));
   job->deadline = deadline;
@@ -80,6 +81,14 @@ void Scheduler::submit_generation(inference::StreamRequest request, Clock::time_
 bool Scheduler::stopping() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return stopping_;
+}
+
+std::function<void()> Scheduler::pass_guard(Clock::time_point deadline, std::function<bool()> abandoned) const {
+  return [this, deadline, abandoned = std::move(abandoned)] {
+    if (stopping()) throw RequestError(503, "the server is shutting down");
+    if (abandoned && abandoned()) throw RequestError(499, "the client went away");
+    if (Clock::now() >= deadline) fail_timeout();
+  };
 }
 
 std::shared_ptr<void> Scheduler::hold() {

@@ -65,11 +65,16 @@ class Scheduler {
 
   /// Queues a generation stream: it joins the streams decoding together at the worker's next step. Its on_end is
   /// called once in every case: with the error that refused it (deadline, shutting down), that ended it, or none.
+  /// A prompt monitor's reading of its prompt ends as pass_guard says.
   /// Throws the queue's errors (429, 503) at once.
   void submit_generation(inference::StreamRequest request, Clock::time_point deadline);
 
   /// True once stop() was called: long jobs end early.
   bool stopping() const;
+  /// What a long job calls before each of its passes (readout::Request::before_pass): it throws once the server is
+  /// stopping (503), the job's reader has gone (`abandoned`, 499) or its deadline has passed (408), so that the device
+  /// is not kept for work nobody will read.
+  std::function<void()> pass_guard(Clock::time_point deadline, std::function<bool()> abandoned = {}) const;
 
   /// Keeps the worker from starting its next cycle while the returned handle lives (tests queue several
   /// requests this way and see them served by one cycle).

@@ -108,6 +108,34 @@ TEST_CASE("a content that also occurs in the template's text before it is masked
   }
 }
 
+TEST_CASE("whitespace the template trims around a message the mask does not read keeps no token from the mask") {
+  for (const char* name : {"gemma3", "qwen3", "llama3"}) {
+    const std::string dir = tokenizer_dir(name);
+    const tokenizer::Tokenizer tokenizer = tokenizer::Tokenizer::from_file(dir + "/tokenizer.json");
+    const chat::ChatTemplate chat = chat::ChatTemplate::from_tokenizer_dir(dir);
+    INFO(name);
+    chat::ChatTemplateInputs inputs;
+    inputs.add_generation_prompt = false;
+    inputs.messages = chat::OrderedJson::parse(R"([{"role": "user", "content": "  Please review this:\n"},
+        {"role": "assistant", "content": "It reads well"}])");
+    const std::string rendered = chat.render(inputs);
+    const auto spans = tokenizer.token_spans(tokenizer.encode(rendered, false), rendered);
+    // Regression: Gemma's and Llama's templates trim the user's text, and the assistant's mask was refused for it.
+    const std::vector<uint8_t> mask =
+        chat::token_mask(spans, chat::locate_contents(chat, inputs, rendered, TokenMask::kAssistant), TokenMask::kAssistant);
+    std::string read;
+    for (size_t t = 0; t < spans.size(); ++t) {
+      if (mask[t]) read += rendered.substr(spans[t].first, spans[t].second - spans[t].first);
+    }
+    CHECK(read == "It reads well");
+    // The user's own mask needs the user's text as written.
+    if (rendered.find("  Please review this:\n") == std::string::npos) {
+      CHECK_THROWS_WITH(chat::locate_contents(chat, inputs, rendered, TokenMask::kUser),
+                        doctest::Contains("messages[0] (user): its content"));
+    }
+  }
+}
+
 TEST_CASE("last-assistant reads nothing of earlier replies when the last assistant message has no text") {
   const std::string dir = tokenizer_dir("gemma3");
   const tokenizer::Tokenizer tokenizer = tokenizer::Tokenizer::from_file(dir + "/tokenizer.json");

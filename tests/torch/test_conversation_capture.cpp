@@ -15,6 +15,7 @@
 #include "chat/conversation.h"
 #include "chat/token_masks.h"
 #include "capture_runs.h"
+#include "conversation_fixture.h"
 #include "common/files.h"
 #include "common/json.h"
 #include "inference/engine.h"
@@ -34,34 +35,6 @@ using activations::Split;
 
 namespace {
 
-const char* const kLabels[] = {"calm", "curious", "tense"};
-
-// 8 conversations of each label: a user question and an assistant reply that names the label.
-std::string write_conversations(const TempDir& tmp) {
-  std::string lines;
-  for (int i = 0; i < 24; ++i) {
-    const char* label = kLabels[i % 3];
-    Json messages = Json::array({{{"role", "user"}, {"content", fmt::format("Question number {} about the day", i)}},
-                                 {{"role", "assistant"}, {"content", fmt::format("I feel {} today, {} times over", label, i)}}});
-    lines += Json({{"messages", messages}, {"label", label}}).dump() + "\n";
-  }
-  std::string path = tmp.file("chats.jsonl");
-  write_text(path, lines);
-  return path;
-}
-
-capture::CaptureOptions conversation_capture(const TempDir& tmp, Position position, const std::string& out) {
-  capture::CaptureOptions o;
-  o.model_dir = kGemmaModel;
-  o.dataset_path = write_conversations(tmp);
-  o.dataset.label_field = "label";
-  o.device = "cpu";
-  o.layers = "2";
-  o.position = position;
-  o.output_dir = tmp.file(out);
-  return o;
-}
-
 // The rendered ids of the dataset's line `line`, and the hidden states of layer 2 at each of them [T, hidden].
 struct Rendered {
   std::vector<int32_t> ids;
@@ -76,25 +49,6 @@ Rendered rendered_line(const std::string& dataset, int64_t line, const model::Tr
   r.ids = tok.encode(chat::render_conversation(kGemmaModel, messages, false), false);
   r.layer = readout::read_hidden_states(model, r.ids).layers[2];
   return r;
-}
-
-// Captures `o` and trains probes of `kind` on it, 3 epochs, into `output`: the options of an engine on them (CPU).
-inference::EngineOptions train_conversation_probes(const capture::CaptureOptions& o, const std::string& output,
-                                                   const char* kind) {
-  capture::run_capture(o);
-  probes::BinaryRunOptions run;
-  run.activations = {o.output_dir};
-  run.output_dir = output;
-  run.device = "cpu";
-  run.training.epochs = 3;
-  run.training.kind = &probes::probe_kind(kind);
-  run.kinds = {run.training.kind};
-  probes::run_binary_training(run);
-  inference::EngineOptions options;
-  options.model_dir = kGemmaModel;
-  options.probes_dir = output;
-  options.device = "cpu";
-  return options;
 }
 
 std::string capture_error(const capture::CaptureOptions& o) {
@@ -186,7 +140,7 @@ TEST_CASE("conversations: what makes no sense is refused, naming the line or the
   std::string lines;
   for (int i = 0; i < 12; ++i) {
     lines += Json({{"messages", Json::array({{{"role", "user"}, {"content", fmt::format("hello {}", i)}}})},
-                   {"label", kLabels[i % 3]}}).dump() + "\n";
+                   {"label", kConversationLabels[i % 3]}}).dump() + "\n";
   }
   write_text(o.dataset_path, lines);
   CHECK_CONTAINS(capture_error(o), "no token of this conversation is in the assistant mask");
@@ -196,7 +150,7 @@ TEST_CASE("conversations: what makes no sense is refused, naming the line or the
   for (int i = 0; i < 12; ++i) {
     lines += Json({{"messages", Json::array({{{"role", "user"}, {"content", "hello"}},
                                              {{"role", "assistant"}, {"content", fmt::format("  spaced {}  ", i)}}})},
-                   {"label", kLabels[i % 3]}}).dump() + "\n";
+                   {"label", kConversationLabels[i % 3]}}).dump() + "\n";
   }
   write_text(o.dataset_path, lines);
   CHECK_CONTAINS(capture_error(o), "messages[1] (assistant): its content \"  spaced");
@@ -391,7 +345,7 @@ TEST_CASE("conversations with spans: position all stores each read token's label
   // length: "é" is one character and two bytes) as "alarm".
   std::string lines;
   for (int i = 0; i < 24; ++i) {
-    const std::string label = kLabels[i % 3];
+    const std::string label = kConversationLabels[i % 3];
     const std::string reply = fmt::format("Café: I feel {} today, {} times over", label, i);
     Json messages = Json::array({{{"role", "user"}, {"content", fmt::format("Question number {} about the day", i)}},
                                  {{"role", "assistant"}, {"content", reply}}});

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <stdexcept>
 
 #include "generation/flags.h"
 #include "inference/reports.h"
@@ -560,6 +561,30 @@ TEST_CASE("a prompt monitor on probes read without a suffix never fires on the B
     REQUIRE(run.firings.size() == 1);
     CHECK(run.firings[0].index == 1);
   }
+  // A long prompt's prefixes take a pass per 64 of them, each announced to the stream's before_pass first: what it
+  // throws ends the stream there, before its prompt runs (regression: the server's deadline did not end this reading).
+  std::string long_prompt;
+  for (int i = 0; i < 40; ++i) long_prompt += "Once upon a time, ";
+  std::vector<inference::StreamRequest> one(1);
+  one[0].prompt_ids = engine.tokenizer().encode(long_prompt, true);
+  REQUIRE(one[0].prompt_ids.size() > 130);
+  one[0].options = greedy(engine);
+  one[0].monitors = engine.resolve_monitors({anything});
+  int passes = 0;
+  one[0].before_pass = [&passes] {
+    if (++passes == 2) throw std::runtime_error("its deadline has passed");
+  };
+  std::exception_ptr ended;
+  one[0].on_end = [&ended](const inference::GeneratedText& done, std::exception_ptr error) {
+    CHECK(done.ids.empty());
+    ended = error;
+  };
+  inference::StreamBatch batch(engine);
+  CHECK(batch.join(std::move(one)) == 0);
+  CHECK(batch.empty());
+  CHECK(passes == 2);
+  REQUIRE(ended);
+  CHECK_THROWS_WITH(std::rethrow_exception(ended), "its deadline has passed");
   // Calibrated on that capture, every token of it: a monitor compares each token with the per-token threshold.
   probes::calibrate({tmp.file("probes"), tmp.file("activations"), 0.05});
   const Json calibration = read_json_file(tmp.file("probes/probes.json"))["probes"][0]["calibration"];

@@ -300,6 +300,22 @@ TEST_CASE("probe_server: the time limit per request, the queue's bound and the A
   r = with_key().Post("/v1/rank", R"({"texts": ["four"]})", "application/json");
   REQUIRE(r);
   CHECK_MESSAGE(r->status == 200, r->body);
+  // What a long job (per-token prefixes, a prompt monitor's reading) calls before each pass: it ends the job once its
+  // deadline has passed or its reader has gone.
+  auto status_of = [](const std::function<void()>& before_pass) {
+    try {
+      before_pass();
+    } catch (const server::RequestError& e) {
+      return e.status();
+    }
+    return 0;
+  };
+  const server::Scheduler& scheduler = s.server().scheduler();
+  const server::Clock::time_point later = server::Clock::now() + std::chrono::minutes(1);
+  CHECK(status_of(scheduler.pass_guard(later)) == 0);
+  CHECK(status_of(scheduler.pass_guard(later, [] { return false; })) == 0);
+  CHECK(status_of(scheduler.pass_guard(server::Clock::now())) == 408);
+  CHECK(status_of(scheduler.pass_guard(later, [] { return true; })) == 499);
 }
 
 TEST_CASE("probe_server: concurrent requests are scored in one cycle and get the numbers they get one at a time") {

@@ -1,7 +1,8 @@
 // probe_server as an OpenAI-compatible server, on loopback: /v1/chat/completions (a completion and a stream of the
 // same request agree at temperature 0, the probes ride along, the usage is counted, stop strings, errors in
 // OpenAI's shape, tools offered to the template, a hostile template failing only its own request), /v1/models;
-// concurrent streams decoded in one batch, each giving what it gives alone; /metrics.
+// concurrent streams decoded in one batch, each giving what it gives alone; /metrics; a reply past its time limit
+// holding its --max-streams slot while the worker still holds its generation.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
@@ -248,6 +249,24 @@ TEST_CASE("probe_server /v1/chat/completions: errors in OpenAI's shape, naming t
   REQUIRE(missing);
   CHECK(missing->status == 404);
   CHECK(Json::parse(missing->body)["error"]["code"] == "not_found");
+  // The OpenAI API's endpoints this server does not serve answer in its shape too (regression: in ours, which
+  // OpenAI clients do not read); a path of ours answers in ours.
+  for (const char* path : {"/v1/completions", "/v1/embeddings", "/v1/responses/r1/input_items"}) {
+    CAPTURE(path);
+    missing = s.client().Post(path, R"({"model": "m"})", "application/json");
+    REQUIRE(missing);
+    CHECK(missing->status == 404);
+    const Json body = Json::parse(missing->body);
+    CHECK(body["error"]["code"] == "not_found");
+    CHECK_CONTAINS(body["error"]["message"].get<std::string>(), std::string("no endpoint POST ") + path);
+  }
+  for (const char* path : {"/v1/completionsx", "/v1/ranks"}) {
+    CAPTURE(path);
+    missing = s.client().Post(path, R"({})", "application/json");
+    REQUIRE(missing);
+    CHECK(missing->status == 404);
+    CHECK(Json::parse(missing->body)["error"].is_string());
+  }
 
   // A model without a chat template: the error names the files looked at.
   TempDir bare;
@@ -500,6 +519,7 @@ TEST_CASE("probe_server /v1/chat/completions: a hostile chat template fails its 
     CHECK(r->status == 400);
     CHECK_CONTAINS(r->body, "this model cannot chat");
     CHECK_CONTAINS(r->body, "deeper than 256 levels");
+    CHECK_CONTAINS(r->body, "/chat_template.jinja: ");  // regression: the file was not named
     httplib::Result alive = unparsed.client().Get("/healthz");
     REQUIRE(alive);
     CHECK(alive->status == 200);
@@ -536,4 +556,33 @@ TEST_CASE("probe_server: a chat completion the server's shutdown cuts short is a
   const Json error = Json::parse(answer);
   REQUIRE(error["error"].is_object());
   CHECK_CONTAINS(error["error"]["message"].get<std::string>(), "the server is shutting down");
+}
+
+TEST_CASE("probe_server: a chat completion past its time limit keeps its --max-streams slot until the worker lets it go") {
+  TempDir tmp;
+  server::ServerOptions o = options_for(train_probes(tmp));
+  o.limits.max_streams = 1;
+  o.limits.request_timeout_s = 0.3;
+  RunningServer s(o);
+  const std::string body =
+      Json({{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 2}, {"temperature", 0}}).dump();
+  {
+    // While the worker is held, the reply waits for it until its time is up.
+    std::shared_ptr<void> hold = s.server().scheduler().hold();
+    httplib::Result late = post(s, "/v1/chat/completions", body);
+    REQUIRE(late);
+    CHECK(late->status == 408);
+    // Its generation is still queued: the slot stays taken, so a client retrying at once is refused rather than put
+    // on the device beside it.
+    CHECK(s.server().open_streams() == 1);
+    httplib::Result again = post(s, "/v1/chat/completions", body);
+    REQUIRE(again);
+    CHECK(again->status == 429);
+    CHECK(Json::parse(again->body)["error"]["code"] == "rate_limit_exceeded");
+  }
+  // The worker drops the expired reply, and its slot goes with it.
+  wait_for_streams_closed(s);
+  httplib::Result r = post(s, "/v1/chat/completions", body);
+  REQUIRE(r);
+  CHECK_MESSAGE(r->status == 200, r->body);
 }

@@ -178,6 +178,9 @@ def test_patch_gives_patch_activations_grids(model, workdir):
     with pytest.raises(ValueError) as raised:
         model.patch(clean, "The kitchen was dark and cold", progress=False)
     assert "same number of tokens" in str(raised.value)
+    # Regression: neither corrupted nor subject was refused as "not both".
+    with pytest.raises(ValueError, match=r"give corrupted \(the corrupted prompt\) or subject \(the text of clean to noise\)$"):
+        model.patch(clean, progress=False)
 
 
 def test_steered_generation_gives_multi_probe_inferences_events(model, probes_dir):
@@ -278,7 +281,7 @@ def test_a_coefficient_past_the_bound_is_refused_naming_the_item(model):
             list(model.generate("The garage was", max_new_tokens=2, steer=[(vector, 1, coefficient)]))
 
 
-def test_layers_and_texts_refused_as_the_tools_refuse_them(model, probes_dir):
+def test_layers_and_texts_refused_as_the_tools_refuse_them(model, probes_dir, tmp_path):
     with pytest.raises(ValueError, match=r"layer: .* has no probes for layer 99 \(it has layers"):
         probekit.load_probes(probes_dir, layer=99)
     with pytest.raises(ValueError, match=r"layers: .* has no probes for layer 98, 99"):
@@ -293,6 +296,12 @@ def test_layers_and_texts_refused_as_the_tools_refuse_them(model, probes_dir):
                  lambda: model.capture(["", "a text"], layers=LAYERS[0])):
         with pytest.raises(ValueError, match="is empty"):
             call()
+    # The tools' flags as keywords: an empty value is refused as on the command line (regression: it read as the flag
+    # left out, or failed after the work naming no flag).
+    with pytest.raises(ValueError, match="--dataset is empty: give a value"):
+        probekit.capture_activations(model, "", tmp_path / "capture")
+    with pytest.raises(ValueError, match="--output-dir is empty: give a value"):
+        probekit.train_binary_probes(tmp_path / "activations", "")
 
 
 def test_leaving_a_generation_early_stops_it(model):
