@@ -62,6 +62,20 @@ std::string trimmed(const std::string& text) {
   return text.substr(first, text.find_last_not_of(space) - first + 1);
 }
 
+// Places `span` at `text`, a content no mask reads, after `cursor`: searched without the whitespace around it (its first
+// match is never later than the text's as written, which may occur again further on, inside a message that is read),
+// widened to the text as written where that is there; at npos where it is nowhere.
+void place_unread(const std::string& text, const std::string& rendered, size_t cursor, ContentSpan& span) {
+  const std::string core = trimmed(text);
+  const size_t found = core.empty() ? std::string::npos : rendered.find(core, cursor);
+  span.begin = span.end = std::string::npos;
+  if (found == std::string::npos) return;
+  const size_t lead = text.find(core);
+  span.as_written = found >= cursor + lead && rendered.compare(found - lead, text.size(), text) == 0;
+  span.begin = span.as_written ? found - lead : found;
+  span.end = span.begin + (span.as_written ? text.size() : core.size());
+}
+
 bool overlaps(const std::pair<size_t, size_t>& token, const ContentSpan& content) {
   return token.first < content.end && content.begin < token.second;
 }
@@ -80,7 +94,7 @@ std::vector<ContentSpan> content_spans(const OrderedJson& messages, const std::s
       case TokenMask::kUser: return role == "user";
       case TokenMask::kAssistant: return role == "assistant";
       case TokenMask::kLastAssistant: return i == last_assistant;
-      default: return false;
+      default: return true;  // kAll: every token, each message's
     }
   };
   std::vector<ContentSpan> spans;
@@ -92,18 +106,17 @@ std::vector<ContentSpan> content_spans(const OrderedJson& messages, const std::s
       if (text.empty()) continue;
       const size_t index = text_index++;
       const bool needed = read(i, role);
-      const std::string sought = needed ? text : trimmed(text);
-      size_t found = rendered.find(text, cursor);
-      if (found == std::string::npos && !needed && !sought.empty()) found = rendered.find(sought, cursor);
-      if (found == std::string::npos) {
+      ContentSpan span{i, role, rendered.find(text, cursor), std::string::npos, index};
+      span.end = span.begin == std::string::npos ? span.begin : span.begin + text.size();
+      if (!needed) place_unread(text, rendered, cursor, span);
+      if (span.begin == std::string::npos) {
         if (!needed) continue;
         fail_input("messages[{}] ({}): its content {} is not in the rendered conversation as written after byte {} (the "
                    "chat template rewrites it), so its tokens cannot be masked",
                    i, role, dump_json(Json(prefix_of_whole_characters(text, 60))), cursor);
       }
-      const size_t length = rendered.compare(found, text.size(), text) == 0 ? text.size() : sought.size();
-      spans.push_back(ContentSpan{i, role, found, found + length, index});
-      cursor = found + length;
+      spans.push_back(span);
+      cursor = span.end;
     }
     if (spans.size() == before) spans.push_back(ContentSpan{i, role, std::string::npos, std::string::npos});
   }

@@ -20,13 +20,14 @@ struct ContentSpan {
   std::string role;
   size_t begin = 0, end = 0;
   size_t text = std::string::npos;  // which of the conversation's non-empty texts, in order (npos: none)
+  bool as_written = true;  // false: found without the whitespace around it (where spans' offsets cannot be placed)
 };
 
 /// The spans of every message's content (a string, or each text part of a list) in `rendered`, found in order, each
 /// search starting where the previous one ended; a message without text has an empty span at npos (no token is in
 /// it). A content the template rewrites (so that it is not in the text as written) is an error naming the message
-/// (std::invalid_argument) where `mask` reads it (none given: every message). One it does not read is looked for
-/// without the whitespace around it (Gemma's and Llama's templates trim each content), else left at npos: a user's
+/// (std::invalid_argument) where `mask` reads it (none given, or kAll: every message). One it does not read is looked
+/// for without the whitespace around it (Gemma's and Llama's templates trim each content), else left at npos: a user's
 /// trailing newline does not keep the assistant's tokens from being masked.
 std::vector<ContentSpan> content_spans(const OrderedJson& messages, const std::string& rendered,
                                        const std::optional<TokenMask>& mask = std::nullopt);

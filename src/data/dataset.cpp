@@ -384,6 +384,12 @@ std::vector<int64_t> token_labels(const Example& example, const std::vector<std:
   };
   const int64_t row_label = index(example.label);
   std::vector<int64_t> labels(token_bytes.size(), row_label);
+  for (const LabelledSpan& span : example.spans) {
+    if (content_begin.at(span.message) == std::string::npos) {
+      fail_input("a span labels messages[{}], whose content is not in the rendered conversation as written (the chat "
+                 "template rewrites it), so its characters cannot be placed", span.message);
+    }
+  }
   for (size_t t = 0; t < token_bytes.size(); ++t) {
     for (const LabelledSpan& span : example.spans) {
       const size_t begin = content_begin.at(span.message) + span.begin, end = content_begin.at(span.message) + span.end;

@@ -67,7 +67,7 @@ void reindex_labels(Dataset& dataset);
 
 /// The label of each token of a rendered conversation (byte spans `token_bytes`) that overlaps one of the example's
 /// spans (the first), else the row's: indexes into `label_names`. `content_begin[m]`: where message m's content
-/// starts in the rendered text.
+/// starts in the rendered text, npos where it is not there as written (a span on such a message is refused).
 std::vector<int64_t> token_labels(const Example& example, const std::vector<std::string>& label_names,
                                   const std::vector<std::pair<size_t, size_t>>& token_bytes,
                                   const std::vector<size_t>& content_begin);

@@ -190,8 +190,8 @@ std::vector<TextScores> Engine::score(const std::vector<std::string>& texts,
 
 void Engine::require_texts() const {
   if (recipe_.mask) {
-    fail_usage("these probes were trained on conversations' {} tokens: give conversations (--messages, \"messages\"), "
-               "not texts",
+    fail_usage("these probes were trained on conversations' {} tokens: give conversations (multi_probe_inference "
+               "--messages or --chat, the server's \"messages\" and chat completions), not texts",
                token_mask_name(*recipe_.mask));
   }
 }

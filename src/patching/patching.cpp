@@ -321,7 +321,10 @@ std::vector<int64_t> window_layers(int64_t layer, int64_t window, int64_t layers
 }
 
 bool PatchingResult::metrics_agree() const {
-  return std::abs(clean_metric - corrupted_metric) <= 1e-5 * std::max({1.0, std::abs(clean_metric), std::abs(corrupted_metric)});
+  // Probabilities and KL divergences may be tiny and still differ many times over: no floor for them.
+  const double floor = metric.kind == MetricKind::kLogitDiff ? 1.0 : 0.0;
+  return same_runs ||
+         std::abs(clean_metric - corrupted_metric) <= 1e-5 * std::max({floor, std::abs(clean_metric), std::abs(corrupted_metric)});
 }
 
 PatchingResult run_patching(const model::TransformerModel& model, const tokenizer::Tokenizer& tokenizer,
@@ -358,6 +361,8 @@ PatchingResult run_patching(const model::TransformerModel& model, const tokenize
                                       pairing.clean(attributed[kBaseLogits], attributed[kSourceLogits]), tokenizer);
     }
   }
+  const int64_t first_change = first_difference(pair);
+  result.same_runs = first_change == tokens;
   const at::Tensor& base_logits = plain ? plain->base.logits : attributed[kBaseLogits];
   const at::Tensor& source_logits = plain ? plain->source.logits : attributed[kSourceLogits];
   measure_metrics(pairing.clean(base_logits, source_logits), pairing.corrupted(base_logits, source_logits),
@@ -365,7 +370,7 @@ PatchingResult run_patching(const model::TransformerModel& model, const tokenize
 
   const auto cells = static_cast<int64_t>(request.sites.size() * result.layers.size() * result.positions.size());
   ProgressBar progress("patching", request.exact ? cells : 0, "cells");
-  if (request.attribution) attribution_grids(model, attributed[kTerms], request, first_difference(pair), result);
+  if (request.attribution) attribution_grids(model, attributed[kTerms], request, first_change, result);
   if (plain) exact_grids(model, pairing.base_ids(), pairing.base_writes(), plain->source, request, result, progress);
   progress.finish();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

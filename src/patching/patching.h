@@ -72,8 +72,11 @@ struct PatchingResult {
   std::vector<SiteGrids> sites;
   double seconds = 0;  // the grids' computation, the model loaded
 
-  /// Whether the clean and corrupted metrics agree to fp32's rounding (relative 1e-5): `restored` has nothing to divide
-  /// by and is null. Attribution's two runs are rows of one batch, which the CPU need not round alike.
+  bool same_runs = false;  // the two runs' tokens (and noise) are the same
+
+  /// Whether the clean and corrupted metrics agree: the runs are the same, or the metrics are equal to fp32's rounding
+  /// (relative 1e-5; logit differences also within 1e-5 of each other near 0). `restored` has nothing to divide by
+  /// then and is null. Attribution's two runs are rows of one batch, which the CPU need not round alike.
   bool metrics_agree() const;
 };
 

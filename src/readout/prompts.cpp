@@ -91,7 +91,9 @@ std::vector<Prompt> PromptBuilder::build_conversations(const std::vector<std::st
       const std::vector<chat::ContentSpan> contents = chat::locate_contents(chat, inputs[i], rendered[i], mask);
       out[i].mask = chat::token_mask(out[i].token_bytes, contents, mask);
       out[i].content_begin.assign(inputs[i].messages.size(), std::string::npos);
-      for (auto c = contents.rbegin(); c != contents.rend(); ++c) out[i].content_begin.at(c->message) = c->begin;
+      for (auto c = contents.rbegin(); c != contents.rend(); ++c) {
+        out[i].content_begin.at(c->message) = c->as_written ? c->begin : std::string::npos;
+      }
     } catch (const std::exception&) {
       rethrow_with_context(where(i));
     }

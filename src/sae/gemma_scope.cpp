@@ -50,10 +50,13 @@ std::string release_kind(const std::string& dir, const std::string& path) {
 SparseAutoencoder read_gemma_scope(const std::string& dir) {
   const std::string path = dir + "/params.npz";
   SparseAutoencoder sae;
-  // The folders above the one given name the layer and the release ("." in average_l0_20 is read as its full path).
-  const std::string full = absolute_path(dir);
+  // The folders above the one given name the layer and the release: "." in average_l0_20 is read as the path to it,
+  // as written (a tree of symlinked folders keeps its names), else with its links resolved.
+  static const std::regex layer_folder(R"((?:^|/)layer_(\d{1,9})/)");
+  std::string full = dir.front() == '/' ? dir : absolute_path(".") + "/" + dir;
+  if (!std::regex_search(full, layer_folder)) full = absolute_path(dir);
   std::smatch match;
-  if (!std::regex_search(full, match, std::regex(R"((?:^|/)layer_(\d{1,9})/)"))) {
+  if (!std::regex_search(full, match, layer_folder)) {
     fail_input("{}: Gemma Scope's path names the layer (layer_L/width_W/average_l0_N/params.npz); this one does not", path);
   }
   sae.layer = std::stoll(match[1].str());

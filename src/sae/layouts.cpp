@@ -185,6 +185,12 @@ std::string folder_name(const std::string& dir) {
 
 namespace {
 
+// Whether `path` names `file` of a layout ("checkpoints/final.safetensors" as ".../checkpoints/final.safetensors").
+bool names_file(const std::string& path, const std::string& file) {
+  return path == file || (path.size() > file.size() && path.compare(path.size() - file.size(), file.size(), file) == 0 &&
+                          path[path.size() - file.size() - 1] == '/');
+}
+
 // The layout whose files `dir` holds (null: none). A folder holding two layouts' files is read as the one whose file
 // was given (`file`, "" for the folder), else refused: reading either would be a guess.
 const Layout* choose_layout(const std::string& dir, const std::string& file) {
@@ -192,11 +198,12 @@ const Layout* choose_layout(const std::string& dir, const std::string& file) {
   for (const Layout& layout : layouts()) {
     if (recognises(layout, dir)) found.push_back(&layout);
   }
-  if (found.size() > 1 && !file.empty()) {
-    found.erase(std::remove_if(found.begin(), found.end(), [&](const Layout* layout) {
-      return std::find(layout->files.begin(), layout->files.end(), file) == layout->files.end();
-    }), found.end());
+  std::vector<const Layout*> chosen;
+  for (const Layout* layout : found) {
+    auto given = [&](const std::string& f) { return names_file(file, f); };
+    if (!file.empty() && std::any_of(layout->files.begin(), layout->files.end(), given)) chosen.push_back(layout);
   }
+  if (chosen.size() == 1) return chosen.front();
   if (found.size() <= 1) return found.empty() ? nullptr : found.front();
   std::vector<std::string> files;
   for (const Layout* layout : found) files.push_back(fmt::format("{}/{} ({})", dir, layout->files.back(), layout->name));
@@ -214,7 +221,7 @@ SparseAutoencoder load(const std::string& path, const std::string& name) {
   // Llama Scope's weights sit in the SAE's checkpoints/ folder, beside which its hyperparams.json is.
   if (folder_name(dir) == "checkpoints" && has(parent_directory(dir), "hyperparams.json")) dir = parent_directory(dir);
   if (!is_directory(dir)) fail_input("--sae {}: no such folder or file", path);
-  const Layout* layout = choose_layout(dir, is_regular_file(path) ? folder_name(path) : "");
+  const Layout* layout = choose_layout(dir, is_regular_file(path) ? path : "");
   if (layout == nullptr) {
     std::vector<std::string> known;
     for (const Layout& l : layouts()) known.push_back(fmt::format("{} ({}{})", l.name, fmt::join(l.files, " + "), l.where));

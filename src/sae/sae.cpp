@@ -66,8 +66,8 @@ at::Tensor SparseAutoencoder::encode(const at::Tensor& rows) const {
       const int64_t kept = std::min(k, d_sae);
       const at::Tensor kth = std::get<0>(h.topk(kept, -1)).narrow(-1, kept - 1, 1);
       const at::Tensor above = h > kth, tied = h == kth;
-      const at::Tensor keep = above | (tied & (tied.cumsum(-1) <= kept - above.sum(-1, true)));
-      return at::relu(h) * keep.to(at::kFloat);
+      const at::Tensor keep = above | (tied & (tied.cumsum(-1, at::kInt) <= kept - above.sum(-1, true)));
+      return at::where(keep, at::relu(h), at::zeros({}, h.options()));
     }
     case Architecture::kJumpRelu:
       return at::relu(h) * (h > threshold).to(at::kFloat);

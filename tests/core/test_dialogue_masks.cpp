@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "chat/conversation.h"
@@ -116,18 +117,24 @@ TEST_CASE("whitespace the template trims around a message the mask does not read
     INFO(name);
     chat::ChatTemplateInputs inputs;
     inputs.add_generation_prompt = false;
+    // Regression: Gemma's and Llama's templates trim the user's text, and the assistant's mask was refused for it;
+    // the user's text as written also found inside the reply ("1\n" in "Step 1\n") moved the search past the reply.
+    for (const auto& [user, reply] : {std::pair{"  Please review this:\n", "It reads well"}, std::pair{"1\n", "Step 1\nthen 2"}}) {
+      INFO(user);
+      inputs.messages = chat::OrderedJson::array({{{"role", "user"}, {"content", user}}, {{"role", "assistant"}, {"content", reply}}});
+      const std::string rendered = chat.render(inputs);
+      const auto spans = tokenizer.token_spans(tokenizer.encode(rendered, false), rendered);
+      const std::vector<uint8_t> mask =
+          chat::token_mask(spans, chat::locate_contents(chat, inputs, rendered, TokenMask::kAssistant), TokenMask::kAssistant);
+      std::string read;
+      for (size_t t = 0; t < spans.size(); ++t) {
+        if (mask[t]) read += rendered.substr(spans[t].first, spans[t].second - spans[t].first);
+      }
+      CHECK(read == reply);
+    }
     inputs.messages = chat::OrderedJson::parse(R"([{"role": "user", "content": "  Please review this:\n"},
         {"role": "assistant", "content": "It reads well"}])");
     const std::string rendered = chat.render(inputs);
-    const auto spans = tokenizer.token_spans(tokenizer.encode(rendered, false), rendered);
-    // Regression: Gemma's and Llama's templates trim the user's text, and the assistant's mask was refused for it.
-    const std::vector<uint8_t> mask =
-        chat::token_mask(spans, chat::locate_contents(chat, inputs, rendered, TokenMask::kAssistant), TokenMask::kAssistant);
-    std::string read;
-    for (size_t t = 0; t < spans.size(); ++t) {
-      if (mask[t]) read += rendered.substr(spans[t].first, spans[t].second - spans[t].first);
-    }
-    CHECK(read == "It reads well");
     // The user's own mask needs the user's text as written.
     if (rendered.find("  Please review this:\n") == std::string::npos) {
       CHECK_THROWS_WITH(chat::locate_contents(chat, inputs, rendered, TokenMask::kUser),

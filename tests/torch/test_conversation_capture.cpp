@@ -155,6 +155,18 @@ TEST_CASE("conversations: what makes no sense is refused, naming the line or the
   write_text(o.dataset_path, lines);
   CHECK_CONTAINS(capture_error(o), "messages[1] (assistant): its content \"  spaced");
 
+  // A user's text the template trims is no obstacle to the assistant's mask, but a span on it cannot be placed.
+  lines.clear();
+  for (int i = 0; i < 12; ++i) {
+    lines += Json({{"messages", Json::array({{{"role", "user"}, {"content", "Hi there \n"}},
+                                             {{"role", "assistant"}, {"content", fmt::format("Fine {}", i)}}})},
+                   {"spans", Json::array({{{"message", 0}, {"start", 0}, {"end", 2}, {"label", "greeting"}}})},
+                   {"label", kConversationLabels[i % 3]}}).dump() + "\n";
+  }
+  write_text(o.dataset_path, lines);
+  o.position = Position::kAll;
+  CHECK_CONTAINS(capture_error(o), "a span labels messages[0], whose content is not in the rendered conversation as written");
+
   capture::CaptureOptions texts = three_action_capture(tmp, 24, "cpu");
   texts.output_dir = tmp.file("texts");
   texts.mask = TokenMask::kAssistant;

@@ -507,11 +507,15 @@ TEST_CASE("Ctrl-C during patching stops it, leaving the output directory as it w
   std::string prompt;
   while (tokenizer.encode(prompt, true).size() < 400) prompt += "the cat sat on the mat and ";
   const std::string patch = fmt::format("{} --model {} --device cpu --clean '{} x' --corrupted '{} y' --site "
-                                        "resid_post,attn_out,mlp_out --output-dir {} -q",
+                                        "resid_post,attn_out,mlp_out --rows-per-batch 1 --output-dir {} -q",
                                         probekit::testing::tool("patch_activations"), fixture_model("llama"), prompt,
                                         prompt, tmp.file("out"));
-  const probekit::testing::CommandResult r = probekit::testing::run_command(
-      fmt::format("{{ {} & pid=$!; sleep 2; kill -INT $pid; wait $pid; echo \"exit $?\"; }}", patch));
+  // The signal goes once the staging directory is there: the tool's handler is in place by then (a background job of
+  // sh starts with SIGINT ignored).
+  const probekit::testing::CommandResult r = probekit::testing::run_command(fmt::format(
+      "{{ {} & pid=$!; for i in $(seq 600); do ls -d {}.partial-* >/dev/null 2>&1 && break; sleep 0.1; done; sleep 1; "
+      "kill -INT $pid; wait $pid; echo \"exit $?\"; }}",
+      patch, tmp.file("out")));
   CHECK_CONTAINS(r.output, std::string("interrupted: ") + kPatchInterruptNote);
   CHECK_CONTAINS(r.output, "exit 130");
   CHECK(list_directory(tmp.path()).empty());
