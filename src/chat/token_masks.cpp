@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <tuple>
 
+#include "chat/unicode_text.h"
 #include "common/error.h"
 #include "common/json.h"
 
@@ -54,19 +55,11 @@ void for_each_text(OrderedJson& message, Visit&& visit) {
   }
 }
 
-// `text` without the whitespace around it, as Jinja's trim leaves it.
-std::string trimmed(const std::string& text) {
-  const char* space = " \t\n\r\f\v";
-  const size_t first = text.find_first_not_of(space);
-  if (first == std::string::npos) return "";
-  return text.substr(first, text.find_last_not_of(space) - first + 1);
-}
-
 // Places `span` at `text`, a content no mask reads, after `cursor`: searched without the whitespace around it (its first
 // match is never later than the text's as written, which may occur again further on, inside a message that is read),
 // widened to the text as written where that is there; at npos where it is nowhere.
 void place_unread(const std::string& text, const std::string& rendered, size_t cursor, ContentSpan& span) {
-  const std::string core = trimmed(text);
+  const std::string core = python_strip(text, std::nullopt, true, true);  // as the templates' trim leaves it
   const size_t found = core.empty() ? std::string::npos : rendered.find(core, cursor);
   span.begin = span.end = std::string::npos;
   if (found == std::string::npos) return;
