@@ -119,7 +119,8 @@ TEST_CASE("whitespace the template trims around a message the mask does not read
     inputs.add_generation_prompt = false;
     // Regression: Gemma's and Llama's templates trim the user's text, and the assistant's mask was refused for it;
     // the user's text as written also found inside the reply ("1\n" in "Step 1\n") moved the search past the reply.
-    for (const auto& [user, reply] : {std::pair{"  Please review this:\n", "It reads well"}, std::pair{"1\n", "Step 1\nthen 2"}}) {
+    for (const auto& [user_text, reply] : {std::pair{"  Please review this:\n", "It reads well"}, std::pair{"1\n", "Step 1\nthen 2"}}) {
+      const std::string user = user_text;  // named, not bound: clang's C++17 captures no structured binding (INFO)
       INFO(user);
       inputs.messages = chat::OrderedJson::array({{{"role", "user"}, {"content", user}}, {{"role", "assistant"}, {"content", reply}}});
       const std::string rendered = chat.render(inputs);

@@ -373,7 +373,8 @@ TEST_CASE("latents of an SAE on resid_pre steer the stream leaving the layer bef
     return capture::capture_rows(gemma(), texts, options).rows[0];
   };
   // Regression: resid_pre cannot be written, and the run stopped after the model had loaded, exit 1.
-  for (const auto& [layer, hook] : {std::pair{"3", "blocks.3.hook_resid_pre"}, std::pair{"0", "blocks.0.hook_resid_pre"}}) {
+  for (const auto& [layer, hook_name] : {std::pair{"3", "blocks.3.hook_resid_pre"}, std::pair{"0", "blocks.0.hook_resid_pre"}}) {
+    const std::string hook = hook_name;  // named, not bound: clang's C++17 captures no structured binding (CAPTURE)
     CAPTURE(hook);
     const std::string dir = at_hook(std::string("pre") + layer, hook);
     const at::Tensor plain = [&] {
