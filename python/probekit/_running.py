@@ -151,7 +151,18 @@ def layer_selection(layers, name="layers"):
         return layers
     if isinstance(layers, int):
         return str(layers)
-    selected = ",".join(str(int(layer)) for layer in layers)
+
+    def whole(item):
+        try:
+            return str(operator.index(item))
+        except TypeError:  # 0.5 was read as 0
+            raise ValueError(f"{name}: {item!r} is not a whole number") from None
+
+    try:
+        selected = ",".join(whole(layer) for layer in layers)
+    except TypeError:
+        raise ValueError(f"{name} {layers!r}: expected a whole number, a list of them, or text such as \"0-5\" or "
+                         f"\"all\"") from None
     if not selected:
         raise ValueError(f"{name}: an empty list selects nothing (leave {name} out for its default)")
     return selected

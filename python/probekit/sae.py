@@ -35,7 +35,8 @@ class SparseAutoencoder:
     name = property(lambda self: self.record["name"], doc="How tools and sites refer to it.")
     path = property(lambda self: self.record["path"], doc="The folder it was read from.")
     layout = property(lambda self: self.record["layout"], doc="saelens, gemma_scope, gemma_scope_2, sparsify, ...")
-    site = property(lambda self: self.record["site"], doc="The site it reads: resid_post, mlp_out, attn_out, mlp_in.")
+    site = property(lambda self: self.record["site"],
+                    doc="The site it reads: resid_post, mlp_out, attn_out, mlp_in, ln2_normalized.")
     output_site = property(lambda self: self.record.get("output_site", self.record["site"]),
                            doc="The site it reconstructs: its own, or a transcoder's mlp_out.")
     layer = property(lambda self: self.record["layer"], doc="The decoder layer it reads.")

@@ -138,6 +138,7 @@ Engine Engine::load(const EngineOptions& options) {
   spdlog::debug("{:.2f} s: device ready", since_start());
   engine.set_saes(std::move(saes), options.sae_labels);
   engine.load_probes(config, read_ahead.checkpoint()->fingerprint());
+  if (options.texts_only) engine.require_texts();
   engine.index_labels();
   spdlog::debug("{:.2f} s: {} probes of {} layers loaded", since_start(), engine.labels_.size(), engine.layers_.size());
   std::future<void> rehearsal = engine.rehearse_first_pass(load);

@@ -40,6 +40,8 @@ struct EngineOptions : loading::ModelRequest {
   int64_t batch_size = 16;
   bool force = false;  // run probes recorded for another model (a warning instead of an error)
   bool generate = false;  // load every layer, the final norm and the LM head too (Engine::generate)
+  bool texts_only = false;  // the caller gives texts only: probes trained on conversations are refused before the
+                            // model loads (require_texts)
   steering::SteeringSpec steering;  // added to every pass (its probes: probes_dir unless it names its own)
   std::vector<sae::SaeSpec> saes;   // --sae: probes trained on an SAE site read through the one of its name
   std::vector<sae::SaeSpec> sae_labels;  // --sae-labels NAME=FILE: descriptions of an SAE's latents

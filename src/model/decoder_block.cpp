@@ -273,8 +273,8 @@ struct LayerHook {
   const StreamEdit* edit(Site site) const { return writes != nullptr ? writes->find(site, layer) : nullptr; }
   void emit(Site site, const at::Tensor& t) const { (*hook)(site, layer, t); }
   /// The site's values with this layer's writes applied, given to the hook when it asks for them; `branch_input`:
-  /// the input of the branch whose output the site is (mlp_in for mlp_out), which a transcoder's clamp encodes.
-  at::Tensor written(Site site, at::Tensor t, const at::Tensor& branch_input = {}) const {
+  /// the input of the branch whose output the site is (mlp_out's), which a transcoder's clamp encodes.
+  at::Tensor written(Site site, at::Tensor t, const BranchInput& branch_input = {}) const {
     if (const StreamEdit* e = edit(site)) t = e->apply(t, branch_input);
     if (wants(site)) emit(site, t);
     return t;
@@ -430,6 +430,11 @@ at::Tensor apply_norm(const at::Tensor& x, const Norm& norm, const ModelConfig& 
   return (rms_normalized(x, config.norm_eps) * norm.weight).to(output);
 }
 
+at::Tensor normalized_before_weight(const at::Tensor& x, const ModelConfig& config) {
+  if (config.features.norm == NormKind::kLayerNorm) return at::layer_norm(x.to(at::kFloat), {x.size(-1)}, {}, {}, config.norm_eps);
+  return rms_normalized(x, config.norm_eps);
+}
+
 bool cached_attention_is_fused(const ModelConfig& config, at::Device device, at::ScalarType dtype, int64_t tokens) {
 #ifdef PROBEKIT_WITH_CUDA
   if (!device.is_cuda() || config.features.attn_softcap) return false;
@@ -496,18 +501,23 @@ ResidualStream decoder_block(const ResidualStream& stream, const LayerPass& pass
 
   if (c.features.parallel_residual) {
     const at::Tensor mlp_in = norm_to(x, w.mlp_input_norm, c, compute);
+    if (hook.wants(Site::kLn2Normalized)) hook.emit(Site::kLn2Normalized, normalized_before_weight(x, c));
     if (hook.wants(Site::kMlpIn)) hook.emit(Site::kMlpIn, mlp_in);
-    at::Tensor mlp_out = hook.written(Site::kMlpOut, feed_forward(mlp_in, w, c, hook), mlp_in);
+    at::Tensor mlp_out = hook.written(Site::kMlpOut, feed_forward(mlp_in, w, c, hook), {mlp_in, x});
     if (hook.wants(Site::kResidMid)) hook.emit(Site::kResidMid, x + attention_out);
     at::Tensor out = mlp_out.to(at::kFloat) + attention_out.to(at::kFloat) + x;  // transformers' order of the sum
     return {hook.written(Site::kResidPost, out), {}, stream.per_layer_inputs};
   }
-  // Unless something reads the residual between the branches, the fused path leaves it unwritten and the MLP's
-  // add recomputes it from the attention branch: one pass over memory less than writing it and reading it back.
+  // Unless something reads the residual between the branches (a transcoder's clamp into mlp_out may), the fused
+  // path leaves it unwritten and the MLP's add recomputes it from the attention branch: one pass over memory less
+  // than writing it and reading it back.
   const BranchOutput attention{attention_out, attention_norm};
-  auto [middle, mlp_in] = add_branches(x, {attention}, w.mlp_input_norm, c, compute,
-                                       hook.wants(Site::kResidMid) || !c.features.input_norms);
+  const StreamEdit* mlp_edit = hook.edit(Site::kMlpOut);
+  const bool keep_middle = hook.wants(Site::kResidMid) || hook.wants(Site::kLn2Normalized) ||
+                           (mlp_edit != nullptr && !mlp_edit->value_additions.empty()) || !c.features.input_norms;
+  auto [middle, mlp_in] = add_branches(x, {attention}, w.mlp_input_norm, c, compute, keep_middle);
   if (hook.wants(Site::kResidMid)) hook.emit(Site::kResidMid, middle);
+  if (hook.wants(Site::kLn2Normalized)) hook.emit(Site::kLn2Normalized, normalized_before_weight(middle, c));
   if (!c.features.input_norms) mlp_in = middle.to(compute);
   if (hook.wants(Site::kMlpIn)) hook.emit(Site::kMlpIn, mlp_in);
   at::Tensor mlp_out = feed_forward(mlp_in, w, c, hook);
@@ -515,7 +525,7 @@ ResidualStream decoder_block(const ResidualStream& stream, const LayerPass& pass
   if (hook.wants(Site::kMlpOut) || hook.edit(Site::kMlpOut) != nullptr) {
     if (mlp_norm.defined()) mlp_out = norm_to(mlp_out, mlp_norm, c, at::kFloat);
     mlp_norm = Norm{};
-    mlp_out = hook.written(Site::kMlpOut, mlp_out, mlp_in);
+    mlp_out = hook.written(Site::kMlpOut, mlp_out, {mlp_in, middle});
   }
   const BranchOutput mlp{mlp_out, mlp_norm};
   // A write into the layer's output comes before the next layer's input norm, which then normalizes it itself,

@@ -25,7 +25,7 @@ at::Tensor over_tokens(const at::Tensor& vector, const at::Tensor& values) {
 
 }  // namespace
 
-at::Tensor StreamEdit::apply(const at::Tensor& values, const at::Tensor& branch_input) const {
+at::Tensor StreamEdit::apply(const at::Tensor& values, const BranchInput& branch_input) const {
   at::Tensor out = values;
   for (const at::Tensor& unit : ablations) {
     at::Tensor u = over_tokens(unit, out);

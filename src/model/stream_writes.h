@@ -18,24 +18,31 @@
 
 namespace probekit::model {
 
+/// The input of the branch a site is the output of (mlp_out's), which a transcoder's clamp encodes: the MLP's input
+/// (mlp_in) and what its norm reads (resid_mid, or resid_pre where the branches run in parallel), from which
+/// ln2_normalized is made. Undefined for the other sites.
+struct BranchInput {
+  at::Tensor normed;
+  at::Tensor before_norm;
+};
+
 /// What an addition that depends on the values adds: (values, the branch's input) -> the change.
-using ValueAddition = std::function<at::Tensor(const at::Tensor& values, const at::Tensor& branch_input)>;
+using ValueAddition = std::function<at::Tensor(const at::Tensor& values, const BranchInput& branch_input)>;
 
 /// What is written at one site of one layer. Each vector is fp32 on that layer's device, [hidden] for every row of
 /// a pass or [B, hidden] for one per row of a padded batch; an addition may also be [B or 1, T, hidden], one per token.
 struct StreamEdit {
   std::vector<at::Tensor> ablations;  // unit vectors
   // Additions that depend on the values they go into: each gives, for values [B, T, width] and the input of the
-  // branch they are the output of (mlp_out's mlp_in; else undefined), what to add (an SAE latent's clamp,
-  // (v - z_i(x)) W_dec[i], a transcoder's z_i read from the branch's input). Applied after the ablations, each to
-  // the same values.
+  // branch they are the output of (BranchInput), what to add (an SAE latent's clamp, (v - z_i(x)) W_dec[i], a
+  // transcoder's z_i read from the branch's input). Applied after the ablations, each to the same values.
   std::vector<ValueAddition> value_additions;
   at::Tensor addition;                // undefined: none
   at::Tensor patch_values;  // [T, width] or [B, T, width]: what a patched position takes (cast to the values' dtype)
   at::Tensor patched;       // [B, T] bool: the positions patched; undefined: none
 
   /// `values` [B, T, width] with the ablations, the value additions, the addition and then the patch applied.
-  at::Tensor apply(const at::Tensor& values, const at::Tensor& branch_input = {}) const;
+  at::Tensor apply(const at::Tensor& values, const BranchInput& branch_input = {}) const;
 };
 
 /// Every edit of a pass, by site and layer; only writable sites (sites.h) take edits.

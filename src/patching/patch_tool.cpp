@@ -14,7 +14,10 @@ namespace probekit::patching {
 namespace {
 
 // A --site name with patching's own sites in the refusal: capture's parse_site lists sites patching refuses.
-Site parse_patch_site(const std::string& name) {
+Site parse_patch_site(const std::string& written) {
+  // Regression: "--site 'resid_post, mlp_out'" refused " mlp_out".
+  const size_t first = written.find_first_not_of(" \t"), last = written.find_last_not_of(" \t");
+  const std::string name = first == std::string::npos ? "" : written.substr(first, last - first + 1);
   if (std::optional<Site> site = find_site(name)) return *site;  // a site patching cannot take: check_request_flags
   std::vector<std::string> names;
   for (Site site : patch_sites()) names.emplace_back(site_name(site));
@@ -28,7 +31,7 @@ PatchRequest flag_request(const PatchArguments& a) {
     if (a.corrupted.empty()) fail_usage("--corrupted: give the corrupted prompt (or --corruption noise --subject TEXT)");
     if (!a.noise.subject.empty()) fail_usage("--subject goes with --corruption noise");
     const NoiseCorruption defaults;
-    if (a.noise.scale != defaults.scale || a.noise.seed != defaults.seed) {
+    if (a.noise_given || a.noise.scale != defaults.scale || a.noise.seed != defaults.seed) {
       fail_usage("--noise and --seed go with --corruption noise (a corrupted prompt draws no noise)");
     }
   } else if (a.corruption == "noise") {
@@ -66,10 +69,14 @@ void add_patch_flags(CLI::App& app, PatchActivationsOptions& o) {
   app.add_option("--corruption", a.corruption, "prompt (--corrupted) or noise (ROME: noise on --subject's embeddings)")
       ->capture_default_str();
   app.add_option("--subject", a.noise.subject, "With --corruption noise: the clean prompt's text whose tokens are noised");
+  // Regression: --seed 0, the default, given with a corrupted prompt was not refused.
+  const auto given = [&a](const std::string&) { a.noise_given = true; };
   app.add_option("--noise", a.noise.scale, "With --corruption noise: the noise's size in embedding standard deviations")
+      ->each(given)
       ->capture_default_str();
   app.add_option("--seed", a.noise.seed, "With --corruption noise: the noise's seed")
       ->check(at_least(0))
+      ->each(given)
       ->capture_default_str();
   app.add_option("--metric", a.metric, "logit-diff[:ANSWER,FOIL], prob[:TOKEN] or kl (tokens as ids or strings)")
       ->capture_default_str();

@@ -22,6 +22,7 @@ struct PatchArguments {
   std::string clean, corrupted;
   std::string corruption = "prompt";  // prompt (--corrupted) | noise (--subject, --noise, --seed)
   NoiseCorruption noise;
+  bool noise_given = false;  // --noise or --seed was on the command line (a corrupted prompt refuses them)
   std::string metric = "logit-diff";
   std::vector<std::string> sites = {"resid_post"};
   std::string layers = "all", positions = "all";

@@ -369,9 +369,13 @@ PatchingResult run_patching(const model::TransformerModel& model, const tokenize
                   pair.noise_std, result);
 
   const auto cells = static_cast<int64_t>(request.sites.size() * result.layers.size() * result.positions.size());
-  ProgressBar progress("patching", request.exact ? cells : 0, "cells");
+  ProgressBar progress("patching", cells, "cells");
   if (request.attribution) attribution_grids(model, attributed[kTerms], request, first_change, result);
-  if (plain) exact_grids(model, pairing.base_ids(), pairing.base_writes(), plain->source, request, result, progress);
+  if (plain) {
+    exact_grids(model, pairing.base_ids(), pairing.base_writes(), plain->source, request, result, progress);
+  } else {
+    progress.update(cells);  // attribution alone: every cell came from its one backward pass
+  }
   progress.finish();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;

@@ -11,6 +11,7 @@
 #include "activations/activation_store.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "common/progress.h"
 #include "common/units.h"
 #include "device/torch/row_stable.h"
 #include "metrics/intervals.h"
@@ -151,6 +152,7 @@ Json calibrate(const CalibrationOptions& options) {
   }
   std::vector<CalibratedIndex> calibrated;
   Json layers = Json::array();
+  ProgressBar progress("calibrating", static_cast<int64_t>(catalog.layer_dirs.size()), "layers");
   for (const auto& [layer, dir] : catalog.layer_dirs) {
     const std::string& file = files.at(layer);
     calibrated.push_back(calibrated_index(dir, file, options.target_fpr));
@@ -158,7 +160,9 @@ Json calibrate(const CalibrationOptions& options) {
     layers.push_back({{"layer", layer}, {"probes", last.calibrations}, {"warnings", last.warnings}});
     spdlog::info("layer {}: {} probes calibrated at {:g} false positives on {}", layer, layers.back()["probes"].size(),
                  options.target_fpr, file);
+    progress.update(static_cast<int64_t>(layers.size()));
   }
+  progress.finish();
   for (const CalibratedIndex& c : calibrated) write_json_file(c.path, c.index);
   return {{"target_fpr", options.target_fpr}, {"layers", layers}};
 }

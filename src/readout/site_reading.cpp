@@ -43,6 +43,10 @@ void check_site(Site site, Position position, const std::vector<int64_t>& layers
     fail_usage("--site {} stores {}, which cannot be pooled: use --position last or all (not {})", row.name,
                row.meaning, position_name(position));
   }
+  if (site == Site::kLn2Normalized && !config.features.input_norms) {
+    fail_usage("--site {}: the model ({}) has no norm before its MLP (its MLP reads resid_mid: --site mlp_in)",
+               site_name(site), config.text_model_type);
+  }
   const std::vector<int64_t> having = layers_having(site, config);
   if (row.routed() && having.empty()) {
     fail_usage("--site {}: the model ({}) has no routed experts, so no layer has a router", site_name(site),

@@ -113,8 +113,9 @@ void SparseAutoencoder::check(const std::string& where) const {
                fmt::join(tensor->sizes(), ", "));
   }
   if (!is_transcoder()) return;
-  if (site != Site::kMlpIn || output_site != Site::kMlpOut) {
-    fail_input("{}: a transcoder from {} to {} is not read (read: mlp_in to mlp_out, the MLP's input to its output)",
+  if ((site != Site::kMlpIn && site != Site::kLn2Normalized) || output_site != Site::kMlpOut) {
+    fail_input("{}: a transcoder from {} to {} is not read (read: mlp_in or ln2_normalized to mlp_out, the MLP's "
+               "input to its output)",
                where, site_name(site), site_name(output_site));
   }
   if (subtract_decoder_bias) {

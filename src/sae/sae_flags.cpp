@@ -95,6 +95,10 @@ std::vector<SparseAutoencoder> load_saes(const std::vector<SaeSpec>& specs, cons
                    sae.name, what, width, site_name(site), config.hidden_size);
       }
     }
+    if (sae.site == Site::kLn2Normalized && !config.features.input_norms) {
+      fail_input("{}: SAE '{}' reads ln2_normalized (the pre-MLP norm's output before its weight), but the model ({}) "
+                 "has no norm before its MLP", sae.path, sae.name, config.text_model_type);
+    }
     const Site module = sae.is_transcoder() ? sae.output_site : sae.site;
     if (sae.raw_module_output && ((module == Site::kMlpOut && config.features.mlp_output_norm) ||
                                   (module == Site::kAttnOut && config.features.attention_output_norm))) {

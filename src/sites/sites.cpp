@@ -14,6 +14,9 @@ const std::vector<SiteRow>& site_table() {
        "the attention branch's output (after its post-norm, where the family has one)"},
       {Site::kResidMid, "resid_mid", SiteWidth::kHidden, kReadable | kPoolable | kScorable,
        "the residual stream between the attention and the MLP branches"},
+      {Site::kLn2Normalized, "ln2_normalized", SiteWidth::kHidden, kReadable | kPoolable | kScorable,
+       "the pre-MLP norm's output before its weight and bias (TransformerLens' ln2.hook_normalized, what its "
+       "transcoders read)"},
       {Site::kMlpIn, "mlp_in", SiteWidth::kHidden, kReadable | kPoolable | kScorable,
        "the MLP branch's input: the residual between the branches through the pre-MLP norm (what a transcoder reads)"},
       {Site::kMlpOut, "mlp_out", SiteWidth::kHidden, kReadable | kPoolable | kWritable | kScorable,

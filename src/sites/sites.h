@@ -13,7 +13,9 @@ namespace probekit {
 
 /// A named point of a forward pass. kEmbeddings (the first layer's input) and kFinalNorm (the last layer's output
 /// after the final norm) occur once a pass; the others at each decoder layer.
-enum class Site { kEmbeddings, kResidPre, kAttnOut, kResidMid, kMlpIn, kMlpOut, kResidPost, kFinalNorm, kRouter, kExperts };
+enum class Site {
+  kEmbeddings, kResidPre, kAttnOut, kResidMid, kLn2Normalized, kMlpIn, kMlpOut, kResidPost, kFinalNorm, kRouter, kExperts
+};
 
 /// How many values a row of a site holds.
 enum class SiteWidth {

@@ -1,7 +1,8 @@
 // Steering by SAE latent: --steer-latent NAME:INDEX=COEF adds COEF times the latent's decoder row as stored (as
 // Neuronpedia and Goodfire steer), --clamp-latent NAME:INDEX=VALUE encodes the site's values, sets the latent to
 // VALUE and adds the change (VALUE - z_i) W_dec[i], keeping what the SAE does not reconstruct. Both at every position,
-// at the SAE's own layer and the site it reconstructs (a transcoder's mlp_out, its latents read from mlp_in).
+// at the SAE's own layer and the site it reconstructs (a transcoder's mlp_out, its latents read from mlp_in or
+// ln2_normalized).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/units.h"
+#include "model/decoder_block.h"
 #include "sae/sae_flags.h"
 #include "steering/latent_steering.h"
 
@@ -115,8 +117,12 @@ void place_clamps(const SteeringVectors& vectors, const model::TransformerModel&
     const at::Tensor mask = rows.defined() ? rows.to(device).view({-1, 1, 1}) : at::Tensor();
     // A transcoder's latents are read from the branch's input, and the change goes into its output.
     writes.add_by_value(site, layer,
-                        [on_device, clamp, mask](const at::Tensor& values, const at::Tensor& branch_input) {
-                          const at::Tensor& read = on_device->is_transcoder() ? branch_input : values;
+                        [on_device, clamp, mask, config = model.config()](const at::Tensor& values,
+                                                                          const model::BranchInput& branch_input) {
+                          const at::Tensor read = !on_device->is_transcoder() ? values
+                                                  : on_device->site == Site::kLn2Normalized
+                                                      ? model::normalized_before_weight(branch_input.before_norm, config)
+                                                      : branch_input.normed;
                           const at::Tensor change =
                               on_device->clamp_change(read.reshape({-1, read.size(-1)}), clamp.latent, clamp.value)
                                   .view(values.sizes());

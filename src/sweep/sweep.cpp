@@ -254,6 +254,7 @@ Json run_sweep(SweepOptions o) {
   for (const steering::SteeringOp& op : o.engine.steering.ops) inputs.push_back(op.path);  // --steer-vector files
   StagedDirectory out(o.output_dir, o.overwrite, inputs);
   o.engine.generate = true;
+  o.engine.texts_only = true;  // the sweep's prompts are texts
   o.engine.batch_size = o.rows_per_batch;
   const inference::Engine engine = inference::Engine::load(o.engine);
   const std::vector<std::string> labels = sweep_labels(o, engine), prompts = read_prompts(o.prompts_file);

@@ -88,6 +88,13 @@ TEST_CASE("conversation probes: the tool and the server refuse a text to generat
   CommandResult r = run_command(fmt::format("{} --probes-dir {} --model {} --device cpu --generate --max-new-tokens 2 "
                                             "--text Help", tool("multi_probe_inference"), tmp.file("probes"), kGemmaModel));
   check_failure(r, 2, {"these probes were trained on conversations' assistant tokens"});
+  // Regression: steering_sweep, whose prompts are texts, loaded the model before refusing them.
+  write_text(tmp.file("prompts.txt"), "Help\n");
+  r = run_command(fmt::format("{} --probes-dir {} --model {} --layer 2 --labels calm --coefficients 4 --file {} --device cpu "
+                              "--output-dir {} -v", tool("steering_sweep"), tmp.file("probes"), kGemmaModel,
+                              tmp.file("prompts.txt"), tmp.file("sweep")));
+  check_failure(r, 2, {"these probes were trained on conversations' assistant tokens"});
+  CHECK_MESSAGE(r.output.find("model loaded") == std::string::npos, r.output);
   // Regression: a user's trailing newline, which Gemma's template trims, failed every chat: 400 "the chat template
   // rewrites it", though the assistant's mask never reads the user's text.
   r = run_command(fmt::format("{} --probes-dir {} --model {} --device cpu --generate --chat --max-new-tokens 2 --text 'Help "
@@ -115,4 +122,5 @@ TEST_CASE("calibrate_probes prints the per-token threshold monitors compare each
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
   const Json calibration = read_json_file(tmp.file("probes/probes.json"))["probes"][0]["calibration"];
   CHECK_CONTAINS(r.output, fmt::format(", per token {:.6g}, flags ", calibration["per_token"]["threshold"].get<double>()));
+  CHECK_CONTAINS(r.output, "calibrating: 1/1 layers");  // regression: no progress was shown
 }

@@ -346,6 +346,12 @@ TEST_CASE("patch_activations writes patching.json and a heatmap page per site, a
   CHECK(html.find("<script") == std::string::npos);
   CHECK(html.find("src=") == std::string::npos);
   CHECK(html.find("href=") == std::string::npos);
+  // Regression: attribution alone reported "0 cells"; a space after a comma of --site was refused as part of a name.
+  const auto attributed = run_command(base + fmt::format("--corrupted '{}' --site 'resid_post, attn_out' --method "
+                                                         "attribution --layers 0-2 --positions 1,3-4 --output-dir {}",
+                                                         reference["corrupted"].get<std::string>(), tmp.file("attributed")));
+  REQUIRE_MESSAGE(attributed.exit_code == 0, attributed.output);
+  CHECK_CONTAINS(attributed.output, "18/18 cells");
 
   probekit::testing::check_failure(run_command(base + "--corrupted 'The quick brown' --output-dir " + tmp.file("x")), 2,
                                    {"must have the same number of tokens", "they differ from token"});
@@ -467,7 +473,7 @@ TEST_CASE("patch_activations refuses flags no model is needed to judge before it
   probekit::testing::check_failure(run_command(base + "--corrupted 'a c' --method both --layer-window 3"), 2,
                                    {"--layer-window 3 with --method both"});
   // Regression: --noise and --seed with a corrupted prompt were ignored.
-  for (const char* noise : {"--noise 5", "--seed 4"}) {
+  for (const char* noise : {"--noise 5", "--seed 4", "--seed 0", "--noise 3"}) {  // 0 and 3: the defaults, given
     probekit::testing::check_failure(run_command(base + "--corrupted 'a c' " + noise), 2,
                                      {"--noise and --seed go with --corruption noise"});
   }

@@ -170,7 +170,7 @@ TEST_CASE("Llama Scope's layout reads as SAELens reads it: inputs scaled to the 
     return refusal(tmp.file(name));
   };
   CHECK_CONTAINS(refused("tc", [](Json& c) { c["hook_point_in"] = "blocks.3.ln2.hook_normalized"; }),
-                 "a transcoder from mlp_in to resid_post is not read (read: mlp_in to mlp_out");
+                 "a transcoder from ln2_normalized to resid_post is not read (read: mlp_in or ln2_normalized to mlp_out");
   CHECK_CONTAINS(refused("nooutnorm", [](Json& c) {
                    c["hook_point_in"] = "blocks.3.ln2.hook_normalized";
                    c["hook_point_out"] = "blocks.3.hook_mlp_out";
@@ -200,7 +200,7 @@ TEST_CASE("Llama Scope's transcoders (LXTC) reconstruct mlp_out on its own scale
   const std::string dir = tmp.file("Llama3_1-8B-Base-L3TC-8x");
   folder.write(dir);
   const sae::SparseAutoencoder dictionary = sae::load(dir);
-  CHECK(dictionary.site == Site::kMlpIn);
+  CHECK(dictionary.site == Site::kLn2Normalized);  // the norm's output before its weight, not mlp_in
   CHECK(dictionary.output_site == Site::kMlpOut);
   const double s_in = std::sqrt(64.0) / 20, s_out = std::sqrt(64.0) / 5;
   const at::Tensor rows = at::randn({7, 64}) * 20;

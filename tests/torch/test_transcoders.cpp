@@ -72,6 +72,19 @@ std::string write_gemma_scope_2(const TempDir& tmp, const RandomTranscoder& t, c
   return dir;
 }
 
+// SAELens' jumprelu_skip_transcoder layout of `t` from `hook` to blocks.3.hook_mlp_out (W_skip [d_out, d_in]).
+std::string write_saelens_transcoder(const TempDir& tmp, const RandomTranscoder& t, const std::string& hook) {
+  const std::string dir = tmp.file("saelens_tc");
+  make_directories(dir);
+  const Json config = {{"architecture", "jumprelu_skip_transcoder"}, {"d_in", 64}, {"d_sae", 256}, {"d_out", 64},
+                       {"apply_b_dec_to_input", false}, {"normalize_activations", "none"},
+                       {"metadata", {{"hook_name", hook}, {"hook_name_out", "blocks.3.hook_mlp_out"}}}};
+  write_text(dir + "/cfg.json", config.dump());
+  write_fp32_tensors(dir + "/sae_weights.safetensors", {{"W_enc", t.w_enc}, {"b_enc", t.b_enc}, {"W_dec", t.w_dec},
+                                                    {"b_dec", t.b_dec}, {"threshold", t.threshold}, {"W_skip", t.skip}});
+  return dir;
+}
+
 const loading::SharedModel& gemma() { return sae_fixture_model(); }
 
 const std::vector<std::string> kTexts = {"The river bends twice before the town.", "Numbers: 3, 17, 42 and a word."};
@@ -119,6 +132,19 @@ TEST_CASE("mlp_in is what the MLP reads: llama's post-attention norm of resid_mi
   CHECK(at::allclose(site_rows(olmo, Site::kMlpIn, 1), site_rows(olmo, Site::kResidMid, 1)));
 }
 
+TEST_CASE("ln2_normalized is TransformerLens' ln2.hook_normalized: the pre-MLP norm before its weight and bias" *
+          doctest::test_suite("numeric")) {
+  const auto llama = model::TransformerModel::load(fixture_model("llama"), {});
+  const at::Tensor middle = site_rows(llama, Site::kResidMid, 2);
+  CHECK(worst_row_error(site_rows(llama, Site::kLn2Normalized, 2), middle * at::rsqrt(middle.pow(2).mean(-1, true) + 1e-5)) <= 1e-5);
+  const auto neox = model::TransformerModel::load(fixture_model("gpt_neox"), {});
+  const at::Tensor input = site_rows(neox, Site::kResidPre, 1);
+  const at::Tensor centred = input - input.mean(-1, true);
+  CHECK(worst_row_error(site_rows(neox, Site::kLn2Normalized, 1), centred * at::rsqrt(centred.pow(2).mean(-1, true) + 1e-5)) <= 1e-5);
+  const auto olmo = model::TransformerModel::load(fixture_model("olmo2"), {});
+  CHECK_THROWS_WITH(site_rows(olmo, Site::kLn2Normalized, 1), doctest::Contains("has no norm before its MLP"));
+}
+
 TEST_CASE("each layout's transcoder reads mlp_in and reconstructs mlp_out as its source computes it" *
           doctest::test_suite("numeric")) {
   TempDir tmp;
@@ -140,15 +166,7 @@ TEST_CASE("each layout's transcoder reads mlp_in and reconstructs mlp_out as its
                t.decoded(z) + at::matmul(x, t.skip));
   }
   SUBCASE("SAELens' jumprelu_skip_transcoder: W_skip [d_out, d_in], z W_dec + b_dec + x W_skip^T") {
-    const std::string dir = tmp.file("saelens_tc");
-    make_directories(dir);
-    const Json config = {{"architecture", "jumprelu_skip_transcoder"}, {"d_in", 64}, {"d_sae", 256}, {"d_out", 64},
-                         {"apply_b_dec_to_input", false}, {"normalize_activations", "none"},
-                         {"metadata", {{"hook_name", "blocks.3.ln2.hook_normalized"}, {"hook_name_out", "blocks.3.hook_mlp_out"}}}};
-    write_text(dir + "/cfg.json", config.dump());
-    write_fp32_tensors(dir + "/sae_weights.safetensors", {{"W_enc", t.w_enc}, {"b_enc", t.b_enc}, {"W_dec", t.w_dec},
-                                                      {"b_dec", t.b_dec}, {"threshold", t.threshold}, {"W_skip", t.skip}});
-    check_read(sae::load(dir), z, t.decoded(z) + at::matmul(x, t.skip.t()));
+    check_read(sae::load(write_saelens_transcoder(tmp, t, "blocks.3.mlp.hook_in")), z, t.decoded(z) + at::matmul(x, t.skip.t()));
   }
   SUBCASE("sparsify's transcode with skip_connection at layers.3.mlp: TopK, nothing subtracted, x W_skip^T") {
     const std::string dir = tmp.file("sae-gemma/layers.3.mlp");
@@ -250,4 +268,30 @@ TEST_CASE("steering by a transcoder's latent writes into mlp_out; clamping reads
     const at::Tensor clamped = mlp_out_with(fmt::format("clamp tc:{}={}", latent, value));
     CHECK(at::allclose(clamped, plain + (value - z.select(1, latent).unsqueeze(1)) * t.w_dec[latent], 1e-4, 1e-5));
   }
+}
+
+// Regression: a transcoder trained on TransformerLens' blocks.L.ln2.hook_normalized was read at mlp_in, after the
+// norm's weight, which the hook is before.
+TEST_CASE("a transcoder on ln2.hook_normalized encodes the norm's output before its weight, read and clamped" *
+          doctest::test_suite("numeric")) {
+  TempDir tmp;
+  const RandomTranscoder t;
+  const std::string dir = write_saelens_transcoder(tmp, t, "blocks.3.ln2.hook_normalized");
+  CHECK(sae::load(dir).site == Site::kLn2Normalized);
+  const at::Tensor middle = capture::capture_rows(gemma(), kTexts, rows_at("resid_mid", dir)).rows[0];
+  const at::Tensor normalized = capture::capture_rows(gemma(), kTexts, rows_at("ln2_normalized", dir)).rows[0];
+  const double eps = gemma().model->config().norm_eps;
+  CHECK(worst_row_error(normalized, middle * at::rsqrt(middle.pow(2).mean(-1, true) + eps)) <= 1e-5);
+  const at::Tensor z = t.latents(normalized);
+  const at::Tensor mlp_in = capture::capture_rows(gemma(), kTexts, rows_at("mlp_in", dir)).rows[0];
+  REQUIRE_FALSE(at::allclose(z, t.latents(mlp_in), 1e-3, 1e-3));
+  CHECK(worst_row_error(capture::capture_rows(gemma(), kTexts, rows_at("sae:tc", dir)).rows[0], z) <= 1e-4);
+  capture::CaptureOptions options = rows_at("mlp_out", dir);
+  const at::Tensor plain = capture::capture_rows(gemma(), kTexts, options).rows[0];
+  const int64_t latent = std::get<1>(z.sum(0).max(0)).item<int64_t>();
+  options.steering.ops.push_back(steering::parse_latent_op(fmt::format("tc:{}=0", latent), steering::SteeringAction::kClamp));
+  const at::Tensor clamped = capture::capture_rows(gemma(), kTexts, options).rows[0];
+  CHECK(at::allclose(clamped, plain - z.select(1, latent).unsqueeze(1) * t.w_dec[latent], 1e-4, 1e-5));
+  CHECK_THROWS_WITH(sae::load_saes({{"tc", dir}}, model::TransformerModel::load(fixture_model("olmo2"), {}).config()),
+                    doctest::Contains("SAE 'tc' reads ln2_normalized"));
 }

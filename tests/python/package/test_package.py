@@ -432,6 +432,8 @@ def test_the_type_stubs_declare_every_public_name():
     (lambda m: m.capture(["a"], layers=[]), ValueError, "layers: an empty list selects nothing"),
     (lambda m: m.patch("a b", "a c", layers=[]), ValueError, "layers: an empty list selects nothing"),
     (lambda m: m.patch("a b", "a c", positions=[]), ValueError, "positions: an empty list selects nothing"),
+    (lambda m: m.patch("a b", "a c", positions=[0.5]), ValueError, "positions: 0.5 is not a whole number"),
+    (lambda m: m.capture(["a"], layers=2.0), ValueError, "layers 2.0: expected a whole number"),
     (lambda m: list(m.generate("a", seed=-1)), ValueError, "seed -1: must be a whole number"),
     (lambda m: m.patch("a b", subject="a", seed=-1), ValueError, "seed -1: must be a whole number"),
     (lambda m: probekit.example_model("/nonexistent/example", seed=-1), ValueError, "seed -1: must be a whole number"),

@@ -131,10 +131,11 @@ def test_the_tools_sparse_latents_read_by_h5py(model, model_dir, dataset, workdi
             torch.testing.assert_close(torch.from_numpy(group["relative_error"][()]), error, rtol=1e-4, atol=1e-5)
 
 
-def test_a_skip_transcoder_reads_mlp_in_and_decodes_with_its_skip_from_the_rows(workdir, model):
+def test_a_skip_transcoder_reads_ln2_normalized_and_decodes_with_its_skip_from_the_rows(workdir, model):
     weights = write_saelens(workdir / "tc", model.hidden_size, 48, skip_transcoder=True)
     transcoder = probekit.load_sae(str(workdir / "tc"))
-    assert (transcoder.site, transcoder.output_site) == ("mlp_in", "mlp_out")
+    # TransformerLens' ln2.hook_normalized: the pre-MLP norm's output before its weight, not mlp_in.
+    assert (transcoder.site, transcoder.output_site) == ("ln2_normalized", "mlp_out")
     rows = torch.randn(4, model.hidden_size)
     latents = transcoder.encode(rows)
     torch.testing.assert_close(latents, torch.relu(rows @ weights["W_enc"] + weights["b_enc"]), rtol=1e-5, atol=1e-5)
