@@ -34,7 +34,7 @@ class Model:
                  seed: int = ..., monitors: Optional[Iterable[Dict[str, Any]]] = ...) -> Iterator[Json]: ...
     def patch(self, clean: str, corrupted: Optional[str] = ..., metric: str = ..., site: Union[str, Sequence[str]] = ...,
               method: str = ..., layers: Layers = ..., positions: Layers = ..., layer_window: int = ...,
-              direction: str = ..., subject: Optional[str] = ..., noise: float = ..., seed: int = ...,
+              direction: str = ..., subject: Optional[str] = ..., noise: Optional[float] = ..., seed: Optional[int] = ...,
               output_dir: Optional[str] = ..., overwrite: bool = ..., progress: bool = ...) -> Json: ...
 
 class SparseAutoencoder:

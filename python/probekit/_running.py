@@ -124,7 +124,7 @@ def steer_items(steer):
         what, layer, coefficient = item
         if not isinstance(what, str):
             what = [float(x) for x in (what.detach().float().cpu().reshape(-1).tolist() if hasattr(what, "detach") else what)]
-        items.append((what, int(layer), float(coefficient)))
+        items.append((what, whole_number(layer, "steer: the layer"), float(coefficient)))
     return items
 
 
@@ -142,6 +142,14 @@ def text_list(texts, name="texts"):
     return texts
 
 
+def whole_number(value, name):
+    """value as an int; 0.5, which int() read as 0, is refused with a ValueError naming `name`."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name}: {value!r} is not a whole number") from None
+
+
 def layer_selection(layers, name="layers"):
     """layers as the tools take them: None -> the default, 8 -> "8", [8, 17] -> "8,17", "21-30" or "all" as is; an
     empty list, which would read as the default, is refused."""
@@ -153,10 +161,7 @@ def layer_selection(layers, name="layers"):
         return str(layers)
 
     def whole(item):
-        try:
-            return str(operator.index(item))
-        except TypeError:  # 0.5 was read as 0
-            raise ValueError(f"{name}: {item!r} is not a whole number") from None
+        return item if isinstance(item, str) else str(whole_number(item, name))  # "3": read as --layers reads it
 
     try:
         selected = ",".join(whole(layer) for layer in layers)

@@ -105,13 +105,14 @@ class Model:
         return _generation_events(arguments)
 
     def patch(self, clean, corrupted=None, metric="logit-diff", site="resid_post", method="exact", layers="all",
-              positions="all", layer_window=1, direction="denoise", subject=None, noise=3.0, seed=0, output_dir=None,
+              positions="all", layer_window=1, direction="denoise", subject=None, noise=None, seed=None, output_dir=None,
               overwrite=False, progress=True):
         """Activation patching, as patch_activations runs it: the corrupted run with one (layer, position) of a site
         replaced by the clean run's value (direction "noise": the reverse), for every cell of the grid.
 
         clean, corrupted: prompts of the same token count (special tokens, no template); or subject (text inside
-        clean) instead of corrupted for ROME's corruption, noise (noise x the embeddings' std) on its tokens (seed).
+        clean) instead of corrupted for ROME's corruption, noise (noise x the embeddings' std, default 3) on its tokens
+        (seed, default 0).
         metric: "logit-diff[:ANSWER,FOIL]", "prob[:TOKEN]" or "kl". site: "resid_post", "attn_out", "mlp_out" or a
         list of them. method: "exact", "attribution" or "both". layers, positions: [0, 3], "0-5" or "all".
         layer_window: layers patched together, centred on each. output_dir: also write patching.json and
@@ -128,11 +129,14 @@ class Model:
             raise ValueError("give corrupted (the corrupted prompt) or subject (the text of clean to noise), not both")
         if subject is not None and not subject:
             raise ValueError("subject: an empty text names no token to noise")
+        if subject is None and (noise is not None or seed is not None):
+            raise ValueError("noise and seed go with subject (ROME's noise corruption): a corrupted prompt draws no noise")
         if not isinstance(layer_window, int) or layer_window < 1:
             raise ValueError(f"layer_window {layer_window!r}: must be a whole number, 1 or more")
         text = run_interruptibly(
-            _native.patch, self._native, self._patch_graphs, clean, corrupted or "", subject or "", float(noise),
-            seed_value(seed), metric, sites, layer_selection(layers) or "all",
+            _native.patch, self._native, self._patch_graphs, clean, corrupted or "", subject or "",
+            3.0 if noise is None else float(noise), seed_value(0 if seed is None else seed), metric, sites,
+            layer_selection(layers) or "all",
             layer_selection(positions, "positions") or "all", layer_window, direction, method, output_dir or "",
             bool(overwrite), progress_callback(progress))
         result = json.loads(text)

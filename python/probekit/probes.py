@@ -3,7 +3,7 @@
 import json
 
 from . import _native
-from ._running import layer_selection, run_interruptibly, steer_items, text_list
+from ._running import layer_selection, run_interruptibly, steer_items, text_list, whole_number
 from .model import Model
 
 
@@ -26,7 +26,7 @@ class Probes:
         if best_layer and (layer is not None or layers is not None):
             raise ValueError("best_layer scores each label at its best layer: it excludes layer and layers")
         self._info = _native.describe_probes(directory)
-        self._selection = (layer_selection(layers), -1 if layer is None else int(layer), bool(best_layer))
+        self._selection = (layer_selection(layers), -1 if layer is None else whole_number(layer, "layer"), bool(best_layer))
         # Layers the directory has no probes for are refused here, as --layer and --layers refuse them.
         missing = [number for number in _layer_numbers(layers, layer) if number not in self._info["layers"]]
         if missing:
@@ -80,7 +80,7 @@ class Probes:
 def _layer_numbers(layers, layer):
     """The layer numbers layer= or layers= name (a range or "all" as text names none here: the tools read it)."""
     if layer is not None:
-        return [int(layer)]
+        return [whole_number(layer, "layer")]
     if isinstance(layers, int):
         return [layers]
     if layers is None or isinstance(layers, str):

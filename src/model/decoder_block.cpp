@@ -430,9 +430,9 @@ at::Tensor apply_norm(const at::Tensor& x, const Norm& norm, const ModelConfig& 
   return (rms_normalized(x, config.norm_eps) * norm.weight).to(output);
 }
 
-at::Tensor normalized_before_weight(const at::Tensor& x, const ModelConfig& config) {
-  if (config.features.norm == NormKind::kLayerNorm) return at::layer_norm(x.to(at::kFloat), {x.size(-1)}, {}, {}, config.norm_eps);
-  return rms_normalized(x, config.norm_eps);
+at::Tensor normalized_before_weight(const at::Tensor& x, NormKind kind, double eps) {
+  if (kind == NormKind::kLayerNorm) return at::layer_norm(x.to(at::kFloat), {x.size(-1)}, {}, {}, eps);
+  return rms_normalized(x, eps);
 }
 
 bool cached_attention_is_fused(const ModelConfig& config, at::Device device, at::ScalarType dtype, int64_t tokens) {
@@ -501,23 +501,23 @@ ResidualStream decoder_block(const ResidualStream& stream, const LayerPass& pass
 
   if (c.features.parallel_residual) {
     const at::Tensor mlp_in = norm_to(x, w.mlp_input_norm, c, compute);
-    if (hook.wants(Site::kLn2Normalized)) hook.emit(Site::kLn2Normalized, normalized_before_weight(x, c));
+    if (hook.wants(Site::kLn2Normalized)) hook.emit(Site::kLn2Normalized, normalized_before_weight(x, c.features.norm, c.norm_eps));
     if (hook.wants(Site::kMlpIn)) hook.emit(Site::kMlpIn, mlp_in);
     at::Tensor mlp_out = hook.written(Site::kMlpOut, feed_forward(mlp_in, w, c, hook), {mlp_in, x});
     if (hook.wants(Site::kResidMid)) hook.emit(Site::kResidMid, x + attention_out);
     at::Tensor out = mlp_out.to(at::kFloat) + attention_out.to(at::kFloat) + x;  // transformers' order of the sum
     return {hook.written(Site::kResidPost, out), {}, stream.per_layer_inputs};
   }
-  // Unless something reads the residual between the branches (a transcoder's clamp into mlp_out may), the fused
-  // path leaves it unwritten and the MLP's add recomputes it from the attention branch: one pass over memory less
-  // than writing it and reading it back.
+  // Unless something reads the residual between the branches (an ln2_normalized transcoder's clamp into mlp_out
+  // may), the fused path leaves it unwritten and the MLP's add recomputes it from the attention branch: one pass
+  // over memory less than writing it and reading it back.
   const BranchOutput attention{attention_out, attention_norm};
   const StreamEdit* mlp_edit = hook.edit(Site::kMlpOut);
   const bool keep_middle = hook.wants(Site::kResidMid) || hook.wants(Site::kLn2Normalized) ||
-                           (mlp_edit != nullptr && !mlp_edit->value_additions.empty()) || !c.features.input_norms;
+                           (mlp_edit != nullptr && mlp_edit->reads_before_norm) || !c.features.input_norms;
   auto [middle, mlp_in] = add_branches(x, {attention}, w.mlp_input_norm, c, compute, keep_middle);
   if (hook.wants(Site::kResidMid)) hook.emit(Site::kResidMid, middle);
-  if (hook.wants(Site::kLn2Normalized)) hook.emit(Site::kLn2Normalized, normalized_before_weight(middle, c));
+  if (hook.wants(Site::kLn2Normalized)) hook.emit(Site::kLn2Normalized, normalized_before_weight(middle, c.features.norm, c.norm_eps));
   if (!c.features.input_norms) mlp_in = middle.to(compute);
   if (hook.wants(Site::kMlpIn)) hook.emit(Site::kMlpIn, mlp_in);
   at::Tensor mlp_out = feed_forward(mlp_in, w, c, hook);

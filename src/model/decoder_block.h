@@ -129,8 +129,8 @@ std::pair<at::Tensor, at::Tensor> cached_keys_and_values(KvCache& cache, int64_t
 /// `output` dtype.
 at::Tensor apply_norm(const at::Tensor& x, const Norm& norm, const ModelConfig& config, at::ScalarType output);
 
-/// The norm of the family's kind without its weight and bias (TransformerLens' hook_normalized), in fp32.
-at::Tensor normalized_before_weight(const at::Tensor& x, const ModelConfig& config);
+/// A norm of `kind` without its weight and bias (TransformerLens' hook_normalized), in fp32.
+at::Tensor normalized_before_weight(const at::Tensor& x, NormKind kind, double eps);
 
 /// Gemma 4's per-layer inputs [B, T, layers, per_layer_input_size] in fp32 for `input_ids` [B, T] and their
 /// (scaled) embeddings [B, T, hidden]; undefined for a model without them.

@@ -64,8 +64,10 @@ void StreamWrites::add(Site site, int64_t layer, const at::Tensor& vector) {
 
 void StreamWrites::ablate(Site site, int64_t layer, const at::Tensor& unit) { edit(site, layer).ablations.push_back(unit); }
 
-void StreamWrites::add_by_value(Site site, int64_t layer, ValueAddition change) {
-  edit(site, layer).value_additions.push_back(std::move(change));
+void StreamWrites::add_by_value(Site site, int64_t layer, ValueAddition change, bool reads_before_norm) {
+  StreamEdit& e = edit(site, layer);
+  e.value_additions.push_back(std::move(change));
+  e.reads_before_norm = e.reads_before_norm || reads_before_norm;
 }
 
 void StreamWrites::patch(Site site, int64_t layer, const at::Tensor& values, const at::Tensor& patched) {

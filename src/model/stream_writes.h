@@ -37,6 +37,7 @@ struct StreamEdit {
   // branch they are the output of (BranchInput), what to add (an SAE latent's clamp, (v - z_i(x)) W_dec[i], a
   // transcoder's z_i read from the branch's input). Applied after the ablations, each to the same values.
   std::vector<ValueAddition> value_additions;
+  bool reads_before_norm = false;  // a value addition reads BranchInput::before_norm, which the decoder then keeps
   at::Tensor addition;                // undefined: none
   at::Tensor patch_values;  // [T, width] or [B, T, width]: what a patched position takes (cast to the values' dtype)
   at::Tensor patched;       // [B, T] bool: the positions patched; undefined: none
@@ -53,8 +54,9 @@ class StreamWrites {
   void add(Site site, int64_t layer, const at::Tensor& vector);
   /// Adds a direction to project out ([hidden] or [B, hidden], unit length, fp32, on the layer's device).
   void ablate(Site site, int64_t layer, const at::Tensor& unit);
-  /// Adds what `change` gives for the site's values (after the ablations; see StreamEdit::value_additions).
-  void add_by_value(Site site, int64_t layer, ValueAddition change);
+  /// Adds what `change` gives for the site's values (after the ablations; see StreamEdit::value_additions);
+  /// `reads_before_norm`: it reads the branch's input before its norm (BranchInput::before_norm).
+  void add_by_value(Site site, int64_t layer, ValueAddition change, bool reads_before_norm = false);
   /// Puts `values` ([T, width] or [B, T, width], on the layer's device) in place of the site's values where
   /// `patched` ([B, T] bool) holds; one patch per site and layer.
   void patch(Site site, int64_t layer, const at::Tensor& values, const at::Tensor& patched);

@@ -69,9 +69,11 @@ SparseAutoencoder read_gemma_scope(const std::string& dir) {
   auto encoder = arrays.find("W_enc");
   if (encoder == arrays.end()) fail_input("{}: no array 'W_enc'", path);
   widths_from(sae, encoder->second.shape, path);
-  // A transcoder release (-transcoders) reads the MLP's input (after its pre-norm) and reconstructs its output.
+  // A transcoder release (-transcoders) reads the pre-MLP RMSNorm's output before its gain (folded into the MLP for
+  // training, as the release's README says; SAELens names its hook ln2.hook_normalized) and reconstructs the MLP's
+  // output.
   if (release == "transcoders") {
-    sae.site = Site::kMlpIn;
+    sae.site = Site::kLn2Normalized;
     sae.output_site = Site::kMlpOut;
     sae.d_out = sae.d_in;
   }

@@ -31,8 +31,8 @@ enum class InputScaling {
   kConstant,             // every row times input_scale (a dataset's average norm folded in)
 };
 
-/// A transcoder reads one site and reconstructs another: the MLP's input (mlp_in) and its output (mlp_out) of one
-/// layer. An SAE reconstructs the site it reads (output_site == site, d_out == d_in).
+/// A transcoder reads one site and reconstructs another: the MLP's input (mlp_in, or ln2_normalized: its norm's output
+/// before the weight) and its output (mlp_out) of one layer. An SAE reconstructs the site it reads (output_site == site, d_out == d_in).
 struct SparseAutoencoder {
   std::string name;    // how tools refer to it (--sae NAME=PATH)
   std::string path;    // the folder or file it was read from

@@ -18,7 +18,8 @@ const std::vector<SiteRow>& site_table() {
        "the pre-MLP norm's output before its weight and bias (TransformerLens' ln2.hook_normalized, what its "
        "transcoders read)"},
       {Site::kMlpIn, "mlp_in", SiteWidth::kHidden, kReadable | kPoolable | kScorable,
-       "the MLP branch's input: the residual between the branches through the pre-MLP norm (what a transcoder reads)"},
+       "the MLP branch's input: the residual between the branches through the pre-MLP norm (what Gemma Scope 2's and "
+       "sparsify's transcoders read)"},
       {Site::kMlpOut, "mlp_out", SiteWidth::kHidden, kReadable | kPoolable | kWritable | kScorable,
        "the MLP (or routed experts) branch's output (after its post-norm, where the family has one)"},
       {Site::kResidPost, "resid_post", SiteWidth::kHidden, kReadable | kPoolable | kWritable | kScorable,

@@ -115,19 +115,20 @@ void place_clamps(const SteeringVectors& vectors, const model::TransformerModel&
     auto on_device = std::make_shared<const sae::SparseAutoencoder>(clamp.sae->to(device));
     // Only the rows that clamp (a batch whose rows steer differently): a [B, 1, 1] mask; undefined for every row.
     const at::Tensor mask = rows.defined() ? rows.to(device).view({-1, 1, 1}) : at::Tensor();
-    // A transcoder's latents are read from the branch's input, and the change goes into its output.
-    writes.add_by_value(site, layer,
-                        [on_device, clamp, mask, config = model.config()](const at::Tensor& values,
-                                                                          const model::BranchInput& branch_input) {
-                          const at::Tensor read = !on_device->is_transcoder() ? values
-                                                  : on_device->site == Site::kLn2Normalized
-                                                      ? model::normalized_before_weight(branch_input.before_norm, config)
-                                                      : branch_input.normed;
-                          const at::Tensor change =
-                              on_device->clamp_change(read.reshape({-1, read.size(-1)}), clamp.latent, clamp.value)
-                                  .view(values.sizes());
-                          return mask.defined() ? change * mask : change;
-                        });
+    // A transcoder's latents are read from the branch's input (ln2_normalized: made from what its norm reads), and
+    // the change goes into its output.
+    const bool before_norm = on_device->is_transcoder() && on_device->site == Site::kLn2Normalized;
+    const model::ModelConfig& config = model.config();
+    auto change = [on_device, clamp, mask, before_norm, norm = config.features.norm, eps = config.norm_eps](
+                      const at::Tensor& values, const model::BranchInput& branch_input) {
+      const at::Tensor read = !on_device->is_transcoder() ? values
+                              : before_norm ? model::normalized_before_weight(branch_input.before_norm, norm, eps)
+                                            : branch_input.normed;
+      const at::Tensor change =
+          on_device->clamp_change(read.reshape({-1, read.size(-1)}), clamp.latent, clamp.value).view(values.sizes());
+      return mask.defined() ? change * mask : change;
+    };
+    writes.add_by_value(site, layer, std::move(change), before_norm);
   }
 }
 

@@ -89,7 +89,8 @@ TEST_CASE("a model split over cuda:0 and cuda:1 generates bitwise the ids, logit
                                                          {"phi3_longrope", Site::kResidPost},
                                                          {"gpt2", Site::kResidMid},
                                                          {"mixtral", Site::kRouter}};
-  for (const auto& [name, site] : cases) {
+  for (const auto& [model_name, site] : cases) {
+    const auto name = model_name;  // named, not bound: clang's C++17 captures no structured binding (CHECK_MESSAGE)
     model::LoadOptions load;
     load.lm_head = true;
     load.device = at::Device(at::kCUDA, 0);

@@ -472,7 +472,8 @@ TEST_CASE("conversations: a row's tools reach the chat template with its message
   // (and a call's arguments') were printed sorted, a prompt transformers never renders.
   const std::string rendered = R"([tools 1: {"type": "function", "function": {"name": "get_weather", "parameters": {}}}])"
                                R"(<user>Weather in Oslo?</user><assistant>Sunny{"unit": "C", "city": "Oslo"}</assistant>)";
-  for (const auto& [line, text] : read_texts(activations::read_activation_file(tmp.file("tools/layer_2_activations.h5")), tok)) {
+  for (const auto& [line_number, text] : read_texts(activations::read_activation_file(tmp.file("tools/layer_2_activations.h5")), tok)) {
+    const auto line = line_number;  // named, not bound: clang's C++17 captures no structured binding (CAPTURE)
     CAPTURE(line);
     CHECK(text.rfind(rendered, 0) == 0);
   }

@@ -428,7 +428,7 @@ TEST_CASE("Gemma Scope's site comes from the release's folder, and a path withou
   CHECK(sae::load(copied("gemma-scope-9b-pt-res-canonical/layer_3/width_256/average_l0_20")).site == Site::kResidPost);
   CHECK(sae::load(copied("models--google--gemma-scope-2b-pt-mlp/snapshots/0a1b/layer_3/width_256/average_l0_20")).site ==
         Site::kMlpOut);
-  CHECK(sae::load(copied("gemma-scope-2b-pt-transcoders/layer_3/width_256/average_l0_20")).site == Site::kMlpIn);
+  CHECK(sae::load(copied("gemma-scope-2b-pt-transcoders/layer_3/width_256/average_l0_20")).site == Site::kLn2Normalized);
   // Regression: a folder without the release's name was read as resid_post, whatever the SAE's site.
   CHECK_CONTAINS(refusal(copied("gs/layer_3/width_256/average_l0_20")),
                  "Gemma Scope's files name no site: it comes from the release's folder");

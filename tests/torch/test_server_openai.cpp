@@ -346,7 +346,7 @@ TEST_CASE("probe_server: streams arriving at an idle worker within --join-window
     });
   }
   for (std::thread& client : clients) client.join();
-  for (const auto& [status, body] : answers) CHECK_MESSAGE(status == 200, body);
+  for (const auto& answer : answers) CHECK_MESSAGE(answer.first == 200, answer.second);
   const server::SchedulerStats after = s.server().scheduler().stats();
   CHECK(after.streams_joined - before.streams_joined == 3);
   CHECK(after.joins - before.joins == 1);

@@ -134,9 +134,15 @@ TEST_CASE("mlp_in is what the MLP reads: llama's post-attention norm of resid_mi
 
 TEST_CASE("ln2_normalized is TransformerLens' ln2.hook_normalized: the pre-MLP norm before its weight and bias" *
           doctest::test_suite("numeric")) {
-  const auto llama = model::TransformerModel::load(fixture_model("llama"), {});
+  // The model's own eps: the llama fixture's 1e-5 changed to 0.5, which the rows then show.
+  TempDir tmp;
+  copy_dir(fixture_model("llama"), tmp.file("llama"));
+  Json config = read_json_file(tmp.file("llama/config.json"));
+  config["rms_norm_eps"] = 0.5;
+  write_text(tmp.file("llama/config.json"), config.dump());
+  const auto llama = model::TransformerModel::load(tmp.file("llama"), {});
   const at::Tensor middle = site_rows(llama, Site::kResidMid, 2);
-  CHECK(worst_row_error(site_rows(llama, Site::kLn2Normalized, 2), middle * at::rsqrt(middle.pow(2).mean(-1, true) + 1e-5)) <= 1e-5);
+  CHECK(worst_row_error(site_rows(llama, Site::kLn2Normalized, 2), middle * at::rsqrt(middle.pow(2).mean(-1, true) + 0.5)) <= 1e-5);
   const auto neox = model::TransformerModel::load(fixture_model("gpt_neox"), {});
   const at::Tensor input = site_rows(neox, Site::kResidPre, 1);
   const at::Tensor centred = input - input.mean(-1, true);
@@ -152,8 +158,9 @@ TEST_CASE("each layout's transcoder reads mlp_in and reconstructs mlp_out as its
   const at::Tensor x = at::randn({9, 64}) * 2;
   const at::Tensor z = t.latents(x);
   REQUIRE(z.gt(0).any().item<bool>());
-  auto check_read = [&](const sae::SparseAutoencoder& read, const at::Tensor& latents, const at::Tensor& reconstruction) {
-    CHECK(read.site == Site::kMlpIn);
+  auto check_read = [&](const sae::SparseAutoencoder& read, const at::Tensor& latents, const at::Tensor& reconstruction,
+                        Site site = Site::kMlpIn) {
+    CHECK(read.site == site);
     CHECK(read.output_site == Site::kMlpOut);
     CHECK(read.layer == 3);
     CHECK(read.d_out == 64);
@@ -211,12 +218,13 @@ TEST_CASE("each layout's transcoder reads mlp_in and reconstructs mlp_out as its
     CHECK_THROWS_WITH(sae::load_saes({{"hf", module}}, gemma().model->config()),
                       doctest::Contains("SAE 'hf' reads the MLP module's output before its post-norm"));
   }
-  SUBCASE("Gemma Scope's -transcoders release: the .npz read as the same JumpReLU, from mlp_in to mlp_out") {
+  SUBCASE("Gemma Scope's -transcoders release: the .npz read as the same JumpReLU, from ln2_normalized to mlp_out") {
     const std::string dir = tmp.file("gemma-scope-2b-pt-transcoders/layer_3/width_256/average_l0_20");
     copy_dir(kSaes + "/gemma_scope/gemma-scope-2b-pt-res/layer_3/width_256/average_l0_20", dir);
     const sae::SparseAutoencoder residual = sae::load(kSaes + "/gemma_scope/gemma-scope-2b-pt-res/layer_3/width_256/average_l0_20");
     const at::Tensor latents = residual.encode(x);
-    check_read(sae::load(dir), latents, residual.decode(latents, x));
+    // Trained after the pre-MLP RMSNorm with its gain folded into the MLP (regression: read at mlp_in, after the gain).
+    check_read(sae::load(dir), latents, residual.decode(latents, x), Site::kLn2Normalized);
   }
 }
 
@@ -282,16 +290,26 @@ TEST_CASE("a transcoder on ln2.hook_normalized encodes the norm's output before 
   const at::Tensor normalized = capture::capture_rows(gemma(), kTexts, rows_at("ln2_normalized", dir)).rows[0];
   const double eps = gemma().model->config().norm_eps;
   CHECK(worst_row_error(normalized, middle * at::rsqrt(middle.pow(2).mean(-1, true) + eps)) <= 1e-5);
-  const at::Tensor z = t.latents(normalized);
   const at::Tensor mlp_in = capture::capture_rows(gemma(), kTexts, rows_at("mlp_in", dir)).rows[0];
-  REQUIRE_FALSE(at::allclose(z, t.latents(mlp_in), 1e-3, 1e-3));
-  CHECK(worst_row_error(capture::capture_rows(gemma(), kTexts, rows_at("sae:tc", dir)).rows[0], z) <= 1e-4);
-  capture::CaptureOptions options = rows_at("mlp_out", dir);
-  const at::Tensor plain = capture::capture_rows(gemma(), kTexts, options).rows[0];
-  const int64_t latent = std::get<1>(z.sum(0).max(0)).item<int64_t>();
-  options.steering.ops.push_back(steering::parse_latent_op(fmt::format("tc:{}=0", latent), steering::SteeringAction::kClamp));
-  const at::Tensor clamped = capture::capture_rows(gemma(), kTexts, options).rows[0];
-  CHECK(at::allclose(clamped, plain - z.select(1, latent).unsqueeze(1) * t.w_dec[latent], 1e-4, 1e-5));
+  REQUIRE_FALSE(at::allclose(t.latents(normalized), t.latents(mlp_in), 1e-3, 1e-3));
+  // Latents and a clamp into mlp_out on Gemma 3 (the norm reads resid_mid) and GPT-NeoX (its branches run in parallel:
+  // the norm reads resid_pre).
+  loading::ModelRequest neox_request;
+  neox_request.model_dir = fixture_model("gpt_neox");
+  neox_request.device = "cpu";
+  neox_request.dtype = "fp32";
+  const loading::SharedModel neox = loading::load_shared_model(neox_request);
+  for (const loading::SharedModel* model : {&gemma(), &neox}) {
+    CAPTURE(model->model->config().text_model_type);
+    const at::Tensor z = t.latents(capture::capture_rows(*model, kTexts, rows_at("ln2_normalized", dir)).rows[0]);
+    CHECK(worst_row_error(capture::capture_rows(*model, kTexts, rows_at("sae:tc", dir)).rows[0], z) <= 1e-4);
+    capture::CaptureOptions options = rows_at("mlp_out", dir);
+    const at::Tensor plain = capture::capture_rows(*model, kTexts, options).rows[0];
+    const int64_t latent = std::get<1>(z.sum(0).max(0)).item<int64_t>();
+    options.steering.ops.push_back(steering::parse_latent_op(fmt::format("tc:{}=0", latent), steering::SteeringAction::kClamp));
+    const at::Tensor clamped = capture::capture_rows(*model, kTexts, options).rows[0];
+    CHECK(at::allclose(clamped, plain - z.select(1, latent).unsqueeze(1) * t.w_dec[latent], 1e-4, 1e-5));
+  }
   CHECK_THROWS_WITH(sae::load_saes({{"tc", dir}}, model::TransformerModel::load(fixture_model("olmo2"), {}).config()),
                     doctest::Contains("SAE 'tc' reads ln2_normalized"));
 }

@@ -291,6 +291,8 @@ def test_layers_and_texts_refused_as_the_tools_refuse_them(model, probes_dir, tm
             probekit.load_probes(probes_dir, best_layer=True, **selection)
     with pytest.raises(ValueError, match="layers: an empty list selects nothing"):
         probekit.load_probes(probes_dir, layers=[])
+    with pytest.raises(ValueError, match="layer: 1.5 is not a whole number"):  # regression: read as layer 1
+        probekit.load_probes(probes_dir, layer=1.5)
     probes = probekit.load_probes(probes_dir, layers=LAYERS)
     for call in (lambda: probes.rank(model, ["a text", "  "]), lambda: probes.per_token(model, ""),
                  lambda: model.capture(["", "a text"], layers=LAYERS[0])):
@@ -434,6 +436,8 @@ def test_the_type_stubs_declare_every_public_name():
     (lambda m: m.patch("a b", "a c", positions=[]), ValueError, "positions: an empty list selects nothing"),
     (lambda m: m.patch("a b", "a c", positions=[0.5]), ValueError, "positions: 0.5 is not a whole number"),
     (lambda m: m.capture(["a"], layers=2.0), ValueError, "layers 2.0: expected a whole number"),
+    (lambda m: m.capture(["a"], steer=[([1.0] * m.hidden_size, 1.5, 1.0)]), ValueError, "steer: the layer: 1.5 is not"),
+    (lambda m: m.patch("a b", "a c", seed=0), ValueError, "noise and seed go with subject"),
     (lambda m: list(m.generate("a", seed=-1)), ValueError, "seed -1: must be a whole number"),
     (lambda m: m.patch("a b", subject="a", seed=-1), ValueError, "seed -1: must be a whole number"),
     (lambda m: probekit.example_model("/nonexistent/example", seed=-1), ValueError, "seed -1: must be a whole number"),
