@@ -522,7 +522,7 @@ ResidualStream decoder_block(const ResidualStream& stream, const LayerPass& pass
   if (hook.wants(Site::kMlpIn)) hook.emit(Site::kMlpIn, mlp_in);
   at::Tensor mlp_out = feed_forward(mlp_in, w, c, hook);
   Norm mlp_norm = w.mlp_output_norm;
-  if (hook.wants(Site::kMlpOut) || hook.edit(Site::kMlpOut) != nullptr) {
+  if (hook.wants(Site::kMlpOut) || mlp_edit != nullptr) {
     if (mlp_norm.defined()) mlp_out = norm_to(mlp_out, mlp_norm, c, at::kFloat);
     mlp_norm = Norm{};
     mlp_out = hook.written(Site::kMlpOut, mlp_out, {mlp_in, middle});
