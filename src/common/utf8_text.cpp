@@ -78,4 +78,11 @@ std::string_view without_byte_order_mark(std::string_view text) {
   return text.substr(0, 3) == "\xEF\xBB\xBF" ? text.substr(3) : text;
 }
 
+std::string_view trimmed(std::string_view text) {
+  constexpr std::string_view kBlank = " \t\r\n";
+  const size_t begin = text.find_first_not_of(kBlank);
+  if (begin == std::string_view::npos) return {};
+  return text.substr(begin, text.find_last_not_of(kBlank) - begin + 1);
+}
+
 }  // namespace probekit

@@ -1,4 +1,4 @@
-// Whether bytes are UTF-8, and their repair: for text from files and users (labels, tokenizer input, templates) that
+// Whether bytes are UTF-8, their repair, and the trimming of typed text: for text from files and users (labels, tokenizer input, templates) that
 // goes on to JSON, which holds only UTF-8.
 #pragma once
 
@@ -16,5 +16,8 @@ std::string to_valid_utf8(std::string_view bytes);
 
 /// `text` without the UTF-8 byte-order mark some editors put at a file's start (it is no part of the text).
 std::string_view without_byte_order_mark(std::string_view text);
+
+/// `text` without the spaces, tabs, carriage returns and line feeds at either end (what people type around a value).
+std::string_view trimmed(std::string_view text);
 
 }  // namespace probekit

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "common/json.h"
+#include "common/utf8_text.h"
 #include "hub/hub_name.h"
 
 namespace probekit::hub {
@@ -13,13 +14,6 @@ namespace probekit::hub {
 namespace {
 
 constexpr size_t kMaxEtagLength = 128;
-
-std::string trim(std::string_view text) {
-  size_t begin = text.find_first_not_of(" \t\r\n");
-  if (begin == std::string_view::npos) return "";
-  size_t end = text.find_last_not_of(" \t\r\n");
-  return std::string(text.substr(begin, end - begin + 1));
-}
 
 std::string lower(std::string_view text) {
   std::string out(text);
@@ -81,7 +75,7 @@ Headers parse_header_lines(std::string_view block) {
     }
     size_t colon = line.find(':');
     if (colon == std::string_view::npos || colon == 0) continue;
-    headers[lower(trim(line.substr(0, colon)))] = trim(line.substr(colon + 1));
+    headers[lower(trimmed(line.substr(0, colon)))] = std::string(trimmed(line.substr(colon + 1)));
   }
   return headers;
 }
@@ -92,7 +86,7 @@ std::string header(const Headers& headers, const std::string& lower_case_name) {
 }
 
 std::string normalize_etag(std::string_view raw) {
-  std::string etag = trim(raw);
+  std::string etag(trimmed(raw));
   if (etag.rfind("W/", 0) == 0) etag.erase(0, 2);
   if (etag.size() >= 2 && etag.front() == '"' && etag.back() == '"') etag = etag.substr(1, etag.size() - 2);
   return etag;
@@ -140,12 +134,12 @@ int64_t content_length(const Headers& headers, const std::string& where) {
 }
 
 double retry_after_seconds(const Headers& headers) {
-  return static_cast<double>(parse_count(trim(header(headers, "retry-after"))));
+  return static_cast<double>(parse_count(trimmed(header(headers, "retry-after"))));
 }
 
 ContentRange parse_content_range(std::string_view value, const std::string& where) {
   auto malformed = [&] { fail("{}: malformed Content-Range '{}'", where, std::string(value)); };
-  std::string text = trim(value);
+  const std::string text(trimmed(value));
   if (text.rfind("bytes ", 0) != 0) malformed();
   std::string_view rest = std::string_view(text).substr(6);
   size_t dash = rest.find('-'), slash = rest.find('/');

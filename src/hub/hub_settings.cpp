@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/utf8_text.h"
 
 namespace probekit::hub {
 
@@ -22,13 +23,6 @@ std::string environment(const char* name) {
 std::string expand_user(const std::string& path) {
   if (path.empty() || path[0] != '~' || (path.size() > 1 && path[1] != '/')) return path;
   return environment("HOME") + path.substr(1);
-}
-
-std::string strip(const std::string& text) {
-  size_t begin = text.find_first_not_of(" \t\r\n");
-  if (begin == std::string::npos) return "";
-  size_t end = text.find_last_not_of(" \t\r\n");
-  return text.substr(begin, end - begin + 1);
 }
 
 std::string hf_home() {
@@ -77,14 +71,14 @@ HubSettings settings_from_environment() {
   std::string token_path = environment("HF_TOKEN_PATH");
   settings.token_file = token_path.empty() ? hf_home() + "/token" : expand_user(token_path);
   for (const char* name : {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"}) {
-    settings.token = strip(environment(name));
+    settings.token = std::string(trimmed(environment(name)));
     if (!settings.token.empty()) {
       settings.token_source = name;
       break;
     }
   }
   if (settings.token.empty() && is_regular_file(settings.token_file)) {
-    settings.token = strip(read_file(settings.token_file, kMaxTokenFileBytes));
+    settings.token = std::string(trimmed(read_file(settings.token_file, kMaxTokenFileBytes)));
     if (!settings.token.empty()) settings.token_source = settings.token_file;
   }
   // huggingface_hub reads TRANSFORMERS_OFFLINE only when HF_HUB_OFFLINE is unset or empty.

@@ -17,6 +17,7 @@
 #include "common/json.h"
 #include "hub/resolve.h"
 #include "model/placement.h"
+#include "model/site_layers.h"
 #include "readout/first_pass.h"
 
 namespace probekit::inference {
@@ -55,11 +56,15 @@ void check_fits(const probes::ProbeSet& set, const std::string& dir, int64_t lay
   }
   const SiteRow& row = site_row(site);
   if (!row.scorable()) fail_input("{}: probes of site '{}' ({}) cannot score text", dir, row.name, row.meaning);
-  const std::vector<int64_t> having = readout::layers_having(site, config);
+  const std::vector<int64_t> having = model::layers_having(site, config);
+  if (having.empty()) {
+    fail_input("{}: the probes read the {} of layer {}, but the model in {} {}", dir, row.name, layer,
+               options.model_dir, model::why_no_layer_has(site, config));
+  }
   if (std::find(having.begin(), having.end(), layer) == having.end()) {
     fail_input("{}: the probes read the {} of layer {}, but that layer of the model in {} has none (layers {}: {})", dir,
                row.name, layer, options.model_dir, row.routed() ? "with a router" : "that have it",
-               having.empty() ? "none" : fmt::format("{}", fmt::join(having, ",")));
+               fmt::join(having, ","));
   }
   if (set.recipe().sae) return;  // an SAE site's width is the SAE's (Engine::bind_sae)
   if (set.shape().input_dim != readout::site_width(site, config)) {

@@ -167,11 +167,6 @@ void show_texts(const Engine& engine, const InferenceRequest& r) {
   if (r.display.json) fmt::print("{}\n", dump_json(texts.size() == 1 && r.file.empty() ? all[0] : all, 2));
 }
 
-std::string trimmed(const std::string& line) {
-  auto begin = line.find_first_not_of(" \t\r"), end = line.find_last_not_of(" \t\r");
-  return begin == std::string::npos ? "" : line.substr(begin, end - begin + 1);
-}
-
 // Texts read line by line until "quit" (or the end of the input). The prompts are for a person at a terminal:
 // they are not written when stdin is a pipe, nor ever into --json output.
 void interactive_session(const Engine& engine, const InferenceRequest& r, std::istream& input, bool prompt) {
@@ -182,7 +177,7 @@ void interactive_session(const Engine& engine, const InferenceRequest& r, std::i
     if (prompt) fmt::print("Text: ");
     std::fflush(stdout);
     if (!std::getline(input, line)) break;
-    std::string text = trimmed(line), lower = text;
+    std::string text(trimmed(line)), lower = text;
     for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     if (lower == "quit" || lower == "exit" || lower == "q") break;
     if (text.empty()) continue;
@@ -246,6 +241,11 @@ void check_request(InferenceRequest& r) {
   if (where.size() == 2 && where[0] == where[1]) fail_usage("--csv and --html name the same file {}", r.csv);
   // Last, once every flag is known good (standard input or a pipe is consumed), and before the model loads.
   if (!r.file.empty()) r.file_bytes = read_flag_input(r.file, "--file").bytes;
+  // Probes trained on conversations refuse texts before the model loads (Engine::require_texts). A generation
+  // reads a --file's rows as texts.
+  const bool conversations = !r.messages.empty() || r.chat ||
+                             (!r.generate && !r.file.empty() && holds_conversations(r.file_bytes, input_name(r.file), r.text_field));
+  r.engine.texts_only = !conversations;
 }
 
 // A probability: a finite number from 0 to 1 (CLI::Range lets NaN through).
@@ -473,26 +473,43 @@ std::vector<std::string> read_texts(const std::string& contents, const std::stri
   return texts;
 }
 
-std::vector<ConversationRow> read_conversation_rows(const std::string& contents, const std::string& path,
-                                                   const std::string& field) {
+namespace {
+
+// A text row may carry messages too: a conversation's row has no text field.
+template <typename Object>
+bool is_conversation_row(const Object& object, const std::string& field) {
+  return object.is_object() && object.contains("messages") && !object.contains(field);
+}
+
+}  // namespace
+
+bool holds_conversations(const std::string& contents, const std::string& path, const std::string& field) {
   std::istringstream in(contents);
-  std::vector<ConversationRow> rows;
   std::string line;
   for (int64_t number = 1; std::getline(in, line); ++number) {
     if (number == 1) line = std::string(without_byte_order_mark(line));
     const size_t first = line.find_first_not_of(" \t\r");
     if (first == std::string::npos) continue;
-    if (rows.empty() && line[first] != '{') return {};
+    // Told without reading the row as a template would: a text row's other fields may hold what a template refuses.
+    return line[first] == '{' && is_conversation_row(parse_json(line, fmt::format("{}:{}", path, number)), field);
+  }
+  return false;
+}
+
+std::vector<ConversationRow> read_conversation_rows(const std::string& contents, const std::string& path,
+                                                   const std::string& field) {
+  if (!holds_conversations(contents, path, field)) return {};
+  std::istringstream in(contents);
+  std::vector<ConversationRow> rows;
+  std::string line;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    if (number == 1) line = std::string(without_byte_order_mark(line));
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    // Each row is read once as capture reads a dataset's row: its messages with the tools it offers, in the order
+    // written.
     const std::string where = fmt::format("{}:{}", path, number);
-    const auto is_conversation = [&field](const auto& object) {
-      return object.is_object() && object.contains("messages") && !object.contains(field);
-    };
-    // The first row tells texts from conversations without reading it as a template would (a text row's other
-    // fields may hold what a template refuses); then each row is read once as capture reads a dataset's row: its
-    // messages with the tools it offers, in the order written.
-    if (rows.empty() && !is_conversation(parse_json(line, where))) return {};
     const OrderedJson ordered = parse_ordered_json(line, where, {"messages", "tools"});
-    if (!is_conversation(ordered)) fail_input("{}: no \"messages\" (the rows before it are conversations)", where);
+    if (!is_conversation_row(ordered, field)) fail_input("{}: no \"messages\" (the rows before it are conversations)", where);
     rows.push_back(ConversationRow{number, chat::conversation_text(chat::conversation_of(ordered, where))});
   }
   return rows;

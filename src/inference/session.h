@@ -97,6 +97,10 @@ struct ConversationRow {
   std::string conversation;
 };
 
+/// Whether a --file holds conversations: its first row has "messages" and no text field (`field`). It is not read
+/// as a template would read it: a text row's other fields may hold what a template refuses.
+bool holds_conversations(const std::string& contents, const std::string& source, const std::string& field);
+
 /// --file of conversations (JSONL rows with "messages" and no text field, as capture reads them); empty when the file
 /// holds texts. A later row without messages is an error naming its line.
 std::vector<ConversationRow> read_conversation_rows(const std::string& contents, const std::string& source,

@@ -5,6 +5,7 @@
 #include "cli/cli.h"
 #include "common/error.h"
 #include "common/outputs.h"
+#include "common/utf8_text.h"
 #include "device/torch/gpu_utils.h"
 #include "sites/layers.h"
 #include "sites/sites.h"
@@ -16,8 +17,7 @@ namespace {
 // A --site name with patching's own sites in the refusal: capture's parse_site lists sites patching refuses.
 Site parse_patch_site(const std::string& written) {
   // Regression: "--site 'resid_post, mlp_out'" refused " mlp_out".
-  const size_t first = written.find_first_not_of(" \t"), last = written.find_last_not_of(" \t");
-  const std::string name = first == std::string::npos ? "" : written.substr(first, last - first + 1);
+  const std::string name(trimmed(written));
   if (std::optional<Site> site = find_site(name)) return *site;  // a site patching cannot take: check_request_flags
   std::vector<std::string> names;
   for (Site site : patch_sites()) names.emplace_back(site_name(site));

@@ -8,6 +8,7 @@
 #include <exception>
 
 #include "device/torch/gpu_utils.h"
+#include "model/site_layers.h"
 
 namespace probekit::readout {
 
@@ -27,7 +28,7 @@ void rehearse(const std::string& dir, model::LoadOptions load, Request request,
   load.layer_devices.clear();
   const model::TransformerModel stand_in = model::TransformerModel::load(dir, load);
   const model::ModelConfig& config = stand_in.config();
-  const std::vector<int64_t> having = layers_having(request.site, config);
+  const std::vector<int64_t> having = model::layers_having(request.site, config);
   if (request.latents != nullptr || std::find(having.begin(), having.end(), 0) == having.end()) {
     request.site = Site::kResidPost;
   }

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "model/site_layers.h"
 
 namespace probekit::readout {
 
@@ -30,27 +31,16 @@ std::string site_width_described(Site site, const model::ModelConfig& config, co
   return "";
 }
 
-std::vector<int64_t> layers_having(Site site, const model::ModelConfig& config) {
-  if (site_row(site).routed()) return model::routed_expert_layers(config);
-  std::vector<int64_t> all(static_cast<size_t>(config.num_layers));
-  for (int64_t layer = 0; layer < config.num_layers; ++layer) all[static_cast<size_t>(layer)] = layer;
-  return all;
-}
-
 void check_site(Site site, Position position, const std::vector<int64_t>& layers, const model::ModelConfig& config) {
   const SiteRow& row = site_row(site);
   if (!row.poolable() && (position == Position::kMean || position == Position::kMax)) {
     fail_usage("--site {} stores {}, which cannot be pooled: use --position last or all (not {})", row.name,
                row.meaning, position_name(position));
   }
-  if (site == Site::kLn2Normalized && !config.features.input_norms) {
-    fail_usage("--site {}: the model ({}) has no norm before its MLP (its MLP reads resid_mid: --site mlp_in)",
-               site_name(site), config.text_model_type);
-  }
-  const std::vector<int64_t> having = layers_having(site, config);
-  if (row.routed() && having.empty()) {
-    fail_usage("--site {}: the model ({}) has no routed experts, so no layer has a router", site_name(site),
-               config.text_model_type);
+  const std::vector<int64_t> having = model::layers_having(site, config);
+  if (having.empty()) {
+    fail_usage("--site {}: the model ({}) {}", site_name(site), config.text_model_type,
+               model::why_no_layer_has(site, config));
   }
   for (int64_t layer : layers) {
     if (row.routed() && std::find(having.begin(), having.end(), layer) == having.end()) {

@@ -17,10 +17,9 @@ int64_t site_width(Site site, const model::ModelConfig& config);
 /// What that width is, for messages: "the model in DIR has hidden size 64", "the routers of the model in DIR score
 /// 8 experts", ...
 std::string site_width_described(Site site, const model::ModelConfig& config, const std::string& model_dir);
-/// The layers of `config`'s model that have `site`: every layer, or for a routed site those with a router.
-std::vector<int64_t> layers_having(Site site, const model::ModelConfig& config);
-/// Refuses, as a usage error, routed sites on a model without routed experts or on layers without a router
-/// (naming the layers that have one), and pooling a site that cannot be pooled (mean or max: only last or all).
+/// Refuses, as a usage error, a site on a model without any layer that has it (model::layers_having: routed sites
+/// without routed experts, ln2_normalized without a pre-MLP norm), routed sites on layers without a router (naming
+/// the layers that have one), and pooling a site that cannot be pooled (mean or max: only last or all).
 void check_site(Site site, Position position, const std::vector<int64_t>& layers, const model::ModelConfig& config);
 
 }  // namespace probekit::readout

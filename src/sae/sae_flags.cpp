@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "common/units.h"
+#include "model/site_layers.h"
 
 namespace probekit::sae {
 
@@ -95,9 +96,12 @@ std::vector<SparseAutoencoder> load_saes(const std::vector<SaeSpec>& specs, cons
                    sae.name, what, width, site_name(site), config.hidden_size);
       }
     }
-    if (sae.site == Site::kLn2Normalized && !config.features.input_norms) {
-      fail_input("{}: SAE '{}' reads ln2_normalized (the pre-MLP norm's output before its weight), but the model ({}) "
-                 "has no norm before its MLP", sae.path, sae.name, config.text_model_type);
+    const std::vector<int64_t> having = model::layers_having(sae.site, config);
+    if (std::find(having.begin(), having.end(), sae.layer) == having.end()) {
+      fail_input("{}: SAE '{}' reads the {} of layer {}, but the model ({}) {}", sae.path, sae.name,
+                 site_name(sae.site), sae.layer, config.text_model_type,
+                 having.empty() ? model::why_no_layer_has(sae.site, config)
+                                 : fmt::format("has it at layers {} only", fmt::join(having, ",")));
     }
     const Site module = sae.is_transcoder() ? sae.output_site : sae.site;
     if (sae.raw_module_output && ((module == Site::kMlpOut && config.features.mlp_output_norm) ||

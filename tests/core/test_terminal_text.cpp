@@ -1,9 +1,11 @@
-// Text shown on a terminal: control characters written as visible escapes, everything else as it is.
+// Text shown on a terminal (control characters as visible escapes, the rest as it is), and typed text trimmed.
 #include <doctest/doctest.h>
 
 #include "common/terminal_text.h"
+#include "common/utf8_text.h"
 
 using probekit::terminal_text;
+using probekit::trimmed;
 
 TEST_CASE("terminal text: C0, DEL and C1 controls escaped, line breaks kept on request, UTF-8 left alone") {
   CHECK(terminal_text("\x1b[31mred\x1b[0m") == "\\x1b[31mred\\x1b[0m");
@@ -39,4 +41,12 @@ TEST_CASE("display columns: wide East Asian characters and emoji take two, marks
   CHECK(code_point_columns(tokyo, 1) == 0);
   // A cut sequence counts as one column, as a terminal shows its replacement character.
   CHECK(display_columns(std::string("\xe6\x9d")) == 1);
+}
+
+TEST_CASE("trimmed: blanks at either end go, blanks inside stay, all-blank text is empty") {
+  CHECK(trimmed(" \t mlp_out\r\n") == "mlp_out");
+  CHECK(trimmed("resid post") == "resid post");
+  CHECK(trimmed(" \t\r\n").empty());
+  CHECK(trimmed("").empty());
+  CHECK(trimmed("x") == "x");
 }

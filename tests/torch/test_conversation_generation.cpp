@@ -88,6 +88,15 @@ TEST_CASE("conversation probes: the tool and the server refuse a text to generat
   CommandResult r = run_command(fmt::format("{} --probes-dir {} --model {} --device cpu --generate --max-new-tokens 2 "
                                             "--text Help", tool("multi_probe_inference"), tmp.file("probes"), kGemmaModel));
   check_failure(r, 2, {"these probes were trained on conversations' assistant tokens"});
+  // Regression: multi_probe_inference loaded the model before refusing a text to rank, or a --file of texts.
+  write_text(tmp.file("texts.jsonl"), "{\"text\": \"Help\", \"messages\": []}\n");
+  for (const std::string texts : {std::string("--text Help"), "--file " + tmp.file("texts.jsonl"), std::string("< /dev/null")}) {
+    INFO(texts);
+    r = run_command(fmt::format("{} --probes-dir {} --model {} --device cpu -v {}", tool("multi_probe_inference"),
+                                tmp.file("probes"), kGemmaModel, texts));
+    check_failure(r, 2, {"these probes were trained on conversations' assistant tokens"});
+    CHECK_MESSAGE(r.output.find("model loaded") == std::string::npos, r.output);
+  }
   // Regression: steering_sweep, whose prompts are texts, loaded the model before refusing them.
   write_text(tmp.file("prompts.txt"), "Help\n");
   r = run_command(fmt::format("{} --probes-dir {} --model {} --layer 2 --labels calm --coefficients 4 --file {} --device cpu "

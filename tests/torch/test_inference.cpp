@@ -97,6 +97,21 @@ TEST_CASE("probes on router logits: printed scores equal sigmoid(w.r + b) for th
                           "(layers with a router: 0,2,3)"});
 }
 
+// Regression: probes of ln2_normalized ran on a model without a pre-MLP norm (OLMo 2), reading a norm it lacks.
+TEST_CASE("probes of a site that the model has at no layer are refused, saying why") {
+  TempDir tmp;
+  ProbeFixture normalized;
+  normalized.model_dir = fixture_model("llama");
+  normalized.layers = "1";
+  normalized.site = Site::kLn2Normalized;
+  const std::string probes = train_fixture_probes(tmp, normalized);
+  const std::string command = fmt::format("{} --probes-dir {} --device cpu --text \"{}\" --model ",
+                                          tool("multi_probe_inference"), probes, kReframingText);
+  REQUIRE_MESSAGE(run_command(command + fixture_model("llama")).exit_code == 0, probes);
+  testing::check_failure(run_command(command + fixture_model("olmo2")), 1,
+                         {"the probes read the ln2_normalized of layer 1, but the model in", "has no norm before its MLP"});
+}
+
 TEST_CASE("a train_probes directory: its classes ranked by softmax(W h + b) of best_probe.safetensors") {
   TempDir tmp;
   capture_fixture_activations(tmp);

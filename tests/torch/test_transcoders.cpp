@@ -311,5 +311,5 @@ TEST_CASE("a transcoder on ln2.hook_normalized encodes the norm's output before 
     CHECK(at::allclose(clamped, plain - z.select(1, latent).unsqueeze(1) * t.w_dec[latent], 1e-4, 1e-5));
   }
   CHECK_THROWS_WITH(sae::load_saes({{"tc", dir}}, model::TransformerModel::load(fixture_model("olmo2"), {}).config()),
-                    doctest::Contains("SAE 'tc' reads ln2_normalized"));
+                    doctest::Contains("SAE 'tc' reads the ln2_normalized of layer 3, but the model (olmo2) has no norm before its MLP"));
 }
