@@ -28,10 +28,12 @@ class Model:
                 prompt_suffix: Optional[str] = ..., batch_size: Optional[int] = ..., steer: Steer = ...,
                 probes: Optional[Probes] = ..., max_length: int = ..., progress: bool = ...,
                 saes: Optional[Dict[str, str]] = ...) -> Dict[int, Union[torch.Tensor, List[torch.Tensor]]]: ...
-    def generate(self, prompt: Union[str, Iterable[str]], max_new_tokens: int = ..., stop: bool = ...,
+    def generate(self, prompt: Optional[Union[str, Iterable[str]]] = ..., max_new_tokens: int = ..., stop: bool = ...,
                  temperature: float = ..., probes: Optional[Probes] = ..., steer: Steer = ..., top_k: int = ...,
                  threshold: float = ..., calibrated: bool = ..., sample_top_k: int = ..., top_p: float = ...,
-                 seed: int = ..., monitors: Optional[Iterable[Dict[str, Any]]] = ...) -> Iterator[Json]: ...
+                 seed: int = ..., monitors: Optional[Iterable[Dict[str, Any]]] = ...,
+                 messages: Optional[Sequence[Dict[str, Any]]] = ...,
+                 tools: Optional[Sequence[Dict[str, Any]]] = ...) -> Iterator[Json]: ...
     def patch(self, clean: str, corrupted: Optional[str] = ..., metric: str = ..., site: Union[str, Sequence[str]] = ...,
               method: str = ..., layers: Layers = ..., positions: Layers = ..., layer_window: int = ...,
               direction: str = ..., subject: Optional[str] = ..., noise: Optional[float] = ..., seed: Optional[int] = ...,

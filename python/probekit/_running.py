@@ -1,6 +1,7 @@
 """How the package runs the library: work on a thread of its own (so Ctrl-C reaches Python and stops it cleanly),
 progress as tqdm bars, and keyword arguments spelled as the tools' flags."""
 
+import json
 import operator
 import sys
 import threading
@@ -182,3 +183,34 @@ def seed_value(seed):
     if not 0 <= value < 2**64:
         raise ValueError(f"seed {seed!r}: must be a whole number from 0 to 2**64 - 1")
     return value
+
+
+def conversation_text(texts, messages, tools, steer, name):
+    """messages= (with tools=) as the native side takes it, JSON text as chat::conversation_text writes it: the list
+    of messages, or {"messages", "tools"}; None for texts. One of texts and messages must be given."""
+    if messages is None:
+        if tools is not None:
+            raise ValueError(f"tools need messages: the chat template renders them into a conversation, and {name}= "
+                             "is scored as written")
+        if texts is None:
+            raise ValueError(f"give {name} or messages")
+        return None
+    if texts is not None:
+        raise ValueError(f"give {name} or messages (one conversation), not both")
+    if not isinstance(messages, (list, tuple)) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise ValueError("messages: expected one conversation, a list of {'role', 'content'} dicts")
+    if tools is not None and (not isinstance(tools, (list, tuple)) or not all(isinstance(t, dict) for t in tools)):
+        raise ValueError("tools: expected a list of functions, {'type': 'function', 'function': {'name', ...}} dicts")
+    if steer:
+        raise ValueError("steer applies to texts, not to messages")
+    text = json_text(list(messages), "messages")
+    return text if tools is None else f'{{"messages": {text}, "tools": {json_text(list(tools), "tools")}}}'
+
+
+def json_text(value, name):
+    """value as JSON text; NaN and infinities, which are not JSON, refused here naming the argument (natively they
+    would be a parse error)."""
+    try:
+        return json.dumps(value, allow_nan=False)
+    except ValueError as error:
+        raise ValueError(f"{name}: {error}") from None

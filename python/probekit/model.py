@@ -7,7 +7,8 @@ import threading
 import torch.utils.dlpack
 
 from . import _native
-from ._running import layer_selection, progress_callback, run_interruptibly, seed_value, steer_items, text_list
+from ._running import (conversation_text, layer_selection, progress_callback, run_interruptibly, seed_value, steer_items,
+                       text_list)
 
 
 def load_model(model, device="auto", dtype="auto", devices=None, max_gpu_memory=0):
@@ -81,14 +82,18 @@ class Model:
             rows = [list(torch.split(layer_rows, sizes)) for layer_rows in rows]
         return dict(zip(layers_found, rows))
 
-    def generate(self, prompt, max_new_tokens=64, stop=True, temperature=0.0, probes=None, steer=None, top_k=5,
-                 threshold=0.1, calibrated=False, sample_top_k=0, top_p=1.0, seed=0, monitors=None):
+    def generate(self, prompt=None, max_new_tokens=64, stop=True, temperature=0.0, probes=None, steer=None, top_k=5,
+                 threshold=0.1, calibrated=False, sample_top_k=0, top_p=1.0, seed=0, monitors=None, messages=None,
+                 tools=None):
         """Generates after prompt, yielding what multi_probe_inference --generate --json prints: a dict per new token
         ({"row", "index", "position", "id", "token", "text", "predictions", ...}, with the probes' scores when probes
         are given), then one per prompt when it ends ({"row", "done": True, "stop", "prompt_ids", "generated_ids",
         "text"}).
 
-        prompt: a string or a list of strings (rows). stop: stop at the model's end-of-sequence tokens (False: run
+        prompt: a string or a list of strings (rows). messages: instead of prompt, one conversation
+        ([{"role", "content"}, ...], with the functions it offers in tools=) rendered with the model's chat template and
+        its generation prompt, as --generate --messages renders it; probes trained on conversations read its tokens in
+        their mask, then the reply's, as capture read them (they refuse a prompt). stop: stop at the model's end-of-sequence tokens (False: run
         max_new_tokens). temperature: 0 is greedy; sample_top_k, top_p, seed: sampling. probes: Probes scoring every
         new token. steer: [(label or vector, layer, coefficient), ...] (labels take their direction from probes).
         top_k, threshold, calibrated: what each token's predictions show (the top_k most confident). monitors:
@@ -96,12 +101,13 @@ class Model:
         ...]; needs probes): a token where one fires carries "monitor_firings", and a row a monitor stopped ends with
         stop "monitor".
         Leaving the loop early stops the generation."""
-        prompts = text_list(prompt, "prompt")
+        conversation = conversation_text(prompt, messages, tools, None, "prompt")
+        prompts = text_list(prompt, "prompt") if conversation is None else []
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens {max_new_tokens!r}: must be a whole number, 1 or more")
         arguments = (self._native, prompts, _probes_dir(probes), *_probe_selection(probes), max_new_tokens, bool(stop), float(temperature),
                      int(sample_top_k), float(top_p), seed_value(seed), int(top_k), float(threshold), bool(calibrated),
-                     steer_items(steer), _monitor_policies(monitors, probes))
+                     steer_items(steer), _monitor_policies(monitors, probes), [] if conversation is None else [conversation])
         return _generation_events(arguments)
 
     def patch(self, clean, corrupted=None, metric="logit-diff", site="resid_post", method="exact", layers="all",

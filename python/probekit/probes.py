@@ -3,7 +3,7 @@
 import json
 
 from . import _native
-from ._running import layer_selection, run_interruptibly, steer_items, text_list, whole_number
+from ._running import conversation_text, layer_selection, run_interruptibly, steer_items, text_list, whole_number
 from .model import Model
 
 
@@ -51,7 +51,7 @@ class Probes:
         each shows; threshold: the confidence a label needs to count as shown (calibrated=True: each probe's tuned
         threshold). mode, aggregate: the layout over several layers (all, by-action, by-layer; max or mean). steer:
         [(label or vector, layer, coefficient), ...] added to the stream while scoring (texts only)."""
-        conversation = _conversation(texts, messages, tools, steer, "texts")
+        conversation = conversation_text(texts, messages, tools, steer, "texts")
         one = conversation is not None or isinstance(texts, str)
         found = json.loads(run_interruptibly(
             _native.rank, _model_of(model), self.dir, *self._selection, [] if conversation else text_list(texts),
@@ -67,7 +67,7 @@ class Probes:
         "suffix_attention" for the prompt suffix's tokens. messages: instead of text, one conversation, as
         --per-token --messages scores it (each token "in_mask" or not), with the tools it offers (tools=, as in
         rank)."""
-        conversation = _conversation(text, messages, tools, steer, "text")
+        conversation = conversation_text(text, messages, tools, steer, "text")
         if conversation is None:
             text = text_list(text, "text")[0] if isinstance(text, str) else text
             if not isinstance(text, str):
@@ -86,37 +86,6 @@ def _layer_numbers(layers, layer):
     if layers is None or isinstance(layers, str):
         return []
     return [int(number) for number in layers]
-
-
-def _conversation(texts, messages, tools, steer, name):
-    """messages= (with tools=) as the native side takes it, JSON text as chat::conversation_text writes it: the list
-    of messages, or {"messages", "tools"}; None for texts. One of texts and messages must be given."""
-    if messages is None:
-        if tools is not None:
-            raise ValueError(f"tools need messages: the chat template renders them into a conversation, and {name}= "
-                             "is scored as written")
-        if texts is None:
-            raise ValueError(f"give {name} or messages")
-        return None
-    if texts is not None:
-        raise ValueError(f"give {name} or messages (one conversation), not both")
-    if not isinstance(messages, (list, tuple)) or not messages or not all(isinstance(m, dict) for m in messages):
-        raise ValueError("messages: expected one conversation, a list of {'role', 'content'} dicts")
-    if tools is not None and (not isinstance(tools, (list, tuple)) or not all(isinstance(t, dict) for t in tools)):
-        raise ValueError("tools: expected a list of functions, {'type': 'function', 'function': {'name', ...}} dicts")
-    if steer:
-        raise ValueError("steer applies to texts, not to messages")
-    text = _json_text(list(messages), "messages")
-    return text if tools is None else f'{{"messages": {text}, "tools": {_json_text(list(tools), "tools")}}}'
-
-
-def _json_text(value, name):
-    """value as JSON text; NaN and infinities, which are not JSON, refused here naming the argument (natively they
-    would be a parse error)."""
-    try:
-        return json.dumps(value, allow_nan=False)
-    except ValueError as error:
-        raise ValueError(f"{name}: {error}") from None
 
 
 def _model_of(model):

@@ -110,6 +110,12 @@ struct GeneratedText {
 };
 
 /// The probes of one layer as loaded.
+/// Conversations as prompts to generate after (Engine::chat_prompts).
+struct ChatPrompts {
+  std::vector<std::string> prompts;             // each rendered with the chat template and its generation prompt
+  std::vector<std::vector<uint8_t>> masks;      // each prompt's chat_prompt_mask; none when the probes read it whole
+};
+
 struct LayerProbes {
   int64_t layer = 0;
   probes::ProbeSet set;
@@ -170,6 +176,9 @@ class Engine {
   /// The template runs within `limits` (a request's deadline).
   std::vector<uint8_t> chat_prompt_mask(const chat::Conversation& conversation, const std::string& rendered,
                                         const std::vector<int32_t>& ids, const chat::RenderLimits& limits = {}) const;
+  /// Conversations rendered with the model's chat template as prompts to generate after (with add_special_tokens
+  /// false: the template writes its own), each with its chat_prompt_mask.
+  ChatPrompts chat_prompts(const std::vector<chat::Conversation>& conversations) const;
   /// The mask of a text so far: `prompt_mask` (empty: none), then the `generated` reply's tokens, in the mask unless
   /// the probes read the user's tokens or the token is a special one (a turn's end). Empty when `prompt_mask` is.
   std::vector<uint8_t> text_so_far_mask(const std::vector<uint8_t>& prompt_mask, const std::vector<int32_t>& generated) const;

@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "chat/chat_template.h"
+#include "chat/conversation.h"
 #include "chat/token_masks.h"
 #include "common/error.h"
 #include "device/torch/row_stable.h"
@@ -122,6 +123,16 @@ std::vector<uint8_t> Engine::chat_prompt_mask(const chat::Conversation& conversa
   inputs.limits = limits;
   return chat::token_mask(tokenizer_->token_spans(ids, rendered),
                           chat::locate_contents(checked_chat_template(), inputs, rendered, recipe_.mask), *recipe_.mask);
+}
+
+ChatPrompts Engine::chat_prompts(const std::vector<chat::Conversation>& conversations) const {
+  ChatPrompts chat;
+  for (const chat::Conversation& conversation : conversations) {
+    chat.prompts.push_back(chat::render_conversation(model_dir(), conversation));
+    if (!recipe_.mask) continue;  // probes that read prompts whole
+    chat.masks.push_back(chat_prompt_mask(conversation, chat.prompts.back(), tokenizer_->encode(chat.prompts.back(), false)));
+  }
+  return chat;
 }
 
 std::vector<uint8_t> Engine::text_so_far_mask(const std::vector<uint8_t>& prompt_mask,

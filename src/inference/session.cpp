@@ -270,25 +270,6 @@ std::vector<chat::Conversation> generation_conversations(const InferenceRequest&
   return conversations;
 }
 
-// The prompts to generate after: the texts as given, or the conversations rendered with the model's chat template.
-std::vector<std::string> generation_prompts(const Engine& engine, const InferenceRequest& r,
-                                            const std::vector<chat::Conversation>& conversations) {
-  if (conversations.empty()) return request_texts(r);
-  std::vector<std::string> prompts;
-  for (const chat::Conversation& c : conversations) prompts.push_back(chat::render_conversation(engine.model_dir(), c));
-  return prompts;
-}
-
-// Each chat prompt's tokens in the probes' mask, for probes trained on conversations; none otherwise.
-std::vector<std::vector<uint8_t>> generation_masks(const Engine& engine, const std::vector<chat::Conversation>& conversations,
-                                                   const std::vector<std::string>& prompts) {
-  std::vector<std::vector<uint8_t>> masks;
-  for (size_t i = 0; i < conversations.size(); ++i) {
-    masks.push_back(engine.chat_prompt_mask(conversations[i], prompts[i], engine.tokenizer().encode(prompts[i], false)));
-    if (masks.back().empty()) return {};
-  }
-  return masks;
-}
 
 }  // namespace
 
@@ -316,9 +297,11 @@ Json text_json(const Engine& engine, const std::string& text, const ScoreTable& 
 
 void show_generation(const Engine& engine, const InferenceRequest& r) {
   const std::vector<chat::Conversation> conversations = generation_conversations(r);
-  std::vector<std::string> prompts = generation_prompts(engine, r, conversations);
-  const std::vector<std::vector<uint8_t>> masks = generation_masks(engine, conversations, prompts);
   const bool chat = !conversations.empty();
+  // The texts as given, or the conversations rendered with the model's chat template.
+  ChatPrompts given = chat ? engine.chat_prompts(conversations) : ChatPrompts{request_texts(r), {}};
+  const std::vector<std::string>& prompts = given.prompts;
+  const std::vector<std::vector<uint8_t>>& masks = given.masks;
   generation::GenerationOptions options = generation::resolve_generation_flags(r.generation, engine.model_dir());
   const bool report = !r.csv.empty() || !r.html.empty();
   // The report covers the prompt's tokens (scored as --per-token scores them) and then the new ones.

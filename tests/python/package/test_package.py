@@ -242,6 +242,36 @@ def test_conversations_ranked_and_scored_per_token_as_the_tool(model, probes_dir
         probes.rank(model, messages=[{"role": "user", "content": "a", "score": float("nan")}])
 
 
+def test_generation_after_a_conversation_gives_the_tools_events(model, probes_dir, workdir):
+    # Probes trained on conversations' assistant tokens read the chat prompt at their mask, then the reply.
+    chats = workdir / "chats.jsonl"
+    labels = ("calm", "curious", "tense")
+    chats.write_text("".join(json.dumps({"messages": [
+        {"role": "user", "content": f"Question number {i} about the day"},
+        {"role": "assistant", "content": f"I feel {labels[i % 3]} today, {i} times over"}],
+        "label": labels[i % 3]}) + "\n" for i in range(24)))
+    run_tool("capture_activations", "--model", model.dir, "--dataset", chats, "--label-field", "label", "--layers", 2,
+             "--output-dir", workdir / "chat_activations")
+    run_tool("train_binary_probes", "--activations", workdir / "chat_activations", "--output-dir", workdir / "chat_probes",
+             "--epochs", 3)
+    messages = [{"role": "user", "content": "How did the review go?"}]
+    conversation = workdir / "generation_chat.json"
+    conversation.write_text(json.dumps(messages))
+    for probes, selection in ((probekit.load_probes(str(workdir / "chat_probes")), ("--probes-dir", workdir / "chat_probes")),
+                              (probekit.load_probes(probes_dir, layer=LAYERS[1]), ("--probes-dir", probes_dir, "--layer", LAYERS[1]))):
+        lines = run_tool("multi_probe_inference", *selection, "--model", model.dir, "--generate",
+                         "--messages", conversation, "--max-new-tokens", 3, "--no-stop", "--json").splitlines()
+        expected = [json.loads(line) for line in lines if line.startswith("{")]
+        got = list(model.generate(messages=messages, max_new_tokens=3, stop=False, probes=probes))
+        assert_json_close(expected, got)
+        assert got[0]["predictions"] and got[-1]["done"]
+    # Regression: a chat could not be generated after from Python; a text is refused by conversation probes.
+    with pytest.raises(ValueError, match="trained on conversations"):
+        list(model.generate("How did the review go?", probes=probekit.load_probes(str(workdir / "chat_probes"))))
+    with pytest.raises(ValueError, match="not both"):
+        list(model.generate("a text", messages=messages))
+
+
 def test_a_conversations_tools_reach_the_template_as_the_tool_renders_them(model_dir, probes_dir, workdir):
     # Gemma 3's template prints no tools: a copy of the example model whose template prints them before the turns.
     tools_model_dir = workdir / "tools_model"
