@@ -3,6 +3,7 @@ progress as tqdm bars, and keyword arguments spelled as the tools' flags."""
 
 import json
 import operator
+import os
 import sys
 import threading
 import warnings
@@ -156,7 +157,11 @@ def layer_selection(layers, name="layers"):
     empty list, which would read as the default, is refused."""
     if layers is None:
         return ""
+    if isinstance(layers, bool):
+        raise ValueError(f"{name} {layers!r}: expected a whole number, a list of them, or text such as \"0-5\" or \"all\"")
     if isinstance(layers, str):
+        if not layers.strip():
+            raise ValueError(f"{name}: an empty text selects nothing (leave {name} out for its default)")
         return layers
     if isinstance(layers, int):
         return str(layers)
@@ -172,6 +177,18 @@ def layer_selection(layers, name="layers"):
     if not selected:
         raise ValueError(f"{name}: an empty list selects nothing (leave {name} out for its default)")
     return selected
+
+
+def given_text(value, name):
+    """value when it is a non-empty string (a path may be a pathlib.Path); a ValueError naming `name` otherwise, where
+    the native call would show its own signature or read an empty text as the argument left out."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise ValueError(f"{name}: expected a string, got {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{name} is empty: give a value (or leave {name} out where it has a default)")
+    return value
 
 
 def seed_value(seed):

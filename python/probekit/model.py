@@ -7,8 +7,8 @@ import threading
 import torch.utils.dlpack
 
 from . import _native
-from ._running import (conversation_text, layer_selection, progress_callback, run_interruptibly, seed_value, steer_items,
-                       text_list)
+from ._running import (conversation_text, given_text, layer_selection, progress_callback, run_interruptibly, seed_value,
+                       steer_items, text_list)
 
 
 def load_model(model, device="auto", dtype="auto", devices=None, max_gpu_memory=0):
@@ -128,22 +128,27 @@ class Model:
         positions] in float64 (with several sites, a dict of them by site). On a GPU, attribution's passes are
         captured as a CUDA graph by the second call for pairs of one token count (and request) and replayed by the
         calls after it: a sweep over a templated dataset."""
-        sites = [site] if isinstance(site, str) else list(site)
+        clean, metric, direction, method = (given_text(value, name) for value, name in
+                                            ((clean, "clean"), (metric, "metric"), (direction, "direction"), (method, "method")))
+        sites = [given_text(site, "site")] if isinstance(site, str) else [given_text(s, "site") for s in site]
         if corrupted is None and subject is None:
             raise ValueError("give corrupted (the corrupted prompt) or subject (the text of clean to noise)")
         if corrupted is not None and subject is not None:
             raise ValueError("give corrupted (the corrupted prompt) or subject (the text of clean to noise), not both")
-        if subject is not None and not subject:
-            raise ValueError("subject: an empty text names no token to noise")
+        if subject is not None and not given_text(subject, "subject").strip():
+            raise ValueError("subject: a blank text names no token to noise")
+        if corrupted is not None:
+            given_text(corrupted, "corrupted")
         if subject is None and (noise is not None or seed is not None):
             raise ValueError("noise and seed go with subject (ROME's noise corruption): a corrupted prompt draws no noise")
-        if not isinstance(layer_window, int) or layer_window < 1:
+        if not isinstance(layer_window, int) or isinstance(layer_window, bool) or layer_window < 1:
             raise ValueError(f"layer_window {layer_window!r}: must be a whole number, 1 or more")
         text = run_interruptibly(
             _native.patch, self._native, self._patch_graphs, clean, corrupted or "", subject or "",
             3.0 if noise is None else float(noise), seed_value(0 if seed is None else seed), metric, sites,
             layer_selection(layers) or "all",
-            layer_selection(positions, "positions") or "all", layer_window, direction, method, output_dir or "",
+            layer_selection(positions, "positions") or "all", layer_window, direction, method,
+            "" if output_dir is None else given_text(output_dir, "output_dir"),
             bool(overwrite), progress_callback(progress))
         result = json.loads(text)
         for key in ("grid", "attribution", "restored"):

@@ -323,7 +323,9 @@ void refuse_empty_values(const CLI::App& app) {
   for (const CLI::Option* option : app.get_options()) {
     if (option->count() == 0 || option->get_expected_max() == 0 || takes_empty(app, option->get_name())) continue;
     for (const std::string& value : option->results()) {
-      if (value.empty()) fail_usage("{} is empty: give a value, or leave the flag out", option->get_name());
+      if (value.empty()) {
+        fail_usage("{} is empty: give a value{}", option->get_name(), option->get_required() ? "" : ", or leave the flag out");
+      }
     }
   }
   for (const CLI::App* subcommand : app.get_subcommands()) refuse_empty_values(*subcommand);
@@ -373,8 +375,11 @@ int run_tool(CLI::App& app, int argc, char** argv, const CommonOptions& options,
   // A closed pipe on stdout becomes a write error with a message rather than a silent death by SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
   if (!options.interrupt_note.empty()) {
-    std::signal(SIGINT, request_interrupt_on_signal);
-    std::signal(SIGTERM, request_interrupt_on_signal);
+    for (int signal_number : {SIGINT, SIGTERM}) {
+      // One the process started with ignored stays ignored: sh starts a script's background job with SIGINT ignored
+      // so that the terminal's Ctrl-C leaves it running (Python and the shells' own tools keep it so too).
+      if (std::signal(signal_number, request_interrupt_on_signal) == SIG_IGN) std::signal(signal_number, SIG_IGN);
+    }
   }
   try {
     body();

@@ -119,7 +119,11 @@ StagedDirectory::StagedDirectory(std::string final_path, bool overwrite, const s
   static std::atomic<uint64_t> serial{0};
   staging_ = fmt::format("{}.partial-{}-{}", final_, ::getpid(), serial.fetch_add(1));
   remove_tree(staging_);
-  make_directories(staging_);
+  try {
+    make_directories(staging_);
+  } catch (const std::exception& e) {  // the staging directory's name is no name the user gave
+    fail_input("cannot write the output directory {} ({})", final_, e.what());
+  }
   write_file_atomic(staging_ + "/" + kStagingMarker, host_name());
 }
 

@@ -95,3 +95,10 @@ TEST_CASE("a staged directory refuses to replace a directory holding the run's i
                        UsageError);
   CHECK(read_file(tmp.file("probes/probes.json")) == "{}");
 }
+
+// Regression: the message named the staging directory (OUT.partial-<pid>-<n>), a path the user never gave.
+TEST_CASE("a staged directory that cannot be made is reported by the output directory's name") {
+  if (!is_directory("/proc/self")) return;  // Linux: nothing, not even root, makes a directory in /proc
+  CHECK_THROWS_WITH(StagedDirectory("/proc/probekit-out", false, {}),
+                    doctest::Contains("cannot write the output directory /proc/probekit-out ("));
+}

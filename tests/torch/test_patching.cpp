@@ -516,10 +516,10 @@ TEST_CASE("Ctrl-C during patching stops it, leaving the output directory as it w
                                         "resid_post,attn_out,mlp_out --rows-per-batch 1 --output-dir {} -q",
                                         probekit::testing::tool("patch_activations"), fixture_model("llama"), prompt,
                                         prompt, tmp.file("out"));
-  // The signal goes once the staging directory is there: the tool's handler is in place by then (a background job of
-  // sh starts with SIGINT ignored).
+  // The signal goes once the staging directory is there: the tool's handler is in place by then. sh starts a background
+  // job with SIGINT ignored, which the tool keeps: env gives it the default, as a terminal's foreground job has it.
   const probekit::testing::CommandResult r = probekit::testing::run_command(fmt::format(
-      "{{ {} & pid=$!; for i in $(seq 600); do ls -d {}.partial-* >/dev/null 2>&1 && break; sleep 0.1; done; sleep 1; "
+      "{{ env --default-signal=INT {} & pid=$!; for i in $(seq 600); do ls -d {}.partial-* >/dev/null 2>&1 && break; sleep 0.1; done; sleep 1; "
       "kill -INT $pid; wait $pid; echo \"exit $?\"; }}",
       patch, tmp.file("out")));
   CHECK_CONTAINS(r.output, std::string("interrupted: ") + kPatchInterruptNote);

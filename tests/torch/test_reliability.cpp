@@ -402,8 +402,16 @@ TEST_CASE("Ctrl-C during training into an existing probes directory stops it, sa
   const std::string train = fmt::format(
       "{} --activations {} --output-dir {} --epochs 1000000 --early-stopping-patience -1 --device cpu -q --overwrite",
       tool("train_binary_probes"), tmp.file("act"), tmp.file("probes"));
-  CommandResult r = run_command(fmt::format("{{ {} & pid=$!; sleep 3; kill -INT $pid; wait $pid; echo \"exit $?\"; }}", train));
+  // sh starts a background job with SIGINT ignored, which env resets to the default a foreground job has.
+  CommandResult r = run_command(
+      fmt::format("{{ env --default-signal=INT {} & pid=$!; sleep 3; kill -INT $pid; wait $pid; echo \"exit $?\"; }}", train));
   CHECK_CONTAINS(r.output, "interrupted: the output directory is as it was before this run");
+  CHECK_CONTAINS(r.output, "exit 130");
+  // Regression: started with SIGINT ignored (a script's background job), the tool stopped at the terminal's Ctrl-C;
+  // it keeps ignoring it, and SIGTERM still stops it.
+  r = run_command(fmt::format("{{ {} & pid=$!; sleep 3; kill -INT $pid; sleep 2; kill -0 $pid && echo running; "
+                              "kill -TERM $pid; wait $pid; echo \"exit $?\"; }}", train));
+  CHECK_CONTAINS(r.output, "running");
   CHECK_CONTAINS(r.output, "exit 130");
   CHECK(read_json_file(tmp.file("probes/probes.json"))["probes"].size() == 3);
   for (const std::string& name : list_directory(tmp.path())) CHECK_MESSAGE(name.find("probes.partial") == std::string::npos, name);

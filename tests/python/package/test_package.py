@@ -181,6 +181,19 @@ def test_patch_gives_patch_activations_grids(model, workdir):
     # Regression: neither corrupted nor subject was refused as "not both".
     with pytest.raises(ValueError, match=r"give corrupted \(the corrupted prompt\) or subject \(the text of clean to noise\)$"):
         model.patch(clean, progress=False)
+    # Regression: an empty clean prompt was reported as a missing corrupted one, with CLI flags for advice; empty
+    # layers, positions and output_dir ran the defaults; a wrong type showed the native call's signature.
+    for arguments, message in ((("", corrupted), "clean is empty"), ((clean, ""), "corrupted is empty"),
+                               ((None, corrupted), "clean: expected a string, got NoneType"),
+                               ((clean, corrupted, 5), "metric: expected a string, got int")):
+        with pytest.raises(ValueError, match=message):
+            model.patch(*arguments, progress=False)
+    for keywords, message in (({"layers": ""}, "layers: an empty text selects nothing"),
+                              ({"positions": " "}, "positions: an empty text selects nothing"),
+                              ({"output_dir": ""}, "output_dir is empty"), ({"layer_window": True}, "layer_window True"),
+                              ({"layers": True}, "layers True")):
+        with pytest.raises(ValueError, match=message):
+            model.patch(clean, corrupted, progress=False, **keywords)
 
 
 def test_steered_generation_gives_multi_probe_inferences_events(model, probes_dir):
