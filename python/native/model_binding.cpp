@@ -84,18 +84,8 @@ struct GenerateArguments {
   double threshold = 0.1;
   bool calibrated = false;
   std::string monitors;  // monitors=: the policies as a JSON list (the server's "monitors"); empty: none
-  std::vector<std::string> conversations;  // messages=: each conversation's JSON; empty: the prompts are texts
+  std::string conversation;  // messages=: the conversation's JSON (as rank's); empty: the prompts are texts
 };
-
-// messages= as prompts: each conversation rendered with the chat template, with its tokens in the probes' mask.
-inference::ChatPrompts chat_prompts(const inference::Engine& engine, const std::vector<std::string>& conversations) {
-  std::vector<chat::Conversation> parsed;
-  for (size_t i = 0; i < conversations.size(); ++i) {
-    const std::string where = conversations.size() == 1 ? "messages" : fmt::format("messages[{}]", i);
-    parsed.push_back(chat::conversation_of(parse_ordered_json(conversations[i], where, {"messages", "tools"}), where));
-  }
-  return engine.chat_prompts(parsed);
-}
 
 // Generates after `prompts`, handing `on_event` each line --generate --json prints (a token, then each row's end);
 // `on_event` returning False stops that row.
@@ -127,9 +117,11 @@ void generate(const ModelHandle& model, const std::vector<std::string>& prompts,
   std::vector<monitor::MonitorPolicy> policies;
   if (!arguments.monitors.empty()) policies = monitor::parse_policies(parse_json(arguments.monitors, "monitors"));
   // A chat template writes its own special tokens; a conversation's mask is what the streams read.
-  const bool chat = !arguments.conversations.empty();
+  const bool chat = !arguments.conversation.empty();
+  // Read as rank reads messages=: every integer in it checked, none past 64 bits read as a double.
   const inference::ChatPrompts given =
-      chat ? chat_prompts(engine, arguments.conversations) : inference::ChatPrompts{prompts, {}};
+      chat ? engine.chat_prompts({chat::conversation_of(parse_ordered_json(arguments.conversation, "messages"), "messages")})
+           : inference::ChatPrompts{prompts, {}};
   std::vector<inference::GeneratedText> texts =
       policies.empty() && given.masks.empty()
           ? engine.generate(given.prompts, options, on_token, !chat)
@@ -208,15 +200,15 @@ void bind_model(py::module_& module) {
       [](const ModelHandle& model, const std::vector<std::string>& prompts, const std::string& probes_dir,
          const std::string& layers, int64_t layer, bool best_layer, int64_t max_new_tokens, bool stop, double temperature, int64_t sample_top_k, double top_p, uint64_t seed,
          int64_t top_k, double threshold, bool calibrated, const py::list& steer, const std::string& monitors,
-         const std::vector<std::string>& conversations, const py::function& on_event) {
+         const std::string& conversation, const py::function& on_event) {
         GenerateArguments arguments{max_new_tokens, stop, {temperature, sample_top_k, top_p, seed}, top_k, threshold,
-                                    calibrated, monitors, conversations};
+                                    calibrated, monitors, conversation};
         generate(model, prompts, {probes_dir, layers, layer, best_layer}, arguments, steer, on_event);
       },
       py::arg("model"), py::arg("prompts"), py::arg("probes_dir"), py::arg("layers"), py::arg("layer"),
       py::arg("best_layer"), py::arg("max_new_tokens"), py::arg("stop"),
       py::arg("temperature"), py::arg("sample_top_k"), py::arg("top_p"), py::arg("seed"), py::arg("top_k"),
-      py::arg("threshold"), py::arg("calibrated"), py::arg("steer"), py::arg("monitors"), py::arg("conversations"),
+      py::arg("threshold"), py::arg("calibrated"), py::arg("steer"), py::arg("monitors"), py::arg("conversation"),
       py::arg("on_event"));
   module.def(
       "patch",

@@ -37,7 +37,7 @@ class Model:
     def patch(self, clean: str, corrupted: Optional[str] = ..., metric: str = ..., site: Union[str, Sequence[str]] = ...,
               method: str = ..., layers: Layers = ..., positions: Layers = ..., layer_window: int = ...,
               direction: str = ..., subject: Optional[str] = ..., noise: Optional[float] = ..., seed: Optional[int] = ...,
-              output_dir: Optional[str] = ..., overwrite: bool = ..., progress: bool = ...) -> Json: ...
+              output_dir: Optional[Union[str, os.PathLike]] = ..., overwrite: bool = ..., progress: bool = ...) -> Json: ...
 
 class SparseAutoencoder:
     record: Json

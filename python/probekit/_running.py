@@ -167,6 +167,8 @@ def layer_selection(layers, name="layers"):
         return str(layers)
 
     def whole(item):
+        if isinstance(item, bool):
+            raise ValueError(f"{name}: {item!r} is not a layer or position number")
         return item if isinstance(item, str) else str(whole_number(item, name))  # "3": read as --layers reads it
 
     try:
@@ -179,15 +181,15 @@ def layer_selection(layers, name="layers"):
     return selected
 
 
-def given_text(value, name):
-    """value when it is a non-empty string (a path may be a pathlib.Path); a ValueError naming `name` otherwise, where
+def given_text(value, name, has_default=False, path=False):
+    """value when it is a non-empty string (with path, a pathlib.Path too); a ValueError naming `name` otherwise, where
     the native call would show its own signature or read an empty text as the argument left out."""
-    if isinstance(value, os.PathLike):
+    if path and isinstance(value, os.PathLike):
         value = os.fspath(value)
     if not isinstance(value, str):
         raise ValueError(f"{name}: expected a string, got {type(value).__name__}")
     if not value:
-        raise ValueError(f"{name} is empty: give a value (or leave {name} out where it has a default)")
+        raise ValueError(f"{name} is empty: give a value" + (f", or leave {name} out" if has_default else ""))
     return value
 
 

@@ -107,7 +107,7 @@ class Model:
             raise ValueError(f"max_new_tokens {max_new_tokens!r}: must be a whole number, 1 or more")
         arguments = (self._native, prompts, _probes_dir(probes), *_probe_selection(probes), max_new_tokens, bool(stop), float(temperature),
                      int(sample_top_k), float(top_p), seed_value(seed), int(top_k), float(threshold), bool(calibrated),
-                     steer_items(steer), _monitor_policies(monitors, probes), [] if conversation is None else [conversation])
+                     steer_items(steer), _monitor_policies(monitors, probes), conversation or "")
         return _generation_events(arguments)
 
     def patch(self, clean, corrupted=None, metric="logit-diff", site="resid_post", method="exact", layers="all",
@@ -128,9 +128,10 @@ class Model:
         positions] in float64 (with several sites, a dict of them by site). On a GPU, attribution's passes are
         captured as a CUDA graph by the second call for pairs of one token count (and request) and replayed by the
         calls after it: a sweep over a templated dataset."""
-        clean, metric, direction, method = (given_text(value, name) for value, name in
-                                            ((clean, "clean"), (metric, "metric"), (direction, "direction"), (method, "method")))
-        sites = [given_text(site, "site")] if isinstance(site, str) else [given_text(s, "site") for s in site]
+        clean = given_text(clean, "clean")
+        metric, direction, method = (given_text(value, name, has_default=True) for value, name in
+                                     ((metric, "metric"), (direction, "direction"), (method, "method")))
+        sites = [given_text(s, "site", has_default=True) for s in ([site] if isinstance(site, str) else site)]
         if corrupted is None and subject is None:
             raise ValueError("give corrupted (the corrupted prompt) or subject (the text of clean to noise)")
         if corrupted is not None and subject is not None:
@@ -148,7 +149,7 @@ class Model:
             3.0 if noise is None else float(noise), seed_value(0 if seed is None else seed), metric, sites,
             layer_selection(layers) or "all",
             layer_selection(positions, "positions") or "all", layer_window, direction, method,
-            "" if output_dir is None else given_text(output_dir, "output_dir"),
+            "" if output_dir is None else given_text(output_dir, "output_dir", has_default=True, path=True),
             bool(overwrite), progress_callback(progress))
         result = json.loads(text)
         for key in ("grid", "attribution", "restored"):

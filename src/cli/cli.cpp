@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -378,7 +379,9 @@ int run_tool(CLI::App& app, int argc, char** argv, const CommonOptions& options,
     for (int signal_number : {SIGINT, SIGTERM}) {
       // One the process started with ignored stays ignored: sh starts a script's background job with SIGINT ignored
       // so that the terminal's Ctrl-C leaves it running (Python and the shells' own tools keep it so too).
-      if (std::signal(signal_number, request_interrupt_on_signal) == SIG_IGN) std::signal(signal_number, SIG_IGN);
+      struct sigaction started {};
+      if (::sigaction(signal_number, nullptr, &started) == 0 && started.sa_handler == SIG_IGN) continue;
+      std::signal(signal_number, request_interrupt_on_signal);
     }
   }
   try {

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 
 #include "common/error.h"
 #include "common/files.h"
@@ -119,11 +120,9 @@ StagedDirectory::StagedDirectory(std::string final_path, bool overwrite, const s
   static std::atomic<uint64_t> serial{0};
   staging_ = fmt::format("{}.partial-{}-{}", final_, ::getpid(), serial.fetch_add(1));
   remove_tree(staging_);
-  try {
-    make_directories(staging_);
-  } catch (const std::exception& e) {  // the staging directory's name is no name the user gave
-    fail_input("cannot write the output directory {} ({})", final_, e.what());
-  }
+  make_directories(parent_directory(staging_));
+  // Named as the user gave it: the staging directory's name is none they know.
+  if (::mkdir(staging_.c_str(), 0777) != 0) fail("cannot write the output directory {}: {}", final_, std::strerror(errno));
   write_file_atomic(staging_ + "/" + kStagingMarker, host_name());
 }
 

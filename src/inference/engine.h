@@ -109,13 +109,14 @@ struct GeneratedText {
   std::vector<monitor::Firing> firings;  // every monitor firing, in order (a stop's too, whose token was not sent)
 };
 
-/// The probes of one layer as loaded.
-/// Conversations as prompts to generate after (Engine::chat_prompts).
+/// Prompts to generate after: texts as given, or conversations rendered with the chat template and its generation
+/// prompt (Engine::chat_prompts).
 struct ChatPrompts {
-  std::vector<std::string> prompts;             // each rendered with the chat template and its generation prompt
-  std::vector<std::vector<uint8_t>> masks;      // each prompt's chat_prompt_mask; none when the probes read it whole
+  std::vector<std::string> prompts;
+  std::vector<std::vector<uint8_t>> masks;  // a chat prompt's chat_prompt_mask each; none when the probes read it whole
 };
 
+/// The probes of one layer as loaded.
 struct LayerProbes {
   int64_t layer = 0;
   probes::ProbeSet set;

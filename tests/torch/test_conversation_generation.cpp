@@ -90,7 +90,7 @@ TEST_CASE("conversation probes: the tool and the server refuse a text to generat
   check_failure(r, 2, {"these probes were trained on conversations' assistant tokens"});
   // Regression: multi_probe_inference loaded the model before refusing a text to rank, or a --file of texts.
   write_text(tmp.file("texts.jsonl"), "{\"text\": \"Help\", \"messages\": []}\n");
-  for (const std::string texts : {std::string("--text Help"), "--file " + tmp.file("texts.jsonl"), std::string("< /dev/null")}) {
+  for (const std::string& texts : {std::string("--text Help"), "--file " + tmp.file("texts.jsonl"), std::string("< /dev/null")}) {
     INFO(texts);
     r = run_command(fmt::format("{} --probes-dir {} --model {} --device cpu -v {}", tool("multi_probe_inference"),
                                 tmp.file("probes"), kGemmaModel, texts));

@@ -402,15 +402,18 @@ TEST_CASE("Ctrl-C during training into an existing probes directory stops it, sa
   const std::string train = fmt::format(
       "{} --activations {} --output-dir {} --epochs 1000000 --early-stopping-patience -1 --device cpu -q --overwrite",
       tool("train_binary_probes"), tmp.file("act"), tmp.file("probes"));
-  // sh starts a background job with SIGINT ignored, which env resets to the default a foreground job has.
-  CommandResult r = run_command(
-      fmt::format("{{ env --default-signal=INT {} & pid=$!; sleep 3; kill -INT $pid; wait $pid; echo \"exit $?\"; }}", train));
+  // sh starts a background job with SIGINT ignored, which env resets to the default a foreground job has. The signals
+  // go once the staging directory is there: the tool's handlers are in place by then.
+  const std::string started = fmt::format(
+      "for i in $(seq 600); do ls -d {}.partial-* >/dev/null 2>&1 && break; sleep 0.1; done; sleep 1;", tmp.file("probes"));
+  CommandResult r = run_command(fmt::format(
+      "{{ env --default-signal=INT {} & pid=$!; {} kill -INT $pid; wait $pid; echo \"exit $?\"; }}", train, started));
   CHECK_CONTAINS(r.output, "interrupted: the output directory is as it was before this run");
   CHECK_CONTAINS(r.output, "exit 130");
   // Regression: started with SIGINT ignored (a script's background job), the tool stopped at the terminal's Ctrl-C;
   // it keeps ignoring it, and SIGTERM still stops it.
-  r = run_command(fmt::format("{{ {} & pid=$!; sleep 3; kill -INT $pid; sleep 2; kill -0 $pid && echo running; "
-                              "kill -TERM $pid; wait $pid; echo \"exit $?\"; }}", train));
+  r = run_command(fmt::format("{{ {} & pid=$!; {} kill -INT $pid; sleep 2; kill -0 $pid && echo running; "
+                              "kill -TERM $pid; wait $pid; echo \"exit $?\"; }}", train, started));
   CHECK_CONTAINS(r.output, "running");
   CHECK_CONTAINS(r.output, "exit 130");
   CHECK(read_json_file(tmp.file("probes/probes.json"))["probes"].size() == 3);

@@ -183,7 +183,7 @@ def test_patch_gives_patch_activations_grids(model, workdir):
         model.patch(clean, progress=False)
     # Regression: an empty clean prompt was reported as a missing corrupted one, with CLI flags for advice; empty
     # layers, positions and output_dir ran the defaults; a wrong type showed the native call's signature.
-    for arguments, message in ((("", corrupted), "clean is empty"), ((clean, ""), "corrupted is empty"),
+    for arguments, message in ((("", corrupted), "clean is empty: give a value$"), ((clean, ""), "corrupted is empty"),
                                ((None, corrupted), "clean: expected a string, got NoneType"),
                                ((clean, corrupted, 5), "metric: expected a string, got int")):
         with pytest.raises(ValueError, match=message):
@@ -191,7 +191,7 @@ def test_patch_gives_patch_activations_grids(model, workdir):
     for keywords, message in (({"layers": ""}, "layers: an empty text selects nothing"),
                               ({"positions": " "}, "positions: an empty text selects nothing"),
                               ({"output_dir": ""}, "output_dir is empty"), ({"layer_window": True}, "layer_window True"),
-                              ({"layers": True}, "layers True")):
+                              ({"layers": True}, "layers True"), ({"layers": [True, 2]}, "True is not a layer")):
         with pytest.raises(ValueError, match=message):
             model.patch(clean, corrupted, progress=False, **keywords)
 
