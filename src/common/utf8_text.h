@@ -1,5 +1,5 @@
-// Whether bytes are UTF-8, their repair, and the trimming of typed text: for text from files and users (labels, tokenizer input, templates) that
-// goes on to JSON, which holds only UTF-8.
+// Whether bytes are UTF-8, their repair, and the trimming of typed text: for text from files and users (labels,
+// tokenizer input, templates) that goes on to JSON, which holds only UTF-8.
 #pragma once
 
 #include <string>

@@ -270,7 +270,6 @@ std::vector<chat::Conversation> generation_conversations(const InferenceRequest&
   return conversations;
 }
 
-
 }  // namespace
 
 Display json_display(int64_t top_k, double threshold, bool calibrated, const std::string& mode, const std::string& aggregate) {
@@ -299,7 +298,7 @@ void show_generation(const Engine& engine, const InferenceRequest& r) {
   const std::vector<chat::Conversation> conversations = generation_conversations(r);
   const bool chat = !conversations.empty();
   // The texts as given, or the conversations rendered with the model's chat template.
-  ChatPrompts given = chat ? engine.chat_prompts(conversations) : ChatPrompts{request_texts(r), {}};
+  const ChatPrompts given = chat ? engine.chat_prompts(conversations) : ChatPrompts{request_texts(r), {}};
   const std::vector<std::string>& prompts = given.prompts;
   const std::vector<std::vector<uint8_t>>& masks = given.masks;
   generation::GenerationOptions options = generation::resolve_generation_flags(r.generation, engine.model_dir());
