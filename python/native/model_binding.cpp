@@ -116,17 +116,13 @@ void generate(const ModelHandle& model, const std::vector<std::string>& prompts,
   };
   std::vector<monitor::MonitorPolicy> policies;
   if (!arguments.monitors.empty()) policies = monitor::parse_policies(parse_json(arguments.monitors, "monitors"));
-  // A chat template writes its own special tokens; a conversation's mask is what the streams read.
-  const bool chat = !arguments.conversation.empty();
   // Read as rank reads messages=: every integer in it checked, none past 64 bits read as a double.
   const inference::ChatPrompts given =
-      chat ? engine.chat_prompts({chat::conversation_of(parse_ordered_json(arguments.conversation, "messages"), "messages")})
-           : inference::ChatPrompts{prompts, {}};
+      arguments.conversation.empty()
+          ? inference::ChatPrompts{prompts, {}, false}
+          : engine.chat_prompts({chat::conversation_of(parse_ordered_json(arguments.conversation, "messages"), "messages")});
   std::vector<inference::GeneratedText> texts =
-      policies.empty() && given.masks.empty()
-          ? engine.generate(given.prompts, options, on_token, !chat)
-          : engine.generate_monitored(given.prompts, options, engine.resolve_monitors(policies), on_token, !chat,
-                                      given.masks);
+      engine.generate_watched(given, options, engine.resolve_monitors(policies), on_token);
   const Json steering = engine.steering().empty() ? Json() : engine.steering().record();
   for (size_t row = 0; row < texts.size(); ++row) {
     emit(inference::generated_row_json(row, given.prompts[row], texts[row], steering));

@@ -72,22 +72,30 @@ int ToolCommandLine::run(int argc, char** argv, const std::function<void()>& bod
   return run_tool(app, argc, argv, common, body);
 }
 
-CLI::Validator at_least(int64_t low) {
+CLI::Validator whole_number_in(int64_t low, int64_t high) {
   return CLI::Validator(
-      [low](std::string& input) -> std::string {
+      [low, high](std::string& input) -> std::string {
         size_t used = 0;
         long long value = 0;
+        bool too_large = false;
         try {
           value = std::stoll(input, &used);
+        } catch (const std::out_of_range&) {
+          too_large = true;  // past 64 bits, either way
+          used = input.size();
         } catch (const std::exception&) {
           used = 0;
         }
         if (used == 0 || used != input.size()) return fmt::format("must be a whole number, got {}", input);
-        if (value < low) return fmt::format("must be {} or more, got {}", low, input);
+        const bool unbounded = high == std::numeric_limits<int64_t>::max();
+        if (!too_large && value < low && unbounded) return fmt::format("must be {} or more, got {}", low, input);
+        if (too_large || value < low || value > high) return fmt::format("must be from {} to {}, got {}", low, high, input);
         return "";
       },
-      fmt::format(">={}", low));
+      high == std::numeric_limits<int64_t>::max() ? fmt::format(">={}", low) : fmt::format("[{}, {}]", low, high));
 }
+
+CLI::Validator at_least(int64_t low) { return whole_number_in(low, std::numeric_limits<int64_t>::max()); }
 
 CLI::Option* add_model_options(CLI::App& app, std::string& model, const std::string& help) {
   // --offline is HF_HUB_OFFLINE=1 for this process and what it starts, so the hub client has one switch to read.

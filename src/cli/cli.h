@@ -55,8 +55,11 @@ class ToolCommandLine {
 };
 
 /// A check that a flag's whole number is at least `low`, failing as "--flag: must be 1 or more, got 0" (CLI11's
-/// PositiveNumber names the largest double, all 309 digits of it, as the top of its range).
+/// PositiveNumber names the largest double, all 309 digits of it, as the top of its range), or as "must be from 1 to
+/// 9223372036854775807" past 64 bits (which CLI11 itself reads wrapped).
 CLI::Validator at_least(int64_t low);
+/// A check that a flag's whole number is from `low` to `high`: "--flag: must be from 1 to 1000000, got 0".
+CLI::Validator whole_number_in(int64_t low, int64_t high);
 
 /// Adds --model (a checkpoint folder or a hub name, org/name[@revision]) and --offline to a tool or subcommand that
 /// loads a model; returns --model's option so the caller can make it required.

@@ -114,6 +114,7 @@ struct GeneratedText {
 struct ChatPrompts {
   std::vector<std::string> prompts;
   std::vector<std::vector<uint8_t>> masks;  // a chat prompt's chat_prompt_mask each; none when the probes read it whole
+  bool rendered = false;  // by the chat template, which writes its own special tokens
 };
 
 /// The probes of one layer as loaded.
@@ -206,6 +207,11 @@ class Engine {
                                                 std::shared_ptr<const monitor::MonitorSet> monitors,
                                                 const ScoredTokenCallback& on_token, bool add_special_tokens = true,
                                                 const std::vector<std::vector<uint8_t>>& prompt_masks = {}) const;
+  /// Generates after `prompts` as the tools do: with generate when no monitor watches and no chat mask is read, else
+  /// with generate_monitored, whose streams read a chat's masked text so far. `monitors` may be null.
+  std::vector<GeneratedText> generate_watched(const ChatPrompts& prompts, const generation::GenerationOptions& options,
+                                              std::shared_ptr<const monitor::MonitorSet> monitors,
+                                              const ScoredTokenCallback& on_token) const;
   /// The directory of the model in use.
   const std::string& model_dir() const { return options_.model_dir; }
   /// The steering every pass applies (EngineOptions::steering), as resolved; empty without any.

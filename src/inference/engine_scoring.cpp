@@ -127,6 +127,7 @@ std::vector<uint8_t> Engine::chat_prompt_mask(const chat::Conversation& conversa
 
 ChatPrompts Engine::chat_prompts(const std::vector<chat::Conversation>& conversations) const {
   ChatPrompts chat;
+  chat.rendered = true;
   for (const chat::Conversation& conversation : conversations) {
     chat.prompts.push_back(chat::render_conversation(model_dir(), conversation));
     if (!recipe_.mask) continue;  // probes that read prompts whole

@@ -157,4 +157,14 @@ std::vector<GeneratedText> Engine::generate_monitored(const std::vector<std::str
   return results;
 }
 
+std::vector<GeneratedText> Engine::generate_watched(const ChatPrompts& prompts,
+                                                    const generation::GenerationOptions& options,
+                                                    std::shared_ptr<const monitor::MonitorSet> monitors,
+                                                    const ScoredTokenCallback& on_token) const {
+  if ((monitors == nullptr || monitors->empty()) && prompts.masks.empty()) {
+    return generate(prompts.prompts, options, on_token, !prompts.rendered);
+  }
+  return generate_monitored(prompts.prompts, options, std::move(monitors), on_token, !prompts.rendered, prompts.masks);
+}
+
 }  // namespace probekit::inference

@@ -296,11 +296,9 @@ Json text_json(const Engine& engine, const std::string& text, const ScoreTable& 
 
 void show_generation(const Engine& engine, const InferenceRequest& r) {
   const std::vector<chat::Conversation> conversations = generation_conversations(r);
-  const bool chat = !conversations.empty();
   // The texts as given, or the conversations rendered with the model's chat template.
-  const ChatPrompts given = chat ? engine.chat_prompts(conversations) : ChatPrompts{request_texts(r), {}};
-  const std::vector<std::string>& prompts = given.prompts;
-  const std::vector<std::vector<uint8_t>>& masks = given.masks;
+  const ChatPrompts given =
+      conversations.empty() ? ChatPrompts{request_texts(r), {}, false} : engine.chat_prompts(conversations);
   generation::GenerationOptions options = generation::resolve_generation_flags(r.generation, engine.model_dir());
   const bool report = !r.csv.empty() || !r.html.empty();
   // The report covers the prompt's tokens (scored as --per-token scores them) and then the new ones.
@@ -310,7 +308,7 @@ void show_generation(const Engine& engine, const InferenceRequest& r) {
     tokens = TokenTable{prompt.tokens, prompt.texts, {}};
     for (const auto& p : prompt.probability) tokens.scores.push_back(table_of(engine, p, r.display));
   }
-  GenerationPrinter printer(prompts, r.display.top_k, r.display.json, r.live_view,
+  GenerationPrinter printer(given.prompts, r.display.top_k, r.display.json, r.live_view,
                            engine.steering().empty() ? Json() : engine.steering().record());
   std::shared_ptr<const monitor::MonitorSet> monitors;
   try {
@@ -328,10 +326,7 @@ void show_generation(const Engine& engine, const InferenceRequest& r) {
     }
     return true;
   };
-  // A chat's masked text so far is what the streams read (generate reads every prompt whole).
-  std::vector<GeneratedText> texts = monitors->empty() && masks.empty()
-                                         ? engine.generate(prompts, options, show, !chat)
-                                         : engine.generate_monitored(prompts, options, monitors, show, !chat, masks);
+  std::vector<GeneratedText> texts = engine.generate_watched(given, options, monitors, show);
   printer.finish(texts);
   if (!r.csv.empty()) write_file_atomic(r.csv, per_token_csv(tokens));
   if (!r.html.empty()) write_file_atomic(r.html, per_token_html(tokens, "Probe scores of a generation"));

@@ -51,11 +51,17 @@ namespace {
 
 // A threshold (predictions: score >= threshold) accepting the first `accepted` groups of the descending
 // `scores`: the middle between the lowest accepted and the next, the lowest score when all are, just above the
-// highest when none is.
+// highest when none is: by a step of fp32, whose probabilities inference compares (a double's step let the highest
+// score, recomputed in fp32 and rounded up, pass). Two neighbouring doubles have no middle, which rounds to one of
+// them: the lowest accepted score then (regression: the middle rounded down to the first rejected score).
 double threshold_accepting(const std::vector<double>& scores, size_t accepted) {
-  if (accepted == 0) return std::nextafter(scores.front(), std::numeric_limits<double>::infinity());
+  if (accepted == 0) {
+    const float above = std::nextafter(static_cast<float>(scores.front()), std::numeric_limits<float>::infinity());
+    return std::max(static_cast<double>(above), std::nextafter(scores.front(), std::numeric_limits<double>::infinity()));
+  }
   if (accepted == scores.size()) return scores.back();
-  return (scores[accepted - 1] + scores[accepted]) / 2.0;
+  const double middle = (scores[accepted - 1] + scores[accepted]) / 2.0;
+  return middle > scores[accepted] ? middle : scores[accepted - 1];
 }
 
 }  // namespace

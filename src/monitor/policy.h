@@ -51,9 +51,9 @@ struct MonitorPolicy {
 /// The most policies one request may give.
 constexpr int64_t kMaxMonitors = 16;
 /// A monitor fires once its aggregate is at or above its threshold, as ranking and calibration count (score >=
-/// threshold). Thresholds run from 0 to 1, and to the double just above 1: what calibration sets where no example
-/// may be flagged and the top scores are 1.
-inline const double kMaxThreshold = std::nextafter(1.0, 2.0);
+/// threshold). Thresholds run from 0 to 1, and to the fp32 step just above 1: what calibration sets where no example
+/// may be flagged and the top scores are 1 (probabilities are fp32, so a double's step above a score is not enough).
+inline const double kMaxThreshold = static_cast<double>(std::nextafter(1.0f, 2.0f));
 /// Whether `threshold` is one a monitor takes.
 inline bool valid_threshold(double threshold) { return threshold >= 0 && threshold <= kMaxThreshold; }
 

@@ -93,6 +93,14 @@ CalibratedIndex calibrated_index(const std::string& dir, const std::string& acti
     calibrations.push_back({{"label", set.probes()[k].label}, {"calibration", calibration}});
   }
   std::vector<std::string> warnings = calibration_warnings(scored, target_fpr);
+  for (const Json& entry : calibrations) {
+    if (!(entry["calibration"]["threshold"].get<double>() > 1.0)) continue;
+    warnings.push_back(fmt::format(
+        "{}: probe '{}' scores more than {:g} of the calibration texts 1.0 (its probability saturates, from a logit "
+        "of about 17): only a threshold above 1.0 keeps to the rate, and the probe never fires at it (train with "
+        "a smaller --C, or calibrate on other ordinary data)",
+        activation_file, entry["label"].get<std::string>(), target_fpr));
+  }
   for (const std::string& warning : warnings) spdlog::warn("{}", warning);
   return {index_path, std::move(index), std::move(calibrations), std::move(warnings)};
 }

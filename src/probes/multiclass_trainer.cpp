@@ -71,6 +71,10 @@ void check_classes(const activations::ActivationFile& file) {
     spdlog::warn("{}: the validation split has no examples: no epoch can be chosen on it, so best_probe is the last "
                  "epoch's (as final_probe)", file.path);
   }
+  if (file.split(activations::Split::kTest).examples() == 0) {
+    spdlog::warn("{}: the test split has no examples: the test metrics are undefined (nan, null in test_metrics.json)",
+                 file.path);
+  }
   std::vector<int64_t> train_counts(names.size(), 0), other_counts(names.size(), 0);
   for (int64_t label : file.split(activations::Split::kTrain).labels) ++train_counts[label];
   for (activations::Split split : {activations::Split::kVal, activations::Split::kTest}) {
@@ -173,6 +177,14 @@ void evaluate_final(MulticlassTrainingResult& result, const SplitTensors& data, 
   at::Tensor test_host = test_logits.to(at::kCPU).to(at::kDouble).contiguous();
   std::vector<double> scores(test_host.data_ptr<double>(), test_host.data_ptr<double>() + test_host.numel());
   result.test = metrics::multiclass_metrics(test_split.labels, argmax_rows(test_host), scores, classes, 3);
+  if (test_split.examples() == 0) {  // regression: reported as 0.0, a probe always wrong
+    metrics::MulticlassMetrics& m = result.test;
+    const double undefined = std::numeric_limits<double>::quiet_NaN();
+    for (double* value : {&m.accuracy, &m.precision_macro, &m.recall_macro, &m.f1_macro, &m.precision_micro,
+                          &m.recall_micro, &m.f1_micro, &m.top_k_accuracy}) {
+      *value = undefined;
+    }
+  }
 }
 
 }  // namespace

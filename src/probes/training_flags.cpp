@@ -94,7 +94,9 @@ const TrainingFlag kTrainingFlags[] = {
      }},
     {kTrainers,
      [](CLI::App& app, const FlagTargets& to) {
-       app.add_option("--hidden-dim", to.training.hidden_dim, "Hidden size of the multihead probe")->capture_default_str();
+       app.add_option("--hidden-dim", to.training.hidden_dim, "Hidden size of the multihead probe")
+           ->capture_default_str()
+           ->check(whole_number_in(1, kMaxHiddenDim));
      }},
     {kBinaryOnly,
      [](CLI::App& app, const FlagTargets& to) {
@@ -108,7 +110,8 @@ const TrainingFlag kTrainingFlags[] = {
        app.add_option_function<int64_t>(
            "--heads", [&heads = to.training.heads](int64_t value) { heads = value; },
            "Attention heads of the multihead probe (default 8), queries of the attention probe (default 1) or heads of the "
-           "multimax probe (default 8)");
+           "multimax probe (default 8)")
+           ->check(whole_number_in(1, kMaxHeads));
      }},
     {kBinaryOnly | tool_bit(TrainingTool::kBench),
      [](CLI::App& app, const FlagTargets& to) {
@@ -135,12 +138,15 @@ const TrainingFlag kTrainingFlags[] = {
      }},
     {kTrainers,
      [](CLI::App& app, const FlagTargets& to) {
-       app.add_option("--batch-size", to.training.batch_size, "Training batch size")->capture_default_str();
+       app.add_option("--batch-size", to.training.batch_size, "Training batch size")
+           ->capture_default_str()
+           ->check(whole_number_in(1, kMaxTrainingBatch));
      }},
     {kAllTools,
      [](CLI::App& app, const FlagTargets& to) {
        app.add_option("--epochs", to.training.epochs, "Epochs to train (at most, where early stopping is on)")
-           ->capture_default_str();
+           ->capture_default_str()
+           ->check(whole_number_in(1, kMaxEpochs));
      }},
     {kTrainers,
      [](CLI::App& app, const FlagTargets& to) {

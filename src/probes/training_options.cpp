@@ -10,14 +10,18 @@
 namespace probekit::probes {
 
 void check_training_options(const TrainingOptions& options) {
-  if (options.batch_size <= 0) fail_usage("--batch-size must be positive, got {}", options.batch_size);
-  if (options.epochs <= 0) fail_usage("--epochs must be positive, got {}", options.epochs);
-  if (options.hidden_dim <= 0) fail_usage("--hidden-dim must be positive, got {}", options.hidden_dim);
+  const auto check_count = [](const char* flag, int64_t value, int64_t most) {
+    if (value <= 0) fail_usage("{} must be positive, got {}", flag, value);
+    if (value > most) fail_usage("{} must be at most {}, got {}", flag, most, value);
+  };
+  check_count("--batch-size", options.batch_size, kMaxTrainingBatch);
+  check_count("--epochs", options.epochs, kMaxEpochs);
+  check_count("--hidden-dim", options.hidden_dim, kMaxHiddenDim);
+  if (options.heads) check_count("--heads", *options.heads, kMaxHeads);
   if (!(std::isfinite(options.lr) && options.lr > 0.0)) fail_usage("--lr must be finite and positive, got {}", options.lr);
   if (!(std::isfinite(options.weight_decay) && options.weight_decay >= 0.0)) {
     fail_usage("--weight-decay must be finite and not negative, got {}", options.weight_decay);
   }
-  if (options.heads && *options.heads <= 0) fail_usage("--heads must be positive, got {}", *options.heads);
   if (options.max_tokens < 0) fail_usage("--max-tokens must be 0 (every token) or positive, got {}", options.max_tokens);
   if (!(std::isfinite(options.C) && options.C > 0.0)) fail_usage("--C must be finite and positive, got {}", options.C);
   if (!(options.ema_alpha > 0.0 && options.ema_alpha <= 1.0)) {

@@ -39,9 +39,16 @@ struct TrainingOptions {
   bool pin_activations = true;
 };
 
-/// Throws UsageError naming the flag of the first value no trainer can use: epochs, batch size and hidden
-/// size must be positive, the learning rate finite and positive, the weight decay finite and not negative, C
-/// finite and positive.
+/// The largest values the trainers take: past them a run would hold memory for nothing or never end (a billion
+/// epochs allocated their history up front), and a probe's shape fails to allocate with LibTorch's own words.
+constexpr int64_t kMaxEpochs = 1'000'000;
+constexpr int64_t kMaxTrainingBatch = int64_t{1} << 30;
+constexpr int64_t kMaxHiddenDim = 65'536;
+constexpr int64_t kMaxHeads = 4'096;
+
+/// Throws UsageError naming the flag of the first value no trainer can use: epochs, batch size, hidden size and
+/// heads must be positive and at most the bounds above, the learning rate finite and positive, the weight decay
+/// finite and not negative, C finite and positive.
 void check_training_options(const TrainingOptions& options);
 
 /// Throws UsageError for a flag of `given` that no kind of `kinds` reads, naming the kinds that do (those train_probes

@@ -138,6 +138,7 @@ struct ReplyState {
   bool shut_down = false;  // the server began stopping while the reply was generated
   std::atomic<bool> abandoned{false};
   std::shared_ptr<void> slot;  // the request's --max-streams slot, given back when the worker lets the reply go
+  Json steering;               // the request's (SteeringVectors::record()); null: none
   Json probes = Json::array();
   std::promise<Json> completion;
 };
@@ -192,9 +193,9 @@ Json chat_completion_response(const ServerContext& context, const ChatModel& mod
     state->timed_out = Clock::now() >= deadline;
     return !state->stop.stopped() && !state->timed_out;
   };
-  Json steering = request.steering ? request.steering->record() : Json();
+  if (request.steering) state->steering = request.steering->record();
   const bool monitored = request.monitors != nullptr;
-  request.on_end = [state, header, steering, monitored](const inference::GeneratedText& done, std::exception_ptr error) {
+  request.on_end = [state, header, monitored](const inference::GeneratedText& done, std::exception_ptr error) {
     if (error) return state->completion.set_exception(error);
     if (state->timed_out) return state->completion.set_exception(std::make_exception_ptr(timeout()));
     if (state->shut_down) return state->completion.set_exception(std::make_exception_ptr(shutting_down()));
@@ -205,17 +206,24 @@ Json chat_completion_response(const ServerContext& context, const ChatModel& mod
                                      {"logprobs", nullptr}, {"finish_reason", finish_reason(done, state->stop)}}});
     reply["usage"] = usage_json(done);
     reply["probes"] = std::move(state->probes);
-    if (!steering.is_null()) reply["steering"] = steering;
+    if (!state->steering.is_null()) reply["steering"] = state->steering;
     if (monitored) reply["monitor_firings"] = monitor::firings_json(done.firings);
     state->completion.set_value(std::move(reply));
   };
   request.abandoned = [state] { return state->abandoned.load(); };
   std::future<Json> completion = state->completion.get_future();
   context.scheduler.submit_generation(std::move(request), deadline);
-  // The callbacks end the reply at the deadline; a worker busy past it gets a second more.
-  if (completion.wait_until(deadline + std::chrono::seconds(1)) != std::future_status::ready) {
-    state->abandoned = true;
-    throw timeout();
+  // The callbacks end the reply at the deadline; a worker busy past it gets a second more. A client that hangs up
+  // frees the stream's slot at its next token (regression: a reply nobody waited for ran to its end).
+  while (completion.wait_for(kClientCheck) != std::future_status::ready) {
+    if (client_gone()) {
+      state->abandoned = true;
+      fail_client_gone();
+    }
+    if (Clock::now() >= deadline + std::chrono::seconds(1)) {
+      state->abandoned = true;
+      throw timeout();
+    }
   }
   return completion.get();
 }
@@ -250,6 +258,7 @@ void end_stream(EventStream& stream, const ReplyHeader& header, ReplyState& stat
   const std::string rest = rest_of_reply(state, done);
   if (!rest.empty()) stream.push_data(dump_json(chunk_json(header, {{"content", rest}}, nullptr, include_usage)));
   Json last = chunk_json(header, Json::object(), finish_reason(done, state.stop), include_usage);
+  if (!state.steering.is_null()) last["steering"] = state.steering;
   if (monitored) last["monitor_firings"] = monitor::firings_json(done.firings);
   stream.push_data(dump_json(last));
   if (include_usage) {
@@ -268,6 +277,7 @@ void start_chat_stream(const ServerContext& context, const ChatModel& model, con
   inference::StreamRequest request = prepare(context, model, query, deadline);
   const ReplyHeader header{completion_id(), static_cast<int64_t>(std::time(nullptr)), model.name};
   auto state = std::make_shared<ReplyState>(query.stop);
+  if (request.steering) state->steering = request.steering->record();
   const ViewQuery view = query.probes;
   const bool usage = query.include_usage;
   request.on_token = [context, view, state, stream, header, usage, deadline](const inference::ScoredToken& token) {

@@ -30,6 +30,10 @@ inline void set_descriptor_flags(int fd, bool nonblocking) {
   if (nonblocking) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
+/// Whether the client of the request this thread answers has closed its connection (false on a thread that answers
+/// none): a handler waiting on the worker lets go of work nobody will read. HttpService::answer says which it is.
+bool client_gone();
+
 struct Connection {
   using Clock = std::chrono::steady_clock;
 

@@ -19,6 +19,9 @@ namespace {
 
 using Clock = Connection::Clock;
 
+// The connection whose request this worker thread answers (client_gone).
+thread_local const Connection* answering = nullptr;
+
 // A worker's view of one request: reads come from the plain form the intake made, writes go to the socket and
 // give up when the client takes no bytes for the write timeout, or a second after the server began to stop.
 // httplib's Stream changed over its versions (Debian's 0.11 has is_writable; 0.19 added duration, 0.20 replaced
@@ -124,6 +127,15 @@ int listen_socket(const addrinfo* addresses, int& error) {
 }
 
 }  // namespace
+
+bool client_gone() {
+  if (answering == nullptr) return false;
+  char byte = 0;
+  ssize_t n = ::recv(answering->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n > 0) return false;  // the client's next request, pipelined
+  if (n == 0) return true;  // it closed its side
+  return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;  // reset
+}
 
 HttpService::~HttpService() {
   stop();
@@ -261,11 +273,13 @@ void HttpService::answer(std::unique_ptr<Connection> connection) {
   RequestStream stream(*connection, stopping_, options_.intake.client_timeout);
   bool closed_by_client = false;
   bool written = false;
+  answering = connection.get();
   try {
     written = process(*this, stream, *connection, connection->close_after || stopping_, closed_by_client, 0);
   } catch (const std::exception& e) {
     spdlog::error("probe_server: {}", e.what());
   }
+  answering = nullptr;
   if (!written || closed_by_client || stopping_) return;
   if (connection->close_after) {
     intake_->linger(std::move(connection));

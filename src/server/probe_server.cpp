@@ -6,13 +6,16 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
+#include <cctype>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "common/error.h"
+#include "common/utf8_text.h"
 #include "model/weights.h"
 #include "server/generation_stream.h"
 #include "server/handlers.h"
@@ -25,8 +28,12 @@ namespace probekit::server {
 
 namespace {
 
+// The media type is compared without its parameters (charset) and in any case, as RFC 9110 has it.
 void check_json_body(const httplib::Request& req) {
-  if (req.get_header_value("Content-Type").rfind("application/json", 0) != 0) {
+  const std::string given = req.get_header_value("Content-Type");
+  std::string media_type(trimmed(std::string_view(given).substr(0, given.find(';'))));
+  for (char& c : media_type) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (media_type != "application/json") {
     throw RequestError(415, "send the body as JSON, with the header Content-Type: application/json");
   }
 }
@@ -216,8 +223,11 @@ void ProbeServer::add_error_handlers() {
       return httplib::Server::HandlerResponse::Unhandled;
     }
     res.set_header("WWW-Authenticate", "Bearer");
-    send_error(res, 401, "this server needs its API key: send the header Authorization: Bearer KEY (--api-key)", "",
-               error_style_of(routes, req.path));
+    const std::string message = req.has_header("Authorization")
+                                    ? "the header Authorization does not carry this server's API key: send "
+                                      "Authorization: Bearer KEY (--api-key)"
+                                    : "this server needs its API key: send the header Authorization: Bearer KEY (--api-key)";
+    send_error(res, 401, message, "", error_style_of(routes, req.path));
     return httplib::Server::HandlerResponse::Handled;
   });
   // httplib's own refusals (no such route, a malformed request) come without a body. A body past --max-body-bytes
@@ -280,8 +290,12 @@ class StopSignals {
     action.sa_handler = note_stop_signal;
     sigemptyset(&action.sa_mask);
     action.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &action, &previous_interrupt_);
-    sigaction(SIGTERM, &action, &previous_terminate_);
+    // One the process started with ignored stays ignored, as in the batch tools (sh starts a script's background
+    // job with SIGINT ignored, so that the terminal's Ctrl-C leaves it running).
+    for (auto [number, previous] : {std::pair{SIGINT, &previous_interrupt_}, std::pair{SIGTERM, &previous_terminate_}}) {
+      sigaction(number, nullptr, previous);
+      if (previous->sa_handler != SIG_IGN) sigaction(number, &action, nullptr);
+    }
   }
   ~StopSignals() {
     sigaction(SIGINT, &previous_interrupt_, nullptr);

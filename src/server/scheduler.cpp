@@ -19,6 +19,8 @@ RequestError timeout_error() {
 
 void fail_timeout() { throw timeout_error(); }
 
+void fail_client_gone() { throw RequestError(499, "the client went away"); }
+
 Scheduler::Scheduler(const inference::Engine& engine, int64_t max_queued_texts, std::chrono::duration<double> join_window)
     : engine_(engine), max_queued_texts_(max_queued_texts), join_window_(join_window), worker_([this] { work(); }) {}
 
@@ -46,6 +48,12 @@ std::shared_ptr<std::atomic<bool>> Scheduler::enqueue(std::unique_ptr<Job> job) 
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) throw RequestError(503, "the server is shutting down");
+    // One that could never fit is not asked to try again.
+    if (job->weight > max_queued_texts_) {
+      throw RequestError(413, fmt::format("this request's {} texts are more than this server queues at once ({}: "
+                                          "--max-queued-texts); send at most {} a request",
+                                          job->weight, max_queued_texts_, max_queued_texts_));
+    }
     if (queued_texts_ + job->weight > max_queued_texts_) {
       throw RequestError(429, fmt::format("{} texts are already waiting for the device, and this server queues at most {} "
                                           "(--max-queued-texts); try again shortly",
@@ -86,7 +94,7 @@ bool Scheduler::stopping() const {
 std::function<void()> Scheduler::pass_guard(Clock::time_point deadline, std::function<bool()> abandoned) const {
   return [this, deadline, abandoned = std::move(abandoned)] {
     if (stopping()) throw RequestError(503, "the server is shutting down");
-    if (abandoned && abandoned()) throw RequestError(499, "the client went away");
+    if (abandoned && abandoned()) fail_client_gone();
     if (Clock::now() >= deadline) fail_timeout();
   };
 }

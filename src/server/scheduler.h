@@ -5,6 +5,7 @@
 // most, streams join at the next step and leave when they end; two forwards never run at once on the device.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -20,6 +21,7 @@
 
 #include "inference/engine.h"
 #include "inference/stream_batch.h"
+#include "server/connection.h"
 #include "server/metrics.h"
 
 namespace probekit::server {
@@ -141,12 +143,20 @@ class Scheduler {
 
 /// Throws the 408 of a request past its deadline.
 [[noreturn]] void fail_timeout();
+/// Throws the 499 of a request whose client went away.
+[[noreturn]] void fail_client_gone();
+
+/// How often a request waiting on the worker asks whether its client is still there (client_gone).
+inline constexpr std::chrono::milliseconds kClientCheck{100};
 
 template <typename T>
 T Scheduler::wait_for(std::future<T>& future, Clock::time_point deadline, std::atomic<bool>& abandoned) {
-  if (future.wait_until(deadline) != std::future_status::ready) {
+  while (future.wait_until(std::min(deadline, Clock::now() + kClientCheck)) != std::future_status::ready) {
+    const bool gone = client_gone();
+    if (!gone && Clock::now() < deadline) continue;
     abandoned = true;
     withdraw(abandoned);
+    if (gone) fail_client_gone();
     fail_timeout();
   }
   return future.get();

@@ -153,6 +153,17 @@ std::vector<LayerVector> op_vectors(const SteeringOp& op, const model::ModelConf
   return out;
 }
 
+// An added vector, and what it adds (coefficient x vector), within kMaxSteeringNorm: its norm is taken in fp64, since
+// in fp32 a vector of finite values can have an infinite norm (which its record would hold).
+void check_added_norm(const at::Tensor& vector, double coefficient, const std::string& what) {
+  const double norm = vector.to(at::kDouble).norm().item<double>();
+  if (std::max(1.0, std::abs(coefficient)) * norm > kMaxSteeringNorm) {
+    fail_input("{}: the vector's norm is {:g}, times the coefficient {:g} past {:g}, where the residual stream cannot "
+               "stay finite",
+               what, norm, coefficient, kMaxSteeringNorm);
+  }
+}
+
 // Each layer's ablated directions, in the order given.
 std::map<int64_t, std::vector<at::Tensor>> ablated_by_layer(const SteeringVectors& vectors) {
   std::map<int64_t, std::vector<at::Tensor>> by_layer;
@@ -295,6 +306,7 @@ SteeringVectors resolve(const SteeringSpec& spec, const model::ModelConfig& conf
     }
     for (LayerVector& v : op_vectors(op, config, probes)) {
       if (op.action == SteeringAction::kAdd) {
+        check_added_norm(v.vector, op.coefficient, described(op, v.layer));
         vectors.additions.push_back({v.layer, v.vector, op.coefficient, std::move(v.source)});
       } else {
         vectors.ablations.push_back({v.layer, unit(v.vector, described(op, v.layer)), std::move(v.source)});

@@ -71,6 +71,9 @@ struct SteeringSpec {
 /// The largest coefficient a steering operation takes (the server's bound too): past it a unit direction swamps the
 /// residual stream of any model, whose numbers then overflow in fp16 and bf16.
 constexpr double kMaxSteeringCoefficient = 1e6;
+/// The largest norm an added vector may have once scaled by its coefficient: past it the next norm's squares
+/// overflow fp32 and bf16, and every token generated is garbage.
+constexpr double kMaxSteeringNorm = 1e12;
 
 /// Refuses a coefficient that is not finite or is past kMaxSteeringCoefficient, naming `where` (the flag and value)
 /// with a UsageError.

@@ -27,7 +27,7 @@ TEST_CASE("threshold_at_fpr flags at most the target share, between the lowest f
   point = threshold_at_fpr({0.2, 0.9, 0.4}, 0.01);
   CHECK(point.flagged == 0);
   CHECK(point.threshold > 0.9);
-  CHECK(point.threshold < 0.9 + 1e-12);
+  CHECK(point.threshold < 0.9 + 1e-6);  // a step of fp32 above it, as inference compares fp32 probabilities
   // Ties at the top are flagged together or not at all.
   point = threshold_at_fpr({0.9, 0.9, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8}, 0.1);
   CHECK(point.flagged == 0);

@@ -54,10 +54,20 @@ TEST_CASE("recall at a false-positive rate, by hand") {
   // The top score a negative and none allowed: nothing passes; the threshold sits just above the top score.
   RecallAtFpr none = recall_at_fpr({0, 1}, {0.9, 0.1}, 0.0);
   CHECK(none.value == 0.0);
+  // Above it in fp32 too, as inference computes the probabilities it compares (regression: a double's step above it,
+  // which the top score recomputed in fp32 could round past).
+  CHECK(none.threshold > static_cast<double>(static_cast<float>(0.9)));
   CHECK(none.threshold > 0.9);
-  CHECK(none.threshold < 0.9 + 1e-12);
+  CHECK(none.threshold < 0.9 + 1e-6);
   // A tied group counts whole: 0.5 holds a positive and a negative.
-  check_point(recall_at_fpr({1, 0, 1, 0}, {0.5, 0.5, 0.1, 0.1}, 0.49), 0.0, std::nextafter(0.5, 1.0));
+  check_point(recall_at_fpr({1, 0, 1, 0}, {0.5, 0.5, 0.1, 0.1}, 0.49), 0.0,
+              static_cast<double>(std::nextafter(0.5f, 1.0f)));
+  // Neighbouring doubles have no middle: the lowest accepted score, never the rejected one the middle rounds to
+  // (regression: 0.5, which accepted the negative).
+  const double above_half = std::nextafter(0.5, 1.0);
+  const RecallAtFpr neighbours = recall_at_fpr({1, 0}, {above_half, 0.5}, 0.0);
+  CHECK(neighbours.value == 1.0);
+  CHECK(neighbours.threshold == above_half);
   check_point(recall_at_fpr({1, 0, 1, 0}, {0.5, 0.5, 0.1, 0.1}, 0.5), 0.5, 0.3);
   // Undefined without positives or without negatives.
   CHECK(std::isnan(recall_at_fpr({0, 0}, {0.1, 0.2}, 0.05).value));

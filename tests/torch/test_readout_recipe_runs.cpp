@@ -4,13 +4,16 @@
 // the recipe still loads.
 #include <doctest/doctest.h>
 
+#include <map>
 #include <string>
+#include <vector>
 
 #include "common/files.h"
 #include "common/json.h"
 #include "inference/engine.h"
 #include "monitor/stream_monitors.h"
 #include "io/hdf5.h"
+#include "io/safetensors.h"
 #include "probes/binary_run.h"
 #include "probes/calibration.h"
 #include "probes/probe_files.h"
@@ -175,6 +178,45 @@ TEST_CASE("calibration: each probe flags at most the target share of ordinary da
   set_file_attribute(tmp.file("activations/layer_2_activations.h5"), "site", "mlp_out");
   options.overwrite = true;
   CHECK_THROWS_WITH(probes::calibrate(options), doctest::Contains("(site: \"resid_post\" in the probes' activations"));
+}
+
+TEST_CASE("calibration warns of a probe whose saturated probabilities keep to the rate only above 1.0") {
+  TempDir tmp;
+  ProbeFixture fixture;
+  fixture.epochs = 3;
+  fixture.in_process = true;
+  fixture.layers = "2";
+  const std::string probes_dir = train_fixture_probes(tmp, fixture);
+  // One probe's fp32 weights and bias times 1e4: its logits go far past 17, where fp32 probabilities round to 1.0.
+  const std::string label = read_json_file(probes_dir + "/probes.json")["probes"][0]["label"].get<std::string>();
+  const std::string path = probes_dir + "/" + probes::binary_probe_file_name(label);
+  std::vector<std::vector<float>> values;
+  std::vector<safetensors::TensorData> tensors;
+  std::map<std::string, std::string> metadata;
+  {
+    const safetensors::File file(path);
+    metadata = file.metadata();
+    for (const safetensors::TensorInfo& info : file.tensors()) {
+      REQUIRE(info.dtype == safetensors::DType::kF32);
+      const auto* data = reinterpret_cast<const float*>(file.data(info));
+      values.emplace_back(data, data + info.numel());
+      for (float& v : values.back()) v *= 1e4f;
+      tensors.push_back({info.name, info.dtype, info.shape, nullptr, info.nbytes()});
+    }
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) tensors[i].data = values[i].data();
+  safetensors::write_file(path, tensors, metadata);
+  probes::CalibrationOptions options;
+  options.probes_dir = probes_dir;
+  options.activations = tmp.file("activations");
+  options.target_fpr = 0.05;
+  const Json summary = probes::calibrate(options);
+  // Regression: the threshold above 1.0, which no probability reaches, was saved without a word.
+  const std::string expected = "probe '" + label + "' scores more than 0.05 of the calibration texts 1.0";
+  bool warned = false;
+  for (const Json& warning : summary["layers"][0]["warnings"]) warned |= warning.get<std::string>().find(expected) != std::string::npos;
+  CHECK_MESSAGE(warned, summary.dump());
+  CHECK(read_json_file(probes_dir + "/probes.json")["probes"][0]["calibration"]["threshold"].get<double>() > 1.0);
 }
 
 namespace {

@@ -241,6 +241,10 @@ TEST_CASE("probe_server: bad requests get 400 naming the field; requests past a 
   REQUIRE(r);
   CHECK(r->status == 415);
   CHECK_CONTAINS(r->body, "Content-Type: application/json");
+  // The media type in any case and with parameters; not one that only starts like it (regression: the header's
+  // start was compared, case and all).
+  CHECK(s.client().Post("/v1/rank", R"({"texts": ["a"]})", "Application/JSON; charset=utf-8")->status == 200);
+  CHECK(s.client().Post("/v1/rank", R"({"texts": ["a"]})", "application/jsonl")->status == 415);
   r = s.client().Get("/v1/ranking");
   REQUIRE(r);
   CHECK(r->status == 404);
@@ -272,7 +276,10 @@ TEST_CASE("probe_server: the time limit per request, the queue's bound and the A
   CHECK(r->get_header_value("WWW-Authenticate") == "Bearer");
   httplib::Client wrong = s.client();
   wrong.set_bearer_token_auth("s3cres");
-  CHECK(wrong.Get("/v1/info")->status == 401);
+  httplib::Result refused = wrong.Get("/v1/info");
+  REQUIRE(refused);
+  CHECK(refused->status == 401);
+  CHECK_CONTAINS(refused->body, "the header Authorization does not carry this server's API key");
   // The scheme's name in any case (regression: only "Bearer" was taken).
   CHECK(s.client().Get("/v1/info", {{"Authorization", "bearer s3cret"}})->status == 200);
   CHECK(s.client().Get("/v1/info", {{"Authorization", "BEARER s3cres"}})->status == 401);
@@ -290,6 +297,11 @@ TEST_CASE("probe_server: the time limit per request, the queue's bound and the A
     REQUIRE(r);
     CHECK(r->status == 429);
     CHECK_CONTAINS(r->body, "2 texts are already waiting for the device, and this server queues at most 2 (--max-queued-texts)");
+    // A request that could never be queued is told so, not asked to try again (regression: a 429).
+    r = with_key().Post("/v1/rank", R"({"texts": ["a", "b", "c"]})", "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 413);
+    CHECK_CONTAINS(r->body, "this request's 3 texts are more than this server queues at once (2: --max-queued-texts)");
     waiting.join();
     REQUIRE((late && *late));
     CHECK((*late)->status == 408);
@@ -376,6 +388,29 @@ TEST_CASE("probe_server the tool: a public host needs --api-key; it serves, and 
     CHECK_CONTAINS(log, signal == SIGTERM ? "Terminated: shutting down" : "Interrupt: shutting down");
     CHECK_CONTAINS(log, "stopped");
   }
+}
+
+TEST_CASE("probe_server the tool: started with SIGINT ignored, it keeps serving through SIGINT and stops on SIGTERM") {
+  TempDir tmp;
+  std::string probes = train_probes(tmp);
+  // As sh starts a script's background job: the server inherits SIGINT ignored (regression: it installed its own
+  // handler, and the terminal's Ctrl-C stopped a server the script had started in the background).
+  struct sigaction ignore {}, previous {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  sigaction(SIGINT, &ignore, &previous);
+  ServerProcess process({tool("probe_server"), "--probes-dir", probes, "--device", "cpu", "--port", "0"}, tmp.file("log"));
+  sigaction(SIGINT, &previous, nullptr);
+  httplib::Client client("127.0.0.1", process.port());
+  kill(process.pid, SIGINT);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  httplib::Result r = client.Get("/healthz");
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  CHECK(process.stop(SIGTERM) == 0);
+  std::string log = probekit::testing::read_text(tmp.file("log"));
+  CHECK(log.find("Interrupt: shutting down") == std::string::npos);
+  CHECK_CONTAINS(log, "Terminated: shutting down");
 }
 
 namespace {

@@ -2,7 +2,8 @@
 // whatever their framing (chunked, compressed, too long a Content-Length), slow and idle connections that hold no
 // worker and are closed at --client-timeout, connections past --max-connections made to wait, the API key checked
 // on the headers, a port never shared, SIGTERM obeyed within seconds whatever the clients do, the key kept out of
-// the command line, and a checkpoint without an LM head refused with the flag that serves it.
+// the command line, a checkpoint without an LM head refused with the flag that serves it, and a reply or ranking
+// whose client hung up let go of.
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -424,5 +425,31 @@ TEST_CASE("probe_server: /v1/generate at any positive temperature, however small
   for (double temperature : {1e-40, 1e-300, 5e-324}) {
     CAPTURE(temperature);
     CHECK(token_ids(temperature) == greedy);
+  }
+}
+
+TEST_CASE("probe_server: a chat completion whose client hangs up while it waits lets go of its stream at once") {
+  TempDir tmp;
+  server::ServerOptions o = options_for(train_probes(tmp));
+  o.limits.max_new_tokens = 100000;
+  RunningServer s(o);
+  const std::string body = Json({{"messages", {{{"role", "user"}, {"content", "Tell me a long story"}}}},
+                                 {"max_tokens", 100000}, {"temperature", 0}}).dump();
+  httplib::Client client = s.client();
+  client.set_read_timeout(0, 500000);  // the client gives up after half a second and closes its connection
+  CHECK_FALSE(client.Post("/v1/chat/completions", body, "application/json"));
+  // Regression: nobody waited for the reply, yet it ran on towards its 100,000 tokens holding its --max-streams slot.
+  for (int i = 0; i < 500 && s.server().open_streams() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(s.server().open_streams() == 0);
+  // A ranking waiting on the worker whose client hangs up is withdrawn from the queue.
+  {
+    std::shared_ptr<void> hold = s.server().scheduler().hold();
+    httplib::Client impatient = s.client();
+    impatient.set_read_timeout(0, 300000);
+    CHECK_FALSE(impatient.Post("/v1/rank", R"({"texts": ["a text nobody waits for"]})", "application/json"));
+    for (int i = 0; i < 500 && s.server().scheduler().queue_depth() > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    CHECK(s.server().scheduler().queue_depth() == 0);
   }
 }

@@ -1,6 +1,7 @@
 // Steering through probe_server: "steer" and "ablate" in /v1/rank, /v1/per-token and /v1/generate give what the
 // engine gives with the same steering; requests that steer differently, queued together, share one batch (a vector
-// per row) and each gets what it gets alone, SAE latents added and clamped too; bad items are 400s naming their field.
+// per row) and each gets what it gets alone, SAE latents added and clamped too; bad items are 400s naming their field;
+// a chat completion records its steering, streamed or not.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 #include <httplib.h>
@@ -106,6 +107,9 @@ TEST_CASE("probe_server: steering items are checked, 400 naming the item's field
   Json many = Json::array();
   for (int i = 0; i < 33; ++i) many.push_back({{"label", "reframing"}, {"layer", 2}, {"coefficient", 1}});
   check_refused(s, path, body(many), 413, {"hold more than 32 items"}, "steer");
+  // Finite values whose norm is not (in fp32): regression, every token generated was id 0 and the record's norm null.
+  check_refused(s, path, body(Json::array({{{"vector", std::vector<double>(64, 1e30)}, {"layer", 2}, {"coefficient", 1}}})),
+                400, {"the vector's norm is 8e+30", "where the residual stream cannot stay finite"}, "steer[0].vector");
   const Json ablated = post_json(s, path, Json::parse(body(Json::array({{{"label", "reframing"}, {"layer", 2}}}), "ablate")));
   CHECK(ablated["steering"]["ablate"][0]["layer"] == 2);
 }
@@ -157,4 +161,26 @@ TEST_CASE("probe_server: SAE latent items steer and clamp; batched with other st
     REQUIRE_MESSAGE((*together[i])->status == 200, (*together[i])->body);
     check_close(Json::parse((*together[i])->body), alone[i], fmt::format("request {}", i));
   }
+}
+
+TEST_CASE("probe_server: a steered chat completion records its steering, streamed or not") {
+  TempDir tmp;
+  RunningServer s(options_for(train_probes(tmp)));
+  Json body = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 3}, {"temperature", 0},
+               {"steer", Json::array({{{"label", "reframing"}, {"layer", 2}, {"coefficient", 4}}})}};
+  const Json completion = post_json(s, "/v1/chat/completions", body);
+  REQUIRE(completion["steering"].is_object());
+  CHECK(completion["steering"]["add"][0]["coefficient"] == 4);
+  body["stream"] = true;
+  httplib::Result r = post(s, "/v1/chat/completions", body.dump());
+  REQUIRE(r);
+  REQUIRE_MESSAGE(r->status == 200, r->body);
+  // The chunk with the finish reason carries it (regression: only a completion did).
+  Json finished;
+  for (size_t at = r->body.find("data: {"); at != std::string::npos; at = r->body.find("data: {", at + 1)) {
+    const Json chunk = Json::parse(r->body.substr(at + 6, r->body.find("\n\n", at) - at - 6));
+    if (!chunk["choices"].empty() && !chunk["choices"][0]["finish_reason"].is_null()) finished = chunk;
+  }
+  REQUIRE(finished.is_object());
+  CHECK(finished["steering"] == completion["steering"]);
 }

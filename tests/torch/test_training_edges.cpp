@@ -74,7 +74,7 @@ TEST_CASE("the leading special tokens pooling leaves out are the tokenizer's, as
   CHECK(at::allclose(first, rows.narrow(0, all.offsets[0], all.offsets[1] - all.offsets[0]).mean(0), 1e-5, 1e-6));
 }
 
-TEST_CASE("train_probes: no train example is refused saying so; no validation example keeps the last epoch") {
+TEST_CASE("train_probes: no train example is refused saying so; no validation example keeps the last epoch; no test example leaves the test metrics undefined") {
   TempDir tmp;
   probes::MulticlassRunOptions run;
   run.device = "cpu";
@@ -90,6 +90,15 @@ TEST_CASE("train_probes: no train example is refused saying so; no validation ex
   probes::run_multiclass_training(run);
   const Json history = read_json_file(tmp.file("b/training_history.json"));
   CHECK(history["best_epoch"] == 3);
+  // Regression: with no test example the test metrics were 0.0, a probe always wrong; they are undefined.
+  run.activations = synthetic_file(tmp, {20, 10, 0}, "no_test.h5");
+  run.output_dir = tmp.file("c");
+  probes::run_multiclass_training(run);
+  const Json test = read_json_file(tmp.file("c/test_metrics.json"));
+  for (const char* metric : {"accuracy", "f1_macro", "f1_micro", "top_3_accuracy", "test_loss"}) {
+    CAPTURE(metric);
+    CHECK(test.at(metric).is_null());
+  }
 }
 
 TEST_CASE("--pool on a capture of one row per text, and an output folder holding the inputs, are refused") {

@@ -65,12 +65,12 @@ TEST_CASE("training flags: each tool takes its own set, and --help shows the too
 
   std::string binary_help = binary_app.help(), multiclass_help = multiclass_app.help();
   INFO(binary_help << "\n" << multiclass_help);
-  for (const char* shown : {"--batch-size INT=18", "--epochs INT=50", "--lr FLOAT=0.0005", "--weight-decay FLOAT=0.001",
+  for (const char* shown : {"--batch-size INT:[1, 1073741824]=18", "--epochs INT:[1, 1000000]=50", "--lr FLOAT=0.0005", "--weight-decay FLOAT=0.001",
                             "--early-stopping-patience INT=10", "--model-type TEXT:{linear,multihead,logistic,mean-diff,attention,ema,rolling,multimax,sparse-logistic}=linear",
                             "--C FLOAT=1", "--pos-weight TEXT:{none,auto}=none", "--device TEXT=auto", "--k INT=16"}) {
     CHECK_MESSAGE(binary_help.find(shown) != std::string::npos, shown);
   }
-  for (const char* shown : {"--batch-size INT=32", "--epochs INT=20", "--lr FLOAT=0.001", "--weight-decay FLOAT=0.0001"}) {
+  for (const char* shown : {"--batch-size INT:[1, 1073741824]=32", "--epochs INT:[1, 1000000]=20", "--lr FLOAT=0.001", "--weight-decay FLOAT=0.0001"}) {
     CHECK_MESSAGE(multiclass_help.find(shown) != std::string::npos, shown);
   }
 }
@@ -139,6 +139,12 @@ TEST_CASE("training options: one validation names the flag of the first unusable
       {[](TrainingOptions& o) { o.batch_size = 0; }, "--batch-size must be positive, got 0"},
       {[](TrainingOptions& o) { o.epochs = -1; }, "--epochs must be positive, got -1"},
       {[](TrainingOptions& o) { o.hidden_dim = 0; }, "--hidden-dim must be positive, got 0"},
+      // Bounded above (regression: --epochs 4294967296 allocated 16.8 GB of history and ended in bad_alloc, and a
+      // multihead probe of --hidden-dim 200000000 in LibTorch's allocation error).
+      {[](TrainingOptions& o) { o.epochs = 4294967296; }, "--epochs must be at most 1000000, got 4294967296"},
+      {[](TrainingOptions& o) { o.hidden_dim = 200000000; }, "--hidden-dim must be at most 65536, got 200000000"},
+      {[](TrainingOptions& o) { o.heads = 100000000; }, "--heads must be at most 4096, got 100000000"},
+      {[](TrainingOptions& o) { o.batch_size = int64_t{1} << 40; }, "--batch-size must be at most 1073741824, got 1099511627776"},
       {[](TrainingOptions& o) { o.lr = 0.0; }, "--lr must be finite and positive, got 0"},
       {[&](TrainingOptions& o) { o.lr = inf; }, "--lr must be finite and positive, got inf"},
       {[&](TrainingOptions& o) { o.lr = nan; }, "--lr must be finite and positive, got nan"},
@@ -149,6 +155,17 @@ TEST_CASE("training options: one validation names the flag of the first unusable
     MulticlassTrainingOptions options;
     c.change(options);
     CHECK(usage_error(options) == c.message);
+  }
+  // As flags, numbers past 64 bits too, which CLI11 reads wrapped (regression: --batch-size 99999999999999999999
+  // trained, and diverged).
+  for (const std::vector<std::string>& flag : std::vector<std::vector<std::string>>{
+           {"--batch-size", "99999999999999999999"}, {"--epochs", "9223372036854775808"}, {"--heads", "0"},
+           {"--hidden-dim", "65537"}}) {
+    CAPTURE(flag[0]);
+    BinaryRunOptions options;
+    CLI::App app;
+    add_binary_training_flags(app, options);
+    CHECK_THROWS_WITH(parse(app, {flag[0], flag[1], "--activations", "x"}), doctest::Contains("must be from 1 to"));
   }
   BinaryTrainingOptions patience;
   patience.patience = kNeverStopEarly;
