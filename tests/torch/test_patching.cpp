@@ -484,7 +484,7 @@ TEST_CASE("patch_activations refuses flags no model is needed to judge before it
                                    {"--seed: must be 0 or more, got -1"});
   // Regression: a seed past 2^64 - 1 ran as 2^64 - 1.
   probekit::testing::check_failure(run_command(base + "--corruption noise --subject a --seed 18446744073709551616"), 2,
-                                   {"--seed: must be a whole number, got 18446744073709551616"});
+                                   {"--seed: must be from 0 to 9223372036854775807, got 18446744073709551616"});
 }
 
 TEST_CASE("patch_activations refuses a misspelt --site with patching's own sites, naming the nearest") {

@@ -370,7 +370,7 @@ TEST_CASE("a misspelt flag or subcommand is named first, not reported as a requi
 TEST_CASE("a flag's value CLI11 cannot take is named with what was expected") {
   // Regression: CLI11's own words, "Could not convert: --epochs = abc" and "--threads: Value abc not in range".
   const std::string train = tool("train_binary_probes") + " --activations x ";
-  check_failure(run_command(train + "--epochs abc"), 2, {"--epochs abc: expected an integer"});
+  check_failure(run_command(train + "--epochs abc"), 2, {"--epochs: must be a whole number, got abc"});
   check_failure(run_command(train + "--C abc"), 2, {"--C abc: expected a number"});
   check_failure(run_command(train + "--model-type linaer"), 2,
                 {"--model-type linaer: expected one of ", "linear, ", "(did you mean linear?)"});
