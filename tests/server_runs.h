@@ -58,6 +58,13 @@ inline server::ServerOptions options_for(const std::string& probes) {
   return o;
 }
 
+/// A chat completion asking for 100,000 tokens at temperature 0 (the server's options must allow them): a reply that
+/// runs until something else ends it.
+inline std::string endless_chat_body() {
+  return Json({{"messages", {{{"role", "user"}, {"content", "Tell me a long story"}}}}, {"max_tokens", 100000},
+               {"temperature", 0}}).dump();
+}
+
 // A ProbeServer serving on a free loopback port from a thread of this process.
 class RunningServer {
  public:

@@ -117,13 +117,22 @@ TEST_CASE("inference refuses layers whose probes were read differently, naming t
   CHECK(load_error(options) == "loaded");
 }
 
-TEST_CASE("calibration: each probe flags at most the target share of ordinary data; --calibrated uses it") {
-  TempDir tmp;
+namespace {
+
+// Probes of layer 2 trained 3 epochs in this process on the fixture's capture, which is tmp's "activations".
+std::string calibration_probes(const TempDir& tmp) {
   ProbeFixture fixture;
   fixture.epochs = 3;
   fixture.in_process = true;
   fixture.layers = "2";
-  const std::string probes_dir = train_fixture_probes(tmp, fixture);
+  return train_fixture_probes(tmp, fixture);
+}
+
+}  // namespace
+
+TEST_CASE("calibration: each probe flags at most the target share of ordinary data; --calibrated uses it") {
+  TempDir tmp;
+  const std::string probes_dir = calibration_probes(tmp);
   probes::CalibrationOptions options;
   options.probes_dir = probes_dir;
   options.activations = tmp.file("activations");
@@ -182,11 +191,7 @@ TEST_CASE("calibration: each probe flags at most the target share of ordinary da
 
 TEST_CASE("calibration warns of a probe whose saturated probabilities keep to the rate only above 1.0") {
   TempDir tmp;
-  ProbeFixture fixture;
-  fixture.epochs = 3;
-  fixture.in_process = true;
-  fixture.layers = "2";
-  const std::string probes_dir = train_fixture_probes(tmp, fixture);
+  const std::string probes_dir = calibration_probes(tmp);
   // One probe's fp32 weights and bias times 1e4: its logits go far past 17, where fp32 probabilities round to 1.0.
   const std::string label = read_json_file(probes_dir + "/probes.json")["probes"][0]["label"].get<std::string>();
   const std::string path = probes_dir + "/" + probes::binary_probe_file_name(label);

@@ -433,8 +433,7 @@ TEST_CASE("probe_server: a chat completion whose client hangs up while it waits 
   server::ServerOptions o = options_for(train_probes(tmp));
   o.limits.max_new_tokens = 100000;
   RunningServer s(o);
-  const std::string body = Json({{"messages", {{{"role", "user"}, {"content", "Tell me a long story"}}}},
-                                 {"max_tokens", 100000}, {"temperature", 0}}).dump();
+  const std::string body = endless_chat_body();
   httplib::Client client = s.client();
   client.set_read_timeout(0, 500000);  // the client gives up after half a second and closes its connection
   CHECK_FALSE(client.Post("/v1/chat/completions", body, "application/json"));

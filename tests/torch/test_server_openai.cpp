@@ -540,8 +540,7 @@ TEST_CASE("probe_server: a chat completion the server's shutdown cuts short is a
   server::ServerOptions o = options_for(train_probes(tmp));
   o.limits.max_new_tokens = 100000;
   RunningServer s(o);
-  const std::string body = Json({{"messages", {{{"role", "user"}, {"content", "Tell me a long story"}}}},
-                                 {"max_tokens", 100000}, {"temperature", 0}}).dump();
+  const std::string body = endless_chat_body();
   int status = 0;
   std::string answer;
   std::thread client([&] {
