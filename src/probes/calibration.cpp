@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <utility>
 
 #include "activations/activation_store.h"
 #include "common/error.h"
@@ -94,12 +95,16 @@ CalibratedIndex calibrated_index(const std::string& dir, const std::string& acti
   }
   std::vector<std::string> warnings = calibration_warnings(scored, target_fpr);
   for (const Json& entry : calibrations) {
-    if (!(entry["calibration"]["threshold"].get<double>() > 1.0)) continue;
-    warnings.push_back(fmt::format(
-        "{}: probe '{}' scores more than {:g} of the calibration texts 1.0 (its probability saturates, from a logit "
-        "of about 17): only a threshold above 1.0 keeps to the rate, and the probe never fires at it (train with "
-        "a smaller --C, or calibrate on other ordinary data)",
-        activation_file, entry["label"].get<std::string>(), target_fpr));
+    const Json& calibration = entry["calibration"];
+    const Json* per_token = calibration.contains("per_token") ? &calibration.at("per_token") : nullptr;
+    for (const auto& [record, what] : {std::pair{&calibration, "texts"}, std::pair{per_token, "texts' highest tokens"}}) {
+      if (record == nullptr || !(record->at("threshold").get<double>() > 1.0)) continue;
+      warnings.push_back(fmt::format(
+          "{}: probe '{}' scores 1.0 on more than {:g} of the calibration {} (its probability saturates, from a "
+          "logit of about 17): only a threshold above 1.0 keeps to the rate, and the probe never fires at it (train "
+          "with a smaller --C, or calibrate on other ordinary data)",
+          activation_file, entry["label"].get<std::string>(), target_fpr, what));
+    }
   }
   for (const std::string& warning : warnings) spdlog::warn("{}", warning);
   return {index_path, std::move(index), std::move(calibrations), std::move(warnings)};

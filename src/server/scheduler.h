@@ -51,7 +51,8 @@ class Scheduler {
 
   /// Scores `texts` together with the other rankings queued at the time, steered as `steering` says (null: not);
   /// requests that steer differently share the batch, a vector per row. Throws RequestError: 429 when the queue
-  /// is full, 408 past `deadline`, 503 once stopping.
+  /// is full, 413 when it could never hold them, 408 past `deadline`, 499 once the client of the request this thread
+  /// answers has hung up (client_gone), 503 once stopping.
   std::vector<inference::TextScores> score(std::vector<std::string> texts,
                                            std::shared_ptr<const steering::SteeringVectors> steering,
                                            Clock::time_point deadline);

@@ -157,8 +157,12 @@ std::vector<LayerVector> op_vectors(const SteeringOp& op, const model::ModelConf
 // in fp32 a vector of finite values can have an infinite norm (which its record would hold).
 void check_added_norm(const at::Tensor& vector, double coefficient, const std::string& what) {
   const double norm = vector.to(at::kDouble).norm().item<double>();
-  if (std::max(1.0, std::abs(coefficient)) * norm > kMaxSteeringNorm) {
-    fail_input("{}: the vector's norm is {:g}, times the coefficient {:g} past {:g}, where the residual stream cannot "
+  if (norm > kMaxSteeringNorm) {
+    fail_input("{}: the vector's norm is {:g}, past {:g}, where the residual stream cannot stay finite", what, norm,
+               kMaxSteeringNorm);
+  }
+  if (std::abs(coefficient) * norm > kMaxSteeringNorm) {
+    fail_input("{}: the vector's norm {:g} times the coefficient {:g} is past {:g}, where the residual stream cannot "
                "stay finite",
                what, norm, coefficient, kMaxSteeringNorm);
   }

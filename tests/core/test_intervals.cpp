@@ -56,9 +56,11 @@ TEST_CASE("recall at a false-positive rate, by hand") {
   CHECK(none.value == 0.0);
   // Above it in fp32 too, as inference computes the probabilities it compares (regression: a double's step above it,
   // which the top score recomputed in fp32 could round past).
-  CHECK(none.threshold > static_cast<double>(static_cast<float>(0.9)));
   CHECK(none.threshold > 0.9);
   CHECK(none.threshold < 0.9 + 1e-6);
+  // 0.1 rounds up in fp32 (to 0.100000001): the threshold lies above that too.
+  const RecallAtFpr rounded_up = recall_at_fpr({0, 1}, {0.1, 0.05}, 0.0);
+  CHECK(rounded_up.threshold > static_cast<double>(static_cast<float>(0.1)));
   // A tied group counts whole: 0.5 holds a positive and a negative.
   check_point(recall_at_fpr({1, 0, 1, 0}, {0.5, 0.5, 0.1, 0.1}, 0.49), 0.0,
               static_cast<double>(std::nextafter(0.5f, 1.0f)));

@@ -217,7 +217,7 @@ TEST_CASE("calibration warns of a probe whose saturated probabilities keep to th
   options.target_fpr = 0.05;
   const Json summary = probes::calibrate(options);
   // Regression: the threshold above 1.0, which no probability reaches, was saved without a word.
-  const std::string expected = "probe '" + label + "' scores more than 0.05 of the calibration texts 1.0";
+  const std::string expected = "probe '" + label + "' scores 1.0 on more than 0.05 of the calibration texts";
   bool warned = false;
   for (const Json& warning : summary["layers"][0]["warnings"]) warned |= warning.get<std::string>().find(expected) != std::string::npos;
   CHECK_MESSAGE(warned, summary.dump());
