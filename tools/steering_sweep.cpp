@@ -22,8 +22,10 @@ int main(int argc, char** argv) {
                      off_target.is_null() ? std::string("-") : fmt::format("{:.4f}", off_target.get<double>()),
                      p["kl_mean"].get<double>());
         }
-        fmt::print("{:g} cells in {:.2f} s ({:.1f} cells/s); wrote {}/sweep.json and sweep.html\n",
-                   summary["cells"].get<double>(), summary["seconds"].get<double>(),
+        // A cell is a (label, coefficient, prompt) of the sweep; the prompts' unsteered baselines serve every label.
+        fmt::print("{:g} cells ({} generations) in {:.2f} s ({:.1f} cells/s); wrote {}/sweep.json and sweep.html\n",
+                   summary["cells"].get<double>(), summary["generations"].get<int64_t>(), summary["seconds"].get<double>(),
                    summary["cells_per_s"].get<double>(), options.output_dir);
-      });
+      },
+      sweep::kSweepInterruptNote);
 }

@@ -1,5 +1,7 @@
 #include "chat/chat_template.h"
 
+#include <cctype>
+
 #include "chat/globals.h"
 #include "chat/parser.h"
 #include "chat/renderer.h"
@@ -93,6 +95,15 @@ ChatTemplate::ChatTemplate(const std::string& source, OrderedJson special_tokens
       special_tokens_(std::move(special_tokens)),
       ast_(std::make_shared<const TemplateAst>(parse_template(source))) {}
 
+bool ChatTemplate::names(const std::string& word) const {
+  auto is_name_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; };
+  for (size_t at = source_.find(word); at != std::string::npos; at = source_.find(word, at + 1)) {
+    const size_t end = at + word.size();
+    if ((at == 0 || !is_name_char(source_[at - 1])) && (end == source_.size() || !is_name_char(source_[end]))) return true;
+  }
+  return false;
+}
+
 ChatTemplate ChatTemplate::from_tokenizer_dir(const std::string& dir, const std::string& name) {
   std::string config_path = dir + "/tokenizer_config.json";
   std::string jinja_path = dir + "/chat_template.jinja";
@@ -130,6 +141,12 @@ OrderedJson ChatTemplate::variables(const ChatTemplateInputs& inputs) const {
 }
 
 std::string ChatTemplate::render(const ChatTemplateInputs& inputs, RenderUsage* usage) const {
+  // transformers renders such tools away without a word; a conversation captured or served that way would not be the
+  // one its data says (regression: the tools were dropped silently).
+  if (inputs.tools.is_array() && !inputs.tools.empty() && !names("tools")) {
+    fail_template(0, "this chat template never reads 'tools', so the model would not see the tools offered; leave "
+                     "'tools' out, or use a template that takes them");
+  }
   auto root = std::make_shared<Scope>();
   add_globals(*root);
   OrderedJson all = variables(inputs);

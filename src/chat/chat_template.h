@@ -57,6 +57,9 @@ class ChatTemplate {
   const std::string& source() const { return source_; }
   /// The SHA-256 of the template's text, as readout recipes record which template rendered a conversation.
   std::string source_sha256() const;
+  /// Whether the template's text holds `word` as a name of its own (not inside a longer name): whether it can read
+  /// a variable or a role of that name.
+  bool names(const std::string& word) const;
   /// The special tokens the template sees unless the inputs replace them.
   const OrderedJson& special_tokens() const { return special_tokens_; }
 
@@ -65,7 +68,8 @@ class ChatTemplate {
 
   /// The rendered conversation. A template error throws TemplateError naming the line (RenderBudgetExceeded when
   /// it passed a bound of inputs.limits); the template's own raise_exception(message) throws TemplateRaised with
-  /// the message unchanged. `usage`, when given, receives what the render used.
+  /// the message unchanged. `usage`, when given, receives what the render used. Tools offered to a template whose
+  /// text never names `tools` throw TemplateError: transformers would drop them silently.
   std::string render(const ChatTemplateInputs& inputs, RenderUsage* usage = nullptr) const;
 
  private:

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -100,6 +101,20 @@ void remove_stale_staging(const std::string& final_path) {
   }
 }
 
+// Refuses to replace a directory no probekit tool wrote (regression: --overwrite on a folder of the user's, even
+// the working directory, deleted everything in it).
+void refuse_foreign_directory(const std::string& path) {
+  if (is_regular_file(path + "/" + kOutputMarker)) return;
+  std::vector<std::string> names = list_directory(path);
+  const size_t shown = std::min<size_t>(names.size(), 3);
+  std::string listing;
+  for (size_t i = 0; i < shown; ++i) listing += (i > 0 ? ", " : "") + names[i];
+  if (names.size() > shown) listing += fmt::format(" and {} more", names.size() - shown);
+  fail_input("{}: --overwrite replaces only a directory that a probekit tool wrote (one holding {}), and this one holds "
+             "{}; remove it yourself, or choose another output directory",
+             path, kOutputMarker, listing);
+}
+
 }  // namespace
 
 StagedDirectory::StagedDirectory(std::string final_path, bool overwrite, const std::vector<std::string>& inputs)
@@ -109,11 +124,13 @@ StagedDirectory::StagedDirectory(std::string final_path, bool overwrite, const s
   if (type != 0 && type != S_IFDIR) {
     fail_input("{}: is {}, not a directory; choose another output directory", final_, kind_of(type));
   }
-  if (type == S_IFDIR && !list_directory(final_).empty() && !overwrite) {
+  const bool replacing = type == S_IFDIR && !list_directory(final_).empty();
+  if (replacing && !overwrite) {
     fail_input("{} already exists and is not empty; pass --overwrite to replace it (or choose another output directory)",
                final_);
   }
   refuse_inputs_inside(final_, inputs);
+  if (replacing) refuse_foreign_directory(final_);
   remove_stale_staging(final_);
   // One staging directory per run: two runs into one output directory (two processes, or two threads of the Python
   // package) never write into each other's.
@@ -142,8 +159,9 @@ void StagedDirectory::commit() {
   if (replacing) rename_path(final_, old);
   rename_path(staging_, final_);
   committed_ = true;
-  // Removed once in place: a staging directory killed before its rename keeps the marker its cleanup looks for.
-  std::remove((final_ + "/" + kStagingMarker).c_str());
+  // Renamed once in place: a staging directory killed before its rename keeps the marker its cleanup looks for, and a
+  // committed one holds the marker that lets --overwrite replace it.
+  rename_path(final_ + "/" + kStagingMarker, final_ + "/" + kOutputMarker);
   if (replacing) remove_tree(old);
 }
 

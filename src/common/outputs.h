@@ -19,13 +19,17 @@ void refuse_inputs_inside(const std::string& output_dir, const std::vector<std::
 /// Refuses an output file whose folder does not exist: checked before the work, whose result would be lost.
 void check_output_folder(const std::string& path);
 
+/// The file every directory of outputs holds once committed: --overwrite replaces only a directory holding it.
+inline constexpr const char* kOutputMarker = ".probekit-output";
+
 /// A directory of outputs built under a temporary sibling name and moved into place whole by commit(). Until
 /// then the final directory is untouched; without commit() (an error) the temporary one is removed.
 class StagedDirectory {
  public:
-  /// Refuses an existing non-empty `final_path` unless `overwrite`, anything there that is not a directory, and
-  /// `inputs` inside it (refuse_inputs_inside: the commit would delete them). Stages into
-  /// `final_path`.partial-<pid>-<n>, removing those that runs killed on this host left.
+  /// Refuses an existing non-empty `final_path` unless `overwrite`, and even then unless a probekit tool wrote it
+  /// (it holds kOutputMarker: the commit replaces it whole, and a folder of the user's must never go that way);
+  /// anything there that is not a directory, and `inputs` inside it (refuse_inputs_inside: the commit would delete
+  /// them). Stages into `final_path`.partial-<pid>-<n>, removing those that runs killed on this host left.
   StagedDirectory(std::string final_path, bool overwrite, const std::vector<std::string>& inputs);
   ~StagedDirectory();
   StagedDirectory(const StagedDirectory&) = delete;

@@ -221,9 +221,10 @@ Example read_example(const Json& object, const std::string& line, const DatasetO
     fail_input("{}: missing label field '{}' (fields: {})", where, dataset.label_field, field_list(object));
   }
   check_depth(*label, dataset.label_field, where);
-  if (!label_text(*label, &example.label) || example.label.empty()) {
-    fail_input("{}: label field '{}' must be a non-empty string or an integer, found {}", where, dataset.label_field,
-               label->dump());
+  // A label of blanks alone names no concept (regression: "  " was taken as one, its probe file named by spaces).
+  if (!label_text(*label, &example.label) || example.label.find_first_not_of(" \t\r\n\f\v") == std::string::npos) {
+    fail_input("{}: label field '{}' must be a string with more than blanks, or an integer, found {}", where,
+               dataset.label_field, label->dump());
   }
   check_label_kind(label->is_number_integer(), example, dataset, where);
   for (const std::string& field : options.keep_fields) {

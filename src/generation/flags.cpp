@@ -1,5 +1,7 @@
 #include "generation/flags.h"
 
+#include <spdlog/spdlog.h>
+
 #include "cli/cli.h"
 
 namespace probekit::generation {
@@ -23,6 +25,12 @@ void add_generation_flags(CLI::App& app, GenerationFlags& flags) {
 GenerationOptions resolve_generation_flags(const GenerationFlags& flags, const std::string& model_dir) {
   GenerationOptions options = flags.options;
   check_sampling(options.sampling);
+  const Sampling& s = options.sampling;
+  // Greedy decoding reads none of them (regression: taken without a word, as if they sampled).
+  if (s.temperature == 0 && (s.top_k != 0 || s.top_p != 1.0 || s.seed != 0)) {
+    spdlog::warn("--sample-top-k, --top-p and --seed change nothing at --temperature 0 (greedy decoding): give a "
+                 "temperature above 0 to sample");
+  }
   (flags.no_stop ? options.suppressed_ids : options.stop_ids) = read_stop_ids(model_dir);
   return options;
 }

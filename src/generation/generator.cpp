@@ -151,7 +151,7 @@ std::vector<Generation> generate(const model::TransformerModel& model, const std
   if (options.max_new_tokens < 1) fail_usage("--max-new-tokens must be positive, got {}", options.max_new_tokens);
   if (!model.has_lm_head()) fail_input("generation needs the model's LM head loaded");
   c10::InferenceMode inference_mode;
-  TokenSampler sampler(options.sampling, options.first_row);
+  TokenSampler sampler(options.sampling, options.first_row, options.row_keys);
   readout::IncrementalReader reader(model, probes != nullptr ? &probes->request : nullptr,
                                     probes != nullptr ? probes->suffix : readout::Sequence{}, options.writes);
   std::vector<int64_t> prompt_lengths;

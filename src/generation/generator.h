@@ -30,6 +30,7 @@ struct GenerationOptions {
   std::vector<int32_t> suppressed_ids;
   int64_t top_logits = 0;         // how many of each step's largest logits to report
   uint64_t first_row = 0;         // the first prompt's index among all prompts: a row samples as itself, however batched
+  std::vector<uint64_t> row_keys;  // or each row's own: rows with one key draw the same numbers (a sweep's prompt)
   const model::StreamWrites* writes = nullptr;  // steering, on every pass of the prompts and the new tokens
 };
 

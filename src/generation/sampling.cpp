@@ -26,7 +26,8 @@ at::Tensor scaled_logits(const at::Tensor& logits, double temperature) {
   return at::where(shifted < 0, shifted / temperature, at::zeros_like(shifted));
 }
 
-TokenSampler::TokenSampler(const Sampling& sampling, uint64_t first_row) : sampling_(sampling), first_row_(first_row) {
+TokenSampler::TokenSampler(const Sampling& sampling, uint64_t first_row, std::vector<uint64_t> row_keys)
+    : sampling_(sampling), first_row_(first_row), row_keys_(std::move(row_keys)) {
   check_sampling(sampling);
 }
 
@@ -51,7 +52,10 @@ at::Tensor TokenSampler::choose(const at::Tensor& logits) {
   }
   at::Tensor cumulative = probabilities.cumsum(-1);
   std::vector<double> draws(static_cast<size_t>(batch));
-  for (size_t b = 0; b < draws.size(); ++b) draws[b] = draw_uniform(draw_bits(sampling_.seed, first_row_ + b), step);
+  for (size_t b = 0; b < draws.size(); ++b) {
+    const uint64_t row = row_keys_.empty() ? first_row_ + b : row_keys_.at(b);
+    draws[b] = draw_uniform(draw_bits(sampling_.seed, row), step);
+  }
   // Inverse transform sampling: the first token whose cumulative probability passes the draw (scaled to the
   // kept mass); the last kept token when rounding leaves the draw above every sum.
   at::Tensor target = at::tensor(draws, at::kDouble).to(logits.device(), at::kFloat).unsqueeze(1) *

@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace probekit::generation {
 
@@ -26,8 +27,9 @@ at::Tensor scaled_logits(const at::Tensor& logits, double temperature);
 
 class TokenSampler {
  public:
-  /// Row b of each call's logits is row `first_row` + b of the generation (its prompt's index among all prompts).
-  explicit TokenSampler(const Sampling& sampling, uint64_t first_row = 0);
+  /// Row b of each call's logits is row `first_row` + b of the generation (its prompt's index among all prompts), or
+  /// row `row_keys[b]` when they are given.
+  explicit TokenSampler(const Sampling& sampling, uint64_t first_row = 0, std::vector<uint64_t> row_keys = {});
   /// The next token of each row [B] (int64, on the logits' device) from logits [B, vocab] in fp32; each call is the
   /// next step.
   at::Tensor choose(const at::Tensor& logits);
@@ -35,6 +37,7 @@ class TokenSampler {
  private:
   Sampling sampling_;
   uint64_t first_row_;
+  std::vector<uint64_t> row_keys_;
   uint64_t step_ = 0;
 };
 

@@ -120,7 +120,7 @@ class PartialBlob {
 };
 
 std::string where(const BlobSource& source) {
-  return fmt::format("{}: {}: {}", source.request.model, source.request.file, source.request.url);
+  return fmt::format("{}: {}: {}", source.request.model, source.request.file, url_shown(source.request.url));
 }
 
 // Checks how a 2xx answer continues the partial file: a 206 must start at its end; a 200 (the server ignored the
@@ -171,12 +171,14 @@ void fetch_rest(HttpClient& http, const BlobSource& source, PartialBlob& partial
   if (response.status == 416) {
     int64_t offset = partial.size();
     partial.restart();
-    throw NetworkError(fmt::format("{}: the server cannot continue from byte {}; starting again", source.request.url, offset));
+    throw NetworkError(fmt::format("{}: the server cannot continue from byte {}; starting again",
+                                   url_shown(source.request.url), offset));
   }
   if (is_transient_status(response.status)) throw transient_failure(source.request, response, settings);
   if (response.status < 200 || response.status >= 300) fail("{}", explain_http_failure(source.request, response, settings));
   if (partial.size() < source.size) {
-    throw NetworkError(fmt::format("{}: the answer ended after {} of {} bytes", source.request.url, partial.size(), source.size));
+    throw NetworkError(fmt::format("{}: the answer ended after {} of {} bytes", url_shown(source.request.url),
+                                   partial.size(), source.size));
   }
 }
 

@@ -3,6 +3,7 @@
 #include <curl/curl.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <exception>
@@ -142,12 +143,12 @@ HttpResponse HttpClient::perform(const std::string& url, const std::vector<std::
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, nullptr);
   if (transfer.failure) std::rethrow_exception(transfer.failure);
   if (transfer.stalled) {
-    throw NetworkError(fmt::format("{}: the transfer stalled: no bytes for {:g} s (HF_HUB_DOWNLOAD_TIMEOUT)", url,
+    throw NetworkError(fmt::format("{}: the transfer stalled: no bytes for {:g} s (HF_HUB_DOWNLOAD_TIMEOUT)", url_shown(url),
                                    options_.stall_seconds));
   }
   if (code != CURLE_OK && !(code == CURLE_WRITE_ERROR && transfer.stopped_by_caller)) {
     std::string reason = error[0] != '\0' ? std::string(error) : std::string(curl_easy_strerror(code));
-    throw NetworkError(fmt::format("{}: {}", url, reason));
+    throw NetworkError(fmt::format("{}: {}", url_shown(url), reason));
   }
   if (!transfer.started) transfer.begin();  // an empty body never reached on_body
   return transfer.response;
@@ -179,6 +180,16 @@ std::string url_origin(const std::string& url) {
   std::string origin = url.substr(0, host_end);
   for (char& c : origin) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return origin;
+}
+
+std::string url_shown(const std::string& url) {
+  std::string shown = url.substr(0, url.find_first_of("?#"));
+  const size_t scheme_end = shown.find("://");
+  if (scheme_end == std::string::npos) return shown;
+  const size_t host_end = std::min(shown.find('/', scheme_end + 3), shown.size());
+  const size_t at = shown.rfind('@', host_end);
+  if (at != std::string::npos && at > scheme_end) shown.erase(scheme_end + 3, at + 1 - (scheme_end + 3));
+  return shown;
 }
 
 }  // namespace probekit::hub

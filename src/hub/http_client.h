@@ -75,4 +75,8 @@ class HttpClient {
 /// "scheme://host[:port]" of a URL: requests to another origin never carry the token.
 std::string url_origin(const std::string& url);
 
+/// A URL as messages and logs show it: without a user name and password before the host, nor a query or fragment
+/// (a signed link's signature would let whoever reads the log download a gated file until it expires).
+std::string url_shown(const std::string& url);
+
 }  // namespace probekit::hub

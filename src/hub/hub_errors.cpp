@@ -9,7 +9,7 @@ namespace probekit::hub {
 namespace {
 
 std::string token_advice(const HubSettings& settings) {
-  return fmt::format("set HF_TOKEN=hf_... (a token from {}/settings/tokens) or write the token to {}", settings.endpoint,
+  return fmt::format("set HF_TOKEN=hf_... (a token from {}/settings/tokens) or write the token to {}", url_shown(settings.endpoint),
                      settings.token_file);
 }
 
@@ -22,7 +22,8 @@ std::string explain_code(const RequestContext& request, const HttpResponse& resp
                          const HubSettings& settings) {
   if (code == "GatedRepo") {
     return fmt::format("{} is a gated model: ask for access on {}/{} (logged in, accept its conditions), then {}; {}",
-                       request.model, settings.endpoint, request.model, token_advice(settings), token_state(settings));
+                       request.model, url_shown(settings.endpoint), request.model, token_advice(settings),
+                       token_state(settings));
   }
   if (code == "RevisionNotFound") {
     return fmt::format("{} has no branch, tag or commit '{}'", request.model, request.revision);
@@ -45,6 +46,11 @@ std::string explain_code(const RequestContext& request, const HttpResponse& resp
     return fmt::format("{} does not exist, or the token from {} cannot read it: check the name and the token's access",
                        request.model, settings.token_source);
   }
+  // A mirror's 404 carries no X-Error-Code (regression: it read as "the hub refused the request").
+  if (response.status == 404) {
+    return fmt::format("not found: {} (HF_ENDPOINT) has no such repository, revision or file",
+                       url_shown(settings.endpoint));
+  }
   if (response.status == 429) return "too many requests: wait a minute and run the command again";
   if (response.status >= 500) return "the hub failed to answer; try again later";
   return "the hub refused the request";
@@ -58,7 +64,7 @@ std::string explain_http_failure(const RequestContext& request, const HttpRespon
 
 std::string explain_http_status(const RequestContext& request, const HttpResponse& response, const HubSettings& settings) {
   HubError error = read_hub_error(response.status, response.headers);
-  std::string message = fmt::format("HTTP {} from {}: {}", response.status, request.url,
+  std::string message = fmt::format("HTTP {} from {}: {}", response.status, url_shown(request.url),
                                     explain_code(request, response, error.code, settings));
   if (!error.message.empty()) message += fmt::format(" (the hub says: {})", error.message);
   return message;

@@ -149,7 +149,7 @@ class RepoDownload {
       if (e.status() != 0) fail("{}: {}: {} (gave up after {} attempts)", request.model, request.file, e.what(), settings_.max_attempts);
       fail("{}: {}: cannot reach the hub: {} (gave up after {} attempts). Check the network and HF_ENDPOINT ({}); with "
            "HF_HUB_OFFLINE=1 (or --offline) only the cache is used",
-           request.model, request.file, e.what(), settings_.max_attempts, settings_.endpoint);
+           request.model, request.file, e.what(), settings_.max_attempts, url_shown(settings_.endpoint));
     }
     return response;
   }
@@ -192,12 +192,18 @@ class RepoDownload {
       }
     }
     if (response.status < 200 || response.status >= 400) fail("{}", explain_http_failure(request, response, settings_));
-    FileMetadata metadata = read_file_metadata(response.headers, fmt::format("{}: {}: {}", name_.repo, file, request.url));
-    if (metadata.location.empty() || metadata.location[0] == '/') metadata.location = request.url;
+    FileMetadata metadata =
+        read_file_metadata(response.headers, fmt::format("{}: {}: {}", name_.repo, file, url_shown(request.url)));
+    // A small file is downloaded from the commit the hub answered for, not from the branch, which may have moved
+    // since (regression: config.json came from resolve/main while every other file came from the commit).
+    const std::string answered = header(response.headers, "x-repo-commit");
+    if (metadata.location.empty() || metadata.location[0] == '/') {
+      metadata.location = is_commit_hash(answered) ? resolve_url(answered, file) : request.url;
+    }
     if (is_read_whole(file) && metadata.size > kMaxJsonFileBytes) {
       fail("{}: {}: {}: the hub announces {} bytes, more than the {} bytes a JSON file may have; nothing was "
            "downloaded",
-           name_.repo, file, request.url, metadata.size, kMaxJsonFileBytes);
+           name_.repo, file, url_shown(request.url), metadata.size, kMaxJsonFileBytes);
     }
     return metadata;
   }
@@ -231,7 +237,12 @@ std::string download_model(const RepoCache& cache, const HubName& name, const Hu
   for (const char* file : kOptionalFiles) download.fetch(commit, file, true);
   download.fetch(commit, kTokenizer, false);
   if (!download.fetch(commit, kSingleWeights, true)) {
-    download.fetch(commit, kWeightIndex, false);
+    // Regression: only the index was named missing, as if a file of the repository were lost.
+    if (!download.fetch(commit, kWeightIndex, true)) {
+      fail_input("{}: commit {} has neither {} nor {}: its weights are in another format (pickled .bin files are "
+                 "never downloaded: loading them can run code); convert them to safetensors",
+                 name.text(), commit, kSingleWeights, kWeightIndex);
+    }
     for (const std::string& shard : indexed_shards(cache.snapshot_dir(commit) + "/" + kWeightIndex)) {
       download.fetch(commit, shard, false);
     }

@@ -35,7 +35,7 @@ double ProbeKind::initial_bound(const std::vector<ParameterSpec>& specs, size_t 
 void ProbeKind::describe(const ProbeShape&, Json&) const {}
 
 at::Tensor ProbeKind::direction(const ProbeBank&, int64_t, int64_t) const {
-  fail_input("a {} probe has no single direction in the layer's space (its score is not linear in the activations): "
+  fail_input("the {} probe has no single direction in the layer's space (its score is not linear in the activations): "
              "steer with a linear, logistic or mean-diff probe, or a vector file",
              name());
 }

@@ -42,6 +42,13 @@ std::string render_prompt(const ChatModel& model, const ChatQuery& query, Clock:
   if (!model.chat_template) throw RequestError(400, model.problem, "messages");
   chat::ChatTemplateInputs inputs;
   inputs.messages = query.messages;
+  // OpenAI's clients send "developer" for what the checkpoints' templates call "system"; a template that knows the
+  // role (gpt-oss's) gets it as sent (regression: other templates failed on a role they never heard of).
+  if (!model.chat_template->names("developer")) {
+    for (auto& message : inputs.messages) {
+      if (message.at("role") == "developer") message["role"] = "system";
+    }
+  }
   inputs.tools = query.tools;
   inputs.add_generation_prompt = true;
   inputs.limits.deadline = deadline;
@@ -170,9 +177,21 @@ ChatModel ChatModel::load(const std::string& name, const std::string& dir) {
   return model;
 }
 
-Json models_response(const ChatModel& model) {
-  return {{"object", "list"},
-          {"data", Json::array({{{"id", model.name}, {"object", "model"}, {"created", model.created}, {"owned_by", "probekit"}}})}};
+namespace {
+
+Json model_json(const ChatModel& model) {
+  return {{"id", model.name}, {"object", "model"}, {"created", model.created}, {"owned_by", "probekit"}};
+}
+
+}  // namespace
+
+Json models_response(const ChatModel& model) { return {{"object", "list"}, {"data", Json::array({model_json(model)})}}; }
+
+Json model_response(const ChatModel& model, const std::string& id) {
+  if (id != model.name) {
+    throw RequestError(404, fmt::format("the model '{}' does not exist: this server serves '{}'", id, model.name), "model");
+  }
+  return model_json(model);
 }
 
 Json chat_completion_response(const ServerContext& context, const ChatModel& model, const ChatQuery& query,
@@ -215,17 +234,7 @@ Json chat_completion_response(const ServerContext& context, const ChatModel& mod
   context.scheduler.submit_generation(std::move(request), deadline);
   // The callbacks end the reply at the deadline; a worker busy past it gets a second more. A client that hangs up
   // frees the stream's slot at its next token (regression: a reply nobody waited for ran to its end).
-  while (completion.wait_for(kClientCheck) != std::future_status::ready) {
-    if (client_gone()) {
-      state->abandoned = true;
-      fail_client_gone();
-    }
-    if (Clock::now() >= deadline + std::chrono::seconds(1)) {
-      state->abandoned = true;
-      throw timeout();
-    }
-  }
-  return completion.get();
+  return await_reply(completion, deadline + std::chrono::seconds(1), [&state] { state->abandoned = true; }, timeout());
 }
 
 namespace {

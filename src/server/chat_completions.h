@@ -29,6 +29,9 @@ struct ChatModel {
 /// GET /v1/models: {"object": "list", "data": [the loaded model]}.
 Json models_response(const ChatModel& model);
 
+/// GET /v1/models/{id}: the loaded model when `id` names it, else a 404 (RequestError).
+Json model_response(const ChatModel& model, const std::string& id);
+
 /// POST /v1/chat/completions without "stream": the completion once the reply has ended. `slot` (the request's
 /// --max-streams slot) is held until the worker lets the reply go, past an answer by timeout too.
 Json chat_completion_response(const ServerContext& context, const ChatModel& model, const ChatQuery& query,

@@ -2,9 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "generation/flags.h"
 #include "inference/generation_view.h"
 #include "inference/reports.h"
+#include "monitor/actions.h"
 
 namespace probekit::server {
 
@@ -66,6 +69,14 @@ generation::GenerationOptions options_for(const ServerContext& context, const Ge
   }
 }
 
+// Whether a monitor's firing steered the stream (steer, ablate) after it began.
+bool steered_by_monitor(const std::vector<monitor::Firing>& firings) {
+  return std::any_of(firings.begin(), firings.end(), [](const monitor::Firing& firing) {
+    const monitor::ActionRow* action = monitor::find_action(firing.action);
+    return action != nullptr && action->steering != monitor::ActionSteering::kNone;
+  });
+}
+
 // The generation's end as the stream's last event: "done", or "error" (its time was up, the server is stopping,
 // the model failed).
 void push_end(EventStream& stream, const inference::GeneratedText& done, std::exception_ptr error, bool timed_out,
@@ -76,7 +87,7 @@ void push_end(EventStream& stream, const inference::GeneratedText& done, std::ex
   }
   if (stopping) return stream.push("error", error_body("the server is shutting down", ""), true);
   Json finished = {{"reason", generation::stop_reason_name(done.stop)}, {"tokens", done.ids.size()}, {"text", done.text}};
-  if (steered) finished["steered"] = true;
+  if (steered || steered_by_monitor(done.firings)) finished["steered"] = true;
   if (monitored) finished["monitor_firings"] = monitor::firings_json(done.firings);
   stream.push("done", finished, true);
 }

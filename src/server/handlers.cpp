@@ -198,7 +198,8 @@ std::string conversation_contents(const chat::Conversation& conversation) {
 // A conversation's scoring on the worker: what the engine refuses of it, naming it 'messages' (the template's error,
 // a mask the probes cannot place), is a 400 on that field, as in chat completions (regression: it named none).
 template <typename Result>
-Result score_messages(const ServerContext& context, std::function<Result()> work, Clock::time_point deadline) {
+Result score_messages(const ServerContext& context, std::function<Result(const std::function<void()>&)> work,
+                      Clock::time_point deadline) {
   try {
     return context.scheduler.run_alone<Result>(std::move(work), deadline);
   } catch (const RequestError&) {
@@ -225,7 +226,7 @@ Json rank_response(const ServerContext& context, const RankQuery& query, Clock::
   std::vector<inference::TextScores> scores =
       conversation ? score_messages<std::vector<inference::TextScores>>(
                          context,
-                         [&engine, scored] {
+                         [&engine, scored](const std::function<void()>&) {
                            return engine.score_conversations({scored}, [](size_t) { return "'messages'"; });
                          },
                          deadline)
@@ -254,10 +255,10 @@ Json per_token_response(const ServerContext& context, const PerTokenQuery& query
   std::string text = conversation ? chat::conversation_text(query.conversation) : query.text;
   std::shared_ptr<const steering::SteeringVectors> steering = resolve_steering(context, query.steering);
   if (conversation && steering) throw RequestError(400, "steering applies to 'text', not to 'messages'", "steer");
-  // A request that stopped waiting (408) or a server that is stopping ends its scoring at the next pass: a long text's
-  // prefixes otherwise kept the device from everyone for their whole time.
-  const std::function<void()> before_pass = context.scheduler.pass_guard(deadline);
-  auto work = [&engine, text, steering, conversation, before_pass] {
+  // A request that stopped waiting (408, 499) or a server that is stopping ends its scoring at the next pass: a long
+  // text's prefixes otherwise kept the device from everyone for their whole time (regression: a client that hung up
+  // did not end it).
+  auto work = [&engine, text, steering, conversation](const std::function<void()>& before_pass) {
     return conversation ? engine.score_conversation_tokens(text, "'messages'", before_pass)
                         : engine.score_tokens(text, steering.get(), before_pass);
   };
@@ -286,9 +287,13 @@ Json info_response(const ServerContext& context, int64_t open_streams, bool gene
           {"best_layer", context.options.engine.best_layer},
           {"readout", engine.recipe().to_json()},
           {"generation", generation},
+          // Every bound a client may meet, each named as its flag (regression: the connection's were left out).
           {"limits", {{"max_body_bytes", l.max_body_bytes}, {"max_texts", l.max_texts}, {"max_tokens", l.max_tokens},
                       {"max_new_tokens", l.max_new_tokens}, {"max_streams", l.max_streams},
-                      {"max_queued_texts", l.max_queued_texts}, {"request_timeout_s", l.request_timeout_s}}},
+                      {"max_queued_texts", l.max_queued_texts}, {"request_timeout_s", l.request_timeout_s},
+                      {"client_timeout_s", context.options.client_timeout_s},
+                      {"max_connections", context.options.max_connections},
+                      {"http_threads", context.options.http_threads}}},
           {"stats", {{"cycles", stats.cycles}, {"texts_scored", stats.texts_scored},
                      {"batched_requests", stats.batched_requests}, {"exclusive_jobs", stats.exclusive_jobs},
                      {"streams_joined", stats.streams_joined}, {"joins", stats.joins},

@@ -9,7 +9,9 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <limits>
 
 #include "common/error.h"
 
@@ -21,6 +23,15 @@ using Clock = Connection::Clock;
 
 // The connection whose request this worker thread answers (client_gone).
 thread_local const Connection* answering = nullptr;
+
+// Sets `answering` for one request and clears it however the request ends.
+class AnsweringScope {
+ public:
+  explicit AnsweringScope(const Connection& connection) { answering = &connection; }
+  ~AnsweringScope() { answering = nullptr; }
+  AnsweringScope(const AnsweringScope&) = delete;
+  AnsweringScope& operator=(const AnsweringScope&) = delete;
+};
 
 // A worker's view of one request: reads come from the plain form the intake made, writes go to the socket and
 // give up when the client takes no bytes for the write timeout, or a second after the server began to stop.
@@ -135,6 +146,13 @@ bool client_gone() {
   if (n > 0) return false;  // the client's next request, pipelined
   if (n == 0) return true;  // it closed its side
   return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;  // reset
+}
+
+HttpService::HttpService(ServiceOptions options) : options_(std::move(options)) {
+  // What httplib's Keep-Alive header tells clients: the intake closes a connection idle for --client-timeout and
+  // answers any number of requests on one (regression: it advertised httplib's own "timeout=5, max=5").
+  set_keep_alive_timeout(std::chrono::duration_cast<std::chrono::seconds>(options_.intake.client_timeout).count());
+  set_keep_alive_max_count(std::numeric_limits<int>::max());
 }
 
 HttpService::~HttpService() {
@@ -273,13 +291,12 @@ void HttpService::answer(std::unique_ptr<Connection> connection) {
   RequestStream stream(*connection, stopping_, options_.intake.client_timeout);
   bool closed_by_client = false;
   bool written = false;
-  answering = connection.get();
   try {
+    AnsweringScope scope(*connection);
     written = process(*this, stream, *connection, connection->close_after || stopping_, closed_by_client, 0);
   } catch (const std::exception& e) {
     spdlog::error("probe_server: {}", e.what());
   }
-  answering = nullptr;
   if (!written || closed_by_client || stopping_) return;
   if (connection->close_after) {
     intake_->linger(std::move(connection));

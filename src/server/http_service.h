@@ -31,7 +31,7 @@ struct ServiceOptions {
 
 class HttpService : public httplib::Server {
  public:
-  explicit HttpService(ServiceOptions options) : options_(std::move(options)) {}
+  explicit HttpService(ServiceOptions options);
   ~HttpService() override;
 
   /// Listens on `host` and `port` (0: a free one) and returns the port. The port is not shared (no SO_REUSEPORT):

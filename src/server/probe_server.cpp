@@ -153,9 +153,9 @@ void ProbeServer::add_routes() {
   for (const Route& route : routes_) {
     auto handler = [route](const httplib::Request& req, httplib::Response& res) { answer(route, req, res); };
     if (route.method == "GET") {
-      http_->Get(route.path, handler);
+      http_->Get(path_pattern(route), handler);
     } else {
-      http_->Post(route.path, handler);
+      http_->Post(path_pattern(route), handler);
     }
   }
 }
@@ -192,11 +192,15 @@ void ProbeServer::serve_stream(httplib::Response& res, const std::function<void(
       [stream](bool) { stream->cancel(); });
 }
 
-// GET /v1/models and POST /v1/chat/completions, errors in OpenAI's shape.
+// GET /v1/models, GET /v1/models/{model} and POST /v1/chat/completions, errors in OpenAI's shape.
 std::vector<Route> ProbeServer::openai_routes(const ServerContext& context) {
   return {
       {"GET", "/v1/models", ErrorStyle::kOpenAI,
        [this](const httplib::Request&, httplib::Response& res) { send_json(res, 200, models_response(chat_model_)); }},
+      {"GET", "/v1/models/{model}", ErrorStyle::kOpenAI,
+       [this](const httplib::Request& req, httplib::Response& res) {
+         send_json(res, 200, model_response(chat_model_, req.matches[1].str()));
+       }},
       {"POST", "/v1/chat/completions", ErrorStyle::kOpenAI,
        [this, context](const httplib::Request& req, httplib::Response& res) {
          check_json_body(req);
@@ -235,7 +239,12 @@ void ProbeServer::add_error_handlers() {
   http_->set_error_handler(httplib::Server::HandlerWithResponse([&routes](const httplib::Request& req,
                                                                           httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    if (res.status == 404) {
+    const std::string allowed = allowed_methods(routes, req.path);
+    if (res.status == 404 && !allowed.empty()) {
+      res.set_header("Allow", allowed);
+      send_error(res, 405, fmt::format("{} {} is not served: this endpoint takes {}", req.method, req.path, allowed), "",
+                 error_style_of(routes, req.path));
+    } else if (res.status == 404) {
       send_error(res, 404, fmt::format("no endpoint {} {} (the endpoints: {})", req.method, req.path, endpoint_list(routes)),
                  "", error_style_of(routes, req.path));
     } else {

@@ -26,6 +26,12 @@ size_t shared_folders(const std::string& route, const std::string& path) {
   return shared;
 }
 
+// Where a route's parameter folder begins (npos: it has none).
+size_t parameter_start(const Route& route) {
+  const size_t slash = route.path.rfind('/');
+  return route.path.compare(slash + 1, 1, "{") == 0 && route.path.back() == '}' ? slash + 1 : std::string::npos;
+}
+
 // The OpenAI API's endpoint folders besides chat and models, which this server serves: an OpenAI client asking for
 // one gets its 404 in the shape it reads.
 constexpr const char* kOpenAIFoldersNotServed[] = {
@@ -79,11 +85,30 @@ ErrorStyle error_style_of(const std::vector<Route>& routes, const std::string& p
   return style;
 }
 
+bool serves(const Route& route, const std::string& path) {
+  const size_t start = parameter_start(route);
+  if (start == std::string::npos) return route.path == path;
+  return path.size() > start && path.compare(0, start, route.path, 0, start) == 0;
+}
+
+std::string path_pattern(const Route& route) {
+  const size_t start = parameter_start(route);
+  return start == std::string::npos ? route.path : route.path.substr(0, start) + "(.+)";
+}
+
 std::string endpoint_of(const std::vector<Route>& routes, const std::string& path) {
   for (const Route& route : routes) {
-    if (route.path == path) return route.path;
+    if (serves(route, path)) return route.path;
   }
   return "other";
+}
+
+std::string allowed_methods(const std::vector<Route>& routes, const std::string& path) {
+  std::string methods;
+  for (const Route& route : routes) {
+    if (serves(route, path)) methods += (methods.empty() ? "" : ", ") + route.method;
+  }
+  return methods;
 }
 
 std::string endpoint_list(const std::vector<Route>& routes) {

@@ -20,6 +20,8 @@ enum class ErrorStyle { kProbekit, kOpenAI };
 
 struct Route {
   std::string method;  // "GET" or "POST"
+  // Its last folder may be a parameter, "{name}": the rest of the path, slashes included, as in a model's name
+  // "owner/name" (the handler's req.matches[1]).
   std::string path;
   ErrorStyle errors = ErrorStyle::kProbekit;
   /// Answers the request; refusals are thrown (RequestError with its status and field; std::invalid_argument: 400).
@@ -35,8 +37,17 @@ void answer(const Route& route, const httplib::Request& req, httplib::Response& 
 /// longest leading folders with it ("/v1/chat/x" is the OpenAI API's, "/v1/x" ours), ours on a tie.
 ErrorStyle error_style_of(const std::vector<Route>& routes, const std::string& path);
 
-/// The route serving `path` exactly ("other" for none), as /metrics counts requests.
+/// Whether `route` serves `path` (a parameter matches the rest of it).
+bool serves(const Route& route, const std::string& path);
+
+/// The pattern httplib matches `route`'s paths with (a regular expression: the parameter as a group).
+std::string path_pattern(const Route& route);
+
+/// The route serving `path` ("other" for none), as /metrics counts requests.
 std::string endpoint_of(const std::vector<Route>& routes, const std::string& path);
+
+/// "GET, POST": the methods of the routes serving `path`, for a 405's Allow header ("" when none serves it).
+std::string allowed_methods(const std::vector<Route>& routes, const std::string& path);
 
 /// "GET /, GET /healthz, ...": every route, for the 404 answer.
 std::string endpoint_list(const std::vector<Route>& routes);

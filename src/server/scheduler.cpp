@@ -9,13 +9,9 @@
 
 namespace probekit::server {
 
-namespace {
-
 RequestError timeout_error() {
   return RequestError(408, "the request took longer than this server's time limit per request (--request-timeout)");
 }
-
-}  // namespace
 
 void fail_timeout() { throw timeout_error(); }
 
@@ -43,7 +39,7 @@ std::vector<inference::TextScores> Scheduler::score(std::vector<std::string> tex
 }
 
 std::shared_ptr<std::atomic<bool>> Scheduler::enqueue(std::unique_ptr<Job> job) {
-  job->abandoned = std::make_shared<std::atomic<bool>>(false);
+  if (!job->abandoned) job->abandoned = std::make_shared<std::atomic<bool>>(false);
   std::shared_ptr<std::atomic<bool>> abandoned = job->abandoned;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -67,10 +63,12 @@ std::shared_ptr<std::atomic<bool>> Scheduler::enqueue(std::unique_ptr<Job> job) 
 }
 
 std::shared_ptr<std::atomic<bool>> Scheduler::enqueue_alone(std::function<void(std::exception_ptr)> job,
-                                                             Clock::time_point deadline) {
+                                                             Clock::time_point deadline,
+                                                             std::shared_ptr<std::atomic<bool>> abandoned) {
   auto queued = std::make_unique<Job>();
   queued->alone = std::move(job);
   queued->deadline = deadline;
+  queued->abandoned = std::move(abandoned);
   return enqueue(std::move(queued));
 }
 

@@ -21,6 +21,7 @@
 
 #include "inference/engine.h"
 #include "inference/stream_batch.h"
+#include "server/api/requests.h"
 #include "server/connection.h"
 #include "server/metrics.h"
 
@@ -57,9 +58,10 @@ class Scheduler {
                                            std::shared_ptr<const steering::SteeringVectors> steering,
                                            Clock::time_point deadline);
 
-  /// Runs `work` on the worker, alone on the device, and returns its result (errors as above).
+  /// Runs `work` on the worker, alone on the device, and returns its result (errors as above). `work` is given the
+  /// job's pass_guard: a long job ends at its next pass once its request has stopped waiting.
   template <typename Result>
-  Result run_alone(std::function<Result()> work, Clock::time_point deadline);
+  Result run_alone(std::function<Result(const std::function<void()>& before_pass)> work, Clock::time_point deadline);
 
   /// Queues `job` to run on the worker, alone on the device, without waiting for it: it is called with nullptr
   /// to run, or with the error that refused it (its deadline passed, or the server is stopping). Throws the
@@ -105,8 +107,10 @@ class Scheduler {
     int64_t weight = 1;  // texts it counts against --max-queued-texts
   };
 
+  /// Queues `job`, giving it an abandoned flag unless it has one, and returns that flag.
   std::shared_ptr<std::atomic<bool>> enqueue(std::unique_ptr<Job> job);
-  std::shared_ptr<std::atomic<bool>> enqueue_alone(std::function<void(std::exception_ptr)> job, Clock::time_point deadline);
+  std::shared_ptr<std::atomic<bool>> enqueue_alone(std::function<void(std::exception_ptr)> job, Clock::time_point deadline,
+                                                   std::shared_ptr<std::atomic<bool>> abandoned = nullptr);
   void work();
   bool take_queued(std::vector<std::unique_ptr<Job>>& jobs, bool streaming);
   /// Whether queued work may be taken (no hold keeps it there); the caller holds mutex_.
@@ -124,6 +128,8 @@ class Scheduler {
   void decode_step(inference::StreamBatch& batch);
   static void drop_expired(std::vector<std::unique_ptr<Job>>& jobs);
   static void refuse(Job& job, std::exception_ptr error);
+  /// Waits for a queued job's result as await_reply does; a request that stops waiting marks the job abandoned and
+  /// takes it out of the queue.
   template <typename T>
   T wait_for(std::future<T>& future, Clock::time_point deadline, std::atomic<bool>& abandoned);
   void withdraw(const std::atomic<bool>& abandoned);
@@ -142,6 +148,8 @@ class Scheduler {
   std::thread worker_;
 };
 
+/// The 408 of a request past its deadline.
+RequestError timeout_error();
 /// Throws the 408 of a request past its deadline.
 [[noreturn]] void fail_timeout();
 /// Throws the 499 of a request whose client went away.
@@ -150,32 +158,46 @@ class Scheduler {
 /// How often a request waiting on the worker asks whether its client is still there (client_gone).
 inline constexpr std::chrono::milliseconds kClientCheck{100};
 
+/// Waits for `future` until `deadline`, asking every kClientCheck whether the client of the request this thread
+/// answers is still there (client_gone). A request that stops waiting calls `leave` (to let its work go) and throws
+/// `gone` (499) or `late` (408).
 template <typename T>
-T Scheduler::wait_for(std::future<T>& future, Clock::time_point deadline, std::atomic<bool>& abandoned) {
+T await_reply(std::future<T>& future, Clock::time_point deadline, const std::function<void()>& leave,
+              const RequestError& late) {
   while (future.wait_until(std::min(deadline, Clock::now() + kClientCheck)) != std::future_status::ready) {
     const bool gone = client_gone();
     if (!gone && Clock::now() < deadline) continue;
-    abandoned = true;
-    withdraw(abandoned);
+    leave();
     if (gone) fail_client_gone();
-    fail_timeout();
+    throw late;
   }
   return future.get();
 }
 
+template <typename T>
+T Scheduler::wait_for(std::future<T>& future, Clock::time_point deadline, std::atomic<bool>& abandoned) {
+  return await_reply(future, deadline, [this, &abandoned] {
+    abandoned = true;
+    withdraw(abandoned);
+  }, timeout_error());
+}
+
 template <typename Result>
-Result Scheduler::run_alone(std::function<Result()> work, Clock::time_point deadline) {
+Result Scheduler::run_alone(std::function<Result(const std::function<void()>& before_pass)> work,
+                            Clock::time_point deadline) {
   auto promise = std::make_shared<std::promise<Result>>();
   std::future<Result> future = promise->get_future();
-  auto job = [promise, work = std::move(work)](std::exception_ptr refused) {
+  auto abandoned = std::make_shared<std::atomic<bool>>(false);
+  auto job = [promise, work = std::move(work), guard = pass_guard(deadline, [abandoned] { return abandoned->load(); })](
+                 std::exception_ptr refused) {
     if (refused) return promise->set_exception(refused);
     try {
-      promise->set_value(work());
+      promise->set_value(work(guard));
     } catch (...) {
       promise->set_exception(std::current_exception());
     }
   };
-  std::shared_ptr<std::atomic<bool>> abandoned = enqueue_alone(std::move(job), deadline);
+  enqueue_alone(std::move(job), deadline, abandoned);
   return wait_for(future, deadline, *abandoned);
 }
 

@@ -78,6 +78,17 @@ std::vector<int64_t> wanted_layers(const std::string& text, int64_t layers) {
   return parse_index_list("--layers", text, layers, "layer", "input");
 }
 
+// Refuses a layer --layers names that `source` lacks (regression: left out of the file without a word).
+void check_layers_found(const std::vector<int64_t>& wanted, const VectorFile& out, const std::string& source) {
+  std::vector<int64_t> found;
+  for (const auto& entry : out.layers) found.push_back(entry.first);
+  for (int64_t layer : wanted) {
+    if (out.layers.count(layer) == 0 && !found.empty()) {
+      fail_usage("--layers: {} has no layer {} (its layers: {})", source, layer, fmt::join(found, ", "));
+    }
+  }
+}
+
 VectorFile from_activations(const MakeVectorsOptions& o) {
   VectorFile out;
   const std::vector<std::string> paths = activations::find_activation_files({o.activations});
@@ -100,6 +111,7 @@ VectorFile from_activations(const MakeVectorsOptions& o) {
     out.layers[attributes.layer] = mean_difference(file, label_index(attributes, o.label, path), o.label);
     out.model_hint = attributes.recipe.model_name;
   }
+  check_layers_found(wanted, out, o.activations);
   return out;
 }
 
@@ -120,6 +132,7 @@ VectorFile from_probes(const MakeVectorsOptions& o) {
     out.layers[layer] = std::vector<float>(direction.data_ptr<float>(), direction.data_ptr<float>() + direction.numel());
     out.model_hint = set.recipe().model_name;
   }
+  check_layers_found(wanted, out, o.probes_dir);
   return out;
 }
 
@@ -171,6 +184,12 @@ VectorFile make_vectors(const MakeVectorsOptions& o) {
   const VectorMethod& method = vector_method(o.method);
   const std::string& source = o.*method.source;
   if (source.empty()) fail_usage("--method {} needs {}", method.name, method.source_flag);
+  // Another method's input is not read: said, not ignored (regression: --probes-dir beside mean-diff was dropped).
+  for (const VectorMethod& other : vector_methods()) {
+    if (other.source != method.source && !(o.*other.source).empty()) {
+      fail_usage("{} is read by --method {} only, and --method is {}", other.source_flag, other.name, method.name);
+    }
+  }
   VectorFile out = method.make(o);
   if (out.layers.empty()) fail_usage("--layers {}: no layer of {} is among them", o.layers, source);
   out.metadata = {{"method", o.method}, {"label", o.label}, {"source", source}, {"model", out.model_hint}};

@@ -72,7 +72,12 @@ class ProbeDirections {
     const probes::ProbeSet& set = loaded->second;
     for (size_t i = 0; i < set.probes().size(); ++i) {
       if (set.probes()[i].label != label) continue;
-      at::Tensor direction = set.direction(i);
+      at::Tensor direction;
+      try {
+        direction = set.direction(i);
+      } catch (const std::invalid_argument& e) {  // a kind without one: named with the probes and the label
+        fail_input("{}: {}, label '{}': {}", what, found->second, label, e.what());
+      }
       checked_vector(std::vector<float>(direction.data_ptr<float>(), direction.data_ptr<float>() + direction.numel()),
                      config, fmt::format("{} ({})", what, found->second));
       return direction;

@@ -16,6 +16,7 @@
 #include "common/files.h"
 #include "common/outputs.h"
 #include "common/progress.h"
+#include "device/device_select.h"
 #include "readout/readout.h"
 #include "steering/steering.h"
 #include "sweep/fluency.h"
@@ -40,6 +41,7 @@ struct CellResult {
 };
 
 std::vector<std::string> read_prompts(const std::string& path) {
+  require_input_file(path);  // a directory is said to be one (regression: "no prompts")
   std::ifstream in(path);
   if (!in) fail("{}: cannot open the prompts file", path);
   std::vector<std::string> prompts;
@@ -62,6 +64,8 @@ std::vector<std::string> sweep_labels(const SweepOptions& o, const inference::En
     if (std::find(engine.labels().begin(), engine.labels().end(), label) == engine.labels().end()) {
       fail_usage("--labels: {} has no probe for '{}' at layer {}", o.engine.probes_dir, label, engine.layers().front());
     }
+    // Regression: a label named twice was swept twice, its report's sections doubled.
+    if (std::find(labels.begin(), labels.end(), label) != labels.end()) fail_usage("--labels names '{}' twice", label);
     labels.push_back(label);
     start = comma + 1;
   }
@@ -120,7 +124,10 @@ void run_batch(const inference::Engine& engine, const std::vector<std::string>& 
   const model::StreamWrites writes = steering::place_rows(row_steering, engine.model());
   generation::GenerationOptions options = generation;
   options.writes = &writes;
-  options.first_row = first;  // a cell samples as itself, whatever --rows-per-batch
+  // A cell samples as its prompt does alone (multi_probe_inference --generate, the prompt's index in --file), whatever
+  // --rows-per-batch: its baseline draws the same numbers, and more labels or coefficients change none of them
+  // (regression: keyed by the cell's place in the sweep).
+  for (size_t i = first; i < end; ++i) options.row_keys.push_back(cells[i].prompt);
   const std::vector<inference::GeneratedText> generated =
       engine.generate(texts, options, [&](const inference::ScoredToken& token) {
         results[first + token.row].scores.push_back(token.probability.front());
@@ -214,7 +221,14 @@ Json summary_point(const std::string& label, double coefficient, const std::vect
 void check_options(const SweepOptions& o) {
   if (o.engine.layer < 0) fail_usage("--layer: the layer whose probes give the directions (and score the generations)");
   if (o.coefficients.empty()) fail_usage("--coefficients: give at least one, e.g. -8,-4,0,4,8");
-  for (double c : o.coefficients) steering::check_coefficient(c, "--coefficients");
+  for (size_t i = 0; i < o.coefficients.size(); ++i) {
+    steering::check_coefficient(o.coefficients[i], "--coefficients");
+    // -0 is 0: each coefficient once (regression: repeats generated and reported twice).
+    if (std::find(o.coefficients.begin(), o.coefficients.begin() + static_cast<std::ptrdiff_t>(i), o.coefficients[i]) !=
+        o.coefficients.begin() + static_cast<std::ptrdiff_t>(i)) {
+      fail_usage("--coefficients names {:g} twice", o.coefficients[i] == 0 ? 0.0 : o.coefficients[i]);
+    }
+  }
   if (o.labels && o.labels->find_first_not_of(", ") == std::string::npos) {
     fail_usage("--labels is empty: name at least one label, or leave the flag out to steer every label");
   }
@@ -284,18 +298,24 @@ Json run_sweep(SweepOptions o) {
   }
   for (size_t i = 0; i < cells.size(); ++i) all.push_back(cell_json(cells[i], results[i], engine.labels()));
   const auto swept = static_cast<double>(labels.size() * o.coefficients.size() * prompts.size());
+  const generation::Sampling& sampling = generation.sampling;
+  // How the generations were made, so that a sweep is reproduced from its file (regression: none of this was kept).
+  const Json made_with = {{"device", engine.target().device.str()},
+                          {"dtype", device::dtype_name(engine.target().dtype_choice.dtype)},
+                          {"temperature", sampling.temperature}, {"top_k", sampling.top_k}, {"top_p", sampling.top_p},
+                          {"seed", sampling.seed}, {"no_stop", o.generation.no_stop}};
   Json sweep = {{"model", engine.model_dir()},   {"probes", o.engine.probes_dir},
                 {"layer", o.engine.layer},       {"site", site_name(Site::kResidPost)},
                 {"labels", labels},              {"probe_labels", engine.labels()},
                 {"coefficients", o.coefficients}, {"prompts", prompts},
-                {"max_new_tokens", generation.max_new_tokens}, {"seconds", seconds},
+                {"max_new_tokens", generation.max_new_tokens}, {"generation", made_with}, {"seconds", seconds},
                 {"cells_per_s", swept / seconds}, {"summary", summary},
                 {"cells", all}};
   write_file_atomic(out.path() + "/sweep.json", dump_json(sweep, 1) + "\n");
   write_file_atomic(out.path() + "/sweep.html", render_sweep_report(sweep));
   out.commit();
-  return {{"output_dir", o.output_dir}, {"cells", swept}, {"seconds", seconds}, {"cells_per_s", swept / seconds},
-          {"summary", summary}};
+  return {{"output_dir", o.output_dir}, {"cells", swept}, {"generations", cells.size()}, {"seconds", seconds},
+          {"cells_per_s", swept / seconds}, {"summary", summary}};
 }
 
 }  // namespace probekit::sweep

@@ -38,4 +38,9 @@ void add_sweep_flags(CLI::App& app, SweepOptions& options);
 /// (one entry per label and coefficient) with the run's cells per second.
 Json run_sweep(SweepOptions options);
 
+/// What steering_sweep says when Ctrl-C stops it.
+constexpr const char* kSweepInterruptNote =
+    "the output directory is as it was before this run: sweep.json and sweep.html are written once every cell is "
+    "generated, so none of this run's cells were kept";
+
 }  // namespace probekit::sweep

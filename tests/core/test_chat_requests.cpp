@@ -111,6 +111,14 @@ TEST_CASE("chat requests: each refusal names its field") {
   check_refusal("{" + m + R"(, "n": 2})", 400, "n", "'n' must be 1");
   check_refusal("{" + m + R"(, "max_tokens": 101})", 413, "max_tokens", "--max-new-tokens");
   check_refusal("{" + m + R"(, "max_completion_tokens": 0})", 400, "max_completion_tokens", "from 1");
+  // Regressions: both names taken, the older one silently ignored; a whole number past 64 bits "not an integer".
+  check_refusal("{" + m + R"(, "max_tokens": 5, "max_completion_tokens": 6})", 400, "max_tokens",
+                "'max_tokens' (5) and 'max_completion_tokens' (6) differ");
+  server::Limits limits;
+  limits.max_new_tokens = 100;
+  CHECK(server::parse_chat_query("{" + m + R"(, "max_tokens": 5, "max_completion_tokens": 5})", limits).max_tokens == 5);
+  check_refusal("{" + m + R"(, "max_tokens": 100000000000000000000})", 400, "max_tokens", "must be from 1 to");
+  check_refusal("{" + m + R"(, "max_tokens": 1.5})", 400, "max_tokens", "must be an integer");
   check_refusal("{" + m + R"(, "temperature": 3})", 400, "temperature", "from 0 to 2");
   check_refusal("{" + m + R"(, "stop": ["a", "b", "c", "d", "e"]})", 400, "stop", "up to 4 strings");
   check_refusal("{" + m + R"(, "stop": [""]})", 400, "stop[0]", "a non-empty string");

@@ -93,6 +93,22 @@ TEST_CASE("chat template: raise_exception throws the template's message unchange
   check_same_as_jinja("raise_exception", render_with_ours(chat_template, inputs), render_with_jinja2(cases)[0]);
 }
 
+TEST_CASE("chat template: tools offered to a template that never reads them are refused, not dropped") {
+  ChatTemplateInputs inputs;
+  inputs.messages = OrderedJson::parse(R"([{"role": "user", "content": "hi"}])");
+  inputs.tools = OrderedJson::parse(R"([{"type": "function", "function": {"name": "f"}}])");
+  // Regression: rendered as if the conversation offered none, as transformers does.
+  for (const char* source : {"{% for m in messages %}{{ m.content }}{% endfor %}", "{{ my_tools }}{{ tools_list }}"}) {
+    CAPTURE(source);
+    CHECK_THROWS_WITH_AS(ChatTemplate(source).render(inputs),
+                         doctest::Contains("this chat template never reads 'tools'"), TemplateError);
+  }
+  CHECK(ChatTemplate("{% if tools %}{{ tools | length }}{% endif %}").render(inputs) == "1");
+  CHECK(ChatTemplate("{{ (tools|length) }}").render(inputs) == "1");
+  inputs.tools = OrderedJson::array();  // none offered
+  CHECK(ChatTemplate("{{ messages[0].content }}").render(inputs) == "hi");
+}
+
 TEST_CASE("chat template: strftime_now formats the local time as Python's datetime.now().strftime") {
   ChatTemplate chat_template("{{ strftime_now('%Y') }}|{{ strftime_now('%d %B') | length > 3 }}");
   OrderedJson cases = OrderedJson::array({{{"template", chat_template.source()}, {"variables", chat_template.variables({})}}});

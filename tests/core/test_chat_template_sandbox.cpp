@@ -211,6 +211,8 @@ TEST_CASE("chat template sandbox: the real templates use a small part of the bud
     const std::string dir = std::string(PROBEKIT_TOKENIZER_CACHE) + "/" + model;
     REQUIRE_MESSAGE(probekit::is_regular_file(dir + "/tokenizer_config.json"), "run scripts/fetch_tokenizers.sh");
     ChatTemplateInputs inputs = long_conversation();
+    const ChatTemplate chat_template = ChatTemplate::from_tokenizer_dir(dir);
+    if (!chat_template.names("tools")) inputs.tools = nullptr;  // Gemma 3's and Llama 3's would refuse them
     if (model == "gemma3") {  // Gemma's template wants user and assistant turns to alternate
       OrderedJson alternating = OrderedJson::array();
       for (const OrderedJson& m : inputs.messages) {
@@ -219,7 +221,7 @@ TEST_CASE("chat template sandbox: the real templates use a small part of the bud
       inputs.messages = alternating;
     }
     RenderUsage usage;
-    const std::string text = ChatTemplate::from_tokenizer_dir(dir).render(inputs, &usage);
+    const std::string text = chat_template.render(inputs, &usage);
     MESSAGE(model, ": ", text.size(), " characters rendered in ", usage.steps, " steps, ", usage.bytes, " bytes, nesting ",
             usage.deepest);
     CHECK(usage.steps * 100 < limits.max_steps);

@@ -214,7 +214,13 @@ TEST_CASE("integer labels sort as numbers, as the reference's sorted() sorts int
   // Floating-point labels stay refused, the message naming both kinds a label may be.
   write_text(path, "{\"text\": \"a\", \"topic\": 0.5}\n");
   CHECK_THROWS_WITH_AS(data::read_dataset(path, options),
-                       doctest::Contains("ids.jsonl:1: label field 'topic' must be a non-empty string or an integer, found 0.5"),
+                       doctest::Contains("ids.jsonl:1: label field 'topic' must be a string with more than blanks, or an "
+                                         "integer, found 0.5"),
+                       std::invalid_argument);
+  // Regression: a label of blanks alone was taken as a label.
+  write_text(path, "{\"text\": \"a\", \"topic\": \"x\"}\n{\"text\": \"b\", \"topic\": \" \\t \"}\n");
+  CHECK_THROWS_WITH_AS(data::read_dataset(path, options),
+                       doctest::Contains("ids.jsonl:2: label field 'topic' must be a string with more than blanks"),
                        std::invalid_argument);
 }
 

@@ -15,6 +15,7 @@
 #include "common/sha256.h"
 #include "hub/git_sha1.h"
 #include "hub/hub_cache.h"
+#include "hub/http_client.h"
 #include "hub/hub_name.h"
 #include "hub/hub_responses.h"
 #include "hub/hub_settings.h"
@@ -37,6 +38,16 @@ std::string trimmed_output(const std::string& command) {
 }
 
 }  // namespace
+
+// Regression: messages and retry warnings printed a signed link whole, and HF_ENDPOINT's password.
+TEST_CASE("hub URLs in messages: no password before the host, no query (a signed link's signature), no fragment") {
+  CHECK(hub::url_shown("https://cdn.example/lfs/abc?X-Amz-Signature=SECRET&Expires=1") == "https://cdn.example/lfs/abc");
+  CHECK(hub::url_shown("http://user:pw@127.0.0.1:18080/org/x/resolve/main/config.json#frag") ==
+        "http://127.0.0.1:18080/org/x/resolve/main/config.json");
+  CHECK(hub::url_shown("https://user:pw@hub.example") == "https://hub.example");
+  CHECK(hub::url_shown("https://hub.example/a@b/config.json") == "https://hub.example/a@b/config.json");
+  CHECK(hub::url_shown("https://huggingface.co/org/x") == "https://huggingface.co/org/x");
+}
 
 TEST_CASE("hub names: org/name[@revision], the cache's folder name and URL quoting") {
   auto name = hub::parse_hub_name("google/gemma-3-4b-it");

@@ -72,6 +72,7 @@ TEST_CASE("a staged directory leaves the user's folders of similar names alone a
   }
   CHECK(read_file(out + "/result.json") == "{}");
   CHECK_FALSE(path_exists(out + "/.probekit-staging"));
+  CHECK(is_regular_file(out + "/" + kOutputMarker));
   CHECK_FALSE(path_exists(stale));
   CHECK(is_directory(running));
   CHECK(is_directory(unmarked));
@@ -94,6 +95,20 @@ TEST_CASE("a staged directory refuses to replace a directory holding the run's i
   CHECK_THROWS_WITH_AS(StagedDirectory(tmp.path(), true, {tmp.file("probes")}), doctest::Contains("it holds the input"),
                        UsageError);
   CHECK(read_file(tmp.file("probes/probes.json")) == "{}");
+}
+
+TEST_CASE("--overwrite replaces only a directory a probekit tool wrote, never a folder of the user's") {
+  TempDir tmp;
+  const std::string mine = tmp.file("mine");
+  make_directories(mine + "/photos");
+  for (const char* name : {"a.txt", "b.txt", "c.txt", "d.txt"}) testing::write_text(mine + "/" + name, name);
+  // Regression: the commit moved the folder aside and deleted everything in it.
+  CHECK_THROWS_WITH_AS(StagedDirectory(mine, true, {}),
+                       doctest::Contains("--overwrite replaces only a directory that a probekit tool wrote (one holding "
+                                         ".probekit-output), and this one holds a.txt, b.txt, c.txt and 2 more"),
+                       std::invalid_argument);
+  CHECK(read_file(mine + "/a.txt") == "a.txt");
+  CHECK(is_directory(mine + "/photos"));
 }
 
 // Regression: the message named the staging directory (OUT.partial-<pid>-<n>), a path the user never gave.

@@ -91,6 +91,9 @@ TEST_CASE("request framing: past a bound is refused as soon as the bound is know
   refused(kHead + " folded: line\r\n\r\n", 1000, 400, "not 'Name: value'");
   refused(kHead + "Bad\rName: x\r\n\r\n", 1000, 400, "not 'Name: value'");
   refused("POST\r\n\r\n", 1000, 400, "the request line");
+  // Regression: lines ending in a bare line feed waited for --client-timeout, then got a 408.
+  refused("GET /healthz HTTP/1.1\nHost: x\n\n", 1000, 400, "must end in CR LF");
+  refused("GET /healthz HTTP/1.1\r\nHost: x\n\n", 1000, 400, "must end in CR LF");
   // Fuzz regression (fuzz_request_framing): a request line without an HTTP version was framed and handed on.
   refused("POST /v1/rank 11\r\nContent-Length: 0\r\n\r\n", 1000, 400, "the request line");
   refused("GET / HTTP/2.0\r\n\r\n", 1000, 400, "the request line");

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "common/json.h"
+#include "generation/flags.h"
 #include "generation/generator.h"
 #include "generation/sampling.h"
 #include "model/fused_ops.h"
@@ -232,13 +233,31 @@ TEST_CASE("sampled generation: a seed repeats its tokens, top-k 1 is greedy") {
     alone.first_row = b;
     CHECK(generate_batch(model, {prompts[b]}, alone).results[0].ids == first[b].ids);
   }
-  // Two rows of one prompt draw numbers of their own.
+  // Two rows of one prompt draw numbers of their own; rows given one key draw the same (a sweep's cells of a prompt).
   auto twice = generate_batch(model, {prompts[0], prompts[0]}, options).results;
   CHECK(twice[0].ids == first[0].ids);
   CHECK(twice[1].ids != twice[0].ids);
+  generation::GenerationOptions keyed = options;
+  keyed.row_keys = {2, 2};
+  auto same_key = generate_batch(model, {prompts[2], prompts[2]}, keyed).results;
+  CHECK(same_key[0].ids == first[2].ids);
+  CHECK(same_key[1].ids == first[2].ids);
   options.sampling = {1.0, 1, 1.0, 13};
   auto top1 = generate_batch(model, prompts, options).results;
   for (size_t b = 0; b < prompts.size(); ++b) CHECK(top1[b].ids == generate_alone(model, prompts[b], 16).first);
+}
+
+TEST_CASE("sampling flags at temperature 0 are said to change nothing") {
+  generation::GenerationFlags flags;
+  flags.options.sampling.top_p = 0.5;
+  testing::LoggedLines log;
+  generation::resolve_generation_flags(flags, fixture_model("qwen3"));
+  // Regression: taken without a word, as if greedy decoding read them.
+  CHECK_CONTAINS(log.text(), "change nothing at --temperature 0 (greedy decoding)");
+  flags.options.sampling.temperature = 1;
+  testing::LoggedLines sampled;
+  generation::resolve_generation_flags(flags, fixture_model("qwen3"));
+  CHECK(sampled.text().find("change nothing") == std::string::npos);
 }
 
 namespace {

@@ -125,6 +125,9 @@ TEST_CASE("probe_server: /v1/rank and /v1/per-token equal multi_probe_inference 
   CHECK(i["device"] == "cpu");
   CHECK_CONTAINS(i["model"].get<std::string>(), "gemma3_text");
   CHECK(i["limits"]["max_texts"] == 64);
+  CHECK(i["limits"]["client_timeout_s"] == 10.0);
+  CHECK(i["limits"]["max_connections"] == 512);
+  CHECK(i["limits"]["http_threads"] == 16);
   httplib::Result health = s.client().Get("/healthz");
   REQUIRE(health);
   CHECK(health->status == 200);
@@ -249,9 +252,22 @@ TEST_CASE("probe_server: bad requests get 400 naming the field; requests past a 
   REQUIRE(r);
   CHECK(r->status == 404);
   CHECK_CONTAINS(r->body, "no endpoint GET /v1/ranking (the endpoints: GET /, GET /healthz");
+  // A served path asked with another method is a 405 naming the one it takes (regression: a 404).
   r = s.client().Get("/v1/rank");
   REQUIRE(r);
-  CHECK(r->status == 404);
+  CHECK(r->status == 405);
+  CHECK(r->get_header_value("Allow") == "POST");
+  CHECK_CONTAINS(r->body, "GET /v1/rank is not served: this endpoint takes POST");
+  r = s.client().Post("/v1/info", "{}", "application/json");
+  REQUIRE(r);
+  CHECK(r->status == 405);
+  CHECK(r->get_header_value("Allow") == "GET");
+  // A kept-alive connection is told this server's idle limit (--client-timeout, 10 s), not httplib's own 5 s.
+  httplib::Client kept = s.client();
+  kept.set_keep_alive(true);
+  r = kept.Get("/healthz");
+  REQUIRE(r);
+  CHECK(r->get_header_value("Keep-Alive") == "timeout=10, max=2147483647");
   // After all that, the server still answers.
   CHECK(post_json(s, "/v1/rank", {{"texts", {"A short text."}}})["results"].size() == 1);
 }

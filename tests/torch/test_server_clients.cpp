@@ -451,4 +451,48 @@ TEST_CASE("probe_server: a chat completion whose client hangs up while it waits 
     }
     CHECK(s.server().scheduler().queue_depth() == 0);
   }
+  // A job already running (a long text's per-token passes) ends at its next pass once its request has stopped
+  // waiting: here at its deadline, as when its client hangs up (regression: its passes checked the deadline and the
+  // server only, so a client that hung up left it running to its deadline).
+  std::atomic<int> ended_with{0};
+  const auto deadline = Clock::now() + std::chrono::milliseconds(300);
+  auto late_pass = [&ended_with, deadline](const std::function<void()>& before_pass) {
+    std::this_thread::sleep_until(deadline + std::chrono::milliseconds(200));  // its request has left by then
+    try {
+      before_pass();
+    } catch (const server::RequestError& e) {
+      ended_with = e.status();
+      throw;
+    }
+    return 0;
+  };
+  CHECK_THROWS_WITH_AS(s.server().scheduler().run_alone<int>(late_pass, deadline), doctest::Contains("time limit"),
+                       server::RequestError);
+  for (int i = 0; i < 500 && ended_with == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(ended_with == 499);  // let go by its request (its own deadline check would say 408)
+}
+
+TEST_CASE("probe_server /v1/chat/completions: OpenAI's developer role is the template's system role; unread tools refused") {
+  TempDir tmp;
+  RunningServer s(options_for(train_probes(tmp)));
+  auto ask = [&](const Json& messages, const Json& extra = Json::object()) {
+    Json body = {{"messages", messages}, {"max_tokens", 1}, {"temperature", 0}};
+    body.update(extra);
+    httplib::Result r = post(s, "/v1/chat/completions", body.dump());
+    REQUIRE(r);
+    return std::make_pair(r->status, Json::parse(r->body));
+  };
+  const Json user = {{"role", "user"}, {"content", "Hi"}};
+  const auto as_system = ask(Json::array({{{"role", "system"}, {"content", "Be brief."}}, user}));
+  const auto as_developer = ask(Json::array({{{"role", "developer"}, {"content", "Be brief."}}, user}));
+  REQUIRE(as_system.first == 200);
+  // Regression: the fixture's Gemma 3 template, which knows no developer role, refused the conversation.
+  REQUIRE(as_developer.first == 200);
+  CHECK(as_developer.second["usage"] == as_system.second["usage"]);
+  CHECK(as_developer.second["choices"] == as_system.second["choices"]);
+  // Its template never reads tools: offering them is refused, not dropped (regression: a 200 that ignored them).
+  const Json tools = Json::parse(R"([{"type": "function", "function": {"name": "get_weather"}}])");
+  const auto with_tools = ask(Json::array({user}), {{"tools", tools}});
+  CHECK(with_tools.first == 400);
+  CHECK_CONTAINS(with_tools.second["error"]["message"].get<std::string>(), "this chat template never reads 'tools'");
 }

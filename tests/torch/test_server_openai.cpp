@@ -245,10 +245,22 @@ TEST_CASE("probe_server /v1/chat/completions: errors in OpenAI's shape, naming t
   // Regression: named "layers[0]", not where the request holds it.
   refused({{"messages", kMessages}, {"probes", {{"layers", {3}}}}}, 400, "probes.layers[0]",
           "'probes.layers[0]': layer 3 has no probes loaded");
+  // GET /v1/models/{model} (regression: a 404 for the model served too).
+  const std::string name = Json::parse(s.client().Get("/v1/models")->body)["data"][0]["id"];
+  httplib::Result found = s.client().Get(("/v1/models/" + name).c_str());
+  REQUIRE(found);
+  CHECK(found->status == 200);
+  CHECK(Json::parse(found->body)["id"] == name);
+  CHECK(Json::parse(found->body)["object"] == "model");
   httplib::Result missing = s.client().Get("/v1/models/none");
   REQUIRE(missing);
   CHECK(missing->status == 404);
   CHECK(Json::parse(missing->body)["error"]["code"] == "not_found");
+  CHECK_CONTAINS(missing->body, "the model 'none' does not exist");
+  missing = s.client().Post("/v1/chat/completions/x", "{}", "application/json");
+  REQUIRE(missing);
+  CHECK(missing->status == 404);
+  CHECK(s.client().Post("/v1/models", "{}", "application/json")->status == 405);
   // The OpenAI API's endpoints this server does not serve answer in its shape too (regression: in ours, which
   // OpenAI clients do not read); a path of ours answers in ours.
   for (const char* path : {"/v1/completions", "/v1/embeddings", "/v1/responses/r1/input_items"}) {

@@ -184,3 +184,24 @@ TEST_CASE("probe_server: a steered chat completion records its steering, streame
   REQUIRE(finished.is_object());
   CHECK(finished["steering"] == completion["steering"]);
 }
+
+TEST_CASE("probe_server /v1/generate: a stream a monitor steered says so in its done event, as a steered request's does") {
+  TempDir tmp;
+  RunningServer s(options_for(train_probes(tmp)));
+  auto done_of = [&](const Json& monitor) {
+    const Json body = {{"prompt", "Once upon a time"}, {"max_new_tokens", 3}, {"stop", false},
+                       {"monitors", Json::array({monitor})}};
+    httplib::Result r = post(s, "/v1/generate", body.dump());
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    return parse_events(r->body).back().data;
+  };
+  const Json steer = Json::array({{{"label", "reframing"}, {"layer", 2}, {"coefficient", 4}}});
+  const Json steered = done_of({{"label", "reframing"}, {"layer", 2}, {"threshold", 0}, {"action", "steer"}, {"steer", steer}});
+  REQUIRE(steered["monitor_firings"].size() == 1);
+  // Regression: the stream went on steered, and its end said nothing of it.
+  CHECK(steered["steered"] == true);
+  const Json flagged = done_of({{"label", "reframing"}, {"layer", 2}, {"threshold", 0}});
+  REQUIRE(flagged["monitor_firings"].size() == 1);
+  CHECK_FALSE(flagged.contains("steered"));
+}

@@ -115,11 +115,15 @@ TEST_CASE("sparse-logistic keeps the k latents that separate a planted concept a
   CHECK(index.dump().find("\"k\":3") != std::string::npos);
 }
 
-TEST_CASE("sparse-logistic refuses a k below 1, naming --k") {
+TEST_CASE("sparse-logistic refuses a k below 1, naming --k, and says when k passes the width") {
   TempDir tmp;
   write_planted_file(tmp.file("layer_0_activations.h5"));
   CHECK_THROWS_WITH_AS(run_binary_training(sparse_run(tmp.file("layer_0_activations.h5"), tmp.file("out"), 0)),
                        doctest::Contains("--k must be positive, got 0"), UsageError);
+  // Regression: a k past the width trained plain logistic probes without a word.
+  LoggedLines log;
+  run_binary_training(sparse_run(tmp.file("layer_0_activations.h5"), tmp.file("wide"), kLatents + 1));
+  CHECK_CONTAINS(log.text(), "--k 257 is more than the activations' 256 columns: every column is kept");
 }
 
 TEST_CASE("probes train on an SAE capture stored sparse, densified as it is read") {

@@ -259,8 +259,10 @@ TEST_CASE("steering along a probe's own direction moves its score the way the si
   steering::SteeringSpec multihead;
   multihead.probes_dir = train_three_action_probes(tmp, "multihead");
   multihead.ops.push_back(SteeringOp::probe(SteeringAction::kAdd, engine.labels().front(), "2", 4.0));
-  CHECK_THROWS_WITH(engine.steer(multihead),
-                    doctest::Contains("a multihead probe has no single direction in the layer's space"));
+  // Named with its probes and label (regression: "a multihead probe ..." alone).
+  const std::string named = fmt::format("label '{}': the multihead probe has no single direction in the layer's space",
+                                        engine.labels().front());
+  CHECK_THROWS_WITH(engine.steer(multihead), doctest::Contains(named.c_str()));
 }
 
 TEST_CASE("make_steering_vectors: mean-diff is the train split's mean difference, probe the probes' directions, in both formats") {
@@ -323,6 +325,14 @@ TEST_CASE("make_steering_vectors: mean-diff is the train split's mean difference
   check_failure(run_command(fmt::format("{} --activations {} --label reframing --output {}", tool("make_steering_vectors"),
                                         tmp.file("activations"), tmp.file("x.txt"))),
                 2, {"a steering vector file is .safetensors (ours) or .gguf"});
+  // Regressions: a layer the input lacks was left out of the file, and another method's input dropped, without a word.
+  check_failure(run_command(fmt::format("{} --activations {} --label reframing --layers 1,2 --output {}",
+                                        tool("make_steering_vectors"), tmp.file("activations"), tmp.file("x.safetensors"))),
+                2, {"--layers: ", "has no layer 1 (its layers: 2)"});
+  check_failure(run_command(fmt::format("{} --activations {} --probes-dir {} --label reframing --output {}",
+                                        tool("make_steering_vectors"), tmp.file("activations"), probes,
+                                        tmp.file("x.safetensors"))),
+                2, {"--probes-dir is read by --method probe only, and --method is mean-diff"});
 }
 
 TEST_CASE("steering_sweep: every cell of one batched run gives what it gives alone; scores follow the sign; KL and report") {
@@ -335,10 +345,12 @@ TEST_CASE("steering_sweep: every cell of one batched run gives what it gives alo
       "--max-new-tokens 6 --device cpu --output-dir {} -q",
       tool("steering_sweep"), probes, kGemmaModel, tmp.file("prompts.txt"), tmp.file("sweep")));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
-  CHECK_CONTAINS(r.output, "12 cells in");
+  CHECK_CONTAINS(r.output, "12 cells (10 generations) in");
   const Json sweep = read_json_file(tmp.file("sweep/sweep.json"));
   REQUIRE(sweep["cells"].size() == 10);  // 2 unsteered baselines + 2 labels x 2 coefficients x 2 prompts
   REQUIRE(sweep["summary"].size() == 6);
+  CHECK(sweep["generation"] == Json({{"device", "cpu"}, {"dtype", "fp32"}, {"temperature", 0.0}, {"top_k", 0},
+                                     {"top_p", 1.0}, {"seed", 0}, {"no_stop", false}}));
   // Values checked where they are given: an empty --labels, a coefficient past the bound, an --ablate range.
   const std::string sweep_base = fmt::format("{} --probes-dir {} --model {} --layer 2 --file {} --device cpu -q --output-dir {}",
                                              tool("steering_sweep"), probes, kGemmaModel, tmp.file("prompts.txt"),
@@ -347,6 +359,21 @@ TEST_CASE("steering_sweep: every cell of one batched run gives what it gives alo
   // Space-separated as the trainers take them (regression: "The following argument was not expected: nosuch").
   check_failure(run_command(sweep_base + " --labels reframing nosuch"), 2, {"has no probe for 'nosuch' at layer 2"});
   check_failure(run_command(sweep_base + " --coefficients=0,1e9"), 2, {"--coefficients: the coefficient 1000000000 is past"});
+  // Regression: repeats were generated and reported twice.
+  check_failure(run_command(sweep_base + " --coefficients=4,0,-0"), 2, {"--coefficients names 0 twice"});
+  check_failure(run_command(sweep_base + " --labels reframing reframing"), 2, {"--labels names 'reframing' twice"});
+  // Sampled, a cell draws as its prompt does alone: another label swept beside it changes nothing (regression: keyed
+  // by its place in the sweep, so its baseline drew other numbers and adding a label changed every later cell).
+  auto sampled_noticing = [&](const std::string& labels, const std::string& out) {
+    REQUIRE(run_command(sweep_base.substr(0, sweep_base.rfind(" --output-dir")) + " --output-dir " + tmp.file(out) +
+                        " --temperature 1 --seed 7 --max-new-tokens 4 --coefficients=8 --labels " + labels).exit_code == 0);
+    Json ids = Json::array();
+    for (const Json& cell : read_json_file(tmp.file(out + "/sweep.json"))["cells"]) {
+      if (cell["label"] != "reframing") ids.push_back(cell["generated_ids"]);
+    }
+    return ids;
+  };
+  CHECK(sampled_noticing("noticing", "alone") == sampled_noticing("reframing,noticing", "beside"));
   check_failure(run_command(fmt::format("{} --probes-dir {} --text hi --device cpu --ablate reframing@2-x",
                                         tool("multi_probe_inference"), probes)),
                 2, {"--ablate reframing@2-x: 'x' is not a layer number"});

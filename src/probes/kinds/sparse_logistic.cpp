@@ -4,6 +4,7 @@
 // those columns only (--k, default 16). Stored and scored as a linear probe whose other weights are zero; each
 // probe's metrics name the columns it kept.
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 
@@ -40,6 +41,11 @@ class SparseLogisticKind : public LinearKind {
                                    at::mm(negative.t(), x) / negative.sum(0).unsqueeze(1).clamp_min(1))
                                       .abs();  // [K, H]
     const int64_t kept = std::min(bank.shape().sparse_k, x.size(1));
+    // Regression: a --k past the width trained plain logistic probes without a word.
+    if (bank.shape().sparse_k > x.size(1)) {
+      spdlog::warn("--k {} is more than the activations' {} columns: every column is kept, as a logistic probe keeps "
+                   "them", bank.shape().sparse_k, x.size(1));
+    }
     const at::Tensor columns = std::get<1>(separation.topk(kept, 1));  // [K, k]
     const at::Tensor sample_weights = data.sample_weights();
     at::Tensor weight = at::zeros({positive.size(1), x.size(1)}, x.options());

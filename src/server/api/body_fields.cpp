@@ -242,12 +242,15 @@ const Json& BodyFields::required(const std::string& key) {
 int64_t BodyFields::integer(const std::string& key, int64_t fallback, int64_t low, int64_t high) {
   const Json* value = take(key);
   if (value == nullptr) return fallback;
-  if (!value->is_number_integer()) wrong_type(key, "an integer", *value);
+  // A whole number past 64 bits is read as a float: it is out of range, not of the wrong type.
+  const bool huge = value->is_number_float() && std::fabs(value->get<double>()) >= 0x1p63 &&
+                    std::isfinite(value->get<double>()) && std::nearbyint(value->get<double>()) == value->get<double>();
+  if (!value->is_number_integer() && !huge) wrong_type(key, "an integer", *value);
   // A JSON parser reads every non-negative integer as unsigned, which may exceed int64_t.
-  bool in_range = value->is_number_unsigned()
-                      ? value->get<uint64_t>() <= static_cast<uint64_t>(high) &&
-                            (low <= 0 || value->get<uint64_t>() >= static_cast<uint64_t>(low))
-                      : value->get<int64_t>() >= low && value->get<int64_t>() <= high;
+  const bool in_range = !huge && (value->is_number_unsigned()
+                                      ? value->get<uint64_t>() <= static_cast<uint64_t>(high) &&
+                                            (low <= 0 || value->get<uint64_t>() >= static_cast<uint64_t>(low))
+                                      : value->get<int64_t>() >= low && value->get<int64_t>() <= high);
   if (!in_range) {
     throw RequestError(kBadRequest, fmt::format("'{}' must be from {} to {}, got {}", key, low, high, shown(*value)), key);
   }

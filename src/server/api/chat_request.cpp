@@ -33,6 +33,11 @@ int64_t reply_tokens(BodyFields& fields, const Limits& limits) {
   const int64_t most = std::numeric_limits<int64_t>::max();
   const int64_t older = fields.integer("max_tokens", 0, 1, most);
   const int64_t newer = fields.integer("max_completion_tokens", 0, 1, most);
+  if (older > 0 && newer > 0 && older != newer) {
+    throw RequestError(kBadRequest, fmt::format("'max_tokens' ({}) and 'max_completion_tokens' ({}) differ: send one "
+                                                "('max_tokens' is its older name)", older, newer),
+                       "max_tokens");
+  }
   const int64_t asked = newer > 0 ? newer : older;
   if (asked > limits.max_new_tokens) {
     const char* field = newer > 0 ? "max_completion_tokens" : "max_tokens";

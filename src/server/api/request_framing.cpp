@@ -90,6 +90,14 @@ RequestFramer::State RequestFramer::read_headers(std::string_view received) {
     return refuse(431, fmt::format("the request's headers are larger than this server's limit of {} bytes",
                                    limits_.max_header_bytes));
   }
+  // Lines that end in a bare line feed would never make the blank line above: refused at once (regression: the request
+  // waited for --client-timeout, then got a 408).
+  const std::string_view head = received.substr(0, end == std::string_view::npos ? received.size() : end + 4);
+  for (size_t feed = head.find('\n'); feed != std::string_view::npos; feed = head.find('\n', feed + 1)) {
+    if (feed == 0 || head[feed - 1] != '\r') {
+      return refuse(400, "the request's lines must end in CR LF (\\r\\n), not in a bare line feed");
+    }
+  }
   if (end == std::string_view::npos) return state_;
   std::string_view block = received.substr(0, end + 2);
   size_t line_end = block.find("\r\n");

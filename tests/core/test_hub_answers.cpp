@@ -1,0 +1,64 @@
+// The hub client's answers to what a hub or a mirror says: another commit than the one asked for, a 404 without the
+// hub's error code, a repository without safetensors weights.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <string>
+
+#include "common/files.h"
+#include "hub/resolve.h"
+#include "hub_case.h"
+#include "test_paths.h"
+#include "test_util.h"
+
+using namespace probekit;
+using namespace probekit::testing;
+
+TEST_CASE_FIXTURE(HubCase, "hub commits: an answer for another commit than the one asked for is refused, naming both") {
+  std::string commit = mock.add_repo("probekit-test/gemma", fixture_repo(kGemmaModel, kGemmaFiles));
+  std::string other = testing::git_blob_sha1("another commit");
+  std::string folder = settings.cache_dir + "/models--probekit-test--gemma";
+  auto refused_message = [&](const std::string& file, const std::string& revision) {
+    return fmt::format("probekit-test/gemma: {}: {}/probekit-test/gemma/resolve/{}/{}: asked for commit {}, the hub "
+                       "answered for commit {}; nothing of it is used or recorded",
+                       file, mock.endpoint(), revision, file, commit, other);
+  };
+  SUBCASE("pinned with @<commit>: the first answer already") {
+    mock.misreport_commit("config.json", other);
+    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma@" + commit, settings), contains(refused_message("config.json", commit)));
+    CHECK(mock.count("GET", "/config.json") == 0);
+    CHECK_FALSE(path_exists(folder + "/snapshots/" + commit));
+    CHECK_FALSE(path_exists(folder + "/snapshots/" + other));
+    CHECK_FALSE(path_exists(folder + "/refs"));
+  }
+  SUBCASE("pinned with @<commit>: a later file, an optional file the hub lacks too") {
+    // The optional file first: once the hub said it lacks it, the cache remembers that and no request is made.
+    for (std::string file : {"generation_config.json", "tokenizer.json"}) {
+      CAPTURE(file);
+      mock.misreport_commit(file, other);
+      CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma@" + commit, settings), contains(refused_message(file, commit)));
+      CHECK_FALSE(path_exists(folder + "/snapshots/" + commit + "/" + file));
+      CHECK_FALSE(path_exists(folder + "/.no_exist/" + other));
+      mock.misreport_commit(file, commit);
+    }
+  }
+  SUBCASE("a branch: its files are asked for by the commit of the first answer, and must come from it") {
+    mock.misreport_commit("model.safetensors", other);
+    CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings), contains(refused_message("model.safetensors", commit)));
+    CHECK(mock.count("GET", testing::sha256_hex(read_file(kGemmaModel + "/model.safetensors"))) == 0);
+  }
+}
+
+TEST_CASE_FIXTURE(HubCase, "hub answers: a mirror's 404 without an error code, and a repository of pickled weights only") {
+  mock.add_repo("probekit-test/gemma", fixture_repo(kGemmaModel, kGemmaFiles));
+  // Regression: "the hub refused the request".
+  mock.fail_next("HEAD", "config.json", 404, 1);
+  CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings),
+                    contains("HTTP 404 from " + mock.endpoint() + "/probekit-test/gemma/resolve/main/config.json: not found: " +
+                             mock.endpoint() + " (HF_ENDPOINT) has no such repository, revision or file"));
+  // Regression: "has no file model.safetensors.index.json", as if a file of the repository were lost.
+  mock.add_repo("probekit-test/pickles", fixture_repo(kGemmaModel, {"config.json", "tokenizer.json"}));
+  CHECK_THROWS_WITH(hub::resolve_model("probekit-test/pickles", settings),
+                    contains("has neither model.safetensors nor model.safetensors.index.json: its weights are in another "
+                             "format (pickled .bin files are never downloaded"));
+}
