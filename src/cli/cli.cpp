@@ -81,8 +81,10 @@ CLI::Validator whole_number_in(int64_t low, int64_t high) {
         try {
           value = std::stoll(input, &used);
         } catch (const std::out_of_range&) {
-          too_large = true;  // past 64 bits, either way
-          used = input.size();
+          // Past 64 bits either way, when it is a number at all (regression: "999...9abc" was called out of range).
+          const size_t digits = input.find_first_not_of("0123456789", input[0] == '-' || input[0] == '+' ? 1 : 0);
+          too_large = digits == std::string::npos;
+          used = too_large ? input.size() : 0;
         } catch (const std::exception&) {
           used = 0;
         }

@@ -293,7 +293,9 @@ void check_request_flags(const PatchRequest& request) {
   std::set<Site> seen;
   for (Site site : request.sites) {
     if (std::find(patch_sites().begin(), patch_sites().end(), site) == patch_sites().end()) {
-      fail_usage("--site {}: patching takes {}", site_name(site), patch_site_names());
+      // One that is read only is said to be (regression: ln2_normalized was refused without saying why).
+      fail_usage("--site {}: patching takes {}{}", site_name(site), patch_site_names(),
+                 site_row(site).writable() ? "" : " (this site is read, never written: a patch writes its values)");
     }
     if (!seen.insert(site).second) fail_usage("--site: {} is named twice", site_name(site));
   }

@@ -468,6 +468,9 @@ TEST_CASE("patch_activations refuses flags no model is needed to judge before it
   probekit::testing::check_failure(run_command(base + "--corrupted 'a c' --layer-window 0"), 2, {"--layer-window 0: must be 1 or more"});
   probekit::testing::check_failure(run_command(base + "--corrupted 'a c' --site resid_pre"), 2,
                                    {"--site resid_pre: patching takes resid_post, attn_out or mlp_out"});
+  probekit::testing::check_failure(run_command(base + "--corrupted 'a c' --site ln2_normalized"), 2,
+                                   {"--site ln2_normalized: patching takes resid_post, attn_out or mlp_out (this site is "
+                                    "read, never written"});
   probekit::testing::check_failure(run_command(base + "--corrupted 'a c' --method attribution --layer-window 3"), 2,
                                    {"--layer-window 3 with --method attribution"});
   probekit::testing::check_failure(run_command(base + "--corrupted 'a c' --method both --layer-window 3"), 2,

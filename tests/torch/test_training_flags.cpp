@@ -167,6 +167,12 @@ TEST_CASE("training options: one validation names the flag of the first unusable
     add_binary_training_flags(app, options);
     CHECK_THROWS_WITH(parse(app, {flag[0], flag[1], "--activations", "x"}), doctest::Contains("must be from 1 to"));
   }
+  // Regression: a long run of digits ending in letters was called out of range, not malformed.
+  BinaryRunOptions malformed;
+  CLI::App malformed_app;
+  add_binary_training_flags(malformed_app, malformed);
+  CHECK_THROWS_WITH(parse(malformed_app, {"--epochs", "99999999999999999999abc", "--activations", "x"}),
+                    doctest::Contains("must be a whole number, got 99999999999999999999abc"));
   BinaryTrainingOptions patience;
   patience.patience = kNeverStopEarly;
   CHECK_NOTHROW(check_binary_training_options(patience));
