@@ -8,6 +8,7 @@ namespace probekit::generation {
 
 void add_generation_flags(CLI::App& app, GenerationFlags& flags) {
   GenerationOptions& o = flags.options;
+  flags.from_command_line = true;
   app.add_option("--max-new-tokens", o.max_new_tokens, "Tokens to generate after each prompt (at most)")
       ->capture_default_str()
       ->check(at_least(1));
@@ -26,8 +27,9 @@ GenerationOptions resolve_generation_flags(const GenerationFlags& flags, const s
   GenerationOptions options = flags.options;
   check_sampling(options.sampling);
   const Sampling& s = options.sampling;
-  // Greedy decoding reads none of them (regression: taken without a word, as if they sampled).
-  if (s.temperature == 0 && (s.top_k != 0 || s.top_p != 1.0 || s.seed != 0)) {
+  // Greedy decoding reads none of them (regression: taken without a word, as if they sampled). Only flags: a request
+  // (the server, the Python package) draws a seed of its own.
+  if (flags.from_command_line && s.temperature == 0 && (s.top_k != 0 || s.top_p != 1.0 || s.seed != 0)) {
     spdlog::warn("--sample-top-k, --top-p and --seed change nothing at --temperature 0 (greedy decoding): give a "
                  "temperature above 0 to sample");
   }

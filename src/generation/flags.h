@@ -13,6 +13,7 @@ namespace probekit::generation {
 struct GenerationFlags {
   GenerationOptions options;
   bool no_stop = false;  // --no-stop: the eos ids are suppressed rather than stopping a row
+  bool from_command_line = false;  // set by add_generation_flags: its flags are warned about when they change nothing
 };
 
 /// Declares --max-new-tokens, --temperature, --sample-top-k, --top-p, --seed and --no-stop on `app`.

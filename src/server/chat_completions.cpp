@@ -38,17 +38,23 @@ std::string completion_id() {
 
 // The prompt the checkpoint's template renders, within the sandbox's bounds and the request's deadline: a template
 // that passes them answers this request (400, or 408 out of time) and nobody else's.
-std::string render_prompt(const ChatModel& model, const ChatQuery& query, Clock::time_point deadline) {
-  if (!model.chat_template) throw RequestError(400, model.problem, "messages");
-  chat::ChatTemplateInputs inputs;
-  inputs.messages = query.messages;
-  // OpenAI's clients send "developer" for what the checkpoints' templates call "system"; a template that knows the
-  // role (gpt-oss's) gets it as sent (regression: other templates failed on a role they never heard of).
-  if (!model.chat_template->names("developer")) {
-    for (auto& message : inputs.messages) {
+// OpenAI's clients send "developer" for what the checkpoints' templates call "system"; a template that knows the
+// role (gpt-oss's) gets it as sent (regression: other templates failed on a role they never heard of). The prompt
+// and the probes' mask both read these messages.
+OrderedJson template_messages(const ChatModel& model, const ChatQuery& query) {
+  OrderedJson messages = query.messages;
+  if (model.chat_template && !model.chat_template->names("developer")) {
+    for (auto& message : messages) {
       if (message.at("role") == "developer") message["role"] = "system";
     }
   }
+  return messages;
+}
+
+std::string render_prompt(const ChatModel& model, const ChatQuery& query, Clock::time_point deadline) {
+  if (!model.chat_template) throw RequestError(400, model.problem, "messages");
+  chat::ChatTemplateInputs inputs;
+  inputs.messages = template_messages(model, query);
   inputs.tools = query.tools;
   inputs.add_generation_prompt = true;
   inputs.limits.deadline = deadline;
@@ -87,7 +93,8 @@ inference::StreamRequest prepare(const ServerContext& context, const ChatModel& 
   chat::RenderLimits limits;
   limits.deadline = deadline;
   try {
-    request.prompt_mask = context.engine.chat_prompt_mask({query.messages, query.tools}, rendered, request.prompt_ids, limits);
+    request.prompt_mask =
+        context.engine.chat_prompt_mask({template_messages(model, query), query.tools}, rendered, request.prompt_ids, limits);
   } catch (const std::exception& e) {  // the probes' template is another, or the messages cannot be located in it
     throw RequestError(400, fmt::format("the probes cannot read these messages: {}", e.what()), "messages");
   }

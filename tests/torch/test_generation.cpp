@@ -2,6 +2,7 @@
 // tokens, the top-5 logits of each step) for every fixture model; batching, stops and sampling; and the probes'
 // rows read while generating against the same rows read afterwards by read_prefixes (--per-token's reading); and
 // a model split over two devices against one.
+#include <CLI/CLI.hpp>
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -249,7 +250,10 @@ TEST_CASE("sampled generation: a seed repeats its tokens, top-k 1 is greedy") {
 
 TEST_CASE("sampling flags at temperature 0 are said to change nothing") {
   generation::GenerationFlags flags;
-  flags.options.sampling.top_p = 0.5;
+  CLI::App app;
+  generation::add_generation_flags(app, flags);
+  std::vector<std::string> arguments = {"0.5", "--top-p"};  // CLI11 reads the vector from its end
+  app.parse(arguments);
   testing::LoggedLines log;
   generation::resolve_generation_flags(flags, fixture_model("qwen3"));
   // Regression: taken without a word, as if greedy decoding read them.
@@ -258,6 +262,12 @@ TEST_CASE("sampling flags at temperature 0 are said to change nothing") {
   testing::LoggedLines sampled;
   generation::resolve_generation_flags(flags, fixture_model("qwen3"));
   CHECK(sampled.text().find("change nothing") == std::string::npos);
+  // A request draws a seed of its own at temperature 0 (the server's chat completions): nothing to warn of.
+  generation::GenerationFlags request;
+  request.options.sampling.seed = 12345;
+  testing::LoggedLines quiet;
+  generation::resolve_generation_flags(request, fixture_model("qwen3"));
+  CHECK(quiet.text().find("change nothing") == std::string::npos);
 }
 
 namespace {
