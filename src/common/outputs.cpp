@@ -105,6 +105,11 @@ void remove_stale_staging(const std::string& final_path) {
 // the working directory, deleted everything in it).
 void refuse_foreign_directory(const std::string& path) {
   if (is_regular_file(path + "/" + kOutputMarker)) return;
+  // The records of outputs written before the marker was (the trainers', steering_sweep's, patch_activations'), so
+  // that those are replaced as they were.
+  for (const char* record : {"probes.json", "training_summary.json", "comparison.json", "sweep.json", "patching.json"}) {
+    if (is_regular_file(path + "/" + record)) return;
+  }
   std::vector<std::string> names = list_directory(path);
   const size_t shown = std::min<size_t>(names.size(), 3);
   std::string listing;

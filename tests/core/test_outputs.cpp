@@ -109,6 +109,14 @@ TEST_CASE("--overwrite replaces only a directory a probekit tool wrote, never a 
                        std::invalid_argument);
   CHECK(read_file(mine + "/a.txt") == "a.txt");
   CHECK(is_directory(mine + "/photos"));
+  // Probes written before the marker was are still replaced.
+  const std::string earlier = tmp.file("earlier");
+  make_directories(earlier);
+  testing::write_text(earlier + "/probes.json", "{}");
+  StagedDirectory again(earlier, true, {});
+  testing::write_text(again.path() + "/probes.json", "[]");
+  again.commit();
+  CHECK(read_file(earlier + "/probes.json") == "[]");
 }
 
 // Regression: the message named the staging directory (OUT.partial-<pid>-<n>), a path the user never gave.
