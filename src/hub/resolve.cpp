@@ -172,7 +172,7 @@ class RepoDownload {
     std::string answered = header(response.headers, "x-repo-commit");
     if (!is_commit_hash(request.revision) || answered.empty() || answered == request.revision) return;
     fail("{}: {}: {}: asked for commit {}, the hub answered for commit {}; nothing of it is used or recorded",
-         request.model, request.file, request.url, request.revision, answered);
+         request.model, request.file, url_shown(request.url), request.revision, answered);
   }
 
   // A file's commit, etag, size and location; nullopt for an optional file the hub does not have.
