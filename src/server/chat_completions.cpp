@@ -51,10 +51,11 @@ OrderedJson template_messages(const ChatModel& model, const ChatQuery& query) {
   return messages;
 }
 
-std::string render_prompt(const ChatModel& model, const ChatQuery& query, Clock::time_point deadline) {
+std::string render_prompt(const ChatModel& model, const OrderedJson& messages, const ChatQuery& query,
+                          Clock::time_point deadline) {
   if (!model.chat_template) throw RequestError(400, model.problem, "messages");
   chat::ChatTemplateInputs inputs;
-  inputs.messages = template_messages(model, query);
+  inputs.messages = messages;
   inputs.tools = query.tools;
   inputs.add_generation_prompt = true;
   inputs.limits.deadline = deadline;
@@ -82,7 +83,8 @@ inference::StreamRequest prepare(const ServerContext& context, const ChatModel& 
                                  Clock::time_point deadline) {
   check_view(context, query.probes, "probes.");
   inference::StreamRequest request;
-  const std::string rendered = render_prompt(model, query, deadline);
+  const OrderedJson messages = template_messages(model, query);
+  const std::string rendered = render_prompt(model, messages, query, deadline);
   request.prompt_ids = context.engine.tokenizer().encode(rendered, false);
   const int64_t limit = context.options.limits.max_tokens;
   if (static_cast<int64_t>(request.prompt_ids.size()) > limit) {
@@ -94,7 +96,7 @@ inference::StreamRequest prepare(const ServerContext& context, const ChatModel& 
   limits.deadline = deadline;
   try {
     request.prompt_mask =
-        context.engine.chat_prompt_mask({template_messages(model, query), query.tools}, rendered, request.prompt_ids, limits);
+        context.engine.chat_prompt_mask({messages, query.tools}, rendered, request.prompt_ids, limits);
   } catch (const std::exception& e) {  // the probes' template is another, or the messages cannot be located in it
     throw RequestError(400, fmt::format("the probes cannot read these messages: {}", e.what()), "messages");
   }
