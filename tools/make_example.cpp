@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
   model_cmd->add_option("--head-dim", model_options.head_dim, "Each head's width")->capture_default_str();
   model_cmd->add_option("--intermediate-size", model_options.intermediate_size, "The MLP's width")->capture_default_str();
   model_cmd->add_option("--seed", model_options.seed, "Seed of the random weights")->capture_default_str();
-  model_cmd->add_flag("--overwrite", model_options.overwrite, "Replace an existing, non-empty directory");
+  add_overwrite_flag(*model_cmd, model_options.overwrite, "--output");
 
   return tool.run(argc, argv, [&] {
     if (dataset->parsed()) {

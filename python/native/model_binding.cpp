@@ -9,6 +9,7 @@
 
 #include "capture/memory_capture.h"
 #include "chat/conversation.h"
+#include "common/interrupt.h"
 #include "common/json.h"
 #include "common/outputs.h"
 #include "device/torch/gpu_utils.h"
@@ -91,6 +92,7 @@ struct GenerateArguments {
 // `on_event` returning False stops that row.
 void generate(const ModelHandle& model, const std::vector<std::string>& prompts, const ProbeSelection& probes,
               const GenerateArguments& arguments, const py::list& steer, const py::function& on_event) {
+  clear_interrupt();  // a request left from before this call (it has no ProgressScope to forget it)
   check_shown(arguments.top_k, arguments.threshold);
   inference::EngineOptions engine_options = selected_engine_options(probes, steer);
   generation::GenerationFlags flags;

@@ -123,7 +123,7 @@ PYBIND11_MODULE(_native, module) {
   using namespace probekit::python;
   module.doc() = "probekit's native library (use the probekit package, not this module)";
   py::register_exception_translator(translate_exception);
-  module.def("request_interrupt", &request_interrupt, "Asks the running capture or training to stop at its next step");
+  module.def("request_interrupt", &request_interrupt, "Asks every running call to stop at its next step (progress report or forward pass)");
   module.def("clear_interrupt", &clear_interrupt, "Forgets an interruption request (once the interrupted call ended)");
   bind_model(module);
   bind_probes(module);

@@ -1,5 +1,6 @@
 // The package's Probes: a probes directory (any kind, binary or multiclass) run on a Model through an
 // inference::Engine that shares the model's weights; each call returns what multi_probe_inference --json prints.
+#include "common/interrupt.h"
 #include "common/json.h"
 #include "inference/ranking.h"
 #include "inference/session.h"
@@ -38,6 +39,7 @@ inference::Engine engine_for(const ModelHandle& model, const ProbeSelection& sel
 // {"messages", "tools"}; then texts are empty), as one JSON array.
 std::string rank(const ModelHandle& model, const ProbeSelection& selection, const std::vector<std::string>& texts,
                  const std::vector<std::string>& conversations, const DisplayArguments& arguments, const py::list& steer) {
+  clear_interrupt();  // a request left from before this call (it has no ProgressScope to forget it)
   const inference::Display display = display_of(arguments);
   inference::Engine engine = engine_for(model, selection, steer);
   inference::check_calibrated(engine, display.calibrated, selection.dir, "calibrated", "threshold");
@@ -46,8 +48,7 @@ std::string rank(const ModelHandle& model, const ProbeSelection& selection, cons
   std::vector<inference::TextScores> scores = conversation ? engine.score_conversations(conversations) : engine.score(texts);
   Json all = Json::array();
   for (size_t i = 0; i < scores.size(); ++i) {
-    all.push_back(inference::text_json(engine, conversation ? "conversation" : texts[i],
-                                       inference::table_of(engine, scores[i].probability, display), display,
+    all.push_back(inference::text_json(engine, conversation ? "conversation" : texts[i], scores[i], display,
                                        selection.best_layer));
   }
   return dump_json(all);
@@ -57,6 +58,7 @@ std::string rank(const ModelHandle& model, const ProbeSelection& selection, cons
 // writes it; then the text is empty).
 std::string per_token(const ModelHandle& model, const ProbeSelection& selection, const std::string& text,
                       const std::string& conversation, const DisplayArguments& arguments, const py::list& steer) {
+  clear_interrupt();  // as rank
   const inference::Display display = display_of(arguments);
   inference::Engine engine = engine_for(model, selection, steer);
   inference::check_calibrated(engine, display.calibrated, selection.dir, "calibrated", "threshold");

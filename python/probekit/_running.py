@@ -33,14 +33,14 @@ def run_interruptibly(function, *args):
         while not finished.is_set():
             finished.wait(0.1)
     except KeyboardInterrupt:
-        _stop_and_wait(finished)
+        stop_and_wait(finished)
         raise
     if "error" in outcome:
         raise outcome["error"]
     return outcome.get("value")
 
 
-def _stop_and_wait(finished):
+def stop_and_wait(finished):
     """Asks the library to stop and waits until the worker's call has ended, letting no further Ctrl-C cut the wait
     short (a call left running holds its run's lock, and aborts the process at exit); then forgets the request, so
     that it stops no later call."""
@@ -145,11 +145,15 @@ def text_list(texts, name="texts"):
 
 
 def whole_number(value, name):
-    """value as an int; 0.5, which int() read as 0, is refused with a ValueError naming `name`."""
+    """value as an int the native calls take (64 bits); 0.5, which int() read as 0, "3", and a number past 64 bits
+    (pybind11's TypeError with its signature) are refused with a ValueError naming `name`."""
     try:
-        return operator.index(value)
+        number = operator.index(value)
     except TypeError:
         raise ValueError(f"{name}: {value!r} is not a whole number") from None
+    if not -2**63 <= number < 2**63:
+        raise ValueError(f"{name}: {value!r} is past the 64-bit range")
+    return number
 
 
 def layer_selection(layers, name="layers"):

@@ -1,14 +1,16 @@
 """Model: one copy of a model's weights, loaded once and run by capture, ranking, per-token scores and generation."""
 
+import atexit
 import json
+import os
 import queue
 import threading
 
 import torch.utils.dlpack
 
 from . import _native
-from ._running import (conversation_text, given_text, layer_selection, progress_callback, run_interruptibly, seed_value,
-                       steer_items, text_list)
+from ._running import (conversation_text, given_text, json_text, layer_selection, progress_callback, run_interruptibly,
+                       seed_value, steer_items, stop_and_wait, text_list, whole_number)
 
 
 def load_model(model, device="auto", dtype="auto", devices=None, max_gpu_memory=0):
@@ -18,10 +20,15 @@ def load_model(model, device="auto", dtype="auto", devices=None, max_gpu_memory=
     device: auto|cpu|cuda|cuda:N|rocm|mps; dtype: auto|fp32|bf16|fp16 (as the tools' --device and --dtype).
     devices: several devices (["cuda:0", "cuda:1"]) the layers are split over; max_gpu_memory: bytes a run may use
     on each GPU (0: the free memory).
-    Raises ValueError for a bad argument, RuntimeError for a missing or broken checkpoint or an unusable device."""
+    Raises ValueError for a bad argument or a missing checkpoint, RuntimeError for a broken one (config.json that is
+    not JSON) or an unusable device."""
+    if isinstance(model, os.PathLike) or (isinstance(model, str) and os.path.isdir(model)):
+        model = os.path.abspath(model)  # a folder stays the same folder after os.chdir
     if not isinstance(model, str) or not model:
         raise ValueError(f"model: expected a checkpoint folder or a hub name, got {model!r}")
-    native = run_interruptibly(_native.load_model, str(model), device, dtype, list(devices or []), int(max_gpu_memory))
+    device, dtype = (given_text(value, name, has_default=True) for value, name in ((device, "device"), (dtype, "dtype")))
+    devices = [given_text(value, f"devices[{index}]") for index, value in enumerate(devices or [])]
+    native = run_interruptibly(_native.load_model, model, device, dtype, devices, whole_number(max_gpu_memory, "max_gpu_memory"))
     return Model(native)
 
 
@@ -70,11 +77,11 @@ class Model:
         Returns {layer: torch.Tensor [len(texts), H]} in the texts' order, fp32 on the CPU; with position "all",
         {layer: [torch.Tensor [T_i, H], ...]}. Ctrl-C stops it (KeyboardInterrupt)."""
         texts = text_list(texts)
-        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+        if batch_size is not None and (isinstance(batch_size, bool) or whole_number(batch_size, "batch_size") < 1):
             raise ValueError(f"batch_size {batch_size!r}: must be a whole number, 1 or more")
         layers_found, tensors, offsets, _ = run_interruptibly(
             _native.capture, self._native, texts, layer_selection(layers), site, position, prompt_suffix,
-            batch_size or 0, int(max_length), steer_items(steer), _probes_dir(probes), progress_callback(progress),
+            batch_size or 0, whole_number(max_length, "max_length"), steer_items(steer), _probes_dir(probes), progress_callback(progress),
             _sae_items(saes))
         rows = [torch.utils.dlpack.from_dlpack(tensor) for tensor in tensors]
         if offsets:
@@ -103,10 +110,10 @@ class Model:
         Leaving the loop early stops the generation."""
         conversation = conversation_text(prompt, messages, tools, None, "prompt")
         prompts = text_list(prompt, "prompt") if conversation is None else []
-        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        if isinstance(max_new_tokens, bool) or whole_number(max_new_tokens, "max_new_tokens") < 1:
             raise ValueError(f"max_new_tokens {max_new_tokens!r}: must be a whole number, 1 or more")
         arguments = (self._native, prompts, _probes_dir(probes), *_probe_selection(probes), max_new_tokens, bool(stop), float(temperature),
-                     int(sample_top_k), float(top_p), seed_value(seed), int(top_k), float(threshold), bool(calibrated),
+                     whole_number(sample_top_k, "sample_top_k"), float(top_p), seed_value(seed), whole_number(top_k, "top_k"), float(threshold), bool(calibrated),
                      steer_items(steer), _monitor_policies(monitors, probes), conversation or "")
         return _generation_events(arguments)
 
@@ -142,7 +149,7 @@ class Model:
             given_text(corrupted, "corrupted")
         if subject is None and (noise is not None or seed is not None):
             raise ValueError("noise and seed go with subject (ROME's noise corruption): a corrupted prompt draws no noise")
-        if not isinstance(layer_window, int) or isinstance(layer_window, bool) or layer_window < 1:
+        if isinstance(layer_window, bool) or whole_number(layer_window, "layer_window") < 1:
             raise ValueError(f"layer_window {layer_window!r}: must be a whole number, 1 or more")
         text = run_interruptibly(
             _native.patch, self._native, self._patch_graphs, clean, corrupted or "", subject or "",
@@ -174,7 +181,7 @@ def _monitor_policies(monitors, probes):
         raise ValueError("monitors: expected a list of policy dicts, e.g. [{'label': 'deception', 'action': 'stop'}]")
     if monitors and probes is None:
         raise ValueError("monitors: watch probes' scores; pass probes= too")
-    return json.dumps(list(monitors))
+    return json_text(list(monitors), "monitors")
 
 
 def _probes_dir(probes):
@@ -192,31 +199,91 @@ def _probe_selection(probes):
 
 
 _DONE = object()
+_EVENTS_AHEAD = 256  # events a generation may make before its reader takes them; then it waits for the reader
 
 
 def _generation_events(arguments):
-    """The events of a generation running on a worker thread, as they come."""
-    events = queue.Queue()
-    stopped = threading.Event()
-
-    def on_event(line):
-        events.put(line)
-        return not stopped.is_set()
-
-    def work():
-        try:
-            _native.generate(*arguments, on_event)
-        except BaseException as error:  # raised in the consumer's thread
-            events.put(error)
-        events.put(_DONE)
-
-    worker = threading.Thread(target=work, name="probekit-generate", daemon=True)
-    worker.start()
+    """The events of a generation running on a worker thread, as they come. The generation waits while its reader
+    does not read, and stops when the reader leaves (the generator closed or collected), on Ctrl-C, or at exit."""
+    generation = _Generation(arguments)
     try:
-        while (event := events.get()) is not _DONE:
+        generation.start()
+        while (event := generation.events.get()) is not _DONE:
             if isinstance(event, BaseException):
                 raise event
             yield json.loads(event)
+    except KeyboardInterrupt:
+        generation.stop(interrupt=True)
+        raise
     finally:
-        stopped.set()
-        worker.join()
+        generation.stop()
+
+
+class _ReaderLeft(Exception):
+    """Raised by a generation's callback once its reader has left: the native generation unwinds at its next token,
+    the --batch-size parts still to come included."""
+
+
+class _Generation:
+    """One generation on its worker thread, handing its events to the reader through a bounded queue."""
+
+    running = set()  # generations whose worker has not ended, stopped at exit
+
+    def __init__(self, arguments):
+        self.arguments = arguments
+        self.events = queue.Queue(_EVENTS_AHEAD)
+        self.stopped, self.finished = threading.Event(), threading.Event()
+        self.worker = threading.Thread(target=self._work, name="probekit-generate", daemon=True)
+
+    def start(self):
+        _Generation.running.add(self)
+        try:
+            self.worker.start()
+        except BaseException:
+            _Generation.running.discard(self)
+            raise
+
+    def stop(self, interrupt=False):
+        """Stops the generation at its next token (interrupt: at its next pass too, through the library's
+        interruption, which is the whole process's) and waits for its worker: a thread that reaches for the GIL
+        during the interpreter's shutdown aborts the process."""
+        self.stopped.set()
+        # Not started; or closed by the garbage collector on the worker itself, which would wait for itself.
+        if self.worker.ident is None or threading.current_thread() is self.worker:
+            return
+        if interrupt:
+            stop_and_wait(self.finished)
+        while not self.finished.wait(0.1):
+            pass
+
+    def _queue(self, item):
+        """Queues item for the reader, waiting while the queue is full; False once the reader has left."""
+        while not self.stopped.is_set():
+            try:
+                self.events.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _on_event(self, line):
+        if not self._queue(line):
+            raise _ReaderLeft()
+        return True
+
+    def _work(self):
+        try:
+            _native.generate(*self.arguments, self._on_event)
+        except BaseException as error:  # raised in the reader's thread, unless the reader has left
+            self._queue(error)
+        finally:
+            self._queue(_DONE)
+            _Generation.running.discard(self)
+            self.finished.set()
+
+
+@atexit.register
+def _stop_generations_at_exit():
+    """Generations whose reader is still alive at exit (a generator kept unfinished) are stopped first."""
+    for generation in list(_Generation.running):
+        generation.stop(interrupt=True)

@@ -1,6 +1,7 @@
 """Probes: a probes directory (train_binary_probes' or train_probes' output, any probe kind) run on a Model."""
 
 import json
+import os
 
 from . import _native
 from ._running import conversation_text, layer_selection, run_interruptibly, steer_items, text_list, whole_number
@@ -12,10 +13,12 @@ def load_probes(directory, layers=None, layer=None, best_layer=False):
 
     layers: which layers' probes run ([8, 17], "21-30", "all"; None: the directory's layers), or layer: one layer,
     or best_layer=True: each label's best layer only (multi_probe_inference's --layers, --layer, --best-layer).
-    Raises RuntimeError when the directory holds no probes."""
+    Raises ValueError when the directory is missing or holds no probes, RuntimeError when its probes.json is broken."""
+    if isinstance(directory, os.PathLike):
+        directory = os.fspath(directory)
     if not isinstance(directory, str) or not directory:
         raise ValueError(f"directory: expected a probes directory, got {directory!r}")
-    return Probes(directory, layers, layer, best_layer)
+    return Probes(os.path.abspath(directory), layers, layer, best_layer)
 
 
 class Probes:
@@ -55,7 +58,7 @@ class Probes:
         one = conversation is not None or isinstance(texts, str)
         found = json.loads(run_interruptibly(
             _native.rank, _model_of(model), self.dir, *self._selection, [] if conversation else text_list(texts),
-            [conversation] if conversation else [], int(top_k), float(threshold), bool(calibrated), mode, aggregate,
+            [conversation] if conversation else [], whole_number(top_k, "top_k"), float(threshold), bool(calibrated), mode, aggregate,
             steer_items(steer)))
         return found[0] if one else found
 
@@ -74,17 +77,17 @@ class Probes:
                 raise ValueError(f"text: expected a string, got {type(text).__name__}")
         return json.loads(run_interruptibly(
             _native.per_token, _model_of(model), self.dir, *self._selection, "" if conversation else text,
-            conversation or "", int(top_k), float(threshold), bool(calibrated), steer_items(steer)))
+            conversation or "", whole_number(top_k, "top_k"), float(threshold), bool(calibrated), steer_items(steer)))
 
 
 def _layer_numbers(layers, layer):
     """The layer numbers layer= or layers= name (a range or "all" as text names none here: the tools read it)."""
     if layer is not None:
         return [whole_number(layer, "layer")]
-    if isinstance(layers, int):
-        return [layers]
     if layers is None or isinstance(layers, str):
         return []
+    if isinstance(layers, int):
+        return [whole_number(layers, "layers")]
     return [int(number) for number in layers]
 
 

@@ -2,6 +2,7 @@
 readers."""
 
 import json
+import os
 
 import torch.utils.dlpack
 
@@ -14,6 +15,8 @@ def load_sae(path, name=None):
     "sae:NAME" and steering refer to it (default: the folder's name).
     Raises ValueError (a missing folder, a tensor of the wrong shape) or RuntimeError (an unreadable file, a field of
     the wrong type) for an SAE that cannot be read, naming the file and the field."""
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
     if not isinstance(path, str) or not path:
         raise ValueError(f"path: expected an SAE folder, got {path!r}")
     return SparseAutoencoder(run_interruptibly(_native.load_sae, path, name or ""))

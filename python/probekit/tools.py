@@ -7,7 +7,7 @@ import os
 import torch.utils.dlpack
 
 from . import _native
-from ._running import flag_arguments, progress_callback, run_interruptibly, seed_value
+from ._running import flag_arguments, progress_callback, run_interruptibly, seed_value, whole_number
 from .model import Model
 
 _DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
@@ -69,8 +69,8 @@ def example_model(directory, overwrite=False, hidden_size=256, layers=6, seed=0)
     directory unless it is there already. Returns directory, for load_model."""
     seed = seed_value(seed)
     if overwrite or not os.path.exists(os.path.join(directory, "model.safetensors")):
-        _native.write_example_model(str(directory), os.path.join(_DATA, "example_tokenizer.json"), int(hidden_size),
-                                    int(layers), seed, bool(overwrite))
+        _native.write_example_model(str(directory), os.path.join(_DATA, "example_tokenizer.json"), whole_number(hidden_size, "hidden_size"),
+                                    whole_number(layers, "layers"), seed, bool(overwrite))
     return str(directory)
 
 

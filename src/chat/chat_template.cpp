@@ -140,13 +140,17 @@ OrderedJson ChatTemplate::variables(const ChatTemplateInputs& inputs) const {
   return variables;
 }
 
-std::string ChatTemplate::render(const ChatTemplateInputs& inputs, RenderUsage* usage) const {
+void ChatTemplate::check_tools(const OrderedJson& tools) const {
   // transformers renders such tools away without a word; a conversation captured or served that way would not be the
   // one its data says (regression: the tools were dropped silently).
-  if (inputs.tools.is_array() && !inputs.tools.empty() && !names("tools")) {
-    fail_template(0, "this chat template never reads 'tools', so the model would not see the tools offered; leave "
-                     "'tools' out, or use a template that takes them");
+  if (tools.is_array() && !tools.empty() && !names("tools")) {
+    fail_template(0, "{}, so the model would not see the tools offered; leave 'tools' out, or use a template that "
+                     "takes them", kToolsNeverRead);
   }
+}
+
+std::string ChatTemplate::render(const ChatTemplateInputs& inputs, RenderUsage* usage) const {
+  check_tools(inputs.tools);
   auto root = std::make_shared<Scope>();
   add_globals(*root);
   OrderedJson all = variables(inputs);

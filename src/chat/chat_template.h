@@ -13,6 +13,9 @@
 
 namespace probekit::chat {
 
+/// How ChatTemplate::check_tools' refusal starts, for callers that name the field it is about.
+inline constexpr const char* kToolsNeverRead = "this chat template never reads 'tools'";
+
 struct TemplateAst;
 
 /// What a template is rendered with. JSON objects keep their key order (a tool schema printed by tojson
@@ -66,10 +69,13 @@ class ChatTemplate {
   /// Every variable the template is rendered with, as one JSON object: what transformers passes to jinja2.
   OrderedJson variables(const ChatTemplateInputs& inputs) const;
 
+  /// Throws TemplateError (its message starting with kToolsNeverRead) for tools offered to a template whose text
+  /// never names `tools`: transformers would drop them silently.
+  void check_tools(const OrderedJson& tools) const;
+
   /// The rendered conversation. A template error throws TemplateError naming the line (RenderBudgetExceeded when
   /// it passed a bound of inputs.limits); the template's own raise_exception(message) throws TemplateRaised with
-  /// the message unchanged. `usage`, when given, receives what the render used. Tools offered to a template whose
-  /// text never names `tools` throw TemplateError: transformers would drop them silently.
+  /// the message unchanged. `usage`, when given, receives what the render used. Tools go through check_tools first.
   std::string render(const ChatTemplateInputs& inputs, RenderUsage* usage = nullptr) const;
 
  private:

@@ -115,6 +115,12 @@ CLI::Option* add_layers_option(CLI::App& app, std::string& layers, const std::st
       ->delimiter(',');
 }
 
+void add_overwrite_flag(CLI::App& app, bool& overwrite, const std::string& output_flag) {
+  app.add_flag("--overwrite", overwrite,
+               fmt::format("Replace an earlier output in {} (one a probekit tool wrote; other folders are refused)",
+                           output_flag));
+}
+
 std::string explain_failure(const std::exception& error, const std::string& disk_full_advice) {
   std::string message = error.what();
   // c10::Error appends a C++ backtrace that helps nobody running a tool (after "Exception raised from", or, for

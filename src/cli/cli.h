@@ -69,6 +69,9 @@ CLI::Option* add_model_options(CLI::App& app, std::string& model, const std::str
 /// commas and ranges (`8,17`, `21-30`, `all`); they are written to `layers` joined by commas.
 CLI::Option* add_layers_option(CLI::App& app, std::string& layers, const std::string& help);
 
+/// Adds --overwrite to a tool whose output is a directory (StagedDirectory), named `output_flag` in its help.
+void add_overwrite_flag(CLI::App& app, bool& overwrite, const std::string& output_flag = "--output-dir");
+
 /// Throws UsageError for a flag given an empty value, in `app` or a subcommand given (an empty value would read as the
 /// flag left out: `--csv ""` wrote nothing); --prompt-suffix and `tokenize --text` take one.
 void refuse_empty_values(const CLI::App& app);

@@ -145,6 +145,19 @@ std::vector<int32_t> read_stop_ids(const std::string& model_dir) {
   return {};
 }
 
+GenerationOptions GenerationOptions::rows(size_t first, size_t end) const {
+  GenerationOptions part = *this;
+  part.first_row = first_row + first;
+  if (!row_keys.empty()) {
+    if (first > end || end > row_keys.size()) {
+      throw std::logic_error(fmt::format("rows {} to {} of {} row keys", first, end, row_keys.size()));
+    }
+    part.row_keys.assign(row_keys.begin() + static_cast<std::ptrdiff_t>(first),
+                         row_keys.begin() + static_cast<std::ptrdiff_t>(end));
+  }
+  return part;
+}
+
 std::vector<Generation> generate(const model::TransformerModel& model, const std::vector<readout::Sequence>& prompts,
                                  const GenerationOptions& options, const ProbeReadout* probes,
                                  const TokenCallback& on_token) {

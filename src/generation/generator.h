@@ -32,6 +32,10 @@ struct GenerationOptions {
   uint64_t first_row = 0;         // the first prompt's index among all prompts: a row samples as itself, however batched
   std::vector<uint64_t> row_keys;  // or each row's own: rows with one key draw the same numbers (a sweep's prompt)
   const model::StreamWrites* writes = nullptr;  // steering, on every pass of the prompts and the new tokens
+
+  /// These options for rows [first, end) of their prompts (a --batch-size part, or one stream): each row keeps its
+  /// number or its key.
+  GenerationOptions rows(size_t first, size_t end) const;
 };
 
 /// What probes read at each new token: the request (position last) at the token followed by the suffix.

@@ -52,8 +52,11 @@ at::Tensor TokenSampler::choose(const at::Tensor& logits) {
   }
   at::Tensor cumulative = probabilities.cumsum(-1);
   std::vector<double> draws(static_cast<size_t>(batch));
+  if (!row_keys_.empty() && row_keys_.size() != draws.size()) {
+    throw std::logic_error(fmt::format("{} row keys for a batch of {} rows", row_keys_.size(), draws.size()));
+  }
   for (size_t b = 0; b < draws.size(); ++b) {
-    const uint64_t row = row_keys_.empty() ? first_row_ + b : row_keys_.at(b);
+    const uint64_t row = row_keys_.empty() ? first_row_ + b : row_keys_[b];
     draws[b] = draw_uniform(draw_bits(sampling_.seed, row), step);
   }
   // Inverse transform sampling: the first token whose cumulative probability passes the draw (scaled to the

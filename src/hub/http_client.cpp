@@ -185,10 +185,10 @@ std::string url_origin(const std::string& url) {
 std::string url_shown(const std::string& url) {
   std::string shown = url.substr(0, url.find_first_of("?#"));
   const size_t scheme_end = shown.find("://");
-  if (scheme_end == std::string::npos) return shown;
-  const size_t host_end = std::min(shown.find('/', scheme_end + 3), shown.size());
-  const size_t at = shown.rfind('@', host_end);
-  if (at != std::string::npos && at > scheme_end) shown.erase(scheme_end + 3, at + 1 - (scheme_end + 3));
+  const size_t host = scheme_end == std::string::npos ? 0 : scheme_end + 3;  // an HF_ENDPOINT without its scheme
+  const size_t host_end = std::min(shown.find('/', host), shown.size());
+  const size_t at = host_end == 0 ? std::string::npos : shown.rfind('@', host_end - 1);
+  if (at != std::string::npos && at >= host) shown.erase(host, at + 1 - host);
   return shown;
 }
 

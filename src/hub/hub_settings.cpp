@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/utf8_text.h"
+#include "hub/http_client.h"
 
 namespace probekit::hub {
 
@@ -60,7 +61,7 @@ HubSettings settings_from_environment() {
   while (!settings.endpoint.empty() && settings.endpoint.back() == '/') settings.endpoint.pop_back();
   // Without a scheme libcurl would guess http://, and the token would travel in the clear.
   if (settings.endpoint.rfind("https://", 0) != 0 && settings.endpoint.rfind("http://", 0) != 0) {
-    fail("HF_ENDPOINT={} names no scheme: write https://{}", endpoint, endpoint);
+    fail("HF_ENDPOINT={} names no scheme: write https://{}", url_shown(endpoint), url_shown(endpoint));
   }
 
   // HUGGINGFACE_HUB_CACHE is the older name huggingface_hub still honours.

@@ -51,6 +51,7 @@ struct EngineOptions : loading::ModelRequest {
 /// label has no probe at a layer.
 struct TextScores {
   std::vector<std::vector<double>> probability;
+  int64_t cut = 0;  // tokens cut from the text's start to fit the probes' prompt limit (as TokenScores::cut)
 };
 
 /// Per-token scores of one text: probability[t][l][k] is what the probes give for the prompt made of the

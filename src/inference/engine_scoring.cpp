@@ -287,7 +287,10 @@ std::vector<TextScores> Engine::score_prompts(const std::vector<readout::Prompt>
   }
   spdlog::debug("{} prompts scored", prompts.size());
   std::vector<TextScores> scores(prompts.size());
-  for (size_t i = 0; i < prompts.size(); ++i) scores[i].probability = std::move(tables[i]);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    scores[i].probability = std::move(tables[i]);
+    scores[i].cut = prompts[i].cut;
+  }
   return scores;
 }
 
@@ -518,9 +521,8 @@ std::vector<GeneratedText> Engine::generate(const std::vector<std::string>& prom
     const size_t end = std::min(prompts.size(), first + batch_size);
     std::vector<readout::Sequence> batch(ids.begin() + static_cast<std::ptrdiff_t>(first),
                                          ids.begin() + static_cast<std::ptrdiff_t>(end));
-    steered.first_row = options.first_row + first;
     std::vector<generation::Generation> generated =
-        generation::generate(*model_, batch, steered, readout, [&](const generation::GeneratedToken& token) {
+        generation::generate(*model_, batch, steered.rows(first, end), readout, [&](const generation::GeneratedToken& token) {
           const size_t row = first + token.row;
           ScoredToken scored{row, token.index, token.position, token.id, tokenizer_->tokens({token.id}).front(),
                              streams[row].add(token.id, token.last), token.last, {}};

@@ -126,8 +126,7 @@ std::vector<GeneratedText> Engine::generate_monitored(const std::vector<std::str
     request.prompt_ids = tokenizer_->encode(prompts[row], add_special_tokens);
     if (!prompt_masks.empty()) request.prompt_mask = prompt_masks[row];
     warn_past_limit(request.prompt_ids, options.max_new_tokens);
-    request.options = options;
-    request.options.first_row = options.first_row + row;
+    request.options = options.rows(row, row + 1);
     request.monitors = monitors;
     request.on_token = [row, &on_token](const ScoredToken& token) {
       ScoredToken numbered = token;

@@ -65,9 +65,10 @@ void show_layers(const ScoreTable& table, const Display& d) {
 }
 
 // The ranked view of one text, or its JSON.
-Json show(const Engine& engine, const std::string& text, const ScoreTable& table, const Display& d, bool best_layer,
+Json show(const Engine& engine, const std::string& text, const TextScores& scores, const Display& d, bool best_layer,
           bool interactive) {
-  if (d.json) return text_json(engine, text, table, d, best_layer);
+  if (d.json) return text_json(engine, text, scores, d, best_layer);
+  const ScoreTable table = table_of(engine, scores.probability, d);
   if (single_layer_view(engine, best_layer)) {
     show_single_layer(engine, text, table, d, best_layer, interactive);
   } else {
@@ -126,8 +127,7 @@ void show_conversation(const Engine& engine, const InferenceRequest& r) {
   const std::vector<TextScores> scores =
       engine.score_conversations({scored_messages(r.messages)}, [&r](size_t) { return "--messages " + r.messages; });
   // "conversation" where a text's ranking holds the text, as probe_server's /v1/rank answers "messages".
-  Json shown = show(engine, "conversation", table_of(engine, scores[0].probability, r.display), r.display,
-                    r.engine.best_layer, false);
+  Json shown = show(engine, "conversation", scores[0], r.display, r.engine.best_layer, false);
   if (r.display.json) fmt::print("{}\n", dump_json(shown, 2));
 }
 
@@ -146,7 +146,7 @@ void show_conversation_file(const Engine& engine, const InferenceRequest& r, con
   Json all = Json::array();
   for (size_t i = 0; i < rows.size(); ++i) {
     const std::string name = fmt::format("conversation {}", rows[i].line);
-    all.push_back(show(engine, name, table_of(engine, scores[i].probability, r.display), r.display, r.engine.best_layer, false));
+    all.push_back(show(engine, name, scores[i], r.display, r.engine.best_layer, false));
   }
   if (r.display.json) fmt::print("{}\n", dump_json(all, 2));
 }
@@ -161,8 +161,7 @@ void show_texts(const Engine& engine, const InferenceRequest& r) {
   std::vector<TextScores> scores = engine.score(texts);
   Json all = Json::array();
   for (size_t i = 0; i < texts.size(); ++i) {
-    all.push_back(show(engine, texts[i], table_of(engine, scores[i].probability, r.display), r.display,
-                       r.engine.best_layer, false));
+    all.push_back(show(engine, texts[i], scores[i], r.display, r.engine.best_layer, false));
   }
   if (r.display.json) fmt::print("{}\n", dump_json(texts.size() == 1 && r.file.empty() ? all[0] : all, 2));
 }
@@ -181,8 +180,7 @@ void interactive_session(const Engine& engine, const InferenceRequest& r, std::i
     for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     if (lower == "quit" || lower == "exit" || lower == "q") break;
     if (text.empty()) continue;
-    Json shown = show(engine, text, table_of(engine, engine.score({text})[0].probability, r.display), r.display,
-                      r.engine.best_layer, true);
+    Json shown = show(engine, text, engine.score({text})[0], r.display, r.engine.best_layer, true);
     if (r.display.json) fmt::print("{}\n", dump_json(shown));
   }
 }
@@ -288,9 +286,10 @@ Json with_steering(Json out, const Engine& engine) {
   return out;
 }
 
-Json text_json(const Engine& engine, const std::string& text, const ScoreTable& table, const Display& display,
+Json text_json(const Engine& engine, const std::string& text, const TextScores& scores, const Display& display,
                bool best_layer) {
-  return with_steering(ranking_json(table, text, display, single_layer_view(engine, best_layer), engine.multiclass()),
+  return with_steering(ranking_json(table_of(engine, scores.probability, display), text, scores.cut, display,
+                                    single_layer_view(engine, best_layer), engine.multiclass()),
                        engine);
 }
 
@@ -371,8 +370,10 @@ Json ranking_view(const ScoreTable& table, const std::string& text, const Displa
 
 }  // namespace
 
-Json ranking_json(const ScoreTable& table, const std::string& text, const Display& d, bool single_layer, bool multiclass) {
+Json ranking_json(const ScoreTable& table, const std::string& text, int64_t cut, const Display& d, bool single_layer,
+                  bool multiclass) {
   Json out = ranking_view(table, text, d, single_layer, multiclass);
+  out["cut_tokens"] = cut;
   if (!table.threshold_source.empty()) out["thresholds"] = table.threshold_source;
   return out;
 }

@@ -65,13 +65,14 @@ void run_inference(InferenceRequest& request, std::istream& input, bool input_is
 ScoreTable table_of(const Engine& engine, const std::vector<std::vector<double>>& probability, const Display& display);
 
 /// What --json shows for one text: the single-layer (or best-layer) ranking (`single_layer`; the top k classes of
-/// a multiclass probe), or over several layers the display's mode (all, by-action, by-layer).
-Json ranking_json(const ScoreTable& table, const std::string& text, const Display& display, bool single_layer,
-                  bool multiclass);
+/// a multiclass probe), or over several layers the display's mode (all, by-action, by-layer); `cut_tokens`, the
+/// tokens cut from its start to fit the probes' prompt limit (TextScores::cut).
+Json ranking_json(const ScoreTable& table, const std::string& text, int64_t cut, const Display& display,
+                  bool single_layer, bool multiclass);
 
-/// What --json shows for one text in the engine's layout (its one layer, or --best-layer: the ranking; several layers:
-/// the display's mode), with the steering the engine applies.
-Json text_json(const Engine& engine, const std::string& text, const ScoreTable& table, const Display& display,
+/// What --json shows for one text's scores in the engine's layout (its one layer, or --best-layer: the ranking;
+/// several layers: the display's mode), with the steering the engine applies.
+Json text_json(const Engine& engine, const std::string& text, const TextScores& scores, const Display& display,
                bool best_layer);
 
 /// `out` with the steering the engine applies, when it applies any: every JSON output records it.

@@ -18,7 +18,7 @@ struct StreamBatch::Stream {
          at::Device device)
       : request(std::move(r)),
         serial(serial),
-        sampler(request.options.sampling, request.options.first_row),
+        sampler(request.options.sampling, request.options.first_row, request.options.row_keys),
         text(tokenizer, request.prompt_ids),
         suppressed(at::tensor(std::vector<int64_t>(request.options.suppressed_ids.begin(), request.options.suppressed_ids.end()),
                               at::kLong).to(device)),

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "common/interrupt.h"
 #include "device/torch/row_stable.h"
 #include "model/families.h"
 #include "model/quantization.h"
@@ -226,6 +227,8 @@ at::Tensor TransformerModel::embed(const at::Tensor& input_ids) const {
 }
 
 at::Tensor TransformerModel::forward(const ForwardPass& pass) const {
+  // Work without progress reports (a rank's batches, a prompt's pass) stops here on Ctrl-C from the package.
+  throw_if_interrupted();
   c10::InferenceMode inference_mode(!pass.gradients);
   at::AutoGradMode gradients(pass.gradients);
   const ModelConfig& c = config_;

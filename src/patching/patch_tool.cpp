@@ -94,7 +94,7 @@ void add_patch_flags(CLI::App& app, PatchActivationsOptions& o) {
   app.add_option("--rows-per-batch", a.rows_per_batch, "Cells per forward pass (0: chosen from the prompt's length)")
       ->capture_default_str();
   app.add_option("--output-dir", o.output_dir, "Where patching.json and patching.html go")->required();
-  app.add_flag("--overwrite", o.overwrite, "Replace an existing, non-empty --output-dir");
+  add_overwrite_flag(app, o.overwrite);
   add_device_options(app, o.model.device, o.model.dtype);
   add_fp8_products_option(app, o.model.fp8_products);
 }

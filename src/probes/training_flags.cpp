@@ -193,7 +193,7 @@ const TrainingFlag kTrainingFlags[] = {
      }},
     {kTrainers,
      [](CLI::App& app, const FlagTargets& to) {
-       app.add_flag("--overwrite", to.overwrite, "Replace an existing, non-empty --output-dir");
+       add_overwrite_flag(app, to.overwrite);
        app.add_flag("--json", to.json, "Print a JSON summary on stdout at the end");
      }},
     {kTrainers,

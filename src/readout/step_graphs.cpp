@@ -10,6 +10,8 @@
 #include <exception>
 #include <utility>
 
+#include "common/interrupt.h"
+
 #ifdef PROBEKIT_WITH_CUDA
 #include <torch/csrc/api/include/torch/version.h>
 #include <ATen/cuda/CUDAEvent.h>
@@ -101,6 +103,9 @@ std::vector<at::Tensor> StepGraphs::capture_and_replay(const Key& key, const std
       }
       captured->graph.capture_end();
     });
+  } catch (const Interrupted&) {
+    (void)cudaGetLastError();
+    throw;  // the work stops as asked; capturing did not fail
   } catch (const std::exception& e) {
     (void)cudaGetLastError();  // a failed capture leaves its error for the next call to find
     spdlog::warn("passes run without CUDA graphs from now on: capturing one failed ({})", e.what());

@@ -60,6 +60,11 @@ std::string render_prompt(const ChatModel& model, const OrderedJson& messages, c
   inputs.add_generation_prompt = true;
   inputs.limits.deadline = deadline;
   try {
+    model.chat_template->check_tools(query.tools);
+  } catch (const chat::TemplateError& e) {
+    throw RequestError(400, e.what(), "tools");
+  }
+  try {
     return model.chat_template->render(inputs);
   } catch (const chat::RenderBudgetExceeded& e) {
     if (e.timed_out()) {

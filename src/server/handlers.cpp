@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "chat/chat_template.h"
 #include "chat/conversation.h"
 #include "device/device_select.h"
 #include "inference/session.h"
@@ -205,8 +206,10 @@ Result score_messages(const ServerContext& context, std::function<Result(const s
   } catch (const RequestError&) {
     throw;
   } catch (const std::invalid_argument& e) {
-    if (std::string(e.what()).find("'messages'") == std::string::npos) throw;
-    throw RequestError(400, e.what(), "messages");
+    const std::string what = e.what();
+    if (what.find("'messages'") == std::string::npos) throw;
+    // Tools a template never reads are the tools field's problem, as chat completions names it.
+    throw RequestError(400, what, what.find(chat::kToolsNeverRead) != std::string::npos ? "tools" : "messages");
   }
 }
 
@@ -236,8 +239,8 @@ Json rank_response(const ServerContext& context, const RankQuery& query, Clock::
   Json results = Json::array();
   for (size_t i = 0; i < scores.size(); ++i) {
     results.push_back(inference::ranking_json(query_table(context, scores[i].probability, query.view),
-                                              conversation ? std::string("conversation") : query.texts[i], display,
-                                              one_layer, engine.multiclass()));
+                                              conversation ? std::string("conversation") : query.texts[i],
+                                              scores[i].cut, display, one_layer, engine.multiclass()));
   }
   Json response = {{"results", results}};
   if (steering) response["steering"] = steering->record();

@@ -78,13 +78,13 @@ std::vector<int64_t> wanted_layers(const std::string& text, int64_t layers) {
   return parse_index_list("--layers", text, layers, "layer", "input");
 }
 
-// Refuses a layer --layers names that `source` lacks (regression: left out of the file without a word).
-void check_layers_found(const std::vector<int64_t>& wanted, const VectorFile& out, const std::string& source) {
-  std::vector<int64_t> found;
-  for (const auto& entry : out.layers) found.push_back(entry.first);
+// Refuses a layer --layers names that `source` lacks (regression: left out of the file without a word), listing
+// every layer it has.
+void check_layers_found(const std::vector<int64_t>& wanted, const std::vector<int64_t>& available,
+                        const std::string& source) {
   for (int64_t layer : wanted) {
-    if (out.layers.count(layer) == 0 && !found.empty()) {
-      fail_usage("--layers: {} has no layer {} (its layers: {})", source, layer, fmt::join(found, ", "));
+    if (std::find(available.begin(), available.end(), layer) == available.end()) {
+      fail_usage("--layers: {} has no layer {} (its layers: {})", source, layer, fmt::join(available, ", "));
     }
   }
 }
@@ -99,6 +99,9 @@ VectorFile from_activations(const MakeVectorsOptions& o) {
     layers = std::max(layers, files.back().layer + 1);
   }
   const std::vector<int64_t> wanted = wanted_layers(o.layers, layers);
+  std::vector<int64_t> available;
+  for (const activations::FileAttributes& attributes : files) available.push_back(attributes.layer);
+  check_layers_found(wanted, available, o.activations);
   for (size_t i = 0; i < paths.size(); ++i) {
     const std::string& path = paths[i];
     const activations::FileAttributes& attributes = files[i];
@@ -111,7 +114,6 @@ VectorFile from_activations(const MakeVectorsOptions& o) {
     out.layers[attributes.layer] = mean_difference(file, label_index(attributes, o.label, path), o.label);
     out.model_hint = attributes.recipe.model_name;
   }
-  check_layers_found(wanted, out, o.activations);
   return out;
 }
 
@@ -119,6 +121,9 @@ VectorFile from_probes(const MakeVectorsOptions& o) {
   const probes::ProbeCatalog catalog = probes::find_probes(o.probes_dir);
   const std::vector<int64_t> wanted =
       wanted_layers(o.layers, catalog.layer_dirs.empty() ? 0 : catalog.layer_dirs.rbegin()->first + 1);
+  std::vector<int64_t> available;
+  for (const auto& entry : catalog.layer_dirs) available.push_back(entry.first);
+  check_layers_found(wanted, available, o.probes_dir);
   VectorFile out;
   for (const auto& [layer, dir] : catalog.layer_dirs) {
     if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), layer) == wanted.end()) continue;
@@ -132,7 +137,6 @@ VectorFile from_probes(const MakeVectorsOptions& o) {
     out.layers[layer] = std::vector<float>(direction.data_ptr<float>(), direction.data_ptr<float>() + direction.numel());
     out.model_hint = set.recipe().model_name;
   }
-  check_layers_found(wanted, out, o.probes_dir);
   return out;
 }
 

@@ -256,7 +256,7 @@ void add_sweep_flags(CLI::App& app, SweepOptions& o) {
   app.add_option("--output-dir", o.output_dir, "Where sweep.json and sweep.html go")->required();
   app.add_option("--rows-per-batch", o.rows_per_batch, "Generations decoded together (label x coefficient x prompt)")
       ->capture_default_str();
-  app.add_flag("--overwrite", o.overwrite, "Replace an existing, non-empty --output-dir");
+  add_overwrite_flag(app, o.overwrite);
   add_device_options(app, e.device, e.dtype);
   generation::add_generation_flags(app, o.generation);
 }

@@ -47,6 +47,9 @@ TEST_CASE("hub URLs in messages: no password before the host, no query (a signed
   CHECK(hub::url_shown("https://user:pw@hub.example") == "https://hub.example");
   CHECK(hub::url_shown("https://hub.example/a@b/config.json") == "https://hub.example/a@b/config.json");
   CHECK(hub::url_shown("https://huggingface.co/org/x") == "https://huggingface.co/org/x");
+  CHECK(hub::url_shown("user:pw@hub.example/mirror") == "hub.example/mirror");  // HF_ENDPOINT without a scheme
+  CHECK(hub::url_shown("hub.example/a@b") == "hub.example/a@b");
+  CHECK(hub::url_shown("@") == "");
 }
 
 TEST_CASE("hub names: org/name[@revision], the cache's folder name and URL quoting") {
@@ -282,6 +285,8 @@ TEST_CASE("hub settings: the cache, the token and offline mode come from hugging
   CHECK(s.endpoint == "http://127.0.0.1:9");
   // Without a scheme libcurl would send the token over plain http.
   env.set("HF_ENDPOINT", "hf-mirror.com");
+  CHECK_THROWS_WITH(hub::settings_from_environment(), "HF_ENDPOINT=hf-mirror.com names no scheme: write https://hf-mirror.com");
+  env.set("HF_ENDPOINT", "user:secret@hf-mirror.com");  // regression: the password was printed
   CHECK_THROWS_WITH(hub::settings_from_environment(), "HF_ENDPOINT=hf-mirror.com names no scheme: write https://hf-mirror.com");
   env.set("HF_ENDPOINT", "http://127.0.0.1:9/");
 

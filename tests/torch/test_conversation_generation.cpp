@@ -119,6 +119,11 @@ TEST_CASE("conversation probes: the tool and the server refuse a text to generat
                 {"trained on conversations' assistant tokens"}, "prompt");
   check_refused(s, "/v1/rank", R"({"texts": ["Help"]})", 400, {"trained on conversations' assistant tokens"}, "texts");
   check_refused(s, "/v1/per-token", R"({"text": "Help"})", 400, {"trained on conversations' assistant tokens"}, "text");
+  // Gemma 3's template never reads tools: refused naming that field, as chat completions names it (regression: messages).
+  const std::string with_tools = R"({"messages": [{"role": "user", "content": "Help"}, {"role": "assistant", "content": "Yes"}],
+                                     "tools": [{"type": "function", "function": {"name": "get_weather"}}]})";
+  check_refused(s, "/v1/rank", with_tools, 400, {"never reads 'tools'"}, "tools");
+  check_refused(s, "/v1/per-token", with_tools, 400, {"never reads 'tools'"}, "tools");
 }
 
 TEST_CASE("calibrate_probes prints the per-token threshold monitors compare each token with") {

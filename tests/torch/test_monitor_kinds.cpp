@@ -1,12 +1,15 @@
 // The monitor probe kinds against their formulas, written here from docs/train_probes.md in plain tensor arithmetic
 // text by text (autograd through them gives the expected gradients): ema, the highest exponential moving average of
 // the token scores; rolling, the highest mean over windows of consecutive tokens. Then they learn a marker anywhere
-// in a text, as production monitors must.
+// in a text, as production monitors must. The running aggregates a monitor policy reads, against the same formulas.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "monitor/aggregates.h"
 #include "probes/binary_trainer.h"
 #include "probes/probe_bank.h"
 #include "probes/synthetic_activations.h"
@@ -222,4 +225,28 @@ TEST_CASE("a multimax probe's running maximum scores every prefix as the text cu
       CHECK(p == running.size(0));
     }
   }
+}
+
+TEST_CASE("monitor aggregates (what a monitor policy reads): token, max, ema and rolling equal their formulas over a stream of scores") {
+  const std::vector<double> s = {0.2, 0.9, 0.1, 0.4, 0.8, 0.3, 0.05, 0.7};
+  monitor::MonitorPolicy p;
+  p.alpha = 0.3;
+  p.window = 3;
+  std::unique_ptr<monitor::RunningAggregate> token = monitor::find_aggregate("token")->make(p);
+  std::unique_ptr<monitor::RunningAggregate> max = monitor::find_aggregate("max")->make(p);
+  std::unique_ptr<monitor::RunningAggregate> ema = monitor::find_aggregate("ema")->make(p);
+  std::unique_ptr<monitor::RunningAggregate> rolling = monitor::find_aggregate("rolling")->make(p);
+  double e = s[0];
+  for (size_t i = 0; i < s.size(); ++i) {
+    CAPTURE(i);
+    if (i > 0) e = 0.3 * s[i] + 0.7 * e;
+    double window_sum = 0;
+    const size_t first = i + 1 >= 3 ? i + 1 - 3 : 0;
+    for (size_t j = first; j <= i; ++j) window_sum += s[j];
+    CHECK(token->add(s[i]) == s[i]);
+    CHECK(max->add(s[i]) == *std::max_element(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(i) + 1));
+    CHECK(ema->add(s[i]) == doctest::Approx(e).epsilon(1e-12));
+    CHECK(rolling->add(s[i]) == doctest::Approx(window_sum / static_cast<double>(i + 1 - first)).epsilon(1e-12));
+  }
+  CHECK(monitor::find_aggregate("median") == nullptr);
 }

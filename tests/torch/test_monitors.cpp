@@ -1,5 +1,5 @@
-// Monitors acting on generations (issue 48): the aggregates against their formulas, policies read from requests and
-// flags with errors naming the field, and on the fixture model with probes trained on it: a monitor fires at the
+// Monitors acting on generations (issue 48; their aggregates' formulas: test_monitor_kinds.cpp): policies read from
+// requests and flags with errors naming the field, and on the fixture model with probes trained on it: a monitor fires at the
 // first token whose aggregate passes its threshold (found from an unmonitored run's scores), flag leaves the tokens
 // as they were, stop ends before the token that fired, steer changes the tokens after the next one only, a prompt
 // policy stops before any token; streams with different policies in one batch give what each gives alone; the
@@ -15,7 +15,6 @@
 #include "inference/reports.h"
 #include "inference/session.h"
 #include "inference/stream_batch.h"
-#include "monitor/aggregates.h"
 #include "monitor/monitor_flags.h"
 #include "monitor/policy.h"
 #include "probe_fixture.h"
@@ -100,30 +99,6 @@ inference::EngineOptions generating(const std::string& probes) {
 }
 
 }  // namespace
-
-TEST_CASE("monitor aggregates: token, max, ema and rolling equal their formulas over a stream of scores") {
-  const std::vector<double> s = {0.2, 0.9, 0.1, 0.4, 0.8, 0.3, 0.05, 0.7};
-  monitor::MonitorPolicy p;
-  p.alpha = 0.3;
-  p.window = 3;
-  std::unique_ptr<monitor::RunningAggregate> token = monitor::find_aggregate("token")->make(p);
-  std::unique_ptr<monitor::RunningAggregate> max = monitor::find_aggregate("max")->make(p);
-  std::unique_ptr<monitor::RunningAggregate> ema = monitor::find_aggregate("ema")->make(p);
-  std::unique_ptr<monitor::RunningAggregate> rolling = monitor::find_aggregate("rolling")->make(p);
-  double e = s[0];
-  for (size_t i = 0; i < s.size(); ++i) {
-    CAPTURE(i);
-    if (i > 0) e = 0.3 * s[i] + 0.7 * e;
-    double window_sum = 0;
-    const size_t first = i + 1 >= 3 ? i + 1 - 3 : 0;
-    for (size_t j = first; j <= i; ++j) window_sum += s[j];
-    CHECK(token->add(s[i]) == s[i]);
-    CHECK(max->add(s[i]) == *std::max_element(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(i) + 1));
-    CHECK(ema->add(s[i]) == doctest::Approx(e).epsilon(1e-12));
-    CHECK(rolling->add(s[i]) == doctest::Approx(window_sum / static_cast<double>(i + 1 - first)).epsilon(1e-12));
-  }
-  CHECK(monitor::find_aggregate("median") == nullptr);
-}
 
 TEST_CASE("monitor policies: a request's list and --monitor read, each mistake naming its field or flag") {
   std::vector<monitor::MonitorPolicy> read = monitor::parse_policies(Json::parse(R"([
@@ -392,16 +367,22 @@ TEST_CASE("monitored streams joining and decoding together give what each gives 
     CHECK(texts[i].ids == monitored(engine, {policy("stop", threshold)}, prompts[i]).ids);
   }
 
-  // Sampled: each prompt draws as row i of generate does, whatever --batch-size and with monitors that never fire.
-  generation::GenerationOptions sampled = greedy(narrow);
-  sampled.sampling = {1.0, 0, 1.0, 7};
-  std::vector<std::string> same(3, rows.front());
-  const std::vector<inference::GeneratedText> plain = engine.generate(same, sampled, [](const inference::ScoredToken&) { return true; });
-  const std::vector<inference::GeneratedText> streamed = narrow.generate_monitored(
-      same, sampled, narrow.resolve_monitors({policy("flag", 1.0)}), [](const inference::ScoredToken&) { return true; });
-  for (size_t i = 0; i < same.size(); ++i) {
-    CAPTURE(i);
-    CHECK(streamed[i].ids == plain[i].ids);
+  // Sampled, row i draws as generate's row i (or its key: regression, ignored), whatever --batch-size and monitors.
+  generation::GenerationOptions sampled = greedy(narrow), keyed = sampled;
+  sampled.sampling = keyed.sampling = {1.0, 0, 1.0, 7};
+  keyed.row_keys = {1, 0, 1};
+  const std::vector<std::string> same(3, rows.front());
+  const auto any = [](const inference::ScoredToken&) { return true; };
+  const std::vector<inference::GeneratedText> plain = engine.generate(same, sampled, any);
+  for (const generation::GenerationOptions& options : {sampled, keyed}) {
+    const auto streamed = narrow.generate_monitored(same, options, narrow.resolve_monitors({policy("flag", 1.0)}), any);
+    const auto parts = narrow.generate(same, options, any);
+    for (size_t i = 0; i < same.size(); ++i) {
+      CAPTURE(i);
+      const size_t drawn_as = options.row_keys.empty() ? i : options.row_keys[i];
+      CHECK(streamed[i].ids == plain[drawn_as].ids);
+      CHECK(parts[i].ids == plain[drawn_as].ids);
+    }
   }
   CHECK(plain[0].ids != plain[1].ids);
 }

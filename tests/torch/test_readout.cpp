@@ -13,6 +13,7 @@
 #include "readout/first_pass.h"
 #include "readout/prompts.h"
 #include "readout/readout.h"
+#include "server_runs.h"
 #include "tensor_files.h"
 #include "test_paths.h"
 #include "test_util.h"
@@ -103,6 +104,14 @@ TEST_CASE("inference cuts a long text as capture recorded: the scores equal the 
     double b = testing::read_tensor(probe, probe.at("linear.bias")).to(at::kDouble)[0].item<double>();
     double expected = 1.0 / (1.0 + std::exp(-(w.dot(row).item<double>() + b)));
     CHECK(p["confidence"].get<double>() == doctest::Approx(expected).epsilon(1e-5));
+  }
+  // The ranking says how many tokens were cut, as --per-token does, and /v1/rank with it (regression: neither did).
+  CHECK(printed["cut_tokens"].get<int64_t>() > 800);
+  {
+    RunningServer s(options_for(tmp.file("probes")));
+    const Json served = post_json(s, "/v1/rank", {{"texts", {long_text(), "A short text."}}});
+    CHECK(served["results"][0]["cut_tokens"] == printed["cut_tokens"]);
+    CHECK(served["results"][1]["cut_tokens"] == 0);
   }
 
   // Per token: only the tokens that survive the cut are scored, and the output says so.

@@ -189,14 +189,23 @@ TEST_CASE("probe_server: a conversation's tools reach the template in /v1/rank a
                 {"'tools[0].type' must be \"function\""}, "tools[0].type");
 }
 
-TEST_CASE("probe_server: bad requests get 400 naming the field; requests past a bound get a 4xx naming the bound") {
-  TempDir tmp;
+namespace {
+
+// A server with small bounds: 4000 bytes a body, 2 texts, 20 tokens a text, 8 new tokens.
+server::ServerOptions bounded_options(const TempDir& tmp) {
   server::ServerOptions o = options_for(train_probes(tmp));
   o.limits.max_body_bytes = 4000;
   o.limits.max_texts = 2;
   o.limits.max_tokens = 20;
   o.limits.max_new_tokens = 8;
-  RunningServer s(o);
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("probe_server: bad requests get 400 naming the field; requests past a bound get a 4xx naming the bound") {
+  TempDir tmp;
+  RunningServer s(bounded_options(tmp));
   check_refused(s, "/v1/rank", "{\"texts\": [\"a\"", 400, {"invalid JSON at column", "syntax error while parsing array"});
   check_refused(s, "/v1/rank", "[\"a\"]", 400, {"the request body must be a JSON object"});
   check_refused(s, "/v1/rank", "{}", 400, {"'texts' is missing"}, "texts");
@@ -228,6 +237,11 @@ TEST_CASE("probe_server: bad requests get 400 naming the field; requests past a 
   // Regression: a conversation given to /v1/rank was not held to --max-tokens, as /v1/per-token holds it.
   const Json long_chat = Json::array({{{"role", "user"}, {"content", "Hi"}}, {{"role", "assistant"}, {"content", long_text}}});
   check_refused(s, "/v1/rank", Json({{"messages", long_chat}}).dump(), 413, {"'messages' is", "(--max-tokens)"}, "messages");
+}
+
+TEST_CASE("probe_server: a body past its bound in OpenAI's shape, media types, unknown paths, methods, Keep-Alive") {
+  TempDir tmp;
+  RunningServer s(bounded_options(tmp));
   // Regression: refused before the request was whole, /v1/chat/completions answered in probekit's shape, uncounted.
   httplib::Result big = post(s, "/v1/chat/completions",
                              Json({{"messages", {{{"role", "user"}, {"content", std::string(5000, 'a')}}}}}).dump());

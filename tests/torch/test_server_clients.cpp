@@ -495,4 +495,5 @@ TEST_CASE("probe_server /v1/chat/completions: OpenAI's developer role is the tem
   const auto with_tools = ask(Json::array({user}), {{"tools", tools}});
   CHECK(with_tools.first == 400);
   CHECK_CONTAINS(with_tools.second["error"]["message"].get<std::string>(), "this chat template never reads 'tools'");
+  CHECK(with_tools.second["error"]["param"] == "tools");  // regression: it named messages
 }

@@ -326,14 +326,86 @@ TEST_CASE("make_steering_vectors: mean-diff is the train split's mean difference
                                         tmp.file("activations"), tmp.file("x.txt"))),
                 2, {"a steering vector file is .safetensors (ours) or .gguf"});
   // Regressions: a layer the input lacks was left out of the file, and another method's input dropped, without a word.
-  check_failure(run_command(fmt::format("{} --activations {} --label reframing --layers 1,2 --output {}",
-                                        tool("make_steering_vectors"), tmp.file("activations"), tmp.file("x.safetensors"))),
-                2, {"--layers: ", "has no layer 1 (its layers: 2)"});
+  // And with none of the layers asked for there, the layers it has were listed as those found among them (none).
+  for (const char* layers : {"1,2", "1"}) {
+    check_failure(run_command(fmt::format("{} --activations {} --label reframing --layers {} --output {}",
+                                          tool("make_steering_vectors"), tmp.file("activations"), layers,
+                                          tmp.file("x.safetensors"))),
+                  2, {"--layers: ", "has no layer 1 (its layers: 2)"});
+  }
   check_failure(run_command(fmt::format("{} --activations {} --probes-dir {} --label reframing --output {}",
                                         tool("make_steering_vectors"), tmp.file("activations"), probes,
                                         tmp.file("x.safetensors"))),
                 2, {"--probes-dir is read by --method probe only, and --method is mean-diff"});
 }
+
+namespace {
+
+// Each cell of the sweep (of layer 2's probes) generated alone by an engine steered as the cell says gives its ids.
+void check_cells_as_alone(const Json& sweep, const std::string& probes) {
+  inference::EngineOptions options = cpu_engine_options(probes);
+  options.layer = 2;
+  options.generate = true;
+  inference::Engine engine = inference::Engine::load(options);
+  generation::GenerationOptions six = generation::GenerationOptions{};
+  six.max_new_tokens = 6;
+  six.stop_ids = generation::read_stop_ids(kGemmaModel);
+  for (const Json& cell : sweep["cells"]) {
+    steering::SteeringSpec spec;
+    if (!cell["label"].is_null()) {
+      spec.ops.push_back(SteeringOp::probe(SteeringAction::kAdd, cell["label"], "2", cell["coefficient"].get<double>()));
+    }
+    engine.steer(spec);
+    const auto alone = engine.generate({sweep["prompts"][cell["prompt"].get<size_t>()]}, six,
+                                       [](const inference::ScoredToken&) { return true; });
+    CAPTURE(cell["label"]);
+    CAPTURE(cell["coefficient"]);
+    CHECK(cell["generated_ids"] == Json(alone[0].ids));
+    CHECK(cell["perplexity"].get<double>() > 0);
+    if (cell["label"].is_null()) {
+      CHECK(cell["kl_mean"] == 0.0);
+    } else {
+      CHECK(cell["kl_mean"].get<double>() > 0);
+    }
+  }
+}
+
+// Each label's score rises with its coefficient; each point's off-target shifts are the other labels' mean score
+// changes from the prompts' baselines, their least and most.
+void check_summary(const Json& sweep) {
+  for (const char* label : {"reframing", "noticing"}) {
+    std::map<double, double> score;
+    for (const Json& p : sweep["summary"]) {
+      if (p["label"] == label) score[p["coefficient"].get<double>()] = p["score_mean"].get<double>();
+    }
+    CAPTURE(label);
+    CHECK(score[8] > score[0]);
+    CHECK(score[0] > score[-8]);
+  }
+  // Regression: both started at 0, so a shift below 0 was never the maximum, nor one above 0 the minimum.
+  for (const Json& p : sweep["summary"]) {
+    if (p["coefficient"] == 0) continue;
+    std::vector<double> shifts;
+    for (const auto& [other, score] : sweep["cells"][0]["mean_scores"].items()) {
+      if (other == p["label"]) continue;
+      double shift = 0;
+      for (const Json& cell : sweep["cells"]) {
+        if (cell["label"] != p["label"] || cell["coefficient"] != p["coefficient"]) continue;
+        for (const Json& base : sweep["cells"]) {
+          if (base["label"].is_null() && base["prompt"] == cell["prompt"]) {
+            shift += (cell["mean_scores"][other].get<double>() - base["mean_scores"][other].get<double>()) / 2;
+          }
+        }
+      }
+      shifts.push_back(shift);
+    }
+    REQUIRE(shifts.size() == 2);
+    CHECK(p["off_target_shift_min"].get<double>() == doctest::Approx(*std::min_element(shifts.begin(), shifts.end())));
+    CHECK(p["off_target_shift_max"].get<double>() == doctest::Approx(*std::max_element(shifts.begin(), shifts.end())));
+  }
+}
+
+}  // namespace
 
 TEST_CASE("steering_sweep: every cell of one batched run gives what it gives alone; scores follow the sign; KL and report") {
   TempDir tmp;
@@ -392,62 +464,8 @@ TEST_CASE("steering_sweep: every cell of one batched run gives what it gives alo
                                         tool("make_steering_vectors"), probes, tmp.file("x.safetensors"))),
                 2, {"--label nosuch: ", "has no probe for it (its labels: ", "reframing"});
 
-  inference::EngineOptions options = cpu_engine_options(probes);
-  options.layer = 2;
-  options.generate = true;
-  inference::Engine engine = inference::Engine::load(options);
-  generation::GenerationOptions six = generation::GenerationOptions{};
-  six.max_new_tokens = 6;
-  six.stop_ids = generation::read_stop_ids(kGemmaModel);
-  for (const Json& cell : sweep["cells"]) {
-    steering::SteeringSpec spec;
-    if (!cell["label"].is_null()) {
-      spec.ops.push_back(SteeringOp::probe(SteeringAction::kAdd, cell["label"], "2", cell["coefficient"].get<double>()));
-    }
-    engine.steer(spec);
-    const auto alone = engine.generate({sweep["prompts"][cell["prompt"].get<size_t>()]}, six,
-                                       [](const inference::ScoredToken&) { return true; });
-    CAPTURE(cell["label"]);
-    CAPTURE(cell["coefficient"]);
-    CHECK(cell["generated_ids"] == Json(alone[0].ids));
-    CHECK(cell["perplexity"].get<double>() > 0);
-    if (cell["label"].is_null()) {
-      CHECK(cell["kl_mean"] == 0.0);
-    } else {
-      CHECK(cell["kl_mean"].get<double>() > 0);
-    }
-  }
-  for (const char* label : {"reframing", "noticing"}) {
-    std::map<double, double> score;
-    for (const Json& p : sweep["summary"]) {
-      if (p["label"] == label) score[p["coefficient"].get<double>()] = p["score_mean"].get<double>();
-    }
-    CAPTURE(label);
-    CHECK(score[8] > score[0]);
-    CHECK(score[0] > score[-8]);
-  }
-  // Each point's off-target shifts are the other labels' mean score changes from the prompts' baselines; their least
-  // and most (regression: both started at 0, so a shift below 0 was never the maximum, nor one above 0 the minimum).
-  for (const Json& p : sweep["summary"]) {
-    if (p["coefficient"] == 0) continue;
-    std::vector<double> shifts;
-    for (const auto& [other, score] : sweep["cells"][0]["mean_scores"].items()) {
-      if (other == p["label"]) continue;
-      double shift = 0;
-      for (const Json& cell : sweep["cells"]) {
-        if (cell["label"] != p["label"] || cell["coefficient"] != p["coefficient"]) continue;
-        for (const Json& base : sweep["cells"]) {
-          if (base["label"].is_null() && base["prompt"] == cell["prompt"]) {
-            shift += (cell["mean_scores"][other].get<double>() - base["mean_scores"][other].get<double>()) / 2;
-          }
-        }
-      }
-      shifts.push_back(shift);
-    }
-    REQUIRE(shifts.size() == 2);
-    CHECK(p["off_target_shift_min"].get<double>() == doctest::Approx(*std::min_element(shifts.begin(), shifts.end())));
-    CHECK(p["off_target_shift_max"].get<double>() == doctest::Approx(*std::max_element(shifts.begin(), shifts.end())));
-  }
+  check_cells_as_alone(sweep, probes);
+  check_summary(sweep);
   const std::string html = read_file(tmp.file("sweep/sweep.html"));
   CHECK(html.find("<svg") != std::string::npos);
   size_t charts = 0;

@@ -9,16 +9,12 @@ import json
 import math
 import os
 import shutil
-import signal
-import threading
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
 import probekit
-from probekit import _native, model as model_module, tools as tools_module
 
 from conftest import LAYERS, run_tool
 
@@ -349,65 +345,6 @@ def test_layers_and_texts_refused_as_the_tools_refuse_them(model, probes_dir, tm
         probekit.train_binary_probes(tmp_path / "activations", "")
 
 
-def test_leaving_a_generation_early_stops_it(model):
-    for event in model.generate("The garage was", max_new_tokens=64, stop=False):
-        assert event["index"] == 0
-        break
-
-
-def test_ctrl_c_interrupts_a_capture(model, texts, monkeypatch):
-    def interrupt_at_first_report(*_):
-        _native.request_interrupt()
-
-    monkeypatch.setattr(model_module, "progress_callback", lambda progress: interrupt_at_first_report)
-    with pytest.raises(KeyboardInterrupt):
-        model.capture(texts, layers=2, batch_size=1)
-    monkeypatch.undo()
-    assert model.capture(texts[:2], layers=2)[2].shape[0] == 2  # the next call runs
-
-
-def test_ctrl_c_interrupts_capture_activations_which_then_resumes(model, dataset, workdir, monkeypatch):
-    def interrupt_at_first_report(*_):
-        _native.request_interrupt()
-
-    output = workdir / "interrupted"
-    monkeypatch.setattr(tools_module, "progress_callback", lambda progress: interrupt_at_first_report)
-    with pytest.raises(KeyboardInterrupt):
-        probekit.capture_activations(model, dataset, str(output), layers=[2], batch_size=1, window=8)
-    monkeypatch.undo()
-    summary = probekit.capture_activations(model, dataset, str(output), layers=[2], batch_size=1, window=8, resume=True)
-    assert summary["layers"] == [2] and (output / "layer_2_activations.h5").exists()
-
-
-def test_a_real_ctrl_c_raises_once_the_interrupted_call_has_ended(model):
-    """SIGINT itself, from another thread, during a long capture: KeyboardInterrupt comes once the native call has
-    stopped, and the next call runs. (CPython 3.11's Thread.join, interrupted, once let KeyboardInterrupt through
-    while the capture ran on; the next call then forgot the request and the capture ran to its end.)"""
-    with open(probekit.example_dataset()) as source:
-        texts = [json.loads(line)["text"] for line in source] * 4  # far longer than the 0.2 s before Ctrl-C
-    interrupted = []
-
-    def ctrl_c_while_capturing():
-        deadline = time.monotonic() + 60
-        while not interrupted and time.monotonic() < deadline:
-            interrupted.extend(thread for thread in threading.enumerate() if thread.name == "probekit")
-            time.sleep(0.01)
-        if interrupted:
-            time.sleep(0.2)  # into the capture
-            os.kill(os.getpid(), signal.SIGINT)
-
-    sender = threading.Thread(target=ctrl_c_while_capturing)
-    sender.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            model.capture(texts, layers=2, batch_size=1, progress=False)
-    finally:
-        sender.join()
-    assert model.capture(texts[:2], layers=2, progress=False)[2].shape[0] == 2  # the next call, at once
-    running = [thread for thread in interrupted if thread in threading.enumerate()]
-    assert not running, f"the interrupted capture's worker still runs after the next call: {running}"
-
-
 def test_calibrated_is_refused_for_a_multiclass_probe_as_the_tool_refuses_it(model, multiclass_probes_dir):
     probes = probekit.load_probes(multiclass_probes_dir)
     assert probes.rank(model, "The garage was")["predictions"]
@@ -482,6 +419,11 @@ def test_the_type_stubs_declare_every_public_name():
     (lambda m: m.capture(["a"], steer=[([1.0] * m.hidden_size, 1.5, 1.0)]), ValueError, "steer: the layer: 1.5 is not"),
     (lambda m: m.patch("a b", "a c", seed=0), ValueError, "noise and seed go with subject"),
     (lambda m: list(m.generate("a", seed=-1)), ValueError, "seed -1: must be a whole number"),
+    # Regression: pybind11's TypeError listing the native signature.
+    (lambda m: list(m.generate("a", max_new_tokens=2**70)), ValueError, "max_new_tokens: 1180591620717411303424 is past"),
+    (lambda m: list(m.generate("a", top_k=2.5)), ValueError, "top_k: 2.5 is not a whole number"),
+    (lambda m: m.capture(["a"], max_length=-2**64), ValueError, "max_length: -18446744073709551616 is past the 64-bit"),
+    (lambda m: probekit.load_model("/nonexistent/model", device=0), ValueError, "device: expected a string, got int"),
     (lambda m: m.patch("a b", subject="a", seed=-1), ValueError, "seed -1: must be a whole number"),
     (lambda m: probekit.example_model("/nonexistent/example", seed=-1), ValueError, "seed -1: must be a whole number"),
     (lambda m: probekit.example_model("/nonexistent/example", seed=2**64), ValueError, "seed 18446744073709551616"),
@@ -495,6 +437,24 @@ def test_bad_arguments_raise_with_the_message(model, call, error, message):
     with pytest.raises(error) as raised:
         call(model)
     assert message in str(raised.value)
+
+
+def test_folders_as_paths_or_relative_stay_the_same_after_chdir(model, model_dir, probes_dir, monkeypatch):
+    """Regression: pathlib.Path was refused, and a relative folder was read from each later call's directory."""
+    monkeypatch.chdir(os.path.dirname(probes_dir))
+    relative = probekit.load_probes(os.path.basename(probes_dir))
+    by_path = probekit.load_probes(Path(probes_dir))
+    monkeypatch.chdir(os.path.dirname(model_dir))
+    relative_model = probekit.load_model(os.path.basename(model_dir), device="cpu")
+    monkeypatch.chdir("/")
+    assert relative.dir == by_path.dir == probes_dir
+    assert relative.rank(model, "The garage was") == by_path.rank(model, "The garage was")
+    assert list(relative_model.generate("The garage was", max_new_tokens=2)) == list(model.generate("The garage was",
+                                                                                                    max_new_tokens=2))
+    assert probekit.load_model(Path(model_dir), device="cpu").hidden_size == model.hidden_size
+    # A threshold that is not a number is refused naming monitors (regression: "invalid JSON" from the native side).
+    with pytest.raises(ValueError, match="monitors: Out of range float values"):
+        list(model.generate("a", probes=by_path, monitors=[{"label": "reframing", "threshold": float("nan")}]))
 
 
 def test_broken_files_raise_runtime_error_with_the_message(tmp_path):

@@ -57,7 +57,7 @@ def sae_folder(workdir, model):
 
 
 def test_load_sae_encodes_and_decodes_as_the_formula(sae_folder, model):
-    sae = probekit.load_sae(str(sae_folder))
+    sae = probekit.load_sae(sae_folder)  # a pathlib.Path (regression: refused)
     assert (sae.name, sae.layout, sae.site, sae.layer, sae.d_sae) == ("sae_res", "saelens", "resid_post", LAYER, 48)
     weights = write_saelens(sae_folder.parent / "again", model.hidden_size, 48)
     rows = torch.randn(5, 3, model.hidden_size)
