@@ -250,12 +250,32 @@ std::string download_model(const RepoCache& cache, const HubName& name, const Hu
   return commit;
 }
 
+// The optional files a snapshot neither holds nor records as absent (another client, hf_hub_download of single
+// files, filled it without them), asked for by its commit: a checkpoint used without its generation config or chat
+// template would stop, or chat, otherwise than it should. Offline, the snapshot is used as it is.
+void complete_optional_files(const RepoCache& cache, const HubName& name, const HubSettings& settings,
+                             const std::string& commit) {
+  std::vector<const char*> unknown;
+  for (const char* file : kOptionalFiles) {
+    if (!cache.has_file(commit, file) && !cache.known_missing(commit, file)) unknown.push_back(file);
+  }
+  if (unknown.empty()) return;
+  if (settings.offline) {
+    spdlog::warn("{}: the cache does not say whether commit {} has {}; offline, it is used without them", name.text(),
+                 commit, fmt::join(unknown, ", "));
+    return;
+  }
+  RepoDownload download(cache, name, settings);
+  for (const char* file : unknown) download.fetch(commit, file, true);
+}
+
 // A hub name's snapshot: from the cache when it is complete there, else downloaded.
 ResolvedModel resolve_hub_model(const HubName& name, const HubSettings& settings) {
   RepoCache cache(settings.cache_dir, name.repo);
   std::optional<std::string> commit = cache.commit_of(name.revision);
   std::vector<std::string> missing = commit ? missing_files(cache, *commit) : std::vector<std::string>{};
   if (commit && missing.empty()) {
+    complete_optional_files(cache, name, settings, *commit);
     spdlog::info("{}: commit {} from the cache ({})", name.text(), *commit, cache.snapshot_dir(*commit));
     return ResolvedModel{cache.snapshot_dir(*commit), name.text(), *commit};
   }

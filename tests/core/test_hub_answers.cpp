@@ -62,3 +62,25 @@ TEST_CASE_FIXTURE(HubCase, "hub answers: a mirror's 404 without an error code, a
                     contains("has neither model.safetensors nor model.safetensors.index.json: its weights are in another "
                              "format (pickled .bin files are never downloaded"));
 }
+
+TEST_CASE_FIXTURE(HubCase, "hub cache: a snapshot another client filled without the optional files gets them, by its commit") {
+  std::string commit = mock.add_repo("probekit-test/gemma", fixture_repo(kGemmaModel, kGemmaFiles));
+  const hub::ResolvedModel first = hub::resolve_model("probekit-test/gemma", settings);
+  // As hf_hub_download of config, tokenizer and weights alone leaves it: no chat template, nor a record of its absence.
+  std::remove((first.dir + "/chat_template.jinja").c_str());
+  hub::HubSettings offline = settings;
+  offline.offline = true;
+  testing::LoggedLines log;
+  CHECK(hub::resolve_model("probekit-test/gemma", offline).dir == first.dir);
+  CHECK_CONTAINS(log.text(), "the cache does not say whether commit " + commit + " has chat_template.jinja");
+  CHECK_FALSE(path_exists(first.dir + "/chat_template.jinja"));
+  // Regression: used as complete, so the model had no chat template until the snapshot was deleted.
+  const int heads = mock.count("HEAD", "/config.json");
+  CHECK(hub::resolve_model("probekit-test/gemma", settings).dir == first.dir);
+  CHECK(read_file(first.dir + "/chat_template.jinja") == read_file(kGemmaModel + "/chat_template.jinja"));
+  CHECK(mock.count("HEAD", "/config.json") == heads);  // asked by the snapshot's commit, not pinned again
+  // A file the hub lacks is recorded absent (huggingface_hub's .no_exist) and not asked for again.
+  const int asked = mock.count("HEAD", "/generation_config.json");
+  hub::resolve_model("probekit-test/gemma", settings);
+  CHECK(mock.count("HEAD", "/generation_config.json") == asked);
+}
