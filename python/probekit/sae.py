@@ -59,5 +59,7 @@ class SparseAutoencoder:
 
     def __repr__(self):
         r = self.record
+        # A transcoder reconstructs another site than it reads (mlp_out from ln2_normalized): both are named.
+        reconstructs = "" if self.output_site == r["site"] else f", reconstructs {self.output_site}"
         return (f"probekit.SparseAutoencoder({r['name']!r}, {r['layout']}, {r['architecture']}, {r['site']} of layer "
-                f"{r['layer']}, {r['d_in']} -> {r['d_sae']})")
+                f"{r['layer']}, {r['d_in']} -> {r['d_sae']}{reconstructs})")

@@ -136,6 +136,7 @@ def test_a_skip_transcoder_reads_ln2_normalized_and_decodes_with_its_skip_from_t
     transcoder = probekit.load_sae(str(workdir / "tc"))
     # TransformerLens' ln2.hook_normalized: the pre-MLP norm's output before its weight, not mlp_in.
     assert (transcoder.site, transcoder.output_site) == ("ln2_normalized", "mlp_out")
+    assert repr(transcoder).endswith("ln2_normalized of layer 2, 256 -> 48, reconstructs mlp_out)")  # regression: mlp_out unsaid
     rows = torch.randn(4, model.hidden_size)
     latents = transcoder.encode(rows)
     torch.testing.assert_close(latents, torch.relu(rows @ weights["W_enc"] + weights["b_enc"]), rtol=1e-5, atol=1e-5)
