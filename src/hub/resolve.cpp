@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/interrupt.h"
 #include "hub/blob_download.h"
 #include "hub/file_lock.h"
 #include "hub/hub_cache.h"
@@ -184,7 +185,10 @@ class RepoDownload {
     check_commit(request, response);
     if (answered_commit != nullptr) *answered_commit = header(response.headers, "x-repo-commit");
     if (is_missing_entry(response)) {
+      // A mirror's bare 404 names no commit: the commit asked for is the one that lacks it (else it is asked again
+      // on every run).
       std::string commit = header(response.headers, "x-repo-commit");
+      if (!is_commit_hash(commit) && is_commit_hash(revision)) commit = revision;
       if (is_commit_hash(commit)) cache_.mark_missing(commit, file);
       if (optional) {
         spdlog::debug("{}: no {} (optional)", name_.text(), file);
@@ -260,13 +264,27 @@ void complete_optional_files(const RepoCache& cache, const HubName& name, const 
     if (!cache.has_file(commit, file) && !cache.known_missing(commit, file)) unknown.push_back(file);
   }
   if (unknown.empty()) return;
+  // Info, not a warning: snapshot_download writes no absence records, and most repositories lack some of these.
   if (settings.offline) {
-    spdlog::warn("{}: the cache does not say whether commit {} has {}; offline, it is used without them", name.text(),
+    spdlog::info("{}: the cache does not say whether commit {} has {}; offline, it is used without them", name.text(),
                  commit, fmt::join(unknown, ", "));
     return;
   }
-  RepoDownload download(cache, name, settings);
-  for (const char* file : unknown) download.fetch(commit, file, true);
+  // The snapshot serves without them, as it did: an unreachable hub costs one try, and leaves it as it is.
+  HubSettings once = settings;
+  once.max_attempts = 1;
+  try {
+    RepoDownload download(cache, name, once);
+    while (!unknown.empty()) {
+      download.fetch(commit, unknown.back(), true);
+      unknown.pop_back();
+    }
+  } catch (const Interrupted&) {
+    throw;
+  } catch (const std::exception& e) {
+    spdlog::warn("{}: commit {} from the cache without {}: asking the hub for them failed ({})", name.text(), commit,
+                 fmt::join(unknown, ", "), e.what());
+  }
 }
 
 // A hub name's snapshot: from the cache when it is complete there, else downloaded.

@@ -74,13 +74,26 @@ TEST_CASE_FIXTURE(HubCase, "hub cache: a snapshot another client filled without 
   CHECK(hub::resolve_model("probekit-test/gemma", offline).dir == first.dir);
   CHECK_CONTAINS(log.text(), "the cache does not say whether commit " + commit + " has chat_template.jinja");
   CHECK_FALSE(path_exists(first.dir + "/chat_template.jinja"));
+  // An unreachable hub leaves it as it is, after one try, as the cache served it before.
+  hub::HubSettings unreachable = settings;
+  unreachable.endpoint = "http://127.0.0.1:1";  // nothing listens there
+  CHECK(hub::resolve_model("probekit-test/gemma", unreachable).dir == first.dir);
+  CHECK_CONTAINS(log.text(), "from the cache without chat_template.jinja: asking the hub for them failed");
   // Regression: used as complete, so the model had no chat template until the snapshot was deleted.
   const int heads = mock.count("HEAD", "/config.json");
+  const int by_commit = mock.count("HEAD", "/resolve/" + commit + "/chat_template.jinja");
   CHECK(hub::resolve_model("probekit-test/gemma", settings).dir == first.dir);
   CHECK(read_file(first.dir + "/chat_template.jinja") == read_file(kGemmaModel + "/chat_template.jinja"));
-  CHECK(mock.count("HEAD", "/config.json") == heads);  // asked by the snapshot's commit, not pinned again
-  // A file the hub lacks is recorded absent (huggingface_hub's .no_exist) and not asked for again.
-  const int asked = mock.count("HEAD", "/generation_config.json");
+  CHECK(mock.count("HEAD", "/config.json") == heads);  // not pinned again: asked by the snapshot's commit
+  CHECK(mock.count("HEAD", "/resolve/" + commit + "/chat_template.jinja") == by_commit + 1);
+  // A file the hub lacks is recorded absent (huggingface_hub's .no_exist), a mirror's bare 404 by the commit asked
+  // for (regression: not recorded, so asked for again on every run), and not asked for again.
+  const std::string absent = settings.cache_dir + "/models--probekit-test--gemma/.no_exist/" + commit;
+  REQUIRE(std::remove((absent + "/special_tokens_map.json").c_str()) == 0);
+  mock.fail_next("HEAD", "special_tokens_map.json", 404, 1);
   hub::resolve_model("probekit-test/gemma", settings);
-  CHECK(mock.count("HEAD", "/generation_config.json") == asked);
+  CHECK(path_exists(absent + "/special_tokens_map.json"));
+  const int asked = mock.count("HEAD", "/special_tokens_map.json");
+  hub::resolve_model("probekit-test/gemma", settings);
+  CHECK(mock.count("HEAD", "/special_tokens_map.json") == asked);
 }
