@@ -146,6 +146,9 @@ HttpResponse HttpClient::perform(const std::string& url, const std::vector<std::
     throw NetworkError(fmt::format("{}: the transfer stalled: no bytes for {:g} s (HF_HUB_DOWNLOAD_TIMEOUT)", url_shown(url),
                                    options_.stall_seconds));
   }
+  if (code == CURLE_TOO_MANY_REDIRECTS) {  // not the network's failure: trying again would loop again
+    throw std::runtime_error(fmt::format("{}: redirected more than {} times (a redirect loop)", url_shown(url), kMaxRedirects));
+  }
   if (code != CURLE_OK && !(code == CURLE_WRITE_ERROR && transfer.stopped_by_caller)) {
     std::string reason = error[0] != '\0' ? std::string(error) : std::string(curl_easy_strerror(code));
     throw NetworkError(fmt::format("{}: {}", url_shown(url), reason));

@@ -162,7 +162,12 @@ class RepoDownload {
       HttpResponse response = head_once(request);
       std::string location = header(response.headers, "location");
       bool relative = response.status >= 300 && response.status < 400 && !location.empty() && location[0] == '/';
-      if (!relative || hop == kMaxRelativeRedirects) return response;
+      if (!relative) return response;
+      // Regression: the last redirect was read as an answer, and said to be no hub's.
+      if (hop == kMaxRelativeRedirects) {
+        fail("{}: {}: {}: redirected {} times within the hub without an answer (a redirect loop); check HF_ENDPOINT "
+             "({})", request.model, request.file, url_shown(request.url), hop + 1, url_shown(settings_.endpoint));
+      }
       request.url = url_origin(request.url) + location;
     }
   }

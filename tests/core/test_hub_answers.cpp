@@ -1,11 +1,14 @@
 // The hub client's answers to what a hub or a mirror says: another commit than the one asked for, a 404 without the
-// hub's error code, a repository without safetensors weights.
+// hub's error code, a repository without safetensors weights, a snapshot another client filled, a redirect loop.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
+#include <httplib.h>
 
 #include <string>
+#include <thread>
 
 #include "common/files.h"
+#include "hub/http_client.h"
 #include "hub/resolve.h"
 #include "hub_case.h"
 #include "test_paths.h"
@@ -96,4 +99,35 @@ TEST_CASE_FIXTURE(HubCase, "hub cache: a snapshot another client filled without 
   const int asked = mock.count("HEAD", "/special_tokens_map.json");
   hub::resolve_model("probekit-test/gemma", settings);
   CHECK(mock.count("HEAD", "/special_tokens_map.json") == asked);
+}
+
+TEST_CASE_FIXTURE(HubCase, "hub answers: a redirect loop within the hub is named so, after its redirects, and not tried again") {
+  httplib::Server looping;
+  int requests = 0;
+  looping.Get(".*", [&](const httplib::Request& request, httplib::Response& response) {  // HEAD too
+    ++requests;
+    response.status = 302;
+    response.set_header("Location", request.path);
+  });
+  const int port = looping.bind_to_any_port("127.0.0.1");
+  std::thread serving([&] { looping.listen_after_bind(); });
+  settings.endpoint = fmt::format("http://127.0.0.1:{}", port);
+  // Regression: the last redirect was read as the answer: "no X-Repo-Commit header: is HF_ENDPOINT a Hugging Face hub".
+  CHECK_THROWS_WITH(hub::resolve_model("probekit-test/gemma", settings),
+                    contains("config.json: " + settings.endpoint + "/probekit-test/gemma/resolve/main/config.json: "
+                             "redirected 6 times within the hub without an answer (a redirect loop)"));
+  CHECK(requests == 6);
+  // A download's redirects (an LFS location's) are followed by libcurl up to its bound: a loop is no network failure,
+  // which would be tried again (regression: five tries, then "cannot reach the hub").
+  hub::HttpClient client(hub::HttpOptions{});
+  try {
+    client.get(settings.endpoint + "/blob", {}, nullptr, nullptr);
+    FAIL("a redirect loop was followed to an answer");
+  } catch (const hub::NetworkError& e) {
+    FAIL("a redirect loop read as a network failure: " << e.what());
+  } catch (const std::runtime_error& e) {
+    CHECK_CONTAINS(std::string(e.what()), "/blob: redirected more than 10 times (a redirect loop)");
+  }
+  looping.stop();
+  serving.join();
 }
