@@ -156,6 +156,13 @@ def whole_number(value, name):
     return number
 
 
+def positive_whole_number(value, name):
+    """value as a whole number of 1 or more (True, which int() reads as 1, is none), else a ValueError naming `name`."""
+    if isinstance(value, bool) or whole_number(value, name) < 1:
+        raise ValueError(f"{name} {value!r}: must be a whole number, 1 or more")
+    return value
+
+
 def layer_selection(layers, name="layers"):
     """layers as the tools take them: None -> the default, 8 -> "8", [8, 17] -> "8,17", "21-30" or "all" as is; an
     empty list, which would read as the default, is refused."""

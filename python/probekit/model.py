@@ -9,8 +9,8 @@ import threading
 import torch.utils.dlpack
 
 from . import _native
-from ._running import (conversation_text, given_text, json_text, layer_selection, progress_callback, run_interruptibly,
-                       seed_value, steer_items, stop_and_wait, text_list, whole_number)
+from ._running import (conversation_text, given_text, json_text, layer_selection, positive_whole_number, progress_callback,
+                       run_interruptibly, seed_value, steer_items, stop_and_wait, text_list, whole_number)
 
 
 def load_model(model, device="auto", dtype="auto", devices=None, max_gpu_memory=0):
@@ -77,8 +77,8 @@ class Model:
         Returns {layer: torch.Tensor [len(texts), H]} in the texts' order, fp32 on the CPU; with position "all",
         {layer: [torch.Tensor [T_i, H], ...]}. Ctrl-C stops it (KeyboardInterrupt)."""
         texts = text_list(texts)
-        if batch_size is not None and (isinstance(batch_size, bool) or whole_number(batch_size, "batch_size") < 1):
-            raise ValueError(f"batch_size {batch_size!r}: must be a whole number, 1 or more")
+        if batch_size is not None:
+            positive_whole_number(batch_size, "batch_size")
         layers_found, tensors, offsets, _ = run_interruptibly(
             _native.capture, self._native, texts, layer_selection(layers), site, position, prompt_suffix,
             batch_size or 0, whole_number(max_length, "max_length"), steer_items(steer), _probes_dir(probes), progress_callback(progress),
@@ -110,8 +110,7 @@ class Model:
         Leaving the loop early stops the generation."""
         conversation = conversation_text(prompt, messages, tools, None, "prompt")
         prompts = text_list(prompt, "prompt") if conversation is None else []
-        if isinstance(max_new_tokens, bool) or whole_number(max_new_tokens, "max_new_tokens") < 1:
-            raise ValueError(f"max_new_tokens {max_new_tokens!r}: must be a whole number, 1 or more")
+        positive_whole_number(max_new_tokens, "max_new_tokens")
         arguments = (self._native, prompts, _probes_dir(probes), *_probe_selection(probes), max_new_tokens, bool(stop), float(temperature),
                      whole_number(sample_top_k, "sample_top_k"), float(top_p), seed_value(seed), whole_number(top_k, "top_k"), float(threshold), bool(calibrated),
                      steer_items(steer), _monitor_policies(monitors, probes), conversation or "")
@@ -149,8 +148,7 @@ class Model:
             given_text(corrupted, "corrupted")
         if subject is None and (noise is not None or seed is not None):
             raise ValueError("noise and seed go with subject (ROME's noise corruption): a corrupted prompt draws no noise")
-        if isinstance(layer_window, bool) or whole_number(layer_window, "layer_window") < 1:
-            raise ValueError(f"layer_window {layer_window!r}: must be a whole number, 1 or more")
+        positive_whole_number(layer_window, "layer_window")
         text = run_interruptibly(
             _native.patch, self._native, self._patch_graphs, clean, corrupted or "", subject or "",
             3.0 if noise is None else float(noise), seed_value(0 if seed is None else seed), metric, sites,

@@ -259,8 +259,8 @@ std::string download_model(const RepoCache& cache, const HubName& name, const Hu
   return commit;
 }
 
-// The optional files a snapshot neither holds nor records as absent (another client, hf_hub_download of single
-// files, filled it without them), asked for by its commit: a checkpoint used without its generation config or chat
+// The optional files a snapshot neither holds nor records as absent (another client filled it: snapshot_download and
+// hf_hub_download write no record of a file a repository lacks), asked for by its commit: a checkpoint used without its generation config or chat
 // template would stop, or chat, otherwise than it should. Offline, the snapshot is used as it is.
 void complete_optional_files(const RepoCache& cache, const HubName& name, const HubSettings& settings,
                              const std::string& commit) {
