@@ -23,9 +23,11 @@ int main(int argc, char** argv) {
                      p["kl_mean"].get<double>());
         }
         // A cell is a (label, coefficient, prompt) of the sweep; the prompts' unsteered baselines serve every label.
-        fmt::print("{:g} cells ({} generations) in {:.2f} s ({:.1f} cells/s); wrote {}/sweep.json and sweep.html\n",
-                   summary["cells"].get<double>(), summary["generations"].get<int64_t>(), summary["seconds"].get<double>(),
-                   summary["cells_per_s"].get<double>(), options.output_dir);
+        const auto resumed = summary["resumed_generations"].get<int64_t>();
+        fmt::print("{:g} cells ({} generations{}) in {:.2f} s ({:.1f} cells/s); wrote {}/sweep.json and sweep.html\n",
+                   summary["cells"].get<double>(), summary["generations"].get<int64_t>(),
+                   resumed > 0 ? fmt::format(", {} kept from an interrupted run", resumed) : "",
+                   summary["seconds"].get<double>(), summary["cells_per_s"].get<double>(), options.output_dir);
       },
       sweep::kSweepInterruptNote);
 }

@@ -16,10 +16,12 @@
 #include "common/files.h"
 #include "common/outputs.h"
 #include "common/progress.h"
+#include "common/sha256.h"
 #include "device/device_select.h"
 #include "readout/readout.h"
 #include "steering/steering.h"
 #include "sweep/fluency.h"
+#include "sweep/sweep_progress.h"
 #include "sweep/sweep_report.h"
 
 namespace probekit::sweep {
@@ -31,13 +33,6 @@ struct Cell {
   std::string label;
   double coefficient = 0;
   size_t prompt = 0;
-};
-
-struct CellResult {
-  std::vector<int32_t> prompt_ids, ids;
-  std::string text, stop;
-  std::vector<std::vector<double>> scores;  // [token][label]: every probe of the layer, the text so far
-  Fluency fluency;
 };
 
 std::vector<std::string> read_prompts(const std::string& path) {
@@ -109,42 +104,51 @@ steering::SteeringVectors steering_of(const Cell& cell, const std::map<std::stri
   return vectors;
 }
 
-// Cells [first, end) as one batched generation, each row steered its own way; then their fluency.
-void run_batch(const inference::Engine& engine, const std::vector<std::string>& prompts, const std::vector<Cell>& cells,
-               size_t first, size_t end, const std::map<std::string, steering::SteeringVectors>& directions,
-               const generation::GenerationOptions& generation, std::vector<CellResult>& results) {
+// What a sweep is made of once its model and probes are loaded.
+struct SweepPlan {
+  std::vector<std::string> labels, prompts;
+  std::vector<Cell> cells;
+  std::map<std::string, steering::SteeringVectors> directions;
+  generation::GenerationOptions generation;
+  Json settings;  // how its generations are made: sweep.json's record, which a resumed run must share
+};
+
+// The cells `batch` (indices into plan.cells) as one batched generation, each row steered its own way; then their
+// fluency.
+void run_batch(const inference::Engine& engine, const SweepPlan& plan, const std::vector<size_t>& batch,
+               std::vector<CellResult>& results) {
   std::vector<steering::SteeringVectors> rows;
   std::vector<std::string> texts;
-  for (size_t i = first; i < end; ++i) {
-    rows.push_back(steering_of(cells[i], directions));
-    texts.push_back(prompts[cells[i].prompt]);
+  for (size_t i : batch) {
+    rows.push_back(steering_of(plan.cells[i], plan.directions));
+    texts.push_back(plan.prompts[plan.cells[i].prompt]);
   }
   std::vector<const steering::SteeringVectors*> row_steering;
   for (const steering::SteeringVectors& row : rows) row_steering.push_back(row.empty() ? nullptr : &row);
   const model::StreamWrites writes = steering::place_rows(row_steering, engine.model());
-  generation::GenerationOptions options = generation;
+  generation::GenerationOptions options = plan.generation;
   options.writes = &writes;
   // A cell samples as its prompt does alone (multi_probe_inference --generate, the prompt's index in --file), whatever
   // --rows-per-batch: its baseline draws the same numbers, and more labels or coefficients change none of them
-  // (regression: keyed by the cell's place in the sweep).
-  for (size_t i = first; i < end; ++i) options.row_keys.push_back(cells[i].prompt);
+  // (regression: keyed by the cell's place in the sweep); so does a cell a resumed run generates.
+  for (size_t i : batch) options.row_keys.push_back(plan.cells[i].prompt);
   const std::vector<inference::GeneratedText> generated =
       engine.generate(texts, options, [&](const inference::ScoredToken& token) {
-        results[first + token.row].scores.push_back(token.probability.front());
+        results[batch[token.row]].scores.push_back(token.probability.front());
         return true;
       });
   std::vector<readout::Sequence> prompt_ids, ids;
-  for (size_t i = first; i < end; ++i) {
-    CellResult& result = results[i];
-    result.prompt_ids = generated[i - first].prompt_ids;
-    result.ids = generated[i - first].ids;
-    result.text = generated[i - first].text;
-    result.stop = generation::stop_reason_name(generated[i - first].stop);
+  for (size_t r = 0; r < batch.size(); ++r) {
+    CellResult& result = results[batch[r]];
+    result.prompt_ids = generated[r].prompt_ids;
+    result.ids = generated[r].ids;
+    result.text = generated[r].text;
+    result.stop = generation::stop_reason_name(generated[r].stop);
     prompt_ids.push_back(result.prompt_ids);
     ids.push_back(result.ids);
   }
   std::vector<Fluency> fluency = measure_fluency(engine.model(), prompt_ids, ids, row_steering, 8);
-  for (size_t i = first; i < end; ++i) results[i].fluency = std::move(fluency[i - first]);
+  for (size_t r = 0; r < batch.size(); ++r) results[batch[r]].fluency = std::move(fluency[r]);
 }
 
 double mean_of(const std::vector<double>& values) {
@@ -235,6 +239,81 @@ void check_options(const SweepOptions& o) {
   if (o.rows_per_batch < 1) fail_usage("--rows-per-batch must be positive, got {}", o.rows_per_batch);
 }
 
+// The label directions' bytes, hashed: probes trained again into the same directory change them.
+std::string directions_sha256(const std::map<std::string, steering::SteeringVectors>& directions) {
+  Sha256 hash;
+  for (const auto& [label, vectors] : directions) {
+    const at::Tensor v = vectors.additions.front().vector.to(at::kCPU, at::kFloat).contiguous();
+    hash.update(label + '\0');
+    hash.update({reinterpret_cast<const char*>(v.data_ptr<float>()), static_cast<size_t>(v.numel()) * sizeof(float)});
+  }
+  return hash.hex_digest();
+}
+
+SweepPlan plan_sweep(const SweepOptions& o, const inference::Engine& engine) {
+  SweepPlan plan;
+  plan.labels = sweep_labels(o, engine);
+  plan.prompts = read_prompts(o.prompts_file);
+  plan.cells = plan_cells(plan.labels, o.coefficients, plan.prompts.size());
+  plan.directions = label_directions(plan.labels, engine, o.engine.probes_dir);
+  plan.generation = generation::resolve_generation_flags(o.generation, engine.model_dir());
+  const generation::Sampling& sampling = plan.generation.sampling;
+  // How the generations were made, so that a sweep is reproduced from its file (regression: none of this was kept).
+  const Json made_with = {{"device", engine.target().device.str()},
+                          {"dtype", device::dtype_name(engine.target().dtype_choice.dtype)},
+                          {"temperature", sampling.temperature}, {"top_k", sampling.top_k}, {"top_p", sampling.top_p},
+                          {"seed", sampling.seed}, {"no_stop", o.generation.no_stop}};
+  plan.settings = {{"model", engine.model_dir()}, {"probes", o.engine.probes_dir},
+                   {"layer", o.engine.layer}, {"site", site_name(Site::kResidPost)},
+                   {"labels", plan.labels}, {"probe_labels", engine.labels()},
+                   {"directions_sha256", directions_sha256(plan.directions)},
+                   {"coefficients", o.coefficients}, {"prompts", plan.prompts},
+                   {"max_new_tokens", plan.generation.max_new_tokens}, {"generation", made_with}};
+  return plan;
+}
+
+// Generates every cell the progress file does not hold, appending each batch to it as it finishes; returns how many
+// it generated.
+size_t generate_cells(const SweepOptions& o, const inference::Engine& engine, const SweepPlan& plan,
+                      SweepProgress& progress, std::vector<CellResult>& results) {
+  std::vector<size_t> pending;
+  for (size_t i = 0; i < plan.cells.size(); ++i) {
+    const auto kept = progress.kept().find(i);
+    if (kept == progress.kept().end()) pending.push_back(i);
+    else results[i] = kept->second;
+  }
+  // Every-token probes score each generated token's whole text again, steered as its own row: one generation at a time
+  // (regression: the batch's per-row vectors went to that one-row pass).
+  const auto batch = engine.reads_every_token() ? size_t{1} : static_cast<size_t>(o.rows_per_batch);
+  if (batch < static_cast<size_t>(o.rows_per_batch)) {
+    spdlog::info("the probes read every token: generations are decoded one at a time, not --rows-per-batch {}", o.rows_per_batch);
+  }
+  ProgressBar bar("sweep", static_cast<int64_t>(plan.cells.size()), "generations");
+  const size_t kept = plan.cells.size() - pending.size();
+  size_t generated = 0;
+  try {
+    bar.update(static_cast<int64_t>(kept));
+    for (size_t first = 0; first < pending.size(); first += batch) {
+      const std::vector<size_t> rows(pending.begin() + static_cast<std::ptrdiff_t>(first),
+                                     pending.begin() + static_cast<std::ptrdiff_t>(std::min(pending.size(), first + batch)));
+      run_batch(engine, plan, rows, results);
+      std::vector<std::pair<size_t, const CellResult*>> finished;
+      for (size_t i : rows) finished.emplace_back(i, &results[i]);
+      progress.append(finished);
+      generated += rows.size();
+      bar.update(static_cast<int64_t>(kept + generated));
+    }
+  } catch (const std::exception&) {
+    if (kept + generated > 0) {
+      spdlog::warn("{} of the sweep's {} generations are kept in {}: the same command with --resume goes on from them",
+                   kept + generated, plan.cells.size(), progress.path());
+    }
+    throw;
+  }
+  bar.finish();
+  return generated;
+}
+
 }  // namespace
 
 void add_sweep_flags(CLI::App& app, SweepOptions& o) {
@@ -257,6 +336,8 @@ void add_sweep_flags(CLI::App& app, SweepOptions& o) {
   app.add_option("--rows-per-batch", o.rows_per_batch, "Generations decoded together (label x coefficient x prompt)")
       ->capture_default_str();
   add_overwrite_flag(app, o.overwrite);
+  app.add_flag("--resume", o.resume,
+               "Go on from the generations an interrupted sweep into --output-dir kept (its .progress.jsonl beside it)");
   add_device_options(app, e.device, e.dtype);
   generation::add_generation_flags(app, o.generation);
 }
@@ -271,51 +352,33 @@ Json run_sweep(SweepOptions o) {
   o.engine.texts_only = true;  // the sweep's prompts are texts
   o.engine.batch_size = o.rows_per_batch;
   const inference::Engine engine = inference::Engine::load(o.engine);
-  const std::vector<std::string> labels = sweep_labels(o, engine), prompts = read_prompts(o.prompts_file);
-  const std::vector<Cell> cells = plan_cells(labels, o.coefficients, prompts.size());
-  const auto directions = label_directions(labels, engine, o.engine.probes_dir);
-  const generation::GenerationOptions generation = generation::resolve_generation_flags(o.generation, engine.model_dir());
-  std::vector<CellResult> results(cells.size());
-  ProgressBar progress("sweep", static_cast<int64_t>(cells.size()), "generations");
+  const SweepPlan plan = plan_sweep(o, engine);
+  SweepProgress progress(o.output_dir, plan.settings, plan.cells.size(), engine.labels().size(), o.resume, o.overwrite);
+  std::vector<CellResult> results(plan.cells.size());
   const auto start = std::chrono::steady_clock::now();
-  // Every-token probes score each generated token's whole text again, steered as its own row: one generation at a time
-  // (regression: the batch's per-row vectors went to that one-row pass).
-  const auto batch = engine.reads_every_token() ? size_t{1} : static_cast<size_t>(o.rows_per_batch);
-  if (batch < static_cast<size_t>(o.rows_per_batch)) {
-    spdlog::info("the probes read every token: generations are decoded one at a time, not --rows-per-batch {}", o.rows_per_batch);
-  }
-  for (size_t first = 0; first < cells.size(); first += batch) {
-    run_batch(engine, prompts, cells, first, std::min(cells.size(), first + batch), directions, generation, results);
-    progress.update(static_cast<int64_t>(std::min(cells.size(), first + batch)));
-  }
+  const size_t generated = generate_cells(o, engine, plan, progress, results);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  progress.finish();
   Json summary = Json::array(), all = Json::array();
-  for (const std::string& label : labels) {
+  for (const std::string& label : plan.labels) {
     for (double c : o.coefficients) {
-      summary.push_back(summary_point(label, c, cells, results, engine.labels(), prompts.size()));
+      summary.push_back(summary_point(label, c, plan.cells, results, engine.labels(), plan.prompts.size()));
     }
   }
-  for (size_t i = 0; i < cells.size(); ++i) all.push_back(cell_json(cells[i], results[i], engine.labels()));
-  const auto swept = static_cast<double>(labels.size() * o.coefficients.size() * prompts.size());
-  const generation::Sampling& sampling = generation.sampling;
-  // How the generations were made, so that a sweep is reproduced from its file (regression: none of this was kept).
-  const Json made_with = {{"device", engine.target().device.str()},
-                          {"dtype", device::dtype_name(engine.target().dtype_choice.dtype)},
-                          {"temperature", sampling.temperature}, {"top_k", sampling.top_k}, {"top_p", sampling.top_p},
-                          {"seed", sampling.seed}, {"no_stop", o.generation.no_stop}};
-  Json sweep = {{"model", engine.model_dir()},   {"probes", o.engine.probes_dir},
-                {"layer", o.engine.layer},       {"site", site_name(Site::kResidPost)},
-                {"labels", labels},              {"probe_labels", engine.labels()},
-                {"coefficients", o.coefficients}, {"prompts", prompts},
-                {"max_new_tokens", generation.max_new_tokens}, {"generation", made_with}, {"seconds", seconds},
-                {"cells_per_s", swept / seconds}, {"summary", summary},
-                {"cells", all}};
+  for (size_t i = 0; i < plan.cells.size(); ++i) all.push_back(cell_json(plan.cells[i], results[i], engine.labels()));
+  const auto swept = static_cast<double>(plan.labels.size() * o.coefficients.size() * plan.prompts.size());
+  // A resumed run's rate is of the cells its own generations make up.
+  const double cells_per_s = generated == 0 ? 0.0 : swept * static_cast<double>(generated) /
+                                                        static_cast<double>(plan.cells.size()) / seconds;
+  const size_t resumed = plan.cells.size() - generated;
+  Json sweep = plan.settings;
+  sweep.update({{"seconds", seconds}, {"cells_per_s", cells_per_s}, {"resumed_generations", resumed},
+                {"summary", summary}, {"cells", all}});
   write_file_atomic(out.path() + "/sweep.json", dump_json(sweep, 1) + "\n");
   write_file_atomic(out.path() + "/sweep.html", render_sweep_report(sweep));
   out.commit();
-  return {{"output_dir", o.output_dir}, {"cells", swept}, {"generations", cells.size()}, {"seconds", seconds},
-          {"cells_per_s", swept / seconds}, {"summary", summary}};
+  progress.remove();
+  return {{"output_dir", o.output_dir}, {"cells", swept}, {"generations", plan.cells.size()},
+          {"resumed_generations", resumed}, {"seconds", seconds}, {"cells_per_s", cells_per_s}, {"summary", summary}};
 }
 
 }  // namespace probekit::sweep

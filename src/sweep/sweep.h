@@ -30,6 +30,7 @@ struct SweepOptions {
   int64_t rows_per_batch = 64;      // generations (label x coefficient x prompt) decoded together
   std::string output_dir;
   bool overwrite = false;
+  bool resume = false;  // go on from the generations an interrupted run kept (sweep_progress.h)
 };
 
 void add_sweep_flags(CLI::App& app, SweepOptions& options);
@@ -38,9 +39,9 @@ void add_sweep_flags(CLI::App& app, SweepOptions& options);
 /// (one entry per label and coefficient) with the run's cells per second.
 Json run_sweep(SweepOptions options);
 
-/// What steering_sweep says when Ctrl-C stops it.
+/// What steering_sweep says when Ctrl-C stops it (after the count of generations kept).
 constexpr const char* kSweepInterruptNote =
-    "the output directory is as it was before this run: sweep.json and sweep.html are written once every cell is "
-    "generated, so none of this run's cells were kept";
+    "the output directory is as it was before this run; sweep.json and sweep.html are written once every cell is "
+    "generated";
 
 }  // namespace probekit::sweep
