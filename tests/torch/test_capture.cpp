@@ -189,7 +189,7 @@ at::Tensor file_row(const std::vector<float>& values, int64_t row, int64_t width
 
 }  // namespace
 
-TEST_CASE("router and experts sites: rows are the routing of single passes, shards merge, dense layers are refused") {
+TEST_CASE("router and experts sites: rows are the routing of single passes, dense layers are refused") {
   TempDir tmp;
   std::string dataset = write_action_dataset(tmp, 16);
   auto capture_moe = [&](Site site, Position position, const std::string& layers, const std::string& out) {
@@ -240,8 +240,26 @@ TEST_CASE("router and experts sites: rows are the routing of single passes, shar
     }
   }
 
-  // Per-token expert choices of a run in two shards, merged, equal the unsharded run's (the weights to fp32
-  // rounding: other batches pad differently).
+  // A layer without a router, and pooled expert ids, are the caller's mistakes, named as such.
+  auto usage_error = [&](Site site, Position position, const std::string& layers) -> std::string {
+    try {
+      capture_moe(site, position, layers, "refused");
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  CHECK_CONTAINS(usage_error(Site::kRouter, Position::kLast, "1,2"),
+                 "--site router: layer 1 is a dense layer without a router; the layers with a router are 0,2,3");
+  CHECK_CONTAINS(usage_error(Site::kExperts, Position::kMean, "2"),
+                 "--site experts stores the k experts the router chose (ids, most probable first) and their weights, which cannot be pooled: use --position last or all (not mean)");
+  CHECK_CONTAINS(usage_error(Site::kRouter, Position::kLast, "1"), "the layers with a router are 0,2,3");
+}
+
+TEST_CASE("per-token expert choices of a run in two shards, merged, equal the unsharded run's") {
+  TempDir tmp;
+  std::string dataset = write_action_dataset(tmp, 16);
+  // The weights to fp32 rounding: other batches pad differently.
   capture::CaptureOptions whole = cpu_capture_options(dataset, tmp.file("whole"));
   whole.model_dir = kMoeModel;
   whole.site = Site::kExperts;
@@ -263,21 +281,6 @@ TEST_CASE("router and experts sites: rows are the routing of single passes, shar
     for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == doctest::Approx(b[i]).epsilon(1e-5));
     CHECK(merged.split(split).offsets == unsharded.split(split).offsets);
   }
-
-  // A layer without a router, and pooled expert ids, are the caller's mistakes, named as such.
-  auto usage_error = [&](Site site, Position position, const std::string& layers) -> std::string {
-    try {
-      capture_moe(site, position, layers, "refused");
-    } catch (const UsageError& e) {
-      return e.what();
-    }
-    return "no error";
-  };
-  CHECK_CONTAINS(usage_error(Site::kRouter, Position::kLast, "1,2"),
-                 "--site router: layer 1 is a dense layer without a router; the layers with a router are 0,2,3");
-  CHECK_CONTAINS(usage_error(Site::kExperts, Position::kMean, "2"),
-                 "--site experts stores the k experts the router chose (ids, most probable first) and their weights, which cannot be pooled: use --position last or all (not mean)");
-  CHECK_CONTAINS(usage_error(Site::kRouter, Position::kLast, "1"), "the layers with a router are 0,2,3");
 }
 
 namespace {

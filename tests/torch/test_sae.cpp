@@ -41,6 +41,17 @@ std::string refusal(const std::string& path) {
   return "loaded";
 }
 
+// A copy of the standard SAE fixture in tmp/`name`, its cfg.json changed by `edit`.
+std::string sae_variant(const probekit::testing::TempDir& tmp, const std::string& name,
+                        const std::function<void(Json&)>& edit) {
+  const std::string dir = tmp.file(name);
+  probekit::testing::copy_dir(kSaes + "/saelens_standard", dir);
+  Json config = read_json_file(dir + "/cfg.json");
+  edit(config);
+  probekit::testing::write_text(dir + "/cfg.json", config.dump());
+  return dir;
+}
+
 }  // namespace
 
 TEST_CASE("the nine fixture SAEs in their published layouts encode and decode as NumPy does" * doctest::test_suite("numeric")) {
@@ -215,14 +226,7 @@ TEST_CASE("Llama Scope's transcoders (LXTC) reconstruct mlp_out on its own scale
 
 TEST_CASE("SAEs that cannot be read are refused naming the file and the field") {
   probekit::testing::TempDir tmp;
-  auto variant = [&](const std::string& name, const std::function<void(Json&)>& edit) {
-    const std::string dir = tmp.file(name);
-    probekit::testing::copy_dir(kSaes + "/saelens_standard", dir);
-    Json config = read_json_file(dir + "/cfg.json");
-    edit(config);
-    probekit::testing::write_text(dir + "/cfg.json", config.dump());
-    return dir;
-  };
+  auto variant = [&](const std::string& name, const std::function<void(Json&)>& edit) { return sae_variant(tmp, name, edit); };
   CHECK_CONTAINS(refusal(variant("arch", [](Json& c) { c["architecture"] = "matryoshka"; })),
                  "cfg.json: architecture 'matryoshka' is not read");
   CHECK_CONTAINS(refusal(variant("norm", [](Json& c) { c["normalize_activations"] = "layer_norm"; })),
@@ -263,6 +267,11 @@ TEST_CASE("SAEs that cannot be read are refused naming the file and the field") 
                  })),
                  "TopK's k is 100000, but the dictionary has 256 latents");
   CHECK_CONTAINS(refusal(tmp.path()), "no SAE layout recognised");
+}
+
+TEST_CASE("SAE weights, paths and layers that cannot be read are refused naming the file and the tensor") {
+  probekit::testing::TempDir tmp;
+  auto variant = [&](const std::string& name, const std::function<void(Json&)>& edit) { return sae_variant(tmp, name, edit); };
   // Regression: a NaN in a dictionary was blamed on the model's checkpoint once it reached the activations.
   const std::string nan = variant("nan", [](Json&) {});
   probekit::testing::set_first_element(nan + "/sae_weights.safetensors", "W_dec", std::nanf(""));

@@ -456,6 +456,61 @@ httplib::Result generate(const RunningServer& s, const Json& body, const httplib
   return s.client().send(req);
 }
 
+// The events of /v1/generate for "Once upon a time" (6 tokens, no stop): the same tokens and scores as the engine's
+// own generation, token by token, then "done".
+void check_streamed_generation(RunningServer& s, const std::vector<ServerEvent>& events) {
+  // To the last bit (epsilon 1e-9 of a double holding a float), since the server's decode steps and the engine's differ
+  // only in their batch and the cache's visible length, which change no bit of the CPU's fixed-order products and
+  // attention on any kernel.
+  const std::vector<inference::ScoredToken> expected = engine_generation(s.server().engine(), "Once upon a time", 6);
+  REQUIRE(expected.size() == 6);
+  std::string text;
+  for (size_t i = 0; i < 6; ++i) {
+    CAPTURE(i);
+    const Json& token = events[i].data;
+    CHECK(events[i].name == "token");
+    CHECK(token["index"] == i);
+    CHECK(token["id"] == expected[i].id);
+    text += token["token_text"].get<std::string>();
+    CHECK(token["text"] == text);
+    REQUIRE(token["predictions"].size() == 6);  // 3 labels x 2 layers
+    for (const Json& p : token["predictions"]) {
+      const std::vector<int64_t>& layers = s.server().engine().layers();
+      const std::vector<std::string>& labels = s.server().engine().labels();
+      size_t l = static_cast<size_t>(std::find(layers.begin(), layers.end(), p["layer"].get<int64_t>()) - layers.begin());
+      size_t k = static_cast<size_t>(std::find(labels.begin(), labels.end(), p["label"].get<std::string>()) - labels.begin());
+      CHECK(p["confidence"].get<double>() == doctest::Approx(expected[i].probability[l][k]).epsilon(1e-9));
+    }
+  }
+  CHECK(events[6].name == "done");
+  CHECK(events[6].data["reason"] == "length");
+  CHECK(events[6].data["tokens"] == 6);
+  CHECK(events[6].data["text"] == text);
+}
+
+// /v1/generate's bounds (at most 8 new tokens, `max_tokens` prompt tokens) and its fields' checks.
+void check_generate_bounds(RunningServer& s, int64_t max_tokens) {
+  check_refused(s, "/v1/generate", R"({"prompt": "Once", "max_new_tokens": 9})", 413,
+                {"asks for 9 tokens, more than this server's limit of 8 (--max-new-tokens)"}, "max_new_tokens");
+  check_refused(s, "/v1/generate", Json({{"prompt", std::string(30, 'a') + " b c d e f g h i j k l m n o p q r s t u v"}}).dump(),
+                413, {"(--max-tokens)"}, "prompt");
+  // Regression: the prompt was counted without the BOS it is generated with, so one of exactly --max-tokens tokens ran
+  // with one more.
+  const tokenizer::Tokenizer& tokenizer = s.server().engine().tokenizer();
+  auto tokens = [&](const std::string& text) { return static_cast<int64_t>(tokenizer.encode(text, false).size()); };
+  std::string exact;
+  for (const char* word : {" w", " the", " cat", " a"}) {
+    for (exact = "Once"; tokens(exact) < max_tokens;) exact += word;
+    if (tokens(exact) == max_tokens) break;
+  }
+  REQUIRE(tokens(exact) == max_tokens);
+  check_refused(s, "/v1/generate", Json({{"prompt", exact}}).dump(), 413,
+                {fmt::format("'prompt' is {} tokens long", max_tokens + 1).c_str()}, "prompt");
+  check_refused(s, "/v1/generate", R"({"prompt": "Once", "temperature": -1})", 400, {"'temperature' must be a number from 0"},
+                "temperature");
+  check_refused(s, "/v1/generate", R"({"prompt": "Once", "layers": [4]})", 400, {"layer 4 has no probes loaded"}, "layers[0]");
+}
+
 }  // namespace
 
 TEST_CASE("probe_server: /v1/generate streams tokens with their probe scores; its bounds; a client that hangs up frees its slot" * doctest::test_suite("numeric")) {
@@ -484,53 +539,9 @@ TEST_CASE("probe_server: /v1/generate streams tokens with their probe scores; it
   CHECK(r->get_header_value("Content-Type") == "text/event-stream");
   std::vector<ServerEvent> events = parse_events(received);
   REQUIRE(events.size() == 7);
-  // The same tokens and scores as the engine's own generation, token by token: to the last bit (epsilon 1e-9 of a
-  // double holding a float), since the server's decode steps and the engine's differ only in their batch and the
-  // cache's visible length, which change no bit of the CPU's fixed-order products and attention on any kernel.
-  const std::vector<inference::ScoredToken> expected = engine_generation(s.server().engine(), "Once upon a time", 6);
-  REQUIRE(expected.size() == 6);
-  std::string text;
-  for (size_t i = 0; i < 6; ++i) {
-    CAPTURE(i);
-    const Json& token = events[i].data;
-    CHECK(events[i].name == "token");
-    CHECK(token["index"] == i);
-    CHECK(token["id"] == expected[i].id);
-    text += token["token_text"].get<std::string>();
-    CHECK(token["text"] == text);
-    REQUIRE(token["predictions"].size() == 6);  // 3 labels x 2 layers
-    for (const Json& p : token["predictions"]) {
-      const std::vector<int64_t>& layers = s.server().engine().layers();
-      const std::vector<std::string>& labels = s.server().engine().labels();
-      size_t l = static_cast<size_t>(std::find(layers.begin(), layers.end(), p["layer"].get<int64_t>()) - layers.begin());
-      size_t k = static_cast<size_t>(std::find(labels.begin(), labels.end(), p["label"].get<std::string>()) - labels.begin());
-      CHECK(p["confidence"].get<double>() == doctest::Approx(expected[i].probability[l][k]).epsilon(1e-9));
-    }
-  }
-  CHECK(events[6].name == "done");
-  CHECK(events[6].data["reason"] == "length");
-  CHECK(events[6].data["tokens"] == 6);
-  CHECK(events[6].data["text"] == text);
+  check_streamed_generation(s, events);
 
-  check_refused(s, "/v1/generate", R"({"prompt": "Once", "max_new_tokens": 9})", 413,
-                {"asks for 9 tokens, more than this server's limit of 8 (--max-new-tokens)"}, "max_new_tokens");
-  check_refused(s, "/v1/generate", Json({{"prompt", std::string(30, 'a') + " b c d e f g h i j k l m n o p q r s t u v"}}).dump(),
-                413, {"(--max-tokens)"}, "prompt");
-  // Regression: the prompt was counted without the BOS it is generated with, so one of exactly --max-tokens tokens ran
-  // with one more.
-  const tokenizer::Tokenizer& tokenizer = s.server().engine().tokenizer();
-  auto tokens = [&](const std::string& text) { return static_cast<int64_t>(tokenizer.encode(text, false).size()); };
-  std::string exact;
-  for (const char* word : {" w", " the", " cat", " a"}) {
-    for (exact = "Once"; tokens(exact) < o.limits.max_tokens;) exact += word;
-    if (tokens(exact) == o.limits.max_tokens) break;
-  }
-  REQUIRE(tokens(exact) == o.limits.max_tokens);
-  check_refused(s, "/v1/generate", Json({{"prompt", exact}}).dump(), 413,
-                {fmt::format("'prompt' is {} tokens long", o.limits.max_tokens + 1).c_str()}, "prompt");
-  check_refused(s, "/v1/generate", R"({"prompt": "Once", "temperature": -1})", 400, {"'temperature' must be a number from 0"},
-                "temperature");
-  check_refused(s, "/v1/generate", R"({"prompt": "Once", "layers": [4]})", 400, {"layer 4 has no probes loaded"}, "layers[0]");
+  check_generate_bounds(s, o.limits.max_tokens);
   {
     // While the worker is held, a stream stays open, waiting: the one slot is taken, and the client hangs up.
     std::shared_ptr<void> hold = s.server().scheduler().hold();

@@ -408,6 +408,14 @@ std::map<std::string, double> parse_exposition(const std::string& text) {
   return samples;
 }
 
+// The Gemma fixture's checkpoint and tokenizer in `model`, with `chat_template` as its chat_template.jinja.
+void write_model_with_template(const TempDir& model, const std::string& chat_template) {
+  for (const char* file : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
+    write_text(model.file(file), read_text(kGemmaModel + "/" + file));
+  }
+  write_text(model.file("chat_template.jinja"), chat_template);
+}
+
 }  // namespace
 
 TEST_CASE("probe_server GET /metrics: requests by endpoint and status, streams, batch sizes, tokens, latencies") {
@@ -455,17 +463,15 @@ TEST_CASE("probe_server /v1/chat/completions: a hostile chat template fails its 
   TempDir tmp;
   const std::string probes = train_probes(tmp);
   TempDir model;
-  for (const char* file : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
-    write_text(model.file(file), read_text(kGemmaModel + "/" + file));
-  }
-  write_text(model.file("chat_template.jinja"),
-             "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{% set content = messages[-1].content %}"
-             "{% if content == 'recurse' %}{{ f(0) }}"
-             "{% elif content == 'loop' %}{% set r = range(100000) %}{% for i in r %}{% for j in r %}{% endfor %}{% endfor %}"
-             "{% elif content == 'grow' %}{{ content * 10 ** 12 }}"
-             "{% elif content == 'cycle' %}{% set ns = namespace() %}{% set ns.me = ns %}"
-             "{% else %}{{ bos_token }}<start_of_turn>user\n{% if tools %}{{ tools | tojson }}\n{% endif %}{{ content }}"
-             "<end_of_turn>\n<start_of_turn>model\n{% endif %}");
+  write_model_with_template(
+      model,
+      "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{% set content = messages[-1].content %}"
+      "{% if content == 'recurse' %}{{ f(0) }}"
+      "{% elif content == 'loop' %}{% set r = range(100000) %}{% for i in r %}{% for j in r %}{% endfor %}{% endfor %}"
+      "{% elif content == 'grow' %}{{ content * 10 ** 12 }}"
+      "{% elif content == 'cycle' %}{% set ns = namespace() %}{% set ns.me = ns %}"
+      "{% else %}{{ bos_token }}<start_of_turn>user\n{% if tools %}{{ tools | tojson }}\n{% endif %}{{ content }}"
+      "<end_of_turn>\n<start_of_turn>model\n{% endif %}");
   server::ServerOptions o = options_for(probes);
   o.engine.model_dir = model.path();
   o.engine.force = true;
@@ -521,9 +527,16 @@ TEST_CASE("probe_server /v1/chat/completions: a hostile chat template fails its 
   const Answer choice = ask("Hello", {{"tools", tools}, {"tool_choice", "required"}});
   CHECK(choice.status == 400);
   CHECK(choice.body["error"]["param"] == "tool_choice");
+}
 
+TEST_CASE("probe_server /v1/chat/completions: a template past the parser's bound cannot chat; a render past its time is a 408") {
+  TempDir tmp;
+  server::ServerOptions o = options_for(train_probes(tmp));
+  TempDir model;
+  o.engine.model_dir = model.path();
+  o.engine.force = true;
   // A template nested past the parser's bound: the model cannot chat, and says why; the server serves the rest.
-  write_text(model.file("chat_template.jinja"), "{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}");
+  write_model_with_template(model, "{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}");
   {
     RunningServer unparsed(o);
     httplib::Result r = post(unparsed, "/v1/chat/completions", Json({{"messages", {{{"role", "user"}, {"content", "Hi"}}}}}).dump());
@@ -536,9 +549,8 @@ TEST_CASE("probe_server /v1/chat/completions: a hostile chat template fails its 
     REQUIRE(alive);
     CHECK(alive->status == 200);
   }
-  write_text(model.file("chat_template.jinja"), "{% set r = range(100000) %}{% for i in r %}{% for j in r %}{% endfor %}{% endfor %}");
-
   // Out of time: a 408 naming --request-timeout.
+  write_model_with_template(model, "{% set r = range(100000) %}{% for i in r %}{% for j in r %}{% endfor %}{% endfor %}");
   o.limits.request_timeout_s = 0.01;
   RunningServer hurried(o);
   httplib::Result r = post(hurried, "/v1/chat/completions", Json({{"messages", {{{"role", "user"}, {"content", "Hi"}}}}}).dump());
