@@ -182,6 +182,7 @@ BinaryTrainingResult train_binary_probes(const activations::ActivationFile& file
   std::vector<std::string> without_examples;
   std::vector<TrainedLabel> trained = plan_labels(file, options, skipped, without_examples);
   ProbeShape shape = probe_shape(options, file.attributes.hidden_size, 1);
+  check_bank_memory(shape, static_cast<int64_t>(trained.size()), device, dtype);
   // A conversation's rows are its masked tokens: the mask already leaves the template's tokens (BOS) out.
   if (shape.kind->reads_every_token() && !file.attributes.recipe.mask) {
     shape.skip_leading = logged_leading_specials(file, progress_label);

@@ -255,6 +255,7 @@ MulticlassTrainingResult train_multiclass_probe(const activations::ActivationFil
   check_classes(file);
   const auto& names = file.attributes.label_names;
   ProbeShape shape = probe_shape(options, file.attributes.hidden_size, static_cast<int64_t>(names.size()));
+  check_bank_memory(shape, 1, device, dtype);
   at::TensorOptions tensor_options = at::TensorOptions().device(device).dtype(dtype);
   SplitTensors data = split_tensors(file, tensor_options, options.pin_activations);
 

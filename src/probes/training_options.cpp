@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "device/torch/gpu_utils.h"
 
 namespace probekit::probes {
 
@@ -63,6 +64,26 @@ ProbeShape probe_shape(const TrainingOptions& options, int64_t input_dim, int64_
   // A fitted probe, or a kind without dropout (attention), never drops inputs; its files say so.
   if (shape.kind->fits_directly() || mask_width(shape) == 0) shape.dropout = 0.0;
   return shape;
+}
+
+void check_bank_memory(const ProbeShape& shape, int64_t probes, at::Device device, at::ScalarType dtype) {
+  constexpr double kCopies = 5;  // values, gradients, AdamW's two moments, the best epoch's values
+  double parameters = 0;
+  for (const ParameterSpec& spec : parameter_specs(shape)) parameters += static_cast<double>(spec.numel());
+  const double needed = parameters * static_cast<double>(probes) * kCopies * static_cast<double>(c10::elementSize(dtype));
+  const auto memory = static_cast<double>(device::memory_for_tensors(device));
+  if (memory <= 0 || needed <= memory) return;
+  std::vector<std::string> flags;  // those of the kind's flags that size its probes
+  for (const std::string& flag : shape.kind->own_flags()) {
+    if (flag == "--hidden-dim" || flag == "--heads") flags.push_back(flag);
+  }
+  fail_usage("{} {} probe{} of {} inputs ({}): their parameters, gradients and optimizer state need {:.1f} GB on {}, "
+             "more than its {:.1f} GB of memory; {}",
+             probes, shape.kind->name(), probes == 1 ? "" : "s", shape.input_dim,
+             fmt::format("{:.3g} parameters each", parameters), needed / 1e9, device.str(), memory / 1e9,
+             flags.empty() ? std::string("train fewer labels at once (--labels)")
+                           : fmt::format("make them smaller ({}) or train fewer labels at once (--labels)",
+                                         fmt::join(flags, ", ")));
 }
 
 }  // namespace probekit::probes

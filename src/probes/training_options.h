@@ -59,4 +59,9 @@ void check_own_flags(const std::vector<const ProbeKind*>& kinds, const std::vect
 /// The shape of the probes these options train over `input_dim` activations, with `outputs` logits each.
 ProbeShape probe_shape(const TrainingOptions& options, int64_t input_dim, int64_t outputs);
 
+/// Throws UsageError, naming the kind's own flags (--hidden-dim, --heads), when `probes` probes of `shape` trained
+/// together cannot fit the memory of `device`: their values, gradients, AdamW's two moments and the best epoch's
+/// copy, in `dtype`. Checked before anything is allocated: LibTorch's failure would name no flag.
+void check_bank_memory(const ProbeShape& shape, int64_t probes, at::Device device, at::ScalarType dtype);
+
 }  // namespace probekit::probes

@@ -263,3 +263,25 @@ TEST_CASE("training flags: a kind's own flag is refused where no kind trained re
                        "--heads applies to multihead, attention, multimax probes only, and --model-type is logistic",
                        UsageError);
 }
+
+TEST_CASE("training options: probes too large for the device's memory together are refused naming the flags that size them") {
+  // Regression: --hidden-dim and --heads were bounded one by one, and 45 multihead probes of --hidden-dim 65536 over
+  // an 8,192-wide model (19.8 TB with their optimizer state) failed in LibTorch's allocation, naming no flag.
+  BinaryTrainingOptions options;
+  options.kind = &probe_kind("multihead");
+  options.hidden_dim = 65536;
+  options.heads = 8;
+  const ProbeShape shape = probe_shape(options, 8192, 1);
+  CHECK_THROWS_WITH_AS(check_bank_memory(shape, 45, at::kCPU, at::kFloat),
+                       doctest::Contains("45 multihead probes of 8192 inputs (2.2e+10 parameters each): their "
+                                         "parameters, gradients and optimizer state need 19810.9 GB on cpu, more than its"),
+                       UsageError);
+  CHECK_THROWS_WITH(check_bank_memory(shape, 45, at::kCPU, at::kFloat),
+                    doctest::Contains("make them smaller (--hidden-dim, --heads) or train fewer labels at once (--labels)"));
+  options.kind = &probe_kind("attention");
+  options.heads = 4096;
+  CHECK_THROWS_WITH(check_bank_memory(probe_shape(options, 1 << 20, 1), 45, at::kCPU, at::kFloat),
+                    doctest::Contains("make them smaller (--heads) or"));
+  options.kind = &probe_kind("linear");
+  CHECK_NOTHROW(check_bank_memory(probe_shape(options, 8192, 1), 45, at::kCPU, at::kFloat));
+}
