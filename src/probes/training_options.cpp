@@ -77,13 +77,15 @@ void check_bank_memory(const ProbeShape& shape, int64_t probes, at::Device devic
   for (const std::string& flag : shape.kind->own_flags()) {
     if (flag == "--hidden-dim" || flag == "--heads") flags.push_back(flag);
   }
-  fail_usage("{} {} probe{} of {} inputs ({}): their parameters, gradients and optimizer state need {:.1f} GB on {}, "
-             "more than its {:.1f} GB of memory; {}",
-             probes, shape.kind->name(), probes == 1 ? "" : "s", shape.input_dim,
-             fmt::format("{:.3g} parameters each", parameters), needed / 1e9, device.str(), memory / 1e9,
-             flags.empty() ? std::string("train fewer labels at once (--labels)")
-                           : fmt::format("make them smaller ({}) or train fewer labels at once (--labels)",
-                                         fmt::join(flags, ", ")));
+  std::vector<std::string> advice;
+  if (!flags.empty()) advice.push_back(fmt::format("make {} smaller ({})", probes == 1 ? "it" : "them", fmt::join(flags, ", ")));
+  // One bank of every label: only train_binary_probes trains several, and only it takes --labels.
+  if (probes > 1) advice.emplace_back("train fewer labels at once (--labels)");
+  if (advice.empty()) advice.emplace_back("train on a device with more memory (--device)");
+  fail_usage("{} {} probe{} of {} inputs ({:.3g} parameters each): their parameters, gradients and optimizer state need "
+             "{:.1f} GB on {}, more than its {:.1f} GB of memory; {}",
+             probes, shape.kind->name(), probes == 1 ? "" : "s", shape.input_dim, parameters, needed / 1e9,
+             device.str(), memory / 1e9, fmt::join(advice, " or "));
 }
 
 }  // namespace probekit::probes

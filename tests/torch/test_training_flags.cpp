@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "probes/training_flags.h"
+#include "test_util.h"
 
 using namespace probekit;
 using namespace probekit::probes;
@@ -278,6 +279,18 @@ TEST_CASE("training options: probes too large for the device's memory together a
                        UsageError);
   CHECK_THROWS_WITH(check_bank_memory(shape, 45, at::kCPU, at::kFloat),
                     doctest::Contains("make them smaller (--hidden-dim, --heads) or train fewer labels at once (--labels)"));
+  // train_probes trains one multiclass probe, and takes no --labels.
+  const std::string one = [&] {
+    try {
+      check_bank_memory(shape, 1, at::kCPU, at::kFloat);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  }();
+  CHECK_CONTAINS(one, "1 multihead probe of 8192 inputs");
+  CHECK_CONTAINS(one, "; make it smaller (--hidden-dim, --heads)");
+  CHECK(one.find("--labels") == std::string::npos);
   options.kind = &probe_kind("attention");
   options.heads = 4096;
   CHECK_THROWS_WITH(check_bank_memory(probe_shape(options, 1 << 20, 1), 45, at::kCPU, at::kFloat),
