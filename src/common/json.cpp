@@ -23,6 +23,30 @@ std::string describe_position(std::string_view text, size_t byte_offset) {
   return fmt::format("line {}, column {}", line, column);
 }
 
+size_t json_nesting_past(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return i;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return std::string_view::npos;
+}
+
 namespace {
 
 // nlohmann reads an integer literal past 64 bits as a double, which a chat template would print as
@@ -65,6 +89,11 @@ class ExactIntegers : public nlohmann::detail::json_sax_dom_parser<OrderedJson> 
 // `parse()`'s value; its syntax errors name `source` and say the position once.
 template <typename Parse>
 auto parse_reporting(std::string_view text, const std::string& source, const Parse& parse) -> decltype(parse()) {
+  if (const size_t at = json_nesting_past(text, kMaxJsonNesting); at != std::string_view::npos) {
+    const std::string position = text.find('\n') == std::string_view::npos ? fmt::format("column {}", at + 1)
+                                                                               : describe_position(text, at);
+    fail("{}: arrays and objects nest more than {} levels deep (at {})", source, kMaxJsonNesting, position);
+  }
   try {
     return parse();
   } catch (const nlohmann::json::parse_error& e) {

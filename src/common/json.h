@@ -14,7 +14,15 @@ using Json = nlohmann::json;
 /// JSON whose objects keep their keys in the order written: what reaches a chat template, whose tojson prints them so.
 using OrderedJson = nlohmann::ordered_json;
 
-/// Parses JSON text; a syntax error names `source` and where (line and column, or the column in a text of one line).
+/// How deep the arrays and objects of a JSON file may nest: deeper, a file is refused before it is parsed, since
+/// printing or comparing such a value recurses once per level (a hostile file would overflow the stack).
+inline constexpr int kMaxJsonNesting = 512;
+
+/// The byte offset of the first bracket of `text` that opens a level past `max_depth` (outside strings), or npos.
+size_t json_nesting_past(std::string_view text, int max_depth);
+
+/// Parses JSON text; a syntax error names `source` and where (line and column, or the column in a text of one line),
+/// as does nesting past kMaxJsonNesting.
 Json parse_json(std::string_view text, const std::string& source);
 
 /// The same, keeping the order of each object's keys, as what reaches a chat template is read: an integer past 64

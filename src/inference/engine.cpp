@@ -142,7 +142,8 @@ Engine Engine::load(const EngineOptions& options) {
   engine.target_ = targets.front();
   spdlog::debug("{:.2f} s: device ready", since_start());
   engine.set_saes(std::move(saes), options.sae_labels);
-  engine.load_probes(config, read_ahead.checkpoint()->fingerprint());
+  engine.model_fingerprint_ = read_ahead.checkpoint()->fingerprint();
+  engine.load_probes(config);
   if (options.texts_only) engine.require_texts();
   engine.index_labels();
   spdlog::debug("{:.2f} s: {} probes of {} layers loaded", since_start(), engine.labels_.size(), engine.layers_.size());
@@ -186,10 +187,11 @@ Engine Engine::attach(const EngineOptions& options, const loading::SharedModel& 
   engine.tokenizer_ = model.tokenizer;
   const model::ModelConfig& config = model.model->config();
   engine.set_saes(sae::load_saes(options.saes, config), options.sae_labels);
+  engine.model_fingerprint_ = model.fingerprint;
   if (!options.probes_dir.empty()) {
     engine.catalog_ = probes::find_probes(options.probes_dir);
     engine.layers_ = probes::select_layers(engine.catalog_, options.layers, options.layer, options.best_layer);
-    engine.load_probes(config, model.fingerprint);
+    engine.load_probes(config);
     engine.index_labels();
   }
   engine.prepare(config);
@@ -231,13 +233,13 @@ void Engine::require_probes() const {
 
 // The probes of every selected layer; all layers must agree on how their activations were read, since one pass
 // serves them all.
-void Engine::load_probes(const model::ModelConfig& config, const std::string& fingerprint) {
+void Engine::load_probes(const model::ModelConfig& config) {
   for (int64_t layer : layers_) {
     auto found = catalog_.layer_dirs.find(layer);
     std::string dir = found != catalog_.layer_dirs.end() ? found->second : catalog_.layer_dirs.begin()->second;
     probes::ProbeSet set = probes::ProbeSet::load(dir, target_.device, at::kFloat);
     check_fits(set, dir, layer, set.recipe().site, options_, config);
-    check_same_model(set, dir, options_, fingerprint);
+    check_same_model(set, dir, options_, model_fingerprint_);
     if (probes_.empty()) {
       if (set.recipe().position == Position::kAll && !set.shape().kind->reads_every_token()) {
         fail_input("{}: probes trained on every token (position all) score one row per token; they are not "

@@ -135,6 +135,8 @@ class Engine {
 
   const std::vector<int64_t>& layers() const { return layers_; }
   const std::vector<std::string>& labels() const { return labels_; }
+  /// The probes of each layer, as loaded.
+  const std::vector<LayerProbes>& layer_probes() const { return probes_; }
   /// The threshold of label k's probe at layer index l: the one set at a target false-positive rate where the probe
   /// was calibrated (calibrate_probes), else the validation-tuned one (NaN without a probe).
   double calibrated_threshold(size_t l, size_t k) const { return thresholds_[l][k]; }
@@ -215,6 +217,8 @@ class Engine {
                                               const ScoredTokenCallback& on_token) const;
   /// The directory of the model in use.
   const std::string& model_dir() const { return options_.model_dir; }
+  /// The model's fingerprint (model::Checkpoint::fingerprint): which checkpoint, whatever path named it.
+  const std::string& model_fingerprint() const { return model_fingerprint_; }
   /// The steering every pass applies (EngineOptions::steering), as resolved; empty without any.
   const steering::SteeringVectors& steering() const { return steering_; }
   /// Replaces the steering every pass applies.
@@ -246,7 +250,7 @@ class Engine {
   /// The prompts of `conversations` as the probes read conversations (their mask, no suffix).
   std::vector<readout::Prompt> conversation_prompts(const std::vector<std::string>& conversations,
                                                     const std::function<std::string(size_t)>& name) const;
-  void load_probes(const model::ModelConfig& config, const std::string& fingerprint);
+  void load_probes(const model::ModelConfig& config);
   /// readout::rehearse_first_pass on the engine's GPU with its request, beside the model's load (`load`); nothing on
   /// the CPU, where there is no set-up to hide.
   std::future<void> rehearse_first_pass(model::LoadOptions load) const;
@@ -330,6 +334,7 @@ class Engine {
   std::vector<std::vector<bool>> calibrated_;  // thresholds_[l][k] set at a target false-positive rate
   int64_t calibrated_count_ = 0, validation_count_ = 0;  // probes in use with each kind of threshold
   activations::ReadoutRecipe recipe_;
+  std::string model_fingerprint_;
   readout::Request request_;
   std::unique_ptr<readout::PromptBuilder> prompts_;
   std::shared_ptr<const chat::ChatTemplate> chat_template_;  // null: the model has none (chat_problem_ says why)

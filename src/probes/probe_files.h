@@ -112,6 +112,8 @@ class ProbeSet {
   /// Their labels, in the order of probes().
   std::vector<std::string> labels() const;
   const ProbeShape& shape() const { return bank_.shape(); }
+  /// Every probe's parameters, in the order of probes().
+  const ProbeBank& bank() const { return bank_; }
   /// The index's fields (format, layer, the probes, ...).
   const Json& index() const { return index_; }
   /// How the probes' activations were read (model, site, position, prompt suffix, cut, steering).

@@ -239,13 +239,16 @@ void check_options(const SweepOptions& o) {
   if (o.rows_per_batch < 1) fail_usage("--rows-per-batch must be positive, got {}", o.rows_per_batch);
 }
 
-// The label directions' bytes, hashed: probes trained again into the same directory change them.
-std::string directions_sha256(const std::map<std::string, steering::SteeringVectors>& directions) {
+// What the probes of the sweep's layer score with, hashed (their kind, labels, parameters and the model their
+// recipe names): probes trained again into the same directory change it, and a kept generation's scores with it.
+std::string probes_sha256(const inference::Engine& engine) {
   Sha256 hash;
-  for (const auto& [label, vectors] : directions) {
-    const at::Tensor v = vectors.additions.front().vector.to(at::kCPU, at::kFloat).contiguous();
-    hash.update(label + '\0');
-    hash.update({reinterpret_cast<const char*>(v.data_ptr<float>()), static_cast<size_t>(v.numel()) * sizeof(float)});
+  for (const inference::LayerProbes& layer : engine.layer_probes()) {
+    const probes::ProbeSet& set = layer.set;
+    hash.update(fmt::format("{}\n{}\n{}\n{}\n", layer.layer, set.shape().kind->name(), fmt::join(set.labels(), "\n"),
+                            set.recipe().model_fingerprint));
+    const at::Tensor values = set.bank().values().to(at::kCPU, at::kDouble).contiguous();
+    hash.update({reinterpret_cast<const char*>(values.data_ptr<double>()), static_cast<size_t>(values.numel()) * sizeof(double)});
   }
   return hash.hex_digest();
 }
@@ -263,10 +266,10 @@ SweepPlan plan_sweep(const SweepOptions& o, const inference::Engine& engine) {
                           {"dtype", device::dtype_name(engine.target().dtype_choice.dtype)},
                           {"temperature", sampling.temperature}, {"top_k", sampling.top_k}, {"top_p", sampling.top_p},
                           {"seed", sampling.seed}, {"no_stop", o.generation.no_stop}};
-  plan.settings = {{"model", engine.model_dir()}, {"probes", o.engine.probes_dir},
-                   {"layer", o.engine.layer}, {"site", site_name(Site::kResidPost)},
+  // The model and probes by what they hold, not by the paths that named them ("probes" and "./probes" are one).
+  plan.settings = {{"model_fingerprint", engine.model_fingerprint()}, {"layer", o.engine.layer}, {"site", site_name(Site::kResidPost)},
                    {"labels", plan.labels}, {"probe_labels", engine.labels()},
-                   {"directions_sha256", directions_sha256(plan.directions)},
+                   {"probes_sha256", probes_sha256(engine)},
                    {"coefficients", o.coefficients}, {"prompts", plan.prompts},
                    {"max_new_tokens", plan.generation.max_new_tokens}, {"generation", made_with}};
   return plan;
@@ -289,29 +292,42 @@ size_t generate_cells(const SweepOptions& o, const inference::Engine& engine, co
     spdlog::info("the probes read every token: generations are decoded one at a time, not --rows-per-batch {}", o.rows_per_batch);
   }
   ProgressBar bar("sweep", static_cast<int64_t>(plan.cells.size()), "generations");
-  const size_t kept = plan.cells.size() - pending.size();
+  const size_t resumed = plan.cells.size() - pending.size();
   size_t generated = 0;
-  try {
-    bar.update(static_cast<int64_t>(kept));
-    for (size_t first = 0; first < pending.size(); first += batch) {
-      const std::vector<size_t> rows(pending.begin() + static_cast<std::ptrdiff_t>(first),
-                                     pending.begin() + static_cast<std::ptrdiff_t>(std::min(pending.size(), first + batch)));
-      run_batch(engine, plan, rows, results);
-      std::vector<std::pair<size_t, const CellResult*>> finished;
-      for (size_t i : rows) finished.emplace_back(i, &results[i]);
-      progress.append(finished);
-      generated += rows.size();
-      bar.update(static_cast<int64_t>(kept + generated));
-    }
-  } catch (const std::exception&) {
-    if (kept + generated > 0) {
-      spdlog::warn("{} of the sweep's {} generations are kept in {}: the same command with --resume goes on from them",
-                   kept + generated, plan.cells.size(), progress.path());
-    }
-    throw;
+  bar.update(static_cast<int64_t>(resumed));
+  for (size_t first = 0; first < pending.size(); first += batch) {
+    const std::vector<size_t> rows(pending.begin() + static_cast<std::ptrdiff_t>(first),
+                                   pending.begin() + static_cast<std::ptrdiff_t>(std::min(pending.size(), first + batch)));
+    run_batch(engine, plan, rows, results);
+    std::vector<std::pair<size_t, const CellResult*>> finished;
+    for (size_t i : rows) finished.emplace_back(i, &results[i]);
+    progress.append(finished);
+    generated += rows.size();
+    bar.update(static_cast<int64_t>(resumed + generated));
   }
   bar.finish();
   return generated;
+}
+
+// sweep.json: how it was made, then every number.
+Json sweep_record(const SweepOptions& o, const inference::Engine& engine, const SweepPlan& plan,
+                  const std::vector<CellResult>& results, size_t generated, double seconds) {
+  Json summary = Json::array(), all = Json::array();
+  for (const std::string& label : plan.labels) {
+    for (double c : o.coefficients) {
+      summary.push_back(summary_point(label, c, plan.cells, results, engine.labels(), plan.prompts.size()));
+    }
+  }
+  for (size_t i = 0; i < plan.cells.size(); ++i) all.push_back(cell_json(plan.cells[i], results[i], engine.labels()));
+  const auto swept = static_cast<double>(plan.labels.size() * o.coefficients.size() * plan.prompts.size());
+  // A resumed run's rate is of the cells its own generations make up.
+  const double cells_per_s = generated == 0 ? 0.0 : swept * static_cast<double>(generated) /
+                                                        static_cast<double>(plan.cells.size()) / seconds;
+  Json sweep = plan.settings;
+  sweep.update({{"model", engine.model_dir()}, {"probes", o.engine.probes_dir}, {"seconds", seconds},
+                {"resumed_generations", plan.cells.size() - generated}, {"cells_per_s", cells_per_s},
+                {"summary", summary}, {"cells", all}});
+  return sweep;
 }
 
 }  // namespace
@@ -348,37 +364,35 @@ Json run_sweep(SweepOptions o) {
   for (const sae::SaeSpec& sae : o.engine.saes) inputs.push_back(sae.path);
   for (const steering::SteeringOp& op : o.engine.steering.ops) inputs.push_back(op.path);  // --steer-vector files
   StagedDirectory out(o.output_dir, o.overwrite, inputs);
+  SweepProgress progress(o.output_dir, o.resume, o.overwrite);  // refused (or locked) before the model loads
   o.engine.generate = true;
   o.engine.texts_only = true;  // the sweep's prompts are texts
   o.engine.batch_size = o.rows_per_batch;
   const inference::Engine engine = inference::Engine::load(o.engine);
   const SweepPlan plan = plan_sweep(o, engine);
-  SweepProgress progress(o.output_dir, plan.settings, plan.cells.size(), engine.labels().size(), o.resume, o.overwrite);
+  progress.start(plan.settings, plan.cells.size(), engine.labels().size());
   std::vector<CellResult> results(plan.cells.size());
-  const auto start = std::chrono::steady_clock::now();
-  const size_t generated = generate_cells(o, engine, plan, progress, results);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  Json summary = Json::array(), all = Json::array();
-  for (const std::string& label : plan.labels) {
-    for (double c : o.coefficients) {
-      summary.push_back(summary_point(label, c, plan.cells, results, engine.labels(), plan.prompts.size()));
+  Json sweep;
+  try {
+    const auto start = std::chrono::steady_clock::now();
+    const size_t generated = generate_cells(o, engine, plan, progress, results);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    sweep = sweep_record(o, engine, plan, results, generated, seconds);
+    write_file_atomic(out.path() + "/sweep.json", dump_json(sweep, 1) + "\n");
+    write_file_atomic(out.path() + "/sweep.html", render_sweep_report(sweep));
+    out.commit();
+  } catch (const std::exception&) {
+    if (progress.cells_in_file() > 0) {
+      spdlog::warn("{} of the sweep's {} generations are kept in {}: the same command with --resume goes on from them",
+                   progress.cells_in_file(), plan.cells.size(), progress.path());
     }
+    throw;
   }
-  for (size_t i = 0; i < plan.cells.size(); ++i) all.push_back(cell_json(plan.cells[i], results[i], engine.labels()));
-  const auto swept = static_cast<double>(plan.labels.size() * o.coefficients.size() * plan.prompts.size());
-  // A resumed run's rate is of the cells its own generations make up.
-  const double cells_per_s = generated == 0 ? 0.0 : swept * static_cast<double>(generated) /
-                                                        static_cast<double>(plan.cells.size()) / seconds;
-  const size_t resumed = plan.cells.size() - generated;
-  Json sweep = plan.settings;
-  sweep.update({{"seconds", seconds}, {"cells_per_s", cells_per_s}, {"resumed_generations", resumed},
-                {"summary", summary}, {"cells", all}});
-  write_file_atomic(out.path() + "/sweep.json", dump_json(sweep, 1) + "\n");
-  write_file_atomic(out.path() + "/sweep.html", render_sweep_report(sweep));
-  out.commit();
   progress.remove();
+  const auto swept = static_cast<double>(plan.labels.size() * o.coefficients.size() * plan.prompts.size());
   return {{"output_dir", o.output_dir}, {"cells", swept}, {"generations", plan.cells.size()},
-          {"resumed_generations", resumed}, {"seconds", seconds}, {"cells_per_s", cells_per_s}, {"summary", summary}};
+          {"resumed_generations", sweep["resumed_generations"]}, {"seconds", sweep["seconds"]},
+          {"cells_per_s", sweep["cells_per_s"]}, {"summary", sweep["summary"]}};
 }
 
 }  // namespace probekit::sweep

@@ -25,32 +25,37 @@ std::string progress_path(const std::string& output_dir);
 
 class SweepProgress {
  public:
-  /// Opens the progress file of `output_dir` for a sweep of `cells` generations scored by `labels` probes, made with
-  /// `settings`. A kept one is read with `resume` (refused when it was made with other settings, naming the first
-  /// that differs), replaced with `overwrite`, and otherwise refused (naming --resume); without one, --resume starts
-  /// from the first cell.
-  SweepProgress(const std::string& output_dir, const Json& settings, size_t cells, size_t labels, bool resume,
-                bool overwrite);
+  /// Opens and locks the progress file of `output_dir` (two sweeps into one directory would interleave their lines).
+  /// One holding generations is refused unless `resume` (go on from them) or `overwrite` (start again, said in a
+  /// warning): checked before the model loads.
+  SweepProgress(const std::string& output_dir, bool resume, bool overwrite);
   /// Without remove(), the file stays for --resume when it holds a generation, and goes when it holds none.
   ~SweepProgress();
   SweepProgress(const SweepProgress&) = delete;
   SweepProgress& operator=(const SweepProgress&) = delete;
 
+  /// For a sweep of `cells` generations scored by `labels` probes, made with `settings`: with --resume, reads the
+  /// generations kept (refused when they were made with other settings, naming the first that differs); otherwise
+  /// starts the file afresh.
+  void start(const Json& settings, size_t cells, size_t labels);
   /// The cells a stopped run finished, by their index in the sweep.
   const std::map<size_t, CellResult>& kept() const { return kept_; }
-  /// Appends finished cells (index, result) to the file: once this returns, a stop of the process loses none of them.
+  /// Appends finished cells (index, result) to the file, on disk once this returns.
   void append(const std::vector<std::pair<size_t, const CellResult*>>& finished);
+  /// How many generations the file holds.
+  size_t cells_in_file() const { return cells_in_file_; }
   /// Removes the file once the outputs are in place.
   void remove();
   const std::string& path() const { return path_; }
 
  private:
-  void open_locked(const std::string& output_dir, const Json& settings, size_t cells, size_t labels, bool resume,
-                   bool overwrite);
-  void read(const std::string& text, const Json& settings, size_t cells, size_t labels);
+  void lock_file();
+  void read(const Json& settings, size_t cells, size_t labels);
   void truncate_to(size_t bytes);
   std::string path_;
-  int fd_ = -1;  // open and locked (flock) for the run
+  bool resume_ = false, overwrite_ = false;
+  int fd_ = -1;       // open and locked (flock) for the run
+  std::string text_;  // what the file held when it was opened
   size_t cells_in_file_ = 0;
   std::map<size_t, CellResult> kept_;
 };

@@ -46,3 +46,20 @@ TEST_CASE("what reaches a chat template keeps integers exact: one past 64 bits i
   // Inside a string, digits are text.
   CHECK(parse_ordered_json(R"({"id": "18446744073709551616"})", "x").at("id") == "18446744073709551616");
 }
+
+TEST_CASE("JSON nested past 512 levels is refused before it is parsed, naming its source and where") {
+  // Regression: a progress file of 200,000 nested brackets was parsed, then printed in a message by recursion that
+  // overflowed the stack (SIGSEGV).
+  const std::string deep = std::string(600, '[') + std::string(600, ']');
+  CHECK(parse_error(deep, "sweep.progress.jsonl:2") ==
+        "sweep.progress.jsonl:2: arrays and objects nest more than 512 levels deep (at column 513)");
+  CHECK_THROWS_WITH(parse_ordered_json("{\"a\":\n" + deep + "}", "messages.json"),
+                    doctest::Contains("messages.json: arrays and objects nest more than 512 levels deep (at line 2, column 512)"));
+  const std::string at_bound = std::string(512, '[') + std::string(512, ']');
+  CHECK(parse_json(at_bound, "bound").is_array());
+  // Brackets inside strings, escaped quotes among them, are not nesting.
+  const std::string quoted = "\"\\\"" + std::string(600, '[') + "\"";
+  CHECK(parse_json(quoted, "quoted").get<std::string>().size() == 601);
+  CHECK(probekit::json_nesting_past(quoted, 1) == std::string::npos);
+  CHECK(probekit::json_nesting_past("[{\"k\": [1]}]", 2) == 7);
+}

@@ -43,29 +43,10 @@ void append_bounded(const Json& value, std::string& out, size_t budget, int dept
 // Refuses a body that nests arrays and objects deeper than kMaxJsonDepth, before it is parsed: a scan of the
 // brackets outside strings, so that neither the parser nor a message about the value meets the deep nesting.
 void check_nesting(std::string_view body) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (size_t i = 0; i < body.size(); ++i) {
-    char c = body[i];
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxJsonDepth) {
-        throw RequestError(kBadRequest, fmt::format("the request body nests JSON arrays and objects more than {} levels deep "
-                                                    "(at byte {}), this server's limit",
-                                                    kMaxJsonDepth, i));
-      }
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
+  if (const size_t at = json_nesting_past(body, kMaxJsonDepth); at != std::string_view::npos) {
+    throw RequestError(kBadRequest, fmt::format("the request body nests JSON arrays and objects more than {} levels deep "
+                                                "(at byte {}), this server's limit",
+                                                kMaxJsonDepth, at));
   }
 }
 
