@@ -3,16 +3,15 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 #include <set>
 
 #include "chat/chat_template.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "model/transformer.h"
 #include "readout/prompts.h"
 #include "tokenizer/tokenizer.h"
 
@@ -306,23 +305,19 @@ void plan_prompts(const CaptureOptions& options, CapturePlan& plan, CaptureSumma
   }
 }
 
-// On the CPU attention holds every head's [T, T] scores in fp32 (scores, their softmax and a masked copy), which
-// for a very long text exceeds the machine's memory: refused before the model loads, naming the text and the
-// --max-length that fits. MPS, which shares the system's memory, is checked the same way. CUDA GPUs take the
-// memory-efficient attention and retry out-of-memory batches in halves.
+// A text whose attention would not fit the memory of a CPU or a Mac (model::attention_past_memory) is refused before
+// the model loads, naming the text and the --max-length that fits. CUDA GPUs take the memory-efficient attention and
+// retry out-of-memory batches in halves.
 void check_cpu_attention_memory(const CapturePlan& plan, const device::ComputeTarget& target) {
-  if (target.is_gpu()) return;
   auto longest = std::max_element(plan.lengths.begin(), plan.lengths.end());
-  auto tokens = static_cast<double>(*longest);
-  const double per_square_token = 3.0 * 4.0 * static_cast<double>(plan.config().num_heads);
-  double needed = per_square_token * tokens * tokens;
-  double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
-  if (memory <= 0 || needed < memory / 2) return;
-  auto fits = static_cast<int64_t>(std::sqrt(memory / 4 / per_square_token));
+  if (longest == plan.lengths.end()) return;
+  const auto past = model::attention_past_memory(plan.config(), target.device, *longest);
+  if (!past) return;
   fail_input("{}: this text's prompt is {} tokens; attention over it needs about {:.0f} GB on the {}, more than "
              "half of its {:.0f} GB of memory: cut long texts with --max-length {} (or less)",
-             plan.where(static_cast<size_t>(longest - plan.lengths.begin())), *longest, needed / 1e9,
-             target.device.is_mps() ? "Mac (MPS shares the system's memory)" : "CPU", memory / 1e9, fits);
+             plan.where(static_cast<size_t>(longest - plan.lengths.begin())), *longest, past->needed / 1e9,
+             target.device.is_mps() ? "Mac (MPS shares the system's memory)" : "CPU", past->memory / 1e9,
+             past->fitting_tokens);
 }
 
 }  // namespace probekit::capture

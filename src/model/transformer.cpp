@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/interrupt.h"
+#include "device/torch/gpu_utils.h"
 #include "device/torch/row_stable.h"
 #include "model/families.h"
 #include "model/quantization.h"
@@ -216,6 +217,25 @@ void TransformerModel::check_inputs(const std::vector<int32_t>& ids) const {
                "text",
                ids.size(), config_.max_positions);
   }
+  if (const auto past = attention_past_memory(config_, options_.device, static_cast<int64_t>(ids.size()))) {
+    // No flag named, as above: a tool that can cut texts says so before the model loads (capture's --max-length).
+    fail_input("{} tokens: attention over them needs about {:.0f} GB on the {}, more than half of its {:.0f} GB of "
+               "memory: use a shorter text (about {} tokens fit)",
+               ids.size(), past->needed / 1e9, options_.device.is_mps() ? "Mac (MPS shares the system's memory)" : "CPU",
+               past->memory / 1e9, past->fitting_tokens);
+  }
+}
+
+std::optional<AttentionMemory> attention_past_memory(const ModelConfig& config, const at::Device& device, int64_t tokens) {
+  if (device.is_cuda()) return std::nullopt;
+  const double per_square_token = 3.0 * 4.0 * static_cast<double>(config.num_heads);
+  const auto length = static_cast<double>(tokens);
+  AttentionMemory past;
+  past.needed = per_square_token * length * length;
+  past.memory = static_cast<double>(device::memory_for_tensors(device));
+  if (past.memory <= 0 || past.needed < past.memory / 2) return std::nullopt;
+  past.fitting_tokens = static_cast<int64_t>(std::sqrt(past.memory / 4 / per_square_token));
+  return past;
 }
 
 at::Tensor TransformerModel::embed(const at::Tensor& input_ids) const {

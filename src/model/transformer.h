@@ -147,7 +147,8 @@ class TransformerModel {
   /// where the family scales its embeddings): the unit of ROME's noise corruption.
   double embedding_std() const;
 
-  /// Throws if a token id is outside the vocabulary or a position past a learned-position table.
+  /// Throws if a token id is outside the vocabulary, a position past a learned-position table, or attention over the
+  /// sequence would take half of the device's memory or more (attention_past_memory).
   void check_inputs(const std::vector<int32_t>& ids) const;
 
   /// kv_cache_bytes_per_token in the model's dtype.
@@ -169,6 +170,16 @@ class TransformerModel {
 /// and values take `element_size` bytes each (the states of a Gated DeltaNet layer, whatever the capacity; a latent
 /// attention layer's latent and rope key per position).
 double layer_cache_bytes(const ModelConfig& config, int64_t layer, double batch, double capacity, double element_size);
+
+/// Attention over one sequence too long for the memory of a device that holds every head's [T, T] scores in fp32.
+struct AttentionMemory {
+  double needed = 0, memory = 0;  // bytes the sequence's attention needs; the device's memory
+  int64_t fitting_tokens = 0;     // the longest sequence whose attention needs at most a quarter of it
+};
+/// On the CPU and MPS (which shares the system's memory), attention holds the scores, their softmax and a masked
+/// copy of every head's [T, T]: for a sequence of `tokens` whose attention needs half of the memory or more, what
+/// it needs; otherwise, and on CUDA (memory-efficient kernels), nothing.
+std::optional<AttentionMemory> attention_past_memory(const ModelConfig& config, const at::Device& device, int64_t tokens);
 
 /// CacheBytesPerToken of a model whose cache holds `element_size`-byte values.
 CacheBytesPerToken kv_cache_bytes_per_token(const ModelConfig& config, double element_size);

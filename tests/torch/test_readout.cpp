@@ -10,9 +10,12 @@
 #include "common/json.h"
 #include "activations/activation_store.h"
 #include "io/safetensors.h"
+#include "model/config.h"
+#include "model/transformer.h"
 #include "readout/first_pass.h"
 #include "readout/prompts.h"
 #include "readout/readout.h"
+#include "probe_fixture.h"
 #include "server_runs.h"
 #include "tensor_files.h"
 #include "test_paths.h"
@@ -292,5 +295,39 @@ TEST_CASE("multi_probe_inference's messages name only its own flags: a long prom
   r = run_command(run + fmt::format(" --per-token --text \"{}\"", long_text()));
   REQUIRE_MESSAGE(r.exit_code == 0, r.output);
   CHECK_CONTAINS(r.output, "the probes' limit of 24 tokens");
+  check_named_flags(tool_name, r.output);
+}
+
+TEST_CASE("a text whose attention does not fit the CPU's memory is refused with the tokens that fit, not an allocator's trace") {
+  model::ModelConfig config;
+  config.num_heads = 8;
+  CHECK_FALSE(model::attention_past_memory(config, at::Device(at::kCUDA, 0), 1 << 24));  // memory-efficient kernels
+  CHECK_FALSE(model::attention_past_memory(config, at::kCPU, 4096));
+  const auto past = model::attention_past_memory(config, at::kCPU, 1 << 24);
+  REQUIRE(past);
+  CHECK(past->needed == doctest::Approx(12.0 * 8 * std::pow(2.0, 48)));
+  const auto fitting = static_cast<double>(past->fitting_tokens);
+  CHECK(12.0 * 8 * fitting * fitting <= past->memory / 4);
+  CHECK(12.0 * 8 * (fitting + 1) * (fitting + 1) > past->memory / 4);
+
+  // Regression: probes whose capture cut no text (a model of 131072 positions; here a recorded cut past any text) ran
+  // a text of 180,000 tokens whole, and the CPU's allocator failed with a LibTorch trace (or the kernel killed it).
+  TempDir tmp;
+  ProbeFixture fixture;
+  fixture.layers = "2";
+  fixture.epochs = 5;
+  const std::string probes = train_fixture_probes(tmp, fixture);
+  Json index = read_json_file(probes + "/probes.json");
+  index["readout"]["max_length"] = 1000000;
+  write_json_file(probes + "/probes.json", index);
+  std::string text;
+  for (int w = 0; w < 60000; ++w) text += "word ";
+  write_text(tmp.file("long.txt"), text + "\n");
+  const std::string tool_name = tool("multi_probe_inference");
+  const CommandResult r = run_command(fmt::format("{} --probes-dir {} --model {} --device cpu --file {}", tool_name, probes,
+                                                  kGemmaModel, tmp.file("long.txt")));
+  check_failure(r, 1, {"tokens: attention over them needs about", "GB on the CPU, more than half of its",
+                       "use a shorter text (about"});
+  CHECK(r.output.find("alloc_cpu") == std::string::npos);
   check_named_flags(tool_name, r.output);
 }
