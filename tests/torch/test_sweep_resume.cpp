@@ -52,15 +52,23 @@ std::unique_ptr<sweep::SweepProgress> opened(const std::string& out, const Json&
   return progress;
 }
 
+const Json kSettings = {{"labels", {"a", "b"}}, {"coefficients", {-4, 4}}};
+
+// The progress file a run of kSettings leaves after keeping one cell (cell 1).
+std::string progress_of_one_cell(const std::string& out) {
+  const sweep::CellResult cell = some_cell();
+  opened(out, kSettings, false, false)->append({{1, &cell}});
+  return read_file(out + ".progress.jsonl");
+}
+
 }  // namespace
 
 TEST_CASE("a sweep's progress file keeps every bit of its cells, is one run's at a time, and is checked on --resume") {
   TempDir tmp;
   const std::string out = tmp.file("out");
-  const Json settings = {{"labels", {"a", "b"}}, {"coefficients", {-4, 4}}};
   const sweep::CellResult cell = some_cell();
   {
-    const auto progress = opened(out, settings, false, false);
+    const auto progress = opened(out, kSettings, false, false);
     CHECK(progress->path() == out + ".progress.jsonl");
     // Regression guard: a second run into the same directory would interleave its lines.
     CHECK_THROWS_WITH_AS(sweep::SweepProgress(out, true, true),
@@ -79,7 +87,7 @@ TEST_CASE("a sweep's progress file keeps every bit of its cells, is one run's at
                        doctest::Contains("other coefficients (kept: [-4,4]; asked: [-8,8]); leave out --resume to start again"),
                        std::runtime_error);
   {
-    const auto resumed = opened(out, settings, true, false);
+    const auto resumed = opened(out, kSettings, true, false);
     REQUIRE(resumed->kept().size() == 1);
     const sweep::CellResult& back = resumed->kept().at(3);
     CHECK(back.prompt_ids == cell.prompt_ids);
@@ -95,7 +103,7 @@ TEST_CASE("a sweep's progress file keeps every bit of its cells, is one run's at
   }
   CHECK_FALSE(path_exists(out + ".progress.jsonl"));
   // A run that kept nothing leaves no file, whether or not it started.
-  { const auto nothing = opened(out, settings, false, false); }
+  { const auto nothing = opened(out, kSettings, false, false); }
   { sweep::SweepProgress unstarted(out, false, false); }
   CHECK_FALSE(path_exists(out + ".progress.jsonl"));
 }
@@ -103,22 +111,20 @@ TEST_CASE("a sweep's progress file keeps every bit of its cells, is one run's at
 TEST_CASE("a sweep's progress file: --overwrite discards the kept cells with a warning, a cut last line is left out") {
   TempDir tmp;
   const std::string out = tmp.file("out");
-  const Json settings = {{"labels", {"a", "b"}}, {"coefficients", {-4, 4}}};
   const sweep::CellResult cell = some_cell();
-  opened(out, settings, false, false)->append({{1, &cell}});
-  const std::string kept = read_file(out + ".progress.jsonl");
+  const std::string kept = progress_of_one_cell(out);
   // A last line a kill cut short is left out, and the next line starts on a line of its own.
   write_text(out + ".progress.jsonl", kept + "{\"cell\": 4, \"prompt_i");
   {
-    const auto resumed = opened(out, settings, true, false);
+    const auto resumed = opened(out, kSettings, true, false);
     CHECK(resumed->kept().size() == 1);
     resumed->append({{4, &cell}});
   }
   CHECK(read_file(out + ".progress.jsonl").find("\"prompt_i{") == std::string::npos);
-  CHECK(opened(out, settings, true, false)->kept().size() == 2);
+  CHECK(opened(out, kSettings, true, false)->kept().size() == 2);
   // Regression: --overwrite discarded them without a word.
   LoggedLines logged;
-  CHECK(opened(out, settings, false, true)->kept().empty());
+  CHECK(opened(out, kSettings, false, true)->kept().empty());
   CHECK_CONTAINS(logged.text(), "--overwrite: the 2 generations an interrupted sweep kept in " + out +
                                     ".progress.jsonl are discarded");
   CHECK_FALSE(path_exists(out + ".progress.jsonl"));
@@ -133,14 +139,11 @@ TEST_CASE("a sweep's progress file: --overwrite discards the kept cells with a w
 TEST_CASE("a sweep's progress file of damaged cells is refused naming the file, the line and what was expected") {
   TempDir tmp;
   const std::string out = tmp.file("out");
-  const Json settings = {{"labels", {"a", "b"}}, {"coefficients", {-4, 4}}};
-  const sweep::CellResult cell = some_cell();
-  opened(out, settings, false, false)->append({{1, &cell}});
-  const std::string kept = read_file(out + ".progress.jsonl");
+  const std::string kept = progress_of_one_cell(out);
   const std::vector<std::string> lines = lines_of(kept);
   const auto refused = [&](const std::string& text, const std::string& message) {
     write_text(out + ".progress.jsonl", text);
-    CHECK_THROWS_WITH_AS(opened(out, settings, true, false), doctest::Contains(message.c_str()), std::runtime_error);
+    CHECK_THROWS_WITH_AS(opened(out, kSettings, true, false), doctest::Contains(message.c_str()), std::runtime_error);
   };
   const auto changed = [&](const std::function<void(Json&)>& change) {
     Json line = parse_json(lines[1], "line 2");
